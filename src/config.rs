@@ -1,0 +1,208 @@
+//! Settings: the relay URL rules (SPEC §2) and `config.toml` (SPEC §3).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ConfigError;
+
+/// Relay used when neither flag, environment nor saved config names one.
+pub const DEFAULT_RELAY: &str = "https://api.voxa.space";
+/// Gemini Live model used when none is configured (see gemini-live.md).
+pub const DEFAULT_GEMINI_MODEL: &str = "models/gemini-2.5-flash-native-audio-preview-12-2025";
+
+/// A validated relay address. `https`/`wss` anywhere; `http`/`ws` only to loopback hosts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelayUrl {
+    /// Normalised `https://host[:port][/path]` or `http://…` form, no trailing slash.
+    base: String,
+    tls: bool,
+}
+
+impl RelayUrl {
+    /// Validates a relay URL before anything is dialled.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let trimmed = text.trim();
+        let url = url::Url::parse(trimmed)
+            .map_err(|err| ConfigError::new(format!("relay URL {trimmed:?} is not a valid URL: {err}")))?;
+        let tls = match url.scheme() {
+            "https" | "wss" => true,
+            "http" | "ws" => false,
+            other => {
+                return Err(ConfigError::new(format!(
+                    "relay URL {trimmed:?} has scheme {other:?}; use https:// (or http:// for a relay on this machine)"
+                )))
+            }
+        };
+        let host = url.host_str().ok_or_else(|| ConfigError::new(format!("relay URL {trimmed:?} has no host")))?;
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(ConfigError::new("relay URL must not carry a user name or password"));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(ConfigError::new("relay URL must not carry a query or fragment"));
+        }
+        if !tls && !is_loopback_host(host) {
+            return Err(ConfigError::new(format!(
+                "relay URL {trimmed:?} is not encrypted; plain http:// and ws:// are allowed only for \
+                 loopback hosts (127.0.0.1, ::1, localhost). Use https://"
+            )));
+        }
+        let scheme = if tls { "https" } else { "http" };
+        let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
+        let host = match url.host() {
+            Some(url::Host::Ipv6(addr)) => format!("[{addr}]"),
+            _ => host.to_owned(),
+        };
+        let path = url.path().trim_end_matches('/');
+        Ok(RelayUrl { base: format!("{scheme}://{host}{port}{path}"), tls })
+    }
+
+    /// The URL as users see it (`https://…`), used in the pairing link.
+    pub fn as_str(&self) -> &str {
+        &self.base
+    }
+
+    /// True for `https`/`wss`.
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// WebSocket URL of an endpoint (`/agent`, `/ws`) for a code.
+    pub fn socket_url(&self, endpoint: &str, code: &str) -> String {
+        let rest = self.base.split_once("://").map(|(_, rest)| rest).unwrap_or(&self.base);
+        let scheme = if self.tls { "wss" } else { "ws" };
+        format!("{scheme}://{rest}{endpoint}?code={code}")
+    }
+
+    /// The pairing link the phone scans: `{relay}/?code=<code>&token=<token>`.
+    pub fn pairing_url(&self, code: &str, token: &str) -> String {
+        format!("{}/?code={code}&token={token}", self.base)
+    }
+}
+
+impl std::fmt::Display for RelayUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.base)
+    }
+}
+
+/// True for `localhost`, `127.0.0.0/8` and `::1`.
+pub fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.eq_ignore_ascii_case("localhost") || host.to_ascii_lowercase().ends_with(".localhost") {
+        return true;
+    }
+    host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `config.toml`: saved relay and the user's settings. Unknown keys are kept out of the way.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    /// Relay saved at `pair` time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relay: Option<String>,
+    /// Which tools may run.
+    pub policy: Policy,
+    /// Coding agents for the `coding_agent` tool, by name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub agents: BTreeMap<String, AgentCommand>,
+    /// Tool calls running at once per agent before new ones get `busy`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_calls: Option<usize>,
+    /// Self-hosted voice settings.
+    pub gemini: GeminiSettings,
+}
+
+/// Tool policy: `denied-by-policy` for what it excludes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Policy {
+    /// When non-empty, only these tools run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    /// These tools never run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+    /// Refuse every tool that can change the machine (`write_file`, `run_command`, `coding_agent`).
+    pub read_only: bool,
+}
+
+/// How to start a coding agent. `{prompt}` in `args` is replaced by the prompt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentCommand {
+    pub program: String,
+    pub args: Vec<String>,
+    /// Output format: `stream-json` (Claude Code) or `text`.
+    #[serde(default = "default_agent_format")]
+    pub format: String,
+}
+
+fn default_agent_format() -> String {
+    "text".into()
+}
+
+/// Gemini Live settings for self-hosted mode.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GeminiSettings {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub voice: Option<String>,
+}
+
+impl Config {
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|err| ConfigError::new(format!("config.toml is not valid: {err}")))
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn https_relays_become_wss_sockets() {
+        let relay = RelayUrl::parse("https://relay.example.com/").unwrap();
+        assert_eq!(relay.as_str(), "https://relay.example.com");
+        assert_eq!(relay.socket_url("/agent", "ab"), "wss://relay.example.com/agent?code=ab");
+        assert_eq!(relay.pairing_url("c", "t"), "https://relay.example.com/?code=c&token=t");
+        let relay = RelayUrl::parse("wss://relay.example.com:8443/base").unwrap();
+        assert_eq!(relay.socket_url("/ws", "ab"), "wss://relay.example.com:8443/base/ws?code=ab");
+    }
+
+    #[test]
+    fn plain_relays_only_on_loopback() {
+        for ok in ["http://127.0.0.1:8787", "ws://localhost:1", "http://[::1]:9", "http://127.3.2.1"] {
+            let relay = RelayUrl::parse(ok).unwrap();
+            assert!(!relay.is_tls(), "{ok}");
+        }
+        assert_eq!(RelayUrl::parse("http://[::1]:9").unwrap().socket_url("/agent", "c"), "ws://[::1]:9/agent?code=c");
+        for bad in ["http://example.com", "ws://10.0.0.1:80", "http://127.0.0.1.example.com"] {
+            let err = RelayUrl::parse(bad).unwrap_err();
+            assert!(err.to_string().contains("https://"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn junk_relays_are_refused_with_a_sentence() {
+        for bad in ["", "relay", "ftp://x.y", "https://", "https://u:p@x.y", "https://x.y/?code=1"] {
+            assert!(RelayUrl::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn config_round_trips_and_tolerates_missing_sections() {
+        let config = Config::from_toml("relay = \"https://r.example\"\n[policy]\nread_only = true\n").unwrap();
+        assert_eq!(config.relay.as_deref(), Some("https://r.example"));
+        assert!(config.policy.read_only);
+        assert_eq!(Config::from_toml(&config.to_toml()).unwrap(), config);
+        assert!(Config::from_toml("relay = [").is_err());
+    }
+}

@@ -1,0 +1,225 @@
+//! The little HTTP a WebSocket server needs: read one request head (bounded), answer plain
+//! responses, and complete the upgrade. Shared by the relay and the loopback socket so both
+//! refuse bad requests before any WebSocket exists.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_tungstenite::WebSocketStream;
+
+/// Largest request head accepted.
+pub const MAX_HEAD_LEN: usize = 8 << 10;
+/// Most headers accepted in one request.
+pub const MAX_HEADERS: usize = 48;
+/// Time a client has to send its request head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A parsed request line and headers.
+#[derive(Clone)]
+pub struct RequestHead {
+    pub method: String,
+    /// Path without the query.
+    pub path: String,
+    query: Option<String>,
+    headers: Vec<(String, String)>,
+}
+
+// Query strings and headers carry codes and tokens: never print them.
+impl std::fmt::Debug for RequestHead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestHead").field("method", &self.method).field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+/// Why a request head could not be read.
+#[derive(Debug)]
+pub enum HeadError {
+    Io(std::io::Error),
+    TooLarge,
+    Malformed,
+    TimedOut,
+}
+
+impl std::fmt::Display for HeadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeadError::Io(err) => write!(f, "connection error: {err}"),
+            HeadError::TooLarge => f.write_str("request head too large"),
+            HeadError::Malformed => f.write_str("malformed HTTP request"),
+            HeadError::TimedOut => f.write_str("no request head in time"),
+        }
+    }
+}
+
+impl std::error::Error for HeadError {}
+
+impl RequestHead {
+    /// Parses a complete head (`\r\n\r\n`-terminated bytes).
+    pub fn parse(bytes: &[u8]) -> Result<(RequestHead, usize), HeadError> {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut request = httparse::Request::new(&mut headers);
+        match request.parse(bytes) {
+            Ok(httparse::Status::Complete(len)) => {
+                let target = request.path.ok_or(HeadError::Malformed)?;
+                let (path, query) = match target.split_once('?') {
+                    Some((path, query)) => (path.to_owned(), Some(query.to_owned())),
+                    None => (target.to_owned(), None),
+                };
+                let headers = request
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into_owned()))
+                    .collect();
+                let method = request.method.ok_or(HeadError::Malformed)?.to_owned();
+                Ok((RequestHead { method, path, query, headers }, len))
+            }
+            Ok(httparse::Status::Partial) => Err(HeadError::Malformed),
+            Err(httparse::Error::TooManyHeaders) => Err(HeadError::TooLarge),
+            Err(_) => Err(HeadError::Malformed),
+        }
+    }
+
+    /// First value of a header (name case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// Value of a query parameter (no percent-decoding: voxa's parameters are plain hex).
+    pub fn query_param(&self, name: &str) -> Option<&str> {
+        self.query.as_deref()?.split('&').find_map(|pair| match pair.split_once('=') {
+            Some((key, value)) if key == name => Some(value),
+            None if pair == name => Some(""),
+            _ => None,
+        })
+    }
+
+    /// The bearer token of an `Authorization: Bearer …` header.
+    pub fn bearer(&self) -> Option<&str> {
+        let value = self.header("authorization")?.trim();
+        let (scheme, token) = value.split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+    }
+
+    /// True for a well-formed WebSocket upgrade request.
+    pub fn is_websocket_upgrade(&self) -> bool {
+        let has_token = |name: &str, token: &str| {
+            self.header(name).is_some_and(|v| v.split(',').any(|part| part.trim().eq_ignore_ascii_case(token)))
+        };
+        self.method == "GET"
+            && has_token("connection", "upgrade")
+            && has_token("upgrade", "websocket")
+            && self.header("sec-websocket-key").is_some()
+            && self.header("sec-websocket-version") == Some("13")
+    }
+}
+
+/// Reads one request head. Returns it and any bytes read past it.
+pub async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Result<(RequestHead, Vec<u8>), HeadError> {
+    let read = async {
+        let mut buf = Vec::with_capacity(1024);
+        let mut chunk = [0u8; 1024];
+        loop {
+            let n = stream.read(&mut chunk).await.map_err(HeadError::Io)?;
+            if n == 0 {
+                return Err(HeadError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+            }
+            let scan_from = buf.len().saturating_sub(3);
+            buf.extend_from_slice(&chunk[..n]);
+            if let Some(pos) = buf[scan_from..].windows(4).position(|w| w == b"\r\n\r\n") {
+                let end = scan_from + pos + 4;
+                let (head, _) = RequestHead::parse(&buf[..end])?;
+                return Ok((head, buf[end..].to_vec()));
+            }
+            if buf.len() > MAX_HEAD_LEN {
+                return Err(HeadError::TooLarge);
+            }
+        }
+    };
+    tokio::time::timeout(HEAD_TIMEOUT, read).await.map_err(|_| HeadError::TimedOut)?
+}
+
+/// Writes a plain response and ends the exchange.
+pub async fn respond<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    status: u16,
+    reason: &str,
+    body: &str,
+) -> std::io::Result<()> {
+    let response = format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\ncache-control: no-store\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.flush().await?;
+    let _ = stream.shutdown().await;
+    Ok(())
+}
+
+/// Answers `101 Switching Protocols` and wraps the stream as a server WebSocket.
+/// The caller has checked [`RequestHead::is_websocket_upgrade`] and everything else it needs.
+pub async fn accept_websocket<S>(
+    mut stream: S,
+    head: &RequestHead,
+    leftover: Vec<u8>,
+    config: WebSocketConfig,
+) -> std::io::Result<WebSocketStream<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let key = head.header("sec-websocket-key").unwrap_or_default();
+    let accept = derive_accept_key(key.trim().as_bytes());
+    let response = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: {accept}\r\n\r\n"
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.flush().await?;
+    Ok(if leftover.is_empty() {
+        WebSocketStream::from_raw_socket(stream, Role::Server, Some(config)).await
+    } else {
+        WebSocketStream::from_partially_read(stream, leftover, Role::Server, Some(config)).await
+    })
+}
+
+/// WebSocket limits used by every voxa socket.
+pub fn websocket_config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(crate::protocol::MAX_FRAME_LEN))
+        .max_frame_size(Some(crate::protocol::MAX_FRAME_LEN))
+        .read_buffer_size(4 << 10)
+        .write_buffer_size(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UPGRADE: &[u8] = b"GET /agent?code=abc&x HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer  tok \r\n\r\n";
+
+    #[test]
+    fn parses_path_query_and_headers() {
+        let (head, len) = RequestHead::parse(UPGRADE).unwrap();
+        assert_eq!(len, UPGRADE.len());
+        assert_eq!(head.path, "/agent");
+        assert_eq!(head.query_param("code"), Some("abc"));
+        assert_eq!(head.query_param("x"), Some(""));
+        assert_eq!(head.query_param("y"), None);
+        assert_eq!(head.bearer(), Some("tok"));
+        assert!(head.is_websocket_upgrade());
+        assert!(!format!("{head:?}").contains("abc"));
+    }
+
+    #[tokio::test]
+    async fn read_head_keeps_bytes_after_the_head_and_bounds_size() {
+        let mut input = UPGRADE.to_vec();
+        input.extend_from_slice(b"extra");
+        let (head, rest) = read_head(&mut &input[..]).await.unwrap();
+        assert_eq!(head.path, "/agent");
+        assert_eq!(rest, b"extra");
+
+        let huge = vec![b'a'; MAX_HEAD_LEN * 2];
+        assert!(matches!(read_head(&mut &huge[..]).await, Err(HeadError::TooLarge)));
+        assert!(matches!(read_head(&mut &b"GARBAGE\r\n\r\n"[..]).await, Err(HeadError::Malformed)));
+    }
+}

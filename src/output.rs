@@ -1,0 +1,64 @@
+//! What commands print on stdout: a sentence for people, or one JSON object per line with
+//! `--json`. Logs go to stderr through `tracing`.
+
+use std::io::{IsTerminal, Write};
+
+use serde_json::Value;
+
+/// Prints results and events in the chosen form.
+#[derive(Clone, Copy, Debug)]
+pub struct Printer {
+    json: bool,
+    quiet: bool,
+}
+
+impl Printer {
+    pub fn new(json: bool, quiet: bool) -> Self {
+        Printer { json, quiet }
+    }
+
+    pub fn is_json(&self) -> bool {
+        self.json
+    }
+
+    /// True when stdout is a terminal (colours, QR styling, prompts).
+    pub fn is_terminal(&self) -> bool {
+        std::io::stdout().is_terminal()
+    }
+
+    /// An event of a long-running command: `{"event":name, ...fields}` or the human line.
+    pub fn event(&self, name: &str, fields: Value, human: impl std::fmt::Display) {
+        if self.json {
+            let mut object = match fields {
+                Value::Object(map) => map,
+                _ => Default::default(),
+            };
+            object.insert("event".into(), Value::String(name.into()));
+            // Keep `event` first for people reading the stream.
+            let mut ordered = serde_json::Map::new();
+            ordered.insert("event".into(), Value::String(name.into()));
+            ordered.extend(object.into_iter().filter(|(k, _)| k != "event"));
+            self.line(&Value::Object(ordered).to_string());
+        } else if !self.quiet {
+            self.line(&human.to_string());
+        }
+    }
+
+    /// A command's one result: the JSON value, or the human text.
+    pub fn result(&self, json: &Value, human: impl std::fmt::Display) -> std::io::Result<()> {
+        let mut out = std::io::stdout().lock();
+        if self.json {
+            writeln!(out, "{json}")?;
+        } else {
+            write!(out, "{human}")?;
+        }
+        out.flush()
+    }
+
+    fn line(&self, text: &str) {
+        let mut out = std::io::stdout().lock();
+        // A closed stdout must not bring the agent down.
+        let _ = writeln!(out, "{text}");
+        let _ = out.flush();
+    }
+}

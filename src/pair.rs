@@ -1,0 +1,123 @@
+//! `voxa pair`: the secrets, the pairing URL and a QR code a phone camera reads off a terminal.
+
+use std::fmt::Write as _;
+
+use anyhow::Result;
+use qrcode::render::unicode::Dense1x2;
+use qrcode::{EcLevel, QrCode};
+use serde_json::json;
+
+use crate::cli::{PairArgs, Settings};
+use crate::config::RelayUrl;
+use crate::state::{Home, Secrets};
+
+/// Runs `voxa pair`.
+pub fn run(settings: &Settings, args: &PairArgs) -> Result<()> {
+    let home = &settings.home;
+    home.ensure()?;
+    let mut config = home.load_config()?;
+    let relay = settings.relay(&config)?;
+    let secrets = if args.rotate { home.rotate_secrets()? } else { home.load_or_create_secrets()?.0 };
+    save_relay(home, &mut config, &relay)?;
+    let printer = settings.printer;
+    let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose());
+    let value = json!({
+        "code": secrets.relay_code.expose(),
+        "token": secrets.auth_token.expose(),
+        "url": url,
+        "relay": relay.as_str(),
+    });
+    let human = pairing_text(&relay, &secrets, !args.no_qr, printer.is_terminal())?;
+    printer.result(&value, human)?;
+    Ok(())
+}
+
+/// Saves the relay the secrets were shown with, so `run` dials what the phone scanned.
+pub fn save_relay(home: &Home, config: &mut crate::config::Config, relay: &RelayUrl) -> Result<()> {
+    if config.relay.as_deref() != Some(relay.as_str()) {
+        config.relay = Some(relay.as_str().to_owned());
+        home.save_config(config)?;
+    }
+    Ok(())
+}
+
+/// The block `pair` and a first `run` print: QR (optional) and the URL under it.
+pub fn pairing_text(relay: &RelayUrl, secrets: &Secrets, qr: bool, ansi: bool) -> Result<String> {
+    let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose());
+    let mut text = String::new();
+    if qr {
+        text.push_str(&render_qr(&url, ansi)?);
+        text.push('\n');
+    }
+    let _ = writeln!(text, "Scan the code with the Voxa app, or open this link on your phone:");
+    let _ = writeln!(text, "{url}");
+    let _ = writeln!(text, "Relay: {relay}. Anyone with this link can drive this machine; keep it private.");
+    Ok(text)
+}
+
+/// Renders `data` as a QR code of Unicode half blocks with a quiet zone. With `ansi`, the code is
+/// drawn black on white explicitly so it scans on light and dark terminals alike.
+pub fn render_qr(data: &str, ansi: bool) -> Result<String> {
+    let code = QrCode::with_error_correction_level(data.as_bytes(), EcLevel::L)
+        .map_err(|err| anyhow::anyhow!("could not encode the pairing URL as a QR code: {err}"))?;
+    let art =
+        code.render::<Dense1x2>().dark_color(Dense1x2::Dark).light_color(Dense1x2::Light).quiet_zone(true).build();
+    if !ansi {
+        return Ok(art);
+    }
+    let mut out = String::with_capacity(art.len() * 2);
+    for line in art.lines() {
+        // Black foreground (dark modules) on a white background (light modules and quiet zone).
+        let _ = writeln!(out, "\x1b[30;107m{line}\x1b[0m");
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Turns half-block art back into pixels and decodes it, as a phone camera would.
+    fn decode(art: &str) -> String {
+        let rows: Vec<Vec<char>> = art.lines().map(|l| l.chars().collect()).collect();
+        let width = rows.iter().map(Vec::len).max().unwrap();
+        let height = rows.len() * 2;
+        let scale = 4;
+        let dark = |x: usize, y: usize| -> bool {
+            let c = rows[y / 2].get(x).copied().unwrap_or(' ');
+            match c {
+                '█' => true,
+                '▀' => y % 2 == 0,
+                '▄' => y % 2 == 1,
+                _ => false,
+            }
+        };
+        let mut img = rqrr::PreparedImage::prepare_from_greyscale(width * scale, height * scale, |x, y| {
+            if dark(x / scale, y / scale) {
+                0
+            } else {
+                255
+            }
+        });
+        let grids = img.detect_grids();
+        assert_eq!(grids.len(), 1, "one QR code expected");
+        grids[0].decode().unwrap().1
+    }
+
+    #[test]
+    fn qr_decodes_back_to_the_pairing_url() {
+        let url =
+            "https://api.voxa.space/?code=00112233445566778899aabbccddeeff&token=ffeeddccbbaa99887766554433221100";
+        let art = render_qr(url, false).unwrap();
+        assert!(!art.contains('\x1b'));
+        assert_eq!(decode(&art), url);
+    }
+
+    #[test]
+    fn ansi_qr_wraps_every_line_in_explicit_colours() {
+        let art = render_qr("https://x.example/?code=a&token=b", true).unwrap();
+        assert!(art.lines().all(|l| l.starts_with("\x1b[30;107m") && l.ends_with("\x1b[0m")));
+        let plain: String = art.replace("\x1b[30;107m", "").replace("\x1b[0m", "");
+        assert_eq!(decode(&plain), "https://x.example/?code=a&token=b");
+    }
+}

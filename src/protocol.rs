@@ -1,0 +1,492 @@
+//! The wire protocol (SPEC §4, §5, §7, §8): every JSON frame voxa sends or accepts, and the limits
+//! that bound them. One enum per direction, tagged by `type`.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Version of the application protocol, sent in `hello_ok`.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Largest WebSocket frame or message accepted anywhere (relay, agent, loopback).
+pub const MAX_FRAME_LEN: usize = 16 << 20;
+/// Time a client has to send a good `hello` after the session starts.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Output kept per tool call; the rest is dropped and `truncated` set.
+pub const OUTPUT_CAP: usize = 256 << 10;
+/// Default `run_command` timeout.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
+/// Tool calls one session may have in flight before new ones are answered `busy`.
+pub const MAX_CALLS_IN_FLIGHT: usize = 64;
+/// Longest call id accepted.
+pub const MAX_CALL_ID_LEN: usize = 128;
+/// Frames queued for one socket's writer before the socket counts as a slow reader.
+pub const SEND_QUEUE_FRAMES: usize = 256;
+/// Interval of WebSocket pings on an idle socket.
+pub const PING_INTERVAL: Duration = Duration::from_secs(15);
+/// A socket that shows no sign of life for this long is considered dead.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(45);
+/// Marker type of the relay's presence frames.
+pub const PEER_TYPE: &str = "__peer";
+/// Binary frame prefix for audio (SPEC §7).
+pub const AUDIO_PREFIX: u8 = 0x01;
+
+/// Which side of a relay pairing a socket is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerRole {
+    Agent,
+    Phone,
+}
+
+/// Presence change reported by the relay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerState {
+    Joined,
+    Left,
+}
+
+/// The relay's control frame: `{"type":"__peer","peer":…,"state":…}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerNotice {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub peer: PeerRole,
+    pub state: PeerState,
+}
+
+impl PeerNotice {
+    pub fn new(peer: PeerRole, state: PeerState) -> Self {
+        Self { kind: PEER_TYPE.to_owned(), peer, state }
+    }
+
+    /// The notice as a text frame payload.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Parses a text frame as a relay notice, if it is one.
+    pub fn parse(text: &str) -> Option<Self> {
+        if !is_peer_frame(text) {
+            return None;
+        }
+        serde_json::from_str(text).ok()
+    }
+}
+
+/// True when a text frame is a JSON object whose `type` is `__peer` — the only frames a relay
+/// looks into. Cheap pre-check first: most frames never mention the marker.
+pub fn is_peer_frame(text: &str) -> bool {
+    if !text.contains(PEER_TYPE) {
+        return false;
+    }
+    #[derive(Deserialize)]
+    struct Typed<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: Option<std::borrow::Cow<'a, str>>,
+    }
+    matches!(serde_json::from_str::<Typed>(text), Ok(Typed { kind: Some(k) }) if k == PEER_TYPE)
+}
+
+/// Frames a phone, local client or host sends to an agent.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ClientMessage {
+    Hello(Hello),
+    ToolCall(ToolCall),
+    Cancel {
+        id: String,
+    },
+    /// Asks a running agent for its state (used by `voxa status`).
+    Status,
+    CallStart,
+    CallEnd,
+    Say {
+        text: String,
+    },
+}
+
+/// The first frame of every session.
+#[derive(Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct Hello {
+    /// The agent's auth token (phone and local clients).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// Free-form client name and version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// `"host"` when a host drives an environment (SPEC §8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(default, rename = "envKey", skip_serializing_if = "Option::is_none")]
+    pub env_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nonce: Option<String>,
+}
+
+impl std::fmt::Debug for Hello {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redact = |v: &Option<String>| v.as_ref().map(|_| "<redacted>");
+        f.debug_struct("Hello")
+            .field("token", &redact(&self.token))
+            .field("client", &self.client)
+            .field("role", &self.role)
+            .field("env_key", &self.env_key)
+            .field("bearer", &redact(&self.bearer))
+            .field("nonce", &self.nonce)
+            .finish()
+    }
+}
+
+/// One tool invocation.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    #[serde(default = "empty_object")]
+    pub args: Value,
+    /// Environment to route the call to (SPEC §8); absent for this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
+}
+
+/// Frames an agent sends.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentMessage {
+    HelloOk(HelloOk),
+    ToolProgress {
+        id: String,
+        chunk: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        env: Option<String>,
+    },
+    ToolResult(ToolResult),
+    Image(Image),
+    Error {
+        code: ErrorCode,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    Status(AgentStatus),
+    CallStarted,
+    CallError {
+        code: String,
+        message: String,
+    },
+    Transcript {
+        role: String,
+        text: String,
+        #[serde(rename = "final")]
+        is_final: bool,
+    },
+    TurnComplete,
+    Interrupted,
+    ToolActivity {
+        id: String,
+        name: String,
+        state: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ok: Option<bool>,
+    },
+    CallEnded {
+        duration_s: f64,
+    },
+}
+
+impl AgentMessage {
+    /// Serialises to a text frame payload. Serialising these types cannot fail.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| r#"{"type":"error","code":"internal"}"#.into())
+    }
+
+    pub fn error(code: ErrorCode) -> Self {
+        AgentMessage::Error { code, message: None }
+    }
+}
+
+/// Answer to a good hello.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+pub struct HelloOk {
+    pub agent: String,
+    pub mode: String,
+    pub tools: Vec<String>,
+    #[serde(default)]
+    pub protocol: u32,
+    /// Environment answers (SPEC §8): own envKey and the signature over the host's nonce.
+    #[serde(default, rename = "envKey", skip_serializing_if = "Option::is_none")]
+    pub env_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+}
+
+/// Outcome of one tool call.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+pub struct ToolResult {
+    pub id: String,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ToolError>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+}
+
+impl ToolResult {
+    pub fn success(id: String, result: Value) -> Self {
+        Self { id, ok: true, result: Some(result), error: None, env: None }
+    }
+
+    pub fn failure(id: String, error: ToolError) -> Self {
+        Self { id, ok: false, result: None, error: Some(error), env: None }
+    }
+}
+
+/// A screenshot, sent to the phone only.
+#[derive(Clone, PartialEq, Deserialize, Serialize)]
+pub struct Image {
+    pub id: String,
+    pub mime: String,
+    pub width: u32,
+    pub height: u32,
+    /// Base64 of the encoded image.
+    pub data: String,
+}
+
+impl std::fmt::Debug for Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Image")
+            .field("id", &self.id)
+            .field("mime", &self.mime)
+            .field("width", &self.width)
+            .field("height", &self.height)
+            .field("data_len", &self.data.len())
+            .finish()
+    }
+}
+
+/// What a running agent reports to `voxa status`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct AgentStatus {
+    pub pid: u32,
+    pub version: String,
+    pub mode: String,
+    pub relay: String,
+    pub relay_connected: bool,
+    pub phone_present: bool,
+    pub calls_in_flight: usize,
+    pub workspace: String,
+}
+
+/// A failed tool call: a stable code and a sentence for people.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+pub struct ToolError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ToolError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self { code, message: message.into() }
+    }
+}
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for ToolError {}
+
+/// Every error and refusal code of the contract (SPEC §5, §8), spelled as on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorCode {
+    UnknownTool,
+    InvalidArgs,
+    OutsideWorkspace,
+    NotFound,
+    Timeout,
+    Cancelled,
+    TooLarge,
+    DeniedByPolicy,
+    DuplicateId,
+    Busy,
+    Unavailable,
+    Internal,
+    BadFrame,
+    HostTokenRequired,
+    UnknownEnvironment,
+    EnvironmentNotPaired,
+    PairingRevoked,
+    BearerRefused,
+    UnauthenticatedCall,
+    ExecutorUnauthenticated,
+    EnvironmentUnreachable,
+    EnvironmentIdentityMismatch,
+}
+
+impl ErrorCode {
+    pub const ALL: [ErrorCode; 22] = [
+        ErrorCode::UnknownTool,
+        ErrorCode::InvalidArgs,
+        ErrorCode::OutsideWorkspace,
+        ErrorCode::NotFound,
+        ErrorCode::Timeout,
+        ErrorCode::Cancelled,
+        ErrorCode::TooLarge,
+        ErrorCode::DeniedByPolicy,
+        ErrorCode::DuplicateId,
+        ErrorCode::Busy,
+        ErrorCode::Unavailable,
+        ErrorCode::Internal,
+        ErrorCode::BadFrame,
+        ErrorCode::HostTokenRequired,
+        ErrorCode::UnknownEnvironment,
+        ErrorCode::EnvironmentNotPaired,
+        ErrorCode::PairingRevoked,
+        ErrorCode::BearerRefused,
+        ErrorCode::UnauthenticatedCall,
+        ErrorCode::ExecutorUnauthenticated,
+        ErrorCode::EnvironmentUnreachable,
+        ErrorCode::EnvironmentIdentityMismatch,
+    ];
+
+    /// The code as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::UnknownTool => "unknown-tool",
+            ErrorCode::InvalidArgs => "invalid-args",
+            ErrorCode::OutsideWorkspace => "outside-workspace",
+            ErrorCode::NotFound => "not-found",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::Cancelled => "cancelled",
+            ErrorCode::TooLarge => "too-large",
+            ErrorCode::DeniedByPolicy => "denied-by-policy",
+            ErrorCode::DuplicateId => "duplicate-id",
+            ErrorCode::Busy => "busy",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Internal => "internal",
+            ErrorCode::BadFrame => "bad-frame",
+            ErrorCode::HostTokenRequired => "host-token-required",
+            ErrorCode::UnknownEnvironment => "unknown-environment",
+            ErrorCode::EnvironmentNotPaired => "environment-not-paired",
+            ErrorCode::PairingRevoked => "pairing-revoked",
+            ErrorCode::BearerRefused => "bearer-refused",
+            ErrorCode::UnauthenticatedCall => "unauthenticated-call",
+            ErrorCode::ExecutorUnauthenticated => "executor-unauthenticated",
+            ErrorCode::EnvironmentUnreachable => "environment-unreachable",
+            ErrorCode::EnvironmentIdentityMismatch => "environment-identity-mismatch",
+        }
+    }
+
+    /// True for the refusals of SPEC §8 (authentication and pairing), as opposed to tool errors.
+    pub fn is_refusal(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::HostTokenRequired
+                | ErrorCode::UnknownEnvironment
+                | ErrorCode::EnvironmentNotPaired
+                | ErrorCode::PairingRevoked
+                | ErrorCode::BearerRefused
+                | ErrorCode::UnauthenticatedCall
+                | ErrorCode::ExecutorUnauthenticated
+                | ErrorCode::EnvironmentUnreachable
+                | ErrorCode::EnvironmentIdentityMismatch
+                | ErrorCode::DeniedByPolicy
+        )
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// WebSocket close codes voxa uses.
+pub mod close {
+    /// Policy violation: authentication refused (SPEC §5, §6, §8).
+    pub const POLICY: u16 = 1008;
+    /// Message too big.
+    pub const TOO_BIG: u16 = 1009;
+    /// Try again later: the reader fell behind.
+    pub const TRY_AGAIN_LATER: u16 = 1013;
+    /// A newer connection for the same code and role took over.
+    pub const REPLACED: u16 = 4001;
+}
+
+/// Parses one client text frame. Errors are answered `bad-frame` and the session goes on.
+pub fn parse_client(text: &str) -> Result<ClientMessage, serde_json::Error> {
+    serde_json::from_str(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_codes_serialize_as_their_wire_strings() {
+        for code in ErrorCode::ALL {
+            let json = serde_json::to_string(&code).unwrap();
+            assert_eq!(json, format!("\"{}\"", code.as_str()));
+            let back: ErrorCode = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, code);
+        }
+    }
+
+    #[test]
+    fn peer_frames_are_recognised_only_by_their_type() {
+        assert!(is_peer_frame(r#"{"type":"__peer","peer":"agent","state":"joined"}"#));
+        assert!(is_peer_frame(r#"{ "state":"left", "type" : "__peer" }"#));
+        assert!(!is_peer_frame(r#"{"type":"say","text":"__peer"}"#));
+        assert!(!is_peer_frame(r#"not json __peer"#));
+        let notice = PeerNotice::new(PeerRole::Phone, PeerState::Left);
+        assert_eq!(PeerNotice::parse(&notice.to_json()), Some(notice));
+    }
+
+    #[test]
+    fn tool_call_parses_with_and_without_args() {
+        let call = parse_client(r#"{"type":"tool_call","id":"c1","name":"list_dir"}"#).unwrap();
+        assert_eq!(
+            call,
+            ClientMessage::ToolCall(ToolCall {
+                id: "c1".into(),
+                name: "list_dir".into(),
+                args: serde_json::json!({}),
+                env: None
+            })
+        );
+        assert!(parse_client(r#"{"type":"tool_call","id":"c1"}"#).is_err());
+        assert!(parse_client(r#"{"type":"nope"}"#).is_err());
+    }
+
+    #[test]
+    fn hello_debug_redacts_token_and_bearer() {
+        let hello = Hello {
+            token: Some("0123456789abcdef0123456789abcdef".into()),
+            bearer: Some("vbx_secret".into()),
+            ..Default::default()
+        };
+        let shown = format!("{hello:?}");
+        assert!(!shown.contains("0123456789abcdef"));
+        assert!(!shown.contains("vbx_secret"));
+    }
+
+    #[test]
+    fn agent_messages_use_the_contract_field_names() {
+        let msg = AgentMessage::Transcript { role: "user".into(), text: "hi".into(), is_final: true };
+        assert_eq!(msg.to_json(), r#"{"type":"transcript","role":"user","text":"hi","final":true}"#);
+        let err = AgentMessage::error(ErrorCode::BadFrame);
+        assert_eq!(err.to_json(), r#"{"type":"error","code":"bad-frame"}"#);
+    }
+}

@@ -1,0 +1,443 @@
+//! The state directory (SPEC §3): where it is, its permissions, atomic writes, the two secrets,
+//! `config.toml` and `agent.json`.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use rand::TryRngCore;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::error::ConfigError;
+use crate::secret::Secret;
+
+pub const AUTH_TOKEN_FILE: &str = "auth_token";
+pub const RELAY_CODE_FILE: &str = "relay_code";
+pub const CONFIG_FILE: &str = "config.toml";
+pub const AGENT_FILE: &str = "agent.json";
+pub const AUDIT_DIR: &str = "audit";
+/// Both new secrets, written before a rotation touches either file and removed after; a
+/// rotation interrupted by a crash is finished from it on the next start.
+const ROTATION_JOURNAL: &str = ".rotation";
+
+/// The relay code and auth token of this home.
+#[derive(Clone, Debug)]
+pub struct Secrets {
+    pub relay_code: Secret,
+    pub auth_token: Secret,
+}
+
+/// Contents of `agent.json` while an agent runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentFile {
+    pub pid: u32,
+    pub port: u16,
+    pub version: String,
+}
+
+/// A voxa state directory.
+#[derive(Clone, Debug)]
+pub struct Home {
+    dir: PathBuf,
+}
+
+impl Home {
+    /// `explicit` (from `--home` or `VOXA_HOME`), else `~/.voxa`.
+    pub fn locate(explicit: Option<PathBuf>) -> Result<Self> {
+        let dir = match explicit {
+            Some(dir) if dir.as_os_str().is_empty() => {
+                return Err(ConfigError::new("VOXA_HOME is set but empty").into())
+            }
+            Some(dir) => dir,
+            None => directories::BaseDirs::new()
+                .map(|dirs| dirs.home_dir().join(".voxa"))
+                .ok_or_else(|| ConfigError::new("cannot find your home directory; set VOXA_HOME"))?,
+        };
+        Ok(Home { dir })
+    }
+
+    /// A home at exactly this path (tests, embedded use).
+    pub fn at(dir: impl Into<PathBuf>) -> Self {
+        Home { dir: dir.into() }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// True when the directory exists (nothing is created).
+    pub fn exists(&self) -> bool {
+        self.dir.is_dir()
+    }
+
+    /// Creates the directory 0700 if missing, then checks its permissions.
+    pub fn ensure(&self) -> Result<()> {
+        match fs::metadata(&self.dir) {
+            Ok(meta) if !meta.is_dir() => {
+                return Err(
+                    ConfigError::new(format!("voxa home {} exists but is not a directory", self.dir.display())).into()
+                )
+            }
+            Ok(_) => {}
+            Err(err) if err.kind() == ErrorKind::NotFound => {
+                DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&self.dir)
+                    .with_context(|| format!("could not create voxa home {}", self.dir.display()))?;
+            }
+            Err(err) => return Err(err).with_context(|| format!("could not read voxa home {}", self.dir.display())),
+        }
+        check_private(&self.dir, true)
+    }
+
+    /// Checks the directory without creating it; a missing home is fine.
+    pub fn check(&self) -> Result<()> {
+        if self.dir.exists() {
+            if !self.dir.is_dir() {
+                return Err(ConfigError::new(format!(
+                    "voxa home {} exists but is not a directory",
+                    self.dir.display()
+                ))
+                .into());
+            }
+            check_private(&self.dir, true)?;
+        }
+        Ok(())
+    }
+
+    /// Reads both secrets if they exist. A partial pair (one file only) counts as missing.
+    pub fn load_secrets(&self) -> Result<Option<Secrets>> {
+        self.check()?;
+        self.finish_interrupted_rotation()?;
+        let relay_code = self.read_secret(RELAY_CODE_FILE)?;
+        let auth_token = self.read_secret(AUTH_TOKEN_FILE)?;
+        Ok(match (relay_code, auth_token) {
+            (Some(relay_code), Some(auth_token)) => Some(Secrets { relay_code, auth_token }),
+            _ => None,
+        })
+    }
+
+    /// The secrets, or a configuration error telling the user to pair first.
+    pub fn require_secrets(&self) -> Result<Secrets> {
+        self.load_secrets()?.ok_or_else(|| {
+            ConfigError::new(format!("not paired yet: no secrets in {}; run `voxa pair`", self.dir.display())).into()
+        })
+    }
+
+    /// Loads the secrets, creating whichever is missing. Existing secrets are never replaced.
+    /// Returns the secrets and whether anything was created.
+    pub fn load_or_create_secrets(&self) -> Result<(Secrets, bool)> {
+        self.ensure()?;
+        self.finish_interrupted_rotation()?;
+        let mut created = false;
+        let mut get = |name: &str| -> Result<Secret> {
+            match self.read_secret(name)? {
+                Some(secret) => Ok(secret),
+                None => {
+                    let secret = Secret::generate()?;
+                    self.write_atomic(name, format!("{}\n", secret.expose()).as_bytes())?;
+                    created = true;
+                    Ok(secret)
+                }
+            }
+        };
+        let relay_code = get(RELAY_CODE_FILE)?;
+        let auth_token = get(AUTH_TOKEN_FILE)?;
+        Ok((Secrets { relay_code, auth_token }, created))
+    }
+
+    /// Replaces both secrets. A crash at any point leaves the old pair or (after the next start
+    /// finishes the journal) the new pair, never a mix and never a torn file.
+    pub fn rotate_secrets(&self) -> Result<Secrets> {
+        self.ensure()?;
+        self.finish_interrupted_rotation()?;
+        // Refuse to rotate over unreadable secrets we cannot vouch for? No: rotation is the fix
+        // for those. Permissions are still enforced by `ensure` above.
+        let secrets = Secrets { relay_code: Secret::generate()?, auth_token: Secret::generate()? };
+        let journal = format!("{}\n{}\n", secrets.relay_code.expose(), secrets.auth_token.expose());
+        self.write_atomic(ROTATION_JOURNAL, journal.as_bytes())?;
+        self.apply_rotation(&secrets)?;
+        Ok(secrets)
+    }
+
+    fn apply_rotation(&self, secrets: &Secrets) -> Result<()> {
+        self.write_atomic(RELAY_CODE_FILE, format!("{}\n", secrets.relay_code.expose()).as_bytes())?;
+        self.write_atomic(AUTH_TOKEN_FILE, format!("{}\n", secrets.auth_token.expose()).as_bytes())?;
+        remove_if_exists(&self.path(ROTATION_JOURNAL))?;
+        sync_dir(&self.dir)
+    }
+
+    fn finish_interrupted_rotation(&self) -> Result<()> {
+        let path = self.path(ROTATION_JOURNAL);
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(err) if err.kind() == ErrorKind::NotFound => return Ok(()),
+            Err(err) => return Err(err).with_context(|| format!("could not read {}", path.display())),
+        };
+        let mut lines = text.lines();
+        let parsed = (lines.next().map(Secret::parse_hex128), lines.next().map(Secret::parse_hex128));
+        match parsed {
+            (Some(Ok(relay_code)), Some(Ok(auth_token))) => {
+                check_private(&path, false)?;
+                self.apply_rotation(&Secrets { relay_code, auth_token })
+            }
+            // The journal itself is written atomically, so a bad one was never ours to finish.
+            _ => remove_if_exists(&path),
+        }
+    }
+
+    fn read_secret(&self, name: &str) -> Result<Option<Secret>> {
+        let path = self.path(name);
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(err) if err.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(err) if err.kind() == ErrorKind::InvalidData => {
+                return Err(ConfigError::new(format!(
+                    "{} is not a valid secret (not text); run `voxa pair --rotate` to replace it",
+                    path.display()
+                ))
+                .into())
+            }
+            Err(err) => return Err(err).with_context(|| format!("could not read {}", path.display())),
+        };
+        check_private(&path, false)?;
+        Secret::parse_hex128(&text).map(Some).map_err(|err| {
+            ConfigError::new(format!(
+                "{} is not a valid secret ({err}); run `voxa pair --rotate` to replace it",
+                path.display()
+            ))
+            .into()
+        })
+    }
+
+    /// Writes a file 0600 from the first byte, via temp file + fsync + rename.
+    pub fn write_atomic(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        write_atomic(&self.path(name), bytes)
+    }
+
+    /// `config.toml`, or defaults when absent.
+    pub fn load_config(&self) -> Result<Config> {
+        let path = self.path(CONFIG_FILE);
+        match fs::read_to_string(&path) {
+            Ok(text) => {
+                check_private(&path, false)?;
+                Config::from_toml(&text).map_err(|err| {
+                    ConfigError::new(format!("{}: {}", path.display(), err.0.trim_start_matches("config.toml "))).into()
+                })
+            }
+            Err(err) if err.kind() == ErrorKind::NotFound => Ok(Config::default()),
+            Err(err) => Err(err).with_context(|| format!("could not read {}", path.display())),
+        }
+    }
+
+    pub fn save_config(&self, config: &Config) -> Result<()> {
+        self.ensure()?;
+        self.write_atomic(CONFIG_FILE, config.to_toml().as_bytes())
+    }
+
+    /// Records the running agent.
+    pub fn write_agent_file(&self, port: u16) -> Result<()> {
+        let info = AgentFile { pid: std::process::id(), port, version: crate::VERSION.to_owned() };
+        let json = serde_json::to_vec(&info).context("could not encode agent.json")?;
+        self.write_atomic(AGENT_FILE, &json)
+    }
+
+    /// The running agent, if `agent.json` names a live process.
+    pub fn running_agent(&self) -> Result<Option<AgentFile>> {
+        let path = self.path(AGENT_FILE);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(err).with_context(|| format!("could not read {}", path.display())),
+        };
+        let Ok(info) = serde_json::from_slice::<AgentFile>(&bytes) else {
+            return Ok(None);
+        };
+        Ok(process_alive(info.pid).then_some(info))
+    }
+
+    /// Removes `agent.json` if it still names this process.
+    pub fn remove_agent_file(&self) {
+        let path = self.path(AGENT_FILE);
+        if let Ok(bytes) = fs::read(&path) {
+            if serde_json::from_slice::<AgentFile>(&bytes).is_ok_and(|info| info.pid == std::process::id()) {
+                let _ = fs::remove_file(&path);
+            }
+        }
+    }
+
+    /// `audit/`, created 0700.
+    pub fn audit_dir(&self) -> Result<PathBuf> {
+        let dir = self.path(AUDIT_DIR);
+        if !dir.exists() {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .with_context(|| format!("could not create {}", dir.display()))?;
+        }
+        check_private(&dir, true)?;
+        Ok(dir)
+    }
+}
+
+/// Refuses a file or directory with any group/other permission bit, like OpenSSH StrictModes.
+pub fn check_private(path: &Path, is_dir: bool) -> Result<()> {
+    let meta = fs::metadata(path).with_context(|| format!("could not read {}", path.display()))?;
+    let mode = meta.mode() & 0o777;
+    if mode & 0o077 != 0 {
+        let want = if is_dir { "700" } else { "600" };
+        return Err(ConfigError::new(format!(
+            "{} has unsafe permissions {mode:04o} (group or others can access it); fix with: chmod {want} {}",
+            path.display(),
+            path.display()
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` atomically; the file is 0600 from its first byte.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let mut nonce = [0u8; 6];
+    let _ = rand::rngs::OsRng.try_fill_bytes(&mut nonce);
+    let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), hex::encode(nonce)));
+    let result = (|| -> Result<()> {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .with_context(|| format!("could not create {}", tmp.display()))?;
+        file.write_all(bytes).with_context(|| format!("could not write {}", tmp.display()))?;
+        file.sync_all().with_context(|| format!("could not sync {}", tmp.display()))?;
+        fs::rename(&tmp, path).with_context(|| format!("could not replace {}", path.display()))?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    // Makes the rename durable. Some filesystems refuse fsync on directories; that is not fatal.
+    if let Ok(handle) = File::open(dir) {
+        let _ = handle.sync_all();
+    }
+    Ok(())
+}
+
+fn remove_if_exists(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(err).with_context(|| format!("could not remove {}", path.display())),
+    }
+}
+
+/// True when a process with this pid exists.
+pub fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else { return false };
+    match rustix::process::Pid::from_raw(pid) {
+        Some(pid) => match rustix::process::test_kill_process(pid) {
+            Ok(()) => true,
+            Err(err) => err == rustix::io::Errno::PERM,
+        },
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(path: &Path) -> u32 {
+        fs::metadata(path).unwrap().mode() & 0o777
+    }
+
+    #[test]
+    fn secrets_are_created_private_and_reused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = Home::at(tmp.path().join("home"));
+        let (first, created) = home.load_or_create_secrets().unwrap();
+        assert!(created);
+        assert_eq!(mode(home.dir()), 0o700);
+        assert_eq!(mode(&home.path(AUTH_TOKEN_FILE)), 0o600);
+        assert_eq!(mode(&home.path(RELAY_CODE_FILE)), 0o600);
+        let (second, created) = home.load_or_create_secrets().unwrap();
+        assert!(!created);
+        assert_eq!(first.auth_token, second.auth_token);
+        assert_eq!(first.relay_code, second.relay_code);
+        assert_ne!(first.auth_token.expose(), first.relay_code.expose());
+    }
+
+    #[test]
+    fn rotation_replaces_both_and_a_journal_is_finished_on_load() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = Home::at(tmp.path());
+        fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        let (old, _) = home.load_or_create_secrets().unwrap();
+        let new = home.rotate_secrets().unwrap();
+        assert_ne!(old.auth_token, new.auth_token);
+        assert_ne!(old.relay_code, new.relay_code);
+
+        // Simulate a crash after the journal and the first file were written.
+        let pending = Secrets { relay_code: Secret::generate().unwrap(), auth_token: Secret::generate().unwrap() };
+        let journal = format!("{}\n{}\n", pending.relay_code.expose(), pending.auth_token.expose());
+        home.write_atomic(ROTATION_JOURNAL, journal.as_bytes()).unwrap();
+        home.write_atomic(RELAY_CODE_FILE, pending.relay_code.expose().as_bytes()).unwrap();
+        let loaded = home.load_secrets().unwrap().unwrap();
+        assert_eq!(loaded.relay_code, pending.relay_code);
+        assert_eq!(loaded.auth_token, pending.auth_token);
+        assert!(!home.path(ROTATION_JOURNAL).exists());
+    }
+
+    #[test]
+    fn loose_permissions_are_refused_with_the_fix() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = Home::at(tmp.path().join("h"));
+        home.load_or_create_secrets().unwrap();
+        let token = home.path(AUTH_TOKEN_FILE);
+        fs::set_permissions(&token, fs::Permissions::from_mode(0o644)).unwrap();
+        let err = home.load_secrets().unwrap_err();
+        let text = format!("{err:#}");
+        assert!(text.contains(&format!("chmod 600 {}", token.display())), "{text}");
+        assert_eq!(crate::error::exit_for(&err), crate::error::Exit::Usage);
+
+        fs::set_permissions(&token, fs::Permissions::from_mode(0o600)).unwrap();
+        fs::set_permissions(home.dir(), fs::Permissions::from_mode(0o755)).unwrap();
+        let text = format!("{:#}", home.load_secrets().unwrap_err());
+        assert!(text.contains("chmod 700"), "{text}");
+    }
+
+    #[test]
+    fn corrupt_secrets_are_reported_and_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = Home::at(tmp.path().join("h"));
+        home.ensure().unwrap();
+        home.write_atomic(AUTH_TOKEN_FILE, b"not-hex-at-all").unwrap();
+        let err = home.load_or_create_secrets().unwrap_err();
+        assert!(format!("{err:#}").contains("--rotate"));
+        assert_eq!(fs::read(home.path(AUTH_TOKEN_FILE)).unwrap(), b"not-hex-at-all");
+    }
+
+    #[test]
+    fn a_file_as_home_is_a_clear_error() {
+        let tmp = tempfile::NamedTempFile::new().unwrap();
+        let home = Home::at(tmp.path());
+        let err = home.load_or_create_secrets().unwrap_err();
+        assert!(format!("{err:#}").contains("not a directory"));
+    }
+}
