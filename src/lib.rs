@@ -19,6 +19,7 @@ pub mod protocol;
 pub mod relay;
 pub mod secret;
 pub mod session;
+pub mod shutdown;
 pub mod state;
 pub mod status;
 pub mod tools;

@@ -1,0 +1,9 @@
+//! `cargo bench`: every performance figure of the README in one table. Each section measures the
+//! real binaries and sockets on loopback and prints medians.
+
+mod report;
+
+fn main() {
+    let mut report = report::Report::default();
+    report.print();
+}
