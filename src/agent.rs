@@ -1,5 +1,607 @@
-//! (in progress)
+//! `voxa run`: the loopback server plus the relay dialer, a small reconnect actor that keeps one
+//! outbound connection alive through sleep, roaming and relay restarts.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use futures_util::{SinkExt, StreamExt};
+use rand::Rng;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, info_span, warn, Instrument};
+
 use crate::cli::{RunArgs, Settings};
-pub async fn command(_settings: &Settings, _args: RunArgs) -> anyhow::Result<()> {
-    anyhow::bail!("voxa run is not built yet")
+use crate::config::{Config, RelayUrl, DEFAULT_GEMINI_MODEL};
+use crate::dial::{self, DialOptions};
+use crate::error::ConfigError;
+use crate::gemini::GeminiConfig;
+use crate::output::Printer;
+use crate::protocol::{self, close, AgentMessage, ErrorCode, PeerNotice, PeerRole, PeerState};
+use crate::secret::Secret;
+use crate::session::{self, AgentContext, Gate, Session, TokenGate};
+use crate::state::{Home, Secrets};
+use crate::tools::{Toolbox, ToolboxOptions};
+
+/// Public Gemini Live endpoint (SPEC §7).
+pub const GEMINI_LIVE_URL: &str =
+    "wss://generativelanguage.googleapis.com/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent";
+
+/// How the dialer notices a dead relay connection.
+#[derive(Clone, Copy, Debug)]
+pub struct Heartbeat {
+    /// Ping the relay when nothing was sent for this long.
+    pub ping_every: Duration,
+    /// Give the connection up when nothing arrived for this long.
+    pub dead_after: Duration,
+}
+
+impl Default for Heartbeat {
+    fn default() -> Self {
+        // A half-open socket is noticed within 25 s when idle (goal: 30 s).
+        Heartbeat { ping_every: Duration::from_secs(10), dead_after: Duration::from_secs(25) }
+    }
+}
+
+/// Exponential backoff with full jitter.
+#[derive(Clone, Copy, Debug)]
+pub struct BackoffPolicy {
+    /// Ceiling of the first delay.
+    pub base: Duration,
+    /// Largest delay.
+    pub cap: Duration,
+    /// A connection that stayed up this long proved healthy and resets the backoff.
+    pub healthy_after: Duration,
+}
+
+impl Default for BackoffPolicy {
+    fn default() -> Self {
+        BackoffPolicy {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(30),
+            healthy_after: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Delays between reconnect attempts.
+#[derive(Debug)]
+pub struct Backoff {
+    policy: BackoffPolicy,
+    attempt: u32,
+}
+
+impl Backoff {
+    pub fn new(policy: BackoffPolicy) -> Self {
+        Backoff { policy, attempt: 0 }
+    }
+
+    /// The next delay: uniform in `[0, min(cap, base·2^attempt)]`.
+    pub fn next_delay(&mut self) -> Duration {
+        let factor = 1u32.checked_shl(self.attempt.min(16)).unwrap_or(u32::MAX);
+        let ceiling = self.policy.base.saturating_mul(factor).min(self.policy.cap);
+        self.attempt = self.attempt.saturating_add(1);
+        ceiling.mul_f64(rand::rng().random::<f64>())
+    }
+
+    /// Attempts since the last reset.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+/// Everything a running agent needs, validated.
+pub struct AgentOptions {
+    pub home: Home,
+    pub secrets: Secrets,
+    /// `None`: loopback only (no relay).
+    pub relay: Option<RelayUrl>,
+    pub workspace: PathBuf,
+    pub config: Config,
+    pub dial: DialOptions,
+    pub heartbeat: Heartbeat,
+    pub backoff: BackoffPolicy,
+    pub gemini: Option<GeminiConfig>,
+    pub printer: Printer,
+}
+
+/// A started agent: its loopback address, shared state and shutdown handle.
+pub struct RunningAgent {
+    pub loopback: SocketAddr,
+    pub ctx: Arc<AgentContext>,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl RunningAgent {
+    /// Stops every task and waits for them.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+
+    /// Waits until the agent stops (its shutdown token was cancelled).
+    pub async fn wait(&self) {
+        self.shutdown.cancelled().await;
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+/// Starts the loopback server on `listener` and, with a relay, the dialer.
+pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: CancellationToken) -> Result<RunningAgent> {
+    let loopback = listener.local_addr().context("loopback listener has no address")?;
+    let audit = crate::audit::Audit::new(options.home.audit_dir()?);
+    let toolbox = Toolbox::new(ToolboxOptions {
+        workspace: options.workspace.clone(),
+        config: options.config.clone(),
+        audit: Some(audit),
+    })?;
+    let mut ctx = AgentContext::new(toolbox);
+    ctx.gemini = options.gemini.map(Arc::new);
+    if let Some(relay) = &options.relay {
+        if let Ok(mut shown) = ctx.status.relay.lock() {
+            *shown = relay.to_string();
+        }
+    }
+    let ctx = Arc::new(ctx);
+    let tasks = TaskTracker::new();
+    let gate: Arc<dyn Gate> = Arc::new(TokenGate { token: options.secrets.auth_token.clone(), caller: "loopback" });
+    tasks.spawn({
+        let ctx = ctx.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            if let Err(err) = crate::loopback::run(listener, ctx, gate, shutdown).await {
+                warn!("loopback server stopped: {err:#}");
+            }
+        }
+    });
+    if let Some(relay) = options.relay {
+        let dialer = Dialer {
+            url: relay.socket_url("/agent", options.secrets.relay_code.expose()),
+            relay,
+            dial: options.dial,
+            heartbeat: options.heartbeat,
+            backoff: options.backoff,
+            gate: Arc::new(TokenGate { token: options.secrets.auth_token.clone(), caller: "phone" }),
+            ctx: ctx.clone(),
+            printer: options.printer,
+        };
+        tasks.spawn(dialer.run(shutdown.clone()).instrument(info_span!("dialer")));
+    }
+    Ok(RunningAgent { loopback, ctx, shutdown, tasks })
+}
+
+/// `voxa run`.
+pub async fn command(settings: &Settings, args: RunArgs) -> Result<()> {
+    let home = &settings.home;
+    let printer = settings.printer;
+    let gemini = if settings.self_hosted { Some(gemini_config(&args)?) } else { None };
+    home.ensure()?;
+    let mut config = home.load_config()?;
+    let mut dial = DialOptions::default().with_proxy_from_env()?;
+    if let Some(path) = &args.ca_cert {
+        dial = dial.trust_pem_file(path)?;
+    }
+    dial.bearer = args.relay_token.clone().filter(|t| !t.is_empty()).map(Secret::from_string);
+    let workspace = match &args.workspace {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().context("could not read the current directory")?,
+    };
+    let workspace = workspace
+        .canonicalize()
+        .map_err(|err| ConfigError::new(format!("workspace {} is not usable: {err}", workspace.display())))?;
+    let shutdown = crate::shutdown::on_signal();
+    let tasks = TaskTracker::new();
+    // The embedded relay stands in for a remote one: nothing about it is saved.
+    let relay = match &args.embedded_relay {
+        Some(addr) => {
+            let listener = bind_loopback_addr(addr).await?;
+            let local = listener.local_addr()?;
+            printer.event("embedded_relay", json!({"listen": local.to_string()}), format!("embedded relay on {local}"));
+            let stop = shutdown.clone();
+            tasks.spawn(async move {
+                if let Err(err) =
+                    crate::relay::run(listener, crate::relay::RelayConfig::default(), stop.cancelled_owned()).await
+                {
+                    warn!("embedded relay stopped: {err:#}");
+                }
+            });
+            RelayUrl::parse(&format!("http://{local}"))?
+        }
+        None => settings.relay(&config)?,
+    };
+    let (secrets, created) = home.load_or_create_secrets()?;
+    if args.embedded_relay.is_none() {
+        crate::pair::save_relay(home, &mut config, &relay)?;
+    }
+    if created || args.embedded_relay.is_some() {
+        if printer.is_json() {
+            let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose());
+            printer.event("pairing", json!({"url": url, "relay": relay.as_str()}), "");
+        } else {
+            let text = crate::pair::pairing_text(&relay, &secrets, true, printer.is_terminal())?;
+            printer.event("pairing", json!({}), text.trim_end());
+        }
+    }
+    let listener = TcpListener::bind(("127.0.0.1", args.port))
+        .await
+        .with_context(|| format!("could not listen on 127.0.0.1:{}", args.port))?;
+    let port = listener.local_addr()?.port();
+    let options = AgentOptions {
+        home: home.clone(),
+        secrets,
+        relay: Some(relay.clone()),
+        workspace: workspace.clone(),
+        config,
+        dial,
+        heartbeat: Heartbeat::default(),
+        backoff: BackoffPolicy::default(),
+        gemini,
+        printer,
+    };
+    let agent = start(options, listener, shutdown.clone()).await?;
+    home.write_agent_file(port)?;
+    printer.event(
+        "started",
+        json!({"port": port, "pid": std::process::id(), "workspace": workspace.display().to_string(), "mode": agent.ctx.mode(), "relay": relay.as_str()}),
+        format!("voxa {} running ({} mode), workspace {}, local port {port}", crate::VERSION, agent.ctx.mode(), workspace.display()),
+    );
+    agent.wait().await;
+    tasks.close();
+    tasks.wait().await;
+    home.remove_agent_file();
+    printer.event("stopped", json!({}), "stopped");
+    Ok(())
+}
+
+async fn bind_loopback_addr(addr: &str) -> Result<TcpListener> {
+    let parsed: SocketAddr = addr
+        .parse()
+        .map_err(|_| ConfigError::new(format!("--embedded-relay {addr:?} is not an address like 127.0.0.1:8787")))?;
+    if !parsed.ip().is_loopback() {
+        return Err(ConfigError::new("--embedded-relay must listen on a loopback address").into());
+    }
+    TcpListener::bind(parsed).await.with_context(|| format!("could not listen on {parsed}"))
+}
+
+/// Self-hosted settings from the environment; a missing key is a usage error.
+fn gemini_config(args: &RunArgs) -> Result<GeminiConfig> {
+    let key = std::env::var("GEMINI_API_KEY").unwrap_or_default();
+    if key.trim().is_empty() {
+        return Err(ConfigError::new(
+            "--self-hosted needs your Gemini API key: set GEMINI_API_KEY (nothing was started)",
+        )
+        .into());
+    }
+    let url = std::env::var("VOXA_GEMINI_URL").ok().filter(|u| !u.trim().is_empty());
+    Ok(GeminiConfig {
+        api_key: Secret::from_string(key.trim().to_owned()),
+        url: url.unwrap_or_else(|| GEMINI_LIVE_URL.to_owned()),
+        model: args.model.clone().unwrap_or_else(|| DEFAULT_GEMINI_MODEL.to_owned()),
+        voice: "Kore".into(),
+    })
+}
+
+/// Why one relay connection ended.
+#[derive(Debug)]
+enum Ended {
+    /// Closed or lost; try again.
+    Lost(String),
+    /// Another agent with this code took over (close 4001).
+    Replaced,
+    /// Shutting down.
+    Shutdown,
+}
+
+/// The reconnect actor.
+pub struct Dialer {
+    pub url: String,
+    pub relay: RelayUrl,
+    pub dial: DialOptions,
+    pub heartbeat: Heartbeat,
+    pub backoff: BackoffPolicy,
+    pub gate: Arc<dyn Gate>,
+    pub ctx: Arc<AgentContext>,
+    pub printer: Printer,
+}
+
+impl Dialer {
+    /// Dials until `shutdown`, serving each connection while it lasts.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let mut backoff = Backoff::new(self.backoff);
+        loop {
+            let connected = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                result = dial::connect(&self.url, &self.dial) => result,
+            };
+            match connected {
+                Ok(socket) => {
+                    self.ctx.status.relay_connected.store(true, Ordering::Relaxed);
+                    self.printer.event(
+                        "relay_connected",
+                        json!({"relay": self.relay.as_str()}),
+                        format!("connected to relay {}", self.relay),
+                    );
+                    let since = Instant::now();
+                    let ended = self.serve(socket, &shutdown).await;
+                    self.ctx.status.relay_connected.store(false, Ordering::Relaxed);
+                    self.ctx.status.phone_present.store(false, Ordering::Relaxed);
+                    if since.elapsed() >= self.backoff.healthy_after {
+                        backoff.reset();
+                    }
+                    match ended {
+                        Ended::Shutdown => return,
+                        Ended::Replaced => {
+                            self.printer.event(
+                                "replaced",
+                                json!({}),
+                                "another voxa agent with this relay code took over; this one stops dialing \
+                                 (restart it to take over again)",
+                            );
+                            return;
+                        }
+                        Ended::Lost(reason) => self.printer.event(
+                            "relay_lost",
+                            json!({"reason": reason}),
+                            format!("relay connection lost: {reason}"),
+                        ),
+                    }
+                }
+                Err(err) => {
+                    let reason = format!("{err:#}");
+                    self.printer.event(
+                        "relay_unreachable",
+                        json!({"reason": reason}),
+                        format!("relay unreachable: {reason}"),
+                    );
+                }
+            }
+            let delay = backoff.next_delay();
+            let attempt = backoff.attempt();
+            self.printer.event(
+                "reconnecting",
+                json!({"in_ms": delay.as_millis() as u64, "attempt": attempt}),
+                format!("reconnecting in {:.1} s (attempt {attempt})", delay.as_secs_f64()),
+            );
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    async fn serve(&self, socket: dial::ClientSocket, shutdown: &CancellationToken) -> Ended {
+        let (mut sink, mut stream) = socket.split();
+        let (out_tx, mut out_rx) = mpsc::channel::<Message>(protocol::SEND_QUEUE_FRAMES);
+        let writer = tokio::spawn(async move {
+            while let Some(message) = out_rx.recv().await {
+                let closing = matches!(message, Message::Close(_));
+                if let Err(err) = sink.send(message).await {
+                    info!(%err, "relay write failed");
+                    break;
+                }
+                if closing {
+                    break;
+                }
+            }
+        });
+        let mut phone = Phone::Absent;
+        let mut last_heard = Instant::now();
+        let mut ticker = tokio::time::interval(self.heartbeat.ping_every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let ended = loop {
+            let deadline = phone.hello_deadline();
+            let revoked = phone.revoked();
+            tokio::select! {
+                _ = shutdown.cancelled() => {
+                    let _ = out_tx.try_send(close_message(CloseCode::Away, "agent shutting down"));
+                    break Ended::Shutdown;
+                }
+                _ = ticker.tick() => {
+                    if last_heard.elapsed() >= self.heartbeat.dead_after {
+                        break Ended::Lost(format!("no answer from the relay for {} s", last_heard.elapsed().as_secs()));
+                    }
+                    let _ = out_tx.try_send(Message::Ping(Default::default()));
+                }
+                _ = sleep_until(deadline) => {
+                    send(&out_tx, AgentMessage::Error { code: ErrorCode::UnauthenticatedCall, message: Some("no hello in time".into()) }).await;
+                    phone = Phone::Refused;
+                }
+                _ = cancelled(revoked) => {
+                    send(&out_tx, AgentMessage::error(ErrorCode::PairingRevoked)).await;
+                    let _ = out_tx.try_send(close_message(CloseCode::Policy, ErrorCode::PairingRevoked.as_str()));
+                    break Ended::Lost("pairing revoked".into());
+                }
+                frame = stream.next() => {
+                    let Some(frame) = frame else { break Ended::Lost("relay closed the connection".into()) };
+                    let frame = match frame {
+                        Ok(frame) => frame,
+                        Err(err) => break Ended::Lost(format!("{err}")),
+                    };
+                    last_heard = Instant::now();
+                    match frame {
+                        Message::Text(text) => {
+                            if let Some(notice) = PeerNotice::parse(&text) {
+                                phone = self.on_notice(notice, phone, &out_tx);
+                            } else {
+                                phone = self.on_text(phone, &text, &out_tx).await;
+                            }
+                        }
+                        Message::Binary(data) => {
+                            if let Phone::Ready { session, .. } = &mut phone {
+                                session.on_binary(&data).await;
+                            }
+                        }
+                        Message::Close(frame) => {
+                            if frame.as_ref().is_some_and(|f| u16::from(f.code) == close::REPLACED) {
+                                break Ended::Replaced;
+                            }
+                            break Ended::Lost("relay closed the connection".into());
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        };
+        drop(phone);
+        drop(out_tx);
+        let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+        ended
+    }
+
+    fn on_notice(&self, notice: PeerNotice, phone: Phone, out: &mpsc::Sender<Message>) -> Phone {
+        if notice.peer != PeerRole::Phone {
+            return phone;
+        }
+        drop(phone); // Any earlier session ends here: its calls are cancelled.
+        match notice.state {
+            PeerState::Joined => {
+                self.ctx.status.phone_present.store(true, Ordering::Relaxed);
+                self.printer.event("phone_connected", json!({}), "phone connected");
+                let _ = out;
+                Phone::AwaitingHello { deadline: tokio::time::Instant::now() + protocol::HELLO_TIMEOUT }
+            }
+            PeerState::Left => {
+                self.ctx.status.phone_present.store(false, Ordering::Relaxed);
+                self.printer.event("phone_disconnected", json!({}), "phone disconnected");
+                Phone::Absent
+            }
+        }
+    }
+
+    async fn on_text(&self, phone: Phone, text: &str, out: &mpsc::Sender<Message>) -> Phone {
+        match phone {
+            Phone::AwaitingHello { deadline } => match session::admit_hello(self.gate.as_ref(), text) {
+                Ok(admission) => {
+                    let hello_ok = self.ctx.hello_ok(&admission);
+                    send(out, hello_ok).await;
+                    self.printer.event("phone_authenticated", json!({}), "phone authenticated");
+                    let session_out = session_channel(out.clone());
+                    let revoked = admission.revoked.clone();
+                    Phone::Ready {
+                        session: Box::new(Session::new(self.ctx.clone(), admission.caller, session_out)),
+                        revoked,
+                    }
+                }
+                // Anything but a hello is ignored until a good hello arrives.
+                Err(ErrorCode::UnauthenticatedCall) => Phone::AwaitingHello { deadline },
+                Err(code) => {
+                    send(out, AgentMessage::error(code)).await;
+                    self.printer.event(
+                        "phone_refused",
+                        json!({"code": code.as_str()}),
+                        format!("phone refused: {code}"),
+                    );
+                    Phone::Refused
+                }
+            },
+            Phone::Ready { mut session, revoked } => {
+                session.on_text(text).await;
+                Phone::Ready { session, revoked }
+            }
+            other => other,
+        }
+    }
+}
+
+/// The phone side of the current relay connection.
+enum Phone {
+    Absent,
+    AwaitingHello { deadline: tokio::time::Instant },
+    Refused,
+    Ready { session: Box<Session>, revoked: Option<CancellationToken> },
+}
+
+impl Phone {
+    fn hello_deadline(&self) -> Option<tokio::time::Instant> {
+        match self {
+            Phone::AwaitingHello { deadline } => Some(*deadline),
+            _ => None,
+        }
+    }
+
+    fn revoked(&self) -> Option<CancellationToken> {
+        match self {
+            Phone::Ready { revoked, .. } => revoked.clone(),
+            _ => None,
+        }
+    }
+}
+
+/// A per-session sender: frames pass to the socket only while the session's sender lives, so
+/// results of an ended session never reach the next, not yet authenticated, peer.
+pub fn session_channel(socket: mpsc::Sender<Message>) -> mpsc::Sender<Message> {
+    let (tx, mut rx) = mpsc::channel::<Message>(protocol::SEND_QUEUE_FRAMES);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                message = rx.recv() => match message {
+                    Some(message) => if socket.send(message).await.is_err() { break },
+                    None => break,
+                },
+                _ = socket.closed() => break,
+            }
+        }
+    });
+    tx
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn cancelled(token: Option<CancellationToken>) {
+    match token {
+        Some(token) => token.cancelled_owned().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn send(out: &mpsc::Sender<Message>, message: AgentMessage) {
+    let _ = out.send(Message::text(message.to_json())).await;
+}
+
+/// A close frame with a code and reason.
+pub fn close_message(code: CloseCode, reason: &str) -> Message {
+    Message::Close(Some(CloseFrame { code, reason: reason.to_owned().into() }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_the_cap_with_jitter_and_resets() {
+        let policy =
+            BackoffPolicy { base: Duration::from_secs(1), cap: Duration::from_secs(30), healthy_after: Duration::ZERO };
+        let mut backoff = Backoff::new(policy);
+        let first = backoff.next_delay();
+        assert!(first <= Duration::from_secs(1));
+        let delays: Vec<_> = (0..20).map(|_| backoff.next_delay()).collect();
+        assert!(delays.iter().all(|d| *d <= Duration::from_secs(30)));
+        // Full jitter: later delays are spread, not all equal to the cap.
+        let distinct: std::collections::BTreeSet<_> = delays.iter().map(|d| d.as_millis()).collect();
+        assert!(distinct.len() > 5);
+        backoff.reset();
+        assert_eq!(backoff.attempt(), 0);
+        assert!(backoff.next_delay() <= Duration::from_secs(1));
+    }
 }

@@ -8,3 +8,9 @@ use std::path::PathBuf;
 pub struct Audit {
     pub dir: PathBuf,
 }
+
+impl Audit {
+    pub fn new(dir: PathBuf) -> Self {
+        Audit { dir }
+    }
+}

@@ -1,6 +1,165 @@
-//! (in progress)
-use crate::cli::{CallArgs, Settings};
-use crate::error::Exit;
-pub async fn run(_settings: &Settings, _args: CallArgs) -> anyhow::Result<Exit> {
-    anyhow::bail!("voxa call is not built yet")
+//! `voxa call`: one tool through the running agent's loopback socket, for scripts and CI.
+
+use std::io::Write;
+
+use anyhow::{anyhow, bail, Context, Result};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::cli::{parse_call_args, CallArgs, Settings};
+use crate::dial::{self, ClientSocket, DialOptions};
+use crate::error::{Exit, Refused};
+use crate::protocol::{self, AgentMessage, ErrorCode, HelloOk, ToolCall, ToolResult};
+use crate::secret::Secret;
+use crate::state::Home;
+
+/// Connects to the running agent of `home` and completes the hello.
+pub async fn connect_local(home: &Home) -> Result<(ClientSocket, HelloOk)> {
+    let secrets = home.require_secrets()?;
+    let agent = home
+        .running_agent()?
+        .ok_or_else(|| anyhow!("no voxa agent is running for {}; start one with `voxa run`", home.dir().display()))?;
+    let options = DialOptions { bearer: Some(secrets.auth_token.clone()), ..Default::default() };
+    let url = format!("ws://127.0.0.1:{}/", agent.port);
+    let mut socket = dial::connect(&url, &options).await.context("could not reach the running agent")?;
+    let hello_ok = read_hello_ok(&mut socket).await?;
+    Ok((socket, hello_ok))
+}
+
+/// Waits for `hello_ok`; a close with a refusal code becomes [`Refused`].
+pub async fn read_hello_ok(socket: &mut ClientSocket) -> Result<HelloOk> {
+    let wait = async {
+        while let Some(frame) = socket.next().await {
+            match frame.context("agent connection failed")? {
+                Message::Text(text) => match serde_json::from_str::<AgentMessage>(&text) {
+                    Ok(AgentMessage::HelloOk(ok)) => return Ok(ok),
+                    Ok(AgentMessage::Error { code, message }) => {
+                        return Err(Refused { code, message: message.unwrap_or_default() }.into())
+                    }
+                    _ => continue,
+                },
+                Message::Close(frame) => return Err(close_error(frame)),
+                _ => continue,
+            }
+        }
+        bail!("the agent closed the connection before answering")
+    };
+    tokio::time::timeout(protocol::HELLO_TIMEOUT * 2, wait).await.map_err(|_| anyhow!("the agent did not answer"))?
+}
+
+fn close_error(frame: Option<tokio_tungstenite::tungstenite::protocol::CloseFrame>) -> anyhow::Error {
+    let reason = frame.as_ref().map(|f| f.reason.to_string()).unwrap_or_default();
+    match ErrorCode::ALL.iter().find(|code| code.as_str() == reason) {
+        Some(code) => Refused { code: *code, message: String::new() }.into(),
+        None => anyhow!("the agent closed the connection ({reason})"),
+    }
+}
+
+/// `voxa call TOOL [ARGS]`.
+pub async fn run(settings: &Settings, args: CallArgs) -> Result<Exit> {
+    let tool_args = parse_call_args(&args.args)?;
+    let (mut socket, _) = connect_local(&settings.home).await?;
+    let call = ToolCall { id: "call-1".into(), name: args.tool.clone(), args: tool_args, env: args.env.clone() };
+    let frame = json!({"type": "tool_call", "id": call.id, "name": call.name, "args": call.args, "env": call.env});
+    socket.send(Message::text(frame.to_string())).await.context("could not send the call")?;
+    let json_out = settings.printer.is_json();
+    let mut streamed = false;
+    let result = loop {
+        let Some(frame) = socket.next().await else { bail!("the agent closed the connection before the result") };
+        match frame.context("agent connection failed")? {
+            Message::Text(text) => match serde_json::from_str::<AgentMessage>(&text) {
+                Ok(AgentMessage::ToolProgress { chunk, .. }) if !json_out => {
+                    streamed = true;
+                    let mut out = std::io::stdout().lock();
+                    out.write_all(chunk.as_bytes())?;
+                    out.flush()?;
+                }
+                Ok(AgentMessage::ToolResult(result)) if result.id == call.id => break result,
+                Ok(AgentMessage::Error { code, message }) => {
+                    return Err(Refused { code, message: message.unwrap_or_default() }.into())
+                }
+                _ => {}
+            },
+            Message::Close(frame) => return Err(close_error(frame)),
+            _ => {}
+        }
+    };
+    let _ = socket.close(None).await;
+    report(settings, &args.tool, &result, streamed)
+}
+
+fn report(settings: &Settings, tool: &str, result: &ToolResult, streamed: bool) -> Result<Exit> {
+    let value = serde_json::to_value(result).unwrap_or(Value::Null);
+    if let Some(error) = &result.error {
+        if settings.printer.is_json() {
+            println!("{value}");
+        } else {
+            eprintln!("voxa: {tool} failed: {} ({})", error.message, error.code);
+        }
+        if error.code.is_refusal() {
+            return Ok(Exit::Refused);
+        }
+        return Ok(Exit::ToolFailed);
+    }
+    let body = result.result.clone().unwrap_or(Value::Null);
+    let exit_code = body.get("exit_code").and_then(Value::as_i64);
+    if settings.printer.is_json() {
+        println!("{value}");
+    } else {
+        print!("{}", human(tool, &body, streamed));
+    }
+    Ok(match exit_code {
+        Some(code) if code != 0 => Exit::CommandFailed,
+        _ if body.get("timed_out").and_then(Value::as_bool) == Some(true) => Exit::CommandFailed,
+        _ => Exit::Ok,
+    })
+}
+
+/// The human form of a result: what a person would want on the terminal.
+fn human(tool: &str, body: &Value, streamed: bool) -> String {
+    let text = |key: &str| body.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let with_newline = |mut s: String| {
+        if !s.is_empty() && !s.ends_with('\n') {
+            s.push('\n');
+        }
+        s
+    };
+    match tool {
+        "run_command" if streamed => String::new(),
+        "run_command" => with_newline(text("output")),
+        "read_file" => with_newline(text("content")),
+        "coding_agent" => with_newline(text("text")),
+        "write_file" => format!("wrote {} bytes to {}\n", body["bytes_written"], text("path")),
+        "list_dir" => body
+            .get("entries")
+            .and_then(Value::as_array)
+            .map(|entries| {
+                entries
+                    .iter()
+                    .map(|e| {
+                        let name = e["name"].as_str().unwrap_or_default();
+                        match e["kind"].as_str() {
+                            Some("dir") => format!("{name}/\n"),
+                            Some("symlink") => format!("{name}@\n"),
+                            _ => format!("{name}\t{}\n", e["size"]),
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        "screenshot" => format!(
+            "screenshot {}x{} {} ({} bytes)\n",
+            body["width"],
+            body["height"],
+            body["mime"].as_str().unwrap_or_default(),
+            body["bytes"]
+        ),
+        _ => format!("{}\n", serde_json::to_string_pretty(body).unwrap_or_default()),
+    }
+}
+
+/// Secret-free hello for clients that authenticate in-band.
+pub fn hello_frame(token: &Secret, client: &str) -> Message {
+    Message::text(json!({"type": "hello", "token": token.expose(), "client": client}).to_string())
 }

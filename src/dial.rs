@@ -1,1 +1,261 @@
-//! (in progress)
+//! Outbound WebSocket connections: TCP (through an HTTP CONNECT proxy when the environment names
+//! one), TLS with rustls and the web's root certificates plus any extra CA the user trusts, then
+//! the WebSocket handshake.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::WebSocketStream;
+
+use crate::config::is_loopback_host;
+use crate::secret::Secret;
+
+/// Time allowed for TCP, proxy, TLS and WebSocket handshakes together.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Any byte stream a WebSocket can run over.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// A client WebSocket over TCP or TLS.
+pub type ClientSocket = WebSocketStream<Box<dyn Io>>;
+
+/// How to dial.
+#[derive(Clone, Default)]
+pub struct DialOptions {
+    /// Certificates trusted in addition to the web's roots (`--ca-cert`).
+    pub extra_roots: Vec<CertificateDer<'static>>,
+    /// Sent as `Authorization: Bearer …` (the relay token).
+    pub bearer: Option<Secret>,
+    /// HTTP CONNECT proxy for `wss://`, if any.
+    pub proxy: Option<Proxy>,
+    /// Hosts that bypass the proxy (`NO_PROXY`).
+    pub no_proxy: Vec<String>,
+    /// Extra request headers.
+    pub headers: Vec<(String, Secret)>,
+}
+
+impl std::fmt::Debug for DialOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DialOptions")
+            .field("extra_roots", &self.extra_roots.len())
+            .field("bearer", &self.bearer.as_ref().map(|_| "<redacted>"))
+            .field("proxy", &self.proxy)
+            .field("no_proxy", &self.no_proxy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An HTTP proxy reached with CONNECT.
+#[derive(Clone)]
+pub struct Proxy {
+    pub host: String,
+    pub port: u16,
+    credentials: Option<(String, Secret)>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Proxy({}:{})", self.host, self.port)
+    }
+}
+
+impl Proxy {
+    /// Parses `http://[user:pass@]host[:port]` (scheme optional).
+    pub fn parse(text: &str) -> Result<Self> {
+        let with_scheme = if text.contains("://") { text.to_owned() } else { format!("http://{text}") };
+        let url = url::Url::parse(&with_scheme).map_err(|err| anyhow!("proxy setting is not a valid URL: {err}"))?;
+        if url.scheme() != "http" {
+            bail!("only http:// proxies are supported (CONNECT), not {}://", url.scheme());
+        }
+        let host = url.host_str().ok_or_else(|| anyhow!("proxy setting has no host"))?;
+        let credentials = (!url.username().is_empty())
+            .then(|| (url.username().to_owned(), Secret::from_string(url.password().unwrap_or_default().to_owned())));
+        Ok(Proxy {
+            host: host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+            port: url.port().unwrap_or(80),
+            credentials,
+        })
+    }
+}
+
+impl DialOptions {
+    /// Reads `HTTPS_PROXY`/`https_proxy`/`ALL_PROXY` and `NO_PROXY`/`no_proxy`.
+    pub fn with_proxy_from_env(mut self) -> Result<Self> {
+        let get = |names: &[&str]| names.iter().find_map(|n| std::env::var(n).ok()).filter(|v| !v.trim().is_empty());
+        if let Some(proxy) = get(&["HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"]) {
+            self.proxy = Some(Proxy::parse(proxy.trim()).context("HTTPS_PROXY is not usable")?);
+        }
+        if let Some(list) = get(&["NO_PROXY", "no_proxy"]) {
+            self.no_proxy = list.split(',').map(|s| s.trim().to_ascii_lowercase()).filter(|s| !s.is_empty()).collect();
+        }
+        Ok(self)
+    }
+
+    /// Adds the certificates of a PEM file to the trusted roots.
+    pub fn trust_pem_file(mut self, path: &Path) -> Result<Self> {
+        let certs = CertificateDer::pem_file_iter(path)
+            .with_context(|| format!("could not read CA certificate {}", path.display()))?
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(|| format!("{} is not a PEM certificate file", path.display()))?;
+        if certs.is_empty() {
+            bail!("{} holds no certificate", path.display());
+        }
+        self.extra_roots.extend(certs);
+        Ok(self)
+    }
+
+    fn bypasses_proxy(&self, host: &str) -> bool {
+        let host = host.to_ascii_lowercase();
+        is_loopback_host(&host)
+            || self.no_proxy.iter().any(|entry| {
+                let entry = entry.trim_start_matches("*.").trim_start_matches('.');
+                entry == "*" || host == entry || host.ends_with(&format!(".{entry}"))
+            })
+    }
+}
+
+/// Rustls client settings: the web's roots plus `extra_roots`.
+pub fn tls_client_config(extra_roots: &[CertificateDer<'static>]) -> Result<Arc<rustls::ClientConfig>> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for cert in extra_roots {
+        roots.add(cert.clone()).context("an extra CA certificate is not valid")?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .context("TLS setup failed")?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// Opens a WebSocket to `url` (`ws://` or `wss://`). Errors name the host, never the query.
+pub async fn connect(url: &str, options: &DialOptions) -> Result<ClientSocket> {
+    let parsed = url::Url::parse(url).map_err(|err| anyhow!("invalid WebSocket URL: {err}"))?;
+    let host = parsed.host_str().ok_or_else(|| anyhow!("WebSocket URL has no host"))?.to_owned();
+    let bare_host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let tls = match parsed.scheme() {
+        "wss" => true,
+        "ws" if is_loopback_host(&host) => false,
+        "ws" => bail!("refusing unencrypted ws:// to {host}: only loopback hosts may use it"),
+        other => bail!("unsupported WebSocket scheme {other}"),
+    };
+    let port = parsed.port().unwrap_or(if tls { 443 } else { 80 });
+    let shown = format!("{host}:{port}");
+    let attempt = async {
+        let tcp = match options.proxy.as_ref().filter(|_| tls && !options.bypasses_proxy(&bare_host)) {
+            Some(proxy) => via_proxy(proxy, &bare_host, port).await?,
+            None => TcpStream::connect((bare_host.as_str(), port)).await.context("TCP connect failed")?,
+        };
+        let _ = tcp.set_nodelay(true);
+        let stream: Box<dyn Io> = if tls {
+            let config = tls_client_config(&options.extra_roots)?;
+            let name = ServerName::try_from(bare_host.clone()).context("invalid TLS server name")?;
+            let tls =
+                tokio_rustls::TlsConnector::from(config).connect(name, tcp).await.context("TLS handshake failed")?;
+            Box::new(tls)
+        } else {
+            Box::new(tcp)
+        };
+        let mut request = url.into_client_request().context("invalid WebSocket request")?;
+        let headers = request.headers_mut();
+        if let Some(bearer) = &options.bearer {
+            let value = HeaderValue::from_str(&format!("Bearer {}", bearer.expose())).context("invalid bearer")?;
+            headers.insert("authorization", value);
+        }
+        for (name, value) in &options.headers {
+            let name: tokio_tungstenite::tungstenite::http::HeaderName = name.parse().context("invalid header name")?;
+            headers.insert(name, HeaderValue::from_str(value.expose()).context("invalid header value")?);
+        }
+        let (socket, _response) =
+            tokio_tungstenite::client_async_with_config(request, stream, Some(crate::http::websocket_config()))
+                .await
+                .map_err(describe_handshake_error)?;
+        Ok::<_, anyhow::Error>(socket)
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, attempt)
+        .await
+        .map_err(|_| anyhow!("timed out after {} s", CONNECT_TIMEOUT.as_secs()))
+        .and_then(|r| r)
+        .with_context(|| format!("could not reach {shown}"))
+}
+
+async fn via_proxy(proxy: &Proxy, host: &str, port: u16) -> Result<TcpStream> {
+    let mut stream = TcpStream::connect((proxy.host.as_str(), proxy.port))
+        .await
+        .with_context(|| format!("could not reach proxy {}:{}", proxy.host, proxy.port))?;
+    let result = match &proxy.credentials {
+        Some((user, password)) => {
+            async_http_proxy::http_connect_tokio_with_basic_auth(&mut stream, host, port, user, password.expose()).await
+        }
+        None => async_http_proxy::http_connect_tokio(&mut stream, host, port).await,
+    };
+    result.map_err(|err| anyhow!("proxy {}:{} refused CONNECT: {err}", proxy.host, proxy.port))?;
+    Ok(stream)
+}
+
+/// Handshake errors without URLs: an HTTP refusal shows its status only.
+fn describe_handshake_error(err: tokio_tungstenite::tungstenite::Error) -> anyhow::Error {
+    use tokio_tungstenite::tungstenite::Error;
+    match err {
+        Error::Http(response) => {
+            let status = response.status();
+            anyhow!(HttpRefusal(status.as_u16())).context(format!(
+                "refused with HTTP {} {}",
+                status.as_u16(),
+                status.canonical_reason().unwrap_or("")
+            ))
+        }
+        other => anyhow!("WebSocket handshake failed: {other}"),
+    }
+}
+
+/// The server answered the upgrade with this HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpRefusal(pub u16);
+
+impl std::fmt::Display for HttpRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HTTP {}", self.0)
+    }
+}
+
+impl std::error::Error for HttpRefusal {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxy_parsing_and_bypass() {
+        let proxy = Proxy::parse("http://user:pw@proxy.corp:3128").unwrap();
+        assert_eq!((proxy.host.as_str(), proxy.port), ("proxy.corp", 3128));
+        assert!(!format!("{proxy:?}").contains("pw"));
+        assert_eq!(Proxy::parse("proxy.corp").unwrap().port, 80);
+        assert!(Proxy::parse("socks5://p:1").is_err());
+
+        let options = DialOptions { no_proxy: vec![".example.com".into(), "internal".into()], ..Default::default() };
+        assert!(options.bypasses_proxy("relay.example.com"));
+        assert!(options.bypasses_proxy("internal"));
+        assert!(options.bypasses_proxy("127.0.0.1"));
+        assert!(!options.bypasses_proxy("api.voxa.space"));
+        assert!(!options.bypasses_proxy("notexample.com"));
+    }
+
+    #[tokio::test]
+    async fn plain_ws_to_a_public_host_is_refused_before_connecting() {
+        let err = connect("ws://example.com/agent?code=00", &DialOptions::default()).await.err().unwrap();
+        let text = format!("{err:#}");
+        assert!(text.contains("only loopback"), "{text}");
+        assert!(!text.contains("code="), "{text}");
+    }
+}

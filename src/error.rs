@@ -17,6 +17,8 @@ pub enum Exit {
     ToolFailed = 3,
     /// `voxa call` or a pairing action: refused (wrong token, policy, pairing refusal).
     Refused = 4,
+    /// `voxa call`: the command or coding agent ran and exited non-zero (or timed out).
+    CommandFailed = 5,
 }
 
 impl Exit {

@@ -1,1 +1,385 @@
-//! (in progress)
+//! One authenticated §5 session, the same over the relay and the loopback socket: tool calls in
+//! flight by id, cancellation, progress, screenshots to the phone only, and the voice call.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::gemini::{self, GeminiConfig, VoiceCall, VoiceInput};
+use crate::protocol::{
+    self, AgentMessage, AgentStatus, ClientMessage, ErrorCode, Hello, HelloOk, ToolCall, ToolError, ToolResult,
+};
+use crate::secret::Secret;
+use crate::tools::{ToolRequest, Toolbox};
+
+/// Routes calls that name another environment (SPEC §8). Implemented by the host side of
+/// multi-environment pairing.
+pub trait EnvRouter: Send + Sync {
+    /// Runs `call` on the environment `env`, streaming progress; the result carries `env`.
+    fn route(
+        &self,
+        env: String,
+        call: ToolCall,
+        progress: mpsc::Sender<String>,
+        cancel: CancellationToken,
+    ) -> futures_util::future::BoxFuture<'static, Result<Value, ToolError>>;
+
+    /// Extra tools this router offers (e.g. `fleet`), answered by [`EnvRouter::local_tool`].
+    fn tool_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Runs one of [`EnvRouter::tool_names`] locally; `None` when the name is not the router's.
+    fn local_tool(
+        &self,
+        _name: &str,
+        _args: &Value,
+    ) -> Option<futures_util::future::BoxFuture<'static, Result<Value, ToolError>>> {
+        None
+    }
+}
+
+/// Decides who may open a session from their hello.
+pub trait Gate: Send + Sync {
+    /// Admits a hello or refuses it with a contract code.
+    fn admit(&self, hello: &Hello) -> Result<Admission, ErrorCode>;
+}
+
+/// A caller the gate let in.
+#[derive(Clone, Debug, Default)]
+pub struct Admission {
+    /// Audit name of the caller.
+    pub caller: String,
+    /// Filled into `hello_ok` for environment sessions (SPEC §8).
+    pub env_key: Option<String>,
+    pub signature: Option<String>,
+    /// Cancelled when the credential behind this session is revoked.
+    pub revoked: Option<CancellationToken>,
+}
+
+/// The plain gate: the hello must carry this machine's auth token.
+pub struct TokenGate {
+    pub token: Secret,
+    pub caller: &'static str,
+}
+
+impl Gate for TokenGate {
+    fn admit(&self, hello: &Hello) -> Result<Admission, ErrorCode> {
+        match hello.token.as_deref() {
+            Some(candidate) if self.token.matches(candidate) => {
+                Ok(Admission { caller: self.caller.to_owned(), ..Default::default() })
+            }
+            Some(_) => Err(ErrorCode::BearerRefused),
+            None => Err(ErrorCode::UnauthenticatedCall),
+        }
+    }
+}
+
+/// Live state shown by `voxa status`.
+#[derive(Debug, Default)]
+pub struct LiveStatus {
+    pub relay: Mutex<String>,
+    pub relay_connected: AtomicBool,
+    pub phone_present: AtomicBool,
+    pub calls_in_flight: AtomicUsize,
+}
+
+/// What every session of one agent shares.
+pub struct AgentContext {
+    pub toolbox: Toolbox,
+    pub gemini: Option<Arc<GeminiConfig>>,
+    pub router: Option<Arc<dyn EnvRouter>>,
+    pub status: Arc<LiveStatus>,
+}
+
+impl AgentContext {
+    pub fn new(toolbox: Toolbox) -> Self {
+        AgentContext { toolbox, gemini: None, router: None, status: Arc::default() }
+    }
+
+    /// `"hosted"` or `"self-hosted"`.
+    pub fn mode(&self) -> &'static str {
+        if self.gemini.is_some() {
+            "self-hosted"
+        } else {
+            "hosted"
+        }
+    }
+
+    /// The `hello_ok` for an admitted caller.
+    pub fn hello_ok(&self, admission: &Admission) -> AgentMessage {
+        let mut tools = self.toolbox.names();
+        if let Some(router) = &self.router {
+            tools.extend(router.tool_names());
+        }
+        AgentMessage::HelloOk(HelloOk {
+            agent: crate::agent_name(),
+            mode: self.mode().to_owned(),
+            tools,
+            protocol: protocol::PROTOCOL_VERSION,
+            env_key: admission.env_key.clone(),
+            signature: admission.signature.clone(),
+        })
+    }
+
+    /// A snapshot for `status`.
+    pub fn status(&self) -> AgentStatus {
+        AgentStatus {
+            pid: std::process::id(),
+            version: crate::VERSION.to_owned(),
+            mode: self.mode().to_owned(),
+            relay: self.status.relay.lock().map(|r| r.clone()).unwrap_or_default(),
+            relay_connected: self.status.relay_connected.load(Ordering::Relaxed),
+            phone_present: self.status.phone_present.load(Ordering::Relaxed),
+            calls_in_flight: self.status.calls_in_flight.load(Ordering::Relaxed),
+            workspace: self.toolbox.workspace().display().to_string(),
+        }
+    }
+}
+
+/// An authenticated session. Dropping it cancels its calls and ends its voice call.
+pub struct Session {
+    ctx: Arc<AgentContext>,
+    caller: String,
+    out: mpsc::Sender<Message>,
+    calls: Arc<Mutex<HashMap<String, CancellationToken>>>,
+    voice: Option<VoiceCall>,
+    cancel: CancellationToken,
+}
+
+impl Session {
+    /// A session that answers through `out` (the socket's bounded writer queue).
+    pub fn new(ctx: Arc<AgentContext>, caller: String, out: mpsc::Sender<Message>) -> Self {
+        Session { ctx, caller, out, calls: Arc::default(), voice: None, cancel: CancellationToken::new() }
+    }
+
+    /// Handles one text frame. Malformed frames are answered `bad-frame`; the session goes on.
+    pub async fn on_text(&mut self, text: &str) {
+        match protocol::parse_client(text) {
+            Ok(message) => self.on_message(message).await,
+            Err(err) => {
+                debug!(%err, "bad frame");
+                let message = AgentMessage::Error { code: ErrorCode::BadFrame, message: Some(bad_frame_reason(&err)) };
+                self.send(message).await;
+            }
+        }
+    }
+
+    /// Handles one binary frame: microphone audio during a voice call, else ignored.
+    pub async fn on_binary(&mut self, data: &[u8]) {
+        if let (Some(voice), [protocol::AUDIO_PREFIX, pcm @ ..]) = (&self.voice, data) {
+            // A full queue means Gemini is behind; dropping 20 ms of audio beats growing memory.
+            let _ = voice.input.try_send(VoiceInput::Audio(pcm.to_vec()));
+        }
+    }
+
+    async fn on_message(&mut self, message: ClientMessage) {
+        match message {
+            ClientMessage::ToolCall(call) => self.start_call(call).await,
+            ClientMessage::Cancel { id } => {
+                let token = self.calls.lock().ok().and_then(|calls| calls.get(&id).cloned());
+                if let Some(token) = token {
+                    token.cancel();
+                }
+            }
+            ClientMessage::Status => {
+                let status = self.ctx.status();
+                self.send(AgentMessage::Status(status)).await;
+            }
+            ClientMessage::Hello(_) => {} // Already authenticated; a repeated hello changes nothing.
+            ClientMessage::CallStart => self.start_voice().await,
+            ClientMessage::Say { text } => match &self.voice {
+                Some(voice) => {
+                    let _ = voice.input.send(VoiceInput::Text(text)).await;
+                }
+                None => self.send(no_call_error()).await,
+            },
+            ClientMessage::CallEnd => match self.voice.take() {
+                Some(voice) => voice.end.cancel(),
+                None => self.send(no_call_error()).await,
+            },
+        }
+    }
+
+    async fn start_voice(&mut self) {
+        let Some(config) = self.ctx.gemini.clone() else {
+            let message = AgentMessage::CallError {
+                code: "unavailable".into(),
+                message: "this agent runs in hosted mode; start it with --self-hosted and GEMINI_API_KEY to \
+                          host voice calls"
+                    .into(),
+            };
+            return self.send(message).await;
+        };
+        if let Some(previous) = self.voice.take() {
+            previous.end.cancel();
+        }
+        self.voice = Some(gemini::start(config, self.ctx.toolbox.clone(), self.out.clone()));
+    }
+
+    async fn start_call(&mut self, call: ToolCall) {
+        if call.id.is_empty() || call.id.len() > protocol::MAX_CALL_ID_LEN {
+            let error = ToolError::new(ErrorCode::InvalidArgs, "`id` must be 1 to 128 characters");
+            let result = ToolResult::failure(call.id.chars().take(protocol::MAX_CALL_ID_LEN).collect(), error);
+            return self.send(AgentMessage::ToolResult(result)).await;
+        }
+        let token = self.cancel.child_token();
+        let duplicate = match self.calls.lock() {
+            Ok(mut calls) if !calls.contains_key(&call.id) => {
+                calls.insert(call.id.clone(), token.clone());
+                false
+            }
+            _ => true,
+        };
+        if duplicate {
+            let error =
+                ToolError::new(ErrorCode::DuplicateId, format!("a call with id {:?} is still running", call.id));
+            return self.send(AgentMessage::ToolResult(ToolResult::failure(call.id, error))).await;
+        }
+        let task = CallTask {
+            ctx: self.ctx.clone(),
+            caller: self.caller.clone(),
+            out: self.out.clone(),
+            calls: self.calls.clone(),
+            cancel: token,
+        };
+        tokio::spawn(task.run(call));
+    }
+
+    async fn send(&self, message: AgentMessage) {
+        let _ = self.out.send(Message::text(message.to_json())).await;
+    }
+
+    /// Calls still running.
+    pub fn calls_in_flight(&self) -> usize {
+        self.calls.lock().map(|c| c.len()).unwrap_or(0)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+        if let Some(voice) = self.voice.take() {
+            voice.end.cancel();
+        }
+    }
+}
+
+fn no_call_error() -> AgentMessage {
+    AgentMessage::CallError {
+        code: "no-call".into(),
+        message: "no voice call is running; send call_start first".into(),
+    }
+}
+
+/// A sentence about a bad frame that never echoes the frame's content back in full.
+fn bad_frame_reason(err: &serde_json::Error) -> String {
+    let mut text = err.to_string();
+    text.truncate(200);
+    text
+}
+
+/// One tool call, from start to its single `tool_result`.
+struct CallTask {
+    ctx: Arc<AgentContext>,
+    caller: String,
+    out: mpsc::Sender<Message>,
+    calls: Arc<Mutex<HashMap<String, CancellationToken>>>,
+    cancel: CancellationToken,
+}
+
+impl CallTask {
+    async fn run(self, call: ToolCall) {
+        let status = self.ctx.status.clone();
+        status.calls_in_flight.fetch_add(1, Ordering::Relaxed);
+        let id = call.id.clone();
+        let env = call.env.clone();
+        let (progress_tx, mut progress_rx) = mpsc::channel::<String>(64);
+        let forward = {
+            let out = self.out.clone();
+            let id = id.clone();
+            let env = env.clone();
+            tokio::spawn(async move {
+                while let Some(chunk) = progress_rx.recv().await {
+                    let message = AgentMessage::ToolProgress { id: id.clone(), chunk, env: env.clone() };
+                    if out.send(Message::text(message.to_json())).await.is_err() {
+                        break;
+                    }
+                }
+            })
+        };
+        let outcome = self.execute(call, progress_tx).await;
+        // Progress first, then the result: the forwarder ends once every sender is gone.
+        if let Err(err) = forward.await {
+            warn!(%err, "progress forwarder failed");
+        }
+        let mut result = match outcome {
+            Ok((value, image)) => {
+                if let Some(image) = image {
+                    let _ = self.out.send(Message::text(image.to_json())).await;
+                }
+                ToolResult::success(id.clone(), value)
+            }
+            Err(error) => ToolResult::failure(id.clone(), error),
+        };
+        result.env = env;
+        let _ = self.out.send(Message::text(AgentMessage::ToolResult(result).to_json())).await;
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.remove(&id);
+        }
+        status.calls_in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    async fn execute(
+        &self,
+        call: ToolCall,
+        progress: mpsc::Sender<String>,
+    ) -> Result<(Value, Option<AgentMessage>), ToolError> {
+        if let Some(env) = call.env.clone() {
+            let Some(router) = &self.ctx.router else {
+                return Err(ToolError::new(ErrorCode::UnknownEnvironment, "this agent has no environments"));
+            };
+            let value = router.route(env, call, progress, self.cancel.clone()).await?;
+            return Ok((value, None));
+        }
+        if let Some(router) = &self.ctx.router {
+            if let Some(future) = router.local_tool(&call.name, &call.args) {
+                return Ok((future.await?, None));
+            }
+        }
+        let request = ToolRequest {
+            id: call.id.clone(),
+            name: call.name,
+            args: call.args,
+            caller: self.caller.clone(),
+            progress: Some(progress),
+            cancel: self.cancel.clone(),
+        };
+        let output = self.ctx.toolbox.call(request).await?;
+        let image = output.image.map(|shot| {
+            AgentMessage::Image(protocol::Image {
+                id: call.id.clone(),
+                mime: shot.mime,
+                width: shot.width,
+                height: shot.height,
+                data: base64::engine::general_purpose::STANDARD.encode(&shot.bytes),
+            })
+        });
+        Ok((output.result, image))
+    }
+}
+
+/// Admits the first frame of a session, if it is a hello the gate accepts.
+pub fn admit_hello(gate: &dyn Gate, text: &str) -> Result<Admission, ErrorCode> {
+    match protocol::parse_client(text) {
+        Ok(ClientMessage::Hello(hello)) => gate.admit(&hello),
+        _ => Err(ErrorCode::UnauthenticatedCall),
+    }
+}

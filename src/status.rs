@@ -1,6 +1,82 @@
-//! (in progress)
+//! `voxa status`: paired or not, the relay, and what the running agent is doing. Never secrets.
+
+use anyhow::Result;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
 use crate::cli::Settings;
 use crate::error::Exit;
-pub async fn run(_settings: &Settings) -> anyhow::Result<Exit> {
-    anyhow::bail!("voxa status is not built yet")
+use crate::protocol::{AgentMessage, AgentStatus};
+
+/// `voxa status`.
+pub async fn run(settings: &Settings) -> Result<Exit> {
+    let home = &settings.home;
+    let paired = home.load_secrets()?.is_some();
+    let config = home.load_config()?;
+    let relay = settings.relay(&config)?;
+    let agent = home.running_agent()?;
+    let live = match &agent {
+        Some(_) => query(settings).await.ok(),
+        None => None,
+    };
+    let value = json!({
+        "home": home.dir().display().to_string(),
+        "paired": paired,
+        "relay": relay.as_str(),
+        "agent": agent.as_ref().map(|a| json!({
+            "pid": a.pid,
+            "port": a.port,
+            "version": a.version,
+            "mode": live.as_ref().map(|l| l.mode.clone()),
+            "relay_connected": live.as_ref().map(|l| l.relay_connected),
+            "phone_present": live.as_ref().map(|l| l.phone_present),
+            "calls_in_flight": live.as_ref().map(|l| l.calls_in_flight),
+            "workspace": live.as_ref().map(|l| l.workspace.clone()),
+        })),
+    });
+    let mut human = format!("home:    {}\npaired:  {}\nrelay:   {}\n", home.dir().display(), yes_no(paired), relay);
+    match (&agent, &live) {
+        (None, _) => human.push_str("agent:   not running (start it with `voxa run`)\n"),
+        (Some(a), None) => human.push_str(&format!("agent:   pid {} on port {} (not answering)\n", a.pid, a.port)),
+        (Some(a), Some(l)) => human.push_str(&format!(
+            "agent:   pid {} on 127.0.0.1:{}, {} mode, workspace {}\nrelay connected: {}\nphone present:   {}\ncalls in flight: {}\n",
+            a.pid,
+            a.port,
+            l.mode,
+            l.workspace,
+            yes_no(l.relay_connected),
+            yes_no(l.phone_present),
+            l.calls_in_flight
+        )),
+    }
+    settings.printer.result(&value, human)?;
+    Ok(Exit::Ok)
+}
+
+fn yes_no(value: bool) -> &'static str {
+    if value {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+async fn query(settings: &Settings) -> Result<AgentStatus> {
+    let (mut socket, _) = crate::call::connect_local(&settings.home).await?;
+    socket.send(Message::text(json!({"type": "status"}).to_string())).await?;
+    let wait = async {
+        while let Some(frame) = socket.next().await {
+            if let Message::Text(text) = frame? {
+                if let Ok(AgentMessage::Status(status)) = serde_json::from_str::<AgentMessage>(&text) {
+                    return Ok(status);
+                }
+            }
+        }
+        anyhow::bail!("no status from the agent")
+    };
+    let status = tokio::time::timeout(std::time::Duration::from_secs(5), wait).await??;
+    let _ = socket.close(None).await;
+    let _: Option<Value> = None;
+    Ok(status)
 }

@@ -1,0 +1,78 @@
+//! A minimal phone client: joins a laptop through the relay, says hello, runs one tool and prints
+//! what comes back. Everything after the connection is plain JSON over a WebSocket (SPEC §4, §5).
+//!
+//! ```text
+//! cargo run --example phone -- '<pairing URL from `voxa pair`>' run_command '{"command":"uname -a"}'
+//! ```
+
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let (Some(pairing_url), Some(tool)) = (args.next(), args.next()) else {
+        bail!("usage: phone <pairing-url> <tool> [json-args]");
+    };
+    let tool_args: Value = match args.next() {
+        Some(text) => serde_json::from_str(&text).context("tool arguments must be JSON")?,
+        None => json!({}),
+    };
+
+    // The pairing URL is `{relay}/?code=<code>&token=<token>`: the code routes, the token authenticates.
+    let url = url::Url::parse(&pairing_url).context("not a pairing URL")?;
+    let param = |name: &str| url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned());
+    let code = param("code").ok_or_else(|| anyhow!("pairing URL has no code"))?;
+    let token = param("token").ok_or_else(|| anyhow!("pairing URL has no token"))?;
+    let scheme = if url.scheme() == "https" { "wss" } else { "ws" };
+    let host = url.host_str().ok_or_else(|| anyhow!("pairing URL has no host"))?;
+    let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
+    let base = url.path().trim_end_matches('/');
+    let socket_url = format!("{scheme}://{host}{port}{base}/ws?code={code}");
+
+    // voxa's dialer adds TLS and proxy support; any WebSocket client works here.
+    let mut socket = voxa::dial::connect(&socket_url, &Default::default()).await?;
+    eprintln!("connected to the relay; waiting for the laptop");
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut said_hello = false;
+    loop {
+        let frame = tokio::time::timeout_at(deadline, socket.next())
+            .await
+            .map_err(|_| anyhow!("no answer within 60 s"))?
+            .ok_or_else(|| anyhow!("the relay closed the connection"))??;
+        let text = match frame {
+            Message::Text(text) => text,
+            Message::Close(frame) => bail!("closed: {frame:?}"),
+            _ => continue,
+        };
+        let message: Value = serde_json::from_str(&text)?;
+        match message["type"].as_str().unwrap_or_default() {
+            // The relay says the laptop is here: introduce ourselves.
+            "__peer" if message["peer"] == "agent" && message["state"] == "joined" && !said_hello => {
+                let hello = json!({"type": "hello", "token": token, "client": "example-phone/1"});
+                socket.send(Message::text(hello.to_string())).await?;
+                said_hello = true;
+            }
+            "__peer" if message["state"] == "left" => bail!("the laptop left"),
+            "hello_ok" => {
+                eprintln!("laptop {} ({} mode) offers {}", message["agent"], message["mode"], message["tools"]);
+                let call = json!({"type": "tool_call", "id": "c1", "name": tool, "args": tool_args});
+                socket.send(Message::text(call.to_string())).await?;
+            }
+            "tool_progress" => eprint!("{}", message["chunk"].as_str().unwrap_or_default()),
+            "image" => eprintln!("(image {}x{} received)", message["width"], message["height"]),
+            "tool_result" => {
+                println!("{}", serde_json::to_string_pretty(&message)?);
+                let _ = socket.close(None).await;
+                return Ok(());
+            }
+            "error" => bail!("refused: {}", message["code"]),
+            _ => {}
+        }
+    }
+}
