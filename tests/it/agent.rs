@@ -1,0 +1,209 @@
+//! The agent as the phone and local clients see it: hello, refusals, the loopback socket's gate,
+//! and the relay path with reconnects.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures_util::SinkExt;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::harness::*;
+
+#[tokio::test]
+async fn loopback_hello_answers_hello_ok_and_status() {
+    let agent = TestAgent::start(None).await;
+    let mut client = connect(&agent.loopback_url()).await;
+    send(&mut client, json!({"type":"hello","token": agent.token(),"client":"test/1"})).await;
+    let ok = recv_type(&mut client, "hello_ok").await;
+    assert_eq!(ok["mode"], "hosted");
+    assert_eq!(ok["protocol"], 1);
+    assert!(ok["tools"].is_array());
+    send(&mut client, json!({"type":"status"})).await;
+    let status = recv_type(&mut client, "status").await;
+    assert_eq!(status["pid"], std::process::id());
+    assert_eq!(status["relay_connected"], false);
+    let shown = status.to_string();
+    assert!(!shown.contains(agent.token()) && !shown.contains(agent.code()), "status leaks a secret");
+}
+
+#[tokio::test]
+async fn loopback_bearer_header_authenticates_without_a_hello() {
+    let agent = TestAgent::start(None).await;
+    let options = voxa::dial::DialOptions {
+        bearer: Some(voxa::secret::Secret::from_string(agent.token().to_owned())),
+        ..Default::default()
+    };
+    let mut client = voxa::dial::connect(&agent.loopback_url(), &options).await.unwrap();
+    recv_type(&mut client, "hello_ok").await;
+}
+
+#[tokio::test]
+async fn loopback_wrong_token_is_closed_1008_at_once() {
+    let agent = TestAgent::start(None).await;
+    let mut client = connect(&agent.loopback_url()).await;
+    send(&mut client, json!({"type":"hello","token":"00000000000000000000000000000000"})).await;
+    assert_eq!(recv_close(&mut client).await, (1008, "bearer-refused".into()));
+
+    let options = voxa::dial::DialOptions {
+        bearer: Some(voxa::secret::Secret::from_string("ffffffffffffffffffffffffffffffff".into())),
+        ..Default::default()
+    };
+    let mut client = voxa::dial::connect(&agent.loopback_url(), &options).await.unwrap();
+    assert_eq!(recv_close(&mut client).await, (1008, "bearer-refused".into()));
+}
+
+#[tokio::test]
+async fn loopback_silence_or_a_non_hello_is_closed_unauthenticated() {
+    let agent = TestAgent::start(None).await;
+    let mut client = connect(&agent.loopback_url()).await;
+    send(&mut client, json!({"type":"tool_call","id":"c1","name":"list_dir"})).await;
+    assert_eq!(recv_close(&mut client).await, (1008, "unauthenticated-call".into()));
+
+    let mut silent = connect(&agent.loopback_url()).await;
+    let started = std::time::Instant::now();
+    assert_eq!(recv_close(&mut silent).await, (1008, "unauthenticated-call".into()));
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(4), "closed too early: {waited:?}");
+}
+
+/// Sends a raw upgrade request and returns the status line.
+async fn raw_upgrade(addr: std::net::SocketAddr, extra_headers: &str) -> String {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{extra_headers}\r\n"
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 512];
+    let n = tokio::time::timeout(STEP, tcp.read(&mut buf)).await.unwrap().unwrap();
+    String::from_utf8_lossy(&buf[..n]).lines().next().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn loopback_refuses_foreign_origins_before_upgrade() {
+    let agent = TestAgent::start(None).await;
+    let addr = agent.agent.loopback;
+    assert!(raw_upgrade(addr, "Origin: https://evil.example\r\n").await.contains("403"));
+    assert!(raw_upgrade(addr, "Origin: null\r\n").await.contains("403"));
+    assert!(raw_upgrade(addr, "Origin: http://localhost:5173\r\n").await.contains("101"));
+    assert!(raw_upgrade(addr, "").await.contains("101"));
+}
+
+#[tokio::test]
+async fn junk_frames_get_bad_frame_and_the_session_goes_on() {
+    let agent = TestAgent::start(None).await;
+    let mut client = agent.local_client().await;
+    for junk in ["not json", "{\"type\":\"no_such_type\"}", "[1,2]", "{\"type\":\"tool_call\",\"id\":5}"] {
+        client.send(tokio_tungstenite::tungstenite::Message::text(junk)).await.unwrap();
+        let error = recv_json(&mut client).await;
+        assert_eq!(error["type"], "error", "{junk}");
+        assert_eq!(error["code"], "bad-frame", "{junk}");
+    }
+    send(&mut client, json!({"type":"tool_call","id":"c1","name":"no_such_tool"})).await;
+    let result = recv_result(&mut client, "c1").await;
+    assert_eq!(result["ok"], false);
+    assert_eq!(result["error"]["code"], "unknown-tool");
+}
+
+#[tokio::test]
+async fn phone_pairs_through_the_relay() {
+    let relay = TestRelay::start().await;
+    let agent = TestAgent::start(Some(relay.url())).await;
+    let mut phone = phone_socket(&relay, agent.code()).await;
+    wait_agent_joined(&mut phone).await;
+    send(&mut phone, json!({"type":"hello","token": agent.token(),"client":"test-phone"})).await;
+    let ok = recv_type(&mut phone, "hello_ok").await;
+    assert_eq!(ok["agent"], format!("voxa/{}", voxa::VERSION));
+    eventually("phone present", || agent.agent.ctx.status.phone_present.load(Ordering::Relaxed)).await;
+    send(&mut phone, json!({"type":"tool_call","id":"x1","name":"no_such_tool"})).await;
+    let result = recv_result(&mut phone, "x1").await;
+    assert_eq!(result["error"]["code"], "unknown-tool");
+}
+
+#[tokio::test]
+async fn wrong_token_through_the_relay_is_refused_and_nothing_runs() {
+    let relay = TestRelay::start().await;
+    let agent = TestAgent::start(Some(relay.url())).await;
+    let mut phone = phone_socket(&relay, agent.code()).await;
+    wait_agent_joined(&mut phone).await;
+    // Before any hello, calls are ignored.
+    send(&mut phone, json!({"type":"tool_call","id":"early","name":"list_dir"})).await;
+    send(&mut phone, json!({"type":"hello","token":"0123456789abcdef0123456789abcdef"})).await;
+    let refused = recv_json(&mut phone).await;
+    assert_eq!(refused, json!({"type":"error","code":"bearer-refused"}));
+    send(&mut phone, json!({"type":"tool_call","id":"late","name":"list_dir"})).await;
+    send(&mut phone, json!({"type":"hello","token": agent.token()})).await;
+    assert_silent(&mut phone, Duration::from_millis(500)).await;
+
+    // A new connection with the right token works.
+    let mut phone = agent.phone(&relay).await;
+    send(&mut phone, json!({"type":"tool_call","id":"ok","name":"no_such_tool"})).await;
+    assert_eq!(recv_result(&mut phone, "ok").await["error"]["code"], "unknown-tool");
+}
+
+#[tokio::test]
+async fn frames_before_the_hello_are_ignored() {
+    let relay = TestRelay::start().await;
+    let agent = TestAgent::start(Some(relay.url())).await;
+    let mut phone = phone_socket(&relay, agent.code()).await;
+    wait_agent_joined(&mut phone).await;
+    send(&mut phone, json!({"type":"tool_call","id":"early","name":"no_such_tool"})).await;
+    send(&mut phone, json!({"type":"status"})).await;
+    send(&mut phone, json!({"type":"hello","token": agent.token()})).await;
+    // The first answer is the hello_ok: the early frames produced nothing.
+    assert_eq!(recv_json(&mut phone).await["type"], "hello_ok");
+}
+
+#[tokio::test]
+async fn phone_that_never_says_hello_is_told_so() {
+    let relay = TestRelay::start().await;
+    let agent = TestAgent::start(Some(relay.url())).await;
+    let mut phone = phone_socket(&relay, agent.code()).await;
+    wait_agent_joined(&mut phone).await;
+    let error = recv_json(&mut phone).await;
+    assert_eq!(error["type"], "error");
+    assert_eq!(error["code"], "unauthenticated-call");
+}
+
+#[tokio::test]
+async fn agent_is_back_after_the_relay_restarts_on_the_same_port() {
+    let relay = TestRelay::start().await;
+    let addr = relay.addr;
+    let agent = TestAgent::start(Some(relay.url())).await;
+    let _phone = agent.phone(&relay).await;
+    relay.kill().await;
+    eventually("relay loss noticed", || !agent.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
+
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let relay = TestRelay::start_with(listener, voxa::relay::RelayConfig::default()).await;
+    let started = std::time::Instant::now();
+    let mut phone = agent.phone(&relay).await;
+    let back_after = started.elapsed();
+    // fast_backoff caps delays at 500 ms; allow for a few attempts and a loaded machine.
+    assert!(back_after < Duration::from_secs(5), "agent took {back_after:?} to come back");
+    send(&mut phone, json!({"type":"tool_call","id":"again","name":"no_such_tool"})).await;
+    assert_eq!(recv_result(&mut phone, "again").await["error"]["code"], "unknown-tool");
+}
+
+#[tokio::test]
+async fn a_second_agent_with_the_same_code_replaces_the_first_which_stops_dialing() {
+    let relay = TestRelay::start().await;
+    let first = TestAgent::start(Some(relay.url())).await;
+    let mut phone = first.phone(&relay).await;
+    // A second agent with the same home secrets.
+    let second = TestAgent::start_with(Some(relay.url()), |options| {
+        options.secrets = first.secrets.clone();
+    })
+    .await;
+    eventually("second connected", || second.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
+    eventually("first gave up", || !first.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
+    // It stays given up: no fight over the code.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!first.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
+    assert!(second.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
+    // The phone now talks to the second agent.
+    wait_agent_joined(&mut phone).await;
+    send(&mut phone, json!({"type":"hello","token": second.token()})).await;
+    recv_type(&mut phone, "hello_ok").await;
+}

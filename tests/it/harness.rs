@@ -1,0 +1,244 @@
+//! In-process relay, agent and phone for the network tests: everything on 127.0.0.1:0.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+use tokio::net::TcpListener;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+use voxa::agent::{AgentOptions, BackoffPolicy, Heartbeat, RunningAgent};
+use voxa::config::{Config, RelayUrl};
+use voxa::dial::{ClientSocket, DialOptions};
+use voxa::output::Printer;
+use voxa::state::{Home, Secrets};
+
+/// Longest any single step of a test may take before it fails.
+pub const STEP: Duration = Duration::from_secs(10);
+
+/// A relay running in this process.
+pub struct TestRelay {
+    pub addr: SocketAddr,
+    pub stop: CancellationToken,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+impl TestRelay {
+    pub async fn start() -> TestRelay {
+        Self::start_with(TcpListener::bind("127.0.0.1:0").await.unwrap(), voxa::relay::RelayConfig::default()).await
+    }
+
+    pub async fn start_with(listener: TcpListener, config: voxa::relay::RelayConfig) -> TestRelay {
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let shutdown = stop.clone().cancelled_owned();
+        let task = tokio::spawn(async move {
+            voxa::relay::run(listener, config, shutdown).await.unwrap();
+        });
+        TestRelay { addr, stop, task }
+    }
+
+    pub fn url(&self) -> RelayUrl {
+        RelayUrl::parse(&format!("http://{}", self.addr)).unwrap()
+    }
+
+    /// Stops the relay and waits until its listener is closed.
+    pub async fn kill(self) {
+        self.stop.cancel();
+        tokio::time::timeout(STEP, self.task).await.expect("relay stops").unwrap();
+    }
+}
+
+/// An agent running in this process with its own home and workspace.
+pub struct TestAgent {
+    pub home: TempDir,
+    pub workspace: TempDir,
+    pub secrets: Secrets,
+    pub agent: RunningAgent,
+}
+
+/// Short timings so reconnect tests finish quickly.
+pub fn fast_backoff() -> BackoffPolicy {
+    BackoffPolicy {
+        base: Duration::from_millis(100),
+        cap: Duration::from_millis(500),
+        healthy_after: Duration::from_millis(200),
+    }
+}
+
+pub fn options(home: &TempDir, workspace: &TempDir, relay: Option<RelayUrl>) -> (AgentOptions, Secrets) {
+    let home = Home::at(home.path().join("voxa"));
+    let (secrets, _) = home.load_or_create_secrets().unwrap();
+    let options = AgentOptions {
+        home,
+        secrets: secrets.clone(),
+        relay,
+        workspace: workspace.path().canonicalize().unwrap(),
+        config: Config::default(),
+        dial: DialOptions::default(),
+        heartbeat: Heartbeat::default(),
+        backoff: fast_backoff(),
+        gemini: None,
+        printer: Printer::new(true, true),
+    };
+    (options, secrets)
+}
+
+impl TestAgent {
+    pub async fn start(relay: Option<RelayUrl>) -> TestAgent {
+        Self::start_with(relay, |_| {}).await
+    }
+
+    pub async fn start_with(relay: Option<RelayUrl>, tweak: impl FnOnce(&mut AgentOptions)) -> TestAgent {
+        let home = tempfile::tempdir().unwrap();
+        let workspace = tempfile::tempdir().unwrap();
+        let (mut options, secrets) = options(&home, &workspace, relay);
+        tweak(&mut options);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let agent = voxa::agent::start(options, listener, CancellationToken::new()).await.unwrap();
+        TestAgent { home, workspace, secrets, agent }
+    }
+
+    pub fn token(&self) -> &str {
+        self.secrets.auth_token.expose()
+    }
+
+    pub fn code(&self) -> &str {
+        self.secrets.relay_code.expose()
+    }
+
+    pub fn loopback_url(&self) -> String {
+        format!("ws://{}/", self.agent.loopback)
+    }
+
+    /// A local client that has completed the hello.
+    pub async fn local_client(&self) -> ClientSocket {
+        let mut socket = connect(&self.loopback_url()).await;
+        send(&mut socket, json!({"type":"hello","token": self.token(),"client":"test"})).await;
+        let ok = recv_type(&mut socket, "hello_ok").await;
+        assert_eq!(ok["agent"], format!("voxa/{}", voxa::VERSION));
+        socket
+    }
+
+    /// A phone through `relay` that has seen the agent and completed the hello.
+    pub async fn phone(&self, relay: &TestRelay) -> ClientSocket {
+        let mut socket = phone_socket(relay, self.code()).await;
+        wait_agent_joined(&mut socket).await;
+        send(&mut socket, json!({"type":"hello","token": self.token(),"client":"test-phone"})).await;
+        recv_type(&mut socket, "hello_ok").await;
+        socket
+    }
+}
+
+/// Opens a WebSocket.
+pub async fn connect(url: &str) -> ClientSocket {
+    tokio::time::timeout(STEP, voxa::dial::connect(url, &DialOptions::default()))
+        .await
+        .expect("connect in time")
+        .unwrap()
+}
+
+/// The phone's socket at the relay for `code`.
+pub async fn phone_socket(relay: &TestRelay, code: &str) -> ClientSocket {
+    connect(&format!("ws://{}/ws?code={code}", relay.addr)).await
+}
+
+pub async fn send(socket: &mut ClientSocket, value: Value) {
+    socket.send(Message::text(value.to_string())).await.unwrap();
+}
+
+/// Next frame that is not a ping/pong, within [`STEP`].
+pub async fn next_frame(socket: &mut ClientSocket) -> Option<Message> {
+    tokio::time::timeout(STEP, async {
+        loop {
+            match socket.next().await {
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                Some(Ok(message)) => return Some(message),
+                Some(Err(_)) | None => return None,
+            }
+        }
+    })
+    .await
+    .expect("a frame in time")
+}
+
+/// Next JSON text frame.
+pub async fn recv_json(socket: &mut ClientSocket) -> Value {
+    loop {
+        match next_frame(socket).await {
+            Some(Message::Text(text)) => return serde_json::from_str(&text).unwrap(),
+            Some(Message::Binary(_)) => continue,
+            other => panic!("expected a JSON frame, got {other:?}"),
+        }
+    }
+}
+
+/// Skips frames until one of `kind` arrives.
+pub async fn recv_type(socket: &mut ClientSocket, kind: &str) -> Value {
+    loop {
+        let value = recv_json(socket).await;
+        if value["type"] == kind {
+            return value;
+        }
+        assert_ne!(value["type"], "error", "unexpected error while waiting for {kind}: {value}");
+    }
+}
+
+/// The tool_result of `id`, skipping progress and other frames.
+pub async fn recv_result(socket: &mut ClientSocket, id: &str) -> Value {
+    loop {
+        let value = recv_json(socket).await;
+        if value["type"] == "tool_result" && value["id"] == id {
+            return value;
+        }
+    }
+}
+
+/// Waits for `__peer agent joined`.
+pub async fn wait_agent_joined(socket: &mut ClientSocket) {
+    loop {
+        let value = recv_json(socket).await;
+        if value["type"] == "__peer" && value["peer"] == "agent" && value["state"] == "joined" {
+            return;
+        }
+    }
+}
+
+/// Asserts that nothing but pings arrives for `quiet`.
+pub async fn assert_silent(socket: &mut ClientSocket, quiet: Duration) {
+    let got = tokio::time::timeout(quiet, async {
+        loop {
+            match socket.next().await {
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await;
+    if let Ok(frame) = got {
+        panic!("expected silence, got {frame:?}");
+    }
+}
+
+/// Close code and reason of the next close frame.
+pub async fn recv_close(socket: &mut ClientSocket) -> (u16, String) {
+    loop {
+        match next_frame(socket).await {
+            Some(Message::Close(Some(frame))) => return (u16::from(frame.code), frame.reason.to_string()),
+            Some(Message::Close(None)) | None => panic!("closed without a close frame"),
+            Some(_) => continue,
+        }
+    }
+}
+
+/// Polls `check` until it holds or [`STEP`] passes.
+pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + STEP;
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
