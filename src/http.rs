@@ -129,7 +129,15 @@ pub async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Result<(RequestH
             buf.extend_from_slice(&chunk[..n]);
             if let Some(pos) = buf[scan_from..].windows(4).position(|w| w == b"\r\n\r\n") {
                 let end = scan_from + pos + 4;
-                let (head, _) = RequestHead::parse(&buf[..end])?;
+                // The limit applies to the head itself, whatever the reads that brought it.
+                if end > MAX_HEAD_LEN {
+                    return Err(HeadError::TooLarge);
+                }
+                let (head, len) = RequestHead::parse(&buf[..end])?;
+                // A head that ends earlier for httparse (bare `\n\n`) is ambiguous: refuse it.
+                if len != end {
+                    return Err(HeadError::Malformed);
+                }
                 return Ok((head, buf[end..].to_vec()));
             }
             if buf.len() > MAX_HEAD_LEN {

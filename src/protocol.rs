@@ -76,17 +76,48 @@ impl PeerNotice {
 }
 
 /// True when a text frame is a JSON object whose `type` is `__peer` — the only frames a relay
-/// looks into. Cheap pre-check first: most frames never mention the marker.
+/// looks into. Decided as the most lenient JSON reader would: escapes are decoded
+/// (`"\u005f_peer"` is the marker), any of several `type` members counts, and a frame that
+/// mentions the marker but is not JSON serde accepts (a lone surrogate a JavaScript parser takes)
+/// counts too. Cheap pre-check first: most frames contain neither the marker nor a `\u` escape.
 pub fn is_peer_frame(text: &str) -> bool {
-    if !text.contains(PEER_TYPE) {
+    if !text.contains(PEER_TYPE) && !text.contains("\\u") {
         return false;
     }
-    #[derive(Deserialize)]
-    struct Typed<'a> {
-        #[serde(rename = "type", borrow)]
-        kind: Option<std::borrow::Cow<'a, str>>,
+    match serde_json::from_str::<PeerMarker>(text) {
+        Ok(PeerMarker(found)) => found,
+        // Valid JSON that is not an object: no reader sees a `type` in it.
+        Err(err) if err.is_data() => false,
+        Err(_) => true,
     }
-    matches!(serde_json::from_str::<Typed>(text), Ok(Typed { kind: Some(k) }) if k == PEER_TYPE)
+}
+
+/// Whether a JSON object has a top-level `type` member equal to [`PEER_TYPE`].
+struct PeerMarker(bool);
+
+impl<'de> Deserialize<'de> for PeerMarker {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::{IgnoredAny, MapAccess, Visitor};
+        struct Members;
+        impl<'de> Visitor<'de> for Members {
+            type Value = bool;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+                let mut found = false;
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if key == "type" {
+                        found |= map.next_value::<Value>()?.as_str() == Some(PEER_TYPE);
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(found)
+            }
+        }
+        deserializer.deserialize_map(Members).map(PeerMarker)
+    }
 }
 
 /// Frames a phone, local client or host sends to an agent.
@@ -449,7 +480,12 @@ mod tests {
         assert!(is_peer_frame(r#"{"type":"__peer","peer":"agent","state":"joined"}"#));
         assert!(is_peer_frame(r#"{ "state":"left", "type" : "__peer" }"#));
         assert!(!is_peer_frame(r#"{"type":"say","text":"__peer"}"#));
-        assert!(!is_peer_frame(r#"not json __peer"#));
+        assert!(is_peer_frame(r#"{"type":"\u005f_peer","peer":"agent","state":"left"}"#));
+        assert!(is_peer_frame(r#"{"type":"say","type":"__peer","peer":"agent","state":"left"}"#));
+        assert!(is_peer_frame(r#"{"type":"__peer","peer":"agent","state":"left","x":"\ud800"}"#));
+        assert!(!is_peer_frame(r#"["__peer"]"#));
+        assert!(is_peer_frame("not json __peer"), "unreadable frames that mention the marker are held back");
+        assert!(!is_peer_frame(r#"{"type":"say","text":"\u005f_peer"}"#));
         let notice = PeerNotice::new(PeerRole::Phone, PeerState::Left);
         assert_eq!(PeerNotice::parse(&notice.to_json()), Some(notice));
     }
