@@ -12,6 +12,7 @@ pub mod environments;
 pub mod error;
 pub mod gemini;
 pub mod http;
+pub mod logging;
 pub mod loopback;
 pub mod output;
 pub mod pair;

@@ -1,7 +1,6 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 use voxa::cli::Cli;
 use voxa::error::{exit_for, is_broken_pipe, Exit};
 
@@ -33,6 +32,5 @@ fn init_tracing(verbose: u8, quiet: bool) {
         (false, 2) => "debug",
         _ => "trace",
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    voxa::logging::init(default);
 }

@@ -22,6 +22,9 @@ pub const AUDIT_DIR: &str = "audit";
 /// Both new secrets, written before a rotation touches either file and removed after; a
 /// rotation interrupted by a crash is finished from it on the next start.
 const ROTATION_JOURNAL: &str = ".rotation";
+/// Held (flock) by every process that reads or writes the secrets, so concurrent `pair --rotate`
+/// runs cannot interleave their writes into a mixed pair, nor a start read one half-rotated.
+const LOCK_FILE: &str = ".lock";
 
 /// The relay code and auth token of this home.
 #[derive(Clone, Debug)]
@@ -116,6 +119,10 @@ impl Home {
     /// Reads both secrets if they exist. A partial pair (one file only) counts as missing.
     pub fn load_secrets(&self) -> Result<Option<Secrets>> {
         self.check()?;
+        if !self.exists() {
+            return Ok(None);
+        }
+        let _lock = self.lock()?;
         self.finish_interrupted_rotation()?;
         let relay_code = self.read_secret(RELAY_CODE_FILE)?;
         let auth_token = self.read_secret(AUTH_TOKEN_FILE)?;
@@ -136,6 +143,7 @@ impl Home {
     /// Returns the secrets and whether anything was created.
     pub fn load_or_create_secrets(&self) -> Result<(Secrets, bool)> {
         self.ensure()?;
+        let _lock = self.lock()?;
         self.finish_interrupted_rotation()?;
         let mut created = false;
         let mut get = |name: &str| -> Result<Secret> {
@@ -158,6 +166,7 @@ impl Home {
     /// finishes the journal) the new pair, never a mix and never a torn file.
     pub fn rotate_secrets(&self) -> Result<Secrets> {
         self.ensure()?;
+        let _lock = self.lock()?;
         self.finish_interrupted_rotation()?;
         // Refuse to rotate over unreadable secrets we cannot vouch for? No: rotation is the fix
         // for those. Permissions are still enforced by `ensure` above.
@@ -175,7 +184,42 @@ impl Home {
         sync_dir(&self.dir)
     }
 
+    /// Takes the home's lock; released when the file is dropped or the process dies.
+    fn lock(&self) -> Result<File> {
+        let path = self.path(LOCK_FILE);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("could not open {}", path.display()))?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+            .with_context(|| format!("could not lock {}", path.display()))?;
+        Ok(file)
+    }
+
+    /// Removes temp files of [`write_atomic`] left by processes that died before the rename.
+    /// They may hold secrets and would otherwise pile up, one per crash. Called under the lock.
+    fn remove_stale_temp_files(&self) -> Result<()> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == ErrorKind::NotFound => return Ok(()),
+            Err(err) => return Err(err).with_context(|| format!("could not list {}", self.dir.display())),
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(temp_file_pid) else { continue };
+            if !process_alive(pid) {
+                remove_if_exists(&entry.path())?;
+            }
+        }
+        Ok(())
+    }
+
     fn finish_interrupted_rotation(&self) -> Result<()> {
+        self.remove_stale_temp_files()?;
         let path = self.path(ROTATION_JOURNAL);
         let text = match fs::read_to_string(&path) {
             Ok(text) => text,
@@ -330,6 +374,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     result
 }
 
+/// The writer's pid of a temp file named `.<name>.<pid>.<12 hex>.tmp` by [`write_atomic`].
+fn temp_file_pid(file_name: &str) -> Option<u32> {
+    let rest = file_name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let (rest, nonce) = rest.rsplit_once('.')?;
+    let (name, pid) = rest.rsplit_once('.')?;
+    (!name.is_empty() && nonce.len() == 12 && crate::secret::is_lower_hex(nonce)).then_some(())?;
+    pid.parse().ok()
+}
+
 fn sync_dir(dir: &Path) -> Result<()> {
     // Makes the rename durable. Some filesystems refuse fsync on directories; that is not fatal.
     if let Ok(handle) = File::open(dir) {
@@ -431,6 +484,15 @@ mod tests {
         let err = home.load_or_create_secrets().unwrap_err();
         assert!(format!("{err:#}").contains("--rotate"));
         assert_eq!(fs::read(home.path(AUTH_TOKEN_FILE)).unwrap(), b"not-hex-at-all");
+    }
+
+    #[test]
+    fn only_our_temp_file_names_are_recognised() {
+        assert_eq!(temp_file_pid(".auth_token.4242.0a8b4c15f298.tmp"), Some(4242));
+        assert_eq!(temp_file_pid("..rotation.7.f2803ee8b82b.tmp"), Some(7));
+        for other in ["auth_token", ".auth_token.4242.tmp", ".x.abc.0a8b4c15f298.tmp", "..4242.0a8b4c15f298.tmp"] {
+            assert_eq!(temp_file_pid(other), None, "{other}");
+        }
     }
 
     #[test]

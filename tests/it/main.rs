@@ -4,4 +4,5 @@
 mod agent;
 mod harness;
 mod hostile;
+mod proof;
 mod support;

@@ -1,0 +1,611 @@
+//! Proof under crashes and abuse: rotation killed at random points, concurrent rotations, secrets
+//! kept out of every log and output, and a storm of wrong tokens while the owner keeps working.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use rand::Rng;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+use tracing_subscriber::layer::SubscriberExt;
+use voxa::dial::ClientSocket;
+
+use crate::harness::*;
+use crate::support::{voxa, voxa_cmd};
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// The relay code and auth token as the user sees them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Pair {
+    code: String,
+    token: String,
+}
+
+impl Pair {
+    fn from_json(text: &str) -> Pair {
+        let value: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("pair --json: {e}: {text:?}"));
+        Pair { code: value["code"].as_str().unwrap().to_owned(), token: value["token"].as_str().unwrap().to_owned() }
+    }
+
+    fn from_journal(text: &str) -> Pair {
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "journal holds two lines: {text:?}");
+        assert!(is_secret_line(&format!("{}\n", lines[0])) && is_secret_line(&format!("{}\n", lines[1])));
+        Pair { code: lines[0].to_owned(), token: lines[1].to_owned() }
+    }
+}
+
+/// 32 lowercase hex characters and a newline: an untorn secret file.
+fn is_secret_line(text: &str) -> bool {
+    text.len() == 33 && text.ends_with('\n') && text[..32].bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// `voxa pair --json` (loads the state, finishing any interrupted rotation).
+fn pair_json(home: &Path) -> Pair {
+    let out = voxa(home, &["pair", "--json"]);
+    assert!(out.status.success(), "pair failed: {}", String::from_utf8_lossy(&out.stderr));
+    Pair::from_json(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// What a kill left in the state directory.
+struct Inspection {
+    files: Pair,
+    journal: Option<Pair>,
+    temp_files: Vec<PathBuf>,
+}
+
+/// Checks everything a crash must never break and reports what it found.
+fn inspect(home: &Path) -> Inspection {
+    assert_eq!(mode(home), 0o700, "home must stay 0700");
+    let mut temp_files = Vec::new();
+    for entry in std::fs::read_dir(home).unwrap() {
+        let path = entry.unwrap().path();
+        let m = mode(&path);
+        assert_eq!(m & 0o077, 0, "{} is readable by others ({m:o})", path.display());
+        if path.extension().is_some_and(|e| e == "tmp") {
+            temp_files.push(path);
+        }
+    }
+    let read = |name: &str| {
+        let path = home.join(name);
+        assert_eq!(mode(&path), 0o600, "{name} must be 0600");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(is_secret_line(&text), "{name} is torn: {:?}", text.len());
+        text.trim_end().to_owned()
+    };
+    let files = Pair { code: read("relay_code"), token: read("auth_token") };
+    let journal = std::fs::read_to_string(home.join(".rotation")).ok().map(|t| Pair::from_journal(&t));
+    Inspection { files, journal, temp_files }
+}
+
+/// Fails if any form of a secret appears in `text`: whole, upper-cased, hex of its bytes (as
+/// WebSocket frame dumps show payloads), or any 12-character piece of those.
+fn assert_no_secret(what: &str, text: &str, secrets: &[&str]) {
+    let haystack = text.to_ascii_lowercase();
+    for secret in secrets {
+        for form in [secret.to_ascii_lowercase(), hex::encode(secret.as_bytes())] {
+            for piece in form.as_bytes().windows(12) {
+                let piece = std::str::from_utf8(piece).unwrap();
+                assert!(!haystack.contains(piece), "{what} leaks part of a secret ({piece}):\n{text}");
+            }
+        }
+    }
+}
+
+/// Waits for a child with a deadline; kills it if the deadline passes.
+fn wait_with_deadline(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("process {} did not exit within {limit:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn signal(child: &Child, signal: rustix::process::Signal) {
+    rustix::process::kill_process(rustix::process::Pid::from_child(child), signal).unwrap();
+}
+
+/// `voxa run --json` as a child process, its stdout events on a channel, stderr collected.
+struct RunningVoxa {
+    child: Child,
+    events: mpsc::Receiver<Value>,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+    port: u16,
+}
+
+impl RunningVoxa {
+    fn start(mut cmd: Command) -> RunningVoxa {
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null()).spawn().unwrap();
+        let (tx, events) = mpsc::channel();
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (out, all_out) = (child.stdout.take().unwrap(), stdout.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                all_out.lock().unwrap().push_str(&format!("{line}\n"));
+                if let Ok(value) = serde_json::from_str::<Value>(&line) {
+                    let _ = tx.send(value);
+                }
+            }
+        });
+        let (mut err, all_err) = (child.stderr.take().unwrap(), stderr.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                all_err.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let mut running = RunningVoxa { child, events, stdout, stderr, port: 0 };
+        let started = running.wait_event("started");
+        running.port = started["port"].as_u64().unwrap() as u16;
+        running
+    }
+
+    /// The next event named `name`, within [`STEP`].
+    fn wait_event(&mut self, name: &str) -> Value {
+        let deadline = Instant::now() + STEP;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(event) if event["event"] == name => return event,
+                Ok(_) => continue,
+                Err(_) => {
+                    panic!("no {name} event from voxa run; stderr:\n{}", tail(&self.stderr.lock().unwrap(), 2000))
+                }
+            }
+        }
+    }
+
+    /// SIGTERM, then the exit status; the run must stop cleanly.
+    fn stop(mut self) -> (String, String) {
+        signal(&self.child, rustix::process::Signal::TERM);
+        let status = wait_with_deadline(&mut self.child, STEP);
+        assert!(status.success(), "voxa run exited with {status} after SIGTERM");
+        // The reader threads end at EOF; give them the last bytes.
+        let deadline = Instant::now() + STEP;
+        while !self.stdout.lock().unwrap().contains("\"stopped\"") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let stdout = self.stdout.lock().unwrap().clone();
+        let stderr = self.stderr.lock().unwrap().clone();
+        (stdout, stderr)
+    }
+}
+
+impl Drop for RunningVoxa {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tail(text: &str, n: usize) -> &str {
+    let start = text.len().saturating_sub(n);
+    let start = (start..text.len()).find(|i| text.is_char_boundary(*i)).unwrap_or(text.len());
+    &text[start..]
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Crash safety of `pair --rotate`
+
+#[test]
+fn rotation_killed_at_random_points_leaves_the_old_or_the_new_pair() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("voxa");
+    let mut current = pair_json(&home);
+
+    // Calibrate: kills are spread over one uninterrupted run of the command.
+    let mut runs = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        let out = voxa(&home, &["pair", "--rotate", "--json"]);
+        runs.push(started.elapsed());
+        assert!(out.status.success());
+        let printed = Pair::from_json(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(inspect(&home).files, printed, "an uninterrupted rotation leaves what it printed");
+        assert_ne!(printed.code, current.code);
+        assert_ne!(printed.token, current.token);
+        current = printed;
+    }
+    runs.sort();
+    let window = runs[runs.len() / 2];
+
+    let mut rng = rand::rng();
+    let (mut kills, mut interrupted, mut journal_pending, mut torn_pair_on_disk, mut temp_left) = (0, 0, 0, 0, 0);
+    let mut completed_unprinted = 0;
+    // 100 kills, and more (up to 400) until a few landed inside the writes on a slow machine.
+    while kills < 100 || (journal_pending + temp_left < 5 && kills < 400) {
+        kills += 1;
+        let delay = Duration::from_micros(rng.random_range(0..window.as_micros() as u64));
+        let mut child = voxa_cmd(&home)
+            .args(["pair", "--rotate", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        let _ = child.kill();
+        let mut stdout = String::new();
+        child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+        let status = child.wait().unwrap();
+        let was_interrupted = status.signal() == Some(9);
+
+        let found = inspect(&home);
+        if !was_interrupted {
+            assert!(status.success(), "pair --rotate failed on its own: {status}");
+            assert_eq!(found.files, Pair::from_json(&stdout), "a finished rotation leaves what it printed");
+            assert!(found.journal.is_none() && found.temp_files.is_empty());
+        } else {
+            interrupted += 1;
+        }
+        journal_pending += usize::from(found.journal.is_some());
+        temp_left += usize::from(!found.temp_files.is_empty());
+        let files_mixed = (found.files.code == current.code) != (found.files.token == current.token);
+        torn_pair_on_disk += usize::from(files_mixed);
+        match &found.journal {
+            // Files may be half rotated, but only towards the journal's pair.
+            Some(journal) => {
+                assert!(found.files.code == current.code || found.files.code == journal.code);
+                assert!(found.files.token == current.token || found.files.token == journal.token);
+            }
+            None => assert!(!files_mixed, "no journal, yet one secret changed without the other: {:?}", found.files),
+        }
+        if was_interrupted && found.journal.is_none() && found.files != current {
+            completed_unprinted += 1;
+        }
+
+        // The next start finishes the rotation or keeps the old pair; never a mix.
+        let loaded = pair_json(&home);
+        match &found.journal {
+            Some(journal) => assert_eq!(&loaded, journal, "a pending journal is finished on load"),
+            None => assert_eq!(loaded, found.files),
+        }
+        let after = inspect(&home);
+        assert_eq!(after.files, loaded, "what pair printed is what is on disk");
+        assert!(after.journal.is_none(), "the journal is gone once finished");
+        assert!(
+            after.temp_files.is_empty(),
+            "stale temp files (holding secrets) survive a start: {:?}",
+            after.temp_files
+        );
+        current = loaded;
+    }
+    println!(
+        "rotation kills: {kills} kills over a {window:?} window; {interrupted} interrupted a run, \
+         {journal_pending} left a journal to finish, {torn_pair_on_disk} left one file rotated (finished from \
+         the journal), {temp_left} left temp files, {completed_unprinted} finished writing before the kill"
+    );
+    assert!(interrupted >= kills / 4, "kills rarely landed mid-run ({interrupted}/{kills}): calibration is off");
+    assert!(journal_pending + temp_left > 0, "no kill landed inside the writes: the test proved nothing");
+}
+
+#[test]
+fn concurrent_rotations_never_leave_a_mixed_pair() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("voxa");
+    pair_json(&home);
+    for round in 0..6 {
+        let children: Vec<Child> = (0..6)
+            .map(|_| {
+                voxa_cmd(&home)
+                    .args(["pair", "--rotate", "--json"])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let printed: Vec<Pair> = children
+            .into_iter()
+            .map(|child| {
+                let out = child.wait_with_output().unwrap();
+                assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                Pair::from_json(&String::from_utf8_lossy(&out.stdout))
+            })
+            .collect();
+        let found = inspect(&home);
+        assert!(found.journal.is_none());
+        assert!(
+            printed.contains(&found.files),
+            "round {round}: the secrets on disk are no pair any rotation printed (a mix): {:?}",
+            found.files
+        );
+        assert_eq!(pair_json(&home), found.files);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets never leak
+
+#[test]
+fn secrets_stay_out_of_every_log_status_error_and_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("voxa");
+    let workspace = tempfile::tempdir().unwrap();
+    let traced = |args: &[&str]| {
+        let out = voxa_cmd(&home).env("RUST_LOG", "trace").args(args).output().unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    let (status, pair_out, pair_err) = traced(&["pair", "--json", "--relay", "http://127.0.0.1:1"]);
+    assert!(status.success(), "{pair_err}");
+    let pair = Pair::from_json(&pair_out);
+    assert!(pair_out.contains(&pair.token) && pair_out.contains(&pair.code), "pair prints the secrets on purpose");
+    let wrong_token = "0f1e2d3c4b5a69788796a5b4c3d2e1f0";
+    let secrets = [pair.code.as_str(), pair.token.as_str(), wrong_token];
+    let mut outputs: Vec<(String, String)> = vec![("pair stderr".into(), pair_err)];
+
+    let mut cmd = voxa_cmd(&home);
+    cmd.env("RUST_LOG", "trace").args(["run", "--json", "--relay", "http://127.0.0.1:1", "--workspace"]);
+    cmd.arg(workspace.path());
+    let mut run = RunningVoxa::start(cmd);
+    // The dialer fails and retries: its errors and reconnect events are logged.
+    run.wait_event("reconnecting");
+    run.wait_event("reconnecting");
+
+    let (status, out, err) = traced(&["status", "--json"]);
+    assert!(status.success(), "{err}");
+    let shown: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown["paired"], true);
+    assert_eq!(shown["agent"]["port"], run.port);
+    outputs.push(("status".into(), format!("{out}{err}")));
+    // Asking the WebSocket library for its trace by name changes nothing.
+    let out =
+        voxa_cmd(&home).env("RUST_LOG", "tungstenite::handshake::client=trace,trace").arg("status").output().unwrap();
+    assert!(out.status.success());
+    outputs.push(("status, tungstenite trace".into(), String::from_utf8_lossy(&out.stderr).into_owned()));
+
+    let (status, out, err) = traced(&["call", "no_such_tool"]);
+    assert_eq!(status.code(), Some(3), "an unknown tool is a failed call: {err}");
+    assert!(err.contains("unknown-tool"), "{err}");
+    outputs.push(("call unknown-tool".into(), format!("{out}{err}")));
+    let (status, out, err) = traced(&["call", "--json", "list_dir"]);
+    assert!(matches!(status.code(), Some(0 | 3)), "list_dir answers (a result or a tool error): {err}");
+    outputs.push(("call list_dir".into(), format!("{out}{err}")));
+
+    // A client holding a stale token: `voxa call` is refused.
+    let token_file = home.join("auth_token");
+    std::fs::write(&token_file, format!("{wrong_token}\n")).unwrap();
+    let (status, out, err) = traced(&["call", "list_dir"]);
+    std::fs::write(&token_file, format!("{}\n", pair.token)).unwrap();
+    assert_eq!(status.code(), Some(4), "a refused call exits 4: {err}");
+    assert!(err.contains("bearer-refused"), "{err}");
+    outputs.push(("call refused".into(), format!("{out}{err}")));
+
+    // Wrong and right hellos in-band, where the token travels in a WebSocket frame.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let url = format!("ws://127.0.0.1:{}/", run.port);
+        let mut wrong = connect(&url).await;
+        send(&mut wrong, json!({"type":"hello","token": wrong_token})).await;
+        assert_eq!(recv_close(&mut wrong).await, (1008, "bearer-refused".into()));
+        let mut right = connect(&url).await;
+        send(&mut right, json!({"type":"hello","token": pair.token})).await;
+        recv_type(&mut right, "hello_ok").await;
+        send(&mut right, json!({"type":"tool_call","id":"t","name":"no_such_tool","args":{"token": "x"}})).await;
+        recv_result(&mut right, "t").await;
+        send(&mut right, json!({"type":"status"})).await;
+        let status = recv_type(&mut right, "status").await;
+        outputs.push(("status frame".into(), status.to_string()));
+    });
+
+    let (run_out, run_err) = run.stop();
+    assert!(run_err.contains("TRACE") || run_err.contains("DEBUG"), "RUST_LOG=trace took effect");
+    outputs.push(("run stdout".into(), run_out));
+    outputs.push(("run stderr".into(), run_err));
+    for (what, text) in &outputs {
+        assert_no_secret(what, text, &secrets);
+    }
+    // Nothing in the home holds them but the two secret files: not config, agent.json or audit.
+    let mut stack = vec![home.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if !["auth_token", "relay_code"].iter().any(|n| path.ends_with(n)) {
+                let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+                assert_no_secret(&path.display().to_string(), &text, &secrets);
+            }
+        }
+    }
+}
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+#[test]
+fn agent_trace_output_never_holds_a_secret() {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(captured.clone())
+        .with_ansi(false)
+        .finish()
+        .with(voxa::logging::secret_safe());
+    // Scoped to this thread; the current-thread runtime keeps every agent task on it.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let wrong_token = "00ff00ff00ff00ff00ff00ff00ff00ff";
+    let (code, token) = runtime.block_on(async {
+        let agent = TestAgent::start(None).await;
+        let mut wrong = connect(&agent.loopback_url()).await;
+        send(&mut wrong, json!({"type":"hello","token": wrong_token, "client":"t"})).await;
+        assert_eq!(recv_close(&mut wrong).await, (1008, "bearer-refused".into()));
+        // A malformed hello carrying the real token, before and after authentication: a log line
+        // that echoed the frame would leak it.
+        let malformed = json!({"type":"hello","token": agent.token(),"client": 5});
+        let mut early = connect(&agent.loopback_url()).await;
+        send(&mut early, malformed.clone()).await;
+        assert_eq!(recv_close(&mut early).await, (1008, "unauthenticated-call".into()));
+        let mut right = agent.local_client().await;
+        send(&mut right, malformed).await;
+        assert_eq!(recv_error(&mut right).await["code"], "bad-frame");
+        send(&mut right, json!({"type":"tool_call","id":"c1","name":"no_such_tool"})).await;
+        recv_result(&mut right, "c1").await;
+        let (code, token) = (agent.code().to_owned(), agent.token().to_owned());
+        drop(right);
+        agent.agent.stop().await;
+        (code, token)
+    });
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("bad frame"), "the capture saw the agent's own events:\n{logs}");
+    assert_no_secret("agent trace", &logs, &[&code, &token, wrong_token]);
+}
+
+async fn recv_error(socket: &mut ClientSocket) -> Value {
+    loop {
+        let value = recv_json(socket).await;
+        if value["type"] == "error" {
+            return value;
+        }
+    }
+}
+
+/// The close code and reason, or what came instead.
+async fn read_close(socket: &mut ClientSocket) -> Result<(u16, String), String> {
+    loop {
+        match socket.next().await {
+            Some(Ok(Message::Close(Some(frame)))) => return Ok((u16::from(frame.code), frame.reason.to_string())),
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+            other => return Err(format!("{other:?}")),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Refusal storm
+
+#[test]
+fn a_storm_of_wrong_tokens_is_refused_while_the_owner_is_served() {
+    const ATTEMPTS: usize = 10_000;
+    const CONCURRENCY: usize = 50;
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("voxa");
+    let workspace = tempfile::tempdir().unwrap();
+    let pair = {
+        let out = voxa(&home, &["pair", "--json", "--relay", "http://127.0.0.1:1"]);
+        Pair::from_json(&String::from_utf8_lossy(&out.stdout))
+    };
+    let mut cmd = voxa_cmd(&home);
+    cmd.args(["run", "--json", "--relay", "http://127.0.0.1:1", "--workspace"]).arg(workspace.path());
+    let run = RunningVoxa::start(cmd);
+    let url = format!("ws://127.0.0.1:{}/", run.port);
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let (outcomes, latencies, elapsed) = runtime.block_on(async {
+        let next = Arc::new(AtomicUsize::new(0));
+        let refused = Arc::new(AtomicUsize::new(0));
+        let failures = Arc::new(Mutex::new(BTreeMap::<String, usize>::new()));
+        let started = Instant::now();
+        let mut attackers = tokio::task::JoinSet::new();
+        for _ in 0..CONCURRENCY {
+            let (next, refused, failures, url) = (next.clone(), refused.clone(), failures.clone(), url.clone());
+            attackers.spawn(async move {
+                while next.fetch_add(1, Ordering::Relaxed) < ATTEMPTS {
+                    let outcome = tokio::time::timeout(STEP, async {
+                        let mut socket =
+                            voxa::dial::connect(&url, &Default::default()).await.map_err(|e| format!("{e:#}"))?;
+                        let token = format!("{:032x}", rand::rng().random::<u128>());
+                        let hello = json!({"type":"hello","token":token}).to_string();
+                        socket.send(Message::text(hello)).await.map_err(|e| e.to_string())?;
+                        read_close(&mut socket).await
+                    })
+                    .await;
+                    match outcome {
+                        Ok(Ok((1008, reason))) if reason == "bearer-refused" => {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                        other => *failures.lock().unwrap().entry(format!("{other:?}")).or_default() += 1,
+                    }
+                }
+            });
+        }
+        // The owner keeps asking for status throughout the storm.
+        let mut owner = connect(&url).await;
+        send(&mut owner, json!({"type":"hello","token": pair.token})).await;
+        recv_type(&mut owner, "hello_ok").await;
+        let mut latencies = Vec::new();
+        while !attackers.is_empty() {
+            let asked = Instant::now();
+            send(&mut owner, json!({"type":"status"})).await;
+            let status = recv_type(&mut owner, "status").await;
+            latencies.push(asked.elapsed());
+            assert_eq!(status["pid"], run.child.id());
+            while let Some(joined) = attackers.try_join_next() {
+                joined.unwrap();
+            }
+            assert!(started.elapsed() < Duration::from_secs(300), "storm did not finish in 5 minutes");
+        }
+        let failures = failures.lock().unwrap().clone();
+        ((refused.load(Ordering::Relaxed), failures), latencies, started.elapsed())
+    });
+    let ((refused, failures), mut latencies) = (outcomes, latencies);
+    latencies.sort();
+    println!(
+        "refusal storm: {refused}/{ATTEMPTS} wrong tokens refused in {elapsed:?} ({:.0}/s, {CONCURRENCY} at once); \
+         owner answered {} status requests, latency p50 {:?}, p99 {:?}, max {:?}",
+        ATTEMPTS as f64 / elapsed.as_secs_f64(),
+        latencies.len(),
+        percentile(&latencies, 0.50),
+        percentile(&latencies, 0.99),
+        latencies.last().copied().unwrap_or_default(),
+    );
+    assert!(failures.is_empty(), "wrong tokens not refused with 1008 bearer-refused: {failures:?}");
+    assert_eq!(refused, ATTEMPTS);
+    assert!(!latencies.is_empty());
+    run.stop();
+}
