@@ -76,7 +76,8 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 async fn local_client(agent: &Agent) -> ClientSocket {
-    let mut socket = voxa::dial::connect(&format!("ws://127.0.0.1:{}/", agent.port), &DialOptions::default()).await.unwrap();
+    let mut socket =
+        voxa::dial::connect(&format!("ws://127.0.0.1:{}/", agent.port), &DialOptions::default()).await.unwrap();
     socket.send(Message::text(json!({"type":"hello","token": agent.token}).to_string())).await.unwrap();
     wait_for(&mut socket, |v| v["type"] == "hello_ok").await;
     socket
@@ -151,21 +152,37 @@ pub fn run(report: &mut Report) {
         let agent = tokio::task::spawn_blocking(move || start_agent(&format!("http://{relay_addr}"))).await.unwrap();
 
         tokio::time::sleep(Duration::from_secs(2)).await;
-        report.add("agent", "idle RSS (connected to relay, no phone)", format!("{:.1} MB", rss_kib(agent.child.id()) as f64 / 1024.0), "≤ 10 MB");
+        report.add(
+            "agent",
+            "idle RSS (connected to relay, no phone)",
+            format!("{:.1} MB", rss_kib(agent.child.id()) as f64 / 1024.0),
+            "≤ 10 MB",
+        );
 
         let mut local = local_client(&agent).await;
         round_trips(&mut local, "list_dir", json!({}), 50).await; // warm-up
         let mut trivial = round_trips(&mut local, "list_dir", json!({}), CALLS).await;
-        report.add("loopback", "tool call round trip (list_dir, empty dir)", fmt_us(percentiles(&mut trivial)), "p50 < 200 µs");
+        report.add(
+            "loopback",
+            "tool call round trip (list_dir, empty dir)",
+            fmt_us(percentiles(&mut trivial)),
+            "p50 < 200 µs",
+        );
 
         let true_path = PathBuf::from(if Path::new("/usr/bin/true").exists() { "/usr/bin/true" } else { "/bin/true" });
         let mut direct = spawn_directly(&true_path, 200);
-        let mut via_tool = round_trips(&mut local, "run_command", json!({"command": true_path.display().to_string()}), 200).await;
+        let mut via_tool =
+            round_trips(&mut local, "run_command", json!({"command": true_path.display().to_string()}), 200).await;
         let (direct_p50, _) = percentiles(&mut direct);
         let (tool_p50, tool_p99) = percentiles(&mut via_tool);
         report.add("loopback", "spawn `true` directly", fmt_us(percentiles(&mut direct)), "baseline");
         report.add("loopback", "run_command `true` (PTY)", fmt_us((tool_p50, tool_p99)), "");
-        report.add("loopback", "run_command added over direct spawn (p50)", format!("{:.2} ms", (tool_p50 - direct_p50) / 1000.0), "< 3 ms");
+        report.add(
+            "loopback",
+            "run_command added over direct spawn (p50)",
+            format!("{:.2} ms", (tool_p50 - direct_p50) / 1000.0),
+            "< 3 ms",
+        );
 
         let mut through_relay = phone(relay_addr, &agent).await;
         round_trips(&mut through_relay, "list_dir", json!({}), 50).await;
@@ -190,7 +207,12 @@ pub fn run(report: &mut Report) {
         }
         let (p50, _) = percentiles(&mut reconnects);
         let max = reconnects.iter().cloned().fold(0.0, f64::max);
-        report.add("agent", "back after relay restart (3 restarts)", format!("median {p50:.0} ms, max {max:.0} ms"), "≤ 1 s backoff + connect");
+        report.add(
+            "agent",
+            "back after relay restart (3 restarts)",
+            format!("median {p50:.0} ms, max {max:.0} ms"),
+            "≤ 1 s backoff + connect",
+        );
         relay.cancel();
     });
 }
