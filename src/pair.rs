@@ -29,7 +29,12 @@ pub fn run(settings: &Settings, args: &PairArgs) -> Result<()> {
         "url": url,
         "relay": relay.as_str(),
     });
-    let human = pairing_text(&relay, &secrets, !args.no_qr, printer.is_terminal())?;
+    // Encoding the QR code is most of this command's CPU time; `--json` never shows it.
+    let human = if printer.is_json() {
+        String::new()
+    } else {
+        pairing_text(&relay, &secrets, !args.no_qr, printer.is_terminal())?
+    };
     printer.result(&value, human)?;
     Ok(())
 }

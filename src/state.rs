@@ -312,17 +312,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut nonce = [0u8; 6];
     let _ = rand::rngs::OsRng.try_fill_bytes(&mut nonce);
     let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), hex::encode(nonce)));
-    let result =
-        (|| -> Result<()> {
-            let mut file =
-                OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).with_context(|| {
-                    format!("could not write {} (creating a temporary file beside it)", path.display())
-                })?;
-            file.write_all(bytes).with_context(|| format!("could not write {}", path.display()))?;
-            file.sync_all().with_context(|| format!("could not write {} (fsync)", path.display()))?;
-            fs::rename(&tmp, path).with_context(|| format!("could not replace {}", path.display()))?;
-            sync_dir(dir)
-        })();
+    let result = (|| -> Result<()> {
+        let what = || format!("could not write {}", path.display());
+        let mut file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).with_context(what)?;
+        file.write_all(bytes).with_context(what)?;
+        file.sync_all().with_context(what)?;
+        fs::rename(&tmp, path).with_context(|| format!("could not replace {}", path.display()))?;
+        sync_dir(dir)
+    })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }

@@ -221,6 +221,21 @@ fn decode_qr(text: &str) -> String {
 }
 
 #[test]
+fn a_closed_stdout_is_not_an_error() {
+    use std::process::{Command, Stdio};
+
+    let (_tmp, home) = fresh_home();
+    pair_json(&home, &["pair", "--json"]);
+    // A pipe whose reader is gone, as in `voxa pair | head -0`: the reader exits first.
+    let mut reader = Command::new("true").stdin(Stdio::piped()).spawn().unwrap();
+    let orphaned = Stdio::from(reader.stdin.take().unwrap());
+    assert!(reader.wait().unwrap().success());
+    let out = voxa_cmd(&home).arg("pair").stdout(orphaned).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+}
+
+#[test]
 fn relay_precedence_is_flag_then_environment_then_saved_then_default() {
     let (_tmp, home) = fresh_home();
     let relay_of = |value: &Value| field(value, "relay").to_owned();
@@ -358,7 +373,7 @@ fn corrupt_secret_files_are_reported_and_kept_until_rotated() {
         fs::write(&path, bytes).unwrap();
         let before = snapshot(&home);
         let out = voxa(&home, &["pair", "--json"]);
-        let err = assert_refused(&out, 2, &path.display().to_string(), &[token_text.clone()]);
+        let err = assert_refused(&out, 2, &path.display().to_string(), std::slice::from_ref(&token_text));
         assert!(err.contains("voxa pair --rotate"), "{what}: the fix is named: {err}");
         if bytes.len() >= 8 {
             let partial = String::from_utf8_lossy(&bytes[..8]).into_owned();
