@@ -15,7 +15,7 @@
 
 use std::ffi::OsString;
 use std::io::{ErrorKind, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,13 +62,19 @@ pub(crate) async fn run_command(
     cancel: CancellationToken,
 ) -> Result<Value, ToolError> {
     let started = Instant::now();
+    let CommandRequest { command, cwd, timeout } = request;
     let kill = Arc::new(AtomicBool::new(false));
-    let pump = Pump::start(&request, &env, Output::new(progress), kill.clone())?;
     // Whatever happens to this future from here on (even being dropped), the session is killed.
     let _kill_on_drop = KillOnDrop(kill.clone());
-    let mut finished = tokio::task::spawn_blocking(move || pump.run());
+    let mut finished = {
+        let kill = kill.clone();
+        // Opening the terminal and forking are blocking too: all of it runs off the async threads.
+        tokio::task::spawn_blocking(move || {
+            Pump::start(&command, &cwd, &env, Output::new(progress), kill).map(Pump::run)
+        })
+    };
 
-    let deadline = tokio::time::sleep(request.timeout);
+    let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
     let stopped = tokio::select! {
         biased;
@@ -77,18 +83,24 @@ pub(crate) async fn run_command(
         _ = &mut deadline => ErrorCode::Timeout,
     };
     kill.store(true, Ordering::Release);
-    let outcome = finished.await.map_err(|err| internal(format!("the command reader failed: {err}")))?;
+    let outcome = flatten(finished.await)?;
     let message = match stopped {
         ErrorCode::Timeout => {
-            format!("command timed out after {} ms and was stopped", request.timeout.as_millis())
+            format!("command timed out after {} ms and was stopped", timeout.as_millis())
         }
         _ => "command was cancelled and stopped".to_owned(),
     };
     Err(ToolError::new(stopped, format!("{message}{}", last_output(&outcome.output))))
 }
 
-fn answer(joined: Result<PumpOutcome, tokio::task::JoinError>, started: Instant) -> Result<Value, ToolError> {
-    let outcome = joined.map_err(|err| internal(format!("the command reader failed: {err}")))?;
+type Joined = Result<Result<PumpOutcome, ToolError>, tokio::task::JoinError>;
+
+fn flatten(joined: Joined) -> Result<PumpOutcome, ToolError> {
+    joined.map_err(|err| internal(format!("the command reader failed: {err}")))?
+}
+
+fn answer(joined: Joined, started: Instant) -> Result<Value, ToolError> {
+    let outcome = flatten(joined)?;
     let Some(status) = outcome.status else {
         return Err(internal(format!("lost track of the command{}", last_output(&outcome.output))));
     };
@@ -143,7 +155,8 @@ struct Pump {
 
 impl Pump {
     fn start(
-        request: &CommandRequest,
+        command: &str,
+        cwd: &Path,
         env: &[(OsString, OsString)],
         output: Output,
         kill: Arc<AtomicBool>,
@@ -154,8 +167,8 @@ impl Pump {
         let mut builder = CommandBuilder::new(SHELL);
         // The redirection runs before the command, on its own line, so the command's own syntax
         // is untouched.
-        builder.args(["-c", &format!("exec </dev/null\n{}", request.command)]);
-        builder.cwd(&request.cwd);
+        builder.args(["-c", &format!("exec </dev/null\n{command}")]);
+        builder.cwd(cwd);
         builder.env_clear();
         for (key, value) in env {
             builder.env(key, value);

@@ -87,12 +87,12 @@ fn target(display_arg: Option<String>, env_display: Option<String>) -> Result<St
     }
 }
 
-/// `:N` or `:N.S`.
+/// `:N` or `:N.S`, with at most four digits (the X port 6000 + N must fit in 16 bits).
 #[cfg(not(target_os = "macos"))]
 fn is_local_display(display: &str) -> bool {
     let Some(rest) = display.strip_prefix(':') else { return false };
     let (number, screen) = rest.split_once('.').map_or((rest, None), |(n, s)| (n, Some(s)));
-    let digits = |text: &str| !text.is_empty() && text.len() <= 5 && text.bytes().all(|b| b.is_ascii_digit());
+    let digits = |text: &str| !text.is_empty() && text.len() <= 4 && text.bytes().all(|b| b.is_ascii_digit());
     digits(number) && screen.is_none_or(digits)
 }
 
@@ -334,7 +334,7 @@ mod tests {
         for ok in [":0", ":99", ":1.0"] {
             assert_eq!(target(Some(ok.into()), None).unwrap(), ok);
         }
-        for bad in ["evil.example:0", "localhost:0", ":", ":a", ":1.", "unix:0", "/tmp/.X11-unix/X0", ""] {
+        for bad in ["evil.example:0", "localhost:0", ":", ":a", ":1.", ":65000", "unix:0", "/tmp/.X11-unix/X0", ""] {
             assert_eq!(target(Some(bad.into()), None).unwrap_err().code, ErrorCode::InvalidArgs, "{bad}");
         }
         assert_eq!(target(None, None).unwrap_err().code, ErrorCode::Unavailable);

@@ -2,3 +2,4 @@
 //! a script would drive them.
 
 mod support;
+mod tools;
