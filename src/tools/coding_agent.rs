@@ -40,6 +40,8 @@ const MAX_LINE_LEN: usize = 4 << 20;
 const STDERR_KEEP: usize = 8 << 10;
 /// After SIGKILL, how long the agent gets to be reaped.
 const KILL_GRACE: Duration = Duration::from_secs(5);
+/// After the agent exits, how long output still in its pipes is awaited.
+const DRAIN_GRACE: Duration = Duration::from_millis(500);
 
 /// A validated `coding_agent` call, its program already found.
 #[derive(Debug)]
@@ -130,53 +132,49 @@ pub(crate) async fn run(
             ToolError::new(code, format!("could not start {}: {err}", request.command.program))
         })?;
     let guard = GroupGuard(child.id());
-    let stdout = child.stdout.take();
+    let mut stdout = child.stdout.take().map(|stdout| LineReader::new(BufReader::new(stdout)));
     let stderr = child.stderr.take().map(|stderr| tokio::spawn(read_capped(stderr, STDERR_KEEP)));
 
     let mut output = Output::new(progress);
     let mut answer = Answer::default();
+    let mut stripper = AnsiStripper::new();
     let stream_json = request.command.format == "stream-json";
     let deadline = tokio::time::sleep(CODING_AGENT_TIMEOUT);
     tokio::pin!(deadline);
+    // Set once the agent has exited: output still in flight is read until then, no longer, even
+    // if something that escaped its process group holds the pipe open.
+    let drain = tokio::time::sleep(Duration::MAX);
+    tokio::pin!(drain);
+    let mut status = None;
 
-    let mut stopped = None;
-    if let Some(stdout) = stdout {
-        let mut reader = BufReader::new(stdout);
-        let mut line = Vec::new();
-        let mut stripper = AnsiStripper::new();
-        stopped = loop {
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => break Some(ErrorCode::Cancelled),
-                _ = &mut deadline => break Some(ErrorCode::Timeout),
-                next = next_line(&mut reader, &mut line) => match next {
-                    Ok(Some(true)) => {}
-                    Ok(Some(false)) if stream_json => answer.stream_json_line(&line, &mut output),
-                    Ok(Some(false)) => {
-                        output.push(&stripper.feed(&line));
-                        output.push("\n");
-                    }
-                    Ok(None) => break None,
-                    Err(err) => {
-                        tracing::debug!(%err, "coding agent output ended");
-                        break None;
-                    }
-                },
-            }
-        };
-    }
-    let status = match stopped {
-        Some(_) => None,
-        None => tokio::select! {
+    let stopped = loop {
+        if status.is_some() && stdout.is_none() {
+            break None;
+        }
+        tokio::select! {
             biased;
-            _ = cancel.cancelled() => { stopped = Some(ErrorCode::Cancelled); None }
-            _ = &mut deadline => { stopped = Some(ErrorCode::Timeout); None }
-            status = child.wait() => Some(status),
-        },
+            _ = cancel.cancelled() => break Some(ErrorCode::Cancelled),
+            _ = &mut deadline => break Some(ErrorCode::Timeout),
+            exit = child.wait(), if status.is_none() => {
+                status = Some(exit);
+                // The agent is gone; so is anything it left running in its group.
+                guard.kill();
+                drain.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
+            }
+            _ = &mut drain, if status.is_some() => break None,
+            next = next_line(&mut stdout) => match next {
+                Some(line) if stream_json => answer.stream_json_line(&line, &mut output),
+                Some(line) => {
+                    output.push(&stripper.feed(&line));
+                    output.push("\n");
+                }
+                None => stdout = None,
+            },
+        }
     };
     if let Some(code) = stopped {
         guard.kill();
-        if tokio::time::timeout(KILL_GRACE, child.wait()).await.is_ok() {
+        if status.is_some() || tokio::time::timeout(KILL_GRACE, child.wait()).await.is_ok() {
             guard.disarm();
         }
         let message = match code {
@@ -187,14 +185,18 @@ pub(crate) async fn run(
         };
         return Err(ToolError::new(code, format!("{message}{}", last_output(&output))));
     }
-    // The agent exited: whatever it left running in its group goes too.
-    guard.kill();
     guard.disarm();
     let status = status
         .unwrap_or_else(|| Err(std::io::Error::other("no exit status")))
         .map_err(|err| ToolError::new(ErrorCode::Internal, format!("could not wait for the coding agent: {err}")))?;
     let stderr = match stderr {
-        Some(task) => task.await.unwrap_or_default(),
+        Some(mut task) => match tokio::time::timeout(DRAIN_GRACE, &mut task).await {
+            Ok(joined) => joined.unwrap_or_default(),
+            Err(_) => {
+                task.abort();
+                Vec::new()
+            }
+        },
         None => Vec::new(),
     };
     output.flush_progress();
@@ -209,6 +211,21 @@ pub(crate) async fn run(
         result["is_error"] = Value::Bool(true);
     }
     Ok(result)
+}
+
+/// The next complete line of the agent's output; pending forever once there is none, so a
+/// `select!` arm simply goes quiet.
+async fn next_line<R: AsyncBufRead + Unpin>(reader: &mut Option<LineReader<R>>) -> Option<Vec<u8>> {
+    match reader {
+        Some(reader) => match reader.next().await {
+            Ok(line) => line,
+            Err(err) => {
+                tracing::debug!(%err, "coding agent output ended");
+                None
+            }
+        },
+        None => std::future::pending().await,
+    }
 }
 
 /// What a stream-json run has said so far.
@@ -251,32 +268,49 @@ impl Answer {
     }
 }
 
-/// Reads one `\n`-terminated line into `line`. `Some(true)` for a line longer than
-/// [`MAX_LINE_LEN`] (its bytes are dropped as they arrive), `None` at end of stream.
-async fn next_line<R: AsyncBufRead + Unpin>(reader: &mut R, line: &mut Vec<u8>) -> std::io::Result<Option<bool>> {
-    line.clear();
-    let mut overlong = false;
-    loop {
-        let available = reader.fill_buf().await?;
-        if available.is_empty() {
-            return Ok((!line.is_empty() || overlong).then_some(overlong));
-        }
-        let (chunk, used, done) = match available.iter().position(|&byte| byte == b'\n') {
-            Some(end) => (&available[..end], end + 1, true),
-            None => (available, available.len(), false),
-        };
-        if overlong || line.len() + chunk.len() > MAX_LINE_LEN {
-            overlong = true;
-            line.clear();
-        } else {
-            line.extend_from_slice(chunk);
-        }
-        reader.consume(used);
-        if done {
-            if line.last() == Some(&b'\r') {
-                line.pop();
+/// Splits a stream into `\n`-terminated lines, each at most [`MAX_LINE_LEN`] bytes (longer lines
+/// are dropped as they arrive). Cancel-safe: a partial line survives a dropped `next` future.
+struct LineReader<R> {
+    reader: R,
+    line: Vec<u8>,
+    overlong: bool,
+}
+
+impl<R: AsyncBufRead + Unpin> LineReader<R> {
+    fn new(reader: R) -> Self {
+        LineReader { reader, line: Vec::new(), overlong: false }
+    }
+
+    /// The next line without its `\n` (or `\r\n`); `None` at end of stream.
+    async fn next(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+        loop {
+            let available = self.reader.fill_buf().await?;
+            if available.is_empty() {
+                let last = std::mem::take(&mut self.line);
+                let overlong = std::mem::take(&mut self.overlong);
+                return Ok((!last.is_empty() && !overlong).then_some(last));
             }
-            return Ok(Some(overlong));
+            let (chunk, used, done) = match available.iter().position(|&byte| byte == b'\n') {
+                Some(end) => (&available[..end], end + 1, true),
+                None => (available, available.len(), false),
+            };
+            if self.overlong || self.line.len() + chunk.len() > MAX_LINE_LEN {
+                self.overlong = true;
+                self.line = Vec::new();
+            } else {
+                self.line.extend_from_slice(chunk);
+            }
+            self.reader.consume(used);
+            if done {
+                let mut line = std::mem::take(&mut self.line);
+                if std::mem::take(&mut self.overlong) {
+                    continue;
+                }
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                return Ok(Some(line));
+            }
         }
     }
 }
@@ -333,17 +367,12 @@ mod tests {
         let mut input = b"one\r\ntwo\n".to_vec();
         input.extend_from_slice(&long);
         input.extend_from_slice(b"\nthree");
-        let mut reader = BufReader::with_capacity(64, input.as_slice());
-        let mut line = Vec::new();
-        assert_eq!(next_line(&mut reader, &mut line).await.unwrap(), Some(false));
-        assert_eq!(line, b"one");
-        assert_eq!(next_line(&mut reader, &mut line).await.unwrap(), Some(false));
-        assert_eq!(line, b"two");
-        assert_eq!(next_line(&mut reader, &mut line).await.unwrap(), Some(true));
-        assert!(line.is_empty());
-        assert_eq!(next_line(&mut reader, &mut line).await.unwrap(), Some(false));
-        assert_eq!(line, b"three");
-        assert_eq!(next_line(&mut reader, &mut line).await.unwrap(), None);
+        let mut lines = LineReader::new(BufReader::with_capacity(64, input.as_slice()));
+        assert_eq!(lines.next().await.unwrap().unwrap(), b"one");
+        assert_eq!(lines.next().await.unwrap().unwrap(), b"two");
+        // The overlong line is skipped entirely.
+        assert_eq!(lines.next().await.unwrap().unwrap(), b"three");
+        assert_eq!(lines.next().await.unwrap(), None);
     }
 
     #[test]

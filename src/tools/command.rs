@@ -1,6 +1,6 @@
 //! `run_command`: one shell command in a pseudo-terminal.
 //!
-//! Decisions (also in the tool description and README):
+//! Decisions:
 //! - The command runs as `/bin/sh -c <command>` with the agent's environment: POSIX syntax the
 //!   voice model knows, no login-profile side effects, the same on every machine. `TERM=dumb`,
 //!   `PAGER=cat` and `GIT_PAGER=cat` keep programs from drawing progress bars or opening pagers.
@@ -176,20 +176,17 @@ impl Pump {
         for (key, value) in [("TERM", "dumb"), ("PAGER", "cat"), ("GIT_PAGER", "cat")] {
             builder.env(key, value);
         }
+        // Both ends of the reading side exist before the shell does: nothing can fail between
+        // starting it and owning it.
+        let terminal_error = |err: anyhow::Error| internal(format!("could not set up the terminal: {err:#}"));
+        let reader = pair.master.try_clone_reader().map_err(terminal_error)?;
+        let writer = pair.master.take_writer().map_err(terminal_error)?;
         let child =
             pair.slave.spawn_command(builder).map_err(|err| internal(format!("could not start {SHELL}: {err:#}")))?;
         // Only the shell holds the terminal's slave side now, so its exit shows as end-of-file.
         drop(pair.slave);
         let pid = child.process_id();
-        let mut pump = Pump {
-            reader: pair.master.try_clone_reader().map_err(|err| internal(format!("terminal: {err:#}")))?,
-            writer: pair.master.take_writer().map_err(|err| internal(format!("terminal: {err:#}")))?,
-            master: pair.master,
-            child,
-            pid,
-            kill,
-            output,
-        };
+        let mut pump = Pump { master: pair.master, reader, writer, child, pid, kill, output };
         if let Err(err) = pump.writer.write_all(&[EOT]) {
             tracing::debug!(%err, "could not queue end-of-file on the command's input");
         }

@@ -7,6 +7,7 @@
 //! file's permissions. Only regular files are read or written; FIFOs and devices are refused
 //! without being opened for blocking.
 
+use std::borrow::Cow;
 use std::fs::{File, OpenOptions, Permissions};
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -110,11 +111,11 @@ pub(crate) fn write_file(
     if content.len() > MAX_WRITE_LEN * 4 / 3 + 4 {
         return Err(too_large(content.len()));
     }
-    let bytes = match encoding {
-        Encoding::Utf8 => content.as_bytes().to_vec(),
-        Encoding::Base64 => base64::engine::general_purpose::STANDARD.decode(content).map_err(|err| {
+    let bytes: Cow<[u8]> = match encoding {
+        Encoding::Utf8 => Cow::Borrowed(content.as_bytes()),
+        Encoding::Base64 => Cow::Owned(base64::engine::general_purpose::STANDARD.decode(content).map_err(|err| {
             ToolError::new(ErrorCode::InvalidArgs, format!("field `content` is not valid base64: {err}"))
-        })?,
+        })?),
     };
     if bytes.len() > MAX_WRITE_LEN {
         return Err(too_large(bytes.len()));

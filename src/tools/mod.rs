@@ -359,7 +359,14 @@ impl Toolbox {
             Err(err) => err.code.as_str(),
         };
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        tracing::debug!(tool = %output::prefix(&name, 64), id = %output::prefix(&id, 64), %caller, outcome, duration_ms, "tool call");
+        tracing::debug!(
+            tool = %output::prefix(&name, 64),
+            id = %output::prefix(&id, 64),
+            %caller,
+            outcome,
+            duration_ms,
+            "tool call"
+        );
         if let Some(audit) = &self.inner.audit {
             let record = CallRecord {
                 caller,
@@ -422,7 +429,6 @@ impl Toolbox {
         cancel: CancellationToken,
     ) -> Result<ToolOutput, ToolError> {
         let inner = &self.inner;
-        let text = |result: Result<Value, ToolError>| result.map(|result| ToolOutput { result, image: None });
         match spec.name {
             "run_command" => {
                 let command = args.str("command").unwrap_or_default();
@@ -439,7 +445,7 @@ impl Toolbox {
                 };
                 let cwd = self.directory(args.str("cwd"))?;
                 let request = command::CommandRequest { command: command.to_owned(), cwd, timeout };
-                text(command::run_command(request, inner.env.clone(), progress, cancel).await)
+                command::run_command(request, inner.env.clone(), progress, cancel).await.map(plain)
             }
             "read_file" => {
                 let path = args.str("path").unwrap_or_default().to_owned();
@@ -490,7 +496,7 @@ impl Toolbox {
                     command,
                     program,
                 };
-                text(coding_agent::run(request, inner.env.clone(), progress, cancel).await)
+                coding_agent::run(request, inner.env.clone(), progress, cancel).await.map(plain)
             }
             other => Err(ToolError::new(ErrorCode::Internal, format!("tool {other} has no implementation"))),
         }
@@ -507,7 +513,8 @@ impl Toolbox {
         tokio::select! {
             biased;
             _ = cancel.cancelled() => Err(ToolError::new(ErrorCode::Cancelled, "cancelled")),
-            joined = task => joined.unwrap_or_else(|err| Err(ToolError::new(ErrorCode::Internal, format!("tool failed: {err}")))),
+            joined = task => joined
+                .unwrap_or_else(|err| Err(ToolError::new(ErrorCode::Internal, format!("tool failed: {err}")))),
         }
     }
 
@@ -729,6 +736,12 @@ mod tests {
         let options = ToolboxOptions { env: Some(vec![("TOKEN".into(), "hunter2".into())]), ..Default::default() };
         let shown = format!("{options:?}");
         assert!(shown.contains("TOKEN") && !shown.contains("hunter2"), "{shown}");
+    }
+
+    #[test]
+    fn the_toolbox_is_shared_across_tasks() {
+        fn shareable<T: Clone + Send + Sync + 'static>() {}
+        shareable::<Toolbox>();
     }
 
     #[test]

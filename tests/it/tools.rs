@@ -530,7 +530,7 @@ async fn a_timeout_kills_the_whole_process_group() {
     let mut call = request(
         "run_command",
         // Deaf to SIGHUP, so only a real kill stops them.
-        json!({"command": "trap '' HUP; sleep 300 & echo child=$! shell=$$; wait", "timeout_ms": 3000}),
+        json!({"command": "trap '' HUP; sleep 300 & echo child=$! shell=$$; wait", "timeout_ms": 5000}),
     );
     call.progress = Some(tx);
     let toolbox = fx.toolbox.clone();
@@ -538,7 +538,7 @@ async fn a_timeout_kills_the_whole_process_group() {
     let pids = pids_from_progress(&mut progress, &["child=", "shell="]).await;
     let err = running.await.unwrap().unwrap_err();
     assert_eq!(err.code, ErrorCode::Timeout);
-    assert!(err.message.contains("3000 ms"), "{err}");
+    assert!(err.message.contains("5000 ms"), "{err}");
     assert!(err.message.contains("child="), "the message quotes the last output: {err}");
     assert_all_gone(&pids).await;
     assert_eq!(fx.audit().0[0]["outcome"], "timeout");
@@ -573,6 +573,25 @@ async fn background_processes_do_not_outlive_their_command() {
     let result = fx.ok("run_command", json!({"command": "trap '' HUP; sleep 300 & echo left=$!"})).await;
     let left: u32 = result["output"].as_str().unwrap().trim().trim_start_matches("left=").parse().unwrap();
     assert_all_gone(&[left]).await;
+}
+
+#[tokio::test]
+async fn a_process_that_escapes_the_session_cannot_hold_the_call_open() {
+    let fx = Fixture::new();
+    // `setsid` leaves the session (out of any agent's reach) but keeps the terminal open. The shell
+    // waits until the escape is done, so the kill at its exit cannot win the race.
+    let started = Instant::now();
+    let command = "setsid sh -c 'echo $$ > escaped.pid; exec sleep 300' & \
+                   while [ ! -s escaped.pid ]; do :; done; echo escaped=$(cat escaped.pid)";
+    let result = fx.ok("run_command", json!({ "command": command })).await;
+    let elapsed = started.elapsed();
+    let escaped: u32 = result["output"].as_str().unwrap().trim().trim_start_matches("escaped=").parse().unwrap();
+    assert!(is_running(escaped), "the escaped process should still be running (it is not ours to kill)");
+    if let Some(pid) = rustix::process::Pid::from_raw(escaped as i32) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+    assert_eq!(result["exit_code"], 0);
+    assert!(elapsed < Duration::from_secs(30), "the call waited {elapsed:?} for a process it does not own");
 }
 
 // ---------------------------------------------------------------------------------------------
