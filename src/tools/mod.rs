@@ -138,8 +138,11 @@ impl ParamType {
 /// One parameter of a tool.
 #[derive(Clone, Copy, Debug)]
 pub struct ParamSpec {
+    /// Field name in `args`.
     pub name: &'static str,
+    /// JSON type the field must have.
     pub kind: ParamType,
+    /// Absent (or `null`) is `invalid-args` when true.
     pub required: bool,
     /// Written for the voice model.
     pub description: &'static str,
@@ -148,9 +151,11 @@ pub struct ParamSpec {
 /// One tool: the single source for `hello_ok`, Gemini's declarations and argument checks.
 #[derive(Clone, Copy, Debug)]
 pub struct ToolSpec {
+    /// Name on the wire, in `hello_ok` and in Gemini's declarations.
     pub name: &'static str,
     /// One line, written for the voice model.
     pub description: &'static str,
+    /// Every field the tool accepts; any other is `invalid-args`.
     pub params: &'static [ParamSpec],
     /// True for tools a read-only policy refuses: they can change the machine.
     pub changes_machine: bool,
