@@ -6,3 +6,4 @@ mod cli;
 mod harness;
 mod run;
 mod support;
+mod tools;
