@@ -270,9 +270,3 @@ mod tests {
         assert!(lines[0].get("forged").is_none());
     }
 }
-
-impl Audit {
-    pub fn new(dir: PathBuf) -> Self {
-        Audit { dir }
-    }
-}
