@@ -689,13 +689,13 @@ async fn configured_text_agents_run_with_the_prompt_in_place() {
 // screenshot
 
 /// An Xvfb server on a free display, stopped when dropped.
-struct Xvfb {
+pub struct Xvfb {
     child: Child,
-    display: String,
+    pub display: String,
 }
 
 impl Xvfb {
-    fn start(screen: &str) -> Xvfb {
+    pub fn start(screen: &str) -> Xvfb {
         let spawned = Command::new("Xvfb")
             .args(["-displayfd", "1", "-screen", "0", screen, "-nolisten", "tcp", "-noreset"])
             .stdin(Stdio::null())
