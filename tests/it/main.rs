@@ -2,7 +2,10 @@
 //! a script would drive them.
 
 mod agent;
+mod cli;
 mod harness;
 mod hostile;
 mod proof;
+mod run;
 mod support;
+mod tools;
