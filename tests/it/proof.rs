@@ -609,3 +609,58 @@ fn a_storm_of_wrong_tokens_is_refused_while_the_owner_is_served() {
     assert!(!latencies.is_empty());
     run.stop();
 }
+
+// ---------------------------------------------------------------------------------------------
+// Load
+
+/// Sends `count` `run_command` calls at once on one session and collects every result by id.
+async fn concurrent_commands(client: &mut ClientSocket, count: usize, command: &str) -> BTreeMap<String, Value> {
+    for i in 0..count {
+        let command = command.replace("{i}", &i.to_string());
+        send(
+            client,
+            json!({"type":"tool_call","id": format!("load-{i}"),"name":"run_command","args":{"command": command}}),
+        )
+        .await;
+    }
+    let mut results = BTreeMap::new();
+    while results.len() < count {
+        let value = recv_json(client).await;
+        if value["type"] == "tool_result" {
+            let id = value["id"].as_str().unwrap().to_owned();
+            assert!(results.insert(id.clone(), value).is_none(), "two results for {id}");
+        }
+    }
+    results
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_concurrent_calls_on_one_agent_are_all_answered() {
+    const CALLS: usize = 200;
+    let agent = TestAgent::start_with(None, |options| options.config.max_concurrent_calls = Some(CALLS)).await;
+    let mut client = agent.local_client().await;
+    let started = Instant::now();
+    let results = concurrent_commands(&mut client, CALLS, "sleep 1; echo done-{i}").await;
+    let elapsed = started.elapsed();
+    for i in 0..CALLS {
+        let result = &results[&format!("load-{i}")];
+        assert_eq!(result["ok"], true, "{result}");
+        assert_eq!(result["result"]["exit_code"], 0, "{result}");
+        let output = result["result"]["output"].as_str().unwrap();
+        assert!(output.contains(&format!("done-{i}")), "call {i} got another call's output: {output:?}");
+    }
+    println!("load: {CALLS} concurrent `sleep 1` calls on one session all answered in {elapsed:?}");
+    // One at a time they would take 200 s: they ran side by side, none queued behind another.
+    assert!(elapsed < Duration::from_secs(100), "calls were serialised: {elapsed:?}");
+
+    // With the default limit, calls over it are answered `busy` at once — never lost, never queued.
+    let agent = TestAgent::start(None).await;
+    let mut client = agent.local_client().await;
+    let results = concurrent_commands(&mut client, CALLS, "sleep 3; echo done-{i}").await;
+    let ok = results.values().filter(|r| r["ok"] == true).count();
+    let busy = results.values().filter(|r| r["error"]["code"] == "busy").count();
+    println!("load: default limit: {ok} ran, {busy} answered busy");
+    assert_eq!(ok + busy, CALLS, "every call either ran or was refused busy");
+    assert!(ok >= voxa::tools::DEFAULT_MAX_CONCURRENT_CALLS, "the limit's worth of calls ran ({ok})");
+    assert!(busy > 0, "calls over the limit are refused, not queued");
+}
