@@ -36,6 +36,13 @@ pub const ENV_JOIN_TIMEOUT: Duration = Duration::from_secs(4);
 pub const ENV_HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time a cancelled call waits for the environment's own `cancelled` result.
 pub const CANCEL_GRACE: Duration = Duration::from_secs(5);
+/// A call is written at once only on a session that has calls in flight and was heard from this
+/// recently; otherwise one `status` round trip goes first, so a notice that the environment left,
+/// already on its way, is read before the call is sent, and the call goes on a fresh session
+/// instead of being lost. Costs one relay round trip on a call after a pause.
+pub const LINK_FRESH: Duration = Duration::from_millis(200);
+/// Time the environment has to answer that check.
+pub const LINK_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on one environment's reachability check in `fleet`.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(8);
 /// Name of the host's tool that lists environments.
@@ -104,11 +111,19 @@ struct Link {
 }
 
 enum LinkCommand {
-    Call { id: String, name: String, args: Value, progress: mpsc::Sender<String>, reply: oneshot::Sender<Outcome> },
+    Call { id: String, name: String, args: Value, progress: mpsc::Sender<String>, reply: oneshot::Sender<Delivery> },
     Cancel { id: String },
 }
 
 type Outcome = Result<Value, ToolError>;
+
+/// What became of a call handed to a session.
+enum Delivery {
+    /// The environment answered, or the session ended after the call was sent.
+    Done(Outcome),
+    /// The session ended before the call was written: the environment never saw it.
+    NotSent,
+}
 
 fn refusal(code: ErrorCode, message: impl Into<String>) -> ToolError {
     ToolError::new(code, message)
@@ -223,32 +238,48 @@ impl Inner {
         progress: mpsc::Sender<String>,
         cancel: CancellationToken,
     ) -> Result<Value, ToolError> {
-        let (_, resolved) = self.resolve(&env)?;
-        let target = match resolved {
-            Resolved::Local => return self.run_local(call, progress, cancel).await,
-            Resolved::Remote(target) => target,
-        };
-        let commands = tokio::select! {
-            _ = cancel.cancelled() => return Err(refusal(ErrorCode::Cancelled, "cancelled before the environment answered")),
-            link = self.link(&target) => link?,
-        };
-        let id = format!("h{}", self.next_id.fetch_add(1, Ordering::Relaxed));
-        let (reply, mut answer) = oneshot::channel();
-        let command = LinkCommand::Call { id: id.clone(), name: call.name, args: call.args, progress, reply };
-        if commands.send(command).await.is_err() {
-            return Err(unreachable("the session with the environment ended"));
-        }
-        let lost = || unreachable("the session with the environment ended before the result");
-        tokio::select! {
-            outcome = &mut answer => outcome.unwrap_or_else(|_| Err(lost())),
-            _ = cancel.cancelled() => {
-                let _ = commands.send(LinkCommand::Cancel { id }).await;
-                match tokio::time::timeout(CANCEL_GRACE, answer).await {
-                    Ok(Ok(outcome)) => outcome,
-                    _ => Err(refusal(ErrorCode::Cancelled, "cancelled")),
+        let cancelled = || refusal(ErrorCode::Cancelled, "cancelled before the environment answered");
+        // A call that provably never left this host (its session ended first) is sent once more
+        // on a fresh session; anything the environment may have seen is never repeated.
+        for _attempt in 0..2 {
+            let (_, resolved) = self.resolve(&env)?;
+            let target = match resolved {
+                Resolved::Local => return self.run_local(call, progress, cancel).await,
+                Resolved::Remote(target) => target,
+            };
+            let commands = tokio::select! {
+                _ = cancel.cancelled() => return Err(cancelled()),
+                link = self.link(&target) => link?,
+            };
+            let id = format!("h{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+            let (reply, mut answer) = oneshot::channel();
+            let command = LinkCommand::Call {
+                id: id.clone(),
+                name: call.name.clone(),
+                args: call.args.clone(),
+                progress: progress.clone(),
+                reply,
+            };
+            if commands.send(command).await.is_err() {
+                continue;
+            }
+            let delivery = tokio::select! {
+                delivery = &mut answer => delivery,
+                _ = cancel.cancelled() => {
+                    let _ = commands.send(LinkCommand::Cancel { id }).await;
+                    return match tokio::time::timeout(CANCEL_GRACE, answer).await {
+                        Ok(Ok(Delivery::Done(outcome))) => outcome,
+                        _ => Err(refusal(ErrorCode::Cancelled, "cancelled")),
+                    };
                 }
+            };
+            match delivery {
+                Ok(Delivery::Done(outcome)) => return outcome,
+                Ok(Delivery::NotSent) => continue,
+                Err(_) => return Err(unreachable("the session with the environment ended before the result")),
             }
         }
+        Err(unreachable("the session with the environment ended before the call could be sent"))
     }
 
     async fn run_local(
@@ -303,13 +334,7 @@ impl Inner {
         let (socket, tools) = handshake(target, &dial).await?;
         let (commands, receiver) = mpsc::channel(protocol::SEND_QUEUE_FRAMES);
         let alive = self.options.shutdown.child_token();
-        let actor = LinkActor {
-            home: self.options.home.clone(),
-            env_key: target.env_key.clone(),
-            fingerprint,
-            alive: alive.clone(),
-            pending: HashMap::new(),
-        };
+        let actor = LinkActor::new(self.options.home.clone(), target.env_key.clone(), fingerprint, alive.clone());
         let span = info_span!("environment", env = %&target.env_key[..16]);
         self.options.tasks.spawn(actor.run(socket, receiver).instrument(span));
         *guard = Some(Link { commands: commands.clone(), alive, fingerprint, tools });
@@ -526,6 +551,13 @@ fn refused_by_environment(code: ErrorCode) -> ToolError {
     refusal(if code.is_refusal() { code } else { ErrorCode::EnvironmentIdentityMismatch }, message)
 }
 
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The next text frame, or `None` when the socket ended.
 async fn next_text(socket: &mut ClientSocket) -> Option<String> {
     loop {
@@ -539,7 +571,14 @@ async fn next_text(socket: &mut ClientSocket) -> Option<String> {
 
 struct Pending {
     progress: mpsc::Sender<String>,
-    reply: oneshot::Sender<Outcome>,
+    reply: oneshot::Sender<Delivery>,
+}
+
+/// A call waiting for the session check before it is written.
+struct Queued {
+    id: String,
+    frame: Message,
+    pending: Pending,
 }
 
 /// Serves one verified environment session until it ends.
@@ -549,6 +588,10 @@ struct LinkActor {
     fingerprint: [u8; 32],
     alive: CancellationToken,
     pending: HashMap<String, Pending>,
+    queued: Vec<Queued>,
+    /// Set while a `status` check is outstanding.
+    check_deadline: Option<tokio::time::Instant>,
+    last_heard: Instant,
 }
 
 enum Step {
@@ -557,14 +600,50 @@ enum Step {
 }
 
 impl LinkActor {
+    fn new(home: Home, env_key: String, fingerprint: [u8; 32], alive: CancellationToken) -> Self {
+        LinkActor {
+            home,
+            env_key,
+            fingerprint,
+            alive,
+            pending: HashMap::new(),
+            queued: Vec::new(),
+            check_deadline: None,
+            last_heard: Instant::now(),
+        }
+    }
+
     async fn run(mut self, socket: ClientSocket, mut commands: mpsc::Receiver<LinkCommand>) {
         let (mut sink, mut stream) = socket.split();
-        let mut last_heard = Instant::now();
         let mut ticker = tokio::time::interval(protocol::PING_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let end = loop {
+        let end = 'session: loop {
+            let check_deadline = self.check_deadline;
             tokio::select! {
+                // Frames already received are read before new calls are written.
+                biased;
                 _ = self.alive.cancelled() => break unreachable("the session with the environment was closed"),
+                frame = stream.next() => {
+                    self.last_heard = Instant::now();
+                    let step = match frame {
+                        Some(Ok(Message::Text(text))) => self.on_text(&text).await,
+                        Some(Ok(Message::Close(_))) | None => Step::End(unreachable("the relay closed the connection")),
+                        Some(Err(err)) => {
+                            debug!(%err, "environment session failed");
+                            Step::End(unreachable("the relay connection failed"))
+                        }
+                        Some(Ok(_)) => Step::Continue,
+                    };
+                    if let Step::End(error) = step {
+                        break error;
+                    }
+                    for frame in self.flush_if_checked() {
+                        if sink.send(frame).await.is_err() {
+                            break 'session unreachable("the relay connection failed");
+                        }
+                    }
+                }
+                _ = sleep_until(check_deadline) => break unreachable("the environment stopped answering"),
                 command = commands.recv() => {
                     let Some(command) = command else { break unreachable("the host stopped") };
                     if let Some(frame) = self.on_command(command) {
@@ -574,51 +653,80 @@ impl LinkActor {
                     }
                 }
                 _ = ticker.tick() => {
-                    if last_heard.elapsed() >= protocol::IDLE_TIMEOUT {
+                    if self.last_heard.elapsed() >= protocol::IDLE_TIMEOUT {
                         break unreachable("the environment stopped answering");
                     }
                     let _ = sink.send(Message::Ping(Default::default())).await;
-                }
-                frame = stream.next() => {
-                    last_heard = Instant::now();
-                    match frame {
-                        Some(Ok(Message::Text(text))) => match self.on_text(&text).await {
-                            Step::Continue => {}
-                            Step::End(error) => break error,
-                        },
-                        Some(Ok(Message::Close(_))) | None => break unreachable("the relay closed the connection"),
-                        Some(Err(err)) => {
-                            debug!(%err, "environment session failed");
-                            break unreachable("the relay connection failed");
-                        }
-                        Some(Ok(_)) => {}
-                    }
                 }
             }
         };
         self.alive.cancel();
         commands.close();
         for (_, pending) in self.pending.drain() {
-            let _ = pending.reply.send(Err(end.clone()));
+            let _ = pending.reply.send(Delivery::Done(Err(end.clone())));
+        }
+        for queued in self.queued.drain(..) {
+            let _ = queued.pending.reply.send(Delivery::NotSent);
+        }
+        while let Ok(command) = commands.try_recv() {
+            if let LinkCommand::Call { reply, .. } = command {
+                let _ = reply.send(Delivery::NotSent);
+            }
         }
         let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
     }
 
+    /// The frame to write for a command, if any: the call itself on a fresh session, else a
+    /// `status` check with the call queued behind it.
     fn on_command(&mut self, command: LinkCommand) -> Option<Message> {
         match command {
             LinkCommand::Call { id, name, args, progress, reply } => {
-                if self.pending.len() >= protocol::MAX_CALLS_IN_FLIGHT {
-                    let _ = reply.send(Err(refusal(ErrorCode::Busy, "too many calls in flight to this environment")));
+                if self.pending.len() + self.queued.len() >= protocol::MAX_CALLS_IN_FLIGHT {
+                    let busy = refusal(ErrorCode::Busy, "too many calls in flight to this environment");
+                    let _ = reply.send(Delivery::Done(Err(busy)));
                     return None;
                 }
-                let frame = json!({"type": "tool_call", "id": id, "name": name, "args": args});
-                self.pending.insert(id, Pending { progress, reply });
-                Some(Message::text(frame.to_string()))
+                let frame =
+                    Message::text(json!({"type": "tool_call", "id": id, "name": name, "args": args}).to_string());
+                let pending = Pending { progress, reply };
+                if self.check_deadline.is_some() {
+                    self.queued.push(Queued { id, frame, pending });
+                    return None;
+                }
+                // Writing on a session the environment may just have left would lose the call, so an
+                // idle session is checked first; only a busy, recently heard one is trusted as is.
+                if !self.pending.is_empty() && self.last_heard.elapsed() < LINK_FRESH {
+                    self.pending.insert(id, pending);
+                    return Some(frame);
+                }
+                self.queued.push(Queued { id, frame, pending });
+                self.check_deadline = Some(tokio::time::Instant::now() + LINK_CHECK_TIMEOUT);
+                Some(Message::text(json!({"type": "status"}).to_string()))
             }
             LinkCommand::Cancel { id } => {
+                if let Some(index) = self.queued.iter().position(|q| q.id == id) {
+                    let queued = self.queued.remove(index);
+                    let cancelled = refusal(ErrorCode::Cancelled, "cancelled before it was sent");
+                    let _ = queued.pending.reply.send(Delivery::Done(Err(cancelled)));
+                    return None;
+                }
                 self.pending.contains_key(&id).then(|| Message::text(json!({"type": "cancel", "id": id}).to_string()))
             }
         }
+    }
+
+    /// The queued calls, once the check has been answered.
+    fn flush_if_checked(&mut self) -> Vec<Message> {
+        if self.check_deadline.is_some() {
+            return Vec::new();
+        }
+        self.queued
+            .drain(..)
+            .map(|queued| {
+                self.pending.insert(queued.id, queued.pending);
+                queued.frame
+            })
+            .collect()
     }
 
     async fn on_text(&mut self, text: &str) -> Step {
@@ -646,9 +754,11 @@ impl LinkActor {
                             .error
                             .unwrap_or_else(|| refusal(ErrorCode::Internal, "the environment sent no error")))
                     };
-                    let _ = pending.reply.send(outcome);
+                    let _ = pending.reply.send(Delivery::Done(outcome));
                 }
             }
+            // The answer to the session check: the environment that proved its key is still there.
+            Ok(AgentMessage::Status(_)) => self.check_deadline = None,
             Ok(AgentMessage::Error { code: ErrorCode::PairingRevoked, .. }) => {
                 self.forget_revoked_bearer().await;
                 return Step::End(refused_by_environment(ErrorCode::PairingRevoked));

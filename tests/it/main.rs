@@ -2,6 +2,7 @@
 //! a script would drive them.
 
 mod agent;
+mod environments;
 mod harness;
 mod run;
 mod support;
