@@ -2,7 +2,9 @@
 //! a script would drive them.
 
 mod agent;
+mod cli;
 mod environments;
 mod harness;
 mod run;
 mod support;
+mod tools;
