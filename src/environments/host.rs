@@ -154,18 +154,6 @@ impl HostRouter {
     pub async fn fleet_list(&self, probe: bool) -> Result<Value, ToolError> {
         self.inner.clone().fleet_list(probe).await
     }
-
-    /// Closes every pooled environment session.
-    pub fn close_all(&self) {
-        let slots: Vec<_> = self.inner.pool.lock().map(|pool| pool.values().cloned().collect()).unwrap_or_default();
-        for slot in slots {
-            if let Ok(guard) = slot.try_lock() {
-                if let Some(link) = guard.as_ref() {
-                    link.alive.cancel();
-                }
-            }
-        }
-    }
 }
 
 impl EnvRouter for HostRouter {

@@ -19,11 +19,8 @@ pub mod line;
 pub mod store;
 
 use std::fmt::Write as _;
-use std::fs::OpenOptions;
-use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use futures_util::{SinkExt, StreamExt};
 use rand::TryRngCore;
 use serde_json::{json, Value};
@@ -265,39 +262,20 @@ pub fn revoke(home: &Home, target: &str, host_token: &str, caller: &str) -> Resu
         }
         Ok(Revoked { pairings: ids, already: false })
     })?;
+    let audit = crate::audit::Audit::new(home.audit_dir()?);
     for id in &revoked.pairings {
-        let record = json!({
-            "caller": caller,
-            "event": "revoke",
-            "outcome": "ok",
-            "rule": ErrorCode::PairingRevoked.as_str(),
-            "subject": id,
-        });
-        if let Err(err) = audit_event(home, record) {
+        let record = crate::audit::EventRecord {
+            caller: caller.to_owned(),
+            event: "revoke".into(),
+            outcome: "ok".into(),
+            rule: Some(ErrorCode::PairingRevoked.as_str().into()),
+            subject: Some(id.clone()),
+        };
+        if let Err(err) = audit.record_event(&record) {
             tracing::warn!("could not write the audit record of revoking {id}: {err:#}");
         }
     }
     Ok(revoked)
-}
-
-/// Appends one event line to `audit/<UTC date>.jsonl` (0600, append-only): time, caller, event,
-/// outcome, rule, subject. Never a bearer or token.
-fn audit_event(home: &Home, record: Value) -> Result<()> {
-    let time = store::now();
-    let mut line = json!({"time": time});
-    if let (Some(line), Value::Object(fields)) = (line.as_object_mut(), record) {
-        line.extend(fields);
-    }
-    let path = home.audit_dir()?.join(format!("{}.jsonl", &time[..10]));
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(&path)
-        .with_context(|| format!("could not open {}", path.display()))?;
-    let mut bytes = line.to_string().into_bytes();
-    bytes.push(b'\n');
-    file.write_all(&bytes).with_context(|| format!("could not write {}", path.display()))
 }
 
 /// An environment the host forgot.
