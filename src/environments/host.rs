@@ -447,11 +447,16 @@ fn action_of(args: &Value) -> &str {
 /// verify the answer. Bounded at every step.
 async fn handshake(target: &Target, dial: &DialOptions) -> Result<(ClientSocket, Vec<String>), ToolError> {
     let url = target.relay.socket_url("/ws", target.code.expose());
-    let mut socket = match tokio::time::timeout(ENV_CONNECT_TIMEOUT, dial::connect(&url, dial)).await {
+    let socket = match tokio::time::timeout(ENV_CONNECT_TIMEOUT, dial::connect(&url, dial)).await {
         Ok(Ok(socket)) => socket,
         Ok(Err(err)) => return Err(unreachable(format!("could not reach relay {}: {err:#}", target.relay))),
         Err(_) => return Err(unreachable(format!("relay {} did not answer in time", target.relay))),
     };
+    hello_on(socket, target).await
+}
+
+/// The handshake on a connected relay socket.
+async fn hello_on(mut socket: ClientSocket, target: &Target) -> Result<(ClientSocket, Vec<String>), ToolError> {
     let joined = tokio::time::timeout(ENV_JOIN_TIMEOUT, async {
         loop {
             match next_text(&mut socket).await {
@@ -764,7 +769,7 @@ impl LinkActor {
     async fn forget_revoked_bearer(&self) {
         let (home, env_key, fingerprint) = (self.home.clone(), self.env_key.clone(), self.fingerprint);
         let result = tokio::task::spawn_blocking(move || {
-            store::update(&home, |registry, pairings| {
+            store::update(&home, |_, pairings| {
                 let Some(outbound) = pairings.outbound.get(&env_key) else { return Ok(()) };
                 let relay = RelayUrl::parse(&outbound.relay).map_err(anyhow::Error::new)?;
                 let current = Target {
@@ -783,7 +788,6 @@ impl LinkActor {
                     bearer_sha256: hash,
                     revoked_at: store::now(),
                 });
-                let _ = registry;
                 Ok(())
             })
         })
@@ -793,5 +797,221 @@ impl LinkActor {
             Ok(Err(err)) => warn!("could not record the revoked pairing: {err:#}"),
             Err(err) => warn!("could not record the revoked pairing: {err}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::identity::Identity;
+    use super::*;
+    use tokio::io::DuplexStream;
+    use tokio_tungstenite::WebSocketStream;
+
+    type Relay = WebSocketStream<DuplexStream>;
+    /// How a played environment answers a hello.
+    type Answer = Box<dyn FnOnce(&Value) -> Option<Value> + Send>;
+
+    /// A host socket and the far end, where the test plays relay and environment.
+    async fn sockets() -> (ClientSocket, Relay) {
+        let (near, far) = tokio::io::duplex(1 << 16);
+        let server = tokio::spawn(async move { tokio_tungstenite::accept_async(far).await.unwrap() });
+        let near: Box<dyn dial::Io> = Box::new(near);
+        let (client, _) = tokio_tungstenite::client_async("ws://relay.test/ws?code=x", near).await.unwrap();
+        (client, server.await.unwrap())
+    }
+
+    fn target(identity: &Identity) -> Target {
+        Target {
+            env_key: identity.env_key(),
+            relay: RelayUrl::parse("https://relay.example.com").unwrap(),
+            code: Secret::from_string("0".repeat(32)),
+            bearer: Secret::from_string(format!("vbx_{}", "1".repeat(32))),
+        }
+    }
+
+    async fn send_json(relay: &mut Relay, value: Value) {
+        relay.send(Message::text(value.to_string())).await.unwrap();
+    }
+
+    async fn recv_json(relay: &mut Relay) -> Value {
+        loop {
+            match relay.next().await.unwrap().unwrap() {
+                Message::Text(text) => return serde_json::from_str(&text).unwrap(),
+                _ => continue,
+            }
+        }
+    }
+
+    fn joined() -> Value {
+        json!({"type":"__peer","peer":"agent","state":"joined"})
+    }
+
+    /// Runs the handshake against an environment that answers `answer(hello)`.
+    async fn handshake_with(
+        identity: &Identity,
+        answer: impl FnOnce(&Value) -> Option<Value> + Send + 'static,
+    ) -> Result<Vec<String>, ToolError> {
+        let (client, mut relay) = sockets().await;
+        let environment = tokio::spawn(async move {
+            send_json(&mut relay, joined()).await;
+            let hello = recv_json(&mut relay).await;
+            if let Some(reply) = answer(&hello) {
+                send_json(&mut relay, reply).await;
+            }
+            let _ = relay.next().await; // Keep the socket open until the host is done.
+            hello
+        });
+        let outcome = hello_on(client, &target(identity)).await.map(|(_, tools)| tools);
+        environment.abort();
+        outcome
+    }
+
+    fn hello_ok(env_key: &str, signature: &str) -> Value {
+        json!({"type":"hello_ok","agent":"voxa/t","mode":"hosted","tools":["list_dir"],"protocol":1,"envKey": env_key,"signature": signature})
+    }
+
+    #[tokio::test]
+    async fn a_proven_environment_is_accepted_with_its_tools() {
+        let identity = Arc::new(Identity::generate().unwrap());
+        let signer = identity.clone();
+        let tools = handshake_with(&identity, move |hello| {
+            assert_eq!(hello["role"], "host");
+            assert_eq!(hello["envKey"], signer.env_key().as_str());
+            assert!(hello["bearer"].as_str().unwrap().starts_with("vbx_"));
+            let nonce = hello["nonce"].as_str().unwrap();
+            Some(hello_ok(&signer.env_key(), &signer.sign_nonce(nonce)))
+        })
+        .await
+        .unwrap();
+        assert_eq!(tools, ["list_dir"]);
+    }
+
+    #[tokio::test]
+    async fn answers_that_do_not_prove_the_key_are_an_identity_mismatch() {
+        let identity = Arc::new(Identity::generate().unwrap());
+        let impostor = Arc::new(Identity::generate().unwrap());
+        let key = identity.env_key();
+        let cases: Vec<Answer> = vec![
+            Box::new({
+                let key = key.clone();
+                move |_| Some(hello_ok(&key, &"0".repeat(128)))
+            }),
+            Box::new({
+                let impostor = impostor.clone();
+                move |hello| Some(hello_ok(&impostor.env_key(), &impostor.sign_nonce(hello["nonce"].as_str().unwrap())))
+            }),
+            Box::new({
+                let (key, identity) = (key.clone(), identity.clone());
+                move |_| Some(hello_ok(&key, &identity.sign_nonce(&"a".repeat(32))))
+            }),
+            Box::new({
+                let key = key.clone();
+                move |_| Some(json!({"type":"hello_ok","agent":"x","mode":"hosted","tools":[],"envKey": key}))
+            }),
+        ];
+        for answer in cases {
+            let error = handshake_with(&identity, answer).await.unwrap_err();
+            assert_eq!(error.code, ErrorCode::EnvironmentIdentityMismatch);
+        }
+    }
+
+    #[tokio::test]
+    async fn refusals_of_the_environment_keep_their_code_and_never_echo() {
+        let identity = Identity::generate().unwrap();
+        for code in ["unknown-environment", "bearer-refused", "pairing-revoked"] {
+            let error =
+                handshake_with(&identity, move |_| Some(json!({"type":"error","code": code,"message":"vbx_echo"})))
+                    .await
+                    .unwrap_err();
+            assert_eq!(error.code.as_str(), code);
+            assert!(!error.message.contains("vbx_"), "{}", error.message);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_absent_or_silent_environment_is_unreachable_within_bounds() {
+        let identity = Identity::generate().unwrap();
+        let (client, relay) = sockets().await;
+        let started = tokio::time::Instant::now();
+        let error = hello_on(client, &target(&identity)).await.err().unwrap();
+        assert_eq!(error.code, ErrorCode::EnvironmentUnreachable);
+        assert_eq!(started.elapsed(), ENV_JOIN_TIMEOUT);
+        drop(relay);
+
+        let started = tokio::time::Instant::now();
+        let error = handshake_with(&identity, |_| None).await.unwrap_err();
+        assert_eq!(error.code, ErrorCode::EnvironmentUnreachable);
+        assert_eq!(started.elapsed(), ENV_HELLO_TIMEOUT);
+
+        let error = handshake_with(&identity, |_| Some(json!({"type":"__peer","peer":"agent","state":"left"})))
+            .await
+            .unwrap_err();
+        assert_eq!(error.code, ErrorCode::EnvironmentUnreachable);
+    }
+
+    /// A running link actor and the far end of its socket.
+    async fn actor() -> (mpsc::Sender<LinkCommand>, Relay, CancellationToken, tempfile::TempDir) {
+        let (client, relay) = sockets().await;
+        let tmp = tempfile::tempdir().unwrap();
+        let alive = CancellationToken::new();
+        let actor = LinkActor::new(Home::at(tmp.path().join("h")), "k".repeat(64), [0; 32], alive.clone());
+        let (commands, receiver) = mpsc::channel(8);
+        tokio::spawn(actor.run(client, receiver));
+        (commands, relay, alive, tmp)
+    }
+
+    async fn call(commands: &mpsc::Sender<LinkCommand>, id: &str) -> oneshot::Receiver<Delivery> {
+        let (reply, answer) = oneshot::channel();
+        let (progress, _) = mpsc::channel(1);
+        let command = LinkCommand::Call { id: id.into(), name: "list_dir".into(), args: json!({}), progress, reply };
+        commands.send(command).await.unwrap();
+        answer
+    }
+
+    #[tokio::test]
+    async fn an_idle_session_is_checked_before_a_call_is_written() {
+        let (commands, mut relay, _alive, _tmp) = actor().await;
+        let answer = call(&commands, "h1").await;
+        assert_eq!(recv_json(&mut relay).await["type"], "status");
+        let status = AgentMessage::Status(Default::default());
+        relay.send(Message::text(status.to_json())).await.unwrap();
+        let written = recv_json(&mut relay).await;
+        assert_eq!((written["type"].as_str(), written["id"].as_str()), (Some("tool_call"), Some("h1")));
+        send_json(&mut relay, json!({"type":"tool_result","id":"h1","ok":true,"result":{"n":1}})).await;
+        match answer.await.unwrap() {
+            Delivery::Done(Ok(value)) => assert_eq!(value, json!({"n":1})),
+            _ => panic!("expected the result"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_behind_a_check_the_environment_never_answered_is_not_sent() {
+        let (commands, mut relay, alive, _tmp) = actor().await;
+        let answer = call(&commands, "h1").await;
+        assert_eq!(recv_json(&mut relay).await["type"], "status");
+        send_json(&mut relay, json!({"type":"__peer","peer":"agent","state":"left"})).await;
+        assert!(matches!(answer.await.unwrap(), Delivery::NotSent));
+        alive.cancelled().await;
+        // Nothing but the check was ever written.
+        while let Some(Ok(frame)) = relay.next().await {
+            if let Message::Text(text) = frame {
+                panic!("unexpected frame after the session ended: {text}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn calls_in_flight_end_with_the_reason_the_session_ended() {
+        let (commands, mut relay, _alive, tmp) = actor().await;
+        let answer = call(&commands, "h1").await;
+        assert_eq!(recv_json(&mut relay).await["type"], "status");
+        relay.send(Message::text(AgentMessage::Status(Default::default()).to_json())).await.unwrap();
+        assert_eq!(recv_json(&mut relay).await["id"], "h1");
+        send_json(&mut relay, json!({"type":"error","code":"pairing-revoked"})).await;
+        match answer.await.unwrap() {
+            Delivery::Done(Err(error)) => assert_eq!(error.code, ErrorCode::PairingRevoked),
+            _ => panic!("expected pairing-revoked"),
+        }
+        drop(tmp);
     }
 }
