@@ -3,6 +3,7 @@
 
 mod agent;
 mod cli;
+mod environments;
 mod harness;
 mod run;
 mod support;
