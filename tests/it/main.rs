@@ -3,6 +3,7 @@
 
 mod agent;
 mod cli;
+mod environments;
 mod harness;
 mod hostile;
 mod proof;
