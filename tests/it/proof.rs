@@ -225,12 +225,13 @@ fn rotation_killed_at_random_points_leaves_the_old_or_the_new_pair() {
     let home = tmp.path().join("voxa");
     let mut current = pair_json(&home);
 
-    // Calibrate: kills are spread over one uninterrupted run of the command.
-    let mut runs = Vec::new();
+    // Calibrate: kills are spread over one uninterrupted run of the command, re-measured as the
+    // test goes (runs the kill missed), so a machine that gets busier still sees kills mid-run.
+    let mut runs = std::collections::VecDeque::new();
     for _ in 0..5 {
         let started = Instant::now();
         let out = voxa(&home, &["pair", "--rotate", "--json"]);
-        runs.push(started.elapsed());
+        runs.push_back(started.elapsed());
         assert!(out.status.success());
         let printed = Pair::from_json(&String::from_utf8_lossy(&out.stdout));
         assert_eq!(inspect(&home).files, printed, "an uninterrupted rotation leaves what it printed");
@@ -238,16 +239,23 @@ fn rotation_killed_at_random_points_leaves_the_old_or_the_new_pair() {
         assert_ne!(printed.token, current.token);
         current = printed;
     }
-    runs.sort();
-    let window = runs[runs.len() / 2];
+    let window = |runs: &std::collections::VecDeque<Duration>| {
+        let mut sorted: Vec<Duration> = runs.iter().copied().collect();
+        sorted.sort();
+        sorted[sorted.len() / 2]
+    };
 
     let mut rng = rand::rng();
     let (mut kills, mut interrupted, mut journal_pending, mut torn_pair_on_disk, mut temp_left) = (0, 0, 0, 0, 0);
     let mut completed_unprinted = 0;
+    let mut windows = Vec::new();
     // 100 kills, and more (up to 400) until a few landed inside the writes on a slow machine.
     while kills < 100 || (journal_pending + temp_left < 5 && kills < 400) {
         kills += 1;
+        let window = window(&runs);
+        windows.push(window);
         let delay = Duration::from_micros(rng.random_range(0..window.as_micros() as u64));
+        let started = Instant::now();
         let mut child = voxa_cmd(&home)
             .args(["pair", "--rotate", "--json"])
             .stdout(Stdio::piped())
@@ -260,6 +268,12 @@ fn rotation_killed_at_random_points_leaves_the_old_or_the_new_pair() {
         child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
         let status = child.wait().unwrap();
         let was_interrupted = status.signal() == Some(9);
+        if !was_interrupted {
+            runs.push_back(started.elapsed());
+            if runs.len() > 9 {
+                runs.pop_front();
+            }
+        }
 
         let found = inspect(&home);
         if !was_interrupted {
@@ -301,8 +315,10 @@ fn rotation_killed_at_random_points_leaves_the_old_or_the_new_pair() {
         );
         current = loaded;
     }
+    windows.sort();
+    let window = windows[windows.len() / 2];
     println!(
-        "rotation kills: {kills} kills over a {window:?} window; {interrupted} interrupted a run, \
+        "rotation kills: {kills} kills over a {window:?} window (median); {interrupted} interrupted a run, \
          {journal_pending} left a journal to finish, {torn_pair_on_disk} left one file rotated (finished from \
          the journal), {temp_left} left temp files, {completed_unprinted} finished writing before the kill"
     );
