@@ -32,9 +32,11 @@ use crate::http::{self, HeadError, RequestHead};
 use crate::protocol::{PeerRole, IDLE_TIMEOUT, MAX_FRAME_LEN, PING_INTERVAL, SEND_QUEUE_FRAMES};
 use crate::secret::{is_lower_hex, Secret, SECRET_HEX_LEN};
 
-/// Bytes queued for one socket's writer before it counts as a slow reader. A single frame always
-/// fits an empty queue, so this bounds a backlog, not the frame size.
+/// Bytes queued for one socket's writer before its senders wait. A single frame always fits an
+/// empty queue, so this bounds a backlog, not the frame size.
 pub const SEND_QUEUE_BYTES: usize = MAX_FRAME_LEN;
+/// Time a receiver whose queue is full may write nothing before it is closed 1013.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections (upgraded or not) one relay process serves at once; more are refused.
 pub const MAX_CONNECTIONS: usize = 50_000;
 /// Time a client has to finish its TLS handshake.
@@ -66,10 +68,12 @@ pub struct Limits {
     pub ping_interval: Duration,
     /// Silence after which a socket is dropped.
     pub idle_timeout: Duration,
-    /// Frames queued for a socket before it is closed 1013 as a slow reader.
+    /// Frames queued for a socket; while they are queued, the sender waits.
     pub send_queue_frames: usize,
-    /// Bytes queued for a socket before it is closed 1013 as a slow reader.
+    /// Bytes queued for a socket; while they are queued, the sender waits.
     pub send_queue_bytes: usize,
+    /// Time a socket with a full queue may write nothing before it is closed 1013 (slow reader).
+    pub stall_timeout: Duration,
     /// Largest message accepted; larger ones close the socket with 1009.
     pub max_frame_len: usize,
 }
@@ -81,6 +85,7 @@ impl Default for Limits {
             idle_timeout: IDLE_TIMEOUT,
             send_queue_frames: SEND_QUEUE_FRAMES,
             send_queue_bytes: SEND_QUEUE_BYTES,
+            stall_timeout: STALL_TIMEOUT,
             max_frame_len: MAX_FRAME_LEN,
         }
     }

@@ -320,8 +320,13 @@ fn unmask(payload: &mut [u8], mask: [u8; 4]) {
 }
 
 /// Writes one unmasked, unfragmented server frame: header and payload in one vectored write
-/// where the stream allows it, without copying the payload.
-pub(super) async fn write_frame<W: AsyncWrite + Unpin>(io: &mut W, opcode: u8, payload: &[u8]) -> io::Result<()> {
+/// where the stream allows it, without copying the payload. `wrote` hears of every write.
+pub(super) async fn write_frame<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    opcode: u8,
+    payload: &[u8],
+    mut wrote: impl FnMut(usize),
+) -> io::Result<()> {
     let mut head = [0u8; 10];
     let head_len = encode_header(&mut head, opcode, payload.len());
     let (mut head, mut body) = (&head[..head_len], payload);
@@ -334,6 +339,7 @@ pub(super) async fn write_frame<W: AsyncWrite + Unpin>(io: &mut W, opcode: u8, p
         if written == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
+        wrote(written);
         let from_head = written.min(head.len());
         head = &head[from_head..];
         body = &body[written - from_head..];
@@ -529,7 +535,7 @@ mod tests {
         for (len, head_len) in [(0, 2), (125, 2), (126, 4), (65_535, 4), (65_536, 10)] {
             let payload = vec![3u8; len];
             let mut out = Vec::new();
-            write_frame(&mut out, OP_BINARY, &payload).await.unwrap();
+            write_frame(&mut out, OP_BINARY, &payload, |_| {}).await.unwrap();
             assert_eq!(out.len(), head_len + len, "length {len}");
             assert_eq!(out[0], 0x82);
             assert_eq!(out[1] & 0x80, 0, "server frames are unmasked");

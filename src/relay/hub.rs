@@ -2,6 +2,7 @@
 //! bounded outgoing queue. This is the relay's only shared state.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
@@ -62,6 +63,15 @@ pub(super) struct QueueLimits {
     pub bytes: usize,
 }
 
+/// What became of a frame handed to a queue.
+pub(super) enum Push {
+    Queued,
+    /// The queue is full: the frame comes back, to be retried once there is room.
+    Full(OutFrame),
+    /// The socket is ending; the frame was dropped.
+    Dropped,
+}
+
 #[derive(Default)]
 struct OutboxState {
     frames: VecDeque<OutFrame>,
@@ -69,6 +79,15 @@ struct OutboxState {
     pong: Option<Vec<u8>>,
     ping: bool,
     end: Option<End>,
+    /// A sender waits for room: wake it when a frame leaves the queue.
+    room_wanted: bool,
+}
+
+impl OutboxState {
+    fn has_room(&self, limits: &QueueLimits, len: usize) -> bool {
+        // A frame always fits an empty queue, however large: the byte budget bounds a backlog.
+        self.frames.len() < limits.frames && (self.bytes == 0 || self.bytes.saturating_add(len) <= limits.bytes)
+    }
 }
 
 /// One socket's outgoing side: a bounded queue that other sockets push into and this socket's
@@ -77,11 +96,16 @@ pub(super) struct Outbox {
     state: Mutex<OutboxState>,
     writer_wake: Notify,
     end_wake: Notify,
+    room: Notify,
+    /// Bytes written to the socket so far: a stalled reader is one whose count stands still.
+    written: AtomicU64,
     limits: QueueLimits,
 }
 
 /// Frames kept allocated in an idle queue; a queue that grew past this is shrunk once drained.
 const IDLE_QUEUE_CAPACITY: usize = 8;
+/// Presence notices a full queue still takes beyond its limit; more mean the reader is gone.
+const NOTICE_ALLOWANCE: usize = 8;
 
 impl Outbox {
     pub(super) fn new(limits: QueueLimits) -> Self {
@@ -89,6 +113,8 @@ impl Outbox {
             state: Mutex::new(OutboxState::default()),
             writer_wake: Notify::new(),
             end_wake: Notify::new(),
+            room: Notify::new(),
+            written: AtomicU64::new(0),
             limits,
         }
     }
@@ -97,25 +123,64 @@ impl Outbox {
         lock(&self.state)
     }
 
-    /// Queues a frame. A reader that has fallen behind (queue full by frames or bytes) is ended
-    /// with 1013 and its queue freed; frames for an ending socket are dropped.
-    pub(super) fn push(&self, frame: OutFrame) {
+    /// Queues a data frame if there is room for it.
+    pub(super) fn push(&self, frame: OutFrame) -> Push {
+        let mut state = self.state();
+        if state.end.is_some() {
+            return Push::Dropped;
+        }
+        if !state.has_room(&self.limits, frame.payload.len()) {
+            state.room_wanted = true;
+            return Push::Full(frame);
+        }
+        state.bytes += frame.payload.len();
+        state.frames.push_back(frame);
+        drop(state);
+        self.writer_wake.notify_one();
+        Push::Queued
+    }
+
+    /// Queues a presence notice. Notices never wait: a full queue takes a few more, and a reader
+    /// that lets even those pile up is ended with 1013.
+    pub(super) fn push_notice(&self, frame: OutFrame) {
         let mut state = self.state();
         if state.end.is_some() {
             return;
         }
-        let len = frame.payload.len();
-        // A frame always fits an empty queue, however large: the byte budget bounds a backlog.
-        let over_bytes = state.bytes > 0 && state.bytes.saturating_add(len) > self.limits.bytes;
-        if state.frames.len() >= self.limits.frames || over_bytes {
+        if state.frames.len() >= self.limits.frames + NOTICE_ALLOWANCE {
             drop(state);
             self.end(End::Close { code: protocol::close::TRY_AGAIN_LATER, reason: "reader too slow" });
             return;
         }
-        state.bytes += len;
+        state.bytes += frame.payload.len();
         state.frames.push_back(frame);
         drop(state);
         self.writer_wake.notify_one();
+    }
+
+    /// Resolves when a frame of `len` bytes may fit, or the socket is ending.
+    pub(super) async fn room_for(&self, len: usize) {
+        let notified = self.room.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        {
+            let mut state = self.state();
+            if state.end.is_some() || state.has_room(&self.limits, len) {
+                return;
+            }
+            state.room_wanted = true;
+        }
+        notified.await;
+    }
+
+    /// Counts bytes the writer put on the wire.
+    pub(super) fn wrote(&self, bytes: usize) {
+        self.written.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Bytes written to the socket so far.
+    pub(super) fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
     }
 
     /// Asks the writer to answer a ping (only the latest one needs an answer).
@@ -153,6 +218,7 @@ impl Outbox {
         drop(dropped);
         self.writer_wake.notify_one();
         self.end_wake.notify_one();
+        self.room.notify_waiters();
     }
 
     /// How the socket ends, once that is decided.
@@ -187,6 +253,10 @@ impl Outbox {
         state.bytes -= frame.payload.len();
         if state.frames.is_empty() && state.frames.capacity() > IDLE_QUEUE_CAPACITY {
             state.frames.shrink_to(IDLE_QUEUE_CAPACITY);
+        }
+        if std::mem::take(&mut state.room_wanted) {
+            drop(state);
+            self.room.notify_waiters();
         }
         Some(Action::Frame(frame))
     }
@@ -241,6 +311,14 @@ fn notice(peer: PeerRole, state: PeerState) -> OutFrame {
     OutFrame::text(PeerNotice::new(peer, state).to_json())
 }
 
+/// Outcome of [`Hub::forward`].
+pub(super) enum Forward {
+    /// Queued for the other side, or dropped because nobody is there to take it.
+    Done,
+    /// The other side's queue is full.
+    Full(OutFrame, Arc<Outbox>),
+}
+
 /// Relay codes to their slots. Locks are taken in one order: map, then slot, then outbox.
 #[derive(Default)]
 pub(super) struct Hub {
@@ -262,12 +340,12 @@ impl Hub {
         if let Some(previous) = previous {
             previous.outbox.end(End::Close { code: protocol::close::REPLACED, reason: "replaced" });
             if let Some(peer) = peer {
-                peer.push(notice(role, PeerState::Left));
+                peer.push_notice(notice(role, PeerState::Left));
             }
         }
         if let Some(peer) = peer {
-            peer.push(notice(role, PeerState::Joined));
-            outbox.push(notice(other(role), PeerState::Joined));
+            peer.push_notice(notice(role, PeerState::Joined));
+            outbox.push_notice(notice(other(role), PeerState::Joined));
         }
         drop(members);
         slot
@@ -281,7 +359,7 @@ impl Hub {
         if own.as_ref().is_some_and(|member| member.conn == conn) {
             *own = None;
             if let Some(peer) = &members[index(other(role))] {
-                peer.outbox.push(notice(role, PeerState::Left));
+                peer.outbox.push_notice(notice(role, PeerState::Left));
             }
         }
         let empty = members.iter().all(Option::is_none);
@@ -292,16 +370,19 @@ impl Hub {
     }
 
     /// Hands a frame from the socket `conn` (holding `role`) to the other side, if there is one.
-    /// Frames from a replaced socket and frames with nobody to receive them are dropped.
-    pub(super) fn forward(slot: &Slot, role: PeerRole, conn: u64, frame: OutFrame) {
+    /// Frames from a replaced socket and frames with nobody to receive them are dropped; a frame
+    /// for a full queue comes back with that queue, for the caller to wait on.
+    pub(super) fn forward(slot: &Slot, role: PeerRole, conn: u64, frame: OutFrame) -> Forward {
         // Pushing under the slot lock keeps a replaced socket's late frames from landing after
         // the notices about its replacement.
         let members = lock(&slot.members);
         if !members[index(role)].as_ref().is_some_and(|member| member.conn == conn) {
-            return;
+            return Forward::Done;
         }
-        if let Some(peer) = &members[index(other(role))] {
-            peer.outbox.push(frame);
+        let Some(peer) = &members[index(other(role))] else { return Forward::Done };
+        match peer.outbox.push(frame) {
+            Push::Full(frame) => Forward::Full(frame, Arc::clone(&peer.outbox)),
+            Push::Queued | Push::Dropped => Forward::Done,
         }
     }
 
@@ -348,34 +429,62 @@ mod tests {
         format!(r#"{{"type":"__peer","peer":"{peer}","state":"left"}}"#)
     }
 
+    fn queued(outbox: &Outbox, frame: OutFrame) -> bool {
+        matches!(outbox.push(frame), Push::Queued)
+    }
+
     #[test]
     fn queue_is_bounded_by_frames_and_bytes_and_ending_frees_it() {
         let outbox = Outbox::new(LIMITS);
         for _ in 0..4 {
-            outbox.push(OutFrame::binary(vec![0; 10]));
+            assert!(queued(&outbox, OutFrame::binary(vec![0; 10])));
         }
         assert_eq!(outbox.queued(), (4, 40));
-        outbox.push(OutFrame::binary(vec![0; 10]));
-        assert_eq!(outbox.queued(), (0, 0), "a full queue is freed");
+        assert!(matches!(outbox.push(OutFrame::binary(vec![0; 10])), Push::Full(frame) if frame.payload.len() == 10));
+        assert_eq!(outbox.queued(), (4, 40), "a full queue takes no more data");
+        for _ in 0..NOTICE_ALLOWANCE {
+            outbox.push_notice(OutFrame::text("n".into()));
+        }
+        assert!(outbox.ended().is_none(), "a few notices still fit");
+        outbox.push_notice(OutFrame::text("n".into()));
         assert_eq!(outbox.ended(), Some(End::Close { code: 1013, reason: "reader too slow" }));
-        outbox.push(OutFrame::binary(vec![0; 10]));
-        assert_eq!(outbox.queued(), (0, 0), "an ended socket takes no more frames");
+        assert_eq!(outbox.queued(), (0, 0), "ending frees the queue");
+        assert!(matches!(outbox.push(OutFrame::binary(vec![0; 10])), Push::Dropped));
 
         let outbox = Outbox::new(LIMITS);
-        outbox.push(OutFrame::binary(vec![0; 500]));
-        assert_eq!(outbox.queued(), (1, 500), "one large frame fits an empty queue");
-        outbox.push(OutFrame::binary(vec![0; 1]));
-        assert!(outbox.ended().is_some(), "but nothing queues behind it past the byte budget");
+        assert!(queued(&outbox, OutFrame::binary(vec![0; 500])), "one large frame fits an empty queue");
+        assert!(matches!(outbox.push(OutFrame::binary(vec![0; 1])), Push::Full(_)), "nothing queues behind it");
+        assert!(matches!(outbox.try_next(), Some(Action::Frame(_))));
+        assert!(queued(&outbox, OutFrame::binary(vec![0; 100])));
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_wakes_its_sender_when_a_frame_leaves_or_it_ends() {
+        use futures_util::FutureExt;
+        let outbox = Outbox::new(LIMITS);
+        for _ in 0..4 {
+            assert!(queued(&outbox, OutFrame::binary(vec![0; 1])));
+        }
+        let mut waiting = Box::pin(outbox.room_for(1));
+        assert!((&mut waiting).now_or_never().is_none(), "no room yet");
+        assert!(matches!(outbox.try_next(), Some(Action::Frame(_))));
+        assert!(waiting.now_or_never().is_some(), "room after one frame left");
+
+        assert!(queued(&outbox, OutFrame::binary(vec![0; 1])));
+        let mut waiting = Box::pin(outbox.room_for(1));
+        assert!((&mut waiting).now_or_never().is_none());
+        outbox.end(End::Abort);
+        assert!(waiting.now_or_never().is_some(), "an ending socket releases its senders");
     }
 
     #[test]
     fn control_frames_go_first_and_the_end_before_everything() {
         let outbox = Outbox::new(LIMITS);
-        outbox.push(OutFrame::text("a".into()));
+        assert!(queued(&outbox, OutFrame::text("a".into())));
         outbox.ping();
         outbox.pong(vec![1]);
         assert_eq!(drain(&outbox), ["pong", "ping", "a"]);
-        outbox.push(OutFrame::text("b".into()));
+        assert!(queued(&outbox, OutFrame::text("b".into())));
         outbox.end(End::Abort);
         outbox.end(End::Echo(None));
         assert_eq!(drain(&outbox), ["close Abort"]);
@@ -394,8 +503,16 @@ mod tests {
         assert_eq!(drain(&agent), [joined("phone")]);
         assert_eq!(drain(&phone), [joined("agent")]);
 
-        Hub::forward(&slot, PeerRole::Agent, 1, OutFrame::text("hi".into()));
+        assert!(matches!(Hub::forward(&slot, PeerRole::Agent, 1, OutFrame::text("hi".into())), Forward::Done));
         assert_eq!(drain(&phone), ["hi"]);
+        for i in 0..LIMITS.frames {
+            assert!(matches!(Hub::forward(&slot, PeerRole::Agent, 1, OutFrame::text(i.to_string())), Forward::Done));
+        }
+        match Hub::forward(&slot, PeerRole::Agent, 1, OutFrame::text("one more".into())) {
+            Forward::Full(frame, queue) => assert!(frame.payload == b"one more" && Arc::ptr_eq(&queue, &phone)),
+            Forward::Done => panic!("a full queue must hand the frame back"),
+        }
+        assert_eq!(drain(&phone), ["0", "1", "2", "3"]);
 
         let agent2 = Arc::new(Outbox::new(LIMITS));
         hub.join(7, PeerRole::Agent, 3, &agent2);
@@ -403,14 +520,15 @@ mod tests {
         assert_eq!(drain(&phone), [left("agent"), joined("agent")]);
         assert_eq!(drain(&agent2), [joined("phone")]);
 
-        Hub::forward(&slot, PeerRole::Agent, 1, OutFrame::text("stale".into()));
+        assert!(matches!(Hub::forward(&slot, PeerRole::Agent, 1, OutFrame::text("stale".into())), Forward::Done));
         assert!(drain(&phone).is_empty(), "a replaced socket's frames are dropped");
         hub.leave(7, &slot, PeerRole::Agent, 1);
         assert!(drain(&phone).is_empty(), "a replaced socket leaving says nothing");
 
         hub.leave(7, &slot, PeerRole::Phone, 2);
         assert_eq!(drain(&agent2), [left("phone")]);
-        Hub::forward(&slot, PeerRole::Agent, 3, OutFrame::text("nobody".into()));
+        assert!(matches!(Hub::forward(&slot, PeerRole::Agent, 3, OutFrame::text("nobody".into())), Forward::Done));
+
         assert_eq!(hub.codes(), 1);
         hub.leave(7, &slot, PeerRole::Agent, 3);
         assert_eq!(hub.codes(), 0, "an empty slot is removed");

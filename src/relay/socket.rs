@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::codec::{self, close, FrameReader, Message};
-use super::hub::{Action, End, Hub, OutFrame, Outbox, QueueLimits, Slot};
+use super::hub::{Action, End, Forward, Hub, OutFrame, Outbox, QueueLimits, Slot};
 use super::Limits;
 use crate::protocol::{is_peer_frame, PeerRole};
 
@@ -111,11 +111,11 @@ async fn read_side<R: AsyncRead + Unpin>(
                 if is_peer_frame(&text) {
                     debug!("dropped a client frame posing as a relay notice");
                 } else {
-                    Hub::forward(slot, member.role, member.conn, OutFrame::text(text));
+                    forward(slot, member, OutFrame::text(text), limits.stall_timeout).await;
                 }
             }
             Ok(Some(Message::Binary(payload))) => {
-                Hub::forward(slot, member.role, member.conn, OutFrame::binary(payload))
+                forward(slot, member, OutFrame::binary(payload), limits.stall_timeout).await;
             }
             Ok(Some(Message::Ping(payload))) => outbox.pong(payload),
             Ok(Some(Message::Pong)) => {}
@@ -144,6 +144,27 @@ async fn read_side<R: AsyncRead + Unpin>(
     }
 }
 
+/// Hands a frame to the other side. While its queue is full this socket is not read, so the
+/// sender slows to the receiver's pace; a receiver that writes nothing at all for `stall_timeout`
+/// is closed with 1013 and its queue freed.
+async fn forward(slot: &Slot, member: &Membership, mut frame: OutFrame, stall_timeout: Duration) {
+    loop {
+        let peer = match Hub::forward(slot, member.role, member.conn, frame) {
+            Forward::Done => return,
+            Forward::Full(back, peer) => {
+                frame = back;
+                peer
+            }
+        };
+        let written = peer.written();
+        if timeout(stall_timeout, peer.room_for(frame.payload.len())).await.is_err() && peer.written() == written {
+            debug!("the other side stopped reading; closing it");
+            peer.end(End::Close { code: crate::protocol::close::TRY_AGAIN_LATER, reason: "reader too slow" });
+            return;
+        }
+    }
+}
+
 /// Writes this socket's queue, control frames and finally its close frame.
 async fn write_side<W: AsyncWrite + Unpin>(io: &mut W, outbox: &Outbox) -> std::io::Result<()> {
     loop {
@@ -156,12 +177,12 @@ async fn write_side<W: AsyncWrite + Unpin>(io: &mut W, outbox: &Outbox) -> std::
             }
         };
         match action {
-            Action::Frame(frame) => codec::write_frame(io, frame.opcode, &frame.payload).await?,
-            Action::Pong(payload) => codec::write_frame(io, codec::OP_PONG, &payload).await?,
-            Action::Ping => codec::write_frame(io, codec::OP_PING, &[]).await?,
+            Action::Frame(frame) => codec::write_frame(io, frame.opcode, &frame.payload, |n| outbox.wrote(n)).await?,
+            Action::Pong(payload) => codec::write_frame(io, codec::OP_PONG, &payload, |_| {}).await?,
+            Action::Ping => codec::write_frame(io, codec::OP_PING, &[], |_| {}).await?,
             Action::Close(end) => {
                 if let Some((code, reason)) = end.close_frame() {
-                    codec::write_frame(io, codec::OP_CLOSE, &codec::close_payload(code, reason)).await?;
+                    codec::write_frame(io, codec::OP_CLOSE, &codec::close_payload(code, reason), |_| {}).await?;
                 }
                 io.shutdown().await?;
                 return Ok(());
