@@ -307,12 +307,13 @@ async fn serve_connection(
     let Some(acceptor) = &shared.tls else {
         return serve_stream(shared, tcp, conn, cancel).await;
     };
-    let handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
+    let handshake = Box::pin(tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)));
     let stream = tokio::select! {
         result = handshake => result.context("TLS handshake timed out")?.context("TLS handshake failed")?,
         () = cancel.cancelled() => return Ok(()),
     };
-    serve_stream(shared, stream, conn, cancel).await
+    // Boxed: TLS state is large, and plain connections should not carry room for it.
+    Box::pin(serve_stream(shared, stream, conn, cancel)).await
 }
 
 async fn serve_stream<S>(shared: &Shared, mut stream: S, conn: u64, cancel: &CancellationToken) -> anyhow::Result<()>
@@ -347,8 +348,10 @@ where
         Route::Join { role, code } => {
             tracing::Span::current().record("role", role_name(role));
             http::write_upgrade(&mut stream, &head).await.context("answering the upgrade")?;
+            // Nothing of the request outlives the upgrade: a socket keeps only what it needs.
+            drop(head);
             let member = socket::Membership { hub: Arc::clone(&shared.hub), code, role, conn };
-            socket::serve(stream, &leftover, member, &shared.limits, cancel).await;
+            socket::serve(stream, leftover, member, &shared.limits, cancel).await;
             Ok(())
         }
     }

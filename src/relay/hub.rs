@@ -376,7 +376,7 @@ impl Hub {
         // Pushing under the slot lock keeps a replaced socket's late frames from landing after
         // the notices about its replacement.
         let members = lock(&slot.members);
-        if !members[index(role)].as_ref().is_some_and(|member| member.conn == conn) {
+        if members[index(role)].as_ref().is_none_or(|member| member.conn != conn) {
             return Forward::Done;
         }
         let Some(peer) = &members[index(other(role))] else { return Forward::Done };

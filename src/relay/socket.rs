@@ -32,7 +32,7 @@ pub(super) struct Membership {
 /// Runs an upgraded socket until it ends, then closes it within bounded time.
 pub(super) async fn serve<S>(
     stream: S,
-    leftover: &[u8],
+    leftover: Vec<u8>,
     member: Membership,
     limits: &Limits,
     cancel: &CancellationToken,
@@ -42,7 +42,8 @@ pub(super) async fn serve<S>(
     let outbox =
         Arc::new(Outbox::new(QueueLimits { frames: limits.send_queue_frames, bytes: limits.send_queue_bytes }));
     let (mut read_half, mut write_half) = tokio::io::split(stream);
-    let frames = FrameReader::new(limits.max_frame_len, leftover);
+    let frames = FrameReader::new(limits.max_frame_len, &leftover);
+    drop(leftover);
     let slot = member.hub.join(member.code, member.role, member.conn, &outbox);
     debug!("joined");
 
