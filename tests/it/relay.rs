@@ -562,13 +562,13 @@ fn tls_connector(trusted: Option<&CertificateDer<'static>>) -> tokio_rustls::Tls
 }
 
 async fn connect_tls(
-    relay: &Relay,
+    addr: SocketAddr,
     connector: &tokio_rustls::TlsConnector,
     path: &str,
 ) -> anyhow::Result<Client<tokio_rustls::client::TlsStream<TcpStream>>> {
-    let tcp = TcpStream::connect(relay.addr).await?;
+    let tcp = TcpStream::connect(addr).await?;
     let tls = timeout(WAIT, connector.connect(ServerName::try_from("localhost")?, tcp)).await??;
-    Ok(connect_over(tls, &format!("wss://localhost:{}{path}", relay.addr.port()), None).await?)
+    Ok(connect_over(tls, &format!("wss://localhost:{}{path}", addr.port()), None).await?)
 }
 
 #[tokio::test]
@@ -579,8 +579,8 @@ async fn tls_relay_pairs_trusting_clients_and_refuses_the_rest() {
     let code = new_code();
     let trusting = tls_connector(Some(&cert.der));
 
-    let mut laptop = connect_tls(&relay, &trusting, &format!("/agent?code={code}")).await.unwrap();
-    let mut handset = connect_tls(&relay, &trusting, &format!("/ws?code={code}")).await.unwrap();
+    let mut laptop = connect_tls(relay.addr, &trusting, &format!("/agent?code={code}")).await.unwrap();
+    let mut handset = connect_tls(relay.addr, &trusting, &format!("/ws?code={code}")).await.unwrap();
     expect_notice(&mut handset, "agent", "joined").await;
     expect_notice(&mut laptop, "phone", "joined").await;
     send(&mut handset, Message::text("over wss")).await;
@@ -589,7 +589,7 @@ async fn tls_relay_pairs_trusting_clients_and_refuses_the_rest() {
     assert_eq!(next(&mut handset).await, Message::binary(vec![7u8; 100_000]));
 
     let untrusting = tls_connector(None);
-    let refused = connect_tls(&relay, &untrusting, &format!("/ws?code={code}")).await.unwrap_err();
+    let refused = connect_tls(relay.addr, &untrusting, &format!("/ws?code={code}")).await.unwrap_err();
     assert!(format!("{refused:#}").contains("certificate"), "{refused:#}");
     // Plain WebSocket on the TLS port gets nowhere either.
     assert!(try_connect(relay.addr, &format!("/ws?code={code}"), None).await.is_err());
@@ -645,4 +645,127 @@ async fn a_full_relay_refuses_new_connections() {
         assert!(started.elapsed() < WAIT, "the relay never freed the connection");
         tokio::task::yield_now().await;
     }
+}
+
+/// `voxa relay` as a user runs it, in its own process.
+struct RelayCommand {
+    child: tokio::process::Child,
+    stdout: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    addr: SocketAddr,
+    _home: tempfile::TempDir,
+}
+
+impl RelayCommand {
+    async fn spawn(args: &[&str], envs: &[(&str, &str)]) -> RelayCommand {
+        use tokio::io::AsyncBufReadExt;
+        let home = tempfile::tempdir().unwrap();
+        let mut command = tokio::process::Command::from(crate::support::voxa_cmd(home.path()));
+        command.args(["relay", "--listen", "127.0.0.1:0", "--json"]).args(args);
+        command.envs(envs.iter().copied());
+        command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).kill_on_drop(true);
+        let mut child = command.spawn().unwrap();
+        let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = timeout(WAIT, stdout.next_line()).await.unwrap().unwrap().expect("a listening event");
+        let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(event["event"], "relay_listening", "{line}");
+        let addr = event["listen"].as_str().unwrap().parse().unwrap();
+        RelayCommand { child, stdout, addr, _home: home }
+    }
+
+    /// Sends SIGTERM and returns the exit status, the remaining stdout and all of stderr.
+    async fn terminate(mut self) -> (std::process::ExitStatus, String, String) {
+        let pid = rustix::process::Pid::from_raw(self.child.id().unwrap() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        let mut rest = String::new();
+        while let Some(line) = timeout(WAIT, self.stdout.next_line()).await.unwrap().unwrap() {
+            rest.push_str(&line);
+            rest.push('\n');
+        }
+        let mut stderr = String::new();
+        self.child.stderr.take().unwrap().read_to_string(&mut stderr).await.unwrap();
+        let status = timeout(WAIT, self.child.wait()).await.unwrap().unwrap();
+        (status, rest, stderr)
+    }
+}
+
+#[tokio::test]
+async fn relay_command_announces_its_address_relays_and_stops_on_sigterm() {
+    let token = "cmd-relay-token-7d2e";
+    let relay = RelayCommand::spawn(&[], &[("VOXA_RELAY_TOKEN", token), ("RUST_LOG", "trace")]).await;
+    let code = new_code();
+    let mut laptop = try_connect(relay.addr, &format!("/agent?code={code}"), Some(token)).await.unwrap();
+    let mut handset = try_connect(relay.addr, &format!("/ws?code={code}"), Some(token)).await.unwrap();
+    expect_notice(&mut handset, "agent", "joined").await;
+    expect_notice(&mut laptop, "phone", "joined").await;
+    send(&mut laptop, Message::text("through the binary")).await;
+    expect_text(&mut handset, "through the binary").await;
+    // Refusals and a forged notice also pass through the log paths.
+    let refused = try_connect(relay.addr, &format!("/ws?code={code}"), Some("not-the-token")).await;
+    assert!(refused.is_err());
+    send(&mut handset, Message::text(notice("agent", "left"))).await;
+    assert_eq!(http(relay.addr, &upgrade_request(&format!("/ws?code={}", code.to_uppercase()), "")).await.0, 401);
+
+    let closes = tokio::spawn(async move {
+        let (a, b) = tokio::join!(expect_close(&mut laptop), expect_close(&mut handset));
+        (a.0, b.0)
+    });
+    let (status, stdout, stderr) = relay.terminate().await;
+    assert!(status.success(), "{status:?} {stderr}");
+    assert!(stdout.contains(r#""event":"relay_stopped""#), "{stdout}");
+    assert_eq!(timeout(WAIT, closes).await.unwrap().unwrap(), (1001, 1001));
+    // Even at trace level the log names connections by number and role only.
+    let stderr = strip_ansi(&stderr);
+    assert!(stderr.contains("conn=1 role=\"agent\""), "trace logging was on: {stderr}");
+    for secret in [code.as_str(), &code.to_uppercase(), token, "not-the-token", "code="] {
+        assert!(!stderr.contains(secret), "the log shows {secret:?}:\n{stderr}");
+    }
+}
+
+/// The log without terminal colour sequences.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn relay_command_serves_wss_from_pem_files_and_refuses_bad_ones() {
+    let cert = test_cert();
+    let cert_arg = cert.cert_path.to_str().unwrap();
+    let key_arg = cert.key_path.to_str().unwrap();
+    let relay = RelayCommand::spawn(&["--tls-cert", cert_arg, "--tls-key", key_arg], &[]).await;
+    let code = new_code();
+    let mut laptop =
+        connect_tls(relay.addr, &tls_connector(Some(&cert.der)), &format!("/agent?code={code}")).await.unwrap();
+    let mut handset =
+        connect_tls(relay.addr, &tls_connector(Some(&cert.der)), &format!("/ws?code={code}")).await.unwrap();
+    expect_notice(&mut handset, "agent", "joined").await;
+    send(&mut handset, Message::text("wss from the command line")).await;
+    expect_notice(&mut laptop, "phone", "joined").await;
+    expect_text(&mut laptop, "wss from the command line").await;
+    drop((laptop, handset));
+    let (status, _, _) = relay.terminate().await;
+    assert!(status.success());
+
+    // A missing or mismatched key is a configuration error (exit 2) that names the file.
+    let home = tempfile::tempdir().unwrap();
+    let missing = home.path().join("missing.key");
+    let output = crate::support::voxa(
+        home.path(),
+        &["relay", "--listen", "127.0.0.1:0", "--tls-cert", cert_arg, "--tls-key", missing.to_str().unwrap()],
+    );
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("missing.key"), "{stderr}");
 }
