@@ -91,6 +91,19 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// Refuses limits that would spin (zero intervals) or could never pass a frame.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.ping_interval.is_zero() || self.idle_timeout < self.ping_interval {
+            bail!("relay limits: the ping interval must be non-zero and no longer than the idle timeout");
+        }
+        if self.stall_timeout.is_zero() || self.send_queue_frames == 0 || self.max_frame_len == 0 {
+            bail!("relay limits: stall timeout, queue length and frame size must be non-zero");
+        }
+        Ok(())
+    }
+}
+
 impl Default for RelayConfig {
     fn default() -> Self {
         RelayConfig { tls: None, token: None, limits: Limits::default(), max_connections: MAX_CONNECTIONS }
@@ -210,6 +223,7 @@ pub async fn run(
     config: RelayConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
+    config.limits.validate()?;
     let shared = Arc::new(Shared {
         hub: Arc::default(),
         token: config.token,
@@ -511,6 +525,14 @@ mod tests {
         assert!(matches!(route(&right, Some(&token)), Route::Join { .. }));
         let no_code = upgrade("/agent", "");
         assert_eq!(route(&no_code, Some(&token)), Route::Refuse(UNAUTHORIZED));
+    }
+
+    #[test]
+    fn limits_that_would_spin_are_refused() {
+        assert!(Limits::default().validate().is_ok());
+        assert!(Limits { ping_interval: Duration::ZERO, ..Limits::default() }.validate().is_err());
+        assert!(Limits { idle_timeout: Duration::from_secs(1), ..Limits::default() }.validate().is_err());
+        assert!(Limits { send_queue_frames: 0, ..Limits::default() }.validate().is_err());
     }
 
     #[test]

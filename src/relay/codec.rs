@@ -347,6 +347,39 @@ pub(super) async fn write_frame<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// Writes several data frames with as few vectored writes as the stream allows.
+pub(super) async fn write_frames<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    frames: &[super::hub::OutFrame],
+    mut wrote: impl FnMut(usize),
+) -> io::Result<()> {
+    let heads: Vec<([u8; 10], usize)> = frames
+        .iter()
+        .map(|frame| {
+            let mut head = [0u8; 10];
+            let len = encode_header(&mut head, frame.opcode, frame.payload.len());
+            (head, len)
+        })
+        .collect();
+    let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(frames.len() * 2);
+    for ((head, head_len), frame) in heads.iter().zip(frames) {
+        slices.push(IoSlice::new(&head[..*head_len]));
+        if !frame.payload.is_empty() {
+            slices.push(IoSlice::new(&frame.payload));
+        }
+    }
+    let mut remaining = &mut slices[..];
+    while !remaining.is_empty() {
+        let written = io.write_vectored(remaining).await?;
+        if written == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        wrote(written);
+        IoSlice::advance_slices(&mut remaining, written);
+    }
+    Ok(())
+}
+
 /// The payload of a close frame: the code, then the reason (cut to fit a control frame).
 pub(super) fn close_payload(code: u16, reason: &str) -> Vec<u8> {
     let mut end = reason.len().min(MAX_CONTROL_LEN - 2);
@@ -541,6 +574,31 @@ mod tests {
             assert_eq!(out[1] & 0x80, 0, "server frames are unmasked");
             assert!(out[head_len..].iter().all(|b| *b == 3));
         }
+        let frames = [
+            super::super::hub::OutFrame::text("a".into()),
+            super::super::hub::OutFrame::binary(Vec::new()),
+            super::super::hub::OutFrame::binary(vec![1u8; 300]),
+        ];
+        let mut out = Vec::new();
+        write_frames(&mut out, &frames, |_| {}).await.unwrap();
+        let mut expected = Vec::new();
+        for frame in &frames {
+            write_frame(&mut expected, frame.opcode, &frame.payload, |_| {}).await.unwrap();
+        }
+        assert_eq!(out, expected);
+        // Through a pipe that takes a few bytes at a time, every partial write resumes correctly.
+        let (mut tx, mut rx) = tokio::io::duplex(7);
+        let reading = tokio::spawn(async move {
+            let mut got = Vec::new();
+            rx.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let mut total = 0;
+        write_frames(&mut tx, &frames, |n| total += n).await.unwrap();
+        drop(tx);
+        assert_eq!(reading.await.unwrap(), expected);
+        assert_eq!(total, expected.len());
+
         let close = close_payload(4001, &"é".repeat(100));
         assert!(close.len() <= MAX_CONTROL_LEN);
         assert!(std::str::from_utf8(&close[2..]).is_ok());

@@ -251,6 +251,33 @@ impl Outbox {
         }
         let frame = state.frames.pop_front()?;
         state.bytes -= frame.payload.len();
+        self.after_pop(state);
+        Some(Action::Frame(frame))
+    }
+
+    /// More queued data frames for the writer to send with the one it has, up to `max_frames` and
+    /// `max_bytes` in all; none if a control frame or the end is waiting.
+    pub(super) fn take_more(&self, batch: &mut Vec<OutFrame>, max_frames: usize, max_bytes: usize) {
+        let mut state = self.state();
+        if state.end.is_some() || state.pong.is_some() || state.ping {
+            return;
+        }
+        let mut bytes = 0usize;
+        while batch.len() < max_frames {
+            let Some(len) = state.frames.front().map(|frame| frame.payload.len()) else { break };
+            if bytes > 0 && bytes + len > max_bytes {
+                break;
+            }
+            bytes += len;
+            state.bytes -= len;
+            batch.extend(state.frames.pop_front());
+        }
+        if !batch.is_empty() {
+            self.after_pop(state);
+        }
+    }
+
+    fn after_pop(&self, mut state: MutexGuard<'_, OutboxState>) {
         if state.frames.is_empty() && state.frames.capacity() > IDLE_QUEUE_CAPACITY {
             state.frames.shrink_to(IDLE_QUEUE_CAPACITY);
         }
@@ -258,7 +285,6 @@ impl Outbox {
             drop(state);
             self.room.notify_waiters();
         }
-        Some(Action::Frame(frame))
     }
 
     /// The writer's next action, waiting for one.
@@ -475,6 +501,28 @@ mod tests {
         assert!((&mut waiting).now_or_never().is_none());
         outbox.end(End::Abort);
         assert!(waiting.now_or_never().is_some(), "an ending socket releases its senders");
+    }
+
+    #[test]
+    fn batches_stop_at_their_limits_and_before_control_frames() {
+        let outbox = Outbox::new(QueueLimits { frames: 10, bytes: 1000 });
+        for len in [10, 10, 10, 50, 10] {
+            assert!(queued(&outbox, OutFrame::binary(vec![0; len])));
+        }
+        let mut batch = Vec::new();
+        outbox.take_more(&mut batch, 2, 1000);
+        assert_eq!(batch.len(), 2, "frame limit");
+        batch.clear();
+        outbox.take_more(&mut batch, 10, 40);
+        assert_eq!(batch.iter().map(|f| f.payload.len()).collect::<Vec<_>>(), [10], "byte limit");
+        batch.clear();
+        outbox.ping();
+        outbox.take_more(&mut batch, 10, 1000);
+        assert!(batch.is_empty(), "a waiting ping goes first");
+        assert!(matches!(outbox.try_next(), Some(Action::Ping)));
+        outbox.take_more(&mut batch, 10, 1000);
+        assert_eq!(batch.len(), 2);
+        assert_eq!(outbox.queued(), (0, 0));
     }
 
     #[test]

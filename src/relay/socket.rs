@@ -21,6 +21,11 @@ const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// Time the reader gets afterwards to see the client's close frame or end of stream.
 const CLOSE_LINGER: Duration = Duration::from_secs(2);
 
+/// Most queued frames written in one system call.
+const MAX_BATCH_FRAMES: usize = 64;
+/// Most queued bytes written in one system call (a larger single frame still goes alone).
+const MAX_BATCH_BYTES: usize = 256 << 10;
+
 /// Where a socket belongs: its pairing and its place in it.
 pub(super) struct Membership {
     pub hub: Arc<Hub>,
@@ -178,7 +183,17 @@ async fn write_side<W: AsyncWrite + Unpin>(io: &mut W, outbox: &Outbox) -> std::
             }
         };
         match action {
-            Action::Frame(frame) => codec::write_frame(io, frame.opcode, &frame.payload, |n| outbox.wrote(n)).await?,
+            Action::Frame(frame) => {
+                // Frames queued behind this one go out in the same write.
+                let mut batch = Vec::new();
+                outbox.take_more(&mut batch, MAX_BATCH_FRAMES, MAX_BATCH_BYTES);
+                if batch.is_empty() {
+                    codec::write_frame(io, frame.opcode, &frame.payload, |n| outbox.wrote(n)).await?;
+                } else {
+                    batch.insert(0, frame);
+                    codec::write_frames(io, &batch, |n| outbox.wrote(n)).await?;
+                }
+            }
             Action::Pong(payload) => codec::write_frame(io, codec::OP_PONG, &payload, |_| {}).await?,
             Action::Ping => codec::write_frame(io, codec::OP_PING, &[], |_| {}).await?,
             Action::Close(end) => {
