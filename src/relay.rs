@@ -2,6 +2,18 @@
 //! their frames both ways. It reads nothing but the `__peer` marker of text frames, tells each side
 //! when the other comes and goes, and bounds everything a client can make it hold.
 //!
+//! Decisions where SPEC §4 leaves room:
+//! - A replaced socket is closed 4001 `replaced`; the side that stays hears `left` and then
+//!   `joined`, so it knows to start its session (hello) again with the new socket.
+//! - Messages are relayed whole: a fragmented message is reassembled (16 MiB in all) and sent on
+//!   as one frame. Larger messages close the socket with 1009, bad framing with 1002, text that
+//!   is not UTF-8 with 1007; shutdown and idle sockets get 1001.
+//! - Slow readers: while a receiver's queue is full, the sender's socket is not read (so TCP slows
+//!   the sender down); a receiver that writes nothing at all for [`STALL_TIMEOUT`] is closed 1013
+//!   and its queue freed at once.
+//! - A socket silent for [`PING_INTERVAL`] is pinged and one silent for [`IDLE_TIMEOUT`] is
+//!   dropped, so a vanished peer is gone within 45 s and its partner hears `left`.
+//!
 //! Scale-out: the relay keeps no state but the map of live codes, so a load balancer hashing on
 //! `code` (nginx `hash $arg_code consistent;`) spreads pairs over processes.
 
