@@ -5,6 +5,7 @@ mod agent;
 mod cli;
 mod environments;
 mod harness;
+mod relay;
 mod run;
 mod support;
 mod tools;
