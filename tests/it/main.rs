@@ -7,6 +7,7 @@ mod environments;
 mod harness;
 mod hostile;
 mod proof;
+mod relay;
 mod run;
 mod support;
 mod tools;
