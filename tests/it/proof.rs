@@ -121,21 +121,41 @@ fn wait_with_deadline(child: &mut Child, limit: Duration) -> std::process::ExitS
     }
 }
 
-fn signal(child: &Child, signal: rustix::process::Signal) {
-    rustix::process::kill_process(rustix::process::Pid::from_child(child), signal).unwrap();
-}
-
-/// `voxa run --json` as a child process, its stdout events on a channel, stderr collected.
+/// `voxa run --json` or `voxa relay --json` as a child process: its stdout events on a channel,
+/// all output collected.
 struct RunningVoxa {
     child: Child,
     events: mpsc::Receiver<Value>,
+    /// Events received while waiting for another.
+    pending: std::collections::VecDeque<Value>,
     stdout: Arc<Mutex<String>>,
     stderr: Arc<Mutex<String>>,
+    /// The loopback port (`run`) or the listening port (`relay`).
     port: u16,
 }
 
 impl RunningVoxa {
-    fn start(mut cmd: Command) -> RunningVoxa {
+    /// Starts `voxa run` and waits for its `started` event.
+    fn start(cmd: Command) -> RunningVoxa {
+        let mut running = Self::spawn(cmd);
+        let started = running.wait_event("started");
+        running.port = started["port"].as_u64().unwrap() as u16;
+        running
+    }
+
+    /// Starts `voxa relay --json --listen 127.0.0.1:<port>` (0: any) and waits until it listens.
+    fn relay(port: u16, log: &str) -> RunningVoxa {
+        let mut cmd = Command::new(crate::support::voxa_bin());
+        cmd.env("RUST_LOG", log).env_remove("VOXA_RELAY_TOKEN");
+        cmd.args(["relay", "--json", "--listen", &format!("127.0.0.1:{port}")]);
+        let mut running = Self::spawn(cmd);
+        let listening = running.wait_event("relay_listening");
+        let addr: std::net::SocketAddr = listening["listen"].as_str().unwrap().parse().unwrap();
+        running.port = addr.port();
+        running
+    }
+
+    fn spawn(mut cmd: Command) -> RunningVoxa {
         let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null()).spawn().unwrap();
         let (tx, events) = mpsc::channel();
         let stdout = Arc::new(Mutex::new(String::new()));
@@ -159,35 +179,51 @@ impl RunningVoxa {
                 all_err.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
-        let mut running = RunningVoxa { child, events, stdout, stderr, port: 0 };
-        let started = running.wait_event("started");
-        running.port = started["port"].as_u64().unwrap() as u16;
-        running
+        RunningVoxa { child, events, pending: Default::default(), stdout, stderr, port: 0 }
     }
 
-    /// The next event named `name`, within [`STEP`].
+    fn relay_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The earliest event named `name` not returned yet, waiting up to [`STEP`] for it.
     fn wait_event(&mut self, name: &str) -> Value {
+        if let Some(at) = self.pending.iter().position(|event| event["event"] == name) {
+            return self.pending.remove(at).unwrap();
+        }
         let deadline = Instant::now() + STEP;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.events.recv_timeout(left) {
                 Ok(event) if event["event"] == name => return event,
-                Ok(_) => continue,
-                Err(_) => {
-                    panic!("no {name} event from voxa run; stderr:\n{}", tail(&self.stderr.lock().unwrap(), 2000))
-                }
+                Ok(event) => self.pending.push_back(event),
+                Err(_) => panic!("no {name} event from voxa; stderr:\n{}", tail(&self.stderr.lock().unwrap(), 2000)),
             }
         }
     }
 
-    /// SIGTERM, then the exit status; the run must stop cleanly.
+    fn signal(&self, signal: rustix::process::Signal) {
+        rustix::process::kill_process(rustix::process::Pid::from_child(&self.child), signal).unwrap();
+    }
+
+    /// SIGTERM, then the exit status; the process must stop cleanly. Returns stdout and stderr.
     fn stop(mut self) -> (String, String) {
-        signal(&self.child, rustix::process::Signal::TERM);
+        self.signal(rustix::process::Signal::TERM);
         let status = wait_with_deadline(&mut self.child, STEP);
-        assert!(status.success(), "voxa run exited with {status} after SIGTERM");
-        // The reader threads end at EOF; give them the last bytes.
+        assert!(status.success(), "voxa exited with {status} after SIGTERM");
+        self.drain()
+    }
+
+    /// SIGKILL: a crash. Returns once the process is gone.
+    fn crash(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Output collected so far, once the reader threads saw the end of both pipes.
+    fn drain(&self) -> (String, String) {
         let deadline = Instant::now() + STEP;
-        while !self.stdout.lock().unwrap().contains("\"stopped\"") && Instant::now() < deadline {
+        while Arc::strong_count(&self.stdout) + Arc::strong_count(&self.stderr) > 2 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
         let stdout = self.stdout.lock().unwrap().clone();
@@ -364,68 +400,94 @@ fn concurrent_rotations_never_leave_a_mixed_pair() {
 // ---------------------------------------------------------------------------------------------
 // Secrets never leak
 
+/// `voxa ARGS` with `RUST_LOG=trace`: status, stdout, stderr.
+fn traced(home: &Path, args: &[&str]) -> (std::process::ExitStatus, String, String) {
+    let out = voxa_cmd(home).env("RUST_LOG", "trace").args(args).output().unwrap();
+    (out.status, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Records a command's output for the final leak check and hands it back.
+fn keep(
+    outputs: &mut Vec<(String, String)>,
+    what: &str,
+    status: std::process::ExitStatus,
+    out: String,
+    err: String,
+) -> (String, String) {
+    outputs.push((format!("{what} ({status})"), format!("{out}{err}")));
+    (out, err)
+}
+
+fn read_secret_file(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).trim().to_owned()
+}
+
 #[test]
 fn secrets_stay_out_of_every_log_status_error_and_file() {
+    let relay = RunningVoxa::relay(0, "trace");
+    let relay_url = relay.relay_url();
     let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("voxa");
-    let workspace = tempfile::tempdir().unwrap();
-    let traced = |args: &[&str]| {
-        let out = voxa_cmd(&home).env("RUST_LOG", "trace").args(args).output().unwrap();
-        (
-            out.status,
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let (laptop, host) = (tmp.path().join("laptop"), tmp.path().join("host"));
+    let (laptop_ws, host_ws) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut outputs: Vec<(String, String)> = Vec::new();
 
-    let (status, pair_out, pair_err) = traced(&["pair", "--json", "--relay", "http://127.0.0.1:1"]);
+    // What is printed on purpose: the pairing of each machine and the environment pairing line.
+    let (status, pair_out, pair_err) = traced(&laptop, &["pair", "--json", "--relay", &relay_url]);
     assert!(status.success(), "{pair_err}");
+    keep(&mut outputs, "pair stderr", status, String::new(), pair_err);
     let pair = Pair::from_json(&pair_out);
     assert!(pair_out.contains(&pair.token) && pair_out.contains(&pair.code), "pair prints the secrets on purpose");
-    let wrong_token = "0f1e2d3c4b5a69788796a5b4c3d2e1f0";
-    let secrets = [pair.code.as_str(), pair.token.as_str(), wrong_token];
-    let mut outputs: Vec<(String, String)> = vec![("pair stderr".into(), pair_err)];
-
-    let mut cmd = voxa_cmd(&home);
-    cmd.env("RUST_LOG", "trace").args(["run", "--json", "--relay", "http://127.0.0.1:1", "--workspace"]);
-    cmd.arg(workspace.path());
-    let mut run = RunningVoxa::start(cmd);
-    // The dialer fails and retries: its errors and reconnect events are logged.
-    run.wait_event("reconnecting");
-    run.wait_event("reconnecting");
-
-    let (status, out, err) = traced(&["status", "--json"]);
+    let (status, issue_out, issue_err) = traced(&laptop, &["env", "issue", "--json"]);
+    assert!(status.success(), "{issue_err}");
+    keep(&mut outputs, "env issue stderr", status, String::new(), issue_err);
+    let issued: Value = serde_json::from_str(&issue_out).unwrap();
+    let (line, bearer, pairing_code) =
+        (issued["line"].as_str().unwrap(), issued["bearer"].as_str().unwrap(), issued["code"].as_str().unwrap());
+    let (status, host_pair_out, err) = traced(&host, &["pair", "--json", "--relay", &relay_url]);
     assert!(status.success(), "{err}");
-    let shown: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(shown["paired"], true);
-    assert_eq!(shown["agent"]["port"], run.port);
-    outputs.push(("status".into(), format!("{out}{err}")));
-    // Asking the WebSocket library for its trace by name changes nothing.
-    let out =
-        voxa_cmd(&home).env("RUST_LOG", "tungstenite::handshake::client=trace,trace").arg("status").output().unwrap();
-    assert!(out.status.success());
-    outputs.push(("status, tungstenite trace".into(), String::from_utf8_lossy(&out.stderr).into_owned()));
+    keep(&mut outputs, "host pair stderr", status, String::new(), err);
+    let host_pair = Pair::from_json(&host_pair_out);
+    let (status, out, err) = traced(&host, &["env", "add", line, "--name", "lab", "--json"]);
+    assert!(status.success(), "{err}");
+    keep(&mut outputs, "env add", status, out, err);
 
-    let (status, out, err) = traced(&["call", "no_such_tool"]);
-    assert_eq!(status.code(), Some(3), "an unknown tool is a failed call: {err}");
-    assert!(err.contains("unknown-tool"), "{err}");
-    outputs.push(("call unknown-tool".into(), format!("{out}{err}")));
-    let (status, out, err) = traced(&["call", "--json", "list_dir"]);
-    assert!(matches!(status.code(), Some(0 | 3)), "list_dir answers (a result or a tool error): {err}");
-    outputs.push(("call list_dir".into(), format!("{out}{err}")));
+    let run_in = |home: &Path, workspace: &Path| {
+        let mut cmd = voxa_cmd(home);
+        cmd.env("RUST_LOG", "trace").args(["run", "--json", "--workspace"]).arg(workspace);
+        let mut run = RunningVoxa::start(cmd);
+        run.wait_event("relay_connected");
+        run
+    };
+    let mut run = run_in(&laptop, laptop_ws.path());
+    let host_run = run_in(&host, host_ws.path());
+    std::fs::write(laptop_ws.path().join("seen-from-the-host"), "x").unwrap();
 
-    // A client holding a stale token: `voxa call` is refused.
-    let token_file = home.join("auth_token");
-    std::fs::write(&token_file, format!("{wrong_token}\n")).unwrap();
-    let (status, out, err) = traced(&["call", "list_dir"]);
-    std::fs::write(&token_file, format!("{}\n", pair.token)).unwrap();
-    assert_eq!(status.code(), Some(4), "a refused call exits 4: {err}");
-    assert!(err.contains("bearer-refused"), "{err}");
-    outputs.push(("call refused".into(), format!("{out}{err}")));
+    // The host drives the laptop as an environment, through the relay, with the bearer.
+    let (status, out, err) = traced(&host, &["call", "--env", "lab", "list_dir"]);
+    assert!(status.success(), "an environment call through the relay works: {err}");
+    let (out, _) = keep(&mut outputs, "call --env", status, out, err);
+    assert!(out.contains("seen-from-the-host"), "{out}");
+    let (status, out, err) = traced(&host, &["env", "list", "--json"]);
+    assert!(status.success(), "{err}");
+    keep(&mut outputs, "env list", status, out, err);
 
-    // Wrong and right hellos in-band, where the token travels in a WebSocket frame.
+    let wrong_token = "0f1e2d3c4b5a69788796a5b4c3d2e1f0";
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
+        // A phone through the relay: a wrong token, then the right one.
+        let phone_url = format!("ws://127.0.0.1:{}/ws?code={}", relay.port, pair.code);
+        let mut wrong = connect(&phone_url).await;
+        wait_agent_joined(&mut wrong).await;
+        send(&mut wrong, json!({"type":"hello","token": wrong_token})).await;
+        assert_eq!(recv_json(&mut wrong).await, json!({"type":"error","code":"bearer-refused"}));
+        let mut phone = connect(&phone_url).await;
+        wait_agent_joined(&mut phone).await;
+        send(&mut phone, json!({"type":"hello","token": pair.token})).await;
+        recv_type(&mut phone, "hello_ok").await;
+        send(&mut phone, json!({"type":"tool_call","id":"p1","name":"list_dir"})).await;
+        assert_eq!(recv_result(&mut phone, "p1").await["ok"], true);
+
+        // Local clients: wrong and right hellos in-band, where the token travels in a frame.
         let url = format!("ws://127.0.0.1:{}/", run.port);
         let mut wrong = connect(&url).await;
         send(&mut wrong, json!({"type":"hello","token": wrong_token})).await;
@@ -433,33 +495,91 @@ fn secrets_stay_out_of_every_log_status_error_and_file() {
         let mut right = connect(&url).await;
         send(&mut right, json!({"type":"hello","token": pair.token})).await;
         recv_type(&mut right, "hello_ok").await;
-        send(&mut right, json!({"type":"tool_call","id":"t","name":"no_such_tool","args":{"token": "x"}})).await;
-        recv_result(&mut right, "t").await;
         send(&mut right, json!({"type":"status"})).await;
         let status = recv_type(&mut right, "status").await;
         outputs.push(("status frame".into(), status.to_string()));
     });
 
-    let (run_out, run_err) = run.stop();
-    assert!(run_err.contains("TRACE") || run_err.contains("DEBUG"), "RUST_LOG=trace took effect");
-    outputs.push(("run stdout".into(), run_out));
-    outputs.push(("run stderr".into(), run_err));
+    let (status, out, err) = traced(&laptop, &["status", "--json"]);
+    assert!(status.success(), "{err}");
+    let (out, _) = keep(&mut outputs, "status", status, out, err);
+    let shown: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown["paired"], true);
+    assert_eq!(shown["agent"]["port"], run.port);
+    assert_eq!(shown["agent"]["relay_connected"], true);
+    // Asking the WebSocket library for its trace by name changes nothing.
+    let out =
+        voxa_cmd(&laptop).env("RUST_LOG", "tungstenite::handshake::client=trace,trace").arg("status").output().unwrap();
+    keep(
+        &mut outputs,
+        "status, tungstenite trace",
+        out.status,
+        String::new(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+
+    let (status, out, err) = traced(&laptop, &["call", "no_such_tool"]);
+    assert_eq!(status.code(), Some(3), "an unknown tool is a failed call: {err}");
+    let (_, err) = keep(&mut outputs, "call unknown-tool", status, out, err);
+    assert!(err.contains("unknown-tool"), "{err}");
+    // A client holding a stale token: `voxa call` is refused.
+    let token_file = laptop.join("auth_token");
+    std::fs::write(&token_file, format!("{wrong_token}\n")).unwrap();
+    let (status, out, err) = traced(&laptop, &["call", "list_dir"]);
+    std::fs::write(&token_file, format!("{}\n", pair.token)).unwrap();
+    assert_eq!(status.code(), Some(4), "a refused call exits 4: {err}");
+    let (_, err) = keep(&mut outputs, "call refused", status, out, err);
+    assert!(err.contains("bearer-refused"), "{err}");
+
+    // The relay goes away: both agents log the loss and their reconnect attempts.
+    let (relay_out, relay_err) = relay.stop();
+    outputs.push(("relay stdout".into(), relay_out));
+    outputs.push(("relay stderr".into(), relay_err));
+    run.wait_event("reconnecting");
+    run.wait_event("reconnecting");
+    let (status, out, err) = traced(&laptop, &["env", "revoke", issued["pairing"].as_str().unwrap(), "--json"]);
+    assert!(status.success(), "{err}");
+    keep(&mut outputs, "env revoke", status, out, err);
+
+    for (what, run) in [("laptop run", run), ("host run", host_run)] {
+        let (out, err) = run.stop();
+        assert!(err.contains("DEBUG"), "RUST_LOG=trace took effect for the {what}");
+        outputs.push((format!("{what} stdout"), out));
+        outputs.push((format!("{what} stderr"), err));
+    }
+    let secrets = [
+        pair.code.clone(),
+        pair.token.clone(),
+        host_pair.code.clone(),
+        host_pair.token.clone(),
+        bearer.to_owned(),
+        pairing_code.to_owned(),
+        read_secret_file(&laptop.join(".host-token")),
+        read_secret_file(&host.join(".host-token")),
+        wrong_token.to_owned(),
+    ];
+    let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
     for (what, text) in &outputs {
         assert_no_secret(what, text, &secrets);
     }
-    // Nothing in the home holds them but the two secret files: not config, agent.json or audit.
-    let mut stack = vec![home.clone()];
+    // The homes hold them only in the files made for them: not config, agent.json, the registry
+    // or the audit trail.
+    let meant_for_secrets = ["auth_token", "relay_code", ".host-token", ".pairings.json"];
+    let mut stack = vec![laptop.clone(), host.clone()];
+    let mut scanned = 0;
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             if path.is_dir() {
                 stack.push(path);
-            } else if !["auth_token", "relay_code"].iter().any(|n| path.ends_with(n)) {
+            } else if !meant_for_secrets.iter().any(|n| path.ends_with(n)) {
                 let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
                 assert_no_secret(&path.display().to_string(), &text, &secrets);
+                scanned += 1;
             }
         }
     }
+    assert!(scanned >= 4, "config, registry and audit files were scanned ({scanned})");
 }
 
 /// A `tracing` writer into a shared buffer.
