@@ -496,8 +496,18 @@ proptest! {
 // ---------------------------------------------------------------------------------------------
 // A session under arbitrary frames
 
+/// Frames whose parse errors quote long non-ASCII text (`unknown variant «…»`).
+fn quoting_frame() -> impl Strategy<Value = String> {
+    let text = proptest::string::string_regex("[a-zé€😀 ]{40,160}").unwrap();
+    (text, proptest::sample::select(vec!["type", "id", "name"])).prop_map(|(text, field)| match field {
+        "type" => json!({"type": text}).to_string(),
+        _ => json!({"type":"tool_call", field: 7, "text": text}).to_string(),
+    })
+}
+
 fn session_frame() -> impl Strategy<Value = String> {
     prop_oneof![
+        1 => quoting_frame(),
         3 => mutated_frame(),
         2 => client_message().prop_map(|m| serde_json::to_string(&m).unwrap()),
         1 => any::<String>(),
