@@ -82,7 +82,7 @@ pub fn options(home: &TempDir, workspace: &TempDir, relay: Option<RelayUrl>) -> 
         heartbeat: Heartbeat::default(),
         backoff: fast_backoff(),
         gemini: None,
-        printer: Printer::new(true, true),
+        printer: Printer::new(false, true),
     };
     (options, secrets)
 }
