@@ -469,7 +469,7 @@ impl Dialer {
                     match frame {
                         Message::Text(text) => {
                             if let Some(notice) = PeerNotice::parse(&text) {
-                                phone = self.on_notice(notice, phone, &out_tx);
+                                phone = self.on_notice(notice, phone);
                             } else {
                                 phone = self.on_text(phone, &text, &out_tx).await;
                             }
@@ -496,7 +496,7 @@ impl Dialer {
         ended
     }
 
-    fn on_notice(&self, notice: PeerNotice, phone: Phone, out: &mpsc::Sender<Message>) -> Phone {
+    fn on_notice(&self, notice: PeerNotice, phone: Phone) -> Phone {
         if notice.peer != PeerRole::Phone {
             return phone;
         }
@@ -505,7 +505,6 @@ impl Dialer {
             PeerState::Joined => {
                 self.ctx.status.phone_present.store(true, Ordering::Relaxed);
                 self.printer.event("phone_connected", json!({}), "phone connected");
-                let _ = out;
                 Phone::AwaitingHello { deadline: tokio::time::Instant::now() + protocol::HELLO_TIMEOUT }
             }
             PeerState::Left => {
@@ -523,12 +522,11 @@ impl Dialer {
                     let hello_ok = self.ctx.hello_ok(&admission);
                     send(out, hello_ok).await;
                     self.printer.event("phone_authenticated", json!({}), "phone authenticated");
-                    let session_out = session_channel(out.clone());
+                    let ended = CancellationToken::new();
+                    let session_out = session_channel(out.clone(), ended.clone());
                     let revoked = admission.revoked.clone();
-                    Phone::Ready {
-                        session: Box::new(Session::new(self.ctx.clone(), admission.caller, session_out)),
-                        revoked,
-                    }
+                    let session = Session::with_cancel(self.ctx.clone(), admission.caller, session_out, ended);
+                    Phone::Ready { session: Box::new(session), revoked }
                 }
                 // Anything but a hello is ignored until a good hello arrives.
                 Err(ErrorCode::UnauthenticatedCall) => Phone::AwaitingHello { deadline },
@@ -575,13 +573,15 @@ impl Phone {
     }
 }
 
-/// A per-session sender: frames pass to the socket only while the session's sender lives, so
-/// results of an ended session never reach the next, not yet authenticated, peer.
-pub fn session_channel(socket: mpsc::Sender<Message>) -> mpsc::Sender<Message> {
+/// A per-session sender: frames pass to the socket only until `ended`, so results of an ended
+/// session never reach the next, not yet authenticated, peer on the same relay code.
+pub fn session_channel(socket: mpsc::Sender<Message>, ended: CancellationToken) -> mpsc::Sender<Message> {
     let (tx, mut rx) = mpsc::channel::<Message>(protocol::SEND_QUEUE_FRAMES);
     tokio::spawn(async move {
         loop {
             tokio::select! {
+                biased;
+                _ = ended.cancelled() => break,
                 message = rx.recv() => match message {
                     Some(message) => if socket.send(message).await.is_err() { break },
                     None => break,

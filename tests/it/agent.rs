@@ -207,3 +207,24 @@ async fn a_second_agent_with_the_same_code_replaces_the_first_which_stops_dialin
     send(&mut phone, json!({"type":"hello","token": second.token()})).await;
     recv_type(&mut phone, "hello_ok").await;
 }
+
+#[tokio::test]
+async fn a_relay_that_stops_answering_is_noticed_and_redialed() {
+    let relay = TestRelay::start().await;
+    let proxy = BlackholeProxy::start(relay.addr).await;
+    let heartbeat =
+        voxa::agent::Heartbeat { ping_every: Duration::from_millis(200), dead_after: Duration::from_secs(1) };
+    let agent = TestAgent::start_with(Some(proxy.url()), |options| options.heartbeat = heartbeat).await;
+    let mut phone = agent.phone(&relay).await;
+
+    proxy.blackhole_existing();
+    let started = std::time::Instant::now();
+    // The agent gives up on the silent socket and dials again; the relay hands the phone the new one.
+    wait_agent_joined(&mut phone).await;
+    let noticed_after = started.elapsed();
+    assert!(noticed_after >= Duration::from_millis(800), "rejoined suspiciously early: {noticed_after:?}");
+    send(&mut phone, json!({"type":"hello","token": agent.token()})).await;
+    recv_type(&mut phone, "hello_ok").await;
+    send(&mut phone, json!({"type":"tool_call","id":"h1","name":"no_such_tool"})).await;
+    assert_eq!(recv_result(&mut phone, "h1").await["error"]["code"], "unknown-tool");
+}

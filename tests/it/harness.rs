@@ -242,3 +242,61 @@ pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A TCP proxy that can silently swallow the traffic of the connections it already carries,
+/// the way a dead Wi-Fi network or a sleeping NAT does, while new connections still pass.
+pub struct BlackholeProxy {
+    pub addr: SocketAddr,
+    generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl BlackholeProxy {
+    pub async fn start(target: SocketAddr) -> BlackholeProxy {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let generation = std::sync::Arc::new(AtomicU64::new(0));
+        let shared = generation.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(target).await else { continue };
+                let born = shared.load(Ordering::SeqCst);
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                for (mut from, mut to) in [(cr, sw), (sr, cw)].map(|(r, w)| (r, w)) {
+                    let shared = shared.clone();
+                    tokio::spawn(async move {
+                        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                        let mut buf = vec![0u8; 16 << 10];
+                        loop {
+                            let n = match from.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => n,
+                            };
+                            if shared.load(Ordering::SeqCst) != born {
+                                continue; // Swallowed: neither delivered nor refused.
+                            }
+                            if to.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                        // Keep a swallowed connection open, as a half-open socket would be.
+                        if shared.load(Ordering::SeqCst) != born {
+                            std::future::pending::<()>().await;
+                        }
+                    });
+                }
+            }
+        });
+        BlackholeProxy { addr, generation }
+    }
+
+    /// From now on, traffic of existing connections goes nowhere.
+    pub fn blackhole_existing(&self) {
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn url(&self) -> RelayUrl {
+        RelayUrl::parse(&format!("http://{}", self.addr)).unwrap()
+    }
+}

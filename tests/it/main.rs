@@ -3,4 +3,5 @@
 
 mod agent;
 mod harness;
+mod run;
 mod support;

@@ -1,0 +1,166 @@
+//! `voxa run`, `status` and `call` as separate processes, the way a user runs them.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdout, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::harness::*;
+use crate::support::{voxa, voxa_cmd};
+
+/// A `voxa run --json` child and its event stream.
+struct RunningBinary {
+    child: Child,
+    events: BufReader<ChildStdout>,
+    home: std::path::PathBuf,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+impl RunningBinary {
+    fn start(extra: &[&str]) -> RunningBinary {
+        let (dir, home) = fresh_home();
+        let workspace = tempfile::tempdir().unwrap();
+        let mut child = voxa_cmd(&home)
+            .args(["run", "--json", "--workspace"])
+            .arg(workspace.path())
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let events = BufReader::new(child.stdout.take().unwrap());
+        RunningBinary { child, events, home, _dirs: (dir, workspace) }
+    }
+
+    /// Reads events until one named `name` (blocking; the child prints it within seconds).
+    fn event(&mut self, name: &str) -> Value {
+        loop {
+            let mut line = String::new();
+            let n = self.events.read_line(&mut line).unwrap();
+            assert!(n > 0, "voxa run exited before printing {name}");
+            let value: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line}"));
+            if value["event"] == name {
+                return value;
+            }
+        }
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        wait_timeout(&mut self.child, Duration::from_secs(10))
+    }
+}
+
+impl Drop for RunningBinary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A temporary directory and a not-yet-existing voxa home inside it.
+fn fresh_home() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("voxa");
+    (dir, home)
+}
+
+fn wait_timeout(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(std::time::Instant::now() < deadline, "process did not exit in time");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn query(url: &str, name: &str) -> String {
+    let url = url::Url::parse(url).unwrap();
+    url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_relay_run_serves_a_phone_and_stops_cleanly_on_sigterm() {
+    let mut run = RunningBinary::start(&["--embedded-relay"]);
+    let relay = run.event("embedded_relay")["listen"].as_str().unwrap().to_owned();
+    let pairing = run.event("pairing")["url"].as_str().unwrap().to_owned();
+    let started = run.event("started");
+    let port = started["port"].as_u64().unwrap();
+    assert!(run.home.join("agent.json").exists());
+    let agent_file: Value = serde_json::from_slice(&std::fs::read(run.home.join("agent.json")).unwrap()).unwrap();
+    assert_eq!(agent_file["port"], port);
+    assert_eq!(agent_file["pid"], run.child.id());
+
+    let (code, token) = (query(&pairing, "code"), query(&pairing, "token"));
+    let mut phone = connect(&format!("ws://{relay}/ws?code={code}")).await;
+    wait_agent_joined(&mut phone).await;
+    send(&mut phone, json!({"type":"hello","token": token,"client":"test"})).await;
+    recv_type(&mut phone, "hello_ok").await;
+    send(&mut phone, json!({"type":"tool_call","id":"e1","name":"no_such_tool"})).await;
+    assert_eq!(recv_result(&mut phone, "e1").await["error"]["code"], "unknown-tool");
+
+    // status sees the live agent, and never prints a secret.
+    let home = run.home.clone();
+    let status = tokio::task::spawn_blocking(move || voxa(&home, &["status", "--json"])).await.unwrap();
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    let text = String::from_utf8_lossy(&status.stdout).to_string();
+    let value: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(value["paired"], true);
+    assert_eq!(value["agent"]["port"], port);
+    assert_eq!(value["agent"]["relay_connected"], true);
+    assert_eq!(value["agent"]["phone_present"], true);
+    assert!(!text.contains(&token) && !text.contains(&code));
+
+    let exit = run.terminate();
+    assert!(exit.success(), "voxa run exited with {exit:?}");
+    assert!(!run.home.join("agent.json").exists(), "agent.json left behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_exit_status_tells_results_from_errors_and_refusals() {
+    // An unreachable relay: the loopback socket serves regardless.
+    let mut run = RunningBinary::start(&["--relay", "http://127.0.0.1:1"]);
+    let port = run.event("started")["port"].as_u64().unwrap();
+    let home = run.home.clone();
+
+    let unknown = voxa(&home, &["call", "no_such_tool"]);
+    assert_eq!(unknown.status.code(), Some(3), "{}", String::from_utf8_lossy(&unknown.stderr));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("unknown-tool"));
+
+    let json_out = voxa(&home, &["call", "--json", "no_such_tool", "a=1"]);
+    let value: Value = serde_json::from_slice(&json_out.stdout).unwrap();
+    assert_eq!(value["ok"], false);
+    assert_eq!(value["error"]["code"], "unknown-tool");
+
+    let bad_args = voxa(&home, &["call", "list_dir", "not-a-pair"]);
+    assert_eq!(bad_args.status.code(), Some(2));
+
+    // Another home that points at this agent but holds a different token is refused.
+    let (_other_dir, other) = fresh_home();
+    assert!(voxa(&other, &["pair", "--json", "--relay", "http://127.0.0.1:1"]).status.success());
+    let agent_json = json!({"pid": run.child.id(), "port": port, "version": voxa::VERSION});
+    std::fs::write(other.join("agent.json"), agent_json.to_string()).unwrap();
+    let refused = voxa(&other, &["call", "list_dir"]);
+    assert_eq!(refused.status.code(), Some(4), "{}", String::from_utf8_lossy(&refused.stderr));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("bearer-refused"));
+
+    // No agent at all: a plain failure that says what to do.
+    let (_idle_dir, idle) = fresh_home();
+    assert!(voxa(&idle, &["pair", "--json"]).status.success());
+    let missing = voxa(&idle, &["call", "list_dir"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("voxa run"));
+    drop(run);
+}
+
+#[test]
+fn plain_http_relay_to_a_public_host_is_refused_before_dialing() {
+    let (_dir, home) = fresh_home();
+    let out = voxa(&home, &["run", "--relay", "http://example.com"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("https://"));
+}
