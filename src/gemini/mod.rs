@@ -414,8 +414,11 @@ impl Bridge {
             }
             Some(Ok(_)) => return Ok(()),
             Some(Err(err)) => {
-                let failure =
-                    CallFailure::new(CallErrorCode::GeminiClosed, format!("the Gemini Live connection failed: {err}"), key);
+                let failure = CallFailure::new(
+                    CallErrorCode::GeminiClosed,
+                    format!("the Gemini Live connection failed: {err}"),
+                    key,
+                );
                 return self.lost(failure, true, conn);
             }
             None => {
@@ -512,8 +515,13 @@ impl Bridge {
         }
         let cancel = self.end.child_token();
         self.running.insert(id.clone(), Running { cancel: cancel.clone(), generation: self.generation });
-        self.to_phone(AgentMessage::ToolActivity { id: id.clone(), name: name.clone(), state: "started".into(), ok: None })
-            .await;
+        self.to_phone(AgentMessage::ToolActivity {
+            id: id.clone(),
+            name: name.clone(),
+            state: "started".into(),
+            ok: None,
+        })
+        .await;
         let request = ToolRequest {
             id: id.clone(),
             name: name.clone(),
@@ -556,8 +564,13 @@ impl Bridge {
             self.to_phone(image).await;
         }
         let ok = outcome.is_ok();
-        self.to_phone(AgentMessage::ToolActivity { id: id.clone(), name: name.clone(), state: "finished".into(), ok: Some(ok) })
-            .await;
+        self.to_phone(AgentMessage::ToolActivity {
+            id: id.clone(),
+            name: name.clone(),
+            state: "finished".into(),
+            ok: Some(ok),
+        })
+        .await;
         let Some(running) = self.running.remove(&id) else { return };
         match link {
             Some(link) if running.generation == self.generation => {
@@ -646,7 +659,14 @@ mod tests {
         let names: Vec<_> = codes.iter().map(|c| c.as_str()).collect();
         assert_eq!(
             names,
-            ["bad-key", "gemini-refused", "gemini-not-found", "gemini-unavailable", "gemini-unreachable", "gemini-closed"]
+            [
+                "bad-key",
+                "gemini-refused",
+                "gemini-not-found",
+                "gemini-unavailable",
+                "gemini-unreachable",
+                "gemini-closed"
+            ]
         );
         let json = failure.to_message().to_json();
         assert_eq!(json, r#"{"type":"call_error","code":"bad-key","message":"key <redacted> rejected"}"#);

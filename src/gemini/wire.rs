@@ -221,6 +221,10 @@ struct RawResumption {
 /// Reads one server message (JSON, from a binary or text frame). Parts that do not fit the
 /// protocol are skipped; only a message that is not a JSON object at all is an error.
 pub fn parse_server(bytes: &[u8]) -> Result<Vec<ServerEvent>, serde_json::Error> {
+    // Serde reads a struct from an array too (`[{}]` would pass as `setupComplete`): objects only.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(serde::de::Error::custom("a server message must be a JSON object"));
+    }
     let raw: RawMessage = serde_json::from_slice(bytes)?;
     let mut events = Vec::new();
     if raw.setup_complete.is_some() {
@@ -314,7 +318,10 @@ mod tests {
         let setup = &setup["setup"];
         assert_eq!(setup["model"], "models/gemini-x");
         assert_eq!(setup["generationConfig"]["responseModalities"], json!(["AUDIO"]));
-        assert_eq!(setup["generationConfig"]["speechConfig"]["voiceConfig"]["prebuiltVoiceConfig"]["voiceName"], "Kore");
+        assert_eq!(
+            setup["generationConfig"]["speechConfig"]["voiceConfig"]["prebuiltVoiceConfig"]["voiceName"],
+            "Kore"
+        );
         assert!(setup["generationConfig"].get("inputAudioTranscription").is_none());
         assert!(setup["generationConfig"].get("outputAudioTranscription").is_none());
         assert_eq!(setup["inputAudioTranscription"], json!({}));
@@ -420,12 +427,19 @@ mod tests {
         assert_eq!(parse(json!({"serverContent":{"inputTranscription":{}}})), vec![]);
         let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
         assert!(parse_server(deep.as_bytes()).is_err());
+        assert!(parse_server(b"[{}]").is_err(), "an array is not a setupComplete");
+        let nested = format!(r#"{{"setupComplete":{}{}}}"#, "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(parse_server(nested.as_bytes()).unwrap(), vec![ServerEvent::SetupComplete], "no stack overflow");
+        let deep_content =
+            format!(r#"{{"serverContent":{{"modelTurn":{}{}}}}}"#, "[".repeat(100_000), "]".repeat(100_000));
+        assert!(parse_server(deep_content.as_bytes()).is_err());
     }
 
     #[test]
     fn screenshots_reach_gemini_as_a_sentence_without_bytes() {
         let shot = Screenshot { mime: "image/png".into(), width: 1280, height: 800, bytes: vec![0x89, b'P', 7, 7] };
-        let output = ToolOutput { result: json!({"width":1280,"height":800,"mime":"image/png","bytes":4}), image: Some(shot) };
+        let output =
+            ToolOutput { result: json!({"width":1280,"height":800,"mime":"image/png","bytes":4}), image: Some(shot) };
         let response = tool_result(&Ok(output));
         assert_eq!(response["output"]["message"], "The screenshot (1280x800) is shown on the user's phone.");
         assert_eq!(response["output"]["shown_on_phone"], true);

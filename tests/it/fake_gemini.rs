@@ -227,7 +227,7 @@ impl FakeGemini {
 
     fn command(&self, conn: usize, command: Command) {
         let sender = self.conns.lock().ok().and_then(|conns| conns.get(&conn).cloned());
-        sender.expect("connection is open").send(command).ok().expect("connection task is running");
+        assert!(sender.expect("connection is open").send(command).is_ok(), "connection task is running");
     }
 
     /// Sends a server message as JSON in a binary frame (as the service does).
@@ -418,9 +418,10 @@ fn on_client_message(payload: &[u8], state: &mut State, key_ok: bool, conn: usiz
             };
             for response in responses {
                 let has_id = response.get("id").and_then(Value::as_str).is_some_and(|id| !id.is_empty());
-                let shaped = response.get("response").and_then(Value::as_object).is_some_and(|r| {
-                    r.len() == 1 && (r.contains_key("output") || r.contains_key("error"))
-                });
+                let shaped = response
+                    .get("response")
+                    .and_then(Value::as_object)
+                    .is_some_and(|r| r.len() == 1 && (r.contains_key("output") || r.contains_key("error")));
                 if !has_id || !shaped {
                     return invalid("functionResponses need an id and a response with output or error.");
                 }
@@ -465,7 +466,9 @@ fn on_realtime_input(body: Value, conn: usize, shared: &Shared) -> Reply {
         shared.record(conn, Kind::Text(text.to_owned()));
         return Reply::Nothing;
     }
-    if fields.contains_key("audioStreamEnd") || fields.contains_key("activityStart") || fields.contains_key("activityEnd")
+    if fields.contains_key("audioStreamEnd")
+        || fields.contains_key("activityStart")
+        || fields.contains_key("activityEnd")
     {
         shared.record(conn, Kind::Message(json!({ "realtimeInput": fields })));
         return Reply::Nothing;
@@ -552,5 +555,6 @@ async fn reject(
     let frame = CloseFrame { code: CloseCode::from(code), reason: reason.to_owned().into() };
     let _ = socket.send(Message::Close(Some(frame))).await;
     // Let the client answer the close; never wait long.
-    let _ = tokio::time::timeout(Duration::from_secs(2), async { while let Some(Ok(_)) = socket.next().await {} }).await;
+    let _ =
+        tokio::time::timeout(Duration::from_secs(2), async { while let Some(Ok(_)) = socket.next().await {} }).await;
 }

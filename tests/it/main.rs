@@ -2,6 +2,8 @@
 //! a script would drive them.
 
 mod agent;
+mod fake_gemini;
+mod gemini;
 mod harness;
 mod run;
 mod support;
