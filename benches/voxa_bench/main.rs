@@ -3,6 +3,7 @@
 
 mod agent;
 mod report;
+mod voice;
 
 fn main() {
     let mut report = report::Report::default();
@@ -10,6 +11,9 @@ fn main() {
     let wanted = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
     if wanted("agent") {
         agent::run(&mut report);
+    }
+    if wanted("voice") {
+        voice::run(&mut report);
     }
     report.print();
 }
