@@ -150,6 +150,7 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
         workspace: options.workspace.clone(),
         config: options.config.clone(),
         audit: Some(audit),
+        env: None,
     })?;
     let mut ctx = AgentContext::new(toolbox);
     ctx.gemini = options.gemini.map(Arc::new);

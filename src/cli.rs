@@ -176,8 +176,17 @@ impl Settings {
 
     /// Relay by precedence: flag > `VOXA_RELAY` > saved config > default.
     pub fn relay(&self, saved: &Config) -> Result<RelayUrl> {
-        let chosen = self.relay_flag.as_deref().or(saved.relay.as_deref()).unwrap_or(DEFAULT_RELAY);
-        Ok(RelayUrl::parse(chosen)?)
+        if let Some(flag) = self.relay_flag.as_deref() {
+            return Ok(RelayUrl::parse(flag)?);
+        }
+        match saved.relay.as_deref() {
+            // Say where a bad saved value comes from, and how to replace it.
+            Some(saved) => RelayUrl::parse(saved).map_err(|err| {
+                let path = self.home.path(crate::state::CONFIG_FILE);
+                ConfigError::new(format!("{err} (saved in {}; pass --relay to replace it)", path.display())).into()
+            }),
+            None => Ok(RelayUrl::parse(DEFAULT_RELAY)?),
+        }
     }
 }
 

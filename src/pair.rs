@@ -14,9 +14,11 @@ use crate::state::{Home, Secrets};
 /// Runs `voxa pair`.
 pub fn run(settings: &Settings, args: &PairArgs) -> Result<()> {
     let home = &settings.home;
-    home.ensure()?;
+    // Validate everything before creating or changing anything: a refused relay leaves no trace.
+    home.check()?;
     let mut config = home.load_config()?;
     let relay = settings.relay(&config)?;
+    home.ensure()?;
     let secrets = if args.rotate { home.rotate_secrets()? } else { home.load_or_create_secrets()?.0 };
     save_relay(home, &mut config, &relay)?;
     let printer = settings.printer;
@@ -27,7 +29,12 @@ pub fn run(settings: &Settings, args: &PairArgs) -> Result<()> {
         "url": url,
         "relay": relay.as_str(),
     });
-    let human = pairing_text(&relay, &secrets, !args.no_qr, printer.is_terminal())?;
+    // Encoding the QR code is most of this command's CPU time; `--json` never shows it.
+    let human = if printer.is_json() {
+        String::new()
+    } else {
+        pairing_text(&relay, &secrets, !args.no_qr, printer.is_terminal())?
+    };
     printer.result(&value, human)?;
     Ok(())
 }

@@ -313,14 +313,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let _ = rand::rngs::OsRng.try_fill_bytes(&mut nonce);
     let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), hex::encode(nonce)));
     let result = (|| -> Result<()> {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .with_context(|| format!("could not create {}", tmp.display()))?;
-        file.write_all(bytes).with_context(|| format!("could not write {}", tmp.display()))?;
-        file.sync_all().with_context(|| format!("could not sync {}", tmp.display()))?;
+        let what = || format!("could not write {}", path.display());
+        let mut file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).with_context(what)?;
+        file.write_all(bytes).with_context(what)?;
+        file.sync_all().with_context(what)?;
         fs::rename(&tmp, path).with_context(|| format!("could not replace {}", path.display()))?;
         sync_dir(dir)
     })();

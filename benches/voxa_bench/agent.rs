@@ -16,8 +16,6 @@ use voxa::dial::{ClientSocket, DialOptions};
 
 use crate::report::{percentiles, Report};
 
-const CALLS: usize = 500;
-
 struct Agent {
     child: Child,
     port: u16,
@@ -143,7 +141,11 @@ async fn start_relay(listener: TcpListener) -> CancellationToken {
     stop
 }
 
-pub fn run(report: &mut Report) {
+pub fn run(report: &mut Report, measuring: bool) {
+    let calls = if measuring { 500 } else { 5 };
+    let spawns = if measuring { 200 } else { 3 };
+    let restarts = if measuring { 3 } else { 1 };
+    let healthy_wait = if measuring { Duration::from_secs(11) } else { Duration::ZERO };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -160,8 +162,8 @@ pub fn run(report: &mut Report) {
         );
 
         let mut local = local_client(&agent).await;
-        round_trips(&mut local, "list_dir", json!({}), 50).await; // warm-up
-        let mut trivial = round_trips(&mut local, "list_dir", json!({}), CALLS).await;
+        round_trips(&mut local, "list_dir", json!({}), calls / 10 + 1).await; // warm-up
+        let mut trivial = round_trips(&mut local, "list_dir", json!({}), calls).await;
         report.add(
             "loopback",
             "tool call round trip (list_dir, empty dir)",
@@ -170,9 +172,9 @@ pub fn run(report: &mut Report) {
         );
 
         let true_path = PathBuf::from(if Path::new("/usr/bin/true").exists() { "/usr/bin/true" } else { "/bin/true" });
-        let mut direct = spawn_directly(&true_path, 200);
+        let mut direct = spawn_directly(&true_path, spawns);
         let mut via_tool =
-            round_trips(&mut local, "run_command", json!({"command": true_path.display().to_string()}), 200).await;
+            round_trips(&mut local, "run_command", json!({"command": true_path.display().to_string()}), spawns).await;
         let (direct_p50, _) = percentiles(&mut direct);
         let (tool_p50, tool_p99) = percentiles(&mut via_tool);
         report.add("loopback", "spawn `true` directly", fmt_us(percentiles(&mut direct)), "baseline");
@@ -185,14 +187,14 @@ pub fn run(report: &mut Report) {
         );
 
         let mut through_relay = phone(relay_addr, &agent).await;
-        round_trips(&mut through_relay, "list_dir", json!({}), 50).await;
-        let mut relayed = round_trips(&mut through_relay, "list_dir", json!({}), CALLS).await;
+        round_trips(&mut through_relay, "list_dir", json!({}), calls / 10 + 1).await;
+        let mut relayed = round_trips(&mut through_relay, "list_dir", json!({}), calls).await;
         report.add("relay", "tool call round trip via relay (list_dir)", fmt_us(percentiles(&mut relayed)), "");
         drop(through_relay);
 
         // Reconnect: stop the relay, start it again on the same port, time until the phone sees the agent.
         let mut reconnects = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..restarts {
             relay.cancel();
             tokio::time::sleep(Duration::from_millis(300)).await;
             let listener = TcpListener::bind(relay_addr).await.unwrap();
@@ -203,13 +205,13 @@ pub fn run(report: &mut Report) {
             wait_for(&mut socket, |v| v["type"] == "__peer" && v["state"] == "joined").await;
             reconnects.push(restarted.elapsed().as_secs_f64() * 1000.0);
             // Let the connection prove healthy so the next restart starts from a reset backoff.
-            tokio::time::sleep(Duration::from_secs(11)).await;
+            tokio::time::sleep(healthy_wait).await;
         }
         let (p50, _) = percentiles(&mut reconnects);
         let max = reconnects.iter().cloned().fold(0.0, f64::max);
         report.add(
             "agent",
-            "back after relay restart (3 restarts)",
+            format!("back after relay restart ({restarts} restarts)"),
             format!("median {p50:.0} ms, max {max:.0} ms"),
             "≤ 1 s backoff + connect",
         );

@@ -1,16 +1,26 @@
 //! `cargo bench`: every performance figure of the README in one table. Each section measures the
 //! real binaries and sockets on loopback and prints medians.
+//!
+//! `cargo test --all-targets` runs this file too, without `--bench`: then each section does a few
+//! runs only, to prove it still works, and the figures mean nothing.
+//! `cargo bench -- agent` runs only the sections whose name contains `agent`.
 
 mod agent;
+mod pair;
 mod report;
 mod voice;
 
 fn main() {
-    let mut report = report::Report::default();
+    let measuring = std::env::args().any(|arg| arg == "--bench");
+    let runs = |full: usize| if measuring { full } else { 3 };
     let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let wanted = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
+    let mut report = report::Report::default();
+    if wanted("pair") {
+        pair::run(&mut report, runs(200));
+    }
     if wanted("agent") {
-        agent::run(&mut report);
+        agent::run(&mut report, measuring);
     }
     if wanted("voice") {
         voice::run(&mut report);

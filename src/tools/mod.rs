@@ -1,18 +1,46 @@
 //! The tool registry (SPEC §5): one table that names the tools, describes their arguments (for
 //! `hello_ok` and Gemini's function declarations) and runs them under the workspace and policy.
+//!
+//! Every call goes through the same gate, in this order: unknown tool → `unknown-tool`; policy
+//! (deny list, allow list, read-only) → `denied-by-policy`; the agent-wide concurrency limit →
+//! `busy` at once, never queued; argument checks against the table → `invalid-args` naming the
+//! field; then the tool. Each call, refused or not, leaves one line in the audit trail.
 
+mod coding_agent;
+mod command;
+mod files;
+mod output;
+mod process;
+mod screenshot;
+mod workspace;
+
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use serde_json::Value;
-use tokio::sync::mpsc;
+use serde_json::{json, Map, Value};
+use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::audit::Audit;
-use crate::config::Config;
-use crate::protocol::{ErrorCode, ToolError};
+pub use coding_agent::{default_claude, CODING_AGENT_TIMEOUT, DEFAULT_AGENT, MAX_PROMPT_LEN};
+pub use command::{MAX_COMMAND_LEN, MAX_COMMAND_TIMEOUT, SHELL};
+pub use files::{MAX_DIR_ENTRIES, MAX_WRITE_LEN};
+pub use screenshot::{MAX_SCREENSHOT_LEN, SCREENSHOT_TIMEOUT};
+
+use crate::audit::{Audit, CallRecord};
+use crate::config::{Config, Policy};
+use crate::error::ConfigError;
+use crate::protocol::{ErrorCode, ToolError, DEFAULT_COMMAND_TIMEOUT};
+use workspace::Workspace;
+
+/// Tool calls running at once across the agent when `max_concurrent_calls` is not set.
+pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 64;
+/// Environment variables of this agent never passed on to the programs tools start.
+pub const PRIVATE_ENV: [&str; 2] = ["VOXA_RELAY_TOKEN", "GEMINI_API_KEY"];
 
 /// How to build a [`Toolbox`].
-#[derive(Clone, Debug)]
+#[derive(Clone, Default)]
 pub struct ToolboxOptions {
     /// Root every path argument resolves inside.
     pub workspace: PathBuf,
@@ -20,6 +48,22 @@ pub struct ToolboxOptions {
     pub config: Config,
     /// Where every call is recorded; `None` records nothing (benchmarks).
     pub audit: Option<Audit>,
+    /// Environment of the programs tools start, and where `PATH` and `DISPLAY` are looked up;
+    /// `None` takes this process's. [`PRIVATE_ENV`] is removed either way.
+    pub env: Option<Vec<(OsString, OsString)>>,
+}
+
+impl std::fmt::Debug for ToolboxOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Variable names only: values can be secrets.
+        let env_names = self.env.as_ref().map(|env| env.iter().map(|(key, _)| key).collect::<Vec<_>>());
+        f.debug_struct("ToolboxOptions")
+            .field("workspace", &self.workspace)
+            .field("config", &self.config)
+            .field("audit", &self.audit)
+            .field("env", &env_names)
+            .finish()
+    }
 }
 
 /// One call to run.
@@ -30,7 +74,8 @@ pub struct ToolRequest {
     pub args: Value,
     /// Who asked: `phone`, `loopback`, `gemini`, `host:<envKey>` (audit only).
     pub caller: String,
-    /// Output chunks as they happen (`tool_progress`); `None` when nobody listens.
+    /// Output chunks as they happen (`tool_progress`); `None` when nobody listens. Best effort:
+    /// when the channel is full, chunks are merged and sent later, never waited for.
     pub progress: Option<mpsc::Sender<String>>,
     /// Cancelled by `cancel`, the session ending, or Gemini's `toolCallCancellation`.
     pub cancel: CancellationToken,
@@ -63,33 +108,655 @@ impl std::fmt::Debug for Screenshot {
     }
 }
 
+/// JSON type of a tool parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamType {
+    String,
+    Integer,
+    Boolean,
+}
+
+impl ParamType {
+    /// The OpenAPI type name Gemini expects.
+    pub fn gemini_name(self) -> &'static str {
+        match self {
+            ParamType::String => "STRING",
+            ParamType::Integer => "INTEGER",
+            ParamType::Boolean => "BOOLEAN",
+        }
+    }
+
+    fn noun(self) -> &'static str {
+        match self {
+            ParamType::String => "string",
+            ParamType::Integer => "integer",
+            ParamType::Boolean => "boolean",
+        }
+    }
+}
+
+/// One parameter of a tool.
+#[derive(Clone, Copy, Debug)]
+pub struct ParamSpec {
+    /// Field name in `args`.
+    pub name: &'static str,
+    /// JSON type the field must have.
+    pub kind: ParamType,
+    /// Absent (or `null`) is `invalid-args` when true.
+    pub required: bool,
+    /// Written for the voice model.
+    pub description: &'static str,
+}
+
+/// One tool: the single source for `hello_ok`, Gemini's declarations and argument checks.
+#[derive(Clone, Copy, Debug)]
+pub struct ToolSpec {
+    /// Name on the wire, in `hello_ok` and in Gemini's declarations.
+    pub name: &'static str,
+    /// One line, written for the voice model.
+    pub description: &'static str,
+    /// Every field the tool accepts; any other is `invalid-args`.
+    pub params: &'static [ParamSpec],
+    /// True for tools a read-only policy refuses: they can change the machine.
+    pub changes_machine: bool,
+}
+
+const fn param(name: &'static str, kind: ParamType, required: bool, description: &'static str) -> ParamSpec {
+    ParamSpec { name, kind, required, description }
+}
+
+/// Every tool, in the order they are listed.
+pub const TOOLS: &[ToolSpec] = &[
+    ToolSpec {
+        name: "run_command",
+        description:
+            "Run a shell command (/bin/sh) on the user's computer, in the workspace, and return its exit code \
+                      and output. Use it for git, builds, tests and quick checks. It cannot answer questions the \
+                      command asks: input is empty. Output is capped at 256 KiB.",
+        params: &[
+            param("command", ParamType::String, true, "The command line to run, for example: git status"),
+            param(
+                "cwd",
+                ParamType::String,
+                false,
+                "Directory to run in, relative to the workspace. Default: the workspace.",
+            ),
+            param(
+                "timeout_ms",
+                ParamType::Integer,
+                false,
+                "Stop the command after this many milliseconds. Default 120000, at most 3600000.",
+            ),
+        ],
+        changes_machine: true,
+    },
+    ToolSpec {
+        name: "read_file",
+        description: "Read a file in the workspace. Returns its text (base64 when the file is binary), its size in \
+                      bytes, and whether it was cut short.",
+        params: &[
+            param("path", ParamType::String, true, "Path of the file, relative to the workspace."),
+            param("max_bytes", ParamType::Integer, false, "Read at most this many bytes. Default and maximum 262144."),
+        ],
+        changes_machine: false,
+    },
+    ToolSpec {
+        name: "write_file",
+        description: "Create or replace a file in the workspace with the given content, in one atomic step.",
+        params: &[
+            param("path", ParamType::String, true, "Path of the file, relative to the workspace."),
+            param("content", ParamType::String, true, "The complete new content of the file."),
+            param("create_dirs", ParamType::Boolean, false, "Create missing parent directories. Default false."),
+            param("encoding", ParamType::String, false, "\"utf-8\" (default) or \"base64\" for binary content."),
+        ],
+        changes_machine: true,
+    },
+    ToolSpec {
+        name: "list_dir",
+        description: "List a directory in the workspace: each entry's name, kind (file, dir or symlink) and size.",
+        params: &[param(
+            "path",
+            ParamType::String,
+            false,
+            "Directory, relative to the workspace. Default: the workspace.",
+        )],
+        changes_machine: false,
+    },
+    ToolSpec {
+        name: "screenshot",
+        description: "Take a screenshot of the computer's screen. The user sees the image on their phone; you get its \
+                      size only.",
+        params: &[param("display", ParamType::String, false, "X display such as \":0\". Default: the user's display.")],
+        changes_machine: false,
+    },
+    ToolSpec {
+        name: "coding_agent",
+        description: "Hand a programming task to a coding agent (Claude Code by default) working in the workspace. It \
+                      can read and change code and run commands, may take minutes, and returns its final answer.",
+        params: &[
+            param(
+                "prompt",
+                ParamType::String,
+                true,
+                "The task in full sentences, with everything the agent needs to know.",
+            ),
+            param("agent", ParamType::String, false, "Which coding agent to use. Default \"claude\"."),
+            param(
+                "cwd",
+                ParamType::String,
+                false,
+                "Directory to work in, relative to the workspace. Default: the workspace.",
+            ),
+        ],
+        changes_machine: true,
+    },
+];
+
+/// The table entry of a tool.
+pub fn tool_spec(name: &str) -> Option<&'static ToolSpec> {
+    TOOLS.iter().find(|spec| spec.name == name)
+}
+
 /// The tools of this machine.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Toolbox {
-    workspace: PathBuf,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    workspace: Workspace,
+    config: Config,
+    audit: Option<Audit>,
+    env: Arc<[(OsString, OsString)]>,
+    calls: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for Toolbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Toolbox").field("workspace", &self.inner.workspace.root()).finish_non_exhaustive()
+    }
+}
+
+/// Why the policy refused a tool; recorded as the audit line's `policy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PolicyRule {
+    Deny,
+    Allow,
+    ReadOnly,
+}
+
+impl PolicyRule {
+    fn as_str(self) -> &'static str {
+        match self {
+            PolicyRule::Deny => "deny",
+            PolicyRule::Allow => "allow",
+            PolicyRule::ReadOnly => "read_only",
+        }
+    }
+}
+
+fn policy_refusal(policy: &Policy, spec: &ToolSpec) -> Option<PolicyRule> {
+    if policy.deny.iter().any(|name| name == spec.name) {
+        Some(PolicyRule::Deny)
+    } else if !policy.allow.is_empty() && !policy.allow.iter().any(|name| name == spec.name) {
+        Some(PolicyRule::Allow)
+    } else if policy.read_only && spec.changes_machine {
+        Some(PolicyRule::ReadOnly)
+    } else {
+        None
+    }
 }
 
 impl Toolbox {
+    /// Checks the workspace (canonicalised; it must be an existing directory) and the settings.
     pub fn new(options: ToolboxOptions) -> anyhow::Result<Self> {
-        Ok(Toolbox { workspace: options.workspace })
+        let workspace = Workspace::new(&options.workspace)?;
+        let max_calls = options.config.max_concurrent_calls.unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS);
+        if max_calls == 0 {
+            return Err(ConfigError::new("max_concurrent_calls must be at least 1").into());
+        }
+        let mut env = options.env.unwrap_or_else(|| std::env::vars_os().collect());
+        env.retain(|(key, _)| !PRIVATE_ENV.iter().any(|private| key == private));
+        Ok(Toolbox {
+            inner: Arc::new(Inner {
+                workspace,
+                config: options.config,
+                audit: options.audit,
+                env: env.into(),
+                calls: Arc::new(Semaphore::new(max_calls)),
+            }),
+        })
     }
 
+    /// The canonical workspace root.
     pub fn workspace(&self) -> &Path {
-        &self.workspace
+        self.inner.workspace.root()
     }
 
-    /// Tool names, as listed in `hello_ok`.
+    /// The tools this policy lets run, in table order.
+    pub fn specs(&self) -> impl Iterator<Item = &'static ToolSpec> + '_ {
+        TOOLS.iter().filter(|spec| policy_refusal(&self.inner.config.policy, spec).is_none())
+    }
+
+    /// Tool names, as listed in `hello_ok`: the ones the policy allows.
     pub fn names(&self) -> Vec<String> {
-        Vec::new()
+        self.specs().map(|spec| spec.name.to_owned()).collect()
     }
 
-    /// Gemini `functionDeclarations` for every tool.
+    /// Gemini `functionDeclarations` for every tool the policy allows.
     pub fn gemini_declarations(&self) -> Value {
-        Value::Array(Vec::new())
+        Value::Array(self.specs().map(gemini_declaration).collect())
+    }
+
+    /// Tool calls running right now.
+    pub fn calls_in_flight(&self) -> usize {
+        let max = self.inner.config.max_concurrent_calls.unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS);
+        max.saturating_sub(self.inner.calls.available_permits())
     }
 
     /// Runs one call: policy, argument checks, execution, audit.
     pub async fn call(&self, request: ToolRequest) -> Result<ToolOutput, ToolError> {
-        Err(ToolError::new(ErrorCode::UnknownTool, format!("no tool named {:?}", request.name)))
+        let started = Instant::now();
+        let ToolRequest { id, name, args, caller, progress, cancel } = request;
+        let (result, policy) = self.gate_and_run(&name, args, progress, cancel).await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(err) => err.code.as_str(),
+        };
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        tracing::debug!(
+            tool = %output::prefix(&name, 64),
+            id = %output::prefix(&id, 64),
+            %caller,
+            outcome,
+            duration_ms,
+            "tool call"
+        );
+        if let Some(audit) = &self.inner.audit {
+            let record = CallRecord {
+                caller,
+                tool: name,
+                id,
+                outcome: outcome.to_owned(),
+                duration_ms,
+                rule: policy.map(|_| ErrorCode::DeniedByPolicy.as_str().to_owned()),
+                policy: policy.map(|rule| rule.as_str().to_owned()),
+            };
+            if let Err(err) = audit.record_call(&record) {
+                tracing::warn!(err = format!("{err:#}"), "could not write the audit trail");
+            }
+        }
+        result
+    }
+
+    async fn gate_and_run(
+        &self,
+        name: &str,
+        args: Value,
+        progress: Option<mpsc::Sender<String>>,
+        cancel: CancellationToken,
+    ) -> (Result<ToolOutput, ToolError>, Option<PolicyRule>) {
+        let Some(spec) = tool_spec(name) else {
+            let shown = output::prefix(name, 64);
+            let known = TOOLS.iter().map(|spec| spec.name).collect::<Vec<_>>().join(", ");
+            return (
+                Err(ToolError::new(ErrorCode::UnknownTool, format!("no tool named {shown:?} (tools: {known})"))),
+                None,
+            );
+        };
+        if let Some(rule) = policy_refusal(&self.inner.config.policy, spec) {
+            let why = match rule {
+                PolicyRule::Deny => "it is on the policy's deny list",
+                PolicyRule::Allow => "it is not on the policy's allow list",
+                PolicyRule::ReadOnly => "this agent is read-only and the tool can change the machine",
+            };
+            return (
+                Err(ToolError::new(ErrorCode::DeniedByPolicy, format!("{name} is not allowed here: {why}"))),
+                Some(rule),
+            );
+        }
+        let Ok(_permit) = self.inner.calls.clone().try_acquire_owned() else {
+            return (Err(ToolError::new(ErrorCode::Busy, "too many tool calls are running; try again shortly")), None);
+        };
+        let result = match Args::check(spec, &args) {
+            Err(err) => Err(err),
+            Ok(_) if cancel.is_cancelled() => Err(ToolError::new(ErrorCode::Cancelled, "cancelled before it started")),
+            Ok(args) => self.execute(spec, &args, progress, cancel).await,
+        };
+        (result, None)
+    }
+
+    async fn execute(
+        &self,
+        spec: &ToolSpec,
+        args: &Args<'_>,
+        progress: Option<mpsc::Sender<String>>,
+        cancel: CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
+        let inner = &self.inner;
+        match spec.name {
+            "run_command" => {
+                let command = args.str("command").unwrap_or_default();
+                check_text("command", command, MAX_COMMAND_LEN)?;
+                let timeout = match args.u64("timeout_ms") {
+                    None => DEFAULT_COMMAND_TIMEOUT,
+                    Some(ms) if (1..=MAX_COMMAND_TIMEOUT.as_millis() as u64).contains(&ms) => Duration::from_millis(ms),
+                    Some(_) => {
+                        return Err(invalid(format!(
+                            "field `timeout_ms` must be between 1 and {}",
+                            MAX_COMMAND_TIMEOUT.as_millis()
+                        )))
+                    }
+                };
+                let cwd = self.directory(args.str("cwd"))?;
+                let request = command::CommandRequest { command: command.to_owned(), cwd, timeout };
+                command::run_command(request, inner.env.clone(), progress, cancel).await.map(plain)
+            }
+            "read_file" => {
+                let path = args.str("path").unwrap_or_default().to_owned();
+                let max_bytes = args.u64("max_bytes");
+                self.blocking(cancel, move |ws| files::read_file(ws, &path, max_bytes)).await.map(plain)
+            }
+            "write_file" => {
+                let path = args.str("path").unwrap_or_default().to_owned();
+                let content = args.str("content").unwrap_or_default().to_owned();
+                let create_dirs = args.bool("create_dirs").unwrap_or(false);
+                let encoding =
+                    args.str("encoding").map(files::Encoding::parse).transpose()?.unwrap_or(files::Encoding::Utf8);
+                self.blocking(cancel, move |ws| files::write_file(ws, &path, &content, encoding, create_dirs))
+                    .await
+                    .map(plain)
+            }
+            "list_dir" => {
+                let path = args.str("path").map(str::to_owned);
+                self.blocking(cancel, move |ws| files::list_dir(ws, path.as_deref())).await.map(plain)
+            }
+            "screenshot" => {
+                let display = args.str("display").map(str::to_owned);
+                let env_display = self.env_var("DISPLAY").map(|value| value.to_string_lossy().into_owned());
+                let shot = screenshot::take(display, env_display, cancel).await?;
+                let result =
+                    json!({ "width": shot.width, "height": shot.height, "mime": shot.mime, "bytes": shot.bytes.len() });
+                Ok(ToolOutput { result, image: Some(shot) })
+            }
+            "coding_agent" => {
+                let prompt = args.str("prompt").unwrap_or_default();
+                check_text("prompt", prompt, MAX_PROMPT_LEN)?;
+                let agent = args.str("agent").unwrap_or(DEFAULT_AGENT);
+                let command = coding_agent::agent_command(&inner.config, agent)?;
+                let cwd = self.directory(args.str("cwd"))?;
+                let program = coding_agent::find_program(&command.program, self.env_var("PATH")).ok_or_else(|| {
+                    ToolError::new(
+                        ErrorCode::Unavailable,
+                        format!(
+                            "coding agent {agent:?} is not available: `{}` is not installed or not on PATH",
+                            command.program
+                        ),
+                    )
+                })?;
+                let request = coding_agent::AgentRequest {
+                    prompt: prompt.to_owned(),
+                    agent: agent.to_owned(),
+                    cwd,
+                    command,
+                    program,
+                };
+                coding_agent::run(request, inner.env.clone(), progress, cancel).await.map(plain)
+            }
+            other => Err(ToolError::new(ErrorCode::Internal, format!("tool {other} has no implementation"))),
+        }
+    }
+
+    /// Runs a file tool off the async threads; a cancel answers at once (the file operation
+    /// itself is short and bounded, and finishes on its own).
+    async fn blocking<F>(&self, cancel: CancellationToken, work: F) -> Result<Value, ToolError>
+    where
+        F: FnOnce(&Workspace) -> Result<Value, ToolError> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let task = tokio::task::spawn_blocking(move || work(&inner.workspace));
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(ToolError::new(ErrorCode::Cancelled, "cancelled")),
+            joined = task => joined
+                .unwrap_or_else(|err| Err(ToolError::new(ErrorCode::Internal, format!("tool failed: {err}")))),
+        }
+    }
+
+    /// An existing directory inside the workspace; the root when `path` is absent.
+    fn directory(&self, path: Option<&str>) -> Result<PathBuf, ToolError> {
+        let Some(path) = path else { return Ok(self.inner.workspace.root().to_path_buf()) };
+        let resolved = self.inner.workspace.resolve(path)?;
+        if !resolved.exists {
+            return Err(ToolError::new(ErrorCode::NotFound, format!("directory {path} does not exist")));
+        }
+        if !resolved.real.is_dir() {
+            return Err(invalid(format!("field `cwd`: {path} is not a directory")));
+        }
+        Ok(resolved.real)
+    }
+
+    fn env_var(&self, name: &str) -> Option<&OsStr> {
+        self.inner.env.iter().rev().find(|(key, _)| key == name).map(|(_, value)| value.as_os_str())
+    }
+}
+
+fn plain(result: Value) -> ToolOutput {
+    ToolOutput { result, image: None }
+}
+
+fn invalid(message: String) -> ToolError {
+    ToolError::new(ErrorCode::InvalidArgs, message)
+}
+
+/// A command line or prompt: not blank, no NUL (it becomes a process argument), bounded.
+fn check_text(field: &str, text: &str, max: usize) -> Result<(), ToolError> {
+    if text.trim().is_empty() {
+        return Err(invalid(format!("field `{field}` is empty")));
+    }
+    if text.contains('\0') {
+        return Err(invalid(format!("field `{field}` contains a NUL byte")));
+    }
+    if text.len() > max {
+        return Err(ToolError::new(
+            ErrorCode::TooLarge,
+            format!("field `{field}` is {} bytes; at most {max} are accepted", text.len()),
+        ));
+    }
+    Ok(())
+}
+
+fn gemini_declaration(spec: &ToolSpec) -> Value {
+    let properties: Map<String, Value> = spec
+        .params
+        .iter()
+        .map(|param| {
+            (param.name.to_owned(), json!({ "type": param.kind.gemini_name(), "description": param.description }))
+        })
+        .collect();
+    let required: Vec<&str> = spec.params.iter().filter(|param| param.required).map(|param| param.name).collect();
+    json!({
+        "name": spec.name,
+        "description": spec.description,
+        "parameters": { "type": "OBJECT", "properties": properties, "required": required },
+    })
+}
+
+/// Arguments checked against a tool's table entry: an object, no unknown fields, every required
+/// field present, every field of its declared type. `null` counts as absent.
+struct Args<'a> {
+    map: Option<&'a Map<String, Value>>,
+}
+
+impl<'a> Args<'a> {
+    fn check(spec: &ToolSpec, args: &'a Value) -> Result<Self, ToolError> {
+        let map = match args {
+            Value::Null => None,
+            Value::Object(map) => Some(map),
+            _ => return Err(invalid(format!("arguments of {} must be a JSON object", spec.name))),
+        };
+        if let Some(map) = map {
+            if let Some(unknown) = map.keys().find(|key| !spec.params.iter().any(|param| param.name == key.as_str())) {
+                let known: Vec<&str> = spec.params.iter().map(|param| param.name).collect();
+                return Err(invalid(format!(
+                    "unknown field `{}` ({} takes: {})",
+                    output::prefix(unknown, 64),
+                    spec.name,
+                    known.join(", ")
+                )));
+            }
+        }
+        for param in spec.params {
+            let value = map.and_then(|map| map.get(param.name)).filter(|value| !value.is_null());
+            let Some(value) = value else {
+                if param.required {
+                    return Err(invalid(format!("missing {} field `{}`", param.kind.noun(), param.name)));
+                }
+                continue;
+            };
+            let fits = match param.kind {
+                ParamType::String => value.is_string(),
+                ParamType::Boolean => value.is_boolean(),
+                ParamType::Integer => integer(value).is_some(),
+            };
+            if !fits {
+                let article = if param.kind == ParamType::Integer { "a non-negative" } else { "a" };
+                return Err(invalid(format!("field `{}` must be {article} {}", param.name, param.kind.noun())));
+            }
+        }
+        Ok(Args { map })
+    }
+
+    fn get(&self, name: &str) -> Option<&'a Value> {
+        self.map.and_then(|map| map.get(name)).filter(|value| !value.is_null())
+    }
+
+    fn str(&self, name: &str) -> Option<&'a str> {
+        self.get(name).and_then(Value::as_str)
+    }
+
+    fn u64(&self, name: &str) -> Option<u64> {
+        self.get(name).and_then(integer)
+    }
+
+    fn bool(&self, name: &str) -> Option<bool> {
+        self.get(name).and_then(Value::as_bool)
+    }
+}
+
+/// A non-negative integer, also when a client sent it as a whole float (`5000.0`).
+fn integer(value: &Value) -> Option<u64> {
+    value.as_u64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|float| float.fract() == 0.0 && *float >= 0.0 && *float <= u64::MAX as f64)
+            .map(|f| f as u64)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn make(config: Config) -> (tempfile::TempDir, Toolbox) {
+        let tmp = tempfile::tempdir().unwrap();
+        let toolbox = Toolbox::new(ToolboxOptions {
+            workspace: tmp.path().to_path_buf(),
+            config,
+            audit: None,
+            env: Some(vec![("GEMINI_API_KEY".into(), "secret".into()), ("PATH".into(), "/usr/bin:/bin".into())]),
+        })
+        .unwrap();
+        (tmp, toolbox)
+    }
+
+    #[test]
+    fn the_table_drives_names_and_gemini_declarations() {
+        let (_tmp, toolbox) = make(Config::default());
+        assert_eq!(
+            toolbox.names(),
+            ["run_command", "read_file", "write_file", "list_dir", "screenshot", "coding_agent"]
+        );
+        let declarations = toolbox.gemini_declarations();
+        let run = &declarations[0];
+        assert_eq!(run["name"], "run_command");
+        assert_eq!(run["parameters"]["type"], "OBJECT");
+        assert_eq!(run["parameters"]["properties"]["command"]["type"], "STRING");
+        assert_eq!(run["parameters"]["properties"]["timeout_ms"]["type"], "INTEGER");
+        assert_eq!(run["parameters"]["required"], json!(["command"]));
+        assert_eq!(declarations[2]["parameters"]["properties"]["create_dirs"]["type"], "BOOLEAN");
+        for declaration in declarations.as_array().unwrap() {
+            assert!(!declaration["description"].as_str().unwrap().is_empty());
+            for (_, property) in declaration["parameters"]["properties"].as_object().unwrap() {
+                assert!(!property["description"].as_str().unwrap().is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn the_policy_hides_what_it_refuses() {
+        let config = Config { policy: Policy { read_only: true, ..Default::default() }, ..Default::default() };
+        let (_tmp, toolbox) = make(config);
+        assert_eq!(toolbox.names(), ["read_file", "list_dir", "screenshot"]);
+        assert_eq!(toolbox.gemini_declarations().as_array().unwrap().len(), 3);
+        let config = Config {
+            policy: Policy {
+                allow: vec!["read_file".into(), "list_dir".into()],
+                deny: vec!["list_dir".into()],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let (_tmp, allow_and_deny) = make(config);
+        assert_eq!(allow_and_deny.names(), ["read_file"]);
+    }
+
+    #[test]
+    fn arguments_are_checked_against_the_table() {
+        let spec = tool_spec("run_command").unwrap();
+        let message = |args: Value| Args::check(spec, &args).err().map(|err| err.message);
+        assert_eq!(message(json!({})).unwrap(), "missing string field `command`");
+        assert_eq!(message(json!({"command": null})).unwrap(), "missing string field `command`");
+        assert_eq!(message(json!({"command": 1})).unwrap(), "field `command` must be a string");
+        assert_eq!(
+            message(json!({"command": "x", "timeout_ms": "5"})).unwrap(),
+            "field `timeout_ms` must be a non-negative integer"
+        );
+        assert_eq!(
+            message(json!({"command": "x", "timeout_ms": -5})).unwrap(),
+            "field `timeout_ms` must be a non-negative integer"
+        );
+        assert!(message(json!({"command": "x", "cmd": "y"})).unwrap().starts_with("unknown field `cmd`"));
+        assert!(message(json!(["x"])).unwrap().contains("JSON object"));
+        assert!(message(json!({"command": "x", "timeout_ms": 5000.0, "cwd": null})).is_none());
+        let list = tool_spec("list_dir").unwrap();
+        assert!(Args::check(list, &Value::Null).is_ok());
+    }
+
+    #[test]
+    fn private_variables_never_reach_tools_and_options_debug_hides_values() {
+        let (_tmp, toolbox) = make(Config::default());
+        assert!(toolbox.env_var("GEMINI_API_KEY").is_none());
+        assert_eq!(toolbox.env_var("PATH").unwrap(), "/usr/bin:/bin");
+        let options = ToolboxOptions { env: Some(vec![("TOKEN".into(), "hunter2".into())]), ..Default::default() };
+        let shown = format!("{options:?}");
+        assert!(shown.contains("TOKEN") && !shown.contains("hunter2"), "{shown}");
+    }
+
+    #[test]
+    fn the_toolbox_is_shared_across_tasks() {
+        fn shareable<T: Clone + Send + Sync + 'static>() {}
+        shareable::<Toolbox>();
+    }
+
+    #[test]
+    fn zero_concurrency_and_missing_workspaces_are_configuration_errors() {
+        let config = Config { max_concurrent_calls: Some(0), ..Default::default() };
+        let tmp = tempfile::tempdir().unwrap();
+        let options = ToolboxOptions { workspace: tmp.path().into(), config, ..Default::default() };
+        assert!(Toolbox::new(options).is_err());
+        let options = ToolboxOptions { workspace: tmp.path().join("missing"), ..Default::default() };
+        let err = Toolbox::new(options).unwrap_err();
+        assert!(format!("{err:#}").contains("missing"), "{err:#}");
     }
 }

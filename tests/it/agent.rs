@@ -228,3 +228,118 @@ async fn a_relay_that_stops_answering_is_noticed_and_redialed() {
     send(&mut phone, json!({"type":"tool_call","id":"h1","name":"no_such_tool"})).await;
     assert_eq!(recv_result(&mut phone, "h1").await["error"]["code"], "unknown-tool");
 }
+
+#[tokio::test]
+async fn a_command_runs_from_the_phone_through_the_relay_with_progress() {
+    let relay = TestRelay::start().await;
+    let agent = TestAgent::start(Some(relay.url())).await;
+    let mut phone = agent.phone(&relay).await;
+    send(
+        &mut phone,
+        json!({"type":"tool_call","id":"r1","name":"run_command","args":{"command":"echo hello; echo world"}}),
+    )
+    .await;
+    let mut progress = String::new();
+    let result = loop {
+        let frame = recv_json(&mut phone).await;
+        match frame["type"].as_str() {
+            Some("tool_progress") => {
+                assert_eq!(frame["id"], "r1");
+                progress.push_str(frame["chunk"].as_str().unwrap());
+            }
+            Some("tool_result") => break frame,
+            other => panic!("unexpected {other:?}: {frame}"),
+        }
+    };
+    assert_eq!(result["ok"], true, "{result}");
+    assert_eq!(result["result"]["exit_code"], 0);
+    let output = result["result"]["output"].as_str().unwrap();
+    assert!(output.contains("hello") && output.contains("world"), "{output:?}");
+    assert!(progress.contains("hello"), "progress was {progress:?}");
+}
+
+#[tokio::test]
+async fn duplicate_ids_are_refused_and_cancel_ends_the_call() {
+    let agent = TestAgent::start(None).await;
+    let mut client = agent.local_client().await;
+    let call = json!({"type":"tool_call","id":"d1","name":"run_command","args":{"command":"sleep 30"}});
+    send(&mut client, call.clone()).await;
+    send(&mut client, call).await;
+    let duplicate = recv_result(&mut client, "d1").await;
+    assert_eq!(duplicate["error"]["code"], "duplicate-id");
+    let started = std::time::Instant::now();
+    send(&mut client, json!({"type":"cancel","id":"d1"})).await;
+    let cancelled = recv_result(&mut client, "d1").await;
+    assert_eq!(cancelled["ok"], false);
+    assert_eq!(cancelled["error"]["code"], "cancelled");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // The id is free again once its call ended.
+    send(&mut client, json!({"type":"tool_call","id":"d1","name":"run_command","args":{"command":"true"}})).await;
+    assert_eq!(recv_result(&mut client, "d1").await["ok"], true);
+}
+
+#[tokio::test]
+async fn fifty_calls_in_flight_on_one_socket_are_all_answered() {
+    let agent = TestAgent::start(None).await;
+    let mut client = agent.local_client().await;
+    for i in 0..50 {
+        let call = json!({"type":"tool_call","id": format!("c{i}"),"name":"run_command","args":{"command": format!("echo n{i}")}});
+        send(&mut client, call).await;
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 50 {
+        let frame = recv_json(&mut client).await;
+        if frame["type"] != "tool_result" {
+            continue;
+        }
+        let id = frame["id"].as_str().unwrap().to_owned();
+        assert_eq!(frame["ok"], true, "{frame}");
+        let n = id.trim_start_matches('c');
+        assert!(frame["result"]["output"].as_str().unwrap().contains(&format!("n{n}")), "{frame}");
+        assert!(seen.insert(id), "two results for one id");
+    }
+}
+
+#[tokio::test]
+async fn a_screenshot_reaches_the_client_as_an_image_frame_and_the_result_holds_only_its_size() {
+    let xvfb = crate::tools::Xvfb::start("320x200x24");
+    let agent = TestAgent::start(None).await;
+    let mut client = agent.local_client().await;
+    send(&mut client, json!({"type":"tool_call","id":"s1","name":"screenshot","args":{"display": xvfb.display}})).await;
+    let image = recv_type(&mut client, "image").await;
+    assert_eq!(image["id"], "s1");
+    assert_eq!(image["mime"], "image/png");
+    assert_eq!((image["width"].as_u64(), image["height"].as_u64()), (Some(320), Some(200)));
+    use base64::Engine as _;
+    let png = base64::engine::general_purpose::STANDARD.decode(image["data"].as_str().unwrap()).unwrap();
+    assert!(png.starts_with(b"\x89PNG"));
+    let result = recv_result(&mut client, "s1").await;
+    assert_eq!(result["ok"], true);
+    assert_eq!(result["result"]["bytes"], png.len());
+    assert!(result["result"].get("data").is_none(), "the result must not carry the image");
+}
+
+#[tokio::test]
+async fn results_of_a_departed_phone_never_reach_the_next_one() {
+    let relay = TestRelay::start().await;
+    let agent = TestAgent::start(Some(relay.url())).await;
+    let mut first = agent.phone(&relay).await;
+    send(
+        &mut first,
+        json!({"type":"tool_call","id":"late","name":"run_command","args":{"command":"sleep 1; echo late"}}),
+    )
+    .await;
+    recv_type(&mut first, "tool_progress").await.to_string(); // the call is running
+    drop(first);
+    let mut second = phone_socket(&relay, agent.code()).await;
+    // Until it says hello, the new phone hears only presence frames and no one else's results.
+    let quiet_until = tokio::time::Instant::now() + Duration::from_millis(1500);
+    while let Ok(Some(Ok(frame))) =
+        tokio::time::timeout_at(quiet_until, futures_util::StreamExt::next(&mut second)).await
+    {
+        if let tokio_tungstenite::tungstenite::Message::Text(text) = frame {
+            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(value["type"], "__peer", "leaked to an unauthenticated phone: {value}");
+        }
+    }
+}

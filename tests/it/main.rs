@@ -2,8 +2,10 @@
 //! a script would drive them.
 
 mod agent;
+mod cli;
 mod fake_gemini;
 mod gemini;
 mod harness;
 mod run;
 mod support;
+mod tools;

@@ -136,6 +136,21 @@ async fn call_exit_status_tells_results_from_errors_and_refusals() {
     assert_eq!(value["ok"], false);
     assert_eq!(value["error"]["code"], "unknown-tool");
 
+    let echoed = voxa(&home, &["call", "run_command", "command=echo hi from voxa"]);
+    assert_eq!(echoed.status.code(), Some(0), "{}", String::from_utf8_lossy(&echoed.stderr));
+    assert!(String::from_utf8_lossy(&echoed.stdout).contains("hi from voxa"));
+
+    let failing = voxa(&home, &["call", "run_command", r#"{"command":"exit 7"}"#]);
+    assert_eq!(failing.status.code(), Some(5), "a command that exits non-zero");
+
+    let written = voxa(&home, &["call", "write_file", "path=notes/a.txt", "content=saved", "create_dirs=true"]);
+    assert!(written.status.success(), "{}", String::from_utf8_lossy(&written.stderr));
+    let read = voxa(&home, &["call", "read_file", "path=notes/a.txt"]);
+    assert_eq!(String::from_utf8_lossy(&read.stdout), "saved\n");
+    let escape = voxa(&home, &["call", "read_file", "path=../../etc/passwd"]);
+    assert_eq!(escape.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&escape.stderr).contains("outside-workspace"));
+
     let bad_args = voxa(&home, &["call", "list_dir", "not-a-pair"]);
     assert_eq!(bad_args.status.code(), Some(2));
 

@@ -1,0 +1,177 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_voxa_global_optspecs
+    string join \n home= relay= self-hosted json v/verbose q/quiet h/help V/version
+end
+
+function __fish_voxa_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_voxa_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_voxa_using_subcommand
+    set -l cmd (__fish_voxa_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c voxa -n "__fish_voxa_needs_command" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_needs_command" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_needs_command" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_needs_command" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_needs_command" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_needs_command" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_needs_command" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_needs_command" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_needs_command" -f -a "pair" -d 'Create the secrets if missing and print the QR code and pairing URL'
+complete -c voxa -n "__fish_voxa_needs_command" -f -a "run" -d 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)'
+complete -c voxa -n "__fish_voxa_needs_command" -f -a "status" -d 'Show whether this machine is paired and what the running agent is doing'
+complete -c voxa -n "__fish_voxa_needs_command" -f -a "call" -d 'Run one tool through the running agent and print its result'
+complete -c voxa -n "__fish_voxa_needs_command" -f -a "relay" -d 'Run a relay server'
+complete -c voxa -n "__fish_voxa_needs_command" -f -a "env" -d 'Drive other machines from this one (multi-environment pairing)'
+complete -c voxa -n "__fish_voxa_needs_command" -f -a "completions" -d 'Print a shell completion script'
+complete -c voxa -n "__fish_voxa_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c voxa -n "__fish_voxa_using_subcommand pair" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand pair" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand pair" -l rotate -d 'Replace both secrets (the phone must scan the new code)'
+complete -c voxa -n "__fish_voxa_using_subcommand pair" -l no-qr -d 'Print the URL without the QR code'
+complete -c voxa -n "__fish_voxa_using_subcommand pair" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand pair" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand pair" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand pair" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand pair" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand pair" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand run" -l port -d 'Loopback port for local clients (0 picks a free one)' -r
+complete -c voxa -n "__fish_voxa_using_subcommand run" -l workspace -d 'Root that file tools and commands are confined to [default: the current directory]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand run" -l embedded-relay -d 'Run a relay inside this process on a loopback address and dial it (for trying voxa offline)' -r
+complete -c voxa -n "__fish_voxa_using_subcommand run" -l ca-cert -d 'Extra CA certificate (PEM) to trust for the relay\'s TLS, e.g. a self-signed relay' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay-token -d 'Token the relay requires (sent as Authorization: Bearer)' -r
+complete -c voxa -n "__fish_voxa_using_subcommand run" -l model -d 'Gemini Live model for self-hosted mode' -r
+complete -c voxa -n "__fish_voxa_using_subcommand run" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand run" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand run" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand run" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand run" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand run" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand run" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand status" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand status" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand status" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand status" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand status" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand status" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand status" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand status" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand call" -l env -d 'Route the call to a paired environment (its envKey or name)' -r
+complete -c voxa -n "__fish_voxa_using_subcommand call" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand call" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand call" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand call" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand call" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand call" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand call" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand call" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l listen -d 'Address to listen on' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l tls-cert -d 'TLS certificate chain (PEM); serve wss:// with --tls-key' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l tls-key -d 'TLS private key (PEM)' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay-token -d 'Require this token from both sides (Authorization: Bearer)' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -f -a "issue" -d 'On an environment: issue a pairing and print the line to paste on the host'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -f -a "add" -d 'On the host: record an environment from the line `voxa env issue` printed'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -f -a "list" -d 'List known environments and whether they answer'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -f -a "revoke" -d 'On an environment: revoke a pairing (by envKey or bearer) and close its sessions'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -f -a "remove" -d 'On the host: forget an environment'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from issue" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from issue" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from issue" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from issue" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from issue" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from issue" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from issue" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from issue" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -l name -d 'A short name for the environment' -r
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from list" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from list" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from list" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from list" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from revoke" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from revoke" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from revoke" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from revoke" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from revoke" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from revoke" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from revoke" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from revoke" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from remove" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from remove" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from remove" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from remove" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from remove" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from remove" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from remove" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from remove" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "issue" -d 'On an environment: issue a pairing and print the line to paste on the host'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "add" -d 'On the host: record an environment from the line `voxa env issue` printed'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "list" -d 'List known environments and whether they answer'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "revoke" -d 'On an environment: revoke a pairing (by envKey or bearer) and close its sessions'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "remove" -d 'On the host: forget an environment'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c voxa -n "__fish_voxa_using_subcommand completions" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand completions" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand completions" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand completions" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand completions" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand completions" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand completions" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand completions" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "pair" -d 'Create the secrets if missing and print the QR code and pairing URL'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "run" -d 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "status" -d 'Show whether this machine is paired and what the running agent is doing'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "call" -d 'Run one tool through the running agent and print its result'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "relay" -d 'Run a relay server'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "env" -d 'Drive other machines from this one (multi-environment pairing)'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "issue" -d 'On an environment: issue a pairing and print the line to paste on the host'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "add" -d 'On the host: record an environment from the line `voxa env issue` printed'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "list" -d 'List known environments and whether they answer'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "revoke" -d 'On an environment: revoke a pairing (by envKey or bearer) and close its sessions'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "remove" -d 'On the host: forget an environment'

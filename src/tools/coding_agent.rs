@@ -1,0 +1,429 @@
+//! `coding_agent`: hands a task to a coding agent running headless in the workspace — Claude Code
+//! by default (`claude -p --output-format stream-json --verbose -- <prompt>`), or any agent named
+//! in `config.toml` under `[agents.<name>]` (`program`, `args` with a `{prompt}` placeholder,
+//! `format` = `stream-json` or `text`).
+//!
+//! The prompt always travels as one argument after `--`, so a prompt that looks like a flag stays a
+//! prompt. Progress is the agent's assistant text as it streams; the answer is the `result` line
+//! (or, for `text` agents, everything printed). The agent runs in its own process group, killed
+//! whole on cancel, on [`CODING_AGENT_TIMEOUT`], and when it exits.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::process::Command;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::output::{last_output, prefix, suffix, AnsiStripper, Output};
+use super::process::kill_tree;
+use crate::config::{AgentCommand, Config};
+use crate::protocol::{ErrorCode, ToolError, OUTPUT_CAP};
+
+/// Agent used when the call names none.
+pub const DEFAULT_AGENT: &str = "claude";
+/// Longest prompt accepted (it is one command-line argument; Linux allows 128 KiB).
+pub const MAX_PROMPT_LEN: usize = 100_000;
+/// Longest a delegated task may run.
+pub const CODING_AGENT_TIMEOUT: Duration = Duration::from_secs(2 * 60 * 60);
+/// Placeholder in an agent's `args` replaced by the prompt.
+pub const PROMPT_PLACEHOLDER: &str = "{prompt}";
+/// A stream-json line longer than this is skipped rather than buffered.
+const MAX_LINE_LEN: usize = 4 << 20;
+/// Bytes of the agent's stderr kept to explain a failure.
+const STDERR_KEEP: usize = 8 << 10;
+/// After SIGKILL, how long the agent gets to be reaped.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+/// After the agent exits, how long output still in its pipes is awaited.
+const DRAIN_GRACE: Duration = Duration::from_millis(500);
+
+/// A validated `coding_agent` call, its program already found.
+#[derive(Debug)]
+pub(crate) struct AgentRequest {
+    pub prompt: String,
+    pub agent: String,
+    pub cwd: PathBuf,
+    pub command: AgentCommand,
+    pub program: PathBuf,
+}
+
+/// The built-in Claude Code command.
+pub fn default_claude() -> AgentCommand {
+    AgentCommand {
+        program: "claude".into(),
+        args: ["-p", "--output-format", "stream-json", "--verbose", "--", PROMPT_PLACEHOLDER]
+            .map(String::from)
+            .to_vec(),
+        format: "stream-json".into(),
+    }
+}
+
+/// The command for `name`: `config.agents` first, then the built-in `claude`.
+pub(crate) fn agent_command(config: &Config, name: &str) -> Result<AgentCommand, ToolError> {
+    if let Some(command) = config.agents.get(name) {
+        if !matches!(command.format.as_str(), "stream-json" | "text") {
+            return Err(ToolError::new(
+                ErrorCode::Unavailable,
+                format!("agent {name:?} has output format {:?}; use \"stream-json\" or \"text\"", command.format),
+            ));
+        }
+        return Ok(command.clone());
+    }
+    if name == DEFAULT_AGENT {
+        return Ok(default_claude());
+    }
+    let mut known: Vec<&str> = config.agents.keys().map(String::as_str).collect();
+    if !known.contains(&DEFAULT_AGENT) {
+        known.push(DEFAULT_AGENT);
+    }
+    Err(ToolError::new(
+        ErrorCode::InvalidArgs,
+        format!("field `agent`: no coding agent named {name:?} (known: {})", known.join(", ")),
+    ))
+}
+
+/// Finds `program` the way a shell would, on `path` only. Empty `PATH` entries (the current
+/// directory) are skipped: a workspace file must never be run by accident.
+pub(crate) fn find_program(program: &str, path: Option<&OsStr>) -> Option<PathBuf> {
+    let executable = |candidate: &Path| {
+        std::fs::metadata(candidate).is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let candidate = PathBuf::from(program);
+        return executable(&candidate).then_some(candidate);
+    }
+    if program.is_empty() {
+        return None;
+    }
+    std::env::split_paths(path?)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(program))
+        .find(|candidate| executable(candidate))
+}
+
+/// Runs the agent and answers `{agent, text, exit_code}`.
+pub(crate) async fn run(
+    request: AgentRequest,
+    env: Arc<[(OsString, OsString)]>,
+    progress: Option<mpsc::Sender<String>>,
+    cancel: CancellationToken,
+) -> Result<Value, ToolError> {
+    let args = request.command.args.iter().map(|arg| arg.replace(PROMPT_PLACEHOLDER, &request.prompt));
+    let mut child = Command::new(&request.program)
+        .args(args)
+        .current_dir(&request.cwd)
+        .env_clear()
+        .envs(env.iter().map(|(key, value)| (key, value)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|err| {
+            let code =
+                if err.kind() == std::io::ErrorKind::NotFound { ErrorCode::Unavailable } else { ErrorCode::Internal };
+            ToolError::new(code, format!("could not start {}: {err}", request.command.program))
+        })?;
+    let guard = GroupGuard(child.id());
+    let mut stdout = child.stdout.take().map(|stdout| LineReader::new(BufReader::new(stdout)));
+    let stderr = child.stderr.take().map(|stderr| tokio::spawn(read_capped(stderr, STDERR_KEEP)));
+
+    let mut output = Output::new(progress);
+    let mut answer = Answer::default();
+    let mut stripper = AnsiStripper::new();
+    let stream_json = request.command.format == "stream-json";
+    let deadline = tokio::time::sleep(CODING_AGENT_TIMEOUT);
+    tokio::pin!(deadline);
+    // Set once the agent has exited: output still in flight is read until then, no longer, even
+    // if something that escaped its process group holds the pipe open.
+    let drain = tokio::time::sleep(Duration::MAX);
+    tokio::pin!(drain);
+    let mut status = None;
+
+    let stopped = loop {
+        if status.is_some() && stdout.is_none() {
+            break None;
+        }
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break Some(ErrorCode::Cancelled),
+            _ = &mut deadline => break Some(ErrorCode::Timeout),
+            exit = child.wait(), if status.is_none() => {
+                status = Some(exit);
+                // The agent is gone; so is anything it left running in its group.
+                guard.kill();
+                drain.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
+            }
+            _ = &mut drain, if status.is_some() => break None,
+            next = next_line(&mut stdout) => match next {
+                Some(line) if stream_json => answer.stream_json_line(&line, &mut output),
+                Some(line) => {
+                    output.push(&stripper.feed(&line));
+                    output.push("\n");
+                }
+                None => stdout = None,
+            },
+        }
+    };
+    if let Some(code) = stopped {
+        guard.kill();
+        if status.is_some() || tokio::time::timeout(KILL_GRACE, child.wait()).await.is_ok() {
+            guard.disarm();
+        }
+        let message = match code {
+            ErrorCode::Timeout => {
+                format!("the coding agent ran for {} minutes and was stopped", CODING_AGENT_TIMEOUT.as_secs() / 60)
+            }
+            _ => "the coding agent was cancelled and stopped".to_owned(),
+        };
+        return Err(ToolError::new(code, format!("{message}{}", last_output(&output))));
+    }
+    guard.disarm();
+    let status = status
+        .unwrap_or_else(|| Err(std::io::Error::other("no exit status")))
+        .map_err(|err| ToolError::new(ErrorCode::Internal, format!("could not wait for the coding agent: {err}")))?;
+    let stderr = match stderr {
+        Some(mut task) => match tokio::time::timeout(DRAIN_GRACE, &mut task).await {
+            Ok(joined) => joined.unwrap_or_default(),
+            Err(_) => {
+                task.abort();
+                Vec::new()
+            }
+        },
+        None => Vec::new(),
+    };
+    output.flush_progress();
+
+    let exit_code = exit_code(&status);
+    let mut text = if stream_json { answer.text() } else { output.text().to_owned() };
+    if text.trim().is_empty() && exit_code != 0 {
+        text = suffix(String::from_utf8_lossy(&stderr).trim(), STDERR_KEEP).to_owned();
+    }
+    let mut result = json!({ "agent": request.agent, "text": text, "exit_code": exit_code });
+    if answer.is_error {
+        result["is_error"] = Value::Bool(true);
+    }
+    Ok(result)
+}
+
+/// The next complete line of the agent's output; pending forever once there is none, so a
+/// `select!` arm simply goes quiet.
+async fn next_line<R: AsyncBufRead + Unpin>(reader: &mut Option<LineReader<R>>) -> Option<Vec<u8>> {
+    match reader {
+        Some(reader) => match reader.next().await {
+            Ok(line) => line,
+            Err(err) => {
+                tracing::debug!(%err, "coding agent output ended");
+                None
+            }
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// What a stream-json run has said so far.
+#[derive(Default)]
+struct Answer {
+    result: Option<String>,
+    last_text: String,
+    is_error: bool,
+}
+
+impl Answer {
+    fn stream_json_line(&mut self, line: &[u8], output: &mut Output) {
+        let Ok(value) = serde_json::from_slice::<Value>(line) else { return };
+        match value.get("type").and_then(Value::as_str) {
+            Some("assistant") => {
+                let Some(items) = value.pointer("/message/content").and_then(Value::as_array) else { return };
+                for item in items {
+                    if item.get("type").and_then(Value::as_str) != Some("text") {
+                        continue;
+                    }
+                    let Some(text) = item.get("text").and_then(Value::as_str) else { continue };
+                    output.push(text);
+                    if !text.ends_with('\n') {
+                        output.push("\n");
+                    }
+                    self.last_text = prefix(text, OUTPUT_CAP).to_owned();
+                }
+            }
+            Some("result") => {
+                self.result =
+                    value.get("result").and_then(Value::as_str).map(|text| prefix(text, OUTPUT_CAP).to_owned());
+                self.is_error = value.get("is_error").and_then(Value::as_bool).unwrap_or(false);
+            }
+            _ => {}
+        }
+    }
+
+    fn text(&self) -> String {
+        self.result.clone().unwrap_or_else(|| self.last_text.clone())
+    }
+}
+
+/// Splits a stream into `\n`-terminated lines, each at most [`MAX_LINE_LEN`] bytes (longer lines
+/// are dropped as they arrive). Cancel-safe: a partial line survives a dropped `next` future.
+struct LineReader<R> {
+    reader: R,
+    line: Vec<u8>,
+    overlong: bool,
+}
+
+impl<R: AsyncBufRead + Unpin> LineReader<R> {
+    fn new(reader: R) -> Self {
+        LineReader { reader, line: Vec::new(), overlong: false }
+    }
+
+    /// The next line without its `\n` (or `\r\n`); `None` at end of stream.
+    async fn next(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+        loop {
+            let available = self.reader.fill_buf().await?;
+            if available.is_empty() {
+                let last = std::mem::take(&mut self.line);
+                let overlong = std::mem::take(&mut self.overlong);
+                return Ok((!last.is_empty() && !overlong).then_some(last));
+            }
+            let (chunk, used, done) = match available.iter().position(|&byte| byte == b'\n') {
+                Some(end) => (&available[..end], end + 1, true),
+                None => (available, available.len(), false),
+            };
+            if self.overlong || self.line.len() + chunk.len() > MAX_LINE_LEN {
+                self.overlong = true;
+                self.line = Vec::new();
+            } else {
+                self.line.extend_from_slice(chunk);
+            }
+            self.reader.consume(used);
+            if done {
+                let mut line = std::mem::take(&mut self.line);
+                if std::mem::take(&mut self.overlong) {
+                    continue;
+                }
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                return Ok(Some(line));
+            }
+        }
+    }
+}
+
+/// Keeps the first `keep` bytes of a stream and drains the rest, so the writer never blocks.
+async fn read_capped(mut stream: impl AsyncRead + Unpin, keep: usize) -> Vec<u8> {
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return kept,
+            Ok(n) => {
+                let room = keep.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+}
+
+fn exit_code(status: &std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().or_else(|| status.signal().map(|signal| 128 + signal)).unwrap_or(-1)
+}
+
+/// Kills the agent's process group when dropped, unless disarmed after the agent was reaped and
+/// its group cleared.
+struct GroupGuard(Option<u32>);
+
+impl GroupGuard {
+    fn kill(&self) {
+        if let Some(pid) = self.0 {
+            kill_tree(pid, false);
+        }
+    }
+
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn lines_are_split_bounded_and_crlf_trimmed() {
+        let long = vec![b'x'; MAX_LINE_LEN + 10];
+        let mut input = b"one\r\ntwo\n".to_vec();
+        input.extend_from_slice(&long);
+        input.extend_from_slice(b"\nthree");
+        let mut lines = LineReader::new(BufReader::with_capacity(64, input.as_slice()));
+        assert_eq!(lines.next().await.unwrap().unwrap(), b"one");
+        assert_eq!(lines.next().await.unwrap().unwrap(), b"two");
+        // The overlong line is skipped entirely.
+        assert_eq!(lines.next().await.unwrap().unwrap(), b"three");
+        assert_eq!(lines.next().await.unwrap(), None);
+    }
+
+    #[test]
+    fn stream_json_gives_progress_text_and_the_result() {
+        let mut answer = Answer::default();
+        let (tx, mut rx) = mpsc::channel(8);
+        let mut output = Output::new(Some(tx));
+        for line in [
+            r#"{"type":"system","subtype":"init","session_id":"s"}"#,
+            r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Looking."},{"type":"tool_use","name":"Bash","input":{}}]}}"#,
+            r#"not json"#,
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"All done."}"#,
+        ] {
+            answer.stream_json_line(line.as_bytes(), &mut output);
+        }
+        assert_eq!(rx.try_recv().unwrap(), "Looking.");
+        assert_eq!(rx.try_recv().unwrap(), "\n");
+        assert_eq!(answer.text(), "All done.");
+        assert!(!answer.is_error);
+    }
+
+    #[test]
+    fn programs_are_found_on_the_given_path_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bin = tmp.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        std::fs::write(bin.join("agent"), "#!/bin/sh\n").unwrap();
+        std::fs::write(bin.join("plain"), "not executable").unwrap();
+        std::fs::set_permissions(bin.join("agent"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = std::env::join_paths([Path::new("relative"), &bin]).unwrap();
+        assert_eq!(find_program("agent", Some(&path)), Some(bin.join("agent")));
+        assert_eq!(find_program("plain", Some(&path)), None);
+        assert_eq!(find_program("agent", None), None);
+        assert_eq!(find_program("", Some(&path)), None);
+        let absolute = bin.join("agent");
+        assert_eq!(find_program(absolute.to_str().unwrap(), None), Some(absolute));
+    }
+
+    #[test]
+    fn agents_come_from_config_then_the_default() {
+        let mut config = Config::default();
+        assert_eq!(agent_command(&config, "claude").unwrap(), default_claude());
+        let err = agent_command(&config, "other").unwrap_err();
+        assert_eq!(err.code, ErrorCode::InvalidArgs);
+        assert!(err.message.contains("known: claude"), "{err}");
+        config.agents.insert(
+            "other".into(),
+            AgentCommand { program: "other".into(), args: vec!["{prompt}".into()], format: "text".into() },
+        );
+        assert_eq!(agent_command(&config, "other").unwrap().program, "other");
+        config.agents.get_mut("other").unwrap().format = "xml".into();
+        assert_eq!(agent_command(&config, "other").unwrap_err().code, ErrorCode::Unavailable);
+    }
+}

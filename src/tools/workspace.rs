@@ -1,0 +1,255 @@
+//! Confinement of path arguments to the workspace root.
+//!
+//! A path is resolved one component at a time, following symlinks by hand, and refused the moment
+//! any step — a `..`, an absolute path, a symlink target, in any component including the last and
+//! ones that do not exist yet — would stand outside the root. The resolved path contains no
+//! symlinks, so the final open uses `O_NOFOLLOW` and a symlink swapped in afterwards is refused
+//! rather than followed. A local process racing the agent could still swap a parent directory
+//! between resolution and use; the caller on the phone cannot, because creating symlinks takes
+//! `run_command` or `coding_agent`, which give a whole shell anyway.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io::ErrorKind;
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::protocol::{ErrorCode, ToolError};
+
+/// Symlinks followed while resolving one path before giving up (like the kernel's `ELOOP`).
+const MAX_SYMLINKS: usize = 40;
+
+/// The workspace root: canonical, plus the spelling the user gave (so absolute paths written
+/// either way are recognised).
+#[derive(Clone, Debug)]
+pub(crate) struct Workspace {
+    root: PathBuf,
+    given: PathBuf,
+}
+
+/// A path argument resolved inside the workspace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Resolved {
+    /// Real path, no symlinks in it, under the root.
+    pub real: PathBuf,
+    /// False when the path (or one of its parents) does not exist yet.
+    pub exists: bool,
+}
+
+impl Workspace {
+    /// Canonicalises `dir`, which must be an existing directory.
+    pub fn new(dir: &Path) -> Result<Self> {
+        let given = if dir.is_absolute() {
+            dir.to_path_buf()
+        } else {
+            std::env::current_dir().context("could not read the current directory")?.join(dir)
+        };
+        let root = std::fs::canonicalize(&given)
+            .with_context(|| format!("workspace {} does not exist or cannot be read", dir.display()))?;
+        if !root.is_dir() {
+            anyhow::bail!("workspace {} is not a directory", dir.display());
+        }
+        Ok(Workspace { root, given })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The path as shown to callers: relative to the root, `.` for the root itself.
+    pub fn display(&self, real: &Path) -> String {
+        match real.strip_prefix(&self.root) {
+            Ok(rel) if rel.as_os_str().is_empty() => ".".to_owned(),
+            Ok(rel) => rel.to_string_lossy().into_owned(),
+            Err(_) => real.to_string_lossy().into_owned(),
+        }
+    }
+
+    /// Resolves a path argument; `outside-workspace` if any step leaves the root.
+    pub fn resolve(&self, input: &str) -> Result<Resolved, ToolError> {
+        if input.contains('\0') {
+            return Err(ToolError::new(ErrorCode::InvalidArgs, "path contains a NUL byte"));
+        }
+        let input_path = Path::new(input);
+        let relative = if input_path.is_absolute() {
+            self.strip_root(input_path).ok_or_else(|| outside(input))?
+        } else {
+            input_path.to_path_buf()
+        };
+
+        let mut pending: VecDeque<OsString> = VecDeque::new();
+        push_front(&mut pending, &relative).map_err(|()| outside(input))?;
+        let mut current = self.root.clone();
+        let mut exists = true;
+        let mut links = 0;
+        while let Some(name) = pending.pop_front() {
+            if name == ".." {
+                if current == self.root {
+                    return Err(outside(input));
+                }
+                current.pop();
+                continue;
+            }
+            let next = current.join(&name);
+            if !exists {
+                current = next;
+                continue;
+            }
+            match std::fs::symlink_metadata(&next) {
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    links += 1;
+                    if links > MAX_SYMLINKS {
+                        return Err(ToolError::new(
+                            ErrorCode::InvalidArgs,
+                            format!("{input}: too many levels of symbolic links"),
+                        ));
+                    }
+                    let target = std::fs::read_link(&next).map_err(|err| io_error(input, &err))?;
+                    if target.is_absolute() {
+                        // Continue from the root with what the absolute target names under it.
+                        let rest = self.strip_root(&target).ok_or_else(|| outside(input))?;
+                        current = self.root.clone();
+                        push_front(&mut pending, &rest).map_err(|()| outside(input))?;
+                    } else {
+                        push_front(&mut pending, &target).map_err(|()| outside(input))?;
+                    }
+                }
+                Ok(_) => current = next,
+                Err(err) if err.kind() == ErrorKind::NotFound => {
+                    exists = false;
+                    current = next;
+                }
+                Err(err) if err.kind() == ErrorKind::NotADirectory => {
+                    return Err(ToolError::new(
+                        ErrorCode::NotFound,
+                        format!("{input}: a parent of this path is a file, not a directory"),
+                    ));
+                }
+                Err(err) => return Err(io_error(input, &err)),
+            }
+        }
+        if !current.starts_with(&self.root) {
+            return Err(outside(input));
+        }
+        Ok(Resolved { real: current, exists })
+    }
+
+    fn strip_root(&self, path: &Path) -> Option<PathBuf> {
+        [&self.root, &self.given].into_iter().find_map(|root| path.strip_prefix(root).ok().map(Path::to_path_buf))
+    }
+}
+
+/// Puts the components of `path` (relative) in front of the queue. `Err` for a path that still
+/// carries a root or prefix, which only an absolute path outside the workspace can.
+fn push_front(pending: &mut VecDeque<OsString>, path: &Path) -> Result<(), ()> {
+    let mut names = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(name) => names.push(name.to_os_string()),
+            Component::ParentDir => names.push(OsString::from("..")),
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => return Err(()),
+        }
+    }
+    for name in names.into_iter().rev() {
+        pending.push_front(name);
+    }
+    Ok(())
+}
+
+fn outside(input: &str) -> ToolError {
+    ToolError::new(ErrorCode::OutsideWorkspace, format!("{input} is outside the workspace"))
+}
+
+/// Maps an I/O error on a resolved path to the contract's codes.
+pub(crate) fn io_error(shown: &str, err: &std::io::Error) -> ToolError {
+    match err.kind() {
+        ErrorKind::NotFound => ToolError::new(ErrorCode::NotFound, format!("{shown} does not exist")),
+        // Not a policy decision of this agent: the operating system said no.
+        ErrorKind::PermissionDenied => ToolError::new(ErrorCode::Internal, format!("{shown}: permission denied")),
+        _ if err.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => ToolError::new(
+            ErrorCode::OutsideWorkspace,
+            format!("{shown} became a symbolic link while it was being opened"),
+        ),
+        _ => ToolError::new(ErrorCode::Internal, format!("{shown}: {err}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn setup() -> (tempfile::TempDir, Workspace, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(ws.join("src/deep")).unwrap();
+        std::fs::write(ws.join("src/main.rs"), "fn main() {}").unwrap();
+        std::fs::create_dir(tmp.path().join("secret")).unwrap();
+        std::fs::write(tmp.path().join("secret/key"), "hunter2").unwrap();
+        let workspace = Workspace::new(&ws).unwrap();
+        (tmp, workspace, ws)
+    }
+
+    fn code(result: Result<Resolved, ToolError>) -> ErrorCode {
+        result.unwrap_err().code
+    }
+
+    #[test]
+    fn plain_paths_resolve_under_the_root() {
+        let (_tmp, ws, dir) = setup();
+        let root = std::fs::canonicalize(&dir).unwrap();
+        let got = ws.resolve("src/main.rs").unwrap();
+        assert_eq!(got, Resolved { real: root.join("src/main.rs"), exists: true });
+        assert_eq!(ws.resolve("./src/deep/../main.rs").unwrap().real, root.join("src/main.rs"));
+        assert_eq!(ws.resolve(".").unwrap().real, root);
+        assert_eq!(ws.resolve("").unwrap().real, root);
+        let abs = dir.join("src/main.rs");
+        assert_eq!(ws.resolve(abs.to_str().unwrap()).unwrap().real, root.join("src/main.rs"));
+        let new = ws.resolve("src/new/file.txt").unwrap();
+        assert_eq!(new, Resolved { real: root.join("src/new/file.txt"), exists: false });
+        assert_eq!(ws.display(&new.real), "src/new/file.txt");
+        assert_eq!(ws.display(&root), ".");
+    }
+
+    #[test]
+    fn dot_dot_and_absolute_escapes_are_refused() {
+        let (tmp, ws, _dir) = setup();
+        for bad in ["..", "../secret/key", "src/../../secret/key", "src/deep/../../..", "/etc/passwd", "/"] {
+            assert_eq!(code(ws.resolve(bad)), ErrorCode::OutsideWorkspace, "{bad}");
+        }
+        // Leaving and coming back is refused too: every step must stay inside.
+        assert_eq!(code(ws.resolve("../ws/src/main.rs")), ErrorCode::OutsideWorkspace);
+        let outside = tmp.path().join("secret/key");
+        assert_eq!(code(ws.resolve(outside.to_str().unwrap())), ErrorCode::OutsideWorkspace);
+        assert_eq!(code(ws.resolve("new/../../x")), ErrorCode::OutsideWorkspace);
+    }
+
+    #[test]
+    fn symlinks_are_followed_only_while_they_stay_inside() {
+        let (tmp, ws, dir) = setup();
+        let root = std::fs::canonicalize(&dir).unwrap();
+        symlink(tmp.path().join("secret"), dir.join("out_dir")).unwrap();
+        symlink(tmp.path().join("secret/key"), dir.join("out_file")).unwrap();
+        symlink("../secret/new", dir.join("out_dangling")).unwrap();
+        symlink("src/main.rs", dir.join("in_file")).unwrap();
+        symlink(root.join("src"), dir.join("in_abs")).unwrap();
+        symlink("deep/..", dir.join("src/loopy")).unwrap();
+        symlink("self", dir.join("self")).unwrap();
+        for bad in ["out_dir", "out_dir/key", "out_dir/new.txt", "out_file", "out_dangling", "out_dangling/x"] {
+            assert_eq!(code(ws.resolve(bad)), ErrorCode::OutsideWorkspace, "{bad}");
+        }
+        assert_eq!(ws.resolve("in_file").unwrap().real, root.join("src/main.rs"));
+        assert_eq!(ws.resolve("in_abs/main.rs").unwrap().real, root.join("src/main.rs"));
+        assert_eq!(ws.resolve("src/loopy/main.rs").unwrap().real, root.join("src/main.rs"));
+        assert_eq!(code(ws.resolve("self")), ErrorCode::InvalidArgs);
+    }
+
+    #[test]
+    fn a_file_used_as_a_directory_is_not_found() {
+        let (_tmp, ws, _dir) = setup();
+        assert_eq!(code(ws.resolve("src/main.rs/x")), ErrorCode::NotFound);
+        assert_eq!(code(ws.resolve("a\0b")), ErrorCode::InvalidArgs);
+    }
+}

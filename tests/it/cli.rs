@@ -1,0 +1,500 @@
+//! The command line as a user meets it: `voxa pair`, its files and refusals, `--help`,
+//! `--version` and the committed completion scripts.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::support::{voxa, voxa_cmd};
+
+const DEFAULT_RELAY: &str = "https://api.voxa.space";
+const SECRET_FILES: [&str; 2] = ["relay_code", "auth_token"];
+
+/// A fresh temporary directory and a voxa home inside it that does not exist yet.
+fn fresh_home() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    (tmp, home)
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8(out.stderr.clone()).unwrap()
+}
+
+/// Asserts success and returns the one JSON object `voxa … pair --json` printed.
+fn pair_json(home: &Path, args: &[&str]) -> Value {
+    let out = voxa(home, args);
+    assert_eq!(out.status.code(), Some(0), "voxa {args:?} failed: {}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 1, "one JSON line expected: {text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+fn field<'a>(value: &'a Value, key: &str) -> &'a str {
+    value[key].as_str().unwrap_or_else(|| panic!("{key} missing in {value}"))
+}
+
+fn is_secret(text: &str) -> bool {
+    text.len() == 32 && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+fn chmod(path: &Path, mode: u32) {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Every file of the home with its bytes, to prove a failing command changed nothing.
+fn snapshot(home: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<_> = fs::read_dir(home)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            (entry.file_name().into_string().unwrap(), fs::read(entry.path()).unwrap_or_default())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// The secret values stored in a home.
+fn stored_secrets(home: &Path) -> Vec<String> {
+    SECRET_FILES.iter().map(|name| fs::read_to_string(home.join(name)).unwrap().trim().to_owned()).collect()
+}
+
+/// Asserts a refusal a user can act on: the expected exit status, one line on stderr that starts
+/// with `voxa: ` and contains `needle`, nothing on stdout, and no secret echoed.
+fn assert_refused(out: &Output, code: i32, needle: &str, secrets: &[String]) -> String {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "stderr: {err}");
+    assert_eq!(stdout(out), "", "a failing command prints nothing on stdout");
+    assert_eq!(err.lines().count(), 1, "one line expected: {err}");
+    assert!(err.starts_with("voxa: "), "{err}");
+    assert_eq!(err.matches("voxa:").count(), 1, "the chain is printed once: {err}");
+    assert!(err.contains(needle), "{needle:?} not in: {err}");
+    for secret in secrets {
+        assert!(!err.contains(secret.as_str()), "a secret leaked into stderr: {err}");
+    }
+    err
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+#[test]
+fn pair_json_creates_private_secrets_and_the_pairing_url() {
+    let (_tmp, home) = fresh_home();
+    let value = pair_json(&home, &["pair", "--json"]);
+    let object = value.as_object().unwrap();
+    let mut keys: Vec<_> = object.keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(keys, ["code", "relay", "token", "url"]);
+    let (code, token) = (field(&value, "code"), field(&value, "token"));
+    assert!(is_secret(code) && is_secret(token), "{value}");
+    assert_ne!(code, token);
+    assert_eq!(field(&value, "relay"), DEFAULT_RELAY);
+    assert_eq!(field(&value, "url"), format!("{DEFAULT_RELAY}/?code={code}&token={token}"));
+
+    assert_eq!(mode(&home), 0o700);
+    for name in SECRET_FILES.iter().chain(&["config.toml"]) {
+        assert_eq!(mode(&home.join(name)), 0o600, "{name}");
+    }
+    assert_eq!(stored_secrets(&home), [code, token]);
+}
+
+#[test]
+fn pair_reuses_the_secrets_and_rotate_replaces_both() {
+    let (_tmp, home) = fresh_home();
+    let first = pair_json(&home, &["pair", "--json"]);
+    let again = pair_json(&home, &["pair", "--json"]);
+    assert_eq!(first, again);
+
+    let rotated = pair_json(&home, &["pair", "--rotate", "--json"]);
+    assert_ne!(field(&rotated, "code"), field(&first, "code"));
+    assert_ne!(field(&rotated, "token"), field(&first, "token"));
+    assert_eq!(stored_secrets(&home), [field(&rotated, "code"), field(&rotated, "token")]);
+    assert!(!home.join(".rotation").exists(), "the rotation journal is removed once applied");
+    for name in SECRET_FILES {
+        assert_eq!(mode(&home.join(name)), 0o600, "{name}");
+    }
+    assert_eq!(pair_json(&home, &["pair", "--json"]), rotated);
+}
+
+#[test]
+fn global_flags_work_before_and_after_the_command() {
+    let (_tmp, home) = fresh_home();
+    let after = voxa(&home, &["pair", "--json"]);
+    let before = voxa(&home, &["--json", "pair"]);
+    assert_eq!(after.status.code(), Some(0));
+    assert_eq!(stdout(&before), stdout(&after));
+
+    let other = home.with_file_name("other");
+    let flagged = pair_json(&home, &["pair", "--json", "--home", other.to_str().unwrap()]);
+    assert_eq!(stored_secrets(&other), [field(&flagged, "code"), field(&flagged, "token")]);
+    assert_ne!(stdout(&after).trim(), flagged.to_string(), "--home wins over VOXA_HOME");
+}
+
+#[test]
+fn human_output_without_a_terminal_is_plain_text_with_a_scannable_qr() {
+    let (_tmp, home) = fresh_home();
+    let url = field(&pair_json(&home, &["pair", "--json"]), "url").to_owned();
+
+    let out = voxa(&home, &["pair"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(!text.contains('\x1b'), "no ANSI escape when piped: {text:?}");
+    assert!(text.lines().any(|line| line == url), "the URL on a line of its own: {text}");
+    assert!(text.contains('▀') && text.contains('▄') && text.contains('█'), "QR half blocks: {text}");
+    assert_eq!(decode_qr(&text), url);
+
+    let out = voxa(&home, &["pair", "--no-qr"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text.lines().any(|line| line == url), "{text}");
+    assert!(!text.contains(['▀', '▄', '█']), "--no-qr prints no blocks: {text}");
+}
+
+#[test]
+fn on_a_terminal_the_qr_is_drawn_black_on_white() {
+    use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+
+    let (_tmp, home) = fresh_home();
+    let url = field(&pair_json(&home, &["pair", "--json"]), "url").to_owned();
+
+    let pty = native_pty_system().openpty(PtySize { rows: 60, cols: 120, ..PtySize::default() }).unwrap();
+    let mut cmd = CommandBuilder::new(crate::support::voxa_bin());
+    cmd.arg("pair");
+    cmd.env("VOXA_HOME", &home);
+    for var in ["VOXA_RELAY", "RUST_LOG"] {
+        cmd.env_remove(var);
+    }
+    let mut child = pty.slave.spawn_command(cmd).unwrap();
+    drop(pty.slave);
+    let mut reader = pty.master.try_clone_reader().unwrap();
+    let mut seen = Vec::new();
+    // The read ends with EIO once the child has exited and the last slave handle is closed.
+    let _ = std::io::Read::read_to_end(&mut reader, &mut seen);
+    assert!(child.wait().unwrap().success());
+    let text = String::from_utf8(seen).unwrap().replace("\r\n", "\n");
+
+    let qr_lines: Vec<_> = text.lines().filter(|line| line.contains(['▀', '▄', '█'])).collect();
+    assert!(!qr_lines.is_empty(), "{text}");
+    assert!(qr_lines.iter().all(|line| line.starts_with("\x1b[30;107m") && line.ends_with("\x1b[0m")), "{text:?}");
+    assert!(text.lines().any(|line| line == url), "{text}");
+    let plain = text.replace("\x1b[30;107m", "").replace("\x1b[0m", "");
+    assert_eq!(decode_qr(&plain), url);
+}
+
+/// Reads the half-block QR code out of `text` as a phone camera would.
+fn decode_qr(text: &str) -> String {
+    let is_art = |line: &&str| !line.is_empty() && line.chars().all(|c| matches!(c, ' ' | '▀' | '▄' | '█'));
+    let rows: Vec<Vec<char>> = text.lines().filter(is_art).map(|line| line.chars().collect()).collect();
+    assert!(!rows.is_empty(), "no QR code in {text}");
+    let width = rows.iter().map(Vec::len).max().unwrap();
+    let scale = 4;
+    let dark = |x: usize, y: usize| match rows[y / 2].get(x).copied().unwrap_or(' ') {
+        '█' => true,
+        '▀' => y % 2 == 0,
+        '▄' => y % 2 == 1,
+        _ => false,
+    };
+    let mut image = rqrr::PreparedImage::prepare_from_greyscale(width * scale, rows.len() * 2 * scale, |x, y| {
+        if dark(x / scale, y / scale) {
+            0
+        } else {
+            255
+        }
+    });
+    let grids = image.detect_grids();
+    assert_eq!(grids.len(), 1, "one QR code expected");
+    grids[0].decode().unwrap().1
+}
+
+#[test]
+fn a_closed_stdout_is_not_an_error() {
+    use std::process::{Command, Stdio};
+
+    let (_tmp, home) = fresh_home();
+    pair_json(&home, &["pair", "--json"]);
+    // A pipe whose reader is gone, as in `voxa pair | head -0`: the reader exits first.
+    let mut reader = Command::new("true").stdin(Stdio::piped()).spawn().unwrap();
+    let orphaned = Stdio::from(reader.stdin.take().unwrap());
+    assert!(reader.wait().unwrap().success());
+    let out = voxa_cmd(&home).arg("pair").stdout(orphaned).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+}
+
+#[test]
+fn relay_precedence_is_flag_then_environment_then_saved_then_default() {
+    let (_tmp, home) = fresh_home();
+    let relay_of = |value: &Value| field(value, "relay").to_owned();
+
+    let first = pair_json(&home, &["pair", "--json"]);
+    assert_eq!(relay_of(&first), DEFAULT_RELAY);
+
+    let with_env = |env: &str, args: &[&str]| -> Value {
+        let out = voxa_cmd(&home).env("VOXA_RELAY", env).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        serde_json::from_str(&stdout(&out)).unwrap()
+    };
+    let env = with_env("https://env.example", &["pair", "--json"]);
+    assert_eq!(relay_of(&env), "https://env.example");
+    let (code, token) = (field(&first, "code"), field(&first, "token"));
+    assert_eq!(field(&env, "url"), format!("https://env.example/?code={code}&token={token}"));
+    // The relay used at pair time is saved: without flag or environment it is used again.
+    assert_eq!(relay_of(&pair_json(&home, &["pair", "--json"])), "https://env.example");
+
+    let flag = with_env("https://env2.example", &["pair", "--json", "--relay", "https://flag.example/"]);
+    assert_eq!(relay_of(&flag), "https://flag.example");
+    // A bad environment value does not matter when the flag names a good relay.
+    let flag = with_env("http://example.com", &["pair", "--json", "--relay", "https://flag.example"]);
+    assert_eq!(relay_of(&flag), "https://flag.example");
+    assert_eq!(relay_of(&pair_json(&home, &["pair", "--json"])), "https://flag.example");
+    let config = fs::read_to_string(home.join("config.toml")).unwrap();
+    assert!(config.contains("\"https://flag.example\""), "{config}");
+
+    // Changing relays never touches the secrets.
+    assert_eq!(stored_secrets(&home), [field(&first, "code"), field(&first, "token")]);
+}
+
+#[test]
+fn a_plain_http_relay_is_accepted_only_on_loopback() {
+    let (_tmp, home) = fresh_home();
+    let value = pair_json(&home, &["pair", "--json", "--relay", "http://127.0.0.1:9"]);
+    assert_eq!(field(&value, "relay"), "http://127.0.0.1:9");
+    assert!(field(&value, "url").starts_with("http://127.0.0.1:9/?code="));
+
+    let (_tmp, fresh) = fresh_home();
+    let out = voxa(&fresh, &["pair", "--relay", "http://example.com"]);
+    let err = assert_refused(&out, 2, "http://example.com", &[]);
+    assert!(err.contains("https://"), "the message says what to use instead: {err}");
+    assert!(!fresh.exists(), "a refused relay creates nothing");
+
+    let before = snapshot(&home);
+    let secrets = stored_secrets(&home);
+    for args in [&["pair", "--relay", "http://example.com"][..], &["pair", "--rotate", "--relay", "ws://10.0.0.1"]] {
+        assert_refused(&voxa(&home, args), 2, "not encrypted", &secrets);
+        assert_eq!(snapshot(&home), before, "voxa {args:?} changed the home");
+    }
+}
+
+#[test]
+fn a_relay_that_is_not_a_url_is_refused_in_one_sentence() {
+    let (_tmp, home) = fresh_home();
+    pair_json(&home, &["pair", "--json"]);
+    let before = snapshot(&home);
+    let secrets = stored_secrets(&home);
+    for relay in ["relay", "ftp://relay.example", "https://user:pw@relay.example", "https://relay.example/?code=1"] {
+        for args in [&["pair", "--relay", relay][..], &["pair", "--rotate", "--relay", relay]] {
+            assert_refused(&voxa(&home, args), 2, "relay URL", &secrets);
+            assert_eq!(snapshot(&home), before, "voxa {args:?} changed the home");
+        }
+    }
+}
+
+#[test]
+fn a_bad_saved_relay_names_the_config_file() {
+    let (_tmp, home) = fresh_home();
+    pair_json(&home, &["pair", "--json"]);
+    fs::write(home.join("config.toml"), "relay = \"http://example.com\"\n").unwrap();
+    let before = snapshot(&home);
+    let out = voxa(&home, &["pair"]);
+    assert_refused(&out, 2, &home.join("config.toml").display().to_string(), &stored_secrets(&home));
+    assert_eq!(snapshot(&home), before);
+    // The flag replaces it.
+    let value = pair_json(&home, &["pair", "--json", "--relay", "https://good.example"]);
+    assert_eq!(field(&value, "relay"), "https://good.example");
+}
+
+#[test]
+fn loose_permissions_are_refused_with_the_chmod_that_fixes_them() {
+    let (_tmp, home) = fresh_home();
+    pair_json(&home, &["pair", "--json"]);
+    let secrets = stored_secrets(&home);
+
+    for (name, loose) in [("auth_token", 0o644), ("relay_code", 0o640), ("config.toml", 0o604)] {
+        let path = home.join(name);
+        chmod(&path, loose);
+        let before = snapshot(&home);
+        for args in [&["pair"][..], &["pair", "--json"]] {
+            let out = voxa(&home, args);
+            assert_refused(&out, 2, &format!("chmod 600 {}", path.display()), &secrets);
+            assert_eq!(snapshot(&home), before, "voxa {args:?} changed the home");
+            assert_eq!(mode(&path), loose, "voxa never fixes permissions behind the user's back");
+        }
+        chmod(&path, 0o600);
+    }
+
+    chmod(&home, 0o755);
+    for args in [&["pair"][..], &["pair", "--rotate"]] {
+        let out = voxa(&home, args);
+        assert_refused(&out, 2, &format!("chmod 700 {}", home.display()), &secrets);
+    }
+    chmod(&home, 0o700);
+    assert_eq!(stored_secrets(&home), secrets);
+
+    // Rotation never reads the old secrets, so it is also the way out when one was exposed:
+    // both are replaced by private files.
+    chmod(&home.join("auth_token"), 0o644);
+    let rotated = pair_json(&home, &["pair", "--rotate", "--json"]);
+    assert_eq!(stored_secrets(&home), [field(&rotated, "code"), field(&rotated, "token")]);
+    assert!(!stored_secrets(&home).iter().any(|s| secrets.contains(s)));
+    for name in SECRET_FILES {
+        assert_eq!(mode(&home.join(name)), 0o600, "{name}");
+    }
+}
+
+#[test]
+fn corrupt_secret_files_are_reported_and_kept_until_rotated() {
+    let (_tmp, home) = fresh_home();
+    pair_json(&home, &["pair", "--json"]);
+    let token = fs::read(home.join("auth_token")).unwrap();
+    let token_text = String::from_utf8(token.clone()).unwrap().trim().to_owned();
+
+    let cases: [(&str, &[u8]); 4] = [
+        ("truncated", &token[..16]),
+        ("empty", b""),
+        ("not hex", b"ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ\n"),
+        ("not text", b"\xff\xfe\x00\x01\xff\xfe\x00\x01\xff\xfe\x00\x01\xff\xfe\x00\x01"),
+    ];
+    for (what, bytes) in cases {
+        let path = home.join("relay_code");
+        fs::write(&path, bytes).unwrap();
+        let before = snapshot(&home);
+        let out = voxa(&home, &["pair", "--json"]);
+        let err = assert_refused(&out, 2, &path.display().to_string(), std::slice::from_ref(&token_text));
+        assert!(err.contains("voxa pair --rotate"), "{what}: the fix is named: {err}");
+        if bytes.len() >= 8 {
+            let partial = String::from_utf8_lossy(&bytes[..8]).into_owned();
+            assert!(!err.contains(&partial), "{what}: the bad value is not echoed: {err}");
+        }
+        assert_eq!(snapshot(&home), before, "{what}: nothing was overwritten");
+    }
+
+    let rotated = pair_json(&home, &["pair", "--rotate", "--json"]);
+    assert_eq!(stored_secrets(&home), [field(&rotated, "code"), field(&rotated, "token")]);
+    assert_ne!(field(&rotated, "token"), token_text);
+}
+
+#[test]
+fn a_home_that_is_a_file_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    fs::write(&home, b"precious").unwrap();
+    for args in [&["pair"][..], &["pair", "--rotate"], &["pair", "--json"]] {
+        let out = voxa(&home, args);
+        assert_refused(&out, 2, &format!("{} exists but is not a directory", home.display()), &[]);
+        assert_eq!(fs::read(&home).unwrap(), b"precious");
+    }
+}
+
+#[test]
+fn a_read_only_home_keeps_its_secrets() {
+    let (_tmp, home) = fresh_home();
+    let paired = pair_json(&home, &["pair", "--json"]);
+    chmod(&home, 0o500);
+    // Reading the secrets needs no write.
+    assert_eq!(pair_json(&home, &["pair", "--json"]), paired);
+
+    let out = voxa(&home, &["pair", "--rotate", "--json"]);
+    if is_root() {
+        // Root writes regardless of the mode bits, and voxa does not second-guess the kernel:
+        // the rotation completes, whole.
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let rotated: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_ne!(rotated, paired);
+        assert_eq!(stored_secrets(&home), [field(&rotated, "code"), field(&rotated, "token")]);
+    } else {
+        let secrets = stored_secrets(&home);
+        let err = assert_refused(&out, 1, &format!("could not write {}", home.display()), &secrets);
+        assert!(err.contains("ermission denied"), "{err}");
+        assert_eq!(secrets, [field(&paired, "code"), field(&paired, "token")]);
+    }
+    assert!(!home.join(".rotation").exists(), "no journal is left behind");
+    assert_eq!(mode(&home), 0o500, "voxa never fixes permissions behind the user's back");
+    chmod(&home, 0o700);
+
+    // A first pair in a read-only directory.
+    let (_tmp, fresh) = fresh_home();
+    fs::create_dir(&fresh).unwrap();
+    chmod(&fresh, 0o500);
+    let out = voxa(&fresh, &["pair", "--json"]);
+    if is_root() {
+        let value: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(stored_secrets(&fresh), [field(&value, "code"), field(&value, "token")]);
+    } else {
+        assert_refused(&out, 1, &format!("could not write {}", fresh.display()), &[]);
+        assert_eq!(snapshot(&fresh), [], "no partial or temporary file is left");
+    }
+    chmod(&fresh, 0o700);
+}
+
+#[test]
+fn usage_errors_exit_2_and_help_and_version_exit_0() {
+    let (_tmp, home) = fresh_home();
+    let out = voxa(&home, &["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("invalid value 'tcsh'") && err.contains("bash"), "{err}");
+    assert_eq!(stdout(&out), "");
+
+    let out = voxa(&home, &["pair", "--bogus"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--bogus"), "{}", stderr(&out));
+    assert!(!home.exists(), "usage errors create nothing");
+
+    let out = voxa(&home, &["--version"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(stdout(&out), format!("voxa {}\n", env!("CARGO_PKG_VERSION")));
+
+    let out = voxa(&home, &["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = stdout(&out);
+    for word in ["pair", "run", "status", "call", "relay", "env", "completions", "--home", "--relay", "--json"] {
+        assert!(help.contains(word), "{word} missing from --help:\n{help}");
+    }
+    let out = voxa(&home, &["pair", "--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains("--rotate") && stdout(&out).contains("--no-qr"));
+}
+
+/// Shells and the file each completion script is committed as.
+const COMPLETIONS: [(&str, &str); 5] = [
+    ("bash", "voxa.bash"),
+    ("zsh", "_voxa"),
+    ("fish", "voxa.fish"),
+    ("elvish", "voxa.elv"),
+    ("powershell", "_voxa.ps1"),
+];
+
+#[test]
+fn committed_completions_match_the_binary() {
+    let (_tmp, home) = fresh_home();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("completions");
+    let mut stale = Vec::new();
+    for (shell, file) in COMPLETIONS {
+        let out = voxa(&home, &["completions", shell]);
+        assert_eq!(out.status.code(), Some(0), "{shell}: {}", stderr(&out));
+        let script = stdout(&out);
+        assert!(["pair", "rotate", "completions"].iter().all(|word| script.contains(word)), "{shell}: {script}");
+        if fs::read_to_string(dir.join(file)).ok().as_deref() != Some(script.as_str()) {
+            stale.push(file);
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "completions/{} out of date with the CLI; refresh with: completions/generate.sh",
+        stale.join(", completions/")
+    );
+}
