@@ -23,7 +23,7 @@ fn main() {
         agent::run(&mut report, measuring);
     }
     if wanted("voice") {
-        voice::run(&mut report);
+        voice::run(&mut report, measuring);
     }
     report.print();
 }

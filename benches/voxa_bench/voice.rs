@@ -23,10 +23,13 @@ const KEY: &str = "AIzaSy-bench-key";
 /// 20 ms of PCM16 mono at 16 kHz.
 const FRAME_LEN: usize = 640;
 const FRAME_EVERY: Duration = Duration::from_millis(20);
-/// Streaming time measured (50 frames/s each way).
+/// Streaming time measured (50 frames/s each way); a short smoke run without `--bench`.
 const STREAM: Duration = Duration::from_secs(10);
+const SMOKE_STREAM: Duration = Duration::from_millis(1500);
+/// Silent call time measured for reference.
+const SILENT: Duration = Duration::from_secs(3);
 /// Frames left out at the start of the stream.
-const WARM_UP: usize = 50;
+const WARM_UP: usize = 25;
 
 struct Agent {
     child: Child,
@@ -129,7 +132,8 @@ fn fmt_us((p50, p99): (f64, f64)) -> String {
     format!("p50 {p50:.0} µs, p99 {p99:.0} µs")
 }
 
-pub fn run(report: &mut Report) {
+pub fn run(report: &mut Report, measuring: bool) {
+    let (stream_for, silent_for) = if measuring { (STREAM, SILENT) } else { (SMOKE_STREAM, FRAME_EVERY) };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
@@ -147,10 +151,10 @@ pub fn run(report: &mut Report) {
 
         // A call open but silent, for reference.
         let idle_from = cpu_time(pid);
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let idle = (cpu_time(pid) - idle_from).as_secs_f64() / 3.0;
+        tokio::time::sleep(silent_for).await;
+        let idle = (cpu_time(pid) - idle_from).as_secs_f64() / silent_for.as_secs_f64();
 
-        let frames = (STREAM.as_millis() / FRAME_EVERY.as_millis()) as usize;
+        let frames = (stream_for.as_millis() / FRAME_EVERY.as_millis()) as usize;
         let (mut sink, mut stream) = phone.split();
         let up_sent = Arc::new(Mutex::new(vec![None; frames]));
         let writer = {

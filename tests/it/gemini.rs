@@ -206,7 +206,11 @@ async fn a_call_bridges_audio_transcripts_turns_and_tool_calls() {
     assert_eq!(setup["outputAudioTranscription"], json!({}));
     assert_eq!(setup["contextWindowCompression"], json!({"slidingWindow":{}}));
     assert_eq!(setup["sessionResumption"], json!({}));
-    assert!(setup["tools"][0]["functionDeclarations"].is_array());
+    let declared: Vec<_> =
+        setup["tools"][0]["functionDeclarations"].as_array().unwrap().iter().map(|d| d["name"].clone()).collect();
+    for tool in ["run_command", "read_file", "write_file", "list_dir", "screenshot", "coding_agent"] {
+        assert!(declared.contains(&json!(tool)), "{tool} is not declared: {declared:?}");
+    }
     let instruction = setup["systemInstruction"]["parts"][0]["text"].as_str().unwrap();
     assert!(instruction.contains("confirm") && instruction.contains("phone"), "{instruction}");
 
@@ -235,32 +239,32 @@ async fn a_call_bridges_audio_transcripts_turns_and_tool_calls() {
     let spoken = phone.expect("transcript").await;
     assert_eq!(spoken, json!({"type":"transcript","role":"model","text":"Looking","final":false}));
 
+    std::fs::write(agent.workspace.path().join("notes.txt"), "hi").unwrap();
     fake.send(
         conn,
         json!({"toolCall":{"functionCalls":[
-            {"id":"fc-1","name":"no_such_tool","args":{}},
-            {"id":"fc-2","name":"another_missing_tool"}
+            {"id":"fc-1","name":"list_dir","args":{}},
+            {"id":"fc-2","name":"no_such_tool"}
         ]}}),
     );
     let mut activity = Vec::new();
     while activity.len() < 4 {
         activity.push(phone.expect("tool_activity").await);
     }
-    for id in ["fc-1", "fc-2"] {
+    for (id, name, ok) in [("fc-1", "list_dir", true), ("fc-2", "no_such_tool", false)] {
         let states: Vec<_> = activity.iter().filter(|a| a["id"] == id).map(|a| a["state"].clone()).collect();
         assert_eq!(states, [json!("started"), json!("finished")], "{id}: {activity:?}");
         let finished = activity.iter().find(|a| a["id"] == id && a["state"] == "finished").unwrap();
-        assert_eq!(finished["ok"], false);
+        assert_eq!((finished["name"].as_str(), finished["ok"].as_bool()), (Some(name), Some(ok)), "{finished}");
     }
-    let responses = expect_tool_responses(&mut fake, 2).await;
-    let mut ids: Vec<_> = responses.iter().map(|r| r["id"].as_str().unwrap().to_owned()).collect();
-    ids.sort();
-    assert_eq!(ids, ["fc-1", "fc-2"]);
-    for response in &responses {
-        assert_eq!(response["response"]["error"]["code"], "unknown-tool", "{response}");
-        let expected_name = if response["id"] == "fc-1" { "no_such_tool" } else { "another_missing_tool" };
-        assert_eq!(response["name"], expected_name);
-    }
+    let mut responses = expect_tool_responses(&mut fake, 2).await;
+    responses.sort_by_key(|r| r["id"].as_str().unwrap().to_owned());
+    assert_eq!((responses[0]["id"].as_str(), responses[0]["name"].as_str()), (Some("fc-1"), Some("list_dir")));
+    let entries = &responses[0]["response"]["output"]["entries"];
+    assert_eq!(entries[0]["name"], "notes.txt", "{}", responses[0]);
+    assert_eq!((responses[1]["id"].as_str(), responses[1]["name"].as_str()), (Some("fc-2"), Some("no_such_tool")));
+    assert_eq!(responses[1]["response"]["error"]["code"], "unknown-tool", "{}", responses[1]);
+    assert!(responses[1]["response"]["error"]["message"].is_string());
 
     fake.send(conn, json!({"serverContent":{"interrupted":true}}));
     phone.expect("interrupted").await;
@@ -559,4 +563,80 @@ impl std::io::Write for LogWriter {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+#[tokio::test]
+async fn screenshots_go_to_the_phone_and_gemini_only_hears_about_them() {
+    let xvfb = crate::tools::Xvfb::start("320x240x24");
+    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
+    let agent = self_hosted_agent(&fake, KEY).await;
+    let mut phone = Phone::join(&agent).await;
+    let (conn, _) = start_call(&mut phone, &mut fake).await;
+    fake.send(
+        conn,
+        json!({"toolCall":{"functionCalls":[
+            {"id":"shot-1","name":"screenshot","args":{"display": xvfb.display}},
+            {"id":"shot-2","name":"screenshot","args":{"display":":9999"}}
+        ]}}),
+    );
+    let image = phone.expect("image").await;
+    assert_eq!((image["id"].as_str(), image["mime"].as_str()), (Some("shot-1"), Some("image/png")));
+    assert_eq!((image["width"].as_u64(), image["height"].as_u64()), (Some(320), Some(240)));
+    let data = image["data"].as_str().unwrap();
+    let png = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, data).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "the phone gets the PNG itself");
+
+    let mut responses = expect_tool_responses(&mut fake, 2).await;
+    responses.sort_by_key(|r| r["id"].as_str().unwrap().to_owned());
+    let shown = &responses[0]["response"]["output"];
+    assert_eq!(shown["message"], "The screenshot (320x240) is shown on the user's phone.", "{}", responses[0]);
+    assert_eq!(responses[1]["response"]["error"]["code"], "unavailable", "{}", responses[1]);
+    // Gemini never gets the pixels, in any message.
+    let everything = format!("{:?}", fake.received());
+    assert!(!everything.contains(&data[..64]) && !everything.contains("iVBORw0KGgo"), "image bytes reached Gemini");
+    assert!(phone.texts.iter().filter(|t| t["type"] == "image").count() == 1, "no image for the failed shot");
+}
+
+#[tokio::test]
+async fn tool_call_cancellation_stops_the_call_and_no_answer_is_sent() {
+    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
+    let agent = self_hosted_agent(&fake, KEY).await;
+    let mut phone = Phone::join(&agent).await;
+    let (conn, _) = start_call(&mut phone, &mut fake).await;
+    let pid_file = agent.workspace.path().join("sleeper.pid");
+    // Both at once: the quick call is answered while the slow one still runs.
+    fake.send(
+        conn,
+        json!({"toolCall":{"functionCalls":[
+            {"id":"slow","name":"run_command","args":{"command":"echo $$ > sleeper.pid; exec sleep 60"}},
+            {"id":"quick","name":"list_dir","args":{}}
+        ]}}),
+    );
+    let quick = expect_tool_responses(&mut fake, 1).await;
+    assert_eq!(quick[0]["id"], "quick", "the quick call was not held up: {quick:?}");
+    eventually("the slow command started", || std::fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n')))
+        .await;
+    let pid: u32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+
+    fake.send(conn, json!({"toolCallCancellation":{"ids":["slow"]}}));
+    let finished = loop {
+        let activity = phone.expect("tool_activity").await;
+        if activity["id"] == "slow" && activity["state"] == "finished" {
+            break activity;
+        }
+    };
+    assert_eq!(finished["ok"], false);
+    eventually("the command's process is gone", || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| stat.contains(") Z"))
+    })
+    .await;
+    // The call goes on; Gemini gets no answer for the call it cancelled.
+    fake.send(conn, json!({"serverContent":{"turnComplete":true}}));
+    phone.expect("turn_complete").await;
+    // Gemini's queue is in order: an answer to the cancelled call would arrive before this text.
+    phone.send(json!({"type":"say","text":"still there?"})).await;
+    fake.wait_for("the text", |e| e.kind == Kind::Text("still there?".into())).await;
+    assert!(tool_responses(&fake).iter().all(|r| r["id"] != "slow"), "{:?}", tool_responses(&fake));
+    assert!(!phone.saw("call_error"));
 }
