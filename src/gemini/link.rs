@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
-use tracing::debug;
+use tracing::{debug, Instrument};
 
 use super::{wire, CallErrorCode, CallFailure, GeminiConfig};
 use crate::dial::{self, ClientSocket, DialOptions, HttpRefusal};
@@ -40,6 +40,11 @@ impl Link {
         let _ = self.out.send(Message::text(text)).await;
     }
 
+    /// Pings Gemini (skipped when the queue is full: the socket is busy anyway).
+    pub fn ping(&self) {
+        let _ = self.out.try_send(Message::Ping(Default::default()));
+    }
+
     /// Closes the connection normally; the writer sends the close frame and drops the socket.
     pub fn close(self) {
         let frame = CloseFrame { code: CloseCode::Normal, reason: "call ended".into() };
@@ -59,20 +64,23 @@ pub async fn open(
     let socket = dial::connect(&config.url, &options).await.map_err(|err| dial_failure(&err, &config.api_key))?;
     let (mut sink, mut stream) = socket.split();
     let (out, mut queue) = mpsc::channel::<Message>(SEND_QUEUE);
-    tokio::spawn(async move {
-        while let Some(message) = queue.recv().await {
-            let closing = matches!(message, Message::Close(_));
-            if let Err(err) = sink.send(message).await {
-                debug!(%err, "gemini write failed");
-                break;
+    tokio::spawn(
+        async move {
+            while let Some(message) = queue.recv().await {
+                let closing = matches!(message, Message::Close(_));
+                if let Err(err) = sink.send(message).await {
+                    debug!(%err, "gemini write failed");
+                    break;
+                }
+                if closing {
+                    break;
+                }
             }
-            if closing {
-                break;
-            }
+            // The queue's senders are gone or the socket failed: close it either way.
+            let _ = sink.close().await;
         }
-        // The queue's senders are gone or the socket failed: close it either way.
-        let _ = sink.close().await;
-    });
+        .in_current_span(),
+    );
     let setup = wire::setup(&config.model, &config.voice, declarations.clone(), handle);
     let _ = out.send(Message::text(setup)).await;
     let ready = tokio::time::timeout(SETUP_TIMEOUT, async {

@@ -28,6 +28,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use self::link::Link;
 use self::wire::{FunctionCall, ServerEvent};
+use crate::agent::Heartbeat;
 use crate::dial::DialOptions;
 use crate::protocol::{self, AgentMessage, ErrorCode, ToolError};
 use crate::secret::Secret;
@@ -59,6 +60,8 @@ pub struct GeminiConfig {
     pub model: String,
     /// Prebuilt voice name (e.g. `Kore`).
     pub voice: String,
+    /// Pings on a quiet Gemini socket; one silent for `dead_after` counts as lost (and is resumed).
+    pub heartbeat: Heartbeat,
 }
 
 /// Input from the phone during a call.
@@ -173,6 +176,7 @@ pub fn start(config: Arc<GeminiConfig>, toolbox: Toolbox, phone: mpsc::Sender<Me
         end: end.clone(),
         handle: None,
         going_away: false,
+        last_heard: tokio::time::Instant::now(),
         generation: 0,
         started: None,
         gap_audio: VecDeque::new(),
@@ -253,6 +257,8 @@ struct Bridge {
     handle: Option<String>,
     /// `goAway` seen while no resumable handle was known: resume as soon as one arrives.
     going_away: bool,
+    /// Last frame from the ready connection (heartbeat).
+    last_heard: tokio::time::Instant,
     /// Counts connections that became ready.
     generation: u64,
     /// When `call_started` was sent.
@@ -268,9 +274,25 @@ struct Bridge {
 impl Bridge {
     async fn run(mut self, mut input: mpsc::Receiver<VoiceInput>) {
         let mut conn = Conn::Opening { attempt: self.open(None, Duration::ZERO), resuming: false, tries: 1 };
+        let heartbeat = self.config.heartbeat;
+        let mut ticker = tokio::time::interval(heartbeat.ping_every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ending = loop {
             tokio::select! {
                 _ = self.end.cancelled() => break Ending::Hangup,
+                _ = ticker.tick() => {
+                    if let Conn::Ready(link) = &conn {
+                        if self.last_heard.elapsed() < heartbeat.dead_after {
+                            link.ping();
+                        } else {
+                            let silent = format!("Gemini Live stopped answering for {:?}", heartbeat.dead_after);
+                            let failure = CallFailure::new(CallErrorCode::GeminiClosed, silent, &self.config.api_key);
+                            if let Err(failure) = self.lost(failure, true, &mut conn) {
+                                break Ending::Failed(failure);
+                            }
+                        }
+                    }
+                }
                 item = input.recv() => match item {
                     Some(item) => self.on_input(item, conn.link()).await,
                     None => break Ending::Hangup,
@@ -311,6 +333,7 @@ impl Bridge {
     async fn on_ready(&mut self, link: Link) -> Conn {
         self.generation += 1;
         self.going_away = false;
+        self.last_heard = tokio::time::Instant::now();
         if self.started.is_none() {
             self.started = Some(Instant::now());
             info!("voice call started");
@@ -318,13 +341,12 @@ impl Bridge {
         } else {
             info!(generation = self.generation, "voice call resumed");
         }
+        // Held input waits for room in Gemini's queue: it is bounded already.
         while let Some(text) = self.gap_texts.pop_front() {
-            link.send(wire::text(&text)).await;
+            self.to_gemini(&link, wire::text(&text)).await;
         }
         while let Some(pcm) = self.gap_audio.pop_front() {
-            if !link.try_send(wire::audio(&pcm)) {
-                self.dropped_audio += 1;
-            }
+            self.to_gemini(&link, wire::audio(&pcm)).await;
         }
         self.gap_audio_bytes = 0;
         Conn::Ready(link)
@@ -404,6 +426,7 @@ impl Bridge {
         conn: &mut Conn,
     ) -> Result<(), CallFailure> {
         let key = &self.config.api_key;
+        self.last_heard = tokio::time::Instant::now();
         let payload = match frame {
             Some(Ok(Message::Binary(data))) => data,
             Some(Ok(Message::Text(text))) => text.into(),
@@ -637,6 +660,7 @@ mod tests {
             url: "wss://example.com/ws".into(),
             model: "models/m".into(),
             voice: "Kore".into(),
+            heartbeat: Heartbeat::default(),
         };
         let shown = format!("{config:?}");
         assert!(!shown.contains("very-secret"), "{shown}");

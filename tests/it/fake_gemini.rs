@@ -94,6 +94,7 @@ enum Command {
     CompleteSetup,
     Close(u16, String),
     Drop,
+    Freeze,
 }
 
 /// A running fake Gemini Live server on 127.0.0.1.
@@ -167,6 +168,7 @@ impl FakeGemini {
             url: self.url(),
             model: "models/gemini-2.5-flash-native-audio-preview-12-2025".into(),
             voice: "Kore".into(),
+            heartbeat: voxa::agent::Heartbeat::default(),
         }
     }
 
@@ -250,6 +252,11 @@ impl FakeGemini {
         self.command(conn, Command::Close(code, reason.into()));
     }
 
+    /// Stops reading and answering on `conn`, as a half-open socket would.
+    pub fn freeze(&self, conn: usize) {
+        self.command(conn, Command::Freeze);
+    }
+
     /// Drops `conn`'s TCP connection without a close frame.
     pub fn drop_conn(&self, conn: usize) {
         self.command(conn, Command::Drop);
@@ -322,6 +329,11 @@ async fn serve(mut stream: TcpStream, conn: usize, shared: Shared) {
                     break;
                 }
                 Some(Command::Drop) | None => break,
+                Some(Command::Freeze) => {
+                    // A half-open socket: nothing read, nothing answered (pings included).
+                    shared.stop.cancelled().await;
+                    break;
+                }
             },
             frame = socket.next() => {
                 let payload = match frame {

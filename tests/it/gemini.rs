@@ -640,3 +640,37 @@ async fn tool_call_cancellation_stops_the_call_and_no_answer_is_sent() {
     assert!(tool_responses(&fake).iter().all(|r| r["id"] != "slow"), "{:?}", tool_responses(&fake));
     assert!(!phone.saw("call_error"));
 }
+
+#[tokio::test]
+async fn a_gemini_socket_that_stops_answering_is_noticed_and_resumed_or_ended() {
+    let heartbeat =
+        voxa::agent::Heartbeat { ping_every: Duration::from_millis(100), dead_after: Duration::from_millis(500) };
+    for with_handle in [true, false] {
+        let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
+        let mut config = fake.config(KEY);
+        config.heartbeat = heartbeat;
+        let agent = TestAgent::start_with(None, |o| o.gemini = Some(config)).await;
+        let mut phone = Phone::join(&agent).await;
+        let (conn, _) = start_call(&mut phone, &mut fake).await;
+        // Pings keep a quiet but healthy socket alive well past `dead_after`.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert_eq!(fake.drain().iter().filter(|e| matches!(e.kind, Kind::Setup(_))).count(), 0);
+        assert!(!phone.saw("call_ended"));
+        if with_handle {
+            fake.send(conn, json!({"sessionResumptionUpdate":{"newHandle":"before-freeze","resumable":true}}));
+        }
+        fake.send(conn, json!({"serverContent":{"turnComplete":true}}));
+        phone.expect("turn_complete").await;
+        fake.freeze(conn);
+        if with_handle {
+            let (_, setup) = fake.expect_setup().await;
+            assert_eq!(setup["sessionResumption"], json!({"handle":"before-freeze"}));
+            assert!(!phone.saw("call_ended"));
+        } else {
+            let error = phone.expect("call_error").await;
+            assert_eq!(error["code"], "gemini-closed", "{error}");
+            assert!(error["message"].as_str().unwrap().contains("stopped answering"), "{error}");
+            phone.expect("call_ended").await;
+        }
+    }
+}
