@@ -1,7 +1,8 @@
 //! Self-hosted voice: the agent binary bridging one call between a phone on its loopback socket and
 //! the fake Gemini Live server in this process. Latency per 20 ms audio frame in each direction
 //! (phone → Gemini, Gemini → phone; end to end, so it includes both loopback WebSocket hops) and
-//! the agent's CPU while a call streams 50 frames/s each way.
+//! the agent's CPU while a call streams 50 frames/s each way. A direct WebSocket to the fake with
+//! the same frames gives the floor that loopback and scheduling set on this machine.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -128,6 +129,40 @@ fn latencies(sent: &[Option<Instant>], arrived: &[(u64, Instant)]) -> Vec<f64> {
         .collect()
 }
 
+/// The same stream sent straight to the fake over one WebSocket: what loopback and scheduling
+/// cost without the bridge.
+async fn direct_baseline(fake: &mut FakeGemini, frames: usize) -> Vec<f64> {
+    let headers = vec![("x-goog-api-key".to_owned(), voxa::secret::Secret::from_string(KEY.into()))];
+    let options = DialOptions { headers, ..Default::default() };
+    let mut socket = voxa::dial::connect(&fake.url(), &options).await.unwrap();
+    let setup = json!({"setup":{"model":"models/bench"}});
+    socket.send(Message::text(setup.to_string())).await.unwrap();
+    let (conn, _) = fake.expect_setup().await;
+    while !matches!(socket.next().await, Some(Ok(Message::Binary(_)))) {}
+    let mut sent = vec![None; frames];
+    let mut arrived = Vec::with_capacity(frames);
+    let mut tick = tokio::time::interval(FRAME_EVERY);
+    let mut next = 0;
+    while arrived.len() < frames {
+        tokio::select! {
+            _ = tick.tick(), if next < frames => {
+                sent[next] = Some(Instant::now());
+                socket.send(Message::text(voxa::gemini::wire::audio(&frame(next as u64)))).await.unwrap();
+                next += 1;
+            }
+            event = fake.next_event() => {
+                if let (true, Kind::Audio { pcm, .. }) = (event.conn == conn, event.kind) {
+                    if let Some(seq) = seq_of(&pcm) {
+                        arrived.push((seq, event.at));
+                    }
+                }
+            }
+        }
+    }
+    let _ = socket.close(None).await;
+    latencies(&sent, &arrived)
+}
+
 fn fmt_us((p50, p99): (f64, f64)) -> String {
     format!("p50 {p50:.0} µs, p99 {p99:.0} µs")
 }
@@ -228,6 +263,13 @@ pub fn run(report: &mut Report, measuring: bool) {
             format!("Gemini → phone, per 20 ms frame ({FRAME_LEN} B), {} frames", down.len()),
             format!("{} ({} lost)", fmt_us(percentiles(&mut down)), lost(down_arrived.len())),
             "p99 < 1 ms",
+        );
+        let mut baseline = direct_baseline(&mut fake, frames).await;
+        report.add(
+            "voice",
+            "baseline: the same frames on one direct loopback WebSocket",
+            fmt_us(percentiles(&mut baseline)),
+            "reference",
         );
         report.add(
             "voice",

@@ -304,6 +304,8 @@ async fn serve(mut stream: TcpStream, conn: usize, shared: Shared) {
         let _ = voxa::http::respond(&mut stream, 400, "Bad Request", "not a WebSocket upgrade\n").await;
         return shared.record(conn, Kind::Refused { status: 400 });
     }
+    // Like any real-time server: no Nagle delay on small frames.
+    let _ = stream.set_nodelay(true);
     let Ok(mut socket) = voxa::http::accept_websocket(stream, &head, leftover, voxa::http::websocket_config()).await
     else {
         return;
