@@ -147,7 +147,7 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             [CompletionResult]::new('issue', 'issue', [CompletionResultType]::ParameterValue, 'On an environment: issue a pairing and print the line to paste on the host')
             [CompletionResult]::new('add', 'add', [CompletionResultType]::ParameterValue, 'On the host: record an environment from the line `voxa env issue` printed')
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'List known environments and whether they answer')
-            [CompletionResult]::new('revoke', 'revoke', [CompletionResultType]::ParameterValue, 'On an environment: revoke a pairing (by envKey or bearer) and close its sessions')
+            [CompletionResult]::new('revoke', 'revoke', [CompletionResultType]::ParameterValue, 'On an environment: revoke a pairing (by id, bearer or envKey) and close its sessions')
             [CompletionResult]::new('remove', 'remove', [CompletionResultType]::ParameterValue, 'On the host: forget an environment')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -232,7 +232,7 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             [CompletionResult]::new('issue', 'issue', [CompletionResultType]::ParameterValue, 'On an environment: issue a pairing and print the line to paste on the host')
             [CompletionResult]::new('add', 'add', [CompletionResultType]::ParameterValue, 'On the host: record an environment from the line `voxa env issue` printed')
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'List known environments and whether they answer')
-            [CompletionResult]::new('revoke', 'revoke', [CompletionResultType]::ParameterValue, 'On an environment: revoke a pairing (by envKey or bearer) and close its sessions')
+            [CompletionResult]::new('revoke', 'revoke', [CompletionResultType]::ParameterValue, 'On an environment: revoke a pairing (by id, bearer or envKey) and close its sessions')
             [CompletionResult]::new('remove', 'remove', [CompletionResultType]::ParameterValue, 'On the host: forget an environment')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -300,7 +300,7 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             [CompletionResult]::new('issue', 'issue', [CompletionResultType]::ParameterValue, 'On an environment: issue a pairing and print the line to paste on the host')
             [CompletionResult]::new('add', 'add', [CompletionResultType]::ParameterValue, 'On the host: record an environment from the line `voxa env issue` printed')
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'List known environments and whether they answer')
-            [CompletionResult]::new('revoke', 'revoke', [CompletionResultType]::ParameterValue, 'On an environment: revoke a pairing (by envKey or bearer) and close its sessions')
+            [CompletionResult]::new('revoke', 'revoke', [CompletionResultType]::ParameterValue, 'On an environment: revoke a pairing (by id, bearer or envKey) and close its sessions')
             [CompletionResult]::new('remove', 'remove', [CompletionResultType]::ParameterValue, 'On the host: forget an environment')
             break
         }

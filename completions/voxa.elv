@@ -138,7 +138,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand issue 'On an environment: issue a pairing and print the line to paste on the host'
             cand add 'On the host: record an environment from the line `voxa env issue` printed'
             cand list 'List known environments and whether they answer'
-            cand revoke 'On an environment: revoke a pairing (by envKey or bearer) and close its sessions'
+            cand revoke 'On an environment: revoke a pairing (by id, bearer or envKey) and close its sessions'
             cand remove 'On the host: forget an environment'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -217,7 +217,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand issue 'On an environment: issue a pairing and print the line to paste on the host'
             cand add 'On the host: record an environment from the line `voxa env issue` printed'
             cand list 'List known environments and whether they answer'
-            cand revoke 'On an environment: revoke a pairing (by envKey or bearer) and close its sessions'
+            cand revoke 'On an environment: revoke a pairing (by id, bearer or envKey) and close its sessions'
             cand remove 'On the host: forget an environment'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -271,7 +271,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand issue 'On an environment: issue a pairing and print the line to paste on the host'
             cand add 'On the host: record an environment from the line `voxa env issue` printed'
             cand list 'List known environments and whether they answer'
-            cand revoke 'On an environment: revoke a pairing (by envKey or bearer) and close its sessions'
+            cand revoke 'On an environment: revoke a pairing (by id, bearer or envKey) and close its sessions'
             cand remove 'On the host: forget an environment'
         }
         &'voxa;help;env;issue'= {

@@ -104,7 +104,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subco
 complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -f -a "issue" -d 'On an environment: issue a pairing and print the line to paste on the host'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -f -a "add" -d 'On the host: record an environment from the line `voxa env issue` printed'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -f -a "list" -d 'List known environments and whether they answer'
-complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -f -a "revoke" -d 'On an environment: revoke a pairing (by envKey or bearer) and close its sessions'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -f -a "revoke" -d 'On an environment: revoke a pairing (by id, bearer or envKey) and close its sessions'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -f -a "remove" -d 'On the host: forget an environment'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from issue" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
@@ -151,7 +151,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcomman
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "issue" -d 'On an environment: issue a pairing and print the line to paste on the host'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "add" -d 'On the host: record an environment from the line `voxa env issue` printed'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "list" -d 'List known environments and whether they answer'
-complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "revoke" -d 'On an environment: revoke a pairing (by envKey or bearer) and close its sessions'
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "revoke" -d 'On an environment: revoke a pairing (by id, bearer or envKey) and close its sessions'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "remove" -d 'On the host: forget an environment'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
@@ -173,5 +173,5 @@ complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subc
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "issue" -d 'On an environment: issue a pairing and print the line to paste on the host'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "add" -d 'On the host: record an environment from the line `voxa env issue` printed'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "list" -d 'List known environments and whether they answer'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "revoke" -d 'On an environment: revoke a pairing (by envKey or bearer) and close its sessions'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "revoke" -d 'On an environment: revoke a pairing (by id, bearer or envKey) and close its sessions'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "remove" -d 'On the host: forget an environment'

@@ -159,8 +159,25 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
             *shown = relay.to_string();
         }
     }
-    let ctx = Arc::new(ctx);
     let tasks = TaskTracker::new();
+    ctx.router = Some(Arc::new(crate::environments::HostRouter::new(crate::environments::HostOptions {
+        home: options.home.clone(),
+        dial: options.dial.clone(),
+        relay: options.relay.clone(),
+        toolbox: Some(ctx.toolbox.clone()),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+    })));
+    let ctx = Arc::new(ctx);
+    let environment_side = crate::environments::EnvSideOptions {
+        home: options.home.clone(),
+        relay: options.relay.clone(),
+        dial: options.dial.clone(),
+        heartbeat: options.heartbeat,
+        backoff: options.backoff,
+        printer: options.printer,
+    };
+    crate::environments::spawn_environment_side(environment_side, &ctx, &tasks, shutdown.clone())?;
     let gate: Arc<dyn Gate> = Arc::new(TokenGate { token: options.secrets.auth_token.clone(), caller: "loopback" });
     tasks.spawn({
         let ctx = ctx.clone();
@@ -442,6 +459,13 @@ impl Dialer {
             let deadline = phone.hello_deadline();
             let revoked = phone.revoked();
             tokio::select! {
+                // A revocation outranks a shutdown that arrives with it: the host must hear why.
+                biased;
+                _ = cancelled(revoked) => {
+                    send(&out_tx, AgentMessage::error(ErrorCode::PairingRevoked)).await;
+                    let _ = out_tx.try_send(close_message(CloseCode::Policy, ErrorCode::PairingRevoked.as_str()));
+                    break Ended::Lost("pairing revoked".into());
+                }
                 _ = shutdown.cancelled() => {
                     let _ = out_tx.try_send(close_message(CloseCode::Away, "agent shutting down"));
                     break Ended::Shutdown;
@@ -455,11 +479,6 @@ impl Dialer {
                 _ = sleep_until(deadline) => {
                     send(&out_tx, AgentMessage::Error { code: ErrorCode::UnauthenticatedCall, message: Some("no hello in time".into()) }).await;
                     phone = Phone::Refused;
-                }
-                _ = cancelled(revoked) => {
-                    send(&out_tx, AgentMessage::error(ErrorCode::PairingRevoked)).await;
-                    let _ = out_tx.try_send(close_message(CloseCode::Policy, ErrorCode::PairingRevoked.as_str()));
-                    break Ended::Lost("pairing revoked".into());
                 }
                 frame = stream.next() => {
                     let Some(frame) = frame else { break Ended::Lost("relay closed the connection".into()) };

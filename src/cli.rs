@@ -143,9 +143,9 @@ pub enum EnvCommand {
     },
     /// List known environments and whether they answer
     List,
-    /// On an environment: revoke a pairing (by envKey or bearer) and close its sessions
+    /// On an environment: revoke a pairing (by id, bearer or envKey) and close its sessions
     Revoke {
-        /// The host's envKey or the bearer to revoke
+        /// The pairing id (p_…), its bearer (vbx_…), or an envKey (every pairing bound to it)
         target: String,
     },
     /// On the host: forget an environment

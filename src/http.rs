@@ -147,14 +147,41 @@ pub async fn respond<S: AsyncWrite + Unpin>(
     reason: &str,
     body: &str,
 ) -> std::io::Result<()> {
-    let response = format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\ncache-control: no-store\r\n\r\n{body}",
+    respond_with(stream, status, reason, &[], body).await
+}
+
+/// Writes a plain response with extra headers (names and values are the caller's constants)
+/// and ends the exchange.
+pub async fn respond_with<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    status: u16,
+    reason: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<()> {
+    let mut response = format!("HTTP/1.1 {status} {reason}\r\n");
+    for (name, value) in headers {
+        response.push_str(&format!("{name}: {value}\r\n"));
+    }
+    response.push_str(&format!(
+        "content-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\ncache-control: no-store\r\n\r\n{body}",
         body.len()
-    );
+    ));
     stream.write_all(response.as_bytes()).await?;
     stream.flush().await?;
     let _ = stream.shutdown().await;
     Ok(())
+}
+
+/// Answers `101 Switching Protocols` to an upgrade request the caller has checked.
+pub async fn write_upgrade<S: AsyncWrite + Unpin>(stream: &mut S, head: &RequestHead) -> std::io::Result<()> {
+    let key = head.header("sec-websocket-key").unwrap_or_default();
+    let accept = derive_accept_key(key.trim().as_bytes());
+    let response = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: {accept}\r\n\r\n"
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.flush().await
 }
 
 /// Answers `101 Switching Protocols` and wraps the stream as a server WebSocket.
@@ -168,13 +195,7 @@ pub async fn accept_websocket<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let key = head.header("sec-websocket-key").unwrap_or_default();
-    let accept = derive_accept_key(key.trim().as_bytes());
-    let response = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: {accept}\r\n\r\n"
-    );
-    stream.write_all(response.as_bytes()).await?;
-    stream.flush().await?;
+    write_upgrade(&mut stream, head).await?;
     Ok(if leftover.is_empty() {
         WebSocketStream::from_raw_socket(stream, Role::Server, Some(config)).await
     } else {

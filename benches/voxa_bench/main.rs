@@ -7,6 +7,7 @@
 
 mod agent;
 mod pair;
+mod relay;
 mod report;
 mod voice;
 
@@ -18,6 +19,9 @@ fn main() {
     let mut report = report::Report::default();
     if wanted("pair") {
         pair::run(&mut report, runs(200));
+    }
+    if wanted("relay") {
+        relay::run(&mut report, measuring);
     }
     if wanted("agent") {
         agent::run(&mut report, measuring);

@@ -204,7 +204,7 @@ async fn a_second_agent_with_the_same_code_replaces_the_first_which_stops_dialin
     assert!(second.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
     // The phone now talks to the second agent.
     wait_agent_joined(&mut phone).await;
-    send(&mut phone, json!({"type":"hello","token": second.token()})).await;
+    send(&mut phone, json!({"type":"hello","token": first.token()})).await;
     recv_type(&mut phone, "hello_ok").await;
 }
 

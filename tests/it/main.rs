@@ -3,9 +3,11 @@
 
 mod agent;
 mod cli;
+mod environments;
 mod fake_gemini;
 mod gemini;
 mod harness;
+mod relay;
 mod run;
 mod support;
 mod tools;

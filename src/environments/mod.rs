@@ -1,0 +1,619 @@
+//! Multi-environment pairing (SPEC §8): one phone, several machines. The host keeps every remote
+//! credential; the phone only names an environment in `tool_call.env`.
+//!
+//! - [`identity`]: this home's Ed25519 key; its public half in hex is the envKey.
+//! - [`line`]: the pasteable pairing line.
+//! - [`store`]: `environments.json`, `.pairings.json`, `.host-token`.
+//! - [`env_side`]: an environment dials each live pairing's relay code and admits hosts.
+//! - [`host`]: a host routes calls over pooled, verified sessions and answers `fleet`.
+//!
+//! Pairing actions (issue, add, revoke, remove) present the host token: the CLI reads it from
+//! `.host-token` (reading that file is the local user's authority), and actions that arrive over
+//! a socket (the `fleet` tool's `remove`/`revoke`) must carry it or are refused
+//! `host-token-required`. The running agent learns about CLI actions from the files themselves.
+
+pub mod env_side;
+pub mod host;
+pub mod identity;
+pub mod line;
+pub mod store;
+
+use std::fmt::Write as _;
+
+use anyhow::Result;
+use futures_util::{SinkExt, StreamExt};
+use rand::TryRngCore;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use env_side::{spawn_environment_side, EnvSideOptions, PairingGate};
+pub use host::{HostOptions, HostRouter};
+pub use identity::Identity;
+pub use line::PairingLine;
+
+use crate::cli::{EnvCommand, Settings};
+use crate::config::RelayUrl;
+use crate::dial::DialOptions;
+use crate::error::{ConfigError, Exit, Refused};
+use crate::protocol::{AgentMessage, ErrorCode, ToolError};
+use crate::secret::{is_lower_hex, Secret};
+use crate::state::Home;
+use store::{IssuedPairing, OutboundPairing, RevokedBearer, SELF_NAME};
+
+/// Longest environment name.
+pub const MAX_NAME_LEN: usize = 40;
+
+/// Dial options for `relay`: the relay token goes only to the agent's own relay.
+pub(crate) fn dial_for(dial: &DialOptions, own_relay: Option<&RelayUrl>, relay: &RelayUrl) -> DialOptions {
+    let mut options = dial.clone();
+    if own_relay != Some(relay) {
+        options.bearer = None;
+    }
+    options
+}
+
+/// A pairing just issued. The bearer is in `line` and nowhere else.
+#[derive(Debug)]
+pub struct Issued {
+    pub pairing: String,
+    pub line: PairingLine,
+}
+
+/// On an environment: creates a bearer bound to this home's envKey and a relay code for it.
+pub fn issue(home: &Home, relay: &RelayUrl, host_token: &str) -> Result<Issued> {
+    store::authorize(home, Some(host_token))?;
+    let identity = Identity::load_or_create(home)?;
+    let env_key = identity.env_key();
+    let bearer = line::new_bearer()?;
+    let code = Secret::generate()?;
+    let pairing = store::update(home, |registry, pairings| {
+        registry.set_self(&env_key);
+        let taken = |id: &str| {
+            pairings.issued.values().flatten().any(|p| p.id == id)
+                || pairings.revoked_bearers.values().flatten().any(|r| r.id.as_deref() == Some(id))
+        };
+        let id = loop {
+            let id = new_pairing_id()?;
+            if !taken(&id) {
+                break id;
+            }
+        };
+        pairings.issued.entry(env_key.clone()).or_default().push(IssuedPairing {
+            id: id.clone(),
+            bearer_sha256: hex::encode(store::bearer_hash(bearer.expose())),
+            relay: relay.as_str().to_owned(),
+            code: code.clone(),
+            issued_at: store::now(),
+        });
+        Ok(id)
+    })?;
+    Ok(Issued { pairing, line: PairingLine { env_key, relay: relay.clone(), code, bearer } })
+}
+
+fn new_pairing_id() -> Result<String> {
+    let mut bytes = [0u8; 4];
+    rand::rngs::OsRng
+        .try_fill_bytes(&mut bytes)
+        .map_err(|err| anyhow::anyhow!("the OS random number generator failed: {err}"))?;
+    Ok(format!("p_{}", hex::encode(bytes)))
+}
+
+/// An environment recorded on the host.
+#[derive(Clone, Debug)]
+pub struct Added {
+    pub env_key: String,
+    pub name: String,
+    pub relay: String,
+    /// True when the environment was already known (paired again).
+    pub replaced: bool,
+}
+
+/// On the host: records the environment of a pasted line and the bearer to present to it.
+pub fn add(home: &Home, text: &str, name: Option<&str>, host_token: &str) -> Result<Added> {
+    store::authorize(home, Some(host_token))?;
+    let line = PairingLine::parse(text).map_err(|err| ConfigError::new(err.to_string()))?;
+    if let Some(name) = name {
+        check_name(name)?;
+    }
+    let own_key = Identity::load_or_create(home)?.env_key();
+    if line.env_key == own_key {
+        return Err(ConfigError::new(
+            "this line was issued by this machine itself; paste it into `voxa env add` on the host",
+        )
+        .into());
+    }
+    store::update(home, |registry, pairings| {
+        registry.set_self(&own_key);
+        let existing = registry.environments.iter().position(|e| e.env_key == line.env_key);
+        let chosen = match (name, existing) {
+            (Some(name), _) => name.to_owned(),
+            (None, Some(index)) => registry.environments[index].name.clone(),
+            (None, None) => format!("env-{}", &line.env_key[..8]),
+        };
+        if registry.environments.iter().any(|e| e.name == chosen && e.env_key != line.env_key) {
+            return Err(ConfigError::new(format!(
+                "the name {chosen:?} is taken by another environment; choose another with --name"
+            ))
+            .into());
+        }
+        let entry = store::EnvEntry {
+            env_key: line.env_key.clone(),
+            name: chosen.clone(),
+            relay: Some(line.relay.as_str().to_owned()),
+            added_at: store::now(),
+            is_self: false,
+        };
+        match existing {
+            Some(index) => registry.environments[index] = entry,
+            None => registry.environments.push(entry),
+        }
+        pairings.outbound.insert(
+            line.env_key.clone(),
+            OutboundPairing {
+                bearer: line.bearer.clone(),
+                relay: line.relay.as_str().to_owned(),
+                code: line.code.clone(),
+                added_at: store::now(),
+            },
+        );
+        Ok(Added {
+            env_key: line.env_key.clone(),
+            name: chosen,
+            relay: line.relay.as_str().to_owned(),
+            replaced: existing.is_some(),
+        })
+    })
+}
+
+fn check_name(name: &str) -> Result<()> {
+    let valid_chars = name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    if name.is_empty() || name.len() > MAX_NAME_LEN || !valid_chars {
+        return Err(ConfigError::new(format!(
+            "an environment name is 1 to {MAX_NAME_LEN} letters, digits, '.', '_' or '-'"
+        ))
+        .into());
+    }
+    if name == SELF_NAME {
+        return Err(ConfigError::new(format!("{SELF_NAME:?} names this machine; choose another name")).into());
+    }
+    if name.len() == identity::ENV_KEY_HEX_LEN && is_lower_hex(name) {
+        return Err(ConfigError::new("a name must not look like an envKey").into());
+    }
+    Ok(())
+}
+
+/// Pairings a revocation ended.
+#[derive(Clone, Debug)]
+pub struct Revoked {
+    pub pairings: Vec<String>,
+    /// True when the target was revoked before (nothing changed).
+    pub already: bool,
+}
+
+/// On an environment: revokes the pairing of a bearer, every pairing bound to an envKey, or one
+/// pairing by id. The running agent closes their sessions within one poll of the file.
+pub fn revoke(home: &Home, target: &str, host_token: &str, caller: &str) -> Result<Revoked> {
+    store::authorize(home, Some(host_token))?;
+    let target = target.trim();
+    enum By {
+        Bearer([u8; 32]),
+        EnvKey(String),
+        Id(String),
+    }
+    let by = if line::looks_like_bearer(target) {
+        let bearer = line::parse_bearer(target)
+            .ok_or_else(|| ConfigError::new("that is not a bearer (`vbx_` followed by 32 hex characters)"))?;
+        By::Bearer(store::bearer_hash(bearer.expose()))
+    } else if identity::parse_env_key(target).is_some() {
+        By::EnvKey(target.to_owned())
+    } else if target.starts_with("p_") {
+        By::Id(target.to_owned())
+    } else {
+        return Err(ConfigError::new("give the envKey, the bearer (vbx_…) or the pairing id (p_…) to revoke").into());
+    };
+    let revoked = store::update(home, |_, pairings| {
+        let mut ended: Vec<(String, IssuedPairing)> = Vec::new();
+        for (env_key, list) in pairings.issued.iter_mut() {
+            let matches = |p: &IssuedPairing| match &by {
+                By::Bearer(hash) => bool::from(store::hash_matches(&p.bearer_sha256, hash)),
+                By::EnvKey(key) => key == env_key,
+                By::Id(id) => &p.id == id,
+            };
+            let (gone, kept): (Vec<_>, Vec<_>) = list.drain(..).partition(|p| matches(p));
+            *list = kept;
+            ended.extend(gone.into_iter().map(|p| (env_key.clone(), p)));
+        }
+        pairings.issued.retain(|_, list| !list.is_empty());
+        if ended.is_empty() {
+            let already = match &by {
+                By::Bearer(hash) => pairings.is_revoked(hash),
+                By::EnvKey(key) => pairings.revoked_bearers.contains_key(key),
+                By::Id(id) => pairings.revoked_bearers.values().flatten().any(|r| r.id.as_deref() == Some(id)),
+            };
+            if already {
+                return Ok(Revoked { pairings: Vec::new(), already: true });
+            }
+            return Err(match by {
+                By::Bearer(_) => Refused {
+                    code: ErrorCode::BearerRefused,
+                    message: "no pairing issued by this machine has that bearer".into(),
+                }
+                .into(),
+                By::EnvKey(_) => Refused {
+                    code: ErrorCode::UnknownEnvironment,
+                    message: "no pairing issued by this machine is bound to that envKey".into(),
+                }
+                .into(),
+                By::Id(_) => {
+                    ConfigError::new("no pairing with that id was issued here; `voxa env list` shows them").into()
+                }
+            });
+        }
+        let mut ids = Vec::new();
+        for (env_key, pairing) in ended {
+            pairings.revoked_bearers.entry(env_key).or_default().push(RevokedBearer {
+                id: Some(pairing.id.clone()),
+                bearer_sha256: pairing.bearer_sha256,
+                revoked_at: store::now(),
+            });
+            ids.push(pairing.id);
+        }
+        Ok(Revoked { pairings: ids, already: false })
+    })?;
+    let audit = crate::audit::Audit::new(home.audit_dir()?);
+    for id in &revoked.pairings {
+        let record = crate::audit::EventRecord {
+            caller: caller.to_owned(),
+            event: "revoke".into(),
+            outcome: "ok".into(),
+            rule: Some(ErrorCode::PairingRevoked.as_str().into()),
+            subject: Some(id.clone()),
+        };
+        if let Err(err) = audit.record_event(&record) {
+            tracing::warn!("could not write the audit record of revoking {id}: {err:#}");
+        }
+    }
+    Ok(revoked)
+}
+
+/// An environment the host forgot.
+#[derive(Clone, Debug)]
+pub struct Removed {
+    pub env_key: String,
+    pub name: String,
+}
+
+/// On the host: forgets an environment and its bearer.
+pub fn remove(home: &Home, target: &str, host_token: &str) -> Result<Removed> {
+    store::authorize(home, Some(host_token))?;
+    let target = target.trim();
+    store::update(home, |registry, pairings| {
+        let Some(entry) = registry.find(target).cloned() else {
+            return Err(Refused {
+                code: ErrorCode::UnknownEnvironment,
+                message: "no environment has that envKey or name".into(),
+            }
+            .into());
+        };
+        if entry.is_self {
+            return Err(ConfigError::new("this machine's own entry cannot be removed").into());
+        }
+        registry.environments.retain(|e| e.env_key != entry.env_key);
+        pairings.outbound.remove(&entry.env_key);
+        pairings.revoked_bearers.remove(&entry.env_key);
+        Ok(Removed { env_key: entry.env_key, name: entry.name })
+    })
+}
+
+/// The contract code and sentence of a failed pairing action, for the `fleet` tool.
+pub(crate) fn tool_error_of(err: &anyhow::Error) -> ToolError {
+    for cause in err.chain() {
+        if let Some(refused) = cause.downcast_ref::<Refused>() {
+            return ToolError::new(refused.code, refused.message.clone());
+        }
+        if let Some(config) = cause.downcast_ref::<ConfigError>() {
+            return ToolError::new(ErrorCode::InvalidArgs, config.0.clone());
+        }
+    }
+    ToolError::new(ErrorCode::Internal, format!("{err:#}"))
+}
+
+/// `voxa env …`.
+pub async fn command(settings: &Settings, command: EnvCommand) -> Result<Exit> {
+    let home = &settings.home;
+    let printer = settings.printer;
+    match command {
+        EnvCommand::Issue => {
+            home.ensure()?;
+            let relay = settings.relay(&home.load_config()?)?;
+            let token = store::load_or_create_host_token(home)?;
+            let issued = issue(home, &relay, token.expose())?;
+            let line = issued.line.encode();
+            let value = json!({
+                "line": line,
+                "pairing": issued.pairing,
+                "envKey": issued.line.env_key,
+                "relay": relay.as_str(),
+                "code": issued.line.code.expose(),
+                "bearer": issued.line.bearer.expose(),
+            });
+            let mut human = String::new();
+            let _ = writeln!(human, "Pairing {} issued. On the host, run:\n", issued.pairing);
+            let _ = writeln!(human, "  voxa env add '{line}' --name NAME\n");
+            let _ = writeln!(human, "The line holds a credential to drive this machine: paste it only on the host.");
+            if home.running_agent()?.is_none() {
+                let _ = writeln!(human, "Keep `voxa run` running here so the host can reach this machine.");
+            }
+            let _ = writeln!(human, "Revoke it any time with: voxa env revoke {}", issued.pairing);
+            printer.result(&value, human)?;
+        }
+        EnvCommand::Add { line, name } => {
+            let token = store::load_or_create_host_token(home)?;
+            let added = add(home, &line, name.as_deref(), token.expose())?;
+            let value =
+                json!({"envKey": added.env_key, "name": added.name, "relay": added.relay, "replaced": added.replaced});
+            let verb = if added.replaced { "paired again with" } else { "added" };
+            let human = format!(
+                "{verb} environment {} ({}…) via {}\nCall it from the phone with \"env\":\"{}\", or: voxa call --env {} TOOL …\n",
+                added.name,
+                &added.env_key[..16],
+                added.relay,
+                added.name,
+                added.name
+            );
+            printer.result(&value, human)?;
+        }
+        EnvCommand::List => list(settings).await?,
+        EnvCommand::Revoke { target } => {
+            let token = store::load_or_create_host_token(home)?;
+            let revoked = revoke(home, &target, token.expose(), "cli")?;
+            let value = json!({"revoked": revoked.pairings, "alreadyRevoked": revoked.already});
+            let human = if revoked.already {
+                "already revoked; nothing changed\n".to_owned()
+            } else {
+                format!(
+                    "revoked {}; a running agent closes their sessions and stops dialing them\n",
+                    revoked.pairings.join(", ")
+                )
+            };
+            printer.result(&value, human)?;
+        }
+        EnvCommand::Remove { target } => {
+            let token = store::load_or_create_host_token(home)?;
+            let removed = remove(home, &target, token.expose())?;
+            let value = json!({"removed": {"envKey": removed.env_key, "name": removed.name}});
+            printer.result(&value, format!("removed environment {} ({}…)\n", removed.name, &removed.env_key[..16]))?;
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+/// `voxa env list`: known environments with their reachability, and the pairings this machine
+/// issued. A running agent answers through its `fleet` tool (its pooled sessions stay up);
+/// otherwise each environment is probed from here.
+async fn list(settings: &Settings) -> Result<()> {
+    let home = &settings.home;
+    home.check()?;
+    let own_key = Identity::load(home)?.map(|identity| identity.env_key());
+    let pairings = store::load_pairings(home)?;
+    let fleet = match fleet_from_running_agent(home).await {
+        Some(fleet) => fleet,
+        None => probe_here(home).await?,
+    };
+    let environments = fleet.get("environments").cloned().unwrap_or_else(|| json!([]));
+    let mut issued: Vec<Value> = pairings
+        .issued
+        .iter()
+        .flat_map(|(key, list)| list.iter().map(move |p| (key, p)))
+        .map(|(key, p)| {
+            let state = if Some(key) == own_key.as_ref() { "live" } else { "bound to a previous identity" };
+            json!({"pairing": p.id, "envKey": key, "relay": p.relay, "issuedAt": p.issued_at, "state": state})
+        })
+        .collect();
+    issued.extend(pairings.revoked_bearers.iter().flat_map(|(key, list)| {
+        list.iter().filter_map(move |r| {
+            let id = r.id.as_ref()?;
+            Some(json!({"pairing": id, "envKey": key, "revokedAt": r.revoked_at, "state": "revoked"}))
+        })
+    }));
+    let value = json!({"envKey": own_key, "environments": environments, "issued": issued});
+    let mut human = String::new();
+    let rows = environments.as_array().cloned().unwrap_or_default();
+    if rows.is_empty() {
+        let _ = writeln!(
+            human,
+            "No environments yet. On another machine run `voxa env issue`, then `voxa env add LINE` here."
+        );
+    }
+    for row in &rows {
+        let text = |k: &str| row.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let key = text("envKey");
+        let _ =
+            writeln!(human, "{:<20} {:<18} {}", text("name"), format!("{}…", &key[..key.len().min(16)]), text("state"));
+    }
+    if !issued.is_empty() {
+        let _ = writeln!(human, "\nPairings issued by this machine:");
+        for row in &issued {
+            let text = |k: &str| row.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+            let _ = writeln!(human, "{:<12} {:<8} {}", text("pairing"), text("state"), text("relay"));
+        }
+    }
+    settings.printer.result(&value, human)?;
+    Ok(())
+}
+
+async fn fleet_from_running_agent(home: &Home) -> Option<Value> {
+    home.running_agent().ok()??;
+    let (mut socket, _) = crate::call::connect_local(home).await.ok()?;
+    let frame = json!({"type": "tool_call", "id": "env-list", "name": host::FLEET_TOOL, "args": {"probe": true}});
+    socket.send(Message::text(frame.to_string())).await.ok()?;
+    let wait = async {
+        while let Some(Ok(frame)) = socket.next().await {
+            let Message::Text(text) = frame else { continue };
+            if let Ok(AgentMessage::ToolResult(result)) = serde_json::from_str::<AgentMessage>(&text) {
+                if result.id == "env-list" {
+                    return result.result;
+                }
+            }
+        }
+        None
+    };
+    let result = tokio::time::timeout(host::PROBE_TIMEOUT * 2, wait).await.ok()?;
+    let _ = socket.close(None).await;
+    result
+}
+
+async fn probe_here(home: &Home) -> Result<Value> {
+    let mut dial = DialOptions::default().with_proxy_from_env()?;
+    let own_relay = home.load_config()?.relay.and_then(|r| RelayUrl::parse(&r).ok());
+    dial.bearer = std::env::var("VOXA_RELAY_TOKEN").ok().filter(|t| !t.is_empty()).map(Secret::from_string);
+    let tasks = TaskTracker::new();
+    let shutdown = CancellationToken::new();
+    let router = HostRouter::new(HostOptions {
+        home: home.clone(),
+        dial,
+        relay: own_relay,
+        toolbox: None,
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+    });
+    let fleet = router.fleet_list(true).await;
+    shutdown.cancel();
+    tasks.close();
+    tasks.wait().await;
+    fleet.map_err(|error| anyhow::anyhow!("{}", error.message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::exit_for;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn homes() -> (tempfile::TempDir, Home, Home) {
+        let tmp = tempfile::tempdir().unwrap();
+        let env = Home::at(tmp.path().join("env"));
+        let host = Home::at(tmp.path().join("host"));
+        (tmp, env, host)
+    }
+
+    fn relay() -> RelayUrl {
+        RelayUrl::parse("https://relay.example.com").unwrap()
+    }
+
+    fn token(home: &Home) -> String {
+        store::load_or_create_host_token(home).unwrap().expose().to_owned()
+    }
+
+    #[test]
+    fn issue_then_add_records_both_sides_privately() {
+        let (_tmp, env, host) = homes();
+        let issued = issue(&env, &relay(), &token(&env)).unwrap();
+        let text = issued.line.encode();
+        let env_pairings = store::load_pairings(&env).unwrap();
+        let stored = &env_pairings.issued[&issued.line.env_key][0];
+        assert_eq!(stored.id, issued.pairing);
+        let on_disk = std::fs::read_to_string(env.path(store::PAIRINGS_FILE)).unwrap();
+        assert!(!on_disk.contains(issued.line.bearer.expose()), "the environment keeps only the bearer's hash");
+        assert_eq!(store::load_registry(&env).unwrap().find(SELF_NAME).unwrap().env_key, issued.line.env_key);
+
+        let added = add(&host, &text, Some("devbox"), &token(&host)).unwrap();
+        assert_eq!((added.name.as_str(), added.replaced), ("devbox", false));
+        let registry = store::load_registry(&host).unwrap();
+        assert_eq!(registry.find("devbox").unwrap().env_key, issued.line.env_key);
+        assert!(registry.find(SELF_NAME).unwrap().is_self);
+        assert_eq!(store::load_pairings(&host).unwrap().outbound[&issued.line.env_key].bearer, issued.line.bearer);
+        for home in [&env, &host] {
+            for name in [store::REGISTRY_FILE, store::PAIRINGS_FILE, store::HOST_TOKEN_FILE, identity::IDENTITY_FILE] {
+                let mode = std::fs::metadata(home.path(name)).unwrap().permissions().mode() & 0o777;
+                assert_eq!(mode, 0o600, "{name}");
+            }
+        }
+        // Adding again pairs again and keeps the name.
+        let again = issue(&env, &relay(), &token(&env)).unwrap();
+        let added = add(&host, &again.line.encode(), None, &token(&host)).unwrap();
+        assert_eq!((added.name.as_str(), added.replaced), ("devbox", true));
+    }
+
+    #[test]
+    fn pairing_actions_need_the_host_token() {
+        let (_tmp, env, host) = homes();
+        let wrong = "00000000000000000000000000000000";
+        token(&env);
+        let err = issue(&env, &relay(), wrong).unwrap_err();
+        assert_eq!(exit_for(&err), Exit::Refused);
+        assert!(format!("{err:#}").contains("host-token-required"));
+        let issued = issue(&env, &relay(), &token(&env)).unwrap();
+        token(&host);
+        assert_eq!(exit_for(&add(&host, &issued.line.encode(), None, wrong).unwrap_err()), Exit::Refused);
+        assert_eq!(exit_for(&revoke(&env, &issued.pairing, wrong, "test").unwrap_err()), Exit::Refused);
+        assert_eq!(exit_for(&remove(&host, "x", wrong).unwrap_err()), Exit::Refused);
+    }
+
+    #[test]
+    fn add_refuses_bad_lines_names_and_its_own_line() {
+        let (_tmp, env, host) = homes();
+        let issued = issue(&env, &relay(), &token(&env)).unwrap();
+        let text = issued.line.encode();
+        let err = add(&host, &text[..text.len() - 20], None, &token(&host)).unwrap_err();
+        assert_eq!(exit_for(&err), Exit::Usage);
+        assert!(!format!("{err:#}").contains(issued.line.bearer.expose()));
+        for bad in ["", "local", "has space", &"a".repeat(64), &"n".repeat(41)] {
+            assert_eq!(exit_for(&add(&host, &text, Some(bad), &token(&host)).unwrap_err()), Exit::Usage, "{bad:?}");
+        }
+        assert_eq!(exit_for(&add(&env, &text, None, &token(&env)).unwrap_err()), Exit::Usage);
+        add(&host, &text, Some("one"), &token(&host)).unwrap();
+        let (_tmp2, other_env, _) = homes();
+        let other = issue(&other_env, &relay(), &token(&other_env)).unwrap();
+        let taken = add(&host, &other.line.encode(), Some("one"), &token(&host)).unwrap_err();
+        assert!(format!("{taken:#}").contains("taken"));
+    }
+
+    #[test]
+    fn revoke_by_bearer_env_key_or_id_moves_bearers_and_audits() {
+        let (_tmp, env, _) = homes();
+        let first = issue(&env, &relay(), &token(&env)).unwrap();
+        let second = issue(&env, &relay(), &token(&env)).unwrap();
+        let third = issue(&env, &relay(), &token(&env)).unwrap();
+        let by_bearer = revoke(&env, first.line.bearer.expose(), &token(&env), "cli").unwrap();
+        assert_eq!(by_bearer.pairings, vec![first.pairing.clone()]);
+        let pairings = store::load_pairings(&env).unwrap();
+        assert!(pairings.is_revoked(&store::bearer_hash(first.line.bearer.expose())));
+        assert_eq!(pairings.live_issued().count(), 2);
+        assert!(revoke(&env, first.line.bearer.expose(), &token(&env), "cli").unwrap().already);
+        let by_id = revoke(&env, &second.pairing, &token(&env), "cli").unwrap();
+        assert_eq!(by_id.pairings, vec![second.pairing.clone()]);
+        let by_key = revoke(&env, &third.line.env_key, &token(&env), "cli").unwrap();
+        assert_eq!(by_key.pairings, vec![third.pairing.clone()]);
+        assert_eq!(store::load_pairings(&env).unwrap().live_issued().count(), 0);
+
+        let unknown = revoke(&env, &format!("vbx_{}", "f".repeat(32)), &token(&env), "cli").unwrap_err();
+        assert_eq!(exit_for(&unknown), Exit::Refused);
+        assert!(format!("{unknown:#}").contains("bearer-refused") && !format!("{unknown:#}").contains("ffff"));
+        assert_eq!(exit_for(&revoke(&env, "junk", &token(&env), "cli").unwrap_err()), Exit::Usage);
+
+        let audit: String = std::fs::read_dir(env.audit_dir().unwrap())
+            .unwrap()
+            .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap())
+            .collect();
+        let records: Vec<Value> = audit.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(records.len(), 3);
+        assert!(records.iter().all(|r| r["rule"] == "pairing-revoked" && r["event"] == "revoke"));
+        assert!(!audit.contains(first.line.bearer.expose()) && !audit.contains("vbx_"));
+    }
+
+    #[test]
+    fn remove_forgets_an_environment_but_never_this_machine() {
+        let (_tmp, env, host) = homes();
+        let issued = issue(&env, &relay(), &token(&env)).unwrap();
+        add(&host, &issued.line.encode(), Some("devbox"), &token(&host)).unwrap();
+        let removed = remove(&host, "devbox", &token(&host)).unwrap();
+        assert_eq!(removed.env_key, issued.line.env_key);
+        assert!(store::load_registry(&host).unwrap().find("devbox").is_none());
+        assert!(store::load_pairings(&host).unwrap().outbound.is_empty());
+        assert_eq!(exit_for(&remove(&host, "devbox", &token(&host)).unwrap_err()), Exit::Refused);
+        assert_eq!(exit_for(&remove(&host, SELF_NAME, &token(&host)).unwrap_err()), Exit::Usage);
+    }
+}

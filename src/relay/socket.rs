@@ -1,0 +1,208 @@
+//! One upgraded socket: a reader that forwards the client's frames to the other side and watches
+//! for silence, and a writer that drains this socket's queue. Both run inside the connection's
+//! task, so a socket costs one task, one small read buffer and its queue.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::{FusedFuture, FutureExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::time::{timeout, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::codec::{self, close, FrameReader, Message};
+use super::hub::{Action, End, Forward, Hub, OutFrame, Outbox, QueueLimits, Slot};
+use super::Limits;
+use crate::protocol::{is_peer_frame, PeerRole};
+
+/// Time the writer gets to finish its frame and send the close frame once the socket ends.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// Time the reader gets afterwards to see the client's close frame or end of stream.
+const CLOSE_LINGER: Duration = Duration::from_secs(2);
+
+/// Most queued frames written in one system call.
+const MAX_BATCH_FRAMES: usize = 64;
+/// Most queued bytes written in one system call (a larger single frame still goes alone).
+const MAX_BATCH_BYTES: usize = 256 << 10;
+
+/// Where a socket belongs: its pairing and its place in it.
+pub(super) struct Membership {
+    pub hub: Arc<Hub>,
+    pub code: u128,
+    pub role: PeerRole,
+    pub conn: u64,
+}
+
+/// Runs an upgraded socket until it ends, then closes it within bounded time.
+pub(super) async fn serve<S>(
+    stream: S,
+    leftover: Vec<u8>,
+    member: Membership,
+    limits: &Limits,
+    cancel: &CancellationToken,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let outbox =
+        Arc::new(Outbox::new(QueueLimits { frames: limits.send_queue_frames, bytes: limits.send_queue_bytes }));
+    let (mut read_half, mut write_half) = tokio::io::split(stream);
+    let frames = FrameReader::new(limits.max_frame_len, &leftover);
+    drop(leftover);
+    let slot = member.hub.join(member.code, member.role, member.conn, &outbox);
+    debug!("joined");
+
+    let reader = read_side(&mut read_half, frames, &slot, &member, &outbox, limits).fuse();
+    let writer = write_side(&mut write_half, &outbox).fuse();
+    tokio::pin!(reader, writer);
+    tokio::select! {
+        () = &mut reader => {}
+        result = &mut writer => {
+            if let Err(err) = result {
+                debug!(%err, "write failed");
+            }
+        }
+        () = outbox.ending() => {}
+        () = cancel.cancelled() => outbox.end(End::Close { code: close::GOING_AWAY, reason: "relay shutting down" }),
+    }
+    // Leave first, so the other side hears `left` at once even if this client is slow to close.
+    member.hub.leave(member.code, &slot, member.role, member.conn);
+    outbox.end(End::Abort);
+    debug!(end = ?outbox.ended(), "left");
+    if !writer.is_terminated() && timeout(CLOSE_GRACE, &mut writer).await.is_err() {
+        debug!("close frame not written in time");
+    }
+    if !reader.is_terminated() {
+        let _ = timeout(CLOSE_LINGER, &mut reader).await;
+    }
+}
+
+/// Reads the client's messages until the socket ends: data goes to the other side, pings are
+/// answered, silence is met with pings and, past the idle timeout, the end of the socket.
+async fn read_side<R: AsyncRead + Unpin>(
+    io: &mut R,
+    mut frames: FrameReader,
+    slot: &Slot,
+    member: &Membership,
+    outbox: &Outbox,
+    limits: &Limits,
+) {
+    let mut last_heard = Instant::now();
+    let wake = tokio::time::sleep(limits.ping_interval);
+    tokio::pin!(wake);
+    loop {
+        let message = tokio::select! {
+            message = frames.read_message(io) => message,
+            () = &mut wake => {
+                let now = Instant::now();
+                let silent = now.saturating_duration_since(last_heard);
+                if silent >= limits.idle_timeout {
+                    debug!(silent_ms = silent.as_millis() as u64, "peer stopped answering");
+                    outbox.end(End::Close { code: close::GOING_AWAY, reason: "idle timeout" });
+                    return;
+                }
+                let next = if silent >= limits.ping_interval {
+                    outbox.ping();
+                    now + limits.ping_interval.min(limits.idle_timeout - silent)
+                } else {
+                    last_heard + limits.ping_interval
+                };
+                wake.as_mut().reset(next);
+                continue;
+            }
+        };
+        last_heard = Instant::now();
+        match message {
+            Ok(Some(Message::Text(text))) => {
+                if is_peer_frame(&text) {
+                    debug!("dropped a client frame posing as a relay notice");
+                } else {
+                    forward(slot, member, OutFrame::text(text), limits.stall_timeout).await;
+                }
+            }
+            Ok(Some(Message::Binary(payload))) => {
+                forward(slot, member, OutFrame::binary(payload), limits.stall_timeout).await;
+            }
+            Ok(Some(Message::Ping(payload))) => outbox.pong(payload),
+            Ok(Some(Message::Pong)) => {}
+            Ok(Some(Message::Close(code))) => {
+                outbox.end(End::Echo(code));
+                return;
+            }
+            Ok(None) => {
+                outbox.end(End::Abort);
+                return;
+            }
+            Err(err) => {
+                debug!(%err, "closing the socket");
+                match err.close() {
+                    Some((code, reason)) => {
+                        outbox.end(End::Close { code, reason });
+                        // Keep reading (and dropping) so the close frame is not lost to a reset
+                        // of a connection with unread data; the caller bounds this in time.
+                        frames.discard(io).await;
+                    }
+                    None => outbox.end(End::Abort),
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Hands a frame to the other side. While its queue is full this socket is not read, so the
+/// sender slows to the receiver's pace; a receiver that writes nothing at all for `stall_timeout`
+/// is closed with 1013 and its queue freed.
+async fn forward(slot: &Slot, member: &Membership, mut frame: OutFrame, stall_timeout: Duration) {
+    loop {
+        let peer = match Hub::forward(slot, member.role, member.conn, frame) {
+            Forward::Done => return,
+            Forward::Full(back, peer) => {
+                frame = back;
+                peer
+            }
+        };
+        let written = peer.written();
+        if timeout(stall_timeout, peer.room_for(frame.payload.len())).await.is_err() && peer.written() == written {
+            debug!("the other side stopped reading; closing it");
+            peer.end(End::Close { code: crate::protocol::close::TRY_AGAIN_LATER, reason: "reader too slow" });
+            return;
+        }
+    }
+}
+
+/// Writes this socket's queue, control frames and finally its close frame.
+async fn write_side<W: AsyncWrite + Unpin>(io: &mut W, outbox: &Outbox) -> std::io::Result<()> {
+    loop {
+        let action = match outbox.try_next() {
+            Some(action) => action,
+            None => {
+                // Flush only when the queue runs dry: TLS records then carry several frames.
+                io.flush().await?;
+                outbox.next().await
+            }
+        };
+        match action {
+            Action::Frame(frame) => {
+                // Frames queued behind this one go out in the same write.
+                let mut batch = Vec::new();
+                outbox.take_more(&mut batch, MAX_BATCH_FRAMES, MAX_BATCH_BYTES);
+                if batch.is_empty() {
+                    codec::write_frame(io, frame.opcode, &frame.payload, |n| outbox.wrote(n)).await?;
+                } else {
+                    batch.insert(0, frame);
+                    codec::write_frames(io, &batch, |n| outbox.wrote(n)).await?;
+                }
+            }
+            Action::Pong(payload) => codec::write_frame(io, codec::OP_PONG, &payload, |_| {}).await?,
+            Action::Ping => codec::write_frame(io, codec::OP_PING, &[], |_| {}).await?,
+            Action::Close(end) => {
+                if let Some((code, reason)) = end.close_frame() {
+                    codec::write_frame(io, codec::OP_CLOSE, &codec::close_payload(code, reason), |_| {}).await?;
+                }
+                io.shutdown().await?;
+                return Ok(());
+            }
+        }
+    }
+}

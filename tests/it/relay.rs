@@ -1,0 +1,771 @@
+//! The relay (SPEC §4) on 127.0.0.1:0, driven by real WebSocket clients as the laptop and the
+//! phone would drive it, plus raw TCP clients where a misbehaving peer is the point.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use rustls_pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::timeout;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::WebSocketStream;
+use voxa::relay::{Limits, RelayConfig};
+use voxa::secret::Secret;
+
+/// Longest any single step may take before the test fails.
+const WAIT: Duration = Duration::from_secs(10);
+
+struct Relay {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Relay {
+    async fn start(config: RelayConfig) -> Relay {
+        // Bound before `run` starts: clients can connect at once.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(voxa::relay::run(listener, config, async move {
+            let _ = stopped.await;
+        }));
+        Relay { addr, stop: Some(stop), task }
+    }
+
+    async fn open() -> Relay {
+        Relay::start(RelayConfig::default()).await
+    }
+
+    /// Asks the relay to stop and waits for `run` to return.
+    async fn shut_down(mut self, within: Duration) {
+        let _ = self.stop.take().unwrap().send(());
+        let result = timeout(within, &mut self.task).await.expect("run returns promptly after shutdown");
+        result.unwrap().unwrap();
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn new_code() -> String {
+    Secret::generate().unwrap().expose().to_owned()
+}
+
+type Client<S = TcpStream> = WebSocketStream<S>;
+
+fn client_config() -> WebSocketConfig {
+    WebSocketConfig::default().max_message_size(None).max_frame_size(None)
+}
+
+async fn connect_over<S>(stream: S, url: &str, token: Option<&str>) -> Result<Client<S>, tungstenite::Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut request = url.into_client_request()?;
+    if let Some(token) = token {
+        request.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    }
+    let (ws, _) = timeout(WAIT, tokio_tungstenite::client_async_with_config(request, stream, Some(client_config())))
+        .await
+        .expect("handshake in time")?;
+    Ok(ws)
+}
+
+async fn try_connect(addr: SocketAddr, path: &str, token: Option<&str>) -> Result<Client, tungstenite::Error> {
+    let tcp = TcpStream::connect(addr).await?;
+    connect_over(tcp, &format!("ws://{addr}{path}"), token).await
+}
+
+async fn agent(relay: &Relay, code: &str) -> Client {
+    try_connect(relay.addr, &format!("/agent?code={code}"), None).await.unwrap()
+}
+
+async fn phone(relay: &Relay, code: &str) -> Client {
+    try_connect(relay.addr, &format!("/ws?code={code}"), None).await.unwrap()
+}
+
+/// The next message, pings and pongs included, failing the test on timeout, end or error.
+async fn next_any<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut Client<S>) -> Message {
+    timeout(WAIT, ws.next()).await.expect("a message in time").expect("stream still open").expect("no error")
+}
+
+/// The next data or close message (the client answers the relay's pings by itself).
+async fn next<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut Client<S>) -> Message {
+    loop {
+        match next_any(ws).await {
+            Message::Ping(_) | Message::Pong(_) => continue,
+            message => return message,
+        }
+    }
+}
+
+async fn expect_text<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut Client<S>, expected: &str) {
+    match next(ws).await {
+        Message::Text(text) => assert_eq!(text.as_str(), expected),
+        other => panic!("expected text {expected:?}, got {other:?}"),
+    }
+}
+
+fn notice(peer: &str, state: &str) -> String {
+    format!(r#"{{"type":"__peer","peer":"{peer}","state":"{state}"}}"#)
+}
+
+async fn expect_notice<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut Client<S>, peer: &str, state: &str) {
+    expect_text(ws, &notice(peer, state)).await;
+}
+
+/// Reads until the close frame and returns its code; other messages are counted.
+async fn expect_close<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut Client<S>) -> (u16, usize) {
+    let mut skipped = 0;
+    loop {
+        match timeout(WAIT, ws.next()).await.expect("a close frame in time") {
+            Some(Ok(Message::Close(Some(frame)))) => return (u16::from(frame.code), skipped),
+            Some(Ok(Message::Close(None))) => panic!("close frame without a code"),
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+            Some(Ok(_)) => skipped += 1,
+            Some(Err(err)) => panic!("connection failed before a close frame: {err}"),
+            None => panic!("connection ended without a close frame"),
+        }
+    }
+}
+
+async fn send<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut Client<S>, message: Message) {
+    timeout(WAIT, ws.send(message)).await.expect("send in time").expect("send works");
+}
+
+/// Connects an agent and a phone on a fresh code and reads the `joined` notices.
+async fn pair(relay: &Relay) -> (Client, Client, String) {
+    let code = new_code();
+    let mut laptop = agent(relay, &code).await;
+    let mut handset = phone(relay, &code).await;
+    expect_notice(&mut handset, "agent", "joined").await;
+    expect_notice(&mut laptop, "phone", "joined").await;
+    (laptop, handset, code)
+}
+
+/// Sends a raw HTTP request and returns the status and body.
+async fn http(addr: SocketAddr, request: &str) -> (u16, String) {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    timeout(WAIT, tcp.read_to_end(&mut response)).await.expect("response in time").unwrap();
+    parse_response(&response)
+}
+
+fn parse_response(response: &[u8]) -> (u16, String) {
+    let text = String::from_utf8_lossy(response);
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status in {text:?}"));
+    let body = text.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+fn upgrade_request(path: &str, extra: &str) -> String {
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: relay\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n"
+    )
+}
+
+fn numbered_frame(from: &str, i: usize) -> Message {
+    if i % 2 == 0 {
+        Message::text(format!("{from} {i} ünïcode"))
+    } else {
+        Message::binary((0..i % 700).map(|b| (b + i) as u8).collect::<Vec<u8>>())
+    }
+}
+
+async fn send_numbered(from: &str, count: usize, sink: &mut futures_util::stream::SplitSink<Client, Message>) {
+    for i in 0..count {
+        sink.feed(numbered_frame(from, i)).await.unwrap();
+    }
+    timeout(WAIT, sink.flush()).await.unwrap().unwrap();
+}
+
+async fn receive_numbered(from: &str, count: usize, stream: &mut futures_util::stream::SplitStream<Client>) {
+    for i in 0..count {
+        let got = timeout(WAIT, stream.next()).await.expect("frame in time").unwrap().unwrap();
+        assert_eq!(got, numbered_frame(from, i), "frame {i} from {from}");
+    }
+}
+
+#[tokio::test]
+async fn copies_text_and_binary_both_ways_unchanged_and_in_order() {
+    let relay = Relay::open().await;
+    let (laptop, handset, _) = pair(&relay).await;
+    const FRAMES: usize = 1000;
+    let (mut laptop_tx, mut laptop_rx) = laptop.split();
+    let (mut handset_tx, mut handset_rx) = handset.split();
+    tokio::join!(
+        send_numbered("agent", FRAMES, &mut laptop_tx),
+        send_numbered("phone", FRAMES, &mut handset_tx),
+        receive_numbered("agent", FRAMES, &mut handset_rx),
+        receive_numbered("phone", FRAMES, &mut laptop_rx),
+    );
+    relay.shut_down(WAIT).await;
+}
+
+#[tokio::test]
+async fn each_side_hears_when_the_other_joins_and_leaves() {
+    let relay = Relay::open().await;
+    let code = new_code();
+    let mut laptop = agent(&relay, &code).await;
+    // A phone arriving second hears about the agent already there, and the agent about it.
+    let mut handset = phone(&relay, &code).await;
+    expect_notice(&mut handset, "agent", "joined").await;
+    expect_notice(&mut laptop, "phone", "joined").await;
+
+    handset.close(None).await.unwrap();
+    expect_notice(&mut laptop, "phone", "left").await;
+
+    let mut handset = phone(&relay, &code).await;
+    expect_notice(&mut laptop, "phone", "joined").await;
+    expect_notice(&mut handset, "agent", "joined").await;
+
+    // A vanished TCP connection (no close frame) counts as leaving too.
+    drop(laptop);
+    expect_notice(&mut handset, "agent", "left").await;
+
+    // Codes are independent: another pair never hears about this one.
+    let (mut other_laptop, _other_handset, _) = pair(&relay).await;
+    let mut laptop = agent(&relay, &code).await;
+    expect_notice(&mut laptop, "phone", "joined").await;
+    expect_notice(&mut handset, "agent", "joined").await;
+    send(&mut other_laptop, Message::text("only mine")).await;
+    send(&mut laptop, Message::text("for this phone")).await;
+    expect_text(&mut handset, "for this phone").await;
+}
+
+#[tokio::test]
+async fn forged_presence_frames_are_dropped_from_either_side() {
+    let relay = Relay::open().await;
+    let (mut laptop, mut handset, _) = pair(&relay).await;
+    let forgeries = [
+        notice("agent", "left"),
+        r#"{ "state":"joined", "peer":"phone", "type" : "__peer" }"#.to_owned(),
+        r#"{"type":"__peer"}"#.to_owned(),
+    ];
+    for forged in &forgeries {
+        send(&mut handset, Message::text(forged.clone())).await;
+        send(&mut laptop, Message::text(forged.clone())).await;
+    }
+    // Only text frames are looked into: the same bytes in a binary frame are data.
+    send(&mut handset, Message::binary(forgeries[0].clone().into_bytes())).await;
+    // Mentioning the marker in a field is fine.
+    send(&mut handset, Message::text(r#"{"type":"say","text":"__peer"}"#)).await;
+    send(&mut laptop, Message::text("after the forgeries")).await;
+
+    assert_eq!(next(&mut laptop).await, Message::binary(forgeries[0].clone().into_bytes()));
+    expect_text(&mut laptop, r#"{"type":"say","text":"__peer"}"#).await;
+    expect_text(&mut handset, "after the forgeries").await;
+}
+
+#[tokio::test]
+async fn a_newer_socket_replaces_the_older_one_with_4001() {
+    let relay = Relay::open().await;
+    let (mut old_laptop, mut handset, code) = pair(&relay).await;
+    let mut new_laptop = agent(&relay, &code).await;
+
+    let (code_seen, _) = expect_close(&mut old_laptop).await;
+    assert_eq!(code_seen, 4001);
+    expect_notice(&mut new_laptop, "phone", "joined").await;
+    expect_notice(&mut handset, "agent", "left").await;
+    expect_notice(&mut handset, "agent", "joined").await;
+
+    send(&mut handset, Message::text("to the new laptop")).await;
+    expect_text(&mut new_laptop, "to the new laptop").await;
+    send(&mut new_laptop, Message::text("from the new laptop")).await;
+    expect_text(&mut handset, "from the new laptop").await;
+
+    // The same holds for phones.
+    let mut new_handset = phone(&relay, &code).await;
+    assert_eq!(expect_close(&mut handset).await.0, 4001);
+    expect_notice(&mut new_handset, "agent", "joined").await;
+    expect_notice(&mut new_laptop, "phone", "left").await;
+    expect_notice(&mut new_laptop, "phone", "joined").await;
+}
+
+#[tokio::test]
+async fn frames_without_a_peer_are_dropped_not_delivered_later() {
+    let relay = Relay::open().await;
+    let code = new_code();
+    let mut laptop = agent(&relay, &code).await;
+    send(&mut laptop, Message::text("nobody hears this")).await;
+    send(&mut laptop, Message::binary(vec![1, 2, 3])).await;
+    // Round trip through the relay so both frames were surely read before the phone arrives.
+    send(&mut laptop, Message::Ping(b"sync".to_vec().into())).await;
+    assert_eq!(next_any(&mut laptop).await, Message::Pong(b"sync".to_vec().into()));
+
+    let mut handset = phone(&relay, &code).await;
+    expect_notice(&mut handset, "agent", "joined").await;
+    expect_notice(&mut laptop, "phone", "joined").await;
+    send(&mut laptop, Message::text("now heard")).await;
+    expect_text(&mut handset, "now heard").await;
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_before_any_upgrade() {
+    let relay = Relay::open().await;
+    let code = new_code();
+    let addr = relay.addr;
+
+    assert_eq!(http(addr, "GET /healthz HTTP/1.1\r\nHost: relay\r\n\r\n").await, (200, "ok".into()));
+    assert_eq!(http(addr, &upgrade_request("/nowhere", "")).await.0, 404);
+    assert_eq!(http(addr, "POST /healthz HTTP/1.1\r\ncontent-length: 0\r\n\r\n").await.0, 405);
+    let bad_codes = [
+        String::new(),
+        code.to_uppercase(),
+        code[1..].to_owned(),
+        format!("{code}0"),
+        code.replace(|c: char| c.is_ascii_digit(), "z"),
+        format!("%20{}", &code[3..]),
+    ];
+    for bad in &bad_codes {
+        for path in ["/agent", "/ws"] {
+            let (status, _) = http(addr, &upgrade_request(&format!("{path}?code={bad}"), "")).await;
+            assert_eq!(status, 400, "{path} with code {bad:?}");
+        }
+    }
+    assert_eq!(http(addr, &upgrade_request("/agent", "")).await.0, 400);
+    // A plain GET of a socket path asks for the upgrade.
+    let plain = format!("GET /ws?code={code} HTTP/1.1\r\nHost: relay\r\n\r\n");
+    assert_eq!(http(addr, &plain).await.0, 426);
+    // Junk instead of HTTP.
+    assert_eq!(http(addr, "\x16\x03\x01 not http\r\n\r\n").await.0, 400);
+
+    // And a real client sees the refusal as an HTTP error, not a socket.
+    match try_connect(addr, "/agent?code=nothex", None).await {
+        Err(tungstenite::Error::Http(response)) => assert_eq!(response.status(), 400),
+        other => panic!("expected a 400, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn relay_token_is_required_from_both_sides_when_set() {
+    let token = "relay-token-4f1c9b";
+    let relay =
+        Relay::start(RelayConfig { token: Some(Secret::from_string(token.into())), ..Default::default() }).await;
+    let code = new_code();
+    for path in [format!("/agent?code={code}"), format!("/ws?code={code}")] {
+        for presented in [None, Some("wrong"), Some("relay-token-4f1c9"), Some("relay-token-4f1c9bX")] {
+            match try_connect(relay.addr, &path, presented).await {
+                Err(tungstenite::Error::Http(response)) => assert_eq!(response.status(), 401, "{path} {presented:?}"),
+                other => panic!("expected 401 for {presented:?}, got {other:?}"),
+            }
+        }
+    }
+    let (status, body) = http(relay.addr, &upgrade_request(&format!("/ws?code={code}"), "")).await;
+    assert_eq!(status, 401);
+    assert!(!body.contains(token));
+
+    let mut laptop = try_connect(relay.addr, &format!("/agent?code={code}"), Some(token)).await.unwrap();
+    let mut handset = try_connect(relay.addr, &format!("/ws?code={code}"), Some(token)).await.unwrap();
+    expect_notice(&mut handset, "agent", "joined").await;
+    expect_notice(&mut laptop, "phone", "joined").await;
+    send(&mut handset, Message::text("authorised")).await;
+    expect_text(&mut laptop, "authorised").await;
+    // The health check stays open for load balancers.
+    assert_eq!(http(relay.addr, "GET /healthz HTTP/1.1\r\n\r\n").await.0, 200);
+}
+
+#[tokio::test]
+async fn frames_up_to_16_mib_pass_and_larger_ones_close_1009() {
+    let relay = Relay::open().await;
+    let (laptop, mut handset, _) = pair(&relay).await;
+    let limit = voxa::protocol::MAX_FRAME_LEN;
+    let (mut laptop_tx, mut laptop_rx) = laptop.split();
+
+    let largest: Vec<u8> = (0..limit).map(|i| (i % 251) as u8).collect();
+    let sending = tokio::spawn(async move {
+        laptop_tx.send(Message::binary(largest)).await.unwrap();
+        let _ = laptop_tx.send(Message::binary(vec![0u8; limit + 1])).await;
+        laptop_tx
+    });
+    match next(&mut handset).await {
+        Message::Binary(payload) => {
+            assert_eq!(payload.len(), limit);
+            assert!(payload.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
+        }
+        other => panic!("expected the 16 MiB frame, got {other:?}"),
+    }
+    let close = loop {
+        match timeout(WAIT, laptop_rx.next()).await.expect("close in time") {
+            Some(Ok(Message::Close(frame))) => break frame.map(|f| f.code),
+            Some(Ok(_)) => continue,
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    };
+    assert_eq!(close, Some(CloseCode::Size));
+    assert_eq!(u16::from(CloseCode::Size), 1009);
+    expect_notice(&mut handset, "agent", "left").await;
+    let _ = timeout(WAIT, sending).await;
+}
+
+#[tokio::test]
+async fn a_reader_that_falls_behind_is_closed_1013_and_its_queue_stays_bounded() {
+    const QUEUE: usize = 8;
+    const FRAME: usize = 64 << 10;
+    const SENT_AT_MOST: usize = 4096;
+    let limits = Limits { send_queue_frames: QUEUE, stall_timeout: Duration::from_millis(300), ..Limits::default() };
+    let relay = Relay::start(RelayConfig { limits, ..Default::default() }).await;
+    let (laptop, mut handset, code) = pair(&relay).await;
+    let (mut laptop_tx, mut laptop_rx) = laptop.split();
+
+    // The phone reads nothing while the laptop floods it.
+    let mut sent = 0usize;
+    let flood = async {
+        while sent < SENT_AT_MOST {
+            laptop_tx.send(Message::binary(vec![sent as u8; FRAME])).await.unwrap();
+            sent += 1;
+        }
+    };
+    let phone_left = async {
+        loop {
+            match timeout(WAIT, laptop_rx.next()).await.expect("notice in time") {
+                Some(Ok(Message::Text(text))) if text.as_str() == notice("phone", "left") => return,
+                Some(Ok(_)) => continue,
+                other => panic!("laptop lost its socket: {other:?}"),
+            }
+        }
+    };
+    tokio::select! {
+        () = flood => panic!("the relay buffered {SENT_AT_MOST} frames of {FRAME} bytes for a reader that reads nothing"),
+        () = phone_left => {}
+    }
+
+    // Now the phone reads: what it gets is bounded by the queue and the kernel's socket buffers,
+    // far below what was sent, and then the close frame.
+    let (close, received) = expect_close(&mut handset).await;
+    assert_eq!(close, 1013);
+    assert!(received <= 512, "phone received {received} frames of {sent} sent: the relay's backlog is not bounded");
+    assert!(sent > received + QUEUE, "sent {sent}, received {received}");
+
+    // The laptop's socket is unharmed: a new phone pairs with it.
+    let mut new_handset = phone(&relay, &code).await;
+    expect_notice(&mut new_handset, "agent", "joined").await;
+    timeout(WAIT, laptop_tx.send(Message::text("still here"))).await.unwrap().unwrap();
+    loop {
+        match next(&mut new_handset).await {
+            Message::Text(text) if text.as_str() == "still here" => break,
+            Message::Binary(_) => continue,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_peer_that_stops_answering_pings_is_dropped_within_the_idle_timeout() {
+    let limits = Limits {
+        ping_interval: Duration::from_millis(200),
+        idle_timeout: Duration::from_millis(800),
+        ..Limits::default()
+    };
+    let relay = Relay::start(RelayConfig { limits, ..Default::default() }).await;
+    let code = new_code();
+    let mut handset = phone(&relay, &code).await;
+
+    // The laptop upgrades by hand and then neither reads nor writes anything.
+    let mut silent = TcpStream::connect(relay.addr).await.unwrap();
+    silent.write_all(upgrade_request(&format!("/agent?code={code}"), "").as_bytes()).await.unwrap();
+    let started = Instant::now();
+    expect_notice(&mut handset, "agent", "joined").await;
+    // Keep the phone's socket read so it answers pings, while the silent laptop is dropped.
+    let dropped = async {
+        let mut received = Vec::new();
+        timeout(WAIT, silent.read_to_end(&mut received)).await.expect("dropped in time").unwrap();
+        received
+    };
+    let (received, ()) = tokio::join!(dropped, expect_notice(&mut handset, "agent", "left"));
+    let elapsed = started.elapsed();
+    assert!(elapsed >= Duration::from_millis(700), "dropped after {elapsed:?}, before the idle timeout");
+    assert!(elapsed < Duration::from_millis(4000), "dropped only after {elapsed:?}");
+    let text = String::from_utf8_lossy(&received);
+    assert!(text.starts_with("HTTP/1.1 101"), "{text:?}");
+    let head_len = text.find("\r\n\r\n").unwrap() + 4;
+    let frames = server_frames(&received[head_len..]);
+    let opcodes: Vec<u8> = frames.iter().map(|(opcode, _)| *opcode).collect();
+    assert!(opcodes.iter().filter(|op| **op == 0x9).count() >= 2, "pinged while silent: {opcodes:?}");
+    assert_eq!(
+        frames.last().map(|(op, payload)| (*op, payload[..2].to_vec())),
+        Some((0x8, 1001u16.to_be_bytes().to_vec()))
+    );
+
+    // A phone that answers pings (the client does so while reading) outlives several timeouts.
+    let mut laptop = agent(&relay, &code).await;
+    expect_notice(&mut handset, "agent", "joined").await;
+    expect_notice(&mut laptop, "phone", "joined").await;
+    let (quiet_laptop, quiet_handset) = tokio::join!(
+        timeout(Duration::from_millis(2500), next(&mut laptop)),
+        timeout(Duration::from_millis(2500), next(&mut handset))
+    );
+    assert!(quiet_laptop.is_err() && quiet_handset.is_err(), "live sockets got {quiet_laptop:?} {quiet_handset:?}");
+    send(&mut laptop, Message::text("still paired")).await;
+    expect_text(&mut handset, "still paired").await;
+}
+
+/// Splits what a relay wrote into (opcode, payload) frames; server frames are unmasked.
+fn server_frames(mut bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut frames = Vec::new();
+    while bytes.len() >= 2 {
+        let (len, at) = match bytes[1] & 0x7F {
+            126 => (u16::from_be_bytes([bytes[2], bytes[3]]) as usize, 4),
+            127 => (u64::from_be_bytes(bytes[2..10].try_into().unwrap()) as usize, 10),
+            short => (short as usize, 2),
+        };
+        frames.push((bytes[0] & 0x0F, bytes[at..at + len].to_vec()));
+        bytes = &bytes[at + len..];
+    }
+    assert!(bytes.is_empty(), "trailing bytes {bytes:?}");
+    frames
+}
+
+/// A self-signed certificate for localhost, written as PEM files.
+struct TestCert {
+    _dir: tempfile::TempDir,
+    cert_path: std::path::PathBuf,
+    key_path: std::path::PathBuf,
+    der: CertificateDer<'static>,
+}
+
+fn test_cert() -> TestCert {
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cert_path = dir.path().join("relay.crt");
+    let key_path = dir.path().join("relay.key");
+    std::fs::write(&cert_path, certified.cert.pem()).unwrap();
+    std::fs::write(&key_path, certified.key_pair.serialize_pem()).unwrap();
+    TestCert { _dir: dir, cert_path, key_path, der: certified.cert.der().clone() }
+}
+
+fn tls_connector(trusted: Option<&CertificateDer<'static>>) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(cert) = trusted {
+        roots.add(cert.clone()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+async fn connect_tls(
+    addr: SocketAddr,
+    connector: &tokio_rustls::TlsConnector,
+    path: &str,
+) -> anyhow::Result<Client<tokio_rustls::client::TlsStream<TcpStream>>> {
+    let tcp = TcpStream::connect(addr).await?;
+    let tls = timeout(WAIT, connector.connect(ServerName::try_from("localhost")?, tcp)).await??;
+    Ok(connect_over(tls, &format!("wss://localhost:{}{path}", addr.port()), None).await?)
+}
+
+#[tokio::test]
+async fn tls_relay_pairs_trusting_clients_and_refuses_the_rest() {
+    let cert = test_cert();
+    let tls = voxa::relay::load_tls(&cert.cert_path, &cert.key_path).unwrap();
+    let relay = Relay::start(RelayConfig { tls: Some(tls), ..Default::default() }).await;
+    let code = new_code();
+    let trusting = tls_connector(Some(&cert.der));
+
+    let mut laptop = connect_tls(relay.addr, &trusting, &format!("/agent?code={code}")).await.unwrap();
+    let mut handset = connect_tls(relay.addr, &trusting, &format!("/ws?code={code}")).await.unwrap();
+    expect_notice(&mut handset, "agent", "joined").await;
+    expect_notice(&mut laptop, "phone", "joined").await;
+    send(&mut handset, Message::text("over wss")).await;
+    expect_text(&mut laptop, "over wss").await;
+    send(&mut laptop, Message::binary(vec![7u8; 100_000])).await;
+    assert_eq!(next(&mut handset).await, Message::binary(vec![7u8; 100_000]));
+
+    let untrusting = tls_connector(None);
+    let refused = connect_tls(relay.addr, &untrusting, &format!("/ws?code={code}")).await.unwrap_err();
+    assert!(format!("{refused:#}").contains("certificate"), "{refused:#}");
+    // Plain WebSocket on the TLS port gets nowhere either.
+    assert!(try_connect(relay.addr, &format!("/ws?code={code}"), None).await.is_err());
+    // The pair is undisturbed by both attempts.
+    send(&mut laptop, Message::text("still secure")).await;
+    expect_text(&mut handset, "still secure").await;
+    relay.shut_down(WAIT).await;
+}
+
+#[tokio::test]
+async fn shutdown_closes_every_socket_and_run_returns() {
+    let relay = Relay::open().await;
+    let addr = relay.addr;
+    let (mut laptop, mut handset, _) = pair(&relay).await;
+    // A connection that never sends its request head must not hold shutdown up either.
+    let _idle = TcpStream::connect(addr).await.unwrap();
+    let closes = tokio::spawn(async move {
+        let (laptop_close, handset_close) = tokio::join!(expect_close(&mut laptop), expect_close(&mut handset));
+        (laptop_close.0, handset_close.0)
+    });
+    let started = Instant::now();
+    relay.shut_down(Duration::from_secs(3)).await;
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(timeout(WAIT, closes).await.unwrap().unwrap(), (1001, 1001));
+    assert!(TcpStream::connect(addr).await.is_err(), "the listener is closed");
+}
+
+#[tokio::test]
+async fn a_full_relay_refuses_new_connections() {
+    let relay = Relay::start(RelayConfig { max_connections: 2, ..Default::default() }).await;
+    let (mut laptop, mut handset, _) = pair(&relay).await;
+    let mut extra = TcpStream::connect(relay.addr).await.unwrap();
+    let mut response = Vec::new();
+    timeout(WAIT, extra.read_to_end(&mut response)).await.unwrap().unwrap();
+    assert_eq!(parse_response(&response).0, 503);
+    // The pair keeps working.
+    send(&mut laptop, Message::text("unaffected")).await;
+    expect_text(&mut handset, "unaffected").await;
+    // Once a socket leaves, its place is free again.
+    drop(laptop);
+    expect_notice(&mut handset, "agent", "left").await;
+    let started = Instant::now();
+    loop {
+        // A refused connection may be reset before its 503 is read: that counts as "not yet".
+        let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut response = Vec::new();
+        if let Ok(Ok(_)) = timeout(WAIT, tcp.read_to_end(&mut response)).await {
+            if parse_response(&response).0 == 200 {
+                break;
+            }
+        }
+        assert!(started.elapsed() < WAIT, "the relay never freed the connection");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// `voxa relay` as a user runs it, in its own process.
+struct RelayCommand {
+    child: tokio::process::Child,
+    stdout: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    addr: SocketAddr,
+    _home: tempfile::TempDir,
+}
+
+impl RelayCommand {
+    async fn spawn(args: &[&str], envs: &[(&str, &str)]) -> RelayCommand {
+        use tokio::io::AsyncBufReadExt;
+        let home = tempfile::tempdir().unwrap();
+        let mut command = tokio::process::Command::from(crate::support::voxa_cmd(home.path()));
+        command.args(["relay", "--listen", "127.0.0.1:0", "--json"]).args(args);
+        command.envs(envs.iter().copied());
+        command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).kill_on_drop(true);
+        let mut child = command.spawn().unwrap();
+        let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = timeout(WAIT, stdout.next_line()).await.unwrap().unwrap().expect("a listening event");
+        let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(event["event"], "relay_listening", "{line}");
+        let addr = event["listen"].as_str().unwrap().parse().unwrap();
+        RelayCommand { child, stdout, addr, _home: home }
+    }
+
+    /// Sends SIGTERM and returns the exit status, the remaining stdout and all of stderr.
+    async fn terminate(mut self) -> (std::process::ExitStatus, String, String) {
+        let pid = rustix::process::Pid::from_raw(self.child.id().unwrap() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        let mut rest = String::new();
+        while let Some(line) = timeout(WAIT, self.stdout.next_line()).await.unwrap().unwrap() {
+            rest.push_str(&line);
+            rest.push('\n');
+        }
+        let mut stderr = String::new();
+        self.child.stderr.take().unwrap().read_to_string(&mut stderr).await.unwrap();
+        let status = timeout(WAIT, self.child.wait()).await.unwrap().unwrap();
+        (status, rest, stderr)
+    }
+}
+
+#[tokio::test]
+async fn relay_command_announces_its_address_relays_and_stops_on_sigterm() {
+    let token = "cmd-relay-token-7d2e";
+    let relay = RelayCommand::spawn(&[], &[("VOXA_RELAY_TOKEN", token), ("RUST_LOG", "trace")]).await;
+    let code = new_code();
+    let mut laptop = try_connect(relay.addr, &format!("/agent?code={code}"), Some(token)).await.unwrap();
+    let mut handset = try_connect(relay.addr, &format!("/ws?code={code}"), Some(token)).await.unwrap();
+    expect_notice(&mut handset, "agent", "joined").await;
+    expect_notice(&mut laptop, "phone", "joined").await;
+    send(&mut laptop, Message::text("through the binary")).await;
+    expect_text(&mut handset, "through the binary").await;
+    // Refusals and a forged notice also pass through the log paths.
+    let refused = try_connect(relay.addr, &format!("/ws?code={code}"), Some("not-the-token")).await;
+    assert!(refused.is_err());
+    send(&mut handset, Message::text(notice("agent", "left"))).await;
+    assert_eq!(http(relay.addr, &upgrade_request(&format!("/ws?code={}", code.to_uppercase()), "")).await.0, 401);
+
+    let closes = tokio::spawn(async move {
+        let (a, b) = tokio::join!(expect_close(&mut laptop), expect_close(&mut handset));
+        (a.0, b.0)
+    });
+    let (status, stdout, stderr) = relay.terminate().await;
+    assert!(status.success(), "{status:?} {stderr}");
+    assert!(stdout.contains(r#""event":"relay_stopped""#), "{stdout}");
+    assert_eq!(timeout(WAIT, closes).await.unwrap().unwrap(), (1001, 1001));
+    // Even at trace level the log names connections by number and role only.
+    let stderr = strip_ansi(&stderr);
+    assert!(stderr.contains("conn=1 role=\"agent\""), "trace logging was on: {stderr}");
+    for secret in [code.as_str(), &code.to_uppercase(), token, "not-the-token", "code="] {
+        assert!(!stderr.contains(secret), "the log shows {secret:?}:\n{stderr}");
+    }
+}
+
+/// The log without terminal colour sequences.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn relay_command_serves_wss_from_pem_files_and_refuses_bad_ones() {
+    let cert = test_cert();
+    let cert_arg = cert.cert_path.to_str().unwrap();
+    let key_arg = cert.key_path.to_str().unwrap();
+    let relay = RelayCommand::spawn(&["--tls-cert", cert_arg, "--tls-key", key_arg], &[]).await;
+    let code = new_code();
+    let mut laptop =
+        connect_tls(relay.addr, &tls_connector(Some(&cert.der)), &format!("/agent?code={code}")).await.unwrap();
+    let mut handset =
+        connect_tls(relay.addr, &tls_connector(Some(&cert.der)), &format!("/ws?code={code}")).await.unwrap();
+    expect_notice(&mut handset, "agent", "joined").await;
+    send(&mut handset, Message::text("wss from the command line")).await;
+    expect_notice(&mut laptop, "phone", "joined").await;
+    expect_text(&mut laptop, "wss from the command line").await;
+    drop((laptop, handset));
+    let (status, _, _) = relay.terminate().await;
+    assert!(status.success());
+
+    // A missing or mismatched key is a configuration error (exit 2) that names the file.
+    let home = tempfile::tempdir().unwrap();
+    let missing = home.path().join("missing.key");
+    let output = crate::support::voxa(
+        home.path(),
+        &["relay", "--listen", "127.0.0.1:0", "--tls-cert", cert_arg, "--tls-key", missing.to_str().unwrap()],
+    );
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("missing.key"), "{stderr}");
+}
