@@ -674,3 +674,21 @@ async fn a_gemini_socket_that_stops_answering_is_noticed_and_resumed_or_ended() 
         }
     }
 }
+
+#[tokio::test]
+async fn a_call_over_the_relay_works_the_same() {
+    let options = FakeOptions { echo_audio: true, ..FakeOptions::new(KEY) };
+    let mut fake = FakeGemini::start(options).await;
+    let relay = TestRelay::start().await;
+    let config = fake.config(KEY);
+    let agent = TestAgent::start_with(Some(relay.url()), |o| o.gemini = Some(config)).await;
+    let mut phone = Phone { socket: agent.phone(&relay).await, texts: Vec::new(), raw: Vec::new() };
+    let (conn, _) = start_call(&mut phone, &mut fake).await;
+    let chunk = pcm(9, 640);
+    phone.send_audio(&chunk).await;
+    assert_eq!(fake.expect_audio(conn).await.1, chunk);
+    assert_eq!(phone.audio().await, chunk);
+    phone.send(json!({"type":"call_end"})).await;
+    phone.expect("call_ended").await;
+    fake.expect_closed(conn).await;
+}
