@@ -205,13 +205,13 @@ impl Session {
             }
             ClientMessage::Hello(_) => {} // Already authenticated; a repeated hello changes nothing.
             ClientMessage::CallStart => self.start_voice().await,
-            ClientMessage::Say { text } => match &self.voice {
+            ClientMessage::Say { text } => match self.voice.as_ref().filter(|voice| voice.is_live()) {
                 Some(voice) => {
                     let _ = voice.input.send(VoiceInput::Text(text)).await;
                 }
                 None => self.send(no_call_error()).await,
             },
-            ClientMessage::CallEnd => match self.voice.take() {
+            ClientMessage::CallEnd => match self.voice.take().filter(|voice| voice.is_live()) {
                 Some(voice) => voice.end.cancel(),
                 None => self.send(no_call_error()).await,
             },
