@@ -18,7 +18,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -32,7 +31,8 @@ use crate::agent::Heartbeat;
 use crate::dial::DialOptions;
 use crate::protocol::{self, AgentMessage, ErrorCode, ToolError};
 use crate::secret::Secret;
-use crate::tools::{ToolOutput, ToolRequest, Toolbox};
+use crate::session::{self, AgentContext};
+use crate::tools::ToolOutput;
 
 /// Microphone chunks queued from the phone before new ones are dropped (about 1 s of 20 ms chunks).
 pub const INPUT_QUEUE: usize = 50;
@@ -160,7 +160,7 @@ fn scrub(text: &str, key: &Secret) -> String {
 
 /// Starts a call: opens the Gemini session and bridges it to `phone` until `end` is cancelled.
 /// The phone gets `call_started` once Gemini answered `setup`, or `call_error`.
-pub fn start(config: Arc<GeminiConfig>, toolbox: Toolbox, phone: mpsc::Sender<Message>) -> VoiceCall {
+pub fn start(config: Arc<GeminiConfig>, ctx: Arc<AgentContext>, phone: mpsc::Sender<Message>) -> VoiceCall {
     let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
     let end = CancellationToken::new();
     let dial = DialOptions::default().with_proxy_from_env().unwrap_or_else(|err| {
@@ -168,10 +168,10 @@ pub fn start(config: Arc<GeminiConfig>, toolbox: Toolbox, phone: mpsc::Sender<Me
         DialOptions::default()
     });
     let bridge = Bridge {
-        declarations: toolbox.gemini_declarations(),
+        declarations: ctx.gemini_declarations(),
         config,
         dial,
-        toolbox,
+        ctx,
         phone,
         end: end.clone(),
         handle: None,
@@ -250,7 +250,7 @@ struct Bridge {
     config: Arc<GeminiConfig>,
     dial: DialOptions,
     declarations: Value,
-    toolbox: Toolbox,
+    ctx: Arc<AgentContext>,
     phone: mpsc::Sender<Message>,
     end: CancellationToken,
     /// Newest resumable session handle.
@@ -545,19 +545,12 @@ impl Bridge {
             ok: None,
         })
         .await;
-        let request = ToolRequest {
-            id: id.clone(),
-            name: name.clone(),
-            args,
-            caller: "gemini".into(),
-            progress: None,
-            cancel: cancel.clone(),
-        };
-        let toolbox = self.toolbox.clone();
+        let request = tool_call(id.clone(), name.clone(), args);
+        let ctx = self.ctx.clone();
         let span = info_span!("gemini_tool", %id, tool = %name);
         self.tools.spawn(
             async move {
-                let call = toolbox.call(request);
+                let call = session::run_tool(&ctx, request, "gemini", None, cancel.clone());
                 tokio::pin!(call);
                 let outcome = tokio::select! {
                     outcome = &mut call => outcome,
@@ -577,14 +570,7 @@ impl Bridge {
     async fn on_tool_done(&mut self, done: ToolDone, link: Option<&Link>) {
         let ToolDone { id, name, outcome } = done;
         if let Ok(ToolOutput { image: Some(shot), .. }) = &outcome {
-            let image = AgentMessage::Image(protocol::Image {
-                id: id.clone(),
-                mime: shot.mime.clone(),
-                width: shot.width,
-                height: shot.height,
-                data: base64::engine::general_purpose::STANDARD.encode(&shot.bytes),
-            });
-            self.to_phone(image).await;
+            self.to_phone(session::image_frame(&id, shot)).await;
         }
         let ok = outcome.is_ok();
         self.to_phone(AgentMessage::ToolActivity {
@@ -694,5 +680,29 @@ mod tests {
         );
         let json = failure.to_message().to_json();
         assert_eq!(json, r#"{"type":"call_error","code":"bad-key","message":"key <redacted> rejected"}"#);
+    }
+}
+
+/// A Gemini function call as a §5 tool call: an `env` argument routes it to another environment.
+fn tool_call(id: String, name: String, mut args: Value) -> protocol::ToolCall {
+    let env = match args.as_object_mut().and_then(|map| map.remove(session::ENV_ARG)) {
+        Some(Value::String(env)) if !env.is_empty() => Some(env),
+        _ => None,
+    };
+    protocol::ToolCall { id, name, args, env }
+}
+
+#[cfg(test)]
+mod routing_tests {
+    use super::*;
+
+    #[test]
+    fn an_env_argument_becomes_the_calls_environment() {
+        let call = tool_call("1".into(), "run_command".into(), serde_json::json!({"command": "ls", "env": "devbox"}));
+        assert_eq!(call.env.as_deref(), Some("devbox"));
+        assert_eq!(call.args, serde_json::json!({"command": "ls"}));
+        let call = tool_call("2".into(), "run_command".into(), serde_json::json!({"command": "ls", "env": ""}));
+        assert_eq!(call.env, None);
+        assert_eq!(call.args, serde_json::json!({"command": "ls"}));
     }
 }
