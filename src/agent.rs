@@ -360,6 +360,7 @@ enum Ended {
 }
 
 /// The reconnect actor.
+#[derive(Clone)]
 pub struct Dialer {
     pub url: String,
     pub relay: RelayUrl,
@@ -389,7 +390,17 @@ impl Dialer {
                         format!("connected to relay {}", self.relay),
                     );
                     let since = Instant::now();
-                    let ended = self.serve(socket, &shutdown).await;
+                    // A connection runs in its own task: should anything in it panic, the dialer
+                    // notices, reports it and dials again instead of going silent for good.
+                    let connection = tokio::spawn({
+                        let dialer = self.clone();
+                        let shutdown = shutdown.clone();
+                        async move { dialer.serve(socket, &shutdown).await }
+                    });
+                    let ended = connection.await.unwrap_or_else(|err| {
+                        warn!(%err, "relay connection task failed");
+                        Ended::Lost("internal error".into())
+                    });
                     self.ctx.status.relay_connected.store(false, Ordering::Relaxed);
                     self.ctx.status.phone_present.store(false, Ordering::Relaxed);
                     if since.elapsed() >= self.backoff.healthy_after {

@@ -319,9 +319,7 @@ fn no_call_error() -> AgentMessage {
 
 /// A sentence about a bad frame that never echoes the frame's content back in full.
 fn bad_frame_reason(err: &serde_json::Error) -> String {
-    let mut text = err.to_string();
-    text.truncate(200);
-    text
+    crate::tools::output::prefix(&err.to_string(), 200).to_owned()
 }
 
 /// One tool call, from start to its single `tool_result`.
@@ -477,6 +475,19 @@ mod tests {
             ctx.router = Some(Arc::new(OneEnvRouter));
         }
         (workspace, ctx)
+    }
+
+    #[tokio::test]
+    async fn a_bad_frame_with_multibyte_text_is_answered_not_panicked_on() {
+        let (_workspace, ctx) = context(false);
+        let (out, mut frames) = mpsc::channel(4);
+        let mut session = Session::new(Arc::new(ctx), "test".into(), out);
+        let frame = format!("{{\"type\":\"{}\"}}", "é".repeat(300));
+        session.on_text(&frame).await;
+        let Some(Message::Text(answer)) = frames.recv().await else { panic!("no answer") };
+        let answer: Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(answer["code"], "bad-frame");
+        assert!(answer["message"].as_str().unwrap().len() <= 200);
     }
 
     #[test]

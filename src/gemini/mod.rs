@@ -398,14 +398,8 @@ impl Bridge {
                     }
                 }
             }
-            VoiceInput::Text(mut text) => {
-                if text.len() > MAX_SAY_LEN {
-                    let mut cut = MAX_SAY_LEN;
-                    while !text.is_char_boundary(cut) {
-                        cut -= 1;
-                    }
-                    text.truncate(cut);
-                }
+            VoiceInput::Text(text) => {
+                let text = crate::tools::output::prefix(&text, MAX_SAY_LEN).to_owned();
                 match link {
                     Some(link) => self.to_gemini(link, wire::text(&text)).await,
                     None => {
