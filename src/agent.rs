@@ -211,6 +211,7 @@ pub async fn command(settings: &Settings, args: RunArgs) -> Result<()> {
     let gemini = if settings.self_hosted { Some(gemini_config(&args)?) } else { None };
     home.ensure()?;
     let mut config = home.load_config()?;
+    let gemini = gemini.map(|gemini| with_saved_voice(gemini, &args, &config));
     let mut dial = DialOptions::default().with_proxy_from_env()?;
     if let Some(path) = &args.ca_cert {
         dial = dial.trust_pem_file(path)?;
@@ -307,12 +308,44 @@ fn gemini_config(args: &RunArgs) -> Result<GeminiConfig> {
         .into());
     }
     let url = std::env::var("VOXA_GEMINI_URL").ok().filter(|u| !u.trim().is_empty());
+    if let Some(url) = &url {
+        check_gemini_url(url)?;
+    }
     Ok(GeminiConfig {
         api_key: Secret::from_string(key.trim().to_owned()),
-        url: url.unwrap_or_else(|| GEMINI_LIVE_URL.to_owned()),
+        url: url.map(|u| u.trim().to_owned()).unwrap_or_else(|| GEMINI_LIVE_URL.to_owned()),
         model: args.model.clone().unwrap_or_else(|| DEFAULT_GEMINI_MODEL.to_owned()),
         voice: "Kore".into(),
+        heartbeat: Heartbeat::default(),
     })
+}
+
+/// Model (unless `--model` was given) and voice saved in `config.toml`.
+fn with_saved_voice(mut gemini: GeminiConfig, args: &RunArgs, config: &Config) -> GeminiConfig {
+    if let (None, Some(model)) = (&args.model, &config.gemini.model) {
+        gemini.model = model.clone();
+    }
+    if let Some(voice) = &config.gemini.voice {
+        gemini.voice = voice.clone();
+    }
+    gemini
+}
+
+/// `VOXA_GEMINI_URL` must be a WebSocket URL without a key in it: the key travels only in the
+/// `x-goog-api-key` header. The URL itself is never repeated (it may hold a key).
+fn check_gemini_url(url: &str) -> Result<()> {
+    let parsed = url::Url::parse(url.trim())
+        .map_err(|_| ConfigError::new("VOXA_GEMINI_URL is not a valid URL (expected wss://…)"))?;
+    if !matches!(parsed.scheme(), "ws" | "wss") {
+        return Err(ConfigError::new("VOXA_GEMINI_URL must start with wss:// (or ws:// for a loopback host)").into());
+    }
+    if parsed.query_pairs().any(|(name, _)| name.eq_ignore_ascii_case("key")) {
+        return Err(ConfigError::new(
+            "VOXA_GEMINI_URL must not carry an API key (?key=…): voxa sends GEMINI_API_KEY in a header",
+        )
+        .into());
+    }
+    Ok(())
 }
 
 /// Why one relay connection ended.
@@ -327,6 +360,7 @@ enum Ended {
 }
 
 /// The reconnect actor.
+#[derive(Clone)]
 pub struct Dialer {
     pub url: String,
     pub relay: RelayUrl,
@@ -356,7 +390,17 @@ impl Dialer {
                         format!("connected to relay {}", self.relay),
                     );
                     let since = Instant::now();
-                    let ended = self.serve(socket, &shutdown).await;
+                    // A connection runs in its own task: should anything in it panic, the dialer
+                    // notices, reports it and dials again instead of going silent for good.
+                    let connection = tokio::spawn({
+                        let dialer = self.clone();
+                        let shutdown = shutdown.clone();
+                        async move { dialer.serve(socket, &shutdown).await }
+                    });
+                    let ended = connection.await.unwrap_or_else(|err| {
+                        warn!(%err, "relay connection task failed");
+                        Ended::Lost("internal error".into())
+                    });
                     self.ctx.status.relay_connected.store(false, Ordering::Relaxed);
                     self.ctx.status.phone_present.store(false, Ordering::Relaxed);
                     if since.elapsed() >= self.backoff.healthy_after {

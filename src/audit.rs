@@ -167,11 +167,7 @@ fn clip(text: &str) -> String {
     if text.len() <= MAX_AUDIT_FIELD_LEN {
         return text.to_owned();
     }
-    let mut end = MAX_AUDIT_FIELD_LEN;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
+    format!("{}…", crate::tools::output::prefix(text, MAX_AUDIT_FIELD_LEN))
 }
 
 #[cfg(test)]

@@ -208,12 +208,7 @@ fn describe_handshake_error(err: tokio_tungstenite::tungstenite::Error) -> anyho
     use tokio_tungstenite::tungstenite::Error;
     match err {
         Error::Http(response) => {
-            let status = response.status();
-            anyhow!(HttpRefusal(status.as_u16())).context(format!(
-                "refused with HTTP {} {}",
-                status.as_u16(),
-                status.canonical_reason().unwrap_or("")
-            ))
+            anyhow!(HttpRefusal(response.status().as_u16()))
         }
         other => anyhow!("WebSocket handshake failed: {other}"),
     }
@@ -225,7 +220,11 @@ pub struct HttpRefusal(pub u16);
 
 impl std::fmt::Display for HttpRefusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HTTP {}", self.0)
+        let reason = tokio_tungstenite::tungstenite::http::StatusCode::from_u16(self.0)
+            .ok()
+            .and_then(|status| status.canonical_reason())
+            .unwrap_or("");
+        write!(f, "refused with HTTP {} {reason}", self.0)
     }
 }
 

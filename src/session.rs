@@ -17,7 +17,7 @@ use crate::protocol::{
     self, AgentMessage, AgentStatus, ClientMessage, ErrorCode, Hello, HelloOk, ToolCall, ToolError, ToolResult,
 };
 use crate::secret::Secret;
-use crate::tools::{ToolRequest, Toolbox};
+use crate::tools::{Screenshot, ToolOutput, ToolRequest, Toolbox};
 
 /// Routes calls that name another environment (SPEC §8). Implemented by the host side of
 /// multi-environment pairing.
@@ -33,6 +33,11 @@ pub trait EnvRouter: Send + Sync {
 
     /// Extra tools this router offers (e.g. `fleet`), answered by [`EnvRouter::local_tool`].
     fn tool_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Gemini function declarations of [`EnvRouter::tool_names`].
+    fn gemini_declarations(&self) -> Vec<Value> {
         Vec::new()
     }
 
@@ -129,6 +134,29 @@ impl AgentContext {
         })
     }
 
+    /// Gemini function declarations: this machine's tools and, on a host with environments, an
+    /// optional `env` argument on each plus the router's own tools (`fleet`).
+    pub fn gemini_declarations(&self) -> Value {
+        let mut declarations = match self.toolbox.gemini_declarations() {
+            Value::Array(list) => list,
+            _ => Vec::new(),
+        };
+        if let Some(router) = &self.router {
+            for declaration in &mut declarations {
+                if let Some(properties) =
+                    declaration.pointer_mut("/parameters/properties").and_then(Value::as_object_mut)
+                {
+                    properties.insert(
+                        ENV_ARG.into(),
+                        serde_json::json!({"type": "STRING", "description": "Name of another machine (from fleet) to run this on; omit for this laptop."}),
+                    );
+                }
+            }
+            declarations.extend(router.gemini_declarations());
+        }
+        Value::Array(declarations)
+    }
+
     /// A snapshot for `status`.
     pub fn status(&self) -> AgentStatus {
         AgentStatus {
@@ -205,13 +233,13 @@ impl Session {
             }
             ClientMessage::Hello(_) => {} // Already authenticated; a repeated hello changes nothing.
             ClientMessage::CallStart => self.start_voice().await,
-            ClientMessage::Say { text } => match &self.voice {
+            ClientMessage::Say { text } => match self.voice.as_ref().filter(|voice| voice.is_live()) {
                 Some(voice) => {
                     let _ = voice.input.send(VoiceInput::Text(text)).await;
                 }
                 None => self.send(no_call_error()).await,
             },
-            ClientMessage::CallEnd => match self.voice.take() {
+            ClientMessage::CallEnd => match self.voice.take().filter(|voice| voice.is_live()) {
                 Some(voice) => voice.end.cancel(),
                 None => self.send(no_call_error()).await,
             },
@@ -231,7 +259,7 @@ impl Session {
         if let Some(previous) = self.voice.take() {
             previous.end.cancel();
         }
-        self.voice = Some(gemini::start(config, self.ctx.toolbox.clone(), self.out.clone()));
+        self.voice = Some(gemini::start(config, self.ctx.clone(), self.out.clone()));
     }
 
     async fn start_call(&mut self, call: ToolCall) {
@@ -291,9 +319,7 @@ fn no_call_error() -> AgentMessage {
 
 /// A sentence about a bad frame that never echoes the frame's content back in full.
 fn bad_frame_reason(err: &serde_json::Error) -> String {
-    let mut text = err.to_string();
-    text.truncate(200);
-    text
+    crate::tools::output::prefix(&err.to_string(), 200).to_owned()
 }
 
 /// One tool call, from start to its single `tool_result`.
@@ -352,38 +378,57 @@ impl CallTask {
         call: ToolCall,
         progress: mpsc::Sender<String>,
     ) -> Result<(Value, Option<AgentMessage>), ToolError> {
-        if let Some(env) = call.env.clone() {
-            let Some(router) = &self.ctx.router else {
-                return Err(ToolError::new(ErrorCode::UnknownEnvironment, "this agent has no environments"));
-            };
-            let value = router.route(env, call, progress, self.cancel.clone()).await?;
-            return Ok((value, None));
-        }
-        if let Some(router) = &self.ctx.router {
-            if let Some(future) = router.local_tool(&call.name, &call.args) {
-                return Ok((future.await?, None));
-            }
-        }
-        let request = ToolRequest {
-            id: call.id.clone(),
-            name: call.name,
-            args: call.args,
-            caller: self.caller.clone(),
-            progress: Some(progress),
-            cancel: self.cancel.clone(),
-        };
-        let output = self.ctx.toolbox.call(request).await?;
-        let image = output.image.map(|shot| {
-            AgentMessage::Image(protocol::Image {
-                id: call.id.clone(),
-                mime: shot.mime,
-                width: shot.width,
-                height: shot.height,
-                data: base64::engine::general_purpose::STANDARD.encode(&shot.bytes),
-            })
-        });
+        let id = call.id.clone();
+        let output = run_tool(&self.ctx, call, &self.caller, Some(progress), self.cancel.clone()).await?;
+        let image = output.image.map(|shot| image_frame(&id, &shot));
         Ok((output.result, image))
     }
+}
+
+/// Name of the argument that routes a Gemini function call to another environment.
+pub const ENV_ARG: &str = "env";
+
+/// Runs one call wherever it belongs: on an environment (`env`), as one of the router's own tools,
+/// or on this machine's toolbox. Shared by phone and local sessions and by the voice bridge.
+pub async fn run_tool(
+    ctx: &AgentContext,
+    call: ToolCall,
+    caller: &str,
+    progress: Option<mpsc::Sender<String>>,
+    cancel: CancellationToken,
+) -> Result<ToolOutput, ToolError> {
+    if let Some(env) = call.env.clone() {
+        let Some(router) = &ctx.router else {
+            return Err(ToolError::new(ErrorCode::UnknownEnvironment, "this agent has no environments"));
+        };
+        // Progress from an environment still flows when nobody listens locally.
+        let (sink, mut drain) = mpsc::channel(64);
+        let progress = progress.unwrap_or_else(|| {
+            tokio::spawn(async move { while drain.recv().await.is_some() {} });
+            sink
+        });
+        let result = router.route(env, call, progress, cancel).await?;
+        return Ok(ToolOutput { result, image: None });
+    }
+    if let Some(router) = &ctx.router {
+        if let Some(future) = router.local_tool(&call.name, &call.args) {
+            return Ok(ToolOutput { result: future.await?, image: None });
+        }
+    }
+    let request =
+        ToolRequest { id: call.id, name: call.name, args: call.args, caller: caller.to_owned(), progress, cancel };
+    ctx.toolbox.call(request).await
+}
+
+/// The `image` frame that carries a screenshot to the phone.
+pub fn image_frame(id: &str, shot: &Screenshot) -> AgentMessage {
+    AgentMessage::Image(protocol::Image {
+        id: id.to_owned(),
+        mime: shot.mime.clone(),
+        width: shot.width,
+        height: shot.height,
+        data: base64::engine::general_purpose::STANDARD.encode(&shot.bytes),
+    })
 }
 
 /// Admits the first frame of a session, if it is a hello the gate accepts.
@@ -391,5 +436,92 @@ pub fn admit_hello(gate: &dyn Gate, text: &str) -> Result<Admission, ErrorCode> 
     match protocol::parse_client(text) {
         Ok(ClientMessage::Hello(hello)) => gate.admit(&hello),
         _ => Err(ErrorCode::UnauthenticatedCall),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct OneEnvRouter;
+
+    impl EnvRouter for OneEnvRouter {
+        fn route(
+            &self,
+            env: String,
+            call: ToolCall,
+            _progress: mpsc::Sender<String>,
+            _cancel: CancellationToken,
+        ) -> futures_util::future::BoxFuture<'static, Result<Value, ToolError>> {
+            Box::pin(async move { Ok(serde_json::json!({"ran_on": env, "tool": call.name, "args": call.args})) })
+        }
+
+        fn gemini_declarations(&self) -> Vec<Value> {
+            vec![serde_json::json!({"name": "fleet", "parameters": {"type": "OBJECT", "properties": {}}})]
+        }
+    }
+
+    fn context(router: bool) -> (tempfile::TempDir, AgentContext) {
+        let workspace = tempfile::tempdir().unwrap();
+        let toolbox = Toolbox::new(crate::tools::ToolboxOptions {
+            workspace: workspace.path().to_owned(),
+            config: Default::default(),
+            audit: None,
+            env: None,
+        })
+        .unwrap();
+        let mut ctx = AgentContext::new(toolbox);
+        if router {
+            ctx.router = Some(Arc::new(OneEnvRouter));
+        }
+        (workspace, ctx)
+    }
+
+    #[tokio::test]
+    async fn a_bad_frame_with_multibyte_text_is_answered_not_panicked_on() {
+        let (_workspace, ctx) = context(false);
+        let (out, mut frames) = mpsc::channel(4);
+        let mut session = Session::new(Arc::new(ctx), "test".into(), out);
+        let frame = format!("{{\"type\":\"{}\"}}", "é".repeat(300));
+        session.on_text(&frame).await;
+        let Some(Message::Text(answer)) = frames.recv().await else { panic!("no answer") };
+        let answer: Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(answer["code"], "bad-frame");
+        assert!(answer["message"].as_str().unwrap().len() <= 200);
+    }
+
+    #[test]
+    fn gemini_sees_env_and_fleet_only_on_a_host_with_environments() {
+        let plain = context(false).1.gemini_declarations();
+        let names = |v: &Value| {
+            v.as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+        };
+        assert!(!names(&plain).contains(&"fleet".to_owned()));
+        assert!(plain.as_array().unwrap().iter().all(|d| d.pointer("/parameters/properties/env").is_none()));
+
+        let host = context(true).1.gemini_declarations();
+        assert!(names(&host).contains(&"fleet".to_owned()));
+        let run = host.as_array().unwrap().iter().find(|d| d["name"] == "run_command").unwrap();
+        assert_eq!(run.pointer("/parameters/properties/env/type"), Some(&Value::from("STRING")));
+    }
+
+    #[tokio::test]
+    async fn run_tool_routes_env_calls_and_keeps_local_ones_local() {
+        let (_workspace, ctx) = context(true);
+        let call = ToolCall {
+            id: "1".into(),
+            name: "list_dir".into(),
+            args: serde_json::json!({}),
+            env: Some("devbox".into()),
+        };
+        let routed = run_tool(&ctx, call, "test", None, CancellationToken::new()).await.unwrap();
+        assert_eq!(routed.result["ran_on"], "devbox");
+        let call = ToolCall { id: "2".into(), name: "list_dir".into(), args: serde_json::json!({}), env: None };
+        let local = run_tool(&ctx, call, "test", None, CancellationToken::new()).await.unwrap();
+        assert!(local.result["entries"].is_array());
+        let call =
+            ToolCall { id: "3".into(), name: "list_dir".into(), args: serde_json::json!({}), env: Some("x".into()) };
+        let err = run_tool(&context(false).1, call, "test", None, CancellationToken::new()).await.unwrap_err();
+        assert_eq!(err.code, ErrorCode::UnknownEnvironment);
     }
 }

@@ -9,6 +9,7 @@ mod agent;
 mod pair;
 mod relay;
 mod report;
+mod voice;
 
 fn main() {
     let measuring = std::env::args().any(|arg| arg == "--bench");
@@ -24,6 +25,9 @@ fn main() {
     }
     if wanted("agent") {
         agent::run(&mut report, measuring);
+    }
+    if wanted("voice") {
+        voice::run(&mut report, measuring);
     }
     report.print();
 }

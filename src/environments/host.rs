@@ -171,6 +171,16 @@ impl EnvRouter for HostRouter {
         vec![FLEET_TOOL.to_owned()]
     }
 
+    fn gemini_declarations(&self) -> Vec<Value> {
+        // Only listing: pairing actions need the host token, which a voice model never holds.
+        vec![json!({
+            "name": FLEET_TOOL,
+            "description": "List the other machines (environments) this laptop can drive and whether each answers. \
+                            To act on one, pass its name as `env` to any other tool.",
+            "parameters": {"type": "OBJECT", "properties": {}},
+        })]
+    }
+
     fn local_tool(&self, name: &str, args: &Value) -> Option<BoxFuture<'static, Result<Value, ToolError>>> {
         (name == FLEET_TOOL).then(|| self.inner.clone().fleet(args.clone()).boxed())
     }

@@ -9,7 +9,7 @@
 mod coding_agent;
 mod command;
 mod files;
-mod output;
+pub(crate) mod output;
 mod process;
 mod screenshot;
 mod workspace;

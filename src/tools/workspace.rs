@@ -89,6 +89,11 @@ impl Workspace {
                     return Err(outside(input));
                 }
                 current.pop();
+                if !exists {
+                    // Back out of a missing part of the path: what lies below may exist again and
+                    // must be checked for links like any other step.
+                    exists = std::fs::symlink_metadata(&current).is_ok();
+                }
                 continue;
             }
             let next = current.join(&name);

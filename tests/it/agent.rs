@@ -343,3 +343,121 @@ async fn results_of_a_departed_phone_never_reach_the_next_one() {
         }
     }
 }
+
+/// A relay serving TLS with a fresh self-signed certificate for `localhost`; returns the relay
+/// and the certificate's PEM file.
+async fn tls_relay(dir: &std::path::Path) -> (TestRelay, std::path::PathBuf) {
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let cert = dir.join("relay.crt");
+    let key = dir.join("relay.key");
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
+    let config =
+        voxa::relay::RelayConfig { tls: Some(voxa::relay::load_tls(&cert, &key).unwrap()), ..Default::default() };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    (TestRelay::start_with(listener, config).await, cert)
+}
+
+#[tokio::test]
+async fn the_agent_dials_a_tls_relay_it_was_told_to_trust_and_refuses_one_it_was_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let (relay, cert) = tls_relay(dir.path()).await;
+    let url = voxa::config::RelayUrl::parse(&format!("https://localhost:{}", relay.addr.port())).unwrap();
+
+    let untrusting = TestAgent::start(Some(url.clone())).await;
+    let trusting = TestAgent::start_with(Some(url), |options| {
+        options.dial = voxa::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
+    })
+    .await;
+    eventually("trusting agent connected", || trusting.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
+    // By now the untrusting agent has tried (its first attempt starts at once) and failed the handshake.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!untrusting.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
+
+    // A phone that trusts the certificate pairs with the trusting agent over wss.
+    let phone_options = voxa::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
+    let phone_url = format!("wss://localhost:{}/ws?code={}", relay.addr.port(), trusting.code());
+    let mut phone = voxa::dial::connect(&phone_url, &phone_options).await.unwrap();
+    wait_agent_joined(&mut phone).await;
+    send(&mut phone, json!({"type":"hello","token": trusting.token()})).await;
+    recv_type(&mut phone, "hello_ok").await;
+}
+
+#[tokio::test]
+async fn a_relay_token_is_sent_when_set_and_its_absence_is_refused() {
+    let token = voxa::secret::Secret::from_string("relay-token-for-tests".into());
+    let config = voxa::relay::RelayConfig { token: Some(token.clone()), ..Default::default() };
+    let relay = TestRelay::start_with(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(), config).await;
+
+    let without = TestAgent::start(Some(relay.url())).await;
+    let with = TestAgent::start_with(Some(relay.url()), |options| options.dial.bearer = Some(token.clone())).await;
+    eventually("agent with the token connected", || with.agent.ctx.status.relay_connected.load(Ordering::Relaxed))
+        .await;
+    assert!(!without.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
+
+    // Without the token the upgrade is refused with 401 before any WebSocket exists.
+    let err = voxa::dial::connect(&format!("ws://{}/ws?code={}", relay.addr, with.code()), &Default::default())
+        .await
+        .err()
+        .expect("refused");
+    assert!(format!("{err:#}").contains("401"), "{err:#}");
+}
+
+/// A minimal HTTP CONNECT proxy that sends every tunnel to `target` and records what was asked.
+async fn connect_proxy(
+    target: std::net::SocketAddr,
+) -> (std::net::SocketAddr, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (asked_tx, asked_rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let asked_tx = asked_tx.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if client.read_exact(&mut byte).await.is_err() {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let request_line = String::from_utf8_lossy(&head).lines().next().unwrap_or_default().to_owned();
+                let _ = asked_tx.send(request_line);
+                let mut upstream = TcpStream::connect(target).await.unwrap();
+                client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            });
+        }
+    });
+    (addr, asked_rx)
+}
+
+#[tokio::test]
+async fn the_agent_reaches_a_tls_relay_through_an_http_connect_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let certified =
+        rcgen::generate_simple_self_signed(vec!["relay.voxa.test".to_owned(), "localhost".to_owned()]).unwrap();
+    let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
+    let config =
+        voxa::relay::RelayConfig { tls: Some(voxa::relay::load_tls(&cert, &key).unwrap()), ..Default::default() };
+    let relay = TestRelay::start_with(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(), config).await;
+    let (proxy, mut asked) = connect_proxy(relay.addr).await;
+
+    // The name only exists behind the proxy: the agent must not resolve it itself.
+    let url = voxa::config::RelayUrl::parse(&format!("https://relay.voxa.test:{}", relay.addr.port())).unwrap();
+    let agent = TestAgent::start_with(Some(url), |options| {
+        let mut dial = voxa::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
+        dial.proxy = Some(voxa::dial::Proxy::parse(&format!("http://{proxy}")).unwrap());
+        options.dial = dial;
+    })
+    .await;
+    let request = tokio::time::timeout(STEP, asked.recv()).await.unwrap().unwrap();
+    assert_eq!(request, format!("CONNECT relay.voxa.test:{} HTTP/1.1", relay.addr.port()));
+    eventually("connected through the proxy", || agent.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
+    let mut phone = agent.phone_tls(&relay, &cert).await;
+    send(&mut phone, json!({"type":"tool_call","id":"p1","name":"no_such_tool"})).await;
+    assert_eq!(recv_result(&mut phone, "p1").await["error"]["code"], "unknown-tool");
+}

@@ -82,7 +82,7 @@ pub fn options(home: &TempDir, workspace: &TempDir, relay: Option<RelayUrl>) -> 
         heartbeat: Heartbeat::default(),
         backoff: fast_backoff(),
         gemini: None,
-        printer: Printer::new(true, true),
+        printer: Printer::new(false, true),
     };
     (options, secrets)
 }
@@ -298,5 +298,18 @@ impl BlackholeProxy {
 
     pub fn url(&self) -> RelayUrl {
         RelayUrl::parse(&format!("http://{}", self.addr)).unwrap()
+    }
+}
+
+impl TestAgent {
+    /// A phone over `wss://localhost` to a TLS relay whose certificate is in `ca`, after the hello.
+    pub async fn phone_tls(&self, relay: &TestRelay, ca: &std::path::Path) -> ClientSocket {
+        let options = DialOptions::default().trust_pem_file(ca).unwrap();
+        let url = format!("wss://localhost:{}/ws?code={}", relay.addr.port(), self.code());
+        let mut socket = tokio::time::timeout(STEP, voxa::dial::connect(&url, &options)).await.unwrap().unwrap();
+        wait_agent_joined(&mut socket).await;
+        send(&mut socket, json!({"type":"hello","token": self.token()})).await;
+        recv_type(&mut socket, "hello_ok").await;
+        socket
     }
 }

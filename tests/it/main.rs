@@ -4,6 +4,8 @@
 mod agent;
 mod cli;
 mod environments;
+mod fake_gemini;
+mod gemini;
 mod harness;
 mod hostile;
 mod proof;

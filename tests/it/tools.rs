@@ -447,6 +447,11 @@ async fn symlinks_cannot_lead_outside_the_workspace() {
         ("write_file", json!({"path": "out_dangling", "content": "pwned"})),
         ("write_file", json!({"path": "out_dir/deep/new.txt", "content": "pwned", "create_dirs": true})),
         ("run_command", json!({"command": "touch pwned", "cwd": "out_dir"})),
+        // Backing out of a missing directory must not skip the link check that follows.
+        ("write_file", json!({"path": "missing/../out_dir/new.txt", "content": "pwned"})),
+        ("write_file", json!({"path": "a/b/../../out_dir/deep/new.txt", "content": "pwned", "create_dirs": true})),
+        ("read_file", json!({"path": "missing/../out_file"})),
+        ("list_dir", json!({"path": "missing/../out_dir"})),
     ];
     for (tool, args) in attempts {
         let err = fx.err(tool, args.clone()).await;
@@ -793,4 +798,20 @@ async fn no_display_means_unavailable() {
     // A display nobody serves.
     let err = fx.err("screenshot", json!({"display": ":9999"})).await;
     assert_eq!(err.code, ErrorCode::Unavailable);
+}
+
+#[tokio::test]
+async fn a_missing_directory_and_dot_dot_cannot_smuggle_a_write_through_a_link() {
+    let fx = Fixture::new();
+    std::fs::create_dir(fx.outside().join("sub")).unwrap();
+    symlink(fx.outside(), fx.ws().join("link")).unwrap();
+    for args in [
+        json!({"path": "nope/../link/sub/pwned.txt", "content": "pwned"}),
+        json!({"path": "nope/../link/newdir/pwned.txt", "content": "pwned", "create_dirs": true}),
+    ] {
+        let err = fx.err("write_file", args.clone()).await;
+        assert_eq!(err.code, ErrorCode::OutsideWorkspace, "{args}: {err}");
+    }
+    assert!(!fx.outside().join("sub/pwned.txt").exists());
+    assert!(!fx.outside().join("newdir").exists());
 }

@@ -1,0 +1,702 @@
+//! Self-hosted voice (SPEC §7): the laptop holds the Gemini Live session and bridges it to the
+//! phone. One actor per call owns the Gemini connection, the running tool calls and the
+//! resumption handle; it ends on `call_end`, when the phone's session goes, or on a failure it
+//! cannot resume from.
+//!
+//! Bounds: microphone audio waits in the session's queue ([`INPUT_QUEUE`], newest dropped when
+//! full) and in the Gemini writer's queue ([`link::SEND_QUEUE`], newest dropped). While a
+//! connection is being set up or resumed, audio is held up to [`GAP_AUDIO_BYTES`] (about 2 s;
+//! the oldest is dropped first) and sent once `setupComplete` arrives, so speech during a
+//! `goAway` reconnect reaches the resumed session.
+
+mod link;
+pub mod wire;
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use self::link::Link;
+use self::wire::{FunctionCall, ServerEvent};
+use crate::agent::Heartbeat;
+use crate::dial::DialOptions;
+use crate::protocol::{self, AgentMessage, ErrorCode, ToolError};
+use crate::secret::Secret;
+use crate::session::{self, AgentContext};
+use crate::tools::ToolOutput;
+
+/// Microphone chunks queued from the phone before new ones are dropped (about 1 s of 20 ms chunks).
+pub const INPUT_QUEUE: usize = 50;
+/// Audio held while Gemini is being (re)connected: 2 s of PCM16 at 16 kHz; the oldest goes first.
+pub const GAP_AUDIO_BYTES: usize = 64_000;
+/// Typed `say` texts held while Gemini is being (re)connected.
+pub const GAP_TEXTS: usize = 16;
+/// Largest microphone chunk forwarded (2 s); larger binary frames are dropped.
+pub const MAX_AUDIO_CHUNK: usize = 64 << 10;
+/// Longest `say` text forwarded; the rest is cut.
+pub const MAX_SAY_LEN: usize = 16 << 10;
+/// Connection attempts when resuming after `goAway` or a lost connection.
+pub const RESUME_ATTEMPTS: u32 = 3;
+/// Time a cancelled tool gets to finish on its own before it is dropped.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
+
+/// Where and how to reach Gemini Live.
+#[derive(Clone, Debug)]
+pub struct GeminiConfig {
+    /// Sent only in the `x-goog-api-key` header; `Debug` shows it redacted.
+    pub api_key: Secret,
+    /// WebSocket endpoint (`VOXA_GEMINI_URL` overrides the public one).
+    pub url: String,
+    /// Model name; the `models/` prefix is added when missing.
+    pub model: String,
+    /// Prebuilt voice name (e.g. `Kore`).
+    pub voice: String,
+    /// Pings on a quiet Gemini socket; one silent for `dead_after` counts as lost (and is resumed).
+    pub heartbeat: Heartbeat,
+}
+
+/// Input from the phone during a call.
+#[derive(Debug)]
+pub enum VoiceInput {
+    /// PCM16LE mono 16 kHz, without the 0x01 prefix.
+    Audio(Vec<u8>),
+    /// Typed text (`say`).
+    Text(String),
+}
+
+/// A running voice call; dropping it ends the call.
+pub struct VoiceCall {
+    /// Microphone audio and typed text for Gemini (bounded: [`INPUT_QUEUE`]).
+    pub input: mpsc::Sender<VoiceInput>,
+    /// Cancel to end the call; the bridge cancels it too when the call ends on its own.
+    pub end: CancellationToken,
+}
+
+impl VoiceCall {
+    /// True until the call ended, whoever ended it.
+    pub fn is_live(&self) -> bool {
+        !self.end.is_cancelled()
+    }
+}
+
+/// Stable `call_error` codes of self-hosted calls (the phone branches on them):
+///
+/// | code | cause |
+/// |---|---|
+/// | `bad-key` | Gemini refused the API key (close 1007 naming the key, HTTP 401/403 at upgrade) |
+/// | `gemini-refused` | Gemini refused a request (close 1007, other HTTP 4xx at upgrade) |
+/// | `gemini-not-found` | model or session not found, or refused by policy (close 1008, HTTP 404) |
+/// | `gemini-unavailable` | quota exhausted or internal error (close 1011/1013/1014, HTTP 429/5xx) |
+/// | `gemini-unreachable` | no connection, TLS failure, or no `setupComplete` in time |
+/// | `gemini-closed` | the connection ended otherwise and could not be resumed |
+///
+/// A failure before `call_started` sends only `call_error`; one during the call sends
+/// `call_error` and then `call_ended`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallErrorCode {
+    BadKey,
+    GeminiRefused,
+    GeminiNotFound,
+    GeminiUnavailable,
+    GeminiUnreachable,
+    GeminiClosed,
+}
+
+impl CallErrorCode {
+    /// The code as it appears in `call_error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallErrorCode::BadKey => "bad-key",
+            CallErrorCode::GeminiRefused => "gemini-refused",
+            CallErrorCode::GeminiNotFound => "gemini-not-found",
+            CallErrorCode::GeminiUnavailable => "gemini-unavailable",
+            CallErrorCode::GeminiUnreachable => "gemini-unreachable",
+            CallErrorCode::GeminiClosed => "gemini-closed",
+        }
+    }
+
+    /// Failures of the transport, worth another attempt when resuming.
+    fn is_transient(self) -> bool {
+        matches!(self, CallErrorCode::GeminiUnreachable | CallErrorCode::GeminiClosed)
+    }
+}
+
+/// Why a call could not start or go on: a stable code and a sentence without the key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallFailure {
+    pub code: CallErrorCode,
+    pub message: String,
+}
+
+impl CallFailure {
+    /// A failure whose message has every occurrence of `key` removed.
+    pub fn new(code: CallErrorCode, message: impl Into<String>, key: &Secret) -> Self {
+        CallFailure { code, message: scrub(&message.into(), key) }
+    }
+
+    fn to_message(&self) -> AgentMessage {
+        AgentMessage::CallError { code: self.code.as_str().to_owned(), message: self.message.clone() }
+    }
+}
+
+/// `text` without any occurrence of the key (a hostile server may echo it).
+fn scrub(text: &str, key: &Secret) -> String {
+    let key = key.expose();
+    if key.is_empty() {
+        text.to_owned()
+    } else {
+        text.replace(key, "<redacted>")
+    }
+}
+
+/// Starts a call: opens the Gemini session and bridges it to `phone` until `end` is cancelled.
+/// The phone gets `call_started` once Gemini answered `setup`, or `call_error`.
+pub fn start(config: Arc<GeminiConfig>, ctx: Arc<AgentContext>, phone: mpsc::Sender<Message>) -> VoiceCall {
+    let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
+    let end = CancellationToken::new();
+    let dial = DialOptions::default().with_proxy_from_env().unwrap_or_else(|err| {
+        warn!("ignoring the proxy setting for Gemini Live: {err:#}");
+        DialOptions::default()
+    });
+    let bridge = Bridge {
+        declarations: ctx.gemini_declarations(),
+        config,
+        dial,
+        ctx,
+        phone,
+        end: end.clone(),
+        handle: None,
+        going_away: false,
+        last_heard: tokio::time::Instant::now(),
+        generation: 0,
+        started: None,
+        gap_audio: VecDeque::new(),
+        gap_audio_bytes: 0,
+        gap_texts: VecDeque::new(),
+        running: HashMap::new(),
+        tools: JoinSet::new(),
+        dropped_audio: 0,
+    };
+    tokio::spawn(bridge.run(input_rx).instrument(info_span!("voice_call")));
+    VoiceCall { input, end }
+}
+
+type Opening = Pin<Box<dyn Future<Output = Result<Link, CallFailure>> + Send>>;
+
+/// The Gemini side of a call: ready, or being opened.
+enum Conn {
+    Opening { attempt: Opening, resuming: bool, tries: u32 },
+    Ready(Link),
+}
+
+enum ConnEvent {
+    Opened(Result<Link, CallFailure>),
+    Frame(Option<Result<Message, tokio_tungstenite::tungstenite::Error>>),
+}
+
+impl Conn {
+    /// The ready connection, if any.
+    fn link(&self) -> Option<&Link> {
+        match self {
+            Conn::Ready(link) => Some(link),
+            Conn::Opening { .. } => None,
+        }
+    }
+
+    /// The next thing that happens on the connection. Cancel-safe.
+    async fn next(&mut self) -> ConnEvent {
+        match self {
+            Conn::Opening { attempt, .. } => ConnEvent::Opened(attempt.as_mut().await),
+            Conn::Ready(link) => {
+                use futures_util::StreamExt;
+                ConnEvent::Frame(link.stream.next().await)
+            }
+        }
+    }
+}
+
+/// A running tool call started by Gemini.
+struct Running {
+    cancel: CancellationToken,
+    /// The connection generation that asked; answers to an older one are not sent.
+    generation: u64,
+}
+
+/// A finished tool call.
+struct ToolDone {
+    id: String,
+    name: String,
+    outcome: Result<ToolOutput, ToolError>,
+}
+
+/// How the actor loop ended.
+enum Ending {
+    /// `call_end`, or the phone's session went away.
+    Hangup,
+    /// Gemini failed and could not be resumed.
+    Failed(CallFailure),
+}
+
+struct Bridge {
+    config: Arc<GeminiConfig>,
+    dial: DialOptions,
+    declarations: Value,
+    ctx: Arc<AgentContext>,
+    phone: mpsc::Sender<Message>,
+    end: CancellationToken,
+    /// Newest resumable session handle.
+    handle: Option<String>,
+    /// `goAway` seen while no resumable handle was known: resume as soon as one arrives.
+    going_away: bool,
+    /// Last frame from the ready connection (heartbeat).
+    last_heard: tokio::time::Instant,
+    /// Counts connections that became ready.
+    generation: u64,
+    /// When `call_started` was sent.
+    started: Option<Instant>,
+    gap_audio: VecDeque<Vec<u8>>,
+    gap_audio_bytes: usize,
+    gap_texts: VecDeque<String>,
+    running: HashMap<String, Running>,
+    tools: JoinSet<ToolDone>,
+    dropped_audio: u64,
+}
+
+impl Bridge {
+    async fn run(mut self, mut input: mpsc::Receiver<VoiceInput>) {
+        let mut conn = Conn::Opening { attempt: self.open(None, Duration::ZERO), resuming: false, tries: 1 };
+        let heartbeat = self.config.heartbeat;
+        let mut ticker = tokio::time::interval(heartbeat.ping_every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let ending = loop {
+            tokio::select! {
+                _ = self.end.cancelled() => break Ending::Hangup,
+                _ = ticker.tick() => {
+                    if let Conn::Ready(link) = &conn {
+                        if self.last_heard.elapsed() < heartbeat.dead_after {
+                            link.ping();
+                        } else {
+                            let silent = format!("Gemini Live stopped answering for {:?}", heartbeat.dead_after);
+                            let failure = CallFailure::new(CallErrorCode::GeminiClosed, silent, &self.config.api_key);
+                            if let Err(failure) = self.lost(failure, true, &mut conn) {
+                                break Ending::Failed(failure);
+                            }
+                        }
+                    }
+                }
+                item = input.recv() => match item {
+                    Some(item) => self.on_input(item, conn.link()).await,
+                    None => break Ending::Hangup,
+                },
+                event = conn.next() => match event {
+                    ConnEvent::Opened(Ok(link)) => conn = self.on_ready(link).await,
+                    ConnEvent::Opened(Err(failure)) => match self.retry(&conn, failure) {
+                        Ok(next) => conn = next,
+                        Err(failure) => break Ending::Failed(failure),
+                    },
+                    ConnEvent::Frame(frame) => {
+                        if let Err(failure) = self.on_frame(frame, &mut conn).await {
+                            break Ending::Failed(failure);
+                        }
+                    }
+                },
+                Some(done) = self.tools.join_next(), if !self.tools.is_empty() => match done {
+                    Ok(done) => self.on_tool_done(done, conn.link()).await,
+                    Err(err) => warn!(%err, "a tool task failed"),
+                },
+            }
+        };
+        self.finish(ending, conn).await;
+    }
+
+    /// Opens a connection after `delay`, resuming `handle` if given.
+    fn open(&self, handle: Option<String>, delay: Duration) -> Opening {
+        let config = self.config.clone();
+        let dial = self.dial.clone();
+        let declarations = self.declarations.clone();
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            link::open(&config, &dial, &declarations, handle.as_deref()).await
+        })
+    }
+
+    /// A connection is ready: tell the phone (first time), then send what waited for it.
+    async fn on_ready(&mut self, link: Link) -> Conn {
+        self.generation += 1;
+        self.going_away = false;
+        self.last_heard = tokio::time::Instant::now();
+        if self.started.is_none() {
+            self.started = Some(Instant::now());
+            info!("voice call started");
+            self.to_phone(AgentMessage::CallStarted).await;
+        } else {
+            info!(generation = self.generation, "voice call resumed");
+        }
+        // Held input waits for room in Gemini's queue: it is bounded already.
+        while let Some(text) = self.gap_texts.pop_front() {
+            self.to_gemini(&link, wire::text(&text)).await;
+        }
+        while let Some(pcm) = self.gap_audio.pop_front() {
+            self.to_gemini(&link, wire::audio(&pcm)).await;
+        }
+        self.gap_audio_bytes = 0;
+        Conn::Ready(link)
+    }
+
+    /// After a failed attempt: another try when resuming from a transient failure, else the end.
+    fn retry(&self, conn: &Conn, failure: CallFailure) -> Result<Conn, CallFailure> {
+        let Conn::Opening { resuming: true, tries, .. } = conn else { return Err(failure) };
+        if !failure.code.is_transient() || *tries >= RESUME_ATTEMPTS {
+            return Err(failure);
+        }
+        debug!(code = failure.code.as_str(), tries, "resume attempt failed; trying again");
+        let delay = Duration::from_millis(250) * 2u32.pow(*tries - 1);
+        Ok(Conn::Opening { attempt: self.open(self.handle.clone(), delay), resuming: true, tries: tries + 1 })
+    }
+
+    /// Replaces the current connection with one resuming the newest handle.
+    fn resume(&mut self, conn: &mut Conn) {
+        let next = Conn::Opening { attempt: self.open(self.handle.clone(), Duration::ZERO), resuming: true, tries: 1 };
+        if let Conn::Ready(link) = std::mem::replace(conn, next) {
+            link.close();
+        }
+        info!("resuming the Gemini session");
+    }
+
+    async fn on_input(&mut self, item: VoiceInput, link: Option<&Link>) {
+        match item {
+            VoiceInput::Audio(pcm) => {
+                if pcm.is_empty() || pcm.len() > MAX_AUDIO_CHUNK {
+                    return;
+                }
+                match link {
+                    Some(link) => {
+                        if !link.try_send(wire::audio(&pcm)) {
+                            self.dropped_audio += 1;
+                            if self.dropped_audio.is_power_of_two() {
+                                debug!(dropped = self.dropped_audio, "Gemini is behind; microphone audio dropped");
+                            }
+                        }
+                    }
+                    None => {
+                        self.gap_audio_bytes += pcm.len();
+                        self.gap_audio.push_back(pcm);
+                        while self.gap_audio_bytes > GAP_AUDIO_BYTES {
+                            let Some(oldest) = self.gap_audio.pop_front() else { break };
+                            self.gap_audio_bytes -= oldest.len();
+                            self.dropped_audio += 1;
+                        }
+                    }
+                }
+            }
+            VoiceInput::Text(text) => {
+                let text = crate::tools::output::prefix(&text, MAX_SAY_LEN).to_owned();
+                match link {
+                    Some(link) => self.to_gemini(link, wire::text(&text)).await,
+                    None => {
+                        if self.gap_texts.len() == GAP_TEXTS {
+                            self.gap_texts.pop_front();
+                        }
+                        self.gap_texts.push_back(text);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One frame from a ready connection. `Err` ends the call.
+    async fn on_frame(
+        &mut self,
+        frame: Option<Result<Message, tokio_tungstenite::tungstenite::Error>>,
+        conn: &mut Conn,
+    ) -> Result<(), CallFailure> {
+        let key = &self.config.api_key;
+        self.last_heard = tokio::time::Instant::now();
+        let payload = match frame {
+            Some(Ok(Message::Binary(data))) => data,
+            Some(Ok(Message::Text(text))) => text.into(),
+            Some(Ok(Message::Close(frame))) => {
+                let failure = link::close_failure(frame.as_ref(), key);
+                let refused = frame.is_some_and(|f| u16::from(f.code) == 1007);
+                return self.lost(failure, !refused, conn);
+            }
+            Some(Ok(_)) => return Ok(()),
+            Some(Err(err)) => {
+                let failure = CallFailure::new(
+                    CallErrorCode::GeminiClosed,
+                    format!("the Gemini Live connection failed: {err}"),
+                    key,
+                );
+                return self.lost(failure, true, conn);
+            }
+            None => {
+                let failure = CallFailure::new(CallErrorCode::GeminiClosed, "Gemini Live closed the connection", key);
+                return self.lost(failure, true, conn);
+            }
+        };
+        let events = match wire::parse_server(&payload) {
+            Ok(events) => events,
+            Err(err) => {
+                debug!(%err, len = payload.len(), "ignored a malformed message from Gemini");
+                return Ok(());
+            }
+        };
+        for event in events {
+            self.on_event(event, conn).await;
+        }
+        Ok(())
+    }
+
+    /// The connection ended: resume with the newest handle when there is one and it may help.
+    fn lost(&mut self, failure: CallFailure, resumable: bool, conn: &mut Conn) -> Result<(), CallFailure> {
+        if resumable && self.handle.is_some() {
+            debug!(code = failure.code.as_str(), "Gemini connection lost; resuming");
+            self.resume(conn);
+            Ok(())
+        } else {
+            Err(failure)
+        }
+    }
+
+    async fn on_event(&mut self, event: ServerEvent, conn: &mut Conn) {
+        match event {
+            ServerEvent::SetupComplete => {}
+            ServerEvent::Audio(pcm) => {
+                let mut frame = Vec::with_capacity(pcm.len() + 1);
+                frame.push(protocol::AUDIO_PREFIX);
+                frame.extend_from_slice(&pcm);
+                // A phone that cannot keep up loses speech rather than stalling the call.
+                if self.phone.try_send(Message::binary(frame)).is_err() {
+                    debug!("phone is behind; model audio dropped");
+                }
+            }
+            ServerEvent::Transcript { speaker, text, is_final } => {
+                let message = AgentMessage::Transcript { role: speaker.as_str().to_owned(), text, is_final };
+                self.to_phone(message).await;
+            }
+            ServerEvent::Interrupted => self.to_phone(AgentMessage::Interrupted).await,
+            ServerEvent::TurnComplete => self.to_phone(AgentMessage::TurnComplete).await,
+            ServerEvent::ToolCalls(calls) => {
+                for call in calls {
+                    self.start_tool(call, conn.link()).await;
+                }
+            }
+            ServerEvent::ToolCancellation(ids) => {
+                for id in ids {
+                    // Removed first: a cancelled call gets no toolResponse.
+                    if let Some(running) = self.running.remove(&id) {
+                        debug!(%id, "Gemini cancelled a tool call");
+                        running.cancel.cancel();
+                    }
+                }
+            }
+            ServerEvent::Resumable(handle) => {
+                self.handle = Some(handle);
+                if self.going_away {
+                    self.resume(conn);
+                }
+            }
+            ServerEvent::GoAway => {
+                if self.handle.is_some() {
+                    self.resume(conn);
+                } else {
+                    // Resume once a resumable handle arrives, or fail when the server closes.
+                    self.going_away = true;
+                }
+            }
+        }
+    }
+
+    /// Runs one of Gemini's function calls at once, beside any others.
+    async fn start_tool(&mut self, call: FunctionCall, link: Option<&Link>) {
+        let FunctionCall { id, name, args } = call;
+        if self.running.contains_key(&id) {
+            debug!(%id, "ignored a repeated tool call id that is still running");
+            return;
+        }
+        if self.running.len() >= protocol::MAX_CALLS_IN_FLIGHT {
+            let error = ToolError::new(ErrorCode::Busy, "too many tool calls are running; try again shortly");
+            if let Some(link) = link {
+                self.to_gemini(link, wire::tool_response(&id, &name, wire::tool_result(&Err(error)))).await;
+            }
+            return;
+        }
+        let cancel = self.end.child_token();
+        self.running.insert(id.clone(), Running { cancel: cancel.clone(), generation: self.generation });
+        self.to_phone(AgentMessage::ToolActivity {
+            id: id.clone(),
+            name: name.clone(),
+            state: "started".into(),
+            ok: None,
+        })
+        .await;
+        let request = tool_call(id.clone(), name.clone(), args);
+        let ctx = self.ctx.clone();
+        let span = info_span!("gemini_tool", %id, tool = %name);
+        self.tools.spawn(
+            async move {
+                let call = session::run_tool(&ctx, request, "gemini", None, cancel.clone());
+                tokio::pin!(call);
+                let outcome = tokio::select! {
+                    outcome = &mut call => outcome,
+                    _ = cancel.cancelled() => match tokio::time::timeout(CANCEL_GRACE, &mut call).await {
+                        Ok(outcome) => outcome,
+                        Err(_) => Err(ToolError::new(ErrorCode::Cancelled, "the call was cancelled")),
+                    },
+                };
+                ToolDone { id, name, outcome }
+            }
+            .instrument(span),
+        );
+    }
+
+    /// A tool finished: the image to the phone, `tool_activity`, and Gemini's answer unless it
+    /// cancelled the call or the connection that asked is gone.
+    async fn on_tool_done(&mut self, done: ToolDone, link: Option<&Link>) {
+        let ToolDone { id, name, outcome } = done;
+        if let Ok(ToolOutput { image: Some(shot), .. }) = &outcome {
+            self.to_phone(session::image_frame(&id, shot)).await;
+        }
+        let ok = outcome.is_ok();
+        self.to_phone(AgentMessage::ToolActivity {
+            id: id.clone(),
+            name: name.clone(),
+            state: "finished".into(),
+            ok: Some(ok),
+        })
+        .await;
+        let Some(running) = self.running.remove(&id) else { return };
+        match link {
+            Some(link) if running.generation == self.generation => {
+                self.to_gemini(link, wire::tool_response(&id, &name, wire::tool_result(&outcome))).await;
+            }
+            _ => debug!(%id, "tool finished after its Gemini connection was replaced; answer dropped"),
+        }
+    }
+
+    async fn finish(mut self, ending: Ending, conn: Conn) {
+        for running in self.running.values() {
+            running.cancel.cancel();
+        }
+        // Cancelled tools wind down on their own (their child processes included).
+        self.tools.detach_all();
+        if let Conn::Ready(link) = conn {
+            link.close();
+        }
+        if self.dropped_audio > 0 {
+            debug!(dropped = self.dropped_audio, "microphone chunks dropped during the call");
+        }
+        if let Ending::Failed(failure) = &ending {
+            warn!(code = failure.code.as_str(), "voice call failed: {}", failure.message);
+            self.to_phone_now(failure.to_message()).await;
+        }
+        if let Some(started) = self.started {
+            let duration_s = started.elapsed().as_millis() as f64 / 1000.0;
+            info!(duration_s, "voice call ended");
+            self.to_phone_now(AgentMessage::CallEnded { duration_s }).await;
+        }
+        self.end.cancel();
+    }
+
+    /// Sends a control frame to the phone, giving up if the call ends meanwhile.
+    async fn to_phone(&self, message: AgentMessage) {
+        tokio::select! {
+            _ = self.end.cancelled() => {}
+            _ = self.phone.send(Message::text(message.to_json())) => {}
+        }
+    }
+
+    /// Sends a last frame to the phone, bounded in time (the phone may be gone).
+    async fn to_phone_now(&self, message: AgentMessage) {
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.phone.send(Message::text(message.to_json()))).await;
+    }
+
+    /// Queues a message Gemini must get, giving up if the call ends meanwhile.
+    async fn to_gemini(&self, link: &Link, text: String) {
+        tokio::select! {
+            _ = self.end.cancelled() => {}
+            _ = link.send(text) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_debug_redacts_the_key() {
+        let config = GeminiConfig {
+            api_key: Secret::from_string("AIzaSy-very-secret".into()),
+            url: "wss://example.com/ws".into(),
+            model: "models/m".into(),
+            voice: "Kore".into(),
+            heartbeat: Heartbeat::default(),
+        };
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("very-secret"), "{shown}");
+        assert!(shown.contains("redacted"));
+    }
+
+    #[test]
+    fn failures_scrub_the_key_and_keep_stable_codes() {
+        let key = Secret::from_string("AIzaSy-very-secret".into());
+        let failure = CallFailure::new(CallErrorCode::BadKey, "key AIzaSy-very-secret rejected", &key);
+        assert_eq!(failure.message, "key <redacted> rejected");
+        let codes = [
+            CallErrorCode::BadKey,
+            CallErrorCode::GeminiRefused,
+            CallErrorCode::GeminiNotFound,
+            CallErrorCode::GeminiUnavailable,
+            CallErrorCode::GeminiUnreachable,
+            CallErrorCode::GeminiClosed,
+        ];
+        let names: Vec<_> = codes.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "bad-key",
+                "gemini-refused",
+                "gemini-not-found",
+                "gemini-unavailable",
+                "gemini-unreachable",
+                "gemini-closed"
+            ]
+        );
+        let json = failure.to_message().to_json();
+        assert_eq!(json, r#"{"type":"call_error","code":"bad-key","message":"key <redacted> rejected"}"#);
+    }
+}
+
+/// A Gemini function call as a §5 tool call: an `env` argument routes it to another environment.
+fn tool_call(id: String, name: String, mut args: Value) -> protocol::ToolCall {
+    let env = match args.as_object_mut().and_then(|map| map.remove(session::ENV_ARG)) {
+        Some(Value::String(env)) if !env.is_empty() => Some(env),
+        _ => None,
+    };
+    protocol::ToolCall { id, name, args, env }
+}
+
+#[cfg(test)]
+mod routing_tests {
+    use super::*;
+
+    #[test]
+    fn an_env_argument_becomes_the_calls_environment() {
+        let call = tool_call("1".into(), "run_command".into(), serde_json::json!({"command": "ls", "env": "devbox"}));
+        assert_eq!(call.env.as_deref(), Some("devbox"));
+        assert_eq!(call.args, serde_json::json!({"command": "ls"}));
+        let call = tool_call("2".into(), "run_command".into(), serde_json::json!({"command": "ls", "env": ""}));
+        assert_eq!(call.env, None);
+        assert_eq!(call.args, serde_json::json!({"command": "ls"}));
+    }
+}
