@@ -18,6 +18,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tracing_subscriber::layer::SubscriberExt;
 use voxa::dial::ClientSocket;
 
+use crate::fake_gemini::{FakeGemini, FakeOptions, Kind};
 use crate::harness::*;
 use crate::support::{voxa, voxa_cmd};
 
@@ -424,6 +425,10 @@ fn read_secret_file(path: &Path) -> String {
 
 #[test]
 fn secrets_stay_out_of_every_log_status_error_and_file() {
+    // Shaped like a real key, accepted only by the fake Gemini the laptop talks to.
+    const GEMINI_KEY: &str = "AIzaSyFAKE-proof-3f9a1c7e5b2d4f6a8c0e1b3d5f";
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let mut gemini = runtime.block_on(FakeGemini::start(FakeOptions::new(GEMINI_KEY)));
     let relay = RunningVoxa::relay(0, "trace");
     let relay_url = relay.relay_url();
     let tmp = tempfile::tempdir().unwrap();
@@ -451,15 +456,18 @@ fn secrets_stay_out_of_every_log_status_error_and_file() {
     assert!(status.success(), "{err}");
     keep(&mut outputs, "env add", status, out, err);
 
-    let run_in = |home: &Path, workspace: &Path| {
+    let run_in = |home: &Path, workspace: &Path, self_hosted: bool| {
         let mut cmd = voxa_cmd(home);
         cmd.env("RUST_LOG", "trace").args(["run", "--json", "--workspace"]).arg(workspace);
+        if self_hosted {
+            cmd.arg("--self-hosted").env("GEMINI_API_KEY", GEMINI_KEY).env("VOXA_GEMINI_URL", gemini.url());
+        }
         let mut run = RunningVoxa::start(cmd);
         run.wait_event("relay_connected");
         run
     };
-    let mut run = run_in(&laptop, laptop_ws.path());
-    let host_run = run_in(&host, host_ws.path());
+    let mut run = run_in(&laptop, laptop_ws.path(), true);
+    let host_run = run_in(&host, host_ws.path(), false);
     std::fs::write(laptop_ws.path().join("seen-from-the-host"), "x").unwrap();
 
     // The host drives the laptop as an environment, through the relay, with the bearer.
@@ -472,7 +480,6 @@ fn secrets_stay_out_of_every_log_status_error_and_file() {
     keep(&mut outputs, "env list", status, out, err);
 
     let wrong_token = "0f1e2d3c4b5a69788796a5b4c3d2e1f0";
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         // A phone through the relay: a wrong token, then the right one.
         let phone_url = format!("ws://127.0.0.1:{}/ws?code={}", relay.port, pair.code);
@@ -486,6 +493,16 @@ fn secrets_stay_out_of_every_log_status_error_and_file() {
         recv_type(&mut phone, "hello_ok").await;
         send(&mut phone, json!({"type":"tool_call","id":"p1","name":"list_dir"})).await;
         assert_eq!(recv_result(&mut phone, "p1").await["ok"], true);
+        // A self-hosted voice call: the laptop opens Gemini Live with the key in a header.
+        send(&mut phone, json!({"type":"call_start"})).await;
+        recv_type(&mut phone, "call_started").await;
+        let connected =
+            gemini.wait_for("the agent's Gemini session", |e| matches!(e.kind, Kind::Connected { .. })).await;
+        assert_eq!(connected.kind, Kind::Connected { key: Some(GEMINI_KEY.into()) });
+        send(&mut phone, json!({"type":"say","text":"hello"})).await;
+        gemini.wait_for("typed text", |e| matches!(&e.kind, Kind::Text(t) if t == "hello")).await;
+        send(&mut phone, json!({"type":"call_end"})).await;
+        recv_type(&mut phone, "call_ended").await;
 
         // Local clients: wrong and right hellos in-band, where the token travels in a frame.
         let url = format!("ws://127.0.0.1:{}/", run.port);
@@ -557,6 +574,7 @@ fn secrets_stay_out_of_every_log_status_error_and_file() {
         read_secret_file(&laptop.join(".host-token")),
         read_secret_file(&host.join(".host-token")),
         wrong_token.to_owned(),
+        GEMINI_KEY.to_owned(),
     ];
     let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
     for (what, text) in &outputs {
