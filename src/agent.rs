@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use rand::Rng;
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, info_span, warn, Instrument};
+use tracing::{info_span, warn, Instrument};
 
 use crate::cli::{RunArgs, Settings};
 use crate::config::{Config, RelayUrl, DEFAULT_GEMINI_MODEL};
@@ -31,6 +31,7 @@ use crate::secret::Secret;
 use crate::session::{self, AgentContext, Gate, Session, TokenGate};
 use crate::state::{Home, Secrets};
 use crate::tools::{Toolbox, ToolboxOptions};
+use crate::writer::Writer;
 
 /// Public Gemini Live endpoint (SPEC §7).
 pub const GEMINI_LIVE_URL: &str =
@@ -448,20 +449,9 @@ impl Dialer {
     }
 
     async fn serve(&self, socket: dial::ClientSocket, shutdown: &CancellationToken) -> Ended {
-        let (mut sink, mut stream) = socket.split();
-        let (out_tx, mut out_rx) = mpsc::channel::<Message>(protocol::SEND_QUEUE_FRAMES);
-        let writer = tokio::spawn(async move {
-            while let Some(message) = out_rx.recv().await {
-                let closing = matches!(message, Message::Close(_));
-                if let Err(err) = sink.send(message).await {
-                    info!(%err, "relay write failed");
-                    break;
-                }
-                if closing {
-                    break;
-                }
-            }
-        });
+        let (sink, mut stream) = socket.split();
+        let writer = Writer::spawn(sink);
+        let out_tx = writer.frames.clone();
         let mut phone = Phone::Absent;
         let mut last_heard = Instant::now();
         let mut ticker = tokio::time::interval(self.heartbeat.ping_every);
@@ -501,9 +491,9 @@ impl Dialer {
                     match frame {
                         Message::Text(text) => {
                             if let Some(notice) = PeerNotice::parse(&text) {
-                                phone = self.on_notice(notice, phone);
+                                phone = self.on_notice(notice, phone, &writer).await;
                             } else {
-                                phone = self.on_text(phone, &text, &out_tx).await;
+                                phone = self.on_text(phone, &text, &writer).await;
                             }
                         }
                         Message::Binary(data) => {
@@ -524,15 +514,17 @@ impl Dialer {
         };
         drop(phone);
         drop(out_tx);
-        let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+        writer.finish().await;
         ended
     }
 
-    fn on_notice(&self, notice: PeerNotice, phone: Phone) -> Phone {
+    async fn on_notice(&self, notice: PeerNotice, phone: Phone, writer: &Writer) -> Phone {
         if notice.peer != PeerRole::Phone {
             return phone;
         }
-        drop(phone); // Any earlier session ends here: its calls are cancelled.
+        // Any earlier session ends here: its calls are cancelled and its unsent output dropped.
+        drop(phone);
+        writer.end_session().await;
         match notice.state {
             PeerState::Joined => {
                 self.ctx.status.phone_present.store(true, Ordering::Relaxed);
@@ -547,17 +539,17 @@ impl Dialer {
         }
     }
 
-    async fn on_text(&self, phone: Phone, text: &str, out: &mpsc::Sender<Message>) -> Phone {
+    async fn on_text(&self, phone: Phone, text: &str, writer: &Writer) -> Phone {
+        let out = &writer.frames;
         match phone {
             Phone::AwaitingHello { deadline } => match session::admit_hello(self.gate.as_ref(), text) {
                 Ok(admission) => {
                     let hello_ok = self.ctx.hello_ok(&admission);
                     send(out, hello_ok).await;
                     self.printer.event("phone_authenticated", json!({}), "phone authenticated");
-                    let ended = CancellationToken::new();
-                    let session_out = session_channel(out.clone(), ended.clone());
+                    let session_out = writer.begin_session().await;
                     let revoked = admission.revoked.clone();
-                    let session = Session::with_cancel(self.ctx.clone(), admission.caller, session_out, ended);
+                    let session = Session::new(self.ctx.clone(), admission.caller, session_out);
                     Phone::Ready { session: Box::new(session), revoked }
                 }
                 // Anything but a hello is ignored until a good hello arrives.
@@ -603,26 +595,6 @@ impl Phone {
             _ => None,
         }
     }
-}
-
-/// A per-session sender: frames pass to the socket only until `ended`, so results of an ended
-/// session never reach the next, not yet authenticated, peer on the same relay code.
-pub fn session_channel(socket: mpsc::Sender<Message>, ended: CancellationToken) -> mpsc::Sender<Message> {
-    let (tx, mut rx) = mpsc::channel::<Message>(protocol::SEND_QUEUE_FRAMES);
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                biased;
-                _ = ended.cancelled() => break,
-                message = rx.recv() => match message {
-                    Some(message) => if socket.send(message).await.is_err() { break },
-                    None => break,
-                },
-                _ = socket.closed() => break,
-            }
-        }
-    });
-    tx
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

@@ -7,7 +7,6 @@ use std::time::Instant;
 use anyhow::Result;
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
@@ -19,6 +18,7 @@ use crate::agent::close_message;
 use crate::http::{self, RequestHead};
 use crate::protocol::{self, AgentMessage, ErrorCode, Hello};
 use crate::session::{self, Admission, AgentContext, Gate, Session};
+use crate::writer::Writer;
 
 /// Serves local clients on an already-bound loopback listener until `shutdown`.
 pub async fn run(
@@ -147,17 +147,9 @@ async fn run_session(
     admission: Admission,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    let (mut sink, mut stream) = socket.split();
-    let (out_tx, mut out_rx) = mpsc::channel::<Message>(protocol::SEND_QUEUE_FRAMES);
-    let writer = tokio::spawn(async move {
-        while let Some(message) = out_rx.recv().await {
-            let closing = matches!(message, Message::Close(_));
-            if sink.send(message).await.is_err() || closing {
-                break;
-            }
-        }
-        let _ = sink.close().await;
-    });
+    let (sink, mut stream) = socket.split();
+    let writer = Writer::spawn(sink);
+    let out_tx = writer.frames.clone();
     let revoked = admission.revoked.clone();
     let mut session = Session::new(ctx, admission.caller, out_tx.clone());
     let mut last_heard = Instant::now();
@@ -201,7 +193,7 @@ async fn run_session(
     }
     drop(session);
     drop(out_tx);
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), writer).await;
+    writer.finish().await;
     Ok(())
 }
 

@@ -185,17 +185,7 @@ pub struct Session {
 impl Session {
     /// A session that answers through `out` (the socket's bounded writer queue).
     pub fn new(ctx: Arc<AgentContext>, caller: String, out: mpsc::Sender<Message>) -> Self {
-        Self::with_cancel(ctx, caller, out, CancellationToken::new())
-    }
-
-    /// Like [`Session::new`]; `cancel` is cancelled when the session ends.
-    pub fn with_cancel(
-        ctx: Arc<AgentContext>,
-        caller: String,
-        out: mpsc::Sender<Message>,
-        cancel: CancellationToken,
-    ) -> Self {
-        Session { ctx, caller, out, calls: Arc::default(), voice: None, cancel }
+        Session { ctx, caller, out, calls: Arc::default(), voice: None, cancel: CancellationToken::new() }
     }
 
     /// Handles one text frame. Malformed frames are answered `bad-frame`; the session goes on.
