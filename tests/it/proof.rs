@@ -622,7 +622,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
 }
 
 #[test]
-fn agent_trace_output_never_holds_a_secret() {
+fn agent_and_relay_trace_output_never_hold_a_secret() {
     let captured = Captured::default();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
@@ -635,7 +635,21 @@ fn agent_trace_output_never_holds_a_secret() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let wrong_token = "00ff00ff00ff00ff00ff00ff00ff00ff";
     let (code, token) = runtime.block_on(async {
-        let agent = TestAgent::start(None).await;
+        let relay = TestRelay::start().await;
+        let agent = TestAgent::start(Some(relay.url())).await;
+        // Through the relay (its logs are captured too): a wrong hello, then the right one, and
+        // the same malformed hello the loopback gets below.
+        let mut phone = phone_socket(&relay, agent.code()).await;
+        wait_agent_joined(&mut phone).await;
+        send(&mut phone, json!({"type":"hello","token": wrong_token})).await;
+        assert_eq!(recv_json(&mut phone).await, json!({"type":"error","code":"bearer-refused"}));
+        let mut phone = agent.phone(&relay).await;
+        send(&mut phone, json!({"type":"hello","token": agent.token(),"client": 5})).await;
+        assert_eq!(recv_error(&mut phone).await["code"], "bad-frame");
+        send(&mut phone, json!({"type":"tool_call","id":"r1","name":"list_dir"})).await;
+        recv_result(&mut phone, "r1").await;
+        drop(phone);
+
         let mut wrong = connect(&agent.loopback_url()).await;
         send(&mut wrong, json!({"type":"hello","token": wrong_token, "client":"t"})).await;
         assert_eq!(recv_close(&mut wrong).await, (1008, "bearer-refused".into()));
@@ -653,11 +667,13 @@ fn agent_trace_output_never_holds_a_secret() {
         let (code, token) = (agent.code().to_owned(), agent.token().to_owned());
         drop(right);
         agent.agent.stop().await;
+        relay.kill().await;
         (code, token)
     });
     let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     assert!(logs.contains("bad frame"), "the capture saw the agent's own events:\n{logs}");
-    assert_no_secret("agent trace", &logs, &[&code, &token, wrong_token]);
+    assert!(logs.contains("relay{"), "the capture saw the relay's events:\n{logs}");
+    assert_no_secret("agent and relay trace", &logs, &[&code, &token, wrong_token]);
 }
 
 async fn recv_error(socket: &mut ClientSocket) -> Value {
