@@ -494,6 +494,55 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Pasted pairing lines
+
+/// A valid line from `voxa env issue`, and the secrets it carries.
+fn issued_line() -> (String, String, String) {
+    use voxa::environments::{Identity, PairingLine};
+    let line = PairingLine {
+        env_key: Identity::generate().unwrap().env_key(),
+        relay: voxa::config::RelayUrl::parse("https://relay.example.net").unwrap(),
+        code: voxa::secret::Secret::generate().unwrap(),
+        bearer: voxa::environments::line::new_bearer().unwrap(),
+    };
+    (line.encode(), line.code.expose().to_owned(), line.bearer.expose().to_owned())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// `voxa env add` takes whatever was pasted: damaged lines are refused without panicking, and
+    /// the refusal never repeats the code or bearer they carry.
+    #[test]
+    fn pasted_pairing_lines_are_parsed_or_refused_without_echoing_secrets(
+        mutations in vec(mutation(), 0..4),
+        wrap in proptest::sample::select(vec!["", " ", "\n", "'", "  \r\n"]),
+    ) {
+        use voxa::environments::PairingLine;
+        let (line, code, bearer) = issued_line();
+        let mut bytes = format!("{wrap}{line}{wrap}").into_bytes();
+        for m in &mutations {
+            apply(&mut bytes, m);
+        }
+        let pasted = String::from_utf8_lossy(&bytes);
+        match PairingLine::parse(&pasted) {
+            Ok(parsed) => {
+                prop_assert_eq!(parsed.code.expose(), code.as_str(), "an accepted line carries the issued code");
+                prop_assert_eq!(parsed.bearer.expose(), bearer.as_str());
+            }
+            Err(err) => {
+                let shown = format!("{err} {err:?}");
+                for secret in [&code, &bearer] {
+                    for piece in secret.as_bytes().windows(12) {
+                        prop_assert!(!shown.contains(std::str::from_utf8(piece).unwrap()), "refusal echoes a secret: {}", shown);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // A session under arbitrary frames
 
 /// Frames whose parse errors quote long non-ASCII text (`unknown variant «…»`).
@@ -594,4 +643,182 @@ fn an_authenticated_session_answers_any_frame_sequence_and_stays_open() {
         panic!("{err}");
     }
     runtime.block_on(agent.agent.stop());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The relay after the upgrade: raw frames from a hostile client
+
+/// A client frame written by hand: every header field chosen, consistent or not.
+#[derive(Clone, Debug)]
+struct RawFrame {
+    fin: bool,
+    rsv: u8,
+    opcode: u8,
+    masked: bool,
+    /// 0: shortest length form, 1: 16-bit, 2: 64-bit (non-minimal forms are violations).
+    length_form: u8,
+    /// Added to the declared length: a frame cut short, or a huge claimed size.
+    overclaim: u64,
+    payload: Vec<u8>,
+}
+
+impl RawFrame {
+    fn bytes(&self) -> Vec<u8> {
+        let mut out = vec![(u8::from(self.fin) << 7) | ((self.rsv & 7) << 4) | (self.opcode & 0x0f)];
+        let len = self.payload.len() as u64 + self.overclaim;
+        let mask_bit = if self.masked { 0x80 } else { 0 };
+        match (self.length_form, len) {
+            (0, len) if len < 126 => out.push(mask_bit | len as u8),
+            (0 | 1, len) if len <= u16::MAX as u64 => {
+                out.push(mask_bit | 126);
+                out.extend_from_slice(&(len as u16).to_be_bytes());
+            }
+            (_, len) => {
+                out.push(mask_bit | 127);
+                out.extend_from_slice(&len.to_be_bytes());
+            }
+        }
+        let key = [0x37, 0xfa, 0x21, 0x3d];
+        if self.masked {
+            out.extend_from_slice(&key);
+        }
+        out.extend(self.payload.iter().enumerate().map(|(i, b)| if self.masked { b ^ key[i % 4] } else { *b }));
+        out
+    }
+}
+
+fn raw_frame() -> impl Strategy<Value = RawFrame> {
+    let payload = prop_oneof![
+        vec(any::<u8>(), 0..200),
+        any::<String>().prop_map(String::into_bytes),
+        client_message().prop_map(|m| serde_json::to_vec(&m).unwrap()),
+        peer_spelling().prop_map(|(text, _)| text.into_bytes()),
+        (1000u16..5000, "[a-z]{0,20}").prop_map(|(code, reason)| {
+            let mut close = code.to_be_bytes().to_vec();
+            close.extend_from_slice(reason.as_bytes());
+            close
+        }),
+    ];
+    (
+        prop_oneof![8 => Just(true), 1 => Just(false)],
+        prop_oneof![8 => Just(0u8), 1 => 0u8..8],
+        prop_oneof![4 => Just(1u8), 3 => Just(2u8), 1 => Just(0u8), 1 => Just(8u8), 1 => Just(9u8), 1 => Just(10u8), 1 => 0u8..16],
+        prop_oneof![8 => Just(true), 1 => Just(false)],
+        prop_oneof![6 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
+        prop_oneof![8 => Just(0u64), 1 => 1u64..100, 1 => Just(u64::MAX >> 1), 1 => Just(64u64 << 20)],
+        payload,
+    )
+        .prop_map(|(fin, rsv, opcode, masked, length_form, overclaim, payload)| RawFrame {
+            fin,
+            rsv,
+            opcode,
+            masked,
+            length_form,
+            overclaim,
+            payload,
+        })
+}
+
+/// What a hostile client sends after its upgrade.
+fn hostile_stream() -> impl Strategy<Value = (bool, bool, Vec<u8>)> {
+    let chunk = prop_oneof![4 => raw_frame().prop_map(|f| f.bytes()), 1 => vec(any::<u8>(), 0..64)];
+    (any::<bool>(), any::<bool>(), vec(chunk, 0..8))
+        .prop_map(|(as_agent, with_peer, chunks)| (as_agent, with_peer, chunks.concat()))
+}
+
+async fn hostile_session(
+    relay: std::net::SocketAddr,
+    as_agent: bool,
+    with_peer: bool,
+    bytes: Vec<u8>,
+) -> Result<(), TestCaseError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let code = format!("{:032x}", rand::random::<u128>());
+    let (mine, theirs) = if as_agent { ("agent", "ws") } else { ("ws", "agent") };
+    let _peer = if with_peer { Some(connect(&format!("ws://{relay}/{theirs}?code={code}")).await) } else { None };
+    let mut tcp = tokio::net::TcpStream::connect(relay).await.unwrap();
+    let request = format!(
+        "GET /{mine}?code={code} HTTP/1.1\r\nHost: {relay}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let _ = tcp.write_all(&bytes).await;
+    let _ = tcp.shutdown().await;
+    // The relay answers the upgrade, then must end the connection: never hang on a hostile peer.
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(STEP, async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    prop_assert!(read.is_ok(), "the relay kept a hostile connection open after its end ({} bytes sent)", bytes.len());
+    prop_assert!(
+        answer.starts_with(b"HTTP/1.1 101"),
+        "upgrade answered: {:?}",
+        String::from_utf8_lossy(&answer[..answer.len().min(40)])
+    );
+    Ok(())
+}
+
+#[test]
+fn hostile_frames_after_the_upgrade_never_take_the_relay_down() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    static RELAY_PANICS: AtomicUsize = AtomicUsize::new(0);
+    let previous = Arc::new(std::panic::take_hook());
+    let chained = previous.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        let in_relay = info
+            .location()
+            .is_some_and(|l| ["src/relay", "src/http", "src/protocol"].iter().any(|p| l.file().contains(p)));
+        if in_relay {
+            RELAY_PANICS.fetch_add(1, Ordering::SeqCst);
+        }
+        chained(info);
+    }));
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let relay = runtime.block_on(TestRelay::start());
+    let addr = relay.addr;
+    // A healthy pair that must keep working whatever the hostile clients do.
+    let pair = std::cell::RefCell::new(runtime.block_on(async {
+        let code = format!("{:032x}", rand::random::<u128>());
+        let mut agent = connect(&format!("ws://{addr}/agent?code={code}")).await;
+        let mut phone = connect(&format!("ws://{addr}/ws?code={code}")).await;
+        wait_agent_joined(&mut phone).await;
+        recv_json(&mut agent).await;
+        (agent, phone)
+    }));
+    let config = ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() };
+    let mut runner = TestRunner::new(config);
+    let cases = std::cell::Cell::new(0usize);
+    let outcome = runner.run(&hostile_stream(), |(as_agent, with_peer, bytes)| {
+        let case = cases.get() + 1;
+        cases.set(case);
+        let mut pair = pair.borrow_mut();
+        let (agent, phone) = &mut *pair;
+        runtime.block_on(async {
+            hostile_session(addr, as_agent, with_peer, bytes).await?;
+            let ping = format!("healthy-{case}");
+            agent.send(Message::text(ping.clone())).await.unwrap();
+            let got = next_frame(phone).await;
+            prop_assert_eq!(got, Some(Message::text(ping)), "the healthy pair still relays");
+            agent.send(Message::binary(vec![case as u8; 3])).await.unwrap();
+            phone.send(Message::binary(vec![case as u8; 5])).await.unwrap();
+            prop_assert_eq!(next_frame(phone).await, Some(Message::binary(vec![case as u8; 3])));
+            prop_assert_eq!(next_frame(agent).await, Some(Message::binary(vec![case as u8; 5])));
+            Ok(())
+        })
+    });
+    let _ = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| previous(info)));
+    if let Err(err) = outcome {
+        panic!("{err}");
+    }
+    assert_eq!(RELAY_PANICS.load(Ordering::SeqCst), 0, "relay code panicked on hostile input");
+    runtime.block_on(relay.kill());
 }
