@@ -224,8 +224,15 @@ impl Session {
             ClientMessage::Hello(_) => {} // Already authenticated; a repeated hello changes nothing.
             ClientMessage::CallStart => self.start_voice().await,
             ClientMessage::Say { text } => match self.voice.as_ref().filter(|voice| voice.is_live()) {
+                // Never wait on the bridge here: a stalled voice link must not stall the session.
                 Some(voice) => {
-                    let _ = voice.input.send(VoiceInput::Text(text)).await;
+                    if voice.input.try_send(VoiceInput::Text(text)).is_err() {
+                        let busy = AgentMessage::CallError {
+                            code: "busy".into(),
+                            message: "the voice call is not keeping up; try again in a moment".into(),
+                        };
+                        self.send(busy).await;
+                    }
                 }
                 None => self.send(no_call_error()).await,
             },
