@@ -64,7 +64,11 @@ pub async fn run(
 /// True for an `Origin` a page on this machine would send (`http://localhost:3000`, …).
 pub fn is_loopback_origin(origin: &str) -> bool {
     let Ok(url) = url::Url::parse(origin.trim()) else { return false };
-    matches!(url.scheme(), "http" | "https") && url.host_str().is_some_and(crate::config::is_loopback_host)
+    // A page's origin never makes voxa dial anything, so `*.localhost` (served by this machine's
+    // browser) counts here too.
+    let local_name =
+        |host: &str| crate::config::is_loopback_host(host) || host.to_ascii_lowercase().ends_with(".localhost");
+    matches!(url.scheme(), "http" | "https") && url.host_str().is_some_and(local_name)
 }
 
 async fn serve(
