@@ -166,7 +166,7 @@ async fn run_session(
                 let _ = out_tx.send(close_message(CloseCode::Away, "agent shutting down")).await;
                 break;
             }
-            _ = async move { match revoked { Some(t) => t.cancelled_owned().await, None => std::future::pending().await } } => {
+            _ = crate::agent::cancelled(revoked) => {
                 let _ = out_tx.send(Message::text(AgentMessage::error(ErrorCode::PairingRevoked).to_json())).await;
                 let _ = out_tx.send(close_message(CloseCode::Policy, ErrorCode::PairingRevoked.as_str())).await;
                 break;
