@@ -597,14 +597,16 @@ impl Phone {
     }
 }
 
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+/// Sleeps until `deadline`, or forever without one (a disabled `select!` arm).
+pub(crate) async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
     }
 }
 
-async fn cancelled(token: Option<CancellationToken>) {
+/// Resolves when `token` is cancelled, never without one.
+pub(crate) async fn cancelled(token: Option<CancellationToken>) {
     match token {
         Some(token) => token.cancelled_owned().await,
         None => std::future::pending().await,

@@ -53,6 +53,9 @@ pub struct CallRecord {
     /// Which part of the policy refused the call: `allow`, `deny` or `read_only`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
+    /// The environment (envKey or name) a host routed the call to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
 }
 
 /// Something other than a tool call worth a line, e.g. a revoked pairing.
@@ -95,6 +98,7 @@ impl Audit {
             duration_ms: record.duration_ms,
             rule: record.rule.as_deref().map(clip),
             policy: record.policy.as_deref().map(clip),
+            env: record.env.as_deref().map(clip),
         };
         self.append(&record, SystemTime::now())
     }
@@ -184,6 +188,7 @@ mod tests {
             duration_ms: 3,
             rule: None,
             policy: None,
+            env: None,
         }
     }
 

@@ -23,8 +23,10 @@ pub struct RelayUrl {
 impl RelayUrl {
     /// Validates a relay URL before anything is dialled.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let trimmed = text.trim();
-        let url = url::Url::parse(trimmed)
+        let shown = without_userinfo(text.trim());
+        let trimmed = shown.as_str();
+        let text = text.trim();
+        let url = url::Url::parse(text)
             .map_err(|err| ConfigError::new(format!("relay URL {trimmed:?} is not a valid URL: {err}")))?;
         let tls = match url.scheme() {
             "https" | "wss" => true,
@@ -87,10 +89,20 @@ impl std::fmt::Display for RelayUrl {
     }
 }
 
-/// True for `localhost`, `127.0.0.0/8` and `::1`.
+/// `scheme://user:password@host` as `scheme://…@host`, for messages.
+fn without_userinfo(text: &str) -> String {
+    match (text.find("://"), text.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => format!("{}…{}", &text[..scheme_end + 3], &text[at..]),
+        (None, Some(at)) => format!("…{}", &text[at..]),
+        _ => text.to_owned(),
+    }
+}
+
+/// True for `localhost`, `127.0.0.0/8` and `::1`: hosts that may be dialled without TLS.
+/// (`*.localhost` names are not: a resolver may send them anywhere.)
 pub fn is_loopback_host(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.eq_ignore_ascii_case("localhost") || host.to_ascii_lowercase().ends_with(".localhost") {
+    if host.eq_ignore_ascii_case("localhost") {
         return true;
     }
     host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
@@ -184,9 +196,23 @@ mod tests {
             assert!(!relay.is_tls(), "{ok}");
         }
         assert_eq!(RelayUrl::parse("http://[::1]:9").unwrap().socket_url("/agent", "c"), "ws://[::1]:9/agent?code=c");
-        for bad in ["http://example.com", "ws://10.0.0.1:80", "http://127.0.0.1.example.com"] {
+        for bad in ["http://example.com", "ws://10.0.0.1:80", "http://127.0.0.1.example.com", "http://relay.localhost"]
+        {
             let err = RelayUrl::parse(bad).unwrap_err();
             assert!(err.to_string().contains("https://"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn refusals_never_repeat_a_password() {
+        for bad in [
+            "ftp://user:hunter2@host",
+            "http://user:hunter2@example.com",
+            "https://user:hunter2@x.y",
+            "user:hunter2@host",
+        ] {
+            let err = RelayUrl::parse(bad).unwrap_err().to_string();
+            assert!(!err.contains("hunter2"), "{err}");
         }
     }
 

@@ -64,7 +64,11 @@ pub async fn run(
 /// True for an `Origin` a page on this machine would send (`http://localhost:3000`, …).
 pub fn is_loopback_origin(origin: &str) -> bool {
     let Ok(url) = url::Url::parse(origin.trim()) else { return false };
-    matches!(url.scheme(), "http" | "https") && url.host_str().is_some_and(crate::config::is_loopback_host)
+    // A page's origin never makes voxa dial anything, so `*.localhost` (served by this machine's
+    // browser) counts here too.
+    let local_name =
+        |host: &str| crate::config::is_loopback_host(host) || host.to_ascii_lowercase().ends_with(".localhost");
+    matches!(url.scheme(), "http" | "https") && url.host_str().is_some_and(local_name)
 }
 
 async fn serve(
@@ -162,7 +166,7 @@ async fn run_session(
                 let _ = out_tx.send(close_message(CloseCode::Away, "agent shutting down")).await;
                 break;
             }
-            _ = async move { match revoked { Some(t) => t.cancelled_owned().await, None => std::future::pending().await } } => {
+            _ = crate::agent::cancelled(revoked) => {
                 let _ = out_tx.send(Message::text(AgentMessage::error(ErrorCode::PairingRevoked).to_json())).await;
                 let _ = out_tx.send(close_message(CloseCode::Policy, ErrorCode::PairingRevoked.as_str())).await;
                 break;

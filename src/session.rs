@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use base64::Engine as _;
 use serde_json::Value;
@@ -12,6 +13,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::audit::CallRecord;
 use crate::gemini::{self, GeminiConfig, VoiceCall, VoiceInput};
 use crate::protocol::{
     self, AgentMessage, AgentStatus, ClientMessage, ErrorCode, Hello, HelloOk, ToolCall, ToolError, ToolResult,
@@ -224,8 +226,15 @@ impl Session {
             ClientMessage::Hello(_) => {} // Already authenticated; a repeated hello changes nothing.
             ClientMessage::CallStart => self.start_voice().await,
             ClientMessage::Say { text } => match self.voice.as_ref().filter(|voice| voice.is_live()) {
+                // Never wait on the bridge here: a stalled voice link must not stall the session.
                 Some(voice) => {
-                    let _ = voice.input.send(VoiceInput::Text(text)).await;
+                    if voice.input.try_send(VoiceInput::Text(text)).is_err() {
+                        let busy = AgentMessage::CallError {
+                            code: "busy".into(),
+                            message: "the voice call is not keeping up; try again in a moment".into(),
+                        };
+                        self.send(busy).await;
+                    }
                 }
                 None => self.send(no_call_error()).await,
             },
@@ -397,17 +406,47 @@ pub async fn run_tool(
             tokio::spawn(async move { while drain.recv().await.is_some() {} });
             sink
         });
-        let result = router.route(env, call, progress, cancel).await?;
-        return Ok(ToolOutput { result, image: None });
+        // The environment audits what it runs; the host records that it asked.
+        let started = Instant::now();
+        let result = router.route(env, call.clone(), progress, cancel).await;
+        audit_elsewhere(ctx, &call, caller, result.as_ref(), started);
+        return result.map(|result| ToolOutput { result, image: None });
     }
-    if let Some(router) = &ctx.router {
-        if let Some(future) = router.local_tool(&call.name, &call.args) {
-            return Ok(ToolOutput { result: future.await?, image: None });
-        }
+    if let Some(router) = ctx.router.as_ref().filter(|router| router.tool_names().contains(&call.name)) {
+        let started = Instant::now();
+        let result = match ctx.toolbox.check_policy(&call.name) {
+            Ok(()) => match router.local_tool(&call.name, &call.args) {
+                Some(future) => future.await,
+                None => Err(ToolError::new(ErrorCode::UnknownTool, format!("no tool named {:?}", call.name))),
+            },
+            Err(refused) => Err(refused),
+        };
+        audit_elsewhere(ctx, &call, caller, result.as_ref(), started);
+        return result.map(|result| ToolOutput { result, image: None });
     }
     let request =
         ToolRequest { id: call.id, name: call.name, args: call.args, caller: caller.to_owned(), progress, cancel };
     ctx.toolbox.call(request).await
+}
+
+fn audit_elsewhere(
+    ctx: &AgentContext,
+    call: &ToolCall,
+    caller: &str,
+    result: Result<&Value, &ToolError>,
+    started: Instant,
+) {
+    let refused_by_policy = matches!(result, Err(err) if err.code == ErrorCode::DeniedByPolicy);
+    ctx.toolbox.record_elsewhere(CallRecord {
+        caller: caller.to_owned(),
+        tool: call.name.clone(),
+        id: call.id.clone(),
+        outcome: result.map_or_else(|err| err.code.as_str().to_owned(), |_| "ok".to_owned()),
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        rule: refused_by_policy.then(|| ErrorCode::DeniedByPolicy.as_str().to_owned()),
+        policy: None,
+        env: call.env.clone(),
+    });
 }
 
 /// The `image` frame that carries a screenshot to the phone.
@@ -449,14 +488,30 @@ mod tests {
         fn gemini_declarations(&self) -> Vec<Value> {
             vec![serde_json::json!({"name": "fleet", "parameters": {"type": "OBJECT", "properties": {}}})]
         }
+
+        fn tool_names(&self) -> Vec<String> {
+            vec!["fleet".into()]
+        }
+
+        fn local_tool(
+            &self,
+            name: &str,
+            _args: &Value,
+        ) -> Option<futures_util::future::BoxFuture<'static, Result<Value, ToolError>>> {
+            (name == "fleet").then(|| Box::pin(async { Ok(serde_json::json!({"environments": []})) }) as _)
+        }
     }
 
     fn context(router: bool) -> (tempfile::TempDir, AgentContext) {
+        context_with(router, Default::default())
+    }
+
+    fn context_with(router: bool, config: crate::config::Config) -> (tempfile::TempDir, AgentContext) {
         let workspace = tempfile::tempdir().unwrap();
         let toolbox = Toolbox::new(crate::tools::ToolboxOptions {
             workspace: workspace.path().to_owned(),
-            config: Default::default(),
-            audit: None,
+            config,
+            audit: Some(crate::audit::Audit::new(workspace.path().join("audit"))),
             env: None,
         })
         .unwrap();
@@ -493,6 +548,45 @@ mod tests {
         assert!(names(&host).contains(&"fleet".to_owned()));
         let run = host.as_array().unwrap().iter().find(|d| d["name"] == "run_command").unwrap();
         assert_eq!(run.pointer("/parameters/properties/env/type"), Some(&Value::from("STRING")));
+    }
+
+    fn audit_lines(workspace: &tempfile::TempDir) -> Vec<Value> {
+        let dir = workspace.path().join("audit");
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .flat_map(|entry| {
+                std::fs::read_to_string(entry.unwrap().path()).unwrap().lines().map(str::to_owned).collect::<Vec<_>>()
+            })
+            .map(|line| serde_json::from_str(&line).unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn routed_calls_and_router_tools_are_audited_and_follow_the_policy() {
+        let (workspace, ctx) = context(true);
+        let call = ToolCall {
+            id: "r".into(),
+            name: "list_dir".into(),
+            args: serde_json::json!({}),
+            env: Some("devbox".into()),
+        };
+        run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.unwrap();
+        let call = ToolCall { id: "f".into(), name: "fleet".into(), args: serde_json::json!({}), env: None };
+        run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.unwrap();
+        let lines = audit_lines(&workspace);
+        assert!(lines.iter().any(|l| l["id"] == "r" && l["env"] == "devbox" && l["outcome"] == "ok"), "{lines:?}");
+        assert!(lines.iter().any(|l| l["id"] == "f" && l["tool"] == "fleet" && l["outcome"] == "ok"), "{lines:?}");
+
+        let config = crate::config::Config {
+            policy: crate::config::Policy { deny: vec!["fleet".into()], ..Default::default() },
+            ..Default::default()
+        };
+        let (workspace, ctx) = context_with(true, config);
+        let call = ToolCall { id: "d".into(), name: "fleet".into(), args: serde_json::json!({}), env: None };
+        let err = run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.unwrap_err();
+        assert_eq!(err.code, ErrorCode::DeniedByPolicy);
+        let lines = audit_lines(&workspace);
+        assert_eq!(lines[0]["rule"], "denied-by-policy");
     }
 
     #[tokio::test]

@@ -20,6 +20,7 @@ use tracing::{debug, info_span, warn, Instrument};
 
 use super::identity::{new_nonce, verify_nonce};
 use super::store::{self, EnvEntry};
+use crate::agent::sleep_until;
 use crate::config::RelayUrl;
 use crate::dial::{self, ClientSocket, DialOptions};
 use crate::protocol::{self, AgentMessage, ErrorCode, PeerNotice, PeerRole, PeerState, ToolCall, ToolError};
@@ -552,13 +553,6 @@ fn refused_by_environment(code: ErrorCode) -> ToolError {
         _ => "the environment refused the hello",
     };
     refusal(if code.is_refusal() { code } else { ErrorCode::EnvironmentIdentityMismatch }, message)
-}
-
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
 }
 
 /// The next text frame, or `None` when the socket ended.

@@ -48,6 +48,8 @@ pub const MAX_SAY_LEN: usize = 16 << 10;
 pub const RESUME_ATTEMPTS: u32 = 3;
 /// Time a cancelled tool gets to finish on its own before it is dropped.
 pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
+/// Longest wait for room on the Gemini link before a message is dropped as stalled.
+pub const GEMINI_SEND_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where and how to reach Gemini Live.
 #[derive(Clone, Debug)]
@@ -622,9 +624,15 @@ impl Bridge {
 
     /// Queues a message Gemini must get, giving up if the call ends meanwhile.
     async fn to_gemini(&self, link: &Link, text: String) {
+        // A link that takes no message for this long is stalled: drop this one and let the
+        // heartbeat notice the silence and resume, instead of freezing the whole bridge.
         tokio::select! {
             _ = self.end.cancelled() => {}
-            _ = link.send(text) => {}
+            sent = tokio::time::timeout(GEMINI_SEND_TIMEOUT, link.send(text)) => {
+                if sent.is_err() {
+                    warn!("Gemini is not taking messages; dropped one");
+                }
+            }
         }
     }
 }

@@ -103,6 +103,8 @@ pub(super) struct FrameReader {
     /// Opcode and bytes so far of a fragmented data message.
     fragments: Option<(u8, Vec<u8>)>,
     max_message_len: usize,
+    /// Bytes read so far: progress on a large message counts as a sign of life.
+    received: u64,
 }
 
 impl FrameReader {
@@ -111,7 +113,12 @@ impl FrameReader {
     pub(super) fn new(max_message_len: usize, leftover: &[u8]) -> Self {
         let mut buf = vec![0u8; READ_BUFFER_LEN.max(leftover.len())].into_boxed_slice();
         buf[..leftover.len()].copy_from_slice(leftover);
-        FrameReader { buf, start: 0, end: leftover.len(), pending: None, fragments: None, max_message_len }
+        FrameReader { buf, start: 0, end: leftover.len(), pending: None, fragments: None, max_message_len, received: 0 }
+    }
+
+    /// Bytes read from the stream so far, complete messages or not.
+    pub(super) fn received(&self) -> u64 {
+        self.received
     }
 
     /// The next complete message, or `None` on a clean end of stream between frames.
@@ -127,6 +134,7 @@ impl FrameReader {
                         return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
                     }
                     pending.filled += n;
+                    self.received += n as u64;
                     continue;
                 }
             }
@@ -168,6 +176,7 @@ impl FrameReader {
                         return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
                     }
                     self.end += n;
+                    self.received += n as u64;
                 }
             }
         }

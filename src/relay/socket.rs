@@ -88,6 +88,7 @@ async fn read_side<R: AsyncRead + Unpin>(
     limits: &Limits,
 ) {
     let mut last_heard = Instant::now();
+    let mut received = frames.received();
     let wake = tokio::time::sleep(limits.ping_interval);
     tokio::pin!(wake);
     loop {
@@ -95,6 +96,11 @@ async fn read_side<R: AsyncRead + Unpin>(
             message = frames.read_message(io) => message,
             () = &mut wake => {
                 let now = Instant::now();
+                // A slow upload of one large message is not silence.
+                if frames.received() != received {
+                    received = frames.received();
+                    last_heard = now;
+                }
                 let silent = now.saturating_duration_since(last_heard);
                 if silent >= limits.idle_timeout {
                     debug!(silent_ms = silent.as_millis() as u64, "peer stopped answering");

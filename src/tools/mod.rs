@@ -381,12 +381,32 @@ impl Toolbox {
                 duration_ms,
                 rule: policy.map(|_| ErrorCode::DeniedByPolicy.as_str().to_owned()),
                 policy: policy.map(|rule| rule.as_str().to_owned()),
+                env: None,
             };
             if let Err(err) = audit.record_call(&record) {
                 tracing::warn!(err = format!("{err:#}"), "could not write the audit trail");
             }
         }
         result
+    }
+
+    /// Applies the policy's allow and deny lists to a tool outside the table (such as `fleet`).
+    pub fn check_policy(&self, name: &str) -> Result<(), ToolError> {
+        let policy = &self.inner.config.policy;
+        let listed = |list: &[String]| list.iter().any(|entry| entry == name);
+        if listed(&policy.deny) || (!policy.allow.is_empty() && !listed(&policy.allow)) {
+            return Err(ToolError::new(ErrorCode::DeniedByPolicy, format!("{name} is not allowed here by the policy")));
+        }
+        Ok(())
+    }
+
+    /// Records a call this toolbox did not run itself: routed to an environment, or a router tool.
+    pub fn record_elsewhere(&self, record: CallRecord) {
+        if let Some(audit) = &self.inner.audit {
+            if let Err(err) = audit.record_call(&record) {
+                tracing::warn!(err = format!("{err:#}"), "could not write the audit trail");
+            }
+        }
     }
 
     async fn gate_and_run(

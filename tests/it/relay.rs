@@ -769,3 +769,38 @@ async fn relay_command_serves_wss_from_pem_files_and_refuses_bad_ones() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("missing.key"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_slow_upload_of_one_large_message_is_not_taken_for_silence() {
+    let limits = Limits {
+        ping_interval: Duration::from_millis(200),
+        idle_timeout: Duration::from_millis(800),
+        ..Limits::default()
+    };
+    let relay = Relay::start(RelayConfig { limits, ..Default::default() }).await;
+    let code = new_code();
+    let mut handset = phone(&relay, &code).await;
+    let mut laptop = TcpStream::connect(relay.addr).await.unwrap();
+    laptop.write_all(upgrade_request(&format!("/agent?code={code}"), "").as_bytes()).await.unwrap();
+    expect_notice(&mut handset, "agent", "joined").await;
+
+    // One 20 KiB binary message trickling in over about 2 s, far past the idle timeout, from a
+    // client that never reads (so never answers a ping): only the bytes themselves show life.
+    let payload: Vec<u8> = (0..20 * 1024).map(|i| (i % 251) as u8).collect();
+    let mut frame = vec![0x82, 0x80 | 126];
+    frame.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    frame.extend_from_slice(&[0, 0, 0, 0]); // mask key: zero leaves the payload as it is
+    let upload = async {
+        laptop.write_all(&frame).await.unwrap();
+        for chunk in payload.chunks(1024) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            laptop.write_all(chunk).await.unwrap();
+        }
+    };
+    // The phone keeps reading (and so answers its pings) while the upload goes on.
+    let (_, received) = tokio::join!(upload, next(&mut handset));
+    match received {
+        Message::Binary(received) => assert_eq!(received.as_ref(), &payload[..]),
+        other => panic!("expected the uploaded message, got {other:?}"),
+    }
+}
