@@ -201,6 +201,9 @@ impl Pump {
         let mut exited_at: Option<Instant> = None;
         let mut killed_at: Option<Instant> = None;
         let fd = self.master.as_raw_fd();
+        // Once the terminal is closed, the shell's exit status follows within moments: look
+        // again soon, then less often, instead of a full poll interval every time.
+        let mut recheck = Duration::from_micros(100);
         loop {
             if killed_at.is_none() && self.kill.load(Ordering::Acquire) {
                 self.kill_all();
@@ -226,7 +229,10 @@ impl Pump {
                         }
                     }
                 }
-                _ => std::thread::sleep(POLL_INTERVAL),
+                _ => {
+                    std::thread::sleep(recheck);
+                    recheck = (recheck * 2).min(POLL_INTERVAL);
+                }
             }
             self.output.flush_progress();
             if status.is_none() {
