@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::cli::Settings;
@@ -33,6 +33,7 @@ pub async fn run(settings: &Settings) -> Result<Exit> {
             "phone_present": live.as_ref().map(|l| l.phone_present),
             "calls_in_flight": live.as_ref().map(|l| l.calls_in_flight),
             "workspace": live.as_ref().map(|l| l.workspace.clone()),
+            "relay": live.as_ref().map(|l| l.relay.clone()),
         })),
     });
     let mut human = format!("home:    {}\npaired:  {}\nrelay:   {}\n", home.dir().display(), yes_no(paired), relay);
@@ -40,11 +41,12 @@ pub async fn run(settings: &Settings) -> Result<Exit> {
         (None, _) => human.push_str("agent:   not running (start it with `voxa run`)\n"),
         (Some(a), None) => human.push_str(&format!("agent:   pid {} on port {} (not answering)\n", a.pid, a.port)),
         (Some(a), Some(l)) => human.push_str(&format!(
-            "agent:   pid {} on 127.0.0.1:{}, {} mode, workspace {}\nrelay connected: {}\nphone present:   {}\ncalls in flight: {}\n",
+            "agent:   pid {} on 127.0.0.1:{}, {} mode, workspace {}\nagent relay:     {}\nrelay connected: {}\nphone present:   {}\ncalls in flight: {}\n",
             a.pid,
             a.port,
             l.mode,
             l.workspace,
+            if l.relay.is_empty() { "none" } else { &l.relay },
             yes_no(l.relay_connected),
             yes_no(l.phone_present),
             l.calls_in_flight
@@ -77,6 +79,5 @@ async fn query(settings: &Settings) -> Result<AgentStatus> {
     };
     let status = tokio::time::timeout(std::time::Duration::from_secs(5), wait).await??;
     let _ = socket.close(None).await;
-    let _: Option<Value> = None;
     Ok(status)
 }

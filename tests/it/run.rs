@@ -113,6 +113,7 @@ async fn embedded_relay_run_serves_a_phone_and_stops_cleanly_on_sigterm() {
     assert_eq!(value["agent"]["port"], port);
     assert_eq!(value["agent"]["relay_connected"], true);
     assert_eq!(value["agent"]["phone_present"], true);
+    assert_eq!(value["agent"]["relay"], format!("http://{relay}"), "status names the relay the agent dials");
     assert!(!text.contains(&token) && !text.contains(&code));
 
     let exit = run.terminate();
