@@ -91,10 +91,12 @@ impl std::fmt::Display for RelayUrl {
 
 /// `scheme://user:password@host` as `scheme://…@host`, for messages.
 fn without_userinfo(text: &str) -> String {
-    match (text.find("://"), text.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => format!("{}…{}", &text[..scheme_end + 3], &text[at..]),
-        (None, Some(at)) => format!("…{}", &text[at..]),
-        _ => text.to_owned(),
+    match text.rfind('@') {
+        Some(at) => match text[..at].find("://") {
+            Some(scheme_end) => format!("{}…{}", &text[..scheme_end + 3], &text[at..]),
+            None => format!("…{}", &text[at..]),
+        },
+        None => text.to_owned(),
     }
 }
 

@@ -38,6 +38,11 @@ pub trait EnvRouter: Send + Sync {
         Vec::new()
     }
 
+    /// True when `env` names this machine itself (its own envKey or name).
+    fn is_local(&self, _env: &str) -> bool {
+        false
+    }
+
     /// Gemini function declarations of [`EnvRouter::tool_names`].
     fn gemini_declarations(&self) -> Vec<Value> {
         Vec::new()
@@ -124,7 +129,7 @@ impl AgentContext {
     pub fn hello_ok(&self, admission: &Admission) -> AgentMessage {
         let mut tools = self.toolbox.names();
         if let Some(router) = &self.router {
-            tools.extend(router.tool_names());
+            tools.extend(router.tool_names().into_iter().filter(|name| self.toolbox.check_policy(name).is_ok()));
         }
         AgentMessage::HelloOk(HelloOk {
             agent: crate::agent_name(),
@@ -154,7 +159,9 @@ impl AgentContext {
                     );
                 }
             }
-            declarations.extend(router.gemini_declarations());
+            declarations.extend(router.gemini_declarations().into_iter().filter(|declaration| {
+                declaration["name"].as_str().is_some_and(|name| self.toolbox.check_policy(name).is_ok())
+            }));
         }
         Value::Array(declarations)
     }
@@ -396,10 +403,25 @@ pub async fn run_tool(
     progress: Option<mpsc::Sender<String>>,
     cancel: CancellationToken,
 ) -> Result<ToolOutput, ToolError> {
-    if let Some(env) = call.env.clone() {
-        let Some(router) = &ctx.router else {
+    let mut call = call;
+    let remote = match (&ctx.router, call.env.clone()) {
+        (None, Some(_)) => {
             return Err(ToolError::new(ErrorCode::UnknownEnvironment, "this agent has no environments"));
-        };
+        }
+        // This machine named by its own envKey or name: an ordinary local call.
+        (Some(router), Some(env)) if router.is_local(&env) => None,
+        (Some(router), Some(env)) => Some((router, env)),
+        (_, None) => None,
+    };
+    if remote.is_none() {
+        call.env = None;
+    }
+    if let Some((router, env)) = remote {
+        // The host's policy speaks for its user: what it refuses here, it refuses everywhere.
+        if let Err(refused) = ctx.toolbox.check_policy(&call.name) {
+            audit_elsewhere(ctx, &call, caller, Err(&refused), Instant::now());
+            return Err(refused);
+        }
         // Progress from an environment still flows when nobody listens locally.
         let (sink, mut drain) = mpsc::channel(64);
         let progress = progress.unwrap_or_else(|| {
@@ -587,6 +609,36 @@ mod tests {
         assert_eq!(err.code, ErrorCode::DeniedByPolicy);
         let lines = audit_lines(&workspace);
         assert_eq!(lines[0]["rule"], "denied-by-policy");
+        // A refused tool is not offered either.
+        let AgentMessage::HelloOk(ok) = ctx.hello_ok(&Admission::default()) else { panic!("not hello_ok") };
+        assert!(!ok.tools.contains(&"fleet".to_owned()), "{:?}", ok.tools);
+        assert!(ctx.gemini_declarations().as_array().unwrap().iter().all(|d| d["name"] != "fleet"));
+
+        // The host's policy also covers what it sends to environments.
+        let config = crate::config::Config {
+            policy: crate::config::Policy { read_only: true, deny: vec!["list_dir".into()], ..Default::default() },
+            ..Default::default()
+        };
+        let (workspace, ctx) = context_with(true, config);
+        for name in ["write_file", "list_dir"] {
+            let call = ToolCall {
+                id: name.into(),
+                name: name.into(),
+                args: serde_json::json!({}),
+                env: Some("devbox".into()),
+            };
+            let err = run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.unwrap_err();
+            assert_eq!(err.code, ErrorCode::DeniedByPolicy, "{name}");
+        }
+        let call = ToolCall {
+            id: "ok".into(),
+            name: "read_file".into(),
+            args: serde_json::json!({}),
+            env: Some("devbox".into()),
+        };
+        assert!(run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.is_ok());
+        let lines = audit_lines(&workspace);
+        assert_eq!(lines.iter().filter(|l| l["rule"] == "denied-by-policy" && l["env"] == "devbox").count(), 2);
     }
 
     #[tokio::test]

@@ -172,6 +172,10 @@ impl EnvRouter for HostRouter {
         vec![FLEET_TOOL.to_owned()]
     }
 
+    fn is_local(&self, env: &str) -> bool {
+        matches!(self.inner.resolve(env), Ok((_, Resolved::Local)))
+    }
+
     fn gemini_declarations(&self) -> Vec<Value> {
         // Only listing: pairing actions need the host token, which a voice model never holds.
         vec![json!({

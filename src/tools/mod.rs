@@ -390,12 +390,19 @@ impl Toolbox {
         result
     }
 
-    /// Applies the policy's allow and deny lists to a tool outside the table (such as `fleet`).
+    /// Applies the policy to a call this toolbox does not run itself: a router tool such as
+    /// `fleet` (allow and deny lists), or a call routed to an environment (also `read_only` for
+    /// tools that change a machine).
     pub fn check_policy(&self, name: &str) -> Result<(), ToolError> {
         let policy = &self.inner.config.policy;
         let listed = |list: &[String]| list.iter().any(|entry| entry == name);
-        if listed(&policy.deny) || (!policy.allow.is_empty() && !listed(&policy.allow)) {
-            return Err(ToolError::new(ErrorCode::DeniedByPolicy, format!("{name} is not allowed here by the policy")));
+        let read_only = policy.read_only && tool_spec(name).is_some_and(|spec| spec.changes_machine);
+        if listed(&policy.deny) || (!policy.allow.is_empty() && !listed(&policy.allow)) || read_only {
+            let shown = output::prefix(name, 64);
+            return Err(ToolError::new(
+                ErrorCode::DeniedByPolicy,
+                format!("{shown} is not allowed here by the policy"),
+            ));
         }
         Ok(())
     }

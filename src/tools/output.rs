@@ -175,7 +175,6 @@ impl Output {
 }
 
 /// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
-/// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
 pub(crate) fn prefix(text: &str, max: usize) -> &str {
     if text.len() <= max {
         return text;
