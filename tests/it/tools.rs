@@ -700,7 +700,10 @@ pub struct Xvfb {
 }
 
 impl Xvfb {
-    pub fn start(screen: &str) -> Xvfb {
+    /// A virtual X server, or `None` (with a note on stderr) where Xvfb is not installed outside
+    /// CI, so `cargo test` passes on a machine with only the Rust toolchain. Under CI (`CI` set,
+    /// as `.ci/run` runs, after installing it) a missing Xvfb fails the test.
+    pub fn start(screen: &str) -> Option<Xvfb> {
         let spawned = Command::new("Xvfb")
             .args(["-displayfd", "1", "-screen", "0", screen, "-nolisten", "tcp", "-noreset"])
             .stdin(Stdio::null())
@@ -710,7 +713,12 @@ impl Xvfb {
         let mut child = match spawned {
             Ok(child) => child,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                panic!("Xvfb is not installed: install xvfb (apt-get install xvfb) to run the screenshot tests")
+                let advice = "Xvfb is not installed: install xvfb (apt-get install xvfb) to run the screenshot tests";
+                if std::env::var_os("CI").is_some() {
+                    panic!("{advice}");
+                }
+                eprintln!("skipped: {advice}");
+                return None;
             }
             Err(err) => panic!("could not start Xvfb: {err}"),
         };
@@ -720,7 +728,7 @@ impl Xvfb {
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
         let number = line.trim();
         assert!(!number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()), "Xvfb did not start: {line:?}");
-        Xvfb { display: format!(":{number}"), child }
+        Some(Xvfb { display: format!(":{number}"), child })
     }
 
     /// Paints the root window; false when `xsetroot` is not installed.
@@ -753,7 +761,7 @@ fn decode_png(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
 }
 
 async fn check_screenshot(screen: &str, width: u32, height: u32) {
-    let xvfb = Xvfb::start(screen);
+    let Some(xvfb) = Xvfb::start(screen) else { return };
     let painted = xvfb.paint("#ff0000");
     // The display comes from the environment here, as it would in a desktop session.
     let fx = Fixture::with(Config::default(), test_env(None, Some(&xvfb.display)));
