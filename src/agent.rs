@@ -37,6 +37,10 @@ use crate::writer::Writer;
 pub const GEMINI_LIVE_URL: &str =
     "wss://generativelanguage.googleapis.com/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent";
 
+/// A 4001 this soon after an abandoned dial is taken for that dial arriving late, not for
+/// another agent: the dialer dials again instead of stopping.
+pub const STALE_DIAL_WINDOW: Duration = Duration::from_secs(2 * dial::CONNECT_TIMEOUT.as_secs());
+
 /// How the dialer notices a dead relay connection.
 #[derive(Clone, Copy, Debug)]
 pub struct Heartbeat {
@@ -377,6 +381,9 @@ impl Dialer {
     /// Dials until `shutdown`, serving each connection while it lasts.
     pub async fn run(self, shutdown: CancellationToken) {
         let mut backoff = Backoff::new(self.backoff);
+        // When this agent gave up on a dial, its request may still reach the relay later (a relay
+        // that was frozen, a slow network) and take the code over from the live connection.
+        let mut last_abandoned_dial: Option<Instant> = None;
         loop {
             let connected = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -409,6 +416,15 @@ impl Dialer {
                     }
                     match ended {
                         Ended::Shutdown => return,
+                        Ended::Replaced if last_abandoned_dial.is_some_and(|at| at.elapsed() < STALE_DIAL_WINDOW) => {
+                            // Most likely our own abandoned dial arriving late: it is dead, so dial again.
+                            last_abandoned_dial = None;
+                            self.printer.event(
+                                "relay_lost",
+                                json!({"reason": "replaced, probably by a late dial of this agent"}),
+                                "relay connection replaced, probably by a late dial of this agent",
+                            );
+                        }
                         Ended::Replaced => {
                             self.printer.event(
                                 "replaced",
@@ -426,6 +442,7 @@ impl Dialer {
                     }
                 }
                 Err(err) => {
+                    last_abandoned_dial = Some(Instant::now());
                     let reason = format!("{err:#}");
                     self.printer.event(
                         "relay_unreachable",

@@ -331,6 +331,9 @@ async fn results_of_a_departed_phone_never_reach_the_next_one() {
     .await;
     recv_type(&mut first, "tool_progress").await.to_string(); // the call is running
     drop(first);
+    // Once the agent knows the phone left, nothing of that session may reach the next phone,
+    // though the call is still running and will finish.
+    eventually("agent saw the phone leave", || !agent.agent.ctx.status.phone_present.load(Ordering::Relaxed)).await;
     let mut second = phone_socket(&relay, agent.code()).await;
     // Until it says hello, the new phone hears only presence frames and no one else's results.
     let quiet_until = tokio::time::Instant::now() + Duration::from_millis(1500);
@@ -460,4 +463,35 @@ async fn the_agent_reaches_a_tls_relay_through_an_http_connect_proxy() {
     let mut phone = agent.phone_tls(&relay, &cert).await;
     send(&mut phone, json!({"type":"tool_call","id":"p1","name":"no_such_tool"})).await;
     assert_eq!(recv_result(&mut phone, "p1").await["error"]["code"], "unknown-tool");
+}
+
+#[tokio::test]
+async fn a_late_arrival_of_the_agents_own_abandoned_dial_does_not_stop_it() {
+    // The first dials fail (nothing listens yet), as they would against a frozen relay.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let url = voxa::config::RelayUrl::parse(&format!("http://{addr}")).unwrap();
+    let agent = TestAgent::start(Some(url)).await;
+    // Its first dial is made at once; give it time to be refused before the relay appears.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let relay = TestRelay::start_with(tokio::net::TcpListener::bind(addr).await.unwrap(), Default::default()).await;
+    let mut phone = agent.phone(&relay).await;
+
+    // A stale request for the same code takes over, as an abandoned dial would on arrival, and
+    // then goes away.
+    let stale = connect(&format!("ws://{addr}/agent?code={}", agent.code())).await;
+    drop(stale);
+    // The agent does not give up: the phone sees it come back and can talk to it again. (A hello
+    // sent while the stale socket held the code is lost; the next `joined` is the agent.)
+    loop {
+        let frame = recv_json(&mut phone).await;
+        if frame["type"] == "__peer" && frame["peer"] == "agent" && frame["state"] == "joined" {
+            send(&mut phone, json!({"type":"hello","token": agent.token()})).await;
+        }
+        if frame["type"] == "hello_ok" {
+            break;
+        }
+    }
+    eventually("agent connected again", || agent.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
 }
