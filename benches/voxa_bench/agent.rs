@@ -2,9 +2,8 @@
 //! against spawning the program directly, the same call through the relay, and reconnect time
 //! after a relay restart.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
@@ -14,55 +13,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use voxa::dial::{ClientSocket, DialOptions};
 
+use crate::child::{start_agent, Agent};
 use crate::report::{percentiles, Report};
-
-struct Agent {
-    child: Child,
-    port: u16,
-    token: String,
-    code: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_agent(relay: &str) -> Agent {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let workspace = dir.path().join("ws");
-    std::fs::create_dir_all(&workspace).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_voxa"))
-        .args(["run", "--json", "--relay", relay, "--workspace"])
-        .arg(&workspace)
-        .env("VOXA_HOME", &home)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap());
-    let mut port = 0;
-    let mut connected = false;
-    while port == 0 || !connected {
-        let mut line = String::new();
-        assert!(lines.read_line(&mut line).unwrap() > 0, "agent exited");
-        let event: Value = serde_json::from_str(&line).unwrap();
-        match event["event"].as_str() {
-            Some("started") => port = event["port"].as_u64().unwrap() as u16,
-            Some("relay_connected") => connected = true,
-            _ => {}
-        }
-    }
-    // Keep draining events so the agent never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines.lines() {});
-    let read = |name: &str| std::fs::read_to_string(home.join(name)).unwrap().trim().to_owned();
-    Agent { child, port, token: read("auth_token"), code: read("relay_code"), _dir: dir }
-}
 
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -151,7 +103,11 @@ pub fn run(report: &mut Report, measuring: bool) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let relay_addr = listener.local_addr().unwrap();
         let mut relay = start_relay(listener).await;
-        let agent = tokio::task::spawn_blocking(move || start_agent(&format!("http://{relay_addr}"))).await.unwrap();
+        let agent = tokio::task::spawn_blocking(move || {
+            start_agent(&[], &["--relay", &format!("http://{relay_addr}")], &[], &["started", "relay_connected"])
+        })
+        .await
+        .unwrap();
 
         tokio::time::sleep(Duration::from_secs(2)).await;
         report.add(

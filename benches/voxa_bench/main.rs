@@ -6,6 +6,7 @@
 //! `cargo bench -- agent` runs only the sections whose name contains `agent`.
 
 mod agent;
+mod child;
 mod pair;
 mod relay;
 mod report;

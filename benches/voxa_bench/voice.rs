@@ -4,8 +4,7 @@
 //! the agent's CPU while a call streams 50 frames/s each way. A direct WebSocket to the fake with
 //! the same frames gives the floor that loopback and scheduling set on this machine.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,6 +17,7 @@ use voxa::dial::{ClientSocket, DialOptions};
 mod fake_gemini;
 
 use self::fake_gemini::{FakeGemini, FakeOptions, Kind};
+use crate::child::start_agent;
 use crate::report::{percentiles, Report};
 
 const KEY: &str = "AIzaSy-bench-key";
@@ -31,50 +31,6 @@ const SMOKE_STREAM: Duration = Duration::from_millis(1500);
 const SILENT: Duration = Duration::from_secs(3);
 /// Frames left out at the start of the stream.
 const WARM_UP: usize = 25;
-
-struct Agent {
-    child: Child,
-    port: u16,
-    token: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_agent(gemini_url: &str) -> Agent {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let workspace = dir.path().join("ws");
-    std::fs::create_dir_all(&workspace).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_voxa"))
-        .args(["--self-hosted", "run", "--json", "--embedded-relay", "--workspace"])
-        .arg(&workspace)
-        .env("VOXA_HOME", &home)
-        .env("GEMINI_API_KEY", KEY)
-        .env("VOXA_GEMINI_URL", gemini_url)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap());
-    let port = loop {
-        let mut line = String::new();
-        assert!(lines.read_line(&mut line).unwrap() > 0, "agent exited");
-        let event: Value = serde_json::from_str(&line).unwrap();
-        if event["event"] == "started" {
-            break event["port"].as_u64().unwrap() as u16;
-        }
-    };
-    std::thread::spawn(move || for _ in lines.lines() {});
-    let token = std::fs::read_to_string(home.join("auth_token")).unwrap().trim().to_owned();
-    Agent { child, port, token, _dir: dir }
-}
 
 /// CPU time (user + system) the process has used so far.
 fn cpu_time(pid: u32) -> Duration {
@@ -173,7 +129,16 @@ pub fn run(report: &mut Report, measuring: bool) {
     runtime.block_on(async {
         let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
         let url = fake.url();
-        let agent = tokio::task::spawn_blocking(move || start_agent(&url)).await.unwrap();
+        let agent = tokio::task::spawn_blocking(move || {
+            start_agent(
+                &["--self-hosted"],
+                &["--embedded-relay"],
+                &[("GEMINI_API_KEY", KEY), ("VOXA_GEMINI_URL", &url)],
+                &["started"],
+            )
+        })
+        .await
+        .unwrap();
         let pid = agent.child.id();
 
         let mut phone =

@@ -1,0 +1,60 @@
+//! A `voxa run --json` child process with its own home and workspace, for the sections that
+//! measure the agent as a separate process.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+/// A running agent; killed when dropped.
+pub struct Agent {
+    pub child: Child,
+    pub port: u16,
+    pub token: String,
+    pub code: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `voxa <global> run --json --workspace W <run_args>` with `env` set, and returns once it
+/// has printed every event named in `wait_for`.
+pub fn start_agent(global: &[&str], run_args: &[&str], env: &[(&str, &str)], wait_for: &[&str]) -> Agent {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_voxa"))
+        .args(global)
+        .args(["run", "--json", "--workspace"])
+        .arg(&workspace)
+        .args(run_args)
+        .envs(env.iter().copied())
+        .env("VOXA_HOME", &home)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap());
+    let mut port = 0;
+    let mut waiting: Vec<&str> = wait_for.to_vec();
+    while !waiting.is_empty() {
+        let mut line = String::new();
+        assert!(lines.read_line(&mut line).unwrap() > 0, "agent exited");
+        let event: Value = serde_json::from_str(&line).unwrap();
+        if event["event"] == "started" {
+            port = event["port"].as_u64().unwrap() as u16;
+        }
+        waiting.retain(|name| event["event"] != *name);
+    }
+    // Keep draining events so the agent never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines.lines() {});
+    let read = |name: &str| std::fs::read_to_string(home.join(name)).unwrap().trim().to_owned();
+    Agent { child, port, token: read("auth_token"), code: read("relay_code"), _dir: dir }
+}
