@@ -57,6 +57,10 @@ pub enum Command {
     Relay(RelayArgs),
     /// Drive other machines from this one (multi-environment pairing)
     Env(EnvArgs),
+    /// Keep `voxa run` running at login (systemd user unit on Linux, launchd agent on macOS)
+    Service(ServiceArgs),
+    /// Check this setup, one line per check, and say how to fix what is wrong
+    Doctor(DoctorArgs),
     /// Print a shell completion script
     Completions {
         /// Shell to generate for
@@ -155,6 +159,55 @@ pub enum EnvCommand {
     },
 }
 
+#[derive(Debug, Args)]
+pub struct ServiceArgs {
+    #[command(subcommand)]
+    pub command: ServiceCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ServiceCommand {
+    /// Write the service file and start it now and at every login (twice is harmless)
+    Install {
+        /// Root the service's tools are confined to [default: the current directory]
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+        /// Extra CA certificate (PEM) the service trusts for the relay's TLS
+        #[arg(long, value_name = "FILE")]
+        ca_cert: Option<PathBuf>,
+        /// Print the service file and where it would go; change nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Stop the service and remove its file
+    Uninstall {
+        /// Say what would be stopped and removed; change nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Whether the service is installed, enabled and running
+    Status,
+    /// Show the service's recent log lines
+    Logs {
+        /// Keep printing new lines as they come
+        #[arg(short, long)]
+        follow: bool,
+        /// How many recent lines to show
+        #[arg(short = 'n', long, default_value_t = 100, value_name = "N")]
+        lines: u32,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Extra CA certificate (PEM) to trust for the relay's TLS, as `voxa run --ca-cert`
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
+    /// Token the relay requires (checked against the relay, never printed)
+    #[arg(long, env = "VOXA_RELAY_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    pub relay_token: Option<String>,
+}
+
 /// Settings shared by every command, validated.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -201,6 +254,8 @@ pub fn run(cli: Cli) -> Result<Exit> {
         }
         Some(Command::Env(args)) => block_on(crate::environments::command(&settings, args.command)),
         Some(Command::Status) => block_on(crate::status::run(&settings)),
+        Some(Command::Service(args)) => crate::service::command(&settings, args.command),
+        Some(Command::Doctor(args)) => block_on(crate::doctor::run(&settings, args)),
         Some(Command::Call(args)) => block_on(crate::call::run(&settings, args)),
         Some(Command::Relay(args)) => block_on(crate::relay::command(&settings, args)).map(|()| Exit::Ok),
         Some(Command::Run(args)) => block_on(crate::agent::command(&settings, args)).map(|()| Exit::Ok),

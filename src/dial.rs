@@ -113,7 +113,7 @@ impl DialOptions {
         Ok(self)
     }
 
-    fn bypasses_proxy(&self, host: &str) -> bool {
+    pub fn bypasses_proxy(&self, host: &str) -> bool {
         let host = host.to_ascii_lowercase();
         is_loopback_host(&host)
             || self.no_proxy.iter().any(|entry| {
@@ -189,7 +189,7 @@ pub async fn connect(url: &str, options: &DialOptions) -> Result<ClientSocket> {
         .with_context(|| format!("could not reach {shown}"))
 }
 
-async fn via_proxy(proxy: &Proxy, host: &str, port: u16) -> Result<TcpStream> {
+pub async fn via_proxy(proxy: &Proxy, host: &str, port: u16) -> Result<TcpStream> {
     let mut stream = TcpStream::connect((proxy.host.as_str(), proxy.port))
         .await
         .with_context(|| format!("could not reach proxy {}:{}", proxy.host, proxy.port))?;

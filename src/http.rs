@@ -167,7 +167,8 @@ pub async fn respond_with<S: AsyncWrite + Unpin>(
     headers: &[(&str, &str)],
     body: &str,
 ) -> std::io::Result<()> {
-    let mut response = format!("HTTP/1.1 {status} {reason}\r\n");
+    let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+    let mut response = format!("HTTP/1.1 {status} {reason}\r\ndate: {date}\r\n");
     for (name, value) in headers {
         response.push_str(&format!("{name}: {value}\r\n"));
     }

@@ -6,7 +6,7 @@
 //! `busy` at once, never queued; argument checks against the table → `invalid-args` naming the
 //! field; then the tool. Each call, refused or not, leaves one line in the audit trail.
 
-mod coding_agent;
+pub(crate) mod coding_agent;
 mod command;
 mod files;
 pub(crate) mod output;
