@@ -347,20 +347,6 @@ async fn results_of_a_departed_phone_never_reach_the_next_one() {
     }
 }
 
-/// A relay serving TLS with a fresh self-signed certificate for `localhost`; returns the relay
-/// and the certificate's PEM file.
-async fn tls_relay(dir: &std::path::Path) -> (TestRelay, std::path::PathBuf) {
-    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-    let cert = dir.join("relay.crt");
-    let key = dir.join("relay.key");
-    std::fs::write(&cert, certified.cert.pem()).unwrap();
-    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
-    let config =
-        voxa::relay::RelayConfig { tls: Some(voxa::relay::load_tls(&cert, &key).unwrap()), ..Default::default() };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    (TestRelay::start_with(listener, config).await, cert)
-}
-
 #[tokio::test]
 async fn the_agent_dials_a_tls_relay_it_was_told_to_trust_and_refuses_one_it_was_not() {
     let dir = tempfile::tempdir().unwrap();

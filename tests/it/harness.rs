@@ -52,6 +52,20 @@ impl TestRelay {
     }
 }
 
+/// A relay serving TLS with a fresh self-signed certificate for `localhost`; returns the relay
+/// and the certificate's PEM file.
+pub async fn tls_relay(dir: &std::path::Path) -> (TestRelay, std::path::PathBuf) {
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let cert = dir.join("relay.crt");
+    let key = dir.join("relay.key");
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
+    let config =
+        voxa::relay::RelayConfig { tls: Some(voxa::relay::load_tls(&cert, &key).unwrap()), ..Default::default() };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    (TestRelay::start_with(listener, config).await, cert)
+}
+
 /// An agent running in this process with its own home and workspace.
 pub struct TestAgent {
     pub home: TempDir,

@@ -3,6 +3,7 @@
 
 mod agent;
 mod cli;
+mod doctor;
 mod environments;
 mod fake_gemini;
 mod gemini;

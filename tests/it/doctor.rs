@@ -1,0 +1,288 @@
+//! `voxa doctor` as a user runs it: the binary against a real relay and a real `voxa run`, healthy
+//! and broken in the ways people break it.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+
+use crate::harness::*;
+use crate::run::RunningBinary;
+use crate::support::voxa_cmd;
+
+const RELAY_TOKEN: &str = "relay-token-5f1c9a0e7d3b";
+
+/// The fake `claude` on PATH, so the coding-agent check passes where Claude Code is not installed.
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+/// Runs `voxa doctor --json` for `home` with `env` and no display; returns the exit code, the
+/// report and everything printed.
+fn doctor(home: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, Value, String) {
+    let path = format!("{}:{}", fixtures().display(), std::env::var("PATH").unwrap_or_default());
+    let out: Output = voxa_cmd(home)
+        .args(["doctor", "--json"])
+        .args(args)
+        .env("PATH", path)
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("https_proxy")
+        .env_remove("ALL_PROXY")
+        .env_remove("all_proxy")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let everything = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|_| panic!("not JSON: {everything}"));
+    (out.status.code().unwrap(), report, everything)
+}
+
+/// The check named `name` in a report.
+fn check<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == name)
+        .unwrap_or_else(|| panic!("no check {name:?} in {report}"))
+}
+
+fn status_of(report: &Value, name: &str) -> String {
+    check(report, name)["status"].as_str().unwrap().to_owned()
+}
+
+/// The secrets of a home, to prove none of them is ever printed.
+fn secrets(home: &Path) -> Vec<String> {
+    ["auth_token", "relay_code"]
+        .iter()
+        .map(|f| std::fs::read_to_string(home.join(f)).unwrap().trim().to_owned())
+        .collect()
+}
+
+fn assert_no_secret(output: &str, secrets: &[String]) {
+    for secret in secrets {
+        assert!(!output.contains(secret.as_str()), "a secret was printed: {output}");
+    }
+}
+
+/// A relay requiring [`RELAY_TOKEN`], and `voxa run` dialling it with that token.
+async fn healthy_setup() -> (TestRelay, RunningBinary) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = voxa::relay::RelayConfig {
+        token: Some(voxa::secret::Secret::from_string(RELAY_TOKEN.to_owned())),
+        ..Default::default()
+    };
+    let relay = TestRelay::start_with(listener, config).await;
+    let url = format!("http://{}", relay.addr);
+    let mut run = RunningBinary::start_with_env(&["--relay", &url], &[("VOXA_RELAY_TOKEN", RELAY_TOKEN)]);
+    run.event("started");
+    (relay, run)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_setup_passes_and_a_wrong_relay_token_fails_without_being_printed() {
+    let (relay, run) = healthy_setup().await;
+    let home = run.home.clone();
+    let secrets = secrets(&home);
+
+    let (code, report, output) = doctor(&home, &[], &[("VOXA_RELAY_TOKEN", RELAY_TOKEN)]);
+    assert_eq!(code, 0, "{output}");
+    assert_eq!(report["ok"], true);
+    assert_eq!(report["failures"], 0);
+    for name in ["home", "permissions", "secrets", "config", "relay", "proxy", "relay tcp", "relay health", "clock"] {
+        assert_eq!(status_of(&report, name), "ok", "{name}: {output}");
+    }
+    assert_eq!(check(&report, "relay")["message"], format!("http://{} (saved in config.toml)", relay.addr));
+    assert_eq!(check(&report, "relay token")["message"], "the relay accepted VOXA_RELAY_TOKEN");
+    assert_eq!(status_of(&report, "coding agents"), "ok", "{output}");
+    let agent = check(&report, "agent");
+    assert_eq!(agent["status"], "ok", "{output}");
+    let message = agent["message"].as_str().unwrap();
+    assert!(message.contains(&format!("pid {}", run.child.id())), "{message}");
+    assert!(message.contains(voxa::VERSION), "{message}");
+    // No display in this environment: a warning with its fix, not a failure.
+    assert_eq!(status_of(&report, "display"), "warn");
+    assert!(check(&report, "display")["fix"].as_str().unwrap().contains("DISPLAY"));
+    assert_no_secret(&output, &secrets);
+    assert!(!output.contains(RELAY_TOKEN), "{output}");
+
+    let wrong = "wrong-token-0b7e9d24a1c6";
+    let (code, report, output) = doctor(&home, &[], &[("VOXA_RELAY_TOKEN", wrong)]);
+    assert_eq!(code, 1, "{output}");
+    let token = check(&report, "relay token");
+    assert_eq!(token["status"], "fail");
+    assert_eq!(token["message"], "the relay refused VOXA_RELAY_TOKEN");
+    assert!(token["fix"].as_str().unwrap().contains("VOXA_RELAY_TOKEN"));
+    assert!(!output.contains(wrong) && !output.contains(RELAY_TOKEN), "{output}");
+    assert_no_secret(&output, &secrets);
+
+    let (code, report, output) = doctor(&home, &[], &[]);
+    assert_eq!(code, 1, "{output}");
+    assert_eq!(check(&report, "relay token")["message"], "the relay requires a token and none is set");
+
+    // The human form: one line per check, the failure with its fix, then a summary.
+    let human = voxa_cmd(&home).args(["doctor"]).env("VOXA_RELAY_TOKEN", wrong).output().unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    let line = text.lines().find(|l| l.starts_with("fail  relay token")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("— fix: set VOXA_RELAY_TOKEN"), "{line}");
+    assert!(text.lines().any(|l| l.starts_with("ok    relay health")), "{text}");
+    assert!(text.trim_end().ends_with("warning(s)"), "{text}");
+    drop(run);
+    relay.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_relay_and_a_stale_agent_file_are_reported_with_their_fixes() {
+    let (relay, mut run) = healthy_setup().await;
+    let home = run.home.clone();
+    let addr = relay.addr;
+    relay.kill().await;
+
+    let (code, report, output) = doctor(&home, &[], &[("VOXA_RELAY_TOKEN", RELAY_TOKEN)]);
+    assert_eq!(code, 1, "{output}");
+    let tcp = check(&report, "relay tcp");
+    assert_eq!(tcp["status"], "fail");
+    assert!(
+        tcp["message"].as_str().unwrap().contains(&format!("cannot connect to 127.0.0.1:{}", addr.port())),
+        "{tcp}"
+    );
+    assert!(tcp["fix"].as_str().unwrap().contains("relay running"), "{tcp}");
+    // Later relay steps are not attempted once the connection fails.
+    assert!(report["checks"].as_array().unwrap().iter().all(|c| c["check"] != "relay health"));
+    assert_eq!(status_of(&report, "agent"), "ok", "the agent keeps running without its relay: {output}");
+
+    // The agent dies without cleaning up: agent.json stays behind, naming a dead pid.
+    let pid = run.child.id();
+    run.child.kill().unwrap();
+    run.child.wait().unwrap();
+    let agent_file = home.join("agent.json");
+    assert!(agent_file.exists());
+    let (_, report, output) = doctor(&home, &[], &[]);
+    let agent = check(&report, "agent");
+    assert_eq!(agent["status"], "warn", "{output}");
+    assert!(agent["message"].as_str().unwrap().contains(&format!("pid {pid} is not running")), "{agent}");
+    assert_eq!(agent["fix"], format!("rm {}, then voxa run", agent_file.display()));
+    assert!(agent_file.exists(), "doctor changes nothing");
+
+    // agent.json naming a live process whose port is not a voxa agent.
+    let impostor = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = impostor.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = impostor.accept().await {
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await;
+        }
+    });
+    let fake = serde_json::json!({"pid": std::process::id(), "port": port, "version": voxa::VERSION});
+    std::fs::write(&agent_file, fake.to_string()).unwrap();
+    let (code, report, output) = doctor(&home, &[], &[]);
+    assert_eq!(code, 1, "{output}");
+    let agent = check(&report, "agent");
+    assert_eq!(agent["status"], "fail", "{output}");
+    assert!(agent["message"].as_str().unwrap().contains("answered HTTP 200"), "{agent}");
+}
+
+#[test]
+fn loose_permissions_and_a_missing_home_fail_with_the_chmod_or_command_that_fixes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("voxa");
+    let (code, report, output) = doctor(&home, &["--relay", "http://127.0.0.1:1"], &[]);
+    assert_eq!(code, 1, "{output}");
+    assert_eq!(check(&report, "home")["fix"], "voxa pair");
+    assert!(!home.exists(), "doctor creates nothing");
+
+    assert!(voxa_cmd(&home).args(["pair", "--json"]).output().unwrap().status.success());
+    let secrets = secrets(&home);
+    let token = home.join("auth_token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, report, output) = doctor(&home, &["--relay", "http://127.0.0.1:1"], &[]);
+    assert_eq!(code, 1, "{output}");
+    let permissions = check(&report, "permissions");
+    assert_eq!(permissions["status"], "fail");
+    assert_eq!(permissions["fix"], format!("chmod 600 {}", token.display()));
+    // The secret itself is still well-formed, and still not printed.
+    assert_eq!(status_of(&report, "secrets"), "ok");
+    assert_no_secret(&output, &secrets);
+
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (_, report, _) = doctor(&home, &["--relay", "http://127.0.0.1:1"], &[]);
+    assert_eq!(check(&report, "home")["fix"], format!("chmod 700 {}", home.display()));
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+
+    std::fs::write(&token, "not a token").unwrap();
+    let (_, report, output) = doctor(&home, &["--relay", "http://127.0.0.1:1"], &[]);
+    let check_secrets = check(&report, "secrets");
+    assert_eq!(check_secrets["status"], "fail");
+    assert!(check_secrets["fix"].as_str().unwrap().starts_with("voxa pair --rotate"));
+    assert!(!output.contains("not a token"), "{output}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_relay_is_verified_with_the_configured_roots() {
+    let dir = tempfile::tempdir().unwrap();
+    let (relay, cert) = tls_relay(dir.path()).await;
+    let home = dir.path().join("voxa");
+    let url = format!("https://localhost:{}", relay.addr.port());
+    assert!(voxa_cmd(&home).args(["pair", "--json", "--relay", &url]).output().unwrap().status.success());
+
+    let (code, report, output) = doctor(&home, &[], &[]);
+    assert_eq!(code, 1, "{output}");
+    let tls = check(&report, "relay tls");
+    assert_eq!(tls["status"], "fail", "{output}");
+    assert!(tls["fix"].as_str().unwrap().contains("--ca-cert"), "{tls}");
+
+    let (code, report, output) = doctor(&home, &["--ca-cert", cert.to_str().unwrap()], &[]);
+    assert_eq!(check(&report, "relay tls")["status"], "ok", "{output}");
+    assert_eq!(status_of(&report, "relay health"), "ok", "{output}");
+    assert_eq!(check(&report, "relay token")["message"], "the relay needs no token");
+    assert_eq!(status_of(&report, "clock"), "ok", "the relay's Date header is read: {output}");
+    // Only the missing agent is left, and it is a warning.
+    assert_eq!(code, 0, "{output}");
+    relay.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_hosted_checks_the_key_shape_without_printing_it_and_reaches_gemini() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("voxa");
+    assert!(voxa_cmd(&home)
+        .args(["pair", "--json", "--relay", "http://127.0.0.1:1"])
+        .output()
+        .unwrap()
+        .status
+        .success());
+    let gemini = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gemini_url = format!("ws://127.0.0.1:{}/live", gemini.local_addr().unwrap().port());
+    let key = format!("AIza{}", "Sy0123456789abcdefghijklmnopqrst_-X");
+    assert_eq!(key.len(), 39);
+
+    let env = [("GEMINI_API_KEY", key.as_str()), ("VOXA_GEMINI_URL", gemini_url.as_str())];
+    let (_, report, output) = doctor(&home, &["--self-hosted"], &env);
+    let shape = check(&report, "gemini key");
+    assert_eq!(shape["status"], "ok", "{output}");
+    assert!(shape["message"].as_str().unwrap().contains("plausible"));
+    assert_eq!(status_of(&report, "gemini"), "ok", "{output}");
+    assert!(!output.contains(&key[4..]), "the key was printed: {output}");
+
+    let odd = "sk-this-is-not-a-google-key-12345";
+    let env = [("GEMINI_API_KEY", odd), ("VOXA_GEMINI_URL", gemini_url.as_str())];
+    let (_, report, output) = doctor(&home, &["--self-hosted"], &env);
+    assert_eq!(status_of(&report, "gemini key"), "warn");
+    assert!(!output.contains(odd), "{output}");
+
+    drop(gemini);
+    let (code, report, output) = doctor(&home, &["--self-hosted"], &[("VOXA_GEMINI_URL", gemini_url.as_str())]);
+    assert_eq!(code, 1);
+    assert_eq!(status_of(&report, "gemini key"), "fail", "{output}");
+    assert_eq!(status_of(&report, "gemini"), "fail", "nothing listens there any more: {output}");
+
+    // Without --self-hosted, neither is checked.
+    let (_, report, _) = doctor(&home, &[], &[]);
+    assert!(report["checks"].as_array().unwrap().iter().all(|c| c["check"] != "gemini key"));
+}
