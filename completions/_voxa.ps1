@@ -39,6 +39,8 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             [CompletionResult]::new('call', 'call', [CompletionResultType]::ParameterValue, 'Run one tool through the running agent and print its result')
             [CompletionResult]::new('relay', 'relay', [CompletionResultType]::ParameterValue, 'Run a relay server')
             [CompletionResult]::new('env', 'env', [CompletionResultType]::ParameterValue, 'Drive other machines from this one (multi-environment pairing)')
+            [CompletionResult]::new('service', 'service', [CompletionResultType]::ParameterValue, 'Keep `voxa run` running at login (systemd user unit on Linux, launchd agent on macOS)')
+            [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check this setup, one line per check, and say how to fix what is wrong')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -255,6 +257,134 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
         'voxa;env;help;help' {
             break
         }
+        'voxa;service' {
+            [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
+            [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
+            [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON (one object per line for event streams) instead of text')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('install', 'install', [CompletionResultType]::ParameterValue, 'Write the service file and start it now and at every login (twice is harmless)')
+            [CompletionResult]::new('uninstall', 'uninstall', [CompletionResultType]::ParameterValue, 'Stop the service and remove its file')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Whether the service is installed, enabled and running')
+            [CompletionResult]::new('logs', 'logs', [CompletionResultType]::ParameterValue, 'Show the service''s recent log lines')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'voxa;service;install' {
+            [CompletionResult]::new('--workspace', '--workspace', [CompletionResultType]::ParameterName, 'Root the service''s tools are confined to [default: the current directory]')
+            [CompletionResult]::new('--ca-cert', '--ca-cert', [CompletionResultType]::ParameterName, 'Extra CA certificate (PEM) the service trusts for the relay''s TLS')
+            [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
+            [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
+            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Print the service file and where it would go; change nothing')
+            [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON (one object per line for event streams) instead of text')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'voxa;service;uninstall' {
+            [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
+            [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
+            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Say what would be stopped and removed; change nothing')
+            [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON (one object per line for event streams) instead of text')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'voxa;service;status' {
+            [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
+            [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
+            [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON (one object per line for event streams) instead of text')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'voxa;service;logs' {
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'How many recent lines to show')
+            [CompletionResult]::new('--lines', '--lines', [CompletionResultType]::ParameterName, 'How many recent lines to show')
+            [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
+            [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
+            [CompletionResult]::new('-f', '-f', [CompletionResultType]::ParameterName, 'Keep printing new lines as they come')
+            [CompletionResult]::new('--follow', '--follow', [CompletionResultType]::ParameterName, 'Keep printing new lines as they come')
+            [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON (one object per line for event streams) instead of text')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'voxa;service;help' {
+            [CompletionResult]::new('install', 'install', [CompletionResultType]::ParameterValue, 'Write the service file and start it now and at every login (twice is harmless)')
+            [CompletionResult]::new('uninstall', 'uninstall', [CompletionResultType]::ParameterValue, 'Stop the service and remove its file')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Whether the service is installed, enabled and running')
+            [CompletionResult]::new('logs', 'logs', [CompletionResultType]::ParameterValue, 'Show the service''s recent log lines')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'voxa;service;help;install' {
+            break
+        }
+        'voxa;service;help;uninstall' {
+            break
+        }
+        'voxa;service;help;status' {
+            break
+        }
+        'voxa;service;help;logs' {
+            break
+        }
+        'voxa;service;help;help' {
+            break
+        }
+        'voxa;doctor' {
+            [CompletionResult]::new('--ca-cert', '--ca-cert', [CompletionResultType]::ParameterName, 'Extra CA certificate (PEM) to trust for the relay''s TLS, as `voxa run --ca-cert`')
+            [CompletionResult]::new('--relay-token', '--relay-token', [CompletionResultType]::ParameterName, 'Token the relay requires (checked against the relay, never printed)')
+            [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
+            [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
+            [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON (one object per line for event streams) instead of text')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'voxa;completions' {
             [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
             [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
@@ -277,6 +407,8 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             [CompletionResult]::new('call', 'call', [CompletionResultType]::ParameterValue, 'Run one tool through the running agent and print its result')
             [CompletionResult]::new('relay', 'relay', [CompletionResultType]::ParameterValue, 'Run a relay server')
             [CompletionResult]::new('env', 'env', [CompletionResultType]::ParameterValue, 'Drive other machines from this one (multi-environment pairing)')
+            [CompletionResult]::new('service', 'service', [CompletionResultType]::ParameterValue, 'Keep `voxa run` running at login (systemd user unit on Linux, launchd agent on macOS)')
+            [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check this setup, one line per check, and say how to fix what is wrong')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -317,6 +449,28 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             break
         }
         'voxa;help;env;remove' {
+            break
+        }
+        'voxa;help;service' {
+            [CompletionResult]::new('install', 'install', [CompletionResultType]::ParameterValue, 'Write the service file and start it now and at every login (twice is harmless)')
+            [CompletionResult]::new('uninstall', 'uninstall', [CompletionResultType]::ParameterValue, 'Stop the service and remove its file')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Whether the service is installed, enabled and running')
+            [CompletionResult]::new('logs', 'logs', [CompletionResultType]::ParameterValue, 'Show the service''s recent log lines')
+            break
+        }
+        'voxa;help;service;install' {
+            break
+        }
+        'voxa;help;service;uninstall' {
+            break
+        }
+        'voxa;help;service;status' {
+            break
+        }
+        'voxa;help;service;logs' {
+            break
+        }
+        'voxa;help;doctor' {
             break
         }
         'voxa;help;completions' {

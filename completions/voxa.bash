@@ -22,6 +22,9 @@ _voxa() {
             voxa,completions)
                 cmd="voxa__subcmd__completions"
                 ;;
+            voxa,doctor)
+                cmd="voxa__subcmd__doctor"
+                ;;
             voxa,env)
                 cmd="voxa__subcmd__env"
                 ;;
@@ -36,6 +39,9 @@ _voxa() {
                 ;;
             voxa,run)
                 cmd="voxa__subcmd__run"
+                ;;
+            voxa,service)
+                cmd="voxa__subcmd__service"
                 ;;
             voxa,status)
                 cmd="voxa__subcmd__status"
@@ -82,6 +88,9 @@ _voxa() {
             voxa__subcmd__help,completions)
                 cmd="voxa__subcmd__help__subcmd__completions"
                 ;;
+            voxa__subcmd__help,doctor)
+                cmd="voxa__subcmd__help__subcmd__doctor"
+                ;;
             voxa__subcmd__help,env)
                 cmd="voxa__subcmd__help__subcmd__env"
                 ;;
@@ -96,6 +105,9 @@ _voxa() {
                 ;;
             voxa__subcmd__help,run)
                 cmd="voxa__subcmd__help__subcmd__run"
+                ;;
+            voxa__subcmd__help,service)
+                cmd="voxa__subcmd__help__subcmd__service"
                 ;;
             voxa__subcmd__help,status)
                 cmd="voxa__subcmd__help__subcmd__status"
@@ -115,6 +127,48 @@ _voxa() {
             voxa__subcmd__help__subcmd__env,revoke)
                 cmd="voxa__subcmd__help__subcmd__env__subcmd__revoke"
                 ;;
+            voxa__subcmd__help__subcmd__service,install)
+                cmd="voxa__subcmd__help__subcmd__service__subcmd__install"
+                ;;
+            voxa__subcmd__help__subcmd__service,logs)
+                cmd="voxa__subcmd__help__subcmd__service__subcmd__logs"
+                ;;
+            voxa__subcmd__help__subcmd__service,status)
+                cmd="voxa__subcmd__help__subcmd__service__subcmd__status"
+                ;;
+            voxa__subcmd__help__subcmd__service,uninstall)
+                cmd="voxa__subcmd__help__subcmd__service__subcmd__uninstall"
+                ;;
+            voxa__subcmd__service,help)
+                cmd="voxa__subcmd__service__subcmd__help"
+                ;;
+            voxa__subcmd__service,install)
+                cmd="voxa__subcmd__service__subcmd__install"
+                ;;
+            voxa__subcmd__service,logs)
+                cmd="voxa__subcmd__service__subcmd__logs"
+                ;;
+            voxa__subcmd__service,status)
+                cmd="voxa__subcmd__service__subcmd__status"
+                ;;
+            voxa__subcmd__service,uninstall)
+                cmd="voxa__subcmd__service__subcmd__uninstall"
+                ;;
+            voxa__subcmd__service__subcmd__help,help)
+                cmd="voxa__subcmd__service__subcmd__help__subcmd__help"
+                ;;
+            voxa__subcmd__service__subcmd__help,install)
+                cmd="voxa__subcmd__service__subcmd__help__subcmd__install"
+                ;;
+            voxa__subcmd__service__subcmd__help,logs)
+                cmd="voxa__subcmd__service__subcmd__help__subcmd__logs"
+                ;;
+            voxa__subcmd__service__subcmd__help,status)
+                cmd="voxa__subcmd__service__subcmd__help__subcmd__status"
+                ;;
+            voxa__subcmd__service__subcmd__help,uninstall)
+                cmd="voxa__subcmd__service__subcmd__help__subcmd__uninstall"
+                ;;
             *)
                 ;;
         esac
@@ -122,7 +176,7 @@ _voxa() {
 
     case "${cmd}" in
         voxa)
-            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version pair run status call relay env completions help"
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version pair run status call relay env service doctor completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -176,6 +230,36 @@ _voxa() {
                 return 0
             fi
             case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__doctor)
+            opts="-v -q -h -V --ca-cert --relay-token --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay-token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --home)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -426,7 +510,7 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__help)
-            opts="pair run status call relay env completions help"
+            opts="pair run status call relay env service doctor completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -454,6 +538,20 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__help__subcmd__completions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__doctor)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -607,6 +705,76 @@ _voxa() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        voxa__subcmd__help__subcmd__service)
+            opts="install uninstall status logs"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__service__subcmd__install)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__service__subcmd__logs)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__service__subcmd__status)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__service__subcmd__uninstall)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         voxa__subcmd__help__subcmd__status)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -712,6 +880,216 @@ _voxa() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__service)
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version install uninstall status logs help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__service__subcmd__help)
+            opts="install uninstall status logs help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__service__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__service__subcmd__help__subcmd__install)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__service__subcmd__help__subcmd__logs)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__service__subcmd__help__subcmd__status)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__service__subcmd__help__subcmd__uninstall)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__service__subcmd__install)
+            opts="-v -q -h -V --workspace --ca-cert --dry-run --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --workspace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__service__subcmd__logs)
+            opts="-f -n -v -q -h -V --follow --lines --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --lines)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__service__subcmd__status)
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__service__subcmd__uninstall)
+            opts="-v -q -h -V --dry-run --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --home)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

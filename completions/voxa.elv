@@ -36,6 +36,8 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand call 'Run one tool through the running agent and print its result'
             cand relay 'Run a relay server'
             cand env 'Drive other machines from this one (multi-environment pairing)'
+            cand service 'Keep `voxa run` running at login (systemd user unit on Linux, launchd agent on macOS)'
+            cand doctor 'Check this setup, one line per check, and say how to fix what is wrong'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -233,6 +235,122 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;env;help;help'= {
         }
+        &'voxa;service'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand install 'Write the service file and start it now and at every login (twice is harmless)'
+            cand uninstall 'Stop the service and remove its file'
+            cand status 'Whether the service is installed, enabled and running'
+            cand logs 'Show the service''s recent log lines'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'voxa;service;install'= {
+            cand --workspace 'Root the service''s tools are confined to [default: the current directory]'
+            cand --ca-cert 'Extra CA certificate (PEM) the service trusts for the relay''s TLS'
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --dry-run 'Print the service file and where it would go; change nothing'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;service;uninstall'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --dry-run 'Say what would be stopped and removed; change nothing'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;service;status'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;service;logs'= {
+            cand -n 'How many recent lines to show'
+            cand --lines 'How many recent lines to show'
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand -f 'Keep printing new lines as they come'
+            cand --follow 'Keep printing new lines as they come'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;service;help'= {
+            cand install 'Write the service file and start it now and at every login (twice is harmless)'
+            cand uninstall 'Stop the service and remove its file'
+            cand status 'Whether the service is installed, enabled and running'
+            cand logs 'Show the service''s recent log lines'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'voxa;service;help;install'= {
+        }
+        &'voxa;service;help;uninstall'= {
+        }
+        &'voxa;service;help;status'= {
+        }
+        &'voxa;service;help;logs'= {
+        }
+        &'voxa;service;help;help'= {
+        }
+        &'voxa;doctor'= {
+            cand --ca-cert 'Extra CA certificate (PEM) to trust for the relay''s TLS, as `voxa run --ca-cert`'
+            cand --relay-token 'Token the relay requires (checked against the relay, never printed)'
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'voxa;completions'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
             cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
@@ -254,6 +372,8 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand call 'Run one tool through the running agent and print its result'
             cand relay 'Run a relay server'
             cand env 'Drive other machines from this one (multi-environment pairing)'
+            cand service 'Keep `voxa run` running at login (systemd user unit on Linux, launchd agent on macOS)'
+            cand doctor 'Check this setup, one line per check, and say how to fix what is wrong'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -283,6 +403,22 @@ set edit:completion:arg-completer[voxa] = {|@words|
         &'voxa;help;env;revoke'= {
         }
         &'voxa;help;env;remove'= {
+        }
+        &'voxa;help;service'= {
+            cand install 'Write the service file and start it now and at every login (twice is harmless)'
+            cand uninstall 'Stop the service and remove its file'
+            cand status 'Whether the service is installed, enabled and running'
+            cand logs 'Show the service''s recent log lines'
+        }
+        &'voxa;help;service;install'= {
+        }
+        &'voxa;help;service;uninstall'= {
+        }
+        &'voxa;help;service;status'= {
+        }
+        &'voxa;help;service;logs'= {
+        }
+        &'voxa;help;doctor'= {
         }
         &'voxa;help;completions'= {
         }

@@ -38,6 +38,8 @@ complete -c voxa -n "__fish_voxa_needs_command" -f -a "status" -d 'Show whether 
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "call" -d 'Run one tool through the running agent and print its result'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "relay" -d 'Run a relay server'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "env" -d 'Drive other machines from this one (multi-environment pairing)'
+complete -c voxa -n "__fish_voxa_needs_command" -f -a "service" -d 'Keep `voxa run` running at login (systemd user unit on Linux, launchd agent on macOS)'
+complete -c voxa -n "__fish_voxa_needs_command" -f -a "doctor" -d 'Check this setup, one line per check, and say how to fix what is wrong'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand pair" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
@@ -154,6 +156,72 @@ complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcomman
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "revoke" -d 'On an environment: revoke a pairing (by id, bearer or envKey) and close its sessions'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "remove" -d 'On the host: forget an environment'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -f -a "install" -d 'Write the service file and start it now and at every login (twice is harmless)'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -f -a "uninstall" -d 'Stop the service and remove its file'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -f -a "status" -d 'Whether the service is installed, enabled and running'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -f -a "logs" -d 'Show the service\'s recent log lines'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l workspace -d 'Root the service\'s tools are confined to [default: the current directory]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l ca-cert -d 'Extra CA certificate (PEM) the service trusts for the relay\'s TLS' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l dry-run -d 'Print the service file and where it would go; change nothing'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from uninstall" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from uninstall" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from uninstall" -l dry-run -d 'Say what would be stopped and removed; change nothing'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from uninstall" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from uninstall" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from uninstall" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from uninstall" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from uninstall" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from uninstall" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from status" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from status" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from status" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from status" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from status" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from status" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from status" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from status" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from logs" -s n -l lines -d 'How many recent lines to show' -r
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from logs" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from logs" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from logs" -s f -l follow -d 'Keep printing new lines as they come'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from logs" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from logs" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from logs" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from logs" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from logs" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from logs" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from help" -f -a "install" -d 'Write the service file and start it now and at every login (twice is harmless)'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from help" -f -a "uninstall" -d 'Stop the service and remove its file'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from help" -f -a "status" -d 'Whether the service is installed, enabled and running'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from help" -f -a "logs" -d 'Show the service\'s recent log lines'
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l ca-cert -d 'Extra CA certificate (PEM) to trust for the relay\'s TLS, as `voxa run --ca-cert`' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l relay-token -d 'Token the relay requires (checked against the relay, never printed)' -r
+complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand doctor" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand doctor" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand doctor" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand doctor" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
@@ -162,16 +230,22 @@ complete -c voxa -n "__fish_voxa_using_subcommand completions" -s v -l verbose -
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -s q -l quiet -d 'Only errors'
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "pair" -d 'Create the secrets if missing and print the QR code and pairing URL'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "run" -d 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "status" -d 'Show whether this machine is paired and what the running agent is doing'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "call" -d 'Run one tool through the running agent and print its result'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "relay" -d 'Run a relay server'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "env" -d 'Drive other machines from this one (multi-environment pairing)'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env service doctor completions help" -f -a "pair" -d 'Create the secrets if missing and print the QR code and pairing URL'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env service doctor completions help" -f -a "run" -d 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env service doctor completions help" -f -a "status" -d 'Show whether this machine is paired and what the running agent is doing'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env service doctor completions help" -f -a "call" -d 'Run one tool through the running agent and print its result'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env service doctor completions help" -f -a "relay" -d 'Run a relay server'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env service doctor completions help" -f -a "env" -d 'Drive other machines from this one (multi-environment pairing)'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env service doctor completions help" -f -a "service" -d 'Keep `voxa run` running at login (systemd user unit on Linux, launchd agent on macOS)'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env service doctor completions help" -f -a "doctor" -d 'Check this setup, one line per check, and say how to fix what is wrong'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env service doctor completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env service doctor completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "issue" -d 'On an environment: issue a pairing and print the line to paste on the host'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "add" -d 'On the host: record an environment from the line `voxa env issue` printed'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "list" -d 'List known environments and whether they answer'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "revoke" -d 'On an environment: revoke a pairing (by id, bearer or envKey) and close its sessions'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "remove" -d 'On the host: forget an environment'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from service" -f -a "install" -d 'Write the service file and start it now and at every login (twice is harmless)'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from service" -f -a "uninstall" -d 'Stop the service and remove its file'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from service" -f -a "status" -d 'Whether the service is installed, enabled and running'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from service" -f -a "logs" -d 'Show the service\'s recent log lines'

@@ -123,7 +123,6 @@ pub fn systemd_unit(spec: &ServiceSpec) -> String {
          # It holds no secret: the agent reads them from its home when it starts.\n\
          [Unit]\n\
          Description=voxa agent: drive this machine from your phone\n\
-         Documentation=man:voxa-service(1)\n\
          \n\
          [Service]\n\
          Type=exec\n\
@@ -248,6 +247,13 @@ fn spec_for(
     ca_cert: Option<PathBuf>,
     log_file: PathBuf,
 ) -> Result<ServiceSpec> {
+    if settings.self_hosted {
+        return Err(ConfigError::new(
+            "a self-hosted service would need GEMINI_API_KEY in its environment, and voxa keeps secrets out of \
+             service files; run `voxa --self-hosted` in a session instead",
+        )
+        .into());
+    }
     let home = &settings.home;
     home.require_secrets().context("the service runs `voxa run`, which needs this machine paired")?;
     let config = home.load_config()?;
@@ -309,6 +315,7 @@ fn install(settings: &Settings, platform: Platform, file: &Path, spec: &ServiceS
     .with_context(|| format!("wrote {} but could not start the service", file.display()))?;
     let linger = (platform == Platform::Systemd).then(linger_enabled).flatten();
     value["started"] = Value::Bool(started);
+    value["relay_token_left_out"] = Value::Bool(relay_token_set());
     value["linger"] = json!(linger);
     let mut human = if changed {
         format!("installed {}\n", file.display())
@@ -317,6 +324,12 @@ fn install(settings: &Settings, platform: Platform, file: &Path, spec: &ServiceS
     };
     let _ = writeln!(human, "runs:    {}", spec.command_line().join(" "));
     let _ = writeln!(human, "status:  voxa service status; logs: voxa service logs");
+    if relay_token_set() {
+        let _ = writeln!(
+            human,
+            "note:    VOXA_RELAY_TOKEN is set here but is not given to the service (no secrets in service files)"
+        );
+    }
     if linger == Some(false) {
         let _ = writeln!(
             human,
@@ -542,6 +555,10 @@ fn linger_enabled() -> Option<bool> {
         "no" => Some(false),
         _ => None,
     }
+}
+
+fn relay_token_set() -> bool {
+    std::env::var("VOXA_RELAY_TOKEN").is_ok_and(|token| !token.trim().is_empty())
 }
 
 fn user_name() -> String {

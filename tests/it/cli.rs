@@ -498,3 +498,43 @@ fn committed_completions_match_the_binary() {
         stale.join(", completions/")
     );
 }
+
+/// Set to regenerate `man/` from the CLI instead of checking it (`man/generate.sh` does).
+const UPDATE_MAN: &str = "VOXA_UPDATE_MAN";
+
+#[test]
+fn committed_man_pages_match_the_cli() {
+    use clap::CommandFactory;
+    let generated = tempfile::tempdir().unwrap();
+    clap_mangen::generate_to(voxa::cli::Cli::command(), generated.path()).unwrap();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("man");
+    let pages = |dir: &Path| -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .map(|entries| entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        names.retain(|name| name.ends_with(".1"));
+        names.sort();
+        names
+    };
+    let wanted = pages(generated.path());
+    for page in ["voxa.1", "voxa-service.1", "voxa-service-install.1", "voxa-doctor.1", "voxa-pair.1"] {
+        assert!(wanted.iter().any(|name| name == page), "{page} not generated: {wanted:?}");
+    }
+    if std::env::var_os(UPDATE_MAN).is_some() {
+        fs::create_dir_all(&dir).unwrap();
+        for stale in pages(&dir) {
+            fs::remove_file(dir.join(stale)).unwrap();
+        }
+        for page in &wanted {
+            fs::copy(generated.path().join(page), dir.join(page)).unwrap();
+        }
+        return;
+    }
+    let mut stale: Vec<String> = wanted
+        .iter()
+        .filter(|page| fs::read(dir.join(page)).ok() != fs::read(generated.path().join(page)).ok())
+        .cloned()
+        .collect();
+    stale.extend(pages(&dir).into_iter().filter(|page| !wanted.contains(page)));
+    assert!(stale.is_empty(), "man/{} out of date with the CLI; refresh with: man/generate.sh", stale.join(", man/"));
+}

@@ -12,5 +12,6 @@ mod hostile;
 mod proof;
 mod relay;
 mod run;
+mod service;
 mod support;
 mod tools;
