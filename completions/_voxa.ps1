@@ -280,6 +280,7 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
         'voxa;service;install' {
             [CompletionResult]::new('--workspace', '--workspace', [CompletionResultType]::ParameterName, 'Root the service''s tools are confined to [default: the current directory]')
             [CompletionResult]::new('--ca-cert', '--ca-cert', [CompletionResultType]::ParameterName, 'Extra CA certificate (PEM) the service trusts for the relay''s TLS')
+            [CompletionResult]::new('--relay-token', '--relay-token', [CompletionResultType]::ParameterName, 'Token the relay requires; saved in the home (0600) for the service, never in its file')
             [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
             [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
             [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Print the service file and where it would go; change nothing')
@@ -370,7 +371,7 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
         }
         'voxa;doctor' {
             [CompletionResult]::new('--ca-cert', '--ca-cert', [CompletionResultType]::ParameterName, 'Extra CA certificate (PEM) to trust for the relay''s TLS, as `voxa run --ca-cert`')
-            [CompletionResult]::new('--relay-token', '--relay-token', [CompletionResultType]::ParameterName, 'Token the relay requires (checked against the relay, never printed)')
+            [CompletionResult]::new('--relay-token', '--relay-token', [CompletionResultType]::ParameterName, 'Token the relay requires (checked against the relay, never printed) [default: saved in the home]')
             [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
             [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
             [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')

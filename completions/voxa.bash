@@ -1002,7 +1002,7 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__service__subcmd__install)
-            opts="-v -q -h -V --workspace --ca-cert --dry-run --home --relay --self-hosted --json --verbose --quiet --help --version"
+            opts="-v -q -h -V --workspace --ca-cert --relay-token --dry-run --home --relay --self-hosted --json --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1013,6 +1013,10 @@ _voxa() {
                     return 0
                     ;;
                 --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay-token)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -257,6 +257,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         &'voxa;service;install'= {
             cand --workspace 'Root the service''s tools are confined to [default: the current directory]'
             cand --ca-cert 'Extra CA certificate (PEM) the service trusts for the relay''s TLS'
+            cand --relay-token 'Token the relay requires; saved in the home (0600) for the service, never in its file'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
             cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
             cand --dry-run 'Print the service file and where it would go; change nothing'
@@ -337,7 +338,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;doctor'= {
             cand --ca-cert 'Extra CA certificate (PEM) to trust for the relay''s TLS, as `voxa run --ca-cert`'
-            cand --relay-token 'Token the relay requires (checked against the relay, never printed)'
+            cand --relay-token 'Token the relay requires (checked against the relay, never printed) [default: saved in the home]'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
             cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'

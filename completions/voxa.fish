@@ -171,6 +171,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_s
 complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l workspace -d 'Root the service\'s tools are confined to [default: the current directory]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l ca-cert -d 'Extra CA certificate (PEM) the service trusts for the relay\'s TLS' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l relay-token -d 'Token the relay requires; saved in the home (0600) for the service, never in its file' -r
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l dry-run -d 'Print the service file and where it would go; change nothing'
@@ -213,7 +214,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subco
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from help" -f -a "logs" -d 'Show the service\'s recent log lines'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l ca-cert -d 'Extra CA certificate (PEM) to trust for the relay\'s TLS, as `voxa run --ca-cert`' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l relay-token -d 'Token the relay requires (checked against the relay, never printed)' -r
+complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l relay-token -d 'Token the relay requires (checked against the relay, never printed) [default: saved in the home]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'

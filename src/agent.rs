@@ -221,7 +221,10 @@ pub async fn command(settings: &Settings, args: RunArgs) -> Result<()> {
     if let Some(path) = &args.ca_cert {
         dial = dial.trust_pem_file(path)?;
     }
-    dial.bearer = args.relay_token.clone().filter(|t| !t.is_empty()).map(Secret::from_string);
+    dial.bearer = match args.relay_token.clone().filter(|t| !t.is_empty()) {
+        Some(token) => Some(Secret::from_string(token)),
+        None => home.load_relay_token()?,
+    };
     let workspace = match &args.workspace {
         Some(dir) => dir.clone(),
         None => std::env::current_dir().context("could not read the current directory")?,

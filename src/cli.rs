@@ -175,6 +175,9 @@ pub enum ServiceCommand {
         /// Extra CA certificate (PEM) the service trusts for the relay's TLS
         #[arg(long, value_name = "FILE")]
         ca_cert: Option<PathBuf>,
+        /// Token the relay requires; saved in the home (0600) for the service, never in its file
+        #[arg(long, env = "VOXA_RELAY_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+        relay_token: Option<String>,
         /// Print the service file and where it would go; change nothing
         #[arg(long)]
         dry_run: bool,
@@ -203,7 +206,7 @@ pub struct DoctorArgs {
     /// Extra CA certificate (PEM) to trust for the relay's TLS, as `voxa run --ca-cert`
     #[arg(long, value_name = "FILE")]
     pub ca_cert: Option<PathBuf>,
-    /// Token the relay requires (checked against the relay, never printed)
+    /// Token the relay requires (checked against the relay, never printed) [default: saved in the home]
     #[arg(long, env = "VOXA_RELAY_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     pub relay_token: Option<String>,
 }

@@ -118,7 +118,7 @@ pub async fn diagnose(settings: &Settings, args: &DoctorArgs) -> Vec<Check> {
     };
     let dial = dial_options(args, &mut checks);
     if let (Some(relay), Some(dial)) = (&relay, &dial) {
-        check_relay(relay, dial, args, &mut checks).await;
+        check_relay(relay, dial, args, home, &mut checks).await;
     }
     checks.push(check_display().await);
     checks.extend(check_coding_agents(&config));
@@ -318,7 +318,7 @@ impl Target {
 
 /// TCP (through the proxy when `run` would use it), TLS, `/healthz`, the relay token and the
 /// clock, each its own line; later steps are skipped once one fails.
-async fn check_relay(relay: &RelayUrl, dial: &DialOptions, args: &DoctorArgs, checks: &mut Vec<Check>) {
+async fn check_relay(relay: &RelayUrl, dial: &DialOptions, args: &DoctorArgs, home: &Path, checks: &mut Vec<Check>) {
     let target = match Target::of(relay) {
         Ok(target) => target,
         Err(err) => return checks.push(Check::fail("relay tcp", format!("{err:#}"), "pass --relay https://…")),
@@ -380,15 +380,24 @@ async fn check_relay(relay: &RelayUrl, dial: &DialOptions, args: &DoctorArgs, ch
             ))
         }
     };
-    checks.push(check_relay_token(&target, dial, args).await);
+    checks.push(check_relay_token(&target, dial, args, home).await);
     checks.push(check_clock(health.date, health.received));
 }
 
 /// Asks `/agent` without a code: the relay checks its token before the code, so `401` means
 /// "token refused" and `400` means "token accepted (or none needed)". No code is ever sent.
-async fn check_relay_token(target: &Target, dial: &DialOptions, args: &DoctorArgs) -> Check {
+async fn check_relay_token(target: &Target, dial: &DialOptions, args: &DoctorArgs, home: &Path) -> Check {
     const NAME: &str = "relay token";
-    let token = args.relay_token.clone().filter(|t| !t.trim().is_empty()).map(Secret::from_string);
+    let token = match args.relay_token.clone().filter(|t| !t.trim().is_empty()) {
+        Some(token) => Some(Secret::from_string(token.trim().to_owned())),
+        // A bad file is the permissions or secrets check's business; here it counts as absent.
+        None => crate::state::Home::at(home).load_relay_token().ok().flatten(),
+    };
+    let source = if args.relay_token.as_deref().is_some_and(|t| !t.trim().is_empty()) {
+        "VOXA_RELAY_TOKEN".to_owned()
+    } else {
+        format!("the token saved in {}", home.join(crate::state::RELAY_TOKEN_FILE).display())
+    };
     let ask = |bearer: Option<Secret>| async move {
         let stream = open_stream(target, dial).await?;
         http_get(stream, target, "/agent", bearer.as_ref()).await.map(|response| response.status)
@@ -399,18 +408,18 @@ async fn check_relay_token(target: &Target, dial: &DialOptions, args: &DoctorArg
     };
     match (without, &token) {
         (400, None) => Check::ok(NAME, "the relay needs no token"),
-        (400, Some(_)) => Check::ok(NAME, "the relay needs no token (VOXA_RELAY_TOKEN is set and unused)"),
+        (400, Some(_)) => Check::ok(NAME, format!("the relay needs no token ({source} is unused)")),
         (401, None) => Check::fail(
             NAME,
             "the relay requires a token and none is set",
-            "set VOXA_RELAY_TOKEN to the relay's token (its operator has it)",
+            "set VOXA_RELAY_TOKEN to the relay's token (its operator has it); for the service, `voxa service install` saves it",
         ),
         (401, Some(_)) => match ask(token).await {
-            Ok(400) => Check::ok(NAME, "the relay accepted VOXA_RELAY_TOKEN"),
+            Ok(400) => Check::ok(NAME, format!("the relay accepted {source}")),
             Ok(401) => Check::fail(
                 NAME,
-                "the relay refused VOXA_RELAY_TOKEN",
-                "set VOXA_RELAY_TOKEN to the token the relay runs with (--relay-token)",
+                format!("the relay refused {source}"),
+                "set VOXA_RELAY_TOKEN to the token the relay runs with (--relay-token); `voxa service install` with it set replaces the saved one",
             ),
             Ok(other) => {
                 Check::warn(NAME, format!("could not tell: /agent answered {other}"), "check the relay's address")

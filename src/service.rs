@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use crate::cli::{ServiceCommand, Settings};
 use crate::error::{ConfigError, Exit};
+use crate::secret::Secret;
 
 /// Name of the systemd user unit.
 pub const UNIT_NAME: &str = "voxa.service";
@@ -229,9 +230,11 @@ pub fn command(settings: &Settings, command: ServiceCommand) -> Result<Exit> {
     let (user_home, config_dir) = user_dirs()?;
     let file = service_file(platform, &user_home, &config_dir);
     match command {
-        ServiceCommand::Install { workspace, ca_cert, dry_run } => {
+        ServiceCommand::Install { workspace, ca_cert, relay_token, dry_run } => {
             let spec = spec_for(settings, workspace, ca_cert, launchd_log_file(&user_home))?;
-            install(settings, platform, &file, &spec, dry_run)
+            let relay_token =
+                relay_token.filter(|t| !t.trim().is_empty()).map(|t| Secret::from_string(t.trim().to_owned()));
+            install(settings, platform, &file, &spec, relay_token.as_ref(), dry_run)
         }
         ServiceCommand::Uninstall { dry_run } => uninstall(settings, platform, &file, dry_run),
         ServiceCommand::Status => status(settings, platform, &file),
@@ -286,7 +289,14 @@ fn spec_for(
     Ok(spec)
 }
 
-fn install(settings: &Settings, platform: Platform, file: &Path, spec: &ServiceSpec, dry_run: bool) -> Result<Exit> {
+fn install(
+    settings: &Settings,
+    platform: Platform,
+    file: &Path,
+    spec: &ServiceSpec,
+    relay_token: Option<&Secret>,
+    dry_run: bool,
+) -> Result<Exit> {
     let content = spec.render(platform);
     let existing = std::fs::read_to_string(file).ok();
     let changed = existing.as_deref() != Some(content.as_str());
@@ -296,6 +306,7 @@ fn install(settings: &Settings, platform: Platform, file: &Path, spec: &ServiceS
         "command": spec.command_line(),
         "changed": changed,
         "dry_run": dry_run,
+        "relay_token_saved": relay_token.is_some(),
     });
     if dry_run {
         value["content"] = Value::String(content.clone());
@@ -308,6 +319,10 @@ fn install(settings: &Settings, platform: Platform, file: &Path, spec: &ServiceS
     if changed {
         crate::state::write_atomic(file, content.as_bytes())?;
     }
+    // The service's environment holds no secret: the agent reads the token from its home.
+    if let Some(token) = relay_token {
+        settings.home.save_relay_token(token)?;
+    }
     let started = match platform {
         Platform::Systemd => systemd_start(changed),
         Platform::Launchd => launchd_start(file, &spec.log_file, changed),
@@ -315,7 +330,6 @@ fn install(settings: &Settings, platform: Platform, file: &Path, spec: &ServiceS
     .with_context(|| format!("wrote {} but could not start the service", file.display()))?;
     let linger = (platform == Platform::Systemd).then(linger_enabled).flatten();
     value["started"] = Value::Bool(started);
-    value["relay_token_left_out"] = Value::Bool(relay_token_set());
     value["linger"] = json!(linger);
     let mut human = if changed {
         format!("installed {}\n", file.display())
@@ -324,11 +338,9 @@ fn install(settings: &Settings, platform: Platform, file: &Path, spec: &ServiceS
     };
     let _ = writeln!(human, "runs:    {}", spec.command_line().join(" "));
     let _ = writeln!(human, "status:  voxa service status; logs: voxa service logs");
-    if relay_token_set() {
-        let _ = writeln!(
-            human,
-            "note:    VOXA_RELAY_TOKEN is set here but is not given to the service (no secrets in service files)"
-        );
+    if relay_token.is_some() {
+        let saved = settings.home.path(crate::state::RELAY_TOKEN_FILE);
+        let _ = writeln!(human, "token:   the relay token is saved in {} (0600) for the service", saved.display());
     }
     if linger == Some(false) {
         let _ = writeln!(
@@ -555,10 +567,6 @@ fn linger_enabled() -> Option<bool> {
         "no" => Some(false),
         _ => None,
     }
-}
-
-fn relay_token_set() -> bool {
-    std::env::var("VOXA_RELAY_TOKEN").is_ok_and(|token| !token.trim().is_empty())
 }
 
 fn user_name() -> String {

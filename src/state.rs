@@ -19,6 +19,8 @@ pub const RELAY_CODE_FILE: &str = "relay_code";
 pub const CONFIG_FILE: &str = "config.toml";
 pub const AGENT_FILE: &str = "agent.json";
 pub const AUDIT_DIR: &str = "audit";
+/// The token a private relay requires, for agents started without `VOXA_RELAY_TOKEN` (a service).
+pub const RELAY_TOKEN_FILE: &str = "relay_token";
 /// Both new secrets, written before a rotation touches either file and removed after; a
 /// rotation interrupted by a crash is finished from it on the next start.
 const ROTATION_JOURNAL: &str = ".rotation";
@@ -265,6 +267,25 @@ impl Home {
     /// Writes a file 0600 from the first byte, via temp file + fsync + rename.
     pub fn write_atomic(&self, name: &str, bytes: &[u8]) -> Result<()> {
         write_atomic(&self.path(name), bytes)
+    }
+
+    /// The saved relay token, if any. Checked like the other secrets; never printed.
+    pub fn load_relay_token(&self) -> Result<Option<Secret>> {
+        let path = self.path(RELAY_TOKEN_FILE);
+        match fs::read_to_string(&path) {
+            Ok(text) => {
+                check_private(&path, false)?;
+                Ok(Some(Secret::from_string(text.trim().to_owned())).filter(|token| !token.expose().is_empty()))
+            }
+            Err(err) if err.kind() == ErrorKind::NotFound => Ok(None),
+            Err(err) => Err(err).with_context(|| format!("could not read {}", path.display())),
+        }
+    }
+
+    /// Saves the relay token (0600, atomically) so an agent started without the environment has it.
+    pub fn save_relay_token(&self, token: &Secret) -> Result<()> {
+        self.ensure()?;
+        self.write_atomic(RELAY_TOKEN_FILE, format!("{}\n", token.expose()).as_bytes())
     }
 
     /// `config.toml`, or defaults when absent.

@@ -286,3 +286,40 @@ async fn self_hosted_checks_the_key_shape_without_printing_it_and_reaches_gemini
     let (_, report, _) = doctor(&home, &[], &[]);
     assert!(report["checks"].as_array().unwrap().iter().all(|c| c["check"] != "gemini key"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_token_saved_in_the_home_is_used_by_run_and_by_doctor() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = voxa::relay::RelayConfig {
+        token: Some(voxa::secret::Secret::from_string(RELAY_TOKEN.to_owned())),
+        ..Default::default()
+    };
+    let relay = TestRelay::start_with(listener, config).await;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("voxa");
+    let url = format!("http://{}", relay.addr);
+    assert!(voxa_cmd(&home).args(["pair", "--json", "--relay", &url]).output().unwrap().status.success());
+    voxa::state::Home::at(&home).save_relay_token(&voxa::secret::Secret::from_string(RELAY_TOKEN.into())).unwrap();
+    let saved = home.join("relay_token");
+    assert_eq!(std::fs::metadata(&saved).unwrap().permissions().mode() & 0o777, 0o600);
+
+    // No VOXA_RELAY_TOKEN anywhere: `voxa run` reads the saved one and the relay lets it in.
+    let mut run = RunningBinary::start_at(home.clone(), dir, &[], &[]);
+    let dialled = run.first_event_of(&["relay_connected", "relay_unreachable"]);
+    assert_eq!(dialled["event"], "relay_connected", "{dialled}");
+
+    let (code, report, output) = doctor(&home, &[], &[]);
+    assert_eq!(code, 0, "{output}");
+    assert_eq!(
+        check(&report, "relay token")["message"],
+        format!("the relay accepted the token saved in {}", saved.display())
+    );
+    assert!(!output.contains(RELAY_TOKEN), "{output}");
+
+    // The environment wins over the file, as for `voxa run`.
+    let (code, report, _) = doctor(&home, &[], &[("VOXA_RELAY_TOKEN", "not-the-token")]);
+    assert_eq!(code, 1);
+    assert_eq!(check(&report, "relay token")["message"], "the relay refused VOXA_RELAY_TOKEN");
+    drop(run);
+    relay.kill().await;
+}

@@ -25,6 +25,16 @@ impl RunningBinary {
     /// Like [`RunningBinary::start`], with extra environment variables for the child.
     pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> RunningBinary {
         let (dir, home) = fresh_home();
+        Self::start_at(home, dir, extra, env)
+    }
+
+    /// `voxa run` in an existing `home` (kept alive by `dir`).
+    pub fn start_at(
+        home: std::path::PathBuf,
+        dir: tempfile::TempDir,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> RunningBinary {
         let workspace = tempfile::tempdir().unwrap();
         let mut child = voxa_cmd(&home)
             .args(["run", "--json", "--workspace"])
@@ -41,12 +51,18 @@ impl RunningBinary {
 
     /// Reads events until one named `name` (blocking; the child prints it within seconds).
     pub fn event(&mut self, name: &str) -> Value {
+        self.first_event_of(&[name])
+    }
+
+    /// Reads events until one named in `names` arrives.
+    pub fn first_event_of(&mut self, names: &[&str]) -> Value {
+        let name = names.join(" or ");
         loop {
             let mut line = String::new();
             let n = self.events.read_line(&mut line).unwrap();
             assert!(n > 0, "voxa run exited before printing {name}");
             let value: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line}"));
-            if value["event"] == name {
+            if names.iter().any(|name| value["event"] == *name) {
                 return value;
             }
         }

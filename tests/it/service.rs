@@ -37,6 +37,10 @@ impl User {
 
     /// `voxa ARGS` as this user, with the stand-in tools first on PATH.
     fn voxa(&self, args: &[&str]) -> Output {
+        self.voxa_env(args, &[])
+    }
+
+    fn voxa_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         let path = format!("{}:{}", self.bin.display(), std::env::var("PATH").unwrap_or_default());
         voxa_cmd(&self.voxa_home)
             .args(args)
@@ -45,6 +49,7 @@ impl User {
             .env("USER", "tester")
             .env("PATH", path)
             .env("CALLS_LOG", &self.log)
+            .envs(env.iter().copied())
             .output()
             .unwrap()
     }
@@ -220,7 +225,22 @@ fn install_twice_is_harmless_and_uninstall_stops_the_service_before_removing_it(
     user.fake("journalctl", "echo 'Nov 30 09:00:00 host voxa[4242]: relay connected'");
     let workspace = user.workspace.to_str().unwrap();
 
-    let first = user.json(&["service", "install", "--json", "--workspace", workspace]);
+    // A private relay's token goes to the home (0600), never into the unit or its environment.
+    let relay_token = "relay-token-93be01d7c4";
+    let dry = user
+        .voxa_env(&["service", "install", "--dry-run", "--workspace", workspace], &[("VOXA_RELAY_TOKEN", relay_token)]);
+    assert!(!String::from_utf8_lossy(&dry.stdout).contains(relay_token));
+    let saved = user.voxa_home.join("relay_token");
+    assert!(!saved.exists(), "--dry-run saves nothing");
+    let out = user
+        .voxa_env(&["service", "install", "--json", "--workspace", workspace], &[("VOXA_RELAY_TOKEN", relay_token)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let first: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(first["relay_token_saved"], true);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(relay_token));
+    assert_eq!(std::fs::read_to_string(&saved).unwrap().trim(), relay_token);
+    assert_eq!(std::fs::metadata(&saved).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(!std::fs::read_to_string(user.unit_file()).unwrap().contains(relay_token));
     assert_eq!(first["changed"], true);
     assert_eq!(first["started"], true);
     assert_eq!(first["linger"], false);
