@@ -127,6 +127,7 @@ pub async fn diagnose(settings: &Settings, args: &DoctorArgs) -> Vec<Check> {
         checks.push(check_gemini_reachable(dial.as_ref()).await);
     }
     checks.push(check_agent(home).await);
+    checks.push(check_service());
     checks.push(check_open_files());
     checks
 }
@@ -772,6 +773,38 @@ async fn probe_loopback(port: u16) -> Result<()> {
     tokio::time::timeout(NET_TIMEOUT, attempt)
         .await
         .map_err(|_| anyhow!("no answer within {} s", NET_TIMEOUT.as_secs()))?
+}
+
+/// The installed service, if any, still starts a binary that exists (a moved or removed binary
+/// fails at every login, silently).
+fn check_service() -> Check {
+    use crate::service::{installed_file, program_of, Platform};
+    const NAME: &str = "service";
+    let Ok(file) = installed_file() else {
+        return Check::ok(NAME, "cannot locate your home directory; not checked");
+    };
+    let Ok(text) = std::fs::read_to_string(&file) else {
+        return Check::ok(NAME, "not installed (voxa service install runs voxa at login)");
+    };
+    let Some(program) = program_of(Platform::current(), &text) else {
+        return Check::warn(NAME, format!("{} names no program", file.display()), "voxa service install (rewrites it)");
+    };
+    if !Path::new(&program).is_file() {
+        return Check::fail(
+            NAME,
+            format!("{} starts {program}, which does not exist any more", file.display()),
+            "voxa service install (rewrites it for this binary)",
+        );
+    }
+    let current = std::env::current_exe().and_then(|exe| exe.canonicalize()).ok();
+    if current.as_deref() != Some(Path::new(&program)) {
+        return Check::warn(
+            NAME,
+            format!("{} starts {program}, not this binary", file.display()),
+            "voxa service install, to run this binary at login",
+        );
+    }
+    Check::ok(NAME, format!("{} starts this binary", file.display()))
 }
 
 fn check_open_files() -> Check {

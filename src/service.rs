@@ -217,6 +217,51 @@ pub fn launchd_log_file(user_home: &Path) -> PathBuf {
     user_home.join("Library/Logs/voxa/voxa.log")
 }
 
+/// Where this platform's service file is for the current user.
+pub fn installed_file() -> Result<PathBuf> {
+    let (user_home, config_dir) = user_dirs()?;
+    Ok(service_file(Platform::current(), &user_home, &config_dir))
+}
+
+/// The program a service file starts: the first word of `ExecStart=` (systemd) or the first
+/// `ProgramArguments` string (launchd), unescaped.
+pub fn program_of(platform: Platform, text: &str) -> Option<String> {
+    match platform {
+        Platform::Systemd => {
+            let exec = text.lines().find_map(|line| line.strip_prefix("ExecStart="))?.trim_start();
+            let word = match exec.strip_prefix('"') {
+                Some(quoted) => {
+                    let mut word = String::new();
+                    let mut chars = quoted.chars();
+                    loop {
+                        match chars.next()? {
+                            '"' => break,
+                            '\\' => word.push(chars.next()?),
+                            c => word.push(c),
+                        }
+                    }
+                    word
+                }
+                None => exec.split_whitespace().next()?.to_owned(),
+            };
+            Some(word.replace("%%", "%").replace("$$", "$"))
+        }
+        Platform::Launchd => {
+            let (_, rest) = text.split_once("<key>ProgramArguments</key>")?;
+            let (_, rest) = rest.split_once("<string>")?;
+            let (escaped, _) = rest.split_once("</string>")?;
+            Some(
+                escaped
+                    .replace("&lt;", "<")
+                    .replace("&gt;", ">")
+                    .replace("&quot;", "\"")
+                    .replace("&apos;", "'")
+                    .replace("&amp;", "&"),
+            )
+        }
+    }
+}
+
 /// The user's home and configuration directories.
 fn user_dirs() -> Result<(PathBuf, PathBuf)> {
     let dirs =
@@ -683,6 +728,18 @@ mod tests {
         bad.workspace = "/tmp/a\nExecStartPre=/bin/evil".into();
         assert!(bad.check().is_err());
         assert!(spec().check().is_ok());
+    }
+
+    #[test]
+    fn the_program_is_read_back_from_both_files() {
+        let mut spec = spec();
+        for program in ["/opt/voxa/bin/voxa", "/opt/my apps/100% \"v\\x\" $HOME & <co>/voxa"] {
+            spec.program = program.into();
+            for platform in [Platform::Systemd, Platform::Launchd] {
+                assert_eq!(program_of(platform, &spec.render(platform)).as_deref(), Some(program), "{platform:?}");
+            }
+        }
+        assert_eq!(program_of(Platform::Systemd, "[Service]\nType=exec\n"), None);
     }
 
     #[test]

@@ -28,6 +28,9 @@ fn doctor(home: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, Value, Stri
         .args(["doctor", "--json"])
         .args(args)
         .env("PATH", path)
+        // A user of its own: the service check must not see this machine's real service.
+        .env("HOME", home.parent().unwrap())
+        .env_remove("XDG_CONFIG_HOME")
         .env_remove("DISPLAY")
         .env_remove("WAYLAND_DISPLAY")
         .env_remove("HTTPS_PROXY")
@@ -101,6 +104,7 @@ async fn a_healthy_setup_passes_and_a_wrong_relay_token_fails_without_being_prin
     assert_eq!(check(&report, "relay")["message"], format!("http://{} (saved in config.toml)", relay.addr));
     assert_eq!(check(&report, "relay token")["message"], "the relay accepted VOXA_RELAY_TOKEN");
     assert_eq!(status_of(&report, "coding agents"), "ok", "{output}");
+    assert_eq!(check(&report, "service")["message"], "not installed (voxa service install runs voxa at login)");
     let agent = check(&report, "agent");
     assert_eq!(agent["status"], "ok", "{output}");
     let message = agent["message"].as_str().unwrap();

@@ -289,6 +289,24 @@ fn install_twice_is_harmless_and_uninstall_stops_the_service_before_removing_it(
     assert!(String::from_utf8_lossy(&logs.stdout).contains("relay connected"));
     assert_eq!(user.calls(), ["journalctl --user --unit voxa.service --no-pager --lines 5 --output json [present]"]);
 
+    // doctor sees the service and whether its binary still exists.
+    let doctor = |user: &User| {
+        let out = user.voxa(&["doctor", "--json", "--relay", "http://127.0.0.1:1"]);
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["checks"].as_array().unwrap().iter().find(|c| c["check"] == "service").unwrap().clone()
+    };
+    let service = doctor(&user);
+    assert_eq!(service["status"], "ok", "{service}");
+    assert_eq!(service["message"], format!("{} starts this binary", user.unit_file().display()));
+    let unit = std::fs::read_to_string(user.unit_file()).unwrap();
+    let program = voxa_bin().canonicalize().unwrap().display().to_string();
+    std::fs::write(user.unit_file(), unit.replace(&program, "/opt/moved/voxa")).unwrap();
+    let service = doctor(&user);
+    assert_eq!(service["status"], "fail", "{service}");
+    assert_eq!(service["fix"], "voxa service install (rewrites it for this binary)");
+    std::fs::write(user.unit_file(), unit).unwrap();
+    user.calls();
+
     let dry = user.json(&["service", "uninstall", "--dry-run", "--json"]);
     assert_eq!(dry["installed"], true);
     assert!(user.unit_file().exists() && user.calls().is_empty(), "--dry-run changes nothing");
