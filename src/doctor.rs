@@ -359,28 +359,21 @@ async fn check_relay(relay: &RelayUrl, dial: &DialOptions, args: &DoctorArgs, ho
         Box::new(tcp) as Box<dyn Io>
     };
     let health = match http_get(stream, &target, "/healthz", None).await {
-        Ok(response) if response.status == 200 && response.body.trim() == "ok" => {
-            checks.push(Check::ok(
+        Ok(response) if response.status == 200 && response.body.trim() == "ok" => response,
+        other => {
+            let why = match other {
+                Ok(response) => format!("answered {} instead of 200 ok", response.status),
+                Err(err) => format!("failed: {err:#}"),
+            };
+            return checks.push(Check::fail(
                 "relay health",
-                format!("GET /healthz answered 200 ok in {} ms", response.elapsed.as_millis()),
+                format!("GET /healthz {why}"),
+                "this address is not a voxa relay, or the relay is unhealthy: check --relay",
             ));
-            response
-        }
-        Ok(response) => {
-            return checks.push(Check::fail(
-                "relay health",
-                format!("GET /healthz answered {} instead of 200 ok", response.status),
-                "this address is not a voxa relay, or the relay is unhealthy: check --relay",
-            ))
-        }
-        Err(err) => {
-            return checks.push(Check::fail(
-                "relay health",
-                format!("GET /healthz failed: {err:#}"),
-                "this address is not a voxa relay, or the relay is unhealthy: check --relay",
-            ))
         }
     };
+    let took = health.elapsed.as_millis();
+    checks.push(Check::ok("relay health", format!("GET /healthz answered 200 ok in {took} ms")));
     checks.push(check_relay_token(&target, dial, args, home).await);
     checks.push(check_clock(health.date, health.received));
 }

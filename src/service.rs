@@ -377,9 +377,9 @@ fn install(
     value["started"] = Value::Bool(started);
     value["linger"] = json!(linger);
     let mut human = if changed {
-        format!("installed {}\n", file.display())
+        format!("installed and started: {}\n", file.display())
     } else {
-        format!("already installed, unchanged: {}\n", file.display())
+        format!("already installed, unchanged, started: {}\n", file.display())
     };
     let _ = writeln!(human, "runs:    {}", spec.command_line().join(" "));
     let _ = writeln!(human, "status:  voxa service status; logs: voxa service logs");

@@ -264,7 +264,7 @@ fn install_twice_is_harmless_and_uninstall_stops_the_service_before_removing_it(
     let second = user.voxa(&["service", "install", "--workspace", workspace]);
     assert!(second.status.success());
     let text = String::from_utf8_lossy(&second.stdout);
-    assert!(text.contains("already installed, unchanged"), "{text}");
+    assert!(text.contains("already installed, unchanged, started"), "{text}");
     assert!(text.contains("loginctl enable-linger tester"), "the linger hint: {text}");
     assert_eq!(std::fs::metadata(user.unit_file()).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap(), inode);
     assert!(user.calls().contains(&"systemctl --user start voxa.service [present]".to_owned()));
