@@ -392,36 +392,6 @@ async fn a_relay_token_is_sent_when_set_and_its_absence_is_refused() {
     assert!(format!("{err:#}").contains("401"), "{err:#}");
 }
 
-/// A minimal HTTP CONNECT proxy that sends every tunnel to `target` and records what was asked.
-async fn connect_proxy(
-    target: std::net::SocketAddr,
-) -> (std::net::SocketAddr, tokio::sync::mpsc::UnboundedReceiver<String>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (asked_tx, asked_rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Ok((mut client, _)) = listener.accept().await {
-            let asked_tx = asked_tx.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    if client.read_exact(&mut byte).await.is_err() {
-                        return;
-                    }
-                    head.push(byte[0]);
-                }
-                let request_line = String::from_utf8_lossy(&head).lines().next().unwrap_or_default().to_owned();
-                let _ = asked_tx.send(request_line);
-                let mut upstream = TcpStream::connect(target).await.unwrap();
-                client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.unwrap();
-                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-            });
-        }
-    });
-    (addr, asked_rx)
-}
-
 #[tokio::test]
 async fn the_agent_reaches_a_tls_relay_through_an_http_connect_proxy() {
     let dir = tempfile::tempdir().unwrap();

@@ -327,3 +327,40 @@ async fn a_relay_token_saved_in_the_home_is_used_by_run_and_by_doctor() {
     drop(run);
     relay.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_a_proxy_the_relay_is_reached_as_run_would_reach_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let certified =
+        rcgen::generate_simple_self_signed(vec!["relay.voxa.test".to_owned(), "localhost".to_owned()]).unwrap();
+    let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
+    let config =
+        voxa::relay::RelayConfig { tls: Some(voxa::relay::load_tls(&cert, &key).unwrap()), ..Default::default() };
+    let relay = TestRelay::start_with(TcpListener::bind("127.0.0.1:0").await.unwrap(), config).await;
+    let (proxy, mut asked) = connect_proxy(relay.addr).await;
+    let home = dir.path().join("voxa");
+    // The name only exists behind the proxy: doctor must not resolve it itself.
+    let url = format!("https://relay.voxa.test:{}", relay.addr.port());
+    assert!(voxa_cmd(&home).args(["pair", "--json", "--relay", &url]).output().unwrap().status.success());
+
+    let proxy_url = format!("http://{proxy}");
+    let (code, report, output) =
+        doctor(&home, &["--ca-cert", cert.to_str().unwrap()], &[("HTTPS_PROXY", proxy_url.as_str())]);
+    assert_eq!(code, 0, "{output}");
+    assert_eq!(check(&report, "proxy")["message"], format!("HTTPS_PROXY {proxy} (CONNECT) for TLS relays"));
+    assert_eq!(
+        check(&report, "relay tcp")["message"],
+        format!("relay.voxa.test:{} accepts connections through the proxy", relay.addr.port())
+    );
+    assert_eq!(status_of(&report, "relay tls"), "ok", "{output}");
+    assert_eq!(status_of(&report, "relay health"), "ok", "{output}");
+    let request = asked.recv().await.unwrap();
+    assert_eq!(request, format!("CONNECT relay.voxa.test:{} HTTP/1.1", relay.addr.port()));
+
+    let (code, report, output) = doctor(&home, &[], &[("HTTPS_PROXY", "socks5://127.0.0.1:1")]);
+    assert_eq!(code, 1, "{output}");
+    assert_eq!(status_of(&report, "proxy"), "fail");
+    relay.kill().await;
+}

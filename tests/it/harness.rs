@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
@@ -64,6 +65,36 @@ pub async fn tls_relay(dir: &std::path::Path) -> (TestRelay, std::path::PathBuf)
         voxa::relay::RelayConfig { tls: Some(voxa::relay::load_tls(&cert, &key).unwrap()), ..Default::default() };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     (TestRelay::start_with(listener, config).await, cert)
+}
+
+/// A minimal HTTP CONNECT proxy that sends every tunnel to `target` and records what was asked.
+pub async fn connect_proxy(
+    target: std::net::SocketAddr,
+) -> (std::net::SocketAddr, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (asked_tx, asked_rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let asked_tx = asked_tx.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if client.read_exact(&mut byte).await.is_err() {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let request_line = String::from_utf8_lossy(&head).lines().next().unwrap_or_default().to_owned();
+                let _ = asked_tx.send(request_line);
+                let mut upstream = tokio::net::TcpStream::connect(target).await.unwrap();
+                client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            });
+        }
+    });
+    (addr, asked_rx)
 }
 
 /// An agent running in this process with its own home and workspace.
