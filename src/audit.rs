@@ -171,7 +171,7 @@ fn clip(text: &str) -> String {
     if text.len() <= MAX_AUDIT_FIELD_LEN {
         return text.to_owned();
     }
-    format!("{}…", crate::tools::output::prefix(text, MAX_AUDIT_FIELD_LEN))
+    format!("{}…", crate::text::prefix(text, MAX_AUDIT_FIELD_LEN))
 }
 
 #[cfg(test)]

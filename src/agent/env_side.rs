@@ -1,4 +1,4 @@
-//! The environment side (SPEC §8): one outbound dialer per live pairing (the agent side of the
+//! The environment side (docs/PROTOCOL.md, "Environments"): one outbound relay link per live pairing (the agent side of the
 //! pairing's relay code), the gate that admits hosts, and a watcher that applies pairings issued
 //! or revoked while the agent runs.
 //!
@@ -11,24 +11,23 @@
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use serde_json::json;
-use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info_span, warn, Instrument};
 
-use super::identity::{is_valid_nonce, Identity};
-use super::store::{self, bearer_hash, Pairings};
-use crate::agent::{BackoffPolicy, Dialer, Heartbeat};
+use super::context::AgentContext;
+use super::gate::{GateShared, LivePairing, PairingGate};
+use super::link::{BackoffPolicy, LinkEvent, LinkEvents, RelayLink};
 use crate::config::RelayUrl;
-use crate::dial::DialOptions;
-use crate::output::Printer;
-use crate::protocol::{ErrorCode, Hello};
-use crate::session::{Admission, AgentContext, Gate};
+use crate::environments::dial_for;
+use crate::environments::identity::Identity;
+use crate::environments::store::{self, Pairings};
+use crate::net::dial::DialOptions;
+use crate::net::liveness::Heartbeat;
 use crate::state::Home;
 use crate::tools::Toolbox;
 
@@ -43,7 +42,7 @@ pub struct EnvSideOptions {
     pub dial: DialOptions,
     pub heartbeat: Heartbeat,
     pub backoff: BackoffPolicy,
-    pub printer: Printer,
+    pub events: LinkEvents,
 }
 
 /// Starts the environment side: reads `.pairings.json` now (unsafe permissions stop the agent
@@ -51,7 +50,6 @@ pub struct EnvSideOptions {
 pub fn spawn_environment_side(
     options: EnvSideOptions,
     ctx: &Arc<AgentContext>,
-    tasks: &TaskTracker,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let path = options.home.path(store::PAIRINGS_FILE);
@@ -62,11 +60,11 @@ pub fn spawn_environment_side(
         toolbox: ctx.toolbox.clone(),
         gate: Arc::new(GateShared::default()),
         dialers: HashMap::new(),
-        tasks: tasks.clone(),
+        tasks: ctx.tasks.clone(),
         shutdown: shutdown.clone(),
     };
     side.apply(&pairings)?;
-    tasks.spawn(side.watch(path, stamp).instrument(info_span!("pairings")));
+    ctx.tasks.spawn(side.watch(path, stamp).instrument(info_span!("pairings")));
     Ok(())
 }
 
@@ -81,7 +79,7 @@ struct EnvSide {
     options: EnvSideOptions,
     toolbox: Toolbox,
     gate: Arc<GateShared>,
-    /// Stop token of each running pairing dialer, by pairing id.
+    /// Stop token of each running pairing link, by pairing id.
     dialers: HashMap<String, CancellationToken>,
     tasks: TaskTracker,
     shutdown: CancellationToken,
@@ -161,11 +159,7 @@ impl EnvSide {
             if let Some(stop) = self.dialers.remove(&id) {
                 stop.cancel();
             }
-            self.options.printer.event(
-                "pairing_ended",
-                json!({"pairing": id}),
-                format!("environment pairing {id} revoked: its sessions were closed and it is no longer dialed"),
-            );
+            let _ = self.options.events.send(LinkEvent::PairingEnded { pairing: id });
         }
         for pairing in started {
             let relay = match RelayUrl::parse(&pairing.relay) {
@@ -176,191 +170,26 @@ impl EnvSide {
                 }
             };
             let stop = self.shutdown.child_token();
-            let ctx = AgentContext::new(self.toolbox.clone());
+            let ctx = AgentContext::new(self.toolbox.clone(), self.tasks.clone());
             if let Ok(mut shown) = ctx.status.relay.lock() {
                 *shown = relay.to_string();
             }
-            let dialer = Dialer {
+            let link = RelayLink {
                 url: relay.socket_url("/agent", pairing.code.expose()),
-                dial: super::dial_for(&self.options.dial, self.options.relay.as_ref(), &relay),
+                dial: dial_for(&self.options.dial, self.options.relay.as_ref(), &relay),
                 relay: relay.clone(),
                 heartbeat: self.options.heartbeat,
                 backoff: self.options.backoff,
                 gate: Arc::new(PairingGate { shared: self.gate.clone(), pairing_id: pairing.id.clone() }),
                 ctx: Arc::new(ctx),
                 // The pairing's connection events are not the phone's; they stay out of `run`'s output.
-                printer: Printer::new(false, true),
+                events: None,
             };
-            self.tasks.spawn(dialer.run(stop.clone()).instrument(info_span!("pairing", id = %pairing.id)));
+            self.tasks.spawn(link.run(stop.clone()).instrument(info_span!("pairing", id = %pairing.id)));
             self.dialers.insert(pairing.id.clone(), stop);
-            self.options.printer.event(
-                "pairing_active",
-                json!({"pairing": pairing.id, "relay": relay.as_str()}),
-                format!("environment pairing {} active: dialing {relay} for its host", pairing.id),
-            );
+            let _ =
+                self.options.events.send(LinkEvent::PairingActive { pairing: pairing.id, relay: relay.to_string() });
         }
         Ok(())
-    }
-}
-
-/// State every pairing gate reads.
-#[derive(Default)]
-struct GateShared {
-    state: Mutex<GateState>,
-}
-
-impl GateShared {
-    fn identity(&self) -> Option<Arc<Identity>> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).identity.clone()
-    }
-}
-
-#[derive(Default)]
-struct GateState {
-    identity: Option<Arc<Identity>>,
-    live: HashMap<String, LivePairing>,
-    revoked: Vec<[u8; 32]>,
-}
-
-struct LivePairing {
-    bearer_hash: [u8; 32],
-    /// The envKey the bearer was issued under.
-    bound_to: String,
-    /// Cancelled when the pairing is revoked: every session it admitted ends.
-    revoked: CancellationToken,
-}
-
-/// Admits a host on one pairing's relay code (SPEC §8).
-pub struct PairingGate {
-    shared: Arc<GateShared>,
-    pairing_id: String,
-}
-
-impl Gate for PairingGate {
-    fn admit(&self, hello: &Hello) -> Result<Admission, ErrorCode> {
-        let state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        admit(&state, &self.pairing_id, hello)
-    }
-}
-
-/// The order is the contract: envKey first, then presence of a bearer, then revoked, then right.
-fn admit(state: &GateState, pairing_id: &str, hello: &Hello) -> Result<Admission, ErrorCode> {
-    let Some(identity) = &state.identity else { return Err(ErrorCode::UnknownEnvironment) };
-    let own_key = identity.env_key();
-    if hello.env_key.as_deref() != Some(own_key.as_str()) {
-        return Err(ErrorCode::UnknownEnvironment);
-    }
-    // No bearer: the dialer keeps waiting, and answers `unauthenticated-call` when time is up.
-    let Some(bearer) = hello.bearer.as_deref() else { return Err(ErrorCode::UnauthenticatedCall) };
-    let presented = bearer_hash(bearer);
-    let mut revoked = subtle::Choice::from(0u8);
-    for hash in &state.revoked {
-        revoked |= hash.ct_eq(&presented);
-    }
-    if bool::from(revoked) {
-        return Err(ErrorCode::PairingRevoked);
-    }
-    let Some(pairing) = state.live.get(pairing_id) else { return Err(ErrorCode::BearerRefused) };
-    if !bool::from(pairing.bearer_hash.ct_eq(&presented)) || pairing.bound_to != own_key {
-        return Err(ErrorCode::BearerRefused);
-    }
-    let Some(nonce) = hello.nonce.as_deref().filter(|n| is_valid_nonce(n)) else {
-        return Err(ErrorCode::BadFrame);
-    };
-    Ok(Admission {
-        caller: format!("host:{}:{pairing_id}", &own_key[..16]),
-        env_key: Some(own_key),
-        signature: Some(identity.sign_nonce(nonce)),
-        revoked: Some(pairing.revoked.clone()),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::identity::{new_nonce, verify_nonce};
-    use super::*;
-
-    fn state_with(bearer: &str) -> (GateState, String) {
-        let identity = Identity::generate().unwrap();
-        let key = identity.env_key();
-        let mut state = GateState { identity: Some(Arc::new(identity)), ..Default::default() };
-        state.live.insert(
-            "p_1".into(),
-            LivePairing { bearer_hash: bearer_hash(bearer), bound_to: key.clone(), revoked: CancellationToken::new() },
-        );
-        (state, key)
-    }
-
-    fn hello(key: &str, bearer: Option<&str>, nonce: Option<&str>) -> Hello {
-        Hello {
-            role: Some("host".into()),
-            env_key: Some(key.into()),
-            bearer: bearer.map(Into::into),
-            nonce: nonce.map(Into::into),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_good_hello_is_answered_with_a_signature_over_the_nonce() {
-        let bearer = "vbx_0123456789abcdef0123456789abcdef";
-        let (state, key) = state_with(bearer);
-        let nonce = new_nonce().unwrap();
-        let admission = admit(&state, "p_1", &hello(&key, Some(bearer), Some(&nonce))).unwrap();
-        assert_eq!(admission.env_key.as_deref(), Some(key.as_str()));
-        assert!(verify_nonce(&key, &nonce, admission.signature.as_deref().unwrap()));
-        assert!(admission.caller.starts_with("host:") && !admission.caller.contains(bearer));
-        let token = admission.revoked.unwrap();
-        state.live["p_1"].revoked.cancel();
-        assert!(token.is_cancelled());
-    }
-
-    #[test]
-    fn the_env_key_is_checked_before_the_bearer() {
-        let bearer = "vbx_0123456789abcdef0123456789abcdef";
-        let (state, _) = state_with(bearer);
-        let other = Identity::generate().unwrap().env_key();
-        let nonce = new_nonce().unwrap();
-        for presented in [Some(bearer), Some("vbx_wrong"), None] {
-            let refused = admit(&state, "p_1", &hello(&other, presented, Some(&nonce))).unwrap_err();
-            assert_eq!(refused, ErrorCode::UnknownEnvironment);
-        }
-        let no_key = Hello { bearer: Some(bearer.into()), ..Default::default() };
-        assert_eq!(admit(&state, "p_1", &no_key).unwrap_err(), ErrorCode::UnknownEnvironment);
-        let empty = GateState::default();
-        assert_eq!(
-            admit(&empty, "p_1", &hello(&other, Some(bearer), None)).unwrap_err(),
-            ErrorCode::UnknownEnvironment
-        );
-    }
-
-    #[test]
-    fn wrong_missing_and_revoked_bearers_get_their_own_codes() {
-        let bearer = "vbx_0123456789abcdef0123456789abcdef";
-        let (mut state, key) = state_with(bearer);
-        let nonce = new_nonce().unwrap();
-        let code = |state: &GateState, b: Option<&str>, pairing: &str| {
-            admit(state, pairing, &hello(&key, b, Some(&nonce))).unwrap_err()
-        };
-        assert_eq!(code(&state, None, "p_1"), ErrorCode::UnauthenticatedCall);
-        assert_eq!(code(&state, Some("vbx_ffffffffffffffffffffffffffffffff"), "p_1"), ErrorCode::BearerRefused);
-        assert_eq!(code(&state, Some(bearer), "p_other"), ErrorCode::BearerRefused);
-        let bad_nonce = admit(&state, "p_1", &hello(&key, Some(bearer), Some("not hex"))).unwrap_err();
-        assert_eq!(bad_nonce, ErrorCode::BadFrame);
-        state.revoked.push(bearer_hash(bearer));
-        assert_eq!(code(&state, Some(bearer), "p_1"), ErrorCode::PairingRevoked);
-        assert_eq!(code(&state, Some(bearer), "p_other"), ErrorCode::PairingRevoked);
-    }
-
-    #[test]
-    fn a_pairing_bound_to_an_old_identity_is_refused() {
-        let bearer = "vbx_0123456789abcdef0123456789abcdef";
-        let (mut state, _) = state_with(bearer);
-        let rekeyed = Identity::generate().unwrap();
-        let new_key = rekeyed.env_key();
-        state.identity = Some(Arc::new(rekeyed));
-        let nonce = new_nonce().unwrap();
-        let refused = admit(&state, "p_1", &hello(&new_key, Some(bearer), Some(&nonce))).unwrap_err();
-        assert_eq!(refused, ErrorCode::BearerRefused);
     }
 }

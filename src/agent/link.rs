@@ -1,60 +1,71 @@
-//! `voxa run`: the loopback server plus the relay dialer, a small reconnect actor that keeps one
-//! outbound connection alive through sleep, roaming and relay restarts.
+//! The relay link: a small reconnect actor that keeps one outbound connection to the relay alive
+//! through sleep, roaming and relay restarts, admits the peer that joins the relay code (a phone,
+//! or a host driving this machine as an environment) and serves its session. What happens is
+//! reported as [`LinkEvent`]s; `voxa run` prints them.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
 use futures_util::StreamExt;
 use rand::Rng;
-use serde_json::json;
-use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use tracing::{info_span, warn, Instrument};
+use tracing::warn;
 
-use crate::cli::{RunArgs, Settings};
-use crate::config::{Config, RelayUrl, DEFAULT_GEMINI_MODEL};
-use crate::dial::{self, DialOptions};
-use crate::error::ConfigError;
-use crate::gemini::GeminiConfig;
-use crate::output::Printer;
+use super::context::AgentContext;
+use super::gate::{admit_hello, Gate};
+use super::outbox::Outbox;
+use super::session::Session;
+use crate::config::RelayUrl;
+use crate::net::dial::{self, DialOptions};
+use crate::net::liveness::{cancelled, close_message, sleep_until, Heartbeat, Liveness, Pulse};
 use crate::protocol::{self, close, AgentMessage, ErrorCode, PeerNotice, PeerRole, PeerState};
-use crate::secret::Secret;
-use crate::session::{self, AgentContext, Gate, Session, TokenGate};
-use crate::state::{Home, Secrets};
-use crate::tools::{Toolbox, ToolboxOptions};
-use crate::writer::Writer;
-
-/// Public Gemini Live endpoint (SPEC §7).
-pub const GEMINI_LIVE_URL: &str =
-    "wss://generativelanguage.googleapis.com/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent";
 
 /// A 4001 this soon after an abandoned dial is taken for that dial arriving late, not for
-/// another agent: the dialer dials again instead of stopping.
+/// another agent: the link dials again instead of stopping.
 pub const STALE_DIAL_WINDOW: Duration = Duration::from_secs(2 * dial::CONNECT_TIMEOUT.as_secs());
 
-/// How the dialer notices a dead relay connection.
-#[derive(Clone, Copy, Debug)]
-pub struct Heartbeat {
-    /// Ping the relay when nothing was sent for this long.
-    pub ping_every: Duration,
-    /// Give the connection up when nothing arrived for this long.
-    pub dead_after: Duration,
+/// Link events kept for a slow reader before the oldest are dropped.
+pub const EVENT_QUEUE: usize = 256;
+
+/// What a relay link reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LinkEvent {
+    /// Connected to the relay.
+    Connected { relay: String },
+    /// The connection ended and will be dialed again.
+    Lost { reason: String },
+    /// The connection was taken over, probably by a late dial of this agent; dialing again.
+    ReplacedByLateDial,
+    /// Another agent with this relay code took over; this link stops dialing.
+    Replaced,
+    /// A dial failed.
+    Unreachable { reason: String },
+    /// The next dial comes after `delay`.
+    Reconnecting { delay: Duration, attempt: u32 },
+    /// The peer (phone) joined the relay code.
+    PeerJoined,
+    /// The peer left.
+    PeerLeft,
+    /// The peer's hello was admitted.
+    PeerAdmitted,
+    /// The peer's hello was refused.
+    PeerRefused { code: ErrorCode },
+    /// An environment pairing went live: its relay code is dialed for its host.
+    PairingActive { pairing: String, relay: String },
+    /// An environment pairing was revoked: its sessions were closed and it is no longer dialed.
+    PairingEnded { pairing: String },
 }
 
-impl Default for Heartbeat {
-    fn default() -> Self {
-        // A half-open socket is noticed within 25 s when idle (goal: 30 s).
-        Heartbeat { ping_every: Duration::from_secs(10), dead_after: Duration::from_secs(25) }
-    }
+/// Sends a link's events; without receivers they are dropped.
+pub type LinkEvents = broadcast::Sender<LinkEvent>;
+
+/// A sender for link events, with room for [`EVENT_QUEUE`] unread events per receiver.
+pub fn link_events() -> LinkEvents {
+    broadcast::channel(EVENT_QUEUE).0
 }
 
 /// Exponential backoff with full jitter.
@@ -108,251 +119,6 @@ impl Backoff {
     }
 }
 
-/// Everything a running agent needs, validated.
-pub struct AgentOptions {
-    pub home: Home,
-    pub secrets: Secrets,
-    /// `None`: loopback only (no relay).
-    pub relay: Option<RelayUrl>,
-    pub workspace: PathBuf,
-    pub config: Config,
-    pub dial: DialOptions,
-    pub heartbeat: Heartbeat,
-    pub backoff: BackoffPolicy,
-    pub gemini: Option<GeminiConfig>,
-    pub printer: Printer,
-}
-
-/// A started agent: its loopback address, shared state and shutdown handle.
-pub struct RunningAgent {
-    pub loopback: SocketAddr,
-    pub ctx: Arc<AgentContext>,
-    shutdown: CancellationToken,
-    tasks: TaskTracker,
-}
-
-impl RunningAgent {
-    /// Stops every task and waits for them.
-    pub async fn stop(self) {
-        self.shutdown.cancel();
-        self.tasks.close();
-        self.tasks.wait().await;
-    }
-
-    /// Waits until the agent stops (its shutdown token was cancelled).
-    pub async fn wait(&self) {
-        self.shutdown.cancelled().await;
-        self.tasks.close();
-        self.tasks.wait().await;
-    }
-}
-
-/// Starts the loopback server on `listener` and, with a relay, the dialer.
-pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: CancellationToken) -> Result<RunningAgent> {
-    let loopback = listener.local_addr().context("loopback listener has no address")?;
-    let audit = crate::audit::Audit::new(options.home.audit_dir()?);
-    let toolbox = Toolbox::new(ToolboxOptions {
-        workspace: options.workspace.clone(),
-        config: options.config.clone(),
-        audit: Some(audit),
-        env: None,
-    })?;
-    let mut ctx = AgentContext::new(toolbox);
-    ctx.gemini = options.gemini.map(Arc::new);
-    if let Some(relay) = &options.relay {
-        if let Ok(mut shown) = ctx.status.relay.lock() {
-            *shown = relay.to_string();
-        }
-    }
-    let tasks = TaskTracker::new();
-    ctx.router = Some(Arc::new(crate::environments::HostRouter::new(crate::environments::HostOptions {
-        home: options.home.clone(),
-        dial: options.dial.clone(),
-        relay: options.relay.clone(),
-        toolbox: Some(ctx.toolbox.clone()),
-        tasks: tasks.clone(),
-        shutdown: shutdown.clone(),
-    })));
-    let ctx = Arc::new(ctx);
-    let environment_side = crate::environments::EnvSideOptions {
-        home: options.home.clone(),
-        relay: options.relay.clone(),
-        dial: options.dial.clone(),
-        heartbeat: options.heartbeat,
-        backoff: options.backoff,
-        printer: options.printer,
-    };
-    crate::environments::spawn_environment_side(environment_side, &ctx, &tasks, shutdown.clone())?;
-    let gate: Arc<dyn Gate> = Arc::new(TokenGate { token: options.secrets.auth_token.clone(), caller: "loopback" });
-    tasks.spawn({
-        let ctx = ctx.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            if let Err(err) = crate::loopback::run(listener, ctx, gate, shutdown).await {
-                warn!("loopback server stopped: {err:#}");
-            }
-        }
-    });
-    if let Some(relay) = options.relay {
-        let dialer = Dialer {
-            url: relay.socket_url("/agent", options.secrets.relay_code.expose()),
-            relay,
-            dial: options.dial,
-            heartbeat: options.heartbeat,
-            backoff: options.backoff,
-            gate: Arc::new(TokenGate { token: options.secrets.auth_token.clone(), caller: "phone" }),
-            ctx: ctx.clone(),
-            printer: options.printer,
-        };
-        tasks.spawn(dialer.run(shutdown.clone()).instrument(info_span!("dialer")));
-    }
-    Ok(RunningAgent { loopback, ctx, shutdown, tasks })
-}
-
-/// `voxa run`.
-pub async fn command(settings: &Settings, args: RunArgs) -> Result<()> {
-    let home = &settings.home;
-    let printer = settings.printer;
-    let gemini = if settings.self_hosted { Some(gemini_config(&args)?) } else { None };
-    home.ensure()?;
-    let mut config = home.load_config()?;
-    let gemini = gemini.map(|gemini| with_saved_voice(gemini, &args, &config));
-    let mut dial = DialOptions::default().with_proxy_from_env()?;
-    if let Some(path) = &args.ca_cert {
-        dial = dial.trust_pem_file(path)?;
-    }
-    dial.bearer = args.relay_token.clone().filter(|t| !t.is_empty()).map(Secret::from_string);
-    let workspace = match &args.workspace {
-        Some(dir) => dir.clone(),
-        None => std::env::current_dir().context("could not read the current directory")?,
-    };
-    let workspace = workspace
-        .canonicalize()
-        .map_err(|err| ConfigError::new(format!("workspace {} is not usable: {err}", workspace.display())))?;
-    let shutdown = crate::shutdown::on_signal();
-    let tasks = TaskTracker::new();
-    // The embedded relay stands in for a remote one: nothing about it is saved.
-    let relay = match &args.embedded_relay {
-        Some(addr) => {
-            let listener = bind_loopback_addr(addr).await?;
-            let local = listener.local_addr()?;
-            printer.event("embedded_relay", json!({"listen": local.to_string()}), format!("embedded relay on {local}"));
-            let stop = shutdown.clone();
-            tasks.spawn(async move {
-                if let Err(err) =
-                    crate::relay::run(listener, crate::relay::RelayConfig::default(), stop.cancelled_owned()).await
-                {
-                    warn!("embedded relay stopped: {err:#}");
-                }
-            });
-            RelayUrl::parse(&format!("http://{local}"))?
-        }
-        None => settings.relay(&config)?,
-    };
-    let (secrets, created) = home.load_or_create_secrets()?;
-    if args.embedded_relay.is_none() {
-        crate::pair::save_relay(home, &mut config, &relay)?;
-    }
-    if created || args.embedded_relay.is_some() {
-        if printer.is_json() {
-            let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose());
-            printer.event("pairing", json!({"url": url, "relay": relay.as_str()}), "");
-        } else {
-            let text = crate::pair::pairing_text(&relay, &secrets, true, printer.is_terminal())?;
-            printer.event("pairing", json!({}), text.trim_end());
-        }
-    }
-    let listener = TcpListener::bind(("127.0.0.1", args.port))
-        .await
-        .with_context(|| format!("could not listen on 127.0.0.1:{}", args.port))?;
-    let port = listener.local_addr()?.port();
-    let options = AgentOptions {
-        home: home.clone(),
-        secrets,
-        relay: Some(relay.clone()),
-        workspace: workspace.clone(),
-        config,
-        dial,
-        heartbeat: Heartbeat::default(),
-        backoff: BackoffPolicy::default(),
-        gemini,
-        printer,
-    };
-    let agent = start(options, listener, shutdown.clone()).await?;
-    home.write_agent_file(port)?;
-    printer.event(
-        "started",
-        json!({"port": port, "pid": std::process::id(), "workspace": workspace.display().to_string(), "mode": agent.ctx.mode(), "relay": relay.as_str()}),
-        format!("voxa {} running ({} mode), workspace {}, local port {port}", crate::VERSION, agent.ctx.mode(), workspace.display()),
-    );
-    agent.wait().await;
-    tasks.close();
-    tasks.wait().await;
-    home.remove_agent_file();
-    printer.event("stopped", json!({}), "stopped");
-    Ok(())
-}
-
-async fn bind_loopback_addr(addr: &str) -> Result<TcpListener> {
-    let parsed: SocketAddr = addr
-        .parse()
-        .map_err(|_| ConfigError::new(format!("--embedded-relay {addr:?} is not an address like 127.0.0.1:8787")))?;
-    if !parsed.ip().is_loopback() {
-        return Err(ConfigError::new("--embedded-relay must listen on a loopback address").into());
-    }
-    TcpListener::bind(parsed).await.with_context(|| format!("could not listen on {parsed}"))
-}
-
-/// Self-hosted settings from the environment; a missing key is a usage error.
-fn gemini_config(args: &RunArgs) -> Result<GeminiConfig> {
-    let key = std::env::var("GEMINI_API_KEY").unwrap_or_default();
-    if key.trim().is_empty() {
-        return Err(ConfigError::new(
-            "--self-hosted needs your Gemini API key: set GEMINI_API_KEY (nothing was started)",
-        )
-        .into());
-    }
-    let url = std::env::var("VOXA_GEMINI_URL").ok().filter(|u| !u.trim().is_empty());
-    if let Some(url) = &url {
-        check_gemini_url(url)?;
-    }
-    Ok(GeminiConfig {
-        api_key: Secret::from_string(key.trim().to_owned()),
-        url: url.map(|u| u.trim().to_owned()).unwrap_or_else(|| GEMINI_LIVE_URL.to_owned()),
-        model: args.model.clone().unwrap_or_else(|| DEFAULT_GEMINI_MODEL.to_owned()),
-        voice: "Kore".into(),
-        heartbeat: Heartbeat::default(),
-    })
-}
-
-/// Model (unless `--model` was given) and voice saved in `config.toml`.
-fn with_saved_voice(mut gemini: GeminiConfig, args: &RunArgs, config: &Config) -> GeminiConfig {
-    if let (None, Some(model)) = (&args.model, &config.gemini.model) {
-        gemini.model = model.clone();
-    }
-    if let Some(voice) = &config.gemini.voice {
-        gemini.voice = voice.clone();
-    }
-    gemini
-}
-
-/// `VOXA_GEMINI_URL` must be a WebSocket URL without a key in it: the key travels only in the
-/// `x-goog-api-key` header. The URL itself is never repeated (it may hold a key).
-fn check_gemini_url(url: &str) -> Result<()> {
-    let parsed = url::Url::parse(url.trim())
-        .map_err(|_| ConfigError::new("VOXA_GEMINI_URL is not a valid URL (expected wss://…)"))?;
-    if !matches!(parsed.scheme(), "ws" | "wss") {
-        return Err(ConfigError::new("VOXA_GEMINI_URL must start with wss:// (or ws:// for a loopback host)").into());
-    }
-    if parsed.query_pairs().any(|(name, _)| name.eq_ignore_ascii_case("key")) {
-        return Err(ConfigError::new(
-            "VOXA_GEMINI_URL must not carry an API key (?key=…): voxa sends GEMINI_API_KEY in a header",
-        )
-        .into());
-    }
-    Ok(())
-}
-
 /// Why one relay connection ended.
 #[derive(Debug)]
 enum Ended {
@@ -366,7 +132,7 @@ enum Ended {
 
 /// The reconnect actor.
 #[derive(Clone)]
-pub struct Dialer {
+pub struct RelayLink {
     pub url: String,
     pub relay: RelayUrl,
     pub dial: DialOptions,
@@ -374,10 +140,11 @@ pub struct Dialer {
     pub backoff: BackoffPolicy,
     pub gate: Arc<dyn Gate>,
     pub ctx: Arc<AgentContext>,
-    pub printer: Printer,
+    /// Where events go; `None` keeps them to the log (environment pairings).
+    pub events: Option<LinkEvents>,
 }
 
-impl Dialer {
+impl RelayLink {
     /// Dials until `shutdown`, serving each connection while it lasts.
     pub async fn run(self, shutdown: CancellationToken) {
         let mut backoff = Backoff::new(self.backoff);
@@ -392,18 +159,14 @@ impl Dialer {
             match connected {
                 Ok(socket) => {
                     self.ctx.status.relay_connected.store(true, Ordering::Relaxed);
-                    self.printer.event(
-                        "relay_connected",
-                        json!({"relay": self.relay.as_str()}),
-                        format!("connected to relay {}", self.relay),
-                    );
+                    self.report(LinkEvent::Connected { relay: self.relay.to_string() });
                     let since = Instant::now();
                     // A connection runs in its own task: should anything in it panic, the dialer
                     // notices, reports it and dials again instead of going silent for good.
-                    let connection = tokio::spawn({
-                        let dialer = self.clone();
+                    let connection = self.ctx.tasks.spawn({
+                        let link = self.clone();
                         let shutdown = shutdown.clone();
-                        async move { dialer.serve(socket, &shutdown).await }
+                        async move { link.serve(socket, &shutdown).await }
                     });
                     let ended = connection.await.unwrap_or_else(|err| {
                         warn!(%err, "relay connection task failed");
@@ -419,45 +182,22 @@ impl Dialer {
                         Ended::Replaced if last_abandoned_dial.is_some_and(|at| at.elapsed() < STALE_DIAL_WINDOW) => {
                             // Most likely our own abandoned dial arriving late: it is dead, so dial again.
                             last_abandoned_dial = None;
-                            self.printer.event(
-                                "relay_lost",
-                                json!({"reason": "replaced, probably by a late dial of this agent"}),
-                                "relay connection replaced, probably by a late dial of this agent",
-                            );
+                            self.report(LinkEvent::ReplacedByLateDial);
                         }
                         Ended::Replaced => {
-                            self.printer.event(
-                                "replaced",
-                                json!({}),
-                                "another voxa agent with this relay code took over; this one stops dialing \
-                                 (restart it to take over again)",
-                            );
+                            self.report(LinkEvent::Replaced);
                             return;
                         }
-                        Ended::Lost(reason) => self.printer.event(
-                            "relay_lost",
-                            json!({"reason": reason}),
-                            format!("relay connection lost: {reason}"),
-                        ),
+                        Ended::Lost(reason) => self.report(LinkEvent::Lost { reason }),
                     }
                 }
                 Err(err) => {
                     last_abandoned_dial = Some(Instant::now());
-                    let reason = format!("{err:#}");
-                    self.printer.event(
-                        "relay_unreachable",
-                        json!({"reason": reason}),
-                        format!("relay unreachable: {reason}"),
-                    );
+                    self.report(LinkEvent::Unreachable { reason: format!("{err:#}") });
                 }
             }
             let delay = backoff.next_delay();
-            let attempt = backoff.attempt();
-            self.printer.event(
-                "reconnecting",
-                json!({"in_ms": delay.as_millis() as u64, "attempt": attempt}),
-                format!("reconnecting in {:.1} s (attempt {attempt})", delay.as_secs_f64()),
-            );
+            self.report(LinkEvent::Reconnecting { delay, attempt: backoff.attempt() });
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(delay) => {}
@@ -465,17 +205,21 @@ impl Dialer {
         }
     }
 
+    fn report(&self, event: LinkEvent) {
+        if let Some(events) = &self.events {
+            let _ = events.send(event);
+        }
+    }
+
     async fn serve(&self, socket: dial::ClientSocket, shutdown: &CancellationToken) -> Ended {
         let (sink, mut stream) = socket.split();
-        let writer = Writer::spawn(sink);
-        let out_tx = writer.frames.clone();
-        let mut phone = Phone::Absent;
-        let mut last_heard = Instant::now();
-        let mut ticker = tokio::time::interval(self.heartbeat.ping_every);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let outbox = Outbox::spawn(sink);
+        let out_tx = outbox.frames.clone();
+        let mut peer = Peer::Absent;
+        let mut liveness = Liveness::new(self.heartbeat);
         let ended = loop {
-            let deadline = phone.hello_deadline();
-            let revoked = phone.revoked();
+            let deadline = peer.hello_deadline();
+            let revoked = peer.revoked();
             tokio::select! {
                 // A revocation outranks a shutdown that arrives with it: the host must hear why.
                 biased;
@@ -488,15 +232,13 @@ impl Dialer {
                     let _ = out_tx.try_send(close_message(CloseCode::Away, "agent shutting down"));
                     break Ended::Shutdown;
                 }
-                _ = ticker.tick() => {
-                    if last_heard.elapsed() >= self.heartbeat.dead_after {
-                        break Ended::Lost(format!("no answer from the relay for {} s", last_heard.elapsed().as_secs()));
-                    }
-                    let _ = out_tx.try_send(Message::Ping(Default::default()));
-                }
+                pulse = liveness.tick() => match pulse {
+                    Pulse::Silent(silent) => break Ended::Lost(format!("no answer from the relay for {} s", silent.as_secs())),
+                    Pulse::Ping => { let _ = out_tx.try_send(Message::Ping(Default::default())); }
+                },
                 _ = sleep_until(deadline) => {
                     send(&out_tx, AgentMessage::Error { code: ErrorCode::UnauthenticatedCall, message: Some("no hello in time".into()) }).await;
-                    phone = Phone::Refused;
+                    peer = Peer::Refused;
                 }
                 frame = stream.next() => {
                     let Some(frame) = frame else { break Ended::Lost("relay closed the connection".into()) };
@@ -504,17 +246,17 @@ impl Dialer {
                         Ok(frame) => frame,
                         Err(err) => break Ended::Lost(format!("{err}")),
                     };
-                    last_heard = Instant::now();
+                    liveness.heard();
                     match frame {
                         Message::Text(text) => {
                             if let Some(notice) = PeerNotice::parse(&text) {
-                                phone = self.on_notice(notice, phone, &writer).await;
+                                peer = self.on_notice(notice, peer, &outbox).await;
                             } else {
-                                phone = self.on_text(phone, &text, &writer).await;
+                                peer = self.on_text(peer, &text, &outbox).await;
                             }
                         }
                         Message::Binary(data) => {
-                            if let Phone::Ready { session, .. } = &mut phone {
+                            if let Peer::Ready { session, .. } = &mut peer {
                                 session.on_binary(&data).await;
                             }
                         }
@@ -529,114 +271,90 @@ impl Dialer {
                 }
             }
         };
-        drop(phone);
+        drop(peer);
         drop(out_tx);
-        writer.finish().await;
+        outbox.finish().await;
         ended
     }
 
-    async fn on_notice(&self, notice: PeerNotice, phone: Phone, writer: &Writer) -> Phone {
+    async fn on_notice(&self, notice: PeerNotice, peer: Peer, outbox: &Outbox) -> Peer {
         if notice.peer != PeerRole::Phone {
-            return phone;
+            return peer;
         }
         // Any earlier session ends here: its calls are cancelled and its unsent output dropped.
-        drop(phone);
-        writer.end_session().await;
+        drop(peer);
+        outbox.end_session().await;
         match notice.state {
             PeerState::Joined => {
                 self.ctx.status.phone_present.store(true, Ordering::Relaxed);
-                self.printer.event("phone_connected", json!({}), "phone connected");
-                Phone::AwaitingHello { deadline: tokio::time::Instant::now() + protocol::HELLO_TIMEOUT }
+                self.report(LinkEvent::PeerJoined);
+                Peer::AwaitingHello { deadline: tokio::time::Instant::now() + protocol::HELLO_TIMEOUT }
             }
             PeerState::Left => {
                 self.ctx.status.phone_present.store(false, Ordering::Relaxed);
-                self.printer.event("phone_disconnected", json!({}), "phone disconnected");
-                Phone::Absent
+                self.report(LinkEvent::PeerLeft);
+                Peer::Absent
             }
         }
     }
 
-    async fn on_text(&self, phone: Phone, text: &str, writer: &Writer) -> Phone {
-        let out = &writer.frames;
-        match phone {
-            Phone::AwaitingHello { deadline } => match session::admit_hello(self.gate.as_ref(), text) {
+    async fn on_text(&self, peer: Peer, text: &str, outbox: &Outbox) -> Peer {
+        let out = &outbox.frames;
+        match peer {
+            Peer::AwaitingHello { deadline } => match admit_hello(self.gate.as_ref(), text) {
                 Ok(admission) => {
                     let hello_ok = self.ctx.hello_ok(&admission);
                     send(out, hello_ok).await;
-                    self.printer.event("phone_authenticated", json!({}), "phone authenticated");
-                    let session_out = writer.begin_session().await;
+                    self.report(LinkEvent::PeerAdmitted);
+                    let session_out = outbox.begin_session().await;
                     let revoked = admission.revoked.clone();
                     let session = Session::new(self.ctx.clone(), admission.caller, session_out);
-                    Phone::Ready { session: Box::new(session), revoked }
+                    Peer::Ready { session: Box::new(session), revoked }
                 }
                 // Anything but a hello is ignored until a good hello arrives.
-                Err(ErrorCode::UnauthenticatedCall) => Phone::AwaitingHello { deadline },
+                Err(ErrorCode::UnauthenticatedCall) => Peer::AwaitingHello { deadline },
                 Err(code) => {
                     send(out, AgentMessage::error(code)).await;
-                    self.printer.event(
-                        "phone_refused",
-                        json!({"code": code.as_str()}),
-                        format!("phone refused: {code}"),
-                    );
-                    Phone::Refused
+                    self.report(LinkEvent::PeerRefused { code });
+                    Peer::Refused
                 }
             },
-            Phone::Ready { mut session, revoked } => {
+            Peer::Ready { mut session, revoked } => {
                 session.on_text(text).await;
-                Phone::Ready { session, revoked }
+                Peer::Ready { session, revoked }
             }
             other => other,
         }
     }
 }
 
-/// The phone side of the current relay connection.
-enum Phone {
+/// The other side of the relay code on the current connection: the phone, or a host when this
+/// link serves an environment pairing.
+enum Peer {
     Absent,
     AwaitingHello { deadline: tokio::time::Instant },
     Refused,
     Ready { session: Box<Session>, revoked: Option<CancellationToken> },
 }
 
-impl Phone {
+impl Peer {
     fn hello_deadline(&self) -> Option<tokio::time::Instant> {
         match self {
-            Phone::AwaitingHello { deadline } => Some(*deadline),
+            Peer::AwaitingHello { deadline } => Some(*deadline),
             _ => None,
         }
     }
 
     fn revoked(&self) -> Option<CancellationToken> {
         match self {
-            Phone::Ready { revoked, .. } => revoked.clone(),
+            Peer::Ready { revoked, .. } => revoked.clone(),
             _ => None,
         }
     }
 }
 
-/// Sleeps until `deadline`, or forever without one (a disabled `select!` arm).
-pub(crate) async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Resolves when `token` is cancelled, never without one.
-pub(crate) async fn cancelled(token: Option<CancellationToken>) {
-    match token {
-        Some(token) => token.cancelled_owned().await,
-        None => std::future::pending().await,
-    }
-}
-
 async fn send(out: &mpsc::Sender<Message>, message: AgentMessage) {
     let _ = out.send(Message::text(message.to_json())).await;
-}
-
-/// A close frame with a code and reason.
-pub fn close_message(code: CloseCode, reason: &str) -> Message {
-    Message::Close(Some(CloseFrame { code, reason: reason.to_owned().into() }))
 }
 
 #[cfg(test)]

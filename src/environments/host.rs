@@ -1,4 +1,4 @@
-//! The host side (SPEC §8): calls that name an environment go over one pooled, verified session
+//! The host side (docs/PROTOCOL.md, "Environments"): calls that name an environment go over one pooled, verified session
 //! per environment — the host joins the pairing's relay code as the phone side, sends the host
 //! hello with its bearer and a fresh nonce, and checks the environment's signature against the
 //! envKey before anything else is sent. Also the `fleet` tool.
@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, SinkExt, StreamExt};
@@ -20,12 +20,12 @@ use tracing::{debug, info_span, warn, Instrument};
 
 use super::identity::{new_nonce, verify_nonce};
 use super::store::{self, EnvEntry};
-use crate::agent::sleep_until;
+use super::EnvRouter;
 use crate::config::RelayUrl;
-use crate::dial::{self, ClientSocket, DialOptions};
+use crate::net::dial::{self, ClientSocket, DialOptions};
+use crate::net::liveness::{sleep_until, Heartbeat, Liveness, Pulse};
 use crate::protocol::{self, AgentMessage, ErrorCode, PeerNotice, PeerRole, PeerState, ToolCall, ToolError};
 use crate::secret::Secret;
-use crate::session::EnvRouter;
 use crate::state::Home;
 use crate::tools::{ToolRequest, Toolbox};
 
@@ -63,7 +63,7 @@ pub struct HostOptions {
     pub shutdown: CancellationToken,
 }
 
-/// Routes calls to environments and answers `fleet` (the host side of SPEC §8).
+/// Routes calls to environments and answers `fleet` (the host side of docs/PROTOCOL.md, "Environments").
 #[derive(Clone)]
 pub struct HostRouter {
     inner: Arc<Inner>,
@@ -592,7 +592,7 @@ struct LinkActor {
     queued: Vec<Queued>,
     /// Set while a `status` check is outstanding.
     check_deadline: Option<tokio::time::Instant>,
-    last_heard: Instant,
+    liveness: Liveness,
 }
 
 enum Step {
@@ -610,14 +610,12 @@ impl LinkActor {
             pending: HashMap::new(),
             queued: Vec::new(),
             check_deadline: None,
-            last_heard: Instant::now(),
+            liveness: Liveness::new(Heartbeat::PROTOCOL),
         }
     }
 
     async fn run(mut self, socket: ClientSocket, mut commands: mpsc::Receiver<LinkCommand>) {
         let (mut sink, mut stream) = socket.split();
-        let mut ticker = tokio::time::interval(protocol::PING_INTERVAL);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let end = 'session: loop {
             let check_deadline = self.check_deadline;
             tokio::select! {
@@ -625,7 +623,7 @@ impl LinkActor {
                 biased;
                 _ = self.alive.cancelled() => break unreachable("the session with the environment was closed"),
                 frame = stream.next() => {
-                    self.last_heard = Instant::now();
+                    self.liveness.heard();
                     let step = match frame {
                         Some(Ok(Message::Text(text))) => self.on_text(&text).await,
                         Some(Ok(Message::Close(_))) | None => Step::End(unreachable("the relay closed the connection")),
@@ -653,12 +651,10 @@ impl LinkActor {
                         }
                     }
                 }
-                _ = ticker.tick() => {
-                    if self.last_heard.elapsed() >= protocol::IDLE_TIMEOUT {
-                        break unreachable("the environment stopped answering");
-                    }
-                    let _ = sink.send(Message::Ping(Default::default())).await;
-                }
+                pulse = self.liveness.tick() => match pulse {
+                    Pulse::Silent(_) => break unreachable("the environment stopped answering"),
+                    Pulse::Ping => { let _ = sink.send(Message::Ping(Default::default())).await; }
+                },
             }
         };
         self.alive.cancel();
@@ -696,7 +692,7 @@ impl LinkActor {
                 }
                 // Writing on a session the environment may just have left would lose the call, so an
                 // idle session is checked first; only a busy, recently heard one is trusted as is.
-                if !self.pending.is_empty() && self.last_heard.elapsed() < LINK_FRESH {
+                if !self.pending.is_empty() && self.liveness.heard_within(LINK_FRESH) {
                     self.pending.insert(id, pending);
                     return Some(frame);
                 }

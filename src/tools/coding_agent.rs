@@ -21,10 +21,11 @@ use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::output::{last_output, prefix, suffix, AnsiStripper, Output};
-use super::process::kill_tree;
+use super::output::{last_output, AnsiStripper, Output};
+use super::supervise::kill_tree;
 use crate::config::{AgentCommand, Config};
 use crate::protocol::{ErrorCode, ToolError, OUTPUT_CAP};
+use crate::text::{prefix, suffix};
 
 /// Agent used when the call names none.
 pub const DEFAULT_AGENT: &str = "claude";

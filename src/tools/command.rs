@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::output::{last_output, AnsiStripper, Output};
-use super::process::kill_tree;
+use super::supervise::kill_tree;
 use crate::protocol::{ErrorCode, ToolError};
 
 /// The shell every command runs in.
@@ -334,7 +334,7 @@ mod tests {
         call.abort();
         let _ = call.await;
         let deadline = Instant::now() + Duration::from_secs(10);
-        while super::super::process::is_running(pid) {
+        while super::super::supervise::is_running(pid) {
             assert!(Instant::now() < deadline, "pid {pid} still running after the call was dropped");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

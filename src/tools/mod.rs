@@ -10,8 +10,8 @@ mod coding_agent;
 mod command;
 mod files;
 pub(crate) mod output;
-mod process;
 mod screenshot;
+mod supervise;
 mod workspace;
 
 use std::ffi::{OsStr, OsString};
@@ -31,7 +31,7 @@ pub use screenshot::{MAX_SCREENSHOT_LEN, SCREENSHOT_TIMEOUT};
 use crate::audit::{Audit, CallRecord};
 use crate::config::{Config, Policy};
 use crate::error::ConfigError;
-use crate::protocol::{ErrorCode, ToolError, DEFAULT_COMMAND_TIMEOUT};
+use crate::protocol::{AgentMessage, ErrorCode, ToolError, DEFAULT_COMMAND_TIMEOUT};
 use workspace::Workspace;
 
 /// Tool calls running at once across the agent when `max_concurrent_calls` is not set.
@@ -96,6 +96,20 @@ pub struct Screenshot {
     pub width: u32,
     pub height: u32,
     pub bytes: Vec<u8>,
+}
+
+impl Screenshot {
+    /// The `image` frame that carries this screenshot to the phone.
+    pub fn image_frame(&self, id: &str) -> AgentMessage {
+        use base64::Engine as _;
+        AgentMessage::Image(crate::protocol::Image {
+            id: id.to_owned(),
+            mime: self.mime.clone(),
+            width: self.width,
+            height: self.height,
+            data: base64::engine::general_purpose::STANDARD.encode(&self.bytes),
+        })
+    }
 }
 
 impl std::fmt::Debug for Screenshot {
@@ -365,8 +379,8 @@ impl Toolbox {
         };
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         tracing::debug!(
-            tool = %output::prefix(&name, 64),
-            id = %output::prefix(&id, 64),
+            tool = %crate::text::prefix(&name, 64),
+            id = %crate::text::prefix(&id, 64),
             %caller,
             outcome,
             duration_ms,
@@ -398,7 +412,7 @@ impl Toolbox {
         let listed = |list: &[String]| list.iter().any(|entry| entry == name);
         let read_only = policy.read_only && tool_spec(name).is_some_and(|spec| spec.changes_machine);
         if listed(&policy.deny) || (!policy.allow.is_empty() && !listed(&policy.allow)) || read_only {
-            let shown = output::prefix(name, 64);
+            let shown = crate::text::prefix(name, 64);
             return Err(ToolError::new(
                 ErrorCode::DeniedByPolicy,
                 format!("{shown} is not allowed here by the policy"),
@@ -424,7 +438,7 @@ impl Toolbox {
         cancel: CancellationToken,
     ) -> (Result<ToolOutput, ToolError>, Option<PolicyRule>) {
         let Some(spec) = tool_spec(name) else {
-            let shown = output::prefix(name, 64);
+            let shown = crate::text::prefix(name, 64);
             let known = TOOLS.iter().map(|spec| spec.name).collect::<Vec<_>>().join(", ");
             return (
                 Err(ToolError::new(ErrorCode::UnknownTool, format!("no tool named {shown:?} (tools: {known})"))),
@@ -627,7 +641,7 @@ impl<'a> Args<'a> {
                 let known: Vec<&str> = spec.params.iter().map(|param| param.name).collect();
                 return Err(invalid(format!(
                     "unknown field `{}` ({} takes: {})",
-                    output::prefix(unknown, 64),
+                    crate::text::prefix(unknown, 64),
                     spec.name,
                     known.join(", ")
                 )));

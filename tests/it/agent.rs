@@ -31,11 +31,11 @@ async fn loopback_hello_answers_hello_ok_and_status() {
 #[tokio::test]
 async fn loopback_bearer_header_authenticates_without_a_hello() {
     let agent = TestAgent::start(None).await;
-    let options = voxa::dial::DialOptions {
+    let options = voxa::net::dial::DialOptions {
         bearer: Some(voxa::secret::Secret::from_string(agent.token().to_owned())),
         ..Default::default()
     };
-    let mut client = voxa::dial::connect(&agent.loopback_url(), &options).await.unwrap();
+    let mut client = voxa::net::dial::connect(&agent.loopback_url(), &options).await.unwrap();
     recv_type(&mut client, "hello_ok").await;
 }
 
@@ -46,11 +46,11 @@ async fn loopback_wrong_token_is_closed_1008_at_once() {
     send(&mut client, json!({"type":"hello","token":"00000000000000000000000000000000"})).await;
     assert_eq!(recv_close(&mut client).await, (1008, "bearer-refused".into()));
 
-    let options = voxa::dial::DialOptions {
+    let options = voxa::net::dial::DialOptions {
         bearer: Some(voxa::secret::Secret::from_string("ffffffffffffffffffffffffffffffff".into())),
         ..Default::default()
     };
-    let mut client = voxa::dial::connect(&agent.loopback_url(), &options).await.unwrap();
+    let mut client = voxa::net::dial::connect(&agent.loopback_url(), &options).await.unwrap();
     assert_eq!(recv_close(&mut client).await, (1008, "bearer-refused".into()));
 }
 
@@ -213,7 +213,7 @@ async fn a_relay_that_stops_answering_is_noticed_and_redialed() {
     let relay = TestRelay::start().await;
     let proxy = BlackholeProxy::start(relay.addr).await;
     let heartbeat =
-        voxa::agent::Heartbeat { ping_every: Duration::from_millis(200), dead_after: Duration::from_secs(1) };
+        voxa::net::liveness::Heartbeat { ping_every: Duration::from_millis(200), dead_after: Duration::from_secs(1) };
     let agent = TestAgent::start_with(Some(proxy.url()), |options| options.heartbeat = heartbeat).await;
     let mut phone = agent.phone(&relay).await;
 
@@ -369,7 +369,7 @@ async fn the_agent_dials_a_tls_relay_it_was_told_to_trust_and_refuses_one_it_was
 
     let untrusting = TestAgent::start(Some(url.clone())).await;
     let trusting = TestAgent::start_with(Some(url), |options| {
-        options.dial = voxa::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
+        options.dial = voxa::net::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
     })
     .await;
     eventually("trusting agent connected", || trusting.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
@@ -378,9 +378,9 @@ async fn the_agent_dials_a_tls_relay_it_was_told_to_trust_and_refuses_one_it_was
     assert!(!untrusting.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
 
     // A phone that trusts the certificate pairs with the trusting agent over wss.
-    let phone_options = voxa::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
+    let phone_options = voxa::net::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
     let phone_url = format!("wss://localhost:{}/ws?code={}", relay.addr.port(), trusting.code());
-    let mut phone = voxa::dial::connect(&phone_url, &phone_options).await.unwrap();
+    let mut phone = voxa::net::dial::connect(&phone_url, &phone_options).await.unwrap();
     wait_agent_joined(&mut phone).await;
     send(&mut phone, json!({"type":"hello","token": trusting.token()})).await;
     recv_type(&mut phone, "hello_ok").await;
@@ -399,7 +399,7 @@ async fn a_relay_token_is_sent_when_set_and_its_absence_is_refused() {
     assert!(!without.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
 
     // Without the token the upgrade is refused with 401 before any WebSocket exists.
-    let err = voxa::dial::connect(&format!("ws://{}/ws?code={}", relay.addr, with.code()), &Default::default())
+    let err = voxa::net::dial::connect(&format!("ws://{}/ws?code={}", relay.addr, with.code()), &Default::default())
         .await
         .err()
         .expect("refused");
@@ -452,8 +452,8 @@ async fn the_agent_reaches_a_tls_relay_through_an_http_connect_proxy() {
     // The name only exists behind the proxy: the agent must not resolve it itself.
     let url = voxa::config::RelayUrl::parse(&format!("https://relay.voxa.test:{}", relay.addr.port())).unwrap();
     let agent = TestAgent::start_with(Some(url), |options| {
-        let mut dial = voxa::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
-        dial.proxy = Some(voxa::dial::Proxy::parse(&format!("http://{proxy}")).unwrap());
+        let mut dial = voxa::net::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
+        dial.proxy = Some(voxa::net::dial::Proxy::parse(&format!("http://{proxy}")).unwrap());
         options.dial = dial;
     })
     .await;

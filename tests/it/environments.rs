@@ -12,8 +12,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use voxa::agent::RunningAgent;
 use voxa::config::RelayUrl;
-use voxa::dial::ClientSocket;
 use voxa::environments::{self, store, Identity, Issued};
+use voxa::net::dial::ClientSocket;
 use voxa::secret::Secret;
 use voxa::state::{Home, Secrets};
 

@@ -10,10 +10,10 @@ use tempfile::TempDir;
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
-use voxa::agent::{AgentOptions, BackoffPolicy, Heartbeat, RunningAgent};
+use voxa::agent::{link_events, AgentOptions, BackoffPolicy, RunningAgent};
 use voxa::config::{Config, RelayUrl};
-use voxa::dial::{ClientSocket, DialOptions};
-use voxa::output::Printer;
+use voxa::net::dial::{ClientSocket, DialOptions};
+use voxa::net::liveness::Heartbeat;
 use voxa::state::{Home, Secrets};
 
 /// Longest any single step of a test may take before it fails.
@@ -82,7 +82,7 @@ pub fn options(home: &TempDir, workspace: &TempDir, relay: Option<RelayUrl>) -> 
         heartbeat: Heartbeat::default(),
         backoff: fast_backoff(),
         gemini: None,
-        printer: Printer::new(false, true),
+        events: link_events(),
     };
     (options, secrets)
 }
@@ -135,7 +135,7 @@ impl TestAgent {
 
 /// Opens a WebSocket.
 pub async fn connect(url: &str) -> ClientSocket {
-    tokio::time::timeout(STEP, voxa::dial::connect(url, &DialOptions::default()))
+    tokio::time::timeout(STEP, voxa::net::dial::connect(url, &DialOptions::default()))
         .await
         .expect("connect in time")
         .unwrap()
@@ -306,7 +306,7 @@ impl TestAgent {
     pub async fn phone_tls(&self, relay: &TestRelay, ca: &std::path::Path) -> ClientSocket {
         let options = DialOptions::default().trust_pem_file(ca).unwrap();
         let url = format!("wss://localhost:{}/ws?code={}", relay.addr.port(), self.code());
-        let mut socket = tokio::time::timeout(STEP, voxa::dial::connect(&url, &options)).await.unwrap().unwrap();
+        let mut socket = tokio::time::timeout(STEP, voxa::net::dial::connect(&url, &options)).await.unwrap().unwrap();
         wait_agent_joined(&mut socket).await;
         send(&mut socket, json!({"type":"hello","token": self.token()})).await;
         recv_type(&mut socket, "hello_ok").await;

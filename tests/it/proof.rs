@@ -16,7 +16,7 @@ use rand::Rng;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 use tracing_subscriber::layer::SubscriberExt;
-use voxa::dial::ClientSocket;
+use voxa::net::dial::ClientSocket;
 
 use crate::fake_gemini::{FakeGemini, FakeOptions, Kind};
 use crate::harness::*;
@@ -728,7 +728,7 @@ fn a_storm_of_wrong_tokens_is_refused_while_the_owner_is_served() {
                 while next.fetch_add(1, Ordering::Relaxed) < ATTEMPTS {
                     let outcome = tokio::time::timeout(STEP, async {
                         let mut socket =
-                            voxa::dial::connect(&url, &Default::default()).await.map_err(|e| format!("{e:#}"))?;
+                            voxa::net::dial::connect(&url, &Default::default()).await.map_err(|e| format!("{e:#}"))?;
                         let token = format!("{:032x}", rand::rng().random::<u128>());
                         let hello = json!({"type":"hello","token":token}).to_string();
                         socket.send(Message::text(hello)).await.map_err(|e| e.to_string())?;
@@ -1017,14 +1017,14 @@ async fn a_relay_frozen_past_the_heartbeat_gets_the_agent_back_exactly_once() {
 /// queue, and all of them reach the relay at once when it wakes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_frozen_past_the_dial_timeout_gets_the_agent_back_exactly_once() {
-    frozen_relay(voxa::dial::CONNECT_TIMEOUT.as_secs() + 5).await;
+    frozen_relay(voxa::net::dial::CONNECT_TIMEOUT.as_secs() + 5).await;
 }
 
 async fn frozen_relay(heartbeats: u64) {
     let relay = RunningVoxa::relay(0, "warn");
     let url = voxa::config::RelayUrl::parse(&relay.relay_url()).unwrap();
     let heartbeat =
-        voxa::agent::Heartbeat { ping_every: Duration::from_millis(200), dead_after: Duration::from_secs(1) };
+        voxa::net::liveness::Heartbeat { ping_every: Duration::from_millis(200), dead_after: Duration::from_secs(1) };
     let agent = TestAgent::start_with(Some(url), |options| options.heartbeat = heartbeat).await;
     let status = agent.agent.ctx.status.clone();
     let mut phone = phone_at(relay.port, agent.code(), agent.token()).await;
