@@ -16,7 +16,8 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 pub const OUTPUT_CAP: usize = 256 << 10;
 /// Default `run_command` timeout.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
-/// Tool calls one session may have in flight before new ones are answered `busy`.
+/// Tool calls in flight before new ones are answered `busy`: per session and per agent (the
+/// default of `max_concurrent_calls` in `config.toml`), per voice call and per environment.
 pub const MAX_CALLS_IN_FLIGHT: usize = 64;
 /// Longest call id accepted.
 pub const MAX_CALL_ID_LEN: usize = 128;

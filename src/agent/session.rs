@@ -119,9 +119,9 @@ impl Session {
             Ok(calls) if calls.contains_key(&call.id) => {
                 Some(ToolError::new(ErrorCode::DuplicateId, format!("a call with id {:?} is still running", call.id)))
             }
-            Ok(calls) if calls.len() >= protocol::MAX_CALLS_IN_FLIGHT => Some(ToolError::new(
+            Ok(calls) if calls.len() >= self.ctx.toolbox.max_calls_in_flight() => Some(ToolError::new(
                 ErrorCode::Busy,
-                format!("{} calls are already running; wait for one to finish", protocol::MAX_CALLS_IN_FLIGHT),
+                format!("{} calls are already running; wait for one to finish", calls.len()),
             )),
             Ok(mut calls) => {
                 calls.insert(call.id.clone(), token.clone());

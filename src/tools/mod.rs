@@ -35,7 +35,7 @@ use crate::protocol::{AgentMessage, ErrorCode, ToolError, DEFAULT_COMMAND_TIMEOU
 use workspace::Workspace;
 
 /// Tool calls running at once across the agent when `max_concurrent_calls` is not set.
-pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 64;
+pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = crate::protocol::MAX_CALLS_IN_FLIGHT;
 /// Environment variables of this agent never passed on to the programs tools start.
 pub const PRIVATE_ENV: [&str; 2] = ["VOXA_RELAY_TOKEN", "GEMINI_API_KEY"];
 
@@ -362,10 +362,15 @@ impl Toolbox {
         Value::Array(self.specs().map(gemini_declaration).collect())
     }
 
+    /// Tool calls that may run at once (`max_concurrent_calls`, else
+    /// [`DEFAULT_MAX_CONCURRENT_CALLS`]); more are answered `busy`.
+    pub fn max_calls_in_flight(&self) -> usize {
+        self.inner.config.max_concurrent_calls.unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS)
+    }
+
     /// Tool calls running right now.
     pub fn calls_in_flight(&self) -> usize {
-        let max = self.inner.config.max_concurrent_calls.unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS);
-        max.saturating_sub(self.inner.calls.available_permits())
+        self.max_calls_in_flight().saturating_sub(self.inner.calls.available_permits())
     }
 
     /// Runs one call: policy, argument checks, execution, audit.
