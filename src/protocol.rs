@@ -19,6 +19,9 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
 /// Tool calls in flight before new ones are answered `busy`: per session and per agent (the
 /// default of `max_concurrent_calls` in `config.toml`), per voice call and per environment.
 pub const MAX_CALLS_IN_FLIGHT: usize = 64;
+/// Time a cancelled call gets to end with its own result (a tool stopping, an environment
+/// answering `cancelled`) before it is answered `cancelled` without it.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(5);
 /// Longest call id accepted.
 pub const MAX_CALL_ID_LEN: usize = 128;
 /// Frames queued for one socket's writer before the socket counts as a slow reader.
@@ -29,6 +32,8 @@ pub const PING_INTERVAL: Duration = Duration::from_secs(15);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(45);
 /// Marker type of the relay's presence frames.
 pub const PEER_TYPE: &str = "__peer";
+/// `role` of the hello a host sends to drive an environment.
+pub const HOST_ROLE: &str = "host";
 /// Binary frame prefix for audio (SPEC §7).
 pub const AUDIO_PREFIX: u8 = 0x01;
 
@@ -139,6 +144,13 @@ pub enum ClientMessage {
     },
 }
 
+impl ClientMessage {
+    /// Serialises to a text frame payload.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
 /// The first frame of every session.
 #[derive(Clone, Default, PartialEq, Deserialize, Serialize)]
 pub struct Hello {
@@ -210,11 +222,11 @@ pub enum AgentMessage {
     Status(AgentStatus),
     CallStarted,
     CallError {
-        code: String,
+        code: CallErrorCode,
         message: String,
     },
     Transcript {
-        role: String,
+        role: TranscriptRole,
         text: String,
         #[serde(rename = "final")]
         is_final: bool,
@@ -224,7 +236,7 @@ pub enum AgentMessage {
     ToolActivity {
         id: String,
         name: String,
-        state: String,
+        state: ToolActivityState,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         ok: Option<bool>,
     },
@@ -242,6 +254,69 @@ impl AgentMessage {
     pub fn error(code: ErrorCode) -> Self {
         AgentMessage::Error { code, message: None }
     }
+}
+
+/// `code` of a `call_error` frame; the phone branches on it:
+///
+/// | code | cause |
+/// |---|---|
+/// | `bad-key` | Gemini refused the API key (close 1007 naming the key, HTTP 401/403 at upgrade) |
+/// | `gemini-refused` | Gemini refused a request (close 1007, other HTTP 4xx at upgrade) |
+/// | `gemini-not-found` | model or session not found, or refused by policy (close 1008, HTTP 404) |
+/// | `gemini-unavailable` | quota exhausted or internal error (close 1011/1013/1014, HTTP 429/5xx) |
+/// | `gemini-unreachable` | no connection, TLS failure, or no `setupComplete` in time |
+/// | `gemini-closed` | the connection ended otherwise and could not be resumed |
+/// | `busy` | the voice call is not keeping up with `say` |
+/// | `unavailable` | the agent runs in hosted mode and hosts no voice calls |
+/// | `no-call` | `say` or `call_end` without a running call |
+///
+/// A failure before `call_started` sends only `call_error`; one during the call sends
+/// `call_error` and then `call_ended`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CallErrorCode {
+    BadKey,
+    GeminiRefused,
+    GeminiNotFound,
+    GeminiUnavailable,
+    GeminiUnreachable,
+    GeminiClosed,
+    Busy,
+    Unavailable,
+    NoCall,
+}
+
+impl CallErrorCode {
+    /// The code as it appears in `call_error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallErrorCode::BadKey => "bad-key",
+            CallErrorCode::GeminiRefused => "gemini-refused",
+            CallErrorCode::GeminiNotFound => "gemini-not-found",
+            CallErrorCode::GeminiUnavailable => "gemini-unavailable",
+            CallErrorCode::GeminiUnreachable => "gemini-unreachable",
+            CallErrorCode::GeminiClosed => "gemini-closed",
+            CallErrorCode::Busy => "busy",
+            CallErrorCode::Unavailable => "unavailable",
+            CallErrorCode::NoCall => "no-call",
+        }
+    }
+}
+
+/// Who spoke, in a `transcript` frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TranscriptRole {
+    User,
+    Model,
+}
+
+/// Where a tool Gemini asked for stands, in a `tool_activity` frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolActivityState {
+    Started,
+    Finished,
 }
 
 /// Answer to a good hello.
@@ -521,7 +596,7 @@ mod tests {
 
     #[test]
     fn agent_messages_use_the_contract_field_names() {
-        let msg = AgentMessage::Transcript { role: "user".into(), text: "hi".into(), is_final: true };
+        let msg = AgentMessage::Transcript { role: TranscriptRole::User, text: "hi".into(), is_final: true };
         assert_eq!(msg.to_json(), r#"{"type":"transcript","role":"user","text":"hi","final":true}"#);
         let err = AgentMessage::error(ErrorCode::BadFrame);
         assert_eq!(err.to_json(), r#"{"type":"error","code":"bad-frame"}"#);

@@ -147,7 +147,7 @@ mod tests {
 
     fn hello(key: &str, bearer: Option<&str>, nonce: Option<&str>) -> Hello {
         Hello {
-            role: Some("host".into()),
+            role: Some(crate::protocol::HOST_ROLE.into()),
             env_key: Some(key.into()),
             bearer: bearer.map(Into::into),
             nonce: nonce.map(Into::into),

@@ -17,7 +17,7 @@ use tracing::{debug, warn};
 use super::context::AgentContext;
 use crate::audit::CallRecord;
 use crate::gemini::{self, VoiceCall, VoiceInput, VoiceTools};
-use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, ToolCall, ToolError, ToolResult};
+use crate::protocol::{self, AgentMessage, CallErrorCode, ClientMessage, ErrorCode, ToolCall, ToolError, ToolResult};
 use crate::tools::{ToolOutput, ToolRequest};
 
 /// An authenticated session. Dropping it cancels its calls and ends its voice call.
@@ -76,7 +76,7 @@ impl Session {
                 Some(voice) => {
                     if voice.input.try_send(VoiceInput::Text(text)).is_err() {
                         let busy = AgentMessage::CallError {
-                            code: "busy".into(),
+                            code: CallErrorCode::Busy,
                             message: "the voice call is not keeping up; try again in a moment".into(),
                         };
                         self.send(busy).await;
@@ -94,7 +94,7 @@ impl Session {
     async fn start_voice(&mut self) {
         let Some(config) = self.ctx.gemini.clone() else {
             let message = AgentMessage::CallError {
-                code: "unavailable".into(),
+                code: CallErrorCode::Unavailable,
                 message: "this agent runs in hosted mode; start it with --self-hosted and GEMINI_API_KEY to \
                           host voice calls"
                     .into(),
@@ -163,7 +163,7 @@ impl Drop for Session {
 
 fn no_call_error() -> AgentMessage {
     AgentMessage::CallError {
-        code: "no-call".into(),
+        code: CallErrorCode::NoCall,
         message: "no voice call is running; send call_start first".into(),
     }
 }

@@ -4,14 +4,14 @@ use std::io::Write;
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::Settings;
 use crate::cli::CallArgs;
 use crate::error::{ConfigError, Exit, Refused};
 use crate::net::dial::{self, ClientSocket, DialOptions};
-use crate::protocol::{self, AgentMessage, ErrorCode, HelloOk, ToolCall, ToolResult};
+use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Hello, HelloOk, ToolCall, ToolResult};
 use crate::secret::Secret;
 use crate::state::Home;
 
@@ -62,8 +62,10 @@ pub async fn run_call(settings: &Settings, args: CallArgs) -> Result<Exit> {
     let tool_args = parse_call_args(&args.args)?;
     let (mut socket, _) = connect_local(&settings.home).await?;
     let call = ToolCall { id: "call-1".into(), name: args.tool.clone(), args: tool_args, env: args.env.clone() };
-    let frame = json!({"type": "tool_call", "id": call.id, "name": call.name, "args": call.args, "env": call.env});
-    socket.send(Message::text(frame.to_string())).await.context("could not send the call")?;
+    socket
+        .send(Message::text(ClientMessage::ToolCall(call.clone()).to_json()))
+        .await
+        .context("could not send the call")?;
     let json_out = settings.printer.is_json();
     let mut streamed = false;
     let result = loop {
@@ -162,7 +164,8 @@ fn human(tool: &str, body: &Value, streamed: bool) -> String {
 
 /// Secret-free hello for clients that authenticate in-band.
 pub fn hello_frame(token: &Secret, client: &str) -> Message {
-    Message::text(json!({"type": "hello", "token": token.expose(), "client": client}).to_string())
+    let hello = Hello { token: Some(token.expose().to_owned()), client: Some(client.to_owned()), ..Default::default() };
+    Message::text(ClientMessage::Hello(hello).to_json())
 }
 
 /// Turns `voxa call` arguments into a JSON object.

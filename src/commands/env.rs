@@ -15,7 +15,7 @@ use crate::config::RelayUrl;
 use crate::environments::{add, host, issue, remove, revoke, store, HostOptions, HostRouter, Identity};
 use crate::error::Exit;
 use crate::net::dial::DialOptions;
-use crate::protocol::AgentMessage;
+use crate::protocol::{AgentMessage, ClientMessage, ToolCall};
 use crate::secret::Secret;
 use crate::state::Home;
 
@@ -146,8 +146,9 @@ async fn list(settings: &Settings) -> Result<()> {
 async fn fleet_from_running_agent(home: &Home) -> Option<Value> {
     home.running_agent().ok()??;
     let (mut socket, _) = super::call::connect_local(home).await.ok()?;
-    let frame = json!({"type": "tool_call", "id": "env-list", "name": host::FLEET_TOOL, "args": {"probe": true}});
-    socket.send(Message::text(frame.to_string())).await.ok()?;
+    let call =
+        ToolCall { id: "env-list".into(), name: host::FLEET_TOOL.into(), args: json!({"probe": true}), env: None };
+    socket.send(Message::text(ClientMessage::ToolCall(call).to_json())).await.ok()?;
     let wait = async {
         while let Some(Ok(frame)) = socket.next().await {
             let Message::Text(text) = frame else { continue };

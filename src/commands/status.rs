@@ -7,7 +7,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use super::Settings;
 use crate::error::Exit;
-use crate::protocol::{AgentMessage, AgentStatus};
+use crate::protocol::{AgentMessage, AgentStatus, ClientMessage};
 
 /// `voxa status`.
 pub async fn run_status(settings: &Settings) -> Result<Exit> {
@@ -66,7 +66,7 @@ fn yes_no(value: bool) -> &'static str {
 
 async fn query(settings: &Settings) -> Result<AgentStatus> {
     let (mut socket, _) = super::call::connect_local(&settings.home).await?;
-    socket.send(Message::text(json!({"type": "status"}).to_string())).await?;
+    socket.send(Message::text(ClientMessage::Status.to_json())).await?;
     let wait = async {
         while let Some(frame) = socket.next().await {
             if let Message::Text(text) = frame? {

@@ -24,7 +24,10 @@ use super::EnvRouter;
 use crate::config::RelayUrl;
 use crate::net::dial::{self, ClientSocket, DialOptions};
 use crate::net::liveness::{sleep_until, Heartbeat, Liveness, Pulse};
-use crate::protocol::{self, AgentMessage, ErrorCode, PeerNotice, PeerRole, PeerState, ToolCall, ToolError};
+use crate::protocol::{
+    self, AgentMessage, ClientMessage, ErrorCode, Hello, PeerNotice, PeerRole, PeerState, ToolCall, ToolError,
+    HOST_ROLE,
+};
 use crate::secret::Secret;
 use crate::state::Home;
 use crate::tools::{ToolRequest, Toolbox};
@@ -35,8 +38,6 @@ pub const ENV_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const ENV_JOIN_TIMEOUT: Duration = Duration::from_secs(4);
 /// Time the environment has to answer the host's hello.
 pub const ENV_HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Time a cancelled call waits for the environment's own `cancelled` result.
-pub const CANCEL_GRACE: Duration = Duration::from_secs(5);
 /// A call is written at once only on a session that has calls in flight and was heard from this
 /// recently; otherwise one `status` round trip goes first, so a notice that the environment left,
 /// already on its way, is read before the call is sent, and the call goes on a fresh session
@@ -270,7 +271,7 @@ impl Inner {
                 delivery = &mut answer => delivery,
                 _ = cancel.cancelled() => {
                     let _ = commands.send(LinkCommand::Cancel { id }).await;
-                    return match tokio::time::timeout(CANCEL_GRACE, answer).await {
+                    return match tokio::time::timeout(protocol::CANCEL_GRACE, answer).await {
                         Ok(Ok(Delivery::Done(outcome))) => outcome,
                         _ => Err(refusal(ErrorCode::Cancelled, "cancelled")),
                     };
@@ -495,15 +496,15 @@ async fn hello_on(mut socket: ClientSocket, target: &Target) -> Result<(ClientSo
         )));
     }
     let nonce = new_nonce().map_err(|err| refusal(ErrorCode::Internal, format!("{err:#}")))?;
-    let hello = json!({
-        "type": "hello",
-        "role": "host",
-        "envKey": target.env_key,
-        "bearer": target.bearer.expose(),
-        "nonce": nonce,
-        "client": crate::agent_name(),
+    let hello = ClientMessage::Hello(Hello {
+        role: Some(HOST_ROLE.to_owned()),
+        env_key: Some(target.env_key.clone()),
+        bearer: Some(target.bearer.expose().to_owned()),
+        nonce: Some(nonce.clone()),
+        client: Some(crate::agent_name()),
+        ..Default::default()
     });
-    if socket.send(Message::text(hello.to_string())).await.is_err() {
+    if socket.send(Message::text(hello.to_json())).await.is_err() {
         return Err(unreachable("the relay connection failed during the hello"));
     }
     let answer = tokio::time::timeout(ENV_HELLO_TIMEOUT, async {
@@ -683,8 +684,8 @@ impl LinkActor {
                     let _ = reply.send(Delivery::Done(Err(busy)));
                     return None;
                 }
-                let frame =
-                    Message::text(json!({"type": "tool_call", "id": id, "name": name, "args": args}).to_string());
+                let call = ToolCall { id: id.clone(), name, args, env: None };
+                let frame = Message::text(ClientMessage::ToolCall(call).to_json());
                 let pending = Pending { progress, reply };
                 if self.check_deadline.is_some() {
                     self.queued.push(Queued { id, frame, pending });
@@ -698,7 +699,7 @@ impl LinkActor {
                 }
                 self.queued.push(Queued { id, frame, pending });
                 self.check_deadline = Some(tokio::time::Instant::now() + LINK_CHECK_TIMEOUT);
-                Some(Message::text(json!({"type": "status"}).to_string()))
+                Some(Message::text(ClientMessage::Status.to_json()))
             }
             LinkCommand::Cancel { id } => {
                 if let Some(index) = self.queued.iter().position(|q| q.id == id) {
@@ -707,7 +708,7 @@ impl LinkActor {
                     let _ = queued.pending.reply.send(Delivery::Done(Err(cancelled)));
                     return None;
                 }
-                self.pending.contains_key(&id).then(|| Message::text(json!({"type": "cancel", "id": id}).to_string()))
+                self.pending.contains_key(&id).then(|| Message::text(ClientMessage::Cancel { id }.to_json()))
             }
         }
     }

@@ -31,7 +31,8 @@ use self::link::Link;
 use self::wire::{FunctionCall, ServerEvent};
 use crate::net::dial::DialOptions;
 use crate::net::liveness::{Heartbeat, Liveness, Pulse};
-use crate::protocol::{self, AgentMessage, ErrorCode, ToolCall, ToolError};
+pub use crate::protocol::CallErrorCode;
+use crate::protocol::{self, AgentMessage, ErrorCode, ToolActivityState, ToolCall, ToolError};
 use crate::secret::Secret;
 use crate::tools::ToolOutput;
 
@@ -63,8 +64,6 @@ pub const MAX_AUDIO_CHUNK: usize = 64 << 10;
 pub const MAX_SAY_LEN: usize = 16 << 10;
 /// Connection attempts when resuming after `goAway` or a lost connection.
 pub const RESUME_ATTEMPTS: u32 = 3;
-/// Time a cancelled tool gets to finish on its own before it is dropped.
-pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
 /// Longest wait for room on the Gemini link before a message is dropped as stalled.
 pub const GEMINI_SEND_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -107,46 +106,9 @@ impl VoiceCall {
     }
 }
 
-/// Stable `call_error` codes of self-hosted calls (the phone branches on them):
-///
-/// | code | cause |
-/// |---|---|
-/// | `bad-key` | Gemini refused the API key (close 1007 naming the key, HTTP 401/403 at upgrade) |
-/// | `gemini-refused` | Gemini refused a request (close 1007, other HTTP 4xx at upgrade) |
-/// | `gemini-not-found` | model or session not found, or refused by policy (close 1008, HTTP 404) |
-/// | `gemini-unavailable` | quota exhausted or internal error (close 1011/1013/1014, HTTP 429/5xx) |
-/// | `gemini-unreachable` | no connection, TLS failure, or no `setupComplete` in time |
-/// | `gemini-closed` | the connection ended otherwise and could not be resumed |
-///
-/// A failure before `call_started` sends only `call_error`; one during the call sends
-/// `call_error` and then `call_ended`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CallErrorCode {
-    BadKey,
-    GeminiRefused,
-    GeminiNotFound,
-    GeminiUnavailable,
-    GeminiUnreachable,
-    GeminiClosed,
-}
-
-impl CallErrorCode {
-    /// The code as it appears in `call_error`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CallErrorCode::BadKey => "bad-key",
-            CallErrorCode::GeminiRefused => "gemini-refused",
-            CallErrorCode::GeminiNotFound => "gemini-not-found",
-            CallErrorCode::GeminiUnavailable => "gemini-unavailable",
-            CallErrorCode::GeminiUnreachable => "gemini-unreachable",
-            CallErrorCode::GeminiClosed => "gemini-closed",
-        }
-    }
-
-    /// Failures of the transport, worth another attempt when resuming.
-    fn is_transient(self) -> bool {
-        matches!(self, CallErrorCode::GeminiUnreachable | CallErrorCode::GeminiClosed)
-    }
+/// Failures of the transport, worth another attempt when resuming.
+fn is_transient(code: CallErrorCode) -> bool {
+    matches!(code, CallErrorCode::GeminiUnreachable | CallErrorCode::GeminiClosed)
 }
 
 /// Why a call could not start or go on: a stable code and a sentence without the key.
@@ -163,7 +125,7 @@ impl CallFailure {
     }
 
     fn to_message(&self) -> AgentMessage {
-        AgentMessage::CallError { code: self.code.as_str().to_owned(), message: self.message.clone() }
+        AgentMessage::CallError { code: self.code, message: self.message.clone() }
     }
 }
 
@@ -378,7 +340,7 @@ impl Bridge {
     /// After a failed attempt: another try when resuming from a transient failure, else the end.
     fn retry(&self, conn: &Conn, failure: CallFailure) -> Result<Conn, CallFailure> {
         let Conn::Opening { resuming: true, tries, .. } = conn else { return Err(failure) };
-        if !failure.code.is_transient() || *tries >= RESUME_ATTEMPTS {
+        if !is_transient(failure.code) || *tries >= RESUME_ATTEMPTS {
             return Err(failure);
         }
         debug!(code = failure.code.as_str(), tries, "resume attempt failed; trying again");
@@ -503,7 +465,7 @@ impl Bridge {
                 }
             }
             ServerEvent::Transcript { speaker, text, is_final } => {
-                let message = AgentMessage::Transcript { role: speaker.as_str().to_owned(), text, is_final };
+                let message = AgentMessage::Transcript { role: speaker, text, is_final };
                 self.to_phone(message).await;
             }
             ServerEvent::Interrupted => self.to_phone(AgentMessage::Interrupted).await,
@@ -558,7 +520,7 @@ impl Bridge {
         self.to_phone(AgentMessage::ToolActivity {
             id: id.clone(),
             name: name.clone(),
-            state: "started".into(),
+            state: ToolActivityState::Started,
             ok: None,
         })
         .await;
@@ -571,7 +533,7 @@ impl Bridge {
                 tokio::pin!(call);
                 let outcome = tokio::select! {
                     outcome = &mut call => outcome,
-                    _ = cancel.cancelled() => match tokio::time::timeout(CANCEL_GRACE, &mut call).await {
+                    _ = cancel.cancelled() => match tokio::time::timeout(protocol::CANCEL_GRACE, &mut call).await {
                         Ok(outcome) => outcome,
                         Err(_) => Err(ToolError::new(ErrorCode::Cancelled, "the call was cancelled")),
                     },
@@ -593,7 +555,7 @@ impl Bridge {
         self.to_phone(AgentMessage::ToolActivity {
             id: id.clone(),
             name: name.clone(),
-            state: "finished".into(),
+            state: ToolActivityState::Finished,
             ok: Some(ok),
         })
         .await;
