@@ -1,4 +1,4 @@
-//! The tool registry (SPEC §5): one table that names the tools, describes their arguments (for
+//! The tool registry (docs/PROTOCOL.md, "Tools"): one table that names the tools, describes their arguments (for
 //! `hello_ok` and Gemini's function declarations) and runs them under the workspace and policy.
 //!
 //! Every call goes through the same gate, in this order: unknown tool → `unknown-tool`; policy
@@ -6,10 +6,12 @@
 //! `busy` at once, never queued; argument checks against the table → `invalid-args` naming the
 //! field; then the tool. Each call, refused or not, leaves one line in the audit trail.
 
+mod args;
 mod coding_agent;
 mod command;
 mod files;
 pub(crate) mod output;
+pub mod policy;
 mod screenshot;
 mod supervise;
 mod workspace;
@@ -29,9 +31,11 @@ pub use files::{MAX_DIR_ENTRIES, MAX_WRITE_LEN};
 pub use screenshot::{MAX_SCREENSHOT_LEN, SCREENSHOT_TIMEOUT};
 
 use crate::audit::{Audit, CallRecord};
-use crate::config::{Config, Policy};
+use crate::config::Config;
 use crate::error::ConfigError;
 use crate::protocol::{AgentMessage, ErrorCode, ToolError, DEFAULT_COMMAND_TIMEOUT};
+use args::{check_text, invalid, Args};
+use policy::PolicyRule;
 use workspace::Workspace;
 
 /// Tool calls running at once across the agent when `max_concurrent_calls` is not set.
@@ -291,36 +295,6 @@ impl std::fmt::Debug for Toolbox {
     }
 }
 
-/// Why the policy refused a tool; recorded as the audit line's `policy`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PolicyRule {
-    Deny,
-    Allow,
-    ReadOnly,
-}
-
-impl PolicyRule {
-    fn as_str(self) -> &'static str {
-        match self {
-            PolicyRule::Deny => "deny",
-            PolicyRule::Allow => "allow",
-            PolicyRule::ReadOnly => "read_only",
-        }
-    }
-}
-
-fn policy_refusal(policy: &Policy, spec: &ToolSpec) -> Option<PolicyRule> {
-    if policy.deny.iter().any(|name| name == spec.name) {
-        Some(PolicyRule::Deny)
-    } else if !policy.allow.is_empty() && !policy.allow.iter().any(|name| name == spec.name) {
-        Some(PolicyRule::Allow)
-    } else if policy.read_only && spec.changes_machine {
-        Some(PolicyRule::ReadOnly)
-    } else {
-        None
-    }
-}
-
 impl Toolbox {
     /// Checks the workspace (canonicalised; it must be an existing directory) and the settings.
     pub fn new(options: ToolboxOptions) -> anyhow::Result<Self> {
@@ -349,7 +323,9 @@ impl Toolbox {
 
     /// The tools this policy lets run, in table order.
     pub fn specs(&self) -> impl Iterator<Item = &'static ToolSpec> + '_ {
-        TOOLS.iter().filter(|spec| policy_refusal(&self.inner.config.policy, spec).is_none())
+        TOOLS
+            .iter()
+            .filter(|spec| policy::refusal(&self.inner.config.policy, spec.name, spec.changes_machine).is_none())
     }
 
     /// Tool names, as listed in `hello_ok`: the ones the policy allows.
@@ -413,10 +389,8 @@ impl Toolbox {
     /// `fleet` (allow and deny lists), or a call routed to an environment (also `read_only` for
     /// tools that change a machine).
     pub fn check_policy(&self, name: &str) -> Result<(), ToolError> {
-        let policy = &self.inner.config.policy;
-        let listed = |list: &[String]| list.iter().any(|entry| entry == name);
-        let read_only = policy.read_only && tool_spec(name).is_some_and(|spec| spec.changes_machine);
-        if listed(&policy.deny) || (!policy.allow.is_empty() && !listed(&policy.allow)) || read_only {
+        let changes_machine = tool_spec(name).is_some_and(|spec| spec.changes_machine);
+        if policy::refusal(&self.inner.config.policy, name, changes_machine).is_some() {
             let shown = crate::text::prefix(name, 64);
             return Err(ToolError::new(
                 ErrorCode::DeniedByPolicy,
@@ -450,12 +424,8 @@ impl Toolbox {
                 None,
             );
         };
-        if let Some(rule) = policy_refusal(&self.inner.config.policy, spec) {
-            let why = match rule {
-                PolicyRule::Deny => "it is on the policy's deny list",
-                PolicyRule::Allow => "it is not on the policy's allow list",
-                PolicyRule::ReadOnly => "this agent is read-only and the tool can change the machine",
-            };
+        if let Some(rule) = policy::refusal(&self.inner.config.policy, spec.name, spec.changes_machine) {
+            let why = rule.reason();
             return (
                 Err(ToolError::new(ErrorCode::DeniedByPolicy, format!("{name} is not allowed here: {why}"))),
                 Some(rule),
@@ -591,27 +561,6 @@ fn plain(result: Value) -> ToolOutput {
     ToolOutput { result, image: None }
 }
 
-fn invalid(message: String) -> ToolError {
-    ToolError::new(ErrorCode::InvalidArgs, message)
-}
-
-/// A command line or prompt: not blank, no NUL (it becomes a process argument), bounded.
-fn check_text(field: &str, text: &str, max: usize) -> Result<(), ToolError> {
-    if text.trim().is_empty() {
-        return Err(invalid(format!("field `{field}` is empty")));
-    }
-    if text.contains('\0') {
-        return Err(invalid(format!("field `{field}` contains a NUL byte")));
-    }
-    if text.len() > max {
-        return Err(ToolError::new(
-            ErrorCode::TooLarge,
-            format!("field `{field}` is {} bytes; at most {max} are accepted", text.len()),
-        ));
-    }
-    Ok(())
-}
-
 fn gemini_declaration(spec: &ToolSpec) -> Value {
     let properties: Map<String, Value> = spec
         .params
@@ -628,81 +577,10 @@ fn gemini_declaration(spec: &ToolSpec) -> Value {
     })
 }
 
-/// Arguments checked against a tool's table entry: an object, no unknown fields, every required
-/// field present, every field of its declared type. `null` counts as absent.
-struct Args<'a> {
-    map: Option<&'a Map<String, Value>>,
-}
-
-impl<'a> Args<'a> {
-    fn check(spec: &ToolSpec, args: &'a Value) -> Result<Self, ToolError> {
-        let map = match args {
-            Value::Null => None,
-            Value::Object(map) => Some(map),
-            _ => return Err(invalid(format!("arguments of {} must be a JSON object", spec.name))),
-        };
-        if let Some(map) = map {
-            if let Some(unknown) = map.keys().find(|key| !spec.params.iter().any(|param| param.name == key.as_str())) {
-                let known: Vec<&str> = spec.params.iter().map(|param| param.name).collect();
-                return Err(invalid(format!(
-                    "unknown field `{}` ({} takes: {})",
-                    crate::text::prefix(unknown, 64),
-                    spec.name,
-                    known.join(", ")
-                )));
-            }
-        }
-        for param in spec.params {
-            let value = map.and_then(|map| map.get(param.name)).filter(|value| !value.is_null());
-            let Some(value) = value else {
-                if param.required {
-                    return Err(invalid(format!("missing {} field `{}`", param.kind.noun(), param.name)));
-                }
-                continue;
-            };
-            let fits = match param.kind {
-                ParamType::String => value.is_string(),
-                ParamType::Boolean => value.is_boolean(),
-                ParamType::Integer => integer(value).is_some(),
-            };
-            if !fits {
-                let article = if param.kind == ParamType::Integer { "a non-negative" } else { "a" };
-                return Err(invalid(format!("field `{}` must be {article} {}", param.name, param.kind.noun())));
-            }
-        }
-        Ok(Args { map })
-    }
-
-    fn get(&self, name: &str) -> Option<&'a Value> {
-        self.map.and_then(|map| map.get(name)).filter(|value| !value.is_null())
-    }
-
-    fn str(&self, name: &str) -> Option<&'a str> {
-        self.get(name).and_then(Value::as_str)
-    }
-
-    fn u64(&self, name: &str) -> Option<u64> {
-        self.get(name).and_then(integer)
-    }
-
-    fn bool(&self, name: &str) -> Option<bool> {
-        self.get(name).and_then(Value::as_bool)
-    }
-}
-
-/// A non-negative integer, also when a client sent it as a whole float (`5000.0`).
-fn integer(value: &Value) -> Option<u64> {
-    value.as_u64().or_else(|| {
-        value
-            .as_f64()
-            .filter(|float| float.fract() == 0.0 && *float >= 0.0 && *float <= u64::MAX as f64)
-            .map(|f| f as u64)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Policy;
 
     fn make(config: Config) -> (tempfile::TempDir, Toolbox) {
         let tmp = tempfile::tempdir().unwrap();
