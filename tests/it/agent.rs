@@ -10,6 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::harness::*;
+use voxa::agent::LinkEvent;
 
 #[tokio::test]
 async fn loopback_hello_answers_hello_ok_and_status() {
@@ -189,7 +190,7 @@ async fn agent_is_back_after_the_relay_restarts_on_the_same_port() {
 #[tokio::test]
 async fn a_second_agent_with_the_same_code_replaces_the_first_which_stops_dialing() {
     let relay = TestRelay::start().await;
-    let first = TestAgent::start(Some(relay.url())).await;
+    let mut first = TestAgent::start(Some(relay.url())).await;
     let mut phone = first.phone(&relay).await;
     // A second agent with the same home secrets.
     let second = TestAgent::start_with(Some(relay.url()), |options| {
@@ -197,9 +198,9 @@ async fn a_second_agent_with_the_same_code_replaces_the_first_which_stops_dialin
     })
     .await;
     eventually("second connected", || second.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
-    eventually("first gave up", || !first.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
-    // It stays given up: no fight over the code.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // The first hears it was replaced, and its link stops there: no fight over the code.
+    first.wait_event("replaced", |event| *event == LinkEvent::Replaced).await;
+    assert!(first.events.try_recv().is_err(), "the replaced link went on");
     assert!(!first.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
     assert!(second.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
     // The phone now talks to the second agent.
@@ -367,14 +368,15 @@ async fn the_agent_dials_a_tls_relay_it_was_told_to_trust_and_refuses_one_it_was
     let (relay, cert) = tls_relay(dir.path()).await;
     let url = voxa::config::RelayUrl::parse(&format!("https://localhost:{}", relay.addr.port())).unwrap();
 
-    let untrusting = TestAgent::start(Some(url.clone())).await;
+    let mut untrusting = TestAgent::start(Some(url.clone())).await;
     let trusting = TestAgent::start_with(Some(url), |options| {
         options.dial = voxa::net::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
     })
     .await;
     eventually("trusting agent connected", || trusting.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
-    // By now the untrusting agent has tried (its first attempt starts at once) and failed the handshake.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The untrusting agent's dial fails on the certificate, and it never connects.
+    let refused = untrusting.wait_event("a failed dial", |event| matches!(event, LinkEvent::Unreachable { .. })).await;
+    assert!(format!("{refused:?}").contains("certificate"), "{refused:?}");
     assert!(!untrusting.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
 
     // A phone that trusts the certificate pairs with the trusting agent over wss.
@@ -392,10 +394,11 @@ async fn a_relay_token_is_sent_when_set_and_its_absence_is_refused() {
     let config = voxa::relay::RelayConfig { token: Some(token.clone()), ..Default::default() };
     let relay = TestRelay::start_with(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(), config).await;
 
-    let without = TestAgent::start(Some(relay.url())).await;
+    let mut without = TestAgent::start(Some(relay.url())).await;
     let with = TestAgent::start_with(Some(relay.url()), |options| options.dial.bearer = Some(token.clone())).await;
     eventually("agent with the token connected", || with.agent.ctx.status.relay_connected.load(Ordering::Relaxed))
         .await;
+    without.wait_event("a refused dial", |event| matches!(event, LinkEvent::Unreachable { .. })).await;
     assert!(!without.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
 
     // Without the token the upgrade is refused with 401 before any WebSocket exists.
@@ -472,9 +475,9 @@ async fn a_late_arrival_of_the_agents_own_abandoned_dial_does_not_stop_it() {
     let addr = listener.local_addr().unwrap();
     drop(listener);
     let url = voxa::config::RelayUrl::parse(&format!("http://{addr}")).unwrap();
-    let agent = TestAgent::start(Some(url)).await;
-    // Its first dial is made at once; give it time to be refused before the relay appears.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut agent = TestAgent::start(Some(url)).await;
+    // Its first dial is made at once and refused before the relay appears.
+    agent.wait_event("a refused dial", |event| matches!(event, LinkEvent::Unreachable { .. })).await;
     let relay = TestRelay::start_with(tokio::net::TcpListener::bind(addr).await.unwrap(), Default::default()).await;
     let mut phone = agent.phone(&relay).await;
 

@@ -85,6 +85,8 @@ pub enum Kind {
     Message(Value),
     /// The fake closed the socket for this reason.
     Rejected { code: u16, reason: String },
+    /// A WebSocket ping (the client's heartbeat), answered automatically.
+    Ping,
     /// The client closed the socket or it dropped.
     Closed,
 }
@@ -342,7 +344,11 @@ async fn serve(mut stream: TcpStream, conn: usize, shared: Shared) {
                 let payload = match frame {
                     Some(Ok(Message::Text(text))) => text.as_bytes().to_vec(),
                     Some(Ok(Message::Binary(data))) => data.to_vec(),
-                    Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
+                    Some(Ok(Message::Ping(_))) => {
+                        shared.record(conn, Kind::Ping);
+                        continue;
+                    }
+                    Some(Ok(Message::Pong(_) | Message::Frame(_))) => continue,
                     Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
                         shared.record(conn, Kind::Closed);
                         break;

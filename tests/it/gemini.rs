@@ -654,9 +654,20 @@ async fn a_gemini_socket_that_stops_answering_is_noticed_and_resumed_or_ended() 
         let agent = TestAgent::start_with(None, |o| o.gemini = Some(config)).await;
         let mut phone = Phone::join(&agent).await;
         let (conn, _) = start_call(&mut phone, &mut fake).await;
-        // Pings keep a quiet but healthy socket alive well past `dead_after`.
-        tokio::time::sleep(Duration::from_millis(1200)).await;
-        assert_eq!(fake.drain().iter().filter(|e| matches!(e.kind, Kind::Setup(_))).count(), 0);
+        // Pings keep a quiet but healthy socket alive well past `dead_after`: the fake answers
+        // them for twice that long and sees no new connection meanwhile.
+        let mut first_ping = None;
+        loop {
+            let event = fake.next_event().await;
+            assert!(!matches!(event.kind, Kind::Setup(_) | Kind::Closed), "{event:?}");
+            if event.conn != conn || event.kind != Kind::Ping {
+                continue;
+            }
+            let first = *first_ping.get_or_insert(event.at);
+            if event.at.duration_since(first) > heartbeat.dead_after * 2 {
+                break;
+            }
+        }
         assert!(!phone.saw("call_ended"));
         if with_handle {
             fake.send(conn, json!({"sessionResumptionUpdate":{"newHandle":"before-freeze","resumable":true}}));
