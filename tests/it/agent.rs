@@ -498,3 +498,22 @@ async fn a_late_arrival_of_the_agents_own_abandoned_dial_does_not_stop_it() {
     }
     eventually("agent connected again", || agent.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
 }
+
+#[tokio::test]
+async fn stopping_the_agent_waits_for_the_calls_in_flight_to_end() {
+    let agent = TestAgent::start(None).await;
+    let mut client = agent.local_client().await;
+    let marker = agent.workspace.path().join("still-running");
+    // A process that left the command's session keeps its terminal open, so once the command is
+    // killed the call still drains its output for a moment: the call ends well after its socket.
+    let command = format!("setsid sleep 3 & echo started; sleep 30; touch {}", marker.display());
+    send(&mut client, json!({"type":"tool_call","id":"long","name":"run_command","args":{"command": command}})).await;
+    recv_type(&mut client, "tool_progress").await; // the call is running
+    let TestAgent { agent: running, workspace, .. } = agent;
+    let ctx = running.ctx.clone();
+    assert_eq!(ctx.status.calls_in_flight.load(Ordering::Relaxed), 1);
+    tokio::time::timeout(STEP, running.stop()).await.expect("the agent stops");
+    // `stop` returned only once the call had ended (its command killed, its task finished).
+    assert_eq!(ctx.status.calls_in_flight.load(Ordering::Relaxed), 0);
+    assert!(!workspace.path().join("still-running").exists());
+}
