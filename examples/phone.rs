@@ -1,5 +1,5 @@
 //! A minimal phone client: joins a laptop through the relay, says hello, runs one tool and prints
-//! what comes back. Everything after the connection is plain JSON over a WebSocket (SPEC §4, §5).
+//! what comes back. Everything after the connection is plain JSON over a WebSocket (docs/PROTOCOL.md).
 //!
 //! ```text
 //! cargo run --example phone -- '<pairing URL from `voxa pair`>' run_command '{"command":"uname -a"}'

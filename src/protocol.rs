@@ -1,4 +1,4 @@
-//! The wire protocol (SPEC §4, §5, §7, §8): every JSON frame voxa sends or accepts, and the limits
+//! The wire protocol (docs/PROTOCOL.md): every JSON frame voxa sends or accepts, and the limits
 //! that bound them. One enum per direction, tagged by `type`.
 
 use std::time::Duration;
@@ -34,7 +34,7 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(45);
 pub const PEER_TYPE: &str = "__peer";
 /// `role` of the hello a host sends to drive an environment.
 pub const HOST_ROLE: &str = "host";
-/// Binary frame prefix for audio (SPEC §7).
+/// Binary frame prefix for audio (docs/PROTOCOL.md, "Voice").
 pub const AUDIO_PREFIX: u8 = 0x01;
 
 /// Which side of a relay pairing a socket is.
@@ -160,7 +160,7 @@ pub struct Hello {
     /// Free-form client name and version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
-    /// `"host"` when a host drives an environment (SPEC §8).
+    /// `"host"` when a host drives an environment (docs/PROTOCOL.md, "Environments").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
     #[serde(default, rename = "envKey", skip_serializing_if = "Option::is_none")]
@@ -192,7 +192,7 @@ pub struct ToolCall {
     pub name: String,
     #[serde(default = "empty_object")]
     pub args: Value,
-    /// Environment to route the call to (SPEC §8); absent for this machine.
+    /// Environment to route the call to (docs/PROTOCOL.md, "Environments"); absent for this machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<String>,
 }
@@ -327,7 +327,7 @@ pub struct HelloOk {
     pub tools: Vec<String>,
     #[serde(default)]
     pub protocol: u32,
-    /// Environment answers (SPEC §8): own envKey and the signature over the host's nonce.
+    /// Environment answers (docs/PROTOCOL.md, "Environments"): own envKey and the signature over the host's nonce.
     #[serde(default, rename = "envKey", skip_serializing_if = "Option::is_none")]
     pub env_key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -414,7 +414,7 @@ impl std::fmt::Display for ToolError {
 
 impl std::error::Error for ToolError {}
 
-/// Every error and refusal code of the contract (SPEC §5, §8), spelled as on the wire.
+/// Every error and refusal code of the contract (docs/PROTOCOL.md, "Errors and close codes"), spelled as on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ErrorCode {
@@ -496,7 +496,7 @@ impl ErrorCode {
         }
     }
 
-    /// True for the refusals of SPEC §8 (authentication and pairing), as opposed to tool errors.
+    /// True for the refusals of authentication and pairing, as opposed to tool errors.
     pub fn is_refusal(self) -> bool {
         matches!(
             self,
@@ -522,7 +522,7 @@ impl std::fmt::Display for ErrorCode {
 
 /// WebSocket close codes voxa uses.
 pub mod close {
-    /// Policy violation: authentication refused (SPEC §5, §6, §8).
+    /// Policy violation: authentication refused (docs/PROTOCOL.md, "Errors and close codes").
     pub const POLICY: u16 = 1008;
     /// Message too big.
     pub const TOO_BIG: u16 = 1009;

@@ -1,4 +1,4 @@
-//! The state directory (SPEC §3): where it is, its permissions, atomic writes, the two secrets,
+//! The state directory (README, "State directory and security model"): where it is, its permissions, atomic writes, the two secrets,
 //! `config.toml` and `agent.json`.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};

@@ -34,7 +34,7 @@ use crate::secret::{is_lower_hex, Secret};
 use crate::state::Home;
 use store::{IssuedPairing, OutboundPairing, RevokedBearer, SELF_NAME};
 
-/// Routes calls that name another environment (SPEC §8). Implemented by the host side of
+/// Routes calls that name another environment (docs/PROTOCOL.md, "Environments"). Implemented by the host side of
 /// multi-environment pairing.
 pub trait EnvRouter: Send + Sync {
     /// Runs `call` on the environment `env`, streaming progress; the result carries `env`.

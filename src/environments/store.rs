@@ -1,4 +1,4 @@
-//! The files of multi-environment pairing (SPEC §3, §8), all 0600 and replaced atomically:
+//! The files of multi-environment pairing (docs/PROTOCOL.md, "Environments"), all 0600 and replaced atomically:
 //!
 //! - `environments.json`: the registry — every environment this home knows, its own included
 //!   (envKey, name, relay, when it was added). Nothing secret.

@@ -36,7 +36,7 @@ use crate::protocol::{self, AgentMessage, ErrorCode, ToolActivityState, ToolCall
 use crate::secret::Secret;
 use crate::tools::ToolOutput;
 
-/// Public Gemini Live endpoint (see gemini-live facts in docs/ARCHITECTURE.md).
+/// Public Gemini Live endpoint; `VOXA_GEMINI_URL` overrides it.
 pub const GEMINI_LIVE_URL: &str =
     "wss://generativelanguage.googleapis.com/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent";
 

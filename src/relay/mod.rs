@@ -1,8 +1,8 @@
-//! The relay (SPEC §4): pairs one agent (`/agent`) and one phone (`/ws`) per relay code and copies
+//! The relay (docs/PROTOCOL.md, "Relay"): pairs one agent (`/agent`) and one phone (`/ws`) per relay code and copies
 //! their frames both ways. It reads nothing but the `__peer` marker of text frames, tells each side
 //! when the other comes and goes, and bounds everything a client can make it hold.
 //!
-//! Decisions where SPEC §4 leaves room:
+//! Decisions the protocol leaves to the relay:
 //! - A replaced socket is closed 4001 `replaced`; the side that stays hears `left` and then
 //!   `joined`, so it knows to start its session (hello) again with the new socket.
 //! - Messages are relayed whole: a fragmented message is reassembled (16 MiB in all) and sent on

@@ -1,4 +1,4 @@
-//! Multi-environment pairing (SPEC §8) end to end: two or three voxa homes in one process, a real
+//! Multi-environment pairing (docs/PROTOCOL.md, "Environments") end to end: two or three voxa homes in one process, a real
 //! relay, a phone driving the host, and hosts or impostors played by raw WebSockets.
 
 use std::net::SocketAddr;

@@ -1,4 +1,4 @@
-//! Self-hosted voice (SPEC §7) against the fake Gemini Live server: the phone's view of a call
+//! Self-hosted voice (docs/PROTOCOL.md, "Voice") against the fake Gemini Live server: the phone's view of a call
 //! (driven over the loopback socket, whose session code is the relay's) and what Gemini receives.
 
 use std::sync::{Arc, Mutex};
