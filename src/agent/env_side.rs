@@ -25,7 +25,7 @@ use super::link::{BackoffPolicy, LinkEvent, LinkEvents, RelayLink};
 use crate::config::RelayUrl;
 use crate::environments::dial_for;
 use crate::environments::identity::Identity;
-use crate::environments::store::{self, Pairings};
+use crate::environments::store::{self, IssuedPairing, Pairings};
 use crate::net::dial::DialOptions;
 use crate::net::liveness::Heartbeat;
 use crate::state::Home;
@@ -162,34 +162,38 @@ impl EnvSide {
             let _ = self.options.events.send(LinkEvent::PairingEnded { pairing: id });
         }
         for pairing in started {
-            let relay = match RelayUrl::parse(&pairing.relay) {
-                Ok(relay) => relay,
-                Err(err) => {
-                    warn!(pairing = %pairing.id, "pairing has an unusable relay: {err}");
-                    continue;
-                }
-            };
-            let stop = self.shutdown.child_token();
-            let ctx = AgentContext::new(self.toolbox.clone(), self.tasks.clone());
-            if let Ok(mut shown) = ctx.status.relay.lock() {
-                *shown = relay.to_string();
-            }
-            let link = RelayLink {
-                url: relay.socket_url("/agent", pairing.code.expose()),
-                dial: dial_for(&self.options.dial, self.options.relay.as_ref(), &relay),
-                relay: relay.clone(),
-                heartbeat: self.options.heartbeat,
-                backoff: self.options.backoff,
-                gate: Arc::new(PairingGate { shared: self.gate.clone(), pairing_id: pairing.id.clone() }),
-                ctx: Arc::new(ctx),
-                // The pairing's connection events are not the phone's; they stay out of `run`'s output.
-                events: None,
-            };
-            self.tasks.spawn(link.run(stop.clone()).instrument(info_span!("pairing", id = %pairing.id)));
-            self.dialers.insert(pairing.id.clone(), stop);
-            let _ =
-                self.options.events.send(LinkEvent::PairingActive { pairing: pairing.id, relay: relay.to_string() });
+            self.start_link(pairing);
         }
         Ok(())
+    }
+
+    /// Dials the pairing's relay code for its host, until the pairing ends or the agent stops.
+    fn start_link(&mut self, pairing: IssuedPairing) {
+        let relay = match RelayUrl::parse(&pairing.relay) {
+            Ok(relay) => relay,
+            Err(err) => {
+                warn!(pairing = %pairing.id, "pairing has an unusable relay: {err}");
+                return;
+            }
+        };
+        let stop = self.shutdown.child_token();
+        let ctx = AgentContext::new(self.toolbox.clone(), self.tasks.clone());
+        if let Ok(mut shown) = ctx.status.relay.lock() {
+            *shown = relay.to_string();
+        }
+        let link = RelayLink {
+            url: relay.socket_url("/agent", pairing.code.expose()),
+            dial: dial_for(&self.options.dial, self.options.relay.as_ref(), &relay),
+            relay: relay.clone(),
+            heartbeat: self.options.heartbeat,
+            backoff: self.options.backoff,
+            gate: Arc::new(PairingGate { shared: self.gate.clone(), pairing_id: pairing.id.clone() }),
+            ctx: Arc::new(ctx),
+            // The pairing's connection events are not the phone's; they stay out of `run`'s output.
+            events: None,
+        };
+        self.tasks.spawn(link.run(stop.clone()).instrument(info_span!("pairing", id = %pairing.id)));
+        self.dialers.insert(pairing.id.clone(), stop);
+        let _ = self.options.events.send(LinkEvent::PairingActive { pairing: pairing.id, relay: relay.to_string() });
     }
 }

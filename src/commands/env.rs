@@ -24,30 +24,7 @@ pub async fn run_env(settings: &Settings, command: EnvCommand) -> Result<Exit> {
     let home = &settings.home;
     let printer = settings.printer;
     match command {
-        EnvCommand::Issue => {
-            home.ensure()?;
-            let relay = settings.relay(&home.load_config()?)?;
-            let token = store::load_or_create_host_token(home)?;
-            let issued = issue(home, &relay, token.expose())?;
-            let line = issued.line.encode();
-            let value = json!({
-                "line": line,
-                "pairing": issued.pairing,
-                "envKey": issued.line.env_key,
-                "relay": relay.as_str(),
-                "code": issued.line.code.expose(),
-                "bearer": issued.line.bearer.expose(),
-            });
-            let mut human = String::new();
-            let _ = writeln!(human, "Pairing {} issued. On the host, run:\n", issued.pairing);
-            let _ = writeln!(human, "  voxa env add '{line}' --name NAME\n");
-            let _ = writeln!(human, "The line holds a credential to drive this machine: paste it only on the host.");
-            if home.running_agent()?.is_none() {
-                let _ = writeln!(human, "Keep `voxa run` running here so the host can reach this machine.");
-            }
-            let _ = writeln!(human, "Revoke it any time with: voxa env revoke {}", issued.pairing);
-            printer.result(&value, human)?;
-        }
+        EnvCommand::Issue => issue_pairing(settings)?,
         EnvCommand::Add { line, name } => {
             let token = store::load_or_create_host_token(home)?;
             let added = add(home, &line, name.as_deref(), token.expose())?;
@@ -87,6 +64,34 @@ pub async fn run_env(settings: &Settings, command: EnvCommand) -> Result<Exit> {
         }
     }
     Ok(Exit::Ok)
+}
+
+/// `voxa env issue`: a new pairing and the line to paste on the host.
+fn issue_pairing(settings: &Settings) -> Result<()> {
+    let (home, printer) = (&settings.home, settings.printer);
+    home.ensure()?;
+    let relay = settings.relay(&home.load_config()?)?;
+    let token = store::load_or_create_host_token(home)?;
+    let issued = issue(home, &relay, token.expose())?;
+    let line = issued.line.encode();
+    let value = json!({
+        "line": line,
+        "pairing": issued.pairing,
+        "envKey": issued.line.env_key,
+        "relay": relay.as_str(),
+        "code": issued.line.code.expose(),
+        "bearer": issued.line.bearer.expose(),
+    });
+    let mut human = String::new();
+    let _ = writeln!(human, "Pairing {} issued. On the host, run:\n", issued.pairing);
+    let _ = writeln!(human, "  voxa env add '{line}' --name NAME\n");
+    let _ = writeln!(human, "The line holds a credential to drive this machine: paste it only on the host.");
+    if home.running_agent()?.is_none() {
+        let _ = writeln!(human, "Keep `voxa run` running here so the host can reach this machine.");
+    }
+    let _ = writeln!(human, "Revoke it any time with: voxa env revoke {}", issued.pairing);
+    printer.result(&value, human)?;
+    Ok(())
 }
 
 /// `voxa env list`: known environments with their reachability, and the pairings this machine

@@ -2,11 +2,13 @@
 //! what its links report until Ctrl-C or SIGTERM.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::warn;
 
@@ -20,6 +22,7 @@ use crate::gemini::{GeminiConfig, GEMINI_LIVE_URL};
 use crate::net::dial::DialOptions;
 use crate::net::liveness::Heartbeat;
 use crate::secret::Secret;
+use crate::state::Secrets;
 
 /// `voxa run`.
 pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
@@ -29,36 +32,13 @@ pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
     home.ensure()?;
     let mut config = home.load_config()?;
     let gemini = gemini.map(|gemini| with_saved_voice(gemini, &args, &config));
-    let mut dial = DialOptions::default().with_proxy_from_env()?;
-    if let Some(path) = &args.ca_cert {
-        dial = dial.trust_pem_file(path)?;
-    }
-    dial.bearer = args.relay_token.clone().filter(|t| !t.is_empty()).map(Secret::from_string);
-    let workspace = match &args.workspace {
-        Some(dir) => dir.clone(),
-        None => std::env::current_dir().context("could not read the current directory")?,
-    };
-    let workspace = workspace
-        .canonicalize()
-        .map_err(|err| ConfigError::new(format!("workspace {} is not usable: {err}", workspace.display())))?;
+    let dial = dial_options(&args)?;
+    let workspace = workspace(&args)?;
     let shutdown = super::shutdown::on_signal();
     let tasks = TaskTracker::new();
     // The embedded relay stands in for a remote one: nothing about it is saved.
     let relay = match &args.embedded_relay {
-        Some(addr) => {
-            let listener = bind_loopback_addr(addr).await?;
-            let local = listener.local_addr()?;
-            printer.event("embedded_relay", json!({"listen": local.to_string()}), format!("embedded relay on {local}"));
-            let stop = shutdown.clone();
-            tasks.spawn(async move {
-                if let Err(err) =
-                    crate::relay::run(listener, crate::relay::RelayConfig::default(), stop.cancelled_owned()).await
-                {
-                    warn!("embedded relay stopped: {err:#}");
-                }
-            });
-            RelayUrl::parse(&format!("http://{local}"))?
-        }
+        Some(addr) => start_embedded_relay(addr, printer, &tasks, &shutdown).await?,
         None => settings.relay(&config)?,
     };
     let (secrets, created) = home.load_or_create_secrets()?;
@@ -66,13 +46,7 @@ pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
         super::pair::save_relay(home, &mut config, &relay)?;
     }
     if created || args.embedded_relay.is_some() {
-        if printer.is_json() {
-            let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose());
-            printer.event("pairing", json!({"url": url, "relay": relay.as_str()}), "");
-        } else {
-            let text = super::pair::pairing_text(&relay, &secrets, true, printer.is_terminal())?;
-            printer.event("pairing", json!({}), text.trim_end());
-        }
+        print_pairing(&relay, &secrets, printer)?;
     }
     let listener = TcpListener::bind(("127.0.0.1", args.port))
         .await
@@ -109,6 +83,60 @@ pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
     tasks.wait().await;
     home.remove_agent_file();
     printer.event("stopped", json!({}), "stopped");
+    Ok(())
+}
+
+/// Dial options from the flags and the environment (proxy, extra CA, relay token).
+fn dial_options(args: &RunArgs) -> Result<DialOptions> {
+    let mut dial = DialOptions::default().with_proxy_from_env()?;
+    if let Some(path) = &args.ca_cert {
+        dial = dial.trust_pem_file(path)?;
+    }
+    dial.bearer = args.relay_token.clone().filter(|t| !t.is_empty()).map(Secret::from_string);
+    Ok(dial)
+}
+
+/// `--workspace`, else the current directory, canonicalised.
+fn workspace(args: &RunArgs) -> Result<PathBuf> {
+    let workspace = match &args.workspace {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().context("could not read the current directory")?,
+    };
+    workspace
+        .canonicalize()
+        .map_err(|err| ConfigError::new(format!("workspace {} is not usable: {err}", workspace.display())).into())
+}
+
+/// Starts a relay on `addr` (loopback only) on `tasks` and returns its URL.
+async fn start_embedded_relay(
+    addr: &str,
+    printer: Printer,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Result<RelayUrl> {
+    let listener = bind_loopback_addr(addr).await?;
+    let local = listener.local_addr()?;
+    printer.event("embedded_relay", json!({"listen": local.to_string()}), format!("embedded relay on {local}"));
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        if let Err(err) =
+            crate::relay::run(listener, crate::relay::RelayConfig::default(), stop.cancelled_owned()).await
+        {
+            warn!("embedded relay stopped: {err:#}");
+        }
+    });
+    Ok(RelayUrl::parse(&format!("http://{local}"))?)
+}
+
+/// The pairing URL (`--json`) or the QR code and URL.
+fn print_pairing(relay: &RelayUrl, secrets: &Secrets, printer: Printer) -> Result<()> {
+    if printer.is_json() {
+        let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose());
+        printer.event("pairing", json!({"url": url, "relay": relay.as_str()}), "");
+    } else {
+        let text = super::pair::pairing_text(relay, secrets, true, printer.is_terminal())?;
+        printer.event("pairing", json!({}), text.trim_end());
+    }
     Ok(())
 }
 

@@ -104,15 +104,10 @@ pub(crate) fn find_program(program: &str, path: Option<&OsStr>) -> Option<PathBu
         .find(|candidate| executable(candidate))
 }
 
-/// Runs the agent and answers `{agent, text, exit_code}`.
-pub(crate) async fn run(
-    request: AgentRequest,
-    env: Arc<[(OsString, OsString)]>,
-    progress: Option<mpsc::Sender<String>>,
-    cancel: CancellationToken,
-) -> Result<Value, ToolError> {
+/// Starts the agent in its own process group, the prompt in place of [`PROMPT_PLACEHOLDER`].
+fn spawn(request: &AgentRequest, env: &[(OsString, OsString)]) -> Result<Child, ToolError> {
     let args = request.command.args.iter().map(|arg| arg.replace(PROMPT_PLACEHOLDER, &request.prompt));
-    let mut child = Command::new(&request.program)
+    Command::new(&request.program)
         .args(args)
         .current_dir(&request.cwd)
         .env_clear()
@@ -127,7 +122,17 @@ pub(crate) async fn run(
             let code =
                 if err.kind() == std::io::ErrorKind::NotFound { ErrorCode::Unavailable } else { ErrorCode::Internal };
             ToolError::new(code, format!("could not start {}: {err}", request.command.program))
-        })?;
+        })
+}
+
+/// Runs the agent and answers `{agent, text, exit_code}`.
+pub(crate) async fn run(
+    request: AgentRequest,
+    env: Arc<[(OsString, OsString)]>,
+    progress: Option<mpsc::Sender<String>>,
+    cancel: CancellationToken,
+) -> Result<Value, ToolError> {
+    let mut child = spawn(&request, &env)?;
     let guard = GroupGuard(child.id());
     let stdout = child.stdout.take().map(|stdout| LineReader::new(BufReader::new(stdout)));
     let stderr = child.stderr.take().map(|stderr| tokio::spawn(read_capped(stderr, STDERR_KEEP)));

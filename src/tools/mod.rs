@@ -452,20 +452,7 @@ impl Toolbox {
         let inner = &self.inner;
         match spec.name {
             "run_command" => {
-                let command = args.str("command").unwrap_or_default();
-                check_text("command", command, MAX_COMMAND_LEN)?;
-                let timeout = match args.u64("timeout_ms") {
-                    None => DEFAULT_COMMAND_TIMEOUT,
-                    Some(ms) if (1..=MAX_COMMAND_TIMEOUT.as_millis() as u64).contains(&ms) => Duration::from_millis(ms),
-                    Some(_) => {
-                        return Err(invalid(format!(
-                            "field `timeout_ms` must be between 1 and {}",
-                            MAX_COMMAND_TIMEOUT.as_millis()
-                        )))
-                    }
-                };
-                let cwd = self.directory(args.str("cwd"))?;
-                let request = command::CommandRequest { command: command.to_owned(), cwd, timeout };
+                let request = self.command_request(args)?;
                 command::run_command(request, inner.env.clone(), progress, cancel).await.map(plain)
             }
             "read_file" => {
@@ -496,31 +483,48 @@ impl Toolbox {
                 Ok(ToolOutput { result, image: Some(shot) })
             }
             "coding_agent" => {
-                let prompt = args.str("prompt").unwrap_or_default();
-                check_text("prompt", prompt, MAX_PROMPT_LEN)?;
-                let agent = args.str("agent").unwrap_or(DEFAULT_AGENT);
-                let command = coding_agent::agent_command(&inner.config, agent)?;
-                let cwd = self.directory(args.str("cwd"))?;
-                let program = coding_agent::find_program(&command.program, self.env_var("PATH")).ok_or_else(|| {
-                    ToolError::new(
-                        ErrorCode::Unavailable,
-                        format!(
-                            "coding agent {agent:?} is not available: `{}` is not installed or not on PATH",
-                            command.program
-                        ),
-                    )
-                })?;
-                let request = coding_agent::AgentRequest {
-                    prompt: prompt.to_owned(),
-                    agent: agent.to_owned(),
-                    cwd,
-                    command,
-                    program,
-                };
+                let request = self.agent_request(args)?;
                 coding_agent::run(request, inner.env.clone(), progress, cancel).await.map(plain)
             }
             other => Err(ToolError::new(ErrorCode::Internal, format!("tool {other} has no implementation"))),
         }
+    }
+
+    /// A `run_command` call's checked command, directory and timeout.
+    fn command_request(&self, args: &Args<'_>) -> Result<command::CommandRequest, ToolError> {
+        let command = args.str("command").unwrap_or_default();
+        check_text("command", command, MAX_COMMAND_LEN)?;
+        let timeout = match args.u64("timeout_ms") {
+            None => DEFAULT_COMMAND_TIMEOUT,
+            Some(ms) if (1..=MAX_COMMAND_TIMEOUT.as_millis() as u64).contains(&ms) => Duration::from_millis(ms),
+            Some(_) => {
+                return Err(invalid(format!(
+                    "field `timeout_ms` must be between 1 and {}",
+                    MAX_COMMAND_TIMEOUT.as_millis()
+                )))
+            }
+        };
+        let cwd = self.directory(args.str("cwd"))?;
+        Ok(command::CommandRequest { command: command.to_owned(), cwd, timeout })
+    }
+
+    /// A `coding_agent` call's checked prompt and directory, with the agent's command and program.
+    fn agent_request(&self, args: &Args<'_>) -> Result<coding_agent::AgentRequest, ToolError> {
+        let prompt = args.str("prompt").unwrap_or_default();
+        check_text("prompt", prompt, MAX_PROMPT_LEN)?;
+        let agent = args.str("agent").unwrap_or(DEFAULT_AGENT);
+        let command = coding_agent::agent_command(&self.inner.config, agent)?;
+        let cwd = self.directory(args.str("cwd"))?;
+        let program = coding_agent::find_program(&command.program, self.env_var("PATH")).ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::Unavailable,
+                format!(
+                    "coding agent {agent:?} is not available: `{}` is not installed or not on PATH",
+                    command.program
+                ),
+            )
+        })?;
+        Ok(coding_agent::AgentRequest { prompt: prompt.to_owned(), agent: agent.to_owned(), cwd, command, program })
     }
 
     /// Runs a file tool off the async threads; a cancel answers at once (the file operation
