@@ -10,8 +10,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 use crate::harness::*;
-use crate::run::RunningBinary;
-use crate::support::voxa_cmd;
+use crate::support::{voxa_cmd, RunningVoxa};
 
 const RELAY_TOKEN: &str = "relay-token-5f1c9a0e7d3b";
 
@@ -74,8 +73,24 @@ fn assert_no_secret(output: &str, secrets: &[String]) {
     }
 }
 
+/// `voxa run --json` for `home`, in a workspace of its own, once it printed `started`.
+struct Agent {
+    run: RunningVoxa,
+    home: PathBuf,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+impl Agent {
+    fn start(dir: tempfile::TempDir, home: PathBuf, extra: &[&str], env: &[(&str, &str)]) -> Agent {
+        let workspace = tempfile::tempdir().unwrap();
+        let mut cmd = voxa_cmd(&home);
+        cmd.args(["run", "--json", "--workspace"]).arg(workspace.path()).args(extra).envs(env.iter().copied());
+        Agent { run: RunningVoxa::start(cmd), home, _dirs: (dir, workspace) }
+    }
+}
+
 /// A relay requiring [`RELAY_TOKEN`], and `voxa run` dialling it with that token.
-async fn healthy_setup() -> (TestRelay, RunningBinary) {
+async fn healthy_setup() -> (TestRelay, Agent) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let config = voxa::relay::RelayConfig {
         token: Some(voxa::secret::Secret::from_string(RELAY_TOKEN.to_owned())),
@@ -83,8 +98,9 @@ async fn healthy_setup() -> (TestRelay, RunningBinary) {
     };
     let relay = TestRelay::start_with(listener, config).await;
     let url = format!("http://{}", relay.addr);
-    let mut run = RunningBinary::start_with_env(&["--relay", &url], &[("VOXA_RELAY_TOKEN", RELAY_TOKEN)]);
-    run.event("started");
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("voxa");
+    let run = Agent::start(dir, home, &["--relay", &url], &[("VOXA_RELAY_TOKEN", RELAY_TOKEN)]);
     (relay, run)
 }
 
@@ -108,7 +124,7 @@ async fn a_healthy_setup_passes_and_a_wrong_relay_token_fails_without_being_prin
     let agent = check(&report, "agent");
     assert_eq!(agent["status"], "ok", "{output}");
     let message = agent["message"].as_str().unwrap();
-    assert!(message.contains(&format!("pid {}", run.child.id())), "{message}");
+    assert!(message.contains(&format!("pid {}", run.run.child.id())), "{message}");
     assert!(message.contains(voxa::VERSION), "{message}");
     // No display in this environment: a warning with its fix, not a failure.
     assert_eq!(status_of(&report, "display"), "warn");
@@ -143,7 +159,7 @@ async fn a_healthy_setup_passes_and_a_wrong_relay_token_fails_without_being_prin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_relay_and_a_stale_agent_file_are_reported_with_their_fixes() {
-    let (relay, mut run) = healthy_setup().await;
+    let (relay, run) = healthy_setup().await;
     let home = run.home.clone();
     let addr = relay.addr;
     relay.kill().await;
@@ -162,9 +178,8 @@ async fn a_stopped_relay_and_a_stale_agent_file_are_reported_with_their_fixes() 
     assert_eq!(status_of(&report, "agent"), "ok", "the agent keeps running without its relay: {output}");
 
     // The agent dies without cleaning up: agent.json stays behind, naming a dead pid.
-    let pid = run.child.id();
-    run.child.kill().unwrap();
-    run.child.wait().unwrap();
+    let pid = run.run.child.id();
+    run.run.crash();
     let agent_file = home.join("agent.json");
     assert!(agent_file.exists());
     let (_, report, output) = doctor(&home, &[], &[]);
@@ -308,9 +323,8 @@ async fn a_relay_token_saved_in_the_home_is_used_by_run_and_by_doctor() {
     assert_eq!(std::fs::metadata(&saved).unwrap().permissions().mode() & 0o777, 0o600);
 
     // No VOXA_RELAY_TOKEN anywhere: `voxa run` reads the saved one and the relay lets it in.
-    let mut run = RunningBinary::start_at(home.clone(), dir, &[], &[]);
-    let dialled = run.first_event_of(&["relay_connected", "relay_unreachable"]);
-    assert_eq!(dialled["event"], "relay_connected", "{dialled}");
+    let mut run = Agent::start(dir, home.clone(), &[], &[]);
+    run.run.wait_event("relay_connected");
 
     let (code, report, output) = doctor(&home, &[], &[]);
     assert_eq!(code, 0, "{output}");

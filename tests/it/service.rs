@@ -167,7 +167,7 @@ fn the_unit_passes_systemd_analyze_verify() {
 
 #[test]
 fn the_launchd_plist_parses_and_holds_the_program_and_its_arguments() {
-    let spec = voxa::service::ServiceSpec {
+    let spec = voxa::commands::service::ServiceSpec {
         program: "/Applications/voxa & co/bin/voxa".into(),
         home: "/Users/me/.voxa".into(),
         relay: "https://relay.example.com".into(),
@@ -175,10 +175,10 @@ fn the_launchd_plist_parses_and_holds_the_program_and_its_arguments() {
         ca_cert: Some("/Users/me/relay ca.pem".into()),
         log_file: "/Users/me/Library/Logs/voxa/voxa.log".into(),
     };
-    let text = spec.render(voxa::service::Platform::Launchd);
+    let text = spec.render(voxa::commands::service::Platform::Launchd);
     let parsed = plist::Value::from_reader_xml(text.as_bytes()).unwrap_or_else(|err| panic!("{err}\n{text}"));
     let dict = parsed.as_dictionary().unwrap();
-    assert_eq!(dict["Label"].as_string(), Some(voxa::service::LAUNCHD_LABEL));
+    assert_eq!(dict["Label"].as_string(), Some(voxa::commands::service::LAUNCHD_LABEL));
     let arguments: Vec<&str> =
         dict["ProgramArguments"].as_array().unwrap().iter().map(|v| v.as_string().unwrap()).collect();
     assert_eq!(
@@ -203,7 +203,11 @@ fn the_launchd_plist_parses_and_holds_the_program_and_its_arguments() {
     assert_eq!(dict["StandardErrorPath"].as_string(), Some("/Users/me/Library/Logs/voxa/voxa.log"));
     assert_eq!(dict["WorkingDirectory"].as_string(), Some("/Users/me/<src> \"quoted\" 'single'"));
     assert_eq!(
-        voxa::service::service_file(voxa::service::Platform::Launchd, Path::new("/Users/me"), Path::new("/x")),
+        voxa::commands::service::service_file(
+            voxa::commands::service::Platform::Launchd,
+            Path::new("/Users/me"),
+            Path::new("/x")
+        ),
         Path::new("/Users/me/Library/LaunchAgents/space.voxa.agent.plist")
     );
 }

@@ -10,7 +10,8 @@ use std::process::{Command, Output, Stdio};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 
-use crate::cli::{ServiceCommand, Settings};
+use super::Settings;
+use crate::cli::ServiceCommand;
 use crate::error::{ConfigError, Exit};
 use crate::secret::Secret;
 
@@ -270,7 +271,7 @@ fn user_dirs() -> Result<(PathBuf, PathBuf)> {
 }
 
 /// `voxa service …`.
-pub fn command(settings: &Settings, command: ServiceCommand) -> Result<Exit> {
+pub fn run_service(settings: &Settings, command: ServiceCommand) -> Result<Exit> {
     let platform = Platform::current();
     let (user_home, config_dir) = user_dirs()?;
     let file = service_file(platform, &user_home, &config_dir);
@@ -314,7 +315,7 @@ fn spec_for(
         .map_err(|err| ConfigError::new(format!("workspace {} is not usable: {err}", workspace.display())))?;
     let ca_cert = match ca_cert {
         Some(path) => {
-            crate::dial::DialOptions::default().trust_pem_file(&path)?;
+            crate::net::dial::DialOptions::default().trust_pem_file(&path)?;
             Some(absolute(&path))
         }
         None => None,

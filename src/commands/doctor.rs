@@ -13,10 +13,11 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::cli::{DoctorArgs, Settings};
+use super::Settings;
+use crate::cli::DoctorArgs;
 use crate::config::{Config, RelayUrl};
-use crate::dial::{DialOptions, Io};
 use crate::error::Exit;
+use crate::net::dial::{DialOptions, Io};
 use crate::secret::Secret;
 use crate::state::{AgentFile, AGENT_FILE, AUDIT_DIR, AUTH_TOKEN_FILE, CONFIG_FILE, RELAY_CODE_FILE};
 
@@ -65,7 +66,7 @@ impl Check {
 }
 
 /// `voxa doctor`: prints the report; exits 0 when no check failed, 1 otherwise.
-pub async fn run(settings: &Settings, args: DoctorArgs) -> Result<Exit> {
+pub async fn run_doctor(settings: &Settings, args: DoctorArgs) -> Result<Exit> {
     let checks = diagnose(settings, &args).await;
     let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
     let warned = checks.iter().filter(|c| c.status == Status::Warn).count();
@@ -456,7 +457,7 @@ fn check_clock(date: Option<SystemTime>, received: SystemTime) -> Check {
 async fn connect_tcp(target: &Target, dial: &DialOptions) -> Result<TcpStream> {
     let attempt = async {
         match dial.proxy.as_ref().filter(|_| target.tls && !dial.bypasses_proxy(&target.host)) {
-            Some(proxy) => crate::dial::via_proxy(proxy, &target.host, target.port).await,
+            Some(proxy) => crate::net::dial::via_proxy(proxy, &target.host, target.port).await,
             None => TcpStream::connect((target.host.as_str(), target.port)).await.map_err(anyhow::Error::from),
         }
     };
@@ -466,7 +467,7 @@ async fn connect_tcp(target: &Target, dial: &DialOptions) -> Result<TcpStream> {
 }
 
 async fn connect_tls(target: &Target, dial: &DialOptions, tcp: TcpStream) -> Result<Box<dyn Io>> {
-    let config = crate::dial::tls_client_config(&dial.extra_roots)?;
+    let config = crate::net::dial::tls_client_config(&dial.extra_roots)?;
     let name = rustls_pki_types::ServerName::try_from(target.host.clone()).context("invalid TLS server name")?;
     let handshake = tokio_rustls::TlsConnector::from(config).connect(name, tcp);
     let stream = tokio::time::timeout(NET_TIMEOUT, handshake)
@@ -594,16 +595,15 @@ async fn check_display() -> Check {
 fn check_coding_agents(config: &Config) -> Vec<Check> {
     const NAME: &str = "coding agents";
     let path = std::env::var_os("PATH");
-    let mut programs = vec![("claude".to_owned(), crate::tools::coding_agent::default_claude().program)];
+    let mut programs = vec![("claude".to_owned(), crate::tools::default_claude().program)];
     programs.extend(
         config.agents.iter().filter(|(name, _)| name.as_str() != "claude").map(|(n, a)| (n.clone(), a.program.clone())),
     );
     if let Some(custom) = config.agents.get("claude") {
         programs[0].1 = custom.program.clone();
     }
-    let (found, missing): (Vec<_>, Vec<_>) = programs
-        .into_iter()
-        .partition(|(_, program)| crate::tools::coding_agent::find_program(program, path.as_deref()).is_some());
+    let (found, missing): (Vec<_>, Vec<_>) =
+        programs.into_iter().partition(|(_, program)| crate::tools::find_program(program, path.as_deref()).is_some());
     let names = |list: &[(String, String)]| list.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>().join(", ");
     if missing.is_empty() {
         return vec![Check::ok(NAME, format!("on PATH: {}", names(&found)))];
@@ -649,11 +649,11 @@ async fn check_gemini_reachable(dial: Option<&DialOptions>) -> Check {
     const NAME: &str = "gemini";
     let url = std::env::var("VOXA_GEMINI_URL").ok().filter(|u| !u.trim().is_empty());
     if let Some(url) = &url {
-        if let Err(err) = crate::agent::check_gemini_url(url) {
+        if let Err(err) = super::run::check_gemini_url(url) {
             return Check::fail(NAME, format!("{err:#}"), "fix or unset VOXA_GEMINI_URL");
         }
     }
-    let url = url.unwrap_or_else(|| crate::agent::GEMINI_LIVE_URL.to_owned());
+    let url = url.unwrap_or_else(|| crate::gemini::GEMINI_LIVE_URL.to_owned());
     let Ok(parsed) = url::Url::parse(url.trim()) else {
         return Check::fail(NAME, "the Gemini URL is not valid", "fix or unset VOXA_GEMINI_URL");
     };
@@ -771,7 +771,7 @@ async fn probe_loopback(port: u16) -> Result<()> {
 /// The installed service, if any, still starts a binary that exists (a moved or removed binary
 /// fails at every login, silently).
 fn check_service() -> Check {
-    use crate::service::{installed_file, program_of, Platform};
+    use super::service::{installed_file, program_of, Platform};
     const NAME: &str = "service";
     let Ok(file) = installed_file() else {
         return Check::ok(NAME, "cannot locate your home directory; not checked");
