@@ -517,6 +517,82 @@ mod tests {
     }
 
     #[test]
+    fn declarations_fit_the_schema_subset_the_service_accepts() {
+        let declarations = json!([
+            {"name":"fleet","description":"d","parameters":{"type":"OBJECT","properties":{}}},
+            {"name":"screenshot","description":"d"},
+            {"name":"run_command","description":"d","parameters":{"type":"OBJECT",
+                "properties":{"command":{"type":"STRING"},"opts":{"type":"OBJECT","properties":{}}},
+                "required":["command","opts","ghost"]}},
+            {"name":"list_dir","parameters":{"type":"OBJECT","properties":{"path":{"type":"STRING"}},"required":[]}},
+            {"description":"a declaration without a name is dropped"},
+            "junk"
+        ]);
+        let fitted = function_declarations("models/gemini-2.5-flash-native-audio-preview-12-2025", &declarations);
+        assert_eq!(
+            fitted,
+            vec![
+                json!({"name":"fleet","description":"d"}),
+                json!({"name":"screenshot","description":"d"}),
+                json!({"name":"run_command","description":"d","parameters":{"type":"OBJECT",
+                    "properties":{"command":{"type":"STRING"}},"required":["command"]}}),
+                json!({"name":"list_dir","parameters":{"type":"OBJECT","properties":{"path":{"type":"STRING"}}}}),
+            ]
+        );
+        let none: Value = serde_json::from_str(&setup("gemini-3.8-live", "Kore", &json!([]), None)).unwrap();
+        assert!(none["setup"].get("tools").is_none(), "no tools at all when none may run: {none}");
+    }
+
+    #[test]
+    fn tools_that_change_the_machine_block_where_the_model_would_not_wait() {
+        for model in ["models/gemini-3.8-live", "gemini-3.8-live-extended-thinking", "gemini-4-live", "future-live"] {
+            assert!(calls_default_to_non_blocking(model), "{model}");
+        }
+        for model in ["models/gemini-2.5-flash-native-audio-preview-12-2025", "models/gemini-3.1-flash-live-preview"] {
+            assert!(!calls_default_to_non_blocking(model), "{model}");
+        }
+        let declarations: Value = ["run_command", "read_file", "write_file", "list_dir", "screenshot", "coding_agent"]
+            .iter()
+            .map(|name| json!({"name": name, "description": "d"}))
+            .collect();
+        let behaviors = |model: &str| -> Vec<(String, Value)> {
+            function_declarations(model, &declarations)
+                .into_iter()
+                .map(|d| (d["name"].as_str().unwrap().to_owned(), d.get("behavior").cloned().unwrap_or(Value::Null)))
+                .collect()
+        };
+        let blocking: Vec<_> =
+            behaviors("models/gemini-3.8-live").into_iter().filter(|(_, b)| b == "BLOCKING").map(|(n, _)| n).collect();
+        assert_eq!(blocking, ["run_command", "write_file", "coding_agent"]);
+        assert!(behaviors("models/gemini-3.1-flash-live-preview").iter().all(|(_, b)| b.is_null()));
+    }
+
+    #[test]
+    fn turn_reasons_and_durations_read_as_the_service_sends_them() {
+        let reason = |code: &str| parse(json!({"serverContent":{"turnComplete":true,"turnCompleteReason":code}}));
+        let ServerEvent::TurnComplete { reason: Some(malformed) } = &reason("MALFORMED_FUNCTION_CALL")[0] else {
+            panic!("a malformed call is a reason")
+        };
+        assert_eq!(malformed.code, "MALFORMED_FUNCTION_CALL");
+        assert!(malformed.message.contains("malformed tool call"), "{}", malformed.message);
+        for normal in ["NEED_MORE_INPUT", "TURN_COMPLETE_REASON_UNSPECIFIED"] {
+            assert_eq!(reason(normal), vec![ServerEvent::TurnComplete { reason: None }], "{normal}");
+        }
+        assert_eq!(reason("<script>"), vec![ServerEvent::TurnComplete { reason: None }], "junk is not repeated");
+        assert_eq!(
+            parse(json!({"serverContent":{"generationComplete":true,"turnComplete":true}})),
+            vec![ServerEvent::GenerationComplete, ServerEvent::TurnComplete { reason: None }]
+        );
+        assert_eq!(parse_duration("50s"), Some(Duration::from_secs(50)));
+        assert_eq!(parse_duration("0.25s"), Some(Duration::from_millis(250)));
+        for junk in ["", "50", "-1s", "NaNs", "infs", "s"] {
+            assert_eq!(parse_duration(junk), None, "{junk:?}");
+        }
+        let audio_end: Value = serde_json::from_str(&audio_stream_end()).unwrap();
+        assert_eq!(audio_end, json!({"realtimeInput":{"audioStreamEnd":true}}));
+    }
+
+    #[test]
     fn client_messages_use_realtime_input_and_tool_response() {
         let audio: Value = serde_json::from_str(&audio(&[1, 2, 3, 250])).unwrap();
         assert_eq!(audio, json!({"realtimeInput":{"audio":{"mimeType":"audio/pcm;rate=16000","data":"AQID+g=="}}}));

@@ -131,6 +131,7 @@ pub struct FakeGemini {
     events: mpsc::UnboundedReceiver<Event>,
     log: Arc<Mutex<Vec<Event>>>,
     conns: Arc<Mutex<HashMap<usize, mpsc::UnboundedSender<Command>>>>,
+    sessions: Arc<Mutex<Sessions>>,
     stop: CancellationToken,
 }
 
@@ -139,6 +140,8 @@ pub struct FakeGemini {
 struct Sessions {
     /// Handle → session.
     handles: HashMap<String, usize>,
+    /// Closes for the next resume attempts, in order (scripted service failures).
+    resume_refusals: VecDeque<(u16, String)>,
     /// Open connection → its session (from `setup` until the socket closes).
     open: HashMap<usize, usize>,
 }
@@ -200,6 +203,7 @@ impl FakeGemini {
             events,
             log: shared.log.clone(),
             conns: shared.conns.clone(),
+            sessions: shared.sessions.clone(),
             stop: shared.stop.clone(),
         };
         tokio::spawn(accept_loop(listener, shared));
@@ -235,9 +239,29 @@ impl FakeGemini {
             .expect("the fake Gemini is running")
     }
 
+    /// Forgets every handle it issued, as the service does after about two hours.
+    pub fn forget_handles(&self) {
+        self.sessions.lock().unwrap().handles.clear();
+    }
+
+    /// Closes the next resume attempt with `code` and `reason` instead of answering it.
+    pub fn refuse_next_resume(&self, code: u16, reason: &str) {
+        self.sessions.lock().unwrap().resume_refusals.push_back((code, reason.to_owned()));
+    }
+
     /// Skips events until one matches.
     pub async fn wait_for(&mut self, what: &str, matches: impl Fn(&Event) -> bool) -> Event {
-        let deadline = tokio::time::Instant::now() + WAIT;
+        self.wait_for_within(what, WAIT, matches).await
+    }
+
+    /// Skips events until one matches, failing the test after `within`.
+    pub async fn wait_for_within(
+        &mut self,
+        what: &str,
+        within: Duration,
+        matches: impl Fn(&Event) -> bool,
+    ) -> Event {
+        let deadline = tokio::time::Instant::now() + within;
         loop {
             let event = tokio::time::timeout_at(deadline, self.events.recv())
                 .await
@@ -548,7 +572,7 @@ fn on_client_message(
             return Reply::Reject(1007, BAD_KEY_REASON.into());
         }
         if let Err((code, reason)) = join_session(conn, handle.as_deref(), shared) {
-            return Reply::Reject(code, reason.into());
+            return Reply::Reject(code, reason);
         }
         return match &shared.options.setup_reply {
             SetupReply::Complete => {
@@ -708,14 +732,17 @@ fn check_setup(setup: &Value) -> Result<(), String> {
 }
 
 /// Puts `conn` in a session: a new one, or the one `handle` resumes.
-fn join_session(conn: usize, handle: Option<&str>, shared: &Shared) -> Result<(), (u16, &'static str)> {
-    let Ok(mut sessions) = shared.sessions.lock() else { return Err((1011, STILL_OPEN_REASON)) };
+fn join_session(conn: usize, handle: Option<&str>, shared: &Shared) -> Result<(), (u16, String)> {
+    let Ok(mut sessions) = shared.sessions.lock() else { return Err((1011, STILL_OPEN_REASON.to_owned())) };
     let session = match handle {
         None => conn,
         Some(handle) => {
-            let session = *sessions.handles.get(handle).ok_or((1008, NOT_FOUND_REASON))?;
+            if let Some((code, reason)) = sessions.resume_refusals.pop_front() {
+                return Err((code, reason));
+            }
+            let session = *sessions.handles.get(handle).ok_or((1008, NOT_FOUND_REASON.to_owned()))?;
             if sessions.open.values().any(|open| *open == session) {
-                return Err((1011, STILL_OPEN_REASON));
+                return Err((1011, STILL_OPEN_REASON.to_owned()));
             }
             session
         }
