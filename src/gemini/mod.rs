@@ -20,6 +20,8 @@
 mod link;
 pub mod wire;
 
+pub use self::link::CLOSE_WAIT;
+
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
