@@ -14,6 +14,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
@@ -418,10 +419,8 @@ async fn serve(mut stream: TcpStream, conn: usize, shared: Shared) {
     let mut pending: HashSet<String> = HashSet::new();
     let mut deadline: Option<tokio::time::Instant> = None;
     loop {
-        let pong_due = socket.get_ref().next_due();
         tokio::select! {
             _ = shared.stop.cancelled() => break,
-            _ = sleep_until(pong_due) => { let _ = socket.flush().await; }
             _ = sleep_until(deadline) => {
                 reject(&mut socket, conn, &shared, 1011, DEADLINE_REASON).await;
                 break;
@@ -784,7 +783,7 @@ fn check_schema(schema: &Value, at: &str) -> Result<(), String> {
     let schema = schema.as_object().ok_or(format!("{at} must be an object"))?;
     let kind = schema.get("type").and_then(Value::as_str).unwrap_or("TYPE_UNSPECIFIED");
     if !TYPES.contains(&kind) {
-        return Err(format!("Invalid value at '{at}.type' (type.googleapis.com/google.ai.generativelanguage.v1beta.Type), \"{kind}\""));
+        return Err(format!("Invalid value at '{at}.type', \"{kind}\""));
     }
     let properties = match schema.get("properties") {
         None => None,
@@ -815,9 +814,12 @@ fn check_schema(schema: &Value, at: &str) -> Result<(), String> {
 /// The fake's side of a TCP connection. Pong frames it writes are held back for `delay`, as the
 /// service answers pings late; every other frame passes at once and in order (frames stay whole,
 /// so a held pong never splits another). The HTTP upgrade before the first frame passes as is.
+/// Held pongs go out from `poll_read`, which the connection's task polls all the time.
 struct LatePongs {
     inner: TcpStream,
     delay: Duration,
+    /// Wakes the reading task when the oldest held pong is due.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// The upgrade response has gone; bytes are WebSocket frames now.
     framing: bool,
     /// Bytes of the frame being written, until it is whole.
@@ -829,12 +831,34 @@ struct LatePongs {
 
 impl LatePongs {
     fn new(inner: TcpStream, delay: Duration) -> Self {
-        LatePongs { inner, delay, framing: false, partial: Vec::new(), out: Vec::new(), held: VecDeque::new() }
+        LatePongs {
+            inner,
+            delay,
+            timer: None,
+            framing: false,
+            partial: Vec::new(),
+            out: Vec::new(),
+            held: VecDeque::new(),
+        }
     }
 
-    /// When the oldest held pong is due.
-    fn next_due(&self) -> Option<tokio::time::Instant> {
-        self.held.front().map(|(due, _)| *due)
+    /// Sends the pongs that are due and arms the timer for the next one.
+    fn poll_held(&mut self, cx: &mut Context<'_>) -> std::io::Result<()> {
+        loop {
+            self.release_due();
+            if let Poll::Ready(Err(err)) = self.poll_out(cx) {
+                return Err(err);
+            }
+            let Some((due, _)) = self.held.front() else {
+                self.timer = None;
+                return Ok(());
+            };
+            let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(*due)));
+            timer.as_mut().reset(*due);
+            if timer.as_mut().poll(cx).is_pending() {
+                return Ok(());
+            }
+        }
     }
 
     fn split(&mut self) {
@@ -890,7 +914,9 @@ fn frame_len(bytes: &[u8]) -> Option<usize> {
 
 impl AsyncRead for LatePongs {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+        let this = self.get_mut();
+        this.poll_held(cx)?;
+        Pin::new(&mut this.inner).poll_read(cx, buf)
     }
 }
 
@@ -928,6 +954,12 @@ async fn reject(
     code: u16,
     reason: &str,
 ) {
+    // A close frame's reason holds at most 123 bytes: longer ones are cut, as any server must.
+    let mut end = reason.len().min(123);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    let reason = &reason[..end];
     shared.closing(conn);
     shared.record(conn, Kind::Rejected { code, reason: reason.to_owned() });
     let frame = CloseFrame { code: CloseCode::from(code), reason: reason.to_owned().into() };

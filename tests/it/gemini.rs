@@ -9,7 +9,9 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 use voxa::dial::ClientSocket;
 
-use crate::fake_gemini::{FakeGemini, FakeOptions, Kind, SetupReply, BAD_KEY_REASON, DEADLINE_REASON, NOT_FOUND_REASON};
+use crate::fake_gemini::{
+    FakeGemini, FakeOptions, Kind, SetupReply, BAD_KEY_REASON, DEADLINE_REASON, NOT_FOUND_REASON, STILL_OPEN_REASON,
+};
 use crate::harness::*;
 use crate::support::voxa_cmd;
 
@@ -507,6 +509,97 @@ async fn malformed_server_messages_do_not_break_the_call() {
     assert_eq!(fake.expect_audio(conn).await.1, chunk);
 }
 
+/// A minimal `setup` declaring one function.
+fn with_tool(declaration: Value) -> Value {
+    json!({"setup":{"model":"models/m","tools":[{"functionDeclarations":[declaration]}]}})
+}
+
+/// A raw client of the fake, holding the key.
+async fn raw_client(fake: &FakeGemini) -> ClientSocket {
+    let headers = vec![("x-goog-api-key".to_owned(), voxa::secret::Secret::from_string(KEY.into()))];
+    let options = voxa::dial::DialOptions { headers, ..Default::default() };
+    voxa::dial::connect(&fake.url(), &options).await.unwrap()
+}
+
+/// The next data frame from the fake: it must be pretty-printed JSON in a binary frame.
+async fn raw_next(socket: &mut ClientSocket) -> Value {
+    match next_frame(socket).await {
+        Some(Message::Binary(data)) => {
+            assert!(data.contains(&b'\n'), "pretty-printed, as the service sends it");
+            serde_json::from_slice(&data).unwrap()
+        }
+        other => panic!("expected a binary JSON frame, got {other:?}"),
+    }
+}
+
+/// Paused clock: pongs and deadlines are timed exactly, in no real time.
+#[tokio::test(start_paused = true)]
+async fn the_fake_keeps_sessions_and_time_like_the_service() {
+    let mut fake = FakeGemini::start(FakeOptions { pong_delay: Duration::from_secs(30), ..FakeOptions::new(KEY) }).await;
+    let setup = |handle: Option<&str>| {
+        let resumption = handle.map_or(json!({}), |h| json!({"handle": h}));
+        Message::text(json!({"setup":{"model":"models/m","sessionResumption":resumption}}).to_string())
+    };
+    let mut first = raw_client(&fake).await;
+    first.send(setup(None)).await.unwrap();
+    let complete = raw_next(&mut first).await;
+    assert_eq!(complete["setupComplete"]["sessionId"], "fake-session-1", "{complete}");
+
+    // Pongs come late.
+    let pinged = tokio::time::Instant::now();
+    first.send(Message::Ping(b"p".to_vec().into())).await.unwrap();
+    let pong = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if let Some(Ok(Message::Pong(data))) = first.next().await {
+                return data;
+            }
+        }
+    })
+    .await
+    .expect("a pong within a minute");
+    assert_eq!(&pong[..], b"p");
+    assert_eq!(pinged.elapsed(), Duration::from_secs(30));
+
+    // Handles: none while a call is pending, and only known ones resume.
+    fake.send(1, json!({"toolCall":{"functionCalls":[{"id":"c1","name":"x","args":{}}]}}));
+    fake.send(1, json!({"sessionResumptionUpdate":{"newHandle":"busy","resumable":true}}));
+    raw_next(&mut first).await;
+    assert_eq!(raw_next(&mut first).await["sessionResumptionUpdate"]["resumable"], false);
+    let answer = json!({"toolResponse":{"functionResponses":[{"id":"c1","name":"x","response":{"output":1}}]}});
+    first.send(Message::text(answer.to_string())).await.unwrap();
+    fake.wait_for("the answer", |e| matches!(e.kind, Kind::ToolResponse(_))).await;
+    fake.send(1, json!({"sessionResumptionUpdate":{"newHandle":"h-1","resumable":true}}));
+    assert_eq!(raw_next(&mut first).await["sessionResumptionUpdate"]["resumable"], true);
+    for (handle, code, reason) in [("busy", 1008, NOT_FOUND_REASON), ("h-1", 1011, STILL_OPEN_REASON)] {
+        let mut resume = raw_client(&fake).await;
+        resume.send(setup(Some(handle))).await.unwrap();
+        assert_eq!(recv_close(&mut resume).await, (code, reason.to_owned()), "{handle}");
+    }
+
+    // goAway: the socket is cut when its time is up.
+    let warned = tokio::time::Instant::now();
+    fake.send(1, json!({"goAway":{"timeLeft":"50s"}}));
+    assert!(raw_next(&mut first).await["goAway"].is_object());
+    let cut = tokio::time::timeout(Duration::from_secs(120), recv_close_slowly(&mut first)).await.unwrap();
+    assert_eq!(cut, (1011, DEADLINE_REASON.to_owned()));
+    assert_eq!(warned.elapsed(), Duration::from_secs(50));
+    // Once the old socket is gone, the handle resumes the session.
+    let mut resumed = raw_client(&fake).await;
+    resumed.send(setup(Some("h-1"))).await.unwrap();
+    assert!(raw_next(&mut resumed).await["setupComplete"].is_object());
+}
+
+/// [`recv_close`] without its per-frame timeout (for a paused clock).
+async fn recv_close_slowly(socket: &mut ClientSocket) -> (u16, String) {
+    loop {
+        match socket.next().await {
+            Some(Ok(Message::Close(Some(frame)))) => return (u16::from(frame.code), frame.reason.to_string()),
+            Some(Ok(_)) => continue,
+            other => panic!("closed without a close frame: {other:?}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn the_fake_refuses_what_the_service_refuses() {
     let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
@@ -525,6 +618,14 @@ async fn the_fake_refuses_what_the_service_refuses() {
         (vec![good_setup(), media_chunks], "mediaChunks"),
         (vec![json!({"realtimeInput":{"text":"hi"}})], "first message must be setup"),
         (vec![good_setup(), json!({"toolResponse":{"functionResponses":[{"name":"x","response":{}}]}})], "id"),
+        (vec![with_tool(json!({"name":"fleet","parameters":{"type":"OBJECT","properties":{}}}))], "non-empty"),
+        (
+            vec![with_tool(json!({"name":"run","parameters":{"type":"OBJECT",
+                "properties":{"command":{"type":"STRING"}},"required":["command","cwd"]}}))],
+            "required[cwd]",
+        ),
+        (vec![with_tool(json!({"name":"run","parameters":{"type":"object"}}))], "type"),
+        (vec![with_tool(json!({"name":"run","behavior":"SOMETIMES"}))], "behavior"),
     ];
     for (messages, reason) in scripts {
         let mut socket = voxa::dial::connect(&url, &options).await.unwrap();
