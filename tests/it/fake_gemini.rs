@@ -71,6 +71,8 @@ pub struct FakeOptions {
     pub setup_reply: SetupReply,
     /// How late pongs answer pings (at most [`MAX_PONG_DELAY`]; the service took 8 to 30 s).
     pub pong_delay: Duration,
+    /// How long a socket the client closed still counts as open (the service is not instant).
+    pub close_linger: Duration,
 }
 
 impl FakeOptions {
@@ -81,6 +83,7 @@ impl FakeOptions {
             refuse_http: None,
             setup_reply: SetupReply::Complete,
             pong_delay: Duration::from_secs(8),
+            close_linger: Duration::from_millis(100),
         }
     }
 }
@@ -344,7 +347,9 @@ impl FakeGemini {
         self.command(conn, Command::Close(code, reason.into()));
     }
 
-    /// Stops reading and answering on `conn`, as a half-open socket would.
+    /// Stops answering on `conn`, as a half-open socket would: nothing the fake sends arrives
+    /// (pongs included) and nothing the client sends is acted on, but the client closing its
+    /// TCP connection still ends it.
     pub fn freeze(&self, conn: usize) {
         self.command(conn, Command::Freeze);
     }
@@ -418,6 +423,7 @@ async fn serve(mut stream: TcpStream, conn: usize, shared: Shared) {
     // Function calls sent and not yet answered or cancelled: no resumable handle meanwhile.
     let mut pending: HashSet<String> = HashSet::new();
     let mut deadline: Option<tokio::time::Instant> = None;
+    let mut frozen = false;
     loop {
         tokio::select! {
             _ = shared.stop.cancelled() => break,
@@ -443,9 +449,8 @@ async fn serve(mut stream: TcpStream, conn: usize, shared: Shared) {
                 }
                 Some(Command::Drop) | None => break,
                 Some(Command::Freeze) => {
-                    // A half-open socket: nothing read, nothing answered (pings included).
-                    shared.stop.cancelled().await;
-                    break;
+                    frozen = true;
+                    socket.get_mut().blackhole = true;
                 }
             },
             frame = socket.next() => {
@@ -454,11 +459,16 @@ async fn serve(mut stream: TcpStream, conn: usize, shared: Shared) {
                     Some(Ok(Message::Binary(data))) => data.to_vec(),
                     Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
                     Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
+                        // Nothing answers the close until the service has let the socket go.
+                        tokio::time::sleep(shared.options.close_linger).await;
                         shared.closing(conn);
                         shared.record(conn, Kind::Closed);
                         break;
                     }
                 };
+                if frozen {
+                    continue;
+                }
                 match on_client_message(&payload, &mut state, key_ok, conn, &shared, &mut pending) {
                     Reply::Nothing => {}
                     Reply::Send(frames) => {
@@ -818,6 +828,8 @@ fn check_schema(schema: &Value, at: &str) -> Result<(), String> {
 struct LatePongs {
     inner: TcpStream,
     delay: Duration,
+    /// Everything written from now on is lost, as on a dead network path.
+    blackhole: bool,
     /// Wakes the reading task when the oldest held pong is due.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// The upgrade response has gone; bytes are WebSocket frames now.
@@ -834,6 +846,7 @@ impl LatePongs {
         LatePongs {
             inner,
             delay,
+            blackhole: false,
             timer: None,
             framing: false,
             partial: Vec::new(),
@@ -923,6 +936,10 @@ impl AsyncRead for LatePongs {
 impl AsyncWrite for LatePongs {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         let this = self.get_mut();
+        if this.blackhole {
+            this.held.clear();
+            return Poll::Ready(Ok(buf.len()));
+        }
         this.partial.extend_from_slice(buf);
         this.split();
         this.release_due();

@@ -804,8 +804,12 @@ async fn a_gemini_socket_is_dead_only_after_a_minute_of_silence_then_resumed_or_
         fake.freeze(conn);
         let noticed = if with_handle {
             let event = fake.wait_for_within("a resume", Duration::from_secs(300), |e| matches!(e.kind, Kind::Setup(_))).await;
+            let resumed = event.conn;
             let Kind::Setup(setup) = event.kind else { unreachable!() };
             assert_eq!(setup["sessionResumption"], json!({"handle":"before-freeze"}));
+            let chunk = pcm(9, 640);
+            phone.send_audio(&chunk).await;
+            assert_eq!(fake.expect_audio(resumed).await.1, chunk, "the resumed session is in use");
             assert!(!phone.saw("call_ended"));
             // The resume waited up to CLOSE_WAIT for the frozen socket to close.
             tokio::time::Instant::now() - silent_since - voxa::gemini::CLOSE_WAIT
