@@ -104,7 +104,11 @@ pub trait ToolHost: Send + Sync + 'static {
     /// Gemini `functionDeclarations` (a JSON array) for the tools this host runs.
     fn declarations(&self) -> Value;
     /// Runs one of Gemini's function calls; `cancel` asks it to stop.
-    fn run(&self, call: protocol::ToolCall, cancel: CancellationToken) -> BoxFuture<'static, Result<ToolOutput, ToolError>>;
+    fn run(
+        &self,
+        call: protocol::ToolCall,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<ToolOutput, ToolError>>;
 }
 
 /// A running voice call; dropping it ends the call.

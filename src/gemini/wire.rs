@@ -1,6 +1,6 @@
-//! Gemini Live's JSON (gemini-live.md): the messages voxa sends, and a tolerant reading of what
-//! the server sends. Every server message is hostile input: anything that does not fit is dropped,
-//! never trusted and never a reason to end the call.
+//! Gemini Live's JSON (BidiGenerateContent; see the README's self-hosted section): what voxa
+//! sends, and a tolerant reading of what the server sends. Every server message is hostile input:
+//! anything that does not fit is dropped, never trusted and never a reason to end the call.
 
 use std::time::Duration;
 
@@ -95,10 +95,9 @@ fn fit_schema(schema: Value) -> Option<Value> {
         return (!is_object).then_some(Value::Object(schema));
     };
     let properties: Map<String, Value> = match properties {
-        Value::Object(properties) => properties
-            .into_iter()
-            .filter_map(|(name, property)| Some((name, fit_schema(property)?)))
-            .collect(),
+        Value::Object(properties) => {
+            properties.into_iter().filter_map(|(name, property)| Some((name, fit_schema(property)?))).collect()
+        }
         _ => Map::new(),
     };
     if properties.is_empty() {

@@ -13,8 +13,8 @@
 #![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::net::SocketAddr;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
@@ -259,12 +259,7 @@ impl FakeGemini {
     }
 
     /// Skips events until one matches, failing the test after `within`.
-    pub async fn wait_for_within(
-        &mut self,
-        what: &str,
-        within: Duration,
-        matches: impl Fn(&Event) -> bool,
-    ) -> Event {
+    pub async fn wait_for_within(&mut self, what: &str, within: Duration, matches: impl Fn(&Event) -> bool) -> Event {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let event = tokio::time::timeout_at(deadline, self.events.recv())
@@ -545,7 +540,8 @@ fn on_server_message(
             }
         }
     }
-    let time_left = message.pointer("/goAway/timeLeft").and_then(Value::as_str).and_then(voxa::gemini::wire::parse_duration);
+    let time_left =
+        message.pointer("/goAway/timeLeft").and_then(Value::as_str).and_then(voxa::gemini::wire::parse_duration);
     (if changed { pretty(&message) } else { frame }, time_left)
 }
 

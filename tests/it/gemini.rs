@@ -1,4 +1,4 @@
-//! Self-hosted voice (SPEC §7) against the fake Gemini Live server: the phone's view of a call
+//! Self-hosted voice against the fake Gemini Live server: the phone's view of a call
 //! (driven over the loopback socket, whose session code is the relay's) and what Gemini receives.
 
 use std::sync::{Arc, Mutex};
@@ -535,7 +535,8 @@ async fn raw_next(socket: &mut ClientSocket) -> Value {
 /// Paused clock: pongs and deadlines are timed exactly, in no real time.
 #[tokio::test(start_paused = true)]
 async fn the_fake_keeps_sessions_and_time_like_the_service() {
-    let mut fake = FakeGemini::start(FakeOptions { pong_delay: Duration::from_secs(30), ..FakeOptions::new(KEY) }).await;
+    let mut fake =
+        FakeGemini::start(FakeOptions { pong_delay: Duration::from_secs(30), ..FakeOptions::new(KEY) }).await;
     let setup = |handle: Option<&str>| {
         let resumption = handle.map_or(json!({}), |h| json!({"handle": h}));
         Message::text(json!({"setup":{"model":"models/m","sessionResumption":resumption}}).to_string())
@@ -803,7 +804,8 @@ async fn a_gemini_socket_is_dead_only_after_a_minute_of_silence_then_resumed_or_
         let silent_since = tokio::time::Instant::now();
         fake.freeze(conn);
         let noticed = if with_handle {
-            let event = fake.wait_for_within("a resume", Duration::from_secs(300), |e| matches!(e.kind, Kind::Setup(_))).await;
+            let event =
+                fake.wait_for_within("a resume", Duration::from_secs(300), |e| matches!(e.kind, Kind::Setup(_))).await;
             let resumed = event.conn;
             let Kind::Setup(setup) = event.kind else { unreachable!() };
             assert_eq!(setup["sessionResumption"], json!({"handle":"before-freeze"}));
@@ -867,7 +869,8 @@ async fn transcripts_become_final_when_the_turn_ends_since_the_service_never_say
     let agent = self_hosted_agent(&fake, KEY).await;
     let mut phone = Phone::join(&agent).await;
     let (conn, _) = start_call(&mut phone, &mut fake).await;
-    let transcript = |role: &str, text: &str, last: bool| json!({"type":"transcript","role":role,"text":text,"final":last});
+    let transcript =
+        |role: &str, text: &str, last: bool| json!({"type":"transcript","role":role,"text":text,"final":last});
 
     // The user's words arrive in pieces; the model answering makes them final, whole.
     fake.send(conn, json!({"serverContent":{"inputTranscription":{"text":"what is "}}}));

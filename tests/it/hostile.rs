@@ -580,9 +580,9 @@ impl Expected {
             Err(_) => self.bad_frames += 1,
             Ok(ClientMessage::ToolCall(_)) => self.results += 1,
             Ok(ClientMessage::Status) => self.statuses += 1,
-            Ok(ClientMessage::CallStart | ClientMessage::CallEnd | ClientMessage::Say { .. } | ClientMessage::AudioEnd) => {
-                self.call_errors += 1
-            }
+            Ok(
+                ClientMessage::CallStart | ClientMessage::CallEnd | ClientMessage::Say { .. } | ClientMessage::AudioEnd,
+            ) => self.call_errors += 1,
             Ok(ClientMessage::Hello(_) | ClientMessage::Cancel { .. }) => {}
         }
     }
