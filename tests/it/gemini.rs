@@ -846,6 +846,15 @@ async fn a_call_over_the_relay_works_the_same() {
     fake.expect_closed(conn).await;
 }
 
+/// A call with the default settings: the fake, the agent, the phone and the Gemini connection.
+async fn new_call() -> (FakeGemini, TestAgent, Phone, usize) {
+    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
+    let agent = self_hosted_agent(&fake, KEY).await;
+    let mut phone = Phone::join(&agent).await;
+    let (conn, _) = start_call(&mut phone, &mut fake).await;
+    (fake, agent, phone, conn)
+}
+
 /// A self-hosted agent whose Gemini link uses `tweak`ed settings.
 async fn agent_with(fake: &FakeGemini, tweak: impl FnOnce(&mut voxa::gemini::GeminiConfig)) -> TestAgent {
     let mut config = fake.config(KEY);
@@ -858,17 +867,29 @@ fn kinds(fake: &FakeGemini, conn: usize) -> Vec<Kind> {
     fake.received().into_iter().filter(|e| e.conn == conn).map(|e| e.kind).collect()
 }
 
-/// A command that runs until `gate` exists in the workspace, then prints `done`.
-fn gated_command(gate: &str) -> String {
-    format!("while [ ! -e {gate} ]; do sleep 0.05; done; echo done")
+/// A call whose first connection issued the resumable `handle` (and the bridge has read it).
+async fn call_with_handle(handle: &str) -> (FakeGemini, TestAgent, Phone, usize) {
+    let (fake, agent, mut phone, first) = new_call().await;
+    fake.send(first, json!({"sessionResumptionUpdate":{"newHandle":handle,"resumable":true}}));
+    fake.send(first, json!({"serverContent":{"turnComplete":true}}));
+    phone.expect("turn_complete").await;
+    (fake, agent, phone, first)
+}
+
+/// A call whose first connection issued `handle`, then asked for `run_command` call `id`, which
+/// runs until `gate` exists in the workspace and then prints `done`.
+async fn call_running_a_gated_tool(handle: &str, id: &str, gate: &str) -> (FakeGemini, TestAgent, Phone, usize) {
+    let (fake, agent, mut phone, first) = call_with_handle(handle).await;
+    let command = format!("while [ ! -e {gate} ]; do sleep 0.05; done; echo done");
+    let call = json!({"id":id,"name":"run_command","args":{"command":command}});
+    fake.send(first, json!({"toolCall":{"functionCalls":[call]}}));
+    phone.expect("tool_activity").await;
+    (fake, agent, phone, first)
 }
 
 #[tokio::test]
 async fn transcripts_become_final_when_the_turn_ends_since_the_service_never_says_finished() {
-    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
-    let agent = self_hosted_agent(&fake, KEY).await;
-    let mut phone = Phone::join(&agent).await;
-    let (conn, _) = start_call(&mut phone, &mut fake).await;
+    let (fake, _agent, mut phone, conn) = new_call().await;
     let transcript =
         |role: &str, text: &str, last: bool| json!({"type":"transcript","role":role,"text":text,"final":last});
 
@@ -916,14 +937,7 @@ async fn transcripts_become_final_when_the_turn_ends_since_the_service_never_say
 
 #[tokio::test]
 async fn go_away_lets_running_tools_finish_and_resumes_with_a_handle_that_covers_their_answers() {
-    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
-    let agent = self_hosted_agent(&fake, KEY).await;
-    let mut phone = Phone::join(&agent).await;
-    let (first, _) = start_call(&mut phone, &mut fake).await;
-    fake.send(first, json!({"sessionResumptionUpdate":{"newHandle":"before-call","resumable":true}}));
-    let call = json!({"id":"fc-slow","name":"run_command","args":{"command": gated_command("go")}});
-    fake.send(first, json!({"toolCall":{"functionCalls":[call]}}));
-    phone.expect("tool_activity").await;
+    let (mut fake, agent, mut phone, first) = call_running_a_gated_tool("before-call", "fc-slow", "go").await;
     // While the call is pending the service offers no resumable handle (the fake turns this
     // one into resumable:false, as the service would).
     fake.send(first, json!({"sessionResumptionUpdate":{"newHandle":"mid-call","resumable":true}}));
@@ -954,14 +968,7 @@ async fn go_away_lets_running_tools_finish_and_resumes_with_a_handle_that_covers
 
 #[tokio::test]
 async fn a_tool_still_running_when_go_away_time_is_up_is_told_to_the_resumed_session() {
-    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
-    let agent = self_hosted_agent(&fake, KEY).await;
-    let mut phone = Phone::join(&agent).await;
-    let (first, _) = start_call(&mut phone, &mut fake).await;
-    fake.send(first, json!({"sessionResumptionUpdate":{"newHandle":"h-1","resumable":true}}));
-    let call = json!({"id":"fc-late","name":"run_command","args":{"command": gated_command("late")}});
-    fake.send(first, json!({"toolCall":{"functionCalls":[call]}}));
-    phone.expect("tool_activity").await;
+    let (mut fake, agent, mut phone, first) = call_running_a_gated_tool("h-1", "fc-late", "late").await;
     // Two seconds: the bridge leaves a second early, before the service's 1011 "Deadline expired".
     fake.send(first, json!({"goAway":{"timeLeft":"2s"}}));
     let (second, setup) = fake.expect_setup().await;
@@ -986,10 +993,7 @@ async fn a_tool_still_running_when_go_away_time_is_up_is_told_to_the_resumed_ses
 
 #[tokio::test]
 async fn the_end_of_a_connection_without_a_handle_is_reported_as_such_not_as_quota() {
-    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
-    let agent = self_hosted_agent(&fake, KEY).await;
-    let mut phone = Phone::join(&agent).await;
-    let (conn, _) = start_call(&mut phone, &mut fake).await;
+    let (mut fake, _agent, mut phone, conn) = new_call().await;
     fake.send(conn, json!({"goAway":{"timeLeft":"1s"}}));
     let closed = fake.wait_for("the deadline", |e| matches!(e.kind, Kind::Rejected { .. })).await;
     assert_eq!(closed.kind, Kind::Rejected { code: 1011, reason: DEADLINE_REASON.into() });
@@ -1003,13 +1007,7 @@ async fn the_end_of_a_connection_without_a_handle_is_reported_as_such_not_as_quo
 
 #[tokio::test]
 async fn a_stale_handle_starts_a_fresh_session_in_the_same_call_and_tells_the_model() {
-    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
-    let agent = self_hosted_agent(&fake, KEY).await;
-    let mut phone = Phone::join(&agent).await;
-    let (first, _) = start_call(&mut phone, &mut fake).await;
-    fake.send(first, json!({"sessionResumptionUpdate":{"newHandle":"old","resumable":true}}));
-    fake.send(first, json!({"serverContent":{"turnComplete":true}}));
-    phone.expect("turn_complete").await;
+    let (mut fake, _agent, mut phone, first) = call_with_handle("old").await;
     fake.forget_handles();
     fake.drop_conn(first);
 
@@ -1032,13 +1030,7 @@ async fn a_stale_handle_starts_a_fresh_session_in_the_same_call_and_tells_the_mo
 #[tokio::test]
 async fn a_1011_while_resuming_is_tried_once_more_and_then_reported_with_its_reason() {
     for refusals in [1, 2] {
-        let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
-        let agent = self_hosted_agent(&fake, KEY).await;
-        let mut phone = Phone::join(&agent).await;
-        let (first, _) = start_call(&mut phone, &mut fake).await;
-        fake.send(first, json!({"sessionResumptionUpdate":{"newHandle":"h","resumable":true}}));
-        fake.send(first, json!({"serverContent":{"turnComplete":true}}));
-        phone.expect("turn_complete").await;
+        let (mut fake, _agent, mut phone, first) = call_with_handle("h").await;
         for _ in 0..refusals {
             fake.refuse_next_resume(1011, "Internal error encountered.");
         }
