@@ -702,11 +702,16 @@ impl Bridge {
 
     /// Sends the running transcript of `speaker` as final, if there is one.
     async fn finish_transcript(&mut self, speaker: Speaker) {
-        let text = std::mem::take(&mut self.transcripts[speaker as usize]);
-        if !text.is_empty() {
-            let role = speaker.as_str().to_owned();
-            self.to_phone(AgentMessage::Transcript { role, text, is_final: true }).await;
+        if let Some(last) = self.take_final(speaker) {
+            self.to_phone(last).await;
         }
+    }
+
+    /// The running transcript of `speaker` as a final frame, if there is one; it starts anew.
+    fn take_final(&mut self, speaker: Speaker) -> Option<AgentMessage> {
+        let text = std::mem::take(&mut self.transcripts[speaker as usize]);
+        let role = speaker.as_str().to_owned();
+        (!text.is_empty()).then_some(AgentMessage::Transcript { role, text, is_final: true })
     }
 
     /// Runs one of Gemini's function calls at once, beside any others.
@@ -797,6 +802,12 @@ impl Bridge {
         }
         if self.dropped_audio > 0 {
             debug!(dropped = self.dropped_audio, "microphone chunks dropped during the call");
+        }
+        // What was said last is final too: nothing more of it will come.
+        for speaker in [Speaker::User, Speaker::Model] {
+            if let Some(last) = self.take_final(speaker) {
+                self.to_phone_now(last).await;
+            }
         }
         if let Ending::Failed(failure) = &ending {
             warn!(code = failure.code.as_str(), "voice call failed: {}", failure.message);

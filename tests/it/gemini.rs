@@ -933,6 +933,13 @@ async fn transcripts_become_final_when_the_turn_ends_since_the_service_never_say
     assert_eq!(phone.expect("transcript").await, transcript("user", "stop", true));
     let finals = phone.texts.iter().filter(|t| t["type"] == "transcript" && t["final"] == true).count();
     assert_eq!(finals, 5, "each utterance is final exactly once: {:?}", phone.texts);
+
+    // Hanging up mid-sentence: what was said is final too.
+    fake.send(conn, json!({"serverContent":{"outputTranscription":{"text":"Bye"}}}));
+    assert_eq!(phone.expect("transcript").await, transcript("model", "Bye", false));
+    phone.send(json!({"type":"call_end"})).await;
+    assert_eq!(phone.expect("transcript").await, transcript("model", "Bye", true));
+    phone.expect("call_ended").await;
 }
 
 #[tokio::test]
