@@ -653,7 +653,8 @@ async fn the_key_appears_in_no_frame_log_or_error() {
         let logs = logs.clone();
         move || LogWriter(logs.clone())
     };
-    let subscriber = tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE).with_writer(writer).finish();
+    let subscriber =
+        tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE).with_ansi(false).with_writer(writer).finish();
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let options = FakeOptions { echo_audio: true, ..FakeOptions::new(KEY) };
@@ -668,6 +669,8 @@ async fn the_key_appears_in_no_frame_log_or_error() {
     fake.send(conn, json!({"toolCall":{"functionCalls":[{"id":"fc-9","name":"read_file","args":{"path":"nope"}}]}}));
     phone.expect("tool_activity").await;
     expect_tool_responses(&mut fake, 1).await;
+    fake.end_turn(conn);
+    phone.expect("turn_complete").await;
     // A hostile server echoing the key in its close reason.
     fake.send(conn, json!({"sessionResumptionUpdate":{"newHandle":"h","resumable":true}}));
     fake.close(conn, 1007, &format!("API key not valid: {KEY}"));
@@ -687,6 +690,7 @@ async fn the_key_appears_in_no_frame_log_or_error() {
     }
     let logs = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
     assert!(logs.contains("voice call"), "the logs were captured: {logs}");
+    assert!(logs.contains("total_token_count=150"), "the call's token counts are logged: {logs}");
     assert!(!logs.contains(KEY), "the logs carry the key");
 }
 
