@@ -268,39 +268,67 @@ async fn open_session(mut stream: TcpStream, gate: &dyn Gate) -> Result<Option<(
     socket.send(Message::text(AgentMessage::challenge(&challenge).to_json())).await?;
     match wait_for_hello(&mut socket, gate, &challenge).await {
         Ok(admission) => Ok(Some((socket, admission))),
-        Err(code) => {
-            refuse(&mut socket, code).await;
+        Err(Refusal::Code(code)) => {
+            refuse(&mut socket, close_message(CloseCode::Policy, code.as_str())).await;
+            Ok(None)
+        }
+        Err(Refusal::TooMuch) => {
+            refuse(&mut socket, close_message(CloseCode::Size, "too much data before the hello")).await;
             Ok(None)
         }
     }
 }
 
-async fn wait_for_hello(socket: &mut LocalSocket, gate: &dyn Gate, challenge: &str) -> Result<Admission, ErrorCode> {
+/// Why a connection is closed before its hello is accepted.
+enum Refusal {
+    Code(ErrorCode),
+    /// The client sent more than [`protocol::MAX_PREAUTH_LEN`] before its hello.
+    TooMuch,
+}
+
+async fn wait_for_hello(socket: &mut LocalSocket, gate: &dyn Gate, challenge: &str) -> Result<Admission, Refusal> {
     let first = tokio::time::timeout(protocol::HELLO_TIMEOUT, async {
         loop {
             match socket.next().await {
-                Some(Ok(Message::Text(text))) => return Some(text),
+                Some(Ok(Message::Text(text))) => return Ok(text),
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                _ => return None,
+                Some(Err(tokio_tungstenite::tungstenite::Error::Io(err))) if is_over_budget(&err) => {
+                    return Err(Refusal::TooMuch)
+                }
+                _ => return Err(Refusal::Code(ErrorCode::UnauthenticatedCall)),
             }
         }
     })
-    .await;
-    match first {
-        Ok(Some(text)) => match session::admit_hello(gate, &text, challenge)? {
-            HelloStep::Admitted(admission) => Ok(admission),
-            // The loopback gate has no second step.
-            HelloStep::AwaitBearer(_) => Err(ErrorCode::UnauthenticatedCall),
-        },
-        _ => Err(ErrorCode::UnauthenticatedCall),
+    .await
+    .unwrap_or(Err(Refusal::Code(ErrorCode::UnauthenticatedCall)))?;
+    match session::admit_hello(gate, &first, challenge).map_err(Refusal::Code)? {
+        HelloStep::Admitted(admission) => Ok(admission),
+        // The loopback gate has no second step.
+        HelloStep::AwaitBearer(_) => Err(Refusal::Code(ErrorCode::UnauthenticatedCall)),
     }
 }
 
-async fn refuse(socket: &mut LocalSocket, code: ErrorCode) {
-    let _ = socket.send(close_message(CloseCode::Policy, code.as_str())).await;
+async fn refuse(socket: &mut LocalSocket, close: Message) {
+    let _ = socket.send(close).await;
     // Give the close frame a moment to be read; never wait on a hostile peer for long.
     let _ =
         tokio::time::timeout(Duration::from_secs(1), async { while let Some(Ok(_)) = socket.next().await {} }).await;
+}
+
+/// The error a [`PreAuthLimit`] read fails with.
+#[derive(Debug)]
+struct OverBudget;
+
+impl std::fmt::Display for OverBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the client sent too much before its hello")
+    }
+}
+
+impl std::error::Error for OverBudget {}
+
+fn is_over_budget(err: &std::io::Error) -> bool {
+    err.get_ref().is_some_and(|inner| inner.is::<OverBudget>())
 }
 
 /// A stream that fails once its peer sent more than a budget, until [`PreAuthLimit::lift`]: what
@@ -329,12 +357,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for PreAuthLimit<S> {
             let read = buf.filled().len() - before;
             match budget.checked_sub(read) {
                 Some(left) => self.budget = Some(left),
-                None => {
-                    return Poll::Ready(Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        "the client sent too much before its hello",
-                    )))
-                }
+                None => return Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::InvalidData, OverBudget))),
             }
         }
         polled
@@ -434,7 +457,7 @@ mod tests {
         let mut buf = [0u8; 100];
         limited.read_exact(&mut buf).await.unwrap();
         client.write_all(&[7u8; 1]).await.unwrap();
-        assert_eq!(limited.read(&mut buf).await.unwrap_err().kind(), std::io::ErrorKind::InvalidData);
+        assert!(is_over_budget(&limited.read(&mut buf).await.unwrap_err()));
 
         let (mut client, server) = tokio::io::duplex(64 << 10);
         let mut limited = PreAuthLimit::new(server, 100);
