@@ -1,5 +1,5 @@
-//! The loopback socket (SPEC §6): `ws://127.0.0.1:<port>` for local clients, scripts, CI and
-//! editors. Any local user can reach it, so everything before a good hello is bounded: a short
+//! The loopback socket: `ws://127.0.0.1:<port>` for local clients, scripts, CI and editors, with
+//! the session start of docs/PROTOCOL.md. Any local user can reach it, so everything before a good hello is bounded: a short
 //! time for the request head, [`MAX_PREAUTH_LEN`](protocol::MAX_PREAUTH_LEN) bytes before the
 //! hello, [`MAX_UNAUTHENTICATED`] connections waiting for one (a new one closes the oldest), and
 //! a connection count that leaves descriptors for the agent's own work.

@@ -587,7 +587,8 @@ async fn a_frame_over_8_kib_before_the_hello_closes_the_loopback_socket_1009() {
             sink
         });
         let closed = loop {
-            match tokio::time::timeout(STEP, futures_util::StreamExt::next(&mut stream)).await.expect("closed in time") {
+            match tokio::time::timeout(STEP, futures_util::StreamExt::next(&mut stream)).await.expect("closed in time")
+            {
                 Some(Ok(tokio_tungstenite::tungstenite::Message::Close(frame))) => {
                     break frame.map(|f| (u16::from(f.code), f.reason.to_string()))
                 }
