@@ -149,7 +149,12 @@ pub fn run(report: &mut Report, measuring: bool) {
                 "pre-hello flood: {big} × {} MiB first frames + {idle} idle upgraded sockets; agent RSS before / peak",
                 frame_len >> 20
             ),
-            format!("{:.1} / {:.1} MiB (≤ {} KiB read per stranger)", mib(before), mib(peak), accepted.div_ceil(1024)),
+            format!(
+                "{:.1} / {:.1} MiB (a sender got ≤ {:.1} MiB into socket buffers before its close)",
+                mib(before),
+                mib(peak),
+                mib(accepted.div_ceil(1024) as u64)
+            ),
             "peak ≤ 24 MiB",
         );
         let (p50, _) = percentiles(&mut owner);
