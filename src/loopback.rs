@@ -200,32 +200,50 @@ async fn serve(
 ) -> Result<()> {
     let evicted = pending.evicted.clone();
     // Everything before a good hello, within the hello timeout of the connect.
+    let deadline = tokio::time::Instant::now() + protocol::HELLO_TIMEOUT;
     let opened = tokio::select! {
         _ = shutdown.cancelled() => return Ok(()),
         _ = evicted.cancelled() => {
             debug!("closed to make room for a newer local connection");
             return Ok(());
         }
-        opened = tokio::time::timeout(protocol::HELLO_TIMEOUT, open_session(stream, gate.as_ref())) => opened,
+        // A safety net only: every step inside has its own, shorter bound.
+        opened = tokio::time::timeout_at(deadline + Duration::from_secs(1), open_session(stream, gate.as_ref(), deadline)) => opened,
     };
-    let (mut socket, admission) = match opened {
-        Ok(Ok(Some(opened))) => opened,
-        Ok(Ok(None)) => return Ok(()),
-        Ok(Err(err)) => return Err(err),
+    let opened = match opened {
+        Ok(opened) => opened?,
         Err(_) => {
             debug!("no hello in time");
             return Ok(());
         }
     };
+    // Answered or refused: either way it no longer waits for a hello.
     drop(pending);
+    let (mut socket, admission) = match opened {
+        Opening::Admitted(socket, admission) => (socket, admission),
+        Opening::Refused(mut socket, close) => {
+            refuse(&mut socket, close).await;
+            return Ok(());
+        }
+        Opening::Answered => return Ok(()),
+    };
     socket.get_mut().lift();
     socket.send(Message::text(ctx.hello_ok(&admission).to_json())).await?;
     run_session(socket, ctx, admission, shutdown).await
 }
 
-/// The request head, the upgrade, the challenge and the hello. `None` when the client was
-/// answered and the connection is done.
-async fn open_session(mut stream: TcpStream, gate: &dyn Gate) -> Result<Option<(LocalSocket, Admission)>> {
+/// How the start of a local connection ended.
+enum Opening {
+    /// A good hello: the session may start.
+    Admitted(LocalSocket, Admission),
+    /// Close the socket with this frame.
+    Refused(LocalSocket, Message),
+    /// Answered over plain HTTP (or dropped); nothing more to do.
+    Answered,
+}
+
+/// The request head, the upgrade, the challenge and the hello, which must arrive by `deadline`.
+async fn open_session(mut stream: TcpStream, gate: &dyn Gate, deadline: tokio::time::Instant) -> Result<Opening> {
     let (head, leftover) = match tokio::time::timeout(HEAD_TIMEOUT, http::read_head(&mut stream)).await {
         Ok(Ok(read)) => read,
         Ok(Err(err)) => {
@@ -234,49 +252,45 @@ async fn open_session(mut stream: TcpStream, gate: &dyn Gate) -> Result<Option<(
         }
         Err(_) => {
             let _ = http::respond(&mut stream, 408, "Request Timeout", "no request in time\n").await;
-            return Ok(None);
+            return Ok(Opening::Answered);
         }
     };
     if !head.header("host").is_some_and(is_loopback_host_header) {
         http::respond(&mut stream, 403, "Forbidden", "this socket answers only to a loopback Host\n").await?;
-        return Ok(None);
+        return Ok(Opening::Answered);
     }
     if let Some(origin) = head.header("origin") {
         if !is_loopback_origin(origin) {
             http::respond(&mut stream, 403, "Forbidden", "cross-origin requests are refused\n").await?;
-            return Ok(None);
+            return Ok(Opening::Answered);
         }
     }
     if head.path != "/" {
         http::respond(&mut stream, 404, "Not Found", "not found\n").await?;
-        return Ok(None);
+        return Ok(Opening::Answered);
     }
     if !head.is_websocket_upgrade() {
         http::respond(&mut stream, 426, "Upgrade Required", "this is a WebSocket endpoint\n").await?;
-        return Ok(None);
+        return Ok(Opening::Answered);
     }
     // The token never crosses the socket: a bearer header is refused whether it is right or not.
     if head.header("authorization").is_some() {
         let body = format!("{}\n", ErrorCode::BearerRefused);
         http::respond(&mut stream, 403, "Forbidden", &body).await?;
-        return Ok(None);
+        return Ok(Opening::Answered);
     }
     let _ = stream.set_nodelay(true);
     let stream = PreAuthLimit::new(stream, protocol::MAX_PREAUTH_LEN);
     let mut socket = http::accept_websocket(stream, &head, leftover, http::websocket_config()).await?;
     let challenge = protocol::new_nonce()?;
     socket.send(Message::text(AgentMessage::challenge(&challenge).to_json())).await?;
-    match wait_for_hello(&mut socket, gate, &challenge).await {
-        Ok(admission) => Ok(Some((socket, admission))),
-        Err(Refusal::Code(code)) => {
-            refuse(&mut socket, close_message(CloseCode::Policy, code.as_str())).await;
-            Ok(None)
-        }
+    Ok(match wait_for_hello(&mut socket, gate, &challenge, deadline).await {
+        Ok(admission) => Opening::Admitted(socket, admission),
+        Err(Refusal::Code(code)) => Opening::Refused(socket, close_message(CloseCode::Policy, code.as_str())),
         Err(Refusal::TooMuch) => {
-            refuse(&mut socket, close_message(CloseCode::Size, "too much data before the hello")).await;
-            Ok(None)
+            Opening::Refused(socket, close_message(CloseCode::Size, "too much data before the hello"))
         }
-    }
+    })
 }
 
 /// Why a connection is closed before its hello is accepted.
@@ -286,8 +300,13 @@ enum Refusal {
     TooMuch,
 }
 
-async fn wait_for_hello(socket: &mut LocalSocket, gate: &dyn Gate, challenge: &str) -> Result<Admission, Refusal> {
-    let first = tokio::time::timeout(protocol::HELLO_TIMEOUT, async {
+async fn wait_for_hello(
+    socket: &mut LocalSocket,
+    gate: &dyn Gate,
+    challenge: &str,
+    deadline: tokio::time::Instant,
+) -> Result<Admission, Refusal> {
+    let first = tokio::time::timeout_at(deadline, async {
         loop {
             match socket.next().await {
                 Some(Ok(Message::Text(text))) => return Ok(text),
