@@ -197,14 +197,7 @@ impl Home {
     /// Takes the home's lock; released when the file is dropped or the process dies.
     fn lock(&self) -> Result<File> {
         let path = self.path(LOCK_FILE);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .with_context(|| format!("could not open {}", path.display()))?;
+        let file = open_lock_file(&path)?;
         rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
             .with_context(|| format!("could not lock {}", path.display()))?;
         Ok(file)
@@ -309,14 +302,7 @@ impl Home {
     pub fn lock_agent(&self) -> Result<AgentLock> {
         use rustix::fs::FlockOperation;
         let path = self.path(AGENT_LOCK_FILE);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .with_context(|| format!("could not open {}", path.display()))?;
+        let file = open_lock_file(&path)?;
         match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => Ok(AgentLock { _file: file }),
             Err(err) if err == rustix::io::Errno::WOULDBLOCK => {
@@ -387,6 +373,18 @@ impl Home {
         check_private(&dir, true)?;
         Ok(dir)
     }
+}
+
+/// Opens (creating it 0600 if needed) a file used only for `flock`.
+fn open_lock_file(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("could not open {}", path.display()))
 }
 
 /// Refuses a file or directory with any group/other permission bit, like OpenSSH StrictModes.

@@ -11,6 +11,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use voxa::dial::DialOptions;
 
+use crate::agent::rss_kib;
 use crate::child::{say_hello, start_agent, Agent};
 use crate::report::{percentiles, Report};
 
@@ -21,15 +22,6 @@ fn sizes(measuring: bool) -> (usize, usize, usize) {
     } else {
         (4, 1 << 20, 40)
     }
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 /// The bench itself holds every flooding socket: make room for them.
