@@ -19,7 +19,7 @@ use crate::config::{Config, RelayUrl};
 use crate::error::Exit;
 use crate::net::dial::{DialOptions, Io};
 use crate::secret::Secret;
-use crate::state::{AgentFile, AGENT_FILE, AUDIT_DIR, AUTH_TOKEN_FILE, CONFIG_FILE, RELAY_CODE_FILE};
+use crate::state::{AgentFile, Home, AGENT_FILE, AUDIT_DIR, AUTH_TOKEN_FILE, CONFIG_FILE, RELAY_CODE_FILE};
 
 /// Longest any one network step (TCP, TLS, one HTTP exchange) may take.
 pub const NET_TIMEOUT: Duration = Duration::from_secs(5);
@@ -677,8 +677,9 @@ async fn check_gemini_reachable(dial: Option<&DialOptions>) -> Check {
     }
 }
 
-/// The agent named by `agent.json`: process alive, port answering a WebSocket upgrade (no
-/// credential is sent), same version as this binary.
+/// The agent named by `agent.json`: process alive, holding the home's agent lock, proving on its
+/// port that it holds this home's auth token (the token itself never crosses the socket), and
+/// the same version as this binary.
 async fn check_agent(home: &Path) -> Check {
     const NAME: &str = "agent";
     let path = home.join(AGENT_FILE);
@@ -695,73 +696,89 @@ async fn check_agent(home: &Path) -> Check {
             )
         }
     };
+    let stale_fix = format!("rm {}, then voxa run", path.display());
     let Ok(info) = serde_json::from_slice::<AgentFile>(&bytes) else {
-        return Check::warn(
-            NAME,
-            format!("{} is not valid", path.display()),
-            format!("rm {} (a running agent rewrites it at start)", path.display()),
-        );
+        return Check::warn(NAME, format!("{} is not valid", path.display()), stale_fix);
     };
     if !crate::state::process_alive(info.pid) {
         return Check::warn(
             NAME,
             format!("stale {}: pid {} is not running (the agent did not exit cleanly)", path.display(), info.pid),
-            format!("rm {}, then voxa run", path.display()),
+            stale_fix,
         );
     }
-    if let Err(err) = probe_loopback(info.port).await {
-        return Check::fail(
+    // A live agent holds its home's lock for its whole life; a live pid without it was reused.
+    match Home::at(home).running_agent() {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            return Check::warn(
+                NAME,
+                format!(
+                    "stale {}: pid {} is alive but is not this home's agent (it holds no agent lock)",
+                    path.display(),
+                    info.pid
+                ),
+                stale_fix,
+            )
+        }
+        Err(err) => return Check::warn(NAME, format!("{err:#}"), "check the home's permissions"),
+    }
+    let Some(token) =
+        std::fs::read_to_string(home.join(AUTH_TOKEN_FILE)).ok().and_then(|t| Secret::parse_hex128(&t).ok())
+    else {
+        return Check::warn(
             NAME,
-            format!("{} names pid {} on port {}, but the port does not answer as voxa: {err:#}", path.display(), info.pid, info.port),
-            format!(
-                "if pid {} is not voxa, rm {}; if it is a stuck agent, stop it and start voxa run (or voxa service install)",
-                info.pid,
-                path.display()
-            ),
+            format!("pid {} on port {}: not verified without a valid auth token", info.pid, info.port),
+            "see the secrets check",
         );
-    }
-    if info.version != crate::VERSION {
+    };
+    let answered = match verify_loopback(info.port, &token).await {
+        Ok(hello_ok) => hello_ok,
+        Err(err) => {
+            return Check::fail(
+                NAME,
+                format!("pid {} on port {} did not answer as this laptop's agent: {err:#}", info.pid, info.port),
+                format!(
+                    "restart the agent (one started before `voxa pair --rotate` still holds the old token; a stuck one \
+                     needs stopping): voxa service install restarts the service; if pid {} is not voxa, rm {}",
+                    info.pid,
+                    path.display()
+                ),
+            )
+        }
+    };
+    if answered.agent != crate::agent_name() {
         return Check::warn(
             NAME,
             format!(
-                "pid {} on port {} runs voxa {}, this binary is {}",
+                "pid {} on port {} runs {}, this binary is {}",
                 info.pid,
                 info.port,
-                info.version,
-                crate::VERSION
+                answered.agent,
+                crate::agent_name()
             ),
             "restart the agent so it runs this version (voxa service install restarts the service)",
         );
     }
-    Check::ok(NAME, format!("pid {} answering on 127.0.0.1:{}, version {}", info.pid, info.port, info.version))
+    Check::ok(
+        NAME,
+        format!(
+            "pid {} answering on 127.0.0.1:{} as this laptop's agent, version {}",
+            info.pid, info.port, info.version
+        ),
+    )
 }
 
-/// A WebSocket upgrade on the loopback port, without any credential; `101` means a WebSocket
-/// server that takes local clients is there. Closed at once.
-async fn probe_loopback(port: u16) -> Result<()> {
+/// The protocol-2 session start on the loopback port: whatever answers must prove it holds the
+/// token before anything else happens, and only a proof (never the token) is sent. Closed at once.
+async fn verify_loopback(port: u16, token: &Secret) -> Result<crate::protocol::HelloOk> {
     let attempt = async {
-        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.context("connection refused")?;
-        let request = format!(
-            "GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dm94YS1kb2N0b3ItcHJvYmU=\r\n\r\n"
-        );
-        stream.write_all(request.as_bytes()).await?;
-        let mut buf = Vec::with_capacity(512);
-        let mut chunk = [0u8; 512];
-        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = stream.read(&mut chunk).await?;
-            if n == 0 || buf.len() > MAX_RESPONSE_LEN {
-                bail!("no HTTP answer");
-            }
-            buf.extend_from_slice(&chunk[..n]);
-        }
-        let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut response = httparse::Response::new(&mut headers);
-        response.parse(&buf).context("not an HTTP answer")?;
-        match response.code {
-            Some(101) => Ok(()),
-            other => bail!("answered HTTP {} to a WebSocket upgrade", other.unwrap_or(0)),
-        }
+        let url = format!("ws://127.0.0.1:{port}/");
+        let mut socket = crate::net::dial::connect(&url, &DialOptions::default()).await?;
+        let client = format!("voxa-doctor/{}", crate::VERSION);
+        let hello_ok = crate::net::client::hello(&mut socket, token, &client).await?;
+        let _ = futures_util::SinkExt::close(&mut socket).await;
+        Ok(hello_ok)
     };
     tokio::time::timeout(NET_TIMEOUT, attempt)
         .await

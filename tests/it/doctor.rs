@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 use crate::harness::*;
@@ -177,10 +176,42 @@ async fn a_stopped_relay_and_a_stale_agent_file_are_reported_with_their_fixes() 
     assert!(report["checks"].as_array().unwrap().iter().all(|c| c["check"] != "relay health"));
     assert_eq!(status_of(&report, "agent"), "ok", "the agent keeps running without its relay: {output}");
 
+    // agent.json pointing at another laptop's agent (it holds a different token): whatever
+    // answers must prove it holds this home's token, and learns nothing reusable.
+    let agent_file = home.join("agent.json");
+    let recorded = std::fs::read(&agent_file).unwrap();
+    let other = TestAgent::start(None).await;
+    let mut pointed: Value = serde_json::from_slice(&recorded).unwrap();
+    pointed["port"] = other.agent.loopback.port().into();
+    std::fs::write(&agent_file, pointed.to_string()).unwrap();
+    let (code, report, output) = doctor(&home, &[], &[]);
+    assert_eq!(code, 1, "{output}");
+    let agent = check(&report, "agent");
+    assert_eq!(agent["status"], "fail", "{output}");
+    let message = agent["message"].as_str().unwrap();
+    assert!(message.contains("did not answer as this laptop's agent"), "{agent}");
+    assert!(message.contains("bearer-refused"), "the other agent refused this home's proof: {agent}");
+    // A process holding the port that plays protocol 2 without the token: "not your laptop",
+    // and all it got was a proof it cannot reuse.
+    let (port, sessions) = impostor_agent().await;
+    pointed["port"] = port.into();
+    std::fs::write(&agent_file, pointed.to_string()).unwrap();
+    let (code, report, output) = doctor(&home, &[], &[]);
+    assert_eq!(code, 1, "{output}");
+    let agent = check(&report, "agent");
+    assert!(agent["message"].as_str().unwrap().contains("this is not your laptop"), "{agent}");
+    eventually("doctor to leave the impostor", || sessions.lock().unwrap().len() == 1).await;
+    let frames = sessions.lock().unwrap()[0].clone();
+    assert_eq!(frames.len(), 1, "only the hello reached the impostor: {frames:?}");
+    assert!(frames[0].contains("\"proof\""), "{frames:?}");
+    for secret in secrets(&home) {
+        assert!(!frames[0].contains(&secret), "a secret reached the impostor");
+    }
+    std::fs::write(&agent_file, &recorded).unwrap();
+
     // The agent dies without cleaning up: agent.json stays behind, naming a dead pid.
     let pid = run.run.child.id();
     run.run.crash();
-    let agent_file = home.join("agent.json");
     assert!(agent_file.exists());
     let (_, report, output) = doctor(&home, &[], &[]);
     let agent = check(&report, "agent");
@@ -189,21 +220,15 @@ async fn a_stopped_relay_and_a_stale_agent_file_are_reported_with_their_fixes() 
     assert_eq!(agent["fix"], format!("rm {}, then voxa run", agent_file.display()));
     assert!(agent_file.exists(), "doctor changes nothing");
 
-    // agent.json naming a live process whose port is not a voxa agent.
-    let impostor = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = impostor.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = impostor.accept().await {
-            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await;
-        }
-    });
-    let fake = serde_json::json!({"pid": std::process::id(), "port": port, "version": voxa::VERSION});
-    std::fs::write(&agent_file, fake.to_string()).unwrap();
+    // Its pid reused by another process, which holds no agent lock: still stale.
+    let reused =
+        serde_json::json!({"pid": std::process::id(), "port": other.agent.loopback.port(), "version": voxa::VERSION});
+    std::fs::write(&agent_file, reused.to_string()).unwrap();
     let (code, report, output) = doctor(&home, &[], &[]);
-    assert_eq!(code, 1, "{output}");
     let agent = check(&report, "agent");
-    assert_eq!(agent["status"], "fail", "{output}");
-    assert!(agent["message"].as_str().unwrap().contains("answered HTTP 200"), "{agent}");
+    assert_eq!(agent["status"], "warn", "{output}");
+    assert!(agent["message"].as_str().unwrap().contains("holds no agent lock"), "{agent}");
+    assert_eq!(code, 1, "the relay is still down: {output}");
 }
 
 #[test]

@@ -115,6 +115,40 @@ pub async fn connect_proxy(
     (addr, asked_rx)
 }
 
+/// A loopback WebSocket server playing protocol 2 as well as it can without the token: a
+/// challenge, then a `hello_ok` with a made-up proof. Returns its port and, per connection, the
+/// text frames it received.
+pub async fn impostor_agent() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<Vec<String>>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let sessions: std::sync::Arc<std::sync::Mutex<Vec<Vec<String>>>> = Default::default();
+    let recorded = sessions.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let recorded = recorded.clone();
+            tokio::spawn(async move {
+                let Ok(mut socket) = tokio_tungstenite::accept_async(tcp).await else { return };
+                let challenge = "00000000000000000000000000000000";
+                let _ = socket
+                    .send(Message::text(json!({"type":"challenge","protocol":2,"nonce": challenge}).to_string()))
+                    .await;
+                let mut frames = Vec::new();
+                while let Some(Ok(frame)) = socket.next().await {
+                    let Message::Text(text) = frame else { continue };
+                    let value: Value = serde_json::from_str(&text).unwrap_or_default();
+                    if value["type"] == "hello" {
+                        let ok = json!({"type":"hello_ok","protocol":2,"agent":"voxa/0","mode":"hosted","tools":[],"proof":"ab".repeat(32)});
+                        let _ = socket.send(Message::text(ok.to_string())).await;
+                    }
+                    frames.push(text.to_string());
+                }
+                recorded.lock().unwrap().push(frames);
+            });
+        }
+    });
+    (port, sessions)
+}
+
 /// An agent running in this process with its own home and workspace.
 pub struct TestAgent {
     pub home: TempDir,

@@ -155,40 +155,11 @@ fn a_stale_agent_json_sends_no_client_to_whoever_listens_on_its_port() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_impostor_holding_the_port_learns_nothing_from_status_or_call() {
-    use std::sync::{Arc, Mutex};
     let (_dir, home, token) = paired_home();
     // Worst case: the impostor even holds the agent lock, and plays protocol 2 as well as it can
     // without the token.
     let _held = voxa::state::Home::at(&home).lock_agent().unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let sessions: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
-    let recorded = sessions.clone();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let recorded = recorded.clone();
-            tokio::spawn(async move {
-                use futures_util::{SinkExt, StreamExt};
-                use tokio_tungstenite::tungstenite::Message;
-                let Ok(mut socket) = tokio_tungstenite::accept_async(tcp).await else { return };
-                let challenge = "00000000000000000000000000000000";
-                let _ = socket
-                    .send(Message::text(json!({"type":"challenge","protocol":2,"nonce": challenge}).to_string()))
-                    .await;
-                let mut frames = Vec::new();
-                while let Some(Ok(frame)) = socket.next().await {
-                    let Message::Text(text) = frame else { continue };
-                    let value: Value = serde_json::from_str(&text).unwrap_or_default();
-                    if value["type"] == "hello" {
-                        let ok = json!({"type":"hello_ok","protocol":2,"agent":"voxa/0","mode":"hosted","tools":[],"proof":"ab".repeat(32)});
-                        let _ = socket.send(Message::text(ok.to_string())).await;
-                    }
-                    frames.push(text.to_string());
-                }
-                recorded.lock().unwrap().push(frames);
-            });
-        }
-    });
+    let (port, sessions) = impostor_agent().await;
     let agent_json = json!({"pid": std::process::id(), "port": port, "version": voxa::VERSION});
     std::fs::write(home.join("agent.json"), agent_json.to_string()).unwrap();
 
