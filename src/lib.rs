@@ -24,6 +24,7 @@ pub mod shutdown;
 pub mod state;
 pub mod status;
 pub mod tools;
+pub mod web;
 pub mod writer;
 
 /// This build's version, as reported in `hello_ok` and `agent.json`.

@@ -90,6 +90,12 @@ async fn serve(
             return Ok(());
         }
     }
+    if !head.is_websocket_upgrade() {
+        if let Some(response) = crate::web::answer(&head, crate::web::Offer::default()) {
+            response.write(&mut stream).await?;
+            return Ok(());
+        }
+    }
     if head.path != "/" {
         http::respond(&mut stream, 404, "Not Found", "not found\n").await?;
         return Ok(());
