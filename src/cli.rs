@@ -57,6 +57,8 @@ pub enum Command {
     Relay(RelayArgs),
     /// Drive other machines from this one (multi-environment pairing)
     Env(EnvArgs),
+    /// Open the web client of the running agent in the default browser
+    Open(OpenArgs),
     /// Print a shell completion script
     Completions {
         /// Shell to generate for
@@ -72,6 +74,13 @@ pub struct PairArgs {
     /// Print the URL without the QR code
     #[arg(long)]
     pub no_qr: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct OpenArgs {
+    /// Print the link (with the token in its fragment) instead of opening a browser
+    #[arg(long)]
+    pub no_browser: bool,
 }
 
 #[derive(Debug, Args, Default, Clone)]
@@ -201,6 +210,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
         }
         Some(Command::Env(args)) => block_on(crate::environments::command(&settings, args.command)),
         Some(Command::Status) => block_on(crate::status::run(&settings)),
+        Some(Command::Open(args)) => crate::open::run(&settings, &args).map(|()| Exit::Ok),
         Some(Command::Call(args)) => block_on(crate::call::run(&settings, args)),
         Some(Command::Relay(args)) => block_on(crate::relay::command(&settings, args)).map(|()| Exit::Ok),
         Some(Command::Run(args)) => block_on(crate::agent::command(&settings, args)).map(|()| Exit::Ok),

@@ -14,6 +14,7 @@ pub mod gemini;
 pub mod http;
 pub mod logging;
 pub mod loopback;
+pub mod open;
 pub mod output;
 pub mod pair;
 pub mod protocol;
