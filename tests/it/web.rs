@@ -1,0 +1,320 @@
+//! The web client in a real headless Chromium at a phone's viewport, against a real relay and agent
+//! on 127.0.0.1:0: what a person sees after opening the pairing link. Plus its HTTP answers
+//! (security headers, `ETag`) from the relay and the loopback port.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::browser::{Browser, Scheme, VIEWPORT};
+use crate::harness::*;
+use crate::support::voxa_cmd;
+
+// ---------------------------------------------------------------------------------------------
+// HTTP answers
+
+/// A raw HTTP/1.1 GET: status, headers (lowercase names) and body.
+async fn http_get(addr: SocketAddr, target: &str, extra: &str) -> (u16, HashMap<String, String>, Vec<u8>) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {target} HTTP/1.1\r\nHost: {addr}\r\n{extra}\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    tokio::time::timeout(STEP, stream.read_to_end(&mut response)).await.expect("an answer in time").unwrap();
+    let split = response.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete head");
+    let head = String::from_utf8(response[..split].to_vec()).unwrap();
+    let mut lines = head.lines();
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
+    (status, headers, response[split + 4..].to_vec())
+}
+
+async fn check_served(addr: SocketAddr) {
+    let (status, headers, body) = http_get(addr, "/?code=0123456789abcdef0123456789abcdef&token=x", "").await;
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&body).contains("<title>voxa</title>"));
+    let csp = &headers["content-security-policy"];
+    for directive in ["script-src 'self'", "connect-src 'self'", "frame-ancestors 'none'", "default-src 'none'"] {
+        assert!(csp.contains(directive), "{directive} missing from {csp}");
+    }
+    assert!(!csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"), "{csp}");
+    assert_eq!(headers["referrer-policy"], "no-referrer");
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    assert_eq!(headers["content-type"], "text/html; charset=utf-8");
+
+    let (status, headers, script) = http_get(addr, "/js/session.js", "").await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-type"], "text/javascript; charset=utf-8");
+    let etag = headers["etag"].clone();
+    assert!(headers.contains_key("content-security-policy"));
+    let (status, headers, body) = http_get(addr, "/js/session.js", &format!("If-None-Match: {etag}\r\n")).await;
+    assert_eq!((status, body.len()), (304, 0));
+    assert_eq!(headers["etag"], etag);
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    let (status, _, again) = http_get(addr, "/js/session.js", "If-None-Match: \"stale\"\r\n").await;
+    assert_eq!((status, again), (200, script));
+
+    let (status, headers, body) = http_get(addr, "/config", "").await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-type"], "application/json");
+    let config: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(config, json!({"version": voxa::VERSION, "live": false}));
+
+    let (status, _, _) = http_get(addr, "/js/nothing.js", "").await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn relay_and_loopback_serve_the_client_with_security_headers_and_etags() {
+    let relay = TestRelay::start().await;
+    check_served(relay.addr).await;
+    let agent = TestAgent::start(None).await;
+    check_served(agent.agent.loopback).await;
+    // A page elsewhere may not load the loopback client's files into its own origin.
+    let (status, _, _) = http_get(agent.agent.loopback, "/", "Origin: https://evil.example\r\n").await;
+    assert_eq!(status, 403);
+}
+
+#[tokio::test]
+async fn a_relay_that_requires_a_token_still_serves_the_page_but_not_the_sockets() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = voxa::relay::RelayConfig {
+        token: Some(voxa::secret::Secret::from_string("relay-secret".into())),
+        live: true,
+        ..Default::default()
+    };
+    let relay = TestRelay::start_with(listener, config).await;
+    let (status, _, body) = http_get(relay.addr, "/config", "").await;
+    assert_eq!(status, 200);
+    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap()["live"], true, "the relay's offer is reported");
+    let (status, _, _) = http_get(relay.addr, "/ws?code=0123456789abcdef0123456789abcdef", "").await;
+    assert_eq!(status, 401);
+}
+
+// ---------------------------------------------------------------------------------------------
+// In the browser
+
+/// A relay and an agent in this process, and a browser.
+struct Scene {
+    relay: TestRelay,
+    home: tempfile::TempDir,
+    workspace: tempfile::TempDir,
+    secrets: voxa::state::Secrets,
+    agent: Option<voxa::agent::RunningAgent>,
+    browser: Browser,
+}
+
+impl Scene {
+    async fn start() -> Option<Scene> {
+        Self::start_with(Scheme::Light).await
+    }
+
+    async fn start_with(scheme: Scheme) -> Option<Scene> {
+        let browser = Browser::start_with(scheme).await?;
+        let relay = TestRelay::start().await;
+        let (home, workspace) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (_, secrets) = options(&home, &workspace, None);
+        let mut scene = Scene { relay, home, workspace, secrets, agent: None, browser };
+        scene.start_agent().await;
+        Some(scene)
+    }
+
+    /// Starts the agent on this scene's home, as `voxa run` after a laptop restart would.
+    async fn start_agent(&mut self) {
+        let (options, secrets) = options(&self.home, &self.workspace, Some(self.relay.url()));
+        self.secrets = secrets;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        self.agent = Some(voxa::agent::start(options, listener, CancellationToken::new()).await.unwrap());
+    }
+
+    async fn stop_agent(&mut self) {
+        if let Some(agent) = self.agent.take() {
+            agent.stop().await;
+        }
+    }
+
+    fn code(&self) -> &str {
+        self.secrets.relay_code.expose()
+    }
+
+    fn token(&self) -> &str {
+        self.secrets.auth_token.expose()
+    }
+
+    fn link(&self) -> String {
+        format!("http://{}/?code={}&token={}", self.relay.addr, self.code(), self.token())
+    }
+
+    /// Opens the pairing link and waits for "online".
+    async fn open_online(&self) {
+        self.browser.open(&self.link()).await;
+        self.browser.wait_connection("online").await;
+    }
+
+    fn workspace(&self) -> &Path {
+        self.workspace.path()
+    }
+
+    async fn close(mut self) {
+        self.stop_agent().await;
+        self.browser.close().await;
+    }
+}
+
+/// Text of the terminal output, as shown.
+const TERMINAL: &str = "#term-out";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pairing_link_goes_online_and_leaves_no_token_in_the_address_bar() {
+    let Some(scene) = Scene::start().await else { return };
+    let browser = &scene.browser;
+    scene.open_online().await;
+    let address = browser.address().await;
+    assert!(!address.contains(scene.token()), "token left in the address bar: {address}");
+    assert!(!address.contains('?') && !address.contains('#'), "{address}");
+    // The status panel shows what the laptop said in hello_ok.
+    browser.press("Status").await;
+    let facts = browser.wait_text("#facts", "the agent's version", |t| t.contains("voxa/")).await;
+    assert!(facts.contains("hosted"), "{facts}");
+    let tools = browser.wait_text("#tools", "the tools", |t| t.contains("run_command")).await;
+    assert!(tools.contains("screenshot") && tools.contains("read_file"), "{tools}");
+    // The next visit needs no link: the pairing is remembered.
+    browser.open(&format!("http://{}/", scene.relay.addr)).await;
+    browser.wait_connection("online").await;
+    scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_control_has_the_accessible_name_of_the_contract() {
+    let Some(scene) = Scene::start().await else { return };
+    let browser = &scene.browser;
+    std::fs::write(scene.workspace().join("a.txt"), "a").unwrap();
+    scene.open_online().await;
+    let region = browser.control("status", "Connection").await;
+    assert_eq!(region.attr("aria-live").await.unwrap().as_deref(), Some("polite"));
+    browser.control("textbox", "Command").await;
+    browser.control("button", "Run").await;
+    browser.control("button", "Cancel").await;
+    browser.press("Files").await;
+    browser.control("button", "a.txt").await.click().await.unwrap();
+    browser.control("button", "Save").await;
+    browser.press("Screen").await;
+    browser.control("button", "Screenshot").await;
+    scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_streams_output_shows_exit_and_duration_and_cancel_ends_a_long_command() {
+    let Some(scene) = Scene::start().await else { return };
+    let browser = &scene.browser;
+    scene.open_online().await;
+    browser.type_into("Command", "echo hello-from-the-browser").await;
+    browser.press("Run").await;
+    let shown = browser.wait_text(TERMINAL, "the command's end", |t| t.contains("exit 0")).await;
+    assert!(shown.contains("$ echo hello-from-the-browser\nhello-from-the-browser"), "{shown}");
+    assert!(shown.contains(" ms") || shown.contains(" s"), "no duration: {shown}");
+
+    // The first line arrives while the command still runs: it was streamed, not sent at the end.
+    browser.type_into("Command", "echo started-streaming; sleep 30").await;
+    browser.press("Run").await;
+    let running = browser.wait_text(TERMINAL, "streamed output", |t| t.contains("started-streaming\n")).await;
+    assert!(running.trim_end().ends_with("running…"), "{running}");
+    browser.press("Cancel").await;
+    let ended = browser.wait_text(TERMINAL, "the cancelled command's end", |t| t.contains("cancelled")).await;
+    assert!(!ended.contains("running…"), "{ended}");
+    // Both commands are in the session's history, newest first.
+    let history = browser.wait_text("#history", "the history", |t| !t.is_empty()).await;
+    assert!(history.find("sleep 30").unwrap() < history.find("echo hello-from-the-browser").unwrap(), "{history}");
+    scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_are_browsed_opened_edited_saved_and_refusals_are_sentences() {
+    let Some(scene) = Scene::start().await else { return };
+    let browser = &scene.browser;
+    let workspace = scene.workspace().to_owned();
+    std::fs::create_dir(workspace.join("notes")).unwrap();
+    std::fs::write(workspace.join("notes/todo.txt"), "buy milk\n").unwrap();
+    std::fs::write(workspace.join("dot.png"), tiny_png()).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", workspace.join("escape")).unwrap();
+    scene.open_online().await;
+    browser.press("Files").await;
+    browser.control("button", "notes (folder)").await.click().await.unwrap();
+    browser.control("button", "todo.txt").await.click().await.unwrap();
+    browser.wait_text("#file-meta", "the size", |t| t == "9 B").await;
+    let editor = browser.control("textbox", "File content").await;
+    assert_eq!(editor.prop("value").await.unwrap().as_deref(), Some("buy milk\n"));
+    editor.clear().await.unwrap();
+    editor.send_keys("buy oat milk").await.unwrap();
+    browser.press("Save").await;
+    browser.wait_text("#file-saved", "the save", |t| t.starts_with("saved")).await;
+    assert_eq!(std::fs::read_to_string(workspace.join("notes/todo.txt")).unwrap(), "buy oat milk");
+
+    browser.press("Up one folder").await;
+    browser.control("button", "dot.png").await.click().await.unwrap();
+    browser.wait_script("the image to be shown", "const i = document.getElementById('file-image'); return !i.hidden && i.complete && i.naturalWidth === 2;").await;
+
+    browser.control("button", "escape").await.click().await.unwrap();
+    let refusal = browser.wait_text("#files-error", "the refusal", |t| !t.is_empty()).await;
+    assert!(refusal.starts_with("That path is outside the workspace") && refusal.ends_with("(outside-workspace)"), "{refusal}");
+    scene.close().await;
+}
+
+/// A 2×1 PNG.
+fn tiny_png() -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, 2, 1);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    encoder.write_header().unwrap().write_image_data(&[255, 0, 0, 0, 0, 255]).unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_agent_shows_offline_and_comes_back_without_a_reload() {
+    let Some(mut scene) = Scene::start().await else { return };
+    scene.open_online().await;
+    scene.browser.type_into("Command", "echo before-the-restart").await;
+    scene.browser.press("Run").await;
+    scene.browser.wait_text(TERMINAL, "the first command", |t| t.contains("exit 0")).await;
+    scene.stop_agent().await;
+    scene.browser.wait_connection("laptop offline").await;
+    scene.start_agent().await;
+    let browser = &scene.browser;
+    browser.wait_connection("online").await;
+    // Same page, not a reload: what was on screen before is still there, and it works again.
+    browser.type_into("Command", "echo after-the-restart").await;
+    browser.press("Run").await;
+    let shown = browser.wait_text(TERMINAL, "the second command", |t| t.contains("after-the-restart\n")).await;
+    assert!(shown.contains("before-the-restart"), "{shown}");
+    scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_the_laptop_no_longer_accepts_says_scan_the_new_code_and_stops_trying() {
+    let Some(mut scene) = Scene::start().await else { return };
+    scene.open_online().await;
+    // The laptop's token changes under the same relay code while the page holds the old one.
+    scene.stop_agent().await;
+    let fresh = voxa::secret::Secret::generate().unwrap();
+    std::fs::write(scene.home.path().join("voxa").join("auth_token"), format!("{}\n", fresh.expose())).unwrap();
+    scene.start_agent().await;
+    let said = scene.browser.wait_connection("scan the new code").await;
+    assert_eq!(said, "this link is no longer valid — scan the new code");
+    // No loop: the page left the relay and does not come back.
+    scene.stop_agent().await;
+    let mut laptop = connect(&format!("ws://{}/agent?code={}", scene.relay.addr, scene.code())).await;
+    assert_silent(&mut laptop, Duration::from_millis(1500)).await;
+    assert_eq!(scene.browser.wait_connection("scan").await, said);
+    scene.close().await;
+}
