@@ -11,6 +11,7 @@ mod pair;
 mod relay;
 mod report;
 mod voice;
+mod web;
 
 fn main() {
     let measuring = std::env::args().any(|arg| arg == "--bench");
@@ -29,6 +30,9 @@ fn main() {
     }
     if wanted("voice") {
         voice::run(&mut report, measuring);
+    }
+    if wanted("web") {
+        web::run(&mut report, runs(20));
     }
     report.print();
 }

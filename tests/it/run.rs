@@ -10,21 +10,27 @@ use crate::harness::*;
 use crate::support::{voxa, voxa_cmd};
 
 /// A `voxa run --json` child and its event stream.
-struct RunningBinary {
-    child: Child,
+pub(crate) struct RunningBinary {
+    pub child: Child,
     events: BufReader<ChildStdout>,
-    home: std::path::PathBuf,
+    pub home: std::path::PathBuf,
     _dirs: (tempfile::TempDir, tempfile::TempDir),
 }
 
 impl RunningBinary {
-    fn start(extra: &[&str]) -> RunningBinary {
+    pub fn start(extra: &[&str]) -> RunningBinary {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// Starts it with extra environment variables (`DISPLAY` for screenshots).
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> RunningBinary {
         let (dir, home) = fresh_home();
         let workspace = tempfile::tempdir().unwrap();
         let mut child = voxa_cmd(&home)
             .args(["run", "--json", "--workspace"])
             .arg(workspace.path())
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -34,7 +40,7 @@ impl RunningBinary {
     }
 
     /// Reads events until one named `name` (blocking; the child prints it within seconds).
-    fn event(&mut self, name: &str) -> Value {
+    pub fn event(&mut self, name: &str) -> Value {
         loop {
             let mut line = String::new();
             let n = self.events.read_line(&mut line).unwrap();
@@ -46,7 +52,7 @@ impl RunningBinary {
         }
     }
 
-    fn terminate(&mut self) -> std::process::ExitStatus {
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
         let pid = rustix::process::Pid::from_child(&self.child);
         rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
         wait_timeout(&mut self.child, Duration::from_secs(10))

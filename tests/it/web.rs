@@ -3,10 +3,8 @@
 //! (security headers, `ETag`) from the relay and the loopback port.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -16,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::browser::{Browser, Scheme, VIEWPORT};
 use crate::harness::*;
+use crate::run::RunningBinary;
 use crate::support::voxa_cmd;
 
 // ---------------------------------------------------------------------------------------------
@@ -317,4 +316,147 @@ async fn a_token_the_laptop_no_longer_accepts_says_scan_the_new_code_and_stops_t
     assert_silent(&mut laptop, Duration::from_millis(1500)).await;
     assert_eq!(scene.browser.wait_connection("scan").await, said);
     scene.close().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The binary, as a user runs it
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_relay_link_opens_the_client_and_a_screenshot_is_shown_at_its_size() {
+    let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") else { return };
+    let Some(browser) = Browser::start().await else { return };
+    let mut run = RunningBinary::start_with_env(&["--embedded-relay"], &[("DISPLAY", &xvfb.display)]);
+    let link = run.event("pairing")["url"].as_str().unwrap().to_owned();
+    run.event("started");
+    browser.open(&link).await;
+    browser.wait_connection("online").await;
+    browser.press("Screen").await;
+    browser.press("Screenshot").await;
+    let image = browser.control("img", "Screenshot of the laptop's screen, 320 × 200").await;
+    browser
+        .wait_script("the screenshot to load", "const i = document.getElementById('shot'); return i.complete && i.naturalWidth > 0;")
+        .await;
+    let size = browser.script("const i = document.getElementById('shot'); return [i.naturalWidth, i.naturalHeight];", vec![]).await;
+    assert_eq!(size, json!([320, 200]));
+    assert!(image.attr("src").await.unwrap().unwrap().starts_with("blob:"));
+    let download = browser.control("link", "Download").await;
+    assert!(download.attr("download").await.unwrap().unwrap().ends_with(".png"));
+    // Zoom shows it at its own size.
+    browser.press("Zoom").await;
+    browser.wait_script("zoomed", "return document.getElementById('shot-frame').classList.contains('zoomed');").await;
+    browser.close().await;
+    assert!(run.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
+    let Some(browser) = Browser::start().await else { return };
+    let mut run = RunningBinary::start(&["--embedded-relay"]);
+    let port = run.event("started")["port"].as_u64().unwrap();
+    let home = run.home.clone();
+    let opened = tokio::task::spawn_blocking(move || voxa_cmd(&home).args(["open", "--no-browser", "--json"]).output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(opened.status.success(), "{}", String::from_utf8_lossy(&opened.stderr));
+    let printed: Value = serde_json::from_slice(&opened.stdout).unwrap();
+    assert_eq!(printed["opened"], false);
+    let url = printed["url"].as_str().unwrap().to_owned();
+    let token = std::fs::read_to_string(run.home.join("auth_token")).unwrap().trim().to_owned();
+    assert_eq!(url, format!("http://127.0.0.1:{port}/#token={token}"));
+
+    browser.open(&url).await;
+    browser.wait_connection("online").await;
+    let address = browser.address().await;
+    assert_eq!(address, format!("http://127.0.0.1:{port}/"), "the token stays out of the address bar");
+    browser.type_into("Command", "echo through-the-loopback-page").await;
+    browser.press("Run").await;
+    browser.wait_text(TERMINAL, "the command", |t| t.contains("through-the-loopback-page\n")).await;
+    browser.close().await;
+    assert!(run.terminate().success());
+
+    // With no agent running, it says what to do.
+    let home = run.home.clone();
+    let refused = tokio::task::spawn_blocking(move || voxa_cmd(&home).args(["open", "--no-browser"]).output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("not running") && !said.contains(&token), "{said}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pictures for the README
+
+/// Screenshots of the real page at 390×844: terminal, files, screenshot view, offline, dark.
+/// Written to `docs/` when `VOXA_DOCS_SCREENSHOTS` is set, else to a temporary directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pictures_of_the_real_page_at_phone_size() {
+    let Some(xvfb) = crate::tools::Xvfb::start("1280x800x24") else { return };
+    xvfb.paint("#3b5b8c");
+    let Some(browser) = Browser::start().await else { return };
+    let scratch = tempfile::tempdir().unwrap();
+    let out = match std::env::var_os("VOXA_DOCS_SCREENSHOTS") {
+        Some(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("docs"),
+        None => scratch.path().to_owned(),
+    };
+    std::fs::create_dir_all(&out).unwrap();
+    let relay = TestRelay::start().await;
+    let relay_flag = format!("http://{}", relay.addr);
+    let mut run = RunningBinary::start_with_env(&["--relay", &relay_flag], &[("DISPLAY", &xvfb.display)]);
+    let link = run.event("pairing")["url"].as_str().unwrap().to_owned();
+    browser.open(&link).await;
+    browser.wait_connection("online").await;
+
+    for command in [
+        "mkdir -p src docs && printf '# Notes\\n\\n- ship the web client\\n- measure the page\\n' > NOTES.md",
+        "printf 'fn main() {\\n    println!(\"hello\");\\n}\\n' > src/main.rs && ls -l",
+        "git --version; uname -sr",
+    ] {
+        browser.type_into("Command", command).await;
+        browser.press("Run").await;
+        browser.wait_script("the command's end", "return !document.getElementById('run').disabled;").await;
+    }
+    save_picture(&browser, &out, "web-terminal.png").await;
+
+    browser.press("Files").await;
+    browser.control("button", "NOTES.md").await.click().await.unwrap();
+    browser.control("textbox", "File content").await;
+    save_picture(&browser, &out, "web-files.png").await;
+
+    browser.press("Screen").await;
+    browser.press("Screenshot").await;
+    browser
+        .wait_script("the screenshot to load", "const i = document.getElementById('shot'); return i.complete && i.naturalWidth > 0;")
+        .await;
+    save_picture(&browser, &out, "web-screenshot.png").await;
+
+    browser.press("Terminal").await;
+    assert!(run.terminate().success());
+    browser.wait_connection("laptop offline").await;
+    save_picture(&browser, &out, "web-offline.png").await;
+    browser.close().await;
+
+    let Some(dark) = Browser::start_with(Scheme::Dark).await else { return };
+    let mut run = RunningBinary::start(&["--relay", &relay_flag]);
+    let link = run.event("pairing")["url"].as_str().unwrap().to_owned();
+    dark.open(&link).await;
+    dark.wait_connection("online").await;
+    assert_eq!(dark.script("return matchMedia('(prefers-color-scheme: dark)').matches;", vec![]).await, json!(true));
+    for command in ["echo 'dark mode follows the system setting'", "ls -a"] {
+        dark.type_into("Command", command).await;
+        dark.press("Run").await;
+        dark.wait_script("the command's end", "return !document.getElementById('run').disabled;").await;
+    }
+    save_picture(&dark, &out, "web-dark.png").await;
+    dark.close().await;
+    assert!(run.terminate().success());
+}
+
+async fn save_picture(browser: &Browser, dir: &Path, name: &str) {
+    let png = browser.screenshot().await;
+    let info = png::Decoder::new(std::io::Cursor::new(&png)).read_info().unwrap().info().clone();
+    assert_eq!((info.width, info.height), VIEWPORT, "{name}");
+    std::fs::write(dir.join(name), png).unwrap();
 }

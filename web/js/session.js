@@ -226,6 +226,7 @@ export class Session extends EventTarget {
     this.attempt = 0;
     this.online = true;
     this.hello = frame;
+    performance.mark('voxa:online');
     this.setState('online', 'laptop online');
     this.dispatchEvent(new CustomEvent('hello', { detail: frame }));
   }

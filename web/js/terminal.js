@@ -6,6 +6,11 @@ import { atBottom, byId, el, formatDuration, sentence } from './dom.js';
 const HISTORY_KEY = 'voxa.history';
 const HISTORY_MAX = 50;
 
+/** The first output is on screen at the next frame (the bench reads this mark). */
+function markFirstOutput() {
+  requestAnimationFrame(() => performance.mark('voxa:first-output'));
+}
+
 export class Terminal {
   constructor(app) {
     this.app = app;
@@ -78,14 +83,22 @@ export class Terminal {
     this.out.append(block);
     if (follow) this.out.scrollTop = this.out.scrollHeight;
     let streamed = false;
+    performance.mark('voxa:run');
     const started = performance.now();
     const call = this.app.call('run_command', { command }, {
-      onProgress: (chunk) => { streamed = true; this.append(output, chunk); },
+      onProgress: (chunk) => {
+        if (!streamed) markFirstOutput();
+        streamed = true;
+        this.append(output, chunk);
+      },
     });
     this.running = call;
     this.setBusy(true);
     call.done.then(({ result }) => {
-      if (!streamed && result.output) this.append(output, result.output);
+      if (!streamed && result.output) {
+        markFirstOutput();
+        this.append(output, result.output);
+      }
       const code = result.exit_code;
       const took = formatDuration(Number.isFinite(result.duration_ms) ? result.duration_ms : performance.now() - started);
       const notes = [result.truncated ? 'output truncated' : '', result.timed_out ? 'timed out' : ''].filter(Boolean);
