@@ -133,7 +133,8 @@ impl Scene {
         let (options, secrets) = options(&self.home, &self.workspace, Some(self.relay.url()));
         self.secrets = secrets;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        self.agent = Some(voxa::agent::start(options, listener, CancellationToken::new()).await.unwrap());
+        let agent = voxa::agent::start(options, listener, CancellationToken::new()).await.unwrap();
+        self.agent = Some(agent);
     }
 
     async fn stop_agent(&mut self) {
@@ -232,6 +233,7 @@ async fn run_streams_output_shows_exit_and_duration_and_cancel_ends_a_long_comma
     let ended = browser.wait_text(TERMINAL, "the cancelled command's end", |t| t.contains("cancelled")).await;
     assert!(!ended.contains("running…"), "{ended}");
     // Both commands are in the session's history, newest first.
+    browser.client.find(fantoccini::Locator::Css("#history-box summary")).await.unwrap().click().await.unwrap();
     let history = browser.wait_text("#history", "the history", |t| !t.is_empty()).await;
     assert!(history.find("sleep 30").unwrap() < history.find("echo hello-from-the-browser").unwrap(), "{history}");
     scene.close().await;

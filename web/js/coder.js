@@ -32,8 +32,8 @@ export class Coder {
       },
     });
     this.running = call;
-    this.ask.disabled = true;
     this.stop.disabled = false;
+    this.app.refreshControls();
     call.done.then(({ result }) => {
       const exit = result.exit_code;
       this.answer.textContent = result.text || (exit === 0 ? '(no answer)' : `the agent exited with ${exit}`);
@@ -42,8 +42,8 @@ export class Coder {
       show(byId('coder-error'), sentence(error));
     }).finally(() => {
       this.running = null;
-      this.ask.disabled = false;
       this.stop.disabled = true;
+      this.app.refreshControls();
     });
   }
 

@@ -86,7 +86,7 @@ export class Files {
         show(byId('file-note'), `This is a binary file (${formatBytes(result.size)}); it cannot be shown here.`);
       }
       this.saveButton.hidden = !isText;
-      this.saveButton.disabled = !this.open.editable;
+      this.app.refreshControls();
       byId('file-view').hidden = false;
       byId('file-view').scrollIntoView({ block: 'nearest' });
     } catch (error) {

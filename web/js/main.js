@@ -32,6 +32,7 @@ class App {
     byId('forget').addEventListener('click', () => this.forgetCurrent());
     byId('add-laptop').addEventListener('click', () => this.showWelcome());
     byId('reconnect').addEventListener('click', () => this.session && this.session.reconnectNow());
+    this.refreshControls();
   }
 
   async boot() {
@@ -134,7 +135,18 @@ class App {
     byId('connection-text').textContent = text;
     byId('reconnect').hidden = !['replaced', 'reconnecting'].includes(state);
     if (state === 'online') show(byId('notice'));
+    this.refreshControls();
     this.renderStatus();
+  }
+
+  /** Controls that start a call work only while the laptop is online and the panel is idle. */
+  refreshControls() {
+    const online = !!(this.session && this.session.online);
+    byId('run').disabled = !online || !!this.terminal.running;
+    byId('screenshot').disabled = !online || this.screenshot.busy;
+    byId('ask').disabled = !online || !!this.coder.running;
+    byId('files-refresh').disabled = !online;
+    byId('file-save').disabled = !online || !(this.files.open && this.files.open.editable);
   }
 
   onHello(hello) {
@@ -212,27 +224,17 @@ class App {
   }
 
   wireTabs() {
-    const tabs = [...document.querySelectorAll('[role="tab"]')];
+    const tabs = [...document.querySelectorAll('.tabs button')];
     const select = (tab) => {
       for (const other of tabs) {
         const selected = other === tab;
-        other.setAttribute('aria-selected', String(selected));
-        other.tabIndex = selected ? 0 : -1;
+        other.setAttribute('aria-pressed', String(selected));
         byId(other.getAttribute('aria-controls')).hidden = !selected;
       }
       if (tab.id === 'tab-files' && this.session && this.session.online) this.files.browse(this.files.dir);
       if (tab.id === 'tab-status') this.renderStatus();
     };
-    tabs.forEach((tab, index) => {
-      tab.addEventListener('click', () => select(tab));
-      tab.addEventListener('keydown', (event) => {
-        const step = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
-        if (!step) return;
-        const next = tabs[(index + step + tabs.length) % tabs.length];
-        next.focus();
-        select(next);
-      });
-    });
+    for (const tab of tabs) tab.addEventListener('click', () => select(tab));
   }
 }
 

@@ -6,6 +6,7 @@ export class Screenshot {
   constructor(app) {
     this.app = app;
     this.url = null;
+    this.busy = false;
     this.button = byId('screenshot');
     this.zoom = byId('zoom');
     this.frame = byId('shot-frame');
@@ -18,7 +19,8 @@ export class Screenshot {
 
   async take() {
     show(byId('shot-error'));
-    this.button.disabled = true;
+    this.busy = true;
+    this.app.refreshControls();
     byId('shot-info').textContent = 'taking a screenshot…';
     try {
       const { result, image } = await this.app.call('screenshot', {}).done;
@@ -30,7 +32,8 @@ export class Screenshot {
       byId('shot-info').textContent = '';
       show(byId('shot-error'), sentence(error));
     } finally {
-      this.button.disabled = false;
+      this.busy = false;
+      this.app.refreshControls();
     }
   }
 

@@ -119,8 +119,8 @@ export class Terminal {
   }
 
   setBusy(busy) {
-    this.runButton.disabled = busy;
     this.cancelButton.disabled = !busy;
+    this.app.refreshControls();
   }
 
   /** Forgets the output of another laptop. */
