@@ -320,6 +320,44 @@ async fn a_token_the_laptop_no_longer_accepts_says_scan_the_new_code_and_stops_t
     scene.close().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_environment_paired_the_picker_sends_calls_there() {
+    use voxa::environments::{self, store};
+    use voxa::state::Home;
+    let Some(mut scene) = Scene::start().await else { return };
+    std::fs::write(scene.workspace().join("on-the-laptop.txt"), "laptop").unwrap();
+    // A second machine issues a pairing; this laptop (the host) records it as "devbox".
+    let (env_dir, env_workspace) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    std::fs::write(env_workspace.path().join("on-the-devbox.txt"), "devbox").unwrap();
+    let env_home = Home::at(env_dir.path().join("voxa"));
+    let env_token = store::load_or_create_host_token(&env_home).unwrap();
+    let issued = environments::issue(&env_home, &scene.relay.url(), env_token.expose()).unwrap();
+    let host_home = Home::at(scene.home.path().join("voxa"));
+    let host_token = store::load_or_create_host_token(&host_home).unwrap();
+    environments::add(&host_home, &issued.line.encode(), Some("devbox"), host_token.expose()).unwrap();
+    let (env_options, _) = options(&env_dir, &env_workspace, Some(scene.relay.url()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let devbox = voxa::agent::start(env_options, listener, CancellationToken::new()).await.unwrap();
+    let mut probe = phone_socket(&scene.relay, issued.line.code.expose()).await;
+    wait_agent_joined(&mut probe).await;
+    drop(probe);
+
+    scene.open_online().await;
+    let browser = &scene.browser;
+    browser.press("Files").await;
+    browser.control("button", "on-the-laptop.txt").await;
+    let picker = browser.control("combobox", "Environment").await;
+    picker.select_by_label("devbox").await.unwrap();
+    browser.control("button", "on-the-devbox.txt").await;
+    browser.press("Terminal").await;
+    browser.type_into("Command", "ls").await;
+    browser.press("Run").await;
+    let shown = browser.wait_text(TERMINAL, "the listing", |t| t.contains("exit 0")).await;
+    assert!(shown.contains("on-the-devbox.txt") && !shown.contains("on-the-laptop.txt"), "{shown}");
+    devbox.stop().await;
+    scene.close().await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The binary, as a user runs it
 
