@@ -28,7 +28,7 @@ use crate::gemini::GeminiConfig;
 use crate::output::Printer;
 use crate::protocol::{self, close, AgentMessage, ErrorCode, PeerNotice, PeerRole, PeerState};
 use crate::secret::Secret;
-use crate::session::{self, AgentContext, Gate, Session, TokenGate};
+use crate::session::{self, AgentContext, Gate, HelloStep, Session, TokenGate};
 use crate::state::{Home, Secrets};
 use crate::tools::{Toolbox, ToolboxOptions};
 use crate::writer::Writer;
@@ -38,7 +38,7 @@ pub const GEMINI_LIVE_URL: &str =
     "wss://generativelanguage.googleapis.com/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent";
 
 /// A 4001 this soon after an abandoned dial is taken for that dial arriving late, not for
-/// another agent: the dialer dials again instead of stopping.
+/// another agent: the dialer dials again without warning that its code is in use.
 pub const STALE_DIAL_WINDOW: Duration = Duration::from_secs(2 * dial::CONNECT_TIMEOUT.as_secs());
 
 /// How the dialer notices a dead relay connection.
@@ -378,7 +378,9 @@ pub struct Dialer {
 }
 
 impl Dialer {
-    /// Dials until `shutdown`, serving each connection while it lasts.
+    /// Dials until `shutdown`, serving each connection while it lasts. Never stops for good:
+    /// when another agent takes this code (close 4001) it warns once per episode and dials
+    /// again with backoff.
     pub async fn run(self, shutdown: CancellationToken) {
         let mut backoff = Backoff::new(self.backoff);
         // When this agent gave up on a dial, its request may still reach the relay later (a relay
@@ -400,12 +402,20 @@ impl Dialer {
                     let since = Instant::now();
                     // A connection runs in its own task: should anything in it panic, the dialer
                     // notices, reports it and dials again instead of going silent for good.
-                    let connection = tokio::spawn({
+                    let mut connection = tokio::spawn({
                         let dialer = self.clone();
                         let shutdown = shutdown.clone();
                         async move { dialer.serve(socket, &shutdown).await }
                     });
-                    let ended = connection.await.unwrap_or_else(|err| {
+                    let joined = tokio::select! {
+                        joined = &mut connection => joined,
+                        _ = tokio::time::sleep(self.backoff.healthy_after) => {
+                            // Held the code long enough: whoever took it before is gone.
+                            self.end_replaced_episode();
+                            connection.await
+                        }
+                    };
+                    let ended = joined.unwrap_or_else(|err| {
                         warn!(%err, "relay connection task failed");
                         Ended::Lost("internal error".into())
                     });
@@ -425,15 +435,7 @@ impl Dialer {
                                 "relay connection replaced, probably by a late dial of this agent",
                             );
                         }
-                        Ended::Replaced => {
-                            self.printer.event(
-                                "replaced",
-                                json!({}),
-                                "another voxa agent with this relay code took over; this one stops dialing \
-                                 (restart it to take over again)",
-                            );
-                            return;
-                        }
+                        Ended::Replaced => self.on_replaced(),
                         Ended::Lost(reason) => self.printer.event(
                             "relay_lost",
                             json!({"reason": reason}),
@@ -462,6 +464,26 @@ impl Dialer {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(delay) => {}
             }
+        }
+    }
+
+    /// Another agent took this code: loud once per episode, quiet after that.
+    fn on_replaced(&self) {
+        if self.ctx.status.relay_replaced.swap(true, Ordering::Relaxed) {
+            self.printer.event("relay_lost", json!({"reason": "replaced"}), "relay connection replaced again");
+            return;
+        }
+        let warning = "another voxa agent is using this relay code (the relay replaced this connection, close \
+                       4001). If it is not yours, someone holds your code: run `voxa pair --rotate`. This agent \
+                       keeps dialing to take the code back.";
+        warn!("{warning}");
+        self.printer.event("replaced", json!({"keeps_dialing": true}), format!("WARNING: {warning}"));
+    }
+
+    /// This agent held its code for a healthy while: the replacement episode is over.
+    fn end_replaced_episode(&self) {
+        if self.ctx.status.relay_replaced.swap(false, Ordering::Relaxed) {
+            self.printer.event("relay_recovered", json!({}), "this agent holds its relay code again");
         }
     }
 
@@ -495,8 +517,15 @@ impl Dialer {
                     let _ = out_tx.try_send(Message::Ping(Default::default()));
                 }
                 _ = sleep_until(deadline) => {
-                    send(&out_tx, AgentMessage::Error { code: ErrorCode::UnauthenticatedCall, message: Some("no hello in time".into()) }).await;
+                    let code = self.gate.timeout_code();
+                    send(&out_tx, AgentMessage::Error { code, message: Some("no hello in time".into()) }).await;
                     phone = Phone::Refused;
+                    if code == ErrorCode::ExecutorUnauthenticated {
+                        // A peer on a pairing's code that does not prove itself is closed out;
+                        // the dialer comes back for the next host.
+                        let _ = out_tx.try_send(close_message(CloseCode::Policy, code.as_str()));
+                        break Ended::Lost("a peer on the pairing's code did not authenticate in time".into());
+                    }
                 }
                 frame = stream.next() => {
                     let Some(frame) = frame else { break Ended::Lost("relay closed the connection".into()) };
@@ -546,7 +575,20 @@ impl Dialer {
             PeerState::Joined => {
                 self.ctx.status.phone_present.store(true, Ordering::Relaxed);
                 self.printer.event("phone_connected", json!({}), "phone connected");
-                Phone::AwaitingHello { deadline: tokio::time::Instant::now() + protocol::HELLO_TIMEOUT }
+                let deadline = tokio::time::Instant::now() + protocol::HELLO_TIMEOUT;
+                if !self.gate.challenges() {
+                    return Phone::AwaitingHello { deadline, challenge: String::new() };
+                }
+                match protocol::new_nonce() {
+                    Ok(challenge) => {
+                        send(&writer.frames, AgentMessage::challenge(&challenge)).await;
+                        Phone::AwaitingHello { deadline, challenge }
+                    }
+                    Err(err) => {
+                        warn!("cannot challenge the phone: {err:#}");
+                        Phone::Refused
+                    }
+                }
             }
             PeerState::Left => {
                 self.ctx.status.phone_present.store(false, Ordering::Relaxed);
@@ -558,34 +600,44 @@ impl Dialer {
 
     async fn on_text(&self, phone: Phone, text: &str, writer: &Writer) -> Phone {
         let out = &writer.frames;
-        match phone {
-            Phone::AwaitingHello { deadline } => match session::admit_hello(self.gate.as_ref(), text) {
-                Ok(admission) => {
-                    let hello_ok = self.ctx.hello_ok(&admission);
-                    send(out, hello_ok).await;
-                    self.printer.event("phone_authenticated", json!({}), "phone authenticated");
-                    let session_out = writer.begin_session().await;
-                    let revoked = admission.revoked.clone();
-                    let session = Session::new(self.ctx.clone(), admission.caller, session_out);
-                    Phone::Ready { session: Box::new(session), revoked }
+        let admitted = match phone {
+            Phone::AwaitingHello { deadline, challenge } => {
+                match session::admit_hello(self.gate.as_ref(), text, &challenge) {
+                    Ok(HelloStep::Admitted(admission)) => Ok(admission),
+                    Ok(HelloStep::AwaitBearer(answer)) => {
+                        send(out, answer).await;
+                        return Phone::AwaitingBearer { deadline };
+                    }
+                    // Anything but a hello is ignored until a good hello arrives.
+                    Err(ErrorCode::UnauthenticatedCall) => return Phone::AwaitingHello { deadline, challenge },
+                    Err(code) => Err(code),
                 }
-                // Anything but a hello is ignored until a good hello arrives.
-                Err(ErrorCode::UnauthenticatedCall) => Phone::AwaitingHello { deadline },
-                Err(code) => {
-                    send(out, AgentMessage::error(code)).await;
-                    self.printer.event(
-                        "phone_refused",
-                        json!({"code": code.as_str()}),
-                        format!("phone refused: {code}"),
-                    );
-                    Phone::Refused
-                }
+            }
+            Phone::AwaitingBearer { deadline } => match session::admit_bearer(self.gate.as_ref(), text) {
+                Ok(admission) => Ok(admission),
+                Err(ErrorCode::UnauthenticatedCall) => return Phone::AwaitingBearer { deadline },
+                Err(code) => Err(code),
             },
             Phone::Ready { mut session, revoked } => {
                 session.on_text(text).await;
-                Phone::Ready { session, revoked }
+                return Phone::Ready { session, revoked };
             }
-            other => other,
+            other => return other,
+        };
+        match admitted {
+            Ok(admission) => {
+                send(out, self.ctx.hello_ok(&admission)).await;
+                self.printer.event("phone_authenticated", json!({}), "phone authenticated");
+                let session_out = writer.begin_session().await;
+                let revoked = admission.revoked.clone();
+                let session = Session::new(self.ctx.clone(), admission.caller, session_out);
+                Phone::Ready { session: Box::new(session), revoked }
+            }
+            Err(code) => {
+                send(out, AgentMessage::error(code)).await;
+                self.printer.event("phone_refused", json!({"code": code.as_str()}), format!("phone refused: {code}"));
+                Phone::Refused
+            }
         }
     }
 }
@@ -593,15 +645,26 @@ impl Dialer {
 /// The phone side of the current relay connection.
 enum Phone {
     Absent,
-    AwaitingHello { deadline: tokio::time::Instant },
+    /// Challenged (with this nonce, empty on a pairing); waiting for the hello.
+    AwaitingHello {
+        deadline: tokio::time::Instant,
+        challenge: String,
+    },
+    /// A host's hello was answered with this environment's signature; waiting for its bearer.
+    AwaitingBearer {
+        deadline: tokio::time::Instant,
+    },
     Refused,
-    Ready { session: Box<Session>, revoked: Option<CancellationToken> },
+    Ready {
+        session: Box<Session>,
+        revoked: Option<CancellationToken>,
+    },
 }
 
 impl Phone {
     fn hello_deadline(&self) -> Option<tokio::time::Instant> {
         match self {
-            Phone::AwaitingHello { deadline } => Some(*deadline),
+            Phone::AwaitingHello { deadline, .. } | Phone::AwaitingBearer { deadline } => Some(*deadline),
             _ => None,
         }
     }

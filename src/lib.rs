@@ -6,6 +6,7 @@ pub mod agent;
 pub mod audit;
 pub mod call;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod dial;
 pub mod environments;

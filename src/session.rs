@@ -58,10 +58,35 @@ pub trait EnvRouter: Send + Sync {
     }
 }
 
-/// Decides who may open a session from their hello.
+/// Decides who may open a session (docs/PROTOCOL.md, "Session start (protocol 2)").
 pub trait Gate: Send + Sync {
-    /// Admits a hello or refuses it with a contract code.
-    fn admit(&self, hello: &Hello) -> Result<Admission, ErrorCode>;
+    /// True when sessions open with the agent's `challenge` (phone and local clients). An
+    /// environment's pairing gate waits for the host's hello instead.
+    fn challenges(&self) -> bool {
+        true
+    }
+
+    /// Checks a hello that answers the session's challenge nonce (empty without one).
+    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloStep, ErrorCode>;
+
+    /// Checks the bearer a host presents after [`HelloStep::AwaitBearer`].
+    fn admit_bearer(&self, _bearer: &str) -> Result<Admission, ErrorCode> {
+        Err(ErrorCode::BearerRefused)
+    }
+
+    /// The refusal for a peer that did not complete the exchange in time.
+    fn timeout_code(&self) -> ErrorCode {
+        ErrorCode::UnauthenticatedCall
+    }
+}
+
+/// Where a good hello leads.
+#[derive(Debug)]
+pub enum HelloStep {
+    /// The caller is in: answer `hello_ok`.
+    Admitted(Admission),
+    /// Answer with this frame (an environment's signature) and wait for the host's bearer.
+    AwaitBearer(AgentMessage),
 }
 
 /// A caller the gate let in.
@@ -69,28 +94,40 @@ pub trait Gate: Send + Sync {
 pub struct Admission {
     /// Audit name of the caller.
     pub caller: String,
+    /// The agent's proof for `hello_ok`.
+    pub proof: Option<String>,
     /// Filled into `hello_ok` for environment sessions (SPEC §8).
     pub env_key: Option<String>,
-    pub signature: Option<String>,
     /// Cancelled when the credential behind this session is revoked.
     pub revoked: Option<CancellationToken>,
 }
 
-/// The plain gate: the hello must carry this machine's auth token.
+/// The plain gate: the hello must prove knowledge of this machine's auth token for this
+/// session's nonces. The token itself never crosses the wire.
 pub struct TokenGate {
     pub token: Secret,
     pub caller: &'static str,
 }
 
 impl Gate for TokenGate {
-    fn admit(&self, hello: &Hello) -> Result<Admission, ErrorCode> {
-        match hello.token.as_deref() {
-            Some(candidate) if self.token.matches(candidate) => {
-                Ok(Admission { caller: self.caller.to_owned(), ..Default::default() })
-            }
-            Some(_) => Err(ErrorCode::BearerRefused),
-            None => Err(ErrorCode::UnauthenticatedCall),
+    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloStep, ErrorCode> {
+        // A raw token (protocol 1) is refused whether it is right or not.
+        if hello.token.is_some() || hello.protocol != Some(protocol::PROTOCOL_VERSION) {
+            return Err(ErrorCode::BearerRefused);
         }
+        let nonce = hello.nonce.as_deref().filter(|nonce| protocol::is_hello_nonce(nonce));
+        let (Some(nonce), Some(proof)) = (nonce, hello.proof.as_deref()) else {
+            return Err(ErrorCode::BearerRefused);
+        };
+        if !protocol::is_hello_nonce(challenge) || !protocol::verify_client_proof(&self.token, challenge, nonce, proof)
+        {
+            return Err(ErrorCode::BearerRefused);
+        }
+        Ok(HelloStep::Admitted(Admission {
+            caller: self.caller.to_owned(),
+            proof: Some(protocol::agent_proof(&self.token, challenge, nonce)),
+            ..Default::default()
+        }))
     }
 }
 
@@ -99,6 +136,8 @@ impl Gate for TokenGate {
 pub struct LiveStatus {
     pub relay: Mutex<String>,
     pub relay_connected: AtomicBool,
+    /// True while another agent keeps taking this agent's relay code (close 4001).
+    pub relay_replaced: AtomicBool,
     pub phone_present: AtomicBool,
     pub calls_in_flight: AtomicUsize,
 }
@@ -136,8 +175,8 @@ impl AgentContext {
             mode: self.mode().to_owned(),
             tools,
             protocol: protocol::PROTOCOL_VERSION,
+            proof: admission.proof.clone(),
             env_key: admission.env_key.clone(),
-            signature: admission.signature.clone(),
         })
     }
 
@@ -174,6 +213,7 @@ impl AgentContext {
             mode: self.mode().to_owned(),
             relay: self.status.relay.lock().map(|r| r.clone()).unwrap_or_default(),
             relay_connected: self.status.relay_connected.load(Ordering::Relaxed),
+            relay_replaced: self.status.relay_replaced.load(Ordering::Relaxed),
             phone_present: self.status.phone_present.load(Ordering::Relaxed),
             calls_in_flight: self.status.calls_in_flight.load(Ordering::Relaxed),
             workspace: self.toolbox.workspace().display().to_string(),
@@ -230,7 +270,8 @@ impl Session {
                 let status = self.ctx.status();
                 self.send(AgentMessage::Status(status)).await;
             }
-            ClientMessage::Hello(_) => {} // Already authenticated; a repeated hello changes nothing.
+            // Already authenticated; a repeated hello or bearer changes nothing.
+            ClientMessage::Hello(_) | ClientMessage::Bearer(_) => {}
             ClientMessage::CallStart => self.start_voice().await,
             ClientMessage::Say { text } => match self.voice.as_ref().filter(|voice| voice.is_live()) {
                 // Never wait on the bridge here: a stalled voice link must not stall the session.
@@ -482,10 +523,20 @@ pub fn image_frame(id: &str, shot: &Screenshot) -> AgentMessage {
     })
 }
 
-/// Admits the first frame of a session, if it is a hello the gate accepts.
-pub fn admit_hello(gate: &dyn Gate, text: &str) -> Result<Admission, ErrorCode> {
+/// Checks a frame that should be the hello answering `challenge`. Anything but a hello is
+/// `unauthenticated-call`.
+pub fn admit_hello(gate: &dyn Gate, text: &str, challenge: &str) -> Result<HelloStep, ErrorCode> {
     match protocol::parse_client(text) {
-        Ok(ClientMessage::Hello(hello)) => gate.admit(&hello),
+        Ok(ClientMessage::Hello(hello)) => gate.admit(&hello, challenge),
+        _ => Err(ErrorCode::UnauthenticatedCall),
+    }
+}
+
+/// Checks a frame that should be a host's bearer. Anything but a bearer frame is
+/// `unauthenticated-call`.
+pub fn admit_bearer(gate: &dyn Gate, text: &str) -> Result<Admission, ErrorCode> {
+    match protocol::parse_client(text) {
+        Ok(ClientMessage::Bearer(frame)) => gate.admit_bearer(&frame.bearer),
         _ => Err(ErrorCode::UnauthenticatedCall),
     }
 }

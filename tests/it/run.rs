@@ -103,9 +103,7 @@ async fn embedded_relay_run_serves_a_phone_and_stops_cleanly_on_sigterm() {
 
     let (code, token) = (query(&pairing, "code"), query(&pairing, "token"));
     let mut phone = connect(&format!("ws://{relay}/ws?code={code}")).await;
-    wait_agent_joined(&mut phone).await;
-    send(&mut phone, json!({"type":"hello","token": token,"client":"test"})).await;
-    recv_type(&mut phone, "hello_ok").await;
+    say_hello(&mut phone, &token).await;
     send(&mut phone, json!({"type":"tool_call","id":"e1","name":"no_such_tool"})).await;
     assert_eq!(recv_result(&mut phone, "e1").await["error"]["code"], "unknown-tool");
 

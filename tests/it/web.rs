@@ -324,7 +324,7 @@ async fn a_token_the_laptop_no_longer_accepts_says_scan_the_new_code_and_stops_t
 async fn with_an_environment_paired_the_picker_sends_calls_there() {
     use voxa::environments::{self, store};
     use voxa::state::Home;
-    let Some(mut scene) = Scene::start().await else { return };
+    let Some(scene) = Scene::start().await else { return };
     std::fs::write(scene.workspace().join("on-the-laptop.txt"), "laptop").unwrap();
     // A second machine issues a pairing; this laptop (the host) records it as "devbox".
     let (env_dir, env_workspace) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
