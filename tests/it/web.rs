@@ -372,7 +372,7 @@ async fn embedded_relay_link_opens_the_client_and_a_screenshot_is_shown_at_its_s
     browser.wait_connection("online").await;
     browser.press("Screen").await;
     browser.press("Screenshot").await;
-    let image = browser.control("img", "Screenshot of the laptop's screen, 320 × 200").await;
+    let image = browser.control("image", "Screenshot of the laptop's screen, 320 × 200").await;
     browser
         .wait_script("the screenshot to load", "const i = document.getElementById('shot'); return i.complete && i.naturalWidth > 0;")
         .await;
