@@ -43,12 +43,8 @@ pub fn run(settings: &Settings, args: &OpenArgs) -> Result<()> {
 /// Hands the link to the desktop's opener. `false` when there is none (a server without a
 /// desktop): the link is printed instead.
 fn open_in_browser(url: &str) -> Result<bool> {
-    let spawned = Command::new(OPENER)
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn();
+    let spawned =
+        Command::new(OPENER).arg(url).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
     match spawned {
         Ok(mut child) => {
             let status = child.wait().with_context(|| format!("{OPENER} did not finish"))?;

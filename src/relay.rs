@@ -418,7 +418,10 @@ enum Route {
     /// The web client's page, files and `/config` (never behind the relay token: a browser cannot
     /// send one, and nothing served is secret).
     Web,
-    Join { role: PeerRole, code: u128 },
+    Join {
+        role: PeerRole,
+        code: u128,
+    },
     Refuse(Refusal),
 }
 

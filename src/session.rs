@@ -177,6 +177,7 @@ impl AgentContext {
             protocol: protocol::PROTOCOL_VERSION,
             proof: admission.proof.clone(),
             env_key: admission.env_key.clone(),
+            host: host_name(),
         })
     }
 
@@ -539,6 +540,12 @@ pub fn admit_bearer(gate: &dyn Gate, text: &str) -> Result<Admission, ErrorCode>
         Ok(ClientMessage::Bearer(frame)) => gate.admit_bearer(&frame.bearer),
         _ => Err(ErrorCode::UnauthenticatedCall),
     }
+}
+
+/// This machine's host name, if it has a printable one.
+fn host_name() -> Option<String> {
+    let name = rustix::system::uname().nodename().to_string_lossy().trim().to_owned();
+    (!name.is_empty() && !name.chars().any(char::is_control)).then_some(name)
 }
 
 #[cfg(test)]

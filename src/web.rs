@@ -129,7 +129,8 @@ pub fn answer(head: &RequestHead, offer: Offer) -> Option<Response> {
     }
     let head_only = head.method == "HEAD";
     if head.method != "GET" && !head_only {
-        let mut response = Response::new(405, "Method Not Allowed", "text/plain; charset=utf-8", b"method not allowed".to_vec());
+        let mut response =
+            Response::new(405, "Method Not Allowed", "text/plain; charset=utf-8", b"method not allowed".to_vec());
         response.headers.push(("allow", "GET, HEAD".to_owned()));
         return Some(response);
     }
@@ -214,7 +215,11 @@ mod tests {
         assert!(page_weight() <= 150 << 10, "{} bytes", page_weight());
         for asset in ASSETS {
             let text = std::str::from_utf8(asset.body).unwrap();
-            assert!(!text.contains("http://") && !text.contains("https://") || asset.path == "/icon.svg", "{}", asset.path);
+            assert!(
+                !text.contains("http://") && !text.contains("https://") || asset.path == "/icon.svg",
+                "{}",
+                asset.path
+            );
         }
         let index = std::str::from_utf8(ASSETS[0].body).unwrap();
         let handler = index.split(" on").skip(1).any(|rest| {

@@ -14,7 +14,12 @@ const AREA: &str = "web client";
 
 pub fn run(report: &mut Report, samples: usize) {
     let weight = voxa::web::page_weight();
-    report.add(AREA, "page weight (every file, uncompressed)", format!("{:.1} KiB", weight as f64 / 1024.0), "≤ 150 KiB");
+    report.add(
+        AREA,
+        "page weight (every file, uncompressed)",
+        format!("{:.1} KiB", weight as f64 / 1024.0),
+        "≤ 150 KiB",
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -38,7 +43,12 @@ async fn measure(report: &mut Report, samples: usize) {
         online.push(mark(&browser, "voxa:online").await);
     }
     let (median, _) = percentiles(&mut online);
-    report.add(AREA, format!("open the link → \"online\" via the embedded relay, Chromium (median of {samples})"), format!("{median:.0} ms"), "");
+    report.add(
+        AREA,
+        format!("open the link → \"online\" via the embedded relay, Chromium (median of {samples})"),
+        format!("{median:.0} ms"),
+        "",
+    );
 
     let mut first_output = Vec::with_capacity(samples);
     for n in 0..samples {
@@ -49,15 +59,18 @@ async fn measure(report: &mut Report, samples: usize) {
         first_output.push(mark(&browser, "voxa:first-output").await - mark(&browser, "voxa:run").await);
     }
     let (median, _) = percentiles(&mut first_output);
-    report.add(AREA, format!("\"Run\" → first output on screen, `echo` (median of {samples})"), format!("{median:.0} ms"), "");
+    report.add(
+        AREA,
+        format!("\"Run\" → first output on screen, `echo` (median of {samples})"),
+        format!("{median:.0} ms"),
+        "",
+    );
     browser.close().await;
 }
 
 /// Time of a performance mark, in ms since the page's navigation started.
 async fn mark(browser: &Browser, name: &str) -> f64 {
-    browser
-        .wait_script(name, &format!("return performance.getEntriesByName('{name}').length > 0;"))
-        .await;
+    browser.wait_script(name, &format!("return performance.getEntriesByName('{name}').length > 0;")).await;
     let value = browser.script(&format!("return performance.getEntriesByName('{name}')[0].startTime;"), vec![]).await;
     value.as_f64().unwrap_or(f64::NAN)
 }

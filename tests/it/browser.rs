@@ -121,7 +121,12 @@ impl Browser {
         .expect("a WebDriver session");
         let browser = Browser { client, driver: child, _profile: profile };
         if scheme == Scheme::Dark {
-            browser.cdp("Emulation.setEmulatedMedia", json!({"features": [{"name": "prefers-color-scheme", "value": "dark"}]})).await;
+            browser
+                .cdp(
+                    "Emulation.setEmulatedMedia",
+                    json!({"features": [{"name": "prefers-color-scheme", "value": "dark"}]}),
+                )
+                .await;
         }
         Some(browser)
     }
@@ -167,8 +172,11 @@ impl Browser {
         let deadline = tokio::time::Instant::now() + PAGE_STEP;
         loop {
             let mut found = Vec::new();
-            let candidates =
-                self.client.find_all(Locator::Css("button, input, textarea, select, a, [role], img")).await.unwrap_or_default();
+            let candidates = self
+                .client
+                .find_all(Locator::Css("button, input, textarea, select, a, [role], img"))
+                .await
+                .unwrap_or_default();
             for element in candidates {
                 if !element.is_displayed().await.unwrap_or(false) {
                     continue;

@@ -186,6 +186,9 @@ async fn the_pairing_link_goes_online_and_leaves_no_token_in_the_address_bar() {
     browser.press("Status").await;
     let facts = browser.wait_text("#facts", "the agent's version", |t| t.contains("voxa/")).await;
     assert!(facts.contains("hosted"), "{facts}");
+    // The pairing is named after the laptop, from hello_ok.
+    let host = rustix::system::uname().nodename().to_string_lossy().into_owned();
+    assert!(facts.contains(&format!("Laptop\n{host}")), "{facts}");
     let tools = browser.wait_text("#tools", "the tools", |t| t.contains("run_command")).await;
     assert!(tools.contains("screenshot") && tools.contains("read_file"), "{tools}");
     // The next visit needs no link: the pairing is remembered.
@@ -263,11 +266,19 @@ async fn files_are_browsed_opened_edited_saved_and_refusals_are_sentences() {
 
     browser.press("Up one folder").await;
     browser.control("button", "dot.png").await.click().await.unwrap();
-    browser.wait_script("the image to be shown", "const i = document.getElementById('file-image'); return !i.hidden && i.complete && i.naturalWidth === 2;").await;
+    browser
+        .wait_script(
+            "the image to be shown",
+            "const i = document.getElementById('file-image'); return !i.hidden && i.complete && i.naturalWidth === 2;",
+        )
+        .await;
 
     browser.control("button", "escape").await.click().await.unwrap();
     let refusal = browser.wait_text("#files-error", "the refusal", |t| !t.is_empty()).await;
-    assert!(refusal.starts_with("That path is outside the workspace") && refusal.ends_with("(outside-workspace)"), "{refusal}");
+    assert!(
+        refusal.starts_with("That path is outside the workspace") && refusal.ends_with("(outside-workspace)"),
+        "{refusal}"
+    );
     scene.close().await;
 }
 
@@ -374,9 +385,14 @@ async fn embedded_relay_link_opens_the_client_and_a_screenshot_is_shown_at_its_s
     browser.press("Screenshot").await;
     let image = browser.control("image", "Screenshot of the laptop's screen, 320 × 200").await;
     browser
-        .wait_script("the screenshot to load", "const i = document.getElementById('shot'); return i.complete && i.naturalWidth > 0;")
+        .wait_script(
+            "the screenshot to load",
+            "const i = document.getElementById('shot'); return i.complete && i.naturalWidth > 0;",
+        )
         .await;
-    let size = browser.script("const i = document.getElementById('shot'); return [i.naturalWidth, i.naturalHeight];", vec![]).await;
+    let size = browser
+        .script("const i = document.getElementById('shot'); return [i.naturalWidth, i.naturalHeight];", vec![])
+        .await;
     assert_eq!(size, json!([320, 200]));
     assert!(image.attr("src").await.unwrap().unwrap().starts_with("blob:"));
     let download = browser.control("link", "Download").await;
@@ -434,7 +450,10 @@ async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pictures_of_the_real_page_at_phone_size() {
     let Some(xvfb) = crate::tools::Xvfb::start("1280x800x24") else { return };
-    xvfb.paint("#3b5b8c");
+    // A patterned desktop, so the screenshot shows what it is.
+    let _ = std::process::Command::new("xsetroot")
+        .args(["-display", &xvfb.display, "-mod", "16", "16", "-fg", "#4d6fa8", "-bg", "#2e4a78"])
+        .status();
     let Some(browser) = Browser::start().await else { return };
     let scratch = tempfile::tempdir().unwrap();
     let out = match std::env::var_os("VOXA_DOCS_SCREENSHOTS") {
@@ -468,7 +487,10 @@ async fn pictures_of_the_real_page_at_phone_size() {
     browser.press("Screen").await;
     browser.press("Screenshot").await;
     browser
-        .wait_script("the screenshot to load", "const i = document.getElementById('shot'); return i.complete && i.naturalWidth > 0;")
+        .wait_script(
+            "the screenshot to load",
+            "const i = document.getElementById('shot'); return i.complete && i.naturalWidth > 0;",
+        )
         .await;
     save_picture(&browser, &out, "web-screenshot.png").await;
 
