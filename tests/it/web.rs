@@ -332,6 +332,46 @@ async fn a_token_the_laptop_no_longer_accepts_says_scan_the_new_code_and_stops_t
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_laptops_are_remembered_switched_and_one_forgotten() {
+    let Some(first) = Scene::start().await else { return };
+    std::fs::write(first.workspace().join("on-the-first.txt"), "1").unwrap();
+    let (home, workspace) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    std::fs::write(workspace.path().join("on-the-second.txt"), "2").unwrap();
+    let (second_options, second) = options(&home, &workspace, Some(first.relay.url()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let second_agent = voxa::agent::start(second_options, listener, CancellationToken::new()).await.unwrap();
+    let second_link = format!(
+        "http://{}/?code={}&token={}",
+        first.relay.addr,
+        second.relay_code.expose(),
+        second.auth_token.expose()
+    );
+    let browser = &first.browser;
+    first.open_online().await;
+    browser.open(&second_link).await;
+    browser.wait_connection("online").await;
+    browser.press("Files").await;
+    browser.control("button", "on-the-second.txt").await;
+
+    let picker = browser.control("combobox", "Laptop").await;
+    let host = rustix::system::uname().nodename().to_string_lossy().into_owned();
+    let first_label = format!("{host} · {}", &first.code()[..4]);
+    picker.select_by_label(&first_label).await.unwrap();
+    browser.wait_connection("online").await;
+    browser.press("Files").await;
+    browser.control("button", "on-the-first.txt").await;
+
+    browser.press("Status").await;
+    browser.press("Forget this laptop").await;
+    browser.wait_connection("online").await;
+    browser.press("Files").await;
+    browser.control("button", "on-the-second.txt").await;
+    browser.wait_script("the picker to go", "return document.getElementById('laptop-pick').hidden;").await;
+    second_agent.stop().await;
+    first.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_an_environment_paired_the_picker_sends_calls_there() {
     use voxa::environments::{self, store};
     use voxa::state::Home;

@@ -201,7 +201,11 @@ class App {
   renderLaptops() {
     const list = pairings.all();
     const select = byId('laptop');
-    select.replaceChildren(...list.map((p) => el('option', { value: p.id, text: pairings.label(p) })));
+    const labels = list.map((p) => pairings.label(p));
+    // Two laptops with one name are told apart by their codes.
+    const shown = list.map((p, i) => (labels.indexOf(labels[i]) !== labels.lastIndexOf(labels[i]) && p.code
+      ? `${labels[i]} · ${p.code.slice(0, 4)}` : labels[i]));
+    select.replaceChildren(...list.map((p, i) => el('option', { value: p.id, text: shown[i] })));
     if (this.pairing) select.value = this.pairing.id;
     byId('laptop-pick').hidden = list.length < 2;
   }
