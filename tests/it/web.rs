@@ -171,6 +171,25 @@ impl Scene {
     }
 }
 
+/// Another machine's agent on the same relay, with one file in its workspace.
+struct Machine {
+    home: tempfile::TempDir,
+    _workspace: tempfile::TempDir,
+    secrets: voxa::state::Secrets,
+    agent: voxa::agent::RunningAgent,
+}
+
+impl Machine {
+    async fn start(relay: &TestRelay, file: &str) -> Machine {
+        let (home, workspace) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(workspace.path().join(file), file).unwrap();
+        let (options, secrets) = options(&home, &workspace, Some(relay.url()));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let agent = voxa::agent::start(options, listener, CancellationToken::new()).await.unwrap();
+        Machine { home, _workspace: workspace, secrets, agent }
+    }
+}
+
 /// Text of the terminal output, as shown.
 const TERMINAL: &str = "#term-out";
 
@@ -335,17 +354,9 @@ async fn a_token_the_laptop_no_longer_accepts_says_scan_the_new_code_and_stops_t
 async fn two_laptops_are_remembered_switched_and_one_forgotten() {
     let Some(first) = Scene::start().await else { return };
     std::fs::write(first.workspace().join("on-the-first.txt"), "1").unwrap();
-    let (home, workspace) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    std::fs::write(workspace.path().join("on-the-second.txt"), "2").unwrap();
-    let (second_options, second) = options(&home, &workspace, Some(first.relay.url()));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let second_agent = voxa::agent::start(second_options, listener, CancellationToken::new()).await.unwrap();
-    let second_link = format!(
-        "http://{}/?code={}&token={}",
-        first.relay.addr,
-        second.relay_code.expose(),
-        second.auth_token.expose()
-    );
+    let second = Machine::start(&first.relay, "on-the-second.txt").await;
+    let (code, token) = (second.secrets.relay_code.expose(), second.secrets.auth_token.expose());
+    let second_link = format!("http://{}/?code={code}&token={token}", first.relay.addr);
     let browser = &first.browser;
     first.open_online().await;
     browser.open(&second_link).await;
@@ -367,7 +378,7 @@ async fn two_laptops_are_remembered_switched_and_one_forgotten() {
     browser.press("Files").await;
     browser.control("button", "on-the-second.txt").await;
     browser.wait_script("the picker to go", "return document.getElementById('laptop-pick').hidden;").await;
-    second_agent.stop().await;
+    second.agent.stop().await;
     first.close().await;
 }
 
@@ -378,17 +389,13 @@ async fn with_an_environment_paired_the_picker_sends_calls_there() {
     let Some(scene) = Scene::start().await else { return };
     std::fs::write(scene.workspace().join("on-the-laptop.txt"), "laptop").unwrap();
     // A second machine issues a pairing; this laptop (the host) records it as "devbox".
-    let (env_dir, env_workspace) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    std::fs::write(env_workspace.path().join("on-the-devbox.txt"), "devbox").unwrap();
-    let env_home = Home::at(env_dir.path().join("voxa"));
+    let devbox = Machine::start(&scene.relay, "on-the-devbox.txt").await;
+    let env_home = Home::at(devbox.home.path().join("voxa"));
     let env_token = store::load_or_create_host_token(&env_home).unwrap();
     let issued = environments::issue(&env_home, &scene.relay.url(), env_token.expose()).unwrap();
     let host_home = Home::at(scene.home.path().join("voxa"));
     let host_token = store::load_or_create_host_token(&host_home).unwrap();
     environments::add(&host_home, &issued.line.encode(), Some("devbox"), host_token.expose()).unwrap();
-    let (env_options, _) = options(&env_dir, &env_workspace, Some(scene.relay.url()));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let devbox = voxa::agent::start(env_options, listener, CancellationToken::new()).await.unwrap();
     let mut probe = phone_socket(&scene.relay, issued.line.code.expose()).await;
     wait_agent_joined(&mut probe).await;
     drop(probe);
@@ -405,7 +412,7 @@ async fn with_an_environment_paired_the_picker_sends_calls_there() {
     browser.press("Run").await;
     let shown = browser.wait_text(TERMINAL, "the listing", |t| t.contains("exit 0")).await;
     assert!(shown.contains("on-the-devbox.txt") && !shown.contains("on-the-laptop.txt"), "{shown}");
-    devbox.stop().await;
+    devbox.agent.stop().await;
     scene.close().await;
 }
 
