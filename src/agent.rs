@@ -215,6 +215,10 @@ pub async fn command(settings: &Settings, args: RunArgs) -> Result<()> {
     let printer = settings.printer;
     let gemini = if settings.self_hosted { Some(gemini_config(&args)?) } else { None };
     home.ensure()?;
+    // Held until this process ends: while it is, `agent.json` speaks for this agent.
+    let _agent_lock = home.lock_agent()?;
+    // Room for the loopback socket's connections; it keeps a reserve for the agent's own files.
+    crate::relay::raise_fd_limit();
     let mut config = home.load_config()?;
     let gemini = gemini.map(|gemini| with_saved_voice(gemini, &args, &config));
     let mut dial = DialOptions::default().with_proxy_from_env()?;

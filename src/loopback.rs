@@ -1,5 +1,5 @@
-//! The loopback socket (SPEC §6): `ws://127.0.0.1:<port>` for local clients, scripts, CI and
-//! editors. Any local user can reach it, so everything before a good hello is bounded: a short
+//! The loopback socket: `ws://127.0.0.1:<port>` for local clients, scripts, CI and editors, with
+//! the session start of docs/PROTOCOL.md. Any local user can reach it, so everything before a good hello is bounded: a short
 //! time for the request head, [`MAX_PREAUTH_LEN`](protocol::MAX_PREAUTH_LEN) bytes before the
 //! hello, [`MAX_UNAUTHENTICATED`] connections waiting for one (a new one closes the oldest), and
 //! a connection count that leaves descriptors for the agent's own work.
@@ -200,32 +200,50 @@ async fn serve(
 ) -> Result<()> {
     let evicted = pending.evicted.clone();
     // Everything before a good hello, within the hello timeout of the connect.
+    let deadline = tokio::time::Instant::now() + protocol::HELLO_TIMEOUT;
     let opened = tokio::select! {
         _ = shutdown.cancelled() => return Ok(()),
         _ = evicted.cancelled() => {
             debug!("closed to make room for a newer local connection");
             return Ok(());
         }
-        opened = tokio::time::timeout(protocol::HELLO_TIMEOUT, open_session(stream, gate.as_ref())) => opened,
+        // A safety net only: every step inside has its own, shorter bound.
+        opened = tokio::time::timeout_at(deadline + Duration::from_secs(1), open_session(stream, gate.as_ref(), deadline)) => opened,
     };
-    let (mut socket, admission) = match opened {
-        Ok(Ok(Some(opened))) => opened,
-        Ok(Ok(None)) => return Ok(()),
-        Ok(Err(err)) => return Err(err),
+    let opened = match opened {
+        Ok(opened) => opened?,
         Err(_) => {
             debug!("no hello in time");
             return Ok(());
         }
     };
+    // Answered or refused: either way it no longer waits for a hello.
     drop(pending);
+    let (mut socket, admission) = match opened {
+        Opening::Admitted(socket, admission) => (socket, admission),
+        Opening::Refused(mut socket, close) => {
+            refuse(&mut socket, close).await;
+            return Ok(());
+        }
+        Opening::Answered => return Ok(()),
+    };
     socket.get_mut().lift();
     socket.send(Message::text(ctx.hello_ok(&admission).to_json())).await?;
     run_session(socket, ctx, admission, shutdown).await
 }
 
-/// The request head, the upgrade, the challenge and the hello. `None` when the client was
-/// answered and the connection is done.
-async fn open_session(mut stream: TcpStream, gate: &dyn Gate) -> Result<Option<(LocalSocket, Admission)>> {
+/// How the start of a local connection ended.
+enum Opening {
+    /// A good hello: the session may start.
+    Admitted(LocalSocket, Admission),
+    /// Close the socket with this frame.
+    Refused(LocalSocket, Message),
+    /// Answered over plain HTTP (or dropped); nothing more to do.
+    Answered,
+}
+
+/// The request head, the upgrade, the challenge and the hello, which must arrive by `deadline`.
+async fn open_session(mut stream: TcpStream, gate: &dyn Gate, deadline: tokio::time::Instant) -> Result<Opening> {
     let (head, leftover) = match tokio::time::timeout(HEAD_TIMEOUT, http::read_head(&mut stream)).await {
         Ok(Ok(read)) => read,
         Ok(Err(err)) => {
@@ -234,79 +252,108 @@ async fn open_session(mut stream: TcpStream, gate: &dyn Gate) -> Result<Option<(
         }
         Err(_) => {
             let _ = http::respond(&mut stream, 408, "Request Timeout", "no request in time\n").await;
-            return Ok(None);
+            return Ok(Opening::Answered);
         }
     };
     if !head.header("host").is_some_and(is_loopback_host_header) {
         http::respond(&mut stream, 403, "Forbidden", "this socket answers only to a loopback Host\n").await?;
-        return Ok(None);
+        return Ok(Opening::Answered);
     }
     if let Some(origin) = head.header("origin") {
         if !is_loopback_origin(origin) {
             http::respond(&mut stream, 403, "Forbidden", "cross-origin requests are refused\n").await?;
-            return Ok(None);
+            return Ok(Opening::Answered);
         }
     }
     if !head.is_websocket_upgrade() {
         if let Some(response) = crate::web::answer(&head, crate::web::Offer::default()) {
             response.write(&mut stream).await?;
-            return Ok(None);
+            return Ok(Opening::Answered);
         }
     }
     if head.path != "/" {
         http::respond(&mut stream, 404, "Not Found", "not found\n").await?;
-        return Ok(None);
+        return Ok(Opening::Answered);
     }
     if !head.is_websocket_upgrade() {
         http::respond(&mut stream, 426, "Upgrade Required", "this is a WebSocket endpoint\n").await?;
-        return Ok(None);
+        return Ok(Opening::Answered);
     }
     // The token never crosses the socket: a bearer header is refused whether it is right or not.
     if head.header("authorization").is_some() {
         let body = format!("{}\n", ErrorCode::BearerRefused);
         http::respond(&mut stream, 403, "Forbidden", &body).await?;
-        return Ok(None);
+        return Ok(Opening::Answered);
     }
     let _ = stream.set_nodelay(true);
     let stream = PreAuthLimit::new(stream, protocol::MAX_PREAUTH_LEN);
     let mut socket = http::accept_websocket(stream, &head, leftover, http::websocket_config()).await?;
     let challenge = protocol::new_nonce()?;
     socket.send(Message::text(AgentMessage::challenge(&challenge).to_json())).await?;
-    match wait_for_hello(&mut socket, gate, &challenge).await {
-        Ok(admission) => Ok(Some((socket, admission))),
-        Err(code) => {
-            refuse(&mut socket, code).await;
-            Ok(None)
+    Ok(match wait_for_hello(&mut socket, gate, &challenge, deadline).await {
+        Ok(admission) => Opening::Admitted(socket, admission),
+        Err(Refusal::Code(code)) => Opening::Refused(socket, close_message(CloseCode::Policy, code.as_str())),
+        Err(Refusal::TooMuch) => {
+            Opening::Refused(socket, close_message(CloseCode::Size, "too much data before the hello"))
         }
-    }
+    })
 }
 
-async fn wait_for_hello(socket: &mut LocalSocket, gate: &dyn Gate, challenge: &str) -> Result<Admission, ErrorCode> {
-    let first = tokio::time::timeout(protocol::HELLO_TIMEOUT, async {
+/// Why a connection is closed before its hello is accepted.
+enum Refusal {
+    Code(ErrorCode),
+    /// The client sent more than [`protocol::MAX_PREAUTH_LEN`] before its hello.
+    TooMuch,
+}
+
+async fn wait_for_hello(
+    socket: &mut LocalSocket,
+    gate: &dyn Gate,
+    challenge: &str,
+    deadline: tokio::time::Instant,
+) -> Result<Admission, Refusal> {
+    let first = tokio::time::timeout_at(deadline, async {
         loop {
             match socket.next().await {
-                Some(Ok(Message::Text(text))) => return Some(text),
+                Some(Ok(Message::Text(text))) => return Ok(text),
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                _ => return None,
+                Some(Err(tokio_tungstenite::tungstenite::Error::Io(err))) if is_over_budget(&err) => {
+                    return Err(Refusal::TooMuch)
+                }
+                _ => return Err(Refusal::Code(ErrorCode::UnauthenticatedCall)),
             }
         }
     })
-    .await;
-    match first {
-        Ok(Some(text)) => match session::admit_hello(gate, &text, challenge)? {
-            HelloStep::Admitted(admission) => Ok(admission),
-            // The loopback gate has no second step.
-            HelloStep::AwaitBearer(_) => Err(ErrorCode::UnauthenticatedCall),
-        },
-        _ => Err(ErrorCode::UnauthenticatedCall),
+    .await
+    .unwrap_or(Err(Refusal::Code(ErrorCode::UnauthenticatedCall)))?;
+    match session::admit_hello(gate, &first, challenge).map_err(Refusal::Code)? {
+        HelloStep::Admitted(admission) => Ok(admission),
+        // The loopback gate has no second step.
+        HelloStep::AwaitBearer(_) => Err(Refusal::Code(ErrorCode::UnauthenticatedCall)),
     }
 }
 
-async fn refuse(socket: &mut LocalSocket, code: ErrorCode) {
-    let _ = socket.send(close_message(CloseCode::Policy, code.as_str())).await;
+async fn refuse(socket: &mut LocalSocket, close: Message) {
+    let _ = socket.send(close).await;
     // Give the close frame a moment to be read; never wait on a hostile peer for long.
     let _ =
         tokio::time::timeout(Duration::from_secs(1), async { while let Some(Ok(_)) = socket.next().await {} }).await;
+}
+
+/// The error a [`PreAuthLimit`] read fails with.
+#[derive(Debug)]
+struct OverBudget;
+
+impl std::fmt::Display for OverBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the client sent too much before its hello")
+    }
+}
+
+impl std::error::Error for OverBudget {}
+
+fn is_over_budget(err: &std::io::Error) -> bool {
+    err.get_ref().is_some_and(|inner| inner.is::<OverBudget>())
 }
 
 /// A stream that fails once its peer sent more than a budget, until [`PreAuthLimit::lift`]: what
@@ -335,12 +382,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for PreAuthLimit<S> {
             let read = buf.filled().len() - before;
             match budget.checked_sub(read) {
                 Some(left) => self.budget = Some(left),
-                None => {
-                    return Poll::Ready(Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        "the client sent too much before its hello",
-                    )))
-                }
+                None => return Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::InvalidData, OverBudget))),
             }
         }
         polled
@@ -440,7 +482,7 @@ mod tests {
         let mut buf = [0u8; 100];
         limited.read_exact(&mut buf).await.unwrap();
         client.write_all(&[7u8; 1]).await.unwrap();
-        assert_eq!(limited.read(&mut buf).await.unwrap_err().kind(), std::io::ErrorKind::InvalidData);
+        assert!(is_over_budget(&limited.read(&mut buf).await.unwrap_err()));
 
         let (mut client, server) = tokio::io::duplex(64 << 10);
         let mut limited = PreAuthLimit::new(server, 100);

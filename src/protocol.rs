@@ -134,7 +134,7 @@ impl<'de> Deserialize<'de> for PeerMarker {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ClientMessage {
     Hello(Hello),
-    /// A host's bearer, sent only after it verified the environment's signature (SPEC §8).
+    /// A host's bearer, sent only after it verified the environment's signature (docs/PROTOCOL.md).
     Bearer(BearerFrame),
     ToolCall(ToolCall),
     Cancel {
@@ -227,7 +227,7 @@ pub enum AgentMessage {
         nonce: String,
     },
     HelloOk(HelloOk),
-    /// An environment's answer to a host's hello: its signature over the host's nonce (SPEC §8).
+    /// An environment's answer to a host's hello: its signature over the host's nonce (docs/PROTOCOL.md).
     Identity {
         #[serde(rename = "envKey")]
         env_key: String,
@@ -300,7 +300,7 @@ pub struct HelloOk {
     /// anything else.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<String>,
-    /// Environment answers (SPEC §8): own envKey.
+    /// Environment answers: own envKey.
     #[serde(default, rename = "envKey", skip_serializing_if = "Option::is_none")]
     pub env_key: Option<String>,
     /// This machine's host name, so a client can name the pairing (sent only after a good hello).

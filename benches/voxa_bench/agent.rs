@@ -16,7 +16,7 @@ use voxa::dial::{ClientSocket, DialOptions};
 use crate::child::{say_hello, start_agent, Agent};
 use crate::report::{percentiles, Report};
 
-fn rss_kib(pid: u32) -> u64 {
+pub(crate) fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()

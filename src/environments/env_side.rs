@@ -230,7 +230,7 @@ struct LivePairing {
     revoked: CancellationToken,
 }
 
-/// Admits a host on one pairing's relay code (SPEC §8): the host's hello is answered with this
+/// Admits a host on one pairing's relay code (docs/PROTOCOL.md): the host's hello is answered with this
 /// home's signature over the host's nonce, and only then does the host present its bearer.
 pub struct PairingGate {
     shared: Arc<GateShared>,

@@ -573,3 +573,81 @@ async fn a_late_arrival_of_the_agents_own_abandoned_dial_does_not_stop_it() {
     }
     eventually("agent connected again", || agent.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
 }
+
+#[tokio::test]
+async fn a_frame_over_8_kib_before_the_hello_closes_the_loopback_socket_1009() {
+    let agent = TestAgent::start(None).await;
+    for size in [voxa::protocol::MAX_PREAUTH_LEN + 1024, 16 << 20] {
+        let mut client = connect(&agent.loopback_url()).await;
+        recv_challenge(&mut client).await;
+        // Sent from a task: the agent stops reading long before a large frame is through.
+        let (mut sink, mut stream) = futures_util::StreamExt::split(client);
+        let sending = tokio::spawn(async move {
+            let _ = sink.send(tokio_tungstenite::tungstenite::Message::binary(vec![0u8; size])).await;
+            sink
+        });
+        let closed = loop {
+            match tokio::time::timeout(STEP, futures_util::StreamExt::next(&mut stream)).await.expect("closed in time")
+            {
+                Some(Ok(tokio_tungstenite::tungstenite::Message::Close(frame))) => {
+                    break frame.map(|f| (u16::from(f.code), f.reason.to_string()))
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => break None,
+            }
+        };
+        assert_eq!(closed, Some((1009, "too much data before the hello".into())), "{size} bytes");
+        sending.abort();
+    }
+    // A hello within the limit is still welcome.
+    let mut client = agent.local_client().await;
+    send(&mut client, json!({"type":"tool_call","id":"ok","name":"no_such_tool"})).await;
+    assert_eq!(recv_result(&mut client, "ok").await["error"]["code"], "unknown-tool");
+}
+
+#[tokio::test]
+async fn idle_unauthenticated_sockets_are_capped_and_the_owner_still_gets_in() {
+    let agent = TestAgent::start(None).await;
+    let flood = voxa::loopback::MAX_UNAUTHENTICATED * 3;
+    let mut idle = Vec::new();
+    for _ in 0..flood {
+        idle.push(TcpStream::connect(agent.agent.loopback).await.unwrap());
+    }
+    // The owner arrives last and is served at once.
+    let mut owner = agent.local_client().await;
+    send(&mut owner, json!({"type":"tool_call","id":"mine","name":"list_dir"})).await;
+    assert_eq!(recv_result(&mut owner, "mine").await["ok"], true);
+    // To make room, the oldest strangers were closed without a word (a timed-out request head
+    // would have been answered 408); at most the cap of them is still open.
+    let mut evicted = 0;
+    for mut socket in idle.drain(..flood - voxa::loopback::MAX_UNAUTHENTICATED) {
+        let mut buf = [0u8; 64];
+        let read = tokio::time::timeout(STEP, socket.read(&mut buf)).await.expect("closed in time");
+        if matches!(read, Ok(0) | Err(_)) {
+            evicted += 1;
+        }
+    }
+    assert_eq!(evicted, flood - voxa::loopback::MAX_UNAUTHENTICATED);
+}
+
+#[tokio::test]
+async fn the_loopback_socket_answers_only_to_a_loopback_host() {
+    let agent = TestAgent::start(None).await;
+    let port = agent.agent.loopback.port();
+    let upgrade = |host: String| async move {
+        let mut tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let request = format!(
+            "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        );
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut buf = vec![0u8; 512];
+        let n = tokio::time::timeout(STEP, tcp.read(&mut buf)).await.unwrap().unwrap();
+        String::from_utf8_lossy(&buf[..n]).lines().next().unwrap_or_default().to_owned()
+    };
+    // A page on a rebound name (evil.example resolving to 127.0.0.1) still says its own name.
+    assert!(upgrade(format!("evil.example:{port}")).await.contains("403"));
+    assert!(upgrade(format!("127.0.0.1.evil.example:{port}")).await.contains("403"));
+    for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}"), "localhost".to_owned()] {
+        assert!(upgrade(host.clone()).await.contains("101"), "{host}");
+    }
+}

@@ -625,3 +625,15 @@ async fn the_env_commands_work_as_a_user_runs_them() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("chmod 600"));
 }
+
+#[tokio::test]
+async fn a_pairing_dialer_replaced_on_its_code_keeps_dialing_and_the_host_gets_through() {
+    let (relay, _env, host, issued) = paired().await;
+    // Someone holding the pairing's code takes the environment's place at the relay ...
+    let mut impostor = connect(&format!("ws://{}/agent?code={}", relay.addr, issued.line.code.expose())).await;
+    // ... and the environment takes it back instead of giving up for good.
+    assert_eq!(recv_close(&mut impostor).await, (4001, "replaced".into()));
+    let mut phone = host.phone(&relay).await;
+    let result = phone.call("back", "list_dir", json!({}), Some("devbox")).await;
+    assert!(succeeded(&result), "{result}");
+}
