@@ -217,6 +217,33 @@ async fn the_pairing_link_goes_online_and_leaves_no_token_in_the_address_bar() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_computes_the_hello_proofs_of_the_documented_worked_example() {
+    let Some(browser) = Browser::start().await else { return };
+    let relay = TestRelay::start().await;
+    browser.open(&format!("http://{}/", relay.addr)).await;
+    // The worked example, read from the document other clients implement against.
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/PROTOCOL.md")).unwrap();
+    let value = |name: &str| {
+        let hex = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_hexdigit());
+        let found = doc.lines().filter(|line| line.starts_with(name)).find_map(|line| {
+            let (_, value) = line.split_once(" = ")?;
+            hex(value.trim()).then(|| value.trim().to_owned())
+        });
+        found.unwrap_or_else(|| panic!("no {name:?} in the worked example"))
+    };
+    let script = "const [token, agentNonce, clientNonce, done] = arguments;
+        import('/js/session.js').then(async (session) => {
+            const key = await session.importToken(token);
+            done([await session.helloProof(key, 'client', agentNonce, clientNonce),
+                  await session.helloProof(key, 'agent', agentNonce, clientNonce)]);
+        });";
+    let args = vec![json!(value("T ")), json!(value("A ")), json!(value("C "))];
+    let proofs = browser.client.execute_async(script, args).await.unwrap();
+    assert_eq!(proofs, json!([value("client proof"), value("agent proof")]));
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_control_has_the_accessible_name_of_the_contract() {
     let Some(scene) = Scene::start().await else { return };
     let browser = &scene.browser;

@@ -16,7 +16,14 @@ function randomHex(bytes) {
   return Array.from(buf, (b) => b.toString(16).padStart(2, '0')).join('');
 }
 
-async function hmacHex(key, message) {
+/** The auth token as an HMAC-SHA256 key. */
+export function importToken(token) {
+  return crypto.subtle.importKey('raw', encoder.encode(token), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
+}
+
+/** One direction's hello proof ('client' or 'agent'), lowercase hex (see docs/PROTOCOL.md). */
+export async function helloProof(key, direction, agentNonce, clientNonce) {
+  const message = `voxa-hello/2 ${direction}\n${agentNonce}\n${clientNonce}`;
   const mac = await crypto.subtle.sign('HMAC', key, encoder.encode(message));
   return Array.from(new Uint8Array(mac), (b) => b.toString(16).padStart(2, '0')).join('');
 }
@@ -59,8 +66,7 @@ export class Session extends EventTarget {
       return;
     }
     try {
-      this.key = await crypto.subtle.importKey('raw', encoder.encode(this.pairing.token),
-        { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
+      this.key = await importToken(this.pairing.token);
     } catch {
       this.finish('insecure', 'this browser cannot compute the hello proofs');
       return;
@@ -209,7 +215,7 @@ export class Session extends EventTarget {
     const clientNonce = randomHex(16);
     const socket = this.socket;
     this.challenge = { agentNonce, clientNonce, socket };
-    const proof = await hmacHex(this.key, `voxa-hello/2 client\n${agentNonce}\n${clientNonce}`);
+    const proof = await helloProof(this.key, 'client', agentNonce, clientNonce);
     if (!this.challenge || this.challenge.socket !== this.socket || socket.readyState !== WebSocket.OPEN) return;
     socket.send(JSON.stringify({ type: 'hello', protocol: PROTOCOL, nonce: clientNonce, proof, client: CLIENT }));
   }
@@ -218,7 +224,7 @@ export class Session extends EventTarget {
     const challenge = this.challenge;
     if (!challenge || challenge.socket !== this.socket) return;
     this.challenge = null;
-    const expected = await hmacHex(this.key, `voxa-hello/2 agent\n${challenge.agentNonce}\n${challenge.clientNonce}`);
+    const expected = await helloProof(this.key, 'agent', challenge.agentNonce, challenge.clientNonce);
     if (!sameText(frame.proof, expected)) {
       this.finish('impostor', 'this is not your laptop — it could not prove it holds the pairing');
       return;
