@@ -495,6 +495,24 @@ async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
     let token = std::fs::read_to_string(run.home.join("auth_token")).unwrap().trim().to_owned();
     assert_eq!(url, format!("http://127.0.0.1:{port}/#token={token}"));
 
+    // Without --no-browser the link goes to the desktop's opener (a stand-in here).
+    let opener_dir = tempfile::tempdir().unwrap();
+    let handed = opener_dir.path().join("handed");
+    let script = format!("#!/bin/sh\nprintf '%s' \"$1\" > '{}'\n", handed.display());
+    std::fs::write(opener_dir.path().join("xdg-open"), script).unwrap();
+    std::fs::set_permissions(opener_dir.path().join("xdg-open"), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
+    let path = format!("{}:{}", opener_dir.path().display(), std::env::var("PATH").unwrap_or_default());
+    let home = run.home.clone();
+    let opened =
+        tokio::task::spawn_blocking(move || voxa_cmd(&home).args(["open", "--json"]).env("PATH", path).output())
+            .await
+            .unwrap()
+            .unwrap();
+    assert!(opened.status.success(), "{}", String::from_utf8_lossy(&opened.stderr));
+    assert_eq!(serde_json::from_slice::<Value>(&opened.stdout).unwrap()["opened"], true);
+    assert_eq!(std::fs::read_to_string(&handed).unwrap(), url);
+
     browser.open(&url).await;
     browser.wait_connection("online").await;
     let address = browser.address().await;
