@@ -13,7 +13,7 @@ use crate::report::{percentiles, Report};
 const AREA: &str = "web client";
 
 pub fn run(report: &mut Report, samples: usize) {
-    let weight = voxa::web::page_weight();
+    let weight = voxa::net::web::page_weight();
     report.add(
         AREA,
         "page weight (every file, uncompressed)",

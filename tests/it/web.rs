@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::browser::{Browser, Scheme, VIEWPORT};
 use crate::harness::*;
-use crate::run::RunningBinary;
+use crate::run::start_run_with_env;
 use crate::support::voxa_cmd;
 
 // ---------------------------------------------------------------------------------------------
@@ -450,9 +450,8 @@ async fn with_an_environment_paired_the_picker_sends_calls_there() {
 async fn embedded_relay_link_opens_the_client_and_a_screenshot_is_shown_at_its_size() {
     let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") else { return };
     let Some(browser) = Browser::start().await else { return };
-    let mut run = RunningBinary::start_with_env(&["--embedded-relay"], &[("DISPLAY", &xvfb.display)]);
-    let link = run.event("pairing")["url"].as_str().unwrap().to_owned();
-    run.event("started");
+    let (mut run, _home, _dirs) = start_run_with_env(&["--embedded-relay"], &[("DISPLAY", &xvfb.display)]);
+    let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
     browser.open(&link).await;
     browser.wait_connection("online").await;
     browser.press("Screen").await;
@@ -475,16 +474,16 @@ async fn embedded_relay_link_opens_the_client_and_a_screenshot_is_shown_at_its_s
     browser.press("Zoom").await;
     browser.wait_script("zoomed", "return document.getElementById('shot-frame').classList.contains('zoomed');").await;
     browser.close().await;
-    assert!(run.terminate().success());
+    run.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
     let Some(browser) = Browser::start().await else { return };
-    let mut run = RunningBinary::start(&["--embedded-relay"]);
-    let port = run.event("started")["port"].as_u64().unwrap();
-    let home = run.home.clone();
-    let opened = tokio::task::spawn_blocking(move || voxa_cmd(&home).args(["open", "--no-browser", "--json"]).output())
+    let (run, home, _dirs) = start_run_with_env(&["--embedded-relay"], &[]);
+    let port = run.port;
+    let at = home.clone();
+    let opened = tokio::task::spawn_blocking(move || voxa_cmd(&at).args(["open", "--no-browser", "--json"]).output())
         .await
         .unwrap()
         .unwrap();
@@ -492,7 +491,7 @@ async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
     let printed: Value = serde_json::from_slice(&opened.stdout).unwrap();
     assert_eq!(printed["opened"], false);
     let url = printed["url"].as_str().unwrap().to_owned();
-    let token = std::fs::read_to_string(run.home.join("auth_token")).unwrap().trim().to_owned();
+    let token = std::fs::read_to_string(home.join("auth_token")).unwrap().trim().to_owned();
     assert_eq!(url, format!("http://127.0.0.1:{port}/#token={token}"));
 
     // Without --no-browser the link goes to the desktop's opener (a stand-in here).
@@ -503,9 +502,9 @@ async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
     std::fs::set_permissions(opener_dir.path().join("xdg-open"), std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .unwrap();
     let path = format!("{}:{}", opener_dir.path().display(), std::env::var("PATH").unwrap_or_default());
-    let home = run.home.clone();
+    let at = home.clone();
     let opened =
-        tokio::task::spawn_blocking(move || voxa_cmd(&home).args(["open", "--json"]).env("PATH", path).output())
+        tokio::task::spawn_blocking(move || voxa_cmd(&at).args(["open", "--json"]).env("PATH", path).output())
             .await
             .unwrap()
             .unwrap();
@@ -521,11 +520,11 @@ async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
     browser.press("Run").await;
     browser.wait_text(TERMINAL, "the command", |t| t.contains("through-the-loopback-page\n")).await;
     browser.close().await;
-    assert!(run.terminate().success());
+    run.stop();
 
     // With no agent running, it says what to do.
-    let home = run.home.clone();
-    let refused = tokio::task::spawn_blocking(move || voxa_cmd(&home).args(["open", "--no-browser"]).output())
+    let at = home.clone();
+    let refused = tokio::task::spawn_blocking(move || voxa_cmd(&at).args(["open", "--no-browser"]).output())
         .await
         .unwrap()
         .unwrap();
@@ -540,8 +539,8 @@ async fn the_coding_agent_panel_streams_progress_and_shows_the_answer() {
     // The stand-in for Claude Code in tests/fixtures comes first on the agent's PATH.
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let path = format!("{}:{}", fixtures.display(), std::env::var("PATH").unwrap_or_default());
-    let mut run = RunningBinary::start_with_env(&["--embedded-relay"], &[("PATH", &path)]);
-    let link = run.event("pairing")["url"].as_str().unwrap().to_owned();
+    let (mut run, _home, _dirs) = start_run_with_env(&["--embedded-relay"], &[("PATH", &path)]);
+    let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
     browser.open(&link).await;
     browser.wait_connection("online").await;
     browser.press("Agent").await;
@@ -552,7 +551,7 @@ async fn the_coding_agent_panel_streams_progress_and_shows_the_answer() {
     let progress = browser.wait_text("#coder-progress", "the progress", |t| !t.is_empty()).await;
     assert!(progress.starts_with("I will look at the workspace first.\nWorking in "), "{progress}");
     browser.close().await;
-    assert!(run.terminate().success());
+    run.stop();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -576,8 +575,8 @@ async fn pictures_of_the_real_page_at_phone_size() {
     std::fs::create_dir_all(&out).unwrap();
     let relay = TestRelay::start().await;
     let relay_flag = format!("http://{}", relay.addr);
-    let mut run = RunningBinary::start_with_env(&["--relay", &relay_flag], &[("DISPLAY", &xvfb.display)]);
-    let link = run.event("pairing")["url"].as_str().unwrap().to_owned();
+    let (mut run, _home, _dirs) = start_run_with_env(&["--relay", &relay_flag], &[("DISPLAY", &xvfb.display)]);
+    let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
     browser.open(&link).await;
     browser.wait_connection("online").await;
 
@@ -608,14 +607,14 @@ async fn pictures_of_the_real_page_at_phone_size() {
     save_picture(&browser, &out, "web-screenshot.png").await;
 
     browser.press("Terminal").await;
-    assert!(run.terminate().success());
+    run.stop();
     browser.wait_connection("laptop offline").await;
     save_picture(&browser, &out, "web-offline.png").await;
     browser.close().await;
 
     let Some(dark) = Browser::start_with(Scheme::Dark).await else { return };
-    let mut run = RunningBinary::start(&["--relay", &relay_flag]);
-    let link = run.event("pairing")["url"].as_str().unwrap().to_owned();
+    let (mut run, _home, _dirs) = start_run_with_env(&["--relay", &relay_flag], &[]);
+    let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
     dark.open(&link).await;
     dark.wait_connection("online").await;
     assert_eq!(dark.script("return matchMedia('(prefers-color-scheme: dark)').matches;", vec![]).await, json!(true));
@@ -626,7 +625,7 @@ async fn pictures_of_the_real_page_at_phone_size() {
     }
     save_picture(&dark, &out, "web-dark.png").await;
     dark.close().await;
-    assert!(run.terminate().success());
+    run.stop();
 }
 
 async fn save_picture(browser: &Browser, dir: &Path, name: &str) {
