@@ -26,8 +26,8 @@ use super::context::AgentContext;
 use super::gate::{admit_hello, Admission, Gate, HelloStep};
 use super::outbox::Outbox;
 use super::session::Session;
-use crate::net::{http, web};
 use crate::net::liveness::{cancelled, close_message, Heartbeat, Liveness, Pulse};
+use crate::net::{http, web};
 use crate::protocol::{self, AgentMessage, ErrorCode};
 
 /// Time a local client has to send its request head.

@@ -37,9 +37,9 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, warn, Instrument as _};
 
 use crate::net::http::{self, HeadError, RequestHead};
+use crate::net::web;
 use crate::protocol::{PeerRole, IDLE_TIMEOUT, MAX_FRAME_LEN, PING_INTERVAL, SEND_QUEUE_FRAMES};
 use crate::secret::{is_lower_hex, Secret, SECRET_HEX_LEN};
-use crate::net::web;
 
 /// Bytes queued for one socket's writer before its senders wait. A single frame always fits an
 /// empty queue, so this bounds a backlog, not the frame size.

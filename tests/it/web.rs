@@ -503,11 +503,10 @@ async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
         .unwrap();
     let path = format!("{}:{}", opener_dir.path().display(), std::env::var("PATH").unwrap_or_default());
     let at = home.clone();
-    let opened =
-        tokio::task::spawn_blocking(move || voxa_cmd(&at).args(["open", "--json"]).env("PATH", path).output())
-            .await
-            .unwrap()
-            .unwrap();
+    let opened = tokio::task::spawn_blocking(move || voxa_cmd(&at).args(["open", "--json"]).env("PATH", path).output())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(opened.status.success(), "{}", String::from_utf8_lossy(&opened.stderr));
     assert_eq!(serde_json::from_slice::<Value>(&opened.stdout).unwrap()["opened"], true);
     assert_eq!(std::fs::read_to_string(&handed).unwrap(), url);
