@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
 use crate::browser::{Browser, Scheme, VIEWPORT};
@@ -375,6 +376,47 @@ async fn a_token_the_laptop_no_longer_accepts_says_scan_the_new_code_and_stops_t
     assert_silent(&mut laptop, Duration::from_millis(1500)).await;
     assert_eq!(scene.browser.wait_connection("scan").await, said);
     scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_laptop_that_cannot_prove_the_pairing_is_not_your_laptop() {
+    let Some(browser) = Browser::start().await else { return };
+    let relay = TestRelay::start().await;
+    // Someone who learned the code (not the token) waits at the relay as the laptop.
+    let code = voxa::secret::Secret::generate().unwrap();
+    let token = voxa::secret::Secret::generate().unwrap();
+    let mut impostor = connect(&format!("ws://{}/agent?code={}", relay.addr, code.expose())).await;
+    browser.open(&format!("http://{}/?code={}&token={}", relay.addr, code.expose(), token.expose())).await;
+    loop {
+        let frame = recv_json(&mut impostor).await;
+        if frame["type"] == "__peer" && frame["state"] == "joined" {
+            break;
+        }
+    }
+    let nonce = "0123456789abcdef0123456789abcdef";
+    send(&mut impostor, json!({"type":"challenge","protocol":2,"nonce": nonce})).await;
+    let hello = recv_type(&mut impostor, "hello").await;
+    assert!(hello.get("token").is_none(), "the token crossed the relay: {hello}");
+    let forged = json!({"type":"hello_ok","protocol":2,"agent":"voxa/0.1.0","mode":"hosted",
+        "tools":["run_command"],"proof": "0".repeat(64)});
+    send(&mut impostor, forged).await;
+    let said = browser.wait_connection("not your laptop").await;
+    assert!(said.starts_with("this is not your laptop"), "{said}");
+    // The page closed the connection and sent nothing after its hello.
+    loop {
+        match next_frame(&mut impostor).await {
+            Some(Message::Text(text)) => {
+                let frame: Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(frame["type"], "__peer", "the page sent {frame} to an impostor");
+                if frame["state"] == "left" {
+                    break;
+                }
+            }
+            Some(Message::Close(_)) | None => panic!("the relay closed the impostor"),
+            Some(_) => {}
+        }
+    }
+    browser.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
