@@ -61,6 +61,8 @@ export class Session extends EventTarget {
 
   /** Starts connecting; reconnects by itself until `stop()` or a final refusal. */
   async start() {
+    // Say so at once: the previous laptop's state must not linger while the key is prepared.
+    this.setState('connecting', this.pairing.kind === 'relay' ? 'connecting to the relay…' : 'connecting…');
     if (!globalThis.crypto || !crypto.subtle) {
       this.finish('insecure', 'this page needs https (or localhost) to prove who it talks to');
       return;
