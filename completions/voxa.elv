@@ -36,6 +36,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand call 'Run one tool through the running agent and print its result'
             cand relay 'Run a relay server'
             cand env 'Drive other machines from this one (multi-environment pairing)'
+            cand open 'Open the web client of the running agent in the default browser'
             cand service 'Keep `voxa run` running at login (systemd user unit on Linux, launchd agent on macOS)'
             cand doctor 'Check this setup, one line per check, and say how to fix what is wrong'
             cand completions 'Print a shell completion script'
@@ -235,6 +236,21 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;env;help;help'= {
         }
+        &'voxa;open'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --no-browser 'Print the link (with the token in its fragment) instead of opening a browser'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'voxa;service'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
             cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
@@ -373,6 +389,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand call 'Run one tool through the running agent and print its result'
             cand relay 'Run a relay server'
             cand env 'Drive other machines from this one (multi-environment pairing)'
+            cand open 'Open the web client of the running agent in the default browser'
             cand service 'Keep `voxa run` running at login (systemd user unit on Linux, launchd agent on macOS)'
             cand doctor 'Check this setup, one line per check, and say how to fix what is wrong'
             cand completions 'Print a shell completion script'
@@ -404,6 +421,8 @@ set edit:completion:arg-completer[voxa] = {|@words|
         &'voxa;help;env;revoke'= {
         }
         &'voxa;help;env;remove'= {
+        }
+        &'voxa;help;open'= {
         }
         &'voxa;help;service'= {
             cand install 'Write the service file and start it now and at every login (twice is harmless)'

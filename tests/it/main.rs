@@ -2,6 +2,7 @@
 //! a script would drive them.
 
 mod agent;
+mod browser;
 mod cli;
 mod doctor;
 mod environments;
@@ -16,3 +17,4 @@ mod run;
 mod service;
 mod support;
 mod tools;
+mod web;
