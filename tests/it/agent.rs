@@ -477,14 +477,7 @@ async fn a_relay_token_is_sent_when_set_and_its_absence_is_refused() {
 #[tokio::test]
 async fn the_agent_reaches_a_tls_relay_through_an_http_connect_proxy() {
     let dir = tempfile::tempdir().unwrap();
-    let certified =
-        rcgen::generate_simple_self_signed(vec!["relay.voxa.test".to_owned(), "localhost".to_owned()]).unwrap();
-    let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
-    std::fs::write(&cert, certified.cert.pem()).unwrap();
-    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
-    let config =
-        voxa::relay::RelayConfig { tls: Some(voxa::relay::load_tls(&cert, &key).unwrap()), ..Default::default() };
-    let relay = TestRelay::start_with(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(), config).await;
+    let (relay, cert) = tls_relay_named(dir.path(), &["relay.voxa.test", "localhost"]).await;
     let (proxy, mut asked) = connect_proxy(relay.addr).await;
 
     // The name only exists behind the proxy: the agent must not resolve it itself.

@@ -370,14 +370,7 @@ async fn a_relay_token_saved_in_the_home_is_used_by_run_and_by_doctor() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_a_proxy_the_relay_is_reached_as_run_would_reach_it() {
     let dir = tempfile::tempdir().unwrap();
-    let certified =
-        rcgen::generate_simple_self_signed(vec!["relay.voxa.test".to_owned(), "localhost".to_owned()]).unwrap();
-    let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
-    std::fs::write(&cert, certified.cert.pem()).unwrap();
-    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
-    let config =
-        voxa::relay::RelayConfig { tls: Some(voxa::relay::load_tls(&cert, &key).unwrap()), ..Default::default() };
-    let relay = TestRelay::start_with(TcpListener::bind("127.0.0.1:0").await.unwrap(), config).await;
+    let (relay, cert) = tls_relay_named(dir.path(), &["relay.voxa.test", "localhost"]).await;
     let (proxy, mut asked) = connect_proxy(relay.addr).await;
     let home = dir.path().join("voxa");
     // The name only exists behind the proxy: doctor must not resolve it itself.

@@ -74,7 +74,13 @@ impl Drop for TestRelay {
 /// A relay serving TLS with a fresh self-signed certificate for `localhost`; returns the relay
 /// and the certificate's PEM file.
 pub async fn tls_relay(dir: &std::path::Path) -> (TestRelay, std::path::PathBuf) {
-    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    tls_relay_named(dir, &["localhost"]).await
+}
+
+/// A TLS relay whose self-signed certificate names `names`; returns it and the certificate file.
+pub async fn tls_relay_named(dir: &std::path::Path, names: &[&str]) -> (TestRelay, std::path::PathBuf) {
+    let names = names.iter().map(|name| name.to_string()).collect::<Vec<_>>();
+    let certified = rcgen::generate_simple_self_signed(names).unwrap();
     let cert = dir.join("relay.crt");
     let key = dir.join("relay.key");
     std::fs::write(&cert, certified.cert.pem()).unwrap();
