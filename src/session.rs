@@ -535,6 +535,7 @@ mod tests {
             config,
             audit: Some(crate::audit::Audit::new(workspace.path().join("audit"))),
             env: None,
+            ..Default::default()
         })
         .unwrap();
         let mut ctx = AgentContext::new(toolbox);

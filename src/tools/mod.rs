@@ -6,6 +6,7 @@
 //! `busy` at once, never queued; argument checks against the table → `invalid-args` naming the
 //! field; then the tool. Each call, refused or not, leaves one line in the audit trail.
 
+mod beneath;
 mod coding_agent;
 mod command;
 mod files;
@@ -44,6 +45,8 @@ pub const PRIVATE_ENV: [&str; 2] = ["VOXA_RELAY_TOKEN", "GEMINI_API_KEY"];
 pub struct ToolboxOptions {
     /// Root every path argument resolves inside.
     pub workspace: PathBuf,
+    /// Directories no path argument may resolve into (`protected-path`): the voxa home.
+    pub protected: Vec<PathBuf>,
     /// Policy, coding agents, concurrency.
     pub config: Config,
     /// Where every call is recorded; `None` records nothing (benchmarks).
@@ -59,6 +62,7 @@ impl std::fmt::Debug for ToolboxOptions {
         let env_names = self.env.as_ref().map(|env| env.iter().map(|(key, _)| key).collect::<Vec<_>>());
         f.debug_struct("ToolboxOptions")
             .field("workspace", &self.workspace)
+            .field("protected", &self.protected)
             .field("config", &self.config)
             .field("audit", &self.audit)
             .field("env", &env_names)
@@ -310,7 +314,7 @@ fn policy_refusal(policy: &Policy, spec: &ToolSpec) -> Option<PolicyRule> {
 impl Toolbox {
     /// Checks the workspace (canonicalised; it must be an existing directory) and the settings.
     pub fn new(options: ToolboxOptions) -> anyhow::Result<Self> {
-        let workspace = Workspace::new(&options.workspace)?;
+        let workspace = Workspace::new(&options.workspace, &options.protected)?;
         let max_calls = options.config.max_concurrent_calls.unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS);
         if max_calls == 0 {
             return Err(ConfigError::new("max_concurrent_calls must be at least 1").into());
@@ -485,13 +489,22 @@ impl Toolbox {
                 self.blocking(cancel, move |ws| files::read_file(ws, &path, max_bytes)).await.map(plain)
             }
             "write_file" => {
-                let path = args.str("path").unwrap_or_default().to_owned();
-                let content = args.str("content").unwrap_or_default().to_owned();
-                let create_dirs = args.bool("create_dirs").unwrap_or(false);
-                let encoding =
-                    args.str("encoding").map(files::Encoding::parse).transpose()?.unwrap_or(files::Encoding::Utf8);
-                self.blocking(cancel, move |ws| files::write_file(ws, &path, &content, encoding, create_dirs))
+                let request = files::WriteRequest {
+                    path: args.str("path").unwrap_or_default().to_owned(),
+                    content: args.str("content").unwrap_or_default().to_owned(),
+                    create_dirs: args.bool("create_dirs").unwrap_or(false),
+                    encoding: args
+                        .str("encoding")
+                        .map(files::Encoding::parse)
+                        .transpose()?
+                        .unwrap_or(files::Encoding::Utf8),
+                };
+                // Not answered early on cancel: the write looks at the token before it commits,
+                // so the answer always tells whether the file changed.
+                let inner = self.inner.clone();
+                tokio::task::spawn_blocking(move || files::write_file(&inner.workspace, &request, &cancel))
                     .await
+                    .unwrap_or_else(|err| Err(ToolError::new(ErrorCode::Internal, format!("tool failed: {err}"))))
                     .map(plain)
             }
             "list_dir" => {
@@ -692,6 +705,7 @@ mod tests {
             config,
             audit: None,
             env: Some(vec![("GEMINI_API_KEY".into(), "secret".into()), ("PATH".into(), "/usr/bin:/bin".into())]),
+            ..Default::default()
         })
         .unwrap();
         (tmp, toolbox)

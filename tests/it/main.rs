@@ -5,6 +5,7 @@ mod agent;
 mod cli;
 mod environments;
 mod fake_gemini;
+mod fence;
 mod gemini;
 mod harness;
 mod hostile;

@@ -1,0 +1,199 @@
+//! The workspace fence under attack: a local process swapping directories for symlinks while the
+//! file tools run, the voxa home inside the workspace, and how files come into being.
+
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+use voxa::config::Config;
+use voxa::protocol::{ErrorCode, ToolError};
+use voxa::tools::{ToolRequest, Toolbox, ToolboxOptions};
+
+use crate::harness::*;
+
+/// Symlink swaps (and file tool rounds) the race test runs at least.
+const SWAPS: usize = 3000;
+
+fn toolbox(workspace: &Path, config: Config) -> Toolbox {
+    Toolbox::new(ToolboxOptions { workspace: workspace.to_path_buf(), config, ..Default::default() }).unwrap()
+}
+
+async fn call(toolbox: &Toolbox, name: &str, args: Value) -> Result<Value, ToolError> {
+    call_until(toolbox, name, args, CancellationToken::new()).await
+}
+
+async fn call_until(toolbox: &Toolbox, name: &str, args: Value, cancel: CancellationToken) -> Result<Value, ToolError> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let request = ToolRequest {
+        id: format!("f{}", NEXT.fetch_add(1, Ordering::Relaxed)),
+        name: name.into(),
+        args,
+        caller: "loopback".into(),
+        progress: None,
+        cancel,
+    };
+    toolbox.call(request).await.map(|output| output.result)
+}
+
+/// Names in a directory, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn symlink_swaps_never_lead_read_list_or_write_outside() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ws, outside) = (tmp.path().join("ws"), tmp.path().join("outside"));
+    std::fs::create_dir_all(ws.join("d")).unwrap();
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(ws.join("d/note.txt"), "inside").unwrap();
+    std::fs::write(outside.join("note.txt"), "OUTSIDE").unwrap();
+    std::fs::write(outside.join("outside-only.txt"), "OUTSIDE").unwrap();
+    // `d` and `x` trade places atomically, over and over: `d` is a real directory one moment and a
+    // symlink to the outside directory the next.
+    symlink(&outside, ws.join("x")).unwrap();
+    let toolbox = toolbox(&ws, Config::default());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicUsize::new(0));
+    let swapper = {
+        let (stop, swaps, ws) = (stop.clone(), swaps.clone(), ws.clone());
+        std::thread::spawn(move || {
+            let cwd = rustix::fs::CWD;
+            while !stop.load(Ordering::Relaxed) {
+                rustix::fs::renameat_with(cwd, ws.join("d"), cwd, ws.join("x"), rustix::fs::RenameFlags::EXCHANGE)
+                    .unwrap();
+                swaps.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+
+    let (mut reads, mut lists, mut writes, mut rounds) = (0, 0, 0, 0);
+    let mut leaks = Vec::new();
+    while rounds < SWAPS || swaps.load(Ordering::Relaxed) < SWAPS {
+        rounds += 1;
+        if let Ok(result) = call(&toolbox, "read_file", json!({"path": "d/note.txt"})).await {
+            reads += 1;
+            if result["content"] != "inside" {
+                leaks.push(format!("read_file returned {}", result["content"]));
+            }
+        }
+        if let Ok(result) = call(&toolbox, "list_dir", json!({"path": "d"})).await {
+            lists += 1;
+            if result["entries"].as_array().unwrap().iter().any(|entry| entry["name"] == "outside-only.txt") {
+                leaks.push("list_dir listed the outside directory".to_owned());
+            }
+        }
+        let written = call(&toolbox, "write_file", json!({"path": format!("d/w{rounds}.txt"), "content": "w"})).await;
+        if written.is_ok() {
+            writes += 1;
+        }
+        if leaks.len() > 20 {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+
+    let outside_now = names(&outside);
+    assert_eq!(outside_now, ["note.txt", "outside-only.txt"], "files appeared outside the workspace");
+    assert!(leaks.is_empty(), "{} leaks in {rounds} rounds, first: {:?}", leaks.len(), leaks.first());
+    // The race was real: every tool also succeeded while `d` was the directory.
+    assert!(reads > 0 && lists > 0 && writes > 0, "reads {reads}, lists {lists}, writes {writes}");
+}
+
+#[tokio::test]
+async fn the_voxa_home_inside_the_workspace_is_out_of_reach() {
+    // The layout of `voxa run` started in the home directory: the state directory is in the
+    // workspace.
+    let agent = TestAgent::start_with(None, |options| {
+        options.workspace = options.home.dir().parent().unwrap().canonicalize().unwrap();
+    })
+    .await;
+    let home = agent.agent.ctx.toolbox.workspace().join("voxa");
+    assert!(home.join("auth_token").exists());
+    symlink("voxa", agent.agent.ctx.toolbox.workspace().join("innocent")).unwrap();
+    let absolute = home.join("relay_code").display().to_string();
+    let mut client = agent.local_client().await;
+    let calls = [
+        json!({"name": "read_file", "args": {"path": "voxa/auth_token"}}),
+        json!({"name": "read_file", "args": {"path": "innocent/auth_token"}}),
+        json!({"name": "read_file", "args": {"path": absolute}}),
+        json!({"name": "read_file", "args": {"path": "voxa/../voxa/config.toml"}}),
+        json!({"name": "list_dir", "args": {"path": "voxa"}}),
+        json!({"name": "list_dir", "args": {"path": "innocent/audit"}}),
+        json!({"name": "write_file", "args": {"path": "voxa/.pairings.json", "content": "{}"}}),
+        json!({"name": "write_file", "args": {"path": "innocent/new/x", "content": "x", "create_dirs": true}}),
+        json!({"name": "write_file", "args": {"path": "voxa", "content": "x"}}),
+        json!({"name": "run_command", "args": {"command": "true", "cwd": "voxa"}}),
+    ];
+    for (index, call) in calls.iter().enumerate() {
+        let id = format!("p{index}");
+        send(&mut client, json!({"type": "tool_call", "id": id, "name": call["name"], "args": call["args"]})).await;
+        let result = recv_result(&mut client, &id).await;
+        assert_eq!(result["error"]["code"], "protected-path", "{call}: {result}");
+        assert!(!result.to_string().contains(agent.token()), "{result}");
+    }
+    assert!(!home.join(".pairings.json").exists() && !home.join("new").exists() && home.is_dir());
+    // The rest of the workspace works as ever, and the listing of its root names the home only.
+    send(&mut client, json!({"type": "tool_call", "id": "ok", "name": "list_dir", "args": {}})).await;
+    let listing = recv_result(&mut client, "ok").await;
+    assert_eq!(listing["ok"], true, "{listing}");
+}
+
+/// Cancels a `write_file` while it runs, over and over: whenever the answer is `cancelled` the
+/// file is untouched, whenever it is a result the file holds the new content. A one-thread blocking
+/// pool lets the test wait for the write itself to end, not only for its answer.
+#[test]
+fn a_cancelled_write_either_did_not_write_or_says_it_wrote() {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().max_blocking_threads(1).build().unwrap();
+    runtime.block_on(async {
+        let tmp = tempfile::tempdir().unwrap();
+        let toolbox = toolbox(tmp.path(), Config::default());
+        let content = "x".repeat(4 << 20);
+        let (mut cancelled, mut written) = (0, 0);
+        for round in 0..40 {
+            let name = format!("f{round}.txt");
+            std::fs::write(tmp.path().join(&name), "old").unwrap();
+            let cancel = CancellationToken::new();
+            let canceller = tokio::spawn({
+                let cancel = cancel.clone();
+                async move {
+                    for _ in 0..round % 4 {
+                        tokio::task::yield_now().await;
+                    }
+                    cancel.cancel();
+                }
+            });
+            let args = json!({"path": name, "content": content});
+            let answer = call_until(&toolbox, "write_file", args, cancel).await;
+            canceller.await.unwrap();
+            // Queued behind the write on the single blocking thread: runs once it has ended.
+            tokio::task::spawn_blocking(|| ()).await.unwrap();
+            let now = std::fs::read_to_string(tmp.path().join(&name)).unwrap();
+            match answer {
+                Ok(result) => {
+                    written += 1;
+                    assert_eq!(result["bytes_written"], content.len());
+                    assert_eq!(now.len(), content.len(), "round {round}: answered written, file unchanged");
+                }
+                Err(err) => {
+                    assert_eq!(err.code, ErrorCode::Cancelled, "{err}");
+                    cancelled += 1;
+                    assert_eq!(now, "old", "round {round}: answered cancelled, yet the file was replaced");
+                }
+            }
+        }
+        assert!(cancelled > 0, "no write was cancelled ({written} written)");
+        let leftovers = names(tmp.path()).into_iter().filter(|name| name.ends_with(".tmp")).count();
+        assert_eq!(leftovers, 0, "temporary files left behind");
+    });
+}
