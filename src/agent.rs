@@ -2,7 +2,7 @@
 //! outbound connection alive through sleep, roaming and relay restarts.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,7 +27,7 @@ use crate::error::ConfigError;
 use crate::gemini::GeminiConfig;
 use crate::output::Printer;
 use crate::protocol::{self, close, AgentMessage, ErrorCode, PeerNotice, PeerRole, PeerState};
-use crate::secret::Secret;
+use crate::secret::EnvSecrets;
 use crate::session::{self, AgentContext, Gate, Session, TokenGate};
 use crate::state::{Home, Secrets};
 use crate::tools::{Toolbox, ToolboxOptions};
@@ -216,7 +216,7 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
 pub async fn command(settings: &Settings, args: RunArgs) -> Result<()> {
     let home = &settings.home;
     let printer = settings.printer;
-    let gemini = if settings.self_hosted { Some(gemini_config(&args)?) } else { None };
+    let gemini = if settings.self_hosted { Some(gemini_config(&args, &settings.env_secrets)?) } else { None };
     home.ensure()?;
     let mut config = home.load_config()?;
     let gemini = gemini.map(|gemini| with_saved_voice(gemini, &args, &config));
@@ -224,7 +224,7 @@ pub async fn command(settings: &Settings, args: RunArgs) -> Result<()> {
     if let Some(path) = &args.ca_cert {
         dial = dial.trust_pem_file(path)?;
     }
-    dial.bearer = args.relay_token.clone().filter(|t| !t.is_empty()).map(Secret::from_string);
+    dial.bearer = crate::cli::relay_token(args.relay_token.as_deref(), args.relay_token_file.as_deref())?;
     let workspace = match &args.workspace {
         Some(dir) => dir.clone(),
         None => std::env::current_dir().context("could not read the current directory")?,
@@ -232,6 +232,7 @@ pub async fn command(settings: &Settings, args: RunArgs) -> Result<()> {
     let workspace = workspace
         .canonicalize()
         .map_err(|err| ConfigError::new(format!("workspace {} is not usable: {err}", workspace.display())))?;
+    warn_if_home_in_workspace(home, &workspace, printer);
     let shutdown = crate::shutdown::on_signal();
     let tasks = TaskTracker::new();
     // The embedded relay stands in for a remote one: nothing about it is saved.
@@ -296,6 +297,26 @@ pub async fn command(settings: &Settings, args: RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// The file tools refuse the home (`protected-path`), but `run_command` and the coding agent run
+/// with this user's rights and can read it: say so when the workspace holds the home.
+fn warn_if_home_in_workspace(home: &Home, workspace: &Path, printer: Printer) {
+    let home_dir = home.dir().canonicalize().unwrap_or_else(|_| home.dir().to_path_buf());
+    if !home_dir.starts_with(workspace) {
+        return;
+    }
+    let message = format!(
+        "warning: the workspace {} contains voxa's state directory {}; file tools refuse it, but commands \
+         and coding agents run as you and can read its secrets. Pass --workspace with a project directory",
+        workspace.display(),
+        home_dir.display()
+    );
+    printer.event(
+        "warning",
+        json!({"warning": "home-in-workspace", "workspace": workspace.display().to_string(), "home": home_dir.display().to_string()}),
+        message,
+    );
+}
+
 async fn bind_loopback_addr(addr: &str) -> Result<TcpListener> {
     let parsed: SocketAddr = addr
         .parse()
@@ -307,20 +328,19 @@ async fn bind_loopback_addr(addr: &str) -> Result<TcpListener> {
 }
 
 /// Self-hosted settings from the environment; a missing key is a usage error.
-fn gemini_config(args: &RunArgs) -> Result<GeminiConfig> {
-    let key = std::env::var("GEMINI_API_KEY").unwrap_or_default();
-    if key.trim().is_empty() {
+fn gemini_config(args: &RunArgs, env_secrets: &EnvSecrets) -> Result<GeminiConfig> {
+    let Some(key) = env_secrets.gemini_api_key.clone() else {
         return Err(ConfigError::new(
             "--self-hosted needs your Gemini API key: set GEMINI_API_KEY (nothing was started)",
         )
         .into());
-    }
+    };
     let url = std::env::var("VOXA_GEMINI_URL").ok().filter(|u| !u.trim().is_empty());
     if let Some(url) = &url {
         check_gemini_url(url)?;
     }
     Ok(GeminiConfig {
-        api_key: Secret::from_string(key.trim().to_owned()),
+        api_key: key,
         url: url.map(|u| u.trim().to_owned()).unwrap_or_else(|| GEMINI_LIVE_URL.to_owned()),
         model: args.model.clone().unwrap_or_else(|| DEFAULT_GEMINI_MODEL.to_owned()),
         voice: "Kore".into(),

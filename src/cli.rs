@@ -1,7 +1,7 @@
 //! The command line (SPEC §2): one clap-derive `Cli`, turned into validated settings before any
 //! work is done, then dispatched.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::{Args, CommandFactory, Parser, Subcommand};
@@ -9,6 +9,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use crate::config::{Config, RelayUrl, DEFAULT_RELAY};
 use crate::error::{ConfigError, Exit};
 use crate::output::Printer;
+use crate::secret::{EnvSecrets, Secret};
 use crate::state::Home;
 
 /// Drive this laptop from your phone by voice.
@@ -88,9 +89,13 @@ pub struct RunArgs {
     /// Extra CA certificate (PEM) to trust for the relay's TLS, e.g. a self-signed relay
     #[arg(long, value_name = "FILE")]
     pub ca_cert: Option<PathBuf>,
-    /// Token the relay requires (sent as Authorization: Bearer)
+    /// Token the relay requires (sent as Authorization: Bearer); prefer VOXA_RELAY_TOKEN or
+    /// --relay-token-file, a flag's value is visible to every user in `ps`
     #[arg(long, env = "VOXA_RELAY_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     pub relay_token: Option<String>,
+    /// Read the relay token from this file (first line; the file must not be readable by others)
+    #[arg(long, value_name = "FILE")]
+    pub relay_token_file: Option<PathBuf>,
     /// Gemini Live model for self-hosted mode
     #[arg(long, value_name = "MODEL")]
     pub model: Option<String>,
@@ -118,9 +123,13 @@ pub struct RelayArgs {
     /// TLS private key (PEM)
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// Require this token from both sides (Authorization: Bearer)
+    /// Require this token from both sides (Authorization: Bearer); prefer VOXA_RELAY_TOKEN or
+    /// --relay-token-file, a flag's value is visible to every user in `ps`
     #[arg(long, env = "VOXA_RELAY_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     pub relay_token: Option<String>,
+    /// Read the relay token from this file (first line; the file must not be readable by others)
+    #[arg(long, value_name = "FILE")]
+    pub relay_token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -135,7 +144,8 @@ pub enum EnvCommand {
     Issue,
     /// On the host: record an environment from the line `voxa env issue` printed
     Add {
-        /// The pasted line
+        /// The pasted line, or - to read it from standard input (keeps the bearer out of `ps` and
+        /// the shell history)
         line: String,
         /// A short name for the environment
         #[arg(long)]
@@ -162,15 +172,18 @@ pub struct Settings {
     pub relay_flag: Option<String>,
     pub self_hosted: bool,
     pub printer: Printer,
+    /// Secrets the process was started with, already removed from its environment.
+    pub env_secrets: EnvSecrets,
 }
 
 impl Settings {
-    pub fn from_cli(cli: &Cli) -> Result<Self> {
+    pub fn from_cli(cli: &Cli, env_secrets: EnvSecrets) -> Result<Self> {
         Ok(Settings {
             home: Home::locate(cli.home.clone())?,
             relay_flag: cli.relay.clone().filter(|r| !r.trim().is_empty()),
             self_hosted: cli.self_hosted,
             printer: Printer::new(cli.json, cli.quiet),
+            env_secrets,
         })
     }
 
@@ -190,9 +203,29 @@ impl Settings {
     }
 }
 
-/// Runs the parsed command line and returns the exit status.
-pub fn run(cli: Cli) -> Result<Exit> {
-    let settings = Settings::from_cli(&cli)?;
+/// The relay token: the first line of `file` when given (a file others can read is refused, like
+/// the secrets in the home), else `value` (`--relay-token` or `VOXA_RELAY_TOKEN`). Empty is none.
+pub fn relay_token(value: Option<&str>, file: Option<&Path>) -> Result<Option<Secret>> {
+    let Some(file) = file else {
+        return Ok(value
+            .map(str::trim)
+            .filter(|token| !token.is_empty())
+            .map(|token| Secret::from_string(token.to_owned())));
+    };
+    crate::state::check_private(file, false)?;
+    let text = std::fs::read_to_string(file)
+        .map_err(|err| ConfigError::new(format!("could not read the relay token file {}: {err}", file.display())))?;
+    let token = text.lines().next().unwrap_or_default().trim();
+    if token.is_empty() {
+        return Err(ConfigError::new(format!("the relay token file {} is empty", file.display())).into());
+    }
+    Ok(Some(Secret::from_string(token.to_owned())))
+}
+
+/// Runs the parsed command line and returns the exit status. `env_secrets` are the secrets taken
+/// out of the environment at start ([`EnvSecrets::take`]).
+pub fn run(cli: Cli, env_secrets: EnvSecrets) -> Result<Exit> {
+    let settings = Settings::from_cli(&cli, env_secrets)?;
     match cli.command {
         Some(Command::Pair(args)) => crate::pair::run(&settings, &args).map(|()| Exit::Ok),
         Some(Command::Completions { shell }) => {

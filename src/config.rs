@@ -23,7 +23,7 @@ pub struct RelayUrl {
 impl RelayUrl {
     /// Validates a relay URL before anything is dialled.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let shown = without_userinfo(text.trim());
+        let shown = redact_url(text.trim());
         let trimmed = shown.as_str();
         let text = text.trim();
         let url = url::Url::parse(text)
@@ -89,15 +89,22 @@ impl std::fmt::Display for RelayUrl {
     }
 }
 
-/// `scheme://user:password@host` as `scheme://…@host`, for messages.
-fn without_userinfo(text: &str) -> String {
-    match text.rfind('@') {
+/// A URL as messages may show it: `scheme://user:password@host/path?query#fragment` becomes
+/// `scheme://…@host/path?…` — a pasted pairing link (`?code=…&token=…`) or credentials in the
+/// URL never reach an error, a log or CI output. Works on text that does not parse as a URL too.
+pub fn redact_url(text: &str) -> String {
+    let (text, hidden) = match text.find(['?', '#']) {
+        Some(cut) => (&text[..cut], "?…"),
+        None => (text, ""),
+    };
+    let shown = match text.rfind('@') {
         Some(at) => match text[..at].find("://") {
             Some(scheme_end) => format!("{}…{}", &text[..scheme_end + 3], &text[at..]),
             None => format!("…{}", &text[at..]),
         },
         None => text.to_owned(),
-    }
+    };
+    format!("{shown}{hidden}")
 }
 
 /// True for `localhost`, `127.0.0.0/8` and `::1`: hosts that may be dialled without TLS.
@@ -216,6 +223,23 @@ mod tests {
             let err = RelayUrl::parse(bad).unwrap_err().to_string();
             assert!(!err.contains("hunter2"), "{err}");
         }
+    }
+
+    #[test]
+    fn refusals_never_repeat_a_query_or_fragment() {
+        let token = "0123456789abcdef0123456789abcdef";
+        for bad in [
+            format!("htps://relay.example/?code=c&token={token}"),
+            format!("https://exa mple.com/?token={token}"),
+            format!("http://relay.example/#token={token}"),
+            format!("https://u:{token}@relay.example/?token={token}"),
+            format!("relay.example/?token={token}"),
+        ] {
+            let err = RelayUrl::parse(&bad).unwrap_err().to_string();
+            assert!(!err.contains(token), "{err}");
+        }
+        assert_eq!(redact_url("https://u:p@h.example/x?token=t#f"), "https://…@h.example/x?…");
+        assert_eq!(redact_url("https://h.example/x"), "https://h.example/x");
     }
 
     #[test]

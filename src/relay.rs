@@ -139,7 +139,7 @@ pub async fn command(settings: &Settings, args: RelayArgs) -> anyhow::Result<()>
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.tls = Some(load_tls(cert, key).map_err(|err| ConfigError::new(format!("{err:#}")))?);
     }
-    config.token = args.relay_token.filter(|token| !token.trim().is_empty()).map(Secret::from_string);
+    config.token = crate::cli::relay_token(args.relay_token.as_deref(), args.relay_token_file.as_deref())?;
     if let Some(fds) = raise_fd_limit() {
         config.max_connections = config.max_connections.min(fds.saturating_sub(RESERVED_FDS).max(1) as usize);
     }

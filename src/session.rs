@@ -43,6 +43,12 @@ pub trait EnvRouter: Send + Sync {
         false
     }
 
+    /// Whether a call to `name` (a router tool, or any tool routed to an environment) can change
+    /// a machine; the `read_only` policy refuses those. Unknown means yes.
+    fn changes_machine(&self, _name: &str, _args: &Value) -> bool {
+        true
+    }
+
     /// Gemini function declarations of [`EnvRouter::tool_names`].
     fn gemini_declarations(&self) -> Vec<Value> {
         Vec::new()
@@ -129,7 +135,8 @@ impl AgentContext {
     pub fn hello_ok(&self, admission: &Admission) -> AgentMessage {
         let mut tools = self.toolbox.names();
         if let Some(router) = &self.router {
-            tools.extend(router.tool_names().into_iter().filter(|name| self.toolbox.check_policy(name).is_ok()));
+            // Listed when some of its uses are allowed; each call is checked again.
+            tools.extend(router.tool_names().into_iter().filter(|name| self.toolbox.check_policy(name, false).is_ok()));
         }
         AgentMessage::HelloOk(HelloOk {
             agent: crate::agent_name(),
@@ -160,7 +167,7 @@ impl AgentContext {
                 }
             }
             declarations.extend(router.gemini_declarations().into_iter().filter(|declaration| {
-                declaration["name"].as_str().is_some_and(|name| self.toolbox.check_policy(name).is_ok())
+                declaration["name"].as_str().is_some_and(|name| self.toolbox.check_policy(name, false).is_ok())
             }));
         }
         Value::Array(declarations)
@@ -418,7 +425,7 @@ pub async fn run_tool(
     }
     if let Some((router, env)) = remote {
         // The host's policy speaks for its user: what it refuses here, it refuses everywhere.
-        if let Err(refused) = ctx.toolbox.check_policy(&call.name) {
+        if let Err(refused) = ctx.toolbox.check_policy(&call.name, router.changes_machine(&call.name, &call.args)) {
             audit_elsewhere(ctx, &call, caller, Err(&refused), Instant::now());
             return Err(refused);
         }
@@ -436,7 +443,7 @@ pub async fn run_tool(
     }
     if let Some(router) = ctx.router.as_ref().filter(|router| router.tool_names().contains(&call.name)) {
         let started = Instant::now();
-        let result = match ctx.toolbox.check_policy(&call.name) {
+        let result = match ctx.toolbox.check_policy(&call.name, router.changes_machine(&call.name, &call.args)) {
             Ok(()) => match router.local_tool(&call.name, &call.args) {
                 Some(future) => future.await,
                 None => Err(ToolError::new(ErrorCode::UnknownTool, format!("no tool named {:?}", call.name))),

@@ -20,7 +20,7 @@ pub mod store;
 
 use std::fmt::Write as _;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use futures_util::{SinkExt, StreamExt};
 use rand::TryRngCore;
 use serde_json::{json, Value};
@@ -351,6 +351,7 @@ pub async fn command(settings: &Settings, command: EnvCommand) -> Result<Exit> {
         }
         EnvCommand::Add { line, name } => {
             let token = store::load_or_create_host_token(home)?;
+            let line = if line == "-" { read_line_from_stdin()? } else { line };
             let added = add(home, &line, name.as_deref(), token.expose())?;
             let value =
                 json!({"envKey": added.env_key, "name": added.name, "relay": added.relay, "replaced": added.replaced});
@@ -400,7 +401,7 @@ async fn list(settings: &Settings) -> Result<()> {
     let pairings = store::load_pairings(home)?;
     let fleet = match fleet_from_running_agent(home).await {
         Some(fleet) => fleet,
-        None => probe_here(home).await?,
+        None => probe_here(home, settings.env_secrets.relay_token.clone()).await?,
     };
     let environments = fleet.get("environments").cloned().unwrap_or_else(|| json!([]));
     let mut issued: Vec<Value> = pairings
@@ -444,6 +445,18 @@ async fn list(settings: &Settings) -> Result<()> {
     Ok(())
 }
 
+/// The first line of standard input, for `voxa env add -`.
+fn read_line_from_stdin() -> Result<String> {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).context("could not read the pairing line from standard input")?;
+    if line.trim().is_empty() {
+        return Err(
+            ConfigError::new("no pairing line on standard input (paste the line `voxa env issue` printed)").into()
+        );
+    }
+    Ok(line)
+}
+
 async fn fleet_from_running_agent(home: &Home) -> Option<Value> {
     home.running_agent().ok()??;
     let (mut socket, _) = crate::call::connect_local(home).await.ok()?;
@@ -465,10 +478,10 @@ async fn fleet_from_running_agent(home: &Home) -> Option<Value> {
     result
 }
 
-async fn probe_here(home: &Home) -> Result<Value> {
+async fn probe_here(home: &Home, relay_token: Option<Secret>) -> Result<Value> {
     let mut dial = DialOptions::default().with_proxy_from_env()?;
     let own_relay = home.load_config()?.relay.and_then(|r| RelayUrl::parse(&r).ok());
-    dial.bearer = std::env::var("VOXA_RELAY_TOKEN").ok().filter(|t| !t.is_empty()).map(Secret::from_string);
+    dial.bearer = relay_token;
     let tasks = TaskTracker::new();
     let shutdown = CancellationToken::new();
     let router = HostRouter::new(HostOptions {

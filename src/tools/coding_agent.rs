@@ -3,8 +3,9 @@
 //! in `config.toml` under `[agents.<name>]` (`program`, `args` with a `{prompt}` placeholder,
 //! `format` = `stream-json` or `text`).
 //!
-//! The prompt always travels as one argument after `--`, so a prompt that looks like a flag stays a
-//! prompt. Progress is the agent's assistant text as it streams; the answer is the `result` line
+//! The prompt always travels as one argument, never through a shell. The built-in command puts it
+//! after `--`, so a prompt that looks like a flag stays a prompt; a configured command should too,
+//! and when its `{prompt}` is not after a `--`, a prompt starting with `-` is refused. Progress is the agent's assistant text as it streams; the answer is the `result` line
 //! (or, for `text` agents, everything printed). The agent runs in its own process group, killed
 //! whole on cancel, on [`CODING_AGENT_TIMEOUT`], and when it exits.
 
@@ -86,6 +87,23 @@ pub(crate) fn agent_command(config: &Config, name: &str) -> Result<AgentCommand,
         ErrorCode::InvalidArgs,
         format!("field `agent`: no coding agent named {name:?} (known: {})", known.join(", ")),
     ))
+}
+
+/// Refuses a prompt that the agent would read as an option: one starting with `-`, for a command
+/// whose `{prompt}` argument does not come after a `--`.
+pub(crate) fn check_prompt_is_not_an_option(name: &str, command: &AgentCommand, prompt: &str) -> Result<(), ToolError> {
+    let exposed = command.args.iter().take_while(|arg| arg.as_str() != "--").any(|arg| arg == PROMPT_PLACEHOLDER);
+    if exposed && prompt.starts_with('-') {
+        return Err(ToolError::new(
+            ErrorCode::InvalidArgs,
+            format!(
+                "field `prompt` starts with \"-\" and coding agent {name:?} has no \"--\" before {PROMPT_PLACEHOLDER} \
+                 in its args, so the agent would take the prompt for an option; rephrase the prompt, or add \"--\" \
+                 before {PROMPT_PLACEHOLDER} in config.toml"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Finds `program` the way a shell would, on `path` only. Empty `PATH` entries (the current

@@ -395,20 +395,24 @@ impl Toolbox {
     }
 
     /// Applies the policy to a call this toolbox does not run itself: a router tool such as
-    /// `fleet` (allow and deny lists), or a call routed to an environment (also `read_only` for
-    /// tools that change a machine).
-    pub fn check_policy(&self, name: &str) -> Result<(), ToolError> {
+    /// `fleet`, or a call routed to an environment. `changes_machine` says whether this call can
+    /// change something (for a table tool its entry decides; a name the table lacks must say
+    /// itself, and counts as changing when unsure), which `read_only` refuses.
+    pub fn check_policy(&self, name: &str, changes_machine: bool) -> Result<(), ToolError> {
         let policy = &self.inner.config.policy;
         let listed = |list: &[String]| list.iter().any(|entry| entry == name);
-        let read_only = policy.read_only && tool_spec(name).is_some_and(|spec| spec.changes_machine);
-        if listed(&policy.deny) || (!policy.allow.is_empty() && !listed(&policy.allow)) || read_only {
-            let shown = output::prefix(name, 64);
-            return Err(ToolError::new(
-                ErrorCode::DeniedByPolicy,
-                format!("{shown} is not allowed here by the policy"),
-            ));
-        }
-        Ok(())
+        let changes = tool_spec(name).map_or(changes_machine, |spec| spec.changes_machine);
+        let why = if listed(&policy.deny) {
+            "it is on the policy's deny list"
+        } else if !policy.allow.is_empty() && !listed(&policy.allow) {
+            "it is not on the policy's allow list"
+        } else if policy.read_only && changes {
+            "this agent is read-only and the call can change a machine"
+        } else {
+            return Ok(());
+        };
+        let shown = output::prefix(name, 64);
+        Err(ToolError::new(ErrorCode::DeniedByPolicy, format!("{shown} is not allowed here: {why}")))
     }
 
     /// Records a call this toolbox did not run itself: routed to an environment, or a router tool.
@@ -524,6 +528,7 @@ impl Toolbox {
                 check_text("prompt", prompt, MAX_PROMPT_LEN)?;
                 let agent = args.str("agent").unwrap_or(DEFAULT_AGENT);
                 let command = coding_agent::agent_command(&inner.config, agent)?;
+                coding_agent::check_prompt_is_not_an_option(agent, &command, prompt)?;
                 let cwd = self.directory(args.str("cwd"))?;
                 let program = coding_agent::find_program(&command.program, self.env_var("PATH")).ok_or_else(|| {
                     ToolError::new(

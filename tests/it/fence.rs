@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
-use voxa::config::Config;
+use voxa::config::{AgentCommand, Config};
 use voxa::protocol::{ErrorCode, ToolError};
 use voxa::tools::{ToolRequest, Toolbox, ToolboxOptions};
 
@@ -196,4 +196,55 @@ fn a_cancelled_write_either_did_not_write_or_says_it_wrote() {
         let leftovers = names(tmp.path()).into_iter().filter(|name| name.ends_with(".tmp")).count();
         assert_eq!(leftovers, 0, "temporary files left behind");
     });
+}
+
+#[tokio::test]
+async fn read_only_covers_every_fleet_action_that_changes_pairings() {
+    let agent = TestAgent::start_with(None, |options| options.config.policy.read_only = true).await;
+    let home = voxa::state::Home::at(agent.home.path().join("voxa"));
+    // Even a caller holding the real host token is refused: read-only speaks first.
+    let host_token = voxa::environments::store::load_or_create_host_token(&home).unwrap();
+    let mut client = agent.local_client().await;
+    for action in ["remove", "revoke", "rename"] {
+        let args = json!({"action": action, "target": "devbox", "host_token": host_token.expose()});
+        send(&mut client, json!({"type": "tool_call", "id": action, "name": "fleet", "args": args})).await;
+        let result = recv_result(&mut client, action).await;
+        assert_eq!(result["error"]["code"], "denied-by-policy", "{action}: {result}");
+    }
+    send(&mut client, json!({"type": "tool_call", "id": "list", "name": "fleet", "args": {"action": "list"}})).await;
+    let listed = recv_result(&mut client, "list").await;
+    assert_eq!(listed["ok"], true, "{listed}");
+    // Routed to an environment, `fleet` is judged the same way before anything is sent.
+    let args = json!({"action": "revoke", "target": "x"});
+    send(&mut client, json!({"type": "tool_call", "id": "routed", "name": "fleet", "args": args, "env": "devbox"}))
+        .await;
+    assert_eq!(recv_result(&mut client, "routed").await["error"]["code"], "denied-by-policy");
+}
+
+#[tokio::test]
+async fn a_prompt_that_looks_like_an_option_needs_a_double_dash_in_the_agent_args() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    // `echo` takes `-e`, `-n`… as options; after `--`… it does not know `--` either, so a shell
+    // script stands in for an agent that parses options the usual way.
+    let script = "while [ $# -gt 0 ]; do case $1 in --) shift; break;; -*) echo \"option $1\"; shift;; *) break;; esac; done; echo \"prompt $*\"";
+    for (name, double_dash) in [("bare", false), ("guarded", true)] {
+        let mut args = vec!["-c".to_owned(), script.to_owned(), "agent".to_owned()];
+        if double_dash {
+            args.push("--".into());
+        }
+        args.push("{prompt}".into());
+        config.agents.insert(name.into(), AgentCommand { program: "/bin/sh".into(), args, format: "text".into() });
+    }
+    let toolbox = toolbox(tmp.path(), config);
+    let ask = |agent: &'static str, prompt: &'static str| {
+        let toolbox = toolbox.clone();
+        async move { call(&toolbox, "coding_agent", json!({"agent": agent, "prompt": prompt})).await }
+    };
+    let refused = ask("bare", "--dangerously-skip-permissions").await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::InvalidArgs, "{refused}");
+    assert!(refused.message.contains("--"), "{refused}");
+    assert_eq!(ask("bare", "fix the build").await.unwrap()["text"], "prompt fix the build\n");
+    let guarded = ask("guarded", "--dangerously-skip-permissions").await.unwrap();
+    assert_eq!(guarded["text"], "prompt --dangerously-skip-permissions\n");
 }
