@@ -134,6 +134,40 @@ pub struct Config {
     pub max_concurrent_calls: Option<usize>,
     /// Self-hosted voice settings.
     pub gemini: GeminiSettings,
+    /// Resource limits of the processes tools start.
+    #[serde(skip_serializing_if = "Limits::is_default")]
+    pub limits: Limits,
+}
+
+/// Resource limits for every process a tool starts (`run_command`, coding agents), applied soft
+/// and hard before the program runs, so nothing it starts can lift them. 0 means no limit; a limit
+/// this process already has that is stricter stays.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Limits {
+    /// Most processes (and threads) this user may have while a tool process forks (`RLIMIT_NPROC`):
+    /// stops a fork bomb. Not enforced by the kernel for root.
+    pub max_processes: u64,
+    /// Most virtual memory one tool process may map, in MiB (`RLIMIT_AS`). Generous on purpose:
+    /// Node-based coding agents reserve far more address space than they use.
+    pub max_address_space_mb: u64,
+}
+
+/// Default of [`Limits::max_processes`].
+pub const DEFAULT_MAX_PROCESSES: u64 = 8192;
+/// Default of [`Limits::max_address_space_mb`]: 32 GiB.
+pub const DEFAULT_MAX_ADDRESS_SPACE_MB: u64 = 32 << 10;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_processes: DEFAULT_MAX_PROCESSES, max_address_space_mb: DEFAULT_MAX_ADDRESS_SPACE_MB }
+    }
+}
+
+impl Limits {
+    fn is_default(&self) -> bool {
+        *self == Limits::default()
+    }
 }
 
 /// Tool policy: `denied-by-policy` for what it excludes.

@@ -22,9 +22,10 @@ use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::command::SHELL;
 use super::output::{last_output, prefix, suffix, AnsiStripper, Output};
-use super::process::kill_tree;
-use crate::config::{AgentCommand, Config};
+use super::process::{exited, kill_tree, ulimit_lines};
+use crate::config::{AgentCommand, Config, Limits};
 use crate::protocol::{ErrorCode, ToolError, OUTPUT_CAP};
 
 /// Agent used when the call names none.
@@ -52,6 +53,8 @@ pub(crate) struct AgentRequest {
     pub cwd: PathBuf,
     pub command: AgentCommand,
     pub program: PathBuf,
+    /// Resource limits set before the agent runs.
+    pub limits: Limits,
 }
 
 /// The built-in Claude Code command.
@@ -133,7 +136,17 @@ pub(crate) async fn run(
     cancel: CancellationToken,
 ) -> Result<Value, ToolError> {
     let args = request.command.args.iter().map(|arg| arg.replace(PROMPT_PLACEHOLDER, &request.prompt));
-    let mut child = Command::new(&request.program)
+    let limits = ulimit_lines(&request.limits);
+    let mut command = if limits.is_empty() {
+        Command::new(&request.program)
+    } else {
+        // The shell lowers its own limits, then becomes the agent: program and arguments travel
+        // as `$0` and `$@`, never as shell text.
+        let mut shell = Command::new(SHELL);
+        shell.arg("-c").arg(format!("{limits}exec \"$0\" \"$@\"")).arg(&request.program);
+        shell
+    };
+    let mut child = command
         .args(args)
         .current_dir(&request.cwd)
         .env_clear()
@@ -150,6 +163,14 @@ pub(crate) async fn run(
             ToolError::new(code, format!("could not start {}: {err}", request.command.program))
         })?;
     let guard = GroupGuard(child.id());
+    let pid = child.id();
+    let exit_watch = async move {
+        match pid {
+            Some(pid) => exited(pid).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(exit_watch);
     let mut stdout = child.stdout.take().map(|stdout| LineReader::new(BufReader::new(stdout)));
     let stderr = child.stderr.take().map(|stderr| tokio::spawn(read_capped(stderr, STDERR_KEEP)));
 
@@ -173,10 +194,11 @@ pub(crate) async fn run(
             biased;
             _ = cancel.cancelled() => break Some(ErrorCode::Cancelled),
             _ = &mut deadline => break Some(ErrorCode::Timeout),
-            exit = child.wait(), if status.is_none() => {
-                status = Some(exit);
-                // The agent is gone; so is anything it left running in its group.
+            () = &mut exit_watch, if status.is_none() => {
+                // The agent is gone; so is anything it left running in its group, killed while
+                // the agent is still unreaped and its pid (the group's id) cannot be reused.
                 guard.kill();
+                status = Some(child.wait().await);
                 drain.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
             }
             _ = &mut drain, if status.is_some() => break None,

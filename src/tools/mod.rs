@@ -484,7 +484,12 @@ impl Toolbox {
                     }
                 };
                 let cwd = self.directory(args.str("cwd"))?;
-                let request = command::CommandRequest { command: command.to_owned(), cwd, timeout };
+                let request = command::CommandRequest {
+                    command: command.to_owned(),
+                    cwd,
+                    timeout,
+                    limits: inner.config.limits.clone(),
+                };
                 command::run_command(request, inner.env.clone(), progress, cancel).await.map(plain)
             }
             "read_file" => {
@@ -545,6 +550,7 @@ impl Toolbox {
                     cwd,
                     command,
                     program,
+                    limits: inner.config.limits.clone(),
                 };
                 coding_agent::run(request, inner.env.clone(), progress, cancel).await.map(plain)
             }

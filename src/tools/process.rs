@@ -1,6 +1,53 @@
-//! Stopping everything a tool started: the process group, and on Linux the rest of the session.
+//! Starting and stopping what a tool runs: resource limits for the processes, and killing the
+//! process group (on Linux the rest of the session too) while its leader is not yet reaped — a
+//! reaped leader's pid, and with it the group id, can be handed to an unrelated process.
 
-use rustix::process::{kill_process_group, Pid, Signal};
+use std::time::Duration;
+
+use rustix::process::{kill_process_group, Pid, Signal, WaitId, WaitIdOptions};
+
+use crate::config::Limits;
+
+/// How often a child's exit is checked for where the kernel cannot notify it (no pidfd).
+const EXIT_POLL: Duration = Duration::from_millis(50);
+
+/// Shell lines that lower the resource limits of the shell running them, soft and hard (so
+/// nothing it starts can raise them again), to `limits` — never above what this process has.
+/// `ulimit -u` is bash's name for the process limit and `-p` dash's; whichever the shell knows.
+pub(crate) fn ulimit_lines(limits: &Limits) -> String {
+    use rustix::process::{getrlimit, Resource};
+    let lowered = |resource: Resource, wanted: u64| {
+        let current = getrlimit(resource).maximum;
+        (wanted > 0 && current.is_none_or(|hard| wanted < hard)).then_some(wanted)
+    };
+    let mut lines = String::new();
+    if let Some(kib) = lowered(Resource::As, limits.max_address_space_mb.saturating_mul(1 << 20)) {
+        lines.push_str(&format!("ulimit -v {}\n", kib >> 10));
+    }
+    if let Some(count) = lowered(Resource::Nproc, limits.max_processes) {
+        lines.push_str(&format!("ulimit -u {count} 2>/dev/null || ulimit -p {count}\n"));
+    }
+    lines
+}
+
+/// True once the child `pid` has exited. It is not reaped: it stays a zombie, its pid and
+/// process group reserved, until the caller waits for it.
+pub(crate) fn has_exited(pid: u32) -> std::io::Result<bool> {
+    let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else { return Ok(true) };
+    let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    Ok(rustix::process::waitid(WaitId::Pid(pid), options)?.is_some())
+}
+
+/// Resolves once the child `pid` has exited, without reaping it (see [`has_exited`]); also when
+/// it cannot be waited for at all (already reaped), so the caller's own wait answers. Polls: soon
+/// at first, then every [`EXIT_POLL`].
+pub(crate) async fn exited(pid: u32) {
+    let mut interval = Duration::from_millis(1);
+    while let Ok(false) = has_exited(pid) {
+        tokio::time::sleep(interval).await;
+        interval = (interval * 2).min(EXIT_POLL);
+    }
+}
 
 /// Sends SIGKILL to the process group led by `leader`. With `whole_session` (the leader also leads
 /// a session, as a PTY's shell does) every process still in that session goes too, including

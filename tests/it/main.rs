@@ -12,5 +12,6 @@ mod hostile;
 mod proof;
 mod relay;
 mod run;
+mod secrets;
 mod support;
 mod tools;

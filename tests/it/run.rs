@@ -1,7 +1,7 @@
 //! `voxa run`, `status` and `call` as separate processes, the way a user runs them.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -10,10 +10,10 @@ use crate::harness::*;
 use crate::support::{voxa, voxa_cmd};
 
 /// A `voxa run --json` child and its event stream.
-struct RunningBinary {
-    child: Child,
+pub(crate) struct RunningBinary {
+    pub child: Child,
     events: BufReader<ChildStdout>,
-    home: std::path::PathBuf,
+    pub home: std::path::PathBuf,
     _dirs: (tempfile::TempDir, tempfile::TempDir),
 }
 
@@ -21,32 +21,44 @@ impl RunningBinary {
     fn start(extra: &[&str]) -> RunningBinary {
         let (dir, home) = fresh_home();
         let workspace = tempfile::tempdir().unwrap();
-        let mut child = voxa_cmd(&home)
-            .args(["run", "--json", "--workspace"])
-            .arg(workspace.path())
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut command = voxa_cmd(&home);
+        command.args(["run", "--json", "--workspace"]).arg(workspace.path()).args(extra);
+        Self::spawn(command, home, (dir, workspace))
+    }
+
+    /// Starts a prepared `voxa run --json` command using `home`; `dirs` live as long as it runs.
+    pub(crate) fn spawn(
+        mut command: Command,
+        home: std::path::PathBuf,
+        dirs: (tempfile::TempDir, tempfile::TempDir),
+    ) -> RunningBinary {
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
         let events = BufReader::new(child.stdout.take().unwrap());
-        RunningBinary { child, events, home, _dirs: (dir, workspace) }
+        RunningBinary { child, events, home, _dirs: dirs }
     }
 
     /// Reads events until one named `name` (blocking; the child prints it within seconds).
-    fn event(&mut self, name: &str) -> Value {
+    pub(crate) fn event(&mut self, name: &str) -> Value {
+        self.events_until(name).pop().unwrap()
+    }
+
+    /// Every event up to and including the first one named `name`.
+    pub(crate) fn events_until(&mut self, name: &str) -> Vec<Value> {
+        let mut seen = Vec::new();
         loop {
             let mut line = String::new();
             let n = self.events.read_line(&mut line).unwrap();
             assert!(n > 0, "voxa run exited before printing {name}");
             let value: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line}"));
-            if value["event"] == name {
-                return value;
+            let found = value["event"] == name;
+            seen.push(value);
+            if found {
+                return seen;
             }
         }
     }
 
-    fn terminate(&mut self) -> std::process::ExitStatus {
+    pub(crate) fn terminate(&mut self) -> std::process::ExitStatus {
         let pid = rustix::process::Pid::from_child(&self.child);
         rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
         wait_timeout(&mut self.child, Duration::from_secs(10))
@@ -61,7 +73,7 @@ impl Drop for RunningBinary {
 }
 
 /// A temporary directory and a not-yet-existing voxa home inside it.
-fn fresh_home() -> (tempfile::TempDir, std::path::PathBuf) {
+pub(crate) fn fresh_home() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("voxa");
     (dir, home)

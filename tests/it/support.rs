@@ -16,7 +16,19 @@ pub fn voxa(home: &Path, args: &[&str]) -> Output {
 
 /// A `voxa` command with a clean environment for the given home.
 pub fn voxa_cmd(home: &Path) -> Command {
-    let mut cmd = Command::new(voxa_bin());
+    voxa_cmd_via(home, &[])
+}
+
+/// Like [`voxa_cmd`], started through `wrapper` (a program and its arguments, such as `strace`).
+pub fn voxa_cmd_via(home: &Path, wrapper: &[&str]) -> Command {
+    let mut cmd = match wrapper {
+        [] => Command::new(voxa_bin()),
+        [program, args @ ..] => {
+            let mut cmd = Command::new(program);
+            cmd.args(args).arg(voxa_bin());
+            cmd
+        }
+    };
     for var in ["VOXA_RELAY", "VOXA_RELAY_TOKEN", "GEMINI_API_KEY", "VOXA_GEMINI_URL", "RUST_LOG"] {
         cmd.env_remove(var);
     }
