@@ -101,3 +101,49 @@ pub(crate) fn is_running(pid: u32) -> bool {
         Err(_) => true,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
+
+    /// The state letter of `/proc/<pid>/stat`.
+    fn state(pid: u32) -> Option<String> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Some(stat.rsplit_once(')')?.1.split_whitespace().next()?.to_owned())
+    }
+
+    #[tokio::test]
+    async fn an_exited_leader_stays_unreaped_while_its_group_is_killed() {
+        let mut leader = std::process::Command::new("/bin/sh")
+            .args(["-c", "sleep 300 & echo $!"])
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(leader.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let straggler: u32 = line.trim().parse().unwrap();
+        exited(leader.id()).await;
+        assert!(has_exited(leader.id()).unwrap());
+        // Still a zombie: its pid, the group's id, cannot have been handed to anyone else.
+        assert_eq!(state(leader.id()).as_deref(), Some("Z"));
+        assert!(is_running(straggler));
+        kill_tree(leader.id(), false);
+        assert!(leader.wait().unwrap().success());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while is_running(straggler) {
+            assert!(std::time::Instant::now() < deadline, "the group survived");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[test]
+    fn limits_become_ulimit_lines_and_zero_means_none() {
+        let lines = ulimit_lines(&Limits { max_processes: 50, max_address_space_mb: 2 });
+        assert!(lines.contains("ulimit -v 2048\n"), "{lines}");
+        assert!(lines.contains("ulimit -u 50 2>/dev/null || ulimit -p 50\n"), "{lines}");
+        assert_eq!(ulimit_lines(&Limits { max_processes: 0, max_address_space_mb: 0 }), "");
+    }
+}

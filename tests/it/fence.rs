@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
-use voxa::config::{AgentCommand, Config};
+use voxa::config::{AgentCommand, Config, Limits};
 use voxa::protocol::{ErrorCode, ToolError};
 use voxa::tools::{ToolRequest, Toolbox, ToolboxOptions};
 
@@ -247,4 +247,96 @@ async fn a_prompt_that_looks_like_an_option_needs_a_double_dash_in_the_agent_arg
     assert_eq!(ask("bare", "fix the build").await.unwrap()["text"], "prompt fix the build\n");
     let guarded = ask("guarded", "--dangerously-skip-permissions").await.unwrap();
     assert_eq!(guarded["text"], "prompt --dangerously-skip-permissions\n");
+}
+
+/// `(soft, hard)` of one line of `/proc/self/limits`, as printed by a tool process.
+fn limit(limits: &str, name: &str) -> (String, String) {
+    let line = limits.lines().find(|line| line.starts_with(name)).unwrap_or_else(|| panic!("no {name} in {limits}"));
+    let mut fields = line[name.len()..].split_whitespace();
+    (fields.next().unwrap().to_owned(), fields.next().unwrap().to_owned())
+}
+
+#[tokio::test]
+async fn tool_processes_run_under_the_configured_limits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    config.limits = Limits { max_processes: 321, max_address_space_mb: 1234 };
+    config.agents.insert(
+        "limits".into(),
+        AgentCommand {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), "cat /proc/self/limits".into(), "agent".into(), "--".into(), "{prompt}".into()],
+            format: "text".into(),
+        },
+    );
+    let toolbox = toolbox(tmp.path(), config);
+    let command = call(&toolbox, "run_command", json!({"command": "cat /proc/self/limits"})).await.unwrap();
+    let agent = call(&toolbox, "coding_agent", json!({"agent": "limits", "prompt": "x"})).await.unwrap();
+    let bytes = (1234u64 << 20).to_string();
+    for limits in [command["output"].as_str().unwrap(), agent["text"].as_str().unwrap()] {
+        // Soft and hard: a tool process cannot raise them again.
+        assert_eq!(limit(limits, "Max processes"), ("321".to_owned(), "321".to_owned()), "{limits}");
+        assert_eq!(limit(limits, "Max address space"), (bytes.clone(), bytes.clone()), "{limits}");
+    }
+    // The defaults apply without any configuration.
+    let toolbox = self::toolbox(tmp.path(), Config::default());
+    let command = call(&toolbox, "run_command", json!({"command": "cat /proc/self/limits"})).await.unwrap();
+    let default_bytes = (voxa::config::DEFAULT_MAX_ADDRESS_SPACE_MB << 20).to_string();
+    assert_eq!(limit(command["output"].as_str().unwrap(), "Max address space").1, default_bytes);
+}
+
+/// Where `program` is not installed: outside CI a note and `false` (the test skips), under CI a
+/// failure, since `.ci/run` installs it.
+fn installed(program: &str, package: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()));
+    if !found {
+        let advice =
+            format!("{program} is not installed: install {package} (apt-get install {package}) to run this test");
+        assert!(std::env::var_os("CI").is_none(), "{advice}");
+        eprintln!("skipped: {advice}");
+    }
+    found
+}
+
+/// The mode a file is created with is only visible at the system call, so the agent runs under
+/// `strace`: every temporary file `write_file` creates must be 0600 from its first byte, before
+/// any content is in it, whatever mode the file it replaces has.
+#[test]
+fn write_file_creates_its_temporary_files_0600() {
+    if !installed("strace", "strace") {
+        return;
+    }
+    let (dir, home) = crate::run::fresh_home();
+    let workspace = tempfile::tempdir().unwrap();
+    let private = workspace.path().join("private.txt");
+    std::fs::write(&private, "old").unwrap();
+    std::fs::set_permissions(&private, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let trace = dir.path().join("trace");
+    let wrapper = ["strace", "-f", "-qq", "-e", "trace=openat,openat2", "-o", trace.to_str().unwrap()];
+    let mut command = crate::support::voxa_cmd_via(&home, &wrapper);
+    command.args(["run", "--json", "--relay", "http://127.0.0.1:1", "--workspace"]).arg(workspace.path());
+    let workspace_path = workspace.path().to_path_buf();
+    let mut run = crate::run::RunningBinary::spawn(command, home.clone(), (dir, workspace));
+    let agent_pid = run.event("started")["pid"].as_i64().unwrap();
+
+    for args in ["path=private.txt", "path=public.txt"] {
+        let out = crate::support::voxa(&home, &["call", "write_file", args, "content=new"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    // Stop the agent itself (strace follows it out and finishes the trace).
+    let pid = rustix::process::Pid::from_raw(agent_pid as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    assert!(run.child.wait().unwrap().success());
+
+    let trace = std::fs::read_to_string(trace).unwrap();
+    let created: Vec<&str> = trace.lines().filter(|line| line.contains(".voxa-") && line.contains("O_CREAT")).collect();
+    assert_eq!(created.len(), 2, "{trace}");
+    for line in created {
+        assert!(line.contains(", 0600)"), "temporary file not created 0600: {line}");
+    }
+    assert_eq!(std::fs::read_to_string(&private).unwrap(), "new");
+    let mode = std::fs::metadata(&private).unwrap().permissions();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
+    assert!(workspace_path.join("public.txt").exists());
 }
