@@ -188,7 +188,8 @@ fn a_cancelled_write_either_did_not_write_or_says_it_wrote() {
                 Err(err) => {
                     assert_eq!(err.code, ErrorCode::Cancelled, "{err}");
                     cancelled += 1;
-                    assert_eq!(now, "old", "round {round}: answered cancelled, yet the file was replaced");
+                    let replaced = now != "old";
+                    assert!(!replaced, "round {round}: answered cancelled, yet the file now has {} bytes", now.len());
                 }
             }
         }
