@@ -129,9 +129,10 @@ impl EnvSecrets {
             std::env::remove_var(name);
             value.into_string().ok().map(|value| value.trim().to_owned()).filter(|value| !value.is_empty())
         };
+        let [gemini, relay] = SECRET_ENV;
         EnvSecrets {
-            gemini_api_key: take("GEMINI_API_KEY").map(Secret::from_string),
-            relay_token: take("VOXA_RELAY_TOKEN").map(Secret::from_string),
+            gemini_api_key: take(gemini).map(Secret::from_string),
+            relay_token: take(relay).map(Secret::from_string),
         }
     }
 }

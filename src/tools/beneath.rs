@@ -71,7 +71,7 @@ pub(crate) fn open_dir(root: BorrowedFd<'_>, relative: &Path) -> io::Result<Owne
 /// Like [`open_dir`], creating every missing directory on the way (`mkdir -p`), each relative to
 /// the handle of its parent.
 pub(crate) fn create_dirs(root: BorrowedFd<'_>, relative: &Path) -> io::Result<OwnedFd> {
-    let mut dir = rustix::fs::openat(root, ".", WALK | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    let mut dir = own(root)?;
     for name in names(relative)? {
         match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o777)) {
             Ok(()) | Err(rustix::io::Errno::EXIST) => {}
@@ -84,11 +84,16 @@ pub(crate) fn create_dirs(root: BorrowedFd<'_>, relative: &Path) -> io::Result<O
 
 /// Opens each name as a directory below the previous one, refusing links.
 fn walk(root: BorrowedFd<'_>, names: &[&OsStr]) -> io::Result<OwnedFd> {
-    let mut dir = rustix::fs::openat(root, ".", WALK | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    let mut dir = own(root)?;
     for name in names {
         dir = step(&dir, name)?;
     }
     Ok(dir)
+}
+
+/// A handle of our own on the directory `root` is a handle on.
+fn own(root: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::openat(root, ".", WALK | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?)
 }
 
 fn step(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {

@@ -38,7 +38,8 @@ use workspace::Workspace;
 /// Tool calls running at once across the agent when `max_concurrent_calls` is not set.
 pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 64;
 /// Environment variables of this agent never passed on to the programs tools start.
-pub const PRIVATE_ENV: [&str; 2] = ["VOXA_RELAY_TOKEN", "GEMINI_API_KEY"];
+/// (`voxa` removes them from its own environment at start too; a library user may not.)
+pub const PRIVATE_ENV: [&str; 2] = crate::secret::SECRET_ENV;
 
 /// How to build a [`Toolbox`].
 #[derive(Clone, Default)]

@@ -260,8 +260,7 @@ fn limit(limits: &str, name: &str) -> (String, String) {
 #[tokio::test]
 async fn tool_processes_run_under_the_configured_limits() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut config =
-        Config { limits: Limits { max_processes: 321, max_address_space_mb: 1234 }, ..Default::default() };
+    let mut config = Config { limits: Limits { max_processes: 321, max_address_space_mb: 1234 }, ..Default::default() };
     config.agents.insert(
         "limits".into(),
         AgentCommand {
