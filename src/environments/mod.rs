@@ -340,8 +340,12 @@ pub async fn command(settings: &Settings, command: EnvCommand) -> Result<Exit> {
                 "bearer": issued.line.bearer.expose(),
             });
             let mut human = String::new();
-            let _ = writeln!(human, "Pairing {} issued. On the host, run:\n", issued.pairing);
-            let _ = writeln!(human, "  voxa env add '{line}' --name NAME\n");
+            let _ = writeln!(
+                human,
+                "Pairing {} issued. On the host, run `voxa env add - --name NAME` and paste:\n",
+                issued.pairing
+            );
+            let _ = writeln!(human, "  {line}\n");
             let _ = writeln!(human, "The line holds a credential to drive this machine: paste it only on the host.");
             if home.running_agent()?.is_none() {
                 let _ = writeln!(human, "Keep `voxa run` running here so the host can reach this machine.");
@@ -425,7 +429,7 @@ async fn list(settings: &Settings) -> Result<()> {
     if rows.is_empty() {
         let _ = writeln!(
             human,
-            "No environments yet. On another machine run `voxa env issue`, then `voxa env add LINE` here."
+            "No environments yet. On another machine run `voxa env issue`, then `voxa env add -` here and paste its line."
         );
     }
     for row in &rows {
