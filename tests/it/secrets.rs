@@ -155,3 +155,33 @@ fn run_warns_when_the_workspace_holds_the_voxa_home() {
     let warning = before_start.iter().find(|event| event["event"] == "warning").expect("no warning before started");
     assert_eq!(warning["warning"], "home-in-workspace", "{warning}");
 }
+
+/// `voxa` takes the secret variables out of its environment at start (`EnvSecrets::take`), so a
+/// later `std::env::var` of one finds nothing: every reader must use what was taken.
+#[test]
+fn secret_variables_are_read_only_where_they_are_taken() {
+    fn sources(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, found);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    sources(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+    let mut readers = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for name in voxa::secret::SECRET_ENV {
+            for call in ["env::var(", "env::var_os("] {
+                if text.contains(&format!("{call}\"{name}\")")) {
+                    readers.push(format!("{} reads {name}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(readers.is_empty(), "use Settings::env_secrets instead: {readers:?}");
+}
