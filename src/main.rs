@@ -21,7 +21,7 @@ fn main() -> ExitCode {
     if let Err(err) = protected {
         tracing::warn!(%err, "could not make this process non-dumpable");
     }
-    match voxa::cli::run(cli, env_secrets) {
+    match voxa::commands::execute(cli, env_secrets) {
         Ok(exit) => ExitCode::from(exit.code() as u8),
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {

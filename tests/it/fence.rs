@@ -316,9 +316,9 @@ fn write_file_creates_its_temporary_files_0600() {
     let wrapper = ["strace", "-f", "-qq", "-e", "trace=openat,openat2", "-o", trace.to_str().unwrap()];
     let mut command = crate::support::voxa_cmd_via(&home, &wrapper);
     command.args(["run", "--json", "--relay", "http://127.0.0.1:1", "--workspace"]).arg(workspace.path());
-    let workspace_path = workspace.path().to_path_buf();
-    let mut run = crate::run::RunningBinary::spawn(command, home.clone(), (dir, workspace));
-    let agent_pid = run.event("started")["pid"].as_i64().unwrap();
+    let mut run = crate::support::RunningVoxa::start(command);
+    let agent_file: Value = serde_json::from_slice(&std::fs::read(home.join("agent.json")).unwrap()).unwrap();
+    let agent_pid = agent_file["pid"].as_i64().unwrap();
 
     for args in ["path=private.txt", "path=public.txt"] {
         let out = crate::support::voxa(&home, &["call", "write_file", args, "content=new"]);
@@ -327,7 +327,7 @@ fn write_file_creates_its_temporary_files_0600() {
     // Stop the agent itself (strace follows it out and finishes the trace).
     let pid = rustix::process::Pid::from_raw(agent_pid as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-    assert!(run.child.wait().unwrap().success());
+    assert!(crate::support::wait_with_deadline(&mut run.child, STEP).success());
 
     let trace = std::fs::read_to_string(trace).unwrap();
     let created: Vec<&str> = trace.lines().filter(|line| line.contains(".voxa-") && line.contains("O_CREAT")).collect();
@@ -338,5 +338,6 @@ fn write_file_creates_its_temporary_files_0600() {
     assert_eq!(std::fs::read_to_string(&private).unwrap(), "new");
     let mode = std::fs::metadata(&private).unwrap().permissions();
     assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
-    assert!(workspace_path.join("public.txt").exists());
+    assert!(workspace.path().join("public.txt").exists());
+    drop(dir);
 }

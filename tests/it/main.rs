@@ -9,6 +9,7 @@ mod fence;
 mod gemini;
 mod harness;
 mod hostile;
+mod layers;
 mod proof;
 mod relay;
 mod run;

@@ -9,8 +9,8 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 
 use crate::harness::*;
-use crate::run::{fresh_home, RunningBinary};
-use crate::support::{voxa, voxa_cmd};
+use crate::run::fresh_home;
+use crate::support::{voxa, voxa_cmd, RunningVoxa};
 
 const GEMINI_KEY: &str = "AIzaSy-gemini-key-that-must-stay-in-the-agent";
 const RELAY_TOKEN: &str = "relay-token-that-must-stay-in-the-agent";
@@ -37,8 +37,8 @@ fn tools_cannot_read_the_agents_secrets_and_the_agent_is_not_dumpable() {
         }
         command.uid(UNPRIVILEGED).gid(UNPRIVILEGED);
     }
-    let mut run = RunningBinary::spawn(command, home.clone(), (dir, workspace));
-    let pid = run.event("started")["pid"].as_u64().unwrap();
+    let run = RunningVoxa::start(command);
+    let pid = run.child.id();
 
     let environ = format!("/proc/{pid}/environ");
     if root {
@@ -59,6 +59,7 @@ fn tools_cannot_read_the_agents_secrets_and_the_agent_is_not_dumpable() {
         assert!(!shown.contains(secret), "a tool process read a secret: {shown}");
     }
     drop(run);
+    drop((dir, workspace));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -81,15 +82,15 @@ async fn the_relay_token_comes_from_a_private_file() {
         ..Default::default()
     };
     let relay = TestRelay::start_with(TcpListener::bind("127.0.0.1:0").await.unwrap(), config).await;
-    let (dir, home) = fresh_home();
+    let (_dir, home) = fresh_home();
     let workspace = tempfile::tempdir().unwrap();
     let mut command = voxa_cmd(&home);
     command
         .args(["run", "--json", "--relay", relay.url().as_str(), "--relay-token-file", file_arg, "--workspace"])
         .arg(workspace.path());
-    let mut run = RunningBinary::spawn(command, home, (dir, workspace));
     let connected = tokio::task::spawn_blocking(move || {
-        let event = run.event("relay_connected");
+        let mut run = RunningVoxa::start(command);
+        let event = run.wait_event("relay_connected");
         (run, event)
     });
     let (run, event) = connected.await.unwrap();
@@ -147,12 +148,10 @@ fn a_pasted_pairing_link_never_reaches_an_error() {
 fn run_warns_when_the_workspace_holds_the_voxa_home() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join(".voxa");
-    let workspace = tempfile::tempdir().unwrap();
     let mut command = voxa_cmd(&home);
     command.args(["run", "--json", "--relay", "http://127.0.0.1:1", "--workspace"]).arg(dir.path());
-    let mut run = RunningBinary::spawn(command, home, (dir, workspace));
-    let before_start = run.events_until("started");
-    let warning = before_start.iter().find(|event| event["event"] == "warning").expect("no warning before started");
+    let mut run = RunningVoxa::start(command);
+    let warning = run.wait_event("warning");
     assert_eq!(warning["warning"], "home-in-workspace", "{warning}");
 }
 

@@ -1,15 +1,57 @@
-//! Starting and stopping what a tool runs: resource limits for the processes, and killing the
-//! process group (on Linux the rest of the session too) while its leader is not yet reaped — a
-//! reaped leader's pid, and with it the group id, can be handed to an unrelated process.
+//! Supervising the processes tools start (`run_command`, `coding_agent`): their resource limits,
+//! one loop that lets a process run until it finishes, the call is cancelled or its time is up,
+//! the grace periods around its end, and stopping everything it started (the process group, and
+//! on Linux the rest of the session) while its leader is not yet reaped — a reaped leader's pid,
+//! and with it the group id, can be handed to an unrelated process.
 
+use std::future::Future;
 use std::time::Duration;
 
 use rustix::process::{kill_process_group, Pid, Signal, WaitId, WaitIdOptions};
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Limits;
+use crate::protocol::ErrorCode;
 
-/// How often a child's exit is checked for where the kernel cannot notify it (no pidfd).
+/// How often a child's exit is checked for while it runs.
 const EXIT_POLL: Duration = Duration::from_millis(50);
+/// After SIGKILL, how long a tool's process gets to be reaped before it is given up on.
+pub(crate) const KILL_GRACE: Duration = Duration::from_secs(5);
+/// After a tool's process exits, how long output still in flight is awaited.
+pub(crate) const DRAIN_GRACE: Duration = Duration::from_millis(500);
+
+/// Why a supervised process was stopped before it finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stop {
+    Cancelled,
+    TimedOut,
+}
+
+impl Stop {
+    /// The error code the call is answered with.
+    pub(crate) fn code(self) -> ErrorCode {
+        match self {
+            Stop::Cancelled => ErrorCode::Cancelled,
+            Stop::TimedOut => ErrorCode::Timeout,
+        }
+    }
+}
+
+/// Runs `work` (a process and the reading of its output) until it finishes, `cancel` fires or
+/// `timeout` passes. A finished process wins a tie; the caller kills the process on `Err`.
+pub(crate) async fn supervise<T>(
+    work: impl Future<Output = T>,
+    cancel: &CancellationToken,
+    timeout: Duration,
+) -> Result<T, Stop> {
+    tokio::pin!(work);
+    tokio::select! {
+        biased;
+        done = &mut work => Ok(done),
+        _ = cancel.cancelled() => Err(Stop::Cancelled),
+        _ = tokio::time::sleep(timeout) => Err(Stop::TimedOut),
+    }
+}
 
 /// Shell lines that lower the resource limits of the shell running them, soft and hard (so
 /// nothing it starts can raise them again), to `limits` — never above what this process has.
