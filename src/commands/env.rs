@@ -19,6 +19,9 @@ use crate::protocol::{AgentMessage, ClientMessage, ToolCall};
 use crate::secret::Secret;
 use crate::state::Home;
 
+/// Longest pairing line `voxa env add -` reads (a real one is about 200 bytes).
+const MAX_PASTED_LINE: u64 = 4096;
+
 /// `voxa env …`.
 pub async fn run_env(settings: &Settings, command: EnvCommand) -> Result<Exit> {
     let home = &settings.home;
@@ -153,10 +156,15 @@ async fn list(settings: &Settings) -> Result<()> {
     Ok(())
 }
 
-/// The first line of standard input, for `voxa env add -`.
+/// The first line of standard input, for `voxa env add -`; at most [`MAX_PASTED_LINE`] bytes.
 fn read_line_from_stdin() -> Result<String> {
+    use std::io::{BufRead, Read};
     let mut line = String::new();
-    std::io::stdin().read_line(&mut line).context("could not read the pairing line from standard input")?;
+    std::io::stdin()
+        .lock()
+        .take(MAX_PASTED_LINE)
+        .read_line(&mut line)
+        .context("could not read the pairing line from standard input")?;
     if line.trim().is_empty() {
         return Err(
             ConfigError::new("no pairing line on standard input (paste the line `voxa env issue` printed)").into()

@@ -61,6 +61,9 @@ impl Settings {
     }
 }
 
+/// Longest first line of a relay token file that is read.
+const MAX_TOKEN_FILE_LINE: u64 = 4096;
+
 /// The relay token: the first line of `file` when given (a file others can read is refused, like
 /// the secrets in the home), else `value` (`--relay-token` or `VOXA_RELAY_TOKEN`). Empty is none.
 pub fn relay_token(value: Option<&str>, file: Option<&Path>) -> Result<Option<Secret>> {
@@ -70,10 +73,14 @@ pub fn relay_token(value: Option<&str>, file: Option<&Path>) -> Result<Option<Se
             .filter(|token| !token.is_empty())
             .map(|token| Secret::from_string(token.to_owned())));
     };
+    use std::io::{BufRead, Read};
     crate::state::check_private(file, false)?;
-    let text = std::fs::read_to_string(file)
+    let mut text = String::new();
+    std::fs::File::open(file)
+        .map(|opened| std::io::BufReader::new(opened.take(MAX_TOKEN_FILE_LINE)))
+        .and_then(|mut reader| reader.read_line(&mut text))
         .map_err(|err| ConfigError::new(format!("could not read the relay token file {}: {err}", file.display())))?;
-    let token = text.lines().next().unwrap_or_default().trim();
+    let token = text.trim();
     if token.is_empty() {
         return Err(ConfigError::new(format!("the relay token file {} is empty", file.display())).into());
     }
