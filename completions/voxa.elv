@@ -62,7 +62,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand --ca-cert 'Extra CA certificate (PEM) to trust for the relay''s TLS, e.g. a self-signed relay'
             cand --relay-token 'Token the relay requires (sent as Authorization: Bearer); prefer VOXA_RELAY_TOKEN or --relay-token-file, a flag''s value is visible to every user in `ps`'
             cand --relay-token-file 'Read the relay token from this file (first line; the file must not be readable by others)'
-            cand --model 'Gemini Live model for self-hosted mode'
+            cand --model 'Gemini Live model for self-hosted mode (default gemini-3.8-live, or [gemini] model in config.toml)'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
             cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'

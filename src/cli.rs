@@ -89,7 +89,7 @@ pub struct RunArgs {
     /// Read the relay token from this file (first line; the file must not be readable by others)
     #[arg(long, value_name = "FILE")]
     pub relay_token_file: Option<PathBuf>,
-    /// Gemini Live model for self-hosted mode
+    /// Gemini Live model for self-hosted mode (default gemini-3.8-live, or [gemini] model in config.toml)
     #[arg(long, value_name = "MODEL")]
     pub model: Option<String>,
 }

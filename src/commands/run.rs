@@ -188,7 +188,7 @@ fn gemini_config(args: &RunArgs, env_secrets: &EnvSecrets) -> Result<GeminiConfi
         url: url.map(|u| u.trim().to_owned()).unwrap_or_else(|| GEMINI_LIVE_URL.to_owned()),
         model: args.model.clone().unwrap_or_else(|| DEFAULT_GEMINI_MODEL.to_owned()),
         voice: "Kore".into(),
-        heartbeat: Heartbeat::default(),
+        heartbeat: crate::gemini::HEARTBEAT,
     })
 }
 
