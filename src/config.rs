@@ -151,14 +151,16 @@ pub struct Limits {
     /// stops a fork bomb. Not enforced by the kernel for root.
     pub max_processes: u64,
     /// Most virtual memory one tool process may map, in MiB (`RLIMIT_AS`). Generous on purpose:
-    /// Node-based coding agents reserve far more address space than they use.
+    /// coding agents' runtimes reserve far more address space than they use.
     pub max_address_space_mb: u64,
 }
 
 /// Default of [`Limits::max_processes`].
 pub const DEFAULT_MAX_PROCESSES: u64 = 8192;
-/// Default of [`Limits::max_address_space_mb`]: 32 GiB.
-pub const DEFAULT_MAX_ADDRESS_SPACE_MB: u64 = 32 << 10;
+/// Default of [`Limits::max_address_space_mb`]: 256 GiB. JIT and WebAssembly runtimes (Node, Bun,
+/// which coding agents run on) reserve tens of GiB of address space they never touch; a lower
+/// default would break them. It stops runaway mappings, not memory use.
+pub const DEFAULT_MAX_ADDRESS_SPACE_MB: u64 = 256 << 10;
 
 impl Default for Limits {
     fn default() -> Self {
