@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 
 use crate::harness::*;
 use crate::run::fresh_home;
-use crate::support::{voxa, voxa_cmd, RunningVoxa};
+use crate::support::{voxa, voxa_bin, voxa_cmd, voxa_cmd_of, RunningVoxa};
 
 const GEMINI_KEY: &str = "AIzaSy-gemini-key-that-must-stay-in-the-agent";
 const RELAY_TOKEN: &str = "relay-token-that-must-stay-in-the-agent";
@@ -24,7 +24,12 @@ fn tools_cannot_read_the_agents_secrets_and_the_agent_is_not_dumpable() {
     let root = rustix::process::getuid().is_root();
     let (dir, home) = fresh_home();
     let workspace = tempfile::tempdir().unwrap();
-    let mut command = voxa_cmd(&home);
+    // `nobody` may not reach the build directory (under /root, say): it runs a copy of its own.
+    let program = dir.path().join("voxa-binary");
+    if std::fs::hard_link(voxa_bin(), &program).is_err() {
+        std::fs::copy(voxa_bin(), &program).unwrap();
+    }
+    let mut command = voxa_cmd_of(&program, &home);
     command
         .args(["run", "--json", "--relay", "http://127.0.0.1:1", "--workspace"])
         .arg(workspace.path())
