@@ -58,3 +58,12 @@ pub fn start_agent(global: &[&str], run_args: &[&str], env: &[(&str, &str)], wai
     let read = |name: &str| std::fs::read_to_string(home.join(name)).unwrap().trim().to_owned();
     Agent { child, port, token: read("auth_token"), code: read("relay_code"), _dir: dir }
 }
+
+/// The session start of every client: answers the agent's challenge, checks its proof.
+pub async fn say_hello(socket: &mut voxa::net::dial::ClientSocket, token: &str) {
+    let token = voxa::secret::Secret::from_string(token.to_owned());
+    tokio::time::timeout(std::time::Duration::from_secs(30), voxa::net::client::hello(socket, &token, "voxa-bench/1"))
+        .await
+        .expect("hello_ok in time")
+        .expect("the agent accepts the hello and proves itself");
+}

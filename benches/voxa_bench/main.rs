@@ -8,6 +8,7 @@
 mod agent;
 mod child;
 mod pair;
+mod preauth;
 mod relay;
 mod report;
 mod voice;
@@ -26,6 +27,7 @@ fn main() {
     }
     if wanted("agent") {
         agent::run(&mut report, measuring);
+        preauth::run(&mut report, measuring);
     }
     if wanted("voice") {
         voice::run(&mut report, measuring);
