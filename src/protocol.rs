@@ -388,6 +388,9 @@ pub struct HelloOk {
     /// Environment answers (docs/PROTOCOL.md, "Environments"): own envKey.
     #[serde(default, rename = "envKey", skip_serializing_if = "Option::is_none")]
     pub env_key: Option<String>,
+    /// This machine's host name, so a client can name the pairing (sent only after a good hello).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// Outcome of one tool call.

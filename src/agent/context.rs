@@ -64,6 +64,7 @@ impl AgentContext {
             protocol: protocol::PROTOCOL_VERSION,
             env_key: admission.env_key.clone(),
             proof: admission.proof.clone(),
+            host: host_name(),
         })
     }
 
@@ -107,4 +108,10 @@ impl AgentContext {
             workspace: self.toolbox.workspace().display().to_string(),
         }
     }
+}
+
+/// This machine's host name, if it has a printable one.
+fn host_name() -> Option<String> {
+    let name = rustix::system::uname().nodename().to_string_lossy().trim().to_owned();
+    (!name.is_empty() && !name.chars().any(char::is_control)).then_some(name)
 }

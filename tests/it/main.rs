@@ -2,6 +2,7 @@
 //! a script would drive them.
 
 mod agent;
+mod browser;
 mod cli;
 mod environments;
 mod fake_gemini;
@@ -16,3 +17,4 @@ mod run;
 mod secrets;
 mod support;
 mod tools;
+mod web;
