@@ -124,7 +124,7 @@ pub async fn diagnose(settings: &Settings, args: &DoctorArgs) -> Vec<Check> {
     checks.push(check_display().await);
     checks.extend(check_coding_agents(&config));
     if settings.self_hosted {
-        checks.push(check_gemini_key());
+        checks.push(check_gemini_key(settings.env_secrets.gemini_api_key.as_ref()));
         checks.push(check_gemini_reachable(dial.as_ref()).await);
     }
     checks.push(check_agent(home).await);
@@ -616,11 +616,10 @@ fn check_coding_agents(config: &Config) -> Vec<Check> {
     )]
 }
 
-/// The shape of `GEMINI_API_KEY`, never its value.
-fn check_gemini_key() -> Check {
+/// The shape of `GEMINI_API_KEY` (taken out of the environment at start), never its value.
+fn check_gemini_key(key: Option<&Secret>) -> Check {
     const NAME: &str = "gemini key";
-    let key = std::env::var("GEMINI_API_KEY").unwrap_or_default();
-    let key = key.trim();
+    let key = key.map(Secret::expose).unwrap_or_default().trim();
     if key.is_empty() {
         return Check::fail(
             NAME,
