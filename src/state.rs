@@ -565,8 +565,12 @@ mod tests {
 
         // Simulate a crash after the journal and the first file were written.
         let pending = Secrets { relay_code: Secret::generate().unwrap(), auth_token: Secret::generate().unwrap() };
-        let journal =
-            format!("{}\n{}\n{}\n1700000000\n", pending.relay_code.expose(), pending.auth_token.expose(), new.relay_code.expose());
+        let journal = format!(
+            "{}\n{}\n{}\n1700000000\n",
+            pending.relay_code.expose(),
+            pending.auth_token.expose(),
+            new.relay_code.expose()
+        );
         home.write_atomic(ROTATION_JOURNAL, journal.as_bytes()).unwrap();
         home.write_atomic(RELAY_CODE_FILE, pending.relay_code.expose().as_bytes()).unwrap();
         let loaded = home.load_secrets().unwrap().unwrap();

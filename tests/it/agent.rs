@@ -705,7 +705,8 @@ async fn the_code_replaced_by_rotation_challenges_and_refuses_the_old_and_the_ne
     let relay = TestRelay::start().await;
     let (mut agent, current) = rotated_agent(&relay, voxa::agent::retired::RETIRED_CODE_WINDOW).await;
     let old = agent.secrets.clone();
-    let answered = agent.wait_event("the retired code answered", |e| matches!(e, LinkEvent::RetiredCodeAnswered { .. })).await;
+    let answered =
+        agent.wait_event("the retired code answered", |e| matches!(e, LinkEvent::RetiredCodeAnswered { .. })).await;
     let LinkEvent::RetiredCodeAnswered { until } = answered else { unreachable!() };
     let week_from_now = voxa::agent::retired::unix_seconds(std::time::SystemTime::now()) + 7 * 24 * 3600;
     assert!(until <= week_from_now && until + 3600 > week_from_now, "{until} vs {week_from_now}");
