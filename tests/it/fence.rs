@@ -285,26 +285,12 @@ async fn tool_processes_run_under_the_configured_limits() {
     assert_eq!(limit(command["output"].as_str().unwrap(), "Max address space").1, default_bytes);
 }
 
-/// Where `program` is not installed: outside CI a note and `false` (the test skips), under CI a
-/// failure, since `.ci/run` installs it.
-fn installed(program: &str, package: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()));
-    if !found {
-        let advice =
-            format!("{program} is not installed: install {package} (apt-get install {package}) to run this test");
-        assert!(std::env::var_os("CI").is_none(), "{advice}");
-        eprintln!("skipped: {advice}");
-    }
-    found
-}
-
 /// The mode a file is created with is only visible at the system call, so the agent runs under
 /// `strace`: every temporary file `write_file` creates must be 0600 from its first byte, before
 /// any content is in it, whatever mode the file it replaces has.
 #[test]
 fn write_file_creates_its_temporary_files_0600() {
-    if !installed("strace", "strace") {
+    if !crate::support::installed("strace", "strace") {
         return;
     }
     let (dir, home) = crate::run::fresh_home();

@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use crate::support::{voxa_bin, voxa_cmd};
+use crate::support::{installed, voxa_bin, voxa_cmd};
 
 /// A temporary user: HOME, a paired voxa home inside it, a workspace whose name needs quoting,
 /// and a directory for stand-in tools on PATH.
@@ -95,19 +95,9 @@ fn user_manager_running() -> bool {
         .is_ok_and(|out| matches!(String::from_utf8_lossy(&out.stdout).trim(), "running" | "degraded" | "starting"))
 }
 
-/// Skips (with a note) where a tool is missing, except under CI, where it must be there.
-fn tool_or_skip(tool: &str, package: &str) -> bool {
-    if Command::new(tool).arg("--version").output().is_ok() {
-        return true;
-    }
-    assert!(std::env::var_os("CI").is_none(), "{tool} is missing under CI: .ci/run installs {package}");
-    eprintln!("skipped: {tool} is not installed (Debian package {package})");
-    false
-}
-
 #[test]
 fn the_unit_passes_systemd_analyze_verify() {
-    if !tool_or_skip("systemd-analyze", "systemd") {
+    if !installed("systemd-analyze", "systemd") {
         return;
     }
     let user = User::new();

@@ -198,3 +198,17 @@ pub fn tail(text: &str, n: usize) -> &str {
     let start = (start..text.len()).find(|i| text.is_char_boundary(*i)).unwrap_or(text.len());
     &text[start..]
 }
+
+/// Where `program` is not installed: outside CI a note and `false` (the test skips), under CI a
+/// failure, since `.ci/run` installs it.
+pub fn installed(program: &str, package: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()));
+    if !found {
+        let advice =
+            format!("{program} is not installed: install {package} (apt-get install {package}) to run this test");
+        assert!(std::env::var_os("CI").is_none(), "{advice}");
+        eprintln!("skipped: {advice}");
+    }
+    found
+}
