@@ -19,13 +19,15 @@
 
 mod codec;
 mod hub;
+pub mod metrics;
 mod socket;
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -51,12 +53,17 @@ pub const SEND_QUEUE_BYTES: usize = MAX_FRAME_LEN;
 pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections (upgraded or not) one relay process serves at once; more are refused.
 pub const MAX_CONNECTIONS: usize = 50_000;
+/// Connections one client address (an IPv4 address, an IPv6 /64) may hold at once.
+pub const MAX_CONNECTIONS_PER_IP: usize = 128;
+/// Bytes of messages the whole process may hold in queues and partial reads; over it, the oldest
+/// socket holding more than its share is closed 1013.
+pub const MEMORY_BUDGET: usize = 256 << 20;
 /// Time a client has to finish its TLS handshake.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = http::HEAD_TIMEOUT;
 /// Time connections get to close after shutdown is asked for, before `run` returns anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Pause after an accept error such as running out of file descriptors.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// File descriptors kept free for everything but client connections.
 const RESERVED_FDS: u64 = 64;
 
@@ -71,6 +78,13 @@ pub struct RelayConfig {
     pub limits: Limits,
     /// Connections served at once; further ones are refused (`503` on plain HTTP).
     pub max_connections: usize,
+    /// Connections one client address may hold (`429` beyond it); 0 for no limit, as behind a
+    /// proxy where every connection comes from the proxy's address.
+    pub max_connections_per_ip: usize,
+    /// Bytes of messages held at once across all sockets (at least two largest messages).
+    pub memory_budget: usize,
+    /// Where the relay counts what it does; serve them with [`metrics::serve`].
+    pub metrics: Arc<metrics::RelayMetrics>,
 }
 
 /// Timing and size limits of one relayed socket.
@@ -118,7 +132,15 @@ impl Limits {
 
 impl Default for RelayConfig {
     fn default() -> Self {
-        RelayConfig { tls: None, token: None, limits: Limits::default(), max_connections: MAX_CONNECTIONS }
+        RelayConfig {
+            tls: None,
+            token: None,
+            limits: Limits::default(),
+            max_connections: MAX_CONNECTIONS,
+            max_connections_per_ip: MAX_CONNECTIONS_PER_IP,
+            memory_budget: MEMORY_BUDGET,
+            metrics: Arc::default(),
+        }
     }
 }
 
@@ -129,7 +151,9 @@ impl std::fmt::Debug for RelayConfig {
             .field("token", &self.token)
             .field("limits", &self.limits)
             .field("max_connections", &self.max_connections)
-            .finish()
+            .field("max_connections_per_ip", &self.max_connections_per_ip)
+            .field("memory_budget", &self.memory_budget)
+            .finish_non_exhaustive()
     }
 }
 
@@ -143,9 +167,23 @@ pub async fn command(settings: &Settings, args: RelayArgs) -> anyhow::Result<()>
     if let Some(fds) = raise_fd_limit() {
         config.max_connections = config.max_connections.min(fds.saturating_sub(RESERVED_FDS).max(1) as usize);
     }
+    config.max_connections_per_ip = args.max_connections_per_ip;
+    if let Some(mib) = args.memory_budget_mib {
+        config.memory_budget = usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+    }
     let addr = resolve_listen(&args.listen).await?;
     let listener = TcpListener::bind(addr).await.with_context(|| format!("could not listen on {addr}"))?;
     let local = listener.local_addr().context("could not read the listening address")?;
+    let metrics_listener = match &args.metrics_listen {
+        Some(listen) => {
+            let addr = resolve_listen(listen).await?;
+            let listener =
+                TcpListener::bind(addr).await.with_context(|| format!("could not listen for metrics on {addr}"))?;
+            let local = listener.local_addr().context("could not read the metrics address")?;
+            Some((listener, local))
+        }
+        None => None,
+    };
     let scheme = if config.tls.is_some() { "wss" } else { "ws" };
     let token_note = if config.token.is_some() { " (relay token required)" } else { "" };
     settings.printer.event(
@@ -155,11 +193,19 @@ pub async fn command(settings: &Settings, args: RelayArgs) -> anyhow::Result<()>
             "url": format!("{scheme}://{local}"),
             "tls": config.tls.is_some(),
             "relay_token": config.token.is_some(),
+            "metrics": metrics_listener.as_ref().map(|(_, local)| format!("http://{local}/metrics")),
         }),
         format_args!("relay listening on {scheme}://{local}{token_note}"),
     );
     let signal = crate::shutdown::on_signal();
+    let metrics_task = metrics_listener.map(|(listener, _)| {
+        let (metrics, signal) = (Arc::clone(&config.metrics), signal.clone());
+        tokio::spawn(async move { metrics::serve(listener, metrics, signal.cancelled_owned()).await })
+    });
     run(listener, config, async move { signal.cancelled().await }).await?;
+    if let Some(task) = metrics_task {
+        task.await.context("the metrics server failed")??;
+    }
     settings.printer.event("relay_stopped", json!({}), "relay stopped");
     Ok(())
 }
@@ -236,8 +282,19 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
     config.limits.validate()?;
+    if config.memory_budget < config.limits.max_frame_len.saturating_mul(2) {
+        bail!("relay limits: the memory budget must hold at least two of the largest messages");
+    }
+    let metrics = Arc::clone(&config.metrics);
+    metrics.set_limit("max_connections", config.max_connections);
+    metrics.set_limit("max_connections_per_ip", config.max_connections_per_ip);
+    metrics.set_limit("memory_budget_bytes", config.memory_budget);
+    metrics.set_limit("max_message_bytes", config.limits.max_frame_len);
+    metrics.set_limit("send_queue_frames", config.limits.send_queue_frames);
+    metrics.set_limit("send_queue_bytes", config.limits.send_queue_bytes);
+    let ledger = Arc::new(hub::Ledger { budget: config.memory_budget, metrics: Arc::clone(&metrics) });
     let shared = Arc::new(Shared {
-        hub: Arc::default(),
+        hub: Arc::new(hub::Hub::new(ledger)),
         token: config.token,
         limits: config.limits,
         tls: config.tls.map(tokio_rustls::TlsAcceptor::from),
@@ -245,6 +302,7 @@ pub async fn run(
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
     let live = Arc::new(AtomicUsize::new(0));
+    let per_ip = Arc::new(PerIp { max: config.max_connections_per_ip, held: Mutex::default() });
     let next_conn = AtomicU64::new(1);
     tokio::pin!(shutdown);
     loop {
@@ -252,8 +310,8 @@ pub async fn run(
             () = &mut shutdown => break,
             accepted = listener.accept() => accepted,
         };
-        let tcp = match accepted {
-            Ok((tcp, _)) => tcp,
+        let (tcp, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(err) if is_per_connection(&err) => {
                 debug!(%err, "a connection failed before it was accepted");
                 continue;
@@ -266,13 +324,18 @@ pub async fn run(
                 }
             }
         };
-        let Some(guard) = ConnectionGuard::admit(&live, config.max_connections) else {
-            debug!("connection refused: relay full");
-            if shared.tls.is_none() {
-                let _ = tcp.try_write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nretry-after: 5\r\nconnection: close\r\n\r\n");
+        let guard = match ConnectionGuard::admit(&live, config.max_connections, &per_ip, peer.ip()) {
+            Ok(guard) => guard,
+            Err(refusal) => {
+                debug!(status = refusal.status, "connection refused: {}", refusal.body);
+                metrics.refused(refusal.status);
+                if shared.tls.is_none() {
+                    let _ = tcp.try_write(refusal.response.as_bytes());
+                }
+                continue;
             }
-            continue;
         };
+        metrics.connection_opened();
         let conn = next_conn.fetch_add(1, Ordering::Relaxed);
         let span = tracing::debug_span!("relay", conn, role = tracing::field::Empty);
         let shared = Arc::clone(&shared);
@@ -283,6 +346,7 @@ pub async fn run(
                 if let Err(err) = serve_connection(&shared, tcp, conn, &cancel).await {
                     debug!(err = %format_args!("{err:#}"), "connection ended with an error");
                 }
+                shared.hub.metrics().connection_closed();
             }
             .instrument(span),
         );
@@ -302,23 +366,101 @@ fn is_per_connection(err: &std::io::Error) -> bool {
     matches!(err.kind(), ConnectionAborted | ConnectionReset | Interrupted | WouldBlock)
 }
 
-/// Counts a connection against the limit for as long as it lives.
-struct ConnectionGuard(Arc<AtomicUsize>);
+/// A connection refused at accept, before any byte is read.
+struct AcceptRefusal {
+    status: u16,
+    body: &'static str,
+    response: &'static str,
+}
+
+const RELAY_FULL: AcceptRefusal = AcceptRefusal {
+    status: 503,
+    body: "relay full",
+    response: "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nretry-after: 5\r\nconnection: close\r\n\r\n",
+};
+const TOO_MANY_FROM_IP: AcceptRefusal = AcceptRefusal {
+    status: 429,
+    body: "too many connections from one address",
+    response: "HTTP/1.1 429 Too Many Requests\r\ncontent-length: 0\r\nretry-after: 5\r\nconnection: close\r\n\r\n",
+};
+
+/// A client address as the per-address limit sees it: IPv4 whole, IPv6 by its /64 (what one
+/// subscriber is usually given).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum ClientKey {
+    V4(u32),
+    V6(u64),
+}
+
+impl From<IpAddr> for ClientKey {
+    fn from(ip: IpAddr) -> Self {
+        match ip.to_canonical() {
+            IpAddr::V4(v4) => ClientKey::V4(v4.into()),
+            IpAddr::V6(v6) => ClientKey::V6((u128::from(v6) >> 64) as u64),
+        }
+    }
+}
+
+/// Connections held per client address.
+struct PerIp {
+    max: usize,
+    held: Mutex<HashMap<ClientKey, usize>>,
+}
+
+impl PerIp {
+    fn admit(&self, key: ClientKey) -> bool {
+        let mut held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = held.entry(key).or_default();
+        if *count >= self.max {
+            return false;
+        }
+        *count += 1;
+        true
+    }
+
+    fn release(&self, key: ClientKey) {
+        let mut held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&key) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&key);
+            }
+        }
+    }
+}
+
+/// Counts a connection against the limits for as long as it lives.
+struct ConnectionGuard {
+    live: Arc<AtomicUsize>,
+    client: Option<(Arc<PerIp>, ClientKey)>,
+}
 
 impl ConnectionGuard {
-    fn admit(live: &Arc<AtomicUsize>, max: usize) -> Option<Self> {
-        let previous = live.fetch_add(1, Ordering::AcqRel);
-        if previous >= max {
-            live.fetch_sub(1, Ordering::AcqRel);
-            return None;
+    fn admit(live: &Arc<AtomicUsize>, max: usize, per_ip: &Arc<PerIp>, ip: IpAddr) -> Result<Self, AcceptRefusal> {
+        let client = if per_ip.max == 0 {
+            None
+        } else {
+            let key = ClientKey::from(ip);
+            if !per_ip.admit(key) {
+                return Err(TOO_MANY_FROM_IP);
+            }
+            Some((Arc::clone(per_ip), key))
+        };
+        // From here on, dropping the guard gives back what was taken.
+        let guard = ConnectionGuard { live: Arc::clone(live), client };
+        if live.fetch_add(1, Ordering::AcqRel) >= max {
+            return Err(RELAY_FULL);
         }
-        Some(ConnectionGuard(Arc::clone(live)))
+        Ok(guard)
     }
 }
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.live.fetch_sub(1, Ordering::AcqRel);
+        if let Some((per_ip, key)) = &self.client {
+            per_ip.release(*key);
+        }
     }
 }
 
@@ -355,10 +497,12 @@ where
         Err(HeadError::Io(err)) => return Err(err).context("reading the request"),
         Err(HeadError::TimedOut) => return Ok(()),
         Err(err @ HeadError::TooLarge) => {
+            shared.hub.metrics().refused(431);
             http::respond(&mut stream, 431, "Request Header Fields Too Large", "request head too large").await?;
             bail!(err);
         }
         Err(err @ HeadError::Malformed) => {
+            shared.hub.metrics().refused(400);
             http::respond(&mut stream, 400, "Bad Request", "malformed request").await?;
             bail!(err);
         }
@@ -367,6 +511,7 @@ where
         Route::Health => http::respond(&mut stream, 200, "OK", "ok").await.context("answering /healthz"),
         Route::Refuse(refusal) => {
             debug!(status = refusal.status, path = %printable_path(&head), "request refused");
+            shared.hub.metrics().refused(refusal.status);
             http::respond_with(&mut stream, refusal.status, refusal.reason, refusal.headers, refusal.body)
                 .await
                 .context("answering a refused request")
