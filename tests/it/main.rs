@@ -3,6 +3,7 @@
 
 mod agent;
 mod cli;
+mod deploy;
 mod environments;
 mod fake_gemini;
 mod gemini;

@@ -20,7 +20,7 @@ use voxa::dial::ClientSocket;
 
 use crate::fake_gemini::{FakeGemini, FakeOptions, Kind};
 use crate::harness::*;
-use crate::support::{voxa, voxa_cmd};
+use crate::support::{raise_open_file_limit, voxa, voxa_cmd};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -1055,17 +1055,6 @@ async fn frozen_relay(heartbeats: u64) {
     assert!(recv_result(&mut fresh, "after").await["result"]["output"].as_str().unwrap().contains("awake"));
     println!("sleep/wake: old phone heard the agent leave: {heard_left}");
     drop(relay);
-}
-
-fn raise_open_file_limit(needed: u64) {
-    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
-    let limit = getrlimit(Resource::Nofile);
-    let want = limit.maximum.unwrap_or(u64::MAX).min(1 << 20);
-    if limit.current.is_some_and(|current| current < want) {
-        let _ = setrlimit(Resource::Nofile, Rlimit { current: Some(want), maximum: limit.maximum });
-    }
-    let now = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
-    assert!(now >= needed, "this test needs {needed} open files; the limit is {now}");
 }
 
 /// One side of a pair: waits for its peer, sends numbered frames (text and binary in turn) until
