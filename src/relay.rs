@@ -34,8 +34,8 @@ use anyhow::{bail, Context as _};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::json;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn, Instrument as _};
@@ -66,6 +66,10 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// File descriptors kept free for everything but client connections.
 const RESERVED_FDS: u64 = 64;
+/// Sockets waiting to be taken over by the shard that serves their code.
+const HANDOFF_QUEUE: usize = 1024;
+/// Pending connections a listener keeps before the kernel refuses more.
+const LISTEN_BACKLOG: u32 = 1024;
 
 /// How a relay runs: TLS, the optional relay token, and the limits every socket gets.
 #[derive(Clone)]
@@ -172,8 +176,15 @@ pub async fn command(settings: &Settings, args: RelayArgs) -> anyhow::Result<()>
         config.memory_budget = usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
     }
     let addr = resolve_listen(&args.listen).await?;
-    let listener = TcpListener::bind(addr).await.with_context(|| format!("could not listen on {addr}"))?;
-    let local = listener.local_addr().context("could not read the listening address")?;
+    // One listener per core, all on the same address: the kernel spreads connections over them.
+    let shards = std::thread::available_parallelism().map_or(1, usize::from);
+    let first = bind_shared(addr).with_context(|| format!("could not listen on {addr}"))?;
+    let local = first.local_addr().context("could not read the listening address")?;
+    let mut listeners = vec![first];
+    // The others bind to the first one's address, which names the port even when asked for 0.
+    for _ in 1..shards {
+        listeners.push(bind_shared(local).with_context(|| format!("could not listen on {local}"))?);
+    }
     let metrics_listener = match &args.metrics_listen {
         Some(listen) => {
             let addr = resolve_listen(listen).await?;
@@ -202,7 +213,14 @@ pub async fn command(settings: &Settings, args: RelayArgs) -> anyhow::Result<()>
         let (metrics, signal) = (Arc::clone(&config.metrics), signal.clone());
         tokio::spawn(async move { metrics::serve(listener, metrics, signal.cancelled_owned()).await })
     });
-    run(listener, config, async move { signal.cancelled().await }).await?;
+    let relay = {
+        let signal = signal.clone();
+        tokio::task::spawn_blocking(move || run_sharded(listeners, config, signal))
+    };
+    let result = relay.await.context("the relay stopped unexpectedly");
+    // Whatever ended the relay ends the metrics server too.
+    signal.cancel();
+    result??;
     if let Some(task) = metrics_task {
         task.await.context("the metrics server failed")??;
     }
@@ -218,6 +236,15 @@ async fn resolve_listen(listen: &str) -> anyhow::Result<SocketAddr> {
         ConfigError::new(format!("--listen {listen:?} is not an address like 127.0.0.1:8787 or [::]:443"))
     })?;
     Ok(addrs.next().ok_or_else(|| ConfigError::new(format!("--listen {listen:?} resolves to no address")))?)
+}
+
+/// A listening socket that other sockets may share (`SO_REUSEPORT`), for one shard.
+pub fn bind_shared(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)?.into_std()
 }
 
 /// Raises the soft limit on open files to the hard limit; returns the limit in force.
@@ -266,48 +293,142 @@ fn pem_error(err: rustls_pki_types::pem::Error, what: &str, path: &Path) -> anyh
     }
 }
 
-/// State shared by a relay's connection tasks.
+/// State shared by a relay's connection tasks, on every shard.
 struct Shared {
     hub: Arc<hub::Hub>,
     token: Option<Secret>,
     limits: Limits,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    max_connections: usize,
+    live: Arc<AtomicUsize>,
+    per_ip: Arc<PerIp>,
+    next_conn: AtomicU64,
+    /// Each shard's queue of sockets handed over to it; empty with a single shard.
+    shards: Vec<mpsc::Sender<Handoff>>,
+    /// Cancelled once the relay stops accepting: every socket closes.
+    cancel: CancellationToken,
+}
+
+impl Shared {
+    fn new(config: RelayConfig, shards: Vec<mpsc::Sender<Handoff>>) -> anyhow::Result<Arc<Shared>> {
+        config.limits.validate()?;
+        if config.memory_budget < config.limits.max_frame_len.saturating_mul(2) {
+            bail!("relay limits: the memory budget must hold at least two of the largest messages");
+        }
+        let metrics = config.metrics;
+        metrics.set_limit("max_connections", config.max_connections);
+        metrics.set_limit("max_connections_per_ip", config.max_connections_per_ip);
+        metrics.set_limit("memory_budget_bytes", config.memory_budget);
+        metrics.set_limit("max_message_bytes", config.limits.max_frame_len);
+        metrics.set_limit("send_queue_frames", config.limits.send_queue_frames);
+        metrics.set_limit("send_queue_bytes", config.limits.send_queue_bytes);
+        let ledger = Arc::new(hub::Ledger { budget: config.memory_budget, metrics });
+        Ok(Arc::new(Shared {
+            hub: Arc::new(hub::Hub::new(ledger)),
+            token: config.token,
+            limits: config.limits,
+            tls: config.tls.map(tokio_rustls::TlsAcceptor::from),
+            max_connections: config.max_connections,
+            live: Arc::new(AtomicUsize::new(0)),
+            per_ip: Arc::new(PerIp { max: config.max_connections_per_ip, held: Mutex::default() }),
+            next_conn: AtomicU64::new(1),
+            shards,
+            cancel: CancellationToken::new(),
+        }))
+    }
+
+    /// The shard that serves a relay code, when there are several.
+    fn shard_of(&self, code: u128) -> Option<usize> {
+        (self.shards.len() > 1).then(|| (code % self.shards.len() as u128) as usize)
+    }
+}
+
+/// An upgraded plain-TCP socket on its way to the shard that serves its code, so both sides of a
+/// pair run on one thread and hand frames to each other without waking another core.
+struct Handoff {
+    tcp: std::net::TcpStream,
+    head: RequestHead,
+    leftover: Vec<u8>,
+    role: PeerRole,
+    code: u128,
+    conn: u64,
+    guard: ConnectionGuard,
+    span: tracing::Span,
 }
 
 /// Serves the relay on an already-bound listener until `shutdown` resolves, then closes every
-/// socket (close 1001) and returns once they are gone or after a few seconds' grace.
+/// socket (close 1001) and returns once they are gone or after a few seconds' grace. Everything
+/// runs on the caller's runtime.
 pub async fn run(
     listener: TcpListener,
     config: RelayConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
-    config.limits.validate()?;
-    if config.memory_budget < config.limits.max_frame_len.saturating_mul(2) {
-        bail!("relay limits: the memory budget must hold at least two of the largest messages");
+    let shared = Shared::new(config, Vec::new())?;
+    serve_shard(&shared, listener, None, 0, shutdown).await
+}
+
+/// Serves the relay on several listeners bound to one address (`SO_REUSEPORT`), each on its own
+/// thread with a single-threaded runtime, until `shutdown` is cancelled. A socket is served by
+/// the shard its relay code maps to, so the two sides of a pair share a thread (plain TCP; a TLS
+/// socket stays on the shard that accepted it). Blocks until every shard has stopped.
+pub fn run_sharded(
+    listeners: Vec<std::net::TcpListener>,
+    config: RelayConfig,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let (senders, receivers): (Vec<_>, Vec<_>) = listeners.iter().map(|_| mpsc::channel(HANDOFF_QUEUE)).unzip();
+    let shared = Shared::new(config, if listeners.len() > 1 { senders } else { Vec::new() })?;
+    let threads = listeners
+        .into_iter()
+        .zip(receivers)
+        .enumerate()
+        .map(|(index, (listener, handoffs))| {
+            let (shared, shutdown) = (Arc::clone(&shared), shutdown.clone());
+            std::thread::Builder::new().name(format!("relay-{index}")).spawn(move || -> anyhow::Result<()> {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .context("could not start a relay thread's runtime")?;
+                runtime.block_on(async move {
+                    listener.set_nonblocking(true).context("could not make the listener non-blocking")?;
+                    let listener = TcpListener::from_std(listener).context("could not register the listener")?;
+                    serve_shard(&shared, listener, Some(handoffs), index, shutdown.cancelled_owned()).await
+                })
+            })
+        })
+        .collect::<std::io::Result<Vec<_>>>()
+        .context("could not start the relay threads")?;
+    let mut result = Ok(());
+    for thread in threads {
+        let ended = thread.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a relay thread panicked")));
+        if ended.is_err() {
+            // One shard failing stops them all.
+            shutdown.cancel();
+            result = result.and(ended);
+        }
     }
-    let metrics = Arc::clone(&config.metrics);
-    metrics.set_limit("max_connections", config.max_connections);
-    metrics.set_limit("max_connections_per_ip", config.max_connections_per_ip);
-    metrics.set_limit("memory_budget_bytes", config.memory_budget);
-    metrics.set_limit("max_message_bytes", config.limits.max_frame_len);
-    metrics.set_limit("send_queue_frames", config.limits.send_queue_frames);
-    metrics.set_limit("send_queue_bytes", config.limits.send_queue_bytes);
-    let ledger = Arc::new(hub::Ledger { budget: config.memory_budget, metrics: Arc::clone(&metrics) });
-    let shared = Arc::new(Shared {
-        hub: Arc::new(hub::Hub::new(ledger)),
-        token: config.token,
-        limits: config.limits,
-        tls: config.tls.map(tokio_rustls::TlsAcceptor::from),
-    });
-    let cancel = CancellationToken::new();
+    result
+}
+
+/// One shard: accepts on its listener and serves what it accepted or was handed, until shutdown.
+async fn serve_shard(
+    shared: &Arc<Shared>,
+    listener: TcpListener,
+    mut handoffs: Option<mpsc::Receiver<Handoff>>,
+    shard: usize,
+    shutdown: impl Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
     let tracker = TaskTracker::new();
-    let live = Arc::new(AtomicUsize::new(0));
-    let per_ip = Arc::new(PerIp { max: config.max_connections_per_ip, held: Mutex::default() });
-    let next_conn = AtomicU64::new(1);
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
             () = &mut shutdown => break,
+            Some(handoff) = async { handoffs.as_mut()?.recv().await } => {
+                let span = handoff.span.clone();
+                tracker.spawn(serve_handoff(Arc::clone(shared), handoff).instrument(span));
+                continue;
+            }
             accepted = listener.accept() => accepted,
         };
         let (tcp, peer) = match accepted {
@@ -324,7 +445,8 @@ pub async fn run(
                 }
             }
         };
-        let guard = match ConnectionGuard::admit(&live, config.max_connections, &per_ip, peer.ip()) {
+        let metrics = Arc::clone(&shared.hub.ledger.metrics);
+        let guard = match ConnectionGuard::admit(shared, peer.ip()) {
             Ok(guard) => guard,
             Err(refusal) => {
                 debug!(status = refusal.status, "connection refused: {}", refusal.body);
@@ -335,29 +457,39 @@ pub async fn run(
                 continue;
             }
         };
-        metrics.connection_opened();
-        let conn = next_conn.fetch_add(1, Ordering::Relaxed);
+        let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
         let span = tracing::debug_span!("relay", conn, role = tracing::field::Empty);
-        let shared = Arc::clone(&shared);
-        let cancel = cancel.clone();
+        let shared = Arc::clone(shared);
         tracker.spawn(
             async move {
-                let _guard = guard;
-                if let Err(err) = serve_connection(&shared, tcp, conn, &cancel).await {
+                if let Err(err) = serve_connection(&shared, tcp, conn, guard, shard).await {
                     debug!(err = %format_args!("{err:#}"), "connection ended with an error");
                 }
-                shared.hub.metrics().connection_closed();
             }
             .instrument(span),
         );
     }
     drop(listener);
-    cancel.cancel();
+    drop(handoffs);
+    shared.cancel.cancel();
     tracker.close();
     if tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait()).await.is_err() {
         warn!(connections = tracker.len(), "connections still closing after the shutdown grace; leaving them");
     }
     Ok(())
+}
+
+/// Serves a socket another shard accepted and routed here.
+async fn serve_handoff(shared: Arc<Shared>, handoff: Handoff) {
+    let Handoff { tcp, head, leftover, role, code, conn, guard, .. } = handoff;
+    let _guard = guard;
+    let stream = match TcpStream::from_std(tcp) {
+        Ok(stream) => stream,
+        Err(err) => return debug!(%err, "could not take over a socket"),
+    };
+    if let Err(err) = join(&shared, stream, head, leftover, role, code, conn).await {
+        debug!(err = %format_args!("{err:#}"), "connection ended with an error");
+    }
 }
 
 /// Accept errors that concern one connection only, not the listener.
@@ -429,14 +561,16 @@ impl PerIp {
     }
 }
 
-/// Counts a connection against the limits for as long as it lives.
+/// Counts a connection against the limits (and in the metrics) for as long as it lives.
 struct ConnectionGuard {
     live: Arc<AtomicUsize>,
     client: Option<(Arc<PerIp>, ClientKey)>,
+    metrics: Arc<metrics::RelayMetrics>,
 }
 
 impl ConnectionGuard {
-    fn admit(live: &Arc<AtomicUsize>, max: usize, per_ip: &Arc<PerIp>, ip: IpAddr) -> Result<Self, AcceptRefusal> {
+    fn admit(shared: &Shared, ip: IpAddr) -> Result<Self, AcceptRefusal> {
+        let per_ip = &shared.per_ip;
         let client = if per_ip.max == 0 {
             None
         } else {
@@ -447,8 +581,10 @@ impl ConnectionGuard {
             Some((Arc::clone(per_ip), key))
         };
         // From here on, dropping the guard gives back what was taken.
-        let guard = ConnectionGuard { live: Arc::clone(live), client };
-        if live.fetch_add(1, Ordering::AcqRel) >= max {
+        let metrics = Arc::clone(&shared.hub.ledger.metrics);
+        metrics.connection_opened();
+        let guard = ConnectionGuard { live: Arc::clone(&shared.live), client, metrics };
+        if shared.live.fetch_add(1, Ordering::AcqRel) >= shared.max_connections {
             return Err(RELAY_FULL);
         }
         Ok(guard)
@@ -458,6 +594,7 @@ impl ConnectionGuard {
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
         self.live.fetch_sub(1, Ordering::AcqRel);
+        self.metrics.connection_closed();
         if let Some((per_ip, key)) = &self.client {
             per_ip.release(*key);
         }
@@ -468,29 +605,33 @@ async fn serve_connection(
     shared: &Shared,
     tcp: TcpStream,
     conn: u64,
-    cancel: &CancellationToken,
+    guard: ConnectionGuard,
+    shard: usize,
 ) -> anyhow::Result<()> {
     // Frames are written whole and should leave at once; Nagle would hold back small ones.
     let _ = tcp.set_nodelay(true);
     let Some(acceptor) = &shared.tls else {
-        return serve_stream(shared, tcp, conn, cancel).await;
+        return serve_stream(shared, tcp, conn, guard, shard).await;
     };
     let handshake = Box::pin(tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)));
     let stream = tokio::select! {
         result = handshake => result.context("TLS handshake timed out")?.context("TLS handshake failed")?,
-        () = cancel.cancelled() => return Ok(()),
+        () = shared.cancel.cancelled() => return Ok(()),
     };
     // Boxed: TLS state is large, and plain connections should not carry room for it.
-    Box::pin(serve_stream(shared, stream, conn, cancel)).await
+    Box::pin(serve_stream(shared, stream, conn, guard, shard)).await
 }
 
-async fn serve_stream<S>(shared: &Shared, mut stream: S, conn: u64, cancel: &CancellationToken) -> anyhow::Result<()>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
+async fn serve_stream<S: socket::RelayStream>(
+    shared: &Shared,
+    mut stream: S,
+    conn: u64,
+    guard: ConnectionGuard,
+    shard: usize,
+) -> anyhow::Result<()> {
     let read = tokio::select! {
         read = http::read_head(&mut stream) => read,
-        () = cancel.cancelled() => return Ok(()),
+        () = shared.cancel.cancelled() => return Ok(()),
     };
     let (head, leftover) = match read {
         Ok(read) => read,
@@ -518,14 +659,41 @@ where
         }
         Route::Join { role, code } => {
             tracing::Span::current().record("role", role_name(role));
-            http::write_upgrade(&mut stream, &head).await.context("answering the upgrade")?;
-            // Nothing of the request outlives the upgrade: a socket keeps only what it needs.
-            drop(head);
-            let member = socket::Membership { hub: Arc::clone(&shared.hub), code, role, conn };
-            socket::serve(stream, leftover, member, &shared.limits, cancel).await;
-            Ok(())
+            let stream = match shared.shard_of(code).filter(|&owner| owner != shard) {
+                Some(owner) => match stream.detach() {
+                    Ok(tcp) => {
+                        let tcp = tcp.context("could not hand the socket over")?;
+                        let span = tracing::Span::current();
+                        let handoff = Handoff { tcp, head, leftover, role, code, conn, guard, span };
+                        // A full or closed queue (shutdown) drops the socket.
+                        return shared.shards[owner].try_send(handoff).map_err(|_| anyhow::anyhow!("shard busy"));
+                    }
+                    Err(stream) => stream,
+                },
+                None => stream,
+            };
+            let _guard = guard;
+            join(shared, stream, head, leftover, role, code, conn).await
         }
     }
+}
+
+/// Completes the upgrade and relays the socket until it ends.
+async fn join<S: socket::RelayStream>(
+    shared: &Shared,
+    mut stream: S,
+    head: RequestHead,
+    leftover: Vec<u8>,
+    role: PeerRole,
+    code: u128,
+    conn: u64,
+) -> anyhow::Result<()> {
+    http::write_upgrade(&mut stream, &head).await.context("answering the upgrade")?;
+    // Nothing of the request outlives the upgrade: a socket keeps only what it needs.
+    drop(head);
+    let member = socket::Membership { hub: Arc::clone(&shared.hub), code, role, conn };
+    socket::serve(stream, leftover, member, &shared.limits, &shared.cancel).await;
+    Ok(())
 }
 
 /// The path for a log line: only the relay's own paths are named, never what a client sent.

@@ -186,7 +186,8 @@ impl FrameReader {
                         self.settle(meter)?;
                     }
                     let Some(pending) = self.pending.as_mut() else { continue };
-                    let n = (&mut *io).take(missing as u64).read_buf(&mut pending.payload).await.map_err(ReadError::Io)?;
+                    let n =
+                        (&mut *io).take(missing as u64).read_buf(&mut pending.payload).await.map_err(ReadError::Io)?;
                     if n == 0 {
                         return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
                     }

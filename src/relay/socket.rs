@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures_util::future::{FusedFuture, FutureExt};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -26,6 +27,35 @@ const MAX_BATCH_FRAMES: usize = 64;
 /// Most queued bytes written in one system call (a larger single frame still goes alone).
 const MAX_BATCH_BYTES: usize = 256 << 10;
 
+/// A client connection the relay serves: plain TCP or TLS.
+pub(super) trait RelayStream: AsyncRead + AsyncWrite + Unpin + Send + Sized {
+    /// Read and write halves for one task. Plain TCP splits without a lock; TLS needs one.
+    fn halves(&mut self) -> (impl AsyncRead + Unpin + '_, impl AsyncWrite + Unpin + '_);
+
+    /// The plain socket, for another thread to serve; a TLS stream cannot move (`Err(self)`).
+    fn detach(self) -> Result<std::io::Result<std::net::TcpStream>, Self>;
+}
+
+impl RelayStream for TcpStream {
+    fn halves(&mut self) -> (impl AsyncRead + Unpin + '_, impl AsyncWrite + Unpin + '_) {
+        self.split()
+    }
+
+    fn detach(self) -> Result<std::io::Result<std::net::TcpStream>, Self> {
+        Ok(self.into_std())
+    }
+}
+
+impl RelayStream for tokio_rustls::server::TlsStream<TcpStream> {
+    fn halves(&mut self) -> (impl AsyncRead + Unpin + '_, impl AsyncWrite + Unpin + '_) {
+        tokio::io::split(self)
+    }
+
+    fn detach(self) -> Result<std::io::Result<std::net::TcpStream>, Self> {
+        Err(self)
+    }
+}
+
 /// Where a socket belongs: its pairing and its place in it.
 pub(super) struct Membership {
     pub hub: Arc<Hub>,
@@ -35,18 +65,16 @@ pub(super) struct Membership {
 }
 
 /// Runs an upgraded socket until it ends, then closes it within bounded time.
-pub(super) async fn serve<S>(
-    stream: S,
+pub(super) async fn serve<S: RelayStream>(
+    mut stream: S,
     leftover: Vec<u8>,
     member: Membership,
     limits: &Limits,
     cancel: &CancellationToken,
-) where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
+) {
     let queue = QueueLimits { frames: limits.send_queue_frames, bytes: limits.send_queue_bytes };
     let outbox = Arc::new(Outbox::new(queue, Arc::clone(&member.hub.ledger)));
-    let (mut read_half, mut write_half) = tokio::io::split(stream);
+    let (mut read_half, mut write_half) = stream.halves();
     let frames = FrameReader::new(limits.max_frame_len, &leftover);
     drop(leftover);
     let slot = member.hub.join(member.code, member.role, member.conn, &outbox);

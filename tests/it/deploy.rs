@@ -397,7 +397,13 @@ impl AgentProcess {
 
 /// The phone of a real agent: hello, then a tool call per round; after the kill it reconnects
 /// and waits for the agent to come back through a survivor.
-async fn real_agent_phone(n: usize, code: String, token: String, dialer: Dialer, run: Run) -> Result<PairReport, String> {
+async fn real_agent_phone(
+    n: usize,
+    code: String,
+    token: String,
+    dialer: Dialer,
+    run: Run,
+) -> Result<PairReport, String> {
     let session = || async {
         let mut phone = dialer.open(&format!("/ws?code={code}")).await?;
         expect_joined(&mut phone, "agent").await?;

@@ -1241,3 +1241,49 @@ async fn sockets_holding_most_of_a_large_message_cannot_take_the_relay_past_its_
     let (status, _, _) = relay.terminate().await;
     assert!(status.success());
 }
+
+#[tokio::test]
+async fn a_sharded_relay_pairs_sockets_whichever_shard_accepted_them_and_stops() {
+    const PAIRS: usize = 40;
+    let first = voxa::relay::bind_shared("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = first.local_addr().unwrap();
+    let listeners = vec![first, voxa::relay::bind_shared(addr).unwrap(), voxa::relay::bind_shared(addr).unwrap()];
+    let stop = tokio_util::sync::CancellationToken::new();
+    let config = RelayConfig { max_connections_per_ip: 0, ..Default::default() };
+    let metrics = Arc::clone(&config.metrics);
+    let relay = tokio::task::spawn_blocking({
+        let stop = stop.clone();
+        move || voxa::relay::run_sharded(listeners, config, stop)
+    });
+    // The kernel spreads these connections over the three listeners; each pair still meets.
+    let mut pairs = Vec::new();
+    for n in 0..PAIRS {
+        let code = new_code();
+        let mut laptop = try_connect(addr, &format!("/agent?code={code}"), None).await.unwrap();
+        let mut handset = try_connect(addr, &format!("/ws?code={code}"), None).await.unwrap();
+        expect_notice(&mut handset, "agent", "joined").await;
+        expect_notice(&mut laptop, "phone", "joined").await;
+        send(&mut laptop, Message::text(format!("to phone {n}"))).await;
+        send(&mut handset, Message::binary(vec![n as u8; 64])).await;
+        pairs.push((laptop, handset));
+    }
+    for (n, (laptop, handset)) in pairs.iter_mut().enumerate() {
+        expect_text(handset, &format!("to phone {n}")).await;
+        assert_eq!(next(laptop).await, Message::binary(vec![n as u8; 64]));
+    }
+    assert_eq!(sample(&metrics.encode(), "voxa_relay_pairs"), PAIRS as f64);
+    assert_eq!(http(addr, "GET /healthz HTTP/1.1\r\n\r\n").await.0, 200);
+
+    stop.cancel();
+    // Every socket is closed 1001 (and answers, so the relay need not wait for it).
+    let closes = futures_util::future::join_all(
+        pairs
+            .iter_mut()
+            .flat_map(|(laptop, handset)| [laptop, handset])
+            .map(|socket| async move { expect_close(socket).await.0 }),
+    );
+    assert!(closes.await.iter().all(|code| *code == 1001));
+    drop(pairs);
+    timeout(WAIT, relay).await.expect("the shards stop").unwrap().unwrap();
+    assert!(TcpStream::connect(addr).await.is_err(), "every listener is closed");
+}
