@@ -103,16 +103,23 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / 1048576.0
 }
 
-/// `voxa relay --listen 127.0.0.1:0 --json`, its address read from its first event.
-struct RelayProcess {
-    child: Child,
-    addr: SocketAddr,
+/// A relay in its own process, its address read from the `listen` field of its first line.
+pub struct RelayProcess {
+    pub child: Child,
+    pub addr: SocketAddr,
 }
 
 impl RelayProcess {
+    /// `voxa relay --listen 127.0.0.1:0 --json`.
     fn spawn() -> anyhow::Result<Self> {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_voxa"))
-            .args(["relay", "--listen", "127.0.0.1:0", "--json", "--max-connections-per-ip", "0"])
+        let mut command = Command::new(env!("CARGO_BIN_EXE_voxa"));
+        command.args(["relay", "--listen", "127.0.0.1:0", "--json", "--max-connections-per-ip", "0"]);
+        Self::start(command)
+    }
+
+    /// Starts a relay command that prints `{"listen":"<addr>",…}` first.
+    pub fn start(mut command: Command) -> anyhow::Result<Self> {
+        let mut child = command
             .env_remove("VOXA_RELAY_TOKEN")
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
@@ -138,9 +145,15 @@ impl RelayProcess {
         Ok(kib * 1024)
     }
 
-    fn stop(&mut self) {
+    pub fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

@@ -6,10 +6,9 @@
 //! round-trip p50/p99, at 1 pair, 100 pairs × 4 frames in flight, and 1000 pairs. Each figure is
 //! the median of several runs, every relay measured in each run.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,6 +18,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
+use crate::relay::RelayProcess;
 use crate::report::{percentiles, Report};
 
 const AREA: &str = "relay CPU";
@@ -161,48 +161,23 @@ fn pin_to(core: usize) -> std::io::Result<()> {
     rustix::thread::sched_setaffinity(None, &set).map_err(std::io::Error::from)
 }
 
-/// A relay process pinned to the relay core.
-struct RelayProcess {
-    child: Child,
-    addr: SocketAddr,
+/// Starts a contender pinned to the relay core.
+fn spawn_pinned(contender: &Contender) -> anyhow::Result<RelayProcess> {
+    let mut command = Command::new("taskset");
+    command.args(["-c", &RELAY_CORE.to_string()]).args(&contender.command);
+    command.envs(contender.env.iter().map(|(k, v)| (k, v)));
+    RelayProcess::start(command)
 }
 
-impl RelayProcess {
-    fn spawn(contender: &Contender) -> anyhow::Result<Self> {
-        let mut child = Command::new("taskset")
-            .args(["-c", &RELAY_CORE.to_string()])
-            .args(&contender.command)
-            .envs(contender.env.iter().map(|(k, v)| (k, v)))
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line)?;
-        let event: serde_json::Value = serde_json::from_str(&line)?;
-        let addr = event["listen"].as_str().ok_or_else(|| anyhow::anyhow!("no address in {line:?}"))?.parse()?;
-        Ok(RelayProcess { child, addr })
-    }
-
-    /// CPU time the process has used, user and system, in microseconds.
-    fn cpu_us(&self) -> anyhow::Result<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
-        // Fields after the command name (which may hold spaces) start at field 3.
-        let rest = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default();
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
-        let per_second = rustix::param::clock_ticks_per_second() as f64;
-        Ok(ticks as f64 * 1e6 / per_second)
-    }
-}
-
-impl Drop for RelayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// CPU time a process has used, user and system, in microseconds.
+fn cpu_us(relay: &RelayProcess) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", relay.child.id()))?;
+    // Fields after the command name (which may hold spaces) start at field 3.
+    let rest = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    let per_second = rustix::param::clock_ticks_per_second() as f64;
+    Ok(ticks as f64 * 1e6 / per_second)
 }
 
 fn code(n: usize) -> String {
@@ -349,7 +324,7 @@ async fn wait_joined(tcp: &mut TcpStream) -> anyhow::Result<()> {
 }
 
 async fn measure(contender: &Contender, pairs: usize, in_flight: usize, measuring: bool) -> anyhow::Result<Figures> {
-    let relay = RelayProcess::spawn(contender)?;
+    let mut relay = spawn_pinned(contender)?;
     let tally = Arc::new(Tally {
         round_trips: AtomicU64::new(0),
         recording: AtomicBool::new(false),
@@ -374,14 +349,14 @@ async fn measure(contender: &Contender, pairs: usize, in_flight: usize, measurin
     let (warm_up, window) =
         if measuring { (WARM_UP, MEASURE) } else { (Duration::from_millis(50), Duration::from_millis(200)) };
     tokio::time::sleep(warm_up).await;
-    let (count0, cpu0, started) = (tally.round_trips.load(Ordering::Relaxed), relay.cpu_us()?, Instant::now());
+    let (count0, cpu0, started) = (tally.round_trips.load(Ordering::Relaxed), cpu_us(&relay)?, Instant::now());
     tally.recording.store(true, Ordering::Relaxed);
     tokio::time::sleep(window).await;
     tally.recording.store(false, Ordering::Relaxed);
-    let (count1, cpu1, elapsed) = (tally.round_trips.load(Ordering::Relaxed), relay.cpu_us()?, started.elapsed());
+    let (count1, cpu1, elapsed) = (tally.round_trips.load(Ordering::Relaxed), cpu_us(&relay)?, started.elapsed());
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
-    drop(relay);
+    relay.stop();
     let round_trips = count1.saturating_sub(count0).max(1);
     let mut samples = std::mem::take(&mut *tally.samples.lock().unwrap_or_else(|e| e.into_inner()));
     anyhow::ensure!(!samples.is_empty(), "no round trip completed through {}", contender.name);

@@ -338,15 +338,8 @@ async fn simulated_pair(
                 report.lost = Some(err);
                 // Reconnect at once, as an agent's first backoff step and a phone would; a
                 // refused attempt (nginx has not yet seen the relay die) is tried again.
-                let deadline = Instant::now() + WAIT;
-                (agent, phone) = loop {
-                    match connect().await {
-                        Ok(sockets) => break sockets,
-                        Err(err) if err.starts_with("split") => return Err(format!("pair {pair}: {err}")),
-                        Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
-                        Err(err) => return Err(format!("pair {pair} could not pair again: {err}")),
-                    }
-                };
+                let split = |err: &str| err.starts_with("split");
+                (agent, phone) = retry(WAIT, connect, split).await.map_err(|err| format!("pair {pair}: {err}"))?;
                 continue;
             }
         }
@@ -354,6 +347,21 @@ async fn simulated_pair(
             return Ok(report);
         }
         tokio::time::sleep(ROUND_GAP).await;
+    }
+}
+
+/// Calls `attempt` until it succeeds, fails in a way `fatal` recognises, or `within` has passed.
+async fn retry<T, F>(within: Duration, attempt: impl Fn() -> F, fatal: impl Fn(&str) -> bool) -> Result<T, String>
+where
+    F: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        match attempt().await {
+            Ok(done) => return Ok(done),
+            Err(err) if fatal(&err) || Instant::now() >= deadline => return Err(err),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
     }
 }
 
@@ -440,14 +448,7 @@ async fn real_agent_phone(
                 lost_since = Some(run.disruption(&format!("agent {n}"), &err, report.recovered_in.is_some())?);
                 report.lost = Some(err);
                 // The agent reconnects on its own backoff; the phone waits for it at the survivor.
-                let deadline = Instant::now() + WAIT * 2;
-                phone = loop {
-                    match session().await {
-                        Ok(phone) => break phone,
-                        Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
-                        Err(err) => return Err(format!("agent {n} never came back: {err}")),
-                    }
-                };
+                phone = retry(WAIT * 2, session, |_| false).await.map_err(|err| format!("agent {n}: {err}"))?;
                 continue;
             }
         }
