@@ -41,6 +41,8 @@ struct Contender {
 #[derive(Clone, Copy, Default)]
 struct Figures {
     cpu_us_per_round_trip: f64,
+    /// The part of it spent in the kernel (system calls, loopback TCP).
+    system_us_per_round_trip: f64,
     p50_us: f64,
     p99_us: f64,
     round_trips_per_s: f64,
@@ -91,9 +93,10 @@ pub fn run(report: &mut Report, measuring: bool) {
                     percentiles(&mut values).0
                 };
                 format!(
-                    "{}: {:.1} µs CPU, p50 {:.0} µs, p99 {:.0} µs, {:.0}k rt/s",
+                    "{}: {:.1} µs CPU ({:.1} in the kernel), p50 {:.0} µs, p99 {:.0} µs, {:.0}k rt/s",
                     contender.name,
                     median(|f| f.cpu_us_per_round_trip),
+                    median(|f| f.system_us_per_round_trip),
                     median(|f| f.p50_us),
                     median(|f| f.p99_us),
                     median(|f| f.round_trips_per_s) / 1000.0,
@@ -169,15 +172,15 @@ fn spawn_pinned(contender: &Contender) -> anyhow::Result<RelayProcess> {
     RelayProcess::start(command)
 }
 
-/// CPU time a process has used, user and system, in microseconds.
-fn cpu_us(relay: &RelayProcess) -> anyhow::Result<f64> {
+/// CPU time a process has used, in microseconds: (user + system, system).
+fn cpu_us(relay: &RelayProcess) -> anyhow::Result<(f64, f64)> {
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", relay.child.id()))?;
     // Fields after the command name (which may hold spaces) start at field 3.
     let rest = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default();
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
-    let per_second = rustix::param::clock_ticks_per_second() as f64;
-    Ok(ticks as f64 * 1e6 / per_second)
+    let (user, system): (u64, u64) = (fields[11].parse()?, fields[12].parse()?);
+    let per_tick = 1e6 / rustix::param::clock_ticks_per_second() as f64;
+    Ok(((user + system) as f64 * per_tick, system as f64 * per_tick))
 }
 
 fn code(n: usize) -> String {
@@ -362,7 +365,8 @@ async fn measure(contender: &Contender, pairs: usize, in_flight: usize, measurin
     anyhow::ensure!(!samples.is_empty(), "no round trip completed through {}", contender.name);
     let (p50_us, p99_us) = percentiles(&mut samples);
     Ok(Figures {
-        cpu_us_per_round_trip: (cpu1 - cpu0) / round_trips as f64,
+        cpu_us_per_round_trip: (cpu1.0 - cpu0.0) / round_trips as f64,
+        system_us_per_round_trip: (cpu1.1 - cpu0.1) / round_trips as f64,
         p50_us,
         p99_us,
         round_trips_per_s: round_trips as f64 / elapsed.as_secs_f64(),
