@@ -1,5 +1,5 @@
 //! A minimal phone client: joins a laptop through the relay, says hello, runs one tool and prints
-//! what comes back. Everything after the connection is plain JSON over a WebSocket (SPEC §4, §5).
+//! what comes back. Everything after the connection is plain JSON over a WebSocket (docs/PROTOCOL.md).
 //!
 //! ```text
 //! cargo run --example phone -- '<pairing URL from `voxa pair`>' run_command '{"command":"uname -a"}'
@@ -35,7 +35,7 @@ async fn main() -> Result<()> {
     let socket_url = format!("{scheme}://{host}{port}{base}/ws?code={code}");
 
     // voxa's dialer adds TLS and proxy support; any WebSocket client works here.
-    let mut socket = voxa::dial::connect(&socket_url, &Default::default()).await?;
+    let mut socket = voxa::net::dial::connect(&socket_url, &Default::default()).await?;
     eprintln!("connected to the relay; waiting for the laptop");
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);

@@ -1,4 +1,4 @@
-//! The wire protocol (SPEC §4, §5, §7, §8): every JSON frame voxa sends or accepts, and the limits
+//! The wire protocol (docs/PROTOCOL.md): every JSON frame voxa sends or accepts, and the limits
 //! that bound them. One enum per direction, tagged by `type`.
 
 use std::time::Duration;
@@ -16,8 +16,12 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 pub const OUTPUT_CAP: usize = 256 << 10;
 /// Default `run_command` timeout.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
-/// Tool calls one session may have in flight before new ones are answered `busy`.
+/// Tool calls in flight before new ones are answered `busy`: per session and per agent (the
+/// default of `max_concurrent_calls` in `config.toml`), per voice call and per environment.
 pub const MAX_CALLS_IN_FLIGHT: usize = 64;
+/// Time a cancelled call gets to end with its own result (a tool stopping, an environment
+/// answering `cancelled`) before it is answered `cancelled` without it.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(5);
 /// Longest call id accepted.
 pub const MAX_CALL_ID_LEN: usize = 128;
 /// Frames queued for one socket's writer before the socket counts as a slow reader.
@@ -28,7 +32,9 @@ pub const PING_INTERVAL: Duration = Duration::from_secs(15);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(45);
 /// Marker type of the relay's presence frames.
 pub const PEER_TYPE: &str = "__peer";
-/// Binary frame prefix for audio (SPEC §7).
+/// `role` of the hello a host sends to drive an environment.
+pub const HOST_ROLE: &str = "host";
+/// Binary frame prefix for audio (docs/PROTOCOL.md, "Voice").
 pub const AUDIO_PREFIX: u8 = 0x01;
 
 /// Which side of a relay pairing a socket is.
@@ -138,6 +144,13 @@ pub enum ClientMessage {
     },
 }
 
+impl ClientMessage {
+    /// Serialises to a text frame payload.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
 /// The first frame of every session.
 #[derive(Clone, Default, PartialEq, Deserialize, Serialize)]
 pub struct Hello {
@@ -147,7 +160,7 @@ pub struct Hello {
     /// Free-form client name and version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
-    /// `"host"` when a host drives an environment (SPEC §8).
+    /// `"host"` when a host drives an environment (docs/PROTOCOL.md, "Environments").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
     #[serde(default, rename = "envKey", skip_serializing_if = "Option::is_none")]
@@ -179,7 +192,7 @@ pub struct ToolCall {
     pub name: String,
     #[serde(default = "empty_object")]
     pub args: Value,
-    /// Environment to route the call to (SPEC §8); absent for this machine.
+    /// Environment to route the call to (docs/PROTOCOL.md, "Environments"); absent for this machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<String>,
 }
@@ -209,11 +222,11 @@ pub enum AgentMessage {
     Status(AgentStatus),
     CallStarted,
     CallError {
-        code: String,
+        code: CallErrorCode,
         message: String,
     },
     Transcript {
-        role: String,
+        role: TranscriptRole,
         text: String,
         #[serde(rename = "final")]
         is_final: bool,
@@ -223,7 +236,7 @@ pub enum AgentMessage {
     ToolActivity {
         id: String,
         name: String,
-        state: String,
+        state: ToolActivityState,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         ok: Option<bool>,
     },
@@ -243,6 +256,69 @@ impl AgentMessage {
     }
 }
 
+/// `code` of a `call_error` frame; the phone branches on it:
+///
+/// | code | cause |
+/// |---|---|
+/// | `bad-key` | Gemini refused the API key (close 1007 naming the key, HTTP 401/403 at upgrade) |
+/// | `gemini-refused` | Gemini refused a request (close 1007, other HTTP 4xx at upgrade) |
+/// | `gemini-not-found` | model or session not found, or refused by policy (close 1008, HTTP 404) |
+/// | `gemini-unavailable` | quota exhausted or internal error (close 1011/1013/1014, HTTP 429/5xx) |
+/// | `gemini-unreachable` | no connection, TLS failure, or no `setupComplete` in time |
+/// | `gemini-closed` | the connection ended otherwise and could not be resumed |
+/// | `busy` | the voice call is not keeping up with `say` |
+/// | `unavailable` | the agent runs in hosted mode and hosts no voice calls |
+/// | `no-call` | `say` or `call_end` without a running call |
+///
+/// A failure before `call_started` sends only `call_error`; one during the call sends
+/// `call_error` and then `call_ended`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CallErrorCode {
+    BadKey,
+    GeminiRefused,
+    GeminiNotFound,
+    GeminiUnavailable,
+    GeminiUnreachable,
+    GeminiClosed,
+    Busy,
+    Unavailable,
+    NoCall,
+}
+
+impl CallErrorCode {
+    /// The code as it appears in `call_error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallErrorCode::BadKey => "bad-key",
+            CallErrorCode::GeminiRefused => "gemini-refused",
+            CallErrorCode::GeminiNotFound => "gemini-not-found",
+            CallErrorCode::GeminiUnavailable => "gemini-unavailable",
+            CallErrorCode::GeminiUnreachable => "gemini-unreachable",
+            CallErrorCode::GeminiClosed => "gemini-closed",
+            CallErrorCode::Busy => "busy",
+            CallErrorCode::Unavailable => "unavailable",
+            CallErrorCode::NoCall => "no-call",
+        }
+    }
+}
+
+/// Who spoke, in a `transcript` frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TranscriptRole {
+    User,
+    Model,
+}
+
+/// Where a tool Gemini asked for stands, in a `tool_activity` frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolActivityState {
+    Started,
+    Finished,
+}
+
 /// Answer to a good hello.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 pub struct HelloOk {
@@ -251,7 +327,7 @@ pub struct HelloOk {
     pub tools: Vec<String>,
     #[serde(default)]
     pub protocol: u32,
-    /// Environment answers (SPEC §8): own envKey and the signature over the host's nonce.
+    /// Environment answers (docs/PROTOCOL.md, "Environments"): own envKey and the signature over the host's nonce.
     #[serde(default, rename = "envKey", skip_serializing_if = "Option::is_none")]
     pub env_key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -338,7 +414,7 @@ impl std::fmt::Display for ToolError {
 
 impl std::error::Error for ToolError {}
 
-/// Every error and refusal code of the contract (SPEC §5, §8), spelled as on the wire.
+/// Every error and refusal code of the contract (docs/PROTOCOL.md, "Errors and close codes"), spelled as on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ErrorCode {
@@ -420,7 +496,7 @@ impl ErrorCode {
         }
     }
 
-    /// True for the refusals of SPEC §8 (authentication and pairing), as opposed to tool errors.
+    /// True for the refusals of authentication and pairing, as opposed to tool errors.
     pub fn is_refusal(self) -> bool {
         matches!(
             self,
@@ -446,7 +522,7 @@ impl std::fmt::Display for ErrorCode {
 
 /// WebSocket close codes voxa uses.
 pub mod close {
-    /// Policy violation: authentication refused (SPEC §5, §6, §8).
+    /// Policy violation: authentication refused (docs/PROTOCOL.md, "Errors and close codes").
     pub const POLICY: u16 = 1008;
     /// Message too big.
     pub const TOO_BIG: u16 = 1009;
@@ -520,7 +596,7 @@ mod tests {
 
     #[test]
     fn agent_messages_use_the_contract_field_names() {
-        let msg = AgentMessage::Transcript { role: "user".into(), text: "hi".into(), is_final: true };
+        let msg = AgentMessage::Transcript { role: TranscriptRole::User, text: "hi".into(), is_final: true };
         assert_eq!(msg.to_json(), r#"{"type":"transcript","role":"user","text":"hi","final":true}"#);
         let err = AgentMessage::error(ErrorCode::BadFrame);
         assert_eq!(err.to_json(), r#"{"type":"error","code":"bad-frame"}"#);

@@ -1,4 +1,4 @@
-//! Self-hosted voice (SPEC §7): the laptop holds the Gemini Live session and bridges it to the
+//! Self-hosted voice (docs/PROTOCOL.md, "Voice"): the laptop holds the Gemini Live session and bridges it to the
 //! phone. One actor per call owns the Gemini connection, the running tool calls and the
 //! resumption handle; it ends on `call_end`, when the phone's session goes, or on a failure it
 //! cannot resume from.
@@ -18,21 +18,39 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use self::link::Link;
 use self::wire::{FunctionCall, ServerEvent};
-use crate::agent::Heartbeat;
-use crate::dial::DialOptions;
-use crate::protocol::{self, AgentMessage, ErrorCode, ToolError};
+use crate::net::dial::DialOptions;
+use crate::net::liveness::{Heartbeat, Liveness, Pulse};
+pub use crate::protocol::CallErrorCode;
+use crate::protocol::{self, AgentMessage, ErrorCode, ToolActivityState, ToolCall, ToolError};
 use crate::secret::Secret;
-use crate::session::{self, AgentContext};
 use crate::tools::ToolOutput;
+
+/// Public Gemini Live endpoint; `VOXA_GEMINI_URL` overrides it.
+pub const GEMINI_LIVE_URL: &str =
+    "wss://generativelanguage.googleapis.com/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent";
+
+/// Name of the argument that routes a Gemini function call to another environment.
+pub const ENV_ARG: &str = "env";
+
+/// What the voice bridge needs from the agent: the tools to declare to Gemini and a way to run
+/// one of Gemini's function calls.
+pub trait VoiceTools: Send + Sync {
+    /// Gemini function declarations of every tool the caller may use.
+    fn declarations(&self) -> Value;
+    /// Runs one call wherever it belongs (this machine or an environment).
+    fn run(&self, call: ToolCall, cancel: CancellationToken) -> BoxFuture<'static, Result<ToolOutput, ToolError>>;
+}
 
 /// Microphone chunks queued from the phone before new ones are dropped (about 1 s of 20 ms chunks).
 pub const INPUT_QUEUE: usize = 50;
@@ -46,8 +64,6 @@ pub const MAX_AUDIO_CHUNK: usize = 64 << 10;
 pub const MAX_SAY_LEN: usize = 16 << 10;
 /// Connection attempts when resuming after `goAway` or a lost connection.
 pub const RESUME_ATTEMPTS: u32 = 3;
-/// Time a cancelled tool gets to finish on its own before it is dropped.
-pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
 /// Longest wait for room on the Gemini link before a message is dropped as stalled.
 pub const GEMINI_SEND_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -90,46 +106,9 @@ impl VoiceCall {
     }
 }
 
-/// Stable `call_error` codes of self-hosted calls (the phone branches on them):
-///
-/// | code | cause |
-/// |---|---|
-/// | `bad-key` | Gemini refused the API key (close 1007 naming the key, HTTP 401/403 at upgrade) |
-/// | `gemini-refused` | Gemini refused a request (close 1007, other HTTP 4xx at upgrade) |
-/// | `gemini-not-found` | model or session not found, or refused by policy (close 1008, HTTP 404) |
-/// | `gemini-unavailable` | quota exhausted or internal error (close 1011/1013/1014, HTTP 429/5xx) |
-/// | `gemini-unreachable` | no connection, TLS failure, or no `setupComplete` in time |
-/// | `gemini-closed` | the connection ended otherwise and could not be resumed |
-///
-/// A failure before `call_started` sends only `call_error`; one during the call sends
-/// `call_error` and then `call_ended`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CallErrorCode {
-    BadKey,
-    GeminiRefused,
-    GeminiNotFound,
-    GeminiUnavailable,
-    GeminiUnreachable,
-    GeminiClosed,
-}
-
-impl CallErrorCode {
-    /// The code as it appears in `call_error`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CallErrorCode::BadKey => "bad-key",
-            CallErrorCode::GeminiRefused => "gemini-refused",
-            CallErrorCode::GeminiNotFound => "gemini-not-found",
-            CallErrorCode::GeminiUnavailable => "gemini-unavailable",
-            CallErrorCode::GeminiUnreachable => "gemini-unreachable",
-            CallErrorCode::GeminiClosed => "gemini-closed",
-        }
-    }
-
-    /// Failures of the transport, worth another attempt when resuming.
-    fn is_transient(self) -> bool {
-        matches!(self, CallErrorCode::GeminiUnreachable | CallErrorCode::GeminiClosed)
-    }
+/// Failures of the transport, worth another attempt when resuming.
+fn is_transient(code: CallErrorCode) -> bool {
+    matches!(code, CallErrorCode::GeminiUnreachable | CallErrorCode::GeminiClosed)
 }
 
 /// Why a call could not start or go on: a stable code and a sentence without the key.
@@ -146,7 +125,7 @@ impl CallFailure {
     }
 
     fn to_message(&self) -> AgentMessage {
-        AgentMessage::CallError { code: self.code.as_str().to_owned(), message: self.message.clone() }
+        AgentMessage::CallError { code: self.code, message: self.message.clone() }
     }
 }
 
@@ -162,23 +141,30 @@ fn scrub(text: &str, key: &Secret) -> String {
 
 /// Starts a call: opens the Gemini session and bridges it to `phone` until `end` is cancelled.
 /// The phone gets `call_started` once Gemini answered `setup`, or `call_error`.
-pub fn start(config: Arc<GeminiConfig>, ctx: Arc<AgentContext>, phone: mpsc::Sender<Message>) -> VoiceCall {
+/// The bridge runs on `tasks`, so whoever waits for them waits for the call to end.
+pub fn start(
+    config: Arc<GeminiConfig>,
+    tools: Arc<dyn VoiceTools>,
+    phone: mpsc::Sender<Message>,
+    tasks: &TaskTracker,
+) -> VoiceCall {
     let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
     let end = CancellationToken::new();
     let dial = DialOptions::default().with_proxy_from_env().unwrap_or_else(|err| {
         warn!("ignoring the proxy setting for Gemini Live: {err:#}");
         DialOptions::default()
     });
+    let heartbeat = config.heartbeat;
     let bridge = Bridge {
-        declarations: ctx.gemini_declarations(),
+        declarations: tools.declarations(),
         config,
         dial,
-        ctx,
+        voice_tools: tools,
         phone,
         end: end.clone(),
         handle: None,
         going_away: false,
-        last_heard: tokio::time::Instant::now(),
+        liveness: Liveness::new(heartbeat),
         generation: 0,
         started: None,
         gap_audio: VecDeque::new(),
@@ -188,7 +174,7 @@ pub fn start(config: Arc<GeminiConfig>, ctx: Arc<AgentContext>, phone: mpsc::Sen
         tools: JoinSet::new(),
         dropped_audio: 0,
     };
-    tokio::spawn(bridge.run(input_rx).instrument(info_span!("voice_call")));
+    tasks.spawn(bridge.run(input_rx).instrument(info_span!("voice_call")));
     VoiceCall { input, end }
 }
 
@@ -252,15 +238,15 @@ struct Bridge {
     config: Arc<GeminiConfig>,
     dial: DialOptions,
     declarations: Value,
-    ctx: Arc<AgentContext>,
+    voice_tools: Arc<dyn VoiceTools>,
     phone: mpsc::Sender<Message>,
     end: CancellationToken,
     /// Newest resumable session handle.
     handle: Option<String>,
     /// `goAway` seen while no resumable handle was known: resume as soon as one arrives.
     going_away: bool,
-    /// Last frame from the ready connection (heartbeat).
-    last_heard: tokio::time::Instant,
+    /// Pings and silence of the ready connection.
+    liveness: Liveness,
     /// Counts connections that became ready.
     generation: u64,
     /// When `call_started` was sent.
@@ -276,18 +262,15 @@ struct Bridge {
 impl Bridge {
     async fn run(mut self, mut input: mpsc::Receiver<VoiceInput>) {
         let mut conn = Conn::Opening { attempt: self.open(None, Duration::ZERO), resuming: false, tries: 1 };
-        let heartbeat = self.config.heartbeat;
-        let mut ticker = tokio::time::interval(heartbeat.ping_every);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ending = loop {
             tokio::select! {
                 _ = self.end.cancelled() => break Ending::Hangup,
-                _ = ticker.tick() => {
+                pulse = self.liveness.tick() => {
                     if let Conn::Ready(link) = &conn {
-                        if self.last_heard.elapsed() < heartbeat.dead_after {
+                        if let Pulse::Ping = pulse {
                             link.ping();
                         } else {
-                            let silent = format!("Gemini Live stopped answering for {:?}", heartbeat.dead_after);
+                            let silent = format!("Gemini Live stopped answering for {:?}", self.config.heartbeat.dead_after);
                             let failure = CallFailure::new(CallErrorCode::GeminiClosed, silent, &self.config.api_key);
                             if let Err(failure) = self.lost(failure, true, &mut conn) {
                                 break Ending::Failed(failure);
@@ -335,7 +318,7 @@ impl Bridge {
     async fn on_ready(&mut self, link: Link) -> Conn {
         self.generation += 1;
         self.going_away = false;
-        self.last_heard = tokio::time::Instant::now();
+        self.liveness.heard();
         if self.started.is_none() {
             self.started = Some(Instant::now());
             info!("voice call started");
@@ -357,7 +340,7 @@ impl Bridge {
     /// After a failed attempt: another try when resuming from a transient failure, else the end.
     fn retry(&self, conn: &Conn, failure: CallFailure) -> Result<Conn, CallFailure> {
         let Conn::Opening { resuming: true, tries, .. } = conn else { return Err(failure) };
-        if !failure.code.is_transient() || *tries >= RESUME_ATTEMPTS {
+        if !is_transient(failure.code) || *tries >= RESUME_ATTEMPTS {
             return Err(failure);
         }
         debug!(code = failure.code.as_str(), tries, "resume attempt failed; trying again");
@@ -401,7 +384,7 @@ impl Bridge {
                 }
             }
             VoiceInput::Text(text) => {
-                let text = crate::tools::output::prefix(&text, MAX_SAY_LEN).to_owned();
+                let text = crate::text::prefix(&text, MAX_SAY_LEN).to_owned();
                 match link {
                     Some(link) => self.to_gemini(link, wire::text(&text)).await,
                     None => {
@@ -422,7 +405,7 @@ impl Bridge {
         conn: &mut Conn,
     ) -> Result<(), CallFailure> {
         let key = &self.config.api_key;
-        self.last_heard = tokio::time::Instant::now();
+        self.liveness.heard();
         let payload = match frame {
             Some(Ok(Message::Binary(data))) => data,
             Some(Ok(Message::Text(text))) => text.into(),
@@ -482,7 +465,7 @@ impl Bridge {
                 }
             }
             ServerEvent::Transcript { speaker, text, is_final } => {
-                let message = AgentMessage::Transcript { role: speaker.as_str().to_owned(), text, is_final };
+                let message = AgentMessage::Transcript { role: speaker, text, is_final };
                 self.to_phone(message).await;
             }
             ServerEvent::Interrupted => self.to_phone(AgentMessage::Interrupted).await,
@@ -537,20 +520,20 @@ impl Bridge {
         self.to_phone(AgentMessage::ToolActivity {
             id: id.clone(),
             name: name.clone(),
-            state: "started".into(),
+            state: ToolActivityState::Started,
             ok: None,
         })
         .await;
         let request = tool_call(id.clone(), name.clone(), args);
-        let ctx = self.ctx.clone();
+        let voice_tools = self.voice_tools.clone();
         let span = info_span!("gemini_tool", %id, tool = %name);
         self.tools.spawn(
             async move {
-                let call = session::run_tool(&ctx, request, "gemini", None, cancel.clone());
+                let call = voice_tools.run(request, cancel.clone());
                 tokio::pin!(call);
                 let outcome = tokio::select! {
                     outcome = &mut call => outcome,
-                    _ = cancel.cancelled() => match tokio::time::timeout(CANCEL_GRACE, &mut call).await {
+                    _ = cancel.cancelled() => match tokio::time::timeout(protocol::CANCEL_GRACE, &mut call).await {
                         Ok(outcome) => outcome,
                         Err(_) => Err(ToolError::new(ErrorCode::Cancelled, "the call was cancelled")),
                     },
@@ -566,13 +549,13 @@ impl Bridge {
     async fn on_tool_done(&mut self, done: ToolDone, link: Option<&Link>) {
         let ToolDone { id, name, outcome } = done;
         if let Ok(ToolOutput { image: Some(shot), .. }) = &outcome {
-            self.to_phone(session::image_frame(&id, shot)).await;
+            self.to_phone(shot.image_frame(&id)).await;
         }
         let ok = outcome.is_ok();
         self.to_phone(AgentMessage::ToolActivity {
             id: id.clone(),
             name: name.clone(),
-            state: "finished".into(),
+            state: ToolActivityState::Finished,
             ok: Some(ok),
         })
         .await;
@@ -687,7 +670,7 @@ mod tests {
 
 /// A Gemini function call as a §5 tool call: an `env` argument routes it to another environment.
 fn tool_call(id: String, name: String, mut args: Value) -> protocol::ToolCall {
-    let env = match args.as_object_mut().and_then(|map| map.remove(session::ENV_ARG)) {
+    let env = match args.as_object_mut().and_then(|map| map.remove(ENV_ARG)) {
         Some(Value::String(env)) if !env.is_empty() => Some(env),
         _ => None,
     };

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::debug;
 
-use crate::http::{self, HeadError};
+use crate::net::http::{self, HeadError};
 use crate::protocol::PeerRole;
 
 /// Media type of the Prometheus text exposition format.

@@ -12,8 +12,8 @@ use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::codec::{self, close, FrameReader, Message, Meter};
-use super::hub::{Action, End, Forward, Hub, OutFrame, Outbox, QueueLimits, Slot};
+use super::codec::{self, close, FrameReader, Message, Meter, OutFrame};
+use super::hub::{Action, End, Forward, Hub, Outbox, QueueLimits, Slot};
 use super::Limits;
 use crate::protocol::{is_peer_frame, PeerRole};
 

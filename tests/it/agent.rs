@@ -10,6 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::harness::*;
+use voxa::agent::LinkEvent;
 
 #[tokio::test]
 async fn loopback_hello_answers_hello_ok_and_status() {
@@ -31,11 +32,11 @@ async fn loopback_hello_answers_hello_ok_and_status() {
 #[tokio::test]
 async fn loopback_bearer_header_authenticates_without_a_hello() {
     let agent = TestAgent::start(None).await;
-    let options = voxa::dial::DialOptions {
+    let options = voxa::net::dial::DialOptions {
         bearer: Some(voxa::secret::Secret::from_string(agent.token().to_owned())),
         ..Default::default()
     };
-    let mut client = voxa::dial::connect(&agent.loopback_url(), &options).await.unwrap();
+    let mut client = voxa::net::dial::connect(&agent.loopback_url(), &options).await.unwrap();
     recv_type(&mut client, "hello_ok").await;
 }
 
@@ -46,11 +47,11 @@ async fn loopback_wrong_token_is_closed_1008_at_once() {
     send(&mut client, json!({"type":"hello","token":"00000000000000000000000000000000"})).await;
     assert_eq!(recv_close(&mut client).await, (1008, "bearer-refused".into()));
 
-    let options = voxa::dial::DialOptions {
+    let options = voxa::net::dial::DialOptions {
         bearer: Some(voxa::secret::Secret::from_string("ffffffffffffffffffffffffffffffff".into())),
         ..Default::default()
     };
-    let mut client = voxa::dial::connect(&agent.loopback_url(), &options).await.unwrap();
+    let mut client = voxa::net::dial::connect(&agent.loopback_url(), &options).await.unwrap();
     assert_eq!(recv_close(&mut client).await, (1008, "bearer-refused".into()));
 }
 
@@ -189,7 +190,7 @@ async fn agent_is_back_after_the_relay_restarts_on_the_same_port() {
 #[tokio::test]
 async fn a_second_agent_with_the_same_code_replaces_the_first_which_stops_dialing() {
     let relay = TestRelay::start().await;
-    let first = TestAgent::start(Some(relay.url())).await;
+    let mut first = TestAgent::start(Some(relay.url())).await;
     let mut phone = first.phone(&relay).await;
     // A second agent with the same home secrets.
     let second = TestAgent::start_with(Some(relay.url()), |options| {
@@ -197,9 +198,9 @@ async fn a_second_agent_with_the_same_code_replaces_the_first_which_stops_dialin
     })
     .await;
     eventually("second connected", || second.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
-    eventually("first gave up", || !first.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
-    // It stays given up: no fight over the code.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // The first hears it was replaced, and its link stops there: no fight over the code.
+    first.wait_event("replaced", |event| *event == LinkEvent::Replaced).await;
+    assert!(first.events.try_recv().is_err(), "the replaced link went on");
     assert!(!first.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
     assert!(second.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
     // The phone now talks to the second agent.
@@ -213,7 +214,7 @@ async fn a_relay_that_stops_answering_is_noticed_and_redialed() {
     let relay = TestRelay::start().await;
     let proxy = BlackholeProxy::start(relay.addr).await;
     let heartbeat =
-        voxa::agent::Heartbeat { ping_every: Duration::from_millis(200), dead_after: Duration::from_secs(1) };
+        voxa::net::liveness::Heartbeat { ping_every: Duration::from_millis(200), dead_after: Duration::from_secs(1) };
     let agent = TestAgent::start_with(Some(proxy.url()), |options| options.heartbeat = heartbeat).await;
     let mut phone = agent.phone(&relay).await;
 
@@ -367,20 +368,21 @@ async fn the_agent_dials_a_tls_relay_it_was_told_to_trust_and_refuses_one_it_was
     let (relay, cert) = tls_relay(dir.path()).await;
     let url = voxa::config::RelayUrl::parse(&format!("https://localhost:{}", relay.addr.port())).unwrap();
 
-    let untrusting = TestAgent::start(Some(url.clone())).await;
+    let mut untrusting = TestAgent::start(Some(url.clone())).await;
     let trusting = TestAgent::start_with(Some(url), |options| {
-        options.dial = voxa::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
+        options.dial = voxa::net::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
     })
     .await;
     eventually("trusting agent connected", || trusting.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
-    // By now the untrusting agent has tried (its first attempt starts at once) and failed the handshake.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The untrusting agent's dial fails on the certificate, and it never connects.
+    let refused = untrusting.wait_event("a failed dial", |event| matches!(event, LinkEvent::Unreachable { .. })).await;
+    assert!(format!("{refused:?}").contains("certificate"), "{refused:?}");
     assert!(!untrusting.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
 
     // A phone that trusts the certificate pairs with the trusting agent over wss.
-    let phone_options = voxa::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
+    let phone_options = voxa::net::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
     let phone_url = format!("wss://localhost:{}/ws?code={}", relay.addr.port(), trusting.code());
-    let mut phone = voxa::dial::connect(&phone_url, &phone_options).await.unwrap();
+    let mut phone = voxa::net::dial::connect(&phone_url, &phone_options).await.unwrap();
     wait_agent_joined(&mut phone).await;
     send(&mut phone, json!({"type":"hello","token": trusting.token()})).await;
     recv_type(&mut phone, "hello_ok").await;
@@ -392,14 +394,15 @@ async fn a_relay_token_is_sent_when_set_and_its_absence_is_refused() {
     let config = voxa::relay::RelayConfig { token: Some(token.clone()), ..Default::default() };
     let relay = TestRelay::start_with(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(), config).await;
 
-    let without = TestAgent::start(Some(relay.url())).await;
+    let mut without = TestAgent::start(Some(relay.url())).await;
     let with = TestAgent::start_with(Some(relay.url()), |options| options.dial.bearer = Some(token.clone())).await;
     eventually("agent with the token connected", || with.agent.ctx.status.relay_connected.load(Ordering::Relaxed))
         .await;
+    without.wait_event("a refused dial", |event| matches!(event, LinkEvent::Unreachable { .. })).await;
     assert!(!without.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
 
     // Without the token the upgrade is refused with 401 before any WebSocket exists.
-    let err = voxa::dial::connect(&format!("ws://{}/ws?code={}", relay.addr, with.code()), &Default::default())
+    let err = voxa::net::dial::connect(&format!("ws://{}/ws?code={}", relay.addr, with.code()), &Default::default())
         .await
         .err()
         .expect("refused");
@@ -452,8 +455,8 @@ async fn the_agent_reaches_a_tls_relay_through_an_http_connect_proxy() {
     // The name only exists behind the proxy: the agent must not resolve it itself.
     let url = voxa::config::RelayUrl::parse(&format!("https://relay.voxa.test:{}", relay.addr.port())).unwrap();
     let agent = TestAgent::start_with(Some(url), |options| {
-        let mut dial = voxa::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
-        dial.proxy = Some(voxa::dial::Proxy::parse(&format!("http://{proxy}")).unwrap());
+        let mut dial = voxa::net::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
+        dial.proxy = Some(voxa::net::dial::Proxy::parse(&format!("http://{proxy}")).unwrap());
         options.dial = dial;
     })
     .await;
@@ -472,9 +475,9 @@ async fn a_late_arrival_of_the_agents_own_abandoned_dial_does_not_stop_it() {
     let addr = listener.local_addr().unwrap();
     drop(listener);
     let url = voxa::config::RelayUrl::parse(&format!("http://{addr}")).unwrap();
-    let agent = TestAgent::start(Some(url)).await;
-    // Its first dial is made at once; give it time to be refused before the relay appears.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut agent = TestAgent::start(Some(url)).await;
+    // Its first dial is made at once and refused before the relay appears.
+    agent.wait_event("a refused dial", |event| matches!(event, LinkEvent::Unreachable { .. })).await;
     let relay = TestRelay::start_with(tokio::net::TcpListener::bind(addr).await.unwrap(), Default::default()).await;
     let mut phone = agent.phone(&relay).await;
 
@@ -494,4 +497,23 @@ async fn a_late_arrival_of_the_agents_own_abandoned_dial_does_not_stop_it() {
         }
     }
     eventually("agent connected again", || agent.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
+}
+
+#[tokio::test]
+async fn stopping_the_agent_waits_for_the_calls_in_flight_to_end() {
+    let agent = TestAgent::start(None).await;
+    let mut client = agent.local_client().await;
+    let marker = agent.workspace.path().join("still-running");
+    // A process that left the command's session keeps its terminal open, so once the command is
+    // killed the call still drains its output for a moment: the call ends well after its socket.
+    let command = format!("setsid sleep 3 & echo started; sleep 30; touch {}", marker.display());
+    send(&mut client, json!({"type":"tool_call","id":"long","name":"run_command","args":{"command": command}})).await;
+    recv_type(&mut client, "tool_progress").await; // the call is running
+    let TestAgent { agent: running, workspace, .. } = agent;
+    let ctx = running.ctx.clone();
+    assert_eq!(ctx.status.calls_in_flight.load(Ordering::Relaxed), 1);
+    tokio::time::timeout(STEP, running.stop()).await.expect("the agent stops");
+    // `stop` returned only once the call had ended (its command killed, its task finished).
+    assert_eq!(ctx.status.calls_in_flight.load(Ordering::Relaxed), 0);
+    assert!(!workspace.path().join("still-running").exists());
 }

@@ -1,4 +1,4 @@
-//! Self-hosted voice (SPEC §7) against the fake Gemini Live server: the phone's view of a call
+//! Self-hosted voice (docs/PROTOCOL.md, "Voice") against the fake Gemini Live server: the phone's view of a call
 //! (driven over the loopback socket, whose session code is the relay's) and what Gemini receives.
 
 use std::sync::{Arc, Mutex};
@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures_util::SinkExt;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
-use voxa::dial::ClientSocket;
+use voxa::net::dial::ClientSocket;
 
 use crate::fake_gemini::{FakeGemini, FakeOptions, Kind, SetupReply, BAD_KEY_REASON};
 use crate::harness::*;
@@ -475,7 +475,7 @@ async fn the_fake_refuses_what_the_service_refuses() {
     let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
     let url = fake.url();
     let headers = vec![("x-goog-api-key".to_owned(), voxa::secret::Secret::from_string(KEY.into()))];
-    let options = voxa::dial::DialOptions { headers, ..Default::default() };
+    let options = voxa::net::dial::DialOptions { headers, ..Default::default() };
     let good_setup = || {
         json!({"setup":{"model":"models/m","generationConfig":{"responseModalities":["AUDIO"]},
             "inputAudioTranscription":{},"outputAudioTranscription":{}}})
@@ -490,7 +490,7 @@ async fn the_fake_refuses_what_the_service_refuses() {
         (vec![good_setup(), json!({"toolResponse":{"functionResponses":[{"name":"x","response":{}}]}})], "id"),
     ];
     for (messages, reason) in scripts {
-        let mut socket = voxa::dial::connect(&url, &options).await.unwrap();
+        let mut socket = voxa::net::dial::connect(&url, &options).await.unwrap();
         for message in messages {
             socket.send(Message::text(message.to_string())).await.unwrap();
         }
@@ -498,10 +498,10 @@ async fn the_fake_refuses_what_the_service_refuses() {
         assert_eq!(code, 1007, "{reason}");
         assert!(said.contains(reason), "{said:?} should mention {reason:?}");
     }
-    let mut keyless = voxa::dial::connect(&url, &voxa::dial::DialOptions::default()).await.unwrap();
+    let mut keyless = voxa::net::dial::connect(&url, &voxa::net::dial::DialOptions::default()).await.unwrap();
     keyless.send(Message::text(good_setup().to_string())).await.unwrap();
     assert_eq!(recv_close(&mut keyless).await, (1007, BAD_KEY_REASON.to_owned()));
-    let in_url = voxa::dial::connect(&format!("{url}?key={KEY}"), &options).await.err().unwrap();
+    let in_url = voxa::net::dial::connect(&format!("{url}?key={KEY}"), &options).await.err().unwrap();
     assert!(format!("{in_url:#}").contains("400"), "{in_url:#}");
     fake.drain();
 }
@@ -643,8 +643,10 @@ async fn tool_call_cancellation_stops_the_call_and_no_answer_is_sent() {
 
 #[tokio::test]
 async fn a_gemini_socket_that_stops_answering_is_noticed_and_resumed_or_ended() {
-    let heartbeat =
-        voxa::agent::Heartbeat { ping_every: Duration::from_millis(100), dead_after: Duration::from_millis(500) };
+    let heartbeat = voxa::net::liveness::Heartbeat {
+        ping_every: Duration::from_millis(100),
+        dead_after: Duration::from_millis(500),
+    };
     for with_handle in [true, false] {
         let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
         let mut config = fake.config(KEY);
@@ -652,9 +654,20 @@ async fn a_gemini_socket_that_stops_answering_is_noticed_and_resumed_or_ended() 
         let agent = TestAgent::start_with(None, |o| o.gemini = Some(config)).await;
         let mut phone = Phone::join(&agent).await;
         let (conn, _) = start_call(&mut phone, &mut fake).await;
-        // Pings keep a quiet but healthy socket alive well past `dead_after`.
-        tokio::time::sleep(Duration::from_millis(1200)).await;
-        assert_eq!(fake.drain().iter().filter(|e| matches!(e.kind, Kind::Setup(_))).count(), 0);
+        // Pings keep a quiet but healthy socket alive well past `dead_after`: the fake answers
+        // them for twice that long and sees no new connection meanwhile.
+        let mut first_ping = None;
+        loop {
+            let event = fake.next_event().await;
+            assert!(!matches!(event.kind, Kind::Setup(_) | Kind::Closed), "{event:?}");
+            if event.conn != conn || event.kind != Kind::Ping {
+                continue;
+            }
+            let first = *first_ping.get_or_insert(event.at);
+            if event.at.duration_since(first) > heartbeat.dead_after * 2 {
+                break;
+            }
+        }
         assert!(!phone.saw("call_ended"));
         if with_handle {
             fake.send(conn, json!({"sessionResumptionUpdate":{"newHandle":"before-freeze","resumable":true}}));

@@ -1,63 +1,17 @@
 //! `voxa run`, `status` and `call` as separate processes, the way a user runs them.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Stdio};
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
 use crate::harness::*;
-use crate::support::{voxa, voxa_cmd};
+use crate::support::{voxa, voxa_cmd, RunningVoxa};
 
-/// A `voxa run --json` child and its event stream.
-struct RunningBinary {
-    child: Child,
-    events: BufReader<ChildStdout>,
-    home: std::path::PathBuf,
-    _dirs: (tempfile::TempDir, tempfile::TempDir),
-}
-
-impl RunningBinary {
-    fn start(extra: &[&str]) -> RunningBinary {
-        let (dir, home) = fresh_home();
-        let workspace = tempfile::tempdir().unwrap();
-        let mut child = voxa_cmd(&home)
-            .args(["run", "--json", "--workspace"])
-            .arg(workspace.path())
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let events = BufReader::new(child.stdout.take().unwrap());
-        RunningBinary { child, events, home, _dirs: (dir, workspace) }
-    }
-
-    /// Reads events until one named `name` (blocking; the child prints it within seconds).
-    fn event(&mut self, name: &str) -> Value {
-        loop {
-            let mut line = String::new();
-            let n = self.events.read_line(&mut line).unwrap();
-            assert!(n > 0, "voxa run exited before printing {name}");
-            let value: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line}"));
-            if value["event"] == name {
-                return value;
-            }
-        }
-    }
-
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = rustix::process::Pid::from_child(&self.child);
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-        wait_timeout(&mut self.child, Duration::from_secs(10))
-    }
-}
-
-impl Drop for RunningBinary {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `voxa run --json` in a fresh home and workspace, waited on until it printed `started`.
+fn start_run(extra: &[&str]) -> (RunningVoxa, std::path::PathBuf, (tempfile::TempDir, tempfile::TempDir)) {
+    let (dir, home) = fresh_home();
+    let workspace = tempfile::tempdir().unwrap();
+    let mut cmd = voxa_cmd(&home);
+    cmd.args(["run", "--json", "--workspace"]).arg(workspace.path()).args(extra);
+    (RunningVoxa::start(cmd), home, (dir, workspace))
 }
 
 /// A temporary directory and a not-yet-existing voxa home inside it.
@@ -67,17 +21,6 @@ fn fresh_home() -> (tempfile::TempDir, std::path::PathBuf) {
     (dir, home)
 }
 
-fn wait_timeout(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(std::time::Instant::now() < deadline, "process did not exit in time");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn query(url: &str, name: &str) -> String {
     let url = url::Url::parse(url).unwrap();
     url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned()).unwrap()
@@ -85,13 +28,12 @@ fn query(url: &str, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_relay_run_serves_a_phone_and_stops_cleanly_on_sigterm() {
-    let mut run = RunningBinary::start(&["--embedded-relay"]);
-    let relay = run.event("embedded_relay")["listen"].as_str().unwrap().to_owned();
-    let pairing = run.event("pairing")["url"].as_str().unwrap().to_owned();
-    let started = run.event("started");
-    let port = started["port"].as_u64().unwrap();
-    assert!(run.home.join("agent.json").exists());
-    let agent_file: Value = serde_json::from_slice(&std::fs::read(run.home.join("agent.json")).unwrap()).unwrap();
+    let (mut run, home, _dirs) = start_run(&["--embedded-relay"]);
+    let relay = run.wait_event("embedded_relay")["listen"].as_str().unwrap().to_owned();
+    let pairing = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
+    let port = u64::from(run.port);
+    assert!(home.join("agent.json").exists());
+    let agent_file: Value = serde_json::from_slice(&std::fs::read(home.join("agent.json")).unwrap()).unwrap();
     assert_eq!(agent_file["port"], port);
     assert_eq!(agent_file["pid"], run.child.id());
 
@@ -104,8 +46,8 @@ async fn embedded_relay_run_serves_a_phone_and_stops_cleanly_on_sigterm() {
     assert_eq!(recv_result(&mut phone, "e1").await["error"]["code"], "unknown-tool");
 
     // status sees the live agent, and never prints a secret.
-    let home = run.home.clone();
-    let status = tokio::task::spawn_blocking(move || voxa(&home, &["status", "--json"])).await.unwrap();
+    let status_home = home.clone();
+    let status = tokio::task::spawn_blocking(move || voxa(&status_home, &["status", "--json"])).await.unwrap();
     assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
     let text = String::from_utf8_lossy(&status.stdout).to_string();
     let value: Value = serde_json::from_str(&text).unwrap();
@@ -116,17 +58,17 @@ async fn embedded_relay_run_serves_a_phone_and_stops_cleanly_on_sigterm() {
     assert_eq!(value["agent"]["relay"], format!("http://{relay}"), "status names the relay the agent dials");
     assert!(!text.contains(&token) && !text.contains(&code));
 
-    let exit = run.terminate();
-    assert!(exit.success(), "voxa run exited with {exit:?}");
-    assert!(!run.home.join("agent.json").exists(), "agent.json left behind");
+    // `stop` fails the test unless SIGTERM ends the process cleanly.
+    let (stdout, _) = run.stop();
+    assert!(stdout.lines().last().is_some_and(|line| line.contains("\"stopped\"")), "{stdout}");
+    assert!(!home.join("agent.json").exists(), "agent.json left behind");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_exit_status_tells_results_from_errors_and_refusals() {
     // An unreachable relay: the loopback socket serves regardless.
-    let mut run = RunningBinary::start(&["--relay", "http://127.0.0.1:1"]);
-    let port = run.event("started")["port"].as_u64().unwrap();
-    let home = run.home.clone();
+    let (run, home, _dirs) = start_run(&["--relay", "http://127.0.0.1:1"]);
+    let port = run.port;
 
     let unknown = voxa(&home, &["call", "no_such_tool"]);
     assert_eq!(unknown.status.code(), Some(3), "{}", String::from_utf8_lossy(&unknown.stderr));

@@ -1,8 +1,8 @@
-//! The relay (SPEC §4): pairs one agent (`/agent`) and one phone (`/ws`) per relay code and copies
+//! The relay (docs/PROTOCOL.md, "Relay"): pairs one agent (`/agent`) and one phone (`/ws`) per relay code and copies
 //! their frames both ways. It reads nothing but the `__peer` marker of text frames, tells each side
 //! when the other comes and goes, and bounds everything a client can make it hold.
 //!
-//! Decisions where SPEC §4 leaves room:
+//! Decisions the protocol leaves to the relay:
 //! - A replaced socket is closed 4001 `replaced`; the side that stays hears `left` and then
 //!   `joined`, so it knows to start its session (hello) again with the new socket.
 //! - Messages are relayed whole: a fragmented message is reassembled (16 MiB in all) and sent on
@@ -33,16 +33,13 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use serde_json::json;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn, Instrument as _};
 
-use crate::cli::{RelayArgs, Settings};
-use crate::error::ConfigError;
-use crate::http::{self, HeadError, RequestHead};
+use crate::net::http::{self, HeadError, RequestHead};
 use crate::protocol::{PeerRole, IDLE_TIMEOUT, MAX_FRAME_LEN, PING_INTERVAL, SEND_QUEUE_FRAMES};
 use crate::secret::{is_lower_hex, Secret, SECRET_HEX_LEN};
 
@@ -64,8 +61,6 @@ pub const TLS_HANDSHAKE_TIMEOUT: Duration = http::HEAD_TIMEOUT;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Pause after an accept error such as running out of file descriptors.
 pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
-/// File descriptors kept free for everything but client connections.
-const RESERVED_FDS: u64 = 64;
 /// Sockets waiting to be taken over by the shard that serves their code.
 const HANDOFF_QUEUE: usize = 1024;
 /// Pending connections a listener keeps before the kernel refuses more.
@@ -161,83 +156,6 @@ impl std::fmt::Debug for RelayConfig {
     }
 }
 
-/// `voxa relay`: binds `--listen`, announces the address, and relays until SIGINT or SIGTERM.
-pub async fn command(settings: &Settings, args: RelayArgs) -> anyhow::Result<()> {
-    let mut config = RelayConfig::default();
-    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
-        config.tls = Some(load_tls(cert, key).map_err(|err| ConfigError::new(format!("{err:#}")))?);
-    }
-    config.token = args.relay_token.filter(|token| !token.trim().is_empty()).map(Secret::from_string);
-    if let Some(fds) = raise_fd_limit() {
-        config.max_connections = config.max_connections.min(fds.saturating_sub(RESERVED_FDS).max(1) as usize);
-    }
-    config.max_connections_per_ip = args.max_connections_per_ip;
-    if let Some(mib) = args.memory_budget_mib {
-        config.memory_budget = usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
-    }
-    let addr = resolve_listen(&args.listen).await?;
-    // One listener per core, all on the same address: the kernel spreads connections over them.
-    let shards = std::thread::available_parallelism().map_or(1, usize::from);
-    let first = bind_shared(addr).with_context(|| format!("could not listen on {addr}"))?;
-    let local = first.local_addr().context("could not read the listening address")?;
-    let mut listeners = vec![first];
-    // The others bind to the first one's address, which names the port even when asked for 0.
-    for _ in 1..shards {
-        listeners.push(bind_shared(local).with_context(|| format!("could not listen on {local}"))?);
-    }
-    let metrics_listener = match &args.metrics_listen {
-        Some(listen) => {
-            let addr = resolve_listen(listen).await?;
-            let listener =
-                TcpListener::bind(addr).await.with_context(|| format!("could not listen for metrics on {addr}"))?;
-            let local = listener.local_addr().context("could not read the metrics address")?;
-            Some((listener, local))
-        }
-        None => None,
-    };
-    let scheme = if config.tls.is_some() { "wss" } else { "ws" };
-    let token_note = if config.token.is_some() { " (relay token required)" } else { "" };
-    settings.printer.event(
-        "relay_listening",
-        json!({
-            "listen": local.to_string(),
-            "url": format!("{scheme}://{local}"),
-            "tls": config.tls.is_some(),
-            "relay_token": config.token.is_some(),
-            "metrics": metrics_listener.as_ref().map(|(_, local)| format!("http://{local}/metrics")),
-        }),
-        format_args!("relay listening on {scheme}://{local}{token_note}"),
-    );
-    let signal = crate::shutdown::on_signal();
-    let metrics_task = metrics_listener.map(|(listener, _)| {
-        let (metrics, signal) = (Arc::clone(&config.metrics), signal.clone());
-        tokio::spawn(async move { metrics::serve(listener, metrics, signal.cancelled_owned()).await })
-    });
-    let relay = {
-        let signal = signal.clone();
-        tokio::task::spawn_blocking(move || run_sharded(listeners, config, signal))
-    };
-    let result = relay.await.context("the relay stopped unexpectedly");
-    // Whatever ended the relay ends the metrics server too.
-    signal.cancel();
-    result??;
-    if let Some(task) = metrics_task {
-        task.await.context("the metrics server failed")??;
-    }
-    settings.printer.event("relay_stopped", json!({}), "relay stopped");
-    Ok(())
-}
-
-async fn resolve_listen(listen: &str) -> anyhow::Result<SocketAddr> {
-    if let Ok(addr) = listen.parse() {
-        return Ok(addr);
-    }
-    let mut addrs = tokio::net::lookup_host(listen).await.map_err(|_| {
-        ConfigError::new(format!("--listen {listen:?} is not an address like 127.0.0.1:8787 or [::]:443"))
-    })?;
-    Ok(addrs.next().ok_or_else(|| ConfigError::new(format!("--listen {listen:?} resolves to no address")))?)
-}
-
 /// A listening socket that other sockets may share (`SO_REUSEPORT`), for one shard.
 pub fn bind_shared(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
@@ -245,20 +163,6 @@ pub fn bind_shared(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     socket.set_reuseport(true)?;
     socket.bind(addr)?;
     socket.listen(LISTEN_BACKLOG)?.into_std()
-}
-
-/// Raises the soft limit on open files to the hard limit; returns the limit in force.
-fn raise_fd_limit() -> Option<u64> {
-    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
-    let limit = getrlimit(Resource::Nofile);
-    let current = limit.current?;
-    let wanted = limit.maximum.unwrap_or(u64::MAX).min(1 << 20);
-    if wanted > current && setrlimit(Resource::Nofile, Rlimit { current: Some(wanted), maximum: limit.maximum }).is_ok()
-    {
-        debug!(from = current, to = wanted, "raised the open file limit");
-        return Some(wanted);
-    }
-    Some(current)
 }
 
 /// Loads a PEM certificate chain and private key (PKCS#8, PKCS#1 or SEC1) for `wss://`.

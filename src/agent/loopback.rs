@@ -1,8 +1,7 @@
-//! The loopback socket (SPEC §6): `ws://127.0.0.1:<port>` for local scripts, CI and editors,
+//! The loopback socket (docs/PROTOCOL.md, "Loopback socket"): `ws://127.0.0.1:<port>` for local scripts, CI and editors,
 //! gated by the auth token and closed to web pages.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use anyhow::Result;
 use futures_util::{SinkExt, StreamExt};
@@ -14,11 +13,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info_span, Instrument};
 
-use crate::agent::close_message;
-use crate::http::{self, RequestHead};
+use super::context::AgentContext;
+use super::gate::{admit_hello, Admission, Gate};
+use super::outbox::Outbox;
+use super::session::Session;
+use crate::net::http::{self, RequestHead};
+use crate::net::liveness::{cancelled, close_message, Heartbeat, Liveness, Pulse};
 use crate::protocol::{self, AgentMessage, ErrorCode, Hello};
-use crate::session::{self, Admission, AgentContext, Gate, Session};
-use crate::writer::Writer;
 
 /// Serves local clients on an already-bound loopback listener until `shutdown`.
 pub async fn run(
@@ -130,7 +131,7 @@ async fn wait_for_hello(socket: &mut WebSocketStream<TcpStream>, gate: &dyn Gate
     })
     .await;
     match first {
-        Ok(Some(text)) => session::admit_hello(gate, &text),
+        Ok(Some(text)) => admit_hello(gate, &text),
         _ => Err(ErrorCode::UnauthenticatedCall),
     }
 }
@@ -152,13 +153,11 @@ async fn run_session(
     shutdown: CancellationToken,
 ) -> Result<()> {
     let (sink, mut stream) = socket.split();
-    let writer = Writer::spawn(sink);
-    let out_tx = writer.frames.clone();
+    let outbox = Outbox::spawn(sink);
+    let out_tx = outbox.frames.clone();
     let revoked = admission.revoked.clone();
     let mut session = Session::new(ctx, admission.caller, out_tx.clone());
-    let mut last_heard = Instant::now();
-    let mut ticker = tokio::time::interval(protocol::PING_INTERVAL);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut liveness = Liveness::new(Heartbeat::PROTOCOL);
     loop {
         let revoked = revoked.clone();
         tokio::select! {
@@ -166,19 +165,17 @@ async fn run_session(
                 let _ = out_tx.send(close_message(CloseCode::Away, "agent shutting down")).await;
                 break;
             }
-            _ = crate::agent::cancelled(revoked) => {
+            _ = cancelled(revoked) => {
                 let _ = out_tx.send(Message::text(AgentMessage::error(ErrorCode::PairingRevoked).to_json())).await;
                 let _ = out_tx.send(close_message(CloseCode::Policy, ErrorCode::PairingRevoked.as_str())).await;
                 break;
             }
-            _ = ticker.tick() => {
-                if last_heard.elapsed() >= protocol::IDLE_TIMEOUT {
-                    break;
-                }
-                let _ = out_tx.try_send(Message::Ping(Default::default()));
-            }
+            pulse = liveness.tick() => match pulse {
+                Pulse::Silent(_) => break,
+                Pulse::Ping => { let _ = out_tx.try_send(Message::Ping(Default::default())); }
+            },
             frame = stream.next() => {
-                last_heard = Instant::now();
+                liveness.heard();
                 match frame {
                     Some(Ok(Message::Text(text))) => session.on_text(&text).await,
                     Some(Ok(Message::Binary(data))) => session.on_binary(&data).await,
@@ -197,7 +194,7 @@ async fn run_session(
     }
     drop(session);
     drop(out_tx);
-    writer.finish().await;
+    outbox.finish().await;
     Ok(())
 }
 

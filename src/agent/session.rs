@@ -1,185 +1,24 @@
-//! One authenticated §5 session, the same over the relay and the loopback socket: tool calls in
-//! flight by id, cancellation, progress, screenshots to the phone only, and the voice call.
+//! One authenticated session, the same over the relay and the loopback socket: the call table
+//! (tool calls in flight by id), cancellation, progress, screenshots to the phone only, and the
+//! voice call. The frames are described in docs/PROTOCOL.md, "Session frames".
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use base64::Engine as _;
+use futures_util::future::BoxFuture;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use super::context::AgentContext;
 use crate::audit::CallRecord;
-use crate::gemini::{self, GeminiConfig, VoiceCall, VoiceInput};
-use crate::protocol::{
-    self, AgentMessage, AgentStatus, ClientMessage, ErrorCode, Hello, HelloOk, ToolCall, ToolError, ToolResult,
-};
-use crate::secret::Secret;
-use crate::tools::{Screenshot, ToolOutput, ToolRequest, Toolbox};
-
-/// Routes calls that name another environment (SPEC §8). Implemented by the host side of
-/// multi-environment pairing.
-pub trait EnvRouter: Send + Sync {
-    /// Runs `call` on the environment `env`, streaming progress; the result carries `env`.
-    fn route(
-        &self,
-        env: String,
-        call: ToolCall,
-        progress: mpsc::Sender<String>,
-        cancel: CancellationToken,
-    ) -> futures_util::future::BoxFuture<'static, Result<Value, ToolError>>;
-
-    /// Extra tools this router offers (e.g. `fleet`), answered by [`EnvRouter::local_tool`].
-    fn tool_names(&self) -> Vec<String> {
-        Vec::new()
-    }
-
-    /// True when `env` names this machine itself (its own envKey or name).
-    fn is_local(&self, _env: &str) -> bool {
-        false
-    }
-
-    /// Gemini function declarations of [`EnvRouter::tool_names`].
-    fn gemini_declarations(&self) -> Vec<Value> {
-        Vec::new()
-    }
-
-    /// Runs one of [`EnvRouter::tool_names`] locally; `None` when the name is not the router's.
-    fn local_tool(
-        &self,
-        _name: &str,
-        _args: &Value,
-    ) -> Option<futures_util::future::BoxFuture<'static, Result<Value, ToolError>>> {
-        None
-    }
-}
-
-/// Decides who may open a session from their hello.
-pub trait Gate: Send + Sync {
-    /// Admits a hello or refuses it with a contract code.
-    fn admit(&self, hello: &Hello) -> Result<Admission, ErrorCode>;
-}
-
-/// A caller the gate let in.
-#[derive(Clone, Debug, Default)]
-pub struct Admission {
-    /// Audit name of the caller.
-    pub caller: String,
-    /// Filled into `hello_ok` for environment sessions (SPEC §8).
-    pub env_key: Option<String>,
-    pub signature: Option<String>,
-    /// Cancelled when the credential behind this session is revoked.
-    pub revoked: Option<CancellationToken>,
-}
-
-/// The plain gate: the hello must carry this machine's auth token.
-pub struct TokenGate {
-    pub token: Secret,
-    pub caller: &'static str,
-}
-
-impl Gate for TokenGate {
-    fn admit(&self, hello: &Hello) -> Result<Admission, ErrorCode> {
-        match hello.token.as_deref() {
-            Some(candidate) if self.token.matches(candidate) => {
-                Ok(Admission { caller: self.caller.to_owned(), ..Default::default() })
-            }
-            Some(_) => Err(ErrorCode::BearerRefused),
-            None => Err(ErrorCode::UnauthenticatedCall),
-        }
-    }
-}
-
-/// Live state shown by `voxa status`.
-#[derive(Debug, Default)]
-pub struct LiveStatus {
-    pub relay: Mutex<String>,
-    pub relay_connected: AtomicBool,
-    pub phone_present: AtomicBool,
-    pub calls_in_flight: AtomicUsize,
-}
-
-/// What every session of one agent shares.
-pub struct AgentContext {
-    pub toolbox: Toolbox,
-    pub gemini: Option<Arc<GeminiConfig>>,
-    pub router: Option<Arc<dyn EnvRouter>>,
-    pub status: Arc<LiveStatus>,
-}
-
-impl AgentContext {
-    pub fn new(toolbox: Toolbox) -> Self {
-        AgentContext { toolbox, gemini: None, router: None, status: Arc::default() }
-    }
-
-    /// `"hosted"` or `"self-hosted"`.
-    pub fn mode(&self) -> &'static str {
-        if self.gemini.is_some() {
-            "self-hosted"
-        } else {
-            "hosted"
-        }
-    }
-
-    /// The `hello_ok` for an admitted caller.
-    pub fn hello_ok(&self, admission: &Admission) -> AgentMessage {
-        let mut tools = self.toolbox.names();
-        if let Some(router) = &self.router {
-            tools.extend(router.tool_names().into_iter().filter(|name| self.toolbox.check_policy(name).is_ok()));
-        }
-        AgentMessage::HelloOk(HelloOk {
-            agent: crate::agent_name(),
-            mode: self.mode().to_owned(),
-            tools,
-            protocol: protocol::PROTOCOL_VERSION,
-            env_key: admission.env_key.clone(),
-            signature: admission.signature.clone(),
-        })
-    }
-
-    /// Gemini function declarations: this machine's tools and, on a host with environments, an
-    /// optional `env` argument on each plus the router's own tools (`fleet`).
-    pub fn gemini_declarations(&self) -> Value {
-        let mut declarations = match self.toolbox.gemini_declarations() {
-            Value::Array(list) => list,
-            _ => Vec::new(),
-        };
-        if let Some(router) = &self.router {
-            for declaration in &mut declarations {
-                if let Some(properties) =
-                    declaration.pointer_mut("/parameters/properties").and_then(Value::as_object_mut)
-                {
-                    properties.insert(
-                        ENV_ARG.into(),
-                        serde_json::json!({"type": "STRING", "description": "Name of another machine (from fleet) to run this on; omit for this laptop."}),
-                    );
-                }
-            }
-            declarations.extend(router.gemini_declarations().into_iter().filter(|declaration| {
-                declaration["name"].as_str().is_some_and(|name| self.toolbox.check_policy(name).is_ok())
-            }));
-        }
-        Value::Array(declarations)
-    }
-
-    /// A snapshot for `status`.
-    pub fn status(&self) -> AgentStatus {
-        AgentStatus {
-            pid: std::process::id(),
-            version: crate::VERSION.to_owned(),
-            mode: self.mode().to_owned(),
-            relay: self.status.relay.lock().map(|r| r.clone()).unwrap_or_default(),
-            relay_connected: self.status.relay_connected.load(Ordering::Relaxed),
-            phone_present: self.status.phone_present.load(Ordering::Relaxed),
-            calls_in_flight: self.status.calls_in_flight.load(Ordering::Relaxed),
-            workspace: self.toolbox.workspace().display().to_string(),
-        }
-    }
-}
+use crate::gemini::{self, VoiceCall, VoiceInput, VoiceTools};
+use crate::protocol::{self, AgentMessage, CallErrorCode, ClientMessage, ErrorCode, ToolCall, ToolError, ToolResult};
+use crate::tools::{ToolOutput, ToolRequest};
 
 /// An authenticated session. Dropping it cancels its calls and ends its voice call.
 pub struct Session {
@@ -237,7 +76,7 @@ impl Session {
                 Some(voice) => {
                     if voice.input.try_send(VoiceInput::Text(text)).is_err() {
                         let busy = AgentMessage::CallError {
-                            code: "busy".into(),
+                            code: CallErrorCode::Busy,
                             message: "the voice call is not keeping up; try again in a moment".into(),
                         };
                         self.send(busy).await;
@@ -255,7 +94,7 @@ impl Session {
     async fn start_voice(&mut self) {
         let Some(config) = self.ctx.gemini.clone() else {
             let message = AgentMessage::CallError {
-                code: "unavailable".into(),
+                code: CallErrorCode::Unavailable,
                 message: "this agent runs in hosted mode; start it with --self-hosted and GEMINI_API_KEY to \
                           host voice calls"
                     .into(),
@@ -265,7 +104,8 @@ impl Session {
         if let Some(previous) = self.voice.take() {
             previous.end.cancel();
         }
-        self.voice = Some(gemini::start(config, self.ctx.clone(), self.out.clone()));
+        let tools = Arc::new(SessionTools(self.ctx.clone()));
+        self.voice = Some(gemini::start(config, tools, self.out.clone(), &self.ctx.tasks));
     }
 
     async fn start_call(&mut self, call: ToolCall) {
@@ -275,16 +115,21 @@ impl Session {
             return self.send(AgentMessage::ToolResult(result)).await;
         }
         let token = self.cancel.child_token();
-        let duplicate = match self.calls.lock() {
-            Ok(mut calls) if !calls.contains_key(&call.id) => {
-                calls.insert(call.id.clone(), token.clone());
-                false
+        let refused = match self.calls.lock() {
+            Ok(calls) if calls.contains_key(&call.id) => {
+                Some(ToolError::new(ErrorCode::DuplicateId, format!("a call with id {:?} is still running", call.id)))
             }
-            _ => true,
+            Ok(calls) if calls.len() >= self.ctx.toolbox.max_calls_in_flight() => Some(ToolError::new(
+                ErrorCode::Busy,
+                format!("{} calls are already running; wait for one to finish", calls.len()),
+            )),
+            Ok(mut calls) => {
+                calls.insert(call.id.clone(), token.clone());
+                None
+            }
+            Err(_) => Some(ToolError::new(ErrorCode::Internal, "the call table is unusable")),
         };
-        if duplicate {
-            let error =
-                ToolError::new(ErrorCode::DuplicateId, format!("a call with id {:?} is still running", call.id));
+        if let Some(error) = refused {
             return self.send(AgentMessage::ToolResult(ToolResult::failure(call.id, error))).await;
         }
         let task = CallTask {
@@ -294,7 +139,7 @@ impl Session {
             calls: self.calls.clone(),
             cancel: token,
         };
-        tokio::spawn(task.run(call));
+        self.ctx.tasks.spawn(task.run(call));
     }
 
     async fn send(&self, message: AgentMessage) {
@@ -318,14 +163,14 @@ impl Drop for Session {
 
 fn no_call_error() -> AgentMessage {
     AgentMessage::CallError {
-        code: "no-call".into(),
+        code: CallErrorCode::NoCall,
         message: "no voice call is running; send call_start first".into(),
     }
 }
 
 /// A sentence about a bad frame that never echoes the frame's content back in full.
 fn bad_frame_reason(err: &serde_json::Error) -> String {
-    crate::tools::output::prefix(&err.to_string(), 200).to_owned()
+    crate::text::prefix(&err.to_string(), 200).to_owned()
 }
 
 /// One tool call, from start to its single `tool_result`.
@@ -348,7 +193,7 @@ impl CallTask {
             let out = self.out.clone();
             let id = id.clone();
             let env = env.clone();
-            tokio::spawn(async move {
+            self.ctx.tasks.spawn(async move {
                 while let Some(chunk) = progress_rx.recv().await {
                     let message = AgentMessage::ToolProgress { id: id.clone(), chunk, env: env.clone() };
                     if out.send(Message::text(message.to_json())).await.is_err() {
@@ -386,13 +231,10 @@ impl CallTask {
     ) -> Result<(Value, Option<AgentMessage>), ToolError> {
         let id = call.id.clone();
         let output = run_tool(&self.ctx, call, &self.caller, Some(progress), self.cancel.clone()).await?;
-        let image = output.image.map(|shot| image_frame(&id, &shot));
+        let image = output.image.map(|shot| shot.image_frame(&id));
         Ok((output.result, image))
     }
 }
-
-/// Name of the argument that routes a Gemini function call to another environment.
-pub const ENV_ARG: &str = "env";
 
 /// Runs one call wherever it belongs: on an environment (`env`), as one of the router's own tools,
 /// or on this machine's toolbox. Shared by phone and local sessions and by the voice bridge.
@@ -425,7 +267,7 @@ pub async fn run_tool(
         // Progress from an environment still flows when nobody listens locally.
         let (sink, mut drain) = mpsc::channel(64);
         let progress = progress.unwrap_or_else(|| {
-            tokio::spawn(async move { while drain.recv().await.is_some() {} });
+            ctx.tasks.spawn(async move { while drain.recv().await.is_some() {} });
             sink
         });
         // The environment audits what it runs; the host records that it asked.
@@ -471,28 +313,28 @@ fn audit_elsewhere(
     });
 }
 
-/// The `image` frame that carries a screenshot to the phone.
-pub fn image_frame(id: &str, shot: &Screenshot) -> AgentMessage {
-    AgentMessage::Image(protocol::Image {
-        id: id.to_owned(),
-        mime: shot.mime.clone(),
-        width: shot.width,
-        height: shot.height,
-        data: base64::engine::general_purpose::STANDARD.encode(&shot.bytes),
-    })
-}
+/// The agent's tools as the voice bridge sees them: this machine's and, on a host, the
+/// environments'.
+struct SessionTools(Arc<AgentContext>);
 
-/// Admits the first frame of a session, if it is a hello the gate accepts.
-pub fn admit_hello(gate: &dyn Gate, text: &str) -> Result<Admission, ErrorCode> {
-    match protocol::parse_client(text) {
-        Ok(ClientMessage::Hello(hello)) => gate.admit(&hello),
-        _ => Err(ErrorCode::UnauthenticatedCall),
+impl VoiceTools for SessionTools {
+    fn declarations(&self) -> Value {
+        self.0.gemini_declarations()
+    }
+
+    fn run(&self, call: ToolCall, cancel: CancellationToken) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
+        let ctx = self.0.clone();
+        Box::pin(async move { run_tool(&ctx, call, "gemini", None, cancel).await })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::gate::Admission;
+    use crate::environments::EnvRouter;
+    use crate::tools::Toolbox;
+    use tokio_util::task::TaskTracker;
 
     struct OneEnvRouter;
 
@@ -537,7 +379,7 @@ mod tests {
             env: None,
         })
         .unwrap();
-        let mut ctx = AgentContext::new(toolbox);
+        let mut ctx = AgentContext::new(toolbox, TaskTracker::new());
         if router {
             ctx.router = Some(Arc::new(OneEnvRouter));
         }
