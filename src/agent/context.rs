@@ -72,14 +72,15 @@ impl AgentContext {
             _ => Vec::new(),
         };
         if let Some(router) = &self.router {
+            let env = serde_json::json!({"type": "STRING", "description": "Name of another machine (from fleet) to run this on; omit for this laptop."});
             for declaration in &mut declarations {
+                if declaration.get("parameters").is_none() {
+                    declaration["parameters"] = serde_json::json!({"type": "OBJECT", "properties": {}});
+                }
                 if let Some(properties) =
                     declaration.pointer_mut("/parameters/properties").and_then(Value::as_object_mut)
                 {
-                    properties.insert(
-                        ENV_ARG.into(),
-                        serde_json::json!({"type": "STRING", "description": "Name of another machine (from fleet) to run this on; omit for this laptop."}),
-                    );
+                    properties.insert(ENV_ARG.into(), env.clone());
                 }
             }
             declarations.extend(router.gemini_declarations().into_iter().filter(|declaration| {

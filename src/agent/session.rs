@@ -84,6 +84,13 @@ impl Session {
                 }
                 None => self.send(no_call_error()).await,
             },
+            ClientMessage::AudioEnd => match self.voice.as_ref().filter(|voice| voice.is_live()) {
+                // Dropped like audio when the bridge is behind: the service's own VAD ends the turn.
+                Some(voice) => {
+                    let _ = voice.input.try_send(VoiceInput::AudioEnd);
+                }
+                None => self.send(no_call_error()).await,
+            },
             ClientMessage::CallEnd => match self.voice.take().filter(|voice| voice.is_live()) {
                 Some(voice) => voice.end.cancel(),
                 None => self.send(no_call_error()).await,
@@ -350,7 +357,7 @@ mod tests {
         }
 
         fn gemini_declarations(&self) -> Vec<Value> {
-            vec![serde_json::json!({"name": "fleet", "parameters": {"type": "OBJECT", "properties": {}}})]
+            vec![serde_json::json!({"name": "fleet"})]
         }
 
         fn tool_names(&self) -> Vec<String> {
