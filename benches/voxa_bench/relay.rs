@@ -264,7 +264,7 @@ async fn latency(report: &mut Report, relay: SocketAddr) -> anyhow::Result<()> {
 
 /// A raw client: the upgrade by hand, then bytes. Lighter than a WebSocket library, so the
 /// figures measure the relay rather than the clients that share its cores.
-async fn raw_socket(addr: SocketAddr, path: &str) -> anyhow::Result<TcpStream> {
+pub async fn raw_socket(addr: SocketAddr, path: &str) -> anyhow::Result<TcpStream> {
     let mut tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
     let request = format!(

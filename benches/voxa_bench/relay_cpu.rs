@@ -6,7 +6,6 @@
 //! round-trip p50/p99, at 1 pair, 100 pairs × 4 frames in flight, and 1000 pairs. Each figure is
 //! the median of several runs, every relay measured in each run.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,7 +17,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
-use crate::relay::RelayProcess;
+use crate::relay::{raw_socket, RelayProcess};
 use crate::report::{percentiles, Report};
 
 const AREA: &str = "relay CPU";
@@ -54,20 +53,31 @@ pub fn run(report: &mut Report, measuring: bool) {
         eprintln!("relay CPU bench skipped: it pins the relay and the generator to two different cores");
         return;
     }
-    // Threads started from here on (the generator's runtime) inherit the generator's core.
+    // The generator gets a thread of its own, pinned, so the sections after this one are not.
+    let rows = std::thread::scope(|scope| scope.spawn(|| generate(measuring)).join().unwrap_or_default());
+    for (figure, value) in rows {
+        report.add(AREA, figure, value, "");
+    }
+}
+
+/// Runs every load against every contender on this thread, pinned to the generator core, and
+/// returns the report rows.
+fn generate(measuring: bool) -> Vec<(String, String)> {
+    let mut rows = Vec::new();
     if let Err(err) = pin_to(GENERATOR_CORE) {
         eprintln!("relay CPU bench skipped: could not pin the generator: {err}");
-        return;
+        return rows;
     }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("relay CPU bench skipped: no runtime: {err}");
-            return;
+            return rows;
         }
     };
-    let node_dir = tempfile::tempdir().ok();
-    let contenders = contenders(node_dir.as_ref().map(|dir| dir.path()));
+    // The smoke run (`cargo test`) leaves Node out: it would install `ws` from the network.
+    let node_dir = if measuring { tempfile::tempdir().ok() } else { None };
+    let contenders = contenders(node_dir.as_ref().map(|dir| dir.path()), measuring);
     let runs = if measuring { 5 } else { 1 };
     let loads: &[(usize, usize)] = if measuring { &LOADS } else { &LOADS[..1] };
     for &(pairs, in_flight) in loads {
@@ -103,16 +113,12 @@ pub fn run(report: &mut Report, measuring: bool) {
                 )
             })
             .collect();
-        report.add(
-            AREA,
-            format!("32 B round trip, {load}, relay on one core (median of {runs})"),
-            cells.join("; "),
-            "",
-        );
+        rows.push((format!("32 B round trip, {load}, relay on one core (median of {runs})"), cells.join("; ")));
     }
+    rows
 }
 
-fn contenders(node_dir: Option<&Path>) -> Vec<Contender> {
+fn contenders(node_dir: Option<&Path>, measuring: bool) -> Vec<Contender> {
     let voxa = |name: &str, binary: &str| Contender {
         name: name.to_owned(),
         command: [binary, "relay", "--listen", "127.0.0.1:0", "--json", "--max-connections-per-ip", "0"]
@@ -131,7 +137,8 @@ fn contenders(node_dir: Option<&Path>) -> Vec<Contender> {
             env: vec![("NODE_PATH".to_owned(), modules.display().to_string())],
         }),
         Some(Err(note)) => eprintln!("relay CPU bench: no Node relay: {note}"),
-        None => eprintln!("relay CPU bench: no Node relay: no temporary directory"),
+        None if measuring => eprintln!("relay CPU bench: no Node relay: no temporary directory"),
+        None => {}
     }
     contenders
 }
@@ -185,25 +192,6 @@ fn cpu_us(relay: &RelayProcess) -> anyhow::Result<(f64, f64)> {
 
 fn code(n: usize) -> String {
     format!("{:032x}", 0xc0de_0000_0000_0000_0000_0000_0000_0000u128 + n as u128)
-}
-
-/// Opens a raw upgraded socket (no WebSocket library: the generator should cost little).
-async fn raw_socket(addr: SocketAddr, path: &str) -> anyhow::Result<TcpStream> {
-    let mut tcp = TcpStream::connect(addr).await?;
-    tcp.set_nodelay(true)?;
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: relay\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    );
-    tcp.write_all(request.as_bytes()).await?;
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        anyhow::ensure!(tcp.read(&mut byte).await? == 1 && head.len() < 1024, "no upgrade answer");
-        head.push(byte[0]);
-    }
-    anyhow::ensure!(head.starts_with(b"HTTP/1.1 101"), "upgrade refused: {}", String::from_utf8_lossy(&head));
-    Ok(tcp)
 }
 
 /// Appends a client frame (binary, zero mask) carrying `payload`.
