@@ -34,7 +34,7 @@ impl OutFrame {
 }
 
 /// Bytes of a socket's read buffer, which holds frame headers and small frames.
-pub(super) const READ_BUFFER_LEN: usize = 4 << 10;
+pub(super) const READ_BUFFER_LEN: usize = 2 << 10;
 /// Largest control frame payload (RFC 6455 §5.5).
 const MAX_CONTROL_LEN: usize = 125;
 /// Longest frame header: 2 bytes, 8 of extended length, 4 of mask.

@@ -14,8 +14,15 @@
 //! - A socket silent for [`PING_INTERVAL`] is pinged and one silent for [`IDLE_TIMEOUT`] is
 //!   dropped, so a vanished peer is gone within 45 s and its partner hears `left`.
 //!
+//! - Memory: one budget for the process counts queued messages, partial reads and messages
+//!   waiting for room; over it the oldest socket holding more than an even share is closed 1013.
+//!   One client address may hold [`MAX_CONNECTIONS_PER_IP`] connections (`429` beyond).
+//! - Threads: [`run_sharded`] runs one single-threaded runtime per listener (`SO_REUSEPORT`) and
+//!   serves each plain-TCP socket on the shard its code maps to, so both sides of a pair share a
+//!   thread; [`run`] serves everything on the caller's runtime.
+//!
 //! Scale-out: the relay keeps no state but the map of live codes, so a load balancer hashing on
-//! `code` (nginx `hash $arg_code consistent;`) spreads pairs over processes.
+//! `code` (nginx `hash $arg_code consistent;`) spreads pairs over processes (deploy/).
 
 mod codec;
 mod hub;
