@@ -9,10 +9,12 @@
 mod agent;
 mod child;
 mod pair;
+mod preauth;
 mod relay;
 mod relay_cpu;
 mod report;
 mod voice;
+mod web;
 
 fn main() {
     let measuring = std::env::args().any(|arg| arg == "--bench");
@@ -31,9 +33,13 @@ fn main() {
     }
     if wanted("agent") {
         agent::run(&mut report, measuring);
+        preauth::run(&mut report, measuring);
     }
     if wanted("voice") {
         voice::run(&mut report, measuring);
+    }
+    if wanted("web") {
+        web::run(&mut report, runs(20));
     }
     report.print();
 }

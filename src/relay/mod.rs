@@ -47,6 +47,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, warn, Instrument as _};
 
 use crate::net::http::{self, HeadError, RequestHead};
+use crate::net::web;
 use crate::protocol::{PeerRole, IDLE_TIMEOUT, MAX_FRAME_LEN, PING_INTERVAL, SEND_QUEUE_FRAMES};
 use crate::secret::{is_lower_hex, Secret, SECRET_HEX_LEN};
 
@@ -91,6 +92,8 @@ pub struct RelayConfig {
     pub memory_budget: usize,
     /// Where the relay counts what it does; serve them with [`metrics::serve`].
     pub metrics: Arc<metrics::RelayMetrics>,
+    /// Hosted voice is offered at `/live` (what the web client's `GET /config` reports).
+    pub live: bool,
 }
 
 /// Timing and size limits of one relayed socket.
@@ -146,6 +149,7 @@ impl Default for RelayConfig {
             max_connections_per_ip: MAX_CONNECTIONS_PER_IP,
             memory_budget: MEMORY_BUDGET,
             metrics: Arc::default(),
+            live: false,
         }
     }
 }
@@ -159,6 +163,7 @@ impl std::fmt::Debug for RelayConfig {
             .field("max_connections", &self.max_connections)
             .field("max_connections_per_ip", &self.max_connections_per_ip)
             .field("memory_budget", &self.memory_budget)
+            .field("live", &self.live)
             .finish_non_exhaustive()
     }
 }
@@ -210,8 +215,9 @@ struct Shared {
     token: Option<Secret>,
     limits: Limits,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    offer: web::Offer,
     max_connections: usize,
-    live: Arc<AtomicUsize>,
+    open_connections: Arc<AtomicUsize>,
     per_ip: Arc<PerIp>,
     next_conn: AtomicU64,
     /// Each shard's queue of sockets handed over to it; empty with a single shard.
@@ -239,8 +245,9 @@ impl Shared {
             token: config.token,
             limits: config.limits,
             tls: config.tls.map(tokio_rustls::TlsAcceptor::from),
+            offer: web::Offer { live: config.live },
             max_connections: config.max_connections,
-            live: Arc::new(AtomicUsize::new(0)),
+            open_connections: Arc::new(AtomicUsize::new(0)),
             per_ip: Arc::new(PerIp { max: config.max_connections_per_ip, held: Mutex::default() }),
             next_conn: AtomicU64::new(1),
             shards,
@@ -474,7 +481,7 @@ impl PerIp {
 
 /// Counts a connection against the limits (and in the metrics) for as long as it lives.
 struct ConnectionGuard {
-    live: Arc<AtomicUsize>,
+    open: Arc<AtomicUsize>,
     client: Option<(Arc<PerIp>, ClientKey)>,
     metrics: Arc<metrics::RelayMetrics>,
 }
@@ -494,8 +501,8 @@ impl ConnectionGuard {
         // From here on, dropping the guard gives back what was taken.
         let metrics = Arc::clone(&shared.hub.ledger.metrics);
         metrics.connection_opened();
-        let guard = ConnectionGuard { live: Arc::clone(&shared.live), client, metrics };
-        if shared.live.fetch_add(1, Ordering::AcqRel) >= shared.max_connections {
+        let guard = ConnectionGuard { open: Arc::clone(&shared.open_connections), client, metrics };
+        if shared.open_connections.fetch_add(1, Ordering::AcqRel) >= shared.max_connections {
             return Err(RELAY_FULL);
         }
         Ok(guard)
@@ -504,7 +511,7 @@ impl ConnectionGuard {
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
-        self.live.fetch_sub(1, Ordering::AcqRel);
+        self.open.fetch_sub(1, Ordering::AcqRel);
         self.metrics.connection_closed();
         if let Some((per_ip, key)) = &self.client {
             per_ip.release(*key);
@@ -561,6 +568,10 @@ async fn serve_stream<S: socket::RelayStream>(
     };
     match route(&head, shared.token.as_ref()) {
         Route::Health => http::respond(&mut stream, 200, "OK", "ok").await.context("answering /healthz"),
+        Route::Web => match web::answer(&head, shared.offer) {
+            Some(response) => response.write(&mut stream).await.context("serving the web client"),
+            None => http::respond(&mut stream, 404, "Not Found", "not found").await.context("answering a request"),
+        },
         Route::Refuse(refusal) => {
             debug!(status = refusal.status, path = %printable_path(&head), "request refused");
             shared.hub.metrics().refused(refusal.status);
@@ -613,6 +624,7 @@ fn printable_path(head: &RequestHead) -> &'static str {
         "/agent" => "/agent",
         "/ws" => "/ws",
         "/healthz" => "/healthz",
+        path if web::is_web_path(path) => "<web client>",
         _ => "<other>",
     }
 }
@@ -628,7 +640,13 @@ fn role_name(role: PeerRole) -> &'static str {
 #[derive(Debug, PartialEq, Eq)]
 enum Route {
     Health,
-    Join { role: PeerRole, code: u128 },
+    /// The web client's page, files and `/config` (never behind the relay token: a browser cannot
+    /// send one, and nothing served is secret).
+    Web,
+    Join {
+        role: PeerRole,
+        code: u128,
+    },
     Refuse(Refusal),
 }
 
@@ -665,6 +683,7 @@ fn route(head: &RequestHead, token: Option<&Secret>) -> Route {
     let role = match head.path.as_str() {
         "/healthz" if head.method == "GET" => return Route::Health,
         "/healthz" => return Route::Refuse(METHOD_NOT_ALLOWED),
+        path if web::is_web_path(path) => return Route::Web,
         "/agent" => PeerRole::Agent,
         "/ws" => PeerRole::Phone,
         _ => return Route::Refuse(NOT_FOUND),
@@ -735,6 +754,9 @@ mod tests {
         assert_eq!(route(&head("GET /healthz HTTP/1.1\r\n\r\n"), None), Route::Health);
         assert_eq!(route(&head("POST /healthz HTTP/1.1\r\n\r\n"), None), Route::Refuse(METHOD_NOT_ALLOWED));
         assert_eq!(route(&upgrade("/nope", ""), None), Route::Refuse(NOT_FOUND));
+        assert_eq!(route(&head("GET /?code=abc&token=def HTTP/1.1\r\n\r\n"), None), Route::Web);
+        assert_eq!(route(&head("GET /js/main.js HTTP/1.1\r\n\r\n"), None), Route::Web);
+        assert_eq!(route(&head("GET /config HTTP/1.1\r\n\r\n"), Some(&Secret::from_string("t".into()))), Route::Web);
         assert_eq!(route(&upgrade("/agent?code=XYZ", ""), None), Route::Refuse(BAD_CODE));
         assert_eq!(route(&upgrade("/agent", ""), None), Route::Refuse(BAD_CODE));
         let plain = head(&format!("GET /ws?code={CODE} HTTP/1.1\r\nHost: relay\r\n\r\n"));

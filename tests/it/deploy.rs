@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use rustls_pki_types::{CertificateDer, ServerName};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
@@ -217,7 +217,7 @@ impl Dialer {
 }
 
 /// The next text frame (pings are answered by the client while it reads).
-async fn next_text(socket: &mut Socket) -> Result<String, String> {
+async fn next_text<S: AsyncRead + AsyncWrite + Unpin>(socket: &mut WebSocketStream<S>) -> Result<String, String> {
     loop {
         match timeout(WAIT, socket.next()).await.map_err(|_| "nothing arrived in time".to_owned())? {
             Some(Ok(Message::Text(text))) => return Ok(text.as_str().to_owned()),
@@ -237,7 +237,10 @@ async fn expect_joined(socket: &mut Socket, peer: &str) -> Result<(), String> {
     }
 }
 
-async fn send_text(socket: &mut Socket, text: String) -> Result<(), String> {
+async fn send_text<S: AsyncRead + AsyncWrite + Unpin>(
+    socket: &mut WebSocketStream<S>,
+    text: String,
+) -> Result<(), String> {
     socket.send(Message::text(text)).await.map_err(|err| format!("send failed: {err}"))
 }
 
@@ -403,23 +406,26 @@ impl AgentProcess {
     }
 }
 
-/// The phone of a real agent: hello, then a tool call per round; after the kill it reconnects
-/// and waits for the agent to come back through a survivor.
+/// The phone of a real agent: the protocol-2 hello (each side proves the token), then a tool call
+/// per round; after the kill it reconnects and waits for the agent to come back through a survivor.
 async fn real_agent_phone(
     n: usize,
-    code: String,
-    token: String,
-    dialer: Dialer,
+    agent: (String, String),
+    port: u16,
+    ca: PathBuf,
     run: Run,
 ) -> Result<PairReport, String> {
+    let (code, token) = agent;
+    let token = voxa::secret::Secret::from_string(token);
     let session = || async {
-        let mut phone = dialer.open(&format!("/ws?code={code}")).await?;
-        expect_joined(&mut phone, "agent").await?;
-        send_text(&mut phone, json!({"type":"hello","token": token,"client":"deploy-test"}).to_string()).await?;
-        let ok: Value = serde_json::from_str(&next_text(&mut phone).await?).map_err(|err| err.to_string())?;
-        if ok["type"] != "hello_ok" {
-            return Err(format!("agent {n} answered the hello with {ok}"));
-        }
+        let options = voxa::net::dial::DialOptions::default().trust_pem_file(&ca).map_err(|err| format!("{err:#}"))?;
+        let url = format!("wss://localhost:{port}/ws?code={code}");
+        let mut phone = voxa::net::dial::connect(&url, &options).await.map_err(|err| format!("{err:#}"))?;
+        // The agent's challenge comes once both sides are on the same relay.
+        timeout(WAIT, voxa::net::client::hello(&mut phone, &token, "deploy-test/1"))
+            .await
+            .map_err(|_| "no challenge in time".to_owned())?
+            .map_err(|err| format!("agent {n} refused or failed the hello: {err:#}"))?;
         Ok::<_, String>(phone)
     };
     let mut phone = session().await.map_err(|err| format!("agent {n}: {err}"))?;
@@ -521,7 +527,8 @@ async fn nginx_spreads_pairs_over_three_relays_and_a_killed_relay_costs_only_its
         pairs.spawn(simulated_pair(pair, dialer.clone(), run.clone(), gate.clone(), ready_tx.clone()));
     }
     for (n, agent) in agents.iter().enumerate() {
-        pairs.spawn(real_agent_phone(n, agent.code.clone(), agent.token.clone(), dialer.clone(), run.clone()));
+        let (who, ca) = ((agent.code.clone(), agent.token.clone()), dir.path().join("relay.crt"));
+        pairs.spawn(real_agent_phone(n, who, nginx.port, ca, run.clone()));
     }
     for _ in 0..PAIRS {
         timeout(WAIT * 3, ready.recv()).await.expect("pairs connect in time");
