@@ -6,3 +6,4 @@ pub mod client;
 pub mod dial;
 pub mod http;
 pub mod liveness;
+pub mod proxy;
