@@ -39,6 +39,7 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             [CompletionResult]::new('call', 'call', [CompletionResultType]::ParameterValue, 'Run one tool through the running agent and print its result')
             [CompletionResult]::new('relay', 'relay', [CompletionResultType]::ParameterValue, 'Run a relay server')
             [CompletionResult]::new('env', 'env', [CompletionResultType]::ParameterValue, 'Drive other machines from this one (multi-environment pairing)')
+            [CompletionResult]::new('open', 'open', [CompletionResultType]::ParameterValue, 'Open the web client of the running agent in the default browser')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -65,7 +66,8 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             [CompletionResult]::new('--workspace', '--workspace', [CompletionResultType]::ParameterName, 'Root that file tools and commands are confined to [default: the current directory]')
             [CompletionResult]::new('--embedded-relay', '--embedded-relay', [CompletionResultType]::ParameterName, 'Run a relay inside this process on a loopback address and dial it (for trying voxa offline)')
             [CompletionResult]::new('--ca-cert', '--ca-cert', [CompletionResultType]::ParameterName, 'Extra CA certificate (PEM) to trust for the relay''s TLS, e.g. a self-signed relay')
-            [CompletionResult]::new('--relay-token', '--relay-token', [CompletionResultType]::ParameterName, 'Token the relay requires (sent as Authorization: Bearer)')
+            [CompletionResult]::new('--relay-token', '--relay-token', [CompletionResultType]::ParameterName, 'Token the relay requires (sent as Authorization: Bearer); prefer VOXA_RELAY_TOKEN or --relay-token-file, a flag''s value is visible to every user in `ps`')
+            [CompletionResult]::new('--relay-token-file', '--relay-token-file', [CompletionResultType]::ParameterName, 'Read the relay token from this file (first line; the file must not be readable by others)')
             [CompletionResult]::new('--model', '--model', [CompletionResultType]::ParameterName, 'Gemini Live model for self-hosted mode (default gemini-3.8-live, or [gemini] model in config.toml)')
             [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
             [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
@@ -116,7 +118,8 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             [CompletionResult]::new('--listen', '--listen', [CompletionResultType]::ParameterName, 'Address to listen on')
             [CompletionResult]::new('--tls-cert', '--tls-cert', [CompletionResultType]::ParameterName, 'TLS certificate chain (PEM); serve wss:// with --tls-key')
             [CompletionResult]::new('--tls-key', '--tls-key', [CompletionResultType]::ParameterName, 'TLS private key (PEM)')
-            [CompletionResult]::new('--relay-token', '--relay-token', [CompletionResultType]::ParameterName, 'Require this token from both sides (Authorization: Bearer)')
+            [CompletionResult]::new('--relay-token', '--relay-token', [CompletionResultType]::ParameterName, 'Require this token from both sides (Authorization: Bearer); prefer VOXA_RELAY_TOKEN or --relay-token-file, a flag''s value is visible to every user in `ps`')
+            [CompletionResult]::new('--relay-token-file', '--relay-token-file', [CompletionResultType]::ParameterName, 'Read the relay token from this file (first line; the file must not be readable by others)')
             [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
             [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
             [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')
@@ -255,6 +258,22 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
         'voxa;env;help;help' {
             break
         }
+        'voxa;open' {
+            [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
+            [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
+            [CompletionResult]::new('--no-browser', '--no-browser', [CompletionResultType]::ParameterName, 'Print the link (with the token in its fragment) instead of opening a browser')
+            [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON (one object per line for event streams) instead of text')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'voxa;completions' {
             [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
             [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
@@ -277,6 +296,7 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             [CompletionResult]::new('call', 'call', [CompletionResultType]::ParameterValue, 'Run one tool through the running agent and print its result')
             [CompletionResult]::new('relay', 'relay', [CompletionResultType]::ParameterValue, 'Run a relay server')
             [CompletionResult]::new('env', 'env', [CompletionResultType]::ParameterValue, 'Drive other machines from this one (multi-environment pairing)')
+            [CompletionResult]::new('open', 'open', [CompletionResultType]::ParameterValue, 'Open the web client of the running agent in the default browser')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -317,6 +337,9 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             break
         }
         'voxa;help;env;remove' {
+            break
+        }
+        'voxa;help;open' {
             break
         }
         'voxa;help;completions' {

@@ -28,6 +28,9 @@ _voxa() {
             voxa,help)
                 cmd="voxa__subcmd__help"
                 ;;
+            voxa,open)
+                cmd="voxa__subcmd__open"
+                ;;
             voxa,pair)
                 cmd="voxa__subcmd__pair"
                 ;;
@@ -88,6 +91,9 @@ _voxa() {
             voxa__subcmd__help,help)
                 cmd="voxa__subcmd__help__subcmd__help"
                 ;;
+            voxa__subcmd__help,open)
+                cmd="voxa__subcmd__help__subcmd__open"
+                ;;
             voxa__subcmd__help,pair)
                 cmd="voxa__subcmd__help__subcmd__pair"
                 ;;
@@ -122,7 +128,7 @@ _voxa() {
 
     case "${cmd}" in
         voxa)
-            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version pair run status call relay env completions help"
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version pair run status call relay env open completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -426,7 +432,7 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__help)
-            opts="pair run status call relay env completions help"
+            opts="pair run status call relay env open completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -565,6 +571,20 @@ _voxa() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        voxa__subcmd__help__subcmd__open)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         voxa__subcmd__help__subcmd__pair)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -621,6 +641,28 @@ _voxa() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        voxa__subcmd__open)
+            opts="-v -q -h -V --no-browser --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         voxa__subcmd__pair)
             opts="-v -q -h -V --rotate --no-qr --home --relay --self-hosted --json --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -644,7 +686,7 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__relay)
-            opts="-v -q -h -V --listen --tls-cert --tls-key --relay-token --home --relay --self-hosted --json --verbose --quiet --help --version"
+            opts="-v -q -h -V --listen --tls-cert --tls-key --relay-token --relay-token-file --home --relay --self-hosted --json --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -666,6 +708,10 @@ _voxa() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --relay-token-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --home)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -682,7 +728,7 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__run)
-            opts="-v -q -h -V --port --workspace --embedded-relay --ca-cert --relay-token --model --home --relay --self-hosted --json --verbose --quiet --help --version"
+            opts="-v -q -h -V --port --workspace --embedded-relay --ca-cert --relay-token --relay-token-file --model --home --relay --self-hosted --json --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -705,6 +751,10 @@ _voxa() {
                     return 0
                     ;;
                 --relay-token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay-token-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -36,6 +36,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand call 'Run one tool through the running agent and print its result'
             cand relay 'Run a relay server'
             cand env 'Drive other machines from this one (multi-environment pairing)'
+            cand open 'Open the web client of the running agent in the default browser'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -60,7 +61,8 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand --workspace 'Root that file tools and commands are confined to [default: the current directory]'
             cand --embedded-relay 'Run a relay inside this process on a loopback address and dial it (for trying voxa offline)'
             cand --ca-cert 'Extra CA certificate (PEM) to trust for the relay''s TLS, e.g. a self-signed relay'
-            cand --relay-token 'Token the relay requires (sent as Authorization: Bearer)'
+            cand --relay-token 'Token the relay requires (sent as Authorization: Bearer); prefer VOXA_RELAY_TOKEN or --relay-token-file, a flag''s value is visible to every user in `ps`'
+            cand --relay-token-file 'Read the relay token from this file (first line; the file must not be readable by others)'
             cand --model 'Gemini Live model for self-hosted mode (default gemini-3.8-live, or [gemini] model in config.toml)'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
             cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
@@ -108,7 +110,8 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand --listen 'Address to listen on'
             cand --tls-cert 'TLS certificate chain (PEM); serve wss:// with --tls-key'
             cand --tls-key 'TLS private key (PEM)'
-            cand --relay-token 'Require this token from both sides (Authorization: Bearer)'
+            cand --relay-token 'Require this token from both sides (Authorization: Bearer); prefer VOXA_RELAY_TOKEN or --relay-token-file, a flag''s value is visible to every user in `ps`'
+            cand --relay-token-file 'Read the relay token from this file (first line; the file must not be readable by others)'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
             cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
@@ -233,6 +236,21 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;env;help;help'= {
         }
+        &'voxa;open'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --no-browser 'Print the link (with the token in its fragment) instead of opening a browser'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'voxa;completions'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
             cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
@@ -254,6 +272,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand call 'Run one tool through the running agent and print its result'
             cand relay 'Run a relay server'
             cand env 'Drive other machines from this one (multi-environment pairing)'
+            cand open 'Open the web client of the running agent in the default browser'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -283,6 +302,8 @@ set edit:completion:arg-completer[voxa] = {|@words|
         &'voxa;help;env;revoke'= {
         }
         &'voxa;help;env;remove'= {
+        }
+        &'voxa;help;open'= {
         }
         &'voxa;help;completions'= {
         }

@@ -38,6 +38,7 @@ complete -c voxa -n "__fish_voxa_needs_command" -f -a "status" -d 'Show whether 
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "call" -d 'Run one tool through the running agent and print its result'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "relay" -d 'Run a relay server'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "env" -d 'Drive other machines from this one (multi-environment pairing)'
+complete -c voxa -n "__fish_voxa_needs_command" -f -a "open" -d 'Open the web client of the running agent in the default browser'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand pair" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
@@ -54,7 +55,8 @@ complete -c voxa -n "__fish_voxa_using_subcommand run" -l port -d 'Loopback port
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l workspace -d 'Root that file tools and commands are confined to [default: the current directory]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l embedded-relay -d 'Run a relay inside this process on a loopback address and dial it (for trying voxa offline)' -r
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l ca-cert -d 'Extra CA certificate (PEM) to trust for the relay\'s TLS, e.g. a self-signed relay' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay-token -d 'Token the relay requires (sent as Authorization: Bearer)' -r
+complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay-token -d 'Token the relay requires (sent as Authorization: Bearer); prefer VOXA_RELAY_TOKEN or --relay-token-file, a flag\'s value is visible to every user in `ps`' -r
+complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay-token-file -d 'Read the relay token from this file (first line; the file must not be readable by others)' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l model -d 'Gemini Live model for self-hosted mode (default gemini-3.8-live, or [gemini] model in config.toml)' -r
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
@@ -84,7 +86,8 @@ complete -c voxa -n "__fish_voxa_using_subcommand call" -s V -l version -d 'Prin
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l listen -d 'Address to listen on' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l tls-cert -d 'TLS certificate chain (PEM); serve wss:// with --tls-key' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l tls-key -d 'TLS private key (PEM)' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay-token -d 'Require this token from both sides (Authorization: Bearer)' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay-token -d 'Require this token from both sides (Authorization: Bearer); prefer VOXA_RELAY_TOKEN or --relay-token-file, a flag\'s value is visible to every user in `ps`' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay-token-file -d 'Read the relay token from this file (first line; the file must not be readable by others)' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
@@ -154,6 +157,15 @@ complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcomman
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "revoke" -d 'On an environment: revoke a pairing (by id, bearer or envKey) and close its sessions'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "remove" -d 'On the host: forget an environment'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c voxa -n "__fish_voxa_using_subcommand open" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand open" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand open" -l no-browser -d 'Print the link (with the token in its fragment) instead of opening a browser'
+complete -c voxa -n "__fish_voxa_using_subcommand open" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand open" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand open" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand open" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand open" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand open" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
@@ -162,14 +174,15 @@ complete -c voxa -n "__fish_voxa_using_subcommand completions" -s v -l verbose -
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -s q -l quiet -d 'Only errors'
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "pair" -d 'Create the secrets if missing and print the QR code and pairing URL'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "run" -d 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "status" -d 'Show whether this machine is paired and what the running agent is doing'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "call" -d 'Run one tool through the running agent and print its result'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "relay" -d 'Run a relay server'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "env" -d 'Drive other machines from this one (multi-environment pairing)'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open completions help" -f -a "pair" -d 'Create the secrets if missing and print the QR code and pairing URL'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open completions help" -f -a "run" -d 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open completions help" -f -a "status" -d 'Show whether this machine is paired and what the running agent is doing'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open completions help" -f -a "call" -d 'Run one tool through the running agent and print its result'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open completions help" -f -a "relay" -d 'Run a relay server'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open completions help" -f -a "env" -d 'Drive other machines from this one (multi-environment pairing)'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open completions help" -f -a "open" -d 'Open the web client of the running agent in the default browser'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "issue" -d 'On an environment: issue a pairing and print the line to paste on the host'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "add" -d 'On the host: record an environment from the line `voxa env issue` printed'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "list" -d 'List known environments and whether they answer'

@@ -388,6 +388,9 @@ pub struct HelloOk {
     /// Environment answers (docs/PROTOCOL.md, "Environments"): own envKey.
     #[serde(default, rename = "envKey", skip_serializing_if = "Option::is_none")]
     pub env_key: Option<String>,
+    /// This machine's host name, so a client can name the pairing (sent only after a good hello).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// Outcome of one tool call.
@@ -480,6 +483,8 @@ pub enum ErrorCode {
     UnknownTool,
     InvalidArgs,
     OutsideWorkspace,
+    /// A path inside voxa's own state directory.
+    ProtectedPath,
     NotFound,
     Timeout,
     Cancelled,
@@ -502,10 +507,11 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::UnknownTool,
         ErrorCode::InvalidArgs,
         ErrorCode::OutsideWorkspace,
+        ErrorCode::ProtectedPath,
         ErrorCode::NotFound,
         ErrorCode::Timeout,
         ErrorCode::Cancelled,
@@ -533,6 +539,7 @@ impl ErrorCode {
             ErrorCode::UnknownTool => "unknown-tool",
             ErrorCode::InvalidArgs => "invalid-args",
             ErrorCode::OutsideWorkspace => "outside-workspace",
+            ErrorCode::ProtectedPath => "protected-path",
             ErrorCode::NotFound => "not-found",
             ErrorCode::Timeout => "timeout",
             ErrorCode::Cancelled => "cancelled",

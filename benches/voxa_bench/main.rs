@@ -12,6 +12,7 @@ mod preauth;
 mod relay;
 mod report;
 mod voice;
+mod web;
 
 fn main() {
     let measuring = std::env::args().any(|arg| arg == "--bench");
@@ -31,6 +32,9 @@ fn main() {
     }
     if wanted("voice") {
         voice::run(&mut report, measuring);
+    }
+    if wanted("web") {
+        web::run(&mut report, runs(20));
     }
     report.print();
 }

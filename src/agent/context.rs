@@ -54,7 +54,8 @@ impl AgentContext {
     pub fn hello_ok(&self, admission: &Admission) -> AgentMessage {
         let mut tools = self.toolbox.names();
         if let Some(router) = &self.router {
-            tools.extend(router.tool_names().into_iter().filter(|name| self.toolbox.check_policy(name).is_ok()));
+            // Listed when some of its uses are allowed; each call is checked again.
+            tools.extend(router.tool_names().into_iter().filter(|name| self.toolbox.check_policy(name, false).is_ok()));
         }
         AgentMessage::HelloOk(HelloOk {
             agent: crate::agent_name(),
@@ -63,6 +64,7 @@ impl AgentContext {
             protocol: protocol::PROTOCOL_VERSION,
             env_key: admission.env_key.clone(),
             proof: admission.proof.clone(),
+            host: host_name(),
         })
     }
 
@@ -86,7 +88,7 @@ impl AgentContext {
                 }
             }
             declarations.extend(router.gemini_declarations().into_iter().filter(|declaration| {
-                declaration["name"].as_str().is_some_and(|name| self.toolbox.check_policy(name).is_ok())
+                declaration["name"].as_str().is_some_and(|name| self.toolbox.check_policy(name, false).is_ok())
             }));
         }
         Value::Array(declarations)
@@ -106,4 +108,10 @@ impl AgentContext {
             workspace: self.toolbox.workspace().display().to_string(),
         }
     }
+}
+
+/// This machine's host name, if it has a printable one.
+fn host_name() -> Option<String> {
+    let name = rustix::system::uname().nodename().to_string_lossy().trim().to_owned();
+    (!name.is_empty() && !name.chars().any(char::is_control)).then_some(name)
 }

@@ -26,8 +26,8 @@ use super::context::AgentContext;
 use super::gate::{admit_hello, Admission, Gate, HelloStep};
 use super::outbox::Outbox;
 use super::session::Session;
-use crate::net::http;
 use crate::net::liveness::{cancelled, close_message, Heartbeat, Liveness, Pulse};
+use crate::net::{http, web};
 use crate::protocol::{self, AgentMessage, ErrorCode};
 
 /// Time a local client has to send its request head.
@@ -264,6 +264,12 @@ async fn open_session(mut stream: TcpStream, gate: &dyn Gate, deadline: tokio::t
     if let Some(origin) = head.header("origin") {
         if !is_loopback_origin(origin) {
             http::respond(&mut stream, 403, "Forbidden", "cross-origin requests are refused\n").await?;
+            return Ok(Opening::Answered);
+        }
+    }
+    if !head.is_websocket_upgrade() {
+        if let Some(response) = web::answer(&head, web::Offer::default()) {
+            response.write(&mut stream).await?;
             return Ok(Opening::Answered);
         }
     }

@@ -37,6 +37,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, warn, Instrument as _};
 
 use crate::net::http::{self, HeadError, RequestHead};
+use crate::net::web;
 use crate::protocol::{PeerRole, IDLE_TIMEOUT, MAX_FRAME_LEN, PING_INTERVAL, SEND_QUEUE_FRAMES};
 use crate::secret::{is_lower_hex, Secret, SECRET_HEX_LEN};
 
@@ -65,6 +66,8 @@ pub struct RelayConfig {
     pub limits: Limits,
     /// Connections served at once; further ones are refused (`503` on plain HTTP).
     pub max_connections: usize,
+    /// Hosted voice is offered at `/live` (what the web client's `GET /config` reports).
+    pub live: bool,
 }
 
 /// Timing and size limits of one relayed socket.
@@ -112,7 +115,7 @@ impl Limits {
 
 impl Default for RelayConfig {
     fn default() -> Self {
-        RelayConfig { tls: None, token: None, limits: Limits::default(), max_connections: MAX_CONNECTIONS }
+        RelayConfig { tls: None, token: None, limits: Limits::default(), max_connections: MAX_CONNECTIONS, live: false }
     }
 }
 
@@ -123,6 +126,7 @@ impl std::fmt::Debug for RelayConfig {
             .field("token", &self.token)
             .field("limits", &self.limits)
             .field("max_connections", &self.max_connections)
+            .field("live", &self.live)
             .finish()
     }
 }
@@ -165,6 +169,7 @@ struct Shared {
     token: Option<Secret>,
     limits: Limits,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    offer: web::Offer,
 }
 
 /// Serves the relay on an already-bound listener until `shutdown` resolves, then closes every
@@ -180,6 +185,7 @@ pub async fn run(
         token: config.token,
         limits: config.limits,
         tls: config.tls.map(tokio_rustls::TlsAcceptor::from),
+        offer: web::Offer { live: config.live },
     });
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
@@ -304,6 +310,10 @@ where
     };
     match route(&head, shared.token.as_ref()) {
         Route::Health => http::respond(&mut stream, 200, "OK", "ok").await.context("answering /healthz"),
+        Route::Web => match web::answer(&head, shared.offer) {
+            Some(response) => response.write(&mut stream).await.context("serving the web client"),
+            None => http::respond(&mut stream, 404, "Not Found", "not found").await.context("answering a request"),
+        },
         Route::Refuse(refusal) => {
             debug!(status = refusal.status, path = %printable_path(&head), "request refused");
             http::respond_with(&mut stream, refusal.status, refusal.reason, refusal.headers, refusal.body)
@@ -328,6 +338,7 @@ fn printable_path(head: &RequestHead) -> &'static str {
         "/agent" => "/agent",
         "/ws" => "/ws",
         "/healthz" => "/healthz",
+        path if web::is_web_path(path) => "<web client>",
         _ => "<other>",
     }
 }
@@ -343,7 +354,13 @@ fn role_name(role: PeerRole) -> &'static str {
 #[derive(Debug, PartialEq, Eq)]
 enum Route {
     Health,
-    Join { role: PeerRole, code: u128 },
+    /// The web client's page, files and `/config` (never behind the relay token: a browser cannot
+    /// send one, and nothing served is secret).
+    Web,
+    Join {
+        role: PeerRole,
+        code: u128,
+    },
     Refuse(Refusal),
 }
 
@@ -380,6 +397,7 @@ fn route(head: &RequestHead, token: Option<&Secret>) -> Route {
     let role = match head.path.as_str() {
         "/healthz" if head.method == "GET" => return Route::Health,
         "/healthz" => return Route::Refuse(METHOD_NOT_ALLOWED),
+        path if web::is_web_path(path) => return Route::Web,
         "/agent" => PeerRole::Agent,
         "/ws" => PeerRole::Phone,
         _ => return Route::Refuse(NOT_FOUND),
@@ -450,6 +468,9 @@ mod tests {
         assert_eq!(route(&head("GET /healthz HTTP/1.1\r\n\r\n"), None), Route::Health);
         assert_eq!(route(&head("POST /healthz HTTP/1.1\r\n\r\n"), None), Route::Refuse(METHOD_NOT_ALLOWED));
         assert_eq!(route(&upgrade("/nope", ""), None), Route::Refuse(NOT_FOUND));
+        assert_eq!(route(&head("GET /?code=abc&token=def HTTP/1.1\r\n\r\n"), None), Route::Web);
+        assert_eq!(route(&head("GET /js/main.js HTTP/1.1\r\n\r\n"), None), Route::Web);
+        assert_eq!(route(&head("GET /config HTTP/1.1\r\n\r\n"), Some(&Secret::from_string("t".into()))), Route::Web);
         assert_eq!(route(&upgrade("/agent?code=XYZ", ""), None), Route::Refuse(BAD_CODE));
         assert_eq!(route(&upgrade("/agent", ""), None), Route::Refuse(BAD_CODE));
         let plain = head(&format!("GET /ws?code={CODE} HTTP/1.1\r\nHost: relay\r\n\r\n"));

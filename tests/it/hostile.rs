@@ -100,7 +100,7 @@ fn agent_message() -> impl Strategy<Value = AgentMessage> {
     );
     let hello_ok = (any::<String>(), vec(any::<String>(), 0..8), any::<u32>(), opt_string(), opt_string()).prop_map(
         |(agent, tools, protocol, proof, env_key)| {
-            AgentMessage::HelloOk(HelloOk { agent, mode: "hosted".into(), tools, protocol, proof, env_key })
+            AgentMessage::HelloOk(HelloOk { agent, mode: "hosted".into(), tools, protocol, proof, env_key, host: None })
         },
     );
     prop_oneof![

@@ -2,9 +2,11 @@
 //! a script would drive them.
 
 mod agent;
+mod browser;
 mod cli;
 mod environments;
 mod fake_gemini;
+mod fence;
 mod gemini;
 mod harness;
 mod hostile;
@@ -12,5 +14,7 @@ mod layers;
 mod proof;
 mod relay;
 mod run;
+mod secrets;
 mod support;
 mod tools;
+mod web;

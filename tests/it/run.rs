@@ -7,15 +7,23 @@ use crate::support::{voxa, voxa_cmd, RunningVoxa};
 
 /// `voxa run --json` in a fresh home and workspace, waited on until it printed `started`.
 fn start_run(extra: &[&str]) -> (RunningVoxa, std::path::PathBuf, (tempfile::TempDir, tempfile::TempDir)) {
+    start_run_with_env(extra, &[])
+}
+
+/// The same with extra environment variables (`DISPLAY` for screenshots, `PATH`).
+pub(crate) fn start_run_with_env(
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (RunningVoxa, std::path::PathBuf, (tempfile::TempDir, tempfile::TempDir)) {
     let (dir, home) = fresh_home();
     let workspace = tempfile::tempdir().unwrap();
     let mut cmd = voxa_cmd(&home);
-    cmd.args(["run", "--json", "--workspace"]).arg(workspace.path()).args(extra);
+    cmd.args(["run", "--json", "--workspace"]).arg(workspace.path()).args(extra).envs(env.iter().copied());
     (RunningVoxa::start(cmd), home, (dir, workspace))
 }
 
 /// A temporary directory and a not-yet-existing voxa home inside it.
-fn fresh_home() -> (tempfile::TempDir, std::path::PathBuf) {
+pub(crate) fn fresh_home() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("voxa");
     (dir, home)

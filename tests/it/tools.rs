@@ -42,6 +42,7 @@ impl Fixture {
             config,
             audit: Some(Audit::new(tmp.path().join("audit"))),
             env: Some(env),
+            ..Default::default()
         })
         .unwrap();
         Fixture { tmp, toolbox }
@@ -732,7 +733,7 @@ impl Xvfb {
     }
 
     /// Paints the root window; false when `xsetroot` is not installed.
-    fn paint(&self, colour: &str) -> bool {
+    pub fn paint(&self, colour: &str) -> bool {
         match Command::new("xsetroot").args(["-display", &self.display, "-solid", colour]).status() {
             Ok(status) => {
                 assert!(status.success(), "xsetroot failed");
