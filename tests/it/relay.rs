@@ -433,7 +433,7 @@ async fn a_peer_that_stops_answering_pings_is_dropped_within_the_idle_timeout() 
         idle_timeout: Duration::from_millis(800),
         ..Limits::default()
     };
-    let relay = TestRelay::with_config(RelayConfig { limits: limits.clone(), ..Default::default() }).await;
+    let relay = TestRelay::with_config(RelayConfig { limits, ..Default::default() }).await;
     let code = new_code();
     let mut handset = phone(&relay, &code).await;
 
