@@ -67,7 +67,7 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             [CompletionResult]::new('--embedded-relay', '--embedded-relay', [CompletionResultType]::ParameterName, 'Run a relay inside this process on a loopback address and dial it (for trying voxa offline)')
             [CompletionResult]::new('--ca-cert', '--ca-cert', [CompletionResultType]::ParameterName, 'Extra CA certificate (PEM) to trust for the relay''s TLS, e.g. a self-signed relay')
             [CompletionResult]::new('--relay-token', '--relay-token', [CompletionResultType]::ParameterName, 'Token the relay requires (sent as Authorization: Bearer)')
-            [CompletionResult]::new('--model', '--model', [CompletionResultType]::ParameterName, 'Gemini Live model for self-hosted mode')
+            [CompletionResult]::new('--model', '--model', [CompletionResultType]::ParameterName, 'Gemini Live model for self-hosted mode (default gemini-3.8-live, or [gemini] model in config.toml)')
             [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
             [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
             [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')

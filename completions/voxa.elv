@@ -62,7 +62,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand --embedded-relay 'Run a relay inside this process on a loopback address and dial it (for trying voxa offline)'
             cand --ca-cert 'Extra CA certificate (PEM) to trust for the relay''s TLS, e.g. a self-signed relay'
             cand --relay-token 'Token the relay requires (sent as Authorization: Bearer)'
-            cand --model 'Gemini Live model for self-hosted mode'
+            cand --model 'Gemini Live model for self-hosted mode (default gemini-3.8-live, or [gemini] model in config.toml)'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
             cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'

@@ -56,7 +56,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand run" -l workspace -d 'Root tha
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l embedded-relay -d 'Run a relay inside this process on a loopback address and dial it (for trying voxa offline)' -r
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l ca-cert -d 'Extra CA certificate (PEM) to trust for the relay\'s TLS, e.g. a self-signed relay' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay-token -d 'Token the relay requires (sent as Authorization: Bearer)' -r
-complete -c voxa -n "__fish_voxa_using_subcommand run" -l model -d 'Gemini Live model for self-hosted mode' -r
+complete -c voxa -n "__fish_voxa_using_subcommand run" -l model -d 'Gemini Live model for self-hosted mode (default gemini-3.8-live, or [gemini] model in config.toml)' -r
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'

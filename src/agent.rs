@@ -325,7 +325,7 @@ fn gemini_config(args: &RunArgs) -> Result<GeminiConfig> {
         url: url.map(|u| u.trim().to_owned()).unwrap_or_else(|| GEMINI_LIVE_URL.to_owned()),
         model: args.model.clone().unwrap_or_else(|| DEFAULT_GEMINI_MODEL.to_owned()),
         voice: "Kore".into(),
-        heartbeat: Heartbeat::default(),
+        heartbeat: crate::gemini::HEARTBEAT,
     })
 }
 

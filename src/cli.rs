@@ -100,7 +100,7 @@ pub struct RunArgs {
     /// Token the relay requires (sent as Authorization: Bearer)
     #[arg(long, env = "VOXA_RELAY_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     pub relay_token: Option<String>,
-    /// Gemini Live model for self-hosted mode
+    /// Gemini Live model for self-hosted mode (default gemini-3.8-live, or [gemini] model in config.toml)
     #[arg(long, value_name = "MODEL")]
     pub model: Option<String>,
 }

@@ -9,8 +9,9 @@ use crate::error::ConfigError;
 
 /// Relay used when neither flag, environment nor saved config names one.
 pub const DEFAULT_RELAY: &str = "https://api.voxa.space";
-/// Gemini Live model used when none is configured (see gemini-live.md).
-pub const DEFAULT_GEMINI_MODEL: &str = "models/gemini-2.5-flash-native-audio-preview-12-2025";
+/// Gemini Live model used when none is configured: Google's stable Live model (late 2026).
+/// `--model` or `[gemini] model` in `config.toml` picks another.
+pub const DEFAULT_GEMINI_MODEL: &str = "models/gemini-3.8-live";
 
 /// A validated relay address. `https`/`wss` anywhere; `http`/`ws` only to loopback hosts.
 #[derive(Clone, Debug, PartialEq, Eq)]

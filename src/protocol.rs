@@ -147,6 +147,8 @@ pub enum ClientMessage {
     Say {
         text: String,
     },
+    /// The end of a push-to-talk utterance during a voice call.
+    AudioEnd,
 }
 
 /// The first frame of every session: the answer to the agent's `challenge` (phone and local
@@ -258,7 +260,14 @@ pub enum AgentMessage {
         #[serde(rename = "final")]
         is_final: bool,
     },
-    TurnComplete,
+    /// The model's turn ended; `reason` (the service's code) and `message` say why it produced
+    /// nothing, when it did not answer.
+    TurnComplete {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
     Interrupted,
     ToolActivity {
         id: String,
@@ -690,6 +699,10 @@ mod tests {
     fn agent_messages_use_the_contract_field_names() {
         let msg = AgentMessage::Transcript { role: "user".into(), text: "hi".into(), is_final: true };
         assert_eq!(msg.to_json(), r#"{"type":"transcript","role":"user","text":"hi","final":true}"#);
+        let done = AgentMessage::TurnComplete { reason: None, message: None };
+        assert_eq!(done.to_json(), r#"{"type":"turn_complete"}"#);
+        let end: ClientMessage = serde_json::from_str(r#"{"type":"audio_end"}"#).unwrap();
+        assert_eq!(end, ClientMessage::AudioEnd);
         let err = AgentMessage::error(ErrorCode::BadFrame);
         assert_eq!(err.to_json(), r#"{"type":"error","code":"bad-frame"}"#);
     }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use base64::Engine as _;
+use futures_util::future::BoxFuture;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
@@ -189,14 +190,15 @@ impl AgentContext {
             _ => Vec::new(),
         };
         if let Some(router) = &self.router {
+            let env = serde_json::json!({"type": "STRING", "description": "Name of another machine (from fleet) to run this on; omit for this laptop."});
             for declaration in &mut declarations {
+                if declaration.get("parameters").is_none() {
+                    declaration["parameters"] = serde_json::json!({"type": "OBJECT", "properties": {}});
+                }
                 if let Some(properties) =
                     declaration.pointer_mut("/parameters/properties").and_then(Value::as_object_mut)
                 {
-                    properties.insert(
-                        ENV_ARG.into(),
-                        serde_json::json!({"type": "STRING", "description": "Name of another machine (from fleet) to run this on; omit for this laptop."}),
-                    );
+                    properties.insert(ENV_ARG.into(), env.clone());
                 }
             }
             declarations.extend(router.gemini_declarations().into_iter().filter(|declaration| {
@@ -287,6 +289,13 @@ impl Session {
                 }
                 None => self.send(no_call_error()).await,
             },
+            ClientMessage::AudioEnd => match self.voice.as_ref().filter(|voice| voice.is_live()) {
+                // Dropped like audio when the bridge is behind: the service's own VAD ends the turn.
+                Some(voice) => {
+                    let _ = voice.input.try_send(VoiceInput::AudioEnd);
+                }
+                None => self.send(no_call_error()).await,
+            },
             ClientMessage::CallEnd => match self.voice.take().filter(|voice| voice.is_live()) {
                 Some(voice) => voice.end.cancel(),
                 None => self.send(no_call_error()).await,
@@ -307,7 +316,8 @@ impl Session {
         if let Some(previous) = self.voice.take() {
             previous.end.cancel();
         }
-        self.voice = Some(gemini::start(config, self.ctx.clone(), self.out.clone()));
+        let tools = Arc::new(LocalTools(self.ctx.clone()));
+        self.voice = Some(gemini::start(config, tools, self.out.clone()));
     }
 
     async fn start_call(&mut self, call: ToolCall) {
@@ -435,6 +445,20 @@ impl CallTask {
 
 /// Name of the argument that routes a Gemini function call to another environment.
 pub const ENV_ARG: &str = "env";
+
+/// This agent's tools as a voice call's [`gemini::ToolHost`] (audit caller `gemini`).
+pub struct LocalTools(pub Arc<AgentContext>);
+
+impl gemini::ToolHost for LocalTools {
+    fn declarations(&self) -> Value {
+        self.0.gemini_declarations()
+    }
+
+    fn run(&self, call: ToolCall, cancel: CancellationToken) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
+        let ctx = self.0.clone();
+        Box::pin(async move { run_tool(&ctx, call, "gemini", None, cancel).await })
+    }
+}
 
 /// Runs one call wherever it belongs: on an environment (`env`), as one of the router's own tools,
 /// or on this machine's toolbox. Shared by phone and local sessions and by the voice bridge.
@@ -566,7 +590,7 @@ mod tests {
         }
 
         fn gemini_declarations(&self) -> Vec<Value> {
-            vec![serde_json::json!({"name": "fleet", "parameters": {"type": "OBJECT", "properties": {}}})]
+            vec![serde_json::json!({"name": "fleet"})]
         }
 
         fn tool_names(&self) -> Vec<String> {

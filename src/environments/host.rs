@@ -182,7 +182,6 @@ impl EnvRouter for HostRouter {
             "name": FLEET_TOOL,
             "description": "List the other machines (environments) this laptop can drive and whether each answers. \
                             To act on one, pass its name as `env` to any other tool.",
-            "parameters": {"type": "OBJECT", "properties": {}},
         })]
     }
 

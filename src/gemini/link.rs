@@ -20,6 +20,8 @@ use crate::secret::Secret;
 pub const SETUP_TIMEOUT: Duration = Duration::from_secs(15);
 /// Messages queued for Gemini's socket (about 0.6 s of 20 ms audio) before audio is dropped.
 pub const SEND_QUEUE: usize = 32;
+/// Longest wait for the server to close an old connection before resuming on a new one.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
 /// Longest part of a server's close reason repeated to the phone.
 const MAX_REASON_LEN: usize = 200;
 
@@ -49,6 +51,23 @@ impl Link {
     pub fn close(self) {
         let frame = CloseFrame { code: CloseCode::Normal, reason: "call ended".into() };
         let _ = self.out.try_send(Message::Close(Some(frame)));
+    }
+
+    /// Closes the connection and waits (at most [`CLOSE_WAIT`]) until the server has closed its
+    /// side too: the service refuses to resume a session whose old socket is still open.
+    pub async fn shutdown(mut self) {
+        let frame = CloseFrame { code: CloseCode::Normal, reason: "resuming".into() };
+        let _ = self.out.send(Message::Close(Some(frame))).await;
+        let drained = tokio::time::timeout(CLOSE_WAIT, async {
+            while let Some(Ok(message)) = self.stream.next().await {
+                if matches!(message, Message::Close(_)) {
+                    break;
+                }
+            }
+        });
+        if drained.await.is_err() {
+            debug!("Gemini did not answer the close in time; resuming anyway");
+        }
     }
 }
 
@@ -81,7 +100,7 @@ pub async fn open(
         }
         .in_current_span(),
     );
-    let setup = wire::setup(&config.model, &config.voice, declarations.clone(), handle);
+    let setup = wire::setup(&config.model, &config.voice, declarations, handle);
     let _ = out.send(Message::text(setup)).await;
     let ready = tokio::time::timeout(SETUP_TIMEOUT, async {
         loop {
@@ -139,15 +158,28 @@ pub fn close_failure(frame: Option<&CloseFrame>, key: &Secret) -> CallFailure {
         1007 => (CallErrorCode::GeminiRefused, format!("Gemini Live refused a request ({said})")),
         1008 => (
             CallErrorCode::GeminiNotFound,
-            format!("Gemini Live refused the session by policy or could not find the model ({said})"),
+            format!("Gemini Live refused the session by policy or could not find the model or session ({said})"),
         ),
-        1011 | 1013 | 1014 => (
-            CallErrorCode::GeminiUnavailable,
-            format!("Gemini Live is unavailable or out of quota ({said}); try again later"),
-        ),
+        // 1011 also ends every connection at the end of its lifetime ("Deadline expired") and
+        // stands for any internal error: only the reason says whether it is the quota.
+        1011 if reason.to_ascii_lowercase().contains("deadline expired") => {
+            (CallErrorCode::GeminiClosed, format!("the Gemini Live connection reached its time limit ({said})"))
+        }
+        1011 | 1013 | 1014 if mentions_quota(&reason) => {
+            (CallErrorCode::GeminiUnavailable, format!("Gemini Live is out of quota ({said}); try again later"))
+        }
+        1011 | 1013 | 1014 => {
+            (CallErrorCode::GeminiUnavailable, format!("Gemini Live is unavailable ({said}); try again later"))
+        }
         _ => (CallErrorCode::GeminiClosed, format!("Gemini Live closed the connection ({said})")),
     };
-    CallFailure::new(error, message, key)
+    CallFailure::new(error, message, key).with_close_code(code)
+}
+
+/// True for a close reason about quota or rate limits.
+fn mentions_quota(reason: &str) -> bool {
+    let reason = reason.to_ascii_lowercase();
+    ["quota", "exceeded", "rate limit", "resource_exhausted", "resource exhausted"].iter().any(|w| reason.contains(w))
 }
 
 /// A failed dial: an HTTP refusal at upgrade by its status, anything else as unreachable.
@@ -193,12 +225,18 @@ mod tests {
             (1007, "Invalid JSON payload received.", CallErrorCode::GeminiRefused),
             (1008, "Requested entity was not found.", CallErrorCode::GeminiNotFound),
             (1011, "You exceeded your current quota.", CallErrorCode::GeminiUnavailable),
+            (1011, "Internal error encountered.", CallErrorCode::GeminiUnavailable),
+            (1011, "Deadline expired before operation could complete.", CallErrorCode::GeminiClosed),
             (1000, "", CallErrorCode::GeminiClosed),
         ];
         for (code, reason, expected) in cases {
             let failure = close_failure(Some(&frame(code, reason)), &key);
             assert_eq!(failure.code, expected, "{code} {reason}");
+            assert_eq!(failure.close_code, Some(code));
             assert!(failure.message.contains(&code.to_string()), "{}", failure.message);
+            assert!(failure.message.contains(reason), "the service's reason is kept: {}", failure.message);
+            let quota = reason.contains("quota");
+            assert_eq!(failure.message.contains("out of quota"), quota, "{}", failure.message);
         }
         assert_eq!(close_failure(None, &key).code, CallErrorCode::GeminiClosed);
     }

@@ -1,7 +1,15 @@
-//! Self-hosted voice (SPEC §7): the laptop holds the Gemini Live session and bridges it to the
-//! phone. One actor per call owns the Gemini connection, the running tool calls and the
-//! resumption handle; it ends on `call_end`, when the phone's session goes, or on a failure it
-//! cannot resume from.
+//! Self-hosted voice (see docs/PROTOCOL.md and README "Self-hosted mode"): the laptop holds the
+//! Gemini Live session and bridges it to the phone. One actor per call owns the Gemini
+//! connection, the running tool calls and the resumption handle; it ends on `call_end`, when the
+//! phone's session goes, or on a failure it cannot resume from. The bridge needs only a
+//! [`ToolHost`] (declare and run tools) and the phone's frame queue, so whoever holds the phone's
+//! socket can host a call.
+//!
+//! Session handling follows what the service does rather than its schema: transcripts are final
+//! at `turnComplete`, `interrupted` or `generationComplete` (the `finished` flag never comes);
+//! on `goAway` running tools finish and are answered within `timeLeft`, then the old socket is
+//! closed before the session resumes with the newest resumable handle; a stale handle starts a
+//! fresh session; the link is dead only after [`HEARTBEAT`]'s 60 s of silence.
 //!
 //! Bounds: microphone audio waits in the session's queue ([`INPUT_QUEUE`], newest dropped when
 //! full) and in the Gemini writer's queue ([`link::SEND_QUEUE`], newest dropped). While a
@@ -12,12 +20,15 @@
 mod link;
 pub mod wire;
 
+pub use self::link::CLOSE_WAIT;
+
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -26,12 +37,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use self::link::Link;
-use self::wire::{FunctionCall, ServerEvent};
+use self::wire::{FunctionCall, ServerEvent, Speaker, Usage};
 use crate::agent::Heartbeat;
 use crate::dial::DialOptions;
 use crate::protocol::{self, AgentMessage, ErrorCode, ToolError};
 use crate::secret::Secret;
-use crate::session::{self, AgentContext};
+use crate::session;
 use crate::tools::ToolOutput;
 
 /// Microphone chunks queued from the phone before new ones are dropped (about 1 s of 20 ms chunks).
@@ -50,6 +61,17 @@ pub const RESUME_ATTEMPTS: u32 = 3;
 pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
 /// Longest wait for room on the Gemini link before a message is dropped as stalled.
 pub const GEMINI_SEND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pings on a quiet Gemini socket. The service answers pings 8 to 30 s late, so the link counts
+/// as dead only after a full minute without any frame.
+pub const HEARTBEAT: Heartbeat = Heartbeat { ping_every: Duration::from_secs(10), dead_after: Duration::from_secs(60) };
+/// Time taken off a `goAway`'s `timeLeft`, so the resume starts before the service cuts the socket.
+pub const GO_AWAY_MARGIN: Duration = Duration::from_secs(1);
+/// Time assumed left after a `goAway` that does not say.
+pub const GO_AWAY_DEFAULT: Duration = Duration::from_secs(10);
+/// Longest running transcript kept for its final frame; the rest still goes out as partials.
+pub const MAX_TRANSCRIPT_LEN: usize = 16 << 10;
+/// Tool answers remembered until a newer resumable handle covers them (told to a resumed session).
+pub const MAX_UNSETTLED: usize = 32;
 
 /// Where and how to reach Gemini Live.
 #[derive(Clone, Debug)]
@@ -73,6 +95,20 @@ pub enum VoiceInput {
     Audio(Vec<u8>),
     /// Typed text (`say`).
     Text(String),
+    /// The end of a push-to-talk utterance (`audio_end`).
+    AudioEnd,
+}
+
+/// What a call needs from whoever hosts it: the tools to declare and a way to run them.
+pub trait ToolHost: Send + Sync + 'static {
+    /// Gemini `functionDeclarations` (a JSON array) for the tools this host runs.
+    fn declarations(&self) -> Value;
+    /// Runs one of Gemini's function calls; `cancel` asks it to stop.
+    fn run(
+        &self,
+        call: protocol::ToolCall,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<ToolOutput, ToolError>>;
 }
 
 /// A running voice call; dropping it ends the call.
@@ -137,12 +173,20 @@ impl CallErrorCode {
 pub struct CallFailure {
     pub code: CallErrorCode,
     pub message: String,
+    /// The WebSocket close code the service ended with, if it sent one.
+    pub close_code: Option<u16>,
 }
 
 impl CallFailure {
     /// A failure whose message has every occurrence of `key` removed.
     pub fn new(code: CallErrorCode, message: impl Into<String>, key: &Secret) -> Self {
-        CallFailure { code, message: scrub(&message.into(), key) }
+        CallFailure { code, message: scrub(&message.into(), key), close_code: None }
+    }
+
+    /// The same failure, caused by a close with `code`.
+    pub fn with_close_code(mut self, code: u16) -> Self {
+        self.close_code = Some(code);
+        self
     }
 
     fn to_message(&self) -> AgentMessage {
@@ -162,7 +206,7 @@ fn scrub(text: &str, key: &Secret) -> String {
 
 /// Starts a call: opens the Gemini session and bridges it to `phone` until `end` is cancelled.
 /// The phone gets `call_started` once Gemini answered `setup`, or `call_error`.
-pub fn start(config: Arc<GeminiConfig>, ctx: Arc<AgentContext>, phone: mpsc::Sender<Message>) -> VoiceCall {
+pub fn start(config: Arc<GeminiConfig>, host: Arc<dyn ToolHost>, phone: mpsc::Sender<Message>) -> VoiceCall {
     let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
     let end = CancellationToken::new();
     let dial = DialOptions::default().with_proxy_from_env().unwrap_or_else(|err| {
@@ -170,22 +214,26 @@ pub fn start(config: Arc<GeminiConfig>, ctx: Arc<AgentContext>, phone: mpsc::Sen
         DialOptions::default()
     });
     let bridge = Bridge {
-        declarations: ctx.gemini_declarations(),
+        declarations: host.declarations(),
         config,
         dial,
-        ctx,
+        host,
         phone,
         end: end.clone(),
         handle: None,
-        going_away: false,
+        going_away: None,
+        context_lost: false,
         last_heard: tokio::time::Instant::now(),
         generation: 0,
         started: None,
-        gap_audio: VecDeque::new(),
+        gap: VecDeque::new(),
         gap_audio_bytes: 0,
         gap_texts: VecDeque::new(),
         running: HashMap::new(),
+        unsettled: VecDeque::new(),
         tools: JoinSet::new(),
+        transcripts: [String::new(), String::new()],
+        usage: Usage::default(),
         dropped_audio: 0,
     };
     tokio::spawn(bridge.run(input_rx).instrument(info_span!("voice_call")));
@@ -196,7 +244,14 @@ type Opening = Pin<Box<dyn Future<Output = Result<Link, CallFailure>> + Send>>;
 
 /// The Gemini side of a call: ready, or being opened.
 enum Conn {
-    Opening { attempt: Opening, resuming: bool, tries: u32 },
+    Opening {
+        attempt: Opening,
+        /// The attempt resumes the newest handle.
+        resuming: bool,
+        tries: u32,
+        /// A 1011 was already retried once.
+        retried_internal: bool,
+    },
     Ready(Link),
 }
 
@@ -206,6 +261,10 @@ enum ConnEvent {
 }
 
 impl Conn {
+    fn opening(attempt: Opening, resuming: bool) -> Conn {
+        Conn::Opening { attempt, resuming, tries: 1, retried_internal: false }
+    }
+
     /// The ready connection, if any.
     fn link(&self) -> Option<&Link> {
         match self {
@@ -229,7 +288,7 @@ impl Conn {
 /// A running tool call started by Gemini.
 struct Running {
     cancel: CancellationToken,
-    /// The connection generation that asked; answers to an older one are not sent.
+    /// The connection generation that asked; a later one only hears of the outcome as a note.
     generation: u64,
 }
 
@@ -238,6 +297,19 @@ struct ToolDone {
     id: String,
     name: String,
     outcome: Result<ToolOutput, ToolError>,
+}
+
+/// A tool answer the newest resumable handle does not cover yet.
+struct Unsettled {
+    id: String,
+    name: String,
+    response: Value,
+}
+
+/// Microphone input held while Gemini is being (re)connected.
+enum Held {
+    Audio(Vec<u8>),
+    End,
 }
 
 /// How the actor loop ended.
@@ -252,34 +324,43 @@ struct Bridge {
     config: Arc<GeminiConfig>,
     dial: DialOptions,
     declarations: Value,
-    ctx: Arc<AgentContext>,
+    host: Arc<dyn ToolHost>,
     phone: mpsc::Sender<Message>,
     end: CancellationToken,
     /// Newest resumable session handle.
     handle: Option<String>,
-    /// `goAway` seen while no resumable handle was known: resume as soon as one arrives.
-    going_away: bool,
+    /// After `goAway`: when the old connection must be left at the latest.
+    going_away: Option<tokio::time::Instant>,
+    /// The next ready connection is a fresh session that must hear its context is gone.
+    context_lost: bool,
     /// Last frame from the ready connection (heartbeat).
     last_heard: tokio::time::Instant,
     /// Counts connections that became ready.
     generation: u64,
     /// When `call_started` was sent.
     started: Option<Instant>,
-    gap_audio: VecDeque<Vec<u8>>,
+    gap: VecDeque<Held>,
     gap_audio_bytes: usize,
     gap_texts: VecDeque<String>,
     running: HashMap<String, Running>,
+    /// Answers sent since the newest resumable handle, oldest first.
+    unsettled: VecDeque<Unsettled>,
     tools: JoinSet<ToolDone>,
+    /// Running transcript text of the user and of the model.
+    transcripts: [String; 2],
+    /// Newest token counts.
+    usage: Usage,
     dropped_audio: u64,
 }
 
 impl Bridge {
     async fn run(mut self, mut input: mpsc::Receiver<VoiceInput>) {
-        let mut conn = Conn::Opening { attempt: self.open(None, Duration::ZERO), resuming: false, tries: 1 };
+        let mut conn = Conn::opening(self.open(None, Duration::ZERO, None), false);
         let heartbeat = self.config.heartbeat;
         let mut ticker = tokio::time::interval(heartbeat.ping_every);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ending = loop {
+            let deadline = self.going_away.filter(|_| conn.link().is_some());
             tokio::select! {
                 _ = self.end.cancelled() => break Ending::Hangup,
                 _ = ticker.tick() => {
@@ -295,6 +376,7 @@ impl Bridge {
                         }
                     }
                 }
+                _ = crate::agent::sleep_until(deadline) => self.go_away_due(&mut conn),
                 item = input.recv() => match item {
                     Some(item) => self.on_input(item, conn.link()).await,
                     None => break Ending::Hangup,
@@ -312,7 +394,7 @@ impl Bridge {
                     }
                 },
                 Some(done) = self.tools.join_next(), if !self.tools.is_empty() => match done {
-                    Ok(done) => self.on_tool_done(done, conn.link()).await,
+                    Ok(done) => self.on_tool_done(done, &mut conn).await,
                     Err(err) => warn!(%err, "a tool task failed"),
                 },
             }
@@ -320,12 +402,16 @@ impl Bridge {
         self.finish(ending, conn).await;
     }
 
-    /// Opens a connection after `delay`, resuming `handle` if given.
-    fn open(&self, handle: Option<String>, delay: Duration) -> Opening {
+    /// Opens a connection after `delay`, resuming `handle` if given. An `old` connection is closed
+    /// first, and its close awaited: the service refuses a resume while it is still open.
+    fn open(&self, handle: Option<String>, delay: Duration, old: Option<Link>) -> Opening {
         let config = self.config.clone();
         let dial = self.dial.clone();
         let declarations = self.declarations.clone();
         Box::pin(async move {
+            if let Some(old) = old {
+                old.shutdown().await;
+            }
             tokio::time::sleep(delay).await;
             link::open(&config, &dial, &declarations, handle.as_deref()).await
         })
@@ -334,7 +420,7 @@ impl Bridge {
     /// A connection is ready: tell the phone (first time), then send what waited for it.
     async fn on_ready(&mut self, link: Link) -> Conn {
         self.generation += 1;
-        self.going_away = false;
+        self.going_away = None;
         self.last_heard = tokio::time::Instant::now();
         if self.started.is_none() {
             self.started = Some(Instant::now());
@@ -343,35 +429,96 @@ impl Bridge {
         } else {
             info!(generation = self.generation, "voice call resumed");
         }
+        if std::mem::take(&mut self.context_lost) {
+            self.to_gemini(&link, wire::text(wire::CONTEXT_LOST)).await;
+        }
         // Held input waits for room in Gemini's queue: it is bounded already.
         while let Some(text) = self.gap_texts.pop_front() {
             self.to_gemini(&link, wire::text(&text)).await;
         }
-        while let Some(pcm) = self.gap_audio.pop_front() {
-            self.to_gemini(&link, wire::audio(&pcm)).await;
+        while let Some(held) = self.gap.pop_front() {
+            let message = match held {
+                Held::Audio(pcm) => wire::audio(&pcm),
+                Held::End => wire::audio_stream_end(),
+            };
+            self.to_gemini(&link, message).await;
         }
         self.gap_audio_bytes = 0;
         Conn::Ready(link)
     }
 
-    /// After a failed attempt: another try when resuming from a transient failure, else the end.
-    fn retry(&self, conn: &Conn, failure: CallFailure) -> Result<Conn, CallFailure> {
-        let Conn::Opening { resuming: true, tries, .. } = conn else { return Err(failure) };
-        if !failure.code.is_transient() || *tries >= RESUME_ATTEMPTS {
-            return Err(failure);
+    /// After a failed attempt to resume: a fresh session for a stale handle (1008), one more try
+    /// after an internal error (1011), a few after transport failures; else the end.
+    fn retry(&mut self, conn: &Conn, failure: CallFailure) -> Result<Conn, CallFailure> {
+        let Conn::Opening { resuming: true, tries, retried_internal, .. } = conn else { return Err(failure) };
+        let (tries, retried_internal) = (*tries, *retried_internal);
+        let delay = Duration::from_millis(250) * 2u32.pow(tries.saturating_sub(1).min(4));
+        match failure.close_code {
+            Some(1008) => {
+                info!("the Gemini session could not be resumed; starting a new one");
+                self.handle = None;
+                self.context_lost = true;
+                Ok(Conn::opening(self.open(None, Duration::ZERO, None), false))
+            }
+            Some(1011) if !retried_internal => {
+                debug!("resume refused with 1011; trying once more");
+                let attempt = self.open(self.handle.clone(), delay, None);
+                Ok(Conn::Opening { attempt, resuming: true, tries: tries + 1, retried_internal: true })
+            }
+            _ if failure.code.is_transient() && tries < RESUME_ATTEMPTS => {
+                debug!(code = failure.code.as_str(), tries, "resume attempt failed; trying again");
+                let attempt = self.open(self.handle.clone(), delay, None);
+                Ok(Conn::Opening { attempt, resuming: true, tries: tries + 1, retried_internal })
+            }
+            _ => Err(failure),
         }
-        debug!(code = failure.code.as_str(), tries, "resume attempt failed; trying again");
-        let delay = Duration::from_millis(250) * 2u32.pow(*tries - 1);
-        Ok(Conn::Opening { attempt: self.open(self.handle.clone(), delay), resuming: true, tries: tries + 1 })
     }
 
-    /// Replaces the current connection with one resuming the newest handle.
+    /// Replaces the current connection with one resuming the newest handle. Answers that handle
+    /// does not cover are told to the resumed session as notes.
     fn resume(&mut self, conn: &mut Conn) {
-        let next = Conn::Opening { attempt: self.open(self.handle.clone(), Duration::ZERO), resuming: true, tries: 1 };
-        if let Conn::Ready(link) = std::mem::replace(conn, next) {
-            link.close();
+        self.going_away = None;
+        while let Some(Unsettled { id, name, response }) = self.unsettled.pop_front() {
+            self.hold_text(wire::late_outcome(&id, &name, &response));
         }
+        let placeholder = Conn::opening(Box::pin(std::future::pending()), true);
+        let old = match std::mem::replace(conn, placeholder) {
+            Conn::Ready(link) => Some(link),
+            Conn::Opening { .. } => None,
+        };
+        *conn = Conn::opening(self.open(self.handle.clone(), Duration::ZERO, old), true);
         info!("resuming the Gemini session");
+    }
+
+    /// After `goAway`: resume once no call is pending and a resumable handle covers every answer.
+    fn resume_when_settled(&mut self, conn: &mut Conn) {
+        if self.going_away.is_none() || conn.link().is_none() || self.handle.is_none() {
+            return;
+        }
+        let pending = self.running.values().any(|running| running.generation == self.generation);
+        if !pending && self.unsettled.is_empty() {
+            self.resume(conn);
+        }
+    }
+
+    /// `goAway`'s time is up: resume with what there is. Without any handle the service's close
+    /// ends the call.
+    fn go_away_due(&mut self, conn: &mut Conn) {
+        self.going_away = None;
+        if self.handle.is_some() {
+            debug!("goAway's time is up; resuming with the newest handle");
+            self.resume(conn);
+        } else {
+            warn!("goAway's time is up and Gemini sent no resumable handle");
+        }
+    }
+
+    /// Keeps a note for the next connection (the oldest goes when too many wait).
+    fn hold_text(&mut self, text: String) {
+        if self.gap_texts.len() == GAP_TEXTS {
+            self.gap_texts.pop_front();
+        }
+        self.gap_texts.push_back(crate::tools::output::prefix(&text, MAX_SAY_LEN).to_owned());
     }
 
     async fn on_input(&mut self, item: VoiceInput, link: Option<&Link>) {
@@ -391,25 +538,30 @@ impl Bridge {
                     }
                     None => {
                         self.gap_audio_bytes += pcm.len();
-                        self.gap_audio.push_back(pcm);
+                        self.gap.push_back(Held::Audio(pcm));
                         while self.gap_audio_bytes > GAP_AUDIO_BYTES {
-                            let Some(oldest) = self.gap_audio.pop_front() else { break };
-                            self.gap_audio_bytes -= oldest.len();
-                            self.dropped_audio += 1;
+                            let Some(oldest) = self.gap.pop_front() else { break };
+                            if let Held::Audio(oldest) = oldest {
+                                self.gap_audio_bytes -= oldest.len();
+                                self.dropped_audio += 1;
+                            }
                         }
                     }
                 }
             }
+            VoiceInput::AudioEnd => match link {
+                Some(link) => self.to_gemini(link, wire::audio_stream_end()).await,
+                None => {
+                    if !matches!(self.gap.back(), Some(Held::End) | None) {
+                        self.gap.push_back(Held::End);
+                    }
+                }
+            },
             VoiceInput::Text(text) => {
                 let text = crate::tools::output::prefix(&text, MAX_SAY_LEN).to_owned();
                 match link {
                     Some(link) => self.to_gemini(link, wire::text(&text)).await,
-                    None => {
-                        if self.gap_texts.len() == GAP_TEXTS {
-                            self.gap_texts.pop_front();
-                        }
-                        self.gap_texts.push_back(text);
-                    }
+                    None => self.hold_text(text),
                 }
             }
         }
@@ -473,6 +625,8 @@ impl Bridge {
         match event {
             ServerEvent::SetupComplete => {}
             ServerEvent::Audio(pcm) => {
+                // The model answers: what the user said is complete.
+                self.finish_transcript(Speaker::User).await;
                 let mut frame = Vec::with_capacity(pcm.len() + 1);
                 frame.push(protocol::AUDIO_PREFIX);
                 frame.extend_from_slice(&pcm);
@@ -482,12 +636,24 @@ impl Bridge {
                 }
             }
             ServerEvent::Transcript { speaker, text, is_final } => {
-                let message = AgentMessage::Transcript { role: speaker.as_str().to_owned(), text, is_final };
-                self.to_phone(message).await;
+                self.on_transcript(speaker, text, is_final).await;
             }
-            ServerEvent::Interrupted => self.to_phone(AgentMessage::Interrupted).await,
-            ServerEvent::TurnComplete => self.to_phone(AgentMessage::TurnComplete).await,
+            ServerEvent::Interrupted => {
+                self.to_phone(AgentMessage::Interrupted).await;
+                self.finish_transcript(Speaker::Model).await;
+            }
+            ServerEvent::GenerationComplete => self.finish_transcript(Speaker::Model).await,
+            ServerEvent::TurnComplete { reason } => {
+                self.finish_transcript(Speaker::User).await;
+                self.finish_transcript(Speaker::Model).await;
+                if let Some(reason) = &reason {
+                    info!(reason = %reason.code, "Gemini ended a turn without an answer");
+                }
+                let (reason, message) = reason.map(|r| (r.code, r.message)).unzip();
+                self.to_phone(AgentMessage::TurnComplete { reason, message }).await;
+            }
             ServerEvent::ToolCalls(calls) => {
+                self.finish_transcript(Speaker::User).await;
                 for call in calls {
                     self.start_tool(call, conn.link()).await;
                 }
@@ -500,22 +666,52 @@ impl Bridge {
                         running.cancel.cancel();
                     }
                 }
+                self.resume_when_settled(conn);
             }
             ServerEvent::Resumable(handle) => {
+                // Issued only while no call is pending: it covers every answer sent before it.
                 self.handle = Some(handle);
-                if self.going_away {
-                    self.resume(conn);
-                }
+                self.unsettled.clear();
+                self.resume_when_settled(conn);
             }
-            ServerEvent::GoAway => {
-                if self.handle.is_some() {
-                    self.resume(conn);
-                } else {
-                    // Resume once a resumable handle arrives, or fail when the server closes.
-                    self.going_away = true;
-                }
+            ServerEvent::GoAway { time_left } => {
+                let time_left = time_left.unwrap_or(GO_AWAY_DEFAULT);
+                debug!(?time_left, "Gemini is going away");
+                self.going_away = Some(tokio::time::Instant::now() + time_left.saturating_sub(GO_AWAY_MARGIN));
+                self.resume_when_settled(conn);
             }
+            ServerEvent::Usage(usage) => self.usage = usage,
         }
+    }
+
+    /// A piece of transcript: sent on as a partial, or (`finished`) with the whole utterance.
+    async fn on_transcript(&mut self, speaker: Speaker, text: String, finished: bool) {
+        if speaker == Speaker::Model {
+            self.finish_transcript(Speaker::User).await;
+        }
+        let running = &mut self.transcripts[speaker as usize];
+        let room = MAX_TRANSCRIPT_LEN.saturating_sub(running.len());
+        running.push_str(crate::tools::output::prefix(&text, room));
+        if finished {
+            self.finish_transcript(speaker).await;
+        } else if !text.is_empty() {
+            let role = speaker.as_str().to_owned();
+            self.to_phone(AgentMessage::Transcript { role, text, is_final: false }).await;
+        }
+    }
+
+    /// Sends the running transcript of `speaker` as final, if there is one.
+    async fn finish_transcript(&mut self, speaker: Speaker) {
+        if let Some(last) = self.take_final(speaker) {
+            self.to_phone(last).await;
+        }
+    }
+
+    /// The running transcript of `speaker` as a final frame, if there is one; it starts anew.
+    fn take_final(&mut self, speaker: Speaker) -> Option<AgentMessage> {
+        let text = std::mem::take(&mut self.transcripts[speaker as usize]);
+        let role = speaker.as_str().to_owned();
+        (!text.is_empty()).then_some(AgentMessage::Transcript { role, text, is_final: true })
     }
 
     /// Runs one of Gemini's function calls at once, beside any others.
@@ -541,12 +737,10 @@ impl Bridge {
             ok: None,
         })
         .await;
-        let request = tool_call(id.clone(), name.clone(), args);
-        let ctx = self.ctx.clone();
+        let call = self.host.run(tool_call(id.clone(), name.clone(), args), cancel.clone());
         let span = info_span!("gemini_tool", %id, tool = %name);
         self.tools.spawn(
             async move {
-                let call = session::run_tool(&ctx, request, "gemini", None, cancel.clone());
                 tokio::pin!(call);
                 let outcome = tokio::select! {
                     outcome = &mut call => outcome,
@@ -562,8 +756,9 @@ impl Bridge {
     }
 
     /// A tool finished: the image to the phone, `tool_activity`, and Gemini's answer unless it
-    /// cancelled the call or the connection that asked is gone.
-    async fn on_tool_done(&mut self, done: ToolDone, link: Option<&Link>) {
+    /// cancelled the call. A call from an earlier connection is told to the current session as a
+    /// note (held until one is ready).
+    async fn on_tool_done(&mut self, done: ToolDone, conn: &mut Conn) {
         let ToolDone { id, name, outcome } = done;
         if let Ok(ToolOutput { image: Some(shot), .. }) = &outcome {
             self.to_phone(session::image_frame(&id, shot)).await;
@@ -577,11 +772,22 @@ impl Bridge {
         })
         .await;
         let Some(running) = self.running.remove(&id) else { return };
-        match link {
+        let response = wire::tool_result(&outcome);
+        match conn.link() {
             Some(link) if running.generation == self.generation => {
-                self.to_gemini(link, wire::tool_response(&id, &name, wire::tool_result(&outcome))).await;
+                self.to_gemini(link, wire::tool_response(&id, &name, response.clone())).await;
+                if self.unsettled.len() == MAX_UNSETTLED {
+                    self.unsettled.pop_front();
+                }
+                self.unsettled.push_back(Unsettled { id, name, response });
+                self.resume_when_settled(conn);
             }
-            _ => debug!(%id, "tool finished after its Gemini connection was replaced; answer dropped"),
+            Some(link) => {
+                debug!(%id, "tool finished after its Gemini connection was replaced; told as a note");
+                let note = wire::late_outcome(&id, &name, &response);
+                self.to_gemini(link, wire::text(crate::tools::output::prefix(&note, MAX_SAY_LEN))).await;
+            }
+            None => self.hold_text(wire::late_outcome(&id, &name, &response)),
         }
     }
 
@@ -597,13 +803,20 @@ impl Bridge {
         if self.dropped_audio > 0 {
             debug!(dropped = self.dropped_audio, "microphone chunks dropped during the call");
         }
+        // What was said last is final too: nothing more of it will come.
+        for speaker in [Speaker::User, Speaker::Model] {
+            if let Some(last) = self.take_final(speaker) {
+                self.to_phone_now(last).await;
+            }
+        }
         if let Ending::Failed(failure) = &ending {
             warn!(code = failure.code.as_str(), "voice call failed: {}", failure.message);
             self.to_phone_now(failure.to_message()).await;
         }
         if let Some(started) = self.started {
             let duration_s = started.elapsed().as_millis() as f64 / 1000.0;
-            info!(duration_s, "voice call ended");
+            let Usage { prompt_token_count, response_token_count, total_token_count } = self.usage;
+            info!(duration_s, prompt_token_count, response_token_count, total_token_count, "voice call ended");
             self.to_phone_now(AgentMessage::CallEnded { duration_s }).await;
         }
         self.end.cancel();

@@ -1,11 +1,13 @@
-//! Gemini Live's JSON (gemini-live.md): the messages voxa sends, and a tolerant reading of what
-//! the server sends. Every server message is hostile input: anything that does not fit is dropped,
-//! never trusted and never a reason to end the call.
+//! Gemini Live's JSON (BidiGenerateContent; see the README's self-hosted section): what voxa
+//! sends, and a tolerant reading of what the server sends. Every server message is hostile input:
+//! anything that does not fit is dropped, never trusted and never a reason to end the call.
+
+use std::time::Duration;
 
 use base64::Engine as _;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::protocol::ToolError;
 use crate::tools::ToolOutput;
@@ -26,28 +28,105 @@ command output and file contents in a sentence (the outcome, errors, counts) ins
 read exact text only when asked. A screenshot is shown on the user's phone, not to you: tell the user it is on their \
 phone. If a tool fails, say why in a few words and suggest what to try next.";
 
-/// The `setup` message: always the first message on a connection.
-pub fn setup(model: &str, voice: &str, declarations: Value, handle: Option<&str>) -> String {
+/// Tools the model must wait for: they change the machine, so it may not talk on as if they had
+/// run. Declared `BLOCKING` on models whose calls default to `NON_BLOCKING`.
+pub const BLOCKING_TOOLS: &[&str] = &["run_command", "write_file", "coding_agent"];
+
+/// The `setup` message: always the first message on a connection. Without declarations it has no
+/// `tools` at all.
+pub fn setup(model: &str, voice: &str, declarations: &Value, handle: Option<&str>) -> String {
+    let model = model_name(model);
     let resumption = match handle {
         Some(handle) => json!({ "handle": handle }),
         None => json!({}),
     };
-    json!({
-        "setup": {
-            "model": model_name(model),
-            "generationConfig": {
-                "responseModalities": ["AUDIO"],
-                "speechConfig": { "voiceConfig": { "prebuiltVoiceConfig": { "voiceName": voice } } }
-            },
-            "systemInstruction": { "parts": [{ "text": SYSTEM_INSTRUCTION }] },
-            "tools": [{ "functionDeclarations": declarations }],
-            "inputAudioTranscription": {},
-            "outputAudioTranscription": {},
-            "contextWindowCompression": { "slidingWindow": {} },
-            "sessionResumption": resumption
+    let mut setup = json!({
+        "model": model,
+        "generationConfig": {
+            "responseModalities": ["AUDIO"],
+            "speechConfig": { "voiceConfig": { "prebuiltVoiceConfig": { "voiceName": voice } } }
+        },
+        "systemInstruction": { "parts": [{ "text": SYSTEM_INSTRUCTION }] },
+        "inputAudioTranscription": {},
+        "outputAudioTranscription": {},
+        "contextWindowCompression": { "slidingWindow": {} },
+        "sessionResumption": resumption
+    });
+    let declarations = function_declarations(&model, declarations);
+    if !declarations.is_empty() {
+        setup["tools"] = json!([{ "functionDeclarations": declarations }]);
+    }
+    json!({ "setup": setup }).to_string()
+}
+
+/// Declarations as the service accepts them: no `parameters` for a tool that takes none, no
+/// empty `properties` anywhere, `required` naming only listed properties, and `behavior:
+/// BLOCKING` on [`BLOCKING_TOOLS`] where the model would not wait for them by default.
+pub fn function_declarations(model: &str, declarations: &Value) -> Vec<Value> {
+    let blocking = calls_default_to_non_blocking(model);
+    let list = declarations.as_array().map(Vec::as_slice).unwrap_or_default();
+    list.iter()
+        .filter_map(|declaration| {
+            let mut declaration = declaration.as_object()?.clone();
+            let name = declaration.get("name").and_then(Value::as_str)?.to_owned();
+            match declaration.remove("parameters").and_then(fit_schema) {
+                Some(parameters) => declaration.insert("parameters".into(), parameters),
+                None => None,
+            };
+            if blocking && BLOCKING_TOOLS.contains(&name.as_str()) {
+                declaration.insert("behavior".into(), json!("BLOCKING"));
+            }
+            Some(Value::Object(declaration))
+        })
+        .collect()
+}
+
+/// A schema within the service's OpenAPI subset, or `None` for an object without properties.
+fn fit_schema(schema: Value) -> Option<Value> {
+    let Value::Object(mut schema) = schema else { return None };
+    if let Some(items) = schema.remove("items") {
+        if let Some(items) = fit_schema(items) {
+            schema.insert("items".into(), items);
         }
-    })
-    .to_string()
+    }
+    let Some(properties) = schema.remove("properties") else {
+        schema.remove("required");
+        let is_object = schema.get("type").and_then(Value::as_str).is_some_and(|t| t.eq_ignore_ascii_case("object"));
+        return (!is_object).then_some(Value::Object(schema));
+    };
+    let properties: Map<String, Value> = match properties {
+        Value::Object(properties) => {
+            properties.into_iter().filter_map(|(name, property)| Some((name, fit_schema(property)?))).collect()
+        }
+        _ => Map::new(),
+    };
+    if properties.is_empty() {
+        return None;
+    }
+    let required: Vec<Value> = match schema.remove("required") {
+        Some(Value::Array(names)) => {
+            names.into_iter().filter(|name| name.as_str().is_some_and(|n| properties.contains_key(n))).collect()
+        }
+        _ => Vec::new(),
+    };
+    schema.insert("properties".into(), Value::Object(properties));
+    if !required.is_empty() {
+        schema.insert("required".into(), Value::Array(required));
+    }
+    Some(Value::Object(schema))
+}
+
+/// True for Live models whose function calls run `NON_BLOCKING` unless declared otherwise: those
+/// after 3.1 (and any name voxa cannot read, to be safe: `BLOCKING` is what older models do anyway).
+pub fn calls_default_to_non_blocking(model: &str) -> bool {
+    let name = model.trim().trim_start_matches("models/");
+    let Some(version) = name.strip_prefix("gemini-") else { return true };
+    let mut numbers = version.split(['-', '.']).map(|part| part.parse::<u32>());
+    match (numbers.next(), numbers.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor) > (3, 1),
+        (Some(Ok(major)), _) => major > 3,
+        _ => true,
+    }
 }
 
 /// Model names always carry the `models/` prefix.
@@ -67,10 +146,28 @@ pub fn audio(pcm: &[u8]) -> String {
     format!(r#"{{"realtimeInput":{{"audio":{{"mimeType":"{INPUT_AUDIO_MIME}","data":"{data}"}}}}}}"#)
 }
 
-/// `realtimeInput.text`: what the user typed with `say`.
+/// `realtimeInput.text`: what the user typed with `say`, or a note from voxa to the model.
 pub fn text(text: &str) -> String {
     json!({ "realtimeInput": { "text": text } }).to_string()
 }
+
+/// `realtimeInput.audioStreamEnd`: the microphone paused (push-to-talk released).
+pub fn audio_stream_end() -> String {
+    json!({ "realtimeInput": { "audioStreamEnd": true } }).to_string()
+}
+
+/// The note a resumed session gets for a function call it asked for on an earlier connection
+/// whose answer that session never saw.
+pub fn late_outcome(id: &str, name: &str, response: &Value) -> String {
+    format!(
+        "(voxa) The connection was renewed while your call {name} (id {id}) was pending; it has finished with \
+         this result: {response}"
+    )
+}
+
+/// The note a fresh session gets when the previous one could not be resumed.
+pub const CONTEXT_LOST: &str = "(voxa) The voice connection was renewed and the earlier conversation could not be \
+restored. If you do not know what the user was asking, ask them briefly.";
 
 /// A `toolResponse` answering one function call.
 pub fn tool_response(id: &str, name: &str, response: Value) -> String {
@@ -136,12 +233,65 @@ pub enum ServerEvent {
         is_final: bool,
     },
     Interrupted,
-    TurnComplete,
+    /// The model finished generating this turn (its audio may still be playing).
+    GenerationComplete,
+    /// The turn ended; `reason` says why it produced nothing, when the service says so.
+    TurnComplete {
+        reason: Option<TurnReason>,
+    },
     ToolCalls(Vec<FunctionCall>),
     ToolCancellation(Vec<String>),
-    GoAway,
+    /// The connection closes after `time_left` (`None` when the service did not say).
+    GoAway {
+        time_left: Option<Duration>,
+    },
     /// A handle the session can be resumed with (only when the server said it is resumable).
     Resumable(String),
+    /// Token counts the service reported.
+    Usage(Usage),
+}
+
+/// Why a turn ended without an answer (`turnCompleteReason`), in the service's words and ours.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TurnReason {
+    /// The service's code, e.g. `MALFORMED_FUNCTION_CALL`.
+    pub code: String,
+    /// A sentence for the user.
+    pub message: String,
+}
+
+/// `usageMetadata` token counts (a count that is not a number reads as 0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_token_count: u64,
+    pub response_token_count: u64,
+    pub total_token_count: u64,
+}
+
+/// Longest `turnCompleteReason` code passed on.
+const MAX_REASON_CODE_LEN: usize = 64;
+
+impl TurnReason {
+    /// The reason a turn produced nothing, or `None` for a turn that ended normally.
+    fn from_code(code: &str) -> Option<TurnReason> {
+        let message = match code {
+            "" | "TURN_COMPLETE_REASON_UNSPECIFIED" | "NEED_MORE_INPUT" => return None,
+            "MALFORMED_FUNCTION_CALL" => "the model made a malformed tool call and gave no answer",
+            "RESPONSE_REJECTED" => "the model's answer was rejected",
+            "PROHIBITED_INPUT_CONTENT" | "IMAGE_PROHIBITED_INPUT_CONTENT" => {
+                "the service refused the input under its content policy"
+            }
+            _ => "the turn ended without an answer",
+        };
+        let fits = code.len() <= MAX_REASON_CODE_LEN && code.bytes().all(|b| b.is_ascii_uppercase() || b == b'_');
+        fits.then(|| TurnReason { code: code.to_owned(), message: message.to_owned() })
+    }
+}
+
+/// A protobuf JSON duration such as `"50s"` or `"1.5s"`.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let seconds: f64 = text.trim().strip_suffix('s')?.parse().ok()?;
+    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds.min(24.0 * 3600.0)))
 }
 
 #[derive(Default, Deserialize)]
@@ -151,8 +301,15 @@ struct RawMessage {
     server_content: Option<RawContent>,
     tool_call: Option<RawToolCall>,
     tool_call_cancellation: Option<RawCancellation>,
-    go_away: Option<IgnoredAny>,
+    go_away: Option<RawGoAway>,
     session_resumption_update: Option<RawResumption>,
+    usage_metadata: Option<Value>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct RawGoAway {
+    time_left: Option<String>,
 }
 
 #[derive(Default, Deserialize)]
@@ -162,7 +319,9 @@ struct RawContent {
     input_transcription: Option<RawTranscription>,
     output_transcription: Option<RawTranscription>,
     interrupted: Option<bool>,
+    generation_complete: Option<bool>,
     turn_complete: Option<bool>,
+    turn_complete_reason: Option<String>,
 }
 
 #[derive(Default, Deserialize)]
@@ -252,8 +411,12 @@ pub fn parse_server(bytes: &[u8]) -> Result<Vec<ServerEvent>, serde_json::Error>
         if let Some(spoken) = content.output_transcription.and_then(|t| transcript(Speaker::Model, t)) {
             events.push(spoken);
         }
+        if content.generation_complete == Some(true) {
+            events.push(ServerEvent::GenerationComplete);
+        }
         if content.turn_complete == Some(true) {
-            events.push(ServerEvent::TurnComplete);
+            let reason = content.turn_complete_reason.as_deref().and_then(TurnReason::from_code);
+            events.push(ServerEvent::TurnComplete { reason });
         }
     }
     if let Some(call) = raw.tool_call {
@@ -287,8 +450,16 @@ pub fn parse_server(bytes: &[u8]) -> Result<Vec<ServerEvent>, serde_json::Error>
             }
         }
     }
-    if raw.go_away.is_some() {
-        events.push(ServerEvent::GoAway);
+    if let Some(Value::Object(usage)) = raw.usage_metadata {
+        let count = |field: &str| usage.get(field).and_then(Value::as_u64).unwrap_or(0);
+        events.push(ServerEvent::Usage(Usage {
+            prompt_token_count: count("promptTokenCount"),
+            response_token_count: count("responseTokenCount"),
+            total_token_count: count("totalTokenCount"),
+        }));
+    }
+    if let Some(go_away) = raw.go_away {
+        events.push(ServerEvent::GoAway { time_left: go_away.time_left.as_deref().and_then(parse_duration) });
     }
     Ok(events)
 }
@@ -312,7 +483,7 @@ mod tests {
     #[test]
     fn setup_has_the_shape_the_service_requires() {
         let declarations = json!([{"name":"list_dir","description":"d","parameters":{"type":"OBJECT"}}]);
-        let setup: Value = serde_json::from_str(&setup("gemini-x", "Kore", declarations.clone(), None)).unwrap();
+        let setup: Value = serde_json::from_str(&setup("gemini-x", "Kore", &declarations, None)).unwrap();
         let object = setup.as_object().unwrap();
         assert_eq!(object.len(), 1, "exactly one top-level key");
         let setup = &setup["setup"];
@@ -328,7 +499,8 @@ mod tests {
         assert_eq!(setup["outputAudioTranscription"], json!({}));
         assert_eq!(setup["contextWindowCompression"], json!({"slidingWindow":{}}));
         assert_eq!(setup["sessionResumption"], json!({}));
-        assert_eq!(setup["tools"], json!([{"functionDeclarations": declarations}]));
+        let fitted = json!([{"name":"list_dir","description":"d"}]);
+        assert_eq!(setup["tools"], json!([{"functionDeclarations": fitted}]), "no parameters without properties");
         let instruction = setup["systemInstruction"]["parts"][0]["text"].as_str().unwrap();
         for needle in ["confirm", "Summarise", "phone", "short"] {
             assert!(instruction.contains(needle), "instruction lacks {needle:?}");
@@ -340,7 +512,83 @@ mod tests {
     }
 
     fn setup_with_handle() -> String {
-        setup("models/gemini-x", "Kore", json!([]), Some("h-1"))
+        setup("models/gemini-x", "Kore", &json!([]), Some("h-1"))
+    }
+
+    #[test]
+    fn declarations_fit_the_schema_subset_the_service_accepts() {
+        let declarations = json!([
+            {"name":"fleet","description":"d","parameters":{"type":"OBJECT","properties":{}}},
+            {"name":"screenshot","description":"d"},
+            {"name":"run_command","description":"d","parameters":{"type":"OBJECT",
+                "properties":{"command":{"type":"STRING"},"opts":{"type":"OBJECT","properties":{}}},
+                "required":["command","opts","ghost"]}},
+            {"name":"list_dir","parameters":{"type":"OBJECT","properties":{"path":{"type":"STRING"}},"required":[]}},
+            {"description":"a declaration without a name is dropped"},
+            "junk"
+        ]);
+        let fitted = function_declarations("models/gemini-2.5-flash-native-audio-preview-12-2025", &declarations);
+        assert_eq!(
+            fitted,
+            vec![
+                json!({"name":"fleet","description":"d"}),
+                json!({"name":"screenshot","description":"d"}),
+                json!({"name":"run_command","description":"d","parameters":{"type":"OBJECT",
+                    "properties":{"command":{"type":"STRING"}},"required":["command"]}}),
+                json!({"name":"list_dir","parameters":{"type":"OBJECT","properties":{"path":{"type":"STRING"}}}}),
+            ]
+        );
+        let none: Value = serde_json::from_str(&setup("gemini-3.8-live", "Kore", &json!([]), None)).unwrap();
+        assert!(none["setup"].get("tools").is_none(), "no tools at all when none may run: {none}");
+    }
+
+    #[test]
+    fn tools_that_change_the_machine_block_where_the_model_would_not_wait() {
+        for model in ["models/gemini-3.8-live", "gemini-3.8-live-extended-thinking", "gemini-4-live", "future-live"] {
+            assert!(calls_default_to_non_blocking(model), "{model}");
+        }
+        for model in ["models/gemini-2.5-flash-native-audio-preview-12-2025", "models/gemini-3.1-flash-live-preview"] {
+            assert!(!calls_default_to_non_blocking(model), "{model}");
+        }
+        let declarations: Value = ["run_command", "read_file", "write_file", "list_dir", "screenshot", "coding_agent"]
+            .iter()
+            .map(|name| json!({"name": name, "description": "d"}))
+            .collect();
+        let behaviors = |model: &str| -> Vec<(String, Value)> {
+            function_declarations(model, &declarations)
+                .into_iter()
+                .map(|d| (d["name"].as_str().unwrap().to_owned(), d.get("behavior").cloned().unwrap_or(Value::Null)))
+                .collect()
+        };
+        let blocking: Vec<_> =
+            behaviors("models/gemini-3.8-live").into_iter().filter(|(_, b)| b == "BLOCKING").map(|(n, _)| n).collect();
+        assert_eq!(blocking, ["run_command", "write_file", "coding_agent"]);
+        assert!(behaviors("models/gemini-3.1-flash-live-preview").iter().all(|(_, b)| b.is_null()));
+    }
+
+    #[test]
+    fn turn_reasons_and_durations_read_as_the_service_sends_them() {
+        let reason = |code: &str| parse(json!({"serverContent":{"turnComplete":true,"turnCompleteReason":code}}));
+        let ServerEvent::TurnComplete { reason: Some(malformed) } = &reason("MALFORMED_FUNCTION_CALL")[0] else {
+            panic!("a malformed call is a reason")
+        };
+        assert_eq!(malformed.code, "MALFORMED_FUNCTION_CALL");
+        assert!(malformed.message.contains("malformed tool call"), "{}", malformed.message);
+        for normal in ["NEED_MORE_INPUT", "TURN_COMPLETE_REASON_UNSPECIFIED"] {
+            assert_eq!(reason(normal), vec![ServerEvent::TurnComplete { reason: None }], "{normal}");
+        }
+        assert_eq!(reason("<script>"), vec![ServerEvent::TurnComplete { reason: None }], "junk is not repeated");
+        assert_eq!(
+            parse(json!({"serverContent":{"generationComplete":true,"turnComplete":true}})),
+            vec![ServerEvent::GenerationComplete, ServerEvent::TurnComplete { reason: None }]
+        );
+        assert_eq!(parse_duration("50s"), Some(Duration::from_secs(50)));
+        assert_eq!(parse_duration("0.25s"), Some(Duration::from_millis(250)));
+        for junk in ["", "50", "-1s", "NaNs", "infs", "s"] {
+            assert_eq!(parse_duration(junk), None, "{junk:?}");
+        }
+        let audio_end: Value = serde_json::from_str(&audio_stream_end()).unwrap();
+        assert_eq!(audio_end, json!({"realtimeInput":{"audioStreamEnd":true}}));
     }
 
     #[test]
@@ -377,12 +625,23 @@ mod tests {
                 ServerEvent::Transcript { speaker: Speaker::User, text: "list files".into(), is_final: true },
                 ServerEvent::Audio(vec![0, 1, 2]),
                 ServerEvent::Transcript { speaker: Speaker::Model, text: "Here".into(), is_final: false },
-                ServerEvent::TurnComplete,
+                ServerEvent::TurnComplete { reason: None },
             ]
         );
         assert_eq!(parse(json!({"setupComplete":{}})), vec![ServerEvent::SetupComplete]);
-        assert_eq!(parse(json!({"goAway":{"timeLeft":"50s"}})), vec![ServerEvent::GoAway]);
-        assert_eq!(parse(json!({"usageMetadata":{"totalTokenCount":3}})), vec![]);
+        assert_eq!(
+            parse(json!({"goAway":{"timeLeft":"50s"}})),
+            vec![ServerEvent::GoAway { time_left: Some(Duration::from_secs(50)) }]
+        );
+        assert_eq!(
+            parse(json!({"goAway":{"timeLeft":"1.500s"}})),
+            vec![ServerEvent::GoAway { time_left: Some(Duration::from_millis(1500)) }]
+        );
+        assert_eq!(parse(json!({"goAway":{}})), vec![ServerEvent::GoAway { time_left: None }]);
+        assert_eq!(
+            parse(json!({"usageMetadata":{"promptTokenCount":1,"responseTokenCount":2,"totalTokenCount":3}})),
+            vec![ServerEvent::Usage(Usage { prompt_token_count: 1, response_token_count: 2, total_token_count: 3 })]
+        );
     }
 
     #[test]

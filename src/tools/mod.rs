@@ -602,11 +602,16 @@ fn gemini_declaration(spec: &ToolSpec) -> Value {
         })
         .collect();
     let required: Vec<&str> = spec.params.iter().filter(|param| param.required).map(|param| param.name).collect();
-    json!({
-        "name": spec.name,
-        "description": spec.description,
-        "parameters": { "type": "OBJECT", "properties": properties, "required": required },
-    })
+    let mut declaration = json!({ "name": spec.name, "description": spec.description });
+    // The service refuses an empty `properties`: a tool without arguments has no `parameters`.
+    if !properties.is_empty() {
+        let mut parameters = json!({ "type": "OBJECT", "properties": properties });
+        if !required.is_empty() {
+            parameters["required"] = json!(required);
+        }
+        declaration["parameters"] = parameters;
+    }
+    declaration
 }
 
 /// Arguments checked against a tool's table entry: an object, no unknown fields, every required

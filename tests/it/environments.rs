@@ -17,6 +17,7 @@ use voxa::environments::{self, store, Identity, Issued};
 use voxa::secret::Secret;
 use voxa::state::{Home, Secrets};
 
+use crate::fake_gemini::{FakeGemini, FakeOptions};
 use crate::harness::*;
 use crate::support::voxa;
 
@@ -40,7 +41,13 @@ impl Machine {
 
     /// Starts `voxa run` for this home (again, after a stop) against `relay`.
     async fn start(&mut self, relay: &TestRelay) {
-        let (options, _) = options(&self.dir, &self.workspace, Some(relay.url()));
+        self.start_with(relay, |_| {}).await;
+    }
+
+    /// Like [`Machine::start`], with `tweak`ed options.
+    async fn start_with(&mut self, relay: &TestRelay, tweak: impl FnOnce(&mut voxa::agent::AgentOptions)) {
+        let (mut options, _) = options(&self.dir, &self.workspace, Some(relay.url()));
+        tweak(&mut options);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         self.agent = Some(voxa::agent::start(options, listener, CancellationToken::new()).await.unwrap());
     }
@@ -636,4 +643,25 @@ async fn a_pairing_dialer_replaced_on_its_code_keeps_dialing_and_the_host_gets_t
     let mut phone = host.phone(&relay).await;
     let result = phone.call("back", "list_dir", json!({}), Some("devbox")).await;
     assert!(succeeded(&result), "{result}");
+}
+
+#[tokio::test]
+async fn a_host_declares_fleet_and_env_within_the_schema_gemini_accepts() {
+    const KEY: &str = "AIzaSy-host-test-key";
+    let (relay, _env, mut host, _issued) = paired().await;
+    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
+    let config = fake.config(KEY);
+    host.stop().await;
+    host.start_with(&relay, |options| options.gemini = Some(config)).await;
+    let mut phone = host.phone(&relay).await;
+    send(&mut phone.socket, json!({"type":"call_start"})).await;
+    let (_, setup) = fake.expect_setup().await;
+    // The fake closes 1007 on a schema the service refuses: the call starting proves there was none.
+    recv_type(&mut phone.socket, "call_started").await;
+    let declarations = setup["tools"][0]["functionDeclarations"].as_array().unwrap();
+    let fleet = declarations.iter().find(|d| d["name"] == "fleet").expect("fleet is declared on a host");
+    assert!(fleet.get("parameters").is_none(), "fleet takes no arguments: {fleet}");
+    for declaration in declarations.iter().filter(|d| d["name"] != "fleet") {
+        assert_eq!(declaration.pointer("/parameters/properties/env/type"), Some(&json!("STRING")), "{declaration}");
+    }
 }

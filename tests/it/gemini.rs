@@ -1,15 +1,17 @@
-//! Self-hosted voice (SPEC §7) against the fake Gemini Live server: the phone's view of a call
+//! Self-hosted voice against the fake Gemini Live server: the phone's view of a call
 //! (driven over the loopback socket, whose session code is the relay's) and what Gemini receives.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::SinkExt;
+use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 use voxa::dial::ClientSocket;
 
-use crate::fake_gemini::{FakeGemini, FakeOptions, Kind, SetupReply, BAD_KEY_REASON};
+use crate::fake_gemini::{
+    FakeGemini, FakeOptions, Kind, SetupReply, BAD_KEY_REASON, DEADLINE_REASON, NOT_FOUND_REASON, STILL_OPEN_REASON,
+};
 use crate::harness::*;
 use crate::support::voxa_cmd;
 
@@ -83,6 +85,27 @@ impl Phone {
                 return pcm;
             }
         }
+    }
+
+    /// Like [`Phone::expect`], waiting up to `within` (for tests on a paused clock).
+    async fn expect_within(&mut self, kind: &str, within: Duration) -> Value {
+        tokio::time::timeout(within, async {
+            loop {
+                match self.socket.next().await {
+                    Some(Ok(Message::Text(text))) => {
+                        let value: Value = serde_json::from_str(&text).unwrap();
+                        self.texts.push(value.clone());
+                        if value["type"] == kind {
+                            return value;
+                        }
+                    }
+                    Some(Ok(_)) => continue,
+                    other => panic!("the phone expected {kind}, got {other:?}"),
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no {kind} within {within:?}"))
     }
 
     fn saw(&self, kind: &str) -> bool {
@@ -196,6 +219,7 @@ async fn a_call_bridges_audio_transcripts_turns_and_tool_calls() {
     let mut phone = Phone::join(&agent).await;
     phone.send(json!({"type":"call_start"})).await;
     let connected = fake.next_event().await;
+    // Push-to-talk released during setup: held in order with the audio.
     assert_eq!(connected.kind, Kind::Connected { key: Some(KEY.into()) }, "the key travels in x-goog-api-key");
     let (conn, setup) = fake.expect_setup().await;
     assert!(setup["model"].as_str().unwrap().starts_with("models/"));
@@ -205,11 +229,17 @@ async fn a_call_bridges_audio_transcripts_turns_and_tool_calls() {
     assert_eq!(setup["outputAudioTranscription"], json!({}));
     assert_eq!(setup["contextWindowCompression"], json!({"slidingWindow":{}}));
     assert_eq!(setup["sessionResumption"], json!({}));
-    let declared: Vec<_> =
-        setup["tools"][0]["functionDeclarations"].as_array().unwrap().iter().map(|d| d["name"].clone()).collect();
+    assert_eq!(setup["model"], "models/gemini-3.8-live", "the default is the stable Live model");
+    let declarations = setup["tools"][0]["functionDeclarations"].as_array().unwrap();
+    let declared: Vec<_> = declarations.iter().map(|d| d["name"].clone()).collect();
     for tool in ["run_command", "read_file", "write_file", "list_dir", "screenshot", "coding_agent"] {
         assert!(declared.contains(&json!(tool)), "{tool} is not declared: {declared:?}");
     }
+    // The default model does not wait for function results unless told: tools that change the
+    // machine are declared BLOCKING, the others keep the model's default.
+    let blocking: Vec<_> =
+        declarations.iter().filter(|d| d["behavior"] == "BLOCKING").map(|d| d["name"].as_str().unwrap()).collect();
+    assert_eq!(blocking, ["run_command", "write_file", "coding_agent"]);
     let instruction = setup["systemInstruction"]["parts"][0]["text"].as_str().unwrap();
     assert!(instruction.contains("confirm") && instruction.contains("phone"), "{instruction}");
 
@@ -217,6 +247,7 @@ async fn a_call_bridges_audio_transcripts_turns_and_tool_calls() {
     // phone hears nothing; what the phone says meanwhile waits.
     let first = pcm(1, 640);
     phone.send_audio(&first).await;
+    phone.send(json!({"type":"audio_end"})).await;
     phone.send(json!({"type":"say","text":"hello"})).await;
     assert_silent(&mut phone.socket, Duration::from_millis(300)).await;
     fake.complete_setup(conn);
@@ -224,17 +255,23 @@ async fn a_call_bridges_audio_transcripts_turns_and_tool_calls() {
     let typed = fake.wait_for("the typed text", |e| e.conn == conn && matches!(e.kind, Kind::Text(_))).await;
     assert_eq!(typed.kind, Kind::Text("hello".into()));
     assert_eq!(fake.expect_audio(conn).await, ("audio/pcm;rate=16000".into(), first.clone()));
+    let ended = fake.wait_for("audioStreamEnd", |e| e.conn == conn && e.kind == Kind::AudioStreamEnd).await;
+    assert_eq!(ended.kind, Kind::AudioStreamEnd, "audio_end follows the audio it ends");
     assert_eq!(phone.audio().await, first, "model audio reaches the phone as 0x01 + PCM");
 
     let second = pcm(2, 640);
     phone.send_audio(&second).await;
     assert_eq!(fake.expect_audio(conn).await.1, second);
     assert_eq!(phone.audio().await, second);
+    phone.send(json!({"type":"audio_end"})).await;
+    fake.wait_for("a second audioStreamEnd", |e| e.conn == conn && e.kind == Kind::AudioStreamEnd).await;
 
-    fake.send(conn, json!({"serverContent":{"inputTranscription":{"text":"list the files","finished":true}}}));
+    fake.send(conn, json!({"serverContent":{"inputTranscription":{"text":"list the files"}}}));
+    let heard = phone.expect("transcript").await;
+    assert_eq!(heard, json!({"type":"transcript","role":"user","text":"list the files","final":false}));
+    fake.send(conn, json!({"serverContent":{"outputTranscription":{"text":"Looking"}}}));
     let heard = phone.expect("transcript").await;
     assert_eq!(heard, json!({"type":"transcript","role":"user","text":"list the files","final":true}));
-    fake.send(conn, json!({"serverContent":{"outputTranscription":{"text":"Looking"}}}));
     let spoken = phone.expect("transcript").await;
     assert_eq!(spoken, json!({"type":"transcript","role":"model","text":"Looking","final":false}));
 
@@ -267,8 +304,10 @@ async fn a_call_bridges_audio_transcripts_turns_and_tool_calls() {
 
     fake.send(conn, json!({"serverContent":{"interrupted":true}}));
     phone.expect("interrupted").await;
-    fake.send(conn, json!({"serverContent":{"turnComplete":true}}));
-    phone.expect("turn_complete").await;
+    let cut = phone.expect("transcript").await;
+    assert_eq!(cut, json!({"type":"transcript","role":"model","text":"Looking","final":true}));
+    fake.end_turn(conn);
+    assert_eq!(phone.expect("turn_complete").await, json!({"type":"turn_complete"}));
 
     phone.send(json!({"type":"say","text":"thanks"})).await;
     fake.wait_for("the second text", |e| e.kind == Kind::Text("thanks".into())).await;
@@ -469,6 +508,98 @@ async fn malformed_server_messages_do_not_break_the_call() {
     assert_eq!(fake.expect_audio(conn).await.1, chunk);
 }
 
+/// A minimal `setup` declaring one function.
+fn with_tool(declaration: Value) -> Value {
+    json!({"setup":{"model":"models/m","tools":[{"functionDeclarations":[declaration]}]}})
+}
+
+/// A raw client of the fake, holding the key.
+async fn raw_client(fake: &FakeGemini) -> ClientSocket {
+    let headers = vec![("x-goog-api-key".to_owned(), voxa::secret::Secret::from_string(KEY.into()))];
+    let options = voxa::dial::DialOptions { headers, ..Default::default() };
+    voxa::dial::connect(&fake.url(), &options).await.unwrap()
+}
+
+/// The next data frame from the fake: it must be pretty-printed JSON in a binary frame.
+async fn raw_next(socket: &mut ClientSocket) -> Value {
+    match next_frame(socket).await {
+        Some(Message::Binary(data)) => {
+            assert!(data.contains(&b'\n'), "pretty-printed, as the service sends it");
+            serde_json::from_slice(&data).unwrap()
+        }
+        other => panic!("expected a binary JSON frame, got {other:?}"),
+    }
+}
+
+/// Paused clock: pongs and deadlines are timed exactly, in no real time.
+#[tokio::test(start_paused = true)]
+async fn the_fake_keeps_sessions_and_time_like_the_service() {
+    let mut fake =
+        FakeGemini::start(FakeOptions { pong_delay: Duration::from_secs(30), ..FakeOptions::new(KEY) }).await;
+    let setup = |handle: Option<&str>| {
+        let resumption = handle.map_or(json!({}), |h| json!({"handle": h}));
+        Message::text(json!({"setup":{"model":"models/m","sessionResumption":resumption}}).to_string())
+    };
+    let mut first = raw_client(&fake).await;
+    first.send(setup(None)).await.unwrap();
+    let complete = raw_next(&mut first).await;
+    assert_eq!(complete["setupComplete"]["sessionId"], "fake-session-1", "{complete}");
+
+    // Pongs come late.
+    let pinged = tokio::time::Instant::now();
+    first.send(Message::Ping(b"p".to_vec().into())).await.unwrap();
+    let pong = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if let Some(Ok(Message::Pong(data))) = first.next().await {
+                return data;
+            }
+        }
+    })
+    .await
+    .expect("a pong within a minute");
+    assert_eq!(&pong[..], b"p");
+    assert_eq!(pinged.elapsed(), Duration::from_secs(30));
+
+    // Handles: none while a call is pending, and only known ones resume.
+    fake.send(1, json!({"toolCall":{"functionCalls":[{"id":"c1","name":"x","args":{}}]}}));
+    fake.send(1, json!({"sessionResumptionUpdate":{"newHandle":"busy","resumable":true}}));
+    raw_next(&mut first).await;
+    assert_eq!(raw_next(&mut first).await["sessionResumptionUpdate"]["resumable"], false);
+    let answer = json!({"toolResponse":{"functionResponses":[{"id":"c1","name":"x","response":{"output":1}}]}});
+    first.send(Message::text(answer.to_string())).await.unwrap();
+    fake.wait_for("the answer", |e| matches!(e.kind, Kind::ToolResponse(_))).await;
+    fake.send(1, json!({"sessionResumptionUpdate":{"newHandle":"h-1","resumable":true}}));
+    assert_eq!(raw_next(&mut first).await["sessionResumptionUpdate"]["resumable"], true);
+    for (handle, code, reason) in [("busy", 1008, NOT_FOUND_REASON), ("h-1", 1011, STILL_OPEN_REASON)] {
+        let mut resume = raw_client(&fake).await;
+        resume.send(setup(Some(handle))).await.unwrap();
+        assert_eq!(recv_close(&mut resume).await, (code, reason.to_owned()), "{handle}");
+    }
+
+    // goAway: the socket is cut when its time is up.
+    let warned = tokio::time::Instant::now();
+    fake.send(1, json!({"goAway":{"timeLeft":"50s"}}));
+    assert!(raw_next(&mut first).await["goAway"].is_object());
+    let cut = tokio::time::timeout(Duration::from_secs(120), recv_close_slowly(&mut first)).await.unwrap();
+    assert_eq!(cut, (1011, DEADLINE_REASON.to_owned()));
+    assert_eq!(warned.elapsed(), Duration::from_secs(50));
+    // Once the old socket is gone, the handle resumes the session.
+    let mut resumed = raw_client(&fake).await;
+    resumed.send(setup(Some("h-1"))).await.unwrap();
+    assert!(raw_next(&mut resumed).await["setupComplete"].is_object());
+}
+
+/// [`recv_close`] without its per-frame timeout (for a paused clock).
+async fn recv_close_slowly(socket: &mut ClientSocket) -> (u16, String) {
+    loop {
+        match socket.next().await {
+            Some(Ok(Message::Close(Some(frame)))) => return (u16::from(frame.code), frame.reason.to_string()),
+            Some(Ok(_)) => continue,
+            other => panic!("closed without a close frame: {other:?}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn the_fake_refuses_what_the_service_refuses() {
     let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
@@ -487,6 +618,14 @@ async fn the_fake_refuses_what_the_service_refuses() {
         (vec![good_setup(), media_chunks], "mediaChunks"),
         (vec![json!({"realtimeInput":{"text":"hi"}})], "first message must be setup"),
         (vec![good_setup(), json!({"toolResponse":{"functionResponses":[{"name":"x","response":{}}]}})], "id"),
+        (vec![with_tool(json!({"name":"fleet","parameters":{"type":"OBJECT","properties":{}}}))], "non-empty"),
+        (
+            vec![with_tool(json!({"name":"run","parameters":{"type":"OBJECT",
+                "properties":{"command":{"type":"STRING"}},"required":["command","cwd"]}}))],
+            "required[cwd]",
+        ),
+        (vec![with_tool(json!({"name":"run","parameters":{"type":"object"}}))], "type"),
+        (vec![with_tool(json!({"name":"run","behavior":"SOMETIMES"}))], "behavior"),
     ];
     for (messages, reason) in scripts {
         let mut socket = voxa::dial::connect(&url, &options).await.unwrap();
@@ -513,7 +652,8 @@ async fn the_key_appears_in_no_frame_log_or_error() {
         let logs = logs.clone();
         move || LogWriter(logs.clone())
     };
-    let subscriber = tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE).with_writer(writer).finish();
+    let subscriber =
+        tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE).with_ansi(false).with_writer(writer).finish();
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let options = FakeOptions { echo_audio: true, ..FakeOptions::new(KEY) };
@@ -528,6 +668,8 @@ async fn the_key_appears_in_no_frame_log_or_error() {
     fake.send(conn, json!({"toolCall":{"functionCalls":[{"id":"fc-9","name":"read_file","args":{"path":"nope"}}]}}));
     phone.expect("tool_activity").await;
     expect_tool_responses(&mut fake, 1).await;
+    fake.end_turn(conn);
+    phone.expect("turn_complete").await;
     // A hostile server echoing the key in its close reason.
     fake.send(conn, json!({"sessionResumptionUpdate":{"newHandle":"h","resumable":true}}));
     fake.close(conn, 1007, &format!("API key not valid: {KEY}"));
@@ -547,6 +689,7 @@ async fn the_key_appears_in_no_frame_log_or_error() {
     }
     let logs = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
     assert!(logs.contains("voice call"), "the logs were captured: {logs}");
+    assert!(logs.contains("total_token_count=150"), "the call's token counts are logged: {logs}");
     assert!(!logs.contains(KEY), "the logs carry the key");
 }
 
@@ -640,37 +783,51 @@ async fn tool_call_cancellation_stops_the_call_and_no_answer_is_sent() {
     assert!(!phone.saw("call_error"));
 }
 
-#[tokio::test]
-async fn a_gemini_socket_that_stops_answering_is_noticed_and_resumed_or_ended() {
-    let heartbeat =
-        voxa::agent::Heartbeat { ping_every: Duration::from_millis(100), dead_after: Duration::from_millis(500) };
+/// Paused clock: the heartbeat's minutes pass in no real time, and exactly.
+#[tokio::test(start_paused = true)]
+async fn a_gemini_socket_is_dead_only_after_a_minute_of_silence_then_resumed_or_ended() {
     for with_handle in [true, false] {
-        let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
-        let mut config = fake.config(KEY);
-        config.heartbeat = heartbeat;
-        let agent = TestAgent::start_with(None, |o| o.gemini = Some(config)).await;
+        // The service's slowest measured pong: 30 s after the ping.
+        let options = FakeOptions { pong_delay: Duration::from_secs(30), ..FakeOptions::new(KEY) };
+        let mut fake = FakeGemini::start(options).await;
+        let agent = self_hosted_agent(&fake, KEY).await;
         let mut phone = Phone::join(&agent).await;
         let (conn, _) = start_call(&mut phone, &mut fake).await;
-        // Pings keep a quiet but healthy socket alive well past `dead_after`.
-        tokio::time::sleep(Duration::from_millis(1200)).await;
-        assert_eq!(fake.drain().iter().filter(|e| matches!(e.kind, Kind::Setup(_))).count(), 0);
-        assert!(!phone.saw("call_ended"));
+        // Five quiet minutes: only late pongs come back, and the call stays on the same socket.
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        let setups = fake.drain().iter().filter(|e| matches!(e.kind, Kind::Setup(_))).count();
+        assert_eq!(setups, 0, "a healthy socket with late pongs was given up");
         if with_handle {
             fake.send(conn, json!({"sessionResumptionUpdate":{"newHandle":"before-freeze","resumable":true}}));
         }
         fake.send(conn, json!({"serverContent":{"turnComplete":true}}));
         phone.expect("turn_complete").await;
+        assert!(!phone.saw("call_ended") && !phone.saw("call_error"), "{:?}", phone.texts);
+        // Half-open from now on: nothing read, nothing answered, no pong.
+        let silent_since = tokio::time::Instant::now();
         fake.freeze(conn);
-        if with_handle {
-            let (_, setup) = fake.expect_setup().await;
+        let noticed = if with_handle {
+            let event =
+                fake.wait_for_within("a resume", Duration::from_secs(300), |e| matches!(e.kind, Kind::Setup(_))).await;
+            let resumed = event.conn;
+            let Kind::Setup(setup) = event.kind else { unreachable!() };
             assert_eq!(setup["sessionResumption"], json!({"handle":"before-freeze"}));
+            let chunk = pcm(9, 640);
+            phone.send_audio(&chunk).await;
+            assert_eq!(fake.expect_audio(resumed).await.1, chunk, "the resumed session is in use");
             assert!(!phone.saw("call_ended"));
+            // The resume waited up to CLOSE_WAIT for the frozen socket to close.
+            tokio::time::Instant::now() - silent_since - voxa::gemini::CLOSE_WAIT
         } else {
-            let error = phone.expect("call_error").await;
+            let error = phone.expect_within("call_error", Duration::from_secs(300)).await;
             assert_eq!(error["code"], "gemini-closed", "{error}");
             assert!(error["message"].as_str().unwrap().contains("stopped answering"), "{error}");
             phone.expect("call_ended").await;
-        }
+            tokio::time::Instant::now() - silent_since
+        };
+        let ping_every = voxa::gemini::HEARTBEAT.ping_every;
+        assert!(noticed >= Duration::from_secs(60), "declared dead after {noticed:?} of silence");
+        assert!(noticed <= Duration::from_secs(60) + ping_every, "noticed only after {noticed:?}");
     }
 }
 
@@ -690,4 +847,250 @@ async fn a_call_over_the_relay_works_the_same() {
     phone.send(json!({"type":"call_end"})).await;
     phone.expect("call_ended").await;
     fake.expect_closed(conn).await;
+}
+
+/// A call with the default settings: the fake, the agent, the phone and the Gemini connection.
+async fn new_call() -> (FakeGemini, TestAgent, Phone, usize) {
+    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
+    let agent = self_hosted_agent(&fake, KEY).await;
+    let mut phone = Phone::join(&agent).await;
+    let (conn, _) = start_call(&mut phone, &mut fake).await;
+    (fake, agent, phone, conn)
+}
+
+/// A self-hosted agent whose Gemini link uses `tweak`ed settings.
+async fn agent_with(fake: &FakeGemini, tweak: impl FnOnce(&mut voxa::gemini::GeminiConfig)) -> TestAgent {
+    let mut config = fake.config(KEY);
+    tweak(&mut config);
+    TestAgent::start_with(None, |options| options.gemini = Some(config)).await
+}
+
+/// What Gemini received on `conn`, in order.
+fn kinds(fake: &FakeGemini, conn: usize) -> Vec<Kind> {
+    fake.received().into_iter().filter(|e| e.conn == conn).map(|e| e.kind).collect()
+}
+
+/// A call whose first connection issued the resumable `handle` (and the bridge has read it).
+async fn call_with_handle(handle: &str) -> (FakeGemini, TestAgent, Phone, usize) {
+    let (fake, agent, mut phone, first) = new_call().await;
+    fake.send(first, json!({"sessionResumptionUpdate":{"newHandle":handle,"resumable":true}}));
+    fake.send(first, json!({"serverContent":{"turnComplete":true}}));
+    phone.expect("turn_complete").await;
+    (fake, agent, phone, first)
+}
+
+/// A call whose first connection issued `handle`, then asked for `run_command` call `id`, which
+/// runs until `gate` exists in the workspace and then prints `done`.
+async fn call_running_a_gated_tool(handle: &str, id: &str, gate: &str) -> (FakeGemini, TestAgent, Phone, usize) {
+    let (fake, agent, mut phone, first) = call_with_handle(handle).await;
+    let command = format!("while [ ! -e {gate} ]; do sleep 0.05; done; echo done");
+    let call = json!({"id":id,"name":"run_command","args":{"command":command}});
+    fake.send(first, json!({"toolCall":{"functionCalls":[call]}}));
+    phone.expect("tool_activity").await;
+    (fake, agent, phone, first)
+}
+
+#[tokio::test]
+async fn transcripts_become_final_when_the_turn_ends_since_the_service_never_says_finished() {
+    let (fake, _agent, mut phone, conn) = new_call().await;
+    let transcript =
+        |role: &str, text: &str, last: bool| json!({"type":"transcript","role":role,"text":text,"final":last});
+
+    // The user's words arrive in pieces; the model answering makes them final, whole.
+    fake.send(conn, json!({"serverContent":{"inputTranscription":{"text":"what is "}}}));
+    fake.send(conn, json!({"serverContent":{"inputTranscription":{"text":"in here"}}}));
+    assert_eq!(phone.expect("transcript").await, transcript("user", "what is ", false));
+    assert_eq!(phone.expect("transcript").await, transcript("user", "in here", false));
+    fake.send(conn, FakeGemini::model_audio(&pcm(1, 480)));
+    assert_eq!(phone.expect("transcript").await, transcript("user", "what is in here", true));
+    fake.send(conn, json!({"serverContent":{"outputTranscription":{"text":"Two "}}}));
+    fake.send(conn, json!({"serverContent":{"outputTranscription":{"text":"files."}}}));
+    assert_eq!(phone.expect("transcript").await, transcript("model", "Two ", false));
+    assert_eq!(phone.expect("transcript").await, transcript("model", "files.", false));
+    // generationComplete ends the model's transcript; turnComplete then has nothing left to end.
+    fake.end_turn(conn);
+    assert_eq!(phone.expect("transcript").await, transcript("model", "Two files.", true));
+    assert_eq!(phone.expect("turn_complete").await, json!({"type":"turn_complete"}));
+
+    // Cut short by the user: `interrupted` ends what the model said so far.
+    fake.send(conn, json!({"serverContent":{"outputTranscription":{"text":"Let me"}}}));
+    assert_eq!(phone.expect("transcript").await, transcript("model", "Let me", false));
+    fake.send(conn, json!({"serverContent":{"interrupted":true}}));
+    phone.expect("interrupted").await;
+    assert_eq!(phone.expect("transcript").await, transcript("model", "Let me", true));
+
+    // A turn with nothing to say, and why; `turnComplete` alone also ends a running transcript.
+    fake.send(conn, json!({"serverContent":{"inputTranscription":{"text":"delete it"}}}));
+    assert_eq!(phone.expect("transcript").await, transcript("user", "delete it", false));
+    fake.send(conn, json!({"serverContent":{"turnComplete":true,"turnCompleteReason":"MALFORMED_FUNCTION_CALL"}}));
+    assert_eq!(phone.expect("transcript").await, transcript("user", "delete it", true));
+    let empty = phone.expect("turn_complete").await;
+    assert_eq!(empty["reason"], "MALFORMED_FUNCTION_CALL", "{empty}");
+    assert!(empty["message"].as_str().unwrap().contains("malformed tool call"), "{empty}");
+    fake.send(conn, json!({"serverContent":{"turnComplete":true,"turnCompleteReason":"NEED_MORE_INPUT"}}));
+    assert_eq!(phone.expect("turn_complete").await, json!({"type":"turn_complete"}), "waiting for input is normal");
+
+    // Should `finished` ever come, it ends the transcript at once.
+    let finished = json!({"serverContent":{"inputTranscription":{"text":"stop","finished":true}}});
+    fake.send_raw(conn, Message::binary(finished.to_string().into_bytes()));
+    assert_eq!(phone.expect("transcript").await, transcript("user", "stop", true));
+    let finals = phone.texts.iter().filter(|t| t["type"] == "transcript" && t["final"] == true).count();
+    assert_eq!(finals, 5, "each utterance is final exactly once: {:?}", phone.texts);
+
+    // Hanging up mid-sentence: what was said is final too.
+    fake.send(conn, json!({"serverContent":{"outputTranscription":{"text":"Bye"}}}));
+    assert_eq!(phone.expect("transcript").await, transcript("model", "Bye", false));
+    phone.send(json!({"type":"call_end"})).await;
+    assert_eq!(phone.expect("transcript").await, transcript("model", "Bye", true));
+    phone.expect("call_ended").await;
+}
+
+#[tokio::test]
+async fn go_away_lets_running_tools_finish_and_resumes_with_a_handle_that_covers_their_answers() {
+    let (mut fake, agent, mut phone, first) = call_running_a_gated_tool("before-call", "fc-slow", "go").await;
+    // While the call is pending the service offers no resumable handle (the fake turns this
+    // one into resumable:false, as the service would).
+    fake.send(first, json!({"sessionResumptionUpdate":{"newHandle":"mid-call","resumable":true}}));
+    fake.send(first, json!({"goAway":{"timeLeft":"30s"}}));
+    // The connection stays in use: audio still flows to it.
+    let chunk = pcm(5, 640);
+    phone.send_audio(&chunk).await;
+    assert_eq!(fake.expect_audio(first).await.1, chunk);
+
+    std::fs::write(agent.workspace.path().join("go"), "").unwrap();
+    let answered = fake.wait_for("the answer", |e| matches!(e.kind, Kind::ToolResponse(_))).await;
+    assert_eq!(answered.conn, first, "answered on the connection that asked");
+    fake.send(first, json!({"sessionResumptionUpdate":{"newHandle":"after-call","resumable":true}}));
+    let (second, setup) = fake.expect_setup().await;
+    assert_eq!(setup["sessionResumption"], json!({"handle":"after-call"}), "the handle that covers the answer");
+    let first_events = kinds(&fake, first);
+    assert_eq!(first_events.last(), Some(&Kind::Closed), "the old socket closed before the resume: {first_events:?}");
+    assert!(
+        !fake.received().iter().any(|e| matches!(e.kind, Kind::Rejected { .. })),
+        "the service refused nothing: {:?}",
+        fake.received()
+    );
+    assert!(!kinds(&fake, second).iter().any(|k| matches!(k, Kind::Text(_))), "nothing to catch up on");
+    phone.send_audio(&chunk).await;
+    assert_eq!(fake.expect_audio(second).await.1, chunk);
+    assert!(!phone.saw("call_error") && !phone.saw("call_ended"), "{:?}", phone.texts);
+}
+
+#[tokio::test]
+async fn a_tool_still_running_when_go_away_time_is_up_is_told_to_the_resumed_session() {
+    let (mut fake, agent, mut phone, first) = call_running_a_gated_tool("h-1", "fc-late", "late").await;
+    // Two seconds: the bridge leaves a second early, before the service's 1011 "Deadline expired".
+    fake.send(first, json!({"goAway":{"timeLeft":"2s"}}));
+    let (second, setup) = fake.expect_setup().await;
+    assert_eq!(setup["sessionResumption"], json!({"handle":"h-1"}));
+    assert_eq!(kinds(&fake, first).last(), Some(&Kind::Closed), "closed by voxa, not by the deadline");
+
+    std::fs::write(agent.workspace.path().join("late"), "").unwrap();
+    let told = fake.wait_for("the late outcome", |e| matches!(e.kind, Kind::Text(_))).await;
+    assert_eq!(told.conn, second);
+    let Kind::Text(note) = told.kind else { unreachable!() };
+    assert!(note.contains("run_command") && note.contains("fc-late") && note.contains("done"), "{note}");
+    let finished = loop {
+        let activity = phone.expect("tool_activity").await;
+        if activity["state"] == "finished" {
+            break activity;
+        }
+    };
+    assert_eq!(finished["ok"], true, "{finished}");
+    assert!(tool_responses(&fake).is_empty(), "no toolResponse to a session that never asked");
+    assert!(!phone.saw("call_error") && !phone.saw("call_ended"), "{:?}", phone.texts);
+}
+
+#[tokio::test]
+async fn the_end_of_a_connection_without_a_handle_is_reported_as_such_not_as_quota() {
+    let (mut fake, _agent, mut phone, conn) = new_call().await;
+    fake.send(conn, json!({"goAway":{"timeLeft":"1s"}}));
+    let closed = fake.wait_for("the deadline", |e| matches!(e.kind, Kind::Rejected { .. })).await;
+    assert_eq!(closed.kind, Kind::Rejected { code: 1011, reason: DEADLINE_REASON.into() });
+    let error = phone.expect("call_error").await;
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("1011") && message.contains(DEADLINE_REASON), "the service's reason: {message}");
+    assert!(!message.contains("quota"), "{message}");
+    assert_eq!(error["code"], "gemini-closed");
+    phone.expect("call_ended").await;
+}
+
+#[tokio::test]
+async fn a_stale_handle_starts_a_fresh_session_in_the_same_call_and_tells_the_model() {
+    let (mut fake, _agent, mut phone, first) = call_with_handle("old").await;
+    fake.forget_handles();
+    fake.drop_conn(first);
+
+    let (refused, setup) = fake.expect_setup().await;
+    assert_eq!(setup["sessionResumption"], json!({"handle":"old"}));
+    let rejected = fake.wait_for("the refusal", |e| e.conn == refused && matches!(e.kind, Kind::Rejected { .. })).await;
+    assert_eq!(rejected.kind, Kind::Rejected { code: 1008, reason: NOT_FOUND_REASON.into() });
+    let (fresh, setup) = fake.expect_setup().await;
+    assert_eq!(setup["sessionResumption"], json!({}), "a new session, without the stale handle");
+    let told = fake.wait_for("the note", |e| e.conn == fresh && matches!(e.kind, Kind::Text(_))).await;
+    let Kind::Text(note) = told.kind else { unreachable!() };
+    assert!(note.contains("could not be restored"), "{note}");
+    let chunk = pcm(6, 640);
+    phone.send_audio(&chunk).await;
+    assert_eq!(fake.expect_audio(fresh).await.1, chunk, "the call goes on");
+    assert!(!phone.saw("call_error") && !phone.saw("call_ended"), "{:?}", phone.texts);
+    assert_eq!(phone.texts.iter().filter(|t| t["type"] == "call_started").count(), 1);
+}
+
+#[tokio::test]
+async fn a_1011_while_resuming_is_tried_once_more_and_then_reported_with_its_reason() {
+    for refusals in [1, 2] {
+        let (mut fake, _agent, mut phone, first) = call_with_handle("h").await;
+        for _ in 0..refusals {
+            fake.refuse_next_resume(1011, "Internal error encountered.");
+        }
+        fake.drop_conn(first);
+        for _ in 0..refusals {
+            let (conn, setup) = fake.expect_setup().await;
+            assert_eq!(setup["sessionResumption"], json!({"handle":"h"}));
+            fake.wait_for("the refusal", |e| e.conn == conn && matches!(e.kind, Kind::Rejected { code: 1011, .. }))
+                .await;
+        }
+        if refusals == 1 {
+            let (conn, setup) = fake.expect_setup().await;
+            assert_eq!(setup["sessionResumption"], json!({"handle":"h"}));
+            let chunk = pcm(7, 640);
+            phone.send_audio(&chunk).await;
+            assert_eq!(fake.expect_audio(conn).await.1, chunk);
+            assert!(!phone.saw("call_error"), "{:?}", phone.texts);
+        } else {
+            let error = phone.expect("call_error").await;
+            assert_eq!(error["code"], "gemini-unavailable");
+            let message = error["message"].as_str().unwrap();
+            assert!(message.contains("1011: Internal error encountered.") && !message.contains("quota"), "{message}");
+            phone.expect("call_ended").await;
+            let setups = fake.received().iter().filter(|e| matches!(e.kind, Kind::Setup(_))).count();
+            assert_eq!(setups, 3, "the first setup and two resume attempts");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_policy_that_allows_no_tool_declares_no_tools() {
+    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
+    let config = fake.config(KEY);
+    let agent = TestAgent::start_with(None, |options| {
+        options.config.policy.allow = vec!["nothing".into()];
+        options.gemini = Some(config);
+    })
+    .await;
+    let mut phone = Phone::join(&agent).await;
+    let (_, setup) = start_call(&mut phone, &mut fake).await;
+    assert!(setup.get("tools").is_none(), "{setup}");
+}
+
+#[tokio::test]
+async fn another_model_can_be_chosen_and_older_models_get_no_behavior() {
+    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
+    let agent = agent_with(&fake, |c| c.model = "gemini-2.5-flash-native-audio-preview-12-2025".into()).await;
+    let mut phone = Phone::join(&agent).await;
+    let (_, setup) = start_call(&mut phone, &mut fake).await;
+    assert_eq!(setup["model"], "models/gemini-2.5-flash-native-audio-preview-12-2025");
+    let declarations = setup["tools"][0]["functionDeclarations"].as_array().unwrap();
+    assert!(declarations.iter().all(|d| d.get("behavior").is_none()), "{declarations:?}");
 }

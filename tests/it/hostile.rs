@@ -72,6 +72,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         Just(ClientMessage::Status),
         Just(ClientMessage::CallStart),
         Just(ClientMessage::CallEnd),
+        Just(ClientMessage::AudioEnd),
         any::<String>().prop_map(|text| ClientMessage::Say { text }),
     ]
 }
@@ -588,7 +589,9 @@ impl Expected {
             Err(_) => self.bad_frames += 1,
             Ok(ClientMessage::ToolCall(_)) => self.results += 1,
             Ok(ClientMessage::Status) => self.statuses += 1,
-            Ok(ClientMessage::CallStart | ClientMessage::CallEnd | ClientMessage::Say { .. }) => self.call_errors += 1,
+            Ok(
+                ClientMessage::CallStart | ClientMessage::CallEnd | ClientMessage::Say { .. } | ClientMessage::AudioEnd,
+            ) => self.call_errors += 1,
             Ok(ClientMessage::Hello(_) | ClientMessage::Bearer(_) | ClientMessage::Cancel { .. }) => {}
         }
     }
