@@ -50,6 +50,11 @@ impl Browser {
     }
 
     pub async fn start_with(scheme: Scheme) -> Option<Browser> {
+        Self::start_with_args(scheme, &[]).await
+    }
+
+    /// A browser with extra Chromium switches (fake media devices, for instance).
+    pub async fn start_with_args(scheme: Scheme, extra: &[String]) -> Option<Browser> {
         let chromium = on_path(&["chromium", "chromium-browser", "google-chrome"]);
         let driver = on_path(&["chromedriver"]);
         let (Some(chromium), Some(driver)) = (chromium, driver) else {
@@ -102,6 +107,7 @@ impl Browser {
         if scheme == Scheme::Dark {
             args.push("--force-dark-mode".to_owned());
         }
+        args.extend(extra.iter().cloned());
         let capabilities = json!({
             "browserName": "chrome",
             "goog:chromeOptions": {

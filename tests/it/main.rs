@@ -15,3 +15,4 @@ mod run;
 mod support;
 mod tools;
 mod web;
+mod web_voice;

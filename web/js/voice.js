@@ -79,6 +79,7 @@ function freshStats() {
   return {
     state: 'idle',
     sampleRate: 0,
+    framesCaptured: 0,
     framesSent: 0,
     samplesSent: 0,
     samplesReceived: 0,
@@ -171,6 +172,7 @@ class Call {
   onCaptured(message) {
     if (message.type !== 'frame') return;
     this.clock.read();
+    this.stats.framesCaptured += 1;
     this.voice.showLevel(message.level);
     if (!this.live || !this.voice.sending()) return;
     const pcm = new Uint8Array(message.pcm);
