@@ -58,11 +58,13 @@ class Capture extends AudioWorkletProcessor {
 
   emit(quantum) {
     const pcm = this.frame;
-    const level = Math.sqrt(this.energy / pcm.length);
+    const length = pcm.length;
+    const level = Math.sqrt(this.energy / length);
     // `end` is the audio clock at the end of the quantum that completed the frame.
     this.port.postMessage({ type: 'frame', pcm: pcm.buffer, level, end: currentTime + quantum / sampleRate },
       [pcm.buffer]);
-    this.frame = new Int16Array(pcm.length);
+    // The buffer went to the page; the next frame gets its own.
+    this.frame = new Int16Array(length);
     this.filled = 0;
     this.energy = 0;
   }
