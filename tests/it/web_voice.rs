@@ -104,13 +104,13 @@ async fn stat(browser: &Browser, name: &str) -> Value {
 }
 
 /// Chromium whose microphone plays `wav` (looped), with the permission granted as a user would.
-async fn browser_with_microphone(wav: &Path) -> Option<Browser> {
+async fn browser_with_microphone(wav: &Path, scheme: Scheme) -> Option<Browser> {
     let args = [
         "--use-fake-device-for-media-stream".to_owned(),
         "--use-fake-ui-for-media-stream".to_owned(),
         format!("--use-file-for-fake-audio-capture={}", wav.display()),
     ];
-    Browser::start_with_args(Scheme::Light, &args).await
+    Browser::start_with_args(scheme, &args).await
 }
 
 /// A relay, a self-hosted agent using `fake`, and Chromium on the pairing link, online.
@@ -123,10 +123,14 @@ struct CallScene {
 
 impl CallScene {
     async fn start(fake: &FakeGemini) -> Option<CallScene> {
+        Self::start_in(fake, Scheme::Light).await
+    }
+
+    async fn start_in(fake: &FakeGemini, scheme: Scheme) -> Option<CallScene> {
         let scratch = tempfile::tempdir().unwrap();
         let wav = scratch.path().join("microphone.wav");
         tone_wav(&wav, 48000, TONE_HZ, 1.5, 1.5);
-        let browser = browser_with_microphone(&wav).await?;
+        let browser = browser_with_microphone(&wav, scheme).await?;
         let relay = TestRelay::start().await;
         let config = fake.config(KEY);
         let agent = TestAgent::start_with(Some(relay.url()), |options| options.gemini = Some(config)).await;
@@ -336,4 +340,39 @@ async fn the_resampler_keeps_the_band_and_removes_what_would_alias() {
     }
     browser.close().await;
     relay.kill().await;
+}
+
+/// Pictures of a call at 390×844, light and dark: transcripts, a tool, the controls. Written to
+/// `docs/` when `VOXA_DOCS_SCREENSHOTS` is set, else to a temporary directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pictures_of_a_call_at_phone_size() {
+    let scratch = tempfile::tempdir().unwrap();
+    let out = match std::env::var_os("VOXA_DOCS_SCREENSHOTS") {
+        Some(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("docs"),
+        None => scratch.path().to_owned(),
+    };
+    for (scheme, name) in [(Scheme::Light, "web-call.png"), (Scheme::Dark, "web-call-dark.png")] {
+        let mut fake = FakeGemini::start(FakeOptions { setup_reply: SetupReply::Hold, ..FakeOptions::new(KEY) }).await;
+        let Some(scene) = CallScene::start_in(&fake, scheme).await else { return };
+        let browser = &scene.browser;
+        let conn = scene.call(&mut fake).await;
+        for message in [
+            json!({"serverContent": {"inputTranscription": {"text": "How much space is left on the disk?"}}}),
+            json!({"serverContent": {"turnComplete": true}}),
+            json!({"toolCall": {"functionCalls": [{"id": "t1", "name": "run_command", "args": {"command": "df -h ."}}]}}),
+        ] {
+            fake.send(conn, message);
+        }
+        browser.wait_text("#call-log .tool", "the tool's end", |t| t.contains("done")).await;
+        fake.send(conn, json!({"serverContent": {"outputTranscription": {"text": "About 120 gigabytes are free on the main disk."}}}));
+        fake.send(conn, json!({"serverContent": {"turnComplete": true}}));
+        fake.send(conn, json!({"serverContent": {"inputTranscription": {"text": "Thanks, and what"}}}));
+        browser.wait_text("#call-log .user.partial", "the partial", |t| t.contains("what")).await;
+        browser.wait_script("the clock", "return document.getElementById('call-duration').textContent !== '';").await;
+        let png = browser.screenshot().await;
+        std::fs::write(out.join(name), png).unwrap();
+        browser.press("End call").await;
+        fake.expect_closed(conn).await;
+        scene.close().await;
+    }
 }
