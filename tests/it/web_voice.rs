@@ -9,7 +9,7 @@ use std::path::Path;
 use fantoccini::actions::{InputSource, MouseActions, PointerAction, MOUSE_BUTTON_LEFT};
 use serde_json::{json, Value};
 
-use crate::browser::{Browser, Scheme};
+use crate::browser::{tone_wav, Browser, Scheme};
 use crate::fake_gemini::{FakeGemini, FakeOptions, Kind, SetupReply, BAD_KEY_REASON};
 use crate::harness::*;
 
@@ -19,32 +19,6 @@ const MIC_RATE: f64 = 16000.0;
 const VOICE_RATE: usize = 24000;
 /// The microphone's tone.
 const TONE_HZ: f64 = 440.0;
-
-/// A mono PCM16 WAV: `tone_s` seconds of `freq` at half scale, then `silence_s` seconds of silence.
-fn tone_wav(path: &Path, rate: u32, freq: f64, tone_s: f64, silence_s: f64) {
-    let tone = (rate as f64 * tone_s) as usize;
-    let total = tone + (rate as f64 * silence_s) as usize;
-    let mut data = Vec::with_capacity(total * 2);
-    for n in 0..total {
-        let value = if n < tone { 0.5 * (2.0 * PI * freq * n as f64 / rate as f64).sin() } else { 0.0 };
-        data.extend_from_slice(&((value * 32767.0) as i16).to_le_bytes());
-    }
-    let mut wav = Vec::with_capacity(44 + data.len());
-    wav.extend_from_slice(b"RIFF");
-    wav.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
-    wav.extend_from_slice(b"WAVEfmt ");
-    wav.extend_from_slice(&16u32.to_le_bytes());
-    wav.extend_from_slice(&1u16.to_le_bytes()); // PCM
-    wav.extend_from_slice(&1u16.to_le_bytes()); // mono
-    wav.extend_from_slice(&rate.to_le_bytes());
-    wav.extend_from_slice(&(rate * 2).to_le_bytes());
-    wav.extend_from_slice(&2u16.to_le_bytes());
-    wav.extend_from_slice(&16u16.to_le_bytes());
-    wav.extend_from_slice(b"data");
-    wav.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    wav.extend_from_slice(&data);
-    std::fs::write(path, wav).unwrap();
-}
 
 /// Amplitude of `freq` in `samples` (Goertzel), relative to full scale 1.0.
 fn goertzel(samples: &[f64], freq: f64, rate: f64) -> f64 {
@@ -103,16 +77,6 @@ async fn stat(browser: &Browser, name: &str) -> Value {
     browser.script(&format!("return voxaVoice.{name};"), vec![]).await
 }
 
-/// Chromium whose microphone plays `wav` (looped), with the permission granted as a user would.
-async fn browser_with_microphone(wav: &Path, scheme: Scheme) -> Option<Browser> {
-    let args = [
-        "--use-fake-device-for-media-stream".to_owned(),
-        "--use-fake-ui-for-media-stream".to_owned(),
-        format!("--use-file-for-fake-audio-capture={}", wav.display()),
-    ];
-    Browser::start_with_args(scheme, &args).await
-}
-
 /// A relay, a self-hosted agent using `fake`, and Chromium on the pairing link, online.
 struct CallScene {
     relay: TestRelay,
@@ -130,7 +94,7 @@ impl CallScene {
         let scratch = tempfile::tempdir().unwrap();
         let wav = scratch.path().join("microphone.wav");
         tone_wav(&wav, 48000, TONE_HZ, 1.5, 1.5);
-        let browser = browser_with_microphone(&wav, scheme).await?;
+        let browser = Browser::with_microphone(&wav, scheme).await?;
         let relay = TestRelay::start().await;
         let config = fake.config(KEY);
         let agent = TestAgent::start_with(Some(relay.url()), |options| options.gemini = Some(config)).await;

@@ -202,10 +202,10 @@ class Call {
 
   onPlayer(message) {
     if (message.type === 'queued') {
+      // The audio thread's acknowledgement: an upper bound on received → queued, on one clock.
       const receivedAt = this.received.get(message.seq);
       this.received.delete(message.seq);
-      this.clock.read();
-      if (receivedAt !== undefined) record(this.stats.receiveToQueueMs, this.clock.pageTime(message.at) - receivedAt);
+      if (receivedAt !== undefined) record(this.stats.receiveToQueueMs, performance.now() - receivedAt);
     } else if (message.type === 'stats') {
       const rate = this.stats.sampleRate || 48000;
       this.stats.samplesPlayed = Math.round((message.played * 24000) / rate);
