@@ -254,6 +254,28 @@ async fn a_call_in_the_browser_carries_the_microphone_both_ways_and_ends() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_screenshot_taken_during_a_call_is_shown_in_the_conversation() {
+    let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") else { return };
+    let mut fake = FakeGemini::start(FakeOptions { setup_reply: SetupReply::Hold, ..FakeOptions::new(KEY) }).await;
+    let Some(scene) = CallScene::start(&fake).await else { return };
+    let browser = &scene.browser;
+    let conn = scene.call(&mut fake).await;
+    let call = json!({"id": "shot-1", "name": "screenshot", "args": {"display": xvfb.display}});
+    fake.send(conn, json!({"toolCall": {"functionCalls": [call]}}));
+    browser.control("image", "Screenshot during the call, 320 × 200").await;
+    browser
+        .wait_script(
+            "the picture to load",
+            "const i = document.querySelector('#call-log img'); return i.complete && i.naturalWidth === 320;",
+        )
+        .await;
+    browser.wait_text("#call-log .tool", "the tool's end", |t| t.contains("screenshot — done")).await;
+    browser.press("End call").await;
+    fake.expect_closed(conn).await;
+    scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_resampler_keeps_the_band_and_removes_what_would_alias() {
     let Some(browser) = Browser::start().await else { return };
     let relay = TestRelay::start().await;

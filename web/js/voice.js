@@ -173,6 +173,8 @@ class Call {
     if (message.type !== 'frame') return;
     this.clock.read();
     this.stats.framesCaptured += 1;
+    this.stats.bytesSent = this.link.bytesOut - this.bytesAtStart.out;
+    this.stats.bytesReceived = this.link.bytesIn - this.bytesAtStart.in;
     this.voice.showLevel(message.level);
     if (!this.live || !this.voice.sending()) return;
     const pcm = new Uint8Array(message.pcm);
@@ -213,7 +215,8 @@ class Call {
       if (!message.playing && message.buffered === 0 && this.idleSince === null) this.idleSince = performance.now();
       this.voice.showSpeaking(message.playing);
     } else if (message.type === 'started') {
-      if (this.firstChunk !== undefined) record(this.stats.firstVoiceMs, this.clock.pageTime(message.at) - this.firstChunk);
+      // On the page clock when the audio thread's word arrives: an upper bound by that one hop.
+      if (this.firstChunk !== undefined) record(this.stats.firstVoiceMs, performance.now() - this.firstChunk);
       this.firstChunk = undefined;
     } else if (message.type === 'flushed') {
       const asked = this.flushes && this.flushes.get(message.seq);
