@@ -16,6 +16,8 @@ const FRAME_MS = 20;
 const MAX_SAMPLES = 20000;
 /** Transcript lines, tool lines and pictures kept on screen during one call. */
 const MAX_LOG_ITEMS = 300;
+/** Voice chunks awaiting the audio thread's acknowledgement, at most. */
+const MAX_UNACKNOWLEDGED = 1000;
 /** Page-clock readings used to map the audio clock onto it. */
 const CLOCK_READINGS = 64;
 
@@ -195,6 +197,8 @@ class Call {
     // PCM16LE; an odd trailing byte is not a sample.
     const pcm = bytes.slice(1, 1 + ((bytes.length - 1) & ~1));
     this.seq += 1;
+    // Kept until the audio thread acknowledges the chunk; bounded should it never answer.
+    if (this.received.size > MAX_UNACKNOWLEDGED) this.received.clear();
     this.received.set(this.seq, receivedAt);
     if (this.idleSince !== null || this.stats.samplesReceived === 0) this.firstChunk = receivedAt;
     this.idleSince = null;
