@@ -46,7 +46,7 @@ async fn main() -> Result<()> {
     let socket_url = format!("{scheme}://{host}{port}{base}/ws?code={code}");
 
     // voxa's dialer adds TLS and proxy support; any WebSocket client works here.
-    let mut socket = voxa::dial::connect(&socket_url, &Default::default()).await?;
+    let mut socket = voxa::net::dial::connect(&socket_url, &Default::default()).await?;
     eprintln!("connected to the relay; waiting for the laptop");
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);

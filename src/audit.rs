@@ -1,4 +1,4 @@
-//! The audit trail (SPEC §3): one JSON line per tool call under `audit/`. Never secrets, never
+//! The audit trail (README, "Tools"): one JSON line per tool call under `audit/`. Never secrets, never
 //! file contents, never command output — only who asked for what, when, and how it ended.
 
 use std::fs::{DirBuilder, File, OpenOptions};
@@ -171,7 +171,7 @@ fn clip(text: &str) -> String {
     if text.len() <= MAX_AUDIT_FIELD_LEN {
         return text.to_owned();
     }
-    format!("{}…", crate::tools::output::prefix(text, MAX_AUDIT_FIELD_LEN))
+    format!("{}…", crate::text::prefix(text, MAX_AUDIT_FIELD_LEN))
 }
 
 #[cfg(test)]

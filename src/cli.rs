@@ -1,15 +1,9 @@
-//! The command line (SPEC §2): one clap-derive `Cli`, turned into validated settings before any
-//! work is done, then dispatched.
+//! The command line: one clap-derive `Cli` and its arguments, nothing else. `commands` turns it
+//! into validated settings and runs it.
 
 use std::path::PathBuf;
 
-use anyhow::Result;
-use clap::{Args, CommandFactory, Parser, Subcommand};
-
-use crate::config::{Config, RelayUrl, DEFAULT_RELAY};
-use crate::error::{ConfigError, Exit};
-use crate::output::Printer;
-use crate::state::Home;
+use clap::{Args, Parser, Subcommand};
 
 /// Drive this laptop from your phone by voice.
 #[derive(Debug, Parser)]
@@ -164,107 +158,10 @@ pub enum EnvCommand {
     },
 }
 
-/// Settings shared by every command, validated.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    pub home: Home,
-    pub relay_flag: Option<String>,
-    pub self_hosted: bool,
-    pub printer: Printer,
-}
-
-impl Settings {
-    pub fn from_cli(cli: &Cli) -> Result<Self> {
-        Ok(Settings {
-            home: Home::locate(cli.home.clone())?,
-            relay_flag: cli.relay.clone().filter(|r| !r.trim().is_empty()),
-            self_hosted: cli.self_hosted,
-            printer: Printer::new(cli.json, cli.quiet),
-        })
-    }
-
-    /// Relay by precedence: flag > `VOXA_RELAY` > saved config > default.
-    pub fn relay(&self, saved: &Config) -> Result<RelayUrl> {
-        if let Some(flag) = self.relay_flag.as_deref() {
-            return Ok(RelayUrl::parse(flag)?);
-        }
-        match saved.relay.as_deref() {
-            // Say where a bad saved value comes from, and how to replace it.
-            Some(saved) => RelayUrl::parse(saved).map_err(|err| {
-                let path = self.home.path(crate::state::CONFIG_FILE);
-                ConfigError::new(format!("{err} (saved in {}; pass --relay to replace it)", path.display())).into()
-            }),
-            None => Ok(RelayUrl::parse(DEFAULT_RELAY)?),
-        }
-    }
-}
-
-/// Runs the parsed command line and returns the exit status.
-pub fn run(cli: Cli) -> Result<Exit> {
-    let settings = Settings::from_cli(&cli)?;
-    match cli.command {
-        Some(Command::Pair(args)) => crate::pair::run(&settings, &args).map(|()| Exit::Ok),
-        Some(Command::Completions { shell }) => {
-            print_completions(shell, &mut std::io::stdout())?;
-            Ok(Exit::Ok)
-        }
-        Some(Command::Env(args)) => block_on(crate::environments::command(&settings, args.command)),
-        Some(Command::Status) => block_on(crate::status::run(&settings)),
-        Some(Command::Open(args)) => crate::open::run(&settings, &args).map(|()| Exit::Ok),
-        Some(Command::Call(args)) => block_on(crate::call::run(&settings, args)),
-        Some(Command::Relay(args)) => block_on(crate::relay::command(&settings, args)).map(|()| Exit::Ok),
-        Some(Command::Run(args)) => block_on(crate::agent::command(&settings, args)).map(|()| Exit::Ok),
-        None => block_on(crate::agent::command(&settings, RunArgs::default())).map(|()| Exit::Ok),
-    }
-}
-
-fn block_on<T>(future: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|err| anyhow::anyhow!("could not start the async runtime: {err}"))?;
-    runtime.block_on(future)
-}
-
-/// Writes the completion script for `shell`.
-pub fn print_completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) -> Result<()> {
-    clap_complete::generate(shell, &mut Cli::command(), "voxa", out);
-    Ok(())
-}
-
-/// Turns `voxa call` arguments into a JSON object.
-pub fn parse_call_args(args: &[String]) -> Result<serde_json::Value, ConfigError> {
-    use serde_json::{Map, Value};
-    if let [single] = args {
-        if single.trim_start().starts_with('{') {
-            return match serde_json::from_str::<Value>(single) {
-                Ok(Value::Object(map)) => Ok(Value::Object(map)),
-                Ok(_) => Err(ConfigError::new("tool arguments must be a JSON object")),
-                Err(err) => Err(ConfigError::new(format!("tool arguments are not valid JSON: {err}"))),
-            };
-        }
-    }
-    let mut map = Map::new();
-    for pair in args {
-        let Some((key, value)) = pair.split_once('=') else {
-            return Err(ConfigError::new(format!("argument {pair:?} is not key=value (or pass one JSON object)")));
-        };
-        if key.is_empty() {
-            return Err(ConfigError::new(format!("argument {pair:?} has an empty key")));
-        }
-        // Numbers, booleans, objects and arrays are taken as JSON; anything else is a string.
-        let parsed = match serde_json::from_str::<Value>(value) {
-            Ok(v @ (Value::Number(_) | Value::Bool(_) | Value::Object(_) | Value::Array(_) | Value::Null)) => v,
-            _ => Value::String(value.to_owned()),
-        };
-        map.insert(key.to_owned(), parsed);
-    }
-    Ok(Value::Object(map))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory;
 
     #[test]
     fn cli_definition_is_consistent() {
@@ -279,16 +176,5 @@ mod tests {
         assert!(matches!(after.command, Some(Command::Pair(_))));
         let bare = Cli::try_parse_from(["voxa", "--self-hosted"]).unwrap();
         assert!(bare.self_hosted && bare.command.is_none());
-    }
-
-    #[test]
-    fn call_args_accept_json_or_pairs() {
-        let json = parse_call_args(&[r#"{"command":"ls"}"#.into()]).unwrap();
-        assert_eq!(json, serde_json::json!({"command":"ls"}));
-        let pairs = parse_call_args(&["command=echo hi".into(), "timeout_ms=500".into(), "x=true".into()]).unwrap();
-        assert_eq!(pairs, serde_json::json!({"command":"echo hi","timeout_ms":500,"x":true}));
-        assert!(parse_call_args(&["oops".into()]).is_err());
-        assert!(parse_call_args(&["[1]".into()]).is_err());
-        assert!(parse_call_args(&["{bad".into()]).is_err());
     }
 }

@@ -1,4 +1,5 @@
-//! Settings: the relay URL rules (SPEC §2) and `config.toml` (SPEC §3).
+//! Settings: the relay URL rules (README, "Usage") and `config.toml` (README, "State directory and
+//! security model").
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

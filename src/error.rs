@@ -1,4 +1,4 @@
-//! Errors that decide the process exit status (SPEC §2). Everything else is `anyhow` with context.
+//! Errors that decide the process exit status (README, "Exit codes"). Everything else is `anyhow` with context.
 
 use std::fmt;
 

@@ -2,32 +2,29 @@
 //! phone asks for, and serves the same tools to local scripts on a token-gated loopback socket.
 #![forbid(unsafe_code)]
 
-pub mod agent;
-pub mod audit;
-pub mod call;
+// Layers, top to bottom; a module imports only from its own layer or below, never in a circle
+// (tests/it/layers.rs checks it; docs/ARCHITECTURE.md describes each module):
+//   commands → cli (argument types) → agent, relay, environments, gemini → net, tools
+//   → protocol, state, secret, config, audit, error, logging
 pub mod cli;
-pub mod client;
-pub mod config;
-pub mod dial;
+pub mod commands;
+
+pub mod agent;
 pub mod environments;
-pub mod error;
 pub mod gemini;
-pub mod http;
-pub mod logging;
-pub mod loopback;
-pub mod open;
-pub mod output;
-pub mod pair;
-pub mod protocol;
 pub mod relay;
-pub mod secret;
-pub mod session;
-pub mod shutdown;
-pub mod state;
-pub mod status;
+
+pub mod net;
 pub mod tools;
-pub mod web;
-pub mod writer;
+
+pub mod audit;
+pub mod config;
+pub mod error;
+pub mod logging;
+pub mod protocol;
+pub mod secret;
+pub mod state;
+pub mod text;
 
 /// This build's version, as reported in `hello_ok` and `agent.json`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -13,7 +13,7 @@ fn main() -> ExitCode {
         }
     };
     init_tracing(cli.verbose, cli.quiet);
-    match voxa::cli::run(cli) {
+    match voxa::commands::execute(cli) {
         Ok(exit) => ExitCode::from(exit.code() as u8),
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {

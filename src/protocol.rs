@@ -1,4 +1,4 @@
-//! The wire protocol (SPEC §4, §5, §7, §8): every JSON frame voxa sends or accepts, and the limits
+//! The wire protocol (docs/PROTOCOL.md): every JSON frame voxa sends or accepts, and the limits
 //! that bound them. One enum per direction, tagged by `type`.
 
 use std::time::Duration;
@@ -25,8 +25,12 @@ pub const MAX_PREAUTH_LEN: usize = 8 << 10;
 pub const OUTPUT_CAP: usize = 256 << 10;
 /// Default `run_command` timeout.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
-/// Tool calls one session may have in flight before new ones are answered `busy`.
+/// Tool calls in flight before new ones are answered `busy`: per session and per agent (the
+/// default of `max_concurrent_calls` in `config.toml`), per voice call and per environment.
 pub const MAX_CALLS_IN_FLIGHT: usize = 64;
+/// Time a cancelled call gets to end with its own result (a tool stopping, an environment
+/// answering `cancelled`) before it is answered `cancelled` without it.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(5);
 /// Longest call id accepted.
 pub const MAX_CALL_ID_LEN: usize = 128;
 /// Frames queued for one socket's writer before the socket counts as a slow reader.
@@ -37,7 +41,9 @@ pub const PING_INTERVAL: Duration = Duration::from_secs(15);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(45);
 /// Marker type of the relay's presence frames.
 pub const PEER_TYPE: &str = "__peer";
-/// Binary frame prefix for audio (SPEC §7).
+/// `role` of the hello a host sends to drive an environment.
+pub const HOST_ROLE: &str = "host";
+/// Binary frame prefix for audio (docs/PROTOCOL.md, "Voice").
 pub const AUDIO_PREFIX: u8 = 0x01;
 
 /// Which side of a relay pairing a socket is.
@@ -151,6 +157,13 @@ pub enum ClientMessage {
     AudioEnd,
 }
 
+impl ClientMessage {
+    /// Serialises to a text frame payload.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
 /// The first frame of every session: the answer to the agent's `challenge` (phone and local
 /// clients), or a host's hello to an environment.
 #[derive(Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -166,7 +179,7 @@ pub struct Hello {
     /// Free-form client name and version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
-    /// `"host"` when a host drives an environment (SPEC §8).
+    /// `"host"` when a host drives an environment (docs/PROTOCOL.md, "Environments").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
     #[serde(default, rename = "envKey", skip_serializing_if = "Option::is_none")]
@@ -210,7 +223,7 @@ pub struct ToolCall {
     pub name: String,
     #[serde(default = "empty_object")]
     pub args: Value,
-    /// Environment to route the call to (SPEC §8); absent for this machine.
+    /// Environment to route the call to (docs/PROTOCOL.md, "Environments"); absent for this machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<String>,
 }
@@ -251,11 +264,11 @@ pub enum AgentMessage {
     Status(AgentStatus),
     CallStarted,
     CallError {
-        code: String,
+        code: CallErrorCode,
         message: String,
     },
     Transcript {
-        role: String,
+        role: TranscriptRole,
         text: String,
         #[serde(rename = "final")]
         is_final: bool,
@@ -272,7 +285,7 @@ pub enum AgentMessage {
     ToolActivity {
         id: String,
         name: String,
-        state: String,
+        state: ToolActivityState,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         ok: Option<bool>,
     },
@@ -297,6 +310,69 @@ impl AgentMessage {
     }
 }
 
+/// `code` of a `call_error` frame; the phone branches on it:
+///
+/// | code | cause |
+/// |---|---|
+/// | `bad-key` | Gemini refused the API key (close 1007 naming the key, HTTP 401/403 at upgrade) |
+/// | `gemini-refused` | Gemini refused a request (close 1007, other HTTP 4xx at upgrade) |
+/// | `gemini-not-found` | model or session not found, or refused by policy (close 1008, HTTP 404) |
+/// | `gemini-unavailable` | quota exhausted or internal error (close 1011/1013/1014, HTTP 429/5xx) |
+/// | `gemini-unreachable` | no connection, TLS failure, or no `setupComplete` in time |
+/// | `gemini-closed` | the connection ended otherwise and could not be resumed |
+/// | `busy` | the voice call is not keeping up with `say` |
+/// | `unavailable` | the agent runs in hosted mode and hosts no voice calls |
+/// | `no-call` | `say` or `call_end` without a running call |
+///
+/// A failure before `call_started` sends only `call_error`; one during the call sends
+/// `call_error` and then `call_ended`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CallErrorCode {
+    BadKey,
+    GeminiRefused,
+    GeminiNotFound,
+    GeminiUnavailable,
+    GeminiUnreachable,
+    GeminiClosed,
+    Busy,
+    Unavailable,
+    NoCall,
+}
+
+impl CallErrorCode {
+    /// The code as it appears in `call_error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallErrorCode::BadKey => "bad-key",
+            CallErrorCode::GeminiRefused => "gemini-refused",
+            CallErrorCode::GeminiNotFound => "gemini-not-found",
+            CallErrorCode::GeminiUnavailable => "gemini-unavailable",
+            CallErrorCode::GeminiUnreachable => "gemini-unreachable",
+            CallErrorCode::GeminiClosed => "gemini-closed",
+            CallErrorCode::Busy => "busy",
+            CallErrorCode::Unavailable => "unavailable",
+            CallErrorCode::NoCall => "no-call",
+        }
+    }
+}
+
+/// Who spoke, in a `transcript` frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TranscriptRole {
+    User,
+    Model,
+}
+
+/// Where a tool Gemini asked for stands, in a `tool_activity` frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolActivityState {
+    Started,
+    Finished,
+}
+
 /// Answer to a good hello.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 pub struct HelloOk {
@@ -309,7 +385,7 @@ pub struct HelloOk {
     /// anything else.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<String>,
-    /// Environment answers: own envKey.
+    /// Environment answers (docs/PROTOCOL.md, "Environments"): own envKey.
     #[serde(default, rename = "envKey", skip_serializing_if = "Option::is_none")]
     pub env_key: Option<String>,
     /// This machine's host name, so a client can name the pairing (sent only after a good hello).
@@ -400,7 +476,7 @@ impl std::fmt::Display for ToolError {
 
 impl std::error::Error for ToolError {}
 
-/// Every error and refusal code of the contract (SPEC §5, §8), spelled as on the wire.
+/// Every error and refusal code of the contract (docs/PROTOCOL.md, "Errors and close codes"), spelled as on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ErrorCode {
@@ -482,7 +558,7 @@ impl ErrorCode {
         }
     }
 
-    /// True for the refusals of SPEC §8 (authentication and pairing), as opposed to tool errors.
+    /// True for the refusals of authentication and pairing, as opposed to tool errors.
     pub fn is_refusal(self) -> bool {
         matches!(
             self,
@@ -508,7 +584,7 @@ impl std::fmt::Display for ErrorCode {
 
 /// WebSocket close codes voxa uses.
 pub mod close {
-    /// Policy violation: authentication refused (SPEC §5, §6, §8).
+    /// Policy violation: authentication refused (docs/PROTOCOL.md, "Errors and close codes").
     pub const POLICY: u16 = 1008;
     /// Message too big.
     pub const TOO_BIG: u16 = 1009;
@@ -697,7 +773,7 @@ mod tests {
 
     #[test]
     fn agent_messages_use_the_contract_field_names() {
-        let msg = AgentMessage::Transcript { role: "user".into(), text: "hi".into(), is_final: true };
+        let msg = AgentMessage::Transcript { role: TranscriptRole::User, text: "hi".into(), is_final: true };
         assert_eq!(msg.to_json(), r#"{"type":"transcript","role":"user","text":"hi","final":true}"#);
         let done = AgentMessage::TurnComplete { reason: None, message: None };
         assert_eq!(done.to_json(), r#"{"type":"turn_complete"}"#);

@@ -1,4 +1,4 @@
-//! The state directory (SPEC §3): where it is, its permissions, atomic writes, the two secrets,
+//! The state directory (README, "State directory and security model"): where it is, its permissions, atomic writes, the two secrets,
 //! `config.toml` and `agent.json`.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
@@ -196,7 +196,13 @@ impl Home {
 
     /// Takes the home's lock; released when the file is dropped or the process dies.
     fn lock(&self) -> Result<File> {
-        let path = self.path(LOCK_FILE);
+        self.lock_file(LOCK_FILE)
+    }
+
+    /// Takes an exclusive `flock` on the file `name` in the home (created `0600` if missing);
+    /// released when the returned file is dropped or the process dies.
+    pub fn lock_file(&self, name: &str) -> Result<File> {
+        let path = self.path(name);
         let file = open_lock_file(&path)?;
         rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
             .with_context(|| format!("could not lock {}", path.display()))?;

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
-use voxa::dial::{ClientSocket, DialOptions};
+use voxa::net::dial::{ClientSocket, DialOptions};
 
 use crate::child::{say_hello, start_agent, Agent};
 use crate::report::{percentiles, Report};
@@ -27,14 +27,14 @@ pub(crate) fn rss_kib(pid: u32) -> u64 {
 
 async fn local_client(agent: &Agent) -> ClientSocket {
     let mut socket =
-        voxa::dial::connect(&format!("ws://127.0.0.1:{}/", agent.port), &DialOptions::default()).await.unwrap();
+        voxa::net::dial::connect(&format!("ws://127.0.0.1:{}/", agent.port), &DialOptions::default()).await.unwrap();
     say_hello(&mut socket, &agent.token).await;
     socket
 }
 
 async fn phone(relay: std::net::SocketAddr, agent: &Agent) -> ClientSocket {
     let url = format!("ws://{relay}/ws?code={}", agent.code);
-    let mut socket = voxa::dial::connect(&url, &DialOptions::default()).await.unwrap();
+    let mut socket = voxa::net::dial::connect(&url, &DialOptions::default()).await.unwrap();
     say_hello(&mut socket, &agent.token).await;
     socket
 }
@@ -154,7 +154,7 @@ pub fn run(report: &mut Report, measuring: bool) {
             let restarted = Instant::now();
             relay = start_relay(listener).await;
             let url = format!("ws://{relay_addr}/ws?code={}", agent.code);
-            let mut socket = voxa::dial::connect(&url, &DialOptions::default()).await.unwrap();
+            let mut socket = voxa::net::dial::connect(&url, &DialOptions::default()).await.unwrap();
             wait_for(&mut socket, |v| v["type"] == "__peer" && v["state"] == "joined").await;
             reconnects.push(restarted.elapsed().as_secs_f64() * 1000.0);
             // Let the connection prove healthy so the next restart starts from a reset backoff.

@@ -66,9 +66,9 @@ pub fn start_agent(global: &[&str], run_args: &[&str], env: &[(&str, &str)], wai
 }
 
 /// The session start of every client: answers the agent's challenge, checks its proof.
-pub async fn say_hello(socket: &mut voxa::dial::ClientSocket, token: &str) {
+pub async fn say_hello(socket: &mut voxa::net::dial::ClientSocket, token: &str) {
     let token = voxa::secret::Secret::from_string(token.to_owned());
-    tokio::time::timeout(std::time::Duration::from_secs(30), voxa::client::hello(socket, &token, "voxa-bench/1"))
+    tokio::time::timeout(std::time::Duration::from_secs(30), voxa::net::client::hello(socket, &token, "voxa-bench/1"))
         .await
         .expect("hello_ok in time")
         .expect("the agent accepts the hello and proves itself");

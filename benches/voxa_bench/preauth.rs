@@ -9,7 +9,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
-use voxa::dial::DialOptions;
+use voxa::net::dial::DialOptions;
 
 use crate::agent::rss_kib;
 use crate::child::{say_hello, start_agent, Agent};
@@ -75,7 +75,7 @@ async fn huge_first_frame(port: u16, len: usize) -> usize {
 async fn owner_call(agent: &Agent) -> f64 {
     let started = Instant::now();
     let url = format!("ws://127.0.0.1:{}/", agent.port);
-    let mut socket = voxa::dial::connect(&url, &DialOptions::default()).await.unwrap();
+    let mut socket = voxa::net::dial::connect(&url, &DialOptions::default()).await.unwrap();
     say_hello(&mut socket, &agent.token).await;
     let call = json!({"type":"tool_call","id":"owner","name":"list_dir"});
     socket.send(Message::text(call.to_string())).await.unwrap();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
-use voxa::dial::{ClientSocket, DialOptions};
+use voxa::net::dial::{ClientSocket, DialOptions};
 
 #[path = "../../tests/it/fake_gemini.rs"]
 pub(crate) mod fake_gemini;
@@ -90,7 +90,7 @@ fn latencies(sent: &[Option<Instant>], arrived: &[(u64, Instant)]) -> Vec<f64> {
 async fn direct_baseline(fake: &mut FakeGemini, frames: usize) -> Vec<f64> {
     let headers = vec![("x-goog-api-key".to_owned(), voxa::secret::Secret::from_string(KEY.into()))];
     let options = DialOptions { headers, ..Default::default() };
-    let mut socket = voxa::dial::connect(&fake.url(), &options).await.unwrap();
+    let mut socket = voxa::net::dial::connect(&fake.url(), &options).await.unwrap();
     let setup = json!({"setup":{"model":"models/bench"}});
     socket.send(Message::text(setup.to_string())).await.unwrap();
     let (conn, _) = fake.expect_setup().await;
@@ -141,8 +141,9 @@ pub fn run(report: &mut Report, measuring: bool) {
         .unwrap();
         let pid = agent.child.id();
 
-        let mut phone =
-            voxa::dial::connect(&format!("ws://127.0.0.1:{}/", agent.port), &DialOptions::default()).await.unwrap();
+        let mut phone = voxa::net::dial::connect(&format!("ws://127.0.0.1:{}/", agent.port), &DialOptions::default())
+            .await
+            .unwrap();
         say_hello(&mut phone, &agent.token).await;
         phone.send(Message::text(json!({"type":"call_start"}).to_string())).await.unwrap();
         let (conn, _) = fake.expect_setup().await;

@@ -24,7 +24,7 @@ const SMOKE_CALL: Duration = Duration::from_secs(2);
 const BARGE_INS: usize = 5;
 
 pub fn run(report: &mut Report, samples: usize) {
-    let weight = voxa::web::page_weight();
+    let weight = voxa::net::web::page_weight();
     report.add(
         AREA,
         "page weight (every file, uncompressed)",

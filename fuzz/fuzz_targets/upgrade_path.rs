@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use libfuzzer_sys::fuzz_target;
 use tokio::io::{AsyncRead, ReadBuf};
-use voxa::http::{self, HeadError, RequestHead};
+use voxa::net::http::{self, HeadError, RequestHead};
 
 struct Chunked<'a> {
     data: &'a [u8],

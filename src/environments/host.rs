@@ -1,4 +1,4 @@
-//! The host side (SPEC §8): calls that name an environment go over one pooled, verified session
+//! The host side (docs/PROTOCOL.md, "Environments"): calls that name an environment go over one pooled, verified session
 //! per environment — the host joins the pairing's relay code as the phone side, sends the host
 //! hello with its bearer and a fresh nonce, and checks the environment's signature against the
 //! envKey before anything else is sent. Also the `fleet` tool.
@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, SinkExt, StreamExt};
@@ -20,12 +20,15 @@ use tracing::{debug, info_span, warn, Instrument};
 
 use super::identity::verify_nonce;
 use super::store::{self, EnvEntry};
-use crate::agent::sleep_until;
+use super::EnvRouter;
 use crate::config::RelayUrl;
-use crate::dial::{self, ClientSocket, DialOptions};
-use crate::protocol::{self, AgentMessage, ErrorCode, PeerNotice, PeerRole, PeerState, ToolCall, ToolError};
+use crate::net::dial::{self, ClientSocket, DialOptions};
+use crate::net::liveness::{sleep_until, Heartbeat, Liveness, Pulse};
+use crate::protocol::{
+    self, AgentMessage, BearerFrame, ClientMessage, ErrorCode, Hello, PeerNotice, PeerRole, PeerState, ToolCall,
+    ToolError, HOST_ROLE,
+};
 use crate::secret::Secret;
-use crate::session::EnvRouter;
 use crate::state::Home;
 use crate::tools::{ToolRequest, Toolbox};
 
@@ -35,8 +38,6 @@ pub const ENV_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const ENV_JOIN_TIMEOUT: Duration = Duration::from_secs(4);
 /// Time the environment has to answer the host's hello.
 pub const ENV_HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Time a cancelled call waits for the environment's own `cancelled` result.
-pub const CANCEL_GRACE: Duration = Duration::from_secs(5);
 /// A call is written at once only on a session that has calls in flight and was heard from this
 /// recently; otherwise one `status` round trip goes first, so a notice that the environment left,
 /// already on its way, is read before the call is sent, and the call goes on a fresh session
@@ -63,7 +64,7 @@ pub struct HostOptions {
     pub shutdown: CancellationToken,
 }
 
-/// Routes calls to environments and answers `fleet` (the host side of SPEC §8).
+/// Routes calls to environments and answers `fleet` (the host side of docs/PROTOCOL.md, "Environments").
 #[derive(Clone)]
 pub struct HostRouter {
     inner: Arc<Inner>,
@@ -269,7 +270,7 @@ impl Inner {
                 delivery = &mut answer => delivery,
                 _ = cancel.cancelled() => {
                     let _ = commands.send(LinkCommand::Cancel { id }).await;
-                    return match tokio::time::timeout(CANCEL_GRACE, answer).await {
+                    return match tokio::time::timeout(protocol::CANCEL_GRACE, answer).await {
                         Ok(Ok(Delivery::Done(outcome))) => outcome,
                         _ => Err(refusal(ErrorCode::Cancelled, "cancelled")),
                     };
@@ -496,15 +497,15 @@ async fn hello_on(mut socket: ClientSocket, target: &Target) -> Result<(ClientSo
     // The order is the contract: our nonce, the environment's signature over it, and only then
     // the bearer. An impostor holding the pairing's code learns no bearer.
     let nonce = protocol::new_nonce().map_err(|err| refusal(ErrorCode::Internal, format!("{err:#}")))?;
-    let hello = json!({
-        "type": "hello",
-        "protocol": protocol::PROTOCOL_VERSION,
-        "role": "host",
-        "envKey": target.env_key,
-        "nonce": nonce,
-        "client": crate::agent_name(),
+    let hello = ClientMessage::Hello(Hello {
+        protocol: Some(protocol::PROTOCOL_VERSION),
+        role: Some(HOST_ROLE.to_owned()),
+        env_key: Some(target.env_key.clone()),
+        nonce: Some(nonce.clone()),
+        client: Some(crate::agent_name()),
+        ..Default::default()
     });
-    let proven = match exchange(&mut socket, hello.to_string()).await {
+    let proven = match exchange(&mut socket, hello).await {
         Ok(AgentMessage::Identity { env_key, signature }) => {
             env_key == target.env_key && verify_nonce(&target.env_key, &nonce, &signature)
         }
@@ -521,8 +522,8 @@ async fn hello_on(mut socket: ClientSocket, target: &Target) -> Result<(ClientSo
             "the machine answering this pairing could not prove it holds the environment's key; nothing was sent to it",
         ));
     }
-    let bearer = json!({"type": "bearer", "bearer": target.bearer.expose()});
-    match exchange(&mut socket, bearer.to_string()).await {
+    let bearer = ClientMessage::Bearer(BearerFrame { bearer: target.bearer.expose().to_owned() });
+    match exchange(&mut socket, bearer).await {
         Ok(AgentMessage::HelloOk(ok)) => Ok((socket, ok.tools)),
         Ok(_) => {
             let _ = socket.close(None).await;
@@ -537,8 +538,8 @@ async fn hello_on(mut socket: ClientSocket, target: &Target) -> Result<(ClientSo
 
 /// Sends one handshake frame and returns the environment's answer: its `identity`, its
 /// `hello_ok`, or the refusal it sent, within [`ENV_HELLO_TIMEOUT`].
-async fn exchange(socket: &mut ClientSocket, frame: String) -> Result<AgentMessage, ToolError> {
-    if socket.send(Message::text(frame)).await.is_err() {
+async fn exchange(socket: &mut ClientSocket, frame: ClientMessage) -> Result<AgentMessage, ToolError> {
+    if socket.send(Message::text(frame.to_json())).await.is_err() {
         return Err(unreachable("the relay connection failed during the hello"));
     }
     tokio::time::timeout(ENV_HELLO_TIMEOUT, async {
@@ -610,7 +611,7 @@ struct LinkActor {
     queued: Vec<Queued>,
     /// Set while a `status` check is outstanding.
     check_deadline: Option<tokio::time::Instant>,
-    last_heard: Instant,
+    liveness: Liveness,
 }
 
 enum Step {
@@ -628,14 +629,12 @@ impl LinkActor {
             pending: HashMap::new(),
             queued: Vec::new(),
             check_deadline: None,
-            last_heard: Instant::now(),
+            liveness: Liveness::new(Heartbeat::PROTOCOL),
         }
     }
 
     async fn run(mut self, socket: ClientSocket, mut commands: mpsc::Receiver<LinkCommand>) {
         let (mut sink, mut stream) = socket.split();
-        let mut ticker = tokio::time::interval(protocol::PING_INTERVAL);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let end = 'session: loop {
             let check_deadline = self.check_deadline;
             tokio::select! {
@@ -643,7 +642,7 @@ impl LinkActor {
                 biased;
                 _ = self.alive.cancelled() => break unreachable("the session with the environment was closed"),
                 frame = stream.next() => {
-                    self.last_heard = Instant::now();
+                    self.liveness.heard();
                     let step = match frame {
                         Some(Ok(Message::Text(text))) => self.on_text(&text).await,
                         Some(Ok(Message::Close(_))) | None => Step::End(unreachable("the relay closed the connection")),
@@ -671,12 +670,10 @@ impl LinkActor {
                         }
                     }
                 }
-                _ = ticker.tick() => {
-                    if self.last_heard.elapsed() >= protocol::IDLE_TIMEOUT {
-                        break unreachable("the environment stopped answering");
-                    }
-                    let _ = sink.send(Message::Ping(Default::default())).await;
-                }
+                pulse = self.liveness.tick() => match pulse {
+                    Pulse::Silent(_) => break unreachable("the environment stopped answering"),
+                    Pulse::Ping => { let _ = sink.send(Message::Ping(Default::default())).await; }
+                },
             }
         };
         self.alive.cancel();
@@ -705,8 +702,8 @@ impl LinkActor {
                     let _ = reply.send(Delivery::Done(Err(busy)));
                     return None;
                 }
-                let frame =
-                    Message::text(json!({"type": "tool_call", "id": id, "name": name, "args": args}).to_string());
+                let call = ToolCall { id: id.clone(), name, args, env: None };
+                let frame = Message::text(ClientMessage::ToolCall(call).to_json());
                 let pending = Pending { progress, reply };
                 if self.check_deadline.is_some() {
                     self.queued.push(Queued { id, frame, pending });
@@ -714,13 +711,13 @@ impl LinkActor {
                 }
                 // Writing on a session the environment may just have left would lose the call, so an
                 // idle session is checked first; only a busy, recently heard one is trusted as is.
-                if !self.pending.is_empty() && self.last_heard.elapsed() < LINK_FRESH {
+                if !self.pending.is_empty() && self.liveness.heard_within(LINK_FRESH) {
                     self.pending.insert(id, pending);
                     return Some(frame);
                 }
                 self.queued.push(Queued { id, frame, pending });
                 self.check_deadline = Some(tokio::time::Instant::now() + LINK_CHECK_TIMEOUT);
-                Some(Message::text(json!({"type": "status"}).to_string()))
+                Some(Message::text(ClientMessage::Status.to_json()))
             }
             LinkCommand::Cancel { id } => {
                 if let Some(index) = self.queued.iter().position(|q| q.id == id) {
@@ -729,7 +726,7 @@ impl LinkActor {
                     let _ = queued.pending.reply.send(Delivery::Done(Err(cancelled)));
                     return None;
                 }
-                self.pending.contains_key(&id).then(|| Message::text(json!({"type": "cancel", "id": id}).to_string()))
+                self.pending.contains_key(&id).then(|| Message::text(ClientMessage::Cancel { id }.to_json()))
             }
         }
     }

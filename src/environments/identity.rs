@@ -1,4 +1,4 @@
-//! The self-issued Ed25519 identity of a voxa home (SPEC §8): `identity.key` holds the 32-byte
+//! The self-issued Ed25519 identity of a voxa home (docs/PROTOCOL.md, "Environments"): `identity.key` holds the 32-byte
 //! seed as hex (0600); the public key in hex is the home's **envKey**.
 
 use std::fs;

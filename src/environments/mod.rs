@@ -1,10 +1,9 @@
-//! Multi-environment pairing (SPEC §8): one phone, several machines. The host keeps every remote
+//! Multi-environment pairing (docs/PROTOCOL.md, "Environments"): one phone, several machines. The host keeps every remote
 //! credential; the phone only names an environment in `tool_call.env`.
 //!
 //! - [`identity`]: this home's Ed25519 key; its public half in hex is the envKey.
 //! - [`line`]: the pasteable pairing line.
 //! - [`store`]: `environments.json`, `.pairings.json`, `.host-token`.
-//! - [`env_side`]: an environment dials each live pairing's relay code and admits hosts.
 //! - [`host`]: a host routes calls over pooled, verified sessions and answers `fleet`.
 //!
 //! Pairing actions (issue, add, revoke, remove) present the host token: the CLI reads it from
@@ -12,35 +11,65 @@
 //! a socket (the `fleet` tool's `remove`/`revoke`) must carry it or are refused
 //! `host-token-required`. The running agent learns about CLI actions from the files themselves.
 
-pub mod env_side;
 pub mod host;
 pub mod identity;
 pub mod line;
 pub mod store;
 
-use std::fmt::Write as _;
-
 use anyhow::Result;
-use futures_util::{SinkExt, StreamExt};
 use rand::TryRngCore;
-use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::Message;
+use serde_json::Value;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-pub use env_side::{spawn_environment_side, EnvSideOptions, PairingGate};
 pub use host::{HostOptions, HostRouter};
 pub use identity::Identity;
 pub use line::PairingLine;
 
-use crate::cli::{EnvCommand, Settings};
 use crate::config::RelayUrl;
-use crate::dial::DialOptions;
-use crate::error::{ConfigError, Exit, Refused};
-use crate::protocol::{AgentMessage, ErrorCode, ToolError};
+use crate::error::{ConfigError, Refused};
+use crate::net::dial::DialOptions;
+use crate::protocol::{ErrorCode, ToolCall, ToolError};
 use crate::secret::{is_lower_hex, Secret};
 use crate::state::Home;
 use store::{IssuedPairing, OutboundPairing, RevokedBearer, SELF_NAME};
+
+/// Routes calls that name another environment (docs/PROTOCOL.md, "Environments"). Implemented by the host side of
+/// multi-environment pairing.
+pub trait EnvRouter: Send + Sync {
+    /// Runs `call` on the environment `env`, streaming progress; the result carries `env`.
+    fn route(
+        &self,
+        env: String,
+        call: ToolCall,
+        progress: mpsc::Sender<String>,
+        cancel: CancellationToken,
+    ) -> futures_util::future::BoxFuture<'static, Result<Value, ToolError>>;
+
+    /// Extra tools this router offers (e.g. `fleet`), answered by [`EnvRouter::local_tool`].
+    fn tool_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// True when `env` names this machine itself (its own envKey or name).
+    fn is_local(&self, _env: &str) -> bool {
+        false
+    }
+
+    /// Gemini function declarations of [`EnvRouter::tool_names`].
+    fn gemini_declarations(&self) -> Vec<Value> {
+        Vec::new()
+    }
+
+    /// Runs one of [`EnvRouter::tool_names`] locally; `None` when the name is not the router's.
+    fn local_tool(
+        &self,
+        _name: &str,
+        _args: &Value,
+    ) -> Option<futures_util::future::BoxFuture<'static, Result<Value, ToolError>>> {
+        None
+    }
+}
 
 /// Longest environment name.
 pub const MAX_NAME_LEN: usize = 40;
@@ -320,176 +349,10 @@ pub(crate) fn tool_error_of(err: &anyhow::Error) -> ToolError {
     ToolError::new(ErrorCode::Internal, format!("{err:#}"))
 }
 
-/// `voxa env …`.
-pub async fn command(settings: &Settings, command: EnvCommand) -> Result<Exit> {
-    let home = &settings.home;
-    let printer = settings.printer;
-    match command {
-        EnvCommand::Issue => {
-            home.ensure()?;
-            let relay = settings.relay(&home.load_config()?)?;
-            let token = store::load_or_create_host_token(home)?;
-            let issued = issue(home, &relay, token.expose())?;
-            let line = issued.line.encode();
-            let value = json!({
-                "line": line,
-                "pairing": issued.pairing,
-                "envKey": issued.line.env_key,
-                "relay": relay.as_str(),
-                "code": issued.line.code.expose(),
-                "bearer": issued.line.bearer.expose(),
-            });
-            let mut human = String::new();
-            let _ = writeln!(human, "Pairing {} issued. On the host, run:\n", issued.pairing);
-            let _ = writeln!(human, "  voxa env add '{line}' --name NAME\n");
-            let _ = writeln!(human, "The line holds a credential to drive this machine: paste it only on the host.");
-            if home.running_agent()?.is_none() {
-                let _ = writeln!(human, "Keep `voxa run` running here so the host can reach this machine.");
-            }
-            let _ = writeln!(human, "Revoke it any time with: voxa env revoke {}", issued.pairing);
-            printer.result(&value, human)?;
-        }
-        EnvCommand::Add { line, name } => {
-            let token = store::load_or_create_host_token(home)?;
-            let added = add(home, &line, name.as_deref(), token.expose())?;
-            let value =
-                json!({"envKey": added.env_key, "name": added.name, "relay": added.relay, "replaced": added.replaced});
-            let verb = if added.replaced { "paired again with" } else { "added" };
-            let human = format!(
-                "{verb} environment {} ({}…) via {}\nCall it from the phone with \"env\":\"{}\", or: voxa call --env {} TOOL …\n",
-                added.name,
-                &added.env_key[..16],
-                added.relay,
-                added.name,
-                added.name
-            );
-            printer.result(&value, human)?;
-        }
-        EnvCommand::List => list(settings).await?,
-        EnvCommand::Revoke { target } => {
-            let token = store::load_or_create_host_token(home)?;
-            let revoked = revoke(home, &target, token.expose(), "cli")?;
-            let value = json!({"revoked": revoked.pairings, "alreadyRevoked": revoked.already});
-            let human = if revoked.already {
-                "already revoked; nothing changed\n".to_owned()
-            } else {
-                format!(
-                    "revoked {}; a running agent closes their sessions and stops dialing them\n",
-                    revoked.pairings.join(", ")
-                )
-            };
-            printer.result(&value, human)?;
-        }
-        EnvCommand::Remove { target } => {
-            let token = store::load_or_create_host_token(home)?;
-            let removed = remove(home, &target, token.expose())?;
-            let value = json!({"removed": {"envKey": removed.env_key, "name": removed.name}});
-            printer.result(&value, format!("removed environment {} ({}…)\n", removed.name, &removed.env_key[..16]))?;
-        }
-    }
-    Ok(Exit::Ok)
-}
-
-/// `voxa env list`: known environments with their reachability, and the pairings this machine
-/// issued. A running agent answers through its `fleet` tool (its pooled sessions stay up);
-/// otherwise each environment is probed from here.
-async fn list(settings: &Settings) -> Result<()> {
-    let home = &settings.home;
-    home.check()?;
-    let own_key = Identity::load(home)?.map(|identity| identity.env_key());
-    let pairings = store::load_pairings(home)?;
-    let fleet = match fleet_from_running_agent(home).await {
-        Some(fleet) => fleet,
-        None => probe_here(home).await?,
-    };
-    let environments = fleet.get("environments").cloned().unwrap_or_else(|| json!([]));
-    let mut issued: Vec<Value> = pairings
-        .issued
-        .iter()
-        .flat_map(|(key, list)| list.iter().map(move |p| (key, p)))
-        .map(|(key, p)| {
-            let state = if Some(key) == own_key.as_ref() { "live" } else { "bound to a previous identity" };
-            json!({"pairing": p.id, "envKey": key, "relay": p.relay, "issuedAt": p.issued_at, "state": state})
-        })
-        .collect();
-    issued.extend(pairings.revoked_bearers.iter().flat_map(|(key, list)| {
-        list.iter().filter_map(move |r| {
-            let id = r.id.as_ref()?;
-            Some(json!({"pairing": id, "envKey": key, "revokedAt": r.revoked_at, "state": "revoked"}))
-        })
-    }));
-    let value = json!({"envKey": own_key, "environments": environments, "issued": issued});
-    let mut human = String::new();
-    let rows = environments.as_array().cloned().unwrap_or_default();
-    if rows.is_empty() {
-        let _ = writeln!(
-            human,
-            "No environments yet. On another machine run `voxa env issue`, then `voxa env add LINE` here."
-        );
-    }
-    for row in &rows {
-        let text = |k: &str| row.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
-        let key = text("envKey");
-        let _ =
-            writeln!(human, "{:<20} {:<18} {}", text("name"), format!("{}…", &key[..key.len().min(16)]), text("state"));
-    }
-    if !issued.is_empty() {
-        let _ = writeln!(human, "\nPairings issued by this machine:");
-        for row in &issued {
-            let text = |k: &str| row.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
-            let _ = writeln!(human, "{:<12} {:<8} {}", text("pairing"), text("state"), text("relay"));
-        }
-    }
-    settings.printer.result(&value, human)?;
-    Ok(())
-}
-
-async fn fleet_from_running_agent(home: &Home) -> Option<Value> {
-    home.running_agent().ok()??;
-    let (mut socket, _) = crate::call::connect_local(home).await.ok()?;
-    let frame = json!({"type": "tool_call", "id": "env-list", "name": host::FLEET_TOOL, "args": {"probe": true}});
-    socket.send(Message::text(frame.to_string())).await.ok()?;
-    let wait = async {
-        while let Some(Ok(frame)) = socket.next().await {
-            let Message::Text(text) = frame else { continue };
-            if let Ok(AgentMessage::ToolResult(result)) = serde_json::from_str::<AgentMessage>(&text) {
-                if result.id == "env-list" {
-                    return result.result;
-                }
-            }
-        }
-        None
-    };
-    let result = tokio::time::timeout(host::PROBE_TIMEOUT * 2, wait).await.ok()?;
-    let _ = socket.close(None).await;
-    result
-}
-
-async fn probe_here(home: &Home) -> Result<Value> {
-    let mut dial = DialOptions::default().with_proxy_from_env()?;
-    let own_relay = home.load_config()?.relay.and_then(|r| RelayUrl::parse(&r).ok());
-    dial.bearer = std::env::var("VOXA_RELAY_TOKEN").ok().filter(|t| !t.is_empty()).map(Secret::from_string);
-    let tasks = TaskTracker::new();
-    let shutdown = CancellationToken::new();
-    let router = HostRouter::new(HostOptions {
-        home: home.clone(),
-        dial,
-        relay: own_relay,
-        toolbox: None,
-        tasks: tasks.clone(),
-        shutdown: shutdown.clone(),
-    });
-    let fleet = router.fleet_list(true).await;
-    shutdown.cancel();
-    tasks.close();
-    tasks.wait().await;
-    fleet.map_err(|error| anyhow::anyhow!("{}", error.message))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::exit_for;
+    use crate::error::{exit_for, Exit};
     use std::os::unix::fs::PermissionsExt;
 
     fn homes() -> (tempfile::TempDir, Home, Home) {

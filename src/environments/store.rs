@@ -1,4 +1,4 @@
-//! The files of multi-environment pairing (SPEC §3, §8), all 0600 and replaced atomically:
+//! The files of multi-environment pairing (docs/PROTOCOL.md, "Environments"), all 0600 and replaced atomically:
 //!
 //! - `environments.json`: the registry — every environment this home knows, its own included
 //!   (envKey, name, relay, when it was added). Nothing secret.
@@ -12,9 +12,8 @@
 //! `.pairings.lock`, so a CLI command and a running agent never lose each other's changes.
 
 use std::collections::BTreeMap;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::ErrorKind;
-use std::os::unix::fs::OpenOptionsExt;
 use std::time::SystemTime;
 
 use anyhow::{Context, Result};
@@ -205,16 +204,7 @@ pub fn load_pairings(home: &Home) -> Result<Pairings> {
 /// Runs `change` on both files under the pairing lock and writes back what it changed.
 pub fn update<T>(home: &Home, change: impl FnOnce(&mut Registry, &mut Pairings) -> Result<T>) -> Result<T> {
     home.ensure()?;
-    let lock_path = home.path(LOCK_FILE);
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .open(&lock_path)
-        .with_context(|| format!("could not open {}", lock_path.display()))?;
-    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-        .with_context(|| format!("could not lock {}", lock_path.display()))?;
+    let lock = home.lock_file(LOCK_FILE)?;
     let mut registry = load_registry(home)?;
     let mut pairings = load_pairings(home)?;
     let (registry_before, pairings_before) = (json_of(&registry)?, json_of(&pairings)?);

@@ -13,7 +13,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tracing::{debug, Instrument};
 
 use super::{wire, CallErrorCode, CallFailure, GeminiConfig};
-use crate::dial::{self, ClientSocket, DialOptions, HttpRefusal};
+use crate::net::dial::{self, ClientSocket, DialOptions, HttpRefusal};
 use crate::secret::Secret;
 
 /// Time Gemini has to answer `setup` with `setupComplete`.

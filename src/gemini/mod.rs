@@ -1,9 +1,8 @@
-//! Self-hosted voice (see docs/PROTOCOL.md and README "Self-hosted mode"): the laptop holds the
-//! Gemini Live session and bridges it to the phone. One actor per call owns the Gemini
-//! connection, the running tool calls and the resumption handle; it ends on `call_end`, when the
-//! phone's session goes, or on a failure it cannot resume from. The bridge needs only a
-//! [`ToolHost`] (declare and run tools) and the phone's frame queue, so whoever holds the phone's
-//! socket can host a call.
+//! Self-hosted voice (docs/PROTOCOL.md, "Voice"): the laptop holds the Gemini Live session and
+//! bridges it to the phone. One actor per call owns the Gemini connection, the running tool calls
+//! and the resumption handle; it ends on `call_end`, when the phone's session goes, or on a
+//! failure it cannot resume from. The bridge needs only [`VoiceTools`] (declare and run tools)
+//! and the phone's frame queue, so whoever holds the phone's socket can host a call.
 //!
 //! Session handling follows what the service does rather than its schema: transcripts are final
 //! at `turnComplete`, `interrupted` or `generationComplete` (the `finished` flag never comes);
@@ -34,16 +33,33 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use self::link::Link;
-use self::wire::{FunctionCall, ServerEvent, Speaker, Usage};
-use crate::agent::Heartbeat;
-use crate::dial::DialOptions;
-use crate::protocol::{self, AgentMessage, ErrorCode, ToolError};
+use self::wire::{FunctionCall, ServerEvent, Usage};
+use crate::net::dial::DialOptions;
+use crate::net::liveness::{Heartbeat, Liveness, Pulse};
+pub use crate::protocol::CallErrorCode;
+use crate::protocol::{self, AgentMessage, ErrorCode, ToolActivityState, ToolCall, ToolError, TranscriptRole};
 use crate::secret::Secret;
-use crate::session;
 use crate::tools::ToolOutput;
+
+/// Public Gemini Live endpoint; `VOXA_GEMINI_URL` overrides it.
+pub const GEMINI_LIVE_URL: &str =
+    "wss://generativelanguage.googleapis.com/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent";
+
+/// Name of the argument that routes a Gemini function call to another environment.
+pub const ENV_ARG: &str = "env";
+
+/// What the voice bridge needs from the agent: the tools to declare to Gemini and a way to run
+/// one of Gemini's function calls.
+pub trait VoiceTools: Send + Sync {
+    /// Gemini function declarations of every tool the caller may use.
+    fn declarations(&self) -> Value;
+    /// Runs one call wherever it belongs (this machine or an environment).
+    fn run(&self, call: ToolCall, cancel: CancellationToken) -> BoxFuture<'static, Result<ToolOutput, ToolError>>;
+}
 
 /// Microphone chunks queued from the phone before new ones are dropped (about 1 s of 20 ms chunks).
 pub const INPUT_QUEUE: usize = 50;
@@ -57,8 +73,6 @@ pub const MAX_AUDIO_CHUNK: usize = 64 << 10;
 pub const MAX_SAY_LEN: usize = 16 << 10;
 /// Connection attempts when resuming after `goAway` or a lost connection.
 pub const RESUME_ATTEMPTS: u32 = 3;
-/// Time a cancelled tool gets to finish on its own before it is dropped.
-pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
 /// Longest wait for room on the Gemini link before a message is dropped as stalled.
 pub const GEMINI_SEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pings on a quiet Gemini socket. The service answers pings 8 to 30 s late, so the link counts
@@ -99,18 +113,6 @@ pub enum VoiceInput {
     AudioEnd,
 }
 
-/// What a call needs from whoever hosts it: the tools to declare and a way to run them.
-pub trait ToolHost: Send + Sync + 'static {
-    /// Gemini `functionDeclarations` (a JSON array) for the tools this host runs.
-    fn declarations(&self) -> Value;
-    /// Runs one of Gemini's function calls; `cancel` asks it to stop.
-    fn run(
-        &self,
-        call: protocol::ToolCall,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'static, Result<ToolOutput, ToolError>>;
-}
-
 /// A running voice call; dropping it ends the call.
 pub struct VoiceCall {
     /// Microphone audio and typed text for Gemini (bounded: [`INPUT_QUEUE`]).
@@ -126,46 +128,9 @@ impl VoiceCall {
     }
 }
 
-/// Stable `call_error` codes of self-hosted calls (the phone branches on them):
-///
-/// | code | cause |
-/// |---|---|
-/// | `bad-key` | Gemini refused the API key (close 1007 naming the key, HTTP 401/403 at upgrade) |
-/// | `gemini-refused` | Gemini refused a request (close 1007, other HTTP 4xx at upgrade) |
-/// | `gemini-not-found` | model or session not found, or refused by policy (close 1008, HTTP 404) |
-/// | `gemini-unavailable` | quota exhausted or internal error (close 1011/1013/1014, HTTP 429/5xx) |
-/// | `gemini-unreachable` | no connection, TLS failure, or no `setupComplete` in time |
-/// | `gemini-closed` | the connection ended otherwise and could not be resumed |
-///
-/// A failure before `call_started` sends only `call_error`; one during the call sends
-/// `call_error` and then `call_ended`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CallErrorCode {
-    BadKey,
-    GeminiRefused,
-    GeminiNotFound,
-    GeminiUnavailable,
-    GeminiUnreachable,
-    GeminiClosed,
-}
-
-impl CallErrorCode {
-    /// The code as it appears in `call_error`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CallErrorCode::BadKey => "bad-key",
-            CallErrorCode::GeminiRefused => "gemini-refused",
-            CallErrorCode::GeminiNotFound => "gemini-not-found",
-            CallErrorCode::GeminiUnavailable => "gemini-unavailable",
-            CallErrorCode::GeminiUnreachable => "gemini-unreachable",
-            CallErrorCode::GeminiClosed => "gemini-closed",
-        }
-    }
-
-    /// Failures of the transport, worth another attempt when resuming.
-    fn is_transient(self) -> bool {
-        matches!(self, CallErrorCode::GeminiUnreachable | CallErrorCode::GeminiClosed)
-    }
+/// Failures of the transport, worth another attempt when resuming.
+fn is_transient(code: CallErrorCode) -> bool {
+    matches!(code, CallErrorCode::GeminiUnreachable | CallErrorCode::GeminiClosed)
 }
 
 /// Why a call could not start or go on: a stable code and a sentence without the key.
@@ -190,7 +155,7 @@ impl CallFailure {
     }
 
     fn to_message(&self) -> AgentMessage {
-        AgentMessage::CallError { code: self.code.as_str().to_owned(), message: self.message.clone() }
+        AgentMessage::CallError { code: self.code, message: self.message.clone() }
     }
 }
 
@@ -206,24 +171,31 @@ fn scrub(text: &str, key: &Secret) -> String {
 
 /// Starts a call: opens the Gemini session and bridges it to `phone` until `end` is cancelled.
 /// The phone gets `call_started` once Gemini answered `setup`, or `call_error`.
-pub fn start(config: Arc<GeminiConfig>, host: Arc<dyn ToolHost>, phone: mpsc::Sender<Message>) -> VoiceCall {
+/// The bridge runs on `tasks`, so whoever waits for them waits for the call to end.
+pub fn start(
+    config: Arc<GeminiConfig>,
+    tools: Arc<dyn VoiceTools>,
+    phone: mpsc::Sender<Message>,
+    tasks: &TaskTracker,
+) -> VoiceCall {
     let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
     let end = CancellationToken::new();
     let dial = DialOptions::default().with_proxy_from_env().unwrap_or_else(|err| {
         warn!("ignoring the proxy setting for Gemini Live: {err:#}");
         DialOptions::default()
     });
+    let heartbeat = config.heartbeat;
     let bridge = Bridge {
-        declarations: host.declarations(),
+        declarations: tools.declarations(),
         config,
         dial,
-        host,
+        voice_tools: tools,
         phone,
         end: end.clone(),
         handle: None,
         going_away: None,
         context_lost: false,
-        last_heard: tokio::time::Instant::now(),
+        liveness: Liveness::new(heartbeat),
         generation: 0,
         started: None,
         gap: VecDeque::new(),
@@ -236,7 +208,7 @@ pub fn start(config: Arc<GeminiConfig>, host: Arc<dyn ToolHost>, phone: mpsc::Se
         usage: Usage::default(),
         dropped_audio: 0,
     };
-    tokio::spawn(bridge.run(input_rx).instrument(info_span!("voice_call")));
+    tasks.spawn(bridge.run(input_rx).instrument(info_span!("voice_call")));
     VoiceCall { input, end }
 }
 
@@ -324,7 +296,7 @@ struct Bridge {
     config: Arc<GeminiConfig>,
     dial: DialOptions,
     declarations: Value,
-    host: Arc<dyn ToolHost>,
+    voice_tools: Arc<dyn VoiceTools>,
     phone: mpsc::Sender<Message>,
     end: CancellationToken,
     /// Newest resumable session handle.
@@ -333,8 +305,8 @@ struct Bridge {
     going_away: Option<tokio::time::Instant>,
     /// The next ready connection is a fresh session that must hear its context is gone.
     context_lost: bool,
-    /// Last frame from the ready connection (heartbeat).
-    last_heard: tokio::time::Instant,
+    /// Pings and silence of the ready connection.
+    liveness: Liveness,
     /// Counts connections that became ready.
     generation: u64,
     /// When `call_started` was sent.
@@ -356,19 +328,16 @@ struct Bridge {
 impl Bridge {
     async fn run(mut self, mut input: mpsc::Receiver<VoiceInput>) {
         let mut conn = Conn::opening(self.open(None, Duration::ZERO, None), false);
-        let heartbeat = self.config.heartbeat;
-        let mut ticker = tokio::time::interval(heartbeat.ping_every);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ending = loop {
             let deadline = self.going_away.filter(|_| conn.link().is_some());
             tokio::select! {
                 _ = self.end.cancelled() => break Ending::Hangup,
-                _ = ticker.tick() => {
+                pulse = self.liveness.tick() => {
                     if let Conn::Ready(link) = &conn {
-                        if self.last_heard.elapsed() < heartbeat.dead_after {
+                        if let Pulse::Ping = pulse {
                             link.ping();
                         } else {
-                            let silent = format!("Gemini Live stopped answering for {:?}", heartbeat.dead_after);
+                            let silent = format!("Gemini Live stopped answering for {:?}", self.config.heartbeat.dead_after);
                             let failure = CallFailure::new(CallErrorCode::GeminiClosed, silent, &self.config.api_key);
                             if let Err(failure) = self.lost(failure, true, &mut conn) {
                                 break Ending::Failed(failure);
@@ -376,7 +345,7 @@ impl Bridge {
                         }
                     }
                 }
-                _ = crate::agent::sleep_until(deadline) => self.go_away_due(&mut conn),
+                _ = crate::net::liveness::sleep_until(deadline) => self.go_away_due(&mut conn),
                 item = input.recv() => match item {
                     Some(item) => self.on_input(item, conn.link()).await,
                     None => break Ending::Hangup,
@@ -421,7 +390,7 @@ impl Bridge {
     async fn on_ready(&mut self, link: Link) -> Conn {
         self.generation += 1;
         self.going_away = None;
-        self.last_heard = tokio::time::Instant::now();
+        self.liveness.heard();
         if self.started.is_none() {
             self.started = Some(Instant::now());
             info!("voice call started");
@@ -465,7 +434,7 @@ impl Bridge {
                 let attempt = self.open(self.handle.clone(), delay, None);
                 Ok(Conn::Opening { attempt, resuming: true, tries: tries + 1, retried_internal: true })
             }
-            _ if failure.code.is_transient() && tries < RESUME_ATTEMPTS => {
+            _ if is_transient(failure.code) && tries < RESUME_ATTEMPTS => {
                 debug!(code = failure.code.as_str(), tries, "resume attempt failed; trying again");
                 let attempt = self.open(self.handle.clone(), delay, None);
                 Ok(Conn::Opening { attempt, resuming: true, tries: tries + 1, retried_internal })
@@ -518,7 +487,7 @@ impl Bridge {
         if self.gap_texts.len() == GAP_TEXTS {
             self.gap_texts.pop_front();
         }
-        self.gap_texts.push_back(crate::tools::output::prefix(&text, MAX_SAY_LEN).to_owned());
+        self.gap_texts.push_back(crate::text::prefix(&text, MAX_SAY_LEN).to_owned());
     }
 
     async fn on_input(&mut self, item: VoiceInput, link: Option<&Link>) {
@@ -558,7 +527,7 @@ impl Bridge {
                 }
             },
             VoiceInput::Text(text) => {
-                let text = crate::tools::output::prefix(&text, MAX_SAY_LEN).to_owned();
+                let text = crate::text::prefix(&text, MAX_SAY_LEN).to_owned();
                 match link {
                     Some(link) => self.to_gemini(link, wire::text(&text)).await,
                     None => self.hold_text(text),
@@ -574,7 +543,7 @@ impl Bridge {
         conn: &mut Conn,
     ) -> Result<(), CallFailure> {
         let key = &self.config.api_key;
-        self.last_heard = tokio::time::Instant::now();
+        self.liveness.heard();
         let payload = match frame {
             Some(Ok(Message::Binary(data))) => data,
             Some(Ok(Message::Text(text))) => text.into(),
@@ -626,7 +595,7 @@ impl Bridge {
             ServerEvent::SetupComplete => {}
             ServerEvent::Audio(pcm) => {
                 // The model answers: what the user said is complete.
-                self.finish_transcript(Speaker::User).await;
+                self.finish_transcript(TranscriptRole::User).await;
                 let mut frame = Vec::with_capacity(pcm.len() + 1);
                 frame.push(protocol::AUDIO_PREFIX);
                 frame.extend_from_slice(&pcm);
@@ -640,12 +609,12 @@ impl Bridge {
             }
             ServerEvent::Interrupted => {
                 self.to_phone(AgentMessage::Interrupted).await;
-                self.finish_transcript(Speaker::Model).await;
+                self.finish_transcript(TranscriptRole::Model).await;
             }
-            ServerEvent::GenerationComplete => self.finish_transcript(Speaker::Model).await,
+            ServerEvent::GenerationComplete => self.finish_transcript(TranscriptRole::Model).await,
             ServerEvent::TurnComplete { reason } => {
-                self.finish_transcript(Speaker::User).await;
-                self.finish_transcript(Speaker::Model).await;
+                self.finish_transcript(TranscriptRole::User).await;
+                self.finish_transcript(TranscriptRole::Model).await;
                 if let Some(reason) = &reason {
                     info!(reason = %reason.code, "Gemini ended a turn without an answer");
                 }
@@ -653,7 +622,7 @@ impl Bridge {
                 self.to_phone(AgentMessage::TurnComplete { reason, message }).await;
             }
             ServerEvent::ToolCalls(calls) => {
-                self.finish_transcript(Speaker::User).await;
+                self.finish_transcript(TranscriptRole::User).await;
                 for call in calls {
                     self.start_tool(call, conn.link()).await;
                 }
@@ -685,33 +654,31 @@ impl Bridge {
     }
 
     /// A piece of transcript: sent on as a partial, or (`finished`) with the whole utterance.
-    async fn on_transcript(&mut self, speaker: Speaker, text: String, finished: bool) {
-        if speaker == Speaker::Model {
-            self.finish_transcript(Speaker::User).await;
+    async fn on_transcript(&mut self, speaker: TranscriptRole, text: String, finished: bool) {
+        if speaker == TranscriptRole::Model {
+            self.finish_transcript(TranscriptRole::User).await;
         }
         let running = &mut self.transcripts[speaker as usize];
         let room = MAX_TRANSCRIPT_LEN.saturating_sub(running.len());
-        running.push_str(crate::tools::output::prefix(&text, room));
+        running.push_str(crate::text::prefix(&text, room));
         if finished {
             self.finish_transcript(speaker).await;
         } else if !text.is_empty() {
-            let role = speaker.as_str().to_owned();
-            self.to_phone(AgentMessage::Transcript { role, text, is_final: false }).await;
+            self.to_phone(AgentMessage::Transcript { role: speaker, text, is_final: false }).await;
         }
     }
 
     /// Sends the running transcript of `speaker` as final, if there is one.
-    async fn finish_transcript(&mut self, speaker: Speaker) {
+    async fn finish_transcript(&mut self, speaker: TranscriptRole) {
         if let Some(last) = self.take_final(speaker) {
             self.to_phone(last).await;
         }
     }
 
     /// The running transcript of `speaker` as a final frame, if there is one; it starts anew.
-    fn take_final(&mut self, speaker: Speaker) -> Option<AgentMessage> {
+    fn take_final(&mut self, speaker: TranscriptRole) -> Option<AgentMessage> {
         let text = std::mem::take(&mut self.transcripts[speaker as usize]);
-        let role = speaker.as_str().to_owned();
-        (!text.is_empty()).then_some(AgentMessage::Transcript { role, text, is_final: true })
+        (!text.is_empty()).then_some(AgentMessage::Transcript { role: speaker, text, is_final: true })
     }
 
     /// Runs one of Gemini's function calls at once, beside any others.
@@ -733,18 +700,18 @@ impl Bridge {
         self.to_phone(AgentMessage::ToolActivity {
             id: id.clone(),
             name: name.clone(),
-            state: "started".into(),
+            state: ToolActivityState::Started,
             ok: None,
         })
         .await;
-        let call = self.host.run(tool_call(id.clone(), name.clone(), args), cancel.clone());
+        let call = self.voice_tools.run(tool_call(id.clone(), name.clone(), args), cancel.clone());
         let span = info_span!("gemini_tool", %id, tool = %name);
         self.tools.spawn(
             async move {
                 tokio::pin!(call);
                 let outcome = tokio::select! {
                     outcome = &mut call => outcome,
-                    _ = cancel.cancelled() => match tokio::time::timeout(CANCEL_GRACE, &mut call).await {
+                    _ = cancel.cancelled() => match tokio::time::timeout(protocol::CANCEL_GRACE, &mut call).await {
                         Ok(outcome) => outcome,
                         Err(_) => Err(ToolError::new(ErrorCode::Cancelled, "the call was cancelled")),
                     },
@@ -761,13 +728,13 @@ impl Bridge {
     async fn on_tool_done(&mut self, done: ToolDone, conn: &mut Conn) {
         let ToolDone { id, name, outcome } = done;
         if let Ok(ToolOutput { image: Some(shot), .. }) = &outcome {
-            self.to_phone(session::image_frame(&id, shot)).await;
+            self.to_phone(shot.image_frame(&id)).await;
         }
         let ok = outcome.is_ok();
         self.to_phone(AgentMessage::ToolActivity {
             id: id.clone(),
             name: name.clone(),
-            state: "finished".into(),
+            state: ToolActivityState::Finished,
             ok: Some(ok),
         })
         .await;
@@ -785,7 +752,7 @@ impl Bridge {
             Some(link) => {
                 debug!(%id, "tool finished after its Gemini connection was replaced; told as a note");
                 let note = wire::late_outcome(&id, &name, &response);
-                self.to_gemini(link, wire::text(crate::tools::output::prefix(&note, MAX_SAY_LEN))).await;
+                self.to_gemini(link, wire::text(crate::text::prefix(&note, MAX_SAY_LEN))).await;
             }
             None => self.hold_text(wire::late_outcome(&id, &name, &response)),
         }
@@ -804,7 +771,7 @@ impl Bridge {
             debug!(dropped = self.dropped_audio, "microphone chunks dropped during the call");
         }
         // What was said last is final too: nothing more of it will come.
-        for speaker in [Speaker::User, Speaker::Model] {
+        for speaker in [TranscriptRole::User, TranscriptRole::Model] {
             if let Some(last) = self.take_final(speaker) {
                 self.to_phone_now(last).await;
             }
@@ -900,7 +867,7 @@ mod tests {
 
 /// A Gemini function call as a §5 tool call: an `env` argument routes it to another environment.
 fn tool_call(id: String, name: String, mut args: Value) -> protocol::ToolCall {
-    let env = match args.as_object_mut().and_then(|map| map.remove(session::ENV_ARG)) {
+    let env = match args.as_object_mut().and_then(|map| map.remove(ENV_ARG)) {
         Some(Value::String(env)) if !env.is_empty() => Some(env),
         _ => None,
     };

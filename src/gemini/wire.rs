@@ -9,7 +9,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::protocol::ToolError;
+use crate::protocol::{ToolError, TranscriptRole};
 use crate::tools::ToolOutput;
 
 /// MIME type of the microphone audio voxa sends (PCM16LE mono 16 kHz).
@@ -196,23 +196,6 @@ pub fn tool_result(outcome: &Result<ToolOutput, ToolError>) -> Value {
     }
 }
 
-/// Who spoke, for transcripts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Speaker {
-    User,
-    Model,
-}
-
-impl Speaker {
-    /// The `role` of a §7 transcript frame.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Speaker::User => "user",
-            Speaker::Model => "model",
-        }
-    }
-}
-
 /// One function call Gemini asked for.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FunctionCall {
@@ -228,7 +211,7 @@ pub enum ServerEvent {
     /// Model speech: PCM16LE mono 24 kHz.
     Audio(Vec<u8>),
     Transcript {
-        speaker: Speaker,
+        speaker: TranscriptRole,
         text: String,
         is_final: bool,
     },
@@ -394,7 +377,7 @@ pub fn parse_server(bytes: &[u8]) -> Result<Vec<ServerEvent>, serde_json::Error>
         if content.interrupted == Some(true) {
             events.push(ServerEvent::Interrupted);
         }
-        if let Some(heard) = content.input_transcription.and_then(|t| transcript(Speaker::User, t)) {
+        if let Some(heard) = content.input_transcription.and_then(|t| transcript(TranscriptRole::User, t)) {
             events.push(heard);
         }
         for part in content.model_turn.map(|turn| turn.parts).unwrap_or_default() {
@@ -408,7 +391,7 @@ pub fn parse_server(bytes: &[u8]) -> Result<Vec<ServerEvent>, serde_json::Error>
                 }
             }
         }
-        if let Some(spoken) = content.output_transcription.and_then(|t| transcript(Speaker::Model, t)) {
+        if let Some(spoken) = content.output_transcription.and_then(|t| transcript(TranscriptRole::Model, t)) {
             events.push(spoken);
         }
         if content.generation_complete == Some(true) {
@@ -464,7 +447,7 @@ pub fn parse_server(bytes: &[u8]) -> Result<Vec<ServerEvent>, serde_json::Error>
     Ok(events)
 }
 
-fn transcript(speaker: Speaker, raw: RawTranscription) -> Option<ServerEvent> {
+fn transcript(speaker: TranscriptRole, raw: RawTranscription) -> Option<ServerEvent> {
     let text = raw.text.unwrap_or_default();
     let is_final = raw.finished.unwrap_or(false);
     (!text.is_empty() || is_final).then_some(ServerEvent::Transcript { speaker, text, is_final })
@@ -622,9 +605,9 @@ mod tests {
             events,
             vec![
                 ServerEvent::Interrupted,
-                ServerEvent::Transcript { speaker: Speaker::User, text: "list files".into(), is_final: true },
+                ServerEvent::Transcript { speaker: TranscriptRole::User, text: "list files".into(), is_final: true },
                 ServerEvent::Audio(vec![0, 1, 2]),
-                ServerEvent::Transcript { speaker: Speaker::Model, text: "Here".into(), is_final: false },
+                ServerEvent::Transcript { speaker: TranscriptRole::Model, text: "Here".into(), is_final: false },
                 ServerEvent::TurnComplete { reason: None },
             ]
         );

@@ -16,6 +16,22 @@ pub(super) const OP_CLOSE: u8 = 0x8;
 pub(super) const OP_PING: u8 = 0x9;
 pub(super) const OP_PONG: u8 = 0xA;
 
+/// A data frame waiting to be written to one socket.
+pub(super) struct OutFrame {
+    pub opcode: u8,
+    pub payload: Vec<u8>,
+}
+
+impl OutFrame {
+    pub(super) fn text(text: String) -> Self {
+        OutFrame { opcode: OP_TEXT, payload: text.into_bytes() }
+    }
+
+    pub(super) fn binary(payload: Vec<u8>) -> Self {
+        OutFrame { opcode: OP_BINARY, payload }
+    }
+}
+
 /// Bytes of a socket's read buffer, which holds frame headers and small frames.
 pub(super) const READ_BUFFER_LEN: usize = 4 << 10;
 /// Largest control frame payload (RFC 6455 §5.5).
@@ -359,7 +375,7 @@ pub(super) async fn write_frame<W: AsyncWrite + Unpin>(
 /// Writes several data frames with as few vectored writes as the stream allows.
 pub(super) async fn write_frames<W: AsyncWrite + Unpin>(
     io: &mut W,
-    frames: &[super::hub::OutFrame],
+    frames: &[OutFrame],
     mut wrote: impl FnMut(usize),
 ) -> io::Result<()> {
     let heads: Vec<([u8; 10], usize)> = frames
@@ -583,11 +599,7 @@ mod tests {
             assert_eq!(out[1] & 0x80, 0, "server frames are unmasked");
             assert!(out[head_len..].iter().all(|b| *b == 3));
         }
-        let frames = [
-            super::super::hub::OutFrame::text("a".into()),
-            super::super::hub::OutFrame::binary(Vec::new()),
-            super::super::hub::OutFrame::binary(vec![1u8; 300]),
-        ];
+        let frames = [OutFrame::text("a".into()), OutFrame::binary(Vec::new()), OutFrame::binary(vec![1u8; 300])];
         let mut out = Vec::new();
         write_frames(&mut out, &frames, |_| {}).await.unwrap();
         let mut expected = Vec::new();

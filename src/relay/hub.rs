@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
-use super::codec::{close, OP_BINARY, OP_TEXT};
+use super::codec::{close, OutFrame};
 use crate::protocol::{self, PeerNotice, PeerRole, PeerState};
 
 /// How a socket ends.
@@ -29,22 +29,6 @@ impl End {
             End::Echo(code) => Some((code.unwrap_or(close::NORMAL), "")),
             End::Abort => None,
         }
-    }
-}
-
-/// A data frame waiting to be written to one socket.
-pub(super) struct OutFrame {
-    pub opcode: u8,
-    pub payload: Vec<u8>,
-}
-
-impl OutFrame {
-    pub(super) fn text(text: String) -> Self {
-        OutFrame { opcode: OP_TEXT, payload: text.into_bytes() }
-    }
-
-    pub(super) fn binary(payload: Vec<u8>) -> Self {
-        OutFrame { opcode: OP_BINARY, payload }
     }
 }
 

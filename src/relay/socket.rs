@@ -11,8 +11,9 @@ use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::codec::OutFrame;
 use super::codec::{self, close, FrameReader, Message};
-use super::hub::{Action, End, Forward, Hub, OutFrame, Outbox, QueueLimits, Slot};
+use super::hub::{Action, End, Forward, Hub, Outbox, QueueLimits, Slot};
 use super::Limits;
 use crate::protocol::{is_peer_frame, PeerRole};
 

@@ -17,14 +17,15 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
-use tokio::process::Command;
+use tokio::process::{Child, ChildStdout, Command};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::output::{last_output, prefix, suffix, AnsiStripper, Output};
-use super::process::kill_tree;
+use super::output::{last_output, AnsiStripper, Output};
+use super::supervise::{kill_tree, supervise, Stop, DRAIN_GRACE, KILL_GRACE};
 use crate::config::{AgentCommand, Config};
 use crate::protocol::{ErrorCode, ToolError, OUTPUT_CAP};
+use crate::text::{prefix, suffix};
 
 /// Agent used when the call names none.
 pub const DEFAULT_AGENT: &str = "claude";
@@ -38,10 +39,6 @@ pub const PROMPT_PLACEHOLDER: &str = "{prompt}";
 const MAX_LINE_LEN: usize = 4 << 20;
 /// Bytes of the agent's stderr kept to explain a failure.
 const STDERR_KEEP: usize = 8 << 10;
-/// After SIGKILL, how long the agent gets to be reaped.
-const KILL_GRACE: Duration = Duration::from_secs(5);
-/// After the agent exits, how long output still in its pipes is awaited.
-const DRAIN_GRACE: Duration = Duration::from_millis(500);
 
 /// A validated `coding_agent` call, its program already found.
 #[derive(Debug)]
@@ -107,15 +104,10 @@ pub(crate) fn find_program(program: &str, path: Option<&OsStr>) -> Option<PathBu
         .find(|candidate| executable(candidate))
 }
 
-/// Runs the agent and answers `{agent, text, exit_code}`.
-pub(crate) async fn run(
-    request: AgentRequest,
-    env: Arc<[(OsString, OsString)]>,
-    progress: Option<mpsc::Sender<String>>,
-    cancel: CancellationToken,
-) -> Result<Value, ToolError> {
+/// Starts the agent in its own process group, the prompt in place of [`PROMPT_PLACEHOLDER`].
+fn spawn(request: &AgentRequest, env: &[(OsString, OsString)]) -> Result<Child, ToolError> {
     let args = request.command.args.iter().map(|arg| arg.replace(PROMPT_PLACEHOLDER, &request.prompt));
-    let mut child = Command::new(&request.program)
+    Command::new(&request.program)
         .args(args)
         .current_dir(&request.cwd)
         .env_clear()
@@ -130,61 +122,45 @@ pub(crate) async fn run(
             let code =
                 if err.kind() == std::io::ErrorKind::NotFound { ErrorCode::Unavailable } else { ErrorCode::Internal };
             ToolError::new(code, format!("could not start {}: {err}", request.command.program))
-        })?;
+        })
+}
+
+/// Runs the agent and answers `{agent, text, exit_code}`.
+pub(crate) async fn run(
+    request: AgentRequest,
+    env: Arc<[(OsString, OsString)]>,
+    progress: Option<mpsc::Sender<String>>,
+    cancel: CancellationToken,
+) -> Result<Value, ToolError> {
+    let mut child = spawn(&request, &env)?;
     let guard = GroupGuard(child.id());
-    let mut stdout = child.stdout.take().map(|stdout| LineReader::new(BufReader::new(stdout)));
+    let stdout = child.stdout.take().map(|stdout| LineReader::new(BufReader::new(stdout)));
     let stderr = child.stderr.take().map(|stderr| tokio::spawn(read_capped(stderr, STDERR_KEEP)));
-
-    let mut output = Output::new(progress);
-    let mut answer = Answer::default();
-    let mut stripper = AnsiStripper::new();
     let stream_json = request.command.format == "stream-json";
-    let deadline = tokio::time::sleep(CODING_AGENT_TIMEOUT);
-    tokio::pin!(deadline);
-    // Set once the agent has exited: output still in flight is read until then, no longer, even
-    // if something that escaped its process group holds the pipe open.
-    let drain = tokio::time::sleep(Duration::MAX);
-    tokio::pin!(drain);
-    let mut status = None;
-
-    let stopped = loop {
-        if status.is_some() && stdout.is_none() {
-            break None;
-        }
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => break Some(ErrorCode::Cancelled),
-            _ = &mut deadline => break Some(ErrorCode::Timeout),
-            exit = child.wait(), if status.is_none() => {
-                status = Some(exit);
-                // The agent is gone; so is anything it left running in its group.
-                guard.kill();
-                drain.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
-            }
-            _ = &mut drain, if status.is_some() => break None,
-            next = next_line(&mut stdout) => match next {
-                Some(line) if stream_json => answer.stream_json_line(&line, &mut output),
-                Some(line) => {
-                    output.push(&stripper.feed(&line));
-                    output.push("\n");
-                }
-                None => stdout = None,
-            },
-        }
+    let mut run = Running {
+        child,
+        guard,
+        stdout,
+        status: None,
+        output: Output::new(progress),
+        answer: Answer::default(),
+        stripper: AnsiStripper::new(),
+        stream_json,
     };
-    if let Some(code) = stopped {
-        guard.kill();
-        if status.is_some() || tokio::time::timeout(KILL_GRACE, child.wait()).await.is_ok() {
-            guard.disarm();
+    if let Err(stopped) = supervise(run.pump(), &cancel, CODING_AGENT_TIMEOUT).await {
+        run.guard.kill();
+        if run.status.is_some() || tokio::time::timeout(KILL_GRACE, run.child.wait()).await.is_ok() {
+            run.guard.disarm();
         }
-        let message = match code {
-            ErrorCode::Timeout => {
+        let message = match stopped {
+            Stop::TimedOut => {
                 format!("the coding agent ran for {} minutes and was stopped", CODING_AGENT_TIMEOUT.as_secs() / 60)
             }
-            _ => "the coding agent was cancelled and stopped".to_owned(),
+            Stop::Cancelled => "the coding agent was cancelled and stopped".to_owned(),
         };
-        return Err(ToolError::new(code, format!("{message}{}", last_output(&output))));
+        return Err(ToolError::new(stopped.code(), format!("{message}{}", last_output(&run.output))));
     }
+    let Running { guard, status, mut output, answer, .. } = run;
     guard.disarm();
     let status = status
         .unwrap_or_else(|| Err(std::io::Error::other("no exit status")))
@@ -211,6 +187,50 @@ pub(crate) async fn run(
         result["is_error"] = Value::Bool(true);
     }
     Ok(result)
+}
+
+/// A started agent and what it said so far.
+struct Running {
+    child: Child,
+    guard: GroupGuard,
+    /// `None` once the output ended.
+    stdout: Option<LineReader<BufReader<ChildStdout>>>,
+    /// Set once the agent has exited.
+    status: Option<std::io::Result<std::process::ExitStatus>>,
+    output: Output,
+    answer: Answer,
+    stripper: AnsiStripper,
+    stream_json: bool,
+}
+
+impl Running {
+    /// Reads the agent's output until it exited and its output ended. Output still in flight
+    /// when it exits is read for [`DRAIN_GRACE`], no longer, even if something that escaped its
+    /// process group holds the pipe open.
+    async fn pump(&mut self) {
+        let drain = tokio::time::sleep(Duration::MAX);
+        tokio::pin!(drain);
+        while self.status.is_none() || self.stdout.is_some() {
+            tokio::select! {
+                biased;
+                exit = self.child.wait(), if self.status.is_none() => {
+                    self.status = Some(exit);
+                    // The agent is gone; so is anything it left running in its group.
+                    self.guard.kill();
+                    drain.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
+                }
+                _ = &mut drain, if self.status.is_some() => return,
+                next = next_line(&mut self.stdout) => match next {
+                    Some(line) if self.stream_json => self.answer.stream_json_line(&line, &mut self.output),
+                    Some(line) => {
+                        self.output.push(&self.stripper.feed(&line));
+                        self.output.push("\n");
+                    }
+                    None => self.stdout = None,
+                },
+            }
+        }
+    }
 }
 
 /// The next complete line of the agent's output; pending forever once there is none, so a

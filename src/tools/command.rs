@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::output::{last_output, AnsiStripper, Output};
-use super::process::kill_tree;
+use super::supervise::{kill_tree, supervise, Stop, DRAIN_GRACE, KILL_GRACE};
 use crate::protocol::{ErrorCode, ToolError};
 
 /// The shell every command runs in.
@@ -39,10 +39,6 @@ pub const MAX_COMMAND_LEN: usize = 64 << 10;
 const PTY_SIZE: PtySize = PtySize { rows: 40, cols: 120, pixel_width: 0, pixel_height: 0 };
 /// How often the reader looks up from the terminal to check for exit or a kill request.
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
-/// After the shell exits, how long output still in flight is awaited.
-const DRAIN_GRACE: Duration = Duration::from_millis(500);
-/// After SIGKILL, how long the shell gets to be reaped before the reader gives up on it.
-const KILL_GRACE: Duration = Duration::from_secs(5);
 /// End-of-transmission: end-of-file for a terminal's reader in canonical mode.
 const EOT: u8 = 0x04;
 
@@ -74,23 +70,17 @@ pub(crate) async fn run_command(
         })
     };
 
-    let deadline = tokio::time::sleep(timeout);
-    tokio::pin!(deadline);
-    let stopped = tokio::select! {
-        biased;
-        joined = &mut finished => return answer(joined, started),
-        _ = cancel.cancelled() => ErrorCode::Cancelled,
-        _ = &mut deadline => ErrorCode::Timeout,
+    let stopped = match supervise(&mut finished, &cancel, timeout).await {
+        Ok(joined) => return answer(joined, started),
+        Err(stopped) => stopped,
     };
     kill.store(true, Ordering::Release);
     let outcome = flatten(finished.await)?;
     let message = match stopped {
-        ErrorCode::Timeout => {
-            format!("command timed out after {} ms and was stopped", timeout.as_millis())
-        }
-        _ => "command was cancelled and stopped".to_owned(),
+        Stop::TimedOut => format!("command timed out after {} ms and was stopped", timeout.as_millis()),
+        Stop::Cancelled => "command was cancelled and stopped".to_owned(),
     };
-    Err(ToolError::new(stopped, format!("{message}{}", last_output(&outcome.output))))
+    Err(ToolError::new(stopped.code(), format!("{message}{}", last_output(&outcome.output))))
 }
 
 type Joined = Result<Result<PumpOutcome, ToolError>, tokio::task::JoinError>;
@@ -334,7 +324,7 @@ mod tests {
         call.abort();
         let _ = call.await;
         let deadline = Instant::now() + Duration::from_secs(10);
-        while super::super::process::is_running(pid) {
+        while super::super::supervise::is_running(pid) {
             assert!(Instant::now() < deadline, "pid {pid} still running after the call was dropped");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

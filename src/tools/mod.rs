@@ -1,4 +1,4 @@
-//! The tool registry (SPEC §5): one table that names the tools, describes their arguments (for
+//! The tool registry (docs/PROTOCOL.md, "Tools"): one table that names the tools, describes their arguments (for
 //! `hello_ok` and Gemini's function declarations) and runs them under the workspace and policy.
 //!
 //! Every call goes through the same gate, in this order: unknown tool → `unknown-tool`; policy
@@ -6,12 +6,14 @@
 //! `busy` at once, never queued; argument checks against the table → `invalid-args` naming the
 //! field; then the tool. Each call, refused or not, leaves one line in the audit trail.
 
+mod args;
 mod coding_agent;
 mod command;
 mod files;
 pub(crate) mod output;
-mod process;
+pub mod policy;
 mod screenshot;
+mod supervise;
 mod workspace;
 
 use std::ffi::{OsStr, OsString};
@@ -29,13 +31,15 @@ pub use files::{MAX_DIR_ENTRIES, MAX_WRITE_LEN};
 pub use screenshot::{MAX_SCREENSHOT_LEN, SCREENSHOT_TIMEOUT};
 
 use crate::audit::{Audit, CallRecord};
-use crate::config::{Config, Policy};
+use crate::config::Config;
 use crate::error::ConfigError;
-use crate::protocol::{ErrorCode, ToolError, DEFAULT_COMMAND_TIMEOUT};
+use crate::protocol::{AgentMessage, ErrorCode, ToolError, DEFAULT_COMMAND_TIMEOUT};
+use args::{check_text, invalid, Args};
+use policy::PolicyRule;
 use workspace::Workspace;
 
 /// Tool calls running at once across the agent when `max_concurrent_calls` is not set.
-pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 64;
+pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = crate::protocol::MAX_CALLS_IN_FLIGHT;
 /// Environment variables of this agent never passed on to the programs tools start.
 pub const PRIVATE_ENV: [&str; 2] = ["VOXA_RELAY_TOKEN", "GEMINI_API_KEY"];
 
@@ -96,6 +100,20 @@ pub struct Screenshot {
     pub width: u32,
     pub height: u32,
     pub bytes: Vec<u8>,
+}
+
+impl Screenshot {
+    /// The `image` frame that carries this screenshot to the phone.
+    pub fn image_frame(&self, id: &str) -> AgentMessage {
+        use base64::Engine as _;
+        AgentMessage::Image(crate::protocol::Image {
+            id: id.to_owned(),
+            mime: self.mime.clone(),
+            width: self.width,
+            height: self.height,
+            data: base64::engine::general_purpose::STANDARD.encode(&self.bytes),
+        })
+    }
 }
 
 impl std::fmt::Debug for Screenshot {
@@ -277,36 +295,6 @@ impl std::fmt::Debug for Toolbox {
     }
 }
 
-/// Why the policy refused a tool; recorded as the audit line's `policy`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PolicyRule {
-    Deny,
-    Allow,
-    ReadOnly,
-}
-
-impl PolicyRule {
-    fn as_str(self) -> &'static str {
-        match self {
-            PolicyRule::Deny => "deny",
-            PolicyRule::Allow => "allow",
-            PolicyRule::ReadOnly => "read_only",
-        }
-    }
-}
-
-fn policy_refusal(policy: &Policy, spec: &ToolSpec) -> Option<PolicyRule> {
-    if policy.deny.iter().any(|name| name == spec.name) {
-        Some(PolicyRule::Deny)
-    } else if !policy.allow.is_empty() && !policy.allow.iter().any(|name| name == spec.name) {
-        Some(PolicyRule::Allow)
-    } else if policy.read_only && spec.changes_machine {
-        Some(PolicyRule::ReadOnly)
-    } else {
-        None
-    }
-}
-
 impl Toolbox {
     /// Checks the workspace (canonicalised; it must be an existing directory) and the settings.
     pub fn new(options: ToolboxOptions) -> anyhow::Result<Self> {
@@ -335,7 +323,9 @@ impl Toolbox {
 
     /// The tools this policy lets run, in table order.
     pub fn specs(&self) -> impl Iterator<Item = &'static ToolSpec> + '_ {
-        TOOLS.iter().filter(|spec| policy_refusal(&self.inner.config.policy, spec).is_none())
+        TOOLS
+            .iter()
+            .filter(|spec| policy::refusal(&self.inner.config.policy, spec.name, spec.changes_machine).is_none())
     }
 
     /// Tool names, as listed in `hello_ok`: the ones the policy allows.
@@ -348,10 +338,15 @@ impl Toolbox {
         Value::Array(self.specs().map(gemini_declaration).collect())
     }
 
+    /// Tool calls that may run at once (`max_concurrent_calls`, else
+    /// [`DEFAULT_MAX_CONCURRENT_CALLS`]); more are answered `busy`.
+    pub fn max_calls_in_flight(&self) -> usize {
+        self.inner.config.max_concurrent_calls.unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS)
+    }
+
     /// Tool calls running right now.
     pub fn calls_in_flight(&self) -> usize {
-        let max = self.inner.config.max_concurrent_calls.unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS);
-        max.saturating_sub(self.inner.calls.available_permits())
+        self.max_calls_in_flight().saturating_sub(self.inner.calls.available_permits())
     }
 
     /// Runs one call: policy, argument checks, execution, audit.
@@ -365,8 +360,8 @@ impl Toolbox {
         };
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         tracing::debug!(
-            tool = %output::prefix(&name, 64),
-            id = %output::prefix(&id, 64),
+            tool = %crate::text::prefix(&name, 64),
+            id = %crate::text::prefix(&id, 64),
             %caller,
             outcome,
             duration_ms,
@@ -394,11 +389,9 @@ impl Toolbox {
     /// `fleet` (allow and deny lists), or a call routed to an environment (also `read_only` for
     /// tools that change a machine).
     pub fn check_policy(&self, name: &str) -> Result<(), ToolError> {
-        let policy = &self.inner.config.policy;
-        let listed = |list: &[String]| list.iter().any(|entry| entry == name);
-        let read_only = policy.read_only && tool_spec(name).is_some_and(|spec| spec.changes_machine);
-        if listed(&policy.deny) || (!policy.allow.is_empty() && !listed(&policy.allow)) || read_only {
-            let shown = output::prefix(name, 64);
+        let changes_machine = tool_spec(name).is_some_and(|spec| spec.changes_machine);
+        if policy::refusal(&self.inner.config.policy, name, changes_machine).is_some() {
+            let shown = crate::text::prefix(name, 64);
             return Err(ToolError::new(
                 ErrorCode::DeniedByPolicy,
                 format!("{shown} is not allowed here by the policy"),
@@ -424,19 +417,15 @@ impl Toolbox {
         cancel: CancellationToken,
     ) -> (Result<ToolOutput, ToolError>, Option<PolicyRule>) {
         let Some(spec) = tool_spec(name) else {
-            let shown = output::prefix(name, 64);
+            let shown = crate::text::prefix(name, 64);
             let known = TOOLS.iter().map(|spec| spec.name).collect::<Vec<_>>().join(", ");
             return (
                 Err(ToolError::new(ErrorCode::UnknownTool, format!("no tool named {shown:?} (tools: {known})"))),
                 None,
             );
         };
-        if let Some(rule) = policy_refusal(&self.inner.config.policy, spec) {
-            let why = match rule {
-                PolicyRule::Deny => "it is on the policy's deny list",
-                PolicyRule::Allow => "it is not on the policy's allow list",
-                PolicyRule::ReadOnly => "this agent is read-only and the tool can change the machine",
-            };
+        if let Some(rule) = policy::refusal(&self.inner.config.policy, spec.name, spec.changes_machine) {
+            let why = rule.reason();
             return (
                 Err(ToolError::new(ErrorCode::DeniedByPolicy, format!("{name} is not allowed here: {why}"))),
                 Some(rule),
@@ -463,20 +452,7 @@ impl Toolbox {
         let inner = &self.inner;
         match spec.name {
             "run_command" => {
-                let command = args.str("command").unwrap_or_default();
-                check_text("command", command, MAX_COMMAND_LEN)?;
-                let timeout = match args.u64("timeout_ms") {
-                    None => DEFAULT_COMMAND_TIMEOUT,
-                    Some(ms) if (1..=MAX_COMMAND_TIMEOUT.as_millis() as u64).contains(&ms) => Duration::from_millis(ms),
-                    Some(_) => {
-                        return Err(invalid(format!(
-                            "field `timeout_ms` must be between 1 and {}",
-                            MAX_COMMAND_TIMEOUT.as_millis()
-                        )))
-                    }
-                };
-                let cwd = self.directory(args.str("cwd"))?;
-                let request = command::CommandRequest { command: command.to_owned(), cwd, timeout };
+                let request = self.command_request(args)?;
                 command::run_command(request, inner.env.clone(), progress, cancel).await.map(plain)
             }
             "read_file" => {
@@ -507,31 +483,48 @@ impl Toolbox {
                 Ok(ToolOutput { result, image: Some(shot) })
             }
             "coding_agent" => {
-                let prompt = args.str("prompt").unwrap_or_default();
-                check_text("prompt", prompt, MAX_PROMPT_LEN)?;
-                let agent = args.str("agent").unwrap_or(DEFAULT_AGENT);
-                let command = coding_agent::agent_command(&inner.config, agent)?;
-                let cwd = self.directory(args.str("cwd"))?;
-                let program = coding_agent::find_program(&command.program, self.env_var("PATH")).ok_or_else(|| {
-                    ToolError::new(
-                        ErrorCode::Unavailable,
-                        format!(
-                            "coding agent {agent:?} is not available: `{}` is not installed or not on PATH",
-                            command.program
-                        ),
-                    )
-                })?;
-                let request = coding_agent::AgentRequest {
-                    prompt: prompt.to_owned(),
-                    agent: agent.to_owned(),
-                    cwd,
-                    command,
-                    program,
-                };
+                let request = self.agent_request(args)?;
                 coding_agent::run(request, inner.env.clone(), progress, cancel).await.map(plain)
             }
             other => Err(ToolError::new(ErrorCode::Internal, format!("tool {other} has no implementation"))),
         }
+    }
+
+    /// A `run_command` call's checked command, directory and timeout.
+    fn command_request(&self, args: &Args<'_>) -> Result<command::CommandRequest, ToolError> {
+        let command = args.str("command").unwrap_or_default();
+        check_text("command", command, MAX_COMMAND_LEN)?;
+        let timeout = match args.u64("timeout_ms") {
+            None => DEFAULT_COMMAND_TIMEOUT,
+            Some(ms) if (1..=MAX_COMMAND_TIMEOUT.as_millis() as u64).contains(&ms) => Duration::from_millis(ms),
+            Some(_) => {
+                return Err(invalid(format!(
+                    "field `timeout_ms` must be between 1 and {}",
+                    MAX_COMMAND_TIMEOUT.as_millis()
+                )))
+            }
+        };
+        let cwd = self.directory(args.str("cwd"))?;
+        Ok(command::CommandRequest { command: command.to_owned(), cwd, timeout })
+    }
+
+    /// A `coding_agent` call's checked prompt and directory, with the agent's command and program.
+    fn agent_request(&self, args: &Args<'_>) -> Result<coding_agent::AgentRequest, ToolError> {
+        let prompt = args.str("prompt").unwrap_or_default();
+        check_text("prompt", prompt, MAX_PROMPT_LEN)?;
+        let agent = args.str("agent").unwrap_or(DEFAULT_AGENT);
+        let command = coding_agent::agent_command(&self.inner.config, agent)?;
+        let cwd = self.directory(args.str("cwd"))?;
+        let program = coding_agent::find_program(&command.program, self.env_var("PATH")).ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::Unavailable,
+                format!(
+                    "coding agent {agent:?} is not available: `{}` is not installed or not on PATH",
+                    command.program
+                ),
+            )
+        })?;
+        Ok(coding_agent::AgentRequest { prompt: prompt.to_owned(), agent: agent.to_owned(), cwd, command, program })
     }
 
     /// Runs a file tool off the async threads; a cancel answers at once (the file operation
@@ -572,27 +565,6 @@ fn plain(result: Value) -> ToolOutput {
     ToolOutput { result, image: None }
 }
 
-fn invalid(message: String) -> ToolError {
-    ToolError::new(ErrorCode::InvalidArgs, message)
-}
-
-/// A command line or prompt: not blank, no NUL (it becomes a process argument), bounded.
-fn check_text(field: &str, text: &str, max: usize) -> Result<(), ToolError> {
-    if text.trim().is_empty() {
-        return Err(invalid(format!("field `{field}` is empty")));
-    }
-    if text.contains('\0') {
-        return Err(invalid(format!("field `{field}` contains a NUL byte")));
-    }
-    if text.len() > max {
-        return Err(ToolError::new(
-            ErrorCode::TooLarge,
-            format!("field `{field}` is {} bytes; at most {max} are accepted", text.len()),
-        ));
-    }
-    Ok(())
-}
-
 fn gemini_declaration(spec: &ToolSpec) -> Value {
     let properties: Map<String, Value> = spec
         .params
@@ -614,81 +586,10 @@ fn gemini_declaration(spec: &ToolSpec) -> Value {
     declaration
 }
 
-/// Arguments checked against a tool's table entry: an object, no unknown fields, every required
-/// field present, every field of its declared type. `null` counts as absent.
-struct Args<'a> {
-    map: Option<&'a Map<String, Value>>,
-}
-
-impl<'a> Args<'a> {
-    fn check(spec: &ToolSpec, args: &'a Value) -> Result<Self, ToolError> {
-        let map = match args {
-            Value::Null => None,
-            Value::Object(map) => Some(map),
-            _ => return Err(invalid(format!("arguments of {} must be a JSON object", spec.name))),
-        };
-        if let Some(map) = map {
-            if let Some(unknown) = map.keys().find(|key| !spec.params.iter().any(|param| param.name == key.as_str())) {
-                let known: Vec<&str> = spec.params.iter().map(|param| param.name).collect();
-                return Err(invalid(format!(
-                    "unknown field `{}` ({} takes: {})",
-                    output::prefix(unknown, 64),
-                    spec.name,
-                    known.join(", ")
-                )));
-            }
-        }
-        for param in spec.params {
-            let value = map.and_then(|map| map.get(param.name)).filter(|value| !value.is_null());
-            let Some(value) = value else {
-                if param.required {
-                    return Err(invalid(format!("missing {} field `{}`", param.kind.noun(), param.name)));
-                }
-                continue;
-            };
-            let fits = match param.kind {
-                ParamType::String => value.is_string(),
-                ParamType::Boolean => value.is_boolean(),
-                ParamType::Integer => integer(value).is_some(),
-            };
-            if !fits {
-                let article = if param.kind == ParamType::Integer { "a non-negative" } else { "a" };
-                return Err(invalid(format!("field `{}` must be {article} {}", param.name, param.kind.noun())));
-            }
-        }
-        Ok(Args { map })
-    }
-
-    fn get(&self, name: &str) -> Option<&'a Value> {
-        self.map.and_then(|map| map.get(name)).filter(|value| !value.is_null())
-    }
-
-    fn str(&self, name: &str) -> Option<&'a str> {
-        self.get(name).and_then(Value::as_str)
-    }
-
-    fn u64(&self, name: &str) -> Option<u64> {
-        self.get(name).and_then(integer)
-    }
-
-    fn bool(&self, name: &str) -> Option<bool> {
-        self.get(name).and_then(Value::as_bool)
-    }
-}
-
-/// A non-negative integer, also when a client sent it as a whole float (`5000.0`).
-fn integer(value: &Value) -> Option<u64> {
-    value.as_u64().or_else(|| {
-        value
-            .as_f64()
-            .filter(|float| float.fract() == 0.0 && *float >= 0.0 && *float <= u64::MAX as f64)
-            .map(|f| f as u64)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Policy;
 
     fn make(config: Config) -> (tempfile::TempDir, Toolbox) {
         let tmp = tempfile::tempdir().unwrap();

@@ -5,6 +5,7 @@
 use tokio::sync::mpsc::{self, error::TrySendError};
 
 use crate::protocol::OUTPUT_CAP;
+use crate::text::{prefix, suffix};
 
 /// Bytes of the most recent output quoted in a `timeout` or `cancelled` message.
 pub(crate) const TAIL_LEN: usize = 2048;
@@ -172,30 +173,6 @@ impl Output {
     pub fn into_text(self) -> (String, bool) {
         (self.text, self.truncated)
     }
-}
-
-/// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
-pub(crate) fn prefix(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
-/// The longest suffix of `text` of at most `max` bytes that starts on a character boundary.
-pub(crate) fn suffix(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut start = text.len() - max;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    &text[start..]
 }
 
 /// A sentence quoting the end of a program's output, or nothing when it printed nothing.

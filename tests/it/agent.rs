@@ -10,6 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::harness::*;
+use voxa::agent::LinkEvent;
 
 #[tokio::test]
 async fn loopback_hello_answers_hello_ok_and_status() {
@@ -31,11 +32,12 @@ async fn loopback_hello_answers_hello_ok_and_status() {
 async fn loopback_bearer_header_is_refused_even_with_the_right_token() {
     let agent = TestAgent::start(None).await;
     for token in [agent.token(), "ffffffffffffffffffffffffffffffff"] {
-        let options = voxa::dial::DialOptions {
+        let options = voxa::net::dial::DialOptions {
             bearer: Some(voxa::secret::Secret::from_string(token.to_owned())),
             ..Default::default()
         };
-        let err = voxa::dial::connect(&agent.loopback_url(), &options).await.err().expect("refused before upgrade");
+        let err =
+            voxa::net::dial::connect(&agent.loopback_url(), &options).await.err().expect("refused before upgrade");
         assert!(format!("{err:#}").contains("403"), "{err:#}");
     }
 }
@@ -223,7 +225,7 @@ async fn an_impostor_agent_on_the_code_learns_no_token_and_the_phone_refuses_it(
     let mut impostor = connect(&format!("ws://{}/agent?code={}", relay.addr, secrets.relay_code.expose())).await;
     let mut phone = phone_socket(&relay, secrets.relay_code.expose()).await;
     let phone_side = tokio::spawn(async move {
-        let outcome = tokio::time::timeout(STEP, voxa::client::hello(&mut phone, &token, "test-phone")).await;
+        let outcome = tokio::time::timeout(STEP, voxa::net::client::hello(&mut phone, &token, "test-phone")).await;
         (outcome.expect("the phone decides in time"), phone)
     });
     // The impostor plays the agent as well as it can: challenge, then a hello_ok whose proof it
@@ -241,7 +243,7 @@ async fn an_impostor_agent_on_the_code_learns_no_token_and_the_phone_refuses_it(
     .await;
     let (outcome, _phone) = phone_side.await.unwrap();
     let err = outcome.expect_err("the phone refuses an agent that cannot prove the token");
-    assert!(err.downcast_ref::<voxa::client::NotYourLaptop>().is_some(), "{err:#}");
+    assert!(err.downcast_ref::<voxa::net::client::NotYourLaptop>().is_some(), "{err:#}");
     assert!(format!("{err:#}").contains("this is not your laptop"), "{err:#}");
     // What the impostor collected: one hello, with no token in it, and nothing after it.
     assert!(!hello.to_string().contains(secrets.auth_token.expose()), "the token crossed the relay: {hello}");
@@ -290,7 +292,7 @@ async fn a_relay_that_stops_answering_is_noticed_and_redialed() {
     let relay = TestRelay::start().await;
     let proxy = BlackholeProxy::start(relay.addr).await;
     let heartbeat =
-        voxa::agent::Heartbeat { ping_every: Duration::from_millis(200), dead_after: Duration::from_secs(1) };
+        voxa::net::liveness::Heartbeat { ping_every: Duration::from_millis(200), dead_after: Duration::from_secs(1) };
     let agent = TestAgent::start_with(Some(proxy.url()), |options| options.heartbeat = heartbeat).await;
     let mut phone = agent.phone(&relay).await;
 
@@ -447,20 +449,21 @@ async fn the_agent_dials_a_tls_relay_it_was_told_to_trust_and_refuses_one_it_was
     let (relay, cert) = tls_relay(dir.path()).await;
     let url = voxa::config::RelayUrl::parse(&format!("https://localhost:{}", relay.addr.port())).unwrap();
 
-    let untrusting = TestAgent::start(Some(url.clone())).await;
+    let mut untrusting = TestAgent::start(Some(url.clone())).await;
     let trusting = TestAgent::start_with(Some(url), |options| {
-        options.dial = voxa::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
+        options.dial = voxa::net::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
     })
     .await;
     eventually("trusting agent connected", || trusting.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
-    // By now the untrusting agent has tried (its first attempt starts at once) and failed the handshake.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The untrusting agent's dial fails on the certificate, and it never connects.
+    let refused = untrusting.wait_event("a failed dial", |event| matches!(event, LinkEvent::Unreachable { .. })).await;
+    assert!(format!("{refused:?}").contains("certificate"), "{refused:?}");
     assert!(!untrusting.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
 
     // A phone that trusts the certificate pairs with the trusting agent over wss.
-    let phone_options = voxa::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
+    let phone_options = voxa::net::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
     let phone_url = format!("wss://localhost:{}/ws?code={}", relay.addr.port(), trusting.code());
-    let mut phone = voxa::dial::connect(&phone_url, &phone_options).await.unwrap();
+    let mut phone = voxa::net::dial::connect(&phone_url, &phone_options).await.unwrap();
     say_hello(&mut phone, trusting.token()).await;
 }
 
@@ -470,14 +473,15 @@ async fn a_relay_token_is_sent_when_set_and_its_absence_is_refused() {
     let config = voxa::relay::RelayConfig { token: Some(token.clone()), ..Default::default() };
     let relay = TestRelay::start_with(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(), config).await;
 
-    let without = TestAgent::start(Some(relay.url())).await;
+    let mut without = TestAgent::start(Some(relay.url())).await;
     let with = TestAgent::start_with(Some(relay.url()), |options| options.dial.bearer = Some(token.clone())).await;
     eventually("agent with the token connected", || with.agent.ctx.status.relay_connected.load(Ordering::Relaxed))
         .await;
+    without.wait_event("a refused dial", |event| matches!(event, LinkEvent::Unreachable { .. })).await;
     assert!(!without.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
 
     // Without the token the upgrade is refused with 401 before any WebSocket exists.
-    let err = voxa::dial::connect(&format!("ws://{}/ws?code={}", relay.addr, with.code()), &Default::default())
+    let err = voxa::net::dial::connect(&format!("ws://{}/ws?code={}", relay.addr, with.code()), &Default::default())
         .await
         .err()
         .expect("refused");
@@ -530,8 +534,8 @@ async fn the_agent_reaches_a_tls_relay_through_an_http_connect_proxy() {
     // The name only exists behind the proxy: the agent must not resolve it itself.
     let url = voxa::config::RelayUrl::parse(&format!("https://relay.voxa.test:{}", relay.addr.port())).unwrap();
     let agent = TestAgent::start_with(Some(url), |options| {
-        let mut dial = voxa::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
-        dial.proxy = Some(voxa::dial::Proxy::parse(&format!("http://{proxy}")).unwrap());
+        let mut dial = voxa::net::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
+        dial.proxy = Some(voxa::net::dial::Proxy::parse(&format!("http://{proxy}")).unwrap());
         options.dial = dial;
     })
     .await;
@@ -550,9 +554,9 @@ async fn a_late_arrival_of_the_agents_own_abandoned_dial_does_not_stop_it() {
     let addr = listener.local_addr().unwrap();
     drop(listener);
     let url = voxa::config::RelayUrl::parse(&format!("http://{addr}")).unwrap();
-    let agent = TestAgent::start(Some(url)).await;
-    // Its first dial is made at once; give it time to be refused before the relay appears.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut agent = TestAgent::start(Some(url)).await;
+    // Its first dial is made at once and refused before the relay appears.
+    agent.wait_event("a refused dial", |event| matches!(event, LinkEvent::Unreachable { .. })).await;
     let relay = TestRelay::start_with(tokio::net::TcpListener::bind(addr).await.unwrap(), Default::default()).await;
     let mut phone = agent.phone(&relay).await;
 
@@ -608,7 +612,7 @@ async fn a_frame_over_8_kib_before_the_hello_closes_the_loopback_socket_1009() {
 #[tokio::test]
 async fn idle_unauthenticated_sockets_are_capped_and_the_owner_still_gets_in() {
     let agent = TestAgent::start(None).await;
-    let flood = voxa::loopback::MAX_UNAUTHENTICATED * 3;
+    let flood = voxa::agent::loopback::MAX_UNAUTHENTICATED * 3;
     let mut idle = Vec::new();
     for _ in 0..flood {
         idle.push(TcpStream::connect(agent.agent.loopback).await.unwrap());
@@ -620,14 +624,14 @@ async fn idle_unauthenticated_sockets_are_capped_and_the_owner_still_gets_in() {
     // To make room, the oldest strangers were closed without a word (a timed-out request head
     // would have been answered 408); at most the cap of them is still open.
     let mut evicted = 0;
-    for mut socket in idle.drain(..flood - voxa::loopback::MAX_UNAUTHENTICATED) {
+    for mut socket in idle.drain(..flood - voxa::agent::loopback::MAX_UNAUTHENTICATED) {
         let mut buf = [0u8; 64];
         let read = tokio::time::timeout(STEP, socket.read(&mut buf)).await.expect("closed in time");
         if matches!(read, Ok(0) | Err(_)) {
             evicted += 1;
         }
     }
-    assert_eq!(evicted, flood - voxa::loopback::MAX_UNAUTHENTICATED);
+    assert_eq!(evicted, flood - voxa::agent::loopback::MAX_UNAUTHENTICATED);
 }
 
 #[tokio::test]
@@ -650,4 +654,23 @@ async fn the_loopback_socket_answers_only_to_a_loopback_host() {
     for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}"), "localhost".to_owned()] {
         assert!(upgrade(host.clone()).await.contains("101"), "{host}");
     }
+}
+
+#[tokio::test]
+async fn stopping_the_agent_waits_for_the_calls_in_flight_to_end() {
+    let agent = TestAgent::start(None).await;
+    let mut client = agent.local_client().await;
+    let marker = agent.workspace.path().join("still-running");
+    // A process that left the command's session keeps its terminal open, so once the command is
+    // killed the call still drains its output for a moment: the call ends well after its socket.
+    let command = format!("setsid sleep 3 & echo started; sleep 30; touch {}", marker.display());
+    send(&mut client, json!({"type":"tool_call","id":"long","name":"run_command","args":{"command": command}})).await;
+    recv_type(&mut client, "tool_progress").await; // the call is running
+    let TestAgent { agent: running, workspace, .. } = agent;
+    let ctx = running.ctx.clone();
+    assert_eq!(ctx.status.calls_in_flight.load(Ordering::Relaxed), 1);
+    tokio::time::timeout(STEP, running.stop()).await.expect("the agent stops");
+    // `stop` returned only once the call had ended (its command killed, its task finished).
+    assert_eq!(ctx.status.calls_in_flight.load(Ordering::Relaxed), 0);
+    assert!(!workspace.path().join("still-running").exists());
 }

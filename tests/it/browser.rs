@@ -22,6 +22,9 @@ pub const PAGE_STEP: Duration = Duration::from_secs(30);
 /// How often a condition on the page is checked while waiting.
 const POLL: Duration = Duration::from_millis(25);
 
+/// One Chromium at a time: a dozen at once would starve the other tests of a small machine.
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Colour scheme the page is shown in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scheme {
@@ -34,6 +37,7 @@ pub struct Browser {
     pub client: Client,
     driver: Child,
     _profile: tempfile::TempDir,
+    _turn: tokio::sync::MutexGuard<'static, ()>,
 }
 
 fn on_path(names: &[&str]) -> Option<PathBuf> {
@@ -66,6 +70,7 @@ impl Browser {
             eprintln!("skipped: {advice}");
             return None;
         };
+        let turn = ONE_BROWSER.lock().await;
         let mut child = Command::new(driver)
             .arg("--port=0")
             .stdin(Stdio::null())
@@ -125,7 +130,7 @@ impl Browser {
         .await
         .expect("Chromium starts in time")
         .expect("a WebDriver session");
-        let browser = Browser { client, driver: child, _profile: profile };
+        let browser = Browser { client, driver: child, _profile: profile, _turn: turn };
         if scheme == Scheme::Dark {
             browser
                 .cdp(
@@ -162,7 +167,7 @@ impl Browser {
             .collect()
     }
 
-    /// Ends the session (Chromium quits) and chromedriver.
+    /// Ends the session (Chromium quits) and chromedriver, and lets the next browser start.
     pub async fn close(mut self) {
         let _ = self.client.clone().close().await;
         let _ = self.driver.kill().await;

@@ -1,4 +1,4 @@
-//! Multi-environment pairing (SPEC §8) end to end: two or three voxa homes in one process, a real
+//! Multi-environment pairing (docs/PROTOCOL.md, "Environments") end to end: two or three voxa homes in one process, a real
 //! relay, a phone driving the host, and hosts or impostors played by raw WebSockets.
 
 use std::net::SocketAddr;
@@ -12,8 +12,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use voxa::agent::RunningAgent;
 use voxa::config::RelayUrl;
-use voxa::dial::ClientSocket;
 use voxa::environments::{self, store, Identity, Issued};
+use voxa::net::dial::ClientSocket;
 use voxa::secret::Secret;
 use voxa::state::{Home, Secrets};
 

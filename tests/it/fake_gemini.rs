@@ -116,6 +116,8 @@ pub enum Kind {
     Message(Value),
     /// The fake closed the socket for this reason.
     Rejected { code: u16, reason: String },
+    /// A WebSocket ping (the client's heartbeat), answered [`FakeOptions::pong_delay`] later.
+    Ping,
     /// The client closed the socket or it dropped.
     Closed,
 }
@@ -382,29 +384,30 @@ fn pretty(message: &Value) -> Message {
 }
 
 async fn serve(mut stream: TcpStream, conn: usize, shared: Shared) {
-    let Ok((head, leftover)) = voxa::http::read_head(&mut stream).await else { return };
+    let Ok((head, leftover)) = voxa::net::http::read_head(&mut stream).await else { return };
     let key = head.header("x-goog-api-key").map(str::to_owned);
     if head.path != LIVE_PATH {
-        let _ = voxa::http::respond(&mut stream, 404, "Not Found", "not found\n").await;
+        let _ = voxa::net::http::respond(&mut stream, 404, "Not Found", "not found\n").await;
         return shared.record(conn, Kind::Refused { status: 404 });
     }
     if head.query_param("key").is_some() {
         // Faithful enough: the service would accept it, but voxa must never put the key in a URL.
-        let _ = voxa::http::respond(&mut stream, 400, "Bad Request", "API key in the URL\n").await;
+        let _ = voxa::net::http::respond(&mut stream, 400, "Bad Request", "API key in the URL\n").await;
         return shared.record(conn, Kind::Refused { status: 400 });
     }
     if let Some(status) = shared.options.refuse_http {
-        let _ = voxa::http::respond(&mut stream, status, "Refused", "refused\n").await;
+        let _ = voxa::net::http::respond(&mut stream, status, "Refused", "refused\n").await;
         return shared.record(conn, Kind::Refused { status });
     }
     if !head.is_websocket_upgrade() {
-        let _ = voxa::http::respond(&mut stream, 400, "Bad Request", "not a WebSocket upgrade\n").await;
+        let _ = voxa::net::http::respond(&mut stream, 400, "Bad Request", "not a WebSocket upgrade\n").await;
         return shared.record(conn, Kind::Refused { status: 400 });
     }
     // Like any real-time server: no Nagle delay on small frames.
     let _ = stream.set_nodelay(true);
     let stream = LatePongs::new(stream, shared.options.pong_delay);
-    let Ok(mut socket) = voxa::http::accept_websocket(stream, &head, leftover, voxa::http::websocket_config()).await
+    let Ok(mut socket) =
+        voxa::net::http::accept_websocket(stream, &head, leftover, voxa::net::http::websocket_config()).await
     else {
         return;
     };
@@ -452,7 +455,11 @@ async fn serve(mut stream: TcpStream, conn: usize, shared: Shared) {
                 let payload = match frame {
                     Some(Ok(Message::Text(text))) => text.as_bytes().to_vec(),
                     Some(Ok(Message::Binary(data))) => data.to_vec(),
-                    Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
+                    Some(Ok(Message::Ping(_))) => {
+                        shared.record(conn, Kind::Ping);
+                        continue;
+                    }
+                    Some(Ok(Message::Pong(_) | Message::Frame(_))) => continue,
                     Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
                         // Nothing answers the close until the service has let the socket go.
                         tokio::time::sleep(shared.options.close_linger).await;

@@ -1,4 +1,4 @@
-//! Self-hosted voice against the fake Gemini Live server: the phone's view of a call
+//! Self-hosted voice (docs/PROTOCOL.md, "Voice") against the fake Gemini Live server: the phone's view of a call
 //! (driven over the loopback socket, whose session code is the relay's) and what Gemini receives.
 
 use std::sync::{Arc, Mutex};
@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
-use voxa::dial::ClientSocket;
+use voxa::net::dial::ClientSocket;
 
 use crate::fake_gemini::{
     FakeGemini, FakeOptions, Kind, SetupReply, BAD_KEY_REASON, DEADLINE_REASON, NOT_FOUND_REASON, STILL_OPEN_REASON,
@@ -83,6 +83,18 @@ impl Phone {
         loop {
             if let Frame::Audio(pcm) = self.next().await {
                 return pcm;
+            }
+        }
+    }
+
+    /// Reads (and so answers pings) for `quiet`, keeping what arrives.
+    async fn idle(&mut self, quiet: Duration) {
+        let until = tokio::time::Instant::now() + quiet;
+        while let Ok(frame) = tokio::time::timeout_at(until, self.socket.next()).await {
+            match frame {
+                Some(Ok(Message::Text(text))) => self.texts.push(serde_json::from_str(&text).unwrap()),
+                Some(Ok(_)) => continue,
+                other => panic!("the phone's session ended: {other:?}"),
             }
         }
     }
@@ -516,8 +528,8 @@ fn with_tool(declaration: Value) -> Value {
 /// A raw client of the fake, holding the key.
 async fn raw_client(fake: &FakeGemini) -> ClientSocket {
     let headers = vec![("x-goog-api-key".to_owned(), voxa::secret::Secret::from_string(KEY.into()))];
-    let options = voxa::dial::DialOptions { headers, ..Default::default() };
-    voxa::dial::connect(&fake.url(), &options).await.unwrap()
+    let options = voxa::net::dial::DialOptions { headers, ..Default::default() };
+    voxa::net::dial::connect(&fake.url(), &options).await.unwrap()
 }
 
 /// The next data frame from the fake: it must be pretty-printed JSON in a binary frame.
@@ -605,7 +617,7 @@ async fn the_fake_refuses_what_the_service_refuses() {
     let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
     let url = fake.url();
     let headers = vec![("x-goog-api-key".to_owned(), voxa::secret::Secret::from_string(KEY.into()))];
-    let options = voxa::dial::DialOptions { headers, ..Default::default() };
+    let options = voxa::net::dial::DialOptions { headers, ..Default::default() };
     let good_setup = || {
         json!({"setup":{"model":"models/m","generationConfig":{"responseModalities":["AUDIO"]},
             "inputAudioTranscription":{},"outputAudioTranscription":{}}})
@@ -628,7 +640,7 @@ async fn the_fake_refuses_what_the_service_refuses() {
         (vec![with_tool(json!({"name":"run","behavior":"SOMETIMES"}))], "behavior"),
     ];
     for (messages, reason) in scripts {
-        let mut socket = voxa::dial::connect(&url, &options).await.unwrap();
+        let mut socket = voxa::net::dial::connect(&url, &options).await.unwrap();
         for message in messages {
             socket.send(Message::text(message.to_string())).await.unwrap();
         }
@@ -636,10 +648,10 @@ async fn the_fake_refuses_what_the_service_refuses() {
         assert_eq!(code, 1007, "{reason}");
         assert!(said.contains(reason), "{said:?} should mention {reason:?}");
     }
-    let mut keyless = voxa::dial::connect(&url, &voxa::dial::DialOptions::default()).await.unwrap();
+    let mut keyless = voxa::net::dial::connect(&url, &voxa::net::dial::DialOptions::default()).await.unwrap();
     keyless.send(Message::text(good_setup().to_string())).await.unwrap();
     assert_eq!(recv_close(&mut keyless).await, (1007, BAD_KEY_REASON.to_owned()));
-    let in_url = voxa::dial::connect(&format!("{url}?key={KEY}"), &options).await.err().unwrap();
+    let in_url = voxa::net::dial::connect(&format!("{url}?key={KEY}"), &options).await.err().unwrap();
     assert!(format!("{in_url:#}").contains("400"), "{in_url:#}");
     fake.drain();
 }
@@ -794,7 +806,7 @@ async fn a_gemini_socket_is_dead_only_after_a_minute_of_silence_then_resumed_or_
         let mut phone = Phone::join(&agent).await;
         let (conn, _) = start_call(&mut phone, &mut fake).await;
         // Five quiet minutes: only late pongs come back, and the call stays on the same socket.
-        tokio::time::sleep(Duration::from_secs(300)).await;
+        phone.idle(Duration::from_secs(300)).await;
         let setups = fake.drain().iter().filter(|e| matches!(e.kind, Kind::Setup(_))).count();
         assert_eq!(setups, 0, "a healthy socket with late pongs was given up");
         if with_handle {
@@ -807,8 +819,13 @@ async fn a_gemini_socket_is_dead_only_after_a_minute_of_silence_then_resumed_or_
         let silent_since = tokio::time::Instant::now();
         fake.freeze(conn);
         let noticed = if with_handle {
-            let event =
-                fake.wait_for_within("a resume", Duration::from_secs(300), |e| matches!(e.kind, Kind::Setup(_))).await;
+            // The phone stays in touch meanwhile (its session answers pings only when read).
+            let resume =
+                fake.wait_for_within("a resume", Duration::from_secs(300), |e| matches!(e.kind, Kind::Setup(_)));
+            let event = tokio::select! {
+                event = resume => event,
+                _ = phone.idle(Duration::from_secs(300)) => panic!("no resume within 300 s"),
+            };
             let resumed = event.conn;
             let Kind::Setup(setup) = event.kind else { unreachable!() };
             assert_eq!(setup["sessionResumption"], json!({"handle":"before-freeze"}));

@@ -8,18 +8,19 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 use tokio::net::TcpListener;
+use tokio::sync::broadcast;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
-use voxa::agent::{AgentOptions, BackoffPolicy, Heartbeat, RunningAgent};
+use voxa::agent::{link_events, AgentOptions, BackoffPolicy, LinkEvent, RunningAgent};
 use voxa::config::{Config, RelayUrl};
-use voxa::dial::{ClientSocket, DialOptions};
-use voxa::output::Printer;
+use voxa::net::dial::{ClientSocket, DialOptions};
+use voxa::net::liveness::Heartbeat;
 use voxa::state::{Home, Secrets};
 
 /// Longest any single step of a test may take before it fails.
 pub const STEP: Duration = Duration::from_secs(10);
 
-/// A relay running in this process.
+/// A relay running in this process; dropping it aborts the relay.
 pub struct TestRelay {
     pub addr: SocketAddr,
     pub stop: CancellationToken,
@@ -28,7 +29,13 @@ pub struct TestRelay {
 
 impl TestRelay {
     pub async fn start() -> TestRelay {
-        Self::start_with(TcpListener::bind("127.0.0.1:0").await.unwrap(), voxa::relay::RelayConfig::default()).await
+        Self::with_config(voxa::relay::RelayConfig::default()).await
+    }
+
+    /// A relay with `config` on a free loopback port, bound before `run` starts so clients can
+    /// connect at once.
+    pub async fn with_config(config: voxa::relay::RelayConfig) -> TestRelay {
+        Self::start_with(TcpListener::bind("127.0.0.1:0").await.unwrap(), config).await
     }
 
     pub async fn start_with(listener: TcpListener, config: voxa::relay::RelayConfig) -> TestRelay {
@@ -47,8 +54,19 @@ impl TestRelay {
 
     /// Stops the relay and waits until its listener is closed.
     pub async fn kill(self) {
+        self.shut_down(STEP).await;
+    }
+
+    /// Asks the relay to stop and waits up to `within` for `run` to return.
+    pub async fn shut_down(mut self, within: Duration) {
         self.stop.cancel();
-        tokio::time::timeout(STEP, self.task).await.expect("relay stops").unwrap();
+        tokio::time::timeout(within, &mut self.task).await.expect("run returns promptly after shutdown").unwrap();
+    }
+}
+
+impl Drop for TestRelay {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
@@ -58,6 +76,8 @@ pub struct TestAgent {
     pub workspace: TempDir,
     pub secrets: Secrets,
     pub agent: RunningAgent,
+    /// What the agent's relay link reports, from its start.
+    pub events: broadcast::Receiver<LinkEvent>,
 }
 
 /// Short timings so reconnect tests finish quickly.
@@ -82,7 +102,7 @@ pub fn options(home: &TempDir, workspace: &TempDir, relay: Option<RelayUrl>) -> 
         heartbeat: Heartbeat::default(),
         backoff: fast_backoff(),
         gemini: None,
-        printer: Printer::new(false, true),
+        events: link_events(),
     };
     (options, secrets)
 }
@@ -97,9 +117,23 @@ impl TestAgent {
         let workspace = tempfile::tempdir().unwrap();
         let (mut options, secrets) = options(&home, &workspace, relay);
         tweak(&mut options);
+        let events = options.events.subscribe();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let agent = voxa::agent::start(options, listener, CancellationToken::new()).await.unwrap();
-        TestAgent { home, workspace, secrets, agent }
+        TestAgent { home, workspace, secrets, agent, events }
+    }
+
+    /// Skips the agent's link events until one matches; fails the test after [`STEP`].
+    pub async fn wait_event(&mut self, what: &str, matches: impl Fn(&LinkEvent) -> bool) -> LinkEvent {
+        let deadline = tokio::time::Instant::now() + STEP;
+        loop {
+            match tokio::time::timeout_at(deadline, self.events.recv()).await {
+                Ok(Ok(event)) if matches(&event) => return event,
+                Ok(Ok(_)) | Ok(Err(broadcast::error::RecvError::Lagged(_))) => {}
+                Ok(Err(broadcast::error::RecvError::Closed)) => panic!("the agent's links ended before {what}"),
+                Err(_) => panic!("the agent did not report {what} in time"),
+            }
+        }
     }
 
     pub fn token(&self) -> &str {
@@ -134,7 +168,7 @@ impl TestAgent {
 /// and checks the agent's proof in `hello_ok` (returned) before anything else is sent.
 pub async fn say_hello(socket: &mut ClientSocket, token: &str) -> Value {
     let token = voxa::secret::Secret::from_string(token.to_owned());
-    let ok = tokio::time::timeout(STEP, voxa::client::hello(socket, &token, "voxa-tests/1"))
+    let ok = tokio::time::timeout(STEP, voxa::net::client::hello(socket, &token, "voxa-tests/1"))
         .await
         .expect("hello_ok in time")
         .expect("the agent accepts the hello and proves itself");
@@ -158,7 +192,7 @@ pub fn hello_for(token: &str, challenge: &str) -> Value {
 
 /// Opens a WebSocket.
 pub async fn connect(url: &str) -> ClientSocket {
-    tokio::time::timeout(STEP, voxa::dial::connect(url, &DialOptions::default()))
+    tokio::time::timeout(STEP, voxa::net::dial::connect(url, &DialOptions::default()))
         .await
         .expect("connect in time")
         .unwrap()
@@ -329,7 +363,7 @@ impl TestAgent {
     pub async fn phone_tls(&self, relay: &TestRelay, ca: &std::path::Path) -> ClientSocket {
         let options = DialOptions::default().trust_pem_file(ca).unwrap();
         let url = format!("wss://localhost:{}/ws?code={}", relay.addr.port(), self.code());
-        let mut socket = tokio::time::timeout(STEP, voxa::dial::connect(&url, &options)).await.unwrap().unwrap();
+        let mut socket = tokio::time::timeout(STEP, voxa::net::dial::connect(&url, &options)).await.unwrap().unwrap();
         say_hello(&mut socket, self.token()).await;
         socket
     }

@@ -14,7 +14,7 @@ use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner}
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio_tungstenite::tungstenite::Message;
-use voxa::http::{self, HeadError, RequestHead};
+use voxa::net::http::{self, HeadError, RequestHead};
 use voxa::protocol::{
     self, AgentMessage, BearerFrame, ClientMessage, ErrorCode, Hello, HelloOk, PeerNotice, ToolCall, ToolError,
     ToolResult,

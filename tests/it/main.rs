@@ -9,6 +9,7 @@ mod fake_gemini;
 mod gemini;
 mod harness;
 mod hostile;
+mod layers;
 mod proof;
 mod relay;
 mod run;

@@ -2,13 +2,13 @@
 //! kept out of every log and output, and a storm of wrong tokens while the owner keeps working.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
@@ -16,11 +16,11 @@ use rand::Rng;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 use tracing_subscriber::layer::SubscriberExt;
-use voxa::dial::ClientSocket;
+use voxa::net::dial::ClientSocket;
 
 use crate::fake_gemini::{FakeGemini, FakeOptions, Kind};
 use crate::harness::*;
-use crate::support::{voxa, voxa_cmd};
+use crate::support::{voxa, voxa_cmd, wait_with_deadline, RunningVoxa};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -105,145 +105,6 @@ fn assert_no_secret(what: &str, text: &str, secrets: &[&str]) {
             }
         }
     }
-}
-
-/// Waits for a child with a deadline; kills it if the deadline passes.
-fn wait_with_deadline(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("process {} did not exit within {limit:?}", child.id());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// `voxa run --json` or `voxa relay --json` as a child process: its stdout events on a channel,
-/// all output collected.
-struct RunningVoxa {
-    child: Child,
-    events: mpsc::Receiver<Value>,
-    /// Events received while waiting for another.
-    pending: std::collections::VecDeque<Value>,
-    stdout: Arc<Mutex<String>>,
-    stderr: Arc<Mutex<String>>,
-    /// The loopback port (`run`) or the listening port (`relay`).
-    port: u16,
-}
-
-impl RunningVoxa {
-    /// Starts `voxa run` and waits for its `started` event.
-    fn start(cmd: Command) -> RunningVoxa {
-        let mut running = Self::spawn(cmd);
-        let started = running.wait_event("started");
-        running.port = started["port"].as_u64().unwrap() as u16;
-        running
-    }
-
-    /// Starts `voxa relay --json --listen 127.0.0.1:<port>` (0: any) and waits until it listens.
-    fn relay(port: u16, log: &str) -> RunningVoxa {
-        let mut cmd = Command::new(crate::support::voxa_bin());
-        cmd.env("RUST_LOG", log).env_remove("VOXA_RELAY_TOKEN");
-        cmd.args(["relay", "--json", "--listen", &format!("127.0.0.1:{port}")]);
-        let mut running = Self::spawn(cmd);
-        let listening = running.wait_event("relay_listening");
-        let addr: std::net::SocketAddr = listening["listen"].as_str().unwrap().parse().unwrap();
-        running.port = addr.port();
-        running
-    }
-
-    fn spawn(mut cmd: Command) -> RunningVoxa {
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null()).spawn().unwrap();
-        let (tx, events) = mpsc::channel();
-        let stdout = Arc::new(Mutex::new(String::new()));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (out, all_out) = (child.stdout.take().unwrap(), stdout.clone());
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                all_out.lock().unwrap().push_str(&format!("{line}\n"));
-                if let Ok(value) = serde_json::from_str::<Value>(&line) {
-                    let _ = tx.send(value);
-                }
-            }
-        });
-        let (mut err, all_err) = (child.stderr.take().unwrap(), stderr.clone());
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 8192];
-            while let Ok(n) = err.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                all_err.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        RunningVoxa { child, events, pending: Default::default(), stdout, stderr, port: 0 }
-    }
-
-    fn relay_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// The earliest event named `name` not returned yet, waiting up to [`STEP`] for it.
-    fn wait_event(&mut self, name: &str) -> Value {
-        if let Some(at) = self.pending.iter().position(|event| event["event"] == name) {
-            return self.pending.remove(at).unwrap();
-        }
-        let deadline = Instant::now() + STEP;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.events.recv_timeout(left) {
-                Ok(event) if event["event"] == name => return event,
-                Ok(event) => self.pending.push_back(event),
-                Err(_) => panic!("no {name} event from voxa; stderr:\n{}", tail(&self.stderr.lock().unwrap(), 2000)),
-            }
-        }
-    }
-
-    fn signal(&self, signal: rustix::process::Signal) {
-        rustix::process::kill_process(rustix::process::Pid::from_child(&self.child), signal).unwrap();
-    }
-
-    /// SIGTERM, then the exit status; the process must stop cleanly. Returns stdout and stderr.
-    fn stop(mut self) -> (String, String) {
-        self.signal(rustix::process::Signal::TERM);
-        let status = wait_with_deadline(&mut self.child, STEP);
-        assert!(status.success(), "voxa exited with {status} after SIGTERM");
-        self.drain()
-    }
-
-    /// SIGKILL: a crash. Returns once the process is gone.
-    fn crash(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Output collected so far, once the reader threads saw the end of both pipes.
-    fn drain(&self) -> (String, String) {
-        let deadline = Instant::now() + STEP;
-        while Arc::strong_count(&self.stdout) + Arc::strong_count(&self.stderr) > 2 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let stdout = self.stdout.lock().unwrap().clone();
-        let stderr = self.stderr.lock().unwrap().clone();
-        (stdout, stderr)
-    }
-}
-
-impl Drop for RunningVoxa {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn tail(text: &str, n: usize) -> &str {
-    let start = text.len().saturating_sub(n);
-    let start = (start..text.len()).find(|i| text.is_char_boundary(*i)).unwrap_or(text.len());
-    &text[start..]
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -742,7 +603,7 @@ fn a_storm_of_wrong_tokens_is_refused_while_the_owner_is_served() {
                 while next.fetch_add(1, Ordering::Relaxed) < ATTEMPTS {
                     let outcome = tokio::time::timeout(STEP, async {
                         let mut socket =
-                            voxa::dial::connect(&url, &Default::default()).await.map_err(|e| format!("{e:#}"))?;
+                            voxa::net::dial::connect(&url, &Default::default()).await.map_err(|e| format!("{e:#}"))?;
                         let challenge = read_challenge(&mut socket).await?;
                         let token = format!("{:032x}", rand::rng().random::<u128>());
                         let hello = hello_for(&token, &challenge).to_string();
@@ -1029,14 +890,14 @@ async fn a_relay_frozen_past_the_heartbeat_gets_the_agent_back_exactly_once() {
 /// queue, and all of them reach the relay at once when it wakes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_frozen_past_the_dial_timeout_gets_the_agent_back_exactly_once() {
-    frozen_relay(voxa::dial::CONNECT_TIMEOUT.as_secs() + 5).await;
+    frozen_relay(voxa::net::dial::CONNECT_TIMEOUT.as_secs() + 5).await;
 }
 
 async fn frozen_relay(heartbeats: u64) {
     let relay = RunningVoxa::relay(0, "warn");
     let url = voxa::config::RelayUrl::parse(&relay.relay_url()).unwrap();
     let heartbeat =
-        voxa::agent::Heartbeat { ping_every: Duration::from_millis(200), dead_after: Duration::from_secs(1) };
+        voxa::net::liveness::Heartbeat { ping_every: Duration::from_millis(200), dead_after: Duration::from_secs(1) };
     let agent = TestAgent::start_with(Some(url), |options| options.heartbeat = heartbeat).await;
     let status = agent.agent.ctx.status.clone();
     let mut phone = phone_at(relay.port, agent.code(), agent.token()).await;

@@ -1,4 +1,4 @@
-//! The relay (SPEC §4) on 127.0.0.1:0, driven by real WebSocket clients as the laptop and the
+//! The relay (docs/PROTOCOL.md, "Relay") on 127.0.0.1:0, driven by real WebSocket clients as the laptop and the
 //! phone would drive it, plus raw TCP clients where a misbehaving peer is the point.
 
 use std::net::SocketAddr;
@@ -8,9 +8,7 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use tokio::net::TcpStream;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -18,46 +16,9 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::WebSocketStream;
 use voxa::relay::{Limits, RelayConfig};
+
+use crate::harness::{TestRelay, STEP as WAIT};
 use voxa::secret::Secret;
-
-/// Longest any single step may take before the test fails.
-const WAIT: Duration = Duration::from_secs(10);
-
-struct Relay {
-    addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<anyhow::Result<()>>,
-}
-
-impl Relay {
-    async fn start(config: RelayConfig) -> Relay {
-        // Bound before `run` starts: clients can connect at once.
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(voxa::relay::run(listener, config, async move {
-            let _ = stopped.await;
-        }));
-        Relay { addr, stop: Some(stop), task }
-    }
-
-    async fn open() -> Relay {
-        Relay::start(RelayConfig::default()).await
-    }
-
-    /// Asks the relay to stop and waits for `run` to return.
-    async fn shut_down(mut self, within: Duration) {
-        let _ = self.stop.take().unwrap().send(());
-        let result = timeout(within, &mut self.task).await.expect("run returns promptly after shutdown");
-        result.unwrap().unwrap();
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
 
 fn new_code() -> String {
     Secret::generate().unwrap().expose().to_owned()
@@ -88,11 +49,11 @@ async fn try_connect(addr: SocketAddr, path: &str, token: Option<&str>) -> Resul
     connect_over(tcp, &format!("ws://{addr}{path}"), token).await
 }
 
-async fn agent(relay: &Relay, code: &str) -> Client {
+async fn agent(relay: &TestRelay, code: &str) -> Client {
     try_connect(relay.addr, &format!("/agent?code={code}"), None).await.unwrap()
 }
 
-async fn phone(relay: &Relay, code: &str) -> Client {
+async fn phone(relay: &TestRelay, code: &str) -> Client {
     try_connect(relay.addr, &format!("/ws?code={code}"), None).await.unwrap()
 }
 
@@ -146,7 +107,7 @@ async fn send<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut Client<S>, message: Me
 }
 
 /// Connects an agent and a phone on a fresh code and reads the `joined` notices.
-async fn pair(relay: &Relay) -> (Client, Client, String) {
+async fn pair(relay: &TestRelay) -> (Client, Client, String) {
     let code = new_code();
     let mut laptop = agent(relay, &code).await;
     let mut handset = phone(relay, &code).await;
@@ -202,7 +163,7 @@ async fn receive_numbered(from: &str, count: usize, stream: &mut futures_util::s
 
 #[tokio::test]
 async fn copies_text_and_binary_both_ways_unchanged_and_in_order() {
-    let relay = Relay::open().await;
+    let relay = TestRelay::start().await;
     let (laptop, handset, _) = pair(&relay).await;
     const FRAMES: usize = 1000;
     let (mut laptop_tx, mut laptop_rx) = laptop.split();
@@ -218,7 +179,7 @@ async fn copies_text_and_binary_both_ways_unchanged_and_in_order() {
 
 #[tokio::test]
 async fn each_side_hears_when_the_other_joins_and_leaves() {
-    let relay = Relay::open().await;
+    let relay = TestRelay::start().await;
     let code = new_code();
     let mut laptop = agent(&relay, &code).await;
     // A phone arriving second hears about the agent already there, and the agent about it.
@@ -249,7 +210,7 @@ async fn each_side_hears_when_the_other_joins_and_leaves() {
 
 #[tokio::test]
 async fn forged_presence_frames_are_dropped_from_either_side() {
-    let relay = Relay::open().await;
+    let relay = TestRelay::start().await;
     let (mut laptop, mut handset, _) = pair(&relay).await;
     let forgeries = [
         notice("agent", "left"),
@@ -273,7 +234,7 @@ async fn forged_presence_frames_are_dropped_from_either_side() {
 
 #[tokio::test]
 async fn a_newer_socket_replaces_the_older_one_with_4001() {
-    let relay = Relay::open().await;
+    let relay = TestRelay::start().await;
     let (mut old_laptop, mut handset, code) = pair(&relay).await;
     let mut new_laptop = agent(&relay, &code).await;
 
@@ -298,7 +259,7 @@ async fn a_newer_socket_replaces_the_older_one_with_4001() {
 
 #[tokio::test]
 async fn frames_without_a_peer_are_dropped_not_delivered_later() {
-    let relay = Relay::open().await;
+    let relay = TestRelay::start().await;
     let code = new_code();
     let mut laptop = agent(&relay, &code).await;
     send(&mut laptop, Message::text("nobody hears this")).await;
@@ -316,7 +277,7 @@ async fn frames_without_a_peer_are_dropped_not_delivered_later() {
 
 #[tokio::test]
 async fn bad_requests_are_refused_before_any_upgrade() {
-    let relay = Relay::open().await;
+    let relay = TestRelay::start().await;
     let code = new_code();
     let addr = relay.addr;
 
@@ -355,7 +316,8 @@ async fn bad_requests_are_refused_before_any_upgrade() {
 async fn relay_token_is_required_from_both_sides_when_set() {
     let token = "relay-token-4f1c9b";
     let relay =
-        Relay::start(RelayConfig { token: Some(Secret::from_string(token.into())), ..Default::default() }).await;
+        TestRelay::with_config(RelayConfig { token: Some(Secret::from_string(token.into())), ..Default::default() })
+            .await;
     let code = new_code();
     for path in [format!("/agent?code={code}"), format!("/ws?code={code}")] {
         for presented in [None, Some("wrong"), Some("relay-token-4f1c9"), Some("relay-token-4f1c9bX")] {
@@ -381,7 +343,7 @@ async fn relay_token_is_required_from_both_sides_when_set() {
 
 #[tokio::test]
 async fn frames_up_to_16_mib_pass_and_larger_ones_close_1009() {
-    let relay = Relay::open().await;
+    let relay = TestRelay::start().await;
     let (laptop, mut handset, _) = pair(&relay).await;
     let limit = voxa::protocol::MAX_FRAME_LEN;
     let (mut laptop_tx, mut laptop_rx) = laptop.split();
@@ -418,7 +380,7 @@ async fn a_reader_that_falls_behind_is_closed_1013_and_its_queue_stays_bounded()
     const FRAME: usize = 64 << 10;
     const SENT_AT_MOST: usize = 4096;
     let limits = Limits { send_queue_frames: QUEUE, stall_timeout: Duration::from_millis(300), ..Limits::default() };
-    let relay = Relay::start(RelayConfig { limits, ..Default::default() }).await;
+    let relay = TestRelay::with_config(RelayConfig { limits, ..Default::default() }).await;
     let (laptop, mut handset, code) = pair(&relay).await;
     let (mut laptop_tx, mut laptop_rx) = laptop.split();
 
@@ -471,7 +433,7 @@ async fn a_peer_that_stops_answering_pings_is_dropped_within_the_idle_timeout() 
         idle_timeout: Duration::from_millis(800),
         ..Limits::default()
     };
-    let relay = Relay::start(RelayConfig { limits, ..Default::default() }).await;
+    let relay = TestRelay::with_config(RelayConfig { limits, ..Default::default() }).await;
     let code = new_code();
     let mut handset = phone(&relay, &code).await;
 
@@ -575,7 +537,7 @@ async fn connect_tls(
 async fn tls_relay_pairs_trusting_clients_and_refuses_the_rest() {
     let cert = test_cert();
     let tls = voxa::relay::load_tls(&cert.cert_path, &cert.key_path).unwrap();
-    let relay = Relay::start(RelayConfig { tls: Some(tls), ..Default::default() }).await;
+    let relay = TestRelay::with_config(RelayConfig { tls: Some(tls), ..Default::default() }).await;
     let code = new_code();
     let trusting = tls_connector(Some(&cert.der));
 
@@ -601,7 +563,7 @@ async fn tls_relay_pairs_trusting_clients_and_refuses_the_rest() {
 
 #[tokio::test]
 async fn shutdown_closes_every_socket_and_run_returns() {
-    let relay = Relay::open().await;
+    let relay = TestRelay::start().await;
     let addr = relay.addr;
     let (mut laptop, mut handset, _) = pair(&relay).await;
     // A connection that never sends its request head must not hold shutdown up either.
@@ -619,7 +581,7 @@ async fn shutdown_closes_every_socket_and_run_returns() {
 
 #[tokio::test]
 async fn a_full_relay_refuses_new_connections() {
-    let relay = Relay::start(RelayConfig { max_connections: 2, ..Default::default() }).await;
+    let relay = TestRelay::with_config(RelayConfig { max_connections: 2, ..Default::default() }).await;
     let (mut laptop, mut handset, _) = pair(&relay).await;
     let mut extra = TcpStream::connect(relay.addr).await.unwrap();
     let mut response = Vec::new();
@@ -777,7 +739,7 @@ async fn a_slow_upload_of_one_large_message_is_not_taken_for_silence() {
         idle_timeout: Duration::from_millis(800),
         ..Limits::default()
     };
-    let relay = Relay::start(RelayConfig { limits, ..Default::default() }).await;
+    let relay = TestRelay::with_config(RelayConfig { limits, ..Default::default() }).await;
     let code = new_code();
     let mut handset = phone(&relay, &code).await;
     let mut laptop = TcpStream::connect(relay.addr).await.unwrap();

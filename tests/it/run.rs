@@ -1,76 +1,25 @@
 //! `voxa run`, `status` and `call` as separate processes, the way a user runs them.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Stdio};
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
 use crate::harness::*;
-use crate::support::{voxa, voxa_cmd};
+use crate::support::{voxa, voxa_cmd, RunningVoxa};
 
-/// A `voxa run --json` child and its event stream.
-pub(crate) struct RunningBinary {
-    pub child: Child,
-    events: BufReader<ChildStdout>,
-    pub home: std::path::PathBuf,
-    _dirs: (tempfile::TempDir, tempfile::TempDir),
+/// `voxa run --json` in a fresh home and workspace, waited on until it printed `started`.
+fn start_run(extra: &[&str]) -> (RunningVoxa, std::path::PathBuf, (tempfile::TempDir, tempfile::TempDir)) {
+    start_run_with_env(extra, &[])
 }
 
-impl RunningBinary {
-    pub fn start(extra: &[&str]) -> RunningBinary {
-        Self::start_with_env(extra, &[])
-    }
-
-    /// Starts it with extra environment variables (`DISPLAY` for screenshots).
-    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> RunningBinary {
-        let (dir, home) = fresh_home();
-        let workspace = tempfile::tempdir().unwrap();
-        let mut child = voxa_cmd(&home)
-            .args(["run", "--json", "--workspace"])
-            .arg(workspace.path())
-            .args(extra)
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let events = BufReader::new(child.stdout.take().unwrap());
-        RunningBinary { child, events, home, _dirs: (dir, workspace) }
-    }
-
-    /// Reads events until one named `name` (blocking; the child prints it within seconds).
-    pub fn event(&mut self, name: &str) -> Value {
-        loop {
-            let mut line = String::new();
-            let n = self.events.read_line(&mut line).unwrap();
-            assert!(n > 0, "voxa run exited before printing {name}");
-            let value: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line}"));
-            if value["event"] == name {
-                return value;
-            }
-        }
-    }
-
-    /// The next event, whatever its name.
-    fn event_any(&mut self) -> Value {
-        let mut line = String::new();
-        assert!(self.events.read_line(&mut line).unwrap() > 0, "voxa run exited");
-        serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line}"))
-    }
-
-    pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = rustix::process::Pid::from_child(&self.child);
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-        wait_timeout(&mut self.child, Duration::from_secs(10))
-    }
-}
-
-impl Drop for RunningBinary {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The same with extra environment variables (`DISPLAY` for screenshots, `PATH`).
+pub(crate) fn start_run_with_env(
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (RunningVoxa, std::path::PathBuf, (tempfile::TempDir, tempfile::TempDir)) {
+    let (dir, home) = fresh_home();
+    let workspace = tempfile::tempdir().unwrap();
+    let mut cmd = voxa_cmd(&home);
+    cmd.args(["run", "--json", "--workspace"]).arg(workspace.path()).args(extra).envs(env.iter().copied());
+    (RunningVoxa::start(cmd), home, (dir, workspace))
 }
 
 /// A temporary directory and a not-yet-existing voxa home inside it.
@@ -80,17 +29,6 @@ fn fresh_home() -> (tempfile::TempDir, std::path::PathBuf) {
     (dir, home)
 }
 
-fn wait_timeout(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(std::time::Instant::now() < deadline, "process did not exit in time");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn query(url: &str, name: &str) -> String {
     let url = url::Url::parse(url).unwrap();
     url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned()).unwrap()
@@ -98,13 +36,12 @@ fn query(url: &str, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_relay_run_serves_a_phone_and_stops_cleanly_on_sigterm() {
-    let mut run = RunningBinary::start(&["--embedded-relay"]);
-    let relay = run.event("embedded_relay")["listen"].as_str().unwrap().to_owned();
-    let pairing = run.event("pairing")["url"].as_str().unwrap().to_owned();
-    let started = run.event("started");
-    let port = started["port"].as_u64().unwrap();
-    assert!(run.home.join("agent.json").exists());
-    let agent_file: Value = serde_json::from_slice(&std::fs::read(run.home.join("agent.json")).unwrap()).unwrap();
+    let (mut run, home, _dirs) = start_run(&["--embedded-relay"]);
+    let relay = run.wait_event("embedded_relay")["listen"].as_str().unwrap().to_owned();
+    let pairing = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
+    let port = u64::from(run.port);
+    assert!(home.join("agent.json").exists());
+    let agent_file: Value = serde_json::from_slice(&std::fs::read(home.join("agent.json")).unwrap()).unwrap();
     assert_eq!(agent_file["port"], port);
     assert_eq!(agent_file["pid"], run.child.id());
 
@@ -115,8 +52,8 @@ async fn embedded_relay_run_serves_a_phone_and_stops_cleanly_on_sigterm() {
     assert_eq!(recv_result(&mut phone, "e1").await["error"]["code"], "unknown-tool");
 
     // status sees the live agent, and never prints a secret.
-    let home = run.home.clone();
-    let status = tokio::task::spawn_blocking(move || voxa(&home, &["status", "--json"])).await.unwrap();
+    let status_home = home.clone();
+    let status = tokio::task::spawn_blocking(move || voxa(&status_home, &["status", "--json"])).await.unwrap();
     assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
     let text = String::from_utf8_lossy(&status.stdout).to_string();
     let value: Value = serde_json::from_str(&text).unwrap();
@@ -127,17 +64,17 @@ async fn embedded_relay_run_serves_a_phone_and_stops_cleanly_on_sigterm() {
     assert_eq!(value["agent"]["relay"], format!("http://{relay}"), "status names the relay the agent dials");
     assert!(!text.contains(&token) && !text.contains(&code));
 
-    let exit = run.terminate();
-    assert!(exit.success(), "voxa run exited with {exit:?}");
-    assert!(!run.home.join("agent.json").exists(), "agent.json left behind");
+    // `stop` fails the test unless SIGTERM ends the process cleanly.
+    let (stdout, _) = run.stop();
+    assert!(stdout.lines().last().is_some_and(|line| line.contains("\"stopped\"")), "{stdout}");
+    assert!(!home.join("agent.json").exists(), "agent.json left behind");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_exit_status_tells_results_from_errors_and_refusals() {
     // An unreachable relay: the loopback socket serves regardless.
-    let mut run = RunningBinary::start(&["--relay", "http://127.0.0.1:1"]);
-    let port = run.event("started")["port"].as_u64().unwrap();
-    let home = run.home.clone();
+    let (run, home, _dirs) = start_run(&["--relay", "http://127.0.0.1:1"]);
+    let port = run.port;
 
     let unknown = voxa(&home, &["call", "no_such_tool"]);
     assert_eq!(unknown.status.code(), Some(3), "{}", String::from_utf8_lossy(&unknown.stderr));
@@ -287,23 +224,22 @@ async fn an_impostor_holding_the_port_learns_nothing_from_status_or_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_agent_warns_once_per_episode_and_keeps_its_code() {
-    let mut run = RunningBinary::start(&["--embedded-relay"]);
-    let relay = run.event("embedded_relay")["listen"].as_str().unwrap().to_owned();
-    let code = query(run.event("pairing")["url"].as_str().unwrap(), "code");
-    run.event("relay_connected");
+    let (mut run, home, _dirs) = start_run(&["--embedded-relay"]);
+    let relay = run.wait_event("embedded_relay")["listen"].as_str().unwrap().to_owned();
+    let code = query(run.wait_event("pairing")["url"].as_str().unwrap(), "code");
+    run.wait_event("relay_connected");
     // Another agent with the code takes it three times; each time this one takes it back.
     for _ in 0..3 {
         let mut impostor = connect(&format!("ws://{relay}/agent?code={code}")).await;
         assert_eq!(recv_close(&mut impostor).await, (4001, "replaced".into()));
     }
-    let mut events = Vec::new();
-    while events.iter().filter(|e: &&Value| e["event"] == "relay_connected").count() < 3 {
-        events.push(tokio::task::block_in_place(|| run.event_any()));
+    for _ in 0..3 {
+        tokio::task::block_in_place(|| run.wait_event("relay_connected"));
     }
+    let events = run.events_so_far();
     let named = |name: &str| events.iter().filter(|e| e["event"] == name).count();
     assert_eq!(named("replaced"), 1, "one loud warning per episode: {events:?}");
     assert_eq!(events.iter().filter(|e| e["event"] == "relay_lost" && e["reason"] == "replaced").count(), 2);
-    let home = run.home.clone();
     let status = tokio::task::spawn_blocking(move || voxa(&home, &["status", "--json"])).await.unwrap();
     let shown: Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(shown["agent"]["relay_replaced"], true, "{shown}");
@@ -311,9 +247,8 @@ async fn a_replaced_agent_warns_once_per_episode_and_keeps_its_code() {
 
 #[test]
 fn a_second_agent_for_the_same_home_is_refused() {
-    let mut run = RunningBinary::start(&["--embedded-relay"]);
-    run.event("started");
-    let second = voxa(&run.home, &["run", "--embedded-relay"]);
+    let (run, home, _dirs) = start_run(&["--embedded-relay"]);
+    let second = voxa(&home, &["run", "--embedded-relay"]);
     assert_eq!(second.status.code(), Some(1));
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(err.contains("already running") && err.contains(&run.child.id().to_string()), "{err}");

@@ -1,8 +1,16 @@
-//! Shared test helpers.
+//! Shared test helpers: the `voxa` binary, and a `voxa run` or `voxa relay` child process
+//! whose JSON events are read with a deadline.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::harness::STEP;
 
 /// Path of the built `voxa` binary.
 pub fn voxa_bin() -> PathBuf {
@@ -22,4 +30,150 @@ pub fn voxa_cmd(home: &Path) -> Command {
     }
     cmd.env("VOXA_HOME", home);
     cmd
+}
+
+/// Waits for a child with a deadline; kills it if the deadline passes.
+pub fn wait_with_deadline(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("process {} did not exit within {limit:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `voxa run --json` or `voxa relay --json` as a child process: its stdout events on a channel,
+/// all output collected.
+pub struct RunningVoxa {
+    pub child: Child,
+    events: mpsc::Receiver<Value>,
+    /// Events received while waiting for another.
+    pending: std::collections::VecDeque<Value>,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+    /// The loopback port (`run`) or the listening port (`relay`).
+    pub port: u16,
+}
+
+impl RunningVoxa {
+    /// Starts `voxa run` and waits for its `started` event.
+    pub fn start(cmd: Command) -> RunningVoxa {
+        let mut running = Self::spawn(cmd);
+        let started = running.wait_event("started");
+        running.port = started["port"].as_u64().unwrap() as u16;
+        running
+    }
+
+    /// Starts `voxa relay --json --listen 127.0.0.1:<port>` (0: any) and waits until it listens.
+    pub fn relay(port: u16, log: &str) -> RunningVoxa {
+        let mut cmd = Command::new(voxa_bin());
+        cmd.env("RUST_LOG", log).env_remove("VOXA_RELAY_TOKEN");
+        cmd.args(["relay", "--json", "--listen", &format!("127.0.0.1:{port}")]);
+        let mut running = Self::spawn(cmd);
+        let listening = running.wait_event("relay_listening");
+        let addr: std::net::SocketAddr = listening["listen"].as_str().unwrap().parse().unwrap();
+        running.port = addr.port();
+        running
+    }
+
+    pub fn spawn(mut cmd: Command) -> RunningVoxa {
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null()).spawn().unwrap();
+        let (tx, events) = mpsc::channel();
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (out, all_out) = (child.stdout.take().unwrap(), stdout.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                all_out.lock().unwrap().push_str(&format!("{line}\n"));
+                if let Ok(value) = serde_json::from_str::<Value>(&line) {
+                    let _ = tx.send(value);
+                }
+            }
+        });
+        let (mut err, all_err) = (child.stderr.take().unwrap(), stderr.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                all_err.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        RunningVoxa { child, events, pending: Default::default(), stdout, stderr, port: 0 }
+    }
+
+    pub fn relay_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The earliest event named `name` not returned yet, waiting up to [`STEP`] for it.
+    pub fn wait_event(&mut self, name: &str) -> Value {
+        if let Some(at) = self.pending.iter().position(|event| event["event"] == name) {
+            return self.pending.remove(at).unwrap();
+        }
+        let deadline = Instant::now() + STEP;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(event) if event["event"] == name => return event,
+                Ok(event) => self.pending.push_back(event),
+                Err(_) => panic!("no {name} event from voxa; stderr:\n{}", tail(&self.stderr.lock().unwrap(), 2000)),
+            }
+        }
+    }
+
+    /// Every event received and not returned yet, without waiting.
+    pub fn events_so_far(&mut self) -> Vec<Value> {
+        let mut events: Vec<Value> = self.pending.drain(..).collect();
+        events.extend(self.events.try_iter());
+        events
+    }
+
+    pub fn signal(&self, signal: rustix::process::Signal) {
+        rustix::process::kill_process(rustix::process::Pid::from_child(&self.child), signal).unwrap();
+    }
+
+    /// SIGTERM, then the exit status; the process must stop cleanly. Returns stdout and stderr.
+    pub fn stop(mut self) -> (String, String) {
+        self.signal(rustix::process::Signal::TERM);
+        let status = wait_with_deadline(&mut self.child, STEP);
+        assert!(status.success(), "voxa exited with {status} after SIGTERM");
+        self.drain()
+    }
+
+    /// SIGKILL: a crash. Returns once the process is gone.
+    pub fn crash(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Output collected so far, once the reader threads saw the end of both pipes.
+    pub fn drain(&self) -> (String, String) {
+        let deadline = Instant::now() + STEP;
+        while Arc::strong_count(&self.stdout) + Arc::strong_count(&self.stderr) > 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let stdout = self.stdout.lock().unwrap().clone();
+        let stderr = self.stderr.lock().unwrap().clone();
+        (stdout, stderr)
+    }
+}
+
+impl Drop for RunningVoxa {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn tail(text: &str, n: usize) -> &str {
+    let start = text.len().saturating_sub(n);
+    let start = (start..text.len()).find(|i| text.is_char_boundary(*i)).unwrap_or(text.len());
+    &text[start..]
 }

@@ -10,11 +10,12 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
 use crate::browser::{Browser, Scheme, VIEWPORT};
 use crate::harness::*;
-use crate::run::RunningBinary;
+use crate::run::start_run_with_env;
 use crate::support::voxa_cmd;
 
 // ---------------------------------------------------------------------------------------------
@@ -217,6 +218,33 @@ async fn the_pairing_link_goes_online_and_leaves_no_token_in_the_address_bar() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_computes_the_hello_proofs_of_the_documented_worked_example() {
+    let Some(browser) = Browser::start().await else { return };
+    let relay = TestRelay::start().await;
+    browser.open(&format!("http://{}/", relay.addr)).await;
+    // The worked example, read from the document other clients implement against.
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/PROTOCOL.md")).unwrap();
+    let value = |name: &str| {
+        let hex = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_hexdigit());
+        let found = doc.lines().filter(|line| line.starts_with(name)).find_map(|line| {
+            let (_, value) = line.split_once(" = ")?;
+            hex(value.trim()).then(|| value.trim().to_owned())
+        });
+        found.unwrap_or_else(|| panic!("no {name:?} in the worked example"))
+    };
+    let script = "const [token, agentNonce, clientNonce, done] = arguments;
+        import('/js/session.js').then(async (session) => {
+            const key = await session.importToken(token);
+            done([await session.helloProof(key, 'client', agentNonce, clientNonce),
+                  await session.helloProof(key, 'agent', agentNonce, clientNonce)]);
+        });";
+    let args = vec![json!(value("T ")), json!(value("A ")), json!(value("C "))];
+    let proofs = browser.client.execute_async(script, args).await.unwrap();
+    assert_eq!(proofs, json!([value("client proof"), value("agent proof")]));
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_control_has_the_accessible_name_of_the_contract() {
     let Some(scene) = Scene::start().await else { return };
     let browser = &scene.browser;
@@ -351,6 +379,47 @@ async fn a_token_the_laptop_no_longer_accepts_says_scan_the_new_code_and_stops_t
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_laptop_that_cannot_prove_the_pairing_is_not_your_laptop() {
+    let Some(browser) = Browser::start().await else { return };
+    let relay = TestRelay::start().await;
+    // Someone who learned the code (not the token) waits at the relay as the laptop.
+    let code = voxa::secret::Secret::generate().unwrap();
+    let token = voxa::secret::Secret::generate().unwrap();
+    let mut impostor = connect(&format!("ws://{}/agent?code={}", relay.addr, code.expose())).await;
+    browser.open(&format!("http://{}/?code={}&token={}", relay.addr, code.expose(), token.expose())).await;
+    loop {
+        let frame = recv_json(&mut impostor).await;
+        if frame["type"] == "__peer" && frame["state"] == "joined" {
+            break;
+        }
+    }
+    let nonce = "0123456789abcdef0123456789abcdef";
+    send(&mut impostor, json!({"type":"challenge","protocol":2,"nonce": nonce})).await;
+    let hello = recv_type(&mut impostor, "hello").await;
+    assert!(hello.get("token").is_none() && !hello.to_string().contains(token.expose()), "the token crossed: {hello}");
+    let forged = json!({"type":"hello_ok","protocol":2,"agent":"voxa/0.1.0","mode":"hosted",
+        "tools":["run_command"],"proof": "0".repeat(64)});
+    send(&mut impostor, forged).await;
+    let said = browser.wait_connection("not your laptop").await;
+    assert!(said.starts_with("this is not your laptop"), "{said}");
+    // The page closed the connection and sent nothing after its hello.
+    loop {
+        match next_frame(&mut impostor).await {
+            Some(Message::Text(text)) => {
+                let frame: Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(frame["type"], "__peer", "the page sent {frame} to an impostor");
+                if frame["state"] == "left" {
+                    break;
+                }
+            }
+            Some(Message::Close(_)) | None => panic!("the relay closed the impostor"),
+            Some(_) => {}
+        }
+    }
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_laptops_are_remembered_switched_and_one_forgotten() {
     let Some(first) = Scene::start().await else { return };
     std::fs::write(first.workspace().join("on-the-first.txt"), "1").unwrap();
@@ -423,9 +492,8 @@ async fn with_an_environment_paired_the_picker_sends_calls_there() {
 async fn embedded_relay_link_opens_the_client_and_a_screenshot_is_shown_at_its_size() {
     let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") else { return };
     let Some(browser) = Browser::start().await else { return };
-    let mut run = RunningBinary::start_with_env(&["--embedded-relay"], &[("DISPLAY", &xvfb.display)]);
-    let link = run.event("pairing")["url"].as_str().unwrap().to_owned();
-    run.event("started");
+    let (mut run, _home, _dirs) = start_run_with_env(&["--embedded-relay"], &[("DISPLAY", &xvfb.display)]);
+    let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
     browser.open(&link).await;
     browser.wait_connection("online").await;
     browser.press("Screen").await;
@@ -448,16 +516,16 @@ async fn embedded_relay_link_opens_the_client_and_a_screenshot_is_shown_at_its_s
     browser.press("Zoom").await;
     browser.wait_script("zoomed", "return document.getElementById('shot-frame').classList.contains('zoomed');").await;
     browser.close().await;
-    assert!(run.terminate().success());
+    run.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
     let Some(browser) = Browser::start().await else { return };
-    let mut run = RunningBinary::start(&["--embedded-relay"]);
-    let port = run.event("started")["port"].as_u64().unwrap();
-    let home = run.home.clone();
-    let opened = tokio::task::spawn_blocking(move || voxa_cmd(&home).args(["open", "--no-browser", "--json"]).output())
+    let (run, home, _dirs) = start_run_with_env(&["--embedded-relay"], &[]);
+    let port = run.port;
+    let at = home.clone();
+    let opened = tokio::task::spawn_blocking(move || voxa_cmd(&at).args(["open", "--no-browser", "--json"]).output())
         .await
         .unwrap()
         .unwrap();
@@ -465,8 +533,25 @@ async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
     let printed: Value = serde_json::from_slice(&opened.stdout).unwrap();
     assert_eq!(printed["opened"], false);
     let url = printed["url"].as_str().unwrap().to_owned();
-    let token = std::fs::read_to_string(run.home.join("auth_token")).unwrap().trim().to_owned();
+    let token = std::fs::read_to_string(home.join("auth_token")).unwrap().trim().to_owned();
     assert_eq!(url, format!("http://127.0.0.1:{port}/#token={token}"));
+
+    // Without --no-browser the link goes to the desktop's opener (a stand-in here).
+    let opener_dir = tempfile::tempdir().unwrap();
+    let handed = opener_dir.path().join("handed");
+    let script = format!("#!/bin/sh\nprintf '%s' \"$1\" > '{}'\n", handed.display());
+    std::fs::write(opener_dir.path().join("xdg-open"), script).unwrap();
+    std::fs::set_permissions(opener_dir.path().join("xdg-open"), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
+    let path = format!("{}:{}", opener_dir.path().display(), std::env::var("PATH").unwrap_or_default());
+    let at = home.clone();
+    let opened = tokio::task::spawn_blocking(move || voxa_cmd(&at).args(["open", "--json"]).env("PATH", path).output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(opened.status.success(), "{}", String::from_utf8_lossy(&opened.stderr));
+    assert_eq!(serde_json::from_slice::<Value>(&opened.stdout).unwrap()["opened"], true);
+    assert_eq!(std::fs::read_to_string(&handed).unwrap(), url);
 
     browser.open(&url).await;
     browser.wait_connection("online").await;
@@ -476,11 +561,11 @@ async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
     browser.press("Run").await;
     browser.wait_text(TERMINAL, "the command", |t| t.contains("through-the-loopback-page\n")).await;
     browser.close().await;
-    assert!(run.terminate().success());
+    run.stop();
 
     // With no agent running, it says what to do.
-    let home = run.home.clone();
-    let refused = tokio::task::spawn_blocking(move || voxa_cmd(&home).args(["open", "--no-browser"]).output())
+    let at = home.clone();
+    let refused = tokio::task::spawn_blocking(move || voxa_cmd(&at).args(["open", "--no-browser"]).output())
         .await
         .unwrap()
         .unwrap();
@@ -495,8 +580,8 @@ async fn the_coding_agent_panel_streams_progress_and_shows_the_answer() {
     // The stand-in for Claude Code in tests/fixtures comes first on the agent's PATH.
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let path = format!("{}:{}", fixtures.display(), std::env::var("PATH").unwrap_or_default());
-    let mut run = RunningBinary::start_with_env(&["--embedded-relay"], &[("PATH", &path)]);
-    let link = run.event("pairing")["url"].as_str().unwrap().to_owned();
+    let (mut run, _home, _dirs) = start_run_with_env(&["--embedded-relay"], &[("PATH", &path)]);
+    let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
     browser.open(&link).await;
     browser.wait_connection("online").await;
     browser.press("Agent").await;
@@ -507,7 +592,7 @@ async fn the_coding_agent_panel_streams_progress_and_shows_the_answer() {
     let progress = browser.wait_text("#coder-progress", "the progress", |t| !t.is_empty()).await;
     assert!(progress.starts_with("I will look at the workspace first.\nWorking in "), "{progress}");
     browser.close().await;
-    assert!(run.terminate().success());
+    run.stop();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -531,8 +616,8 @@ async fn pictures_of_the_real_page_at_phone_size() {
     std::fs::create_dir_all(&out).unwrap();
     let relay = TestRelay::start().await;
     let relay_flag = format!("http://{}", relay.addr);
-    let mut run = RunningBinary::start_with_env(&["--relay", &relay_flag], &[("DISPLAY", &xvfb.display)]);
-    let link = run.event("pairing")["url"].as_str().unwrap().to_owned();
+    let (mut run, _home, _dirs) = start_run_with_env(&["--relay", &relay_flag], &[("DISPLAY", &xvfb.display)]);
+    let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
     browser.open(&link).await;
     browser.wait_connection("online").await;
 
@@ -563,14 +648,14 @@ async fn pictures_of_the_real_page_at_phone_size() {
     save_picture(&browser, &out, "web-screenshot.png").await;
 
     browser.press("Terminal").await;
-    assert!(run.terminate().success());
+    run.stop();
     browser.wait_connection("laptop offline").await;
     save_picture(&browser, &out, "web-offline.png").await;
     browser.close().await;
 
     let Some(dark) = Browser::start_with(Scheme::Dark).await else { return };
-    let mut run = RunningBinary::start(&["--relay", &relay_flag]);
-    let link = run.event("pairing")["url"].as_str().unwrap().to_owned();
+    let (mut run, _home, _dirs) = start_run_with_env(&["--relay", &relay_flag], &[]);
+    let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
     dark.open(&link).await;
     dark.wait_connection("online").await;
     assert_eq!(dark.script("return matchMedia('(prefers-color-scheme: dark)').matches;", vec![]).await, json!(true));
@@ -581,7 +666,7 @@ async fn pictures_of_the_real_page_at_phone_size() {
     }
     save_picture(&dark, &out, "web-dark.png").await;
     dark.close().await;
-    assert!(run.terminate().success());
+    run.stop();
 }
 
 async fn save_picture(browser: &Browser, dir: &Path, name: &str) {

@@ -22,7 +22,14 @@ function randomHex(bytes) {
   return Array.from(buf, (b) => b.toString(16).padStart(2, '0')).join('');
 }
 
-async function hmacHex(key, message) {
+/** The auth token as an HMAC-SHA256 key. */
+export function importToken(token) {
+  return crypto.subtle.importKey('raw', encoder.encode(token), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
+}
+
+/** One direction's hello proof ('client' or 'agent'), lowercase hex (see docs/PROTOCOL.md). */
+export async function helloProof(key, direction, agentNonce, clientNonce) {
+  const message = `voxa-hello/2 ${direction}\n${agentNonce}\n${clientNonce}`;
   const mac = await crypto.subtle.sign('HMAC', key, encoder.encode(message));
   return Array.from(new Uint8Array(mac), (b) => b.toString(16).padStart(2, '0')).join('');
 }
@@ -63,13 +70,14 @@ export class Session extends EventTarget {
 
   /** Starts connecting; reconnects by itself until `stop()` or a final refusal. */
   async start() {
+    // Say so at once: the previous laptop's state must not linger while the key is prepared.
+    this.setState('connecting', this.pairing.kind === 'relay' ? 'connecting to the relay…' : 'connecting…');
     if (!globalThis.crypto || !crypto.subtle) {
       this.finish('insecure', 'this page needs https (or localhost) to prove who it talks to');
       return;
     }
     try {
-      this.key = await crypto.subtle.importKey('raw', encoder.encode(this.pairing.token),
-        { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
+      this.key = await importToken(this.pairing.token);
     } catch {
       this.finish('insecure', 'this browser cannot compute the hello proofs');
       return;
@@ -227,7 +235,7 @@ export class Session extends EventTarget {
     const clientNonce = randomHex(16);
     const socket = this.socket;
     this.challenge = { agentNonce, clientNonce, socket };
-    const proof = await hmacHex(this.key, `voxa-hello/2 client\n${agentNonce}\n${clientNonce}`);
+    const proof = await helloProof(this.key, 'client', agentNonce, clientNonce);
     if (!this.challenge || this.challenge.socket !== this.socket || socket.readyState !== WebSocket.OPEN) return;
     socket.send(JSON.stringify({ type: 'hello', protocol: PROTOCOL, nonce: clientNonce, proof, client: CLIENT }));
   }
@@ -236,7 +244,7 @@ export class Session extends EventTarget {
     const challenge = this.challenge;
     if (!challenge || challenge.socket !== this.socket) return;
     this.challenge = null;
-    const expected = await hmacHex(this.key, `voxa-hello/2 agent\n${challenge.agentNonce}\n${challenge.clientNonce}`);
+    const expected = await helloProof(this.key, 'agent', challenge.agentNonce, challenge.clientNonce);
     if (!sameText(frame.proof, expected)) {
       this.finish('impostor', 'this is not your laptop — it could not prove it holds the pairing');
       return;

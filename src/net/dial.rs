@@ -177,7 +177,7 @@ pub async fn connect(url: &str, options: &DialOptions) -> Result<ClientSocket> {
             headers.insert(name, HeaderValue::from_str(value.expose()).context("invalid header value")?);
         }
         let (socket, _response) =
-            tokio_tungstenite::client_async_with_config(request, stream, Some(crate::http::websocket_config()))
+            tokio_tungstenite::client_async_with_config(request, stream, Some(super::http::websocket_config()))
                 .await
                 .map_err(describe_handshake_error)?;
         Ok::<_, anyhow::Error>(socket)

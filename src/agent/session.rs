@@ -1,12 +1,12 @@
-//! One authenticated §5 session, the same over the relay and the loopback socket: tool calls in
-//! flight by id, cancellation, progress, screenshots to the phone only, and the voice call.
+//! One authenticated session, the same over the relay and the loopback socket: the call table
+//! (tool calls in flight by id), cancellation, progress, screenshots to the phone only, and the
+//! voice call. The frames are described in docs/PROTOCOL.md, "Session frames".
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use base64::Engine as _;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -14,215 +14,11 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use super::context::AgentContext;
 use crate::audit::CallRecord;
-use crate::gemini::{self, GeminiConfig, VoiceCall, VoiceInput};
-use crate::protocol::{
-    self, AgentMessage, AgentStatus, ClientMessage, ErrorCode, Hello, HelloOk, ToolCall, ToolError, ToolResult,
-};
-use crate::secret::Secret;
-use crate::tools::{Screenshot, ToolOutput, ToolRequest, Toolbox};
-
-/// Routes calls that name another environment (SPEC §8). Implemented by the host side of
-/// multi-environment pairing.
-pub trait EnvRouter: Send + Sync {
-    /// Runs `call` on the environment `env`, streaming progress; the result carries `env`.
-    fn route(
-        &self,
-        env: String,
-        call: ToolCall,
-        progress: mpsc::Sender<String>,
-        cancel: CancellationToken,
-    ) -> futures_util::future::BoxFuture<'static, Result<Value, ToolError>>;
-
-    /// Extra tools this router offers (e.g. `fleet`), answered by [`EnvRouter::local_tool`].
-    fn tool_names(&self) -> Vec<String> {
-        Vec::new()
-    }
-
-    /// True when `env` names this machine itself (its own envKey or name).
-    fn is_local(&self, _env: &str) -> bool {
-        false
-    }
-
-    /// Gemini function declarations of [`EnvRouter::tool_names`].
-    fn gemini_declarations(&self) -> Vec<Value> {
-        Vec::new()
-    }
-
-    /// Runs one of [`EnvRouter::tool_names`] locally; `None` when the name is not the router's.
-    fn local_tool(
-        &self,
-        _name: &str,
-        _args: &Value,
-    ) -> Option<futures_util::future::BoxFuture<'static, Result<Value, ToolError>>> {
-        None
-    }
-}
-
-/// Decides who may open a session (docs/PROTOCOL.md, "Session start (protocol 2)").
-pub trait Gate: Send + Sync {
-    /// True when sessions open with the agent's `challenge` (phone and local clients). An
-    /// environment's pairing gate waits for the host's hello instead.
-    fn challenges(&self) -> bool {
-        true
-    }
-
-    /// Checks a hello that answers the session's challenge nonce (empty without one).
-    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloStep, ErrorCode>;
-
-    /// Checks the bearer a host presents after [`HelloStep::AwaitBearer`].
-    fn admit_bearer(&self, _bearer: &str) -> Result<Admission, ErrorCode> {
-        Err(ErrorCode::BearerRefused)
-    }
-
-    /// The refusal for a peer that did not complete the exchange in time.
-    fn timeout_code(&self) -> ErrorCode {
-        ErrorCode::UnauthenticatedCall
-    }
-}
-
-/// Where a good hello leads.
-#[derive(Debug)]
-pub enum HelloStep {
-    /// The caller is in: answer `hello_ok`.
-    Admitted(Admission),
-    /// Answer with this frame (an environment's signature) and wait for the host's bearer.
-    AwaitBearer(AgentMessage),
-}
-
-/// A caller the gate let in.
-#[derive(Clone, Debug, Default)]
-pub struct Admission {
-    /// Audit name of the caller.
-    pub caller: String,
-    /// The agent's proof for `hello_ok`.
-    pub proof: Option<String>,
-    /// Filled into `hello_ok` for environment sessions (SPEC §8).
-    pub env_key: Option<String>,
-    /// Cancelled when the credential behind this session is revoked.
-    pub revoked: Option<CancellationToken>,
-}
-
-/// The plain gate: the hello must prove knowledge of this machine's auth token for this
-/// session's nonces. The token itself never crosses the wire.
-pub struct TokenGate {
-    pub token: Secret,
-    pub caller: &'static str,
-}
-
-impl Gate for TokenGate {
-    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloStep, ErrorCode> {
-        // A raw token (protocol 1) is refused whether it is right or not.
-        if hello.token.is_some() || hello.protocol != Some(protocol::PROTOCOL_VERSION) {
-            return Err(ErrorCode::BearerRefused);
-        }
-        let nonce = hello.nonce.as_deref().filter(|nonce| protocol::is_hello_nonce(nonce));
-        let (Some(nonce), Some(proof)) = (nonce, hello.proof.as_deref()) else {
-            return Err(ErrorCode::BearerRefused);
-        };
-        if !protocol::is_hello_nonce(challenge) || !protocol::verify_client_proof(&self.token, challenge, nonce, proof)
-        {
-            return Err(ErrorCode::BearerRefused);
-        }
-        Ok(HelloStep::Admitted(Admission {
-            caller: self.caller.to_owned(),
-            proof: Some(protocol::agent_proof(&self.token, challenge, nonce)),
-            ..Default::default()
-        }))
-    }
-}
-
-/// Live state shown by `voxa status`.
-#[derive(Debug, Default)]
-pub struct LiveStatus {
-    pub relay: Mutex<String>,
-    pub relay_connected: AtomicBool,
-    /// True while another agent keeps taking this agent's relay code (close 4001).
-    pub relay_replaced: AtomicBool,
-    pub phone_present: AtomicBool,
-    pub calls_in_flight: AtomicUsize,
-}
-
-/// What every session of one agent shares.
-pub struct AgentContext {
-    pub toolbox: Toolbox,
-    pub gemini: Option<Arc<GeminiConfig>>,
-    pub router: Option<Arc<dyn EnvRouter>>,
-    pub status: Arc<LiveStatus>,
-}
-
-impl AgentContext {
-    pub fn new(toolbox: Toolbox) -> Self {
-        AgentContext { toolbox, gemini: None, router: None, status: Arc::default() }
-    }
-
-    /// `"hosted"` or `"self-hosted"`.
-    pub fn mode(&self) -> &'static str {
-        if self.gemini.is_some() {
-            "self-hosted"
-        } else {
-            "hosted"
-        }
-    }
-
-    /// The `hello_ok` for an admitted caller.
-    pub fn hello_ok(&self, admission: &Admission) -> AgentMessage {
-        let mut tools = self.toolbox.names();
-        if let Some(router) = &self.router {
-            tools.extend(router.tool_names().into_iter().filter(|name| self.toolbox.check_policy(name).is_ok()));
-        }
-        AgentMessage::HelloOk(HelloOk {
-            agent: crate::agent_name(),
-            mode: self.mode().to_owned(),
-            tools,
-            protocol: protocol::PROTOCOL_VERSION,
-            proof: admission.proof.clone(),
-            env_key: admission.env_key.clone(),
-            host: host_name(),
-        })
-    }
-
-    /// Gemini function declarations: this machine's tools and, on a host with environments, an
-    /// optional `env` argument on each plus the router's own tools (`fleet`).
-    pub fn gemini_declarations(&self) -> Value {
-        let mut declarations = match self.toolbox.gemini_declarations() {
-            Value::Array(list) => list,
-            _ => Vec::new(),
-        };
-        if let Some(router) = &self.router {
-            let env = serde_json::json!({"type": "STRING", "description": "Name of another machine (from fleet) to run this on; omit for this laptop."});
-            for declaration in &mut declarations {
-                if declaration.get("parameters").is_none() {
-                    declaration["parameters"] = serde_json::json!({"type": "OBJECT", "properties": {}});
-                }
-                if let Some(properties) =
-                    declaration.pointer_mut("/parameters/properties").and_then(Value::as_object_mut)
-                {
-                    properties.insert(ENV_ARG.into(), env.clone());
-                }
-            }
-            declarations.extend(router.gemini_declarations().into_iter().filter(|declaration| {
-                declaration["name"].as_str().is_some_and(|name| self.toolbox.check_policy(name).is_ok())
-            }));
-        }
-        Value::Array(declarations)
-    }
-
-    /// A snapshot for `status`.
-    pub fn status(&self) -> AgentStatus {
-        AgentStatus {
-            pid: std::process::id(),
-            version: crate::VERSION.to_owned(),
-            mode: self.mode().to_owned(),
-            relay: self.status.relay.lock().map(|r| r.clone()).unwrap_or_default(),
-            relay_connected: self.status.relay_connected.load(Ordering::Relaxed),
-            relay_replaced: self.status.relay_replaced.load(Ordering::Relaxed),
-            phone_present: self.status.phone_present.load(Ordering::Relaxed),
-            calls_in_flight: self.status.calls_in_flight.load(Ordering::Relaxed),
-            workspace: self.toolbox.workspace().display().to_string(),
-        }
-    }
-}
+use crate::gemini::{self, VoiceCall, VoiceInput, VoiceTools};
+use crate::protocol::{self, AgentMessage, CallErrorCode, ClientMessage, ErrorCode, ToolCall, ToolError, ToolResult};
+use crate::tools::{ToolOutput, ToolRequest};
 
 /// An authenticated session. Dropping it cancels its calls and ends its voice call.
 pub struct Session {
@@ -281,7 +77,7 @@ impl Session {
                 Some(voice) => {
                     if voice.input.try_send(VoiceInput::Text(text)).is_err() {
                         let busy = AgentMessage::CallError {
-                            code: "busy".into(),
+                            code: CallErrorCode::Busy,
                             message: "the voice call is not keeping up; try again in a moment".into(),
                         };
                         self.send(busy).await;
@@ -306,7 +102,7 @@ impl Session {
     async fn start_voice(&mut self) {
         let Some(config) = self.ctx.gemini.clone() else {
             let message = AgentMessage::CallError {
-                code: "unavailable".into(),
+                code: CallErrorCode::Unavailable,
                 message: "this agent runs in hosted mode; start it with --self-hosted and GEMINI_API_KEY to \
                           host voice calls"
                     .into(),
@@ -316,8 +112,8 @@ impl Session {
         if let Some(previous) = self.voice.take() {
             previous.end.cancel();
         }
-        let tools = Arc::new(LocalTools(self.ctx.clone()));
-        self.voice = Some(gemini::start(config, tools, self.out.clone()));
+        let tools = Arc::new(SessionTools(self.ctx.clone()));
+        self.voice = Some(gemini::start(config, tools, self.out.clone(), &self.ctx.tasks));
     }
 
     async fn start_call(&mut self, call: ToolCall) {
@@ -327,16 +123,21 @@ impl Session {
             return self.send(AgentMessage::ToolResult(result)).await;
         }
         let token = self.cancel.child_token();
-        let duplicate = match self.calls.lock() {
-            Ok(mut calls) if !calls.contains_key(&call.id) => {
-                calls.insert(call.id.clone(), token.clone());
-                false
+        let refused = match self.calls.lock() {
+            Ok(calls) if calls.contains_key(&call.id) => {
+                Some(ToolError::new(ErrorCode::DuplicateId, format!("a call with id {:?} is still running", call.id)))
             }
-            _ => true,
+            Ok(calls) if calls.len() >= self.ctx.toolbox.max_calls_in_flight() => Some(ToolError::new(
+                ErrorCode::Busy,
+                format!("{} calls are already running; wait for one to finish", calls.len()),
+            )),
+            Ok(mut calls) => {
+                calls.insert(call.id.clone(), token.clone());
+                None
+            }
+            Err(_) => Some(ToolError::new(ErrorCode::Internal, "the call table is unusable")),
         };
-        if duplicate {
-            let error =
-                ToolError::new(ErrorCode::DuplicateId, format!("a call with id {:?} is still running", call.id));
+        if let Some(error) = refused {
             return self.send(AgentMessage::ToolResult(ToolResult::failure(call.id, error))).await;
         }
         let task = CallTask {
@@ -346,7 +147,7 @@ impl Session {
             calls: self.calls.clone(),
             cancel: token,
         };
-        tokio::spawn(task.run(call));
+        self.ctx.tasks.spawn(task.run(call));
     }
 
     async fn send(&self, message: AgentMessage) {
@@ -370,14 +171,14 @@ impl Drop for Session {
 
 fn no_call_error() -> AgentMessage {
     AgentMessage::CallError {
-        code: "no-call".into(),
+        code: CallErrorCode::NoCall,
         message: "no voice call is running; send call_start first".into(),
     }
 }
 
 /// A sentence about a bad frame that never echoes the frame's content back in full.
 fn bad_frame_reason(err: &serde_json::Error) -> String {
-    crate::tools::output::prefix(&err.to_string(), 200).to_owned()
+    crate::text::prefix(&err.to_string(), 200).to_owned()
 }
 
 /// One tool call, from start to its single `tool_result`.
@@ -400,7 +201,7 @@ impl CallTask {
             let out = self.out.clone();
             let id = id.clone();
             let env = env.clone();
-            tokio::spawn(async move {
+            self.ctx.tasks.spawn(async move {
                 while let Some(chunk) = progress_rx.recv().await {
                     let message = AgentMessage::ToolProgress { id: id.clone(), chunk, env: env.clone() };
                     if out.send(Message::text(message.to_json())).await.is_err() {
@@ -438,25 +239,8 @@ impl CallTask {
     ) -> Result<(Value, Option<AgentMessage>), ToolError> {
         let id = call.id.clone();
         let output = run_tool(&self.ctx, call, &self.caller, Some(progress), self.cancel.clone()).await?;
-        let image = output.image.map(|shot| image_frame(&id, &shot));
+        let image = output.image.map(|shot| shot.image_frame(&id));
         Ok((output.result, image))
-    }
-}
-
-/// Name of the argument that routes a Gemini function call to another environment.
-pub const ENV_ARG: &str = "env";
-
-/// This agent's tools as a voice call's [`gemini::ToolHost`] (audit caller `gemini`).
-pub struct LocalTools(pub Arc<AgentContext>);
-
-impl gemini::ToolHost for LocalTools {
-    fn declarations(&self) -> Value {
-        self.0.gemini_declarations()
-    }
-
-    fn run(&self, call: ToolCall, cancel: CancellationToken) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
-        let ctx = self.0.clone();
-        Box::pin(async move { run_tool(&ctx, call, "gemini", None, cancel).await })
     }
 }
 
@@ -491,7 +275,7 @@ pub async fn run_tool(
         // Progress from an environment still flows when nobody listens locally.
         let (sink, mut drain) = mpsc::channel(64);
         let progress = progress.unwrap_or_else(|| {
-            tokio::spawn(async move { while drain.recv().await.is_some() {} });
+            ctx.tasks.spawn(async move { while drain.recv().await.is_some() {} });
             sink
         });
         // The environment audits what it runs; the host records that it asked.
@@ -537,44 +321,28 @@ fn audit_elsewhere(
     });
 }
 
-/// The `image` frame that carries a screenshot to the phone.
-pub fn image_frame(id: &str, shot: &Screenshot) -> AgentMessage {
-    AgentMessage::Image(protocol::Image {
-        id: id.to_owned(),
-        mime: shot.mime.clone(),
-        width: shot.width,
-        height: shot.height,
-        data: base64::engine::general_purpose::STANDARD.encode(&shot.bytes),
-    })
-}
+/// The agent's tools as the voice bridge sees them: this machine's and, on a host, the
+/// environments'.
+struct SessionTools(Arc<AgentContext>);
 
-/// Checks a frame that should be the hello answering `challenge`. Anything but a hello is
-/// `unauthenticated-call`.
-pub fn admit_hello(gate: &dyn Gate, text: &str, challenge: &str) -> Result<HelloStep, ErrorCode> {
-    match protocol::parse_client(text) {
-        Ok(ClientMessage::Hello(hello)) => gate.admit(&hello, challenge),
-        _ => Err(ErrorCode::UnauthenticatedCall),
+impl VoiceTools for SessionTools {
+    fn declarations(&self) -> Value {
+        self.0.gemini_declarations()
     }
-}
 
-/// Checks a frame that should be a host's bearer. Anything but a bearer frame is
-/// `unauthenticated-call`.
-pub fn admit_bearer(gate: &dyn Gate, text: &str) -> Result<Admission, ErrorCode> {
-    match protocol::parse_client(text) {
-        Ok(ClientMessage::Bearer(frame)) => gate.admit_bearer(&frame.bearer),
-        _ => Err(ErrorCode::UnauthenticatedCall),
+    fn run(&self, call: ToolCall, cancel: CancellationToken) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
+        let ctx = self.0.clone();
+        Box::pin(async move { run_tool(&ctx, call, "gemini", None, cancel).await })
     }
-}
-
-/// This machine's host name, if it has a printable one.
-fn host_name() -> Option<String> {
-    let name = rustix::system::uname().nodename().to_string_lossy().trim().to_owned();
-    (!name.is_empty() && !name.chars().any(char::is_control)).then_some(name)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::gate::Admission;
+    use crate::environments::EnvRouter;
+    use crate::tools::Toolbox;
+    use tokio_util::task::TaskTracker;
 
     struct OneEnvRouter;
 
@@ -619,7 +387,7 @@ mod tests {
             env: None,
         })
         .unwrap();
-        let mut ctx = AgentContext::new(toolbox);
+        let mut ctx = AgentContext::new(toolbox, TaskTracker::new());
         if router {
             ctx.router = Some(Arc::new(OneEnvRouter));
         }

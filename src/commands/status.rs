@@ -5,12 +5,12 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::cli::Settings;
+use super::Settings;
 use crate::error::Exit;
-use crate::protocol::{AgentMessage, AgentStatus};
+use crate::protocol::{AgentMessage, AgentStatus, ClientMessage};
 
 /// `voxa status`.
-pub async fn run(settings: &Settings) -> Result<Exit> {
+pub async fn run_status(settings: &Settings) -> Result<Exit> {
     let home = &settings.home;
     let paired = home.load_secrets()?.is_some();
     let config = home.load_config()?;
@@ -83,8 +83,8 @@ fn yes_no(value: bool) -> &'static str {
 }
 
 async fn query(settings: &Settings) -> Result<AgentStatus> {
-    let (mut socket, _) = crate::call::connect_local(&settings.home).await?;
-    socket.send(Message::text(json!({"type": "status"}).to_string())).await?;
+    let (mut socket, _) = super::call::connect_local(&settings.home).await?;
+    socket.send(Message::text(ClientMessage::Status.to_json())).await?;
     let wait = async {
         while let Some(frame) = socket.next().await {
             if let Message::Text(text) = frame? {

@@ -16,7 +16,7 @@ use crate::protocol::SEND_QUEUE_FRAMES;
 pub const WRITER_GRACE: Duration = Duration::from_secs(2);
 
 /// Handle to a socket's writer task.
-pub struct Writer {
+pub struct Outbox {
     /// Connection-level frames: pings, refusals, `hello_ok`, close.
     pub frames: mpsc::Sender<Message>,
     sessions: mpsc::Sender<Option<mpsc::Receiver<Message>>>,
@@ -31,9 +31,9 @@ enum Next {
     SessionFrame(Option<Message>),
 }
 
-impl Writer {
+impl Outbox {
     /// Starts the writer for `sink`.
-    pub fn spawn<S>(mut sink: S) -> Writer
+    pub fn spawn<S>(mut sink: S) -> Outbox
     where
         S: Sink<Message> + Unpin + Send + 'static,
         S::Error: std::fmt::Display,
@@ -88,7 +88,7 @@ impl Writer {
             }
             let _ = sink.close().await;
         });
-        Writer { frames, sessions, task }
+        Outbox { frames, sessions, task }
     }
 
     /// Opens the queue of a new session; the previous session's queue is discarded.
@@ -105,7 +105,7 @@ impl Writer {
 
     /// Lets the writer flush what is queued, for at most [`WRITER_GRACE`], then stops it.
     pub async fn finish(self) {
-        let Writer { frames, sessions, mut task } = self;
+        let Outbox { frames, sessions, mut task } = self;
         drop(frames);
         drop(sessions);
         if tokio::time::timeout(WRITER_GRACE, &mut task).await.is_err() {
@@ -126,7 +126,7 @@ mod tests {
     #[tokio::test]
     async fn an_ended_sessions_unsent_frames_are_discarded() {
         let (sink_tx, mut sink_rx) = futures_channel_pair();
-        let writer = Writer::spawn(sink_tx);
+        let writer = Outbox::spawn(sink_tx);
         let first = writer.begin_session().await;
         first.send(Message::text("first-1")).await.unwrap();
         assert_eq!(text(&sink_rx.next().await.unwrap()), "first-1");

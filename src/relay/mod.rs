@@ -1,8 +1,8 @@
-//! The relay (SPEC §4): pairs one agent (`/agent`) and one phone (`/ws`) per relay code and copies
+//! The relay (docs/PROTOCOL.md, "Relay"): pairs one agent (`/agent`) and one phone (`/ws`) per relay code and copies
 //! their frames both ways. It reads nothing but the `__peer` marker of text frames, tells each side
 //! when the other comes and goes, and bounds everything a client can make it hold.
 //!
-//! Decisions where SPEC §4 leaves room:
+//! Decisions the protocol leaves to the relay:
 //! - A replaced socket is closed 4001 `replaced`; the side that stays hears `left` and then
 //!   `joined`, so it knows to start its session (hello) again with the new socket.
 //! - Messages are relayed whole: a fragmented message is reassembled (16 MiB in all) and sent on
@@ -22,7 +22,6 @@ mod hub;
 mod socket;
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -31,19 +30,16 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn, Instrument as _};
 
-use crate::cli::{RelayArgs, Settings};
-use crate::error::ConfigError;
-use crate::http::{self, HeadError, RequestHead};
+use crate::net::http::{self, HeadError, RequestHead};
+use crate::net::web;
 use crate::protocol::{PeerRole, IDLE_TIMEOUT, MAX_FRAME_LEN, PING_INTERVAL, SEND_QUEUE_FRAMES};
 use crate::secret::{is_lower_hex, Secret, SECRET_HEX_LEN};
-use crate::web;
 
 /// Bytes queued for one socket's writer before its senders wait. A single frame always fits an
 /// empty queue, so this bounds a backlog, not the frame size.
@@ -58,8 +54,6 @@ pub const TLS_HANDSHAKE_TIMEOUT: Duration = http::HEAD_TIMEOUT;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Pause after an accept error such as running out of file descriptors.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
-/// File descriptors kept free for everything but client connections.
-const RESERVED_FDS: u64 = 64;
 
 /// How a relay runs: TLS, the optional relay token, and the limits every socket gets.
 #[derive(Clone)]
@@ -135,61 +129,6 @@ impl std::fmt::Debug for RelayConfig {
             .field("live", &self.live)
             .finish()
     }
-}
-
-/// `voxa relay`: binds `--listen`, announces the address, and relays until SIGINT or SIGTERM.
-pub async fn command(settings: &Settings, args: RelayArgs) -> anyhow::Result<()> {
-    let mut config = RelayConfig::default();
-    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
-        config.tls = Some(load_tls(cert, key).map_err(|err| ConfigError::new(format!("{err:#}")))?);
-    }
-    config.token = args.relay_token.filter(|token| !token.trim().is_empty()).map(Secret::from_string);
-    if let Some(fds) = raise_fd_limit() {
-        config.max_connections = config.max_connections.min(fds.saturating_sub(RESERVED_FDS).max(1) as usize);
-    }
-    let addr = resolve_listen(&args.listen).await?;
-    let listener = TcpListener::bind(addr).await.with_context(|| format!("could not listen on {addr}"))?;
-    let local = listener.local_addr().context("could not read the listening address")?;
-    let scheme = if config.tls.is_some() { "wss" } else { "ws" };
-    let token_note = if config.token.is_some() { " (relay token required)" } else { "" };
-    settings.printer.event(
-        "relay_listening",
-        json!({
-            "listen": local.to_string(),
-            "url": format!("{scheme}://{local}"),
-            "tls": config.tls.is_some(),
-            "relay_token": config.token.is_some(),
-        }),
-        format_args!("relay listening on {scheme}://{local}{token_note}"),
-    );
-    let signal = crate::shutdown::on_signal();
-    run(listener, config, async move { signal.cancelled().await }).await?;
-    settings.printer.event("relay_stopped", json!({}), "relay stopped");
-    Ok(())
-}
-
-async fn resolve_listen(listen: &str) -> anyhow::Result<SocketAddr> {
-    if let Ok(addr) = listen.parse() {
-        return Ok(addr);
-    }
-    let mut addrs = tokio::net::lookup_host(listen).await.map_err(|_| {
-        ConfigError::new(format!("--listen {listen:?} is not an address like 127.0.0.1:8787 or [::]:443"))
-    })?;
-    Ok(addrs.next().ok_or_else(|| ConfigError::new(format!("--listen {listen:?} resolves to no address")))?)
-}
-
-/// Raises the soft limit on open files to the hard limit; returns the limit in force.
-pub(crate) fn raise_fd_limit() -> Option<u64> {
-    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
-    let limit = getrlimit(Resource::Nofile);
-    let current = limit.current?;
-    let wanted = limit.maximum.unwrap_or(u64::MAX).min(1 << 20);
-    if wanted > current && setrlimit(Resource::Nofile, Rlimit { current: Some(wanted), maximum: limit.maximum }).is_ok()
-    {
-        debug!(from = current, to = wanted, "raised the open file limit");
-        return Some(wanted);
-    }
-    Some(current)
 }
 
 /// Loads a PEM certificate chain and private key (PKCS#8, PKCS#1 or SEC1) for `wss://`.

@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 use futures_util::{SinkExt, StreamExt};
@@ -22,11 +22,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info_span, Instrument};
 
-use crate::agent::close_message;
-use crate::http;
+use super::context::AgentContext;
+use super::gate::{admit_hello, Admission, Gate, HelloStep};
+use super::outbox::Outbox;
+use super::session::Session;
+use crate::net::liveness::{cancelled, close_message, Heartbeat, Liveness, Pulse};
+use crate::net::{http, web};
 use crate::protocol::{self, AgentMessage, ErrorCode};
-use crate::session::{self, Admission, AgentContext, Gate, HelloStep, Session};
-use crate::writer::Writer;
 
 /// Time a local client has to send its request head.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
@@ -266,7 +268,7 @@ async fn open_session(mut stream: TcpStream, gate: &dyn Gate, deadline: tokio::t
         }
     }
     if !head.is_websocket_upgrade() {
-        if let Some(response) = crate::web::answer(&head, crate::web::Offer::default()) {
+        if let Some(response) = web::answer(&head, web::Offer::default()) {
             response.write(&mut stream).await?;
             return Ok(Opening::Answered);
         }
@@ -326,7 +328,7 @@ async fn wait_for_hello(
     })
     .await
     .unwrap_or(Err(Refusal::Code(ErrorCode::UnauthenticatedCall)))?;
-    match session::admit_hello(gate, &first, challenge).map_err(Refusal::Code)? {
+    match admit_hello(gate, &first, challenge).map_err(Refusal::Code)? {
         HelloStep::Admitted(admission) => Ok(admission),
         // The loopback gate has no second step.
         HelloStep::AwaitBearer(_) => Err(Refusal::Code(ErrorCode::UnauthenticatedCall)),
@@ -410,13 +412,11 @@ async fn run_session(
     shutdown: CancellationToken,
 ) -> Result<()> {
     let (sink, mut stream) = socket.split();
-    let writer = Writer::spawn(sink);
-    let out_tx = writer.frames.clone();
+    let outbox = Outbox::spawn(sink);
+    let out_tx = outbox.frames.clone();
     let revoked = admission.revoked.clone();
     let mut session = Session::new(ctx, admission.caller, out_tx.clone());
-    let mut last_heard = Instant::now();
-    let mut ticker = tokio::time::interval(protocol::PING_INTERVAL);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut liveness = Liveness::new(Heartbeat::PROTOCOL);
     loop {
         let revoked = revoked.clone();
         tokio::select! {
@@ -424,19 +424,17 @@ async fn run_session(
                 let _ = out_tx.send(close_message(CloseCode::Away, "agent shutting down")).await;
                 break;
             }
-            _ = crate::agent::cancelled(revoked) => {
+            _ = cancelled(revoked) => {
                 let _ = out_tx.send(Message::text(AgentMessage::error(ErrorCode::PairingRevoked).to_json())).await;
                 let _ = out_tx.send(close_message(CloseCode::Policy, ErrorCode::PairingRevoked.as_str())).await;
                 break;
             }
-            _ = ticker.tick() => {
-                if last_heard.elapsed() >= protocol::IDLE_TIMEOUT {
-                    break;
-                }
-                let _ = out_tx.try_send(Message::Ping(Default::default()));
-            }
+            pulse = liveness.tick() => match pulse {
+                Pulse::Silent(_) => break,
+                Pulse::Ping => { let _ = out_tx.try_send(Message::Ping(Default::default())); }
+            },
             frame = stream.next() => {
-                last_heard = Instant::now();
+                liveness.heard();
                 match frame {
                     Some(Ok(Message::Text(text))) => session.on_text(&text).await,
                     Some(Ok(Message::Binary(data))) => session.on_binary(&data).await,
@@ -455,7 +453,7 @@ async fn run_session(
     }
     drop(session);
     drop(out_tx);
-    writer.finish().await;
+    outbox.finish().await;
     Ok(())
 }
 

@@ -1,6 +1,53 @@
-//! Stopping everything a tool started: the process group, and on Linux the rest of the session.
+//! Supervising the processes tools start (`run_command`, `coding_agent`): one loop that lets a
+//! process run until it finishes, the call is cancelled or its time is up, the grace periods
+//! around its end, and stopping everything it started (the process group, and on Linux the rest
+//! of the session).
+
+use std::future::Future;
+use std::time::Duration;
 
 use rustix::process::{kill_process_group, Pid, Signal};
+use tokio_util::sync::CancellationToken;
+
+use crate::protocol::ErrorCode;
+
+/// After SIGKILL, how long a tool's process gets to be reaped before it is given up on.
+pub(crate) const KILL_GRACE: Duration = Duration::from_secs(5);
+/// After a tool's process exits, how long output still in flight is awaited.
+pub(crate) const DRAIN_GRACE: Duration = Duration::from_millis(500);
+
+/// Why a supervised process was stopped before it finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stop {
+    Cancelled,
+    TimedOut,
+}
+
+impl Stop {
+    /// The error code the call is answered with.
+    pub(crate) fn code(self) -> ErrorCode {
+        match self {
+            Stop::Cancelled => ErrorCode::Cancelled,
+            Stop::TimedOut => ErrorCode::Timeout,
+        }
+    }
+}
+
+/// Runs `work` (a process and the reading of its output) until it finishes, `cancel` fires or
+/// `timeout` passes. A finished process wins a tie; the caller kills the process on `Err`.
+pub(crate) async fn supervise<T>(
+    work: impl Future<Output = T>,
+    cancel: &CancellationToken,
+    timeout: Duration,
+) -> Result<T, Stop> {
+    tokio::pin!(work);
+    tokio::select! {
+        biased;
+        done = &mut work => Ok(done),
+        _ = cancel.cancelled() => Err(Stop::Cancelled),
+        _ = tokio::time::sleep(timeout) => Err(Stop::TimedOut),
+    }
+}
 
 /// Sends SIGKILL to the process group led by `leader`. With `whole_session` (the leader also leads
 /// a session, as a PTY's shell does) every process still in that session goes too, including

@@ -7,12 +7,13 @@ use qrcode::render::unicode::Dense1x2;
 use qrcode::{EcLevel, QrCode};
 use serde_json::json;
 
-use crate::cli::{PairArgs, Settings};
+use super::Settings;
+use crate::cli::PairArgs;
 use crate::config::RelayUrl;
 use crate::state::{Home, Secrets};
 
 /// Runs `voxa pair`.
-pub fn run(settings: &Settings, args: &PairArgs) -> Result<()> {
+pub fn run_pair(settings: &Settings, args: &PairArgs) -> Result<()> {
     let home = &settings.home;
     // Validate everything before creating or changing anything: a refused relay leaves no trace.
     home.check()?;

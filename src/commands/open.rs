@@ -6,7 +6,8 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context as _, Result};
 use serde_json::json;
 
-use crate::cli::{OpenArgs, Settings};
+use super::Settings;
+use crate::cli::OpenArgs;
 use crate::secret::Secret;
 
 /// Program that opens a URL in the default browser on this platform.
@@ -21,7 +22,7 @@ pub fn loopback_link(port: u16, token: &Secret) -> String {
 }
 
 /// Runs `voxa open`.
-pub fn run(settings: &Settings, args: &OpenArgs) -> Result<()> {
+pub fn run_open(settings: &Settings, args: &OpenArgs) -> Result<()> {
     let home = &settings.home;
     let Some(secrets) = home.load_secrets()? else {
         bail!("this machine is not paired yet: run `voxa pair` or `voxa run` first");

@@ -4,14 +4,15 @@ use std::io::Write;
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::cli::{parse_call_args, CallArgs, Settings};
-use crate::client;
-use crate::dial::{self, ClientSocket, DialOptions};
-use crate::error::{Exit, Refused};
-use crate::protocol::{self, AgentMessage, HelloOk, ToolCall, ToolResult};
+use super::Settings;
+use crate::cli::CallArgs;
+use crate::error::{ConfigError, Exit, Refused};
+use crate::net::client;
+use crate::net::dial::{self, ClientSocket, DialOptions};
+use crate::protocol::{self, AgentMessage, ClientMessage, HelloOk, ToolCall, ToolResult};
 use crate::state::Home;
 
 /// Connects to the running agent of `home` and completes the hello, checking the agent's proof
@@ -34,12 +35,14 @@ pub async fn connect_local(home: &Home) -> Result<(ClientSocket, HelloOk)> {
 }
 
 /// `voxa call TOOL [ARGS]`.
-pub async fn run(settings: &Settings, args: CallArgs) -> Result<Exit> {
+pub async fn run_call(settings: &Settings, args: CallArgs) -> Result<Exit> {
     let tool_args = parse_call_args(&args.args)?;
     let (mut socket, _) = connect_local(&settings.home).await?;
     let call = ToolCall { id: "call-1".into(), name: args.tool.clone(), args: tool_args, env: args.env.clone() };
-    let frame = json!({"type": "tool_call", "id": call.id, "name": call.name, "args": call.args, "env": call.env});
-    socket.send(Message::text(frame.to_string())).await.context("could not send the call")?;
+    socket
+        .send(Message::text(ClientMessage::ToolCall(call.clone()).to_json()))
+        .await
+        .context("could not send the call")?;
     let json_out = settings.printer.is_json();
     let mut streamed = false;
     let result = loop {
@@ -133,5 +136,51 @@ fn human(tool: &str, body: &Value, streamed: bool) -> String {
             body["bytes"]
         ),
         _ => format!("{}\n", serde_json::to_string_pretty(body).unwrap_or_default()),
+    }
+}
+
+/// Turns `voxa call` arguments into a JSON object.
+pub fn parse_call_args(args: &[String]) -> Result<serde_json::Value, ConfigError> {
+    use serde_json::{Map, Value};
+    if let [single] = args {
+        if single.trim_start().starts_with('{') {
+            return match serde_json::from_str::<Value>(single) {
+                Ok(Value::Object(map)) => Ok(Value::Object(map)),
+                Ok(_) => Err(ConfigError::new("tool arguments must be a JSON object")),
+                Err(err) => Err(ConfigError::new(format!("tool arguments are not valid JSON: {err}"))),
+            };
+        }
+    }
+    let mut map = Map::new();
+    for pair in args {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(ConfigError::new(format!("argument {pair:?} is not key=value (or pass one JSON object)")));
+        };
+        if key.is_empty() {
+            return Err(ConfigError::new(format!("argument {pair:?} has an empty key")));
+        }
+        // Numbers, booleans, objects and arrays are taken as JSON; anything else is a string.
+        let parsed = match serde_json::from_str::<Value>(value) {
+            Ok(v @ (Value::Number(_) | Value::Bool(_) | Value::Object(_) | Value::Array(_) | Value::Null)) => v,
+            _ => Value::String(value.to_owned()),
+        };
+        map.insert(key.to_owned(), parsed);
+    }
+    Ok(Value::Object(map))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_args_accept_json_or_pairs() {
+        let json = parse_call_args(&[r#"{"command":"ls"}"#.into()]).unwrap();
+        assert_eq!(json, serde_json::json!({"command":"ls"}));
+        let pairs = parse_call_args(&["command=echo hi".into(), "timeout_ms=500".into(), "x=true".into()]).unwrap();
+        assert_eq!(pairs, serde_json::json!({"command":"echo hi","timeout_ms":500,"x":true}));
+        assert!(parse_call_args(&["oops".into()]).is_err());
+        assert!(parse_call_args(&["[1]".into()]).is_err());
+        assert!(parse_call_args(&["{bad".into()]).is_err());
     }
 }

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use crate::http::RequestHead;
+use super::http::RequestHead;
 
 /// Content-Security-Policy of every answer: scripts and styles from this origin only (no inline
 /// script), sockets to this origin only, never framed.
@@ -33,7 +33,7 @@ struct Asset {
 
 macro_rules! asset {
     ($path:literal, $mime:literal) => {
-        Asset { path: $path, mime: $mime, body: include_bytes!(concat!("../web", $path)) }
+        Asset { path: $path, mime: $mime, body: include_bytes!(concat!("../../web", $path)) }
     };
 }
 

@@ -10,7 +10,7 @@ use serde_json::json;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::dial::ClientSocket;
+use super::dial::ClientSocket;
 use crate::error::Refused;
 use crate::protocol::{self, AgentMessage, ErrorCode, HelloOk, PeerNotice, PeerRole, PeerState};
 use crate::secret::Secret;

@@ -1,0 +1,116 @@
+//! What every session of one agent shares: the toolbox, the voice settings, the environment
+//! router, the live status `voxa status` shows, and the one task tracker every task the agent
+//! spawns goes through (so stopping the agent waits for calls in flight and voice bridges).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tokio_util::task::TaskTracker;
+
+use super::gate::Admission;
+use crate::environments::EnvRouter;
+use crate::gemini::{GeminiConfig, ENV_ARG};
+use crate::protocol::{self, AgentMessage, AgentStatus, HelloOk};
+use crate::tools::Toolbox;
+
+/// Live state shown by `voxa status`.
+#[derive(Debug, Default)]
+pub struct LiveStatus {
+    pub relay: Mutex<String>,
+    pub relay_connected: AtomicBool,
+    /// True while another agent keeps taking this agent's relay code (close 4001).
+    pub relay_replaced: AtomicBool,
+    pub phone_present: AtomicBool,
+    pub calls_in_flight: AtomicUsize,
+}
+
+/// What every session of one agent shares.
+pub struct AgentContext {
+    pub toolbox: Toolbox,
+    pub gemini: Option<Arc<GeminiConfig>>,
+    pub router: Option<Arc<dyn EnvRouter>>,
+    pub status: Arc<LiveStatus>,
+    /// Every task of this agent: connections, calls, progress forwarders, voice bridges.
+    pub tasks: TaskTracker,
+}
+
+impl AgentContext {
+    /// A context whose tasks go through `tasks`.
+    pub fn new(toolbox: Toolbox, tasks: TaskTracker) -> Self {
+        AgentContext { toolbox, gemini: None, router: None, status: Arc::default(), tasks }
+    }
+
+    /// `"hosted"` or `"self-hosted"`.
+    pub fn mode(&self) -> &'static str {
+        if self.gemini.is_some() {
+            "self-hosted"
+        } else {
+            "hosted"
+        }
+    }
+
+    /// The `hello_ok` for an admitted caller.
+    pub fn hello_ok(&self, admission: &Admission) -> AgentMessage {
+        let mut tools = self.toolbox.names();
+        if let Some(router) = &self.router {
+            tools.extend(router.tool_names().into_iter().filter(|name| self.toolbox.check_policy(name).is_ok()));
+        }
+        AgentMessage::HelloOk(HelloOk {
+            agent: crate::agent_name(),
+            mode: self.mode().to_owned(),
+            tools,
+            protocol: protocol::PROTOCOL_VERSION,
+            env_key: admission.env_key.clone(),
+            proof: admission.proof.clone(),
+            host: host_name(),
+        })
+    }
+
+    /// Gemini function declarations: this machine's tools and, on a host with environments, an
+    /// optional `env` argument on each plus the router's own tools (`fleet`).
+    pub fn gemini_declarations(&self) -> Value {
+        let mut declarations = match self.toolbox.gemini_declarations() {
+            Value::Array(list) => list,
+            _ => Vec::new(),
+        };
+        if let Some(router) = &self.router {
+            let env = serde_json::json!({"type": "STRING", "description": "Name of another machine (from fleet) to run this on; omit for this laptop."});
+            for declaration in &mut declarations {
+                if declaration.get("parameters").is_none() {
+                    declaration["parameters"] = serde_json::json!({"type": "OBJECT", "properties": {}});
+                }
+                if let Some(properties) =
+                    declaration.pointer_mut("/parameters/properties").and_then(Value::as_object_mut)
+                {
+                    properties.insert(ENV_ARG.into(), env.clone());
+                }
+            }
+            declarations.extend(router.gemini_declarations().into_iter().filter(|declaration| {
+                declaration["name"].as_str().is_some_and(|name| self.toolbox.check_policy(name).is_ok())
+            }));
+        }
+        Value::Array(declarations)
+    }
+
+    /// A snapshot for `status`.
+    pub fn status(&self) -> AgentStatus {
+        AgentStatus {
+            pid: std::process::id(),
+            version: crate::VERSION.to_owned(),
+            mode: self.mode().to_owned(),
+            relay: self.status.relay.lock().map(|r| r.clone()).unwrap_or_default(),
+            relay_connected: self.status.relay_connected.load(Ordering::Relaxed),
+            relay_replaced: self.status.relay_replaced.load(Ordering::Relaxed),
+            phone_present: self.status.phone_present.load(Ordering::Relaxed),
+            calls_in_flight: self.status.calls_in_flight.load(Ordering::Relaxed),
+            workspace: self.toolbox.workspace().display().to_string(),
+        }
+    }
+}
+
+/// This machine's host name, if it has a printable one.
+fn host_name() -> Option<String> {
+    let name = rustix::system::uname().nodename().to_string_lossy().trim().to_owned();
+    (!name.is_empty() && !name.chars().any(char::is_control)).then_some(name)
+}

@@ -1,0 +1,280 @@
+//! Hello admission, in one place: who may open a session, by the machine's auth token (phone and
+//! loopback clients, who prove it without sending it) or by an environment pairing's bearer (a
+//! host driving this machine, which presents it only after this machine proved its identity).
+//! See docs/PROTOCOL.md, "Session start (protocol 2)".
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use subtle::ConstantTimeEq;
+use tokio_util::sync::CancellationToken;
+
+use crate::environments::identity::{is_valid_nonce, Identity};
+use crate::environments::store::bearer_hash;
+use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Hello};
+use crate::secret::Secret;
+
+/// Decides who may open a session (docs/PROTOCOL.md, "Session start (protocol 2)").
+pub trait Gate: Send + Sync {
+    /// True when sessions open with the agent's `challenge` (phone and local clients). An
+    /// environment's pairing gate waits for the host's hello instead.
+    fn challenges(&self) -> bool {
+        true
+    }
+
+    /// Checks a hello that answers the session's challenge nonce (empty without one).
+    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloStep, ErrorCode>;
+
+    /// Checks the bearer a host presents after [`HelloStep::AwaitBearer`].
+    fn admit_bearer(&self, _bearer: &str) -> Result<Admission, ErrorCode> {
+        Err(ErrorCode::BearerRefused)
+    }
+
+    /// The refusal for a peer that did not complete the exchange in time.
+    fn timeout_code(&self) -> ErrorCode {
+        ErrorCode::UnauthenticatedCall
+    }
+}
+
+/// Where a good hello leads.
+#[derive(Debug)]
+pub enum HelloStep {
+    /// The caller is in: answer `hello_ok`.
+    Admitted(Admission),
+    /// Answer with this frame (an environment's signature) and wait for the host's bearer.
+    AwaitBearer(AgentMessage),
+}
+
+/// A caller the gate let in.
+#[derive(Clone, Debug, Default)]
+pub struct Admission {
+    /// Audit name of the caller.
+    pub caller: String,
+    /// The agent's proof for `hello_ok`.
+    pub proof: Option<String>,
+    /// Filled into `hello_ok` for environment sessions (docs/PROTOCOL.md, "Environments").
+    pub env_key: Option<String>,
+    /// Cancelled when the credential behind this session is revoked.
+    pub revoked: Option<CancellationToken>,
+}
+
+/// The plain gate: the hello must prove knowledge of this machine's auth token for this
+/// session's nonces. The token itself never crosses the wire.
+pub struct TokenGate {
+    pub token: Secret,
+    pub caller: &'static str,
+}
+
+impl Gate for TokenGate {
+    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloStep, ErrorCode> {
+        // A raw token (protocol 1) is refused whether it is right or not.
+        if hello.token.is_some() || hello.protocol != Some(protocol::PROTOCOL_VERSION) {
+            return Err(ErrorCode::BearerRefused);
+        }
+        let nonce = hello.nonce.as_deref().filter(|nonce| protocol::is_hello_nonce(nonce));
+        let (Some(nonce), Some(proof)) = (nonce, hello.proof.as_deref()) else {
+            return Err(ErrorCode::BearerRefused);
+        };
+        if !protocol::is_hello_nonce(challenge) || !protocol::verify_client_proof(&self.token, challenge, nonce, proof)
+        {
+            return Err(ErrorCode::BearerRefused);
+        }
+        Ok(HelloStep::Admitted(Admission {
+            caller: self.caller.to_owned(),
+            proof: Some(protocol::agent_proof(&self.token, challenge, nonce)),
+            ..Default::default()
+        }))
+    }
+}
+
+/// Checks a frame that should be the hello answering `challenge`. Anything but a hello is
+/// `unauthenticated-call`.
+pub fn admit_hello(gate: &dyn Gate, text: &str, challenge: &str) -> Result<HelloStep, ErrorCode> {
+    match protocol::parse_client(text) {
+        Ok(ClientMessage::Hello(hello)) => gate.admit(&hello, challenge),
+        _ => Err(ErrorCode::UnauthenticatedCall),
+    }
+}
+
+/// Checks a frame that should be a host's bearer. Anything but a bearer frame is
+/// `unauthenticated-call`.
+pub fn admit_bearer(gate: &dyn Gate, text: &str) -> Result<Admission, ErrorCode> {
+    match protocol::parse_client(text) {
+        Ok(ClientMessage::Bearer(frame)) => gate.admit_bearer(&frame.bearer),
+        _ => Err(ErrorCode::UnauthenticatedCall),
+    }
+}
+
+/// State every pairing gate reads.
+#[derive(Default)]
+pub(crate) struct GateShared {
+    pub(crate) state: Mutex<GateState>,
+}
+
+impl GateShared {
+    pub(crate) fn identity(&self) -> Option<Arc<Identity>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).identity.clone()
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct GateState {
+    pub(crate) identity: Option<Arc<Identity>>,
+    pub(crate) live: HashMap<String, LivePairing>,
+    pub(crate) revoked: Vec<[u8; 32]>,
+}
+
+pub(crate) struct LivePairing {
+    pub(crate) bearer_hash: [u8; 32],
+    /// The envKey the bearer was issued under.
+    pub(crate) bound_to: String,
+    /// Cancelled when the pairing is revoked: every session it admitted ends.
+    pub(crate) revoked: CancellationToken,
+}
+
+/// Admits a host on one pairing's relay code (docs/PROTOCOL.md): the host's hello is answered with this
+/// home's signature over the host's nonce, and only then does the host present its bearer.
+pub struct PairingGate {
+    pub(crate) shared: Arc<GateShared>,
+    pub(crate) pairing_id: String,
+}
+
+impl Gate for PairingGate {
+    fn challenges(&self) -> bool {
+        false
+    }
+
+    fn admit(&self, hello: &Hello, _challenge: &str) -> Result<HelloStep, ErrorCode> {
+        let state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        identify(&state, hello)
+    }
+
+    fn admit_bearer(&self, bearer: &str) -> Result<Admission, ErrorCode> {
+        let state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        check_bearer(&state, &self.pairing_id, bearer)
+    }
+
+    fn timeout_code(&self) -> ErrorCode {
+        ErrorCode::ExecutorUnauthenticated
+    }
+}
+
+/// The host's hello: the envKey is resolved first, then the nonce is signed.
+fn identify(state: &GateState, hello: &Hello) -> Result<HelloStep, ErrorCode> {
+    let Some(identity) = &state.identity else { return Err(ErrorCode::UnknownEnvironment) };
+    let own_key = identity.env_key();
+    if hello.env_key.as_deref() != Some(own_key.as_str()) {
+        return Err(ErrorCode::UnknownEnvironment);
+    }
+    let Some(nonce) = hello.nonce.as_deref().filter(|n| is_valid_nonce(n)) else {
+        return Err(ErrorCode::BadFrame);
+    };
+    Ok(HelloStep::AwaitBearer(AgentMessage::Identity { signature: identity.sign_nonce(nonce), env_key: own_key }))
+}
+
+/// The bearer, presented after the host verified this home's signature: revoked first, then right.
+fn check_bearer(state: &GateState, pairing_id: &str, bearer: &str) -> Result<Admission, ErrorCode> {
+    let Some(identity) = &state.identity else { return Err(ErrorCode::UnknownEnvironment) };
+    let own_key = identity.env_key();
+    let presented = bearer_hash(bearer);
+    let mut revoked = subtle::Choice::from(0u8);
+    for hash in &state.revoked {
+        revoked |= hash.ct_eq(&presented);
+    }
+    if bool::from(revoked) {
+        return Err(ErrorCode::PairingRevoked);
+    }
+    let Some(pairing) = state.live.get(pairing_id) else { return Err(ErrorCode::BearerRefused) };
+    if !bool::from(pairing.bearer_hash.ct_eq(&presented)) || pairing.bound_to != own_key {
+        return Err(ErrorCode::BearerRefused);
+    }
+    Ok(Admission {
+        caller: format!("host:{}:{pairing_id}", &own_key[..16]),
+        env_key: Some(own_key),
+        revoked: Some(pairing.revoked.clone()),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::environments::identity::verify_nonce;
+    use crate::protocol::new_nonce;
+
+    const BEARER: &str = "vbx_0123456789abcdef0123456789abcdef";
+
+    fn state_with(bearer: &str) -> (GateState, String) {
+        let identity = Identity::generate().unwrap();
+        let key = identity.env_key();
+        let mut state = GateState { identity: Some(Arc::new(identity)), ..Default::default() };
+        state.live.insert(
+            "p_1".into(),
+            LivePairing { bearer_hash: bearer_hash(bearer), bound_to: key.clone(), revoked: CancellationToken::new() },
+        );
+        (state, key)
+    }
+
+    fn hello(key: &str, nonce: Option<&str>) -> Hello {
+        Hello {
+            protocol: Some(2),
+            role: Some(crate::protocol::HOST_ROLE.into()),
+            env_key: Some(key.into()),
+            nonce: nonce.map(Into::into),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_hello_is_answered_with_a_signature_and_the_bearer_then_admits() {
+        let (state, key) = state_with(BEARER);
+        let nonce = new_nonce().unwrap();
+        let Ok(HelloStep::AwaitBearer(AgentMessage::Identity { env_key, signature })) =
+            identify(&state, &hello(&key, Some(&nonce)))
+        else {
+            panic!("no identity answer")
+        };
+        assert_eq!(env_key, key);
+        assert!(verify_nonce(&key, &nonce, &signature));
+        let admission = check_bearer(&state, "p_1", BEARER).unwrap();
+        assert_eq!(admission.env_key.as_deref(), Some(key.as_str()));
+        assert!(admission.caller.starts_with("host:") && !admission.caller.contains(BEARER));
+        let token = admission.revoked.unwrap();
+        state.live["p_1"].revoked.cancel();
+        assert!(token.is_cancelled());
+    }
+
+    #[test]
+    fn the_env_key_is_checked_before_anything_is_signed() {
+        let (state, _) = state_with(BEARER);
+        let other = Identity::generate().unwrap().env_key();
+        let nonce = new_nonce().unwrap();
+        assert_eq!(identify(&state, &hello(&other, Some(&nonce))).unwrap_err(), ErrorCode::UnknownEnvironment);
+        assert_eq!(identify(&state, &Hello::default()).unwrap_err(), ErrorCode::UnknownEnvironment);
+        let empty = GateState::default();
+        assert_eq!(identify(&empty, &hello(&other, Some(&nonce))).unwrap_err(), ErrorCode::UnknownEnvironment);
+        assert_eq!(check_bearer(&empty, "p_1", BEARER).unwrap_err(), ErrorCode::UnknownEnvironment);
+    }
+
+    #[test]
+    fn wrong_and_revoked_bearers_and_bad_nonces_get_their_own_codes() {
+        let (mut state, key) = state_with(BEARER);
+        assert_eq!(
+            check_bearer(&state, "p_1", "vbx_ffffffffffffffffffffffffffffffff").unwrap_err(),
+            ErrorCode::BearerRefused
+        );
+        assert_eq!(check_bearer(&state, "p_other", BEARER).unwrap_err(), ErrorCode::BearerRefused);
+        assert_eq!(identify(&state, &hello(&key, Some("not hex"))).unwrap_err(), ErrorCode::BadFrame);
+        assert_eq!(identify(&state, &hello(&key, None)).unwrap_err(), ErrorCode::BadFrame);
+        state.revoked.push(bearer_hash(BEARER));
+        assert_eq!(check_bearer(&state, "p_1", BEARER).unwrap_err(), ErrorCode::PairingRevoked);
+        assert_eq!(check_bearer(&state, "p_other", BEARER).unwrap_err(), ErrorCode::PairingRevoked);
+    }
+
+    #[test]
+    fn a_pairing_bound_to_an_old_identity_is_refused() {
+        let (mut state, _) = state_with(BEARER);
+        state.identity = Some(Arc::new(Identity::generate().unwrap()));
+        assert_eq!(check_bearer(&state, "p_1", BEARER).unwrap_err(), ErrorCode::BearerRefused);
+    }
+}

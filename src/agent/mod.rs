@@ -1,0 +1,139 @@
+//! The agent: what `voxa run` starts. The loopback server for local clients, the relay link that
+//! keeps this machine reachable from the phone, one link per environment pairing, and the
+//! sessions they all serve.
+//!
+//! Inside: [`context`] (what sessions share, with the one task tracker), [`gate`] (hello
+//! admission), [`session`] (call table and dispatch), [`outbox`] (a socket's writer), [`link`]
+//! (the reconnect actor), [`loopback`] (the local server) and [`env_side`] (environment
+//! pairings).
+
+pub mod context;
+pub mod env_side;
+pub mod gate;
+pub mod link;
+pub mod loopback;
+pub mod outbox;
+pub mod session;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info_span, warn, Instrument};
+
+pub use context::{AgentContext, LiveStatus};
+pub use gate::{Admission, Gate, TokenGate};
+pub use link::{link_events, BackoffPolicy, LinkEvent, LinkEvents, RelayLink};
+pub use session::Session;
+
+use crate::config::{Config, RelayUrl};
+use crate::environments::{HostOptions, HostRouter};
+use crate::gemini::GeminiConfig;
+use crate::net::dial::DialOptions;
+use crate::net::liveness::Heartbeat;
+use crate::state::{Home, Secrets};
+use crate::tools::{Toolbox, ToolboxOptions};
+
+/// Everything a running agent needs, validated.
+pub struct AgentOptions {
+    pub home: Home,
+    pub secrets: Secrets,
+    /// `None`: loopback only (no relay).
+    pub relay: Option<RelayUrl>,
+    pub workspace: PathBuf,
+    pub config: Config,
+    pub dial: DialOptions,
+    pub heartbeat: Heartbeat,
+    pub backoff: BackoffPolicy,
+    pub gemini: Option<GeminiConfig>,
+    /// Where the relay link and the environment side report what happens.
+    pub events: LinkEvents,
+}
+
+/// A started agent: its loopback address, shared state and shutdown handle.
+pub struct RunningAgent {
+    pub loopback: SocketAddr,
+    pub ctx: Arc<AgentContext>,
+    shutdown: CancellationToken,
+}
+
+impl RunningAgent {
+    /// Stops every task and waits for them, calls in flight and voice bridges included.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.wait().await;
+    }
+
+    /// Waits until the agent stops (its shutdown token was cancelled) and its tasks ended.
+    pub async fn wait(&self) {
+        self.shutdown.cancelled().await;
+        self.ctx.tasks.close();
+        self.ctx.tasks.wait().await;
+    }
+}
+
+/// Starts the loopback server on `listener` and, with a relay, the relay link.
+pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: CancellationToken) -> Result<RunningAgent> {
+    let loopback = listener.local_addr().context("loopback listener has no address")?;
+    let audit = crate::audit::Audit::new(options.home.audit_dir()?);
+    let toolbox = Toolbox::new(ToolboxOptions {
+        workspace: options.workspace.clone(),
+        config: options.config.clone(),
+        audit: Some(audit),
+        env: None,
+    })?;
+    let tasks = TaskTracker::new();
+    let mut ctx = AgentContext::new(toolbox, tasks.clone());
+    ctx.gemini = options.gemini.map(Arc::new);
+    if let Some(relay) = &options.relay {
+        if let Ok(mut shown) = ctx.status.relay.lock() {
+            *shown = relay.to_string();
+        }
+    }
+    ctx.router = Some(Arc::new(HostRouter::new(HostOptions {
+        home: options.home.clone(),
+        dial: options.dial.clone(),
+        relay: options.relay.clone(),
+        toolbox: Some(ctx.toolbox.clone()),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+    })));
+    let ctx = Arc::new(ctx);
+    let environment_side = env_side::EnvSideOptions {
+        home: options.home.clone(),
+        relay: options.relay.clone(),
+        dial: options.dial.clone(),
+        heartbeat: options.heartbeat,
+        backoff: options.backoff,
+        events: options.events.clone(),
+    };
+    env_side::spawn_environment_side(environment_side, &ctx, shutdown.clone())?;
+    let gate: Arc<dyn Gate> = Arc::new(TokenGate { token: options.secrets.auth_token.clone(), caller: "loopback" });
+    tasks.spawn({
+        let ctx = ctx.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            if let Err(err) = loopback::run(listener, ctx, gate, shutdown).await {
+                warn!("loopback server stopped: {err:#}");
+            }
+        }
+    });
+    if let Some(relay) = options.relay {
+        let link = RelayLink {
+            url: relay.socket_url("/agent", options.secrets.relay_code.expose()),
+            relay,
+            dial: options.dial,
+            heartbeat: options.heartbeat,
+            backoff: options.backoff,
+            gate: Arc::new(TokenGate { token: options.secrets.auth_token.clone(), caller: "phone" }),
+            ctx: ctx.clone(),
+            events: Some(options.events),
+        };
+        tasks.spawn(link.run(shutdown.clone()).instrument(info_span!("relay_link")));
+    }
+    Ok(RunningAgent { loopback, ctx, shutdown })
+}

@@ -1,0 +1,84 @@
+//! One module per command (`voxa run`, `relay`, `pair`, `status`, `call`, `env`, `open`,
+//! `completions`): each validates its arguments, calls into the library and prints the human or
+//! JSON output.
+
+pub mod call;
+pub mod completions;
+pub mod env;
+pub mod open;
+pub mod output;
+pub mod pair;
+pub mod relay;
+pub mod run;
+pub mod shutdown;
+pub mod status;
+
+use anyhow::Result;
+
+use self::output::Printer;
+use crate::cli::{Cli, Command, RunArgs};
+use crate::config::{Config, RelayUrl, DEFAULT_RELAY};
+use crate::error::{ConfigError, Exit};
+use crate::state::Home;
+
+/// Settings shared by every command, validated.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub home: Home,
+    pub relay_flag: Option<String>,
+    pub self_hosted: bool,
+    pub printer: Printer,
+}
+
+impl Settings {
+    pub fn from_cli(cli: &Cli) -> Result<Self> {
+        Ok(Settings {
+            home: Home::locate(cli.home.clone())?,
+            relay_flag: cli.relay.clone().filter(|r| !r.trim().is_empty()),
+            self_hosted: cli.self_hosted,
+            printer: Printer::new(cli.json, cli.quiet),
+        })
+    }
+
+    /// Relay by precedence: flag > `VOXA_RELAY` > saved config > default.
+    pub fn relay(&self, saved: &Config) -> Result<RelayUrl> {
+        if let Some(flag) = self.relay_flag.as_deref() {
+            return Ok(RelayUrl::parse(flag)?);
+        }
+        match saved.relay.as_deref() {
+            // Say where a bad saved value comes from, and how to replace it.
+            Some(saved) => RelayUrl::parse(saved).map_err(|err| {
+                let path = self.home.path(crate::state::CONFIG_FILE);
+                ConfigError::new(format!("{err} (saved in {}; pass --relay to replace it)", path.display())).into()
+            }),
+            None => Ok(RelayUrl::parse(DEFAULT_RELAY)?),
+        }
+    }
+}
+
+/// Runs the parsed command line and returns the exit status.
+pub fn execute(cli: Cli) -> Result<Exit> {
+    let settings = Settings::from_cli(&cli)?;
+    match cli.command {
+        Some(Command::Pair(args)) => pair::run_pair(&settings, &args).map(|()| Exit::Ok),
+        Some(Command::Completions { shell }) => {
+            completions::print_completions(shell, &mut std::io::stdout())?;
+            Ok(Exit::Ok)
+        }
+        Some(Command::Env(args)) => block_on(env::run_env(&settings, args.command)),
+        Some(Command::Status) => block_on(status::run_status(&settings)),
+        Some(Command::Open(args)) => open::run_open(&settings, &args).map(|()| Exit::Ok),
+        Some(Command::Call(args)) => block_on(call::run_call(&settings, args)),
+        Some(Command::Relay(args)) => block_on(relay::run_relay(&settings, args)).map(|()| Exit::Ok),
+        Some(Command::Run(args)) => block_on(run::run_agent(&settings, args)).map(|()| Exit::Ok),
+        None => block_on(run::run_agent(&settings, RunArgs::default())).map(|()| Exit::Ok),
+    }
+}
+
+fn block_on<T>(future: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| anyhow::anyhow!("could not start the async runtime: {err}"))?;
+    runtime.block_on(future)
+}

@@ -1,0 +1,268 @@
+//! `voxa run`: start the agent (loopback server, relay link, environment pairings) and print
+//! what its links report until Ctrl-C or SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::warn;
+
+use super::output::Printer;
+use super::Settings;
+use crate::agent::{self, link_events, AgentOptions, BackoffPolicy, LinkEvent};
+use crate::cli::RunArgs;
+use crate::config::{Config, RelayUrl, DEFAULT_GEMINI_MODEL};
+use crate::error::ConfigError;
+use crate::gemini::{GeminiConfig, GEMINI_LIVE_URL};
+use crate::net::dial::DialOptions;
+use crate::net::liveness::Heartbeat;
+use crate::secret::Secret;
+use crate::state::Secrets;
+
+/// `voxa run`.
+pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
+    let home = &settings.home;
+    let printer = settings.printer;
+    let gemini = if settings.self_hosted { Some(gemini_config(&args)?) } else { None };
+    home.ensure()?;
+    // Held until this process ends: while it is, `agent.json` speaks for this agent.
+    let _agent_lock = home.lock_agent()?;
+    // Room for the loopback socket's connections; it keeps a reserve for the agent's own files.
+    super::relay::raise_fd_limit();
+    let mut config = home.load_config()?;
+    let gemini = gemini.map(|gemini| with_saved_voice(gemini, &args, &config));
+    let dial = dial_options(&args)?;
+    let workspace = workspace(&args)?;
+    let shutdown = super::shutdown::on_signal();
+    let tasks = TaskTracker::new();
+    // The embedded relay stands in for a remote one: nothing about it is saved.
+    let relay = match &args.embedded_relay {
+        Some(addr) => start_embedded_relay(addr, printer, &tasks, &shutdown).await?,
+        None => settings.relay(&config)?,
+    };
+    let (secrets, created) = home.load_or_create_secrets()?;
+    if args.embedded_relay.is_none() {
+        super::pair::save_relay(home, &mut config, &relay)?;
+    }
+    if created || args.embedded_relay.is_some() {
+        print_pairing(&relay, &secrets, printer)?;
+    }
+    let listener = TcpListener::bind(("127.0.0.1", args.port))
+        .await
+        .with_context(|| format!("could not listen on 127.0.0.1:{}", args.port))?;
+    let port = listener.local_addr()?.port();
+    let events = link_events();
+    let printed = tasks.spawn(print_events(events.subscribe(), printer));
+    let options = AgentOptions {
+        home: home.clone(),
+        secrets,
+        relay: Some(relay.clone()),
+        workspace: workspace.clone(),
+        config,
+        dial,
+        heartbeat: Heartbeat::default(),
+        backoff: BackoffPolicy::default(),
+        gemini,
+        events,
+    };
+    let agent = agent::start(options, listener, shutdown.clone()).await?;
+    home.write_agent_file(port)?;
+    printer.event(
+        "started",
+        json!({"port": port, "pid": std::process::id(), "workspace": workspace.display().to_string(), "mode": agent.ctx.mode(), "relay": relay.as_str()}),
+        format!("voxa {} running ({} mode), workspace {}, local port {port}", crate::VERSION, agent.ctx.mode(), workspace.display()),
+    );
+    agent.wait().await;
+    drop(agent);
+    // Every link has ended, so the event stream is closed: print what is left, then "stopped".
+    if let Err(err) = printed.await {
+        warn!(%err, "event printer failed");
+    }
+    tasks.close();
+    tasks.wait().await;
+    home.remove_agent_file();
+    printer.event("stopped", json!({}), "stopped");
+    Ok(())
+}
+
+/// Dial options from the flags and the environment (proxy, extra CA, relay token).
+fn dial_options(args: &RunArgs) -> Result<DialOptions> {
+    let mut dial = DialOptions::default().with_proxy_from_env()?;
+    if let Some(path) = &args.ca_cert {
+        dial = dial.trust_pem_file(path)?;
+    }
+    dial.bearer = args.relay_token.clone().filter(|t| !t.is_empty()).map(Secret::from_string);
+    Ok(dial)
+}
+
+/// `--workspace`, else the current directory, canonicalised.
+fn workspace(args: &RunArgs) -> Result<PathBuf> {
+    let workspace = match &args.workspace {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().context("could not read the current directory")?,
+    };
+    workspace
+        .canonicalize()
+        .map_err(|err| ConfigError::new(format!("workspace {} is not usable: {err}", workspace.display())).into())
+}
+
+/// Starts a relay on `addr` (loopback only) on `tasks` and returns its URL.
+async fn start_embedded_relay(
+    addr: &str,
+    printer: Printer,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Result<RelayUrl> {
+    let listener = bind_loopback_addr(addr).await?;
+    let local = listener.local_addr()?;
+    printer.event("embedded_relay", json!({"listen": local.to_string()}), format!("embedded relay on {local}"));
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        if let Err(err) =
+            crate::relay::run(listener, crate::relay::RelayConfig::default(), stop.cancelled_owned()).await
+        {
+            warn!("embedded relay stopped: {err:#}");
+        }
+    });
+    Ok(RelayUrl::parse(&format!("http://{local}"))?)
+}
+
+/// The pairing URL (`--json`) or the QR code and URL.
+fn print_pairing(relay: &RelayUrl, secrets: &Secrets, printer: Printer) -> Result<()> {
+    if printer.is_json() {
+        let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose());
+        printer.event("pairing", json!({"url": url, "relay": relay.as_str()}), "");
+    } else {
+        let text = super::pair::pairing_text(relay, secrets, true, printer.is_terminal())?;
+        printer.event("pairing", json!({}), text.trim_end());
+    }
+    Ok(())
+}
+
+async fn bind_loopback_addr(addr: &str) -> Result<TcpListener> {
+    let parsed: SocketAddr = addr
+        .parse()
+        .map_err(|_| ConfigError::new(format!("--embedded-relay {addr:?} is not an address like 127.0.0.1:8787")))?;
+    if !parsed.ip().is_loopback() {
+        return Err(ConfigError::new("--embedded-relay must listen on a loopback address").into());
+    }
+    TcpListener::bind(parsed).await.with_context(|| format!("could not listen on {parsed}"))
+}
+
+/// Self-hosted settings from the environment; a missing key is a usage error.
+fn gemini_config(args: &RunArgs) -> Result<GeminiConfig> {
+    let key = std::env::var("GEMINI_API_KEY").unwrap_or_default();
+    if key.trim().is_empty() {
+        return Err(ConfigError::new(
+            "--self-hosted needs your Gemini API key: set GEMINI_API_KEY (nothing was started)",
+        )
+        .into());
+    }
+    let url = std::env::var("VOXA_GEMINI_URL").ok().filter(|u| !u.trim().is_empty());
+    if let Some(url) = &url {
+        check_gemini_url(url)?;
+    }
+    Ok(GeminiConfig {
+        api_key: Secret::from_string(key.trim().to_owned()),
+        url: url.map(|u| u.trim().to_owned()).unwrap_or_else(|| GEMINI_LIVE_URL.to_owned()),
+        model: args.model.clone().unwrap_or_else(|| DEFAULT_GEMINI_MODEL.to_owned()),
+        voice: "Kore".into(),
+        heartbeat: crate::gemini::HEARTBEAT,
+    })
+}
+
+/// Model (unless `--model` was given) and voice saved in `config.toml`.
+fn with_saved_voice(mut gemini: GeminiConfig, args: &RunArgs, config: &Config) -> GeminiConfig {
+    if let (None, Some(model)) = (&args.model, &config.gemini.model) {
+        gemini.model = model.clone();
+    }
+    if let Some(voice) = &config.gemini.voice {
+        gemini.voice = voice.clone();
+    }
+    gemini
+}
+
+/// `VOXA_GEMINI_URL` must be a WebSocket URL without a key in it: the key travels only in the
+/// `x-goog-api-key` header. The URL itself is never repeated (it may hold a key).
+fn check_gemini_url(url: &str) -> Result<()> {
+    let parsed = url::Url::parse(url.trim())
+        .map_err(|_| ConfigError::new("VOXA_GEMINI_URL is not a valid URL (expected wss://…)"))?;
+    if !matches!(parsed.scheme(), "ws" | "wss") {
+        return Err(ConfigError::new("VOXA_GEMINI_URL must start with wss:// (or ws:// for a loopback host)").into());
+    }
+    if parsed.query_pairs().any(|(name, _)| name.eq_ignore_ascii_case("key")) {
+        return Err(ConfigError::new(
+            "VOXA_GEMINI_URL must not carry an API key (?key=…): voxa sends GEMINI_API_KEY in a header",
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Prints link events as they come, until every link has ended.
+async fn print_events(mut events: broadcast::Receiver<LinkEvent>, printer: Printer) {
+    loop {
+        match events.recv().await {
+            Ok(event) => print_event(&event, printer),
+            Err(broadcast::error::RecvError::Lagged(missed)) => warn!(missed, "link events were dropped"),
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+/// One link event as a line of output (`--json`: one object).
+fn print_event(event: &LinkEvent, printer: Printer) {
+    match event {
+        LinkEvent::Connected { relay } => {
+            printer.event("relay_connected", json!({"relay": relay}), format!("connected to relay {relay}"))
+        }
+        LinkEvent::Lost { reason } => {
+            printer.event("relay_lost", json!({"reason": reason}), format!("relay connection lost: {reason}"))
+        }
+        LinkEvent::ReplacedByLateDial => printer.event(
+            "relay_lost",
+            json!({"reason": "replaced, probably by a late dial of this agent"}),
+            "relay connection replaced, probably by a late dial of this agent",
+        ),
+        LinkEvent::Replaced => printer.event(
+            "replaced",
+            json!({"keeps_dialing": true}),
+            "WARNING: another voxa agent is using this relay code (the relay replaced this connection). If it \
+             is not yours, someone holds your code: run `voxa pair --rotate`. This agent keeps dialing to take \
+             the code back.",
+        ),
+        LinkEvent::ReplacedAgain => {
+            printer.event("relay_lost", json!({"reason": "replaced"}), "relay connection replaced again")
+        }
+        LinkEvent::Recovered => printer.event("relay_recovered", json!({}), "this agent holds its relay code again"),
+        LinkEvent::Unreachable { reason } => {
+            printer.event("relay_unreachable", json!({"reason": reason}), format!("relay unreachable: {reason}"))
+        }
+        LinkEvent::Reconnecting { delay, attempt } => printer.event(
+            "reconnecting",
+            json!({"in_ms": delay.as_millis() as u64, "attempt": attempt}),
+            format!("reconnecting in {:.1} s (attempt {attempt})", delay.as_secs_f64()),
+        ),
+        LinkEvent::PeerJoined => printer.event("phone_connected", json!({}), "phone connected"),
+        LinkEvent::PeerLeft => printer.event("phone_disconnected", json!({}), "phone disconnected"),
+        LinkEvent::PeerAdmitted => printer.event("phone_authenticated", json!({}), "phone authenticated"),
+        LinkEvent::PeerRefused { code } => {
+            printer.event("phone_refused", json!({"code": code.as_str()}), format!("phone refused: {code}"))
+        }
+        LinkEvent::PairingActive { pairing, relay } => printer.event(
+            "pairing_active",
+            json!({"pairing": pairing, "relay": relay}),
+            format!("environment pairing {pairing} active: dialing {relay} for its host"),
+        ),
+        LinkEvent::PairingEnded { pairing } => printer.event(
+            "pairing_ended",
+            json!({"pairing": pairing}),
+            format!("environment pairing {pairing} revoked: its sessions were closed and it is no longer dialed"),
+        ),
+    }
+}

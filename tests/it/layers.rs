@@ -1,0 +1,413 @@
+//! The module layers point one way (docs/ARCHITECTURE.md): reads every `src/**/*.rs`, maps each
+//! `crate::…`, `super::…` and `self::…` path outside test code to the module it names, and fails
+//! on an import from a higher layer or on modules that import each other (directly or round a
+//! longer circle).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Layer of each top-level module; a module may import from its own layer and those below.
+/// `main` parses with `cli` and hands the result to `commands`; `cli` holds only the argument
+/// types, which the commands read, so it sits below them.
+const LAYERS: &[(&str, u8)] = &[
+    ("commands", 5),
+    ("cli", 4),
+    ("agent", 3),
+    ("relay", 3),
+    ("environments", 3),
+    ("gemini", 3),
+    ("net", 2),
+    ("tools", 2),
+    ("protocol", 1),
+    ("state", 1),
+    ("secret", 1),
+    ("config", 1),
+    ("audit", 1),
+    ("error", 1),
+    ("logging", 1),
+    ("text", 1),
+];
+
+#[test]
+fn imports_never_point_up_and_never_close_a_circle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut sources = BTreeMap::new();
+    collect(&root, &root, &mut sources);
+    assert!(sources.len() > 20, "read only {} files under {}", sources.len(), root.display());
+    let problems = check(&sources);
+    assert!(problems.is_empty(), "layering broken:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_checker_finds_an_upward_import_and_a_circle() {
+    let sources: BTreeMap<String, String> = [
+        ("lib.rs", "pub mod agent; pub mod net; pub mod protocol;"),
+        ("agent/mod.rs", "pub mod link; pub mod session;\npub use link::Link;"),
+        ("agent/link.rs", "use super::session::Session;\nuse crate::net::dial;"),
+        ("agent/session.rs", "use crate::{protocol, agent::link::Link};"),
+        ("net/mod.rs", "pub mod dial;"),
+        // An upward import, in a path inside code rather than a `use`.
+        ("net/dial.rs", "fn f() { let _ = crate::agent::session::Session::new(); }"),
+        // Not imports: comments, strings and test code.
+        (
+            "protocol.rs",
+            "// crate::agent\nconst S: &str = \"crate::agent\";\n#[cfg(test)]\nmod tests { use crate::agent; }",
+        ),
+    ]
+    .into_iter()
+    .map(|(path, text)| (path.to_owned(), text.to_owned()))
+    .collect();
+    let problems = check(&sources);
+    assert!(problems.iter().any(|p| p.contains("net::dial imports agent::session")), "{problems:#?}");
+    assert!(problems.iter().any(|p| p.contains("circle") && p.contains("agent::link")), "{problems:#?}");
+    assert!(problems.iter().any(|p| p.contains("circle: agent → net → agent")), "{problems:#?}");
+    assert!(!problems.iter().any(|p| p.starts_with("protocol")), "{problems:#?}");
+}
+
+/// `path → text` of every `.rs` file under `dir`, paths relative to `root`.
+fn collect(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            collect(root, &path, out);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            let relative = path.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
+            out.insert(relative, std::fs::read_to_string(&path).unwrap());
+        }
+    }
+}
+
+/// Module path of a source file (`agent/mod.rs` → `agent`, `net/dial.rs` → `net::dial`); `None`
+/// for the binary's `main.rs`.
+fn module_of(file: &str) -> Option<String> {
+    if file == "main.rs" {
+        return None;
+    }
+    let trimmed = file.trim_end_matches(".rs");
+    let trimmed = trimmed.strip_suffix("/mod").unwrap_or(trimmed);
+    Some(if trimmed == "lib" { String::new() } else { trimmed.replace('/', "::") })
+}
+
+/// Every problem found, one sentence each.
+fn check(sources: &BTreeMap<String, String>) -> Vec<String> {
+    let modules: BTreeSet<String> = sources.keys().filter_map(|f| module_of(f)).collect();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (file, text) in sources {
+        let Some(module) = module_of(file) else { continue };
+        let targets = edges.entry(module.clone()).or_default();
+        for path in paths(&strip_tests(&code_only(text))) {
+            let Some(absolute) = resolve(&module, &path) else { continue };
+            if let Some(target) = longest_module(&modules, &absolute) {
+                // A module owns its children: naming them (`mod`, `pub use`) is not a dependency.
+                if target != module && !is_within(&target, &module) {
+                    targets.insert(target);
+                }
+            }
+        }
+    }
+    let mut problems = Vec::new();
+    let rank = |module: &str| LAYERS.iter().find(|(name, _)| *name == top(module)).map(|(_, rank)| *rank);
+    for (from, targets) in &edges {
+        for to in targets {
+            if let (Some(low), Some(high)) = (rank(from), rank(to)) {
+                if high > low {
+                    problems.push(format!("{from} imports {to}, a higher layer"));
+                }
+            }
+            if rank(to).is_none() && !to.is_empty() {
+                problems.push(format!("{to} (imported by {from}) has no layer in tests/it/layers.rs"));
+            }
+        }
+    }
+    for module in &modules {
+        if !module.is_empty() && rank(module).is_none() {
+            problems.push(format!("{module} has no layer in tests/it/layers.rs"));
+        }
+    }
+    if let Some(circle) = find_circle(&edges) {
+        problems.push(format!("modules import each other in a circle: {}", circle.join(" → ")));
+    }
+    let mut top_edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (from, targets) in &edges {
+        for to in targets {
+            if top(from) != top(to) && !to.is_empty() {
+                top_edges.entry(top(from).to_owned()).or_default().insert(top(to).to_owned());
+            }
+        }
+    }
+    if let Some(circle) = find_circle(&top_edges) {
+        problems.push(format!("top-level modules import each other in a circle: {}", circle.join(" → ")));
+    }
+    problems
+}
+
+fn top(module: &str) -> &str {
+    module.split("::").next().unwrap_or_default()
+}
+
+fn is_within(inner: &str, outer: &str) -> bool {
+    outer.is_empty() || inner.starts_with(&format!("{outer}::"))
+}
+
+/// The longest known module that `path` starts with (`""` for the crate root).
+fn longest_module(modules: &BTreeSet<String>, path: &[String]) -> Option<String> {
+    (0..=path.len()).rev().map(|n| path[..n].join("::")).find(|candidate| modules.contains(candidate))
+}
+
+/// `path` made absolute from `module`: `crate::a::b`, `super::x` and `self::y` forms.
+fn resolve(module: &str, path: &[String]) -> Option<Vec<String>> {
+    let mut base: Vec<String> =
+        if module.is_empty() { Vec::new() } else { module.split("::").map(str::to_owned).collect() };
+    let mut rest = path;
+    match rest.first().map(String::as_str) {
+        Some("crate") => {
+            base.clear();
+            rest = &rest[1..];
+        }
+        Some("self") => rest = &rest[1..],
+        Some("super") => {
+            while rest.first().map(String::as_str) == Some("super") {
+                base.pop()?;
+                rest = &rest[1..];
+            }
+        }
+        _ => return None,
+    }
+    base.extend(rest.iter().cloned());
+    Some(base)
+}
+
+/// A circle in `edges`, as the modules round it, if there is one.
+fn find_circle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        Open,
+        Done,
+    }
+    fn visit(
+        node: &str,
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        marks: &mut BTreeMap<String, Mark>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        match marks.get(node) {
+            Some(Mark::Done) => return None,
+            Some(Mark::Open) => {
+                let start = stack.iter().position(|n| n == node)?;
+                let mut circle = stack[start..].to_vec();
+                circle.push(node.to_owned());
+                return Some(circle);
+            }
+            None => {}
+        }
+        marks.insert(node.to_owned(), Mark::Open);
+        stack.push(node.to_owned());
+        for next in edges.get(node).into_iter().flatten() {
+            if let Some(circle) = visit(next, edges, marks, stack) {
+                return Some(circle);
+            }
+        }
+        stack.pop();
+        marks.insert(node.to_owned(), Mark::Done);
+        None
+    }
+    let mut marks = BTreeMap::new();
+    for node in edges.keys() {
+        let mut stack = Vec::new();
+        if let Some(circle) = visit(node, edges, &mut marks, &mut stack) {
+            return Some(circle);
+        }
+    }
+    None
+}
+
+/// The source with comments and the contents of string and char literals blanked out.
+fn code_only(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let rest = &chars[i..];
+        if rest.starts_with(&['/', '/']) {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+        } else if rest.starts_with(&['/', '*']) {
+            i += 2;
+            while i < chars.len() && !chars[i..].starts_with(&['*', '/']) {
+                i += 1;
+            }
+            i += 2;
+        } else if chars[i] == 'r' && matches!(rest.get(1), Some('"' | '#')) && !is_ident(chars.get(i.wrapping_sub(1))) {
+            let hashes = rest[1..].iter().take_while(|c| **c == '#').count();
+            if rest.get(1 + hashes) != Some(&'"') {
+                out.push(chars[i]);
+                i += 1;
+                continue;
+            }
+            i += 2 + hashes;
+            let mut close = vec!['"'];
+            close.extend(std::iter::repeat_n('#', hashes));
+            while i < chars.len() && !chars[i..].starts_with(&close) {
+                i += 1;
+            }
+            i += close.len();
+            out.push_str("\"\"");
+        } else if chars[i] == '"' {
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                i += if chars[i] == '\\' { 2 } else { 1 };
+            }
+            i += 1;
+            out.push_str("\"\"");
+        } else if chars[i] == '\'' && rest.get(2) == Some(&'\'') {
+            i += 3;
+            out.push_str("' '");
+        } else if chars[i] == '\'' && rest.get(1) == Some(&'\\') {
+            i += 2;
+            while i < chars.len() && chars[i] != '\'' {
+                i += 1;
+            }
+            i += 1;
+            out.push_str("' '");
+        } else {
+            out.push(chars[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn is_ident(c: Option<&char>) -> bool {
+    c.is_some_and(|c| c.is_alphanumeric() || *c == '_')
+}
+
+/// The code without items marked `#[cfg(test)]` (their imports serve the tests only).
+fn strip_tests(code: &str) -> String {
+    let mut out = String::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let item = &rest[at..];
+        // The item ends at its closing brace, or at a `;` before any brace (`mod tests;`).
+        let end = match (item.find('{'), item.find(';')) {
+            (Some(open), Some(semi)) if semi < open => semi + 1,
+            (Some(open), _) => {
+                let mut depth = 0usize;
+                let mut end = item.len();
+                for (offset, c) in item[open..].char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                end = open + offset + 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                end
+            }
+            (None, Some(semi)) => semi + 1,
+            (None, None) => item.len(),
+        };
+        rest = &item[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Every path starting with `crate`, `super` or `self`, with `use` groups expanded
+/// (`use crate::{a, b::{c, d}}` gives `crate::a`, `crate::b::c`, `crate::b::d`).
+fn paths(code: &str) -> Vec<Vec<String>> {
+    let tokens = tokenize(code);
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        let starts_path = matches!(tokens[i].as_str(), "crate" | "super" | "self")
+            && tokens.get(i + 1).map(String::as_str) == Some("::")
+            && (i == 0 || tokens[i - 1] != "::");
+        if !starts_path {
+            i += 1;
+            continue;
+        }
+        let (mut expanded, next) = path_tree(&tokens, i);
+        found.append(&mut expanded);
+        i = next;
+    }
+    found
+}
+
+/// Reads one path (possibly a `{…}` group) from `tokens[start..]`; returns its expansions and
+/// the index after it.
+fn path_tree(tokens: &[String], start: usize) -> (Vec<Vec<String>>, usize) {
+    let mut prefix = Vec::new();
+    let mut i = start;
+    loop {
+        match tokens.get(i).map(String::as_str) {
+            Some("{") => {
+                let mut all = Vec::new();
+                i += 1;
+                loop {
+                    match tokens.get(i).map(String::as_str) {
+                        Some("}") => return (all, i + 1),
+                        Some(",") => i += 1,
+                        Some(_) => {
+                            let (inner, next) = path_tree(tokens, i);
+                            for tail in inner {
+                                let mut full = prefix.clone();
+                                full.extend(tail.into_iter().filter(|s| s != "self"));
+                                all.push(full);
+                            }
+                            if next == i {
+                                i += 1;
+                            } else {
+                                i = next;
+                            }
+                        }
+                        None => return (all, i),
+                    }
+                }
+            }
+            Some(word) if is_ident(word.chars().next().as_ref()) => {
+                prefix.push(word.to_owned());
+                i += 1;
+                if tokens.get(i).map(String::as_str) == Some("::") {
+                    i += 1;
+                } else {
+                    return (vec![prefix], i);
+                }
+            }
+            Some("*") => return (vec![prefix], i + 1),
+            _ => return (vec![prefix], i),
+        }
+    }
+}
+
+/// Identifiers, `::` and single punctuation characters.
+fn tokenize(code: &str) -> Vec<String> {
+    let chars: Vec<char> = code.chars().collect();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_alphanumeric() || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            tokens.push(chars[start..i].iter().collect());
+        } else if c == ':' && chars.get(i + 1) == Some(&':') {
+            tokens.push("::".to_owned());
+            i += 2;
+        } else {
+            if !c.is_whitespace() {
+                tokens.push(c.to_string());
+            }
+            i += 1;
+        }
+    }
+    tokens
+}
