@@ -6,7 +6,7 @@
 // `bytesIn`/`bytesOut`, that dispatches `voice` (call frames), `audio` (binary frames) and `state`
 // events. The agent's own session socket is one; the relay's `/live` socket is another.
 
-import { base64Bytes, byId, el, show } from './dom.js';
+import { base64Bytes, byId, el, sentence, show } from './dom.js';
 
 /** Prefix byte of an audio frame, both ways. */
 const AUDIO_PREFIX = 0x01;
@@ -38,13 +38,8 @@ const CALL_ERRORS = {
   'offline': 'The call ended: the laptop went offline.',
 };
 
-/** A call_error (or a page-side failure) as a sentence. */
-export function callSentence(error) {
-  const code = (error && error.code) || 'internal';
-  const base = CALL_ERRORS[code] || 'The call failed.';
-  const message = error && typeof error.message === 'string' ? error.message.trim() : '';
-  return message && !CALL_ERRORS[code] ? `${base} ${message} (${code})` : `${base} (${code})`;
-}
+/** A call_error (or a page-side failure) as a sentence with its code. */
+export const callSentence = (error) => sentence(error, CALL_ERRORS);
 
 /** "1:05" for 65 s; "1:02:03" past an hour. */
 function clockText(seconds) {
