@@ -483,6 +483,8 @@ pub enum ErrorCode {
     UnknownTool,
     InvalidArgs,
     OutsideWorkspace,
+    /// A path inside voxa's own state directory.
+    ProtectedPath,
     NotFound,
     Timeout,
     Cancelled,
@@ -505,10 +507,11 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::UnknownTool,
         ErrorCode::InvalidArgs,
         ErrorCode::OutsideWorkspace,
+        ErrorCode::ProtectedPath,
         ErrorCode::NotFound,
         ErrorCode::Timeout,
         ErrorCode::Cancelled,
@@ -536,6 +539,7 @@ impl ErrorCode {
             ErrorCode::UnknownTool => "unknown-tool",
             ErrorCode::InvalidArgs => "invalid-args",
             ErrorCode::OutsideWorkspace => "outside-workspace",
+            ErrorCode::ProtectedPath => "protected-path",
             ErrorCode::NotFound => "not-found",
             ErrorCode::Timeout => "timeout",
             ErrorCode::Cancelled => "cancelled",

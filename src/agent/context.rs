@@ -54,7 +54,8 @@ impl AgentContext {
     pub fn hello_ok(&self, admission: &Admission) -> AgentMessage {
         let mut tools = self.toolbox.names();
         if let Some(router) = &self.router {
-            tools.extend(router.tool_names().into_iter().filter(|name| self.toolbox.check_policy(name).is_ok()));
+            // Listed when some of its uses are allowed; each call is checked again.
+            tools.extend(router.tool_names().into_iter().filter(|name| self.toolbox.check_policy(name, false).is_ok()));
         }
         AgentMessage::HelloOk(HelloOk {
             agent: crate::agent_name(),
@@ -87,7 +88,7 @@ impl AgentContext {
                 }
             }
             declarations.extend(router.gemini_declarations().into_iter().filter(|declaration| {
-                declaration["name"].as_str().is_some_and(|name| self.toolbox.check_policy(name).is_ok())
+                declaration["name"].as_str().is_some_and(|name| self.toolbox.check_policy(name, false).is_ok())
             }));
         }
         Value::Array(declarations)

@@ -82,6 +82,9 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
     let audit = crate::audit::Audit::new(options.home.audit_dir()?);
     let toolbox = Toolbox::new(ToolboxOptions {
         workspace: options.workspace.clone(),
+        // The secrets, pairings and settings stay out of the tools' reach even when the workspace
+        // holds the home (as it does when `run` starts in the home directory).
+        protected: vec![options.home.dir().to_path_buf()],
         config: options.config.clone(),
         audit: Some(audit),
         env: None,

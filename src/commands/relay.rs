@@ -11,7 +11,6 @@ use super::Settings;
 use crate::cli::RelayArgs;
 use crate::error::ConfigError;
 use crate::relay::{load_tls, run, RelayConfig};
-use crate::secret::Secret;
 
 /// File descriptors kept free for everything but client connections.
 const RESERVED_FDS: u64 = 64;
@@ -22,7 +21,7 @@ pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<(
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.tls = Some(load_tls(cert, key).map_err(|err| ConfigError::new(format!("{err:#}")))?);
     }
-    config.token = args.relay_token.filter(|token| !token.trim().is_empty()).map(Secret::from_string);
+    config.token = super::relay_token(args.relay_token.as_deref(), args.relay_token_file.as_deref())?;
     if let Some(fds) = raise_fd_limit() {
         config.max_connections = config.max_connections.min(fds.saturating_sub(RESERVED_FDS).max(1) as usize);
     }

@@ -23,7 +23,7 @@ pub(crate) fn start_run_with_env(
 }
 
 /// A temporary directory and a not-yet-existing voxa home inside it.
-fn fresh_home() -> (tempfile::TempDir, std::path::PathBuf) {
+pub(crate) fn fresh_home() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("voxa");
     (dir, home)
