@@ -451,6 +451,10 @@ pub struct AgentStatus {
     #[serde(default)]
     pub relay_replaced: bool,
     pub phone_present: bool,
+    /// While the relay code replaced by `voxa pair --rotate` is still answered (every phone on
+    /// it refused): until when, in Unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_code_until: Option<u64>,
     pub calls_in_flight: usize,
     pub workspace: String,
 }

@@ -22,6 +22,9 @@ pub struct LiveStatus {
     /// True while another agent keeps taking this agent's relay code (close 4001).
     pub relay_replaced: AtomicBool,
     pub phone_present: AtomicBool,
+    /// While the relay code replaced by `pair --rotate` is still answered: until when, in Unix
+    /// seconds.
+    pub retired_code_until: Mutex<Option<u64>>,
     pub calls_in_flight: AtomicUsize,
 }
 
@@ -104,6 +107,7 @@ impl AgentContext {
             relay_connected: self.status.relay_connected.load(Ordering::Relaxed),
             relay_replaced: self.status.relay_replaced.load(Ordering::Relaxed),
             phone_present: self.status.phone_present.load(Ordering::Relaxed),
+            retired_code_until: self.status.retired_code_until.lock().map(|until| *until).unwrap_or_default(),
             calls_in_flight: self.status.calls_in_flight.load(Ordering::Relaxed),
             workspace: self.toolbox.workspace().display().to_string(),
         }

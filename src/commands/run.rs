@@ -70,6 +70,7 @@ pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
         backoff: BackoffPolicy::default(),
         gemini,
         events,
+        retired_window: agent::retired::RETIRED_CODE_WINDOW,
     };
     let agent = agent::start(options, listener, shutdown.clone()).await?;
     home.write_agent_file(port)?;
@@ -274,6 +275,16 @@ fn print_event(event: &LinkEvent, printer: Printer) {
         LinkEvent::PeerRefused { code } => {
             printer.event("phone_refused", json!({"code": code.as_str()}), format!("phone refused: {code}"))
         }
+        LinkEvent::RetiredCodeAnswered { until } => printer.event(
+            "retired_code_answered",
+            json!({"until": until}),
+            format!("the relay code replaced by `voxa pair --rotate` is answered until {} (phones using the old link are told to scan the new code)", humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(*until))),
+        ),
+        LinkEvent::RetiredCodeEnded => printer.event(
+            "retired_code_ended",
+            json!({}),
+            "the relay code replaced by `voxa pair --rotate` is no longer answered",
+        ),
         LinkEvent::PairingActive { pairing, relay } => printer.event(
             "pairing_active",
             json!({"pairing": pairing, "relay": relay}),
