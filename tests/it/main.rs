@@ -19,3 +19,4 @@ mod secrets;
 mod support;
 mod tools;
 mod web;
+mod web_voice;
