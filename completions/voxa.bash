@@ -854,7 +854,7 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__relay)
-            opts="-v -q -h -V --listen --tls-cert --tls-key --relay-token --relay-token-file --home --relay --self-hosted --json --verbose --quiet --help --version"
+            opts="-v -q -h -V --listen --tls-cert --tls-key --relay-token --metrics-listen --max-connections-per-ip --memory-budget --relay-token-file --home --relay --self-hosted --json --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -873,6 +873,18 @@ _voxa() {
                     return 0
                     ;;
                 --relay-token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --metrics-listen)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-connections-per-ip)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --memory-budget)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -3,13 +3,15 @@
 //!
 //! `cargo test --all-targets` runs this file too, without `--bench`: then each section does a few
 //! runs only, to prove it still works, and the figures mean nothing.
-//! `cargo bench -- agent` runs only the sections whose name contains `agent`.
+//! `cargo bench -- agent` runs only the sections whose name contains `agent` (`relay` runs both
+//! relay sections, `relay-cpu` only the CPU comparison).
 
 mod agent;
 mod child;
 mod pair;
 mod preauth;
 mod relay;
+mod relay_cpu;
 mod report;
 mod voice;
 mod web;
@@ -25,6 +27,9 @@ fn main() {
     }
     if wanted("relay") {
         relay::run(&mut report, measuring);
+    }
+    if wanted("relay-cpu") {
+        relay_cpu::run(&mut report, measuring);
     }
     if wanted("agent") {
         agent::run(&mut report, measuring);

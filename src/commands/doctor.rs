@@ -457,7 +457,7 @@ fn check_clock(date: Option<SystemTime>, received: SystemTime) -> Check {
 async fn connect_tcp(target: &Target, dial: &DialOptions) -> Result<TcpStream> {
     let attempt = async {
         match dial.proxy.as_ref().filter(|_| target.tls && !dial.bypasses_proxy(&target.host)) {
-            Some(proxy) => crate::net::dial::via_proxy(proxy, &target.host, target.port).await,
+            Some(proxy) => proxy.connect(&target.host, target.port).await,
             None => TcpStream::connect((target.host.as_str(), target.port)).await.map_err(anyhow::Error::from),
         }
     };

@@ -4,6 +4,7 @@
 mod agent;
 mod browser;
 mod cli;
+mod deploy;
 mod doctor;
 mod environments;
 mod fake_gemini;
@@ -20,3 +21,4 @@ mod service;
 mod support;
 mod tools;
 mod web;
+mod web_voice;
