@@ -1,6 +1,8 @@
 //! `voxa relay`: run a relay server until SIGINT or SIGTERM.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use serde_json::json;
@@ -10,7 +12,9 @@ use tracing::debug;
 use super::Settings;
 use crate::cli::RelayArgs;
 use crate::error::ConfigError;
-use crate::relay::{load_tls, run, RelayConfig};
+use crate::config::DEFAULT_GEMINI_MODEL;
+use crate::gemini::{GeminiConfig, GEMINI_LIVE_URL};
+use crate::relay::{load_tls, run, LiveConfig, RelayConfig};
 use crate::secret::Secret;
 
 /// File descriptors kept free for everything but client connections.
@@ -22,6 +26,7 @@ pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<(
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.tls = Some(load_tls(cert, key).map_err(|err| ConfigError::new(format!("{err:#}")))?);
     }
+    config.live = live_config(&args)?;
     config.token = args.relay_token.filter(|token| !token.trim().is_empty()).map(Secret::from_string);
     if let Some(fds) = raise_fd_limit() {
         config.max_connections = config.max_connections.min(fds.saturating_sub(RESERVED_FDS).max(1) as usize);
@@ -31,6 +36,7 @@ pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<(
     let local = listener.local_addr().context("could not read the listening address")?;
     let scheme = if config.tls.is_some() { "wss" } else { "ws" };
     let token_note = if config.token.is_some() { " (relay token required)" } else { "" };
+    let live_note = if config.live.is_some() { "; hosting voice calls at /live" } else { "" };
     settings.printer.event(
         "relay_listening",
         json!({
@@ -38,13 +44,55 @@ pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<(
             "url": format!("{scheme}://{local}"),
             "tls": config.tls.is_some(),
             "relay_token": config.token.is_some(),
+            "live": config.live.is_some(),
         }),
-        format_args!("relay listening on {scheme}://{local}{token_note}"),
+        format_args!("relay listening on {scheme}://{local}{token_note}{live_note}"),
     );
     let signal = super::shutdown::on_signal();
     run(listener, config, async move { signal.cancelled().await }).await?;
     settings.printer.event("relay_stopped", json!({}), "relay stopped");
     Ok(())
+}
+
+/// Hosted voice: on with a key from `--gemini-key-file` or `GEMINI_API_KEY`, off without one.
+fn live_config(args: &RelayArgs) -> anyhow::Result<Option<LiveConfig>> {
+    let key = match &args.gemini_key_file {
+        Some(path) => {
+            // The error never quotes the file: it holds the key.
+            let text = std::fs::read_to_string(path)
+                .map_err(|err| ConfigError::new(format!("could not read --gemini-key-file {}: {err}", path.display())))?;
+            let key = text.trim().to_owned();
+            if key.is_empty() {
+                return Err(ConfigError::new(format!("--gemini-key-file {} is empty", path.display())).into());
+            }
+            key
+        }
+        None => match std::env::var("GEMINI_API_KEY") {
+            Ok(key) if !key.trim().is_empty() => key.trim().to_owned(),
+            _ => return Ok(None),
+        },
+    };
+    if args.live_max_calls == 0 || args.live_max_minutes == 0 {
+        return Err(ConfigError::new("--live-max-calls and --live-max-minutes must be at least 1").into());
+    }
+    let url = std::env::var("VOXA_GEMINI_URL").ok().filter(|url| !url.trim().is_empty());
+    if let Some(url) = &url {
+        super::run::check_gemini_url(url)?;
+    }
+    let gemini = GeminiConfig {
+        api_key: Secret::from_string(key),
+        url: url.map(|url| url.trim().to_owned()).unwrap_or_else(|| GEMINI_LIVE_URL.to_owned()),
+        model: args.live_model.clone().unwrap_or_else(|| DEFAULT_GEMINI_MODEL.to_owned()),
+        voice: "Kore".into(),
+        heartbeat: crate::gemini::HEARTBEAT,
+    };
+    let proxy_token = std::env::var("VOXA_PROXY_TOKEN").ok().filter(|token| !token.trim().is_empty());
+    Ok(Some(LiveConfig {
+        gemini: Arc::new(gemini),
+        max_calls: args.live_max_calls,
+        max_call_time: Duration::from_secs(args.live_max_minutes.saturating_mul(60)),
+        proxy_token: proxy_token.map(|token| Secret::from_string(token.trim().to_owned())),
+    }))
 }
 
 async fn resolve_listen(listen: &str) -> anyhow::Result<SocketAddr> {

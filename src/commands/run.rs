@@ -185,7 +185,7 @@ fn with_saved_voice(mut gemini: GeminiConfig, args: &RunArgs, config: &Config) -
 
 /// `VOXA_GEMINI_URL` must be a WebSocket URL without a key in it: the key travels only in the
 /// `x-goog-api-key` header. The URL itself is never repeated (it may hold a key).
-fn check_gemini_url(url: &str) -> Result<()> {
+pub(super) fn check_gemini_url(url: &str) -> Result<()> {
     let parsed = url::Url::parse(url.trim())
         .map_err(|_| ConfigError::new("VOXA_GEMINI_URL is not a valid URL (expected wss://…)"))?;
     if !matches!(parsed.scheme(), "ws" | "wss") {

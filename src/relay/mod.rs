@@ -19,7 +19,10 @@
 
 mod codec;
 mod hub;
+mod live;
 mod socket;
+
+pub use self::live::{code_tag, LiveConfig, CALL_ID_PREFIX, DEFAULT_MAX_CALLS, DEFAULT_MAX_CALL_TIME};
 
 use std::future::Future;
 use std::path::Path;
@@ -65,6 +68,8 @@ pub struct RelayConfig {
     pub limits: Limits,
     /// Connections served at once; further ones are refused (`503` on plain HTTP).
     pub max_connections: usize,
+    /// Host voice calls at `/live` (docs/PROTOCOL.md, "Hosted voice"); `/live` is 404 when `None`.
+    pub live: Option<LiveConfig>,
 }
 
 /// Timing and size limits of one relayed socket.
@@ -112,7 +117,7 @@ impl Limits {
 
 impl Default for RelayConfig {
     fn default() -> Self {
-        RelayConfig { tls: None, token: None, limits: Limits::default(), max_connections: MAX_CONNECTIONS }
+        RelayConfig { tls: None, token: None, limits: Limits::default(), max_connections: MAX_CONNECTIONS, live: None }
     }
 }
 
@@ -123,6 +128,7 @@ impl std::fmt::Debug for RelayConfig {
             .field("token", &self.token)
             .field("limits", &self.limits)
             .field("max_connections", &self.max_connections)
+            .field("live", &self.live)
             .finish()
     }
 }
@@ -165,6 +171,7 @@ struct Shared {
     token: Option<Secret>,
     limits: Limits,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    hosting: Option<live::Hosting>,
 }
 
 /// Serves the relay on an already-bound listener until `shutdown` resolves, then closes every
@@ -180,6 +187,7 @@ pub async fn run(
         token: config.token,
         limits: config.limits,
         tls: config.tls.map(tokio_rustls::TlsAcceptor::from),
+        hosting: config.live.map(live::Hosting::new),
     });
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
@@ -302,8 +310,25 @@ where
             bail!(err);
         }
     };
-    match route(&head, shared.token.as_ref()) {
+    let route = live::route(&head, shared.hosting.as_ref(), shared.token.as_ref())
+        .unwrap_or_else(|| route(&head, shared.token.as_ref()));
+    match route {
         Route::Health => http::respond(&mut stream, 200, "OK", "ok").await.context("answering /healthz"),
+        Route::Config { live } => {
+            let body = live::config_body(live);
+            http::respond_with(&mut stream, 200, "OK", &[("content-type", "application/json")], &body)
+                .await
+                .context("answering /config")
+        }
+        Route::Live { code } => {
+            let Some(hosting) = &shared.hosting else { return Ok(()) };
+            tracing::Span::current().record("role", "live");
+            http::write_upgrade(&mut stream, &head).await.context("answering the upgrade")?;
+            drop(head);
+            let member = socket::Membership { hub: Arc::clone(&shared.hub), code, role: PeerRole::Phone, conn };
+            live::serve(stream, leftover, member, &shared.limits, hosting, cancel).await;
+            Ok(())
+        }
         Route::Refuse(refusal) => {
             debug!(status = refusal.status, path = %printable_path(&head), "request refused");
             http::respond_with(&mut stream, refusal.status, refusal.reason, refusal.headers, refusal.body)
@@ -328,6 +353,8 @@ fn printable_path(head: &RequestHead) -> &'static str {
         "/agent" => "/agent",
         "/ws" => "/ws",
         "/healthz" => "/healthz",
+        "/live" => "/live",
+        "/config" => "/config",
         _ => "<other>",
     }
 }
@@ -343,7 +370,11 @@ fn role_name(role: PeerRole) -> &'static str {
 #[derive(Debug, PartialEq, Eq)]
 enum Route {
     Health,
+    /// `/config`: whether hosted voice is offered.
+    Config { live: bool },
     Join { role: PeerRole, code: u128 },
+    /// `/live`: a phone socket whose voice calls the relay hosts.
+    Live { code: u128 },
     Refuse(Refusal),
 }
 
@@ -384,6 +415,11 @@ fn route(head: &RequestHead, token: Option<&Secret>) -> Route {
         "/ws" => PeerRole::Phone,
         _ => return Route::Refuse(NOT_FOUND),
     };
+    join_route(head, role, token)
+}
+
+/// Decides a socket request for `role` from the rest of its head: method, token, code, upgrade.
+fn join_route(head: &RequestHead, role: PeerRole, token: Option<&Secret>) -> Route {
     if head.method != "GET" {
         return Route::Refuse(METHOD_NOT_ALLOWED);
     }
