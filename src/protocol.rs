@@ -594,7 +594,8 @@ mod tests {
                 id: "c1".into(),
                 name: "list_dir".into(),
                 args: serde_json::json!({}),
-                env: None
+                env: None,
+                caller: None
             })
         );
         assert!(parse_client(r#"{"type":"tool_call","id":"c1"}"#).is_err());

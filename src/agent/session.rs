@@ -35,7 +35,15 @@ pub struct Session {
 impl Session {
     /// A session that answers through `out` (the socket's bounded writer queue).
     pub fn new(ctx: Arc<AgentContext>, caller: String, out: mpsc::Sender<Message>) -> Self {
-        Session { ctx, caller, out, calls: Arc::default(), voice: None, cancel: CancellationToken::new(), relayed: false }
+        Session {
+            ctx,
+            caller,
+            out,
+            calls: Arc::default(),
+            voice: None,
+            cancel: CancellationToken::new(),
+            relayed: false,
+        }
     }
 
     /// Marks a session that came through the relay: a `tool_call` there may carry the
@@ -462,7 +470,8 @@ mod tests {
             caller: None,
         };
         run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.unwrap();
-        let call = ToolCall { id: "f".into(), name: "fleet".into(), args: serde_json::json!({}), env: None, caller: None };
+        let call =
+            ToolCall { id: "f".into(), name: "fleet".into(), args: serde_json::json!({}), env: None, caller: None };
         run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.unwrap();
         let lines = audit_lines(&workspace);
         assert!(lines.iter().any(|l| l["id"] == "r" && l["env"] == "devbox" && l["outcome"] == "ok"), "{lines:?}");
@@ -473,7 +482,8 @@ mod tests {
             ..Default::default()
         };
         let (workspace, ctx) = context_with(true, config);
-        let call = ToolCall { id: "d".into(), name: "fleet".into(), args: serde_json::json!({}), env: None, caller: None };
+        let call =
+            ToolCall { id: "d".into(), name: "fleet".into(), args: serde_json::json!({}), env: None, caller: None };
         let err = run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.unwrap_err();
         assert_eq!(err.code, ErrorCode::DeniedByPolicy);
         let lines = audit_lines(&workspace);
@@ -495,7 +505,7 @@ mod tests {
                 name: name.into(),
                 args: serde_json::json!({}),
                 env: Some("devbox".into()),
-            caller: None,
+                caller: None,
             };
             let err = run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.unwrap_err();
             assert_eq!(err.code, ErrorCode::DeniedByPolicy, "{name}");
@@ -524,11 +534,17 @@ mod tests {
         };
         let routed = run_tool(&ctx, call, "test", None, CancellationToken::new()).await.unwrap();
         assert_eq!(routed.result["ran_on"], "devbox");
-        let call = ToolCall { id: "2".into(), name: "list_dir".into(), args: serde_json::json!({}), env: None, caller: None };
+        let call =
+            ToolCall { id: "2".into(), name: "list_dir".into(), args: serde_json::json!({}), env: None, caller: None };
         let local = run_tool(&ctx, call, "test", None, CancellationToken::new()).await.unwrap();
         assert!(local.result["entries"].is_array());
-        let call =
-            ToolCall { id: "3".into(), name: "list_dir".into(), args: serde_json::json!({}), env: Some("x".into()), caller: None };
+        let call = ToolCall {
+            id: "3".into(),
+            name: "list_dir".into(),
+            args: serde_json::json!({}),
+            env: Some("x".into()),
+            caller: None,
+        };
         let err = run_tool(&context(false).1, call, "test", None, CancellationToken::new()).await.unwrap_err();
         assert_eq!(err.code, ErrorCode::UnknownEnvironment);
     }

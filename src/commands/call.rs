@@ -61,7 +61,8 @@ fn close_error(frame: Option<tokio_tungstenite::tungstenite::protocol::CloseFram
 pub async fn run_call(settings: &Settings, args: CallArgs) -> Result<Exit> {
     let tool_args = parse_call_args(&args.args)?;
     let (mut socket, _) = connect_local(&settings.home).await?;
-    let call = ToolCall { id: "call-1".into(), name: args.tool.clone(), args: tool_args, env: args.env.clone(), caller: None };
+    let call =
+        ToolCall { id: "call-1".into(), name: args.tool.clone(), args: tool_args, env: args.env.clone(), caller: None };
     socket
         .send(Message::text(ClientMessage::ToolCall(call.clone()).to_json()))
         .await

@@ -11,8 +11,8 @@ use tracing::debug;
 
 use super::Settings;
 use crate::cli::RelayArgs;
-use crate::error::ConfigError;
 use crate::config::DEFAULT_GEMINI_MODEL;
+use crate::error::ConfigError;
 use crate::gemini::{GeminiConfig, GEMINI_LIVE_URL};
 use crate::relay::{load_tls, run, LiveConfig, RelayConfig};
 use crate::secret::Secret;
@@ -59,8 +59,9 @@ fn live_config(args: &RelayArgs) -> anyhow::Result<Option<LiveConfig>> {
     let key = match &args.gemini_key_file {
         Some(path) => {
             // The error never quotes the file: it holds the key.
-            let text = std::fs::read_to_string(path)
-                .map_err(|err| ConfigError::new(format!("could not read --gemini-key-file {}: {err}", path.display())))?;
+            let text = std::fs::read_to_string(path).map_err(|err| {
+                ConfigError::new(format!("could not read --gemini-key-file {}: {err}", path.display()))
+            })?;
             let key = text.trim().to_owned();
             if key.is_empty() {
                 return Err(ConfigError::new(format!("--gemini-key-file {} is empty", path.display())).into());

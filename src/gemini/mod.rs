@@ -37,8 +37,8 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use self::link::Link;
-use self::wire::{FunctionCall, ServerEvent};
 pub use self::wire::Usage;
+use self::wire::{FunctionCall, ServerEvent};
 use crate::net::dial::DialOptions;
 use crate::net::liveness::{Heartbeat, Liveness, Pulse};
 pub use crate::protocol::CallErrorCode;

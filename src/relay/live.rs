@@ -359,7 +359,10 @@ impl LiveSession<'_> {
                 None => self.to_phone_message(no_call()).await,
             },
             "tool_call" if id.starts_with(CALL_ID_PREFIX) => {
-                let error = ToolError::new(ErrorCode::InvalidArgs, format!("ids starting with {CALL_ID_PREFIX} are the relay's"));
+                let error = ToolError::new(
+                    ErrorCode::InvalidArgs,
+                    format!("ids starting with {CALL_ID_PREFIX} are the relay's"),
+                );
                 let refused = ToolResult::failure(crate::text::prefix(id, protocol::MAX_CALL_ID_LEN).to_owned(), error);
                 self.to_phone_message(AgentMessage::ToolResult(refused)).await;
             }
@@ -474,14 +477,7 @@ impl LiveSession<'_> {
     /// The agent is gone (or starts anew): calls in flight are answered with that, and a running
     /// voice call's model is told.
     fn laptop_offline(&mut self) {
-        let (was_present, pending) = {
-            let mut state = self.agent.state();
-            (std::mem::take(&mut state.present), std::mem::take(&mut state.pending))
-        };
-        for (_, pending) in pending {
-            let _ = pending.answer.send(Err(ToolError::new(ErrorCode::Unavailable, LAPTOP_OFFLINE)));
-        }
-        if let (true, Some(call)) = (was_present, &self.call) {
+        if let (true, Some(call)) = (self.agent.offline(), &self.call) {
             let _ = call.input.try_send(VoiceInput::Text(LAPTOP_OFFLINE_NOTE.into()));
         }
     }
@@ -606,6 +602,19 @@ impl AgentLink {
         answered.await.unwrap_or_else(|_| gone())
     }
 
+    /// The agent is gone: every call in flight is answered [`LAPTOP_OFFLINE`], new ones fail at
+    /// once. True if it was there until now.
+    fn offline(&self) -> bool {
+        let (was_present, pending) = {
+            let mut state = self.state();
+            (std::mem::take(&mut state.present), std::mem::take(&mut state.pending))
+        };
+        for (_, pending) in pending {
+            let _ = pending.answer.send(Err(ToolError::new(ErrorCode::Unavailable, LAPTOP_OFFLINE)));
+        }
+        was_present
+    }
+
     /// Hands the agent's answer to the call waiting for it.
     fn answer(&self, result: ToolResult) {
         let Some(pending) = self.state().pending.remove(&result.id) else { return };
@@ -651,6 +660,55 @@ mod tests {
         assert_eq!(tag.len(), CODE_TAG_LEN);
         assert_eq!(tag, hex::encode(Sha256::digest(code.as_bytes()))[..CODE_TAG_LEN]);
         assert!(!code.contains(&tag));
+    }
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall { id: id.into(), name: "run_command".into(), args: serde_json::json!({}), env: None, caller: None }
+    }
+
+    #[tokio::test]
+    async fn calls_go_out_labelled_and_are_answered_offline_when_the_laptop_leaves() {
+        let (to_agent, mut sent) = mpsc::channel(4);
+        let link = Arc::new(AgentLink { state: Mutex::default(), next_id: AtomicU64::new(1), to_agent });
+        let refused = link.call(call("g0"), CancellationToken::new()).await.unwrap_err();
+        assert_eq!((refused.code, refused.message.as_str()), (ErrorCode::Unavailable, LAPTOP_OFFLINE));
+
+        link.state().present = true;
+        let running = tokio::spawn({
+            let link = Arc::clone(&link);
+            async move { link.call(call("g1"), CancellationToken::new()).await }
+        });
+        let frame: Value = serde_json::from_str(&sent.recv().await.unwrap()).unwrap();
+        assert_eq!(frame["type"], "tool_call");
+        assert_eq!(frame["caller"], HOSTED_CALLER);
+        let id = frame["id"].as_str().unwrap();
+        assert!(id.starts_with(CALL_ID_PREFIX) && id != "g1", "{frame}");
+        assert_eq!(link.gemini_id(id).as_deref(), Some("g1"));
+
+        assert!(link.offline(), "the laptop was there");
+        let error = running.await.unwrap().unwrap_err();
+        assert_eq!((error.code, error.message.as_str()), (ErrorCode::Unavailable, LAPTOP_OFFLINE));
+        assert!(!link.offline(), "told once");
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_call_asks_the_agent_to_cancel_and_takes_its_answer() {
+        let (to_agent, mut sent) = mpsc::channel(4);
+        let link = Arc::new(AgentLink { state: Mutex::default(), next_id: AtomicU64::new(1), to_agent });
+        link.state().present = true;
+        let cancel = CancellationToken::new();
+        let running = tokio::spawn({
+            let (link, cancel) = (Arc::clone(&link), cancel.clone());
+            async move { link.call(call("g1"), cancel).await }
+        });
+        let frame: Value = serde_json::from_str(&sent.recv().await.unwrap()).unwrap();
+        let id = frame["id"].as_str().unwrap().to_owned();
+        cancel.cancel();
+        let cancel_frame: Value = serde_json::from_str(&sent.recv().await.unwrap()).unwrap();
+        assert_eq!(cancel_frame, serde_json::json!({"type":"cancel","id": id}));
+        let error = ToolError::new(ErrorCode::Cancelled, "the call was cancelled");
+        link.answer(ToolResult::failure(id, error));
+        assert_eq!(running.await.unwrap().unwrap_err().code, ErrorCode::Cancelled);
     }
 
     #[test]

@@ -371,10 +371,17 @@ fn role_name(role: PeerRole) -> &'static str {
 enum Route {
     Health,
     /// `/config`: whether hosted voice is offered.
-    Config { live: bool },
-    Join { role: PeerRole, code: u128 },
+    Config {
+        live: bool,
+    },
+    Join {
+        role: PeerRole,
+        code: u128,
+    },
     /// `/live`: a phone socket whose voice calls the relay hosts.
-    Live { code: u128 },
+    Live {
+        code: u128,
+    },
     Refuse(Refusal),
 }
 

@@ -58,7 +58,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         },
     );
     let call = (any::<String>(), tool_name(), json_value(), opt_string())
-        .prop_map(|(id, name, args, env)| ClientMessage::ToolCall(ToolCall { id, name, args, env }));
+        .prop_map(|(id, name, args, env)| ClientMessage::ToolCall(ToolCall { id, name, args, env, caller: None }));
     prop_oneof![
         hello,
         call,
