@@ -644,7 +644,7 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__relay)
-            opts="-v -q -h -V --listen --tls-cert --tls-key --relay-token --home --relay --self-hosted --json --verbose --quiet --help --version"
+            opts="-v -q -h -V --listen --tls-cert --tls-key --relay-token --gemini-key-file --live-max-calls --live-max-minutes --live-model --home --relay --self-hosted --json --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -663,6 +663,22 @@ _voxa() {
                     return 0
                     ;;
                 --relay-token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --gemini-key-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --live-max-calls)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --live-max-minutes)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --live-model)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -85,6 +85,10 @@ complete -c voxa -n "__fish_voxa_using_subcommand relay" -l listen -d 'Address t
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l tls-cert -d 'TLS certificate chain (PEM); serve wss:// with --tls-key' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l tls-key -d 'TLS private key (PEM)' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay-token -d 'Require this token from both sides (Authorization: Bearer)' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l gemini-key-file -d 'Host voice calls at /live with the Gemini API key in this file (else GEMINI_API_KEY)' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-max-calls -d 'Hosted voice calls at once; more get call_error at-capacity' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-max-minutes -d 'Longest hosted voice call, in minutes' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-model -d 'Gemini Live model for hosted calls' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
