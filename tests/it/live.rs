@@ -447,3 +447,33 @@ fn without_colours(text: &str) -> String {
     }
     plain
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_hosted_calls_stream_audio_at_once() {
+    const CALLS: usize = 100;
+    const FRAMES: u8 = 5;
+    let fake = FakeGemini::start(FakeOptions { echo_audio: true, ..FakeOptions::new(KEY) }).await;
+    let relay = hosting_relay(&fake, |_| {}).await;
+    let mut agents = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        agents.push(hosted_agent(&relay).await);
+    }
+    let calls = agents.iter().enumerate().map(|(n, agent)| {
+        let relay = &relay;
+        async move {
+            let (mut phone, _) = live_phone(relay, agent).await;
+            phone.send(json!({"type":"call_start"})).await;
+            phone.expect("call_started").await;
+            for i in 0..FRAMES {
+                let chunk = pcm(i.wrapping_add(n as u8), 640);
+                phone.send_audio(&chunk).await;
+                assert_eq!(phone.audio().await, chunk, "call {n} hears its own audio back, in order");
+            }
+            phone.send(json!({"type":"call_end"})).await;
+            phone.expect("call_ended").await;
+        }
+    });
+    futures_util::future::join_all(calls).await;
+    let setups = fake.received().iter().filter(|e| matches!(e.kind, Kind::Setup(_))).count();
+    assert_eq!(setups, CALLS, "one Gemini session per call");
+}
