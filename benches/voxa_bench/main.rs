@@ -7,6 +7,7 @@
 
 mod agent;
 mod child;
+mod hosted;
 mod pair;
 mod relay;
 mod report;
@@ -29,6 +30,9 @@ fn main() {
     }
     if wanted("voice") {
         voice::run(&mut report, measuring);
+    }
+    if wanted("hosted") {
+        hosted::run(&mut report, measuring);
     }
     report.print();
 }

@@ -14,7 +14,7 @@ use tokio_tungstenite::tungstenite::Message;
 use voxa::net::dial::{ClientSocket, DialOptions};
 
 #[path = "../../tests/it/fake_gemini.rs"]
-mod fake_gemini;
+pub(crate) mod fake_gemini;
 
 use self::fake_gemini::{FakeGemini, FakeOptions, Kind};
 use crate::child::start_agent;
@@ -33,7 +33,7 @@ const SILENT: Duration = Duration::from_secs(3);
 const WARM_UP: usize = 25;
 
 /// CPU time (user + system) the process has used so far.
-fn cpu_time(pid: u32) -> Duration {
+pub(crate) fn cpu_time(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
     let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default();
@@ -64,7 +64,7 @@ async fn wait_for(socket: &mut ClientSocket, kind: &str) -> Value {
 }
 
 /// A frame whose first 8 bytes carry its sequence number.
-fn frame(seq: u64) -> Vec<u8> {
+pub(crate) fn frame(seq: u64) -> Vec<u8> {
     let mut pcm = vec![0x55; FRAME_LEN];
     pcm[..8].copy_from_slice(&seq.to_le_bytes());
     pcm
