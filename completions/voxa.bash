@@ -28,6 +28,9 @@ _voxa() {
             voxa,help)
                 cmd="voxa__subcmd__help"
                 ;;
+            voxa,open)
+                cmd="voxa__subcmd__open"
+                ;;
             voxa,pair)
                 cmd="voxa__subcmd__pair"
                 ;;
@@ -88,6 +91,9 @@ _voxa() {
             voxa__subcmd__help,help)
                 cmd="voxa__subcmd__help__subcmd__help"
                 ;;
+            voxa__subcmd__help,open)
+                cmd="voxa__subcmd__help__subcmd__open"
+                ;;
             voxa__subcmd__help,pair)
                 cmd="voxa__subcmd__help__subcmd__pair"
                 ;;
@@ -122,7 +128,7 @@ _voxa() {
 
     case "${cmd}" in
         voxa)
-            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version pair run status call relay env completions help"
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version pair run status call relay env open completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -426,7 +432,7 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__help)
-            opts="pair run status call relay env completions help"
+            opts="pair run status call relay env open completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -565,6 +571,20 @@ _voxa() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        voxa__subcmd__help__subcmd__open)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         voxa__subcmd__help__subcmd__pair)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -614,6 +634,28 @@ _voxa() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__open)
+            opts="-v -q -h -V --no-browser --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

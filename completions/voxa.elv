@@ -36,6 +36,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand call 'Run one tool through the running agent and print its result'
             cand relay 'Run a relay server'
             cand env 'Drive other machines from this one (multi-environment pairing)'
+            cand open 'Open the web client of the running agent in the default browser'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -237,6 +238,21 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;env;help;help'= {
         }
+        &'voxa;open'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --no-browser 'Print the link (with the token in its fragment) instead of opening a browser'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'voxa;completions'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
             cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
@@ -258,6 +274,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand call 'Run one tool through the running agent and print its result'
             cand relay 'Run a relay server'
             cand env 'Drive other machines from this one (multi-environment pairing)'
+            cand open 'Open the web client of the running agent in the default browser'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -287,6 +304,8 @@ set edit:completion:arg-completer[voxa] = {|@words|
         &'voxa;help;env;revoke'= {
         }
         &'voxa;help;env;remove'= {
+        }
+        &'voxa;help;open'= {
         }
         &'voxa;help;completions'= {
         }

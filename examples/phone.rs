@@ -1,5 +1,6 @@
-//! A minimal phone client: joins a laptop through the relay, says hello, runs one tool and prints
-//! what comes back. Everything after the connection is plain JSON over a WebSocket (docs/PROTOCOL.md).
+//! A minimal phone client: joins a laptop through the relay, answers its challenge, checks that
+//! it is really the laptop, runs one tool and prints what comes back. Everything after the
+//! connection is plain JSON over a WebSocket; the session start is in docs/PROTOCOL.md.
 //!
 //! ```text
 //! cargo run --example phone -- '<pairing URL from `voxa pair`>' run_command '{"command":"uname -a"}'
@@ -9,8 +10,18 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures_util::{SinkExt, StreamExt};
+use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
+use sha2::Sha256;
 use tokio_tungstenite::tungstenite::Message;
+
+/// Lowercase hex of `HMAC-SHA256(key = token, label + agent_nonce + "\n" + client_nonce)`: the
+/// client proves it with the label `voxa-hello/2 client\n`, the laptop with `voxa-hello/2 agent\n`.
+fn proof(token: &str, label: &str, agent_nonce: &str, client_nonce: &str) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(token.as_bytes()).expect("HMAC takes any key");
+    mac.update(format!("{label}{agent_nonce}\n{client_nonce}").as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -39,7 +50,8 @@ async fn main() -> Result<()> {
     eprintln!("connected to the relay; waiting for the laptop");
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let mut said_hello = false;
+    // Both nonces of the current session, once we answered the laptop's challenge.
+    let mut nonces: Option<(String, String)> = None;
     loop {
         let frame = tokio::time::timeout_at(deadline, socket.next())
             .await
@@ -52,14 +64,30 @@ async fn main() -> Result<()> {
         };
         let message: Value = serde_json::from_str(&text)?;
         match message["type"].as_str().unwrap_or_default() {
-            // The relay says the laptop is here: introduce ourselves.
-            "__peer" if message["peer"] == "agent" && message["state"] == "joined" && !said_hello => {
-                let hello = json!({"type": "hello", "token": token, "client": "example-phone/1"});
+            // The laptop challenges every session with a fresh nonce: prove we hold the token
+            // without sending it.
+            "challenge" if nonces.is_none() => {
+                let agent_nonce = message["nonce"].as_str().unwrap_or_default().to_owned();
+                let client_nonce = hex::encode(rand::random::<[u8; 16]>());
+                let hello = json!({
+                    "type": "hello",
+                    "protocol": 2,
+                    "nonce": client_nonce,
+                    "proof": proof(&token, "voxa-hello/2 client\n", &agent_nonce, &client_nonce),
+                    "client": "example-phone/1",
+                });
                 socket.send(Message::text(hello.to_string())).await?;
-                said_hello = true;
+                nonces = Some((agent_nonce, client_nonce));
             }
-            "__peer" if message["state"] == "left" => bail!("the laptop left"),
+            "__peer" if message["peer"] == "agent" && message["state"] == "left" => bail!("the laptop left"),
             "hello_ok" => {
+                // Only our laptop can prove the token back; anyone else holding the code cannot.
+                let (agent_nonce, client_nonce) = nonces.as_ref().ok_or_else(|| anyhow!("hello_ok before a hello"))?;
+                let expected = proof(&token, "voxa-hello/2 agent\n", agent_nonce, client_nonce);
+                if message["proof"].as_str() != Some(expected.as_str()) {
+                    let _ = socket.close(None).await;
+                    bail!("this is not your laptop: it could not prove it holds the token; nothing was sent to it");
+                }
                 eprintln!("laptop {} ({} mode) offers {}", message["agent"], message["mode"], message["tools"]);
                 let call = json!({"type": "tool_call", "id": "c1", "name": tool, "args": tool_args});
                 socket.send(Message::text(call.to_string())).await?;

@@ -51,6 +51,8 @@ pub enum Command {
     Relay(RelayArgs),
     /// Drive other machines from this one (multi-environment pairing)
     Env(EnvArgs),
+    /// Open the web client of the running agent in the default browser
+    Open(OpenArgs),
     /// Print a shell completion script
     Completions {
         /// Shell to generate for
@@ -66,6 +68,13 @@ pub struct PairArgs {
     /// Print the URL without the QR code
     #[arg(long)]
     pub no_qr: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct OpenArgs {
+    /// Print the link (with the token in its fragment) instead of opening a browser
+    #[arg(long)]
+    pub no_browser: bool,
 }
 
 #[derive(Debug, Args, Default, Clone)]

@@ -18,6 +18,10 @@ pub const AUTH_TOKEN_FILE: &str = "auth_token";
 pub const RELAY_CODE_FILE: &str = "relay_code";
 pub const CONFIG_FILE: &str = "config.toml";
 pub const AGENT_FILE: &str = "agent.json";
+/// Locked (flock) by the running agent for its whole life: `agent.json` is trusted only while
+/// this lock is held, so a stale file (a crash, a reboot) never sends a client to whoever
+/// listens on its port now.
+pub const AGENT_LOCK_FILE: &str = "agent.lock";
 pub const AUDIT_DIR: &str = "audit";
 /// Both new secrets, written before a rotation touches either file and removed after; a
 /// rotation interrupted by a crash is finished from it on the next start.
@@ -39,6 +43,12 @@ pub struct AgentFile {
     pub pid: u32,
     pub port: u16,
     pub version: String,
+}
+
+/// The running agent's hold on its home; released when dropped or when the process dies.
+#[derive(Debug)]
+pub struct AgentLock {
+    _file: File,
 }
 
 /// A voxa state directory.
@@ -193,14 +203,7 @@ impl Home {
     /// released when the returned file is dropped or the process dies.
     pub fn lock_file(&self, name: &str) -> Result<File> {
         let path = self.path(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .with_context(|| format!("could not open {}", path.display()))?;
+        let file = open_lock_file(&path)?;
         rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
             .with_context(|| format!("could not lock {}", path.display()))?;
         Ok(file)
@@ -300,7 +303,46 @@ impl Home {
         self.write_atomic(AGENT_FILE, &json)
     }
 
-    /// The running agent, if `agent.json` names a live process.
+    /// Takes the agent lock for this process's lifetime; fails when another agent of this home
+    /// holds it.
+    pub fn lock_agent(&self) -> Result<AgentLock> {
+        use rustix::fs::FlockOperation;
+        let path = self.path(AGENT_LOCK_FILE);
+        let file = open_lock_file(&path)?;
+        match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(AgentLock { _file: file }),
+            Err(err) if err == rustix::io::Errno::WOULDBLOCK => {
+                let pid = self.read_agent_file().map(|info| format!(" (pid {})", info.pid)).unwrap_or_default();
+                anyhow::bail!("another voxa agent is already running for {}{pid}", self.dir.display())
+            }
+            Err(err) => Err(err).with_context(|| format!("could not lock {}", path.display())),
+        }
+    }
+
+    /// True while some process holds the agent lock of this home.
+    fn agent_lock_held(&self) -> Result<bool> {
+        use rustix::fs::FlockOperation;
+        let path = self.path(AGENT_LOCK_FILE);
+        let file = match OpenOptions::new().read(true).open(&path) {
+            Ok(file) => file,
+            Err(err) if err.kind() == ErrorKind::NotFound => return Ok(false),
+            Err(err) => return Err(err).with_context(|| format!("could not open {}", path.display())),
+        };
+        // A shared lock is granted only when no agent holds its exclusive one; it is released
+        // when `file` closes.
+        match rustix::fs::flock(&file, FlockOperation::NonBlockingLockShared) {
+            Ok(()) => Ok(false),
+            Err(err) if err == rustix::io::Errno::WOULDBLOCK => Ok(true),
+            Err(err) => Err(err).with_context(|| format!("could not check {}", path.display())),
+        }
+    }
+
+    fn read_agent_file(&self) -> Option<AgentFile> {
+        serde_json::from_slice(&fs::read(self.path(AGENT_FILE)).ok()?).ok()
+    }
+
+    /// The running agent: `agent.json`, trusted only while the agent lock is held and its pid
+    /// is a live process of this user.
     pub fn running_agent(&self) -> Result<Option<AgentFile>> {
         let path = self.path(AGENT_FILE);
         let bytes = match fs::read(&path) {
@@ -311,7 +353,7 @@ impl Home {
         let Ok(info) = serde_json::from_slice::<AgentFile>(&bytes) else {
             return Ok(None);
         };
-        Ok(process_alive(info.pid).then_some(info))
+        Ok((self.agent_lock_held()? && process_alive(info.pid)).then_some(info))
     }
 
     /// Removes `agent.json` if it still names this process.
@@ -337,6 +379,18 @@ impl Home {
         check_private(&dir, true)?;
         Ok(dir)
     }
+}
+
+/// Opens (creating it 0600 if needed) a file used only for `flock`.
+fn open_lock_file(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("could not open {}", path.display()))
 }
 
 /// Refuses a file or directory with any group/other permission bit, like OpenSSH StrictModes.
@@ -401,14 +455,12 @@ fn remove_if_exists(path: &Path) -> Result<()> {
     }
 }
 
-/// True when a process with this pid exists.
+/// True when a process with this pid exists and belongs to this user. Another user's process
+/// with the same pid (signalling it is refused) is not ours, however alive.
 pub fn process_alive(pid: u32) -> bool {
     let Ok(pid) = i32::try_from(pid) else { return false };
     match rustix::process::Pid::from_raw(pid) {
-        Some(pid) => match rustix::process::test_kill_process(pid) {
-            Ok(()) => true,
-            Err(err) => err == rustix::io::Errno::PERM,
-        },
+        Some(pid) => rustix::process::test_kill_process(pid).is_ok(),
         None => false,
     }
 }
@@ -495,6 +547,23 @@ mod tests {
         for other in ["auth_token", ".auth_token.4242.tmp", ".x.abc.0a8b4c15f298.tmp", "..4242.0a8b4c15f298.tmp"] {
             assert_eq!(temp_file_pid(other), None, "{other}");
         }
+    }
+
+    #[test]
+    fn agent_json_is_trusted_only_while_the_agent_lock_is_held() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = Home::at(tmp.path().join("h"));
+        home.ensure().unwrap();
+        home.write_agent_file(4242).unwrap();
+        // This process is alive, but nobody holds the lock: a stale file.
+        assert_eq!(home.running_agent().unwrap(), None);
+        let lock = home.lock_agent().unwrap();
+        assert_eq!(home.running_agent().unwrap().map(|a| a.port), Some(4242));
+        let second = home.lock_agent().unwrap_err();
+        assert!(format!("{second:#}").contains("already running"), "{second:#}");
+        drop(lock);
+        assert_eq!(home.running_agent().unwrap(), None);
+        assert_eq!(mode(&home.path(AGENT_LOCK_FILE)), 0o600);
     }
 
     #[test]

@@ -13,10 +13,10 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use voxa::net::dial::{ClientSocket, DialOptions};
 
-use crate::child::{start_agent, Agent};
+use crate::child::{say_hello, start_agent, Agent};
 use crate::report::{percentiles, Report};
 
-fn rss_kib(pid: u32) -> u64 {
+pub(crate) fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
@@ -28,17 +28,14 @@ fn rss_kib(pid: u32) -> u64 {
 async fn local_client(agent: &Agent) -> ClientSocket {
     let mut socket =
         voxa::net::dial::connect(&format!("ws://127.0.0.1:{}/", agent.port), &DialOptions::default()).await.unwrap();
-    socket.send(Message::text(json!({"type":"hello","token": agent.token}).to_string())).await.unwrap();
-    wait_for(&mut socket, |v| v["type"] == "hello_ok").await;
+    say_hello(&mut socket, &agent.token).await;
     socket
 }
 
 async fn phone(relay: std::net::SocketAddr, agent: &Agent) -> ClientSocket {
     let url = format!("ws://{relay}/ws?code={}", agent.code);
     let mut socket = voxa::net::dial::connect(&url, &DialOptions::default()).await.unwrap();
-    wait_for(&mut socket, |v| v["type"] == "__peer" && v["state"] == "joined").await;
-    socket.send(Message::text(json!({"type":"hello","token": agent.token}).to_string())).await.unwrap();
-    wait_for(&mut socket, |v| v["type"] == "hello_ok").await;
+    say_hello(&mut socket, &agent.token).await;
     socket
 }
 

@@ -12,6 +12,8 @@ pub struct Agent {
     pub port: u16,
     pub token: String,
     pub code: String,
+    /// Address of the relay inside the process (`--embedded-relay`).
+    pub embedded_relay: Option<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -43,6 +45,7 @@ pub fn start_agent(global: &[&str], run_args: &[&str], env: &[(&str, &str)], wai
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap());
     let mut port = 0;
+    let mut embedded_relay = None;
     let mut waiting: Vec<&str> = wait_for.to_vec();
     while !waiting.is_empty() {
         let mut line = String::new();
@@ -51,10 +54,22 @@ pub fn start_agent(global: &[&str], run_args: &[&str], env: &[(&str, &str)], wai
         if event["event"] == "started" {
             port = event["port"].as_u64().unwrap() as u16;
         }
+        if event["event"] == "embedded_relay" {
+            embedded_relay = event["listen"].as_str().map(str::to_owned);
+        }
         waiting.retain(|name| event["event"] != *name);
     }
     // Keep draining events so the agent never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines.lines() {});
     let read = |name: &str| std::fs::read_to_string(home.join(name)).unwrap().trim().to_owned();
-    Agent { child, port, token: read("auth_token"), code: read("relay_code"), _dir: dir }
+    Agent { child, port, token: read("auth_token"), code: read("relay_code"), embedded_relay, _dir: dir }
+}
+
+/// The session start of every client: answers the agent's challenge, checks its proof.
+pub async fn say_hello(socket: &mut voxa::net::dial::ClientSocket, token: &str) {
+    let token = voxa::secret::Secret::from_string(token.to_owned());
+    tokio::time::timeout(std::time::Duration::from_secs(30), voxa::net::client::hello(socket, &token, "voxa-bench/1"))
+        .await
+        .expect("hello_ok in time")
+        .expect("the agent accepts the hello and proves itself");
 }

@@ -21,7 +21,7 @@ use voxa::net::dial::{ClientSocket, DialOptions};
 #[path = "../../tests/it/harness.rs"]
 mod harness;
 
-use self::harness::{recv_type, send, wait_agent_joined, TestAgent};
+use self::harness::{recv_type, say_hello, send, TestAgent};
 use crate::report::{percentiles, Report};
 use crate::voice::fake_gemini::{FakeGemini, FakeOptions};
 use crate::voice::{cpu_time, frame};
@@ -79,9 +79,7 @@ impl Drop for HostingRelay {
 async fn live_phone(relay: SocketAddr, agent: &TestAgent) -> ClientSocket {
     let url = format!("ws://{relay}/live?code={}", agent.code());
     let mut socket = voxa::net::dial::connect(&url, &DialOptions::default()).await.unwrap();
-    wait_agent_joined(&mut socket).await;
-    send(&mut socket, json!({"type":"hello","token": agent.token(),"client":"bench"})).await;
-    recv_type(&mut socket, "hello_ok").await;
+    say_hello(&mut socket, agent.token()).await;
     socket
 }
 
@@ -122,7 +120,8 @@ pub fn run(report: &mut Report, measuring: bool) {
             streams.push(tokio::spawn(async move {
                 let (mut sink, mut stream) = phone.split();
                 let reader = tokio::spawn(async move {
-                    while let Ok(Some(Ok(message))) = tokio::time::timeout(Duration::from_secs(2), stream.next()).await {
+                    while let Ok(Some(Ok(message))) = tokio::time::timeout(Duration::from_secs(2), stream.next()).await
+                    {
                         if let Message::Binary(_) = message {
                             heard.fetch_add(1, Ordering::Relaxed);
                         }
@@ -163,7 +162,9 @@ pub fn run(report: &mut Report, measuring: bool) {
         let (cpu_median, _) = percentiles(&mut cpu_samples);
         report.add(
             AREA,
-            format!("relay CPU per hosted call, {calls} calls streaming 50 frames/s each way (median of 0.5 s samples)"),
+            format!(
+                "relay CPU per hosted call, {calls} calls streaming 50 frames/s each way (median of 0.5 s samples)"
+            ),
             format!("{:.2} % of a core ({:.1} % in all)", cpu_median * 100.0 / calls as f64, cpu_median * 100.0),
             "",
         );

@@ -9,9 +9,11 @@ mod agent;
 mod child;
 mod hosted;
 mod pair;
+mod preauth;
 mod relay;
 mod report;
 mod voice;
+mod web;
 
 fn main() {
     let measuring = std::env::args().any(|arg| arg == "--bench");
@@ -27,12 +29,16 @@ fn main() {
     }
     if wanted("agent") {
         agent::run(&mut report, measuring);
+        preauth::run(&mut report, measuring);
     }
     if wanted("voice") {
         voice::run(&mut report, measuring);
     }
     if wanted("hosted") {
         hosted::run(&mut report, measuring);
+    }
+    if wanted("web") {
+        web::run(&mut report, runs(20));
     }
     report.print();
 }

@@ -17,7 +17,7 @@ use voxa::net::dial::{ClientSocket, DialOptions};
 pub(crate) mod fake_gemini;
 
 use self::fake_gemini::{FakeGemini, FakeOptions, Kind};
-use crate::child::start_agent;
+use crate::child::{say_hello, start_agent};
 use crate::report::{percentiles, Report};
 
 const KEY: &str = "AIzaSy-bench-key";
@@ -144,8 +144,7 @@ pub fn run(report: &mut Report, measuring: bool) {
         let mut phone = voxa::net::dial::connect(&format!("ws://127.0.0.1:{}/", agent.port), &DialOptions::default())
             .await
             .unwrap();
-        phone.send(Message::text(json!({"type":"hello","token": agent.token}).to_string())).await.unwrap();
-        wait_for(&mut phone, "hello_ok").await;
+        say_hello(&mut phone, &agent.token).await;
         phone.send(Message::text(json!({"type":"call_start"}).to_string())).await.unwrap();
         let (conn, _) = fake.expect_setup().await;
         wait_for(&mut phone, "call_started").await;

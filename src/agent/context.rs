@@ -19,6 +19,8 @@ use crate::tools::Toolbox;
 pub struct LiveStatus {
     pub relay: Mutex<String>,
     pub relay_connected: AtomicBool,
+    /// True while another agent keeps taking this agent's relay code (close 4001).
+    pub relay_replaced: AtomicBool,
     pub phone_present: AtomicBool,
     pub calls_in_flight: AtomicUsize,
 }
@@ -60,7 +62,8 @@ impl AgentContext {
             tools,
             protocol: protocol::PROTOCOL_VERSION,
             env_key: admission.env_key.clone(),
-            signature: admission.signature.clone(),
+            proof: admission.proof.clone(),
+            host: host_name(),
         })
     }
 
@@ -98,9 +101,16 @@ impl AgentContext {
             mode: self.mode().to_owned(),
             relay: self.status.relay.lock().map(|r| r.clone()).unwrap_or_default(),
             relay_connected: self.status.relay_connected.load(Ordering::Relaxed),
+            relay_replaced: self.status.relay_replaced.load(Ordering::Relaxed),
             phone_present: self.status.phone_present.load(Ordering::Relaxed),
             calls_in_flight: self.status.calls_in_flight.load(Ordering::Relaxed),
             workspace: self.toolbox.workspace().display().to_string(),
         }
     }
+}
+
+/// This machine's host name, if it has a printable one.
+fn host_name() -> Option<String> {
+    let name = rustix::system::uname().nodename().to_string_lossy().trim().to_owned();
+    (!name.is_empty() && !name.chars().any(char::is_control)).then_some(name)
 }

@@ -1,6 +1,7 @@
 //! Hello admission, in one place: who may open a session, by the machine's auth token (phone and
-//! loopback clients) or by an environment pairing's bearer (a host driving this machine). See
-//! docs/PROTOCOL.md, "Hello".
+//! loopback clients, who prove it without sending it) or by an environment pairing's bearer (a
+//! host driving this machine, which presents it only after this machine proved its identity).
+//! See docs/PROTOCOL.md, "Session start (protocol 2)".
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,13 +11,38 @@ use tokio_util::sync::CancellationToken;
 
 use crate::environments::identity::{is_valid_nonce, Identity};
 use crate::environments::store::bearer_hash;
-use crate::protocol::{self, ClientMessage, ErrorCode, Hello};
+use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Hello};
 use crate::secret::Secret;
 
-/// Decides who may open a session from their hello.
+/// Decides who may open a session (docs/PROTOCOL.md, "Session start (protocol 2)").
 pub trait Gate: Send + Sync {
-    /// Admits a hello or refuses it with a contract code.
-    fn admit(&self, hello: &Hello) -> Result<Admission, ErrorCode>;
+    /// True when sessions open with the agent's `challenge` (phone and local clients). An
+    /// environment's pairing gate waits for the host's hello instead.
+    fn challenges(&self) -> bool {
+        true
+    }
+
+    /// Checks a hello that answers the session's challenge nonce (empty without one).
+    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloStep, ErrorCode>;
+
+    /// Checks the bearer a host presents after [`HelloStep::AwaitBearer`].
+    fn admit_bearer(&self, _bearer: &str) -> Result<Admission, ErrorCode> {
+        Err(ErrorCode::BearerRefused)
+    }
+
+    /// The refusal for a peer that did not complete the exchange in time.
+    fn timeout_code(&self) -> ErrorCode {
+        ErrorCode::UnauthenticatedCall
+    }
+}
+
+/// Where a good hello leads.
+#[derive(Debug)]
+pub enum HelloStep {
+    /// The caller is in: answer `hello_ok`.
+    Admitted(Admission),
+    /// Answer with this frame (an environment's signature) and wait for the host's bearer.
+    AwaitBearer(AgentMessage),
 }
 
 /// A caller the gate let in.
@@ -24,35 +50,57 @@ pub trait Gate: Send + Sync {
 pub struct Admission {
     /// Audit name of the caller.
     pub caller: String,
+    /// The agent's proof for `hello_ok`.
+    pub proof: Option<String>,
     /// Filled into `hello_ok` for environment sessions (docs/PROTOCOL.md, "Environments").
     pub env_key: Option<String>,
-    pub signature: Option<String>,
     /// Cancelled when the credential behind this session is revoked.
     pub revoked: Option<CancellationToken>,
 }
 
-/// The plain gate: the hello must carry this machine's auth token.
+/// The plain gate: the hello must prove knowledge of this machine's auth token for this
+/// session's nonces. The token itself never crosses the wire.
 pub struct TokenGate {
     pub token: Secret,
     pub caller: &'static str,
 }
 
 impl Gate for TokenGate {
-    fn admit(&self, hello: &Hello) -> Result<Admission, ErrorCode> {
-        match hello.token.as_deref() {
-            Some(candidate) if self.token.matches(candidate) => {
-                Ok(Admission { caller: self.caller.to_owned(), ..Default::default() })
-            }
-            Some(_) => Err(ErrorCode::BearerRefused),
-            None => Err(ErrorCode::UnauthenticatedCall),
+    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloStep, ErrorCode> {
+        // A raw token (protocol 1) is refused whether it is right or not.
+        if hello.token.is_some() || hello.protocol != Some(protocol::PROTOCOL_VERSION) {
+            return Err(ErrorCode::BearerRefused);
         }
+        let nonce = hello.nonce.as_deref().filter(|nonce| protocol::is_hello_nonce(nonce));
+        let (Some(nonce), Some(proof)) = (nonce, hello.proof.as_deref()) else {
+            return Err(ErrorCode::BearerRefused);
+        };
+        if !protocol::is_hello_nonce(challenge) || !protocol::verify_client_proof(&self.token, challenge, nonce, proof)
+        {
+            return Err(ErrorCode::BearerRefused);
+        }
+        Ok(HelloStep::Admitted(Admission {
+            caller: self.caller.to_owned(),
+            proof: Some(protocol::agent_proof(&self.token, challenge, nonce)),
+            ..Default::default()
+        }))
     }
 }
 
-/// Admits the first frame of a session, if it is a hello the gate accepts.
-pub fn admit_hello(gate: &dyn Gate, text: &str) -> Result<Admission, ErrorCode> {
+/// Checks a frame that should be the hello answering `challenge`. Anything but a hello is
+/// `unauthenticated-call`.
+pub fn admit_hello(gate: &dyn Gate, text: &str, challenge: &str) -> Result<HelloStep, ErrorCode> {
     match protocol::parse_client(text) {
-        Ok(ClientMessage::Hello(hello)) => gate.admit(&hello),
+        Ok(ClientMessage::Hello(hello)) => gate.admit(&hello, challenge),
+        _ => Err(ErrorCode::UnauthenticatedCall),
+    }
+}
+
+/// Checks a frame that should be a host's bearer. Anything but a bearer frame is
+/// `unauthenticated-call`.
+pub fn admit_bearer(gate: &dyn Gate, text: &str) -> Result<Admission, ErrorCode> {
+    match protocol::parse_client(text) {
+        Ok(ClientMessage::Bearer(frame)) => gate.admit_bearer(&frame.bearer),
         _ => Err(ErrorCode::UnauthenticatedCall),
     }
 }
@@ -84,28 +132,50 @@ pub(crate) struct LivePairing {
     pub(crate) revoked: CancellationToken,
 }
 
-/// Admits a host on one pairing's relay code (docs/PROTOCOL.md, "Environments").
+/// Admits a host on one pairing's relay code (docs/PROTOCOL.md): the host's hello is answered with this
+/// home's signature over the host's nonce, and only then does the host present its bearer.
 pub struct PairingGate {
     pub(crate) shared: Arc<GateShared>,
     pub(crate) pairing_id: String,
 }
 
 impl Gate for PairingGate {
-    fn admit(&self, hello: &Hello) -> Result<Admission, ErrorCode> {
+    fn challenges(&self) -> bool {
+        false
+    }
+
+    fn admit(&self, hello: &Hello, _challenge: &str) -> Result<HelloStep, ErrorCode> {
         let state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        admit(&state, &self.pairing_id, hello)
+        identify(&state, hello)
+    }
+
+    fn admit_bearer(&self, bearer: &str) -> Result<Admission, ErrorCode> {
+        let state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        check_bearer(&state, &self.pairing_id, bearer)
+    }
+
+    fn timeout_code(&self) -> ErrorCode {
+        ErrorCode::ExecutorUnauthenticated
     }
 }
 
-/// The order is the contract: envKey first, then presence of a bearer, then revoked, then right.
-fn admit(state: &GateState, pairing_id: &str, hello: &Hello) -> Result<Admission, ErrorCode> {
+/// The host's hello: the envKey is resolved first, then the nonce is signed.
+fn identify(state: &GateState, hello: &Hello) -> Result<HelloStep, ErrorCode> {
     let Some(identity) = &state.identity else { return Err(ErrorCode::UnknownEnvironment) };
     let own_key = identity.env_key();
     if hello.env_key.as_deref() != Some(own_key.as_str()) {
         return Err(ErrorCode::UnknownEnvironment);
     }
-    // No bearer: the dialer keeps waiting, and answers `unauthenticated-call` when time is up.
-    let Some(bearer) = hello.bearer.as_deref() else { return Err(ErrorCode::UnauthenticatedCall) };
+    let Some(nonce) = hello.nonce.as_deref().filter(|n| is_valid_nonce(n)) else {
+        return Err(ErrorCode::BadFrame);
+    };
+    Ok(HelloStep::AwaitBearer(AgentMessage::Identity { signature: identity.sign_nonce(nonce), env_key: own_key }))
+}
+
+/// The bearer, presented after the host verified this home's signature: revoked first, then right.
+fn check_bearer(state: &GateState, pairing_id: &str, bearer: &str) -> Result<Admission, ErrorCode> {
+    let Some(identity) = &state.identity else { return Err(ErrorCode::UnknownEnvironment) };
+    let own_key = identity.env_key();
     let presented = bearer_hash(bearer);
     let mut revoked = subtle::Choice::from(0u8);
     for hash in &state.revoked {
@@ -118,21 +188,21 @@ fn admit(state: &GateState, pairing_id: &str, hello: &Hello) -> Result<Admission
     if !bool::from(pairing.bearer_hash.ct_eq(&presented)) || pairing.bound_to != own_key {
         return Err(ErrorCode::BearerRefused);
     }
-    let Some(nonce) = hello.nonce.as_deref().filter(|n| is_valid_nonce(n)) else {
-        return Err(ErrorCode::BadFrame);
-    };
     Ok(Admission {
         caller: format!("host:{}:{pairing_id}", &own_key[..16]),
         env_key: Some(own_key),
-        signature: Some(identity.sign_nonce(nonce)),
         revoked: Some(pairing.revoked.clone()),
+        ..Default::default()
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::environments::identity::{new_nonce, verify_nonce};
+    use crate::environments::identity::verify_nonce;
+    use crate::protocol::new_nonce;
+
+    const BEARER: &str = "vbx_0123456789abcdef0123456789abcdef";
 
     fn state_with(bearer: &str) -> (GateState, String) {
         let identity = Identity::generate().unwrap();
@@ -145,76 +215,66 @@ mod tests {
         (state, key)
     }
 
-    fn hello(key: &str, bearer: Option<&str>, nonce: Option<&str>) -> Hello {
+    fn hello(key: &str, nonce: Option<&str>) -> Hello {
         Hello {
+            protocol: Some(2),
             role: Some(crate::protocol::HOST_ROLE.into()),
             env_key: Some(key.into()),
-            bearer: bearer.map(Into::into),
             nonce: nonce.map(Into::into),
             ..Default::default()
         }
     }
 
     #[test]
-    fn a_good_hello_is_answered_with_a_signature_over_the_nonce() {
-        let bearer = "vbx_0123456789abcdef0123456789abcdef";
-        let (state, key) = state_with(bearer);
+    fn a_hello_is_answered_with_a_signature_and_the_bearer_then_admits() {
+        let (state, key) = state_with(BEARER);
         let nonce = new_nonce().unwrap();
-        let admission = admit(&state, "p_1", &hello(&key, Some(bearer), Some(&nonce))).unwrap();
+        let Ok(HelloStep::AwaitBearer(AgentMessage::Identity { env_key, signature })) =
+            identify(&state, &hello(&key, Some(&nonce)))
+        else {
+            panic!("no identity answer")
+        };
+        assert_eq!(env_key, key);
+        assert!(verify_nonce(&key, &nonce, &signature));
+        let admission = check_bearer(&state, "p_1", BEARER).unwrap();
         assert_eq!(admission.env_key.as_deref(), Some(key.as_str()));
-        assert!(verify_nonce(&key, &nonce, admission.signature.as_deref().unwrap()));
-        assert!(admission.caller.starts_with("host:") && !admission.caller.contains(bearer));
+        assert!(admission.caller.starts_with("host:") && !admission.caller.contains(BEARER));
         let token = admission.revoked.unwrap();
         state.live["p_1"].revoked.cancel();
         assert!(token.is_cancelled());
     }
 
     #[test]
-    fn the_env_key_is_checked_before_the_bearer() {
-        let bearer = "vbx_0123456789abcdef0123456789abcdef";
-        let (state, _) = state_with(bearer);
+    fn the_env_key_is_checked_before_anything_is_signed() {
+        let (state, _) = state_with(BEARER);
         let other = Identity::generate().unwrap().env_key();
         let nonce = new_nonce().unwrap();
-        for presented in [Some(bearer), Some("vbx_wrong"), None] {
-            let refused = admit(&state, "p_1", &hello(&other, presented, Some(&nonce))).unwrap_err();
-            assert_eq!(refused, ErrorCode::UnknownEnvironment);
-        }
-        let no_key = Hello { bearer: Some(bearer.into()), ..Default::default() };
-        assert_eq!(admit(&state, "p_1", &no_key).unwrap_err(), ErrorCode::UnknownEnvironment);
+        assert_eq!(identify(&state, &hello(&other, Some(&nonce))).unwrap_err(), ErrorCode::UnknownEnvironment);
+        assert_eq!(identify(&state, &Hello::default()).unwrap_err(), ErrorCode::UnknownEnvironment);
         let empty = GateState::default();
-        assert_eq!(
-            admit(&empty, "p_1", &hello(&other, Some(bearer), None)).unwrap_err(),
-            ErrorCode::UnknownEnvironment
-        );
+        assert_eq!(identify(&empty, &hello(&other, Some(&nonce))).unwrap_err(), ErrorCode::UnknownEnvironment);
+        assert_eq!(check_bearer(&empty, "p_1", BEARER).unwrap_err(), ErrorCode::UnknownEnvironment);
     }
 
     #[test]
-    fn wrong_missing_and_revoked_bearers_get_their_own_codes() {
-        let bearer = "vbx_0123456789abcdef0123456789abcdef";
-        let (mut state, key) = state_with(bearer);
-        let nonce = new_nonce().unwrap();
-        let code = |state: &GateState, b: Option<&str>, pairing: &str| {
-            admit(state, pairing, &hello(&key, b, Some(&nonce))).unwrap_err()
-        };
-        assert_eq!(code(&state, None, "p_1"), ErrorCode::UnauthenticatedCall);
-        assert_eq!(code(&state, Some("vbx_ffffffffffffffffffffffffffffffff"), "p_1"), ErrorCode::BearerRefused);
-        assert_eq!(code(&state, Some(bearer), "p_other"), ErrorCode::BearerRefused);
-        let bad_nonce = admit(&state, "p_1", &hello(&key, Some(bearer), Some("not hex"))).unwrap_err();
-        assert_eq!(bad_nonce, ErrorCode::BadFrame);
-        state.revoked.push(bearer_hash(bearer));
-        assert_eq!(code(&state, Some(bearer), "p_1"), ErrorCode::PairingRevoked);
-        assert_eq!(code(&state, Some(bearer), "p_other"), ErrorCode::PairingRevoked);
+    fn wrong_and_revoked_bearers_and_bad_nonces_get_their_own_codes() {
+        let (mut state, key) = state_with(BEARER);
+        assert_eq!(
+            check_bearer(&state, "p_1", "vbx_ffffffffffffffffffffffffffffffff").unwrap_err(),
+            ErrorCode::BearerRefused
+        );
+        assert_eq!(check_bearer(&state, "p_other", BEARER).unwrap_err(), ErrorCode::BearerRefused);
+        assert_eq!(identify(&state, &hello(&key, Some("not hex"))).unwrap_err(), ErrorCode::BadFrame);
+        assert_eq!(identify(&state, &hello(&key, None)).unwrap_err(), ErrorCode::BadFrame);
+        state.revoked.push(bearer_hash(BEARER));
+        assert_eq!(check_bearer(&state, "p_1", BEARER).unwrap_err(), ErrorCode::PairingRevoked);
+        assert_eq!(check_bearer(&state, "p_other", BEARER).unwrap_err(), ErrorCode::PairingRevoked);
     }
 
     #[test]
     fn a_pairing_bound_to_an_old_identity_is_refused() {
-        let bearer = "vbx_0123456789abcdef0123456789abcdef";
-        let (mut state, _) = state_with(bearer);
-        let rekeyed = Identity::generate().unwrap();
-        let new_key = rekeyed.env_key();
-        state.identity = Some(Arc::new(rekeyed));
-        let nonce = new_nonce().unwrap();
-        let refused = admit(&state, "p_1", &hello(&new_key, Some(bearer), Some(&nonce))).unwrap_err();
-        assert_eq!(refused, ErrorCode::BearerRefused);
+        let (mut state, _) = state_with(BEARER);
+        state.identity = Some(Arc::new(Identity::generate().unwrap()));
+        assert_eq!(check_bearer(&state, "p_1", BEARER).unwrap_err(), ErrorCode::BearerRefused);
     }
 }

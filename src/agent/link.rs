@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::context::AgentContext;
-use super::gate::{admit_hello, Gate};
+use super::gate::{admit_bearer, admit_hello, Gate, HelloStep};
 use super::outbox::Outbox;
 use super::session::Session;
 use crate::config::RelayUrl;
@@ -25,7 +25,7 @@ use crate::net::liveness::{cancelled, close_message, sleep_until, Heartbeat, Liv
 use crate::protocol::{self, close, AgentMessage, ErrorCode, PeerNotice, PeerRole, PeerState};
 
 /// A 4001 this soon after an abandoned dial is taken for that dial arriving late, not for
-/// another agent: the link dials again instead of stopping.
+/// another agent: the link dials again without warning that its code is in use.
 pub const STALE_DIAL_WINDOW: Duration = Duration::from_secs(2 * dial::CONNECT_TIMEOUT.as_secs());
 
 /// Link events kept for a slow reader before the oldest are dropped.
@@ -40,8 +40,13 @@ pub enum LinkEvent {
     Lost { reason: String },
     /// The connection was taken over, probably by a late dial of this agent; dialing again.
     ReplacedByLateDial,
-    /// Another agent with this relay code took over; this link stops dialing.
+    /// Another agent with this relay code took over; this link keeps dialing to take it back.
+    /// Reported once per episode: the first time, loudly.
     Replaced,
+    /// Replaced again within the same episode.
+    ReplacedAgain,
+    /// The link held its code for a healthy while after being replaced: the episode is over.
+    Recovered,
     /// A dial failed.
     Unreachable { reason: String },
     /// The next dial comes after `delay`.
@@ -145,7 +150,9 @@ pub struct RelayLink {
 }
 
 impl RelayLink {
-    /// Dials until `shutdown`, serving each connection while it lasts.
+    /// Dials until `shutdown`, serving each connection while it lasts. Never stops for good:
+    /// when another agent takes this code (close 4001) it warns once per episode and dials
+    /// again with backoff.
     pub async fn run(self, shutdown: CancellationToken) {
         let mut backoff = Backoff::new(self.backoff);
         // When this agent gave up on a dial, its request may still reach the relay later (a relay
@@ -163,12 +170,20 @@ impl RelayLink {
                     let since = Instant::now();
                     // A connection runs in its own task: should anything in it panic, the dialer
                     // notices, reports it and dials again instead of going silent for good.
-                    let connection = self.ctx.tasks.spawn({
+                    let mut connection = self.ctx.tasks.spawn({
                         let link = self.clone();
                         let shutdown = shutdown.clone();
                         async move { link.serve(socket, &shutdown).await }
                     });
-                    let ended = connection.await.unwrap_or_else(|err| {
+                    let joined = tokio::select! {
+                        joined = &mut connection => joined,
+                        _ = tokio::time::sleep(self.backoff.healthy_after) => {
+                            // Held the code long enough: whoever took it before is gone.
+                            self.end_replaced_episode();
+                            connection.await
+                        }
+                    };
+                    let ended = joined.unwrap_or_else(|err| {
                         warn!(%err, "relay connection task failed");
                         Ended::Lost("internal error".into())
                     });
@@ -184,10 +199,7 @@ impl RelayLink {
                             last_abandoned_dial = None;
                             self.report(LinkEvent::ReplacedByLateDial);
                         }
-                        Ended::Replaced => {
-                            self.report(LinkEvent::Replaced);
-                            return;
-                        }
+                        Ended::Replaced => self.on_replaced(),
                         Ended::Lost(reason) => self.report(LinkEvent::Lost { reason }),
                     }
                 }
@@ -202,6 +214,26 @@ impl RelayLink {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(delay) => {}
             }
+        }
+    }
+
+    /// Another agent took this code: loud once per episode, quiet after that.
+    fn on_replaced(&self) {
+        if self.ctx.status.relay_replaced.swap(true, Ordering::Relaxed) {
+            return self.report(LinkEvent::ReplacedAgain);
+        }
+        warn!(
+            "another voxa agent is using this relay code (the relay replaced this connection, close 4001); if it \
+             is not yours, someone holds your code: run `voxa pair --rotate`. This agent keeps dialing to take \
+             the code back."
+        );
+        self.report(LinkEvent::Replaced);
+    }
+
+    /// This agent held its code for a healthy while: the replacement episode is over.
+    fn end_replaced_episode(&self) {
+        if self.ctx.status.relay_replaced.swap(false, Ordering::Relaxed) {
+            self.report(LinkEvent::Recovered);
         }
     }
 
@@ -237,8 +269,15 @@ impl RelayLink {
                     Pulse::Ping => { let _ = out_tx.try_send(Message::Ping(Default::default())); }
                 },
                 _ = sleep_until(deadline) => {
-                    send(&out_tx, AgentMessage::Error { code: ErrorCode::UnauthenticatedCall, message: Some("no hello in time".into()) }).await;
+                    let code = self.gate.timeout_code();
+                    send(&out_tx, AgentMessage::Error { code, message: Some("no hello in time".into()) }).await;
                     peer = Peer::Refused;
+                    if code == ErrorCode::ExecutorUnauthenticated {
+                        // A peer on a pairing's code that does not prove itself is closed out;
+                        // the link comes back for the next host.
+                        let _ = out_tx.try_send(close_message(CloseCode::Policy, code.as_str()));
+                        break Ended::Lost("a peer on the pairing's code did not authenticate in time".into());
+                    }
                 }
                 frame = stream.next() => {
                     let Some(frame) = frame else { break Ended::Lost("relay closed the connection".into()) };
@@ -288,7 +327,20 @@ impl RelayLink {
             PeerState::Joined => {
                 self.ctx.status.phone_present.store(true, Ordering::Relaxed);
                 self.report(LinkEvent::PeerJoined);
-                Peer::AwaitingHello { deadline: tokio::time::Instant::now() + protocol::HELLO_TIMEOUT }
+                let deadline = tokio::time::Instant::now() + protocol::HELLO_TIMEOUT;
+                if !self.gate.challenges() {
+                    return Peer::AwaitingHello { deadline, challenge: String::new() };
+                }
+                match protocol::new_nonce() {
+                    Ok(challenge) => {
+                        send(&outbox.frames, AgentMessage::challenge(&challenge)).await;
+                        Peer::AwaitingHello { deadline, challenge }
+                    }
+                    Err(err) => {
+                        warn!("cannot challenge the phone: {err:#}");
+                        Peer::Refused
+                    }
+                }
             }
             PeerState::Left => {
                 self.ctx.status.phone_present.store(false, Ordering::Relaxed);
@@ -300,30 +352,42 @@ impl RelayLink {
 
     async fn on_text(&self, peer: Peer, text: &str, outbox: &Outbox) -> Peer {
         let out = &outbox.frames;
-        match peer {
-            Peer::AwaitingHello { deadline } => match admit_hello(self.gate.as_ref(), text) {
-                Ok(admission) => {
-                    let hello_ok = self.ctx.hello_ok(&admission);
-                    send(out, hello_ok).await;
-                    self.report(LinkEvent::PeerAdmitted);
-                    let session_out = outbox.begin_session().await;
-                    let revoked = admission.revoked.clone();
-                    let session = Session::new(self.ctx.clone(), admission.caller, session_out).relayed();
-                    Peer::Ready { session: Box::new(session), revoked }
+        let admitted = match peer {
+            Peer::AwaitingHello { deadline, challenge } => match admit_hello(self.gate.as_ref(), text, &challenge) {
+                Ok(HelloStep::Admitted(admission)) => Ok(admission),
+                Ok(HelloStep::AwaitBearer(answer)) => {
+                    send(out, answer).await;
+                    return Peer::AwaitingBearer { deadline };
                 }
                 // Anything but a hello is ignored until a good hello arrives.
-                Err(ErrorCode::UnauthenticatedCall) => Peer::AwaitingHello { deadline },
-                Err(code) => {
-                    send(out, AgentMessage::error(code)).await;
-                    self.report(LinkEvent::PeerRefused { code });
-                    Peer::Refused
-                }
+                Err(ErrorCode::UnauthenticatedCall) => return Peer::AwaitingHello { deadline, challenge },
+                Err(code) => Err(code),
+            },
+            Peer::AwaitingBearer { deadline } => match admit_bearer(self.gate.as_ref(), text) {
+                Ok(admission) => Ok(admission),
+                Err(ErrorCode::UnauthenticatedCall) => return Peer::AwaitingBearer { deadline },
+                Err(code) => Err(code),
             },
             Peer::Ready { mut session, revoked } => {
                 session.on_text(text).await;
-                Peer::Ready { session, revoked }
+                return Peer::Ready { session, revoked };
             }
-            other => other,
+            other => return other,
+        };
+        match admitted {
+            Ok(admission) => {
+                send(out, self.ctx.hello_ok(&admission)).await;
+                self.report(LinkEvent::PeerAdmitted);
+                let session_out = outbox.begin_session().await;
+                let revoked = admission.revoked.clone();
+                let session = Session::new(self.ctx.clone(), admission.caller, session_out).relayed();
+                Peer::Ready { session: Box::new(session), revoked }
+            }
+            Err(code) => {
+                send(out, AgentMessage::error(code)).await;
+                self.report(LinkEvent::PeerRefused { code });
+                Peer::Refused
+            }
         }
     }
 }
@@ -332,15 +396,26 @@ impl RelayLink {
 /// link serves an environment pairing.
 enum Peer {
     Absent,
-    AwaitingHello { deadline: tokio::time::Instant },
+    /// Challenged (with this nonce, empty on a pairing); waiting for the hello.
+    AwaitingHello {
+        deadline: tokio::time::Instant,
+        challenge: String,
+    },
+    /// A host's hello was answered with this environment's signature; waiting for its bearer.
+    AwaitingBearer {
+        deadline: tokio::time::Instant,
+    },
     Refused,
-    Ready { session: Box<Session>, revoked: Option<CancellationToken> },
+    Ready {
+        session: Box<Session>,
+        revoked: Option<CancellationToken>,
+    },
 }
 
 impl Peer {
     fn hello_deadline(&self) -> Option<tokio::time::Instant> {
         match self {
-            Peer::AwaitingHello { deadline } => Some(*deadline),
+            Peer::AwaitingHello { deadline, .. } | Peer::AwaitingBearer { deadline } => Some(*deadline),
             _ => None,
         }
     }

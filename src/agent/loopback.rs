@@ -1,10 +1,19 @@
-//! The loopback socket (docs/PROTOCOL.md, "Loopback socket"): `ws://127.0.0.1:<port>` for local scripts, CI and editors,
-//! gated by the auth token and closed to web pages.
+//! The loopback socket: `ws://127.0.0.1:<port>` for local clients, scripts, CI and editors, with
+//! the session start of docs/PROTOCOL.md. Any local user can reach it, so everything before a good hello is bounded: a short
+//! time for the request head, [`MAX_PREAUTH_LEN`](protocol::MAX_PREAUTH_LEN) bytes before the
+//! hello, [`MAX_UNAUTHENTICATED`] connections waiting for one (a new one closes the oldest), and
+//! a connection count that leaves descriptors for the agent's own work.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use anyhow::Result;
 use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message;
@@ -14,12 +23,24 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info_span, Instrument};
 
 use super::context::AgentContext;
-use super::gate::{admit_hello, Admission, Gate};
+use super::gate::{admit_hello, Admission, Gate, HelloStep};
 use super::outbox::Outbox;
 use super::session::Session;
-use crate::net::http::{self, RequestHead};
 use crate::net::liveness::{cancelled, close_message, Heartbeat, Liveness, Pulse};
-use crate::protocol::{self, AgentMessage, ErrorCode, Hello};
+use crate::net::{http, web};
+use crate::protocol::{self, AgentMessage, ErrorCode};
+
+/// Time a local client has to send its request head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+/// Connections that have not completed the hello, at most; a new one closes the oldest.
+pub const MAX_UNAUTHENTICATED: usize = 64;
+/// Descriptors left for PTYs, files and relay connections when sizing the connection limit.
+pub const FD_RESERVE: u64 = 256;
+/// Fewest loopback connections allowed, whatever the descriptor limit.
+const MIN_CONNECTIONS: usize = 16;
+
+/// A local connection: TCP with the pre-hello byte budget.
+type LocalSocket = WebSocketStream<PreAuthLimit<TcpStream>>;
 
 /// Serves local clients on an already-bound loopback listener until `shutdown`.
 pub async fn run(
@@ -29,6 +50,9 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<()> {
     let tasks = TaskTracker::new();
+    let waiting = Arc::new(Unauthenticated::default());
+    let open = Arc::new(AtomicUsize::new(0));
+    let max_open = connection_limit();
     let mut next_id: u64 = 0;
     loop {
         let (stream, peer) = tokio::select! {
@@ -38,7 +62,7 @@ pub async fn run(
                 Err(err) => {
                     debug!(%err, "accept failed");
                     // Out of descriptors and similar: back off briefly instead of spinning.
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
@@ -47,10 +71,22 @@ pub async fn run(
         if !peer.ip().is_loopback() {
             continue; // Bound to 127.0.0.1, so this cannot happen; refuse anyway.
         }
+        // The newest connection may be the owner's: make room by closing the oldest stranger.
+        let full = open.load(Ordering::Acquire) >= max_open;
+        if full || waiting.len() >= MAX_UNAUTHENTICATED {
+            let evicted = waiting.evict_oldest();
+            if full && !evicted {
+                debug!("too many local connections, all authenticated; refusing a new one");
+                continue;
+            }
+        }
+        let slot = OpenSlot::take(&open);
+        let pending = waiting.enter(next_id);
         let (ctx, gate, shutdown) = (ctx.clone(), gate.clone(), shutdown.clone());
         tasks.spawn(
             async move {
-                if let Err(err) = serve(stream, ctx, gate, shutdown).await {
+                let _slot = slot;
+                if let Err(err) = serve(stream, ctx, gate, pending, shutdown).await {
                     debug!("local connection ended: {err:#}");
                 }
             }
@@ -60,6 +96,80 @@ pub async fn run(
     tasks.close();
     tasks.wait().await;
     Ok(())
+}
+
+/// Loopback connections allowed at once: the open-file limit less [`FD_RESERVE`].
+fn connection_limit() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
+    usize::try_from(limit.saturating_sub(FD_RESERVE)).unwrap_or(usize::MAX).max(MIN_CONNECTIONS)
+}
+
+/// Counts one open connection while it lives.
+struct OpenSlot(Arc<AtomicUsize>);
+
+impl OpenSlot {
+    fn take(open: &Arc<AtomicUsize>) -> Self {
+        open.fetch_add(1, Ordering::AcqRel);
+        OpenSlot(open.clone())
+    }
+}
+
+impl Drop for OpenSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Connections still waiting for their hello, oldest first.
+#[derive(Default)]
+struct Unauthenticated {
+    queue: Mutex<VecDeque<(u64, CancellationToken)>>,
+}
+
+impl Unauthenticated {
+    fn len(&self) -> usize {
+        self.queue.lock().map(|q| q.len()).unwrap_or(0)
+    }
+
+    /// Registers a connection; its token is cancelled if it is evicted.
+    fn enter(self: &Arc<Self>, id: u64) -> Pending {
+        let evicted = CancellationToken::new();
+        if let Ok(mut queue) = self.queue.lock() {
+            queue.push_back((id, evicted.clone()));
+        }
+        Pending { waiting: self.clone(), id, evicted }
+    }
+
+    /// Closes the oldest waiting connection; false when none waits.
+    fn evict_oldest(&self) -> bool {
+        let oldest = self.queue.lock().ok().and_then(|mut q| q.pop_front());
+        match oldest {
+            Some((_, evicted)) => {
+                evicted.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn leave(&self, id: u64) {
+        if let Ok(mut queue) = self.queue.lock() {
+            queue.retain(|(queued, _)| *queued != id);
+        }
+    }
+}
+
+/// One connection's place among the unauthenticated; it leaves when dropped.
+struct Pending {
+    waiting: Arc<Unauthenticated>,
+    id: u64,
+    evicted: CancellationToken,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.waiting.leave(self.id);
+    }
 }
 
 /// True for an `Origin` a page on this machine would send (`http://localhost:3000`, …).
@@ -72,82 +182,231 @@ pub fn is_loopback_origin(origin: &str) -> bool {
     matches!(url.scheme(), "http" | "https") && url.host_str().is_some_and(local_name)
 }
 
+/// True for a `Host` header naming this machine (`127.0.0.1:4242`, `localhost`, `[::1]:80`): a
+/// page that rebinds its own name to 127.0.0.1 still sends that name.
+pub fn is_loopback_host_header(value: &str) -> bool {
+    let value = value.trim();
+    let host = match value.strip_prefix('[') {
+        Some(rest) => rest.split_once(']').map(|(host, _)| host),
+        None => Some(value.rsplit_once(':').map_or(value, |(host, _)| host)),
+    };
+    host.is_some_and(|host| !host.is_empty() && crate::config::is_loopback_host(host))
+}
+
 async fn serve(
-    mut stream: TcpStream,
+    stream: TcpStream,
     ctx: Arc<AgentContext>,
     gate: Arc<dyn Gate>,
+    pending: Pending,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    let (head, leftover) = match http::read_head(&mut stream).await {
-        Ok(read) => read,
-        Err(err) => {
-            let _ = http::respond(&mut stream, 400, "Bad Request", "bad request\n").await;
-            return Err(err.into());
-        }
-    };
-    if let Some(origin) = head.header("origin") {
-        if !is_loopback_origin(origin) {
-            http::respond(&mut stream, 403, "Forbidden", "cross-origin requests are refused\n").await?;
+    let evicted = pending.evicted.clone();
+    // Everything before a good hello, within the hello timeout of the connect.
+    let deadline = tokio::time::Instant::now() + protocol::HELLO_TIMEOUT;
+    let opened = tokio::select! {
+        _ = shutdown.cancelled() => return Ok(()),
+        _ = evicted.cancelled() => {
+            debug!("closed to make room for a newer local connection");
             return Ok(());
         }
-    }
-    if head.path != "/" {
-        http::respond(&mut stream, 404, "Not Found", "not found\n").await?;
-        return Ok(());
-    }
-    if !head.is_websocket_upgrade() {
-        http::respond(&mut stream, 426, "Upgrade Required", "this is a WebSocket endpoint\n").await?;
-        return Ok(());
-    }
-    let admitted_by_header = head_admission(&head, gate.as_ref());
-    let _ = stream.set_nodelay(true);
-    let mut socket = http::accept_websocket(stream, &head, leftover, http::websocket_config()).await?;
-    let admission = match admitted_by_header {
-        Some(Ok(admission)) => admission,
-        Some(Err(code)) => return refuse(&mut socket, code).await,
-        None => match wait_for_hello(&mut socket, gate.as_ref()).await {
-            Ok(admission) => admission,
-            Err(code) => return refuse(&mut socket, code).await,
-        },
+        // A safety net only: every step inside has its own, shorter bound.
+        opened = tokio::time::timeout_at(deadline + Duration::from_secs(1), open_session(stream, gate.as_ref(), deadline)) => opened,
     };
+    let opened = match opened {
+        Ok(opened) => opened?,
+        Err(_) => {
+            debug!("no hello in time");
+            return Ok(());
+        }
+    };
+    // Answered or refused: either way it no longer waits for a hello.
+    drop(pending);
+    let (mut socket, admission) = match opened {
+        Opening::Admitted(socket, admission) => (socket, admission),
+        Opening::Refused(mut socket, close) => {
+            refuse(&mut socket, close).await;
+            return Ok(());
+        }
+        Opening::Answered => return Ok(()),
+    };
+    socket.get_mut().lift();
     socket.send(Message::text(ctx.hello_ok(&admission).to_json())).await?;
     run_session(socket, ctx, admission, shutdown).await
 }
 
-fn head_admission(head: &RequestHead, gate: &dyn Gate) -> Option<Result<Admission, ErrorCode>> {
-    let token = head.bearer()?;
-    Some(gate.admit(&Hello { token: Some(token.to_owned()), ..Default::default() }))
+/// How the start of a local connection ended.
+enum Opening {
+    /// A good hello: the session may start.
+    Admitted(LocalSocket, Admission),
+    /// Close the socket with this frame.
+    Refused(LocalSocket, Message),
+    /// Answered over plain HTTP (or dropped); nothing more to do.
+    Answered,
 }
 
-async fn wait_for_hello(socket: &mut WebSocketStream<TcpStream>, gate: &dyn Gate) -> Result<Admission, ErrorCode> {
-    let first = tokio::time::timeout(protocol::HELLO_TIMEOUT, async {
+/// The request head, the upgrade, the challenge and the hello, which must arrive by `deadline`.
+async fn open_session(mut stream: TcpStream, gate: &dyn Gate, deadline: tokio::time::Instant) -> Result<Opening> {
+    let (head, leftover) = match tokio::time::timeout(HEAD_TIMEOUT, http::read_head(&mut stream)).await {
+        Ok(Ok(read)) => read,
+        Ok(Err(err)) => {
+            let _ = http::respond(&mut stream, 400, "Bad Request", "bad request\n").await;
+            return Err(err.into());
+        }
+        Err(_) => {
+            let _ = http::respond(&mut stream, 408, "Request Timeout", "no request in time\n").await;
+            return Ok(Opening::Answered);
+        }
+    };
+    if !head.header("host").is_some_and(is_loopback_host_header) {
+        http::respond(&mut stream, 403, "Forbidden", "this socket answers only to a loopback Host\n").await?;
+        return Ok(Opening::Answered);
+    }
+    if let Some(origin) = head.header("origin") {
+        if !is_loopback_origin(origin) {
+            http::respond(&mut stream, 403, "Forbidden", "cross-origin requests are refused\n").await?;
+            return Ok(Opening::Answered);
+        }
+    }
+    if !head.is_websocket_upgrade() {
+        if let Some(response) = web::answer(&head, web::Offer::default()) {
+            response.write(&mut stream).await?;
+            return Ok(Opening::Answered);
+        }
+    }
+    if head.path != "/" {
+        http::respond(&mut stream, 404, "Not Found", "not found\n").await?;
+        return Ok(Opening::Answered);
+    }
+    if !head.is_websocket_upgrade() {
+        http::respond(&mut stream, 426, "Upgrade Required", "this is a WebSocket endpoint\n").await?;
+        return Ok(Opening::Answered);
+    }
+    // The token never crosses the socket: a bearer header is refused whether it is right or not.
+    if head.header("authorization").is_some() {
+        let body = format!("{}\n", ErrorCode::BearerRefused);
+        http::respond(&mut stream, 403, "Forbidden", &body).await?;
+        return Ok(Opening::Answered);
+    }
+    let _ = stream.set_nodelay(true);
+    let stream = PreAuthLimit::new(stream, protocol::MAX_PREAUTH_LEN);
+    let mut socket = http::accept_websocket(stream, &head, leftover, http::websocket_config()).await?;
+    let challenge = protocol::new_nonce()?;
+    socket.send(Message::text(AgentMessage::challenge(&challenge).to_json())).await?;
+    Ok(match wait_for_hello(&mut socket, gate, &challenge, deadline).await {
+        Ok(admission) => Opening::Admitted(socket, admission),
+        Err(Refusal::Code(code)) => Opening::Refused(socket, close_message(CloseCode::Policy, code.as_str())),
+        Err(Refusal::TooMuch) => {
+            Opening::Refused(socket, close_message(CloseCode::Size, "too much data before the hello"))
+        }
+    })
+}
+
+/// Why a connection is closed before its hello is accepted.
+enum Refusal {
+    Code(ErrorCode),
+    /// The client sent more than [`protocol::MAX_PREAUTH_LEN`] before its hello.
+    TooMuch,
+}
+
+async fn wait_for_hello(
+    socket: &mut LocalSocket,
+    gate: &dyn Gate,
+    challenge: &str,
+    deadline: tokio::time::Instant,
+) -> Result<Admission, Refusal> {
+    let first = tokio::time::timeout_at(deadline, async {
         loop {
             match socket.next().await {
-                Some(Ok(Message::Text(text))) => return Some(text),
+                Some(Ok(Message::Text(text))) => return Ok(text),
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                _ => return None,
+                Some(Err(tokio_tungstenite::tungstenite::Error::Io(err))) if is_over_budget(&err) => {
+                    return Err(Refusal::TooMuch)
+                }
+                _ => return Err(Refusal::Code(ErrorCode::UnauthenticatedCall)),
             }
         }
     })
-    .await;
-    match first {
-        Ok(Some(text)) => admit_hello(gate, &text),
-        _ => Err(ErrorCode::UnauthenticatedCall),
+    .await
+    .unwrap_or(Err(Refusal::Code(ErrorCode::UnauthenticatedCall)))?;
+    match admit_hello(gate, &first, challenge).map_err(Refusal::Code)? {
+        HelloStep::Admitted(admission) => Ok(admission),
+        // The loopback gate has no second step.
+        HelloStep::AwaitBearer(_) => Err(Refusal::Code(ErrorCode::UnauthenticatedCall)),
     }
 }
 
-async fn refuse(socket: &mut WebSocketStream<TcpStream>, code: ErrorCode) -> Result<()> {
-    let _ = socket.send(close_message(CloseCode::Policy, code.as_str())).await;
+async fn refuse(socket: &mut LocalSocket, close: Message) {
+    let _ = socket.send(close).await;
     // Give the close frame a moment to be read; never wait on a hostile peer for long.
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
-        while let Some(Ok(_)) = socket.next().await {}
-    })
-    .await;
-    Ok(())
+    let _ =
+        tokio::time::timeout(Duration::from_secs(1), async { while let Some(Ok(_)) = socket.next().await {} }).await;
+}
+
+/// The error a [`PreAuthLimit`] read fails with.
+#[derive(Debug)]
+struct OverBudget;
+
+impl std::fmt::Display for OverBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the client sent too much before its hello")
+    }
+}
+
+impl std::error::Error for OverBudget {}
+
+fn is_over_budget(err: &std::io::Error) -> bool {
+    err.get_ref().is_some_and(|inner| inner.is::<OverBudget>())
+}
+
+/// A stream that fails once its peer sent more than a budget, until [`PreAuthLimit::lift`]: what
+/// a client may send before its hello is accepted, so no unauthenticated frame grows memory.
+pub struct PreAuthLimit<S> {
+    inner: S,
+    budget: Option<usize>,
+}
+
+impl<S> PreAuthLimit<S> {
+    pub fn new(inner: S, budget: usize) -> Self {
+        PreAuthLimit { inner, budget: Some(budget) }
+    }
+
+    /// The peer authenticated: no budget from now on.
+    pub fn lift(&mut self) {
+        self.budget = None;
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for PreAuthLimit<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let (Poll::Ready(Ok(())), Some(budget)) = (&polled, self.budget) {
+            let read = buf.filled().len() - before;
+            match budget.checked_sub(read) {
+                Some(left) => self.budget = Some(left),
+                None => return Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::InvalidData, OverBudget))),
+            }
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for PreAuthLimit<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 async fn run_session(
-    socket: WebSocketStream<TcpStream>,
+    socket: LocalSocket,
     ctx: Arc<AgentContext>,
     admission: Admission,
     shutdown: CancellationToken,
@@ -201,6 +460,35 @@ async fn run_session(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_loopback_host_headers_pass() {
+        for ok in ["127.0.0.1:4242", "localhost", "LOCALHOST:80", "[::1]:8080", "127.1.2.3"] {
+            assert!(is_loopback_host_header(ok), "{ok}");
+        }
+        for bad in ["", "evil.example:4242", "127.0.0.1.evil.example", "[::1", "app.localhost:80", "0.0.0.0:1", ":80"] {
+            assert!(!is_loopback_host_header(bad), "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_pre_hello_budget_fails_reads_past_it_until_lifted() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client, server) = tokio::io::duplex(64 << 10);
+        let mut limited = PreAuthLimit::new(server, 100);
+        client.write_all(&[7u8; 100]).await.unwrap();
+        let mut buf = [0u8; 100];
+        limited.read_exact(&mut buf).await.unwrap();
+        client.write_all(&[7u8; 1]).await.unwrap();
+        assert!(is_over_budget(&limited.read(&mut buf).await.unwrap_err()));
+
+        let (mut client, server) = tokio::io::duplex(64 << 10);
+        let mut limited = PreAuthLimit::new(server, 100);
+        limited.lift();
+        client.write_all(&[7u8; 4096]).await.unwrap();
+        let mut big = vec![0u8; 4096];
+        limited.read_exact(&mut big).await.unwrap();
+    }
 
     #[test]
     fn only_loopback_origins_pass() {

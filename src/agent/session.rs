@@ -96,7 +96,8 @@ impl Session {
                 let status = self.ctx.status();
                 self.send(AgentMessage::Status(status)).await;
             }
-            ClientMessage::Hello(_) => {} // Already authenticated; a repeated hello changes nothing.
+            // Already authenticated; a repeated hello or bearer changes nothing.
+            ClientMessage::Hello(_) | ClientMessage::Bearer(_) => {}
             ClientMessage::CallStart => self.start_voice().await,
             ClientMessage::Say { text } => match self.voice.as_ref().filter(|voice| voice.is_live()) {
                 // Never wait on the bridge here: a stalled voice link must not stall the session.

@@ -10,51 +10,28 @@ use tokio_tungstenite::tungstenite::Message;
 use super::Settings;
 use crate::cli::CallArgs;
 use crate::error::{ConfigError, Exit, Refused};
+use crate::net::client;
 use crate::net::dial::{self, ClientSocket, DialOptions};
-use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Hello, HelloOk, ToolCall, ToolResult};
-use crate::secret::Secret;
+use crate::protocol::{self, AgentMessage, ClientMessage, HelloOk, ToolCall, ToolResult};
 use crate::state::Home;
 
-/// Connects to the running agent of `home` and completes the hello.
+/// Connects to the running agent of `home` and completes the hello, checking the agent's proof
+/// before anything else is sent.
 pub async fn connect_local(home: &Home) -> Result<(ClientSocket, HelloOk)> {
     let secrets = home.require_secrets()?;
     let agent = home
         .running_agent()?
         .ok_or_else(|| anyhow!("no voxa agent is running for {}; start one with `voxa run`", home.dir().display()))?;
-    let options = DialOptions { bearer: Some(secrets.auth_token.clone()), ..Default::default() };
     let url = format!("ws://127.0.0.1:{}/", agent.port);
-    let mut socket = dial::connect(&url, &options).await.context("could not reach the running agent")?;
-    let hello_ok = read_hello_ok(&mut socket).await?;
+    let mut socket = dial::connect(&url, &DialOptions::default()).await.context("could not reach the running agent")?;
+    let client_name = format!("voxa-cli/{}", crate::VERSION);
+    let hello_ok = tokio::time::timeout(
+        protocol::HELLO_TIMEOUT * 2,
+        client::hello(&mut socket, &secrets.auth_token, &client_name),
+    )
+    .await
+    .map_err(|_| anyhow!("the agent did not answer"))??;
     Ok((socket, hello_ok))
-}
-
-/// Waits for `hello_ok`; a close with a refusal code becomes [`Refused`].
-pub async fn read_hello_ok(socket: &mut ClientSocket) -> Result<HelloOk> {
-    let wait = async {
-        while let Some(frame) = socket.next().await {
-            match frame.context("agent connection failed")? {
-                Message::Text(text) => match serde_json::from_str::<AgentMessage>(&text) {
-                    Ok(AgentMessage::HelloOk(ok)) => return Ok(ok),
-                    Ok(AgentMessage::Error { code, message }) => {
-                        return Err(Refused { code, message: message.unwrap_or_default() }.into())
-                    }
-                    _ => continue,
-                },
-                Message::Close(frame) => return Err(close_error(frame)),
-                _ => continue,
-            }
-        }
-        bail!("the agent closed the connection before answering")
-    };
-    tokio::time::timeout(protocol::HELLO_TIMEOUT * 2, wait).await.map_err(|_| anyhow!("the agent did not answer"))?
-}
-
-fn close_error(frame: Option<tokio_tungstenite::tungstenite::protocol::CloseFrame>) -> anyhow::Error {
-    let reason = frame.as_ref().map(|f| f.reason.to_string()).unwrap_or_default();
-    match ErrorCode::ALL.iter().find(|code| code.as_str() == reason) {
-        Some(code) => Refused { code: *code, message: String::new() }.into(),
-        None => anyhow!("the agent closed the connection ({reason})"),
-    }
 }
 
 /// `voxa call TOOL [ARGS]`.
@@ -85,7 +62,7 @@ pub async fn run_call(settings: &Settings, args: CallArgs) -> Result<Exit> {
                 }
                 _ => {}
             },
-            Message::Close(frame) => return Err(close_error(frame)),
+            Message::Close(frame) => return Err(client::close_error(frame)),
             _ => {}
         }
     };
@@ -161,12 +138,6 @@ fn human(tool: &str, body: &Value, streamed: bool) -> String {
         ),
         _ => format!("{}\n", serde_json::to_string_pretty(body).unwrap_or_default()),
     }
-}
-
-/// Secret-free hello for clients that authenticate in-band.
-pub fn hello_frame(token: &Secret, client: &str) -> Message {
-    let hello = Hello { token: Some(token.expose().to_owned()), client: Some(client.to_owned()), ..Default::default() };
-    Message::text(ClientMessage::Hello(hello).to_json())
 }
 
 /// Turns `voxa call` arguments into a JSON object.

@@ -1,10 +1,11 @@
-//! One module per command (`voxa run`, `relay`, `pair`, `status`, `call`, `env`,
+//! One module per command (`voxa run`, `relay`, `pair`, `status`, `call`, `env`, `open`,
 //! `completions`): each validates its arguments, calls into the library and prints the human or
 //! JSON output.
 
 pub mod call;
 pub mod completions;
 pub mod env;
+pub mod open;
 pub mod output;
 pub mod pair;
 pub mod relay;
@@ -66,6 +67,7 @@ pub fn execute(cli: Cli) -> Result<Exit> {
         }
         Some(Command::Env(args)) => block_on(env::run_env(&settings, args.command)),
         Some(Command::Status) => block_on(status::run_status(&settings)),
+        Some(Command::Open(args)) => open::run_open(&settings, &args).map(|()| Exit::Ok),
         Some(Command::Call(args)) => block_on(call::run_call(&settings, args)),
         Some(Command::Relay(args)) => block_on(relay::run_relay(&settings, args)).map(|()| Exit::Ok),
         Some(Command::Run(args)) => block_on(run::run_agent(&settings, args)).map(|()| Exit::Ok),

@@ -107,7 +107,7 @@ async fn resolve_listen(listen: &str) -> anyhow::Result<SocketAddr> {
 }
 
 /// Raises the soft limit on open files to the hard limit; returns the limit in force.
-fn raise_fd_limit() -> Option<u64> {
+pub(crate) fn raise_fd_limit() -> Option<u64> {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     let limit = getrlimit(Resource::Nofile);
     let current = limit.current?;

@@ -30,6 +30,10 @@ pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
     let printer = settings.printer;
     let gemini = if settings.self_hosted { Some(gemini_config(&args)?) } else { None };
     home.ensure()?;
+    // Held until this process ends: while it is, `agent.json` speaks for this agent.
+    let _agent_lock = home.lock_agent()?;
+    // Room for the loopback socket's connections; it keeps a reserve for the agent's own files.
+    super::relay::raise_fd_limit();
     let mut config = home.load_config()?;
     let gemini = gemini.map(|gemini| with_saved_voice(gemini, &args, &config));
     let dial = dial_options(&args)?;
@@ -227,10 +231,15 @@ fn print_event(event: &LinkEvent, printer: Printer) {
         ),
         LinkEvent::Replaced => printer.event(
             "replaced",
-            json!({}),
-            "another voxa agent with this relay code took over; this one stops dialing \
-             (restart it to take over again)",
+            json!({"keeps_dialing": true}),
+            "WARNING: another voxa agent is using this relay code (the relay replaced this connection). If it \
+             is not yours, someone holds your code: run `voxa pair --rotate`. This agent keeps dialing to take \
+             the code back.",
         ),
+        LinkEvent::ReplacedAgain => {
+            printer.event("relay_lost", json!({"reason": "replaced"}), "relay connection replaced again")
+        }
+        LinkEvent::Recovered => printer.event("relay_recovered", json!({}), "this agent holds its relay code again"),
         LinkEvent::Unreachable { reason } => {
             printer.event("relay_unreachable", json!({"reason": reason}), format!("relay unreachable: {reason}"))
         }

@@ -16,10 +16,13 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
     let config = home.load_config()?;
     let relay = settings.relay(&config)?;
     let agent = home.running_agent()?;
-    let live = match &agent {
-        Some(_) => query(settings).await.ok(),
+    let queried = match &agent {
+        Some(_) => Some(query(settings).await),
         None => None,
     };
+    // Why a recorded agent gave no status: not answering, or not proving it is this laptop's.
+    let problem = queried.as_ref().and_then(|r| r.as_ref().err()).map(|err| format!("{err:#}"));
+    let live = queried.and_then(Result::ok);
     let value = json!({
         "home": home.dir().display().to_string(),
         "paired": paired,
@@ -30,6 +33,8 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
             "version": a.version,
             "mode": live.as_ref().map(|l| l.mode.clone()),
             "relay_connected": live.as_ref().map(|l| l.relay_connected),
+            "relay_replaced": live.as_ref().map(|l| l.relay_replaced),
+            "error": problem,
             "phone_present": live.as_ref().map(|l| l.phone_present),
             "calls_in_flight": live.as_ref().map(|l| l.calls_in_flight),
             "workspace": live.as_ref().map(|l| l.workspace.clone()),
@@ -39,7 +44,12 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
     let mut human = format!("home:    {}\npaired:  {}\nrelay:   {}\n", home.dir().display(), yes_no(paired), relay);
     match (&agent, &live) {
         (None, _) => human.push_str("agent:   not running (start it with `voxa run`)\n"),
-        (Some(a), None) => human.push_str(&format!("agent:   pid {} on port {} (not answering)\n", a.pid, a.port)),
+        (Some(a), None) => human.push_str(&format!(
+            "agent:   pid {} on port {} (not answering: {})\n",
+            a.pid,
+            a.port,
+            problem.as_deref().unwrap_or("no answer")
+        )),
         (Some(a), Some(l)) => human.push_str(&format!(
             "agent:   pid {} on 127.0.0.1:{}, {} mode, workspace {}\nagent relay:     {}\nrelay connected: {}\nphone present:   {}\ncalls in flight: {}\n",
             a.pid,
@@ -47,13 +57,21 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
             l.mode,
             l.workspace,
             if l.relay.is_empty() { "none" } else { &l.relay },
-            yes_no(l.relay_connected),
+            relay_state(l),
             yes_no(l.phone_present),
             l.calls_in_flight
         )),
     }
     settings.printer.result(&value, human)?;
     Ok(Exit::Ok)
+}
+
+fn relay_state(status: &AgentStatus) -> &'static str {
+    match (status.relay_connected, status.relay_replaced) {
+        (_, true) => "contested: another agent is using this relay code; this one keeps dialing",
+        (true, false) => "yes",
+        (false, false) => "no",
+    }
 }
 
 fn yes_no(value: bool) -> &'static str {

@@ -18,15 +18,15 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info_span, warn, Instrument};
 
-use super::identity::{new_nonce, verify_nonce};
+use super::identity::verify_nonce;
 use super::store::{self, EnvEntry};
 use super::EnvRouter;
 use crate::config::RelayUrl;
 use crate::net::dial::{self, ClientSocket, DialOptions};
 use crate::net::liveness::{sleep_until, Heartbeat, Liveness, Pulse};
 use crate::protocol::{
-    self, AgentMessage, ClientMessage, ErrorCode, Hello, PeerNotice, PeerRole, PeerState, ToolCall, ToolError,
-    HOST_ROLE,
+    self, AgentMessage, BearerFrame, ClientMessage, ErrorCode, Hello, PeerNotice, PeerRole, PeerState, ToolCall,
+    ToolError, HOST_ROLE,
 };
 use crate::secret::Secret;
 use crate::state::Home;
@@ -494,21 +494,57 @@ async fn hello_on(mut socket: ClientSocket, target: &Target) -> Result<(ClientSo
             target.relay
         )));
     }
-    let nonce = new_nonce().map_err(|err| refusal(ErrorCode::Internal, format!("{err:#}")))?;
+    // The order is the contract: our nonce, the environment's signature over it, and only then
+    // the bearer. An impostor holding the pairing's code learns no bearer.
+    let nonce = protocol::new_nonce().map_err(|err| refusal(ErrorCode::Internal, format!("{err:#}")))?;
     let hello = ClientMessage::Hello(Hello {
+        protocol: Some(protocol::PROTOCOL_VERSION),
         role: Some(HOST_ROLE.to_owned()),
         env_key: Some(target.env_key.clone()),
-        bearer: Some(target.bearer.expose().to_owned()),
         nonce: Some(nonce.clone()),
         client: Some(crate::agent_name()),
         ..Default::default()
     });
-    if socket.send(Message::text(hello.to_json())).await.is_err() {
+    let proven = match exchange(&mut socket, hello).await {
+        Ok(AgentMessage::Identity { env_key, signature }) => {
+            env_key == target.env_key && verify_nonce(&target.env_key, &nonce, &signature)
+        }
+        Ok(_) => false,
+        Err(error) => {
+            let _ = socket.close(None).await;
+            return Err(error);
+        }
+    };
+    if !proven {
+        let _ = socket.close(None).await;
+        return Err(refusal(
+            ErrorCode::EnvironmentIdentityMismatch,
+            "the machine answering this pairing could not prove it holds the environment's key; nothing was sent to it",
+        ));
+    }
+    let bearer = ClientMessage::Bearer(BearerFrame { bearer: target.bearer.expose().to_owned() });
+    match exchange(&mut socket, bearer).await {
+        Ok(AgentMessage::HelloOk(ok)) => Ok((socket, ok.tools)),
+        Ok(_) => {
+            let _ = socket.close(None).await;
+            Err(unreachable("the environment answered the bearer with something else than hello_ok"))
+        }
+        Err(error) => {
+            let _ = socket.close(None).await;
+            Err(error)
+        }
+    }
+}
+
+/// Sends one handshake frame and returns the environment's answer: its `identity`, its
+/// `hello_ok`, or the refusal it sent, within [`ENV_HELLO_TIMEOUT`].
+async fn exchange(socket: &mut ClientSocket, frame: ClientMessage) -> Result<AgentMessage, ToolError> {
+    if socket.send(Message::text(frame.to_json())).await.is_err() {
         return Err(unreachable("the relay connection failed during the hello"));
     }
-    let answer = tokio::time::timeout(ENV_HELLO_TIMEOUT, async {
+    tokio::time::timeout(ENV_HELLO_TIMEOUT, async {
         loop {
-            let Some(text) = next_text(&mut socket).await else {
+            let Some(text) = next_text(socket).await else {
                 return Err(unreachable("the environment closed the connection during the hello"));
             };
             if let Some(notice) = PeerNotice::parse(&text) {
@@ -518,31 +554,14 @@ async fn hello_on(mut socket: ClientSocket, target: &Target) -> Result<(ClientSo
                 continue;
             }
             match serde_json::from_str::<AgentMessage>(&text) {
-                Ok(AgentMessage::HelloOk(ok)) => return Ok(ok),
                 Ok(AgentMessage::Error { code, .. }) => return Err(refused_by_environment(code)),
+                Ok(answer @ (AgentMessage::Identity { .. } | AgentMessage::HelloOk(_))) => return Ok(answer),
                 _ => continue,
             }
         }
     })
     .await
-    .unwrap_or_else(|_| Err(unreachable("the environment did not answer the hello in time")));
-    let ok = match answer {
-        Ok(ok) => ok,
-        Err(error) => {
-            let _ = socket.close(None).await;
-            return Err(error);
-        }
-    };
-    let proven = ok.env_key.as_deref() == Some(target.env_key.as_str())
-        && ok.signature.as_deref().is_some_and(|signature| verify_nonce(&target.env_key, &nonce, signature));
-    if !proven {
-        let _ = socket.close(None).await;
-        return Err(refusal(
-            ErrorCode::EnvironmentIdentityMismatch,
-            "the machine answering this pairing could not prove it holds the environment's key; nothing was sent to it",
-        ));
-    }
-    Ok((socket, ok.tools))
+    .unwrap_or_else(|_| Err(unreachable("the environment did not answer the hello in time")))
 }
 
 /// The host's reading of a refusal the environment sent. Never repeats anything it was sent.
@@ -850,72 +869,86 @@ mod tests {
         json!({"type":"__peer","peer":"agent","state":"joined"})
     }
 
-    /// Runs the handshake against an environment that answers `answer(hello)`.
+    /// Runs the handshake against an environment that answers `answer(hello)` and then, should
+    /// the host present a bearer, `hello_ok`. Returns the outcome and every frame the host sent.
     async fn handshake_with(
         identity: &Identity,
         answer: impl FnOnce(&Value) -> Option<Value> + Send + 'static,
-    ) -> Result<Vec<String>, ToolError> {
+    ) -> (Result<Vec<String>, ToolError>, Vec<Value>) {
         let (client, mut relay) = sockets().await;
         let environment = tokio::spawn(async move {
             send_json(&mut relay, joined()).await;
             let hello = recv_json(&mut relay).await;
+            let mut sent = vec![hello.clone()];
             if let Some(reply) = answer(&hello) {
                 send_json(&mut relay, reply).await;
             }
-            let _ = relay.next().await; // Keep the socket open until the host is done.
-            hello
+            while let Some(Ok(frame)) = relay.next().await {
+                let Message::Text(text) = frame else { continue };
+                let value: Value = serde_json::from_str(&text).unwrap();
+                if value["type"] == "bearer" {
+                    let ok =
+                        json!({"type":"hello_ok","agent":"voxa/t","mode":"hosted","tools":["list_dir"],"protocol":2});
+                    send_json(&mut relay, ok).await;
+                }
+                sent.push(value);
+            }
+            sent
         });
         let outcome = hello_on(client, &target(identity)).await.map(|(_, tools)| tools);
-        environment.abort();
-        outcome
+        // The host closed or dropped its socket: the environment's loop ends.
+        let sent = tokio::time::timeout(Duration::from_secs(10), environment).await.unwrap().unwrap();
+        (outcome, sent)
     }
 
-    fn hello_ok(env_key: &str, signature: &str) -> Value {
-        json!({"type":"hello_ok","agent":"voxa/t","mode":"hosted","tools":["list_dir"],"protocol":1,"envKey": env_key,"signature": signature})
+    fn identity_frame(env_key: &str, signature: &str) -> Value {
+        json!({"type":"identity","envKey": env_key,"signature": signature})
     }
 
     #[tokio::test]
-    async fn a_proven_environment_is_accepted_with_its_tools() {
+    async fn a_proven_environment_gets_the_bearer_and_is_accepted_with_its_tools() {
         let identity = Arc::new(Identity::generate().unwrap());
         let signer = identity.clone();
-        let tools = handshake_with(&identity, move |hello| {
-            assert_eq!(hello["role"], "host");
+        let (tools, sent) = handshake_with(&identity, move |hello| {
+            assert_eq!((hello["role"].as_str(), hello["protocol"].as_u64()), (Some("host"), Some(2)));
             assert_eq!(hello["envKey"], signer.env_key().as_str());
-            assert!(hello["bearer"].as_str().unwrap().starts_with("vbx_"));
+            assert!(hello.get("bearer").is_none(), "the hello carries no bearer: {hello}");
             let nonce = hello["nonce"].as_str().unwrap();
-            Some(hello_ok(&signer.env_key(), &signer.sign_nonce(nonce)))
+            Some(identity_frame(&signer.env_key(), &signer.sign_nonce(nonce)))
         })
-        .await
-        .unwrap();
-        assert_eq!(tools, ["list_dir"]);
+        .await;
+        assert_eq!(tools.unwrap(), ["list_dir"]);
+        assert_eq!(sent[1]["type"], "bearer");
+        assert!(sent[1]["bearer"].as_str().unwrap().starts_with("vbx_"));
     }
 
     #[tokio::test]
-    async fn answers_that_do_not_prove_the_key_are_an_identity_mismatch() {
+    async fn answers_that_do_not_prove_the_key_are_an_identity_mismatch_and_get_no_bearer() {
         let identity = Arc::new(Identity::generate().unwrap());
         let impostor = Arc::new(Identity::generate().unwrap());
         let key = identity.env_key();
         let cases: Vec<Answer> = vec![
             Box::new({
                 let key = key.clone();
-                move |_| Some(hello_ok(&key, &"0".repeat(128)))
+                move |_| Some(identity_frame(&key, &"0".repeat(128)))
             }),
             Box::new({
                 let impostor = impostor.clone();
-                move |hello| Some(hello_ok(&impostor.env_key(), &impostor.sign_nonce(hello["nonce"].as_str().unwrap())))
+                move |hello| {
+                    Some(identity_frame(&impostor.env_key(), &impostor.sign_nonce(hello["nonce"].as_str().unwrap())))
+                }
             }),
             Box::new({
                 let (key, identity) = (key.clone(), identity.clone());
-                move |_| Some(hello_ok(&key, &identity.sign_nonce(&"a".repeat(32))))
+                move |_| Some(identity_frame(&key, &identity.sign_nonce(&"a".repeat(32))))
             }),
-            Box::new({
-                let key = key.clone();
-                move |_| Some(json!({"type":"hello_ok","agent":"x","mode":"hosted","tools":[],"envKey": key}))
-            }),
+            Box::new(|_| Some(json!({"type":"hello_ok","agent":"x","mode":"hosted","tools":[]}))),
         ];
         for answer in cases {
-            let error = handshake_with(&identity, answer).await.unwrap_err();
-            assert_eq!(error.code, ErrorCode::EnvironmentIdentityMismatch);
+            let (outcome, sent) = handshake_with(&identity, answer).await;
+            assert_eq!(outcome.unwrap_err().code, ErrorCode::EnvironmentIdentityMismatch);
+            assert_eq!(sent.len(), 1, "only the hello was sent: {sent:?}");
+            assert!(!sent.iter().any(|frame| frame.to_string().contains("vbx_")), "{sent:?}");
         }
     }
 
@@ -923,10 +956,10 @@ mod tests {
     async fn refusals_of_the_environment_keep_their_code_and_never_echo() {
         let identity = Identity::generate().unwrap();
         for code in ["unknown-environment", "bearer-refused", "pairing-revoked"] {
-            let error =
+            let (outcome, _) =
                 handshake_with(&identity, move |_| Some(json!({"type":"error","code": code,"message":"vbx_echo"})))
-                    .await
-                    .unwrap_err();
+                    .await;
+            let error = outcome.unwrap_err();
             assert_eq!(error.code.as_str(), code);
             assert!(!error.message.contains("vbx_"), "{}", error.message);
         }
@@ -943,12 +976,13 @@ mod tests {
         drop(relay);
 
         let started = tokio::time::Instant::now();
-        let error = handshake_with(&identity, |_| None).await.unwrap_err();
+        let error = handshake_with(&identity, |_| None).await.0.unwrap_err();
         assert_eq!(error.code, ErrorCode::EnvironmentUnreachable);
         assert_eq!(started.elapsed(), ENV_HELLO_TIMEOUT);
 
         let error = handshake_with(&identity, |_| Some(json!({"type":"__peer","peer":"agent","state":"left"})))
             .await
+            .0
             .unwrap_err();
         assert_eq!(error.code, ErrorCode::EnvironmentUnreachable);
     }

@@ -105,15 +105,6 @@ pub fn is_valid_nonce(nonce: &str) -> bool {
     NONCE_HEX_LEN.contains(&nonce.len()) && is_lower_hex(nonce)
 }
 
-/// A fresh 128-bit nonce as 32 hex characters.
-pub fn new_nonce() -> Result<String> {
-    let mut bytes = [0u8; 16];
-    rand::rngs::OsRng
-        .try_fill_bytes(&mut bytes)
-        .map_err(|err| anyhow!("the OS random number generator failed: {err}"))?;
-    Ok(hex::encode(bytes))
-}
-
 /// Parses an envKey: 64 lowercase hex characters that encode a valid Ed25519 public key.
 pub fn parse_env_key(text: &str) -> Option<VerifyingKey> {
     if text.len() != ENV_KEY_HEX_LEN || !is_lower_hex(text) {
@@ -152,11 +143,11 @@ mod tests {
         assert!(parse_env_key(&first.env_key()).is_some());
         assert!(!format!("{first:?}").contains(&hex::encode(first.key.to_bytes())));
 
-        let nonce = new_nonce().unwrap();
+        let nonce = crate::protocol::new_nonce().unwrap();
         assert!(is_valid_nonce(&nonce));
         let signature = first.sign_nonce(&nonce);
         assert!(verify_nonce(&first.env_key(), &nonce, &signature));
-        assert!(!verify_nonce(&first.env_key(), &new_nonce().unwrap(), &signature));
+        assert!(!verify_nonce(&first.env_key(), &crate::protocol::new_nonce().unwrap(), &signature));
         let other = Identity::generate().unwrap();
         assert!(!verify_nonce(&other.env_key(), &nonce, &signature));
         assert!(!verify_nonce(&first.env_key(), &nonce, "00"));

@@ -124,12 +124,10 @@ impl Drop for CallGuard {
     }
 }
 
-/// The route for `/live` and `/config`; `None` for every other path. Without hosting `/live` does
-/// not exist. `/live` takes the proxy token when one is set, else the relay token, as `/ws` does.
+/// The route for `/live`; `None` for every other path. Without hosting `/live` does not exist. It
+/// takes the proxy token when one is set, else the relay token, as `/ws` does.
 pub(super) fn route(head: &RequestHead, hosting: Option<&Hosting>, relay_token: Option<&Secret>) -> Option<Route> {
     match head.path.as_str() {
-        "/config" if head.method == "GET" => Some(Route::Config { live: hosting.is_some() }),
-        "/config" => Some(Route::Refuse(super::METHOD_NOT_ALLOWED)),
         "/live" => Some(match hosting {
             None => Route::Refuse(NOT_FOUND),
             Some(hosting) => {
@@ -142,11 +140,6 @@ pub(super) fn route(head: &RequestHead, hosting: Option<&Hosting>, relay_token: 
         }),
         _ => None,
     }
-}
-
-/// `/config`: what the relay offers, without secrets.
-pub(super) fn config_body(live: bool) -> String {
-    serde_json::json!({ "version": crate::VERSION, "live": live }).to_string()
 }
 
 /// A code as the log names it: the first [`CODE_TAG_LEN`] hex characters of its SHA-256.

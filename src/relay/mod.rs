@@ -40,6 +40,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, warn, Instrument as _};
 
 use crate::net::http::{self, HeadError, RequestHead};
+use crate::net::web;
 use crate::protocol::{PeerRole, IDLE_TIMEOUT, MAX_FRAME_LEN, PING_INTERVAL, SEND_QUEUE_FRAMES};
 use crate::secret::{is_lower_hex, Secret, SECRET_HEX_LEN};
 
@@ -69,6 +70,7 @@ pub struct RelayConfig {
     /// Connections served at once; further ones are refused (`503` on plain HTTP).
     pub max_connections: usize,
     /// Host voice calls at `/live` (docs/PROTOCOL.md, "Hosted voice"); `/live` is 404 when `None`.
+    /// The web client's `GET /config` reports whether it is offered.
     pub live: Option<LiveConfig>,
 }
 
@@ -172,6 +174,7 @@ struct Shared {
     limits: Limits,
     tls: Option<tokio_rustls::TlsAcceptor>,
     hosting: Option<live::Hosting>,
+    offer: web::Offer,
 }
 
 /// Serves the relay on an already-bound listener until `shutdown` resolves, then closes every
@@ -187,6 +190,7 @@ pub async fn run(
         token: config.token,
         limits: config.limits,
         tls: config.tls.map(tokio_rustls::TlsAcceptor::from),
+        offer: web::Offer { live: config.live.is_some() },
         hosting: config.live.map(live::Hosting::new),
     });
     let cancel = CancellationToken::new();
@@ -314,12 +318,6 @@ where
         .unwrap_or_else(|| route(&head, shared.token.as_ref()));
     match route {
         Route::Health => http::respond(&mut stream, 200, "OK", "ok").await.context("answering /healthz"),
-        Route::Config { live } => {
-            let body = live::config_body(live);
-            http::respond_with(&mut stream, 200, "OK", &[("content-type", "application/json")], &body)
-                .await
-                .context("answering /config")
-        }
         Route::Live { code } => {
             let Some(hosting) = &shared.hosting else { return Ok(()) };
             tracing::Span::current().record("role", "live");
@@ -329,6 +327,10 @@ where
             live::serve(stream, leftover, member, &shared.limits, hosting, cancel).await;
             Ok(())
         }
+        Route::Web => match web::answer(&head, shared.offer) {
+            Some(response) => response.write(&mut stream).await.context("serving the web client"),
+            None => http::respond(&mut stream, 404, "Not Found", "not found").await.context("answering a request"),
+        },
         Route::Refuse(refusal) => {
             debug!(status = refusal.status, path = %printable_path(&head), "request refused");
             http::respond_with(&mut stream, refusal.status, refusal.reason, refusal.headers, refusal.body)
@@ -354,7 +356,7 @@ fn printable_path(head: &RequestHead) -> &'static str {
         "/ws" => "/ws",
         "/healthz" => "/healthz",
         "/live" => "/live",
-        "/config" => "/config",
+        path if web::is_web_path(path) => "<web client>",
         _ => "<other>",
     }
 }
@@ -370,10 +372,9 @@ fn role_name(role: PeerRole) -> &'static str {
 #[derive(Debug, PartialEq, Eq)]
 enum Route {
     Health,
-    /// `/config`: whether hosted voice is offered.
-    Config {
-        live: bool,
-    },
+    /// The web client's page, files and `/config` (never behind the relay token: a browser cannot
+    /// send one, and nothing served is secret).
+    Web,
     Join {
         role: PeerRole,
         code: u128,
@@ -418,6 +419,7 @@ fn route(head: &RequestHead, token: Option<&Secret>) -> Route {
     let role = match head.path.as_str() {
         "/healthz" if head.method == "GET" => return Route::Health,
         "/healthz" => return Route::Refuse(METHOD_NOT_ALLOWED),
+        path if web::is_web_path(path) => return Route::Web,
         "/agent" => PeerRole::Agent,
         "/ws" => PeerRole::Phone,
         _ => return Route::Refuse(NOT_FOUND),
@@ -493,6 +495,9 @@ mod tests {
         assert_eq!(route(&head("GET /healthz HTTP/1.1\r\n\r\n"), None), Route::Health);
         assert_eq!(route(&head("POST /healthz HTTP/1.1\r\n\r\n"), None), Route::Refuse(METHOD_NOT_ALLOWED));
         assert_eq!(route(&upgrade("/nope", ""), None), Route::Refuse(NOT_FOUND));
+        assert_eq!(route(&head("GET /?code=abc&token=def HTTP/1.1\r\n\r\n"), None), Route::Web);
+        assert_eq!(route(&head("GET /js/main.js HTTP/1.1\r\n\r\n"), None), Route::Web);
+        assert_eq!(route(&head("GET /config HTTP/1.1\r\n\r\n"), Some(&Secret::from_string("t".into()))), Route::Web);
         assert_eq!(route(&upgrade("/agent?code=XYZ", ""), None), Route::Refuse(BAD_CODE));
         assert_eq!(route(&upgrade("/agent", ""), None), Route::Refuse(BAD_CODE));
         let plain = head(&format!("GET /ws?code={CODE} HTTP/1.1\r\nHost: relay\r\n\r\n"));

@@ -16,10 +16,9 @@ use voxa::agent::LinkEvent;
 async fn loopback_hello_answers_hello_ok_and_status() {
     let agent = TestAgent::start(None).await;
     let mut client = connect(&agent.loopback_url()).await;
-    send(&mut client, json!({"type":"hello","token": agent.token(),"client":"test/1"})).await;
-    let ok = recv_type(&mut client, "hello_ok").await;
+    let ok = say_hello(&mut client, agent.token()).await;
     assert_eq!(ok["mode"], "hosted");
-    assert_eq!(ok["protocol"], 1);
+    assert_eq!(ok["protocol"], 2);
     assert!(ok["tools"].is_array());
     send(&mut client, json!({"type":"status"})).await;
     let status = recv_type(&mut client, "status").await;
@@ -30,28 +29,31 @@ async fn loopback_hello_answers_hello_ok_and_status() {
 }
 
 #[tokio::test]
-async fn loopback_bearer_header_authenticates_without_a_hello() {
+async fn loopback_bearer_header_is_refused_even_with_the_right_token() {
     let agent = TestAgent::start(None).await;
-    let options = voxa::net::dial::DialOptions {
-        bearer: Some(voxa::secret::Secret::from_string(agent.token().to_owned())),
-        ..Default::default()
-    };
-    let mut client = voxa::net::dial::connect(&agent.loopback_url(), &options).await.unwrap();
-    recv_type(&mut client, "hello_ok").await;
+    for token in [agent.token(), "ffffffffffffffffffffffffffffffff"] {
+        let options = voxa::net::dial::DialOptions {
+            bearer: Some(voxa::secret::Secret::from_string(token.to_owned())),
+            ..Default::default()
+        };
+        let err =
+            voxa::net::dial::connect(&agent.loopback_url(), &options).await.err().expect("refused before upgrade");
+        assert!(format!("{err:#}").contains("403"), "{err:#}");
+    }
 }
 
 #[tokio::test]
-async fn loopback_wrong_token_is_closed_1008_at_once() {
+async fn loopback_wrong_proof_or_raw_token_is_closed_1008_at_once() {
     let agent = TestAgent::start(None).await;
     let mut client = connect(&agent.loopback_url()).await;
-    send(&mut client, json!({"type":"hello","token":"00000000000000000000000000000000"})).await;
+    let challenge = recv_challenge(&mut client).await;
+    send(&mut client, hello_for("00000000000000000000000000000000", &challenge)).await;
     assert_eq!(recv_close(&mut client).await, (1008, "bearer-refused".into()));
 
-    let options = voxa::net::dial::DialOptions {
-        bearer: Some(voxa::secret::Secret::from_string("ffffffffffffffffffffffffffffffff".into())),
-        ..Default::default()
-    };
-    let mut client = voxa::net::dial::connect(&agent.loopback_url(), &options).await.unwrap();
+    // The protocol 1 hello, raw token and all, is refused even with the right token.
+    let mut client = connect(&agent.loopback_url()).await;
+    recv_challenge(&mut client).await;
+    send(&mut client, json!({"type":"hello","token": agent.token(),"client":"old/1"})).await;
     assert_eq!(recv_close(&mut client).await, (1008, "bearer-refused".into()));
 }
 
@@ -112,9 +114,7 @@ async fn phone_pairs_through_the_relay() {
     let relay = TestRelay::start().await;
     let agent = TestAgent::start(Some(relay.url())).await;
     let mut phone = phone_socket(&relay, agent.code()).await;
-    wait_agent_joined(&mut phone).await;
-    send(&mut phone, json!({"type":"hello","token": agent.token(),"client":"test-phone"})).await;
-    let ok = recv_type(&mut phone, "hello_ok").await;
+    let ok = say_hello(&mut phone, agent.token()).await;
     assert_eq!(ok["agent"], format!("voxa/{}", voxa::VERSION));
     eventually("phone present", || agent.agent.ctx.status.phone_present.load(Ordering::Relaxed)).await;
     send(&mut phone, json!({"type":"tool_call","id":"x1","name":"no_such_tool"})).await;
@@ -127,14 +127,14 @@ async fn wrong_token_through_the_relay_is_refused_and_nothing_runs() {
     let relay = TestRelay::start().await;
     let agent = TestAgent::start(Some(relay.url())).await;
     let mut phone = phone_socket(&relay, agent.code()).await;
-    wait_agent_joined(&mut phone).await;
+    let challenge = recv_challenge(&mut phone).await;
     // Before any hello, calls are ignored.
     send(&mut phone, json!({"type":"tool_call","id":"early","name":"list_dir"})).await;
-    send(&mut phone, json!({"type":"hello","token":"0123456789abcdef0123456789abcdef"})).await;
+    send(&mut phone, hello_for("0123456789abcdef0123456789abcdef", &challenge)).await;
     let refused = recv_json(&mut phone).await;
     assert_eq!(refused, json!({"type":"error","code":"bearer-refused"}));
     send(&mut phone, json!({"type":"tool_call","id":"late","name":"list_dir"})).await;
-    send(&mut phone, json!({"type":"hello","token": agent.token()})).await;
+    send(&mut phone, hello_for(agent.token(), &challenge)).await;
     assert_silent(&mut phone, Duration::from_millis(500)).await;
 
     // A new connection with the right token works.
@@ -148,10 +148,10 @@ async fn frames_before_the_hello_are_ignored() {
     let relay = TestRelay::start().await;
     let agent = TestAgent::start(Some(relay.url())).await;
     let mut phone = phone_socket(&relay, agent.code()).await;
-    wait_agent_joined(&mut phone).await;
+    let challenge = recv_challenge(&mut phone).await;
     send(&mut phone, json!({"type":"tool_call","id":"early","name":"no_such_tool"})).await;
     send(&mut phone, json!({"type":"status"})).await;
-    send(&mut phone, json!({"type":"hello","token": agent.token()})).await;
+    send(&mut phone, hello_for(agent.token(), &challenge)).await;
     // The first answer is the hello_ok: the early frames produced nothing.
     assert_eq!(recv_json(&mut phone).await["type"], "hello_ok");
 }
@@ -161,7 +161,7 @@ async fn phone_that_never_says_hello_is_told_so() {
     let relay = TestRelay::start().await;
     let agent = TestAgent::start(Some(relay.url())).await;
     let mut phone = phone_socket(&relay, agent.code()).await;
-    wait_agent_joined(&mut phone).await;
+    recv_challenge(&mut phone).await;
     let error = recv_json(&mut phone).await;
     assert_eq!(error["type"], "error");
     assert_eq!(error["code"], "unauthenticated-call");
@@ -187,26 +187,104 @@ async fn agent_is_back_after_the_relay_restarts_on_the_same_port() {
     assert_eq!(recv_result(&mut phone, "again").await["error"]["code"], "unknown-tool");
 }
 
+/// Dial timings for the replacement tests: quick retries, and an episode that lasts the test.
+fn slow_to_trust() -> voxa::agent::BackoffPolicy {
+    voxa::agent::BackoffPolicy { healthy_after: Duration::from_secs(60), ..fast_backoff() }
+}
+
 #[tokio::test]
-async fn a_second_agent_with_the_same_code_replaces_the_first_which_stops_dialing() {
+async fn a_replaced_agent_says_so_keeps_dialing_and_the_phone_reaches_it_again() {
     let relay = TestRelay::start().await;
-    let mut first = TestAgent::start(Some(relay.url())).await;
-    let mut phone = first.phone(&relay).await;
-    // A second agent with the same home secrets.
-    let second = TestAgent::start_with(Some(relay.url()), |options| {
-        options.secrets = first.secrets.clone();
-    })
+    let agent = TestAgent::start_with(Some(relay.url()), |options| options.backoff = slow_to_trust()).await;
+    let status = agent.agent.ctx.status.clone();
+    eventually("agent at the relay", || status.relay_connected.load(Ordering::Relaxed)).await;
+    // Someone holding the code takes the agent's place at the relay.
+    let mut impostor = connect(&format!("ws://{}/agent?code={}", relay.addr, agent.code())).await;
+    eventually("the agent noticed", || status.relay_replaced.load(Ordering::Relaxed)).await;
+    // The agent does not give up: it takes its code back (the impostor is replaced in turn) ...
+    assert_eq!(recv_close(&mut impostor).await, (4001, "replaced".into()));
+    eventually("agent back at the relay", || status.relay_connected.load(Ordering::Relaxed)).await;
+    // ... and says what happened to anyone who asks.
+    let mut local = agent.local_client().await;
+    send(&mut local, json!({"type":"status"})).await;
+    let shown = recv_type(&mut local, "status").await;
+    assert_eq!((shown["relay_replaced"].as_bool(), shown["relay_connected"].as_bool()), (Some(true), Some(true)));
+    // The phone reaches the real agent, which proves itself.
+    let mut phone = agent.phone(&relay).await;
+    send(&mut phone, json!({"type":"tool_call","id":"back","name":"no_such_tool"})).await;
+    assert_eq!(recv_result(&mut phone, "back").await["error"]["code"], "unknown-tool");
+}
+
+#[tokio::test]
+async fn an_impostor_agent_on_the_code_learns_no_token_and_the_phone_refuses_it() {
+    let relay = TestRelay::start().await;
+    // The laptop is offline; someone who learnt the code poses as it.
+    let home = tempfile::tempdir().unwrap();
+    let (secrets, _) = voxa::state::Home::at(home.path().join("voxa")).load_or_create_secrets().unwrap();
+    let token = secrets.auth_token.clone();
+    let mut impostor = connect(&format!("ws://{}/agent?code={}", relay.addr, secrets.relay_code.expose())).await;
+    let mut phone = phone_socket(&relay, secrets.relay_code.expose()).await;
+    let phone_side = tokio::spawn(async move {
+        let outcome = tokio::time::timeout(STEP, voxa::net::client::hello(&mut phone, &token, "test-phone")).await;
+        (outcome.expect("the phone decides in time"), phone)
+    });
+    // The impostor plays the agent as well as it can: challenge, then a hello_ok whose proof it
+    // has to make up (here with a token of its own).
+    recv_type(&mut impostor, "__peer").await;
+    send(&mut impostor, json!({"type":"challenge","protocol":2,"nonce":"0123456789abcdef0123456789abcdef"})).await;
+    let hello = recv_type(&mut impostor, "hello").await;
+    let guess = voxa::secret::Secret::from_string("ffffffffffffffffffffffffffffffff".into());
+    let proof =
+        voxa::protocol::agent_proof(&guess, "0123456789abcdef0123456789abcdef", hello["nonce"].as_str().unwrap());
+    send(
+        &mut impostor,
+        json!({"type":"hello_ok","protocol":2,"agent":"voxa/9","mode":"hosted","tools":["run_command"],"proof": proof}),
+    )
     .await;
-    eventually("second connected", || second.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
-    // The first hears it was replaced, and its link stops there: no fight over the code.
-    first.wait_event("replaced", |event| *event == LinkEvent::Replaced).await;
-    assert!(first.events.try_recv().is_err(), "the replaced link went on");
-    assert!(!first.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
-    assert!(second.agent.ctx.status.relay_connected.load(Ordering::Relaxed));
-    // The phone now talks to the second agent.
-    wait_agent_joined(&mut phone).await;
-    send(&mut phone, json!({"type":"hello","token": first.token()})).await;
-    recv_type(&mut phone, "hello_ok").await;
+    let (outcome, _phone) = phone_side.await.unwrap();
+    let err = outcome.expect_err("the phone refuses an agent that cannot prove the token");
+    assert!(err.downcast_ref::<voxa::net::client::NotYourLaptop>().is_some(), "{err:#}");
+    assert!(format!("{err:#}").contains("this is not your laptop"), "{err:#}");
+    // What the impostor collected: one hello, with no token in it, and nothing after it.
+    assert!(!hello.to_string().contains(secrets.auth_token.expose()), "the token crossed the relay: {hello}");
+    assert!(hello.get("token").is_none());
+    loop {
+        match next_frame(&mut impostor).await {
+            Some(tokio_tungstenite::tungstenite::Message::Text(text)) => {
+                let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(value["type"], "__peer", "the impostor received {value}");
+                if value["state"] == "left" {
+                    break;
+                }
+            }
+            None | Some(tokio_tungstenite::tungstenite::Message::Close(_)) => break,
+            Some(_) => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_hello_replayed_from_an_earlier_session_is_refused() {
+    let relay = TestRelay::start().await;
+    let agent = TestAgent::start(Some(relay.url())).await;
+    // A hello recorded from a session that worked (as the relay, or anyone on the path, sees it).
+    let mut first = phone_socket(&relay, agent.code()).await;
+    let challenge = recv_challenge(&mut first).await;
+    let recorded = hello_for(agent.token(), &challenge);
+    send(&mut first, recorded.clone()).await;
+    recv_type(&mut first, "hello_ok").await;
+    drop(first);
+    // Played again on a new session, it answers the wrong challenge.
+    let mut replay = phone_socket(&relay, agent.code()).await;
+    let fresh = recv_challenge(&mut replay).await;
+    assert_ne!(fresh, challenge, "every session has its own nonce");
+    send(&mut replay, recorded.clone()).await;
+    assert_eq!(recv_json(&mut replay).await, json!({"type":"error","code":"bearer-refused"}));
+    // The same on the loopback socket.
+    let mut local = connect(&agent.loopback_url()).await;
+    recv_challenge(&mut local).await;
+    send(&mut local, recorded).await;
+    assert_eq!(recv_close(&mut local).await, (1008, "bearer-refused".into()));
 }
 
 #[tokio::test]
@@ -224,8 +302,7 @@ async fn a_relay_that_stops_answering_is_noticed_and_redialed() {
     wait_agent_joined(&mut phone).await;
     let noticed_after = started.elapsed();
     assert!(noticed_after >= Duration::from_millis(800), "rejoined suspiciously early: {noticed_after:?}");
-    send(&mut phone, json!({"type":"hello","token": agent.token()})).await;
-    recv_type(&mut phone, "hello_ok").await;
+    say_hello(&mut phone, agent.token()).await;
     send(&mut phone, json!({"type":"tool_call","id":"h1","name":"no_such_tool"})).await;
     assert_eq!(recv_result(&mut phone, "h1").await["error"]["code"], "unknown-tool");
 }
@@ -336,14 +413,18 @@ async fn results_of_a_departed_phone_never_reach_the_next_one() {
     // though the call is still running and will finish.
     eventually("agent saw the phone leave", || !agent.agent.ctx.status.phone_present.load(Ordering::Relaxed)).await;
     let mut second = phone_socket(&relay, agent.code()).await;
-    // Until it says hello, the new phone hears only presence frames and no one else's results.
+    // Until it says hello, the new phone hears only presence frames, its own session's
+    // challenge, and no one else's results.
     let quiet_until = tokio::time::Instant::now() + Duration::from_millis(1500);
     while let Ok(Some(Ok(frame))) =
         tokio::time::timeout_at(quiet_until, futures_util::StreamExt::next(&mut second)).await
     {
         if let tokio_tungstenite::tungstenite::Message::Text(text) = frame {
             let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-            assert_eq!(value["type"], "__peer", "leaked to an unauthenticated phone: {value}");
+            assert!(
+                value["type"] == "__peer" || value["type"] == "challenge",
+                "leaked to an unauthenticated phone: {value}"
+            );
         }
     }
 }
@@ -383,9 +464,7 @@ async fn the_agent_dials_a_tls_relay_it_was_told_to_trust_and_refuses_one_it_was
     let phone_options = voxa::net::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
     let phone_url = format!("wss://localhost:{}/ws?code={}", relay.addr.port(), trusting.code());
     let mut phone = voxa::net::dial::connect(&phone_url, &phone_options).await.unwrap();
-    wait_agent_joined(&mut phone).await;
-    send(&mut phone, json!({"type":"hello","token": trusting.token()})).await;
-    recv_type(&mut phone, "hello_ok").await;
+    say_hello(&mut phone, trusting.token()).await;
 }
 
 #[tokio::test]
@@ -489,14 +568,92 @@ async fn a_late_arrival_of_the_agents_own_abandoned_dial_does_not_stop_it() {
     // sent while the stale socket held the code is lost; the next `joined` is the agent.)
     loop {
         let frame = recv_json(&mut phone).await;
-        if frame["type"] == "__peer" && frame["peer"] == "agent" && frame["state"] == "joined" {
-            send(&mut phone, json!({"type":"hello","token": agent.token()})).await;
+        if frame["type"] == "challenge" {
+            send(&mut phone, hello_for(agent.token(), frame["nonce"].as_str().unwrap())).await;
         }
         if frame["type"] == "hello_ok" {
             break;
         }
     }
     eventually("agent connected again", || agent.agent.ctx.status.relay_connected.load(Ordering::Relaxed)).await;
+}
+
+#[tokio::test]
+async fn a_frame_over_8_kib_before_the_hello_closes_the_loopback_socket_1009() {
+    let agent = TestAgent::start(None).await;
+    for size in [voxa::protocol::MAX_PREAUTH_LEN + 1024, 16 << 20] {
+        let mut client = connect(&agent.loopback_url()).await;
+        recv_challenge(&mut client).await;
+        // Sent from a task: the agent stops reading long before a large frame is through.
+        let (mut sink, mut stream) = futures_util::StreamExt::split(client);
+        let sending = tokio::spawn(async move {
+            let _ = sink.send(tokio_tungstenite::tungstenite::Message::binary(vec![0u8; size])).await;
+            sink
+        });
+        let closed = loop {
+            match tokio::time::timeout(STEP, futures_util::StreamExt::next(&mut stream)).await.expect("closed in time")
+            {
+                Some(Ok(tokio_tungstenite::tungstenite::Message::Close(frame))) => {
+                    break frame.map(|f| (u16::from(f.code), f.reason.to_string()))
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => break None,
+            }
+        };
+        assert_eq!(closed, Some((1009, "too much data before the hello".into())), "{size} bytes");
+        sending.abort();
+    }
+    // A hello within the limit is still welcome.
+    let mut client = agent.local_client().await;
+    send(&mut client, json!({"type":"tool_call","id":"ok","name":"no_such_tool"})).await;
+    assert_eq!(recv_result(&mut client, "ok").await["error"]["code"], "unknown-tool");
+}
+
+#[tokio::test]
+async fn idle_unauthenticated_sockets_are_capped_and_the_owner_still_gets_in() {
+    let agent = TestAgent::start(None).await;
+    let flood = voxa::agent::loopback::MAX_UNAUTHENTICATED * 3;
+    let mut idle = Vec::new();
+    for _ in 0..flood {
+        idle.push(TcpStream::connect(agent.agent.loopback).await.unwrap());
+    }
+    // The owner arrives last and is served at once.
+    let mut owner = agent.local_client().await;
+    send(&mut owner, json!({"type":"tool_call","id":"mine","name":"list_dir"})).await;
+    assert_eq!(recv_result(&mut owner, "mine").await["ok"], true);
+    // To make room, the oldest strangers were closed without a word (a timed-out request head
+    // would have been answered 408); at most the cap of them is still open.
+    let mut evicted = 0;
+    for mut socket in idle.drain(..flood - voxa::agent::loopback::MAX_UNAUTHENTICATED) {
+        let mut buf = [0u8; 64];
+        let read = tokio::time::timeout(STEP, socket.read(&mut buf)).await.expect("closed in time");
+        if matches!(read, Ok(0) | Err(_)) {
+            evicted += 1;
+        }
+    }
+    assert_eq!(evicted, flood - voxa::agent::loopback::MAX_UNAUTHENTICATED);
+}
+
+#[tokio::test]
+async fn the_loopback_socket_answers_only_to_a_loopback_host() {
+    let agent = TestAgent::start(None).await;
+    let port = agent.agent.loopback.port();
+    let upgrade = |host: String| async move {
+        let mut tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let request = format!(
+            "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        );
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut buf = vec![0u8; 512];
+        let n = tokio::time::timeout(STEP, tcp.read(&mut buf)).await.unwrap().unwrap();
+        String::from_utf8_lossy(&buf[..n]).lines().next().unwrap_or_default().to_owned()
+    };
+    // A page on a rebound name (evil.example resolving to 127.0.0.1) still says its own name.
+    assert!(upgrade(format!("evil.example:{port}")).await.contains("403"));
+    assert!(upgrade(format!("127.0.0.1.evil.example:{port}")).await.contains("403"));
+    for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}"), "localhost".to_owned()] {
+        assert!(upgrade(host.clone()).await.contains("101"), "{host}");
+    }
 }
 
 #[tokio::test]

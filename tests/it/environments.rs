@@ -81,10 +81,7 @@ impl Machine {
     /// The phone of this machine, through the relay, after its hello.
     async fn phone(&self, relay: &TestRelay) -> Phone {
         let mut socket = phone_socket(relay, self.secrets.relay_code.expose()).await;
-        wait_agent_joined(&mut socket).await;
-        send(&mut socket, json!({"type":"hello","token": self.secrets.auth_token.expose(),"client":"test-phone"}))
-            .await;
-        recv_type(&mut socket, "hello_ok").await;
+        say_hello(&mut socket, self.secrets.auth_token.expose()).await;
         Phone { socket, seen: String::new() }
     }
 
@@ -92,8 +89,7 @@ impl Machine {
     async fn local(&self) -> Phone {
         let agent = self.agent.as_ref().unwrap();
         let mut socket = connect(&format!("ws://{}/", agent.loopback)).await;
-        send(&mut socket, json!({"type":"hello","token": self.secrets.auth_token.expose()})).await;
-        recv_type(&mut socket, "hello_ok").await;
+        say_hello(&mut socket, self.secrets.auth_token.expose()).await;
         Phone { socket, seen: String::new() }
     }
 }
@@ -135,16 +131,21 @@ async fn wait_dialing(relay: &TestRelay, code: &Secret) {
 }
 
 /// Plays a host by hand: joins `code`, waits for the environment, sends the host hello.
-async fn host_hello(relay: &TestRelay, code: &Secret, env_key: &str, bearer: Option<&str>) -> (ClientSocket, String) {
+async fn host_hello(relay: &TestRelay, code: &Secret, env_key: &str) -> (ClientSocket, String) {
     let mut socket = phone_socket(relay, code.expose()).await;
     wait_agent_joined(&mut socket).await;
     let nonce = hex::encode(rand::random::<[u8; 16]>());
-    let mut hello = json!({"type":"hello","role":"host","envKey": env_key,"nonce": nonce});
-    if let Some(bearer) = bearer {
-        hello["bearer"] = json!(bearer);
-    }
-    send(&mut socket, hello).await;
+    send(&mut socket, json!({"type":"hello","protocol":2,"role":"host","envKey": env_key,"nonce": nonce})).await;
     (socket, nonce)
+}
+
+/// The rest of a host's part: checks the environment's signature over `nonce`, and only then
+/// presents `bearer`.
+async fn present_bearer(socket: &mut ClientSocket, env_key: &str, nonce: &str, bearer: &str) {
+    let identity = recv_type(socket, "identity").await;
+    assert_eq!(identity["envKey"], env_key);
+    assert!(voxa::environments::identity::verify_nonce(env_key, nonce, identity["signature"].as_str().unwrap()));
+    send(socket, json!({"type":"bearer","bearer": bearer})).await;
 }
 
 fn code_of(result: &Value) -> &str {
@@ -281,8 +282,7 @@ async fn unknown_environments_are_refused_by_the_host_and_by_the_environment() {
     // At the environment the envKey is checked before the bearer: a wrong key with a wrong
     // bearer is unknown-environment, not bearer-refused.
     drop(phone);
-    let (mut socket, _) =
-        host_hello(&relay, &issued.line.code, &stranger, Some("vbx_00000000000000000000000000000000")).await;
+    let (mut socket, _) = host_hello(&relay, &issued.line.code, &stranger).await;
     assert_eq!(recv_json(&mut socket).await, json!({"type":"error","code":"unknown-environment"}));
     drop(env);
 }
@@ -331,13 +331,14 @@ async fn a_wrong_bearer_is_refused_and_never_echoed() {
     phone.assert_never_saw(&[&forged, issued.line.bearer.expose(), issued.line.code.expose()]);
 
     drop(phone);
-    let (mut socket, _) = host_hello(&relay, &issued.line.code, &issued.line.env_key, Some(&forged)).await;
+    let (mut socket, nonce) = host_hello(&relay, &issued.line.code, &issued.line.env_key).await;
+    present_bearer(&mut socket, &issued.line.env_key, &nonce, &forged).await;
     let refusal = recv_json(&mut socket).await;
     assert_eq!(refusal, json!({"type":"error","code":"bearer-refused"}));
 }
 
 #[tokio::test]
-async fn a_host_that_stays_silent_is_told_unauthenticated_call() {
+async fn a_peer_that_does_not_complete_the_exchange_is_closed_executor_unauthenticated() {
     let relay = TestRelay::start().await;
     let mut env = Machine::new();
     let issued = env.issue(&relay.url());
@@ -345,11 +346,22 @@ async fn a_host_that_stays_silent_is_told_unauthenticated_call() {
     let mut socket = phone_socket(&relay, issued.line.code.expose()).await;
     wait_agent_joined(&mut socket).await;
     let started = Instant::now();
-    assert_eq!(recv_json(&mut socket).await["code"], "unauthenticated-call");
+    assert_eq!(recv_json(&mut socket).await["code"], "executor-unauthenticated");
     assert!(started.elapsed() >= Duration::from_secs(4), "refused too early: {:?}", started.elapsed());
-    // A hello without a bearer is no better than silence.
-    let (mut socket, _) = host_hello(&relay, &issued.line.code, &issued.line.env_key, None).await;
-    assert_eq!(recv_json(&mut socket).await["code"], "unauthenticated-call");
+    // The environment closed its side (1008) and dials again for the next host.
+    let left = recv_json(&mut socket).await;
+    assert_eq!((left["peer"].as_str(), left["state"].as_str()), (Some("agent"), Some("left")), "{left}");
+    wait_agent_joined(&mut socket).await;
+    drop(socket);
+    // A hello that is answered but never followed by a bearer is no better than silence.
+    let (mut socket, nonce) = host_hello(&relay, &issued.line.code, &issued.line.env_key).await;
+    let identity = recv_type(&mut socket, "identity").await;
+    assert!(voxa::environments::identity::verify_nonce(
+        &issued.line.env_key,
+        &nonce,
+        identity["signature"].as_str().unwrap()
+    ));
+    assert_eq!(recv_json(&mut socket).await["code"], "executor-unauthenticated");
 }
 
 #[tokio::test]
@@ -396,6 +408,7 @@ async fn an_impostor_holding_the_code_but_not_the_key_is_caught() {
             };
             assert_eq!(hello["role"], "host");
             assert_eq!(hello["envKey"], issued.line.env_key.as_str());
+            assert!(!hello.to_string().contains(issued.line.bearer.expose()), "the hello carries the bearer");
             let nonce = hello["nonce"].as_str().unwrap().to_owned();
             assert_eq!(nonce.len(), 32);
             // Round 0 claims the real key with a forged signature; round 1 signs with its own key.
@@ -404,8 +417,8 @@ async fn an_impostor_holding_the_code_but_not_the_key_is_caught() {
             } else {
                 (impostor_key.env_key(), impostor_key.sign_nonce(&nonce))
             };
-            send(&mut impostor, json!({"type":"hello_ok","agent":"voxa/0","mode":"hosted","tools":[],"protocol":1,"envKey": key,"signature": signature})).await;
-            // Nothing but the hello may reach an unproven environment.
+            send(&mut impostor, json!({"type":"identity","envKey": key,"signature": signature})).await;
+            // Nothing but the hello may reach an unproven environment: no bearer.
             loop {
                 match next_frame(&mut impostor).await {
                     Some(tokio_tungstenite::tungstenite::Message::Text(text)) => {
@@ -444,14 +457,9 @@ async fn revocation_closes_live_sessions_at_once_and_for_good() {
     assert!(succeeded(&phone.call("v1", "list_dir", json!({}), Some("devbox")).await));
 
     // A live session opened by hand, then revoked while it is open.
-    let (mut session, nonce) =
-        host_hello(&relay, &for_hand.line.code, &for_hand.line.env_key, Some(for_hand.line.bearer.expose())).await;
-    let ok = recv_type(&mut session, "hello_ok").await;
-    assert!(voxa::environments::identity::verify_nonce(
-        &for_hand.line.env_key,
-        &nonce,
-        ok["signature"].as_str().unwrap()
-    ));
+    let (mut session, nonce) = host_hello(&relay, &for_hand.line.code, &for_hand.line.env_key).await;
+    present_bearer(&mut session, &for_hand.line.env_key, &nonce, for_hand.line.bearer.expose()).await;
+    recv_type(&mut session, "hello_ok").await;
     let started = Instant::now();
     assert_eq!(env.revoke(&for_hand.pairing).pairings, vec![for_hand.pairing.clone()]);
     assert_eq!(recv_json(&mut session).await, json!({"type":"error","code":"pairing-revoked"}));
@@ -465,8 +473,8 @@ async fn revocation_closes_live_sessions_at_once_and_for_good() {
     let mut later = phone_socket(&relay, for_hand.line.code.expose()).await;
     assert_silent(&mut later, Duration::from_millis(700)).await;
     // The revoked bearer is refused as revoked wherever it is presented, before the right one.
-    let (mut socket, _) =
-        host_hello(&relay, &spare.line.code, &spare.line.env_key, Some(for_hand.line.bearer.expose())).await;
+    let (mut socket, nonce) = host_hello(&relay, &spare.line.code, &spare.line.env_key).await;
+    present_bearer(&mut socket, &spare.line.env_key, &nonce, for_hand.line.bearer.expose()).await;
     assert_eq!(recv_json(&mut socket).await, json!({"type":"error","code":"pairing-revoked"}));
 
     // Revoking the host's pairing ends its pooled session; the host remembers, so later calls
@@ -504,8 +512,8 @@ async fn pairings_issued_while_running_are_dialed_without_a_restart() {
     env.start(&relay).await;
     let issued = env.issue(&relay.url());
     wait_dialing(&relay, &issued.line.code).await;
-    let (mut socket, _) =
-        host_hello(&relay, &issued.line.code, &issued.line.env_key, Some(issued.line.bearer.expose())).await;
+    let (mut socket, nonce) = host_hello(&relay, &issued.line.code, &issued.line.env_key).await;
+    present_bearer(&mut socket, &issued.line.env_key, &nonce, issued.line.bearer.expose()).await;
     let ok = recv_type(&mut socket, "hello_ok").await;
     assert_eq!(ok["envKey"], issued.line.env_key.as_str());
     assert!(!ok.to_string().contains("vbx_"));
@@ -623,6 +631,18 @@ async fn the_env_commands_work_as_a_user_runs_them() {
     let out = voxa(&env_home, &["env", "issue", "--relay", &relay]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("chmod 600"));
+}
+
+#[tokio::test]
+async fn a_pairing_dialer_replaced_on_its_code_keeps_dialing_and_the_host_gets_through() {
+    let (relay, _env, host, issued) = paired().await;
+    // Someone holding the pairing's code takes the environment's place at the relay ...
+    let mut impostor = connect(&format!("ws://{}/agent?code={}", relay.addr, issued.line.code.expose())).await;
+    // ... and the environment takes it back instead of giving up for good.
+    assert_eq!(recv_close(&mut impostor).await, (4001, "replaced".into()));
+    let mut phone = host.phone(&relay).await;
+    let result = phone.call("back", "list_dir", json!({}), Some("devbox")).await;
+    assert!(succeeded(&result), "{result}");
 }
 
 #[tokio::test]

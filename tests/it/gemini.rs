@@ -231,8 +231,7 @@ async fn a_call_bridges_audio_transcripts_turns_and_tool_calls() {
     let agent = self_hosted_agent(&fake, KEY).await;
 
     let mut hello = connect(&agent.loopback_url()).await;
-    send(&mut hello, json!({"type":"hello","token": agent.token()})).await;
-    assert_eq!(recv_type(&mut hello, "hello_ok").await["mode"], "self-hosted");
+    assert_eq!(say_hello(&mut hello, agent.token()).await["mode"], "self-hosted");
 
     let mut phone = Phone::join(&agent).await;
     phone.send(json!({"type":"call_start"})).await;

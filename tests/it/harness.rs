@@ -151,8 +151,7 @@ impl TestAgent {
     /// A local client that has completed the hello.
     pub async fn local_client(&self) -> ClientSocket {
         let mut socket = connect(&self.loopback_url()).await;
-        send(&mut socket, json!({"type":"hello","token": self.token(),"client":"test"})).await;
-        let ok = recv_type(&mut socket, "hello_ok").await;
+        let ok = say_hello(&mut socket, self.token()).await;
         assert_eq!(ok["agent"], format!("voxa/{}", voxa::VERSION));
         socket
     }
@@ -160,11 +159,35 @@ impl TestAgent {
     /// A phone through `relay` that has seen the agent and completed the hello.
     pub async fn phone(&self, relay: &TestRelay) -> ClientSocket {
         let mut socket = phone_socket(relay, self.code()).await;
-        wait_agent_joined(&mut socket).await;
-        send(&mut socket, json!({"type":"hello","token": self.token(),"client":"test-phone"})).await;
-        recv_type(&mut socket, "hello_ok").await;
+        say_hello(&mut socket, self.token()).await;
         socket
     }
+}
+
+/// The session start every client does: answers the agent's challenge with a proof of `token`
+/// and checks the agent's proof in `hello_ok` (returned) before anything else is sent.
+pub async fn say_hello(socket: &mut ClientSocket, token: &str) -> Value {
+    let token = voxa::secret::Secret::from_string(token.to_owned());
+    let ok = tokio::time::timeout(STEP, voxa::net::client::hello(socket, &token, "voxa-tests/1"))
+        .await
+        .expect("hello_ok in time")
+        .expect("the agent accepts the hello and proves itself");
+    serde_json::to_value(ok).unwrap()
+}
+
+/// Waits for the agent's `challenge` (skipping relay notices) and returns its nonce.
+pub async fn recv_challenge(socket: &mut ClientSocket) -> String {
+    let challenge = recv_type(socket, "challenge").await;
+    assert_eq!(challenge["protocol"], 2);
+    challenge["nonce"].as_str().unwrap().to_owned()
+}
+
+/// A protocol-2 hello answering `challenge`, proving `token` (a wrong token makes a wrong proof).
+pub fn hello_for(token: &str, challenge: &str) -> Value {
+    let nonce = voxa::protocol::new_nonce().unwrap();
+    let token = voxa::secret::Secret::from_string(token.to_owned());
+    let proof = voxa::protocol::client_proof(&token, challenge, &nonce);
+    json!({"type":"hello","protocol":2,"nonce": nonce,"proof": proof,"client":"voxa-tests/1"})
 }
 
 /// Opens a WebSocket.
@@ -341,9 +364,7 @@ impl TestAgent {
         let options = DialOptions::default().trust_pem_file(ca).unwrap();
         let url = format!("wss://localhost:{}/ws?code={}", relay.addr.port(), self.code());
         let mut socket = tokio::time::timeout(STEP, voxa::net::dial::connect(&url, &options)).await.unwrap().unwrap();
-        wait_agent_joined(&mut socket).await;
-        send(&mut socket, json!({"type":"hello","token": self.token()})).await;
-        recv_type(&mut socket, "hello_ok").await;
+        say_hello(&mut socket, self.token()).await;
         socket
     }
 }

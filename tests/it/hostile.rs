@@ -16,7 +16,8 @@ use tokio::io::{AsyncRead, ReadBuf};
 use tokio_tungstenite::tungstenite::Message;
 use voxa::net::http::{self, HeadError, RequestHead};
 use voxa::protocol::{
-    self, AgentMessage, ClientMessage, ErrorCode, Hello, HelloOk, PeerNotice, ToolCall, ToolError, ToolResult,
+    self, AgentMessage, BearerFrame, ClientMessage, ErrorCode, Hello, HelloOk, PeerNotice, ToolCall, ToolError,
+    ToolResult,
 };
 
 use crate::harness::*;
@@ -52,15 +53,20 @@ fn tool_name() -> impl Strategy<Value = String> {
 }
 
 fn client_message() -> impl Strategy<Value = ClientMessage> {
-    let hello = (opt_string(), opt_string(), opt_string(), opt_string(), opt_string(), opt_string()).prop_map(
-        |(token, client, role, env_key, bearer, nonce)| {
-            ClientMessage::Hello(Hello { token, client, role, env_key, bearer, nonce })
-        },
-    );
+    let hello = (
+        proptest::option::of(any::<u32>()),
+        (opt_string(), opt_string(), opt_string()),
+        (opt_string(), opt_string(), opt_string()),
+    )
+        .prop_map(|(protocol, (token, proof, client), (role, env_key, nonce))| {
+            ClientMessage::Hello(Hello { protocol, token, proof, client, role, env_key, nonce })
+        });
+    let bearer = any::<String>().prop_map(|bearer| ClientMessage::Bearer(BearerFrame { bearer }));
     let call = (any::<String>(), tool_name(), json_value(), opt_string())
         .prop_map(|(id, name, args, env)| ClientMessage::ToolCall(ToolCall { id, name, args, env, caller: None }));
     prop_oneof![
         hello,
+        bearer,
         call,
         any::<String>().prop_map(|id| ClientMessage::Cancel { id }),
         Just(ClientMessage::Status),
@@ -92,14 +98,17 @@ fn agent_message() -> impl Strategy<Value = AgentMessage> {
             })
         },
     );
-    let hello_ok = (any::<String>(), vec(any::<String>(), 0..8), any::<u32>(), opt_string()).prop_map(
-        |(agent, tools, protocol, env_key)| {
-            AgentMessage::HelloOk(HelloOk { agent, mode: "hosted".into(), tools, protocol, env_key, signature: None })
+    let hello_ok = (any::<String>(), vec(any::<String>(), 0..8), any::<u32>(), opt_string(), opt_string()).prop_map(
+        |(agent, tools, protocol, proof, env_key)| {
+            AgentMessage::HelloOk(HelloOk { agent, mode: "hosted".into(), tools, protocol, proof, env_key, host: None })
         },
     );
     prop_oneof![
         tool_result,
         hello_ok,
+        (any::<u32>(), any::<String>()).prop_map(|(protocol, nonce)| AgentMessage::Challenge { protocol, nonce }),
+        (any::<String>(), any::<String>())
+            .prop_map(|(env_key, signature)| AgentMessage::Identity { env_key, signature }),
         (error_code(), opt_string()).prop_map(|(code, message)| AgentMessage::Error { code, message }),
         (any::<String>(), any::<String>(), opt_string()).prop_map(|(id, chunk, env)| AgentMessage::ToolProgress {
             id,
@@ -583,7 +592,7 @@ impl Expected {
             Ok(
                 ClientMessage::CallStart | ClientMessage::CallEnd | ClientMessage::Say { .. } | ClientMessage::AudioEnd,
             ) => self.call_errors += 1,
-            Ok(ClientMessage::Hello(_) | ClientMessage::Cancel { .. }) => {}
+            Ok(ClientMessage::Hello(_) | ClientMessage::Bearer(_) | ClientMessage::Cancel { .. }) => {}
         }
     }
 }

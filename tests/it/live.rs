@@ -37,10 +37,19 @@ async fn live_phone(relay: &TestRelay, agent: &TestAgent) -> (Phone, Value) {
 async fn live_phone_with(relay: &TestRelay, agent: &TestAgent, options: DialOptions) -> (Phone, Value) {
     let url = format!("ws://{}/live?code={}", relay.addr, agent.code());
     let mut socket = tokio::time::timeout(STEP, voxa::net::dial::connect(&url, &options)).await.unwrap().unwrap();
-    wait_agent_joined(&mut socket).await;
-    send(&mut socket, json!({"type":"hello","token": agent.token(),"client":"test-phone"})).await;
-    let hello_ok = recv_type(&mut socket, "hello_ok").await;
+    // The agent's proof in hello_ok checks out: the relay passed challenge, hello and hello_ok on unchanged.
+    let hello_ok = say_hello(&mut socket, agent.token()).await;
     (Phone::over(socket), hello_ok)
+}
+
+/// The next `error` frame, skipping relay notices.
+async fn recv_type_or_error(socket: &mut voxa::net::dial::ClientSocket) -> Value {
+    loop {
+        let value = recv_json(socket).await;
+        if value["type"] == "error" {
+            return value;
+        }
+    }
 }
 
 /// Starts a hosted call; returns Gemini's connection number and its setup.
@@ -248,8 +257,9 @@ async fn a_call_needs_the_agents_hello_ok_first() {
     let agent = hosted_agent(&relay).await;
     let url = format!("ws://{}/live?code={}", relay.addr, agent.code());
     let mut socket = connect(&url).await;
-    wait_agent_joined(&mut socket).await;
-    send(&mut socket, json!({"type":"hello","token":"0".repeat(32),"client":"guess"})).await;
+    let challenge = recv_challenge(&mut socket).await;
+    send(&mut socket, hello_for(&"0".repeat(32), &challenge)).await;
+    assert_eq!(recv_type_or_error(&mut socket).await["code"], "bearer-refused");
     send(&mut socket, json!({"type":"call_start"})).await;
     let mut phone = Phone::over(socket);
     let refused = phone.expect("call_error").await;

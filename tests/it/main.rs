@@ -2,6 +2,7 @@
 //! a script would drive them.
 
 mod agent;
+mod browser;
 mod cli;
 mod environments;
 mod fake_gemini;
@@ -15,3 +16,4 @@ mod relay;
 mod run;
 mod support;
 mod tools;
+mod web;

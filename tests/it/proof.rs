@@ -345,13 +345,11 @@ fn secrets_stay_out_of_every_log_status_error_and_file() {
         // A phone through the relay: a wrong token, then the right one.
         let phone_url = format!("ws://127.0.0.1:{}/ws?code={}", relay.port, pair.code);
         let mut wrong = connect(&phone_url).await;
-        wait_agent_joined(&mut wrong).await;
-        send(&mut wrong, json!({"type":"hello","token": wrong_token})).await;
+        let challenge = recv_challenge(&mut wrong).await;
+        send(&mut wrong, hello_for(wrong_token, &challenge)).await;
         assert_eq!(recv_json(&mut wrong).await, json!({"type":"error","code":"bearer-refused"}));
         let mut phone = connect(&phone_url).await;
-        wait_agent_joined(&mut phone).await;
-        send(&mut phone, json!({"type":"hello","token": pair.token})).await;
-        recv_type(&mut phone, "hello_ok").await;
+        say_hello(&mut phone, &pair.token).await;
         send(&mut phone, json!({"type":"tool_call","id":"p1","name":"list_dir"})).await;
         assert_eq!(recv_result(&mut phone, "p1").await["ok"], true);
         // A self-hosted voice call: the laptop opens Gemini Live with the key in a header.
@@ -365,14 +363,18 @@ fn secrets_stay_out_of_every_log_status_error_and_file() {
         send(&mut phone, json!({"type":"call_end"})).await;
         recv_type(&mut phone, "call_ended").await;
 
-        // Local clients: wrong and right hellos in-band, where the token travels in a frame.
+        // Local clients: a wrong proof, a raw token (refused whatever its value), then the right proof.
         let url = format!("ws://127.0.0.1:{}/", run.port);
         let mut wrong = connect(&url).await;
-        send(&mut wrong, json!({"type":"hello","token": wrong_token})).await;
+        let challenge = recv_challenge(&mut wrong).await;
+        send(&mut wrong, hello_for(wrong_token, &challenge)).await;
         assert_eq!(recv_close(&mut wrong).await, (1008, "bearer-refused".into()));
+        let mut raw = connect(&url).await;
+        recv_challenge(&mut raw).await;
+        send(&mut raw, json!({"type":"hello","token": pair.token})).await;
+        assert_eq!(recv_close(&mut raw).await, (1008, "bearer-refused".into()));
         let mut right = connect(&url).await;
-        send(&mut right, json!({"type":"hello","token": pair.token})).await;
-        recv_type(&mut right, "hello_ok").await;
+        say_hello(&mut right, &pair.token).await;
         send(&mut right, json!({"type":"status"})).await;
         let status = recv_type(&mut right, "status").await;
         outputs.push(("status frame".into(), status.to_string()));
@@ -501,8 +503,8 @@ fn agent_and_relay_trace_output_never_hold_a_secret() {
         // Through the relay (its logs are captured too): a wrong hello, then the right one, and
         // the same malformed hello the loopback gets below.
         let mut phone = phone_socket(&relay, agent.code()).await;
-        wait_agent_joined(&mut phone).await;
-        send(&mut phone, json!({"type":"hello","token": wrong_token})).await;
+        let challenge = recv_challenge(&mut phone).await;
+        send(&mut phone, hello_for(wrong_token, &challenge)).await;
         assert_eq!(recv_json(&mut phone).await, json!({"type":"error","code":"bearer-refused"}));
         let mut phone = agent.phone(&relay).await;
         send(&mut phone, json!({"type":"hello","token": agent.token(),"client": 5})).await;
@@ -512,7 +514,8 @@ fn agent_and_relay_trace_output_never_hold_a_secret() {
         drop(phone);
 
         let mut wrong = connect(&agent.loopback_url()).await;
-        send(&mut wrong, json!({"type":"hello","token": wrong_token, "client":"t"})).await;
+        let challenge = recv_challenge(&mut wrong).await;
+        send(&mut wrong, hello_for(wrong_token, &challenge)).await;
         assert_eq!(recv_close(&mut wrong).await, (1008, "bearer-refused".into()));
         // A malformed hello carrying the real token, before and after authentication: a log line
         // that echoed the frame would leak it.
@@ -543,6 +546,17 @@ async fn recv_error(socket: &mut ClientSocket) -> Value {
         if value["type"] == "error" {
             return value;
         }
+    }
+}
+
+/// The nonce of the agent's challenge, or what came instead.
+async fn read_challenge(socket: &mut ClientSocket) -> Result<String, String> {
+    match socket.next().await {
+        Some(Ok(Message::Text(text))) => {
+            let value: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+            value["nonce"].as_str().map(str::to_owned).ok_or_else(|| format!("not a challenge: {value}"))
+        }
+        other => Err(format!("{other:?}")),
     }
 }
 
@@ -590,8 +604,9 @@ fn a_storm_of_wrong_tokens_is_refused_while_the_owner_is_served() {
                     let outcome = tokio::time::timeout(STEP, async {
                         let mut socket =
                             voxa::net::dial::connect(&url, &Default::default()).await.map_err(|e| format!("{e:#}"))?;
+                        let challenge = read_challenge(&mut socket).await?;
                         let token = format!("{:032x}", rand::rng().random::<u128>());
-                        let hello = json!({"type":"hello","token":token}).to_string();
+                        let hello = hello_for(&token, &challenge).to_string();
                         socket.send(Message::text(hello)).await.map_err(|e| e.to_string())?;
                         read_close(&mut socket).await
                     })
@@ -607,8 +622,7 @@ fn a_storm_of_wrong_tokens_is_refused_while_the_owner_is_served() {
         }
         // The owner keeps asking for status throughout the storm.
         let mut owner = connect(&url).await;
-        send(&mut owner, json!({"type":"hello","token": pair.token})).await;
-        recv_type(&mut owner, "hello_ok").await;
+        say_hello(&mut owner, &pair.token).await;
         let mut latencies = Vec::new();
         while !attackers.is_empty() {
             let asked = Instant::now();
@@ -747,9 +761,7 @@ fn holdings(relay: &RunningVoxa) -> Holdings {
 /// A phone at the relay on `port` for `code`, authenticated.
 async fn phone_at(port: u16, code: &str, token: &str) -> ClientSocket {
     let mut phone = connect(&format!("ws://127.0.0.1:{port}/ws?code={code}")).await;
-    wait_agent_joined(&mut phone).await;
-    send(&mut phone, json!({"type":"hello","token": token})).await;
-    recv_type(&mut phone, "hello_ok").await;
+    say_hello(&mut phone, token).await;
     phone
 }
 
@@ -1059,9 +1071,9 @@ async fn a_storm_of_wrong_phones_through_the_relay_runs_nothing() {
     // One at a time, every wrong phone meets the agent and is refused.
     for _ in 0..SEQUENTIAL {
         let mut socket = connect(&phone_url).await;
-        wait_agent_joined(&mut socket).await;
+        let challenge = recv_challenge(&mut socket).await;
         let token = format!("{:032x}", rand::rng().random::<u128>());
-        send(&mut socket, json!({"type":"hello","token":token})).await;
+        send(&mut socket, hello_for(&token, &challenge)).await;
         send(
             &mut socket,
             json!({"type":"tool_call","id":"x","name":"write_file","args":{"path":"pwned","content":"x"}}),
@@ -1081,8 +1093,10 @@ async fn a_storm_of_wrong_phones_through_the_relay_runs_nothing() {
             while next.fetch_add(1, Ordering::Relaxed) < ATTEMPTS {
                 let mut socket = connect(&phone_url).await;
                 let token = format!("{:032x}", rand::rng().random::<u128>());
-                // The code is known, the token guessed; a call rides right behind the hello.
-                let _ = socket.send(Message::text(json!({"type":"hello","token":token}).to_string())).await;
+                // The code is known, the token guessed; the hello answers no challenge it saw
+                // (a guess can't do better), and a call rides right behind it.
+                let guessed = voxa::protocol::new_nonce().unwrap();
+                let _ = socket.send(Message::text(hello_for(&token, &guessed).to_string())).await;
                 let call =
                     json!({"type":"tool_call","id":"x","name":"write_file","args":{"path":"pwned","content":"x"}});
                 let _ = socket.send(Message::text(call.to_string())).await;
@@ -1092,7 +1106,7 @@ async fn a_storm_of_wrong_phones_through_the_relay_runs_nothing() {
                         Ok(Some(Ok(Message::Text(text)))) => {
                             let value: Value = serde_json::from_str(&text).unwrap();
                             match value["type"].as_str() {
-                                Some("__peer") => continue,
+                                Some("__peer" | "challenge") => continue,
                                 Some("error") => break format!("error {}", value["code"]),
                                 _ => break format!("UNEXPECTED {value}"),
                             }

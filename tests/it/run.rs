@@ -7,10 +7,18 @@ use crate::support::{voxa, voxa_cmd, RunningVoxa};
 
 /// `voxa run --json` in a fresh home and workspace, waited on until it printed `started`.
 fn start_run(extra: &[&str]) -> (RunningVoxa, std::path::PathBuf, (tempfile::TempDir, tempfile::TempDir)) {
+    start_run_with_env(extra, &[])
+}
+
+/// The same with extra environment variables (`DISPLAY` for screenshots, `PATH`).
+pub(crate) fn start_run_with_env(
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (RunningVoxa, std::path::PathBuf, (tempfile::TempDir, tempfile::TempDir)) {
     let (dir, home) = fresh_home();
     let workspace = tempfile::tempdir().unwrap();
     let mut cmd = voxa_cmd(&home);
-    cmd.args(["run", "--json", "--workspace"]).arg(workspace.path()).args(extra);
+    cmd.args(["run", "--json", "--workspace"]).arg(workspace.path()).args(extra).envs(env.iter().copied());
     (RunningVoxa::start(cmd), home, (dir, workspace))
 }
 
@@ -39,9 +47,7 @@ async fn embedded_relay_run_serves_a_phone_and_stops_cleanly_on_sigterm() {
 
     let (code, token) = (query(&pairing, "code"), query(&pairing, "token"));
     let mut phone = connect(&format!("ws://{relay}/ws?code={code}")).await;
-    wait_agent_joined(&mut phone).await;
-    send(&mut phone, json!({"type":"hello","token": token,"client":"test"})).await;
-    recv_type(&mut phone, "hello_ok").await;
+    say_hello(&mut phone, &token).await;
     send(&mut phone, json!({"type":"tool_call","id":"e1","name":"no_such_tool"})).await;
     assert_eq!(recv_result(&mut phone, "e1").await["error"]["code"], "unknown-tool");
 
@@ -102,6 +108,7 @@ async fn call_exit_status_tells_results_from_errors_and_refusals() {
     assert!(voxa(&other, &["pair", "--json", "--relay", "http://127.0.0.1:1"]).status.success());
     let agent_json = json!({"pid": run.child.id(), "port": port, "version": voxa::VERSION});
     std::fs::write(other.join("agent.json"), agent_json.to_string()).unwrap();
+    let _held = voxa::state::Home::at(&other).lock_agent().unwrap();
     let refused = voxa(&other, &["call", "list_dir"]);
     assert_eq!(refused.status.code(), Some(4), "{}", String::from_utf8_lossy(&refused.stderr));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("bearer-refused"));
@@ -121,4 +128,164 @@ fn plain_http_relay_to_a_public_host_is_refused_before_dialing() {
     let out = voxa(&home, &["run", "--relay", "http://example.com"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("https://"));
+}
+
+/// A paired home that no agent runs for, and its auth token.
+fn paired_home() -> (tempfile::TempDir, std::path::PathBuf, String) {
+    let (dir, home) = fresh_home();
+    assert!(voxa(&home, &["pair", "--json", "--relay", "http://127.0.0.1:1"]).status.success());
+    let token = std::fs::read_to_string(home.join("auth_token")).unwrap().trim().to_owned();
+    (dir, home, token)
+}
+
+#[test]
+fn a_stale_agent_json_sends_no_client_to_whoever_listens_on_its_port() {
+    let (_dir, home, _) = paired_home();
+    // The agent died without cleaning up; another local process now holds its port, and the
+    // recorded pid is alive (here: this test).
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = squatter.local_addr().unwrap().port();
+    let agent_json = json!({"pid": std::process::id(), "port": port, "version": voxa::VERSION});
+    std::fs::write(home.join("agent.json"), agent_json.to_string()).unwrap();
+
+    let status = voxa(&home, &["status", "--json"]);
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    let shown: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert!(shown["agent"].is_null(), "no agent holds the home's lock, so none runs: {shown}");
+    let call = voxa(&home, &["call", "list_dir"]);
+    assert_eq!(call.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&call.stderr).contains("voxa run"));
+    // Neither even connected: nothing waits in the squatter's backlog.
+    squatter.set_nonblocking(true).unwrap();
+    let knocked = squatter.accept().map(|(_, peer)| peer).map_err(|err| err.kind());
+    assert_eq!(knocked, Err(std::io::ErrorKind::WouldBlock), "a client connected to the squatter");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_impostor_holding_the_port_learns_nothing_from_status_or_call() {
+    use std::sync::{Arc, Mutex};
+    let (_dir, home, token) = paired_home();
+    // Worst case: the impostor even holds the agent lock, and plays protocol 2 as well as it can
+    // without the token.
+    let _held = voxa::state::Home::at(&home).lock_agent().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let sessions: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
+    let recorded = sessions.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let recorded = recorded.clone();
+            tokio::spawn(async move {
+                use futures_util::{SinkExt, StreamExt};
+                use tokio_tungstenite::tungstenite::Message;
+                let Ok(mut socket) = tokio_tungstenite::accept_async(tcp).await else { return };
+                let challenge = "00000000000000000000000000000000";
+                let _ = socket
+                    .send(Message::text(json!({"type":"challenge","protocol":2,"nonce": challenge}).to_string()))
+                    .await;
+                let mut frames = Vec::new();
+                while let Some(Ok(frame)) = socket.next().await {
+                    let Message::Text(text) = frame else { continue };
+                    let value: Value = serde_json::from_str(&text).unwrap_or_default();
+                    if value["type"] == "hello" {
+                        let ok = json!({"type":"hello_ok","protocol":2,"agent":"voxa/0","mode":"hosted","tools":[],"proof":"ab".repeat(32)});
+                        let _ = socket.send(Message::text(ok.to_string())).await;
+                    }
+                    frames.push(text.to_string());
+                }
+                recorded.lock().unwrap().push(frames);
+            });
+        }
+    });
+    let agent_json = json!({"pid": std::process::id(), "port": port, "version": voxa::VERSION});
+    std::fs::write(home.join("agent.json"), agent_json.to_string()).unwrap();
+
+    let (status, call) = tokio::task::spawn_blocking({
+        let home = home.clone();
+        move || (voxa(&home, &["status", "--json"]), voxa(&home, &["call", "run_command", "command=id"]))
+    })
+    .await
+    .unwrap();
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    let shown: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert!(shown["agent"]["error"].as_str().unwrap().contains("this is not your laptop"), "{shown}");
+    assert!(shown["agent"]["mode"].is_null(), "{shown}");
+    assert_eq!(call.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&call.stderr).contains("this is not your laptop"));
+
+    eventually("both clients to leave the impostor", || sessions.lock().unwrap().len() == 2).await;
+    for frames in sessions.lock().unwrap().iter() {
+        assert_eq!(frames.len(), 1, "only the hello reached the impostor: {frames:?}");
+        let hello: Value = serde_json::from_str(&frames[0]).unwrap();
+        assert_eq!(hello["type"], "hello");
+        assert!(!frames[0].contains(&token), "the token reached the impostor");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_agent_warns_once_per_episode_and_keeps_its_code() {
+    let (mut run, home, _dirs) = start_run(&["--embedded-relay"]);
+    let relay = run.wait_event("embedded_relay")["listen"].as_str().unwrap().to_owned();
+    let code = query(run.wait_event("pairing")["url"].as_str().unwrap(), "code");
+    run.wait_event("relay_connected");
+    // Another agent with the code takes it three times; each time this one takes it back.
+    for _ in 0..3 {
+        let mut impostor = connect(&format!("ws://{relay}/agent?code={code}")).await;
+        assert_eq!(recv_close(&mut impostor).await, (4001, "replaced".into()));
+    }
+    for _ in 0..3 {
+        tokio::task::block_in_place(|| run.wait_event("relay_connected"));
+    }
+    let events = run.events_so_far();
+    let named = |name: &str| events.iter().filter(|e| e["event"] == name).count();
+    assert_eq!(named("replaced"), 1, "one loud warning per episode: {events:?}");
+    assert_eq!(events.iter().filter(|e| e["event"] == "relay_lost" && e["reason"] == "replaced").count(), 2);
+    let status = tokio::task::spawn_blocking(move || voxa(&home, &["status", "--json"])).await.unwrap();
+    let shown: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(shown["agent"]["relay_replaced"], true, "{shown}");
+}
+
+#[test]
+fn a_second_agent_for_the_same_home_is_refused() {
+    let (run, home, _dirs) = start_run(&["--embedded-relay"]);
+    let second = voxa(&home, &["run", "--embedded-relay"]);
+    assert_eq!(second.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(err.contains("already running") && err.contains(&run.child.id().to_string()), "{err}");
+}
+
+#[test]
+fn another_users_process_on_the_recorded_pid_is_not_the_agent() {
+    use std::os::unix::process::CommandExt;
+    const NOBODY: u32 = 65534;
+    if !rustix::process::getuid().is_root() {
+        // Running voxa as a second user needs root.
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        eprintln!("skipped: needs root to run voxa as another user");
+        return;
+    }
+    let (dir, home, _) = paired_home();
+    // Even with the agent lock held, a pid that belongs to another user (here root's, this test)
+    // is not this user's agent.
+    let held = voxa::state::Home::at(&home).lock_agent().unwrap();
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = squatter.local_addr().unwrap().port();
+    let agent_json = json!({"pid": std::process::id(), "port": port, "version": voxa::VERSION});
+    std::fs::write(home.join("agent.json"), agent_json.to_string()).unwrap();
+    for path in [dir.path().to_owned(), home.clone()]
+        .into_iter()
+        .chain(std::fs::read_dir(&home).unwrap().map(|entry| entry.unwrap().path()))
+    {
+        std::os::unix::fs::chown(&path, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    let as_nobody = |args: &[&str]| voxa_cmd(&home).args(args).uid(NOBODY).gid(NOBODY).output().unwrap();
+    let status = as_nobody(&["status", "--json"]);
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    let shown: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert!(shown["agent"].is_null(), "{shown}");
+    assert_eq!(as_nobody(&["call", "list_dir"]).status.code(), Some(1));
+    squatter.set_nonblocking(true).unwrap();
+    let knocked = squatter.accept().map(|(_, peer)| peer).map_err(|err| err.kind());
+    assert_eq!(knocked, Err(std::io::ErrorKind::WouldBlock), "a client connected to the squatter");
+    drop(held);
 }

@@ -128,6 +128,13 @@ impl RunningVoxa {
         }
     }
 
+    /// Every event received and not returned yet, without waiting.
+    pub fn events_so_far(&mut self) -> Vec<Value> {
+        let mut events: Vec<Value> = self.pending.drain(..).collect();
+        events.extend(self.events.try_iter());
+        events
+    }
+
     pub fn signal(&self, signal: rustix::process::Signal) {
         rustix::process::kill_process(rustix::process::Pid::from_child(&self.child), signal).unwrap();
     }

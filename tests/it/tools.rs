@@ -732,7 +732,7 @@ impl Xvfb {
     }
 
     /// Paints the root window; false when `xsetroot` is not installed.
-    fn paint(&self, colour: &str) -> bool {
+    pub fn paint(&self, colour: &str) -> bool {
         match Command::new("xsetroot").args(["-display", &self.display, "-solid", colour]).status() {
             Ok(status) => {
                 assert!(status.success(), "xsetroot failed");

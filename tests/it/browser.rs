@@ -1,0 +1,288 @@
+//! Headless Chromium driven over WebDriver (chromedriver + fantoccini), at a phone's viewport, for
+//! the web client's tests and the bench. Controls are found the way a screen reader finds them:
+//! by their computed role and accessible name.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use fantoccini::elements::Element;
+use fantoccini::wd::WebDriverCompatibleCommand;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Phone viewport every page is shown at.
+pub const VIEWPORT: (u32, u32) = (390, 844);
+/// Longest a page may take to show something before a test fails (a loaded 2-core machine
+/// starts Chromium slowly; this is a deadline, not a measurement).
+pub const PAGE_STEP: Duration = Duration::from_secs(30);
+/// How often a condition on the page is checked while waiting.
+const POLL: Duration = Duration::from_millis(25);
+
+/// One Chromium at a time: a dozen at once would starve the other tests of a small machine.
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Colour scheme the page is shown in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    Light,
+    Dark,
+}
+
+/// A chromedriver process and one headless Chromium session; both end when dropped.
+pub struct Browser {
+    pub client: Client,
+    driver: Child,
+    _profile: tempfile::TempDir,
+    _turn: tokio::sync::MutexGuard<'static, ()>,
+}
+
+fn on_path(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).flat_map(|dir| names.iter().map(move |name| dir.join(name))).find(|p| p.is_file())
+}
+
+impl Browser {
+    /// A browser at the phone viewport in the light scheme, or `None` (with a note on stderr) where
+    /// Chromium or chromedriver is not installed outside CI. Under CI (`CI` set, as `.ci/run`
+    /// runs, after installing both) a missing browser fails the test.
+    pub async fn start() -> Option<Browser> {
+        Self::start_with(Scheme::Light).await
+    }
+
+    pub async fn start_with(scheme: Scheme) -> Option<Browser> {
+        let chromium = on_path(&["chromium", "chromium-browser", "google-chrome"]);
+        let driver = on_path(&["chromedriver"]);
+        let (Some(chromium), Some(driver)) = (chromium, driver) else {
+            let advice = "Chromium or chromedriver is not installed: install chromium and chromium-driver \
+                          (apt-get install chromium chromium-driver) to run the web client tests";
+            if std::env::var_os("CI").is_some() {
+                panic!("{advice}");
+            }
+            eprintln!("skipped: {advice}");
+            return None;
+        };
+        let turn = ONE_BROWSER.lock().await;
+        let mut child = Command::new(driver)
+            .arg("--port=0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("chromedriver starts");
+        // chromedriver prints the port it chose once it accepts connections.
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let port = tokio::time::timeout(PAGE_STEP, async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if let Some(rest) = line.split("started successfully on port ").nth(1) {
+                    return rest.trim_end_matches('.').parse::<u16>().unwrap();
+                }
+            }
+            panic!("chromedriver exited before it was ready");
+        })
+        .await
+        .expect("chromedriver ready in time");
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+
+        let profile = tempfile::tempdir().unwrap();
+        let (width, height) = VIEWPORT;
+        let mut args = vec![
+            "--headless=new".to_owned(),
+            "--no-sandbox".to_owned(),
+            "--disable-gpu".to_owned(),
+            "--disable-quic".to_owned(),
+            "--no-first-run".to_owned(),
+            "--disable-background-networking".to_owned(),
+            "--disable-component-update".to_owned(),
+            "--disable-sync".to_owned(),
+            "--disable-dev-shm-usage".to_owned(),
+            "--hide-scrollbars".to_owned(),
+            format!("--user-data-dir={}", profile.path().display()),
+            format!("--window-size={width},{height}"),
+        ];
+        if scheme == Scheme::Dark {
+            args.push("--force-dark-mode".to_owned());
+        }
+        let capabilities = json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chromium,
+                "args": args,
+                "mobileEmulation": {"deviceMetrics": {"width": width, "height": height, "pixelRatio": 1.0, "touch": true}},
+            },
+        });
+        let serde_json::Value::Object(capabilities) = capabilities else { unreachable!() };
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let client = tokio::time::timeout(
+            PAGE_STEP,
+            ClientBuilder::new(connector).capabilities(capabilities).connect(&format!("http://127.0.0.1:{port}")),
+        )
+        .await
+        .expect("Chromium starts in time")
+        .expect("a WebDriver session");
+        let browser = Browser { client, driver: child, _profile: profile, _turn: turn };
+        if scheme == Scheme::Dark {
+            browser
+                .cdp(
+                    "Emulation.setEmulatedMedia",
+                    json!({"features": [{"name": "prefers-color-scheme", "value": "dark"}]}),
+                )
+                .await;
+        }
+        Some(browser)
+    }
+
+    /// Ends the session (Chromium quits) and chromedriver, and lets the next browser start.
+    pub async fn close(mut self) {
+        let _ = self.client.clone().close().await;
+        let _ = self.driver.kill().await;
+    }
+
+    pub async fn open(&self, url: &str) {
+        self.client.goto(url).await.expect("navigate");
+    }
+
+    /// The page's address as the address bar shows it.
+    pub async fn address(&self) -> String {
+        self.client.current_url().await.expect("current url").to_string()
+    }
+
+    /// Runs a Chrome DevTools command in the page's tab.
+    pub async fn cdp(&self, method: &str, params: Value) -> Value {
+        self.client
+            .issue_cmd(Raw::post("goog/cdp/execute", json!({"cmd": method, "params": params})))
+            .await
+            .unwrap_or_else(|err| panic!("{method}: {err}"))
+    }
+
+    pub async fn script(&self, script: &str, args: Vec<Value>) -> Value {
+        self.client.execute(script, args).await.expect("script runs")
+    }
+
+    /// Computed accessible role and name of an element, as assistive technology gets them.
+    pub async fn accessible(&self, element: &Element) -> (String, String) {
+        let id = element.element_id().as_ref().to_owned();
+        let role = self.client.issue_cmd(Raw::get(&format!("element/{id}/computedrole"))).await;
+        let name = self.client.issue_cmd(Raw::get(&format!("element/{id}/computedlabel"))).await;
+        let text = |value: Result<Value, _>| value.ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+        (text(role), text(name))
+    }
+
+    /// The one displayed element with this role and accessible name, waiting until it appears.
+    pub async fn control(&self, role: &str, name: &str) -> Element {
+        let deadline = tokio::time::Instant::now() + PAGE_STEP;
+        loop {
+            let mut found = Vec::new();
+            let candidates = self
+                .client
+                .find_all(Locator::Css("button, input, textarea, select, a, [role], img"))
+                .await
+                .unwrap_or_default();
+            for element in candidates {
+                if !element.is_displayed().await.unwrap_or(false) {
+                    continue;
+                }
+                let (computed_role, computed_name) = self.accessible(&element).await;
+                if computed_role == role && computed_name == name {
+                    found.push(element);
+                }
+            }
+            match found.len() {
+                1 => return found.pop().unwrap(),
+                0 => {}
+                n => panic!("{n} displayed controls are {role} {name:?}: names must be unique"),
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no displayed {role} named {name:?} on the page");
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Clicks the button with this accessible name.
+    pub async fn press(&self, name: &str) {
+        self.control("button", name).await.click().await.expect("click");
+    }
+
+    /// Types into the textbox with this accessible name.
+    pub async fn type_into(&self, name: &str, text: &str) {
+        let field = self.control("textbox", name).await;
+        field.send_keys(text).await.expect("type");
+    }
+
+    /// Waits until `check` holds for the text of the element matched by `css`; returns that text.
+    pub async fn wait_text(&self, css: &str, what: &str, check: impl Fn(&str) -> bool) -> String {
+        let deadline = tokio::time::Instant::now() + PAGE_STEP;
+        let mut last = String::new();
+        loop {
+            if let Ok(element) = self.client.find(Locator::Css(css)).await {
+                last = element.text().await.unwrap_or_default();
+                if check(&last) {
+                    return last;
+                }
+            }
+            assert!(tokio::time::Instant::now() < deadline, "waited for {what}; {css} shows {last:?}");
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Waits for the live region "Connection" to say something containing `words`.
+    pub async fn wait_connection(&self, words: &str) -> String {
+        let region = self.control("status", "Connection").await;
+        let deadline = tokio::time::Instant::now() + PAGE_STEP;
+        loop {
+            let text = region.text().await.unwrap_or_default();
+            if text.contains(words) {
+                return text;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "connection never said {words:?}; it says {text:?}");
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Waits until a script returns `true`.
+    pub async fn wait_script(&self, what: &str, script: &str) {
+        let deadline = tokio::time::Instant::now() + PAGE_STEP;
+        while self.script(script, vec![]).await != Value::Bool(true) {
+            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// A PNG of the viewport.
+    pub async fn screenshot(&self) -> Vec<u8> {
+        self.client.screenshot().await.expect("screenshot")
+    }
+}
+
+/// A WebDriver command fantoccini has no method for (computed label and role, CDP).
+#[derive(Debug)]
+struct Raw {
+    post: Option<String>,
+    path: String,
+}
+
+impl Raw {
+    fn get(path: &str) -> Raw {
+        Raw { post: None, path: path.to_owned() }
+    }
+
+    fn post(path: &str, body: Value) -> Raw {
+        Raw { post: Some(body.to_string()), path: path.to_owned() }
+    }
+}
+
+impl WebDriverCompatibleCommand for Raw {
+    fn endpoint(&self, base_url: &url::Url, session_id: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!("session/{}/{}", session_id.unwrap_or_default(), self.path))
+    }
+
+    fn method_and_body(&self, _request_url: &url::Url) -> (http::Method, Option<String>) {
+        match &self.post {
+            Some(body) => (http::Method::POST, Some(body.clone())),
+            None => (http::Method::GET, None),
+        }
+    }
+}

@@ -1,0 +1,683 @@
+//! The web client in a real headless Chromium at a phone's viewport, against a real relay and agent
+//! on 127.0.0.1:0: what a person sees after opening the pairing link. Plus its HTTP answers
+//! (security headers, `ETag`) from the relay and the loopback port.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+
+use crate::browser::{Browser, Scheme, VIEWPORT};
+use crate::harness::*;
+use crate::run::start_run_with_env;
+use crate::support::voxa_cmd;
+
+// ---------------------------------------------------------------------------------------------
+// HTTP answers
+
+/// A raw HTTP/1.1 GET: status, headers (lowercase names) and body.
+async fn http_get(addr: SocketAddr, target: &str, extra: &str) -> (u16, HashMap<String, String>, Vec<u8>) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {target} HTTP/1.1\r\nHost: {addr}\r\n{extra}\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    tokio::time::timeout(STEP, stream.read_to_end(&mut response)).await.expect("an answer in time").unwrap();
+    let split = response.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete head");
+    let head = String::from_utf8(response[..split].to_vec()).unwrap();
+    let mut lines = head.lines();
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
+    (status, headers, response[split + 4..].to_vec())
+}
+
+async fn check_served(addr: SocketAddr) {
+    let (status, headers, body) = http_get(addr, "/?code=0123456789abcdef0123456789abcdef&token=x", "").await;
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&body).contains("<title>voxa</title>"));
+    let csp = &headers["content-security-policy"];
+    for directive in ["script-src 'self'", "connect-src 'self'", "frame-ancestors 'none'", "default-src 'none'"] {
+        assert!(csp.contains(directive), "{directive} missing from {csp}");
+    }
+    assert!(!csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"), "{csp}");
+    assert_eq!(headers["referrer-policy"], "no-referrer");
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    assert_eq!(headers["content-type"], "text/html; charset=utf-8");
+
+    let (status, headers, script) = http_get(addr, "/js/session.js", "").await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-type"], "text/javascript; charset=utf-8");
+    let etag = headers["etag"].clone();
+    assert!(headers.contains_key("content-security-policy"));
+    let (status, headers, body) = http_get(addr, "/js/session.js", &format!("If-None-Match: {etag}\r\n")).await;
+    assert_eq!((status, body.len()), (304, 0));
+    assert_eq!(headers["etag"], etag);
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    let (status, _, again) = http_get(addr, "/js/session.js", "If-None-Match: \"stale\"\r\n").await;
+    assert_eq!((status, again), (200, script));
+
+    let (status, headers, body) = http_get(addr, "/config", "").await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-type"], "application/json");
+    let config: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(config, json!({"version": voxa::VERSION, "live": false}));
+
+    let (status, _, _) = http_get(addr, "/js/nothing.js", "").await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn relay_and_loopback_serve_the_client_with_security_headers_and_etags() {
+    let relay = TestRelay::start().await;
+    check_served(relay.addr).await;
+    let agent = TestAgent::start(None).await;
+    check_served(agent.agent.loopback).await;
+    // A page elsewhere may not load the loopback client's files into its own origin.
+    let (status, _, _) = http_get(agent.agent.loopback, "/", "Origin: https://evil.example\r\n").await;
+    assert_eq!(status, 403);
+}
+
+#[tokio::test]
+async fn a_relay_that_requires_a_token_still_serves_the_page_but_not_the_sockets() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = voxa::relay::RelayConfig {
+        token: Some(voxa::secret::Secret::from_string("relay-secret".into())),
+        live: Some(voxa::relay::LiveConfig::new(voxa::gemini::GeminiConfig {
+            api_key: voxa::secret::Secret::from_string("unused-key".into()),
+            url: "ws://127.0.0.1:9/".into(),
+            model: "models/m".into(),
+            voice: "Kore".into(),
+            heartbeat: voxa::gemini::HEARTBEAT,
+        })),
+        ..Default::default()
+    };
+    let relay = TestRelay::start_with(listener, config).await;
+    let (status, _, body) = http_get(relay.addr, "/config", "").await;
+    assert_eq!(status, 200);
+    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap()["live"], true, "the relay's offer is reported");
+    let (status, _, _) = http_get(relay.addr, "/ws?code=0123456789abcdef0123456789abcdef", "").await;
+    assert_eq!(status, 401);
+}
+
+// ---------------------------------------------------------------------------------------------
+// In the browser
+
+/// A relay and an agent in this process, and a browser.
+struct Scene {
+    relay: TestRelay,
+    home: tempfile::TempDir,
+    workspace: tempfile::TempDir,
+    secrets: voxa::state::Secrets,
+    agent: Option<voxa::agent::RunningAgent>,
+    browser: Browser,
+}
+
+impl Scene {
+    async fn start() -> Option<Scene> {
+        Self::start_with(Scheme::Light).await
+    }
+
+    async fn start_with(scheme: Scheme) -> Option<Scene> {
+        let browser = Browser::start_with(scheme).await?;
+        let relay = TestRelay::start().await;
+        let (home, workspace) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (_, secrets) = options(&home, &workspace, None);
+        let mut scene = Scene { relay, home, workspace, secrets, agent: None, browser };
+        scene.start_agent().await;
+        Some(scene)
+    }
+
+    /// Starts the agent on this scene's home, as `voxa run` after a laptop restart would.
+    async fn start_agent(&mut self) {
+        let (options, secrets) = options(&self.home, &self.workspace, Some(self.relay.url()));
+        self.secrets = secrets;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let agent = voxa::agent::start(options, listener, CancellationToken::new()).await.unwrap();
+        self.agent = Some(agent);
+    }
+
+    async fn stop_agent(&mut self) {
+        if let Some(agent) = self.agent.take() {
+            agent.stop().await;
+        }
+    }
+
+    fn code(&self) -> &str {
+        self.secrets.relay_code.expose()
+    }
+
+    fn token(&self) -> &str {
+        self.secrets.auth_token.expose()
+    }
+
+    fn link(&self) -> String {
+        format!("http://{}/?code={}&token={}", self.relay.addr, self.code(), self.token())
+    }
+
+    /// Opens the pairing link and waits for "online".
+    async fn open_online(&self) {
+        self.browser.open(&self.link()).await;
+        self.browser.wait_connection("online").await;
+    }
+
+    fn workspace(&self) -> &Path {
+        self.workspace.path()
+    }
+
+    async fn close(mut self) {
+        self.stop_agent().await;
+        self.browser.close().await;
+    }
+}
+
+/// Another machine's agent on the same relay, with one file in its workspace.
+struct Machine {
+    home: tempfile::TempDir,
+    _workspace: tempfile::TempDir,
+    secrets: voxa::state::Secrets,
+    agent: voxa::agent::RunningAgent,
+}
+
+impl Machine {
+    async fn start(relay: &TestRelay, file: &str) -> Machine {
+        let (home, workspace) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(workspace.path().join(file), file).unwrap();
+        let (options, secrets) = options(&home, &workspace, Some(relay.url()));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let agent = voxa::agent::start(options, listener, CancellationToken::new()).await.unwrap();
+        Machine { home, _workspace: workspace, secrets, agent }
+    }
+}
+
+/// Text of the terminal output, as shown.
+const TERMINAL: &str = "#term-out";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pairing_link_goes_online_and_leaves_no_token_in_the_address_bar() {
+    let Some(scene) = Scene::start().await else { return };
+    let browser = &scene.browser;
+    scene.open_online().await;
+    let address = browser.address().await;
+    assert!(!address.contains(scene.token()), "token left in the address bar: {address}");
+    assert!(!address.contains('?') && !address.contains('#'), "{address}");
+    // The status panel shows what the laptop said in hello_ok.
+    browser.press("Status").await;
+    let facts = browser.wait_text("#facts", "the agent's version", |t| t.contains("voxa/")).await;
+    assert!(facts.contains("hosted"), "{facts}");
+    // The pairing is named after the laptop, from hello_ok.
+    let host = rustix::system::uname().nodename().to_string_lossy().into_owned();
+    assert!(facts.contains(&format!("Laptop\n{host}")), "{facts}");
+    let tools = browser.wait_text("#tools", "the tools", |t| t.contains("run_command")).await;
+    assert!(tools.contains("screenshot") && tools.contains("read_file"), "{tools}");
+    // The next visit needs no link: the pairing is remembered.
+    browser.open(&format!("http://{}/", scene.relay.addr)).await;
+    browser.wait_connection("online").await;
+    scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_computes_the_hello_proofs_of_the_documented_worked_example() {
+    let Some(browser) = Browser::start().await else { return };
+    let relay = TestRelay::start().await;
+    browser.open(&format!("http://{}/", relay.addr)).await;
+    // The worked example, read from the document other clients implement against.
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/PROTOCOL.md")).unwrap();
+    let value = |name: &str| {
+        let hex = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_hexdigit());
+        let found = doc.lines().filter(|line| line.starts_with(name)).find_map(|line| {
+            let (_, value) = line.split_once(" = ")?;
+            hex(value.trim()).then(|| value.trim().to_owned())
+        });
+        found.unwrap_or_else(|| panic!("no {name:?} in the worked example"))
+    };
+    let script = "const [token, agentNonce, clientNonce, done] = arguments;
+        import('/js/session.js').then(async (session) => {
+            const key = await session.importToken(token);
+            done([await session.helloProof(key, 'client', agentNonce, clientNonce),
+                  await session.helloProof(key, 'agent', agentNonce, clientNonce)]);
+        });";
+    let args = vec![json!(value("T ")), json!(value("A ")), json!(value("C "))];
+    let proofs = browser.client.execute_async(script, args).await.unwrap();
+    assert_eq!(proofs, json!([value("client proof"), value("agent proof")]));
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_control_has_the_accessible_name_of_the_contract() {
+    let Some(scene) = Scene::start().await else { return };
+    let browser = &scene.browser;
+    std::fs::write(scene.workspace().join("a.txt"), "a").unwrap();
+    scene.open_online().await;
+    let region = browser.control("status", "Connection").await;
+    assert_eq!(region.attr("aria-live").await.unwrap().as_deref(), Some("polite"));
+    browser.control("textbox", "Command").await;
+    browser.control("button", "Run").await;
+    browser.control("button", "Cancel").await;
+    browser.press("Files").await;
+    browser.control("button", "a.txt").await.click().await.unwrap();
+    browser.control("button", "Save").await;
+    browser.press("Screen").await;
+    browser.control("button", "Screenshot").await;
+    scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_streams_output_shows_exit_and_duration_and_cancel_ends_a_long_command() {
+    let Some(scene) = Scene::start().await else { return };
+    let browser = &scene.browser;
+    scene.open_online().await;
+    browser.type_into("Command", "echo hello-from-the-browser").await;
+    browser.press("Run").await;
+    let shown = browser.wait_text(TERMINAL, "the command's end", |t| t.contains("exit 0")).await;
+    assert!(shown.contains("$ echo hello-from-the-browser\nhello-from-the-browser"), "{shown}");
+    assert!(shown.contains(" ms") || shown.contains(" s"), "no duration: {shown}");
+
+    // The first line arrives while the command still runs: it was streamed, not sent at the end.
+    browser.type_into("Command", "echo started-streaming; sleep 30").await;
+    browser.press("Run").await;
+    let running = browser.wait_text(TERMINAL, "streamed output", |t| t.contains("started-streaming\n")).await;
+    assert!(running.trim_end().ends_with("running…"), "{running}");
+    browser.press("Cancel").await;
+    let ended = browser.wait_text(TERMINAL, "the cancelled command's end", |t| t.contains("cancelled")).await;
+    assert!(!ended.contains("running…"), "{ended}");
+    // Both commands are in the session's history, newest first.
+    browser.client.find(fantoccini::Locator::Css("#history-box summary")).await.unwrap().click().await.unwrap();
+    let history = browser.wait_text("#history", "the history", |t| !t.is_empty()).await;
+    assert!(history.find("sleep 30").unwrap() < history.find("echo hello-from-the-browser").unwrap(), "{history}");
+    scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_are_browsed_opened_edited_saved_and_refusals_are_sentences() {
+    let Some(scene) = Scene::start().await else { return };
+    let browser = &scene.browser;
+    let workspace = scene.workspace().to_owned();
+    std::fs::create_dir(workspace.join("notes")).unwrap();
+    std::fs::write(workspace.join("notes/todo.txt"), "buy milk\n").unwrap();
+    std::fs::write(workspace.join("dot.png"), tiny_png()).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", workspace.join("escape")).unwrap();
+    scene.open_online().await;
+    browser.press("Files").await;
+    browser.control("button", "notes (folder)").await.click().await.unwrap();
+    browser.control("button", "todo.txt").await.click().await.unwrap();
+    browser.wait_text("#file-meta", "the size", |t| t == "9 B").await;
+    let editor = browser.control("textbox", "File content").await;
+    assert_eq!(editor.prop("value").await.unwrap().as_deref(), Some("buy milk\n"));
+    editor.clear().await.unwrap();
+    editor.send_keys("buy oat milk").await.unwrap();
+    browser.press("Save").await;
+    browser.wait_text("#file-saved", "the save", |t| t.starts_with("saved")).await;
+    assert_eq!(std::fs::read_to_string(workspace.join("notes/todo.txt")).unwrap(), "buy oat milk");
+
+    browser.press("Up one folder").await;
+    browser.control("button", "dot.png").await.click().await.unwrap();
+    browser
+        .wait_script(
+            "the image to be shown",
+            "const i = document.getElementById('file-image'); return !i.hidden && i.complete && i.naturalWidth === 2;",
+        )
+        .await;
+
+    browser.control("button", "escape").await.click().await.unwrap();
+    let refusal = browser.wait_text("#files-error", "the refusal", |t| !t.is_empty()).await;
+    assert!(
+        refusal.starts_with("That path is outside the workspace") && refusal.ends_with("(outside-workspace)"),
+        "{refusal}"
+    );
+    scene.close().await;
+}
+
+/// A 2×1 PNG.
+fn tiny_png() -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, 2, 1);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    encoder.write_header().unwrap().write_image_data(&[255, 0, 0, 0, 0, 255]).unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_agent_shows_offline_and_comes_back_without_a_reload() {
+    let Some(mut scene) = Scene::start().await else { return };
+    scene.open_online().await;
+    scene.browser.type_into("Command", "echo before-the-restart").await;
+    scene.browser.press("Run").await;
+    scene.browser.wait_text(TERMINAL, "the first command", |t| t.contains("exit 0")).await;
+    scene.stop_agent().await;
+    scene.browser.wait_connection("laptop offline").await;
+    scene.start_agent().await;
+    let browser = &scene.browser;
+    browser.wait_connection("online").await;
+    // Same page, not a reload: what was on screen before is still there, and it works again.
+    browser.type_into("Command", "echo after-the-restart").await;
+    browser.press("Run").await;
+    let shown = browser.wait_text(TERMINAL, "the second command", |t| t.contains("after-the-restart\n")).await;
+    assert!(shown.contains("before-the-restart"), "{shown}");
+    scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_the_laptop_no_longer_accepts_says_scan_the_new_code_and_stops_trying() {
+    let Some(mut scene) = Scene::start().await else { return };
+    scene.open_online().await;
+    // The laptop's token changes under the same relay code while the page holds the old one.
+    scene.stop_agent().await;
+    let fresh = voxa::secret::Secret::generate().unwrap();
+    std::fs::write(scene.home.path().join("voxa").join("auth_token"), format!("{}\n", fresh.expose())).unwrap();
+    scene.start_agent().await;
+    let said = scene.browser.wait_connection("scan the new code").await;
+    assert_eq!(said, "this link is no longer valid — scan the new code");
+    // No loop: the page left the relay and does not come back.
+    scene.stop_agent().await;
+    let mut laptop = connect(&format!("ws://{}/agent?code={}", scene.relay.addr, scene.code())).await;
+    assert_silent(&mut laptop, Duration::from_millis(1500)).await;
+    assert_eq!(scene.browser.wait_connection("scan").await, said);
+    scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_laptop_that_cannot_prove_the_pairing_is_not_your_laptop() {
+    let Some(browser) = Browser::start().await else { return };
+    let relay = TestRelay::start().await;
+    // Someone who learned the code (not the token) waits at the relay as the laptop.
+    let code = voxa::secret::Secret::generate().unwrap();
+    let token = voxa::secret::Secret::generate().unwrap();
+    let mut impostor = connect(&format!("ws://{}/agent?code={}", relay.addr, code.expose())).await;
+    browser.open(&format!("http://{}/?code={}&token={}", relay.addr, code.expose(), token.expose())).await;
+    loop {
+        let frame = recv_json(&mut impostor).await;
+        if frame["type"] == "__peer" && frame["state"] == "joined" {
+            break;
+        }
+    }
+    let nonce = "0123456789abcdef0123456789abcdef";
+    send(&mut impostor, json!({"type":"challenge","protocol":2,"nonce": nonce})).await;
+    let hello = recv_type(&mut impostor, "hello").await;
+    assert!(hello.get("token").is_none() && !hello.to_string().contains(token.expose()), "the token crossed: {hello}");
+    let forged = json!({"type":"hello_ok","protocol":2,"agent":"voxa/0.1.0","mode":"hosted",
+        "tools":["run_command"],"proof": "0".repeat(64)});
+    send(&mut impostor, forged).await;
+    let said = browser.wait_connection("not your laptop").await;
+    assert!(said.starts_with("this is not your laptop"), "{said}");
+    // The page closed the connection and sent nothing after its hello.
+    loop {
+        match next_frame(&mut impostor).await {
+            Some(Message::Text(text)) => {
+                let frame: Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(frame["type"], "__peer", "the page sent {frame} to an impostor");
+                if frame["state"] == "left" {
+                    break;
+                }
+            }
+            Some(Message::Close(_)) | None => panic!("the relay closed the impostor"),
+            Some(_) => {}
+        }
+    }
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_laptops_are_remembered_switched_and_one_forgotten() {
+    let Some(first) = Scene::start().await else { return };
+    std::fs::write(first.workspace().join("on-the-first.txt"), "1").unwrap();
+    let second = Machine::start(&first.relay, "on-the-second.txt").await;
+    let (code, token) = (second.secrets.relay_code.expose(), second.secrets.auth_token.expose());
+    let second_link = format!("http://{}/?code={code}&token={token}", first.relay.addr);
+    let browser = &first.browser;
+    first.open_online().await;
+    browser.open(&second_link).await;
+    browser.wait_connection("online").await;
+    browser.press("Files").await;
+    browser.control("button", "on-the-second.txt").await;
+
+    let picker = browser.control("combobox", "Laptop").await;
+    let host = rustix::system::uname().nodename().to_string_lossy().into_owned();
+    let first_label = format!("{host} · {}", &first.code()[..4]);
+    picker.select_by_label(&first_label).await.unwrap();
+    browser.wait_connection("online").await;
+    browser.press("Files").await;
+    browser.control("button", "on-the-first.txt").await;
+
+    browser.press("Status").await;
+    browser.press("Forget this laptop").await;
+    browser.wait_connection("online").await;
+    browser.press("Files").await;
+    browser.control("button", "on-the-second.txt").await;
+    browser.wait_script("the picker to go", "return document.getElementById('laptop-pick').hidden;").await;
+    second.agent.stop().await;
+    first.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_environment_paired_the_picker_sends_calls_there() {
+    use voxa::environments::{self, store};
+    use voxa::state::Home;
+    let Some(scene) = Scene::start().await else { return };
+    std::fs::write(scene.workspace().join("on-the-laptop.txt"), "laptop").unwrap();
+    // A second machine issues a pairing; this laptop (the host) records it as "devbox".
+    let devbox = Machine::start(&scene.relay, "on-the-devbox.txt").await;
+    let env_home = Home::at(devbox.home.path().join("voxa"));
+    let env_token = store::load_or_create_host_token(&env_home).unwrap();
+    let issued = environments::issue(&env_home, &scene.relay.url(), env_token.expose()).unwrap();
+    let host_home = Home::at(scene.home.path().join("voxa"));
+    let host_token = store::load_or_create_host_token(&host_home).unwrap();
+    environments::add(&host_home, &issued.line.encode(), Some("devbox"), host_token.expose()).unwrap();
+    let mut probe = phone_socket(&scene.relay, issued.line.code.expose()).await;
+    wait_agent_joined(&mut probe).await;
+    drop(probe);
+
+    scene.open_online().await;
+    let browser = &scene.browser;
+    browser.press("Files").await;
+    browser.control("button", "on-the-laptop.txt").await;
+    let picker = browser.control("combobox", "Environment").await;
+    picker.select_by_label("devbox").await.unwrap();
+    browser.control("button", "on-the-devbox.txt").await;
+    browser.press("Terminal").await;
+    browser.type_into("Command", "ls").await;
+    browser.press("Run").await;
+    let shown = browser.wait_text(TERMINAL, "the listing", |t| t.contains("exit 0")).await;
+    assert!(shown.contains("on-the-devbox.txt") && !shown.contains("on-the-laptop.txt"), "{shown}");
+    devbox.agent.stop().await;
+    scene.close().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The binary, as a user runs it
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_relay_link_opens_the_client_and_a_screenshot_is_shown_at_its_size() {
+    let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") else { return };
+    let Some(browser) = Browser::start().await else { return };
+    let (mut run, _home, _dirs) = start_run_with_env(&["--embedded-relay"], &[("DISPLAY", &xvfb.display)]);
+    let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
+    browser.open(&link).await;
+    browser.wait_connection("online").await;
+    browser.press("Screen").await;
+    browser.press("Screenshot").await;
+    let image = browser.control("image", "Screenshot of the laptop's screen, 320 × 200").await;
+    browser
+        .wait_script(
+            "the screenshot to load",
+            "const i = document.getElementById('shot'); return i.complete && i.naturalWidth > 0;",
+        )
+        .await;
+    let size = browser
+        .script("const i = document.getElementById('shot'); return [i.naturalWidth, i.naturalHeight];", vec![])
+        .await;
+    assert_eq!(size, json!([320, 200]));
+    assert!(image.attr("src").await.unwrap().unwrap().starts_with("blob:"));
+    let download = browser.control("link", "Download").await;
+    assert!(download.attr("download").await.unwrap().unwrap().ends_with(".png"));
+    // Zoom shows it at its own size.
+    browser.press("Zoom").await;
+    browser.wait_script("zoomed", "return document.getElementById('shot-frame').classList.contains('zoomed');").await;
+    browser.close().await;
+    run.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
+    let Some(browser) = Browser::start().await else { return };
+    let (run, home, _dirs) = start_run_with_env(&["--embedded-relay"], &[]);
+    let port = run.port;
+    let at = home.clone();
+    let opened = tokio::task::spawn_blocking(move || voxa_cmd(&at).args(["open", "--no-browser", "--json"]).output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(opened.status.success(), "{}", String::from_utf8_lossy(&opened.stderr));
+    let printed: Value = serde_json::from_slice(&opened.stdout).unwrap();
+    assert_eq!(printed["opened"], false);
+    let url = printed["url"].as_str().unwrap().to_owned();
+    let token = std::fs::read_to_string(home.join("auth_token")).unwrap().trim().to_owned();
+    assert_eq!(url, format!("http://127.0.0.1:{port}/#token={token}"));
+
+    // Without --no-browser the link goes to the desktop's opener (a stand-in here).
+    let opener_dir = tempfile::tempdir().unwrap();
+    let handed = opener_dir.path().join("handed");
+    let script = format!("#!/bin/sh\nprintf '%s' \"$1\" > '{}'\n", handed.display());
+    std::fs::write(opener_dir.path().join("xdg-open"), script).unwrap();
+    std::fs::set_permissions(opener_dir.path().join("xdg-open"), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
+    let path = format!("{}:{}", opener_dir.path().display(), std::env::var("PATH").unwrap_or_default());
+    let at = home.clone();
+    let opened = tokio::task::spawn_blocking(move || voxa_cmd(&at).args(["open", "--json"]).env("PATH", path).output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(opened.status.success(), "{}", String::from_utf8_lossy(&opened.stderr));
+    assert_eq!(serde_json::from_slice::<Value>(&opened.stdout).unwrap()["opened"], true);
+    assert_eq!(std::fs::read_to_string(&handed).unwrap(), url);
+
+    browser.open(&url).await;
+    browser.wait_connection("online").await;
+    let address = browser.address().await;
+    assert_eq!(address, format!("http://127.0.0.1:{port}/"), "the token stays out of the address bar");
+    browser.type_into("Command", "echo through-the-loopback-page").await;
+    browser.press("Run").await;
+    browser.wait_text(TERMINAL, "the command", |t| t.contains("through-the-loopback-page\n")).await;
+    browser.close().await;
+    run.stop();
+
+    // With no agent running, it says what to do.
+    let at = home.clone();
+    let refused = tokio::task::spawn_blocking(move || voxa_cmd(&at).args(["open", "--no-browser"]).output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("not running") && !said.contains(&token), "{said}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_coding_agent_panel_streams_progress_and_shows_the_answer() {
+    let Some(browser) = Browser::start().await else { return };
+    // The stand-in for Claude Code in tests/fixtures comes first on the agent's PATH.
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let path = format!("{}:{}", fixtures.display(), std::env::var("PATH").unwrap_or_default());
+    let (mut run, _home, _dirs) = start_run_with_env(&["--embedded-relay"], &[("PATH", &path)]);
+    let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
+    browser.open(&link).await;
+    browser.wait_connection("online").await;
+    browser.press("Agent").await;
+    browser.type_into("Prompt", "fix the build").await;
+    browser.press("Ask").await;
+    let answer = browser.wait_text("#coder-answer", "the answer", |t| t.starts_with("Done")).await;
+    assert_eq!(answer, "Done: fix the build");
+    let progress = browser.wait_text("#coder-progress", "the progress", |t| !t.is_empty()).await;
+    assert!(progress.starts_with("I will look at the workspace first.\nWorking in "), "{progress}");
+    browser.close().await;
+    run.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pictures for the README
+
+/// Screenshots of the real page at 390×844: terminal, files, screenshot view, offline, dark.
+/// Written to `docs/` when `VOXA_DOCS_SCREENSHOTS` is set, else to a temporary directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pictures_of_the_real_page_at_phone_size() {
+    let Some(xvfb) = crate::tools::Xvfb::start("1280x800x24") else { return };
+    // A patterned desktop, so the screenshot shows what it is.
+    let _ = std::process::Command::new("xsetroot")
+        .args(["-display", &xvfb.display, "-mod", "16", "16", "-fg", "#4d6fa8", "-bg", "#2e4a78"])
+        .status();
+    let Some(browser) = Browser::start().await else { return };
+    let scratch = tempfile::tempdir().unwrap();
+    let out = match std::env::var_os("VOXA_DOCS_SCREENSHOTS") {
+        Some(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("docs"),
+        None => scratch.path().to_owned(),
+    };
+    std::fs::create_dir_all(&out).unwrap();
+    let relay = TestRelay::start().await;
+    let relay_flag = format!("http://{}", relay.addr);
+    let (mut run, _home, _dirs) = start_run_with_env(&["--relay", &relay_flag], &[("DISPLAY", &xvfb.display)]);
+    let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
+    browser.open(&link).await;
+    browser.wait_connection("online").await;
+
+    for command in [
+        "mkdir -p src docs && printf '# Notes\\n\\n- ship the web client\\n- measure the page\\n' > NOTES.md",
+        "printf 'fn main() {\\n    println!(\"hello\");\\n}\\n' > src/main.rs && ls -l",
+        "git --version; uname -sr",
+    ] {
+        browser.type_into("Command", command).await;
+        browser.press("Run").await;
+        browser.wait_script("the command's end", "return !document.getElementById('run').disabled;").await;
+    }
+    save_picture(&browser, &out, "web-terminal.png").await;
+
+    browser.press("Files").await;
+    browser.control("button", "NOTES.md").await.click().await.unwrap();
+    browser.control("textbox", "File content").await;
+    save_picture(&browser, &out, "web-files.png").await;
+
+    browser.press("Screen").await;
+    browser.press("Screenshot").await;
+    browser
+        .wait_script(
+            "the screenshot to load",
+            "const i = document.getElementById('shot'); return i.complete && i.naturalWidth > 0;",
+        )
+        .await;
+    save_picture(&browser, &out, "web-screenshot.png").await;
+
+    browser.press("Terminal").await;
+    run.stop();
+    browser.wait_connection("laptop offline").await;
+    save_picture(&browser, &out, "web-offline.png").await;
+    browser.close().await;
+
+    let Some(dark) = Browser::start_with(Scheme::Dark).await else { return };
+    let (mut run, _home, _dirs) = start_run_with_env(&["--relay", &relay_flag], &[]);
+    let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
+    dark.open(&link).await;
+    dark.wait_connection("online").await;
+    assert_eq!(dark.script("return matchMedia('(prefers-color-scheme: dark)').matches;", vec![]).await, json!(true));
+    for command in ["echo 'dark mode follows the system setting'", "ls -a"] {
+        dark.type_into("Command", command).await;
+        dark.press("Run").await;
+        dark.wait_script("the command's end", "return !document.getElementById('run').disabled;").await;
+    }
+    save_picture(&dark, &out, "web-dark.png").await;
+    dark.close().await;
+    run.stop();
+}
+
+async fn save_picture(browser: &Browser, dir: &Path, name: &str) {
+    let png = browser.screenshot().await;
+    let info = png::Decoder::new(std::io::Cursor::new(&png)).read_info().unwrap().info().clone();
+    assert_eq!((info.width, info.height), VIEWPORT, "{name}");
+    std::fs::write(dir.join(name), png).unwrap();
+}

@@ -1,0 +1,282 @@
+// One connection to one laptop: the socket, presence, the protocol-2 hello (both proofs, see
+// docs/PROTOCOL.md), tool calls matched by id, and reconnecting with backoff.
+
+const PROTOCOL = 2;
+const CLIENT = 'voxa-web/1';
+/** First reconnect delay ceiling and largest delay (exponential backoff with full jitter). */
+const BACKOFF_BASE_MS = 1000;
+const BACKOFF_CAP_MS = 30000;
+/** Shortest wait between two attempts, so a failing relay is never hammered. */
+const BACKOFF_FLOOR_MS = 250;
+
+const encoder = new TextEncoder();
+
+function randomHex(bytes) {
+  const buf = crypto.getRandomValues(new Uint8Array(bytes));
+  return Array.from(buf, (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/** The auth token as an HMAC-SHA256 key. */
+export function importToken(token) {
+  return crypto.subtle.importKey('raw', encoder.encode(token), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
+}
+
+/** One direction's hello proof ('client' or 'agent'), lowercase hex (see docs/PROTOCOL.md). */
+export async function helloProof(key, direction, agentNonce, clientNonce) {
+  const message = `voxa-hello/2 ${direction}\n${agentNonce}\n${clientNonce}`;
+  const mac = await crypto.subtle.sign('HMAC', key, encoder.encode(message));
+  return Array.from(new Uint8Array(mac), (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/** Compares two strings in time that does not depend on where they differ. */
+function sameText(a, b) {
+  if (typeof a !== 'string' || typeof b !== 'string' || a.length !== b.length) return false;
+  let diff = 0;
+  for (let i = 0; i < a.length; i += 1) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return diff === 0;
+}
+
+/**
+ * Connection states, emitted as `state` events with `{state, text}`:
+ * connecting, relay (relay reachable, laptop offline), hello (laptop present, proving),
+ * online, offline, reconnecting, refused (token no longer valid), impostor (wrong proof),
+ * replaced (opened elsewhere), insecure (no WebCrypto).
+ */
+export class Session extends EventTarget {
+  constructor(pairing) {
+    super();
+    this.pairing = pairing;
+    this.socket = null;
+    this.pending = new Map();
+    this.nextId = 1;
+    this.attempt = 0;
+    this.timer = null;
+    this.stopped = false;
+    this.final = false;
+    this.online = false;
+    this.hello = null;
+    this.key = null;
+    this.state = 'idle';
+  }
+
+  /** Starts connecting; reconnects by itself until `stop()` or a final refusal. */
+  async start() {
+    // Say so at once: the previous laptop's state must not linger while the key is prepared.
+    this.setState('connecting', this.pairing.kind === 'relay' ? 'connecting to the relay…' : 'connecting…');
+    if (!globalThis.crypto || !crypto.subtle) {
+      this.finish('insecure', 'this page needs https (or localhost) to prove who it talks to');
+      return;
+    }
+    try {
+      this.key = await importToken(this.pairing.token);
+    } catch {
+      this.finish('insecure', 'this browser cannot compute the hello proofs');
+      return;
+    }
+    this.connect();
+  }
+
+  /** Closes the socket for good. */
+  stop() {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    this.failPending({ code: 'offline', message: 'the page left this laptop' });
+    if (this.socket) this.socket.close(1000, 'bye');
+    this.socket = null;
+  }
+
+  /** Tries again at once (after `replaced`, or to skip a backoff wait). */
+  reconnectNow() {
+    if (this.stopped) return;
+    this.final = false;
+    this.attempt = 0;
+    clearTimeout(this.timer);
+    if (this.socket) this.socket.close(1000, 'reconnect');
+    this.connect();
+  }
+
+  url() {
+    const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
+    const path = this.pairing.kind === 'relay' ? `/ws?code=${this.pairing.code}` : '/';
+    return `${scheme}//${location.host}${path}`;
+  }
+
+  setState(state, text) {
+    this.state = state;
+    this.dispatchEvent(new CustomEvent('state', { detail: { state, text, attempt: this.attempt } }));
+  }
+
+  /** A state nothing but the user can leave: no more reconnecting. */
+  finish(state, text) {
+    this.final = true;
+    clearTimeout(this.timer);
+    this.goOffline({ code: 'offline', message: text });
+    this.setState(state, text);
+    if (this.socket) this.socket.close(1000, state);
+  }
+
+  connect() {
+    if (this.stopped) return;
+    this.setState('connecting', this.pairing.kind === 'relay' ? 'connecting to the relay…' : 'connecting…');
+    let socket;
+    try {
+      socket = new WebSocket(this.url());
+    } catch {
+      this.scheduleReconnect();
+      return;
+    }
+    this.socket = socket;
+    socket.onopen = () => {
+      if (socket !== this.socket) return;
+      if (this.pairing.kind === 'relay') this.setState('relay', 'relay reachable — laptop offline');
+      else this.setState('hello', 'saying hello…');
+    };
+    socket.onmessage = (event) => {
+      if (socket !== this.socket || typeof event.data !== 'string') return;
+      let frame;
+      try {
+        frame = JSON.parse(event.data);
+      } catch {
+        return;
+      }
+      if (frame && typeof frame === 'object') this.onFrame(frame).catch(() => {});
+    };
+    socket.onclose = (event) => {
+      if (socket !== this.socket) return;
+      this.socket = null;
+      this.goOffline({ code: 'offline', message: 'the connection closed' });
+      if (this.stopped || this.final) return;
+      if (event.code === 4001) {
+        this.finish('replaced', 'this laptop was opened in another window');
+      } else if (event.code === 1008 && event.reason === 'bearer-refused') {
+        this.finish('refused', 'this link is no longer valid — scan the new code');
+      } else {
+        this.scheduleReconnect();
+      }
+    };
+  }
+
+  scheduleReconnect() {
+    const ceiling = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** Math.min(this.attempt, 16));
+    const delay = Math.max(BACKOFF_FLOOR_MS, Math.random() * ceiling);
+    this.attempt += 1;
+    const seconds = Math.max(1, Math.round(delay / 1000));
+    this.setState('reconnecting', `offline — reconnecting in ${seconds} s`);
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.connect(), delay);
+  }
+
+  goOffline(error) {
+    this.online = false;
+    this.challenge = null;
+    this.failPending(error);
+  }
+
+  failPending(error) {
+    for (const [, call] of this.pending) call.reject(error);
+    this.pending.clear();
+  }
+
+  async onFrame(frame) {
+    switch (frame.type) {
+      case '__peer':
+        if (frame.peer !== 'agent') return;
+        if (frame.state === 'joined') {
+          this.setState('hello', 'laptop found — saying hello…');
+        } else {
+          this.goOffline({ code: 'offline', message: 'the laptop went offline' });
+          this.setState('offline', 'laptop offline');
+        }
+        return;
+      case 'challenge':
+        await this.answerChallenge(frame);
+        return;
+      case 'hello_ok':
+        await this.checkHelloOk(frame);
+        return;
+      case 'error':
+        if (frame.code === 'bearer-refused') {
+          this.finish('refused', 'this link is no longer valid — scan the new code');
+          return;
+        }
+        if (this.online) this.dispatchEvent(new CustomEvent('error', { detail: frame }));
+        return;
+      default:
+        if (this.online) this.onCallFrame(frame);
+    }
+  }
+
+  async answerChallenge(frame) {
+    const agentNonce = typeof frame.nonce === 'string' ? frame.nonce : '';
+    if (frame.protocol !== PROTOCOL || !/^[0-9a-f]{32}$/.test(agentNonce)) {
+      this.finish('impostor', 'this laptop speaks another protocol version — update voxa');
+      return;
+    }
+    // A new challenge starts a new session: whatever was in flight belongs to the old one.
+    this.goOffline({ code: 'offline', message: 'the laptop restarted the session' });
+    const clientNonce = randomHex(16);
+    const socket = this.socket;
+    this.challenge = { agentNonce, clientNonce, socket };
+    const proof = await helloProof(this.key, 'client', agentNonce, clientNonce);
+    if (!this.challenge || this.challenge.socket !== this.socket || socket.readyState !== WebSocket.OPEN) return;
+    socket.send(JSON.stringify({ type: 'hello', protocol: PROTOCOL, nonce: clientNonce, proof, client: CLIENT }));
+  }
+
+  async checkHelloOk(frame) {
+    const challenge = this.challenge;
+    if (!challenge || challenge.socket !== this.socket) return;
+    this.challenge = null;
+    const expected = await helloProof(this.key, 'agent', challenge.agentNonce, challenge.clientNonce);
+    if (!sameText(frame.proof, expected)) {
+      this.finish('impostor', 'this is not your laptop — it could not prove it holds the pairing');
+      return;
+    }
+    this.attempt = 0;
+    this.online = true;
+    this.hello = frame;
+    performance.mark('voxa:online');
+    this.setState('online', 'laptop online');
+    this.dispatchEvent(new CustomEvent('hello', { detail: frame }));
+  }
+
+  onCallFrame(frame) {
+    const call = this.pending.get(frame.id);
+    if (!call) return;
+    if (frame.type === 'tool_progress') {
+      if (call.onProgress && typeof frame.chunk === 'string') call.onProgress(frame.chunk);
+    } else if (frame.type === 'image') {
+      call.image = frame;
+      if (call.onImage) call.onImage(frame);
+    } else if (frame.type === 'tool_result') {
+      this.pending.delete(frame.id);
+      if (frame.ok) call.resolve({ result: frame.result || {}, image: call.image });
+      else call.reject(frame.error || { code: 'internal', message: 'the call failed without a reason' });
+    }
+  }
+
+  /**
+   * Runs one tool. Resolves `{result, image}`, rejects with `{code, message}`.
+   * Returns `{id, done}` so the caller can cancel.
+   */
+  call(name, args, { env, onProgress, onImage } = {}) {
+    const id = `w${this.nextId++}`;
+    const done = new Promise((resolve, reject) => {
+      if (!this.online || !this.socket) {
+        reject({ code: 'offline', message: 'the laptop is not connected' });
+        return;
+      }
+      this.pending.set(id, { resolve, reject, onProgress, onImage });
+      const frame = { type: 'tool_call', id, name, args };
+      if (env) frame.env = env;
+      this.socket.send(JSON.stringify(frame));
+    });
+    return { id, done };
+  }
+
+  /** Asks the laptop to stop a call; its result then arrives as `cancelled`. */
+  cancel(id) {
+    if (this.online && this.socket && this.pending.has(id)) {
+      this.socket.send(JSON.stringify({ type: 'cancel', id }));
+    }
+  }
+}
