@@ -270,12 +270,12 @@ impl LiveSession<'_> {
                 () = cancel.cancelled() => break Ending::Shutdown,
                 () = self.phone.ending() => break Ending::PhoneGone,
                 frame = from_phone.recv() => match frame {
-                    Some(frame) => self.from_phone(frame).await,
+                    Some(frame) => self.on_phone_frame(frame).await,
                     None => break Ending::PhoneGone,
                 },
                 Some(message) = self.bridge_rx.recv() => self.bridge_to_phone(message).await,
                 action = self.inbox.next() => match action {
-                    Action::Frame(frame) => self.from_agent(frame).await,
+                    Action::Frame(frame) => self.on_agent_frame(frame).await,
                     Action::Close(end) => {
                         // Replaced by a newer phone (4001) or too slow a reader: the phone hears why.
                         self.phone.end(end);
@@ -326,7 +326,7 @@ impl LiveSession<'_> {
         // The bridge closes Gemini's socket on its own once its call ended; the log line waits for it.
     }
 
-    async fn from_phone(&mut self, frame: OutFrame) {
+    async fn on_phone_frame(&mut self, frame: OutFrame) {
         if frame.opcode == codec::OP_BINARY {
             if let (Some(call), [protocol::AUDIO_PREFIX, pcm @ ..]) = (&self.call, frame.payload.as_slice()) {
                 // A full queue means Gemini is behind; dropping 20 ms of audio beats growing memory.
@@ -344,9 +344,9 @@ impl LiveSession<'_> {
             "call_start" => self.start_call().await,
             "say" => {
                 let text = map.get("text").and_then(Value::as_str).unwrap_or_default().to_owned();
-                self.to_call(VoiceInput::Text(text)).await;
+                self.give_call(VoiceInput::Text(text)).await;
             }
-            "audio_end" => self.to_call(VoiceInput::AudioEnd).await,
+            "audio_end" => self.give_call(VoiceInput::AudioEnd).await,
             "call_end" => match self.call.take() {
                 Some(call) => call.end.cancel(),
                 None => self.to_phone_message(no_call()).await,
@@ -369,7 +369,7 @@ impl LiveSession<'_> {
     }
 
     /// `say` or `audio_end` for the running call, or `no-call`.
-    async fn to_call(&mut self, input: VoiceInput) {
+    async fn give_call(&mut self, input: VoiceInput) {
         let Some(call) = &self.call else { return self.to_phone_message(no_call()).await };
         let is_text = matches!(input, VoiceInput::Text(_));
         // Never wait on the bridge here: a stalled Gemini link must not stall the session.
@@ -426,7 +426,7 @@ impl LiveSession<'_> {
         self.call = Some(Call { input, end, deadline });
     }
 
-    async fn from_agent(&mut self, frame: OutFrame) {
+    async fn on_agent_frame(&mut self, frame: OutFrame) {
         if frame.opcode != codec::OP_TEXT {
             return self.to_phone(frame).await;
         }

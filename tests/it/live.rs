@@ -364,8 +364,7 @@ async fn live_is_gated_by_the_proxy_token_or_else_the_relay_token_and_absent_wit
     let (status, body) = http(gated.addr, "GET /config HTTP/1.1\r\nHost: relay\r\n\r\n").await;
     assert_eq!(status, 200);
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({"version": voxa::VERSION, "live": true}));
-    let mut options = DialOptions::default();
-    options.bearer = Some(relay_token.clone());
+    let options = DialOptions { bearer: Some(relay_token.clone()), ..Default::default() };
     let url = format!("ws://{}{live}", gated.addr);
     assert!(voxa::net::dial::connect(&url, &options).await.is_ok(), "the relay token opens /live");
 
@@ -382,8 +381,7 @@ async fn live_is_gated_by_the_proxy_token_or_else_the_relay_token_and_absent_wit
     assert_eq!(status, 401);
     assert!(!body.contains("proxy-token") && !body.contains("relay-token"), "{body}");
     let url = format!("ws://{}{live}", proxied.addr);
-    let mut options = DialOptions::default();
-    options.bearer = Some(Secret::from_string("proxy-token-9a1b".into()));
+    let options = DialOptions { bearer: Some(Secret::from_string("proxy-token-9a1b".into())), ..Default::default() };
     assert!(voxa::net::dial::connect(&url, &options).await.is_ok(), "the proxy token opens /live");
     let ws = format!("ws://{}/ws?code={code}", proxied.addr);
     assert!(voxa::net::dial::connect(&ws, &options).await.is_err(), "the proxy token opens nothing else");
