@@ -78,7 +78,7 @@ fn live_config(args: &RelayArgs) -> anyhow::Result<Option<LiveConfig>> {
     }
     let url = std::env::var("VOXA_GEMINI_URL").ok().filter(|url| !url.trim().is_empty());
     if let Some(url) = &url {
-        super::run::check_gemini_url(url)?;
+        crate::gemini::check_url(url)?;
     }
     let gemini = GeminiConfig {
         api_key: Secret::from_string(key),

@@ -88,6 +88,26 @@ pub const MAX_TRANSCRIPT_LEN: usize = 16 << 10;
 /// Tool answers remembered until a newer resumable handle covers them (told to a resumed session).
 pub const MAX_UNSETTLED: usize = 32;
 
+/// `VOXA_GEMINI_URL` must be a WebSocket URL without a key in it: the key travels only in the
+/// `x-goog-api-key` header. The URL itself is never repeated (it may hold a key).
+pub fn check_url(url: &str) -> anyhow::Result<()> {
+    let parsed = url::Url::parse(url.trim())
+        .map_err(|_| crate::error::ConfigError::new("VOXA_GEMINI_URL is not a valid URL (expected wss://…)"))?;
+    if !matches!(parsed.scheme(), "ws" | "wss") {
+        return Err(crate::error::ConfigError::new(
+            "VOXA_GEMINI_URL must start with wss:// (or ws:// for a loopback host)",
+        )
+        .into());
+    }
+    if parsed.query_pairs().any(|(name, _)| name.eq_ignore_ascii_case("key")) {
+        return Err(crate::error::ConfigError::new(
+            "VOXA_GEMINI_URL must not carry an API key (?key=…): voxa sends GEMINI_API_KEY in a header",
+        )
+        .into());
+    }
+    Ok(())
+}
+
 /// Where and how to reach Gemini Live.
 #[derive(Clone, Debug)]
 pub struct GeminiConfig {
