@@ -686,7 +686,7 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__relay)
-            opts="-v -q -h -V --listen --tls-cert --tls-key --relay-token --gemini-key-file --live-max-calls --live-max-minutes --live-model --home --relay --self-hosted --json --verbose --quiet --help --version"
+            opts="-v -q -h -V --listen --tls-cert --tls-key --relay-token --gemini-key-file --live-max-calls --live-max-minutes --live-model --relay-token-file --home --relay --self-hosted --json --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -724,6 +724,10 @@ _voxa() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --relay-token-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --home)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -740,7 +744,7 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__run)
-            opts="-v -q -h -V --port --workspace --embedded-relay --ca-cert --relay-token --model --home --relay --self-hosted --json --verbose --quiet --help --version"
+            opts="-v -q -h -V --port --workspace --embedded-relay --ca-cert --relay-token --relay-token-file --model --home --relay --self-hosted --json --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -763,6 +767,10 @@ _voxa() {
                     return 0
                     ;;
                 --relay-token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay-token-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

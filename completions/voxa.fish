@@ -55,7 +55,8 @@ complete -c voxa -n "__fish_voxa_using_subcommand run" -l port -d 'Loopback port
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l workspace -d 'Root that file tools and commands are confined to [default: the current directory]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l embedded-relay -d 'Run a relay inside this process on a loopback address and dial it (for trying voxa offline)' -r
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l ca-cert -d 'Extra CA certificate (PEM) to trust for the relay\'s TLS, e.g. a self-signed relay' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay-token -d 'Token the relay requires (sent as Authorization: Bearer)' -r
+complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay-token -d 'Token the relay requires (sent as Authorization: Bearer); prefer VOXA_RELAY_TOKEN or --relay-token-file, a flag\'s value is visible to every user in `ps`' -r
+complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay-token-file -d 'Read the relay token from this file (first line; the file must not be readable by others)' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l model -d 'Gemini Live model for self-hosted mode (default gemini-3.8-live, or [gemini] model in config.toml)' -r
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
@@ -85,11 +86,12 @@ complete -c voxa -n "__fish_voxa_using_subcommand call" -s V -l version -d 'Prin
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l listen -d 'Address to listen on' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l tls-cert -d 'TLS certificate chain (PEM); serve wss:// with --tls-key' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l tls-key -d 'TLS private key (PEM)' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay-token -d 'Require this token from both sides (Authorization: Bearer)' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay-token -d 'Require this token from both sides (Authorization: Bearer); prefer VOXA_RELAY_TOKEN or --relay-token-file, a flag\'s value is visible to every user in `ps`' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l gemini-key-file -d 'Host voice calls at /live with the Gemini API key in this file (else GEMINI_API_KEY)' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-max-calls -d 'Hosted voice calls at once; more get call_error at-capacity' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-max-minutes -d 'Longest hosted voice call, in minutes' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-model -d 'Gemini Live model for hosted calls' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay-token-file -d 'Read the relay token from this file (first line; the file must not be readable by others)' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'

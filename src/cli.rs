@@ -91,9 +91,13 @@ pub struct RunArgs {
     /// Extra CA certificate (PEM) to trust for the relay's TLS, e.g. a self-signed relay
     #[arg(long, value_name = "FILE")]
     pub ca_cert: Option<PathBuf>,
-    /// Token the relay requires (sent as Authorization: Bearer)
+    /// Token the relay requires (sent as Authorization: Bearer); prefer VOXA_RELAY_TOKEN or
+    /// --relay-token-file, a flag's value is visible to every user in `ps`
     #[arg(long, env = "VOXA_RELAY_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     pub relay_token: Option<String>,
+    /// Read the relay token from this file (first line; the file must not be readable by others)
+    #[arg(long, value_name = "FILE")]
+    pub relay_token_file: Option<PathBuf>,
     /// Gemini Live model for self-hosted mode (default gemini-3.8-live, or [gemini] model in config.toml)
     #[arg(long, value_name = "MODEL")]
     pub model: Option<String>,
@@ -121,7 +125,8 @@ pub struct RelayArgs {
     /// TLS private key (PEM)
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// Require this token from both sides (Authorization: Bearer)
+    /// Require this token from both sides (Authorization: Bearer); prefer VOXA_RELAY_TOKEN or
+    /// --relay-token-file, a flag's value is visible to every user in `ps`
     #[arg(long, env = "VOXA_RELAY_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     pub relay_token: Option<String>,
     /// Host voice calls at /live with the Gemini API key in this file (else GEMINI_API_KEY)
@@ -136,6 +141,9 @@ pub struct RelayArgs {
     /// Gemini Live model for hosted calls
     #[arg(long = "live-model", value_name = "MODEL")]
     pub live_model: Option<String>,
+    /// Read the relay token from this file (first line; the file must not be readable by others)
+    #[arg(long, value_name = "FILE")]
+    pub relay_token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -150,7 +158,8 @@ pub enum EnvCommand {
     Issue,
     /// On the host: record an environment from the line `voxa env issue` printed
     Add {
-        /// The pasted line
+        /// The pasted line, or - to read it from standard input (keeps the bearer out of `ps` and
+        /// the shell history)
         line: String,
         /// A short name for the environment
         #[arg(long)]

@@ -25,7 +25,7 @@ pub struct RelayUrl {
 impl RelayUrl {
     /// Validates a relay URL before anything is dialled.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let shown = without_userinfo(text.trim());
+        let shown = redact_url(text.trim());
         let trimmed = shown.as_str();
         let text = text.trim();
         let url = url::Url::parse(text)
@@ -91,15 +91,22 @@ impl std::fmt::Display for RelayUrl {
     }
 }
 
-/// `scheme://user:password@host` as `scheme://…@host`, for messages.
-fn without_userinfo(text: &str) -> String {
-    match text.rfind('@') {
+/// A URL as messages may show it: `scheme://user:password@host/path?query#fragment` becomes
+/// `scheme://…@host/path?…` — a pasted pairing link (`?code=…&token=…`) or credentials in the
+/// URL never reach an error, a log or CI output. Works on text that does not parse as a URL too.
+pub fn redact_url(text: &str) -> String {
+    let (text, hidden) = match text.find(['?', '#']) {
+        Some(cut) => (&text[..cut], "?…"),
+        None => (text, ""),
+    };
+    let shown = match text.rfind('@') {
         Some(at) => match text[..at].find("://") {
             Some(scheme_end) => format!("{}…{}", &text[..scheme_end + 3], &text[at..]),
             None => format!("…{}", &text[at..]),
         },
         None => text.to_owned(),
-    }
+    };
+    format!("{shown}{hidden}")
 }
 
 /// True for `localhost`, `127.0.0.0/8` and `::1`: hosts that may be dialled without TLS.
@@ -129,6 +136,42 @@ pub struct Config {
     pub max_concurrent_calls: Option<usize>,
     /// Self-hosted voice settings.
     pub gemini: GeminiSettings,
+    /// Resource limits of the processes tools start.
+    #[serde(skip_serializing_if = "Limits::is_default")]
+    pub limits: Limits,
+}
+
+/// Resource limits for every process a tool starts (`run_command`, coding agents), applied soft
+/// and hard before the program runs, so nothing it starts can lift them. 0 means no limit; a limit
+/// this process already has that is stricter stays.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Limits {
+    /// Most processes (and threads) this user may have while a tool process forks (`RLIMIT_NPROC`):
+    /// stops a fork bomb. Not enforced by the kernel for root.
+    pub max_processes: u64,
+    /// Most virtual memory one tool process may map, in MiB (`RLIMIT_AS`). Generous on purpose:
+    /// coding agents' runtimes reserve far more address space than they use.
+    pub max_address_space_mb: u64,
+}
+
+/// Default of [`Limits::max_processes`].
+pub const DEFAULT_MAX_PROCESSES: u64 = 8192;
+/// Default of [`Limits::max_address_space_mb`]: 256 GiB. JIT and WebAssembly runtimes (Node, Bun,
+/// which coding agents run on) reserve tens of GiB of address space they never touch; a lower
+/// default would break them. It stops runaway mappings, not memory use.
+pub const DEFAULT_MAX_ADDRESS_SPACE_MB: u64 = 256 << 10;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_processes: DEFAULT_MAX_PROCESSES, max_address_space_mb: DEFAULT_MAX_ADDRESS_SPACE_MB }
+    }
+}
+
+impl Limits {
+    fn is_default(&self) -> bool {
+        *self == Limits::default()
+    }
 }
 
 /// Tool policy: `denied-by-policy` for what it excludes.
@@ -218,6 +261,23 @@ mod tests {
             let err = RelayUrl::parse(bad).unwrap_err().to_string();
             assert!(!err.contains("hunter2"), "{err}");
         }
+    }
+
+    #[test]
+    fn refusals_never_repeat_a_query_or_fragment() {
+        let token = "0123456789abcdef0123456789abcdef";
+        for bad in [
+            format!("htps://relay.example/?code=c&token={token}"),
+            format!("https://exa mple.com/?token={token}"),
+            format!("http://relay.example/#token={token}"),
+            format!("https://u:{token}@relay.example/?token={token}"),
+            format!("relay.example/?token={token}"),
+        ] {
+            let err = RelayUrl::parse(&bad).unwrap_err().to_string();
+            assert!(!err.contains(token), "{err}");
+        }
+        assert_eq!(redact_url("https://u:p@h.example/x?token=t#f"), "https://…@h.example/x?…");
+        assert_eq!(redact_url("https://h.example/x"), "https://h.example/x");
     }
 
     #[test]

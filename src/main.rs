@@ -5,6 +5,9 @@ use voxa::cli::Cli;
 use voxa::error::{exit_for, is_broken_pipe, Exit};
 
 fn main() -> ExitCode {
+    // First, while nothing else runs: other processes of this user (the tools included) may not
+    // read this one's memory or environment.
+    let protected = voxa::secret::protect_process();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
@@ -12,8 +15,13 @@ fn main() -> ExitCode {
             return ExitCode::from(if err.use_stderr() { Exit::Usage.code() as u8 } else { 0 });
         }
     };
+    // Still one thread: the secrets leave the environment before anything could copy it.
+    let env_secrets = voxa::secret::EnvSecrets::take();
     init_tracing(cli.verbose, cli.quiet);
-    match voxa::commands::execute(cli) {
+    if let Err(err) = protected {
+        tracing::warn!(%err, "could not make this process non-dumpable");
+    }
+    match voxa::commands::execute(cli, env_secrets) {
         Ok(exit) => ExitCode::from(exit.code() as u8),
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {

@@ -461,6 +461,10 @@ pub struct AgentStatus {
     #[serde(default)]
     pub relay_replaced: bool,
     pub phone_present: bool,
+    /// While the relay code replaced by `voxa pair --rotate` is still answered (every phone on
+    /// it refused): until when, in Unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_code_until: Option<u64>,
     pub calls_in_flight: usize,
     pub workspace: String,
 }
@@ -493,6 +497,8 @@ pub enum ErrorCode {
     UnknownTool,
     InvalidArgs,
     OutsideWorkspace,
+    /// A path inside voxa's own state directory.
+    ProtectedPath,
     NotFound,
     Timeout,
     Cancelled,
@@ -515,10 +521,11 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::UnknownTool,
         ErrorCode::InvalidArgs,
         ErrorCode::OutsideWorkspace,
+        ErrorCode::ProtectedPath,
         ErrorCode::NotFound,
         ErrorCode::Timeout,
         ErrorCode::Cancelled,
@@ -546,6 +553,7 @@ impl ErrorCode {
             ErrorCode::UnknownTool => "unknown-tool",
             ErrorCode::InvalidArgs => "invalid-args",
             ErrorCode::OutsideWorkspace => "outside-workspace",
+            ErrorCode::ProtectedPath => "protected-path",
             ErrorCode::NotFound => "not-found",
             ErrorCode::Timeout => "timeout",
             ErrorCode::Cancelled => "cancelled",

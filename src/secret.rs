@@ -107,6 +107,45 @@ impl Drop for Secret {
     }
 }
 
+/// Environment variables that hold secrets. They are read once at start and removed from the
+/// environment before any thread exists, so nothing started later inherits or lists them.
+pub const SECRET_ENV: [&str; 2] = ["GEMINI_API_KEY", "VOXA_RELAY_TOKEN"];
+
+/// Secrets this process was given in its environment, taken out of it.
+#[derive(Clone, Debug, Default)]
+pub struct EnvSecrets {
+    /// `GEMINI_API_KEY`.
+    pub gemini_api_key: Option<Secret>,
+    /// `VOXA_RELAY_TOKEN`.
+    pub relay_token: Option<Secret>,
+}
+
+impl EnvSecrets {
+    /// Reads every [`SECRET_ENV`] variable and removes it from this process's environment. Call it
+    /// while the process has one thread: changing the environment races with threads reading it.
+    pub fn take() -> Self {
+        let take = |name: &str| {
+            let value = std::env::var_os(name)?;
+            std::env::remove_var(name);
+            value.into_string().ok().map(|value| value.trim().to_owned()).filter(|value| !value.is_empty())
+        };
+        let [gemini, relay] = SECRET_ENV;
+        EnvSecrets {
+            gemini_api_key: take(gemini).map(Secret::from_string),
+            relay_token: take(relay).map(Secret::from_string),
+        }
+    }
+}
+
+/// Keeps other processes of this user — including the ones the tools start — out of this one:
+/// not dumpable, so `/proc/<pid>/environ`, `/proc/<pid>/mem` and `ptrace` need privileges the
+/// tools do not have. Linux only; elsewhere nothing changes.
+pub fn protect_process() -> std::io::Result<()> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,7 @@ use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use rand::TryRngCore;
@@ -16,6 +17,9 @@ use crate::secret::Secret;
 
 pub const AUTH_TOKEN_FILE: &str = "auth_token";
 pub const RELAY_CODE_FILE: &str = "relay_code";
+/// The relay code `pair --rotate` replaced and the time of that rotation; the agent answers it
+/// for a while so a phone holding the old link hears that the link is no longer valid.
+pub const RETIRED_CODE_FILE: &str = "retired_relay_code";
 pub const CONFIG_FILE: &str = "config.toml";
 pub const AGENT_FILE: &str = "agent.json";
 /// Locked (flock) by the running agent for its whole life: `agent.json` is trusted only while
@@ -23,7 +27,7 @@ pub const AGENT_FILE: &str = "agent.json";
 /// listens on its port now.
 pub const AGENT_LOCK_FILE: &str = "agent.lock";
 pub const AUDIT_DIR: &str = "audit";
-/// Both new secrets, written before a rotation touches either file and removed after; a
+/// Both new secrets (and the retired relay code with its rotation time), written before a rotation touches either file and removed after; a
 /// rotation interrupted by a crash is finished from it on the next start.
 const ROTATION_JOURNAL: &str = ".rotation";
 /// Held (flock) by every process that reads or writes the secrets, so concurrent `pair --rotate`
@@ -35,6 +39,27 @@ const LOCK_FILE: &str = ".lock";
 pub struct Secrets {
     pub relay_code: Secret,
     pub auth_token: Secret,
+}
+
+/// A relay code replaced by `pair --rotate`, and when it was replaced.
+#[derive(Clone, Debug)]
+pub struct RetiredCode {
+    pub relay_code: Secret,
+    pub rotated_at: SystemTime,
+}
+
+impl RetiredCode {
+    /// `<code>\n<unix seconds>\n`, as stored in [`RETIRED_CODE_FILE`] and the rotation journal.
+    fn to_text(&self) -> String {
+        let secs = self.rotated_at.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        format!("{}\n{secs}\n", self.relay_code.expose())
+    }
+
+    fn parse<'a>(mut lines: impl Iterator<Item = &'a str>) -> Option<RetiredCode> {
+        let relay_code = Secret::parse_hex128(lines.next()?).ok()?;
+        let secs: u64 = lines.next()?.trim().parse().ok()?;
+        Some(RetiredCode { relay_code, rotated_at: UNIX_EPOCH + Duration::from_secs(secs) })
+    }
 }
 
 /// Contents of `agent.json` while an agent runs.
@@ -172,22 +197,55 @@ impl Home {
         Ok((Secrets { relay_code, auth_token }, created))
     }
 
-    /// Replaces both secrets. A crash at any point leaves the old pair or (after the next start
-    /// finishes the journal) the new pair, never a mix and never a torn file.
+    /// Replaces both secrets and keeps the replaced relay code as [`RETIRED_CODE_FILE`]. A crash
+    /// at any point leaves the old pair or (after the next start finishes the journal) the new
+    /// pair, never a mix and never a torn file.
     pub fn rotate_secrets(&self) -> Result<Secrets> {
         self.ensure()?;
         let _lock = self.lock()?;
         self.finish_interrupted_rotation()?;
         // Refuse to rotate over unreadable secrets we cannot vouch for? No: rotation is the fix
-        // for those. Permissions are still enforced by `ensure` above.
+        // for those. Permissions are still enforced by `ensure` above. An unreadable relay code
+        // is simply not kept.
+        let retired = self
+            .read_secret(RELAY_CODE_FILE)
+            .ok()
+            .flatten()
+            .map(|relay_code| RetiredCode { relay_code, rotated_at: SystemTime::now() });
         let secrets = Secrets { relay_code: Secret::generate()?, auth_token: Secret::generate()? };
-        let journal = format!("{}\n{}\n", secrets.relay_code.expose(), secrets.auth_token.expose());
+        let mut journal = format!("{}\n{}\n", secrets.relay_code.expose(), secrets.auth_token.expose());
+        if let Some(retired) = &retired {
+            journal.push_str(&retired.to_text());
+        }
         self.write_atomic(ROTATION_JOURNAL, journal.as_bytes())?;
-        self.apply_rotation(&secrets)?;
+        self.apply_rotation(&secrets, retired.as_ref())?;
         Ok(secrets)
     }
 
-    fn apply_rotation(&self, secrets: &Secrets) -> Result<()> {
+    /// The relay code the last `pair --rotate` replaced, if any.
+    pub fn retired_code(&self) -> Result<Option<RetiredCode>> {
+        self.check()?;
+        if !self.exists() {
+            return Ok(None);
+        }
+        let _lock = self.lock()?;
+        self.finish_interrupted_rotation()?;
+        let path = self.path(RETIRED_CODE_FILE);
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(err) if err.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(err).with_context(|| format!("could not read {}", path.display())),
+        };
+        check_private(&path, false)?;
+        RetiredCode::parse(text.lines()).map(Some).ok_or_else(|| {
+            ConfigError::new(format!("{} is not a relay code and a time; remove it", path.display())).into()
+        })
+    }
+
+    fn apply_rotation(&self, secrets: &Secrets, retired: Option<&RetiredCode>) -> Result<()> {
+        if let Some(retired) = retired {
+            self.write_atomic(RETIRED_CODE_FILE, retired.to_text().as_bytes())?;
+        }
         self.write_atomic(RELAY_CODE_FILE, format!("{}\n", secrets.relay_code.expose()).as_bytes())?;
         self.write_atomic(AUTH_TOKEN_FILE, format!("{}\n", secrets.auth_token.expose()).as_bytes())?;
         remove_if_exists(&self.path(ROTATION_JOURNAL))?;
@@ -240,7 +298,8 @@ impl Home {
         match parsed {
             (Some(Ok(relay_code)), Some(Ok(auth_token))) => {
                 check_private(&path, false)?;
-                self.apply_rotation(&Secrets { relay_code, auth_token })
+                let retired = RetiredCode::parse(lines);
+                self.apply_rotation(&Secrets { relay_code, auth_token }, retired.as_ref())
             }
             // The journal itself is written atomically, so a bad one was never ours to finish.
             _ => remove_if_exists(&path),
@@ -499,16 +558,28 @@ mod tests {
         let new = home.rotate_secrets().unwrap();
         assert_ne!(old.auth_token, new.auth_token);
         assert_ne!(old.relay_code, new.relay_code);
+        let retired = home.retired_code().unwrap().expect("the replaced code is kept");
+        assert_eq!(retired.relay_code, old.relay_code);
+        assert!(retired.rotated_at.elapsed().unwrap() < Duration::from_secs(3600));
+        assert_eq!(mode(&home.path(RETIRED_CODE_FILE)), 0o600);
 
         // Simulate a crash after the journal and the first file were written.
         let pending = Secrets { relay_code: Secret::generate().unwrap(), auth_token: Secret::generate().unwrap() };
-        let journal = format!("{}\n{}\n", pending.relay_code.expose(), pending.auth_token.expose());
+        let journal = format!(
+            "{}\n{}\n{}\n1700000000\n",
+            pending.relay_code.expose(),
+            pending.auth_token.expose(),
+            new.relay_code.expose()
+        );
         home.write_atomic(ROTATION_JOURNAL, journal.as_bytes()).unwrap();
         home.write_atomic(RELAY_CODE_FILE, pending.relay_code.expose().as_bytes()).unwrap();
         let loaded = home.load_secrets().unwrap().unwrap();
         assert_eq!(loaded.relay_code, pending.relay_code);
         assert_eq!(loaded.auth_token, pending.auth_token);
         assert!(!home.path(ROTATION_JOURNAL).exists());
+        let retired = home.retired_code().unwrap().unwrap();
+        assert_eq!(retired.relay_code, new.relay_code);
+        assert_eq!(retired.rotated_at, UNIX_EPOCH + Duration::from_secs(1_700_000_000));
     }
 
     #[test]

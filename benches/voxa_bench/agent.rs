@@ -123,6 +123,12 @@ pub fn run(report: &mut Report, measuring: bool) {
             fmt_us(percentiles(&mut trivial)),
             "p50 < 200 µs",
         );
+        // File tools: every operation from the workspace handle, a write is temp file + fsync + rename.
+        let small = json!({"path": "bench/small.txt", "content": "x".repeat(1024), "create_dirs": true});
+        let mut writes = round_trips(&mut local, "write_file", small, calls).await;
+        report.add("loopback", "tool call round trip (write_file, 1 KiB, fsync)", fmt_us(percentiles(&mut writes)), "");
+        let mut reads = round_trips(&mut local, "read_file", json!({"path": "bench/small.txt"}), calls).await;
+        report.add("loopback", "tool call round trip (read_file, 1 KiB)", fmt_us(percentiles(&mut reads)), "");
 
         let true_path = PathBuf::from(if Path::new("/usr/bin/true").exists() { "/usr/bin/true" } else { "/bin/true" });
         let mut direct = spawn_directly(&true_path, spawns);

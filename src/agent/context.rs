@@ -22,6 +22,9 @@ pub struct LiveStatus {
     /// True while another agent keeps taking this agent's relay code (close 4001).
     pub relay_replaced: AtomicBool,
     pub phone_present: AtomicBool,
+    /// While the relay code replaced by `pair --rotate` is still answered: until when, in Unix
+    /// seconds.
+    pub retired_code_until: Mutex<Option<u64>>,
     pub calls_in_flight: AtomicUsize,
 }
 
@@ -54,7 +57,8 @@ impl AgentContext {
     pub fn hello_ok(&self, admission: &Admission) -> AgentMessage {
         let mut tools = self.toolbox.names();
         if let Some(router) = &self.router {
-            tools.extend(router.tool_names().into_iter().filter(|name| self.toolbox.check_policy(name).is_ok()));
+            // Listed when some of its uses are allowed; each call is checked again.
+            tools.extend(router.tool_names().into_iter().filter(|name| self.toolbox.check_policy(name, false).is_ok()));
         }
         AgentMessage::HelloOk(HelloOk {
             agent: crate::agent_name(),
@@ -87,7 +91,7 @@ impl AgentContext {
                 }
             }
             declarations.extend(router.gemini_declarations().into_iter().filter(|declaration| {
-                declaration["name"].as_str().is_some_and(|name| self.toolbox.check_policy(name).is_ok())
+                declaration["name"].as_str().is_some_and(|name| self.toolbox.check_policy(name, false).is_ok())
             }));
         }
         Value::Array(declarations)
@@ -103,6 +107,7 @@ impl AgentContext {
             relay_connected: self.status.relay_connected.load(Ordering::Relaxed),
             relay_replaced: self.status.relay_replaced.load(Ordering::Relaxed),
             phone_present: self.status.phone_present.load(Ordering::Relaxed),
+            retired_code_until: self.status.retired_code_until.lock().map(|until| *until).unwrap_or_default(),
             calls_in_flight: self.status.calls_in_flight.load(Ordering::Relaxed),
             workspace: self.toolbox.workspace().display().to_string(),
         }

@@ -59,6 +59,11 @@ pub enum LinkEvent {
     PeerAdmitted,
     /// The peer's hello was refused.
     PeerRefused { code: ErrorCode },
+    /// The relay code replaced by `pair --rotate` is answered (and refused) until this time,
+    /// in Unix seconds.
+    RetiredCodeAnswered { until: u64 },
+    /// The retired relay code's window is over: it is no longer dialled.
+    RetiredCodeEnded,
     /// An environment pairing went live: its relay code is dialed for its host.
     PairingActive { pairing: String, relay: String },
     /// An environment pairing was revoked: its sessions were closed and it is no longer dialed.

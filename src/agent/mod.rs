@@ -13,11 +13,13 @@ pub mod gate;
 pub mod link;
 pub mod loopback;
 pub mod outbox;
+pub mod retired;
 pub mod session;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tokio::net::TcpListener;
@@ -52,6 +54,9 @@ pub struct AgentOptions {
     pub gemini: Option<GeminiConfig>,
     /// Where the relay link and the environment side report what happens.
     pub events: LinkEvents,
+    /// How long after `pair --rotate` the replaced relay code is still answered (and refused);
+    /// [`retired::RETIRED_CODE_WINDOW`] in `voxa run`.
+    pub retired_window: Duration,
 }
 
 /// A started agent: its loopback address, shared state and shutdown handle.
@@ -82,6 +87,9 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
     let audit = crate::audit::Audit::new(options.home.audit_dir()?);
     let toolbox = Toolbox::new(ToolboxOptions {
         workspace: options.workspace.clone(),
+        // The secrets, pairings and settings stay out of the tools' reach even when the workspace
+        // holds the home (as it does when `run` starts in the home directory).
+        protected: vec![options.home.dir().to_path_buf()],
         config: options.config.clone(),
         audit: Some(audit),
         env: None,
@@ -133,6 +141,16 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
             ctx: ctx.clone(),
             events: Some(options.events),
         };
+        // A code the home no longer trusts must not stop the agent; it is only left unanswered.
+        match options.home.retired_code() {
+            Ok(Some(retired)) => {
+                let gate = TokenGate { token: options.secrets.auth_token.clone(), caller: "phone" };
+                let link = RelayLink { gate: Arc::new(retired::RetiredGate { current: gate }), ..link.clone() };
+                retired::spawn_retired_link(&link, retired, options.retired_window, &ctx, &shutdown);
+            }
+            Ok(None) => {}
+            Err(err) => warn!("the relay code replaced by `pair --rotate` is not answered: {err:#}"),
+        }
         tasks.spawn(link.run(shutdown.clone()).instrument(info_span!("relay_link")));
     }
     Ok(RunningAgent { loopback, ctx, shutdown })

@@ -295,7 +295,7 @@ pub async fn run_tool(
     }
     if let Some((router, env)) = remote {
         // The host's policy speaks for its user: what it refuses here, it refuses everywhere.
-        if let Err(refused) = ctx.toolbox.check_policy(&call.name) {
+        if let Err(refused) = ctx.toolbox.check_policy(&call.name, router.changes_machine(&call.name, &call.args)) {
             audit_elsewhere(ctx, &call, caller, Err(&refused), Instant::now());
             return Err(refused);
         }
@@ -313,7 +313,7 @@ pub async fn run_tool(
     }
     if let Some(router) = ctx.router.as_ref().filter(|router| router.tool_names().contains(&call.name)) {
         let started = Instant::now();
-        let result = match ctx.toolbox.check_policy(&call.name) {
+        let result = match ctx.toolbox.check_policy(&call.name, router.changes_machine(&call.name, &call.args)) {
             Ok(()) => match router.local_tool(&call.name, &call.args) {
                 Some(future) => future.await,
                 None => Err(ToolError::new(ErrorCode::UnknownTool, format!("no tool named {:?}", call.name))),
@@ -412,6 +412,7 @@ mod tests {
             config,
             audit: Some(crate::audit::Audit::new(workspace.path().join("audit"))),
             env: None,
+            ..Default::default()
         })
         .unwrap();
         let mut ctx = AgentContext::new(toolbox, TaskTracker::new());

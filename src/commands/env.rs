@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
@@ -13,11 +13,14 @@ use super::Settings;
 use crate::cli::EnvCommand;
 use crate::config::RelayUrl;
 use crate::environments::{add, host, issue, remove, revoke, store, HostOptions, HostRouter, Identity};
-use crate::error::Exit;
+use crate::error::{ConfigError, Exit};
 use crate::net::dial::DialOptions;
 use crate::protocol::{AgentMessage, ClientMessage, ToolCall};
 use crate::secret::Secret;
 use crate::state::Home;
+
+/// Longest pairing line `voxa env add -` reads (a real one is about 200 bytes).
+const MAX_PASTED_LINE: u64 = 4096;
 
 /// `voxa env …`.
 pub async fn run_env(settings: &Settings, command: EnvCommand) -> Result<Exit> {
@@ -27,6 +30,7 @@ pub async fn run_env(settings: &Settings, command: EnvCommand) -> Result<Exit> {
         EnvCommand::Issue => issue_pairing(settings)?,
         EnvCommand::Add { line, name } => {
             let token = store::load_or_create_host_token(home)?;
+            let line = if line == "-" { read_line_from_stdin()? } else { line };
             let added = add(home, &line, name.as_deref(), token.expose())?;
             let value =
                 json!({"envKey": added.env_key, "name": added.name, "relay": added.relay, "replaced": added.replaced});
@@ -83,8 +87,12 @@ fn issue_pairing(settings: &Settings) -> Result<()> {
         "bearer": issued.line.bearer.expose(),
     });
     let mut human = String::new();
-    let _ = writeln!(human, "Pairing {} issued. On the host, run:\n", issued.pairing);
-    let _ = writeln!(human, "  voxa env add '{line}' --name NAME\n");
+    let _ = writeln!(
+        human,
+        "Pairing {} issued. On the host, run `voxa env add - --name NAME` and paste:\n",
+        issued.pairing
+    );
+    let _ = writeln!(human, "  {line}\n");
     let _ = writeln!(human, "The line holds a credential to drive this machine: paste it only on the host.");
     if home.running_agent()?.is_none() {
         let _ = writeln!(human, "Keep `voxa run` running here so the host can reach this machine.");
@@ -104,7 +112,7 @@ async fn list(settings: &Settings) -> Result<()> {
     let pairings = store::load_pairings(home)?;
     let fleet = match fleet_from_running_agent(home).await {
         Some(fleet) => fleet,
-        None => probe_here(home).await?,
+        None => probe_here(home, settings.env_secrets.relay_token.clone()).await?,
     };
     let environments = fleet.get("environments").cloned().unwrap_or_else(|| json!([]));
     let mut issued: Vec<Value> = pairings
@@ -128,7 +136,7 @@ async fn list(settings: &Settings) -> Result<()> {
     if rows.is_empty() {
         let _ = writeln!(
             human,
-            "No environments yet. On another machine run `voxa env issue`, then `voxa env add LINE` here."
+            "No environments yet. On another machine run `voxa env issue`, then `voxa env add -` here and paste its line."
         );
     }
     for row in &rows {
@@ -146,6 +154,23 @@ async fn list(settings: &Settings) -> Result<()> {
     }
     settings.printer.result(&value, human)?;
     Ok(())
+}
+
+/// The first line of standard input, for `voxa env add -`; at most [`MAX_PASTED_LINE`] bytes.
+fn read_line_from_stdin() -> Result<String> {
+    use std::io::{BufRead, Read};
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .take(MAX_PASTED_LINE)
+        .read_line(&mut line)
+        .context("could not read the pairing line from standard input")?;
+    if line.trim().is_empty() {
+        return Err(
+            ConfigError::new("no pairing line on standard input (paste the line `voxa env issue` printed)").into()
+        );
+    }
+    Ok(line)
 }
 
 async fn fleet_from_running_agent(home: &Home) -> Option<Value> {
@@ -175,10 +200,10 @@ async fn fleet_from_running_agent(home: &Home) -> Option<Value> {
     result
 }
 
-async fn probe_here(home: &Home) -> Result<Value> {
+async fn probe_here(home: &Home, relay_token: Option<Secret>) -> Result<Value> {
     let mut dial = DialOptions::default().with_proxy_from_env()?;
     let own_relay = home.load_config()?.relay.and_then(|r| RelayUrl::parse(&r).ok());
-    dial.bearer = std::env::var("VOXA_RELAY_TOKEN").ok().filter(|t| !t.is_empty()).map(Secret::from_string);
+    dial.bearer = relay_token;
     let tasks = TaskTracker::new();
     let shutdown = CancellationToken::new();
     let router = HostRouter::new(HostOptions {

@@ -13,12 +13,15 @@ pub mod run;
 pub mod shutdown;
 pub mod status;
 
+use std::path::Path;
+
 use anyhow::Result;
 
 use self::output::Printer;
 use crate::cli::{Cli, Command, RunArgs};
 use crate::config::{Config, RelayUrl, DEFAULT_RELAY};
 use crate::error::{ConfigError, Exit};
+use crate::secret::{EnvSecrets, Secret};
 use crate::state::Home;
 
 /// Settings shared by every command, validated.
@@ -28,15 +31,18 @@ pub struct Settings {
     pub relay_flag: Option<String>,
     pub self_hosted: bool,
     pub printer: Printer,
+    /// Secrets the process was started with, already removed from its environment.
+    pub env_secrets: EnvSecrets,
 }
 
 impl Settings {
-    pub fn from_cli(cli: &Cli) -> Result<Self> {
+    pub fn from_cli(cli: &Cli, env_secrets: EnvSecrets) -> Result<Self> {
         Ok(Settings {
             home: Home::locate(cli.home.clone())?,
             relay_flag: cli.relay.clone().filter(|r| !r.trim().is_empty()),
             self_hosted: cli.self_hosted,
             printer: Printer::new(cli.json, cli.quiet),
+            env_secrets,
         })
     }
 
@@ -56,9 +62,42 @@ impl Settings {
     }
 }
 
-/// Runs the parsed command line and returns the exit status.
-pub fn execute(cli: Cli) -> Result<Exit> {
-    let settings = Settings::from_cli(&cli)?;
+/// Longest first line of a relay token file that is read.
+const MAX_TOKEN_FILE_LINE: u64 = 4096;
+
+/// The relay token: the first line of `file` when given (a file others can read is refused, like
+/// the secrets in the home), else `value` (`--relay-token` or `VOXA_RELAY_TOKEN`). Empty is none.
+pub fn relay_token(value: Option<&str>, file: Option<&Path>) -> Result<Option<Secret>> {
+    let Some(file) = file else {
+        return Ok(value
+            .map(str::trim)
+            .filter(|token| !token.is_empty())
+            .map(|token| Secret::from_string(token.to_owned())));
+    };
+    secret_file(file, "relay token file").map(Some)
+}
+
+/// The secret on the first line of `file` (e.g. "relay token file"): refused when group or others
+/// can read the file, or when the line is empty. Errors name the file, never its content.
+pub fn secret_file(file: &Path, what: &str) -> Result<Secret> {
+    use std::io::{BufRead, Read};
+    crate::state::check_private(file, false)?;
+    let mut text = String::new();
+    std::fs::File::open(file)
+        .map(|opened| std::io::BufReader::new(opened.take(MAX_TOKEN_FILE_LINE)))
+        .and_then(|mut reader| reader.read_line(&mut text))
+        .map_err(|err| ConfigError::new(format!("could not read the {what} {}: {err}", file.display())))?;
+    let secret = text.trim();
+    if secret.is_empty() {
+        return Err(ConfigError::new(format!("the {what} {} is empty", file.display())).into());
+    }
+    Ok(Secret::from_string(secret.to_owned()))
+}
+
+/// Runs the parsed command line and returns the exit status. `env_secrets` are the secrets taken
+/// out of the environment at start ([`EnvSecrets::take`]).
+pub fn execute(cli: Cli, env_secrets: EnvSecrets) -> Result<Exit> {
+    let settings = Settings::from_cli(&cli, env_secrets)?;
     match cli.command {
         Some(Command::Pair(args)) => pair::run_pair(&settings, &args).map(|()| Exit::Ok),
         Some(Command::Completions { shell }) => {

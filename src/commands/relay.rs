@@ -26,8 +26,8 @@ pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<(
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.tls = Some(load_tls(cert, key).map_err(|err| ConfigError::new(format!("{err:#}")))?);
     }
-    config.live = live_config(&args)?;
-    config.token = args.relay_token.filter(|token| !token.trim().is_empty()).map(Secret::from_string);
+    config.token = super::relay_token(args.relay_token.as_deref(), args.relay_token_file.as_deref())?;
+    config.live = live_config(&args, settings.env_secrets.gemini_api_key.clone())?;
     if let Some(fds) = raise_fd_limit() {
         config.max_connections = config.max_connections.min(fds.saturating_sub(RESERVED_FDS).max(1) as usize);
     }
@@ -54,23 +54,14 @@ pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<(
     Ok(())
 }
 
-/// Hosted voice: on with a key from `--gemini-key-file` or `GEMINI_API_KEY`, off without one.
-fn live_config(args: &RelayArgs) -> anyhow::Result<Option<LiveConfig>> {
+/// Hosted voice: on with a key from `--gemini-key-file` (which wins) or `GEMINI_API_KEY`, off
+/// without one.
+fn live_config(args: &RelayArgs, env_key: Option<Secret>) -> anyhow::Result<Option<LiveConfig>> {
     let key = match &args.gemini_key_file {
-        Some(path) => {
-            // The error never quotes the file: it holds the key.
-            let text = std::fs::read_to_string(path).map_err(|err| {
-                ConfigError::new(format!("could not read --gemini-key-file {}: {err}", path.display()))
-            })?;
-            let key = text.trim().to_owned();
-            if key.is_empty() {
-                return Err(ConfigError::new(format!("--gemini-key-file {} is empty", path.display())).into());
-            }
-            key
-        }
-        None => match std::env::var("GEMINI_API_KEY") {
-            Ok(key) if !key.trim().is_empty() => key.trim().to_owned(),
-            _ => return Ok(None),
+        Some(path) => super::secret_file(path, "Gemini key file")?,
+        None => match env_key {
+            Some(key) => key,
+            None => return Ok(None),
         },
     };
     if args.live_max_calls == 0 || args.live_max_minutes == 0 {
@@ -81,7 +72,7 @@ fn live_config(args: &RelayArgs) -> anyhow::Result<Option<LiveConfig>> {
         crate::gemini::check_url(url)?;
     }
     let gemini = GeminiConfig {
-        api_key: Secret::from_string(key),
+        api_key: key,
         url: url.map(|url| url.trim().to_owned()).unwrap_or_else(|| GEMINI_LIVE_URL.to_owned()),
         model: args.live_model.clone().unwrap_or_else(|| DEFAULT_GEMINI_MODEL.to_owned()),
         voice: "Kore".into(),

@@ -2,7 +2,7 @@
 //! what its links report until Ctrl-C or SIGTERM.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde_json::json;
@@ -21,14 +21,14 @@ use crate::error::ConfigError;
 use crate::gemini::{GeminiConfig, GEMINI_LIVE_URL};
 use crate::net::dial::DialOptions;
 use crate::net::liveness::Heartbeat;
-use crate::secret::Secret;
-use crate::state::Secrets;
+use crate::secret::EnvSecrets;
+use crate::state::{Home, Secrets};
 
 /// `voxa run`.
 pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
     let home = &settings.home;
     let printer = settings.printer;
-    let gemini = if settings.self_hosted { Some(gemini_config(&args)?) } else { None };
+    let gemini = if settings.self_hosted { Some(gemini_config(&args, &settings.env_secrets)?) } else { None };
     home.ensure()?;
     // Held until this process ends: while it is, `agent.json` speaks for this agent.
     let _agent_lock = home.lock_agent()?;
@@ -38,6 +38,7 @@ pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
     let gemini = gemini.map(|gemini| with_saved_voice(gemini, &args, &config));
     let dial = dial_options(&args)?;
     let workspace = workspace(&args)?;
+    warn_if_home_in_workspace(home, &workspace, printer);
     let shutdown = super::shutdown::on_signal();
     let tasks = TaskTracker::new();
     // The embedded relay stands in for a remote one: nothing about it is saved.
@@ -69,6 +70,7 @@ pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
         backoff: BackoffPolicy::default(),
         gemini,
         events,
+        retired_window: agent::retired::RETIRED_CODE_WINDOW,
     };
     let agent = agent::start(options, listener, shutdown.clone()).await?;
     home.write_agent_file(port)?;
@@ -96,7 +98,7 @@ fn dial_options(args: &RunArgs) -> Result<DialOptions> {
     if let Some(path) = &args.ca_cert {
         dial = dial.trust_pem_file(path)?;
     }
-    dial.bearer = args.relay_token.clone().filter(|t| !t.is_empty()).map(Secret::from_string);
+    dial.bearer = super::relay_token(args.relay_token.as_deref(), args.relay_token_file.as_deref())?;
     Ok(dial)
 }
 
@@ -109,6 +111,26 @@ fn workspace(args: &RunArgs) -> Result<PathBuf> {
     workspace
         .canonicalize()
         .map_err(|err| ConfigError::new(format!("workspace {} is not usable: {err}", workspace.display())).into())
+}
+
+/// The file tools refuse the home (`protected-path`), but `run_command` and the coding agent run
+/// with this user's rights and can read it: say so when the workspace holds the home.
+fn warn_if_home_in_workspace(home: &Home, workspace: &Path, printer: Printer) {
+    let home_dir = home.dir().canonicalize().unwrap_or_else(|_| home.dir().to_path_buf());
+    if !home_dir.starts_with(workspace) {
+        return;
+    }
+    let message = format!(
+        "warning: the workspace {} contains voxa's state directory {}; file tools refuse it, but commands \
+         and coding agents run as you and can read its secrets. Pass --workspace with a project directory",
+        workspace.display(),
+        home_dir.display()
+    );
+    printer.event(
+        "warning",
+        json!({"warning": "home-in-workspace", "workspace": workspace.display().to_string(), "home": home_dir.display().to_string()}),
+        message,
+    );
 }
 
 /// Starts a relay on `addr` (loopback only) on `tasks` and returns its URL.
@@ -155,20 +177,19 @@ async fn bind_loopback_addr(addr: &str) -> Result<TcpListener> {
 }
 
 /// Self-hosted settings from the environment; a missing key is a usage error.
-fn gemini_config(args: &RunArgs) -> Result<GeminiConfig> {
-    let key = std::env::var("GEMINI_API_KEY").unwrap_or_default();
-    if key.trim().is_empty() {
+fn gemini_config(args: &RunArgs, env_secrets: &EnvSecrets) -> Result<GeminiConfig> {
+    let Some(key) = env_secrets.gemini_api_key.clone() else {
         return Err(ConfigError::new(
             "--self-hosted needs your Gemini API key: set GEMINI_API_KEY (nothing was started)",
         )
         .into());
-    }
+    };
     let url = std::env::var("VOXA_GEMINI_URL").ok().filter(|u| !u.trim().is_empty());
     if let Some(url) = &url {
         crate::gemini::check_url(url)?;
     }
     Ok(GeminiConfig {
-        api_key: Secret::from_string(key.trim().to_owned()),
+        api_key: key,
         url: url.map(|u| u.trim().to_owned()).unwrap_or_else(|| GEMINI_LIVE_URL.to_owned()),
         model: args.model.clone().unwrap_or_else(|| DEFAULT_GEMINI_MODEL.to_owned()),
         voice: "Kore".into(),
@@ -237,6 +258,16 @@ fn print_event(event: &LinkEvent, printer: Printer) {
         LinkEvent::PeerRefused { code } => {
             printer.event("phone_refused", json!({"code": code.as_str()}), format!("phone refused: {code}"))
         }
+        LinkEvent::RetiredCodeAnswered { until } => printer.event(
+            "retired_code_answered",
+            json!({"until": until}),
+            format!("the relay code replaced by `voxa pair --rotate` is answered until {} (phones using the old link are told to scan the new code)", humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(*until))),
+        ),
+        LinkEvent::RetiredCodeEnded => printer.event(
+            "retired_code_ended",
+            json!({}),
+            "the relay code replaced by `voxa pair --rotate` is no longer answered",
+        ),
         LinkEvent::PairingActive { pairing, relay } => printer.event(
             "pairing_active",
             json!({"pairing": pairing, "relay": relay}),

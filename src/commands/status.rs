@@ -36,6 +36,7 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
             "relay_replaced": live.as_ref().map(|l| l.relay_replaced),
             "error": problem,
             "phone_present": live.as_ref().map(|l| l.phone_present),
+            "retired_code_until": live.as_ref().and_then(|l| l.retired_code_until),
             "calls_in_flight": live.as_ref().map(|l| l.calls_in_flight),
             "workspace": live.as_ref().map(|l| l.workspace.clone()),
             "relay": live.as_ref().map(|l| l.relay.clone()),
@@ -61,6 +62,13 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
             yes_no(l.phone_present),
             l.calls_in_flight
         )),
+    }
+    if let Some(until) = live.as_ref().and_then(|l| l.retired_code_until) {
+        let until = std::time::UNIX_EPOCH + std::time::Duration::from_secs(until);
+        human.push_str(&format!(
+            "retired code:    answered until {} (the code before `pair --rotate`; every phone on it is refused)\n",
+            humantime::format_rfc3339_seconds(until)
+        ));
     }
     settings.printer.result(&value, human)?;
     Ok(Exit::Ok)

@@ -177,6 +177,16 @@ impl EnvRouter for HostRouter {
         matches!(self.inner.resolve(env), Ok((_, Resolved::Local)))
     }
 
+    fn changes_machine(&self, name: &str, args: &Value) -> bool {
+        // Listing reads; every other `fleet` action (remove, revoke, anything unknown) changes the
+        // pairings.
+        let lists = match args.get("action") {
+            None | Some(Value::Null) => true,
+            Some(action) => action == "list",
+        };
+        !(name == FLEET_TOOL && lists)
+    }
+
     fn gemini_declarations(&self) -> Vec<Value> {
         // Only listing: pairing actions need the host token, which a voice model never holds.
         vec![json!({

@@ -56,6 +56,12 @@ pub trait EnvRouter: Send + Sync {
         false
     }
 
+    /// Whether a call to `name` (a router tool, or any tool routed to an environment) can change
+    /// a machine; the `read_only` policy refuses those. Unknown means yes.
+    fn changes_machine(&self, _name: &str, _args: &Value) -> bool {
+        true
+    }
+
     /// Gemini function declarations of [`EnvRouter::tool_names`].
     fn gemini_declarations(&self) -> Vec<Value> {
         Vec::new()

@@ -3,8 +3,9 @@
 //! in `config.toml` under `[agents.<name>]` (`program`, `args` with a `{prompt}` placeholder,
 //! `format` = `stream-json` or `text`).
 //!
-//! The prompt always travels as one argument after `--`, so a prompt that looks like a flag stays a
-//! prompt. Progress is the agent's assistant text as it streams; the answer is the `result` line
+//! The prompt always travels as one argument, never through a shell. The built-in command puts it
+//! after `--`, so a prompt that looks like a flag stays a prompt; a configured command should too,
+//! and when its `{prompt}` is not after a `--`, a prompt starting with `-` is refused. Progress is the agent's assistant text as it streams; the answer is the `result` line
 //! (or, for `text` agents, everything printed). The agent runs in its own process group, killed
 //! whole on cancel, on [`CODING_AGENT_TIMEOUT`], and when it exits.
 
@@ -21,9 +22,10 @@ use tokio::process::{Child, ChildStdout, Command};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::command::SHELL;
 use super::output::{last_output, AnsiStripper, Output};
-use super::supervise::{kill_tree, supervise, Stop, DRAIN_GRACE, KILL_GRACE};
-use crate::config::{AgentCommand, Config};
+use super::supervise::{exited, kill_tree, supervise, ulimit_lines, Stop, DRAIN_GRACE, KILL_GRACE};
+use crate::config::{AgentCommand, Config, Limits};
 use crate::protocol::{ErrorCode, ToolError, OUTPUT_CAP};
 use crate::text::{prefix, suffix};
 
@@ -48,6 +50,8 @@ pub(crate) struct AgentRequest {
     pub cwd: PathBuf,
     pub command: AgentCommand,
     pub program: PathBuf,
+    /// Resource limits set before the agent runs.
+    pub limits: Limits,
 }
 
 /// The built-in Claude Code command.
@@ -85,6 +89,23 @@ pub(crate) fn agent_command(config: &Config, name: &str) -> Result<AgentCommand,
     ))
 }
 
+/// Refuses a prompt that the agent would read as an option: one starting with `-`, for a command
+/// whose `{prompt}` argument does not come after a `--`.
+pub(crate) fn check_prompt_is_not_an_option(name: &str, command: &AgentCommand, prompt: &str) -> Result<(), ToolError> {
+    let exposed = command.args.iter().take_while(|arg| arg.as_str() != "--").any(|arg| arg == PROMPT_PLACEHOLDER);
+    if exposed && prompt.starts_with('-') {
+        return Err(ToolError::new(
+            ErrorCode::InvalidArgs,
+            format!(
+                "field `prompt` starts with \"-\" and coding agent {name:?} has no \"--\" before {PROMPT_PLACEHOLDER} \
+                 in its args, so the agent would take the prompt for an option; rephrase the prompt, or add \"--\" \
+                 before {PROMPT_PLACEHOLDER} in config.toml"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Finds `program` the way a shell would, on `path` only. Empty `PATH` entries (the current
 /// directory) are skipped: a workspace file must never be run by accident.
 pub(crate) fn find_program(program: &str, path: Option<&OsStr>) -> Option<PathBuf> {
@@ -107,7 +128,17 @@ pub(crate) fn find_program(program: &str, path: Option<&OsStr>) -> Option<PathBu
 /// Starts the agent in its own process group, the prompt in place of [`PROMPT_PLACEHOLDER`].
 fn spawn(request: &AgentRequest, env: &[(OsString, OsString)]) -> Result<Child, ToolError> {
     let args = request.command.args.iter().map(|arg| arg.replace(PROMPT_PLACEHOLDER, &request.prompt));
-    Command::new(&request.program)
+    let limits = ulimit_lines(&request.limits);
+    let mut command = if limits.is_empty() {
+        Command::new(&request.program)
+    } else {
+        // The shell lowers its own limits, then becomes the agent: program and arguments travel
+        // as `$0` and `$@`, never as shell text.
+        let mut shell = Command::new(SHELL);
+        shell.arg("-c").arg(format!("{limits}exec \"$0\" \"$@\"")).arg(&request.program);
+        shell
+    };
+    command
         .args(args)
         .current_dir(&request.cwd)
         .env_clear()
@@ -210,13 +241,22 @@ impl Running {
     async fn pump(&mut self) {
         let drain = tokio::time::sleep(Duration::MAX);
         tokio::pin!(drain);
+        let pid = self.child.id();
+        let exit_watch = async move {
+            if let Some(pid) = pid {
+                exited(pid).await;
+            }
+        };
+        tokio::pin!(exit_watch);
         while self.status.is_none() || self.stdout.is_some() {
             tokio::select! {
                 biased;
-                exit = self.child.wait(), if self.status.is_none() => {
-                    self.status = Some(exit);
-                    // The agent is gone; so is anything it left running in its group.
+                () = &mut exit_watch, if self.status.is_none() => {
+                    // The agent is gone; so is anything it left running in its group, killed
+                    // while the agent is still unreaped and its pid (the group's id) cannot be
+                    // reused. Then it is reaped.
                     self.guard.kill();
+                    self.status = Some(self.child.wait().await);
                     drain.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
                 }
                 _ = &mut drain, if self.status.is_some() => return,

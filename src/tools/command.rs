@@ -26,7 +26,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::output::{last_output, AnsiStripper, Output};
-use super::supervise::{kill_tree, supervise, Stop, DRAIN_GRACE, KILL_GRACE};
+use super::supervise::{has_exited, kill_tree, supervise, ulimit_lines, Stop, DRAIN_GRACE, KILL_GRACE};
+use crate::config::Limits;
 use crate::protocol::{ErrorCode, ToolError};
 
 /// The shell every command runs in.
@@ -48,6 +49,8 @@ pub(crate) struct CommandRequest {
     pub command: String,
     pub cwd: PathBuf,
     pub timeout: Duration,
+    /// Resource limits the shell sets on itself before the command runs.
+    pub limits: Limits,
 }
 
 /// Runs the command and answers `{exit_code, output, truncated, timed_out, duration_ms}`.
@@ -58,7 +61,7 @@ pub(crate) async fn run_command(
     cancel: CancellationToken,
 ) -> Result<Value, ToolError> {
     let started = Instant::now();
-    let CommandRequest { command, cwd, timeout } = request;
+    let CommandRequest { command, cwd, timeout, limits } = request;
     let kill = Arc::new(AtomicBool::new(false));
     // Whatever happens to this future from here on (even being dropped), the session is killed.
     let _kill_on_drop = KillOnDrop(kill.clone());
@@ -66,7 +69,8 @@ pub(crate) async fn run_command(
         let kill = kill.clone();
         // Opening the terminal and forking are blocking too: all of it runs off the async threads.
         tokio::task::spawn_blocking(move || {
-            Pump::start(&command, &cwd, &env, Output::new(progress), kill).map(Pump::run)
+            let script = format!("{}exec </dev/null\n{command}", ulimit_lines(&limits));
+            Pump::start(&script, &cwd, &env, Output::new(progress), kill).map(Pump::run)
         })
     };
 
@@ -145,7 +149,7 @@ struct Pump {
 
 impl Pump {
     fn start(
-        command: &str,
+        script: &str,
         cwd: &Path,
         env: &[(OsString, OsString)],
         output: Output,
@@ -155,9 +159,9 @@ impl Pump {
             .openpty(PTY_SIZE)
             .map_err(|err| internal(format!("could not open a terminal: {err:#}")))?;
         let mut builder = CommandBuilder::new(SHELL);
-        // The redirection runs before the command, on its own line, so the command's own syntax
-        // is untouched.
-        builder.args(["-c", &format!("exec </dev/null\n{command}")]);
+        // The limits and the redirection run before the command, each on its own line, so the
+        // command's own syntax is untouched.
+        builder.args(["-c", script]);
         builder.cwd(cwd);
         builder.env_clear();
         for (key, value) in env {
@@ -226,12 +230,10 @@ impl Pump {
             }
             self.output.flush_progress();
             if status.is_none() {
-                match self.child.try_wait() {
+                match self.reap() {
                     Ok(Some(exit)) => {
                         status = Some(exit);
                         exited_at = Some(Instant::now());
-                        // The shell is gone; so is anything it left behind.
-                        self.kill_all();
                     }
                     Ok(None) => {}
                     Err(err) => {
@@ -255,6 +257,19 @@ impl Pump {
         PumpOutcome { status, output: self.output }
     }
 
+    /// The shell's exit status once it has exited. Whatever it left behind in its session is
+    /// killed first, while the shell is a zombie that still holds its pid: after reaping, that pid
+    /// (and the group and session named after it) could belong to someone else.
+    fn reap(&mut self) -> std::io::Result<Option<portable_pty::ExitStatus>> {
+        if let Some(pid) = self.pid {
+            if !has_exited(pid)? {
+                return Ok(None);
+            }
+            self.kill_all();
+        }
+        self.child.try_wait()
+    }
+
     fn kill_all(&self) {
         if let Some(pid) = self.pid {
             kill_tree(pid, true);
@@ -271,7 +286,7 @@ mod tests {
     }
 
     fn request(command: &str, timeout: Duration) -> CommandRequest {
-        CommandRequest { command: command.into(), cwd: std::env::temp_dir(), timeout }
+        CommandRequest { command: command.into(), cwd: std::env::temp_dir(), timeout, limits: Limits::default() }
     }
 
     #[tokio::test]

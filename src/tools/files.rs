@@ -5,18 +5,23 @@
 //! `encoding`. At most `max_bytes` (default and ceiling [`OUTPUT_CAP`]) are ever read. Writes go to
 //! a temporary file in the target's directory and are renamed over it, keeping an existing
 //! file's permissions. Only regular files are read or written; FIFOs and devices are refused
-//! without being opened for blocking.
+//! without being opened for blocking. Every operation starts from the workspace's directory
+//! handle and follows no link (see [`beneath`]).
 
 use std::borrow::Cow;
-use std::fs::{File, OpenOptions, Permissions};
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use base64::Engine as _;
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::{FileType, Mode, OFlags};
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
+use super::beneath;
 use super::workspace::{io_error, Workspace};
 use crate::protocol::{ErrorCode, ToolError, OUTPUT_CAP};
 
@@ -51,7 +56,7 @@ pub(crate) fn read_file(workspace: &Workspace, path: &str, max_bytes: Option<u64
     if !resolved.exists {
         return Err(ToolError::new(ErrorCode::NotFound, format!("{path} does not exist")));
     }
-    let file = open_regular(&resolved.real, path)?;
+    let file = open_regular(workspace, resolved.relative(workspace), path)?;
     let size = file.metadata().map_err(|err| io_error(path, &err))?.len();
     let limit = max_bytes.unwrap_or(OUTPUT_CAP as u64).min(OUTPUT_CAP as u64);
     // One byte past the limit tells a full read from a truncated one even when the size lies
@@ -83,12 +88,11 @@ fn encode(mut bytes: Vec<u8>, truncated: bool) -> (String, &'static str) {
     }
 }
 
-/// Opens an existing regular file for reading without following a final symlink or blocking on
-/// a FIFO.
-fn open_regular(real: &Path, shown: &str) -> Result<File, ToolError> {
-    let fd =
-        rustix::fs::open(real, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty())
-            .map_err(|errno| io_error(shown, &std::io::Error::from(errno)))?;
+/// Opens an existing regular file for reading beneath the workspace handle, without following a
+/// link or blocking on a FIFO.
+fn open_regular(workspace: &Workspace, relative: &Path, shown: &str) -> Result<File, ToolError> {
+    let fd = beneath::open(workspace.handle(), relative, OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty())
+        .map_err(|err| io_error(shown, &err))?;
     let file = File::from(fd);
     let meta = file.metadata().map_err(|err| io_error(shown, &err))?;
     if meta.is_dir() {
@@ -100,14 +104,27 @@ fn open_regular(real: &Path, shown: &str) -> Result<File, ToolError> {
     Ok(file)
 }
 
+/// A validated `write_file` call.
+pub(crate) struct WriteRequest {
+    pub path: String,
+    pub content: String,
+    pub encoding: Encoding,
+    pub create_dirs: bool,
+}
+
 /// `write_file {path, content, create_dirs?, encoding?}` → `{path, bytes_written}`.
+///
+/// The new content goes to a temporary file created 0600 beside the target (relative to the same
+/// directory handle), gets the old file's mode (or the default for new files), and is renamed over
+/// the target. `cancel` is looked at once, just before the rename: a cancelled call either wrote
+/// nothing or answers that it wrote.
 pub(crate) fn write_file(
     workspace: &Workspace,
-    path: &str,
-    content: &str,
-    encoding: Encoding,
-    create_dirs: bool,
+    request: &WriteRequest,
+    cancel: &CancellationToken,
 ) -> Result<Value, ToolError> {
+    let WriteRequest { path, content, encoding, create_dirs } = request;
+    let path = path.as_str();
     if content.len() > MAX_WRITE_LEN * 4 / 3 + 4 {
         return Err(too_large(content.len()));
     }
@@ -121,34 +138,14 @@ pub(crate) fn write_file(
         return Err(too_large(bytes.len()));
     }
     let resolved = workspace.resolve(path)?;
-    let real = &resolved.real;
-    if real.as_path() == workspace.root() {
+    let relative = resolved.relative(workspace);
+    let (Some(parent), Some(name)) = (relative.parent(), relative.file_name()) else {
         return Err(ToolError::new(ErrorCode::InvalidArgs, format!("{path} is the workspace directory")));
-    }
-    let (Some(parent), Some(name)) = (real.parent(), real.file_name()) else {
-        return Err(ToolError::new(ErrorCode::InvalidArgs, format!("{path} does not name a file")));
     };
-    let existing = match std::fs::symlink_metadata(real) {
-        Ok(meta) if meta.is_dir() => {
-            return Err(ToolError::new(ErrorCode::InvalidArgs, format!("{path} is a directory")));
-        }
-        Ok(meta) if !meta.is_file() => {
-            return Err(ToolError::new(ErrorCode::InvalidArgs, format!("{path} is not a regular file")));
-        }
-        Ok(meta) => Some(meta.permissions()),
-        Err(err) if err.kind() == ErrorKind::NotFound => None,
-        Err(err) => return Err(io_error(path, &err)),
-    };
-    match std::fs::symlink_metadata(parent) {
-        Ok(meta) if meta.is_dir() => {}
-        Ok(_) => {
-            return Err(ToolError::new(
-                ErrorCode::NotFound,
-                format!("{path}: a parent of this path is not a directory"),
-            ))
-        }
-        Err(err) if err.kind() == ErrorKind::NotFound && create_dirs => {
-            std::fs::create_dir_all(parent).map_err(|err| io_error(path, &err))?;
+    let dir = match beneath::open_dir(workspace.handle(), parent) {
+        Ok(dir) => dir,
+        Err(err) if err.kind() == ErrorKind::NotFound && *create_dirs => {
+            beneath::create_dirs(workspace.handle(), parent).map_err(|err| io_error(path, &err))?
         }
         Err(err) if err.kind() == ErrorKind::NotFound => {
             return Err(ToolError::new(
@@ -157,23 +154,58 @@ pub(crate) fn write_file(
             ))
         }
         Err(err) => return Err(io_error(path, &err)),
-    }
-    let tmp = parent.join(format!(".{}.voxa-{:016x}.tmp", name.to_string_lossy(), rand::random::<u64>()));
-    let written = (|| -> std::io::Result<()> {
-        let mut file = OpenOptions::new().write(true).create_new(true).mode(0o666).open(&tmp)?;
-        if let Some(permissions) = &existing {
-            file.set_permissions(Permissions::from_mode(permissions.mode() & 0o7777))?;
-        }
+    };
+    let mode = match beneath::stat(&dir, name) {
+        Ok(stat) => match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Directory => {
+                return Err(ToolError::new(ErrorCode::InvalidArgs, format!("{path} is a directory")));
+            }
+            FileType::RegularFile => stat.st_mode & 0o7777,
+            _ => return Err(ToolError::new(ErrorCode::InvalidArgs, format!("{path} is not a regular file"))),
+        },
+        Err(err) if err.kind() == ErrorKind::NotFound => 0o666 & !umask(),
+        Err(err) => return Err(io_error(path, &err)),
+    };
+    let tmp = OsString::from(format!(".{}.voxa-{:016x}.tmp", name.to_string_lossy(), rand::random::<u64>()));
+    let written = (|| -> std::io::Result<bool> {
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mut file = File::from(rustix::fs::openat(&dir, &tmp, flags, Mode::from_raw_mode(0o600))?);
         file.write_all(&bytes)?;
+        // Widened only now that the content is final, and before it takes the target's name.
+        rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))?;
         file.sync_all()?;
+        if cancel.is_cancelled() {
+            return Ok(false);
+        }
         // rename replaces a symlink swapped in meanwhile instead of following it.
-        std::fs::rename(&tmp, real)
+        beneath::rename(&dir, &tmp, name)?;
+        Ok(true)
     })();
-    if let Err(err) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io_error(path, &err));
+    match written {
+        Ok(true) => Ok(json!({ "path": workspace.display(&resolved.real), "bytes_written": bytes.len() })),
+        Ok(false) => {
+            let _ = beneath::remove_file(&dir, &tmp);
+            Err(ToolError::new(ErrorCode::Cancelled, format!("cancelled; {path} was not changed")))
+        }
+        Err(err) => {
+            let _ = beneath::remove_file(&dir, &tmp);
+            Err(io_error(path, &err))
+        }
     }
-    Ok(json!({ "path": workspace.display(real), "bytes_written": bytes.len() }))
+}
+
+/// This process's file creation mask, read without changing it (`umask(2)` can only swap it).
+fn umask() -> u32 {
+    static UMASK: OnceLock<u32> = OnceLock::new();
+    *UMASK.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|status| {
+                let line = status.lines().find(|line| line.starts_with("Umask:"))?;
+                u32::from_str_radix(line.trim_start_matches("Umask:").trim(), 8).ok()
+            })
+            .unwrap_or(0o022)
+    })
 }
 
 fn too_large(len: usize) -> ToolError {
@@ -190,29 +222,35 @@ pub(crate) fn list_dir(workspace: &Workspace, path: Option<&str>) -> Result<Valu
     if !resolved.exists {
         return Err(ToolError::new(ErrorCode::NotFound, format!("{shown} does not exist")));
     }
-    let meta = std::fs::symlink_metadata(&resolved.real).map_err(|err| io_error(shown, &err))?;
-    if !meta.is_dir() {
+    let relative = resolved.relative(workspace);
+    let fd = beneath::open(workspace.handle(), relative, OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty())
+        .map_err(|err| io_error(shown, &err))?;
+    let stat = rustix::fs::fstat(&fd).map_err(|errno| io_error(shown, &errno.into()))?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::Directory {
         return Err(ToolError::new(ErrorCode::InvalidArgs, format!("{shown} is not a directory; use read_file")));
     }
+    let mut dir = rustix::fs::Dir::read_from(&fd).map_err(|errno| io_error(shown, &errno.into()))?;
     let mut entries = Vec::new();
     let mut truncated = false;
-    for entry in std::fs::read_dir(&resolved.real).map_err(|err| io_error(shown, &err))? {
-        let entry = entry.map_err(|err| io_error(shown, &err))?;
+    while let Some(entry) = dir.read() {
+        let entry = entry.map_err(|errno| io_error(shown, &errno.into()))?;
+        let name = OsStr::from_bytes(entry.file_name().to_bytes());
+        if name == "." || name == ".." {
+            continue;
+        }
         if entries.len() == MAX_DIR_ENTRIES {
             truncated = true;
             break;
         }
-        let Ok(file_type) = entry.file_type() else { continue };
-        let (kind, size) = if file_type.is_symlink() {
-            ("symlink", 0)
-        } else if file_type.is_dir() {
-            ("dir", 0)
-        } else if file_type.is_file() {
-            ("file", entry.metadata().map(|meta| meta.len()).unwrap_or(0))
-        } else {
-            ("other", 0)
+        // One lstat per entry, relative to the listed directory's handle: kind and size agree.
+        let Ok(stat) = beneath::stat(&fd, name) else { continue };
+        let (kind, size) = match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Symlink => ("symlink", 0),
+            FileType::Directory => ("dir", 0),
+            FileType::RegularFile => ("file", stat.st_size.max(0) as u64),
+            _ => ("other", 0),
         };
-        entries.push((entry.file_name().to_string_lossy().into_owned(), kind, size));
+        entries.push((name.to_string_lossy().into_owned(), kind, size));
     }
     entries.sort();
     let entries: Vec<Value> =
@@ -223,6 +261,12 @@ pub(crate) fn list_dir(workspace: &Workspace, path: Option<&str>) -> Result<Valu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::Permissions;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn write(path: &str, content: &str) -> WriteRequest {
+        WriteRequest { path: path.into(), content: content.into(), encoding: Encoding::Utf8, create_dirs: false }
+    }
 
     #[test]
     fn utf8_is_text_and_a_cut_character_is_dropped() {
@@ -239,11 +283,11 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let status = std::process::Command::new("mkfifo").arg(tmp.path().join("pipe")).status().unwrap();
         assert!(status.success());
-        let workspace = Workspace::new(tmp.path()).unwrap();
+        let workspace = Workspace::new(tmp.path(), &[]).unwrap();
         let err = read_file(&workspace, "pipe", None).unwrap_err();
         assert_eq!(err.code, ErrorCode::InvalidArgs);
         assert!(err.message.contains("not a regular file"), "{err}");
-        let err = write_file(&workspace, "pipe", "x", Encoding::Utf8, false).unwrap_err();
+        let err = write_file(&workspace, &write("pipe", "x"), &CancellationToken::new()).unwrap_err();
         assert_eq!(err.code, ErrorCode::InvalidArgs);
     }
 
@@ -253,8 +297,8 @@ mod tests {
         let script = tmp.path().join("run.sh");
         std::fs::write(&script, "old").unwrap();
         std::fs::set_permissions(&script, Permissions::from_mode(0o750)).unwrap();
-        let workspace = Workspace::new(tmp.path()).unwrap();
-        write_file(&workspace, "run.sh", "new", Encoding::Utf8, false).unwrap();
+        let workspace = Workspace::new(tmp.path(), &[]).unwrap();
+        write_file(&workspace, &write("run.sh", "new"), &CancellationToken::new()).unwrap();
         assert_eq!(std::fs::read_to_string(&script).unwrap(), "new");
         assert_eq!(std::fs::metadata(&script).unwrap().permissions().mode() & 0o777, 0o750);
         let leftovers: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();

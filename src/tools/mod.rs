@@ -7,6 +7,7 @@
 //! field; then the tool. Each call, refused or not, leaves one line in the audit trail.
 
 mod args;
+mod beneath;
 mod coding_agent;
 mod command;
 mod files;
@@ -41,13 +42,16 @@ use workspace::Workspace;
 /// Tool calls running at once across the agent when `max_concurrent_calls` is not set.
 pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = crate::protocol::MAX_CALLS_IN_FLIGHT;
 /// Environment variables of this agent never passed on to the programs tools start.
-pub const PRIVATE_ENV: [&str; 2] = ["VOXA_RELAY_TOKEN", "GEMINI_API_KEY"];
+/// (`voxa` removes them from its own environment at start too; a library user may not.)
+pub const PRIVATE_ENV: [&str; 2] = crate::secret::SECRET_ENV;
 
 /// How to build a [`Toolbox`].
 #[derive(Clone, Default)]
 pub struct ToolboxOptions {
     /// Root every path argument resolves inside.
     pub workspace: PathBuf,
+    /// Directories no path argument may resolve into (`protected-path`): the voxa home.
+    pub protected: Vec<PathBuf>,
     /// Policy, coding agents, concurrency.
     pub config: Config,
     /// Where every call is recorded; `None` records nothing (benchmarks).
@@ -63,6 +67,7 @@ impl std::fmt::Debug for ToolboxOptions {
         let env_names = self.env.as_ref().map(|env| env.iter().map(|(key, _)| key).collect::<Vec<_>>());
         f.debug_struct("ToolboxOptions")
             .field("workspace", &self.workspace)
+            .field("protected", &self.protected)
             .field("config", &self.config)
             .field("audit", &self.audit)
             .field("env", &env_names)
@@ -298,7 +303,7 @@ impl std::fmt::Debug for Toolbox {
 impl Toolbox {
     /// Checks the workspace (canonicalised; it must be an existing directory) and the settings.
     pub fn new(options: ToolboxOptions) -> anyhow::Result<Self> {
-        let workspace = Workspace::new(&options.workspace)?;
+        let workspace = Workspace::new(&options.workspace, &options.protected)?;
         let max_calls = options.config.max_concurrent_calls.unwrap_or(DEFAULT_MAX_CONCURRENT_CALLS);
         if max_calls == 0 {
             return Err(ConfigError::new("max_concurrent_calls must be at least 1").into());
@@ -386,15 +391,16 @@ impl Toolbox {
     }
 
     /// Applies the policy to a call this toolbox does not run itself: a router tool such as
-    /// `fleet` (allow and deny lists), or a call routed to an environment (also `read_only` for
-    /// tools that change a machine).
-    pub fn check_policy(&self, name: &str) -> Result<(), ToolError> {
-        let changes_machine = tool_spec(name).is_some_and(|spec| spec.changes_machine);
-        if policy::refusal(&self.inner.config.policy, name, changes_machine).is_some() {
+    /// `fleet`, or a call routed to an environment. `changes_machine` says whether this call can
+    /// change something (for a table tool its entry decides; a name the table lacks must say
+    /// itself, and counts as changing when unsure), which `read_only` refuses.
+    pub fn check_policy(&self, name: &str, changes_machine: bool) -> Result<(), ToolError> {
+        let changes_machine = tool_spec(name).map_or(changes_machine, |spec| spec.changes_machine);
+        if let Some(rule) = policy::refusal(&self.inner.config.policy, name, changes_machine) {
             let shown = crate::text::prefix(name, 64);
             return Err(ToolError::new(
                 ErrorCode::DeniedByPolicy,
-                format!("{shown} is not allowed here by the policy"),
+                format!("{shown} is not allowed here: {}", rule.reason()),
             ));
         }
         Ok(())
@@ -461,13 +467,22 @@ impl Toolbox {
                 self.blocking(cancel, move |ws| files::read_file(ws, &path, max_bytes)).await.map(plain)
             }
             "write_file" => {
-                let path = args.str("path").unwrap_or_default().to_owned();
-                let content = args.str("content").unwrap_or_default().to_owned();
-                let create_dirs = args.bool("create_dirs").unwrap_or(false);
-                let encoding =
-                    args.str("encoding").map(files::Encoding::parse).transpose()?.unwrap_or(files::Encoding::Utf8);
-                self.blocking(cancel, move |ws| files::write_file(ws, &path, &content, encoding, create_dirs))
+                let request = files::WriteRequest {
+                    path: args.str("path").unwrap_or_default().to_owned(),
+                    content: args.str("content").unwrap_or_default().to_owned(),
+                    create_dirs: args.bool("create_dirs").unwrap_or(false),
+                    encoding: args
+                        .str("encoding")
+                        .map(files::Encoding::parse)
+                        .transpose()?
+                        .unwrap_or(files::Encoding::Utf8),
+                };
+                // Not answered early on cancel: the write looks at the token before it commits,
+                // so the answer always tells whether the file changed.
+                let inner = self.inner.clone();
+                tokio::task::spawn_blocking(move || files::write_file(&inner.workspace, &request, &cancel))
                     .await
+                    .unwrap_or_else(|err| Err(ToolError::new(ErrorCode::Internal, format!("tool failed: {err}"))))
                     .map(plain)
             }
             "list_dir" => {
@@ -505,7 +520,12 @@ impl Toolbox {
             }
         };
         let cwd = self.directory(args.str("cwd"))?;
-        Ok(command::CommandRequest { command: command.to_owned(), cwd, timeout })
+        Ok(command::CommandRequest {
+            command: command.to_owned(),
+            cwd,
+            timeout,
+            limits: self.inner.config.limits.clone(),
+        })
     }
 
     /// A `coding_agent` call's checked prompt and directory, with the agent's command and program.
@@ -514,6 +534,7 @@ impl Toolbox {
         check_text("prompt", prompt, MAX_PROMPT_LEN)?;
         let agent = args.str("agent").unwrap_or(DEFAULT_AGENT);
         let command = coding_agent::agent_command(&self.inner.config, agent)?;
+        coding_agent::check_prompt_is_not_an_option(agent, &command, prompt)?;
         let cwd = self.directory(args.str("cwd"))?;
         let program = coding_agent::find_program(&command.program, self.env_var("PATH")).ok_or_else(|| {
             ToolError::new(
@@ -524,7 +545,14 @@ impl Toolbox {
                 ),
             )
         })?;
-        Ok(coding_agent::AgentRequest { prompt: prompt.to_owned(), agent: agent.to_owned(), cwd, command, program })
+        Ok(coding_agent::AgentRequest {
+            prompt: prompt.to_owned(),
+            agent: agent.to_owned(),
+            cwd,
+            command,
+            program,
+            limits: self.inner.config.limits.clone(),
+        })
     }
 
     /// Runs a file tool off the async threads; a cancel answers at once (the file operation
@@ -620,6 +648,7 @@ mod tests {
             config,
             audit: None,
             env: Some(vec![("GEMINI_API_KEY".into(), "secret".into()), ("PATH".into(), "/usr/bin:/bin".into())]),
+            ..Default::default()
         })
         .unwrap();
         (tmp, toolbox)

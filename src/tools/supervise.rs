@@ -1,16 +1,20 @@
-//! Supervising the processes tools start (`run_command`, `coding_agent`): one loop that lets a
-//! process run until it finishes, the call is cancelled or its time is up, the grace periods
-//! around its end, and stopping everything it started (the process group, and on Linux the rest
-//! of the session).
+//! Supervising the processes tools start (`run_command`, `coding_agent`): their resource limits,
+//! one loop that lets a process run until it finishes, the call is cancelled or its time is up,
+//! the grace periods around its end, and stopping everything it started (the process group, and
+//! on Linux the rest of the session) while its leader is not yet reaped — a reaped leader's pid,
+//! and with it the group id, can be handed to an unrelated process.
 
 use std::future::Future;
 use std::time::Duration;
 
-use rustix::process::{kill_process_group, Pid, Signal};
+use rustix::process::{kill_process_group, Pid, Signal, WaitId, WaitIdOptions};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::Limits;
 use crate::protocol::ErrorCode;
 
+/// How often a child's exit is checked for while it runs.
+const EXIT_POLL: Duration = Duration::from_millis(50);
 /// After SIGKILL, how long a tool's process gets to be reaped before it is given up on.
 pub(crate) const KILL_GRACE: Duration = Duration::from_secs(5);
 /// After a tool's process exits, how long output still in flight is awaited.
@@ -46,6 +50,44 @@ pub(crate) async fn supervise<T>(
         done = &mut work => Ok(done),
         _ = cancel.cancelled() => Err(Stop::Cancelled),
         _ = tokio::time::sleep(timeout) => Err(Stop::TimedOut),
+    }
+}
+
+/// Shell lines that lower the resource limits of the shell running them, soft and hard (so
+/// nothing it starts can raise them again), to `limits` — never above what this process has.
+/// `ulimit -u` is bash's name for the process limit and `-p` dash's; whichever the shell knows.
+pub(crate) fn ulimit_lines(limits: &Limits) -> String {
+    use rustix::process::{getrlimit, Resource};
+    let lowered = |resource: Resource, wanted: u64| {
+        let current = getrlimit(resource).maximum;
+        (wanted > 0 && current.is_none_or(|hard| wanted < hard)).then_some(wanted)
+    };
+    let mut lines = String::new();
+    if let Some(kib) = lowered(Resource::As, limits.max_address_space_mb.saturating_mul(1 << 20)) {
+        lines.push_str(&format!("ulimit -v {}\n", kib >> 10));
+    }
+    if let Some(count) = lowered(Resource::Nproc, limits.max_processes) {
+        lines.push_str(&format!("ulimit -u {count} 2>/dev/null || ulimit -p {count}\n"));
+    }
+    lines
+}
+
+/// True once the child `pid` has exited. It is not reaped: it stays a zombie, its pid and
+/// process group reserved, until the caller waits for it.
+pub(crate) fn has_exited(pid: u32) -> std::io::Result<bool> {
+    let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else { return Ok(true) };
+    let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    Ok(rustix::process::waitid(WaitId::Pid(pid), options)?.is_some())
+}
+
+/// Resolves once the child `pid` has exited, without reaping it (see [`has_exited`]); also when
+/// it cannot be waited for at all (already reaped), so the caller's own wait answers. Polls: soon
+/// at first, then every [`EXIT_POLL`].
+pub(crate) async fn exited(pid: u32) {
+    let mut interval = Duration::from_millis(1);
+    while let Ok(false) = has_exited(pid) {
+        tokio::time::sleep(interval).await;
+        interval = (interval * 2).min(EXIT_POLL);
     }
 }
 
@@ -99,5 +141,51 @@ pub(crate) fn is_running(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())) {
         Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()) != Some("Z"),
         Err(_) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
+
+    /// The state letter of `/proc/<pid>/stat`.
+    fn state(pid: u32) -> Option<String> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Some(stat.rsplit_once(')')?.1.split_whitespace().next()?.to_owned())
+    }
+
+    #[tokio::test]
+    async fn an_exited_leader_stays_unreaped_while_its_group_is_killed() {
+        let mut leader = std::process::Command::new("/bin/sh")
+            .args(["-c", "sleep 300 & echo $!"])
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(leader.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let straggler: u32 = line.trim().parse().unwrap();
+        exited(leader.id()).await;
+        assert!(has_exited(leader.id()).unwrap());
+        // Still a zombie: its pid, the group's id, cannot have been handed to anyone else.
+        assert_eq!(state(leader.id()).as_deref(), Some("Z"));
+        assert!(is_running(straggler));
+        kill_tree(leader.id(), false);
+        assert!(leader.wait().unwrap().success());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while is_running(straggler) {
+            assert!(std::time::Instant::now() < deadline, "the group survived");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[test]
+    fn limits_become_ulimit_lines_and_zero_means_none() {
+        let lines = ulimit_lines(&Limits { max_processes: 50, max_address_space_mb: 2 });
+        assert!(lines.contains("ulimit -v 2048\n"), "{lines}");
+        assert!(lines.contains("ulimit -u 50 2>/dev/null || ulimit -p 50\n"), "{lines}");
+        assert_eq!(ulimit_lines(&Limits { max_processes: 0, max_address_space_mb: 0 }), "");
     }
 }

@@ -3,17 +3,22 @@
 //! A path is resolved one component at a time, following symlinks by hand, and refused the moment
 //! any step — a `..`, an absolute path, a symlink target, in any component including the last and
 //! ones that do not exist yet — would stand outside the root. The resolved path contains no
-//! symlinks, so the final open uses `O_NOFOLLOW` and a symlink swapped in afterwards is refused
-//! rather than followed. A local process racing the agent could still swap a parent directory
-//! between resolution and use; the caller on the phone cannot, because creating symlinks takes
-//! `run_command` or `coding_agent`, which give a whole shell anyway.
+//! symlinks; the file tools then use it relative to a handle on the root opened at start, through
+//! [`beneath`](super::beneath), which refuses a symlink anywhere on the way. A directory swapped for
+//! a link between resolution and use makes the call fail instead of leading outside.
+//!
+//! Paths inside a protected directory (the voxa home, with its secrets) are refused with
+//! `protected-path` even when the workspace contains it.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io::ErrorKind;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use rustix::fs::{Mode, OFlags};
 
 use crate::protocol::{ErrorCode, ToolError};
 
@@ -26,6 +31,10 @@ const MAX_SYMLINKS: usize = 40;
 pub(crate) struct Workspace {
     root: PathBuf,
     given: PathBuf,
+    /// The root, opened once: every file operation starts from this handle.
+    handle: Arc<OwnedFd>,
+    /// Canonical directories no path may resolve into.
+    protected: Vec<PathBuf>,
 }
 
 /// A path argument resolved inside the workspace.
@@ -37,9 +46,17 @@ pub(crate) struct Resolved {
     pub exists: bool,
 }
 
+impl Resolved {
+    /// The real path relative to the root (empty for the root itself).
+    pub fn relative<'a>(&'a self, workspace: &Workspace) -> &'a Path {
+        self.real.strip_prefix(&workspace.root).unwrap_or(Path::new(""))
+    }
+}
+
 impl Workspace {
-    /// Canonicalises `dir`, which must be an existing directory.
-    pub fn new(dir: &Path) -> Result<Self> {
+    /// Canonicalises `dir`, which must be an existing directory, and opens it. Paths resolving
+    /// into any of `protected` are refused.
+    pub fn new(dir: &Path, protected: &[PathBuf]) -> Result<Self> {
         let given = if dir.is_absolute() {
             dir.to_path_buf()
         } else {
@@ -50,11 +67,20 @@ impl Workspace {
         if !root.is_dir() {
             anyhow::bail!("workspace {} is not a directory", dir.display());
         }
-        Ok(Workspace { root, given })
+        let handle = rustix::fs::open(&root, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .with_context(|| format!("could not open the workspace {}", dir.display()))?;
+        let protected =
+            protected.iter().map(|path| std::fs::canonicalize(path).unwrap_or_else(|_| path.clone())).collect();
+        Ok(Workspace { root, given, handle: Arc::new(handle), protected })
     }
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The handle every file operation starts from.
+    pub fn handle(&self) -> BorrowedFd<'_> {
+        self.handle.as_fd()
     }
 
     /// The path as shown to callers: relative to the root, `.` for the root itself.
@@ -137,6 +163,12 @@ impl Workspace {
         if !current.starts_with(&self.root) {
             return Err(outside(input));
         }
+        if self.protected.iter().any(|dir| current.starts_with(dir)) {
+            return Err(ToolError::new(
+                ErrorCode::ProtectedPath,
+                format!("{input} is inside voxa's own state directory, which no tool may touch"),
+            ));
+        }
         Ok(Resolved { real: current, exists })
     }
 
@@ -173,10 +205,13 @@ pub(crate) fn io_error(shown: &str, err: &std::io::Error) -> ToolError {
         ErrorKind::NotFound => ToolError::new(ErrorCode::NotFound, format!("{shown} does not exist")),
         // Not a policy decision of this agent: the operating system said no.
         ErrorKind::PermissionDenied => ToolError::new(ErrorCode::Internal, format!("{shown}: permission denied")),
-        _ if err.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => ToolError::new(
-            ErrorCode::OutsideWorkspace,
-            format!("{shown} became a symbolic link while it was being opened"),
-        ),
+        _ if [rustix::io::Errno::LOOP, rustix::io::Errno::NOTDIR]
+            .iter()
+            .any(|errno| err.raw_os_error() == Some(errno.raw_os_error())) =>
+        {
+            // The resolver saw plain directories; one of them changed into a link since.
+            ToolError::new(ErrorCode::OutsideWorkspace, format!("{shown} changed into a symbolic link while in use"))
+        }
         _ => ToolError::new(ErrorCode::Internal, format!("{shown}: {err}")),
     }
 }
@@ -193,7 +228,7 @@ mod tests {
         std::fs::write(ws.join("src/main.rs"), "fn main() {}").unwrap();
         std::fs::create_dir(tmp.path().join("secret")).unwrap();
         std::fs::write(tmp.path().join("secret/key"), "hunter2").unwrap();
-        let workspace = Workspace::new(&ws).unwrap();
+        let workspace = Workspace::new(&ws, &[]).unwrap();
         (tmp, workspace, ws)
     }
 

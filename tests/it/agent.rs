@@ -674,3 +674,93 @@ async fn stopping_the_agent_waits_for_the_calls_in_flight_to_end() {
     assert_eq!(ctx.status.calls_in_flight.load(Ordering::Relaxed), 0);
     assert!(!workspace.path().join("still-running").exists());
 }
+
+/// Starts an agent whose home was rotated (`pair --rotate`) just before, answering the replaced
+/// code for `window` after the rotation. Returns the agent (whose `secrets` are the replaced
+/// ones) and the current secrets.
+async fn rotated_agent(relay: &TestRelay, window: Duration) -> (TestAgent, voxa::state::Secrets) {
+    let mut current = None;
+    let agent = TestAgent::start_with(Some(relay.url()), |options| {
+        let rotated = options.home.rotate_secrets().unwrap();
+        options.secrets = rotated.clone();
+        options.retired_window = window;
+        current = Some(rotated);
+    })
+    .await;
+    (agent, current.unwrap())
+}
+
+/// The next `error` frame, skipping relay notices.
+async fn recv_error(socket: &mut voxa::net::dial::ClientSocket) -> serde_json::Value {
+    loop {
+        let value = recv_json(socket).await;
+        if value["type"] == "error" {
+            return value;
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_code_replaced_by_rotation_challenges_and_refuses_the_old_and_the_new_token() {
+    let relay = TestRelay::start().await;
+    let (mut agent, current) = rotated_agent(&relay, voxa::agent::retired::RETIRED_CODE_WINDOW).await;
+    let old = agent.secrets.clone();
+    let answered =
+        agent.wait_event("the retired code answered", |e| matches!(e, LinkEvent::RetiredCodeAnswered { .. })).await;
+    let LinkEvent::RetiredCodeAnswered { until } = answered else { unreachable!() };
+    let week_from_now = voxa::agent::retired::unix_seconds(std::time::SystemTime::now()) + 7 * 24 * 3600;
+    assert!(until <= week_from_now && until + 3600 > week_from_now, "{until} vs {week_from_now}");
+    assert_eq!(agent.agent.ctx.status().retired_code_until, Some(until));
+
+    let marker = agent.workspace.path().join("ran");
+    for token in [old.auth_token.expose(), current.auth_token.expose()] {
+        let mut phone = phone_socket(&relay, old.relay_code.expose()).await;
+        let challenge = recv_challenge(&mut phone).await;
+        // A call before the hello is ignored, and no hello opens a session on this code.
+        let call = json!({"type":"tool_call","id":"r1","name":"run_command","args":{"command":"touch ran"}});
+        send(&mut phone, call.clone()).await;
+        send(&mut phone, hello_for(token, &challenge)).await;
+        let refused = recv_error(&mut phone).await;
+        assert_eq!(refused["code"], "bearer-refused", "{refused}");
+        send(&mut phone, call).await;
+        send(&mut phone, hello_for(token, &challenge)).await;
+        assert_silent(&mut phone, Duration::from_millis(300)).await;
+        let _ = phone.close(None).await;
+    }
+    assert!(!marker.exists(), "a tool ran on the retired code");
+
+    // The current code and token are the working door.
+    let mut phone = phone_socket(&relay, current.relay_code.expose()).await;
+    let ok = say_hello(&mut phone, current.auth_token.expose()).await;
+    assert_eq!(ok["protocol"], 2);
+    send(&mut phone, json!({"type":"status"})).await;
+    let status = recv_type(&mut phone, "status").await;
+    assert_eq!(status["retired_code_until"], until);
+    let shown = status.to_string();
+    assert!(!shown.contains(old.relay_code.expose()) && !shown.contains(current.relay_code.expose()));
+    agent.agent.stop().await;
+}
+
+#[tokio::test]
+async fn after_its_window_the_replaced_code_is_no_longer_dialled() {
+    let relay = TestRelay::start().await;
+    // The rotation time is kept to the second: the window ends one to two seconds from now.
+    let (mut agent, _) = rotated_agent(&relay, Duration::from_secs(2)).await;
+    let old = agent.secrets.clone();
+    assert!(agent.agent.ctx.status().retired_code_until.is_some());
+    agent.wait_event("the retired code's window ending", |e| *e == LinkEvent::RetiredCodeEnded).await;
+    assert_eq!(agent.agent.ctx.status().retired_code_until, None);
+    // Nobody holds the old code now: a laptop taking it is not replaced by a redial, and a phone
+    // there hears of that laptop only.
+    let mut laptop = connect(&format!("ws://{}/agent?code={}", relay.addr, old.relay_code.expose())).await;
+    let mut phone = phone_socket(&relay, old.relay_code.expose()).await;
+    wait_agent_joined(&mut phone).await;
+    assert_eq!(recv_json(&mut laptop).await["state"], "joined");
+    assert_silent(&mut laptop, Duration::from_millis(1500)).await;
+
+    // A window already over at start: the code is not dialled at all.
+    let (late, _) = rotated_agent(&relay, Duration::ZERO).await;
+    assert_eq!(late.agent.ctx.status().retired_code_until, None);
+    agent.agent.stop().await;
+    late.agent.stop().await;
+}

@@ -586,7 +586,7 @@ async fn the_env_commands_work_as_a_user_runs_them() {
     assert!(bearer.starts_with("vbx_") && line.contains(&bearer));
     let human = voxa(&env_home, &["env", "issue", "--relay", &relay]);
     let human = String::from_utf8(human.stdout).unwrap();
-    assert!(human.contains("voxa env add 'voxa-env:1:"), "{human}");
+    assert!(human.contains("voxa env add - --name NAME") && human.contains("\n  voxa-env:1:"), "{human}");
 
     let out = voxa(&host_home, &["env", "add", &line, "--name", "devbox", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

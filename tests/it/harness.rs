@@ -103,6 +103,7 @@ pub fn options(home: &TempDir, workspace: &TempDir, relay: Option<RelayUrl>) -> 
         backoff: fast_backoff(),
         gemini: None,
         events: link_events(),
+        retired_window: voxa::agent::retired::RETIRED_CODE_WINDOW,
     };
     (options, secrets)
 }

@@ -394,6 +394,11 @@ async fn voxa_relay_hosts_calls_with_a_key_file_and_logs_one_line_per_call() {
     let dir = tempfile::tempdir().unwrap();
     let key_file = dir.path().join("gemini.key");
     std::fs::write(&key_file, format!("{KEY}\n")).unwrap();
+    let private = |path: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    };
+    private(&key_file);
     let relay_cmd = |key_file: &std::path::Path| {
         let mut cmd = std::process::Command::new(voxa_bin());
         cmd.env("RUST_LOG", "info").env("VOXA_GEMINI_URL", fake.url());
@@ -407,6 +412,7 @@ async fn voxa_relay_hosts_calls_with_a_key_file_and_logs_one_line_per_call() {
     // An empty key file is a usage error that names the file, not its content.
     let empty = dir.path().join("empty.key");
     std::fs::write(&empty, "\n").unwrap();
+    private(&empty);
     let refused = relay_cmd(&empty).output().unwrap();
     assert_eq!(refused.status.code(), Some(2), "{refused:?}");
     assert!(String::from_utf8_lossy(&refused.stderr).contains("empty.key"), "{refused:?}");

@@ -40,8 +40,10 @@ impl Pair {
 
     fn from_journal(text: &str) -> Pair {
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 2, "journal holds two lines: {text:?}");
+        // Both new secrets, then the replaced relay code and the rotation time.
+        assert_eq!(lines.len(), 4, "journal holds four lines: {text:?}");
         assert!(is_secret_line(&format!("{}\n", lines[0])) && is_secret_line(&format!("{}\n", lines[1])));
+        assert!(is_secret_line(&format!("{}\n", lines[2])) && lines[3].parse::<u64>().is_ok(), "{text:?}");
         Pair { code: lines[0].to_owned(), token: lines[1].to_owned() }
     }
 }

@@ -23,7 +23,7 @@ pub(crate) fn start_run_with_env(
 }
 
 /// A temporary directory and a not-yet-existing voxa home inside it.
-fn fresh_home() -> (tempfile::TempDir, std::path::PathBuf) {
+pub(crate) fn fresh_home() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("voxa");
     (dir, home)
@@ -288,4 +288,30 @@ fn another_users_process_on_the_recorded_pid_is_not_the_agent() {
     let knocked = squatter.accept().map(|(_, peer)| peer).map_err(|err| err.kind());
     assert_eq!(knocked, Err(std::io::ErrorKind::WouldBlock), "a client connected to the squatter");
     drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_pair_rotate_run_answers_the_replaced_code_and_status_says_until_when() {
+    let (_dir, home) = fresh_home();
+    let workspace = tempfile::tempdir().unwrap();
+    let first = voxa(&home, &["--relay", "http://127.0.0.1:1", "--json", "pair"]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let old_code = serde_json::from_slice::<Value>(&first.stdout).unwrap()["code"].as_str().unwrap().to_owned();
+    let rotated = voxa(&home, &["--json", "pair", "--rotate"]);
+    assert!(rotated.status.success(), "{}", String::from_utf8_lossy(&rotated.stderr));
+    assert_ne!(serde_json::from_slice::<Value>(&rotated.stdout).unwrap()["code"], old_code.as_str());
+
+    let mut cmd = voxa_cmd(&home);
+    cmd.args(["run", "--json", "--workspace"]).arg(workspace.path());
+    let mut run = RunningVoxa::start(cmd);
+    let until = run.wait_event("retired_code_answered")["until"].as_u64().unwrap();
+    let (status_home, text_home) = (home.clone(), home.clone());
+    let json = tokio::task::spawn_blocking(move || voxa(&status_home, &["status", "--json"])).await.unwrap();
+    let text = tokio::task::spawn_blocking(move || voxa(&text_home, &["status"])).await.unwrap();
+    let (json, text) = (String::from_utf8_lossy(&json.stdout), String::from_utf8_lossy(&text.stdout));
+    let value: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(value["agent"]["retired_code_until"], until, "{json}");
+    assert!(text.contains("retired code:    answered until"), "{text}");
+    assert!(!json.contains(&old_code) && !text.contains(&old_code), "status shows the retired code");
+    run.stop();
 }

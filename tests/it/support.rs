@@ -24,7 +24,28 @@ pub fn voxa(home: &Path, args: &[&str]) -> Output {
 
 /// A `voxa` command with a clean environment for the given home.
 pub fn voxa_cmd(home: &Path) -> Command {
-    let mut cmd = Command::new(voxa_bin());
+    voxa_cmd_via(home, &[])
+}
+
+/// Like [`voxa_cmd`], started through `wrapper` (a program and its arguments, such as `strace`).
+pub fn voxa_cmd_via(home: &Path, wrapper: &[&str]) -> Command {
+    let cmd = match wrapper {
+        [] => Command::new(voxa_bin()),
+        [program, args @ ..] => {
+            let mut cmd = Command::new(program);
+            cmd.args(args).arg(voxa_bin());
+            cmd
+        }
+    };
+    clean_env(cmd, home)
+}
+
+/// Like [`voxa_cmd`], running a copy of the binary at `program`.
+pub fn voxa_cmd_of(program: &Path, home: &Path) -> Command {
+    clean_env(Command::new(program), home)
+}
+
+fn clean_env(mut cmd: Command, home: &Path) -> Command {
     for var in ["VOXA_RELAY", "VOXA_RELAY_TOKEN", "GEMINI_API_KEY", "VOXA_GEMINI_URL", "RUST_LOG"] {
         cmd.env_remove(var);
     }

@@ -42,6 +42,7 @@ impl Fixture {
             config,
             audit: Some(Audit::new(tmp.path().join("audit"))),
             env: Some(env),
+            ..Default::default()
         })
         .unwrap();
         Fixture { tmp, toolbox }

@@ -385,6 +385,40 @@ async fn a_token_the_laptop_no_longer_accepts_says_scan_the_new_code_and_stops_t
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_pair_rotate_the_old_link_says_scan_the_new_code_and_the_new_link_works() {
+    let Some(mut scene) = Scene::start().await else { return };
+    scene.open_online().await;
+    let old_code = scene.code().to_owned();
+    // The user rotates with the real command while the page holds the old link, then restarts.
+    scene.stop_agent().await;
+    let home = scene.home.path().join("voxa");
+    let relay = scene.relay.url().to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        voxa_cmd(&home).args(["--json", "--relay", &relay, "pair", "--rotate"]).output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let paired: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_ne!(paired["code"], old_code.as_str());
+    scene.start_agent().await;
+    assert_eq!(scene.code(), paired["code"]);
+    let said = scene.browser.wait_connection("scan the new code").await;
+    assert_eq!(said, "this link is no longer valid — scan the new code");
+    // No loop: the page left the old code and does not come back to it.
+    scene.stop_agent().await;
+    let mut laptop = connect(&format!("ws://{}/agent?code={old_code}", scene.relay.addr)).await;
+    assert_silent(&mut laptop, Duration::from_millis(1500)).await;
+    assert_eq!(scene.browser.wait_connection("scan").await, said);
+    drop(laptop);
+    // The new link from `pair --rotate` goes online.
+    scene.start_agent().await;
+    scene.browser.open(paired["url"].as_str().unwrap()).await;
+    scene.browser.wait_connection("online").await;
+    scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_laptop_that_cannot_prove_the_pairing_is_not_your_laptop() {
     let Some(browser) = Browser::start().await else { return };
     let relay = TestRelay::start().await;
