@@ -416,6 +416,13 @@ async fn voxa_relay_hosts_calls_with_a_key_file_and_logs_one_line_per_call() {
     let refused = relay_cmd(&empty).output().unwrap();
     assert_eq!(refused.status.code(), Some(2), "{refused:?}");
     assert!(String::from_utf8_lossy(&refused.stderr).contains("empty.key"), "{refused:?}");
+    // So is one that others can read; the error does not quote it.
+    let open = dir.path().join("open.key");
+    std::fs::write(&open, KEY).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let refused = relay_cmd(&open).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(!String::from_utf8_lossy(&refused.stderr).contains(KEY), "{refused:?}");
 
     let mut child = RunningVoxa::spawn(relay_cmd(&key_file));
     let listening = child.wait_event("relay_listening");
