@@ -664,14 +664,7 @@ async fn the_fake_refuses_what_the_service_refuses() {
 #[tokio::test]
 async fn the_key_appears_in_no_frame_log_or_error() {
     // Current-thread runtime: every task of the agent logs into this subscriber.
-    let logs = Arc::new(Mutex::new(Vec::<u8>::new()));
-    let writer = {
-        let logs = logs.clone();
-        move || LogWriter(logs.clone())
-    };
-    let subscriber =
-        tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE).with_ansi(false).with_writer(writer).finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = capture_logs();
 
     let options = FakeOptions { echo_audio: true, ..FakeOptions::new(KEY) };
     let mut fake = FakeGemini::start(options).await;
@@ -710,8 +703,20 @@ async fn the_key_appears_in_no_frame_log_or_error() {
     assert!(!logs.contains(KEY), "the logs carry the key");
 }
 
+/// Captures every log line of this thread (all of a current-thread test runtime) in memory.
+pub(crate) fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
+    let logs = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let writer = {
+        let logs = logs.clone();
+        move || LogWriter(logs.clone())
+    };
+    let subscriber =
+        tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE).with_ansi(false).with_writer(writer).finish();
+    (logs, tracing::subscriber::set_default(subscriber))
+}
+
 /// Collects log output in memory.
-pub(crate) struct LogWriter(pub(crate) Arc<Mutex<Vec<u8>>>);
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
 
 impl std::io::Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

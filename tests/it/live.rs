@@ -2,7 +2,6 @@
 //! hosting the call against the fake Gemini Live server with the operator's key, and a real agent
 //! in hosted mode running the tools.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -12,7 +11,7 @@ use voxa::relay::{LiveConfig, RelayConfig};
 use voxa::secret::Secret;
 
 use crate::fake_gemini::{FakeGemini, FakeOptions, Kind};
-use crate::gemini::{expect_tool_responses, pcm, LogWriter, Phone, KEY};
+use crate::gemini::{capture_logs, expect_tool_responses, pcm, Phone, KEY};
 use crate::harness::*;
 
 /// A relay hosting voice with `KEY` against `fake`, with `tweak` applied to its hosting.
@@ -60,6 +59,27 @@ async fn start_call(phone: &mut Phone, fake: &mut FakeGemini) -> (usize, Value) 
     setup
 }
 
+/// A hosted call under way: the test Gemini server, the relay, the agent and the phone, and
+/// Gemini's connection number.
+struct Call {
+    fake: FakeGemini,
+    relay: TestRelay,
+    agent: TestAgent,
+    phone: Phone,
+    conn: usize,
+}
+
+impl Call {
+    async fn start(tweak: impl FnOnce(&mut LiveConfig)) -> Call {
+        let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
+        let relay = hosting_relay(&fake, tweak).await;
+        let agent = hosted_agent(&relay).await;
+        let (mut phone, _) = live_phone(&relay, &agent).await;
+        let (conn, _) = start_call(&mut phone, &mut fake).await;
+        Call { fake, relay, agent, phone, conn }
+    }
+}
+
 /// Every audit record the agent wrote.
 fn audit(agent: &TestAgent) -> Vec<Value> {
     let mut lines = Vec::new();
@@ -92,14 +112,7 @@ fn files_containing(dir: &std::path::Path, needle: &str) -> Vec<std::path::PathB
 #[tokio::test]
 async fn a_hosted_call_runs_the_laptops_tools_and_the_key_stays_at_the_relay() {
     // Current-thread runtime: relay, agent and bridge all log into this subscriber.
-    let logs = Arc::new(Mutex::new(Vec::<u8>::new()));
-    let writer = {
-        let logs = logs.clone();
-        move || LogWriter(logs.clone())
-    };
-    let subscriber =
-        tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE).with_ansi(false).with_writer(writer).finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = capture_logs();
 
     let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
     let relay = hosting_relay(&fake, |_| {}).await;
@@ -196,11 +209,7 @@ async fn a_hosted_call_runs_the_laptops_tools_and_the_key_stays_at_the_relay() {
 #[tokio::test]
 async fn screenshots_of_a_hosted_call_go_to_the_phone_only() {
     let Some(xvfb) = crate::tools::Xvfb::start("320x240x24") else { return };
-    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
-    let relay = hosting_relay(&fake, |_| {}).await;
-    let agent = hosted_agent(&relay).await;
-    let (mut phone, _) = live_phone(&relay, &agent).await;
-    let (conn, _) = start_call(&mut phone, &mut fake).await;
+    let Call { mut fake, relay: _relay, agent: _agent, mut phone, conn } = Call::start(|_| {}).await;
     fake.send(
         conn,
         json!({"toolCall":{"functionCalls":[{"id":"shot-1","name":"screenshot","args":{"display": xvfb.display}}]}}),
@@ -269,11 +278,7 @@ async fn a_call_needs_the_agents_hello_ok_first() {
 
 #[tokio::test]
 async fn the_agent_leaving_mid_call_is_told_to_the_model_and_answers_pending_calls() {
-    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
-    let relay = hosting_relay(&fake, |_| {}).await;
-    let agent = hosted_agent(&relay).await;
-    let (mut phone, _) = live_phone(&relay, &agent).await;
-    let (conn, _) = start_call(&mut phone, &mut fake).await;
+    let Call { mut fake, relay: _relay, agent, mut phone, conn } = Call::start(|_| {}).await;
     fake.send(
         conn,
         json!({"toolCall":{"functionCalls":[{"id":"slow","name":"run_command","args":{"command":"sleep 30"}}]}}),
@@ -304,22 +309,14 @@ async fn the_agent_leaving_mid_call_is_told_to_the_model_and_answers_pending_cal
 
 #[tokio::test]
 async fn the_phone_leaving_closes_the_gemini_socket_at_once() {
-    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
-    let relay = hosting_relay(&fake, |_| {}).await;
-    let agent = hosted_agent(&relay).await;
-    let (mut phone, _) = live_phone(&relay, &agent).await;
-    let (conn, _) = start_call(&mut phone, &mut fake).await;
+    let Call { mut fake, relay: _relay, agent: _agent, phone, conn } = Call::start(|_| {}).await;
     drop(phone);
     fake.expect_closed(conn).await;
 }
 
 #[tokio::test]
 async fn relay_shutdown_ends_calls_with_call_ended() {
-    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
-    let relay = hosting_relay(&fake, |_| {}).await;
-    let agent = hosted_agent(&relay).await;
-    let (mut phone, _) = live_phone(&relay, &agent).await;
-    let (conn, _) = start_call(&mut phone, &mut fake).await;
+    let Call { mut fake, relay, agent: _agent, mut phone, conn } = Call::start(|_| {}).await;
     let stopping = tokio::spawn(relay.shut_down(STEP));
     phone.expect("call_ended").await;
     assert_eq!(recv_close(&mut phone.socket).await.0, 1001);
