@@ -129,6 +129,18 @@ pub struct RelayArgs {
     /// --relay-token-file, a flag's value is visible to every user in `ps`
     #[arg(long, env = "VOXA_RELAY_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     pub relay_token: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (keep it private: no authentication)
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
+    /// Connections one client address (IPv4, or IPv6 /64) may hold; 0 for no limit (behind a proxy)
+    #[arg(long, value_name = "N", default_value_t = crate::relay::MAX_CONNECTIONS_PER_IP)]
+    pub max_connections_per_ip: usize,
+    /// Memory for messages in flight, in MiB (default 256); over it the oldest heavy socket is closed
+    #[arg(long = "memory-budget", value_name = "MIB", value_parser = clap::value_parser!(u64).range(32..))]
+    pub memory_budget_mib: Option<u64>,
+    /// Read the relay token from this file (first line; the file must not be readable by others)
+    #[arg(long, value_name = "FILE")]
+    pub relay_token_file: Option<PathBuf>,
     /// Host voice calls at /live with the Gemini API key in this file (else GEMINI_API_KEY)
     #[arg(long, value_name = "FILE")]
     pub gemini_key_file: Option<PathBuf>,
@@ -141,9 +153,6 @@ pub struct RelayArgs {
     /// Gemini Live model for hosted calls
     #[arg(long = "live-model", value_name = "MODEL")]
     pub live_model: Option<String>,
-    /// Read the relay token from this file (first line; the file must not be readable by others)
-    #[arg(long, value_name = "FILE")]
-    pub relay_token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

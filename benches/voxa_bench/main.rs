@@ -3,7 +3,8 @@
 //!
 //! `cargo test --all-targets` runs this file too, without `--bench`: then each section does a few
 //! runs only, to prove it still works, and the figures mean nothing.
-//! `cargo bench -- agent` runs only the sections whose name contains `agent`.
+//! `cargo bench -- agent` runs only the sections whose name contains `agent` (`relay` runs both
+//! relay sections, `relay-cpu` only the CPU comparison).
 
 mod agent;
 mod child;
@@ -11,6 +12,7 @@ mod hosted;
 mod pair;
 mod preauth;
 mod relay;
+mod relay_cpu;
 mod report;
 mod voice;
 mod web;
@@ -26,6 +28,9 @@ fn main() {
     }
     if wanted("relay") {
         relay::run(&mut report, measuring);
+    }
+    if wanted("relay-cpu") {
+        relay_cpu::run(&mut report, measuring);
     }
     if wanted("agent") {
         agent::run(&mut report, measuring);

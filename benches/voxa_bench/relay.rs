@@ -66,6 +66,15 @@ async fn measure(report: &mut Report) -> anyhow::Result<()> {
     result?;
 
     let mut relay = RelayProcess::spawn()?;
+    let result = half_sent_flood(report, &relay).await;
+    relay.stop();
+    result?;
+    let mut relay = RelayProcess::spawn()?;
+    let result = unread_flood(report, &relay).await;
+    relay.stop();
+    result?;
+
+    let mut relay = RelayProcess::spawn()?;
     let result = async {
         latency(report, relay.addr).await?;
         let before = relay.rss()?;
@@ -94,16 +103,23 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / 1048576.0
 }
 
-/// `voxa relay --listen 127.0.0.1:0 --json`, its address read from its first event.
-struct RelayProcess {
-    child: Child,
-    addr: SocketAddr,
+/// A relay in its own process, its address read from the `listen` field of its first line.
+pub struct RelayProcess {
+    pub child: Child,
+    pub addr: SocketAddr,
 }
 
 impl RelayProcess {
+    /// `voxa relay --listen 127.0.0.1:0 --json`.
     fn spawn() -> anyhow::Result<Self> {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_voxa"))
-            .args(["relay", "--listen", "127.0.0.1:0", "--json"])
+        let mut command = Command::new(env!("CARGO_BIN_EXE_voxa"));
+        command.args(["relay", "--listen", "127.0.0.1:0", "--json", "--max-connections-per-ip", "0"]);
+        Self::start(command)
+    }
+
+    /// Starts a relay command that prints `{"listen":"<addr>",…}` first.
+    pub fn start(mut command: Command) -> anyhow::Result<Self> {
+        let mut child = command
             .env_remove("VOXA_RELAY_TOKEN")
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
@@ -129,9 +145,15 @@ impl RelayProcess {
         Ok(kib * 1024)
     }
 
-    fn stop(&mut self) {
+    pub fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -242,7 +264,7 @@ async fn latency(report: &mut Report, relay: SocketAddr) -> anyhow::Result<()> {
 
 /// A raw client: the upgrade by hand, then bytes. Lighter than a WebSocket library, so the
 /// figures measure the relay rather than the clients that share its cores.
-async fn raw_socket(addr: SocketAddr, path: &str) -> anyhow::Result<TcpStream> {
+pub async fn raw_socket(addr: SocketAddr, path: &str) -> anyhow::Result<TcpStream> {
     let mut tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
     let request = format!(
@@ -399,5 +421,106 @@ async fn idle_memory(report: &mut Report, relay: &RelayProcess) -> anyhow::Resul
         "",
     );
     drop(sockets);
+    Ok(())
+}
+
+// ---- floods ----------------------------------------------------------------------------------
+
+/// Memory budget of a relay started with defaults.
+const BUDGET_MIB: f64 = 256.0;
+/// What a relay may hold beyond its budget: code, runtime, socket state and allocator slack.
+const FLOOD_SLACK_MIB: f64 = 64.0;
+
+/// The header of a masked binary frame of `len` bytes with a zero mask.
+fn binary_header(len: usize) -> Vec<u8> {
+    let mut header = vec![0x82, 0x80 | 127];
+    header.extend_from_slice(&(len as u64).to_be_bytes());
+    header.extend_from_slice(&[0, 0, 0, 0]);
+    header
+}
+
+/// 100 sockets each send 15 MiB of a 16 MiB message and stop: without a budget the relay would
+/// hold 1.5 GB.
+async fn half_sent_flood(report: &mut Report, relay: &RelayProcess) -> anyhow::Result<()> {
+    const SOCKETS: usize = 100;
+    let started = relay.rss()?;
+    let chunk = Arc::new(vec![7u8; 1 << 20]);
+    let mut floods = JoinSet::new();
+    for n in 0..SOCKETS {
+        let mut socket = raw_socket(relay.addr, &format!("/agent?code={}", code(200_000 + n))).await?;
+        let chunk = Arc::clone(&chunk);
+        floods.spawn(async move {
+            socket.write_all(&binary_header(16 << 20)).await?;
+            for _ in 0..15 {
+                if socket.write_all(&chunk).await.is_err() {
+                    break;
+                }
+            }
+            anyhow::Ok(socket)
+        });
+    }
+    let mut sockets = Vec::new();
+    while let Some(done) = floods.join_next().await {
+        if let Ok(Ok(socket)) = done {
+            sockets.push(socket);
+        }
+    }
+    let peak = relay.rss()?;
+    report.add(
+        AREA,
+        format!("relay RSS: {SOCKETS} sockets each holding 15 of a 16 MiB message (1.5 GB sent)"),
+        format!("{:.0} MiB (from {:.1})", mib(peak), mib(started)),
+        "≤ budget 256 + 64 MiB",
+    );
+    anyhow::ensure!(mib(peak) <= BUDGET_MIB + FLOOD_SLACK_MIB, "the relay passed its memory bound");
+    drop(sockets);
+    Ok(())
+}
+
+/// Agents flood phones that read nothing: one pair alone, then enough pairs to pass the budget.
+async fn unread_flood(report: &mut Report, relay: &RelayProcess) -> anyhow::Result<()> {
+    const PAIRS: usize = 24;
+    const FLOOD_FOR: Duration = Duration::from_secs(3);
+    let frame = Arc::new(masked_batch(60_000, 16));
+    let mut held = Vec::new();
+    let mut floods = JoinSet::new();
+    let mut one_pair = 0;
+    for n in 0..PAIRS {
+        let code = code(300_000 + n);
+        let laptop = raw_socket(relay.addr, &format!("/agent?code={code}")).await?;
+        let phone = raw_socket(relay.addr, &format!("/ws?code={code}")).await?;
+        held.push(phone);
+        let frame = Arc::clone(&frame);
+        floods.spawn(async move {
+            let mut laptop = laptop;
+            let until = Instant::now() + FLOOD_FOR;
+            // Writes block once the relay stops reading; the deadline ends the flood either way.
+            let _ =
+                tokio::time::timeout_at(until.into(), async { while laptop.write_all(&frame).await.is_ok() {} }).await;
+            laptop
+        });
+        if n == 0 {
+            let before = relay.rss()?;
+            let laptop = floods.join_next().await.ok_or_else(|| anyhow::anyhow!("flood lost"))??;
+            one_pair = relay.rss()?.saturating_sub(before);
+            held.push(laptop);
+        }
+    }
+    let laptops = floods.join_all().await;
+    let peak = relay.rss()?;
+    report.add(
+        AREA,
+        "relay memory pinned by one agent flooding a phone that reads nothing",
+        format!("{:.1} MiB", mib(one_pair)),
+        "≤ 16 MiB queue + one message",
+    );
+    report.add(
+        AREA,
+        format!("relay RSS: {PAIRS} such pairs at once"),
+        format!("{:.0} MiB", mib(peak)),
+        "≤ budget 256 + 64 MiB",
+    );
+    anyhow::ensure!(mib(peak) <= BUDGET_MIB + FLOOD_SLACK_MIB, "the relay passed its memory bound");
+    drop((held, laptops));
     Ok(())
 }

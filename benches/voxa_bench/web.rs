@@ -6,11 +6,22 @@
 #[path = "../../tests/it/browser.rs"]
 mod browser;
 
-use self::browser::Browser;
+use std::time::{Duration, Instant};
+
+use self::browser::{tone_wav, Browser, Scheme};
 use crate::child::start_agent;
 use crate::report::{percentiles, Report};
+use crate::voice::cpu_time;
+use crate::voice::fake_gemini::{FakeGemini, FakeOptions, Kind};
 
 const AREA: &str = "web client";
+
+const KEY: &str = "AIzaSy-bench-key";
+/// Call time measured (the laptop's voice streams at real time, the microphone is a looped tone).
+const CALL: Duration = Duration::from_secs(20);
+const SMOKE_CALL: Duration = Duration::from_secs(2);
+/// `interrupted` sent while a long answer plays.
+const BARGE_INS: usize = 5;
 
 pub fn run(report: &mut Report, samples: usize) {
     let weight = voxa::net::web::page_weight();
@@ -28,6 +39,114 @@ pub fn run(report: &mut Report, samples: usize) {
         }
     };
     runtime.block_on(measure(report, samples));
+    let call = if samples > 3 { CALL } else { SMOKE_CALL };
+    runtime.block_on(measure_call(report, call));
+}
+
+/// One browser call against the self-hosted agent binary and the test Gemini server: the page's
+/// own latency series (audio clock mapped onto the page clock), its processes' CPU, and bytes.
+async fn measure_call(report: &mut Report, length: Duration) {
+    let scratch = tempfile::tempdir().unwrap();
+    let wav = scratch.path().join("microphone.wav");
+    tone_wav(&wav, 48000, 440.0, 1.0, 1.0);
+    let Some(browser) = Browser::with_microphone(&wav, Scheme::Light).await else { return };
+    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
+    let url = fake.url();
+    let env = [("GEMINI_API_KEY", KEY), ("VOXA_GEMINI_URL", url.as_str())];
+    let agent = start_agent(&["--self-hosted"], &["--embedded-relay"], &env, &["embedded_relay", "started"]);
+    let relay = agent.embedded_relay.clone().expect("the embedded relay's address");
+    browser.open(&format!("http://{relay}/?code={}&token={}", agent.code, agent.token)).await;
+    browser.wait_connection("online").await;
+    browser.press("Call").await;
+    let conn = fake.wait_for("the call's setup", |e| matches!(e.kind, Kind::Setup(_))).await.conn;
+    browser.wait_script("the call to start", "return voxaVoice.state === 'live';").await;
+
+    let pids: Vec<u32> =
+        ["--type=renderer", "audio.mojom.AudioService"].iter().flat_map(|k| browser.processes(k)).collect();
+    let cpu = || pids.iter().map(|&pid| cpu_time(pid)).sum::<Duration>();
+    let bytes = || async {
+        let counts = browser.script("return [voxaVoice.bytesSent, voxaVoice.bytesReceived];", vec![]).await;
+        (counts[0].as_f64().unwrap_or(f64::NAN), counts[1].as_f64().unwrap_or(f64::NAN))
+    };
+    let bytes_before = bytes().await;
+    let (cpu_before, started) = (cpu(), Instant::now());
+    // The laptop's voice at real time: a 40 ms chunk (24 kHz PCM16) every 40 ms.
+    let chunk: Vec<u8> = (0..960)
+        .flat_map(|n| (((n as f64 * 2.0 * std::f64::consts::PI * 220.0 / 24000.0).sin() * 8000.0) as i16).to_le_bytes())
+        .collect();
+    let mut tick = tokio::time::interval(Duration::from_millis(40));
+    while started.elapsed() < length {
+        tick.tick().await;
+        fake.send(conn, FakeGemini::model_audio(&chunk));
+    }
+    let (cpu_used, wall) = (cpu() - cpu_before, started.elapsed());
+    let bytes_after = bytes().await;
+
+    // Barge-in: two seconds of voice at once, then `interrupted` while it plays; the page measures
+    // on its audio clock how long the voice went on after `interrupted` arrived.
+    let burst: Vec<u8> = chunk.iter().copied().cycle().take(chunk.len() * 50).collect();
+    for n in 0..BARGE_INS {
+        let played = browser.script("return voxaVoice.samplesPlayed;", vec![]).await.as_f64().unwrap_or(0.0);
+        for piece in burst.chunks(chunk.len()) {
+            fake.send(conn, FakeGemini::model_audio(piece));
+        }
+        let playing = format!("return voxaVoice.samplesPlayed >= {};", played + 4800.0);
+        browser.wait_script("the burst to play", &playing).await;
+        fake.send(conn, serde_json::json!({"serverContent": {"interrupted": true}}));
+        browser.wait_script("playback to stop", &format!("return voxaVoice.stops.length > {n};")).await;
+    }
+    browser.press("End call").await;
+    browser.wait_script("the call to end", "return voxaVoice.state === 'ended';").await;
+    let stats = browser.script("return voxaVoice;", vec![]).await;
+    let series = |name: &str| -> Vec<f64> {
+        stats[name].as_array().map(|a| a.iter().filter_map(|v| v.as_f64()).collect()).unwrap_or_default()
+    };
+    let rate = stats["sampleRate"].as_f64().unwrap_or(f64::NAN);
+    for (name, label) in [
+        ("captureToSendMs", "microphone frame complete on the audio thread → sent on the socket (approximate: audio clock mapped)"),
+        ("receiveToQueueMs", "voice frame received → queued on the audio thread (its acknowledgement back)"),
+        ("firstVoiceMs", "first voice frame of a turn received → playing, its word back (jitter buffer: 60 ms of audio or of waiting)"),
+    ] {
+        let mut values = series(name);
+        let (p50, p99) = percentiles(&mut values);
+        report.add(
+            AREA,
+            format!("call: {label}, Chromium at {rate:.0} Hz (p50 / p99 of {})", values.len()),
+            format!("{p50:.1} / {p99:.1} ms"),
+            "",
+        );
+    }
+    report.add(
+        AREA,
+        format!("call: page CPU (renderer + audio service) over {:.0} s", wall.as_secs_f64()),
+        format!("{:.1} % of one core", 100.0 * cpu_used.as_secs_f64() / wall.as_secs_f64()),
+        "",
+    );
+    let mut stops: Vec<f64> = stats["stops"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|stop| stop["ms"].as_f64()).collect())
+        .unwrap_or_default();
+    let (p50, _) = percentiles(&mut stops);
+    let max = stops.iter().copied().fold(f64::NAN, f64::max);
+    report.add(
+        AREA,
+        format!("call: `interrupted` received → voice silent, on the audio clock ({} barge-ins)", stops.len()),
+        format!("median {p50:.1} ms, max {max:.1} ms"),
+        "≤ 50 ms",
+    );
+    let per_second = |after: f64, before: f64| (after - before) / wall.as_secs_f64() / 1024.0;
+    report.add(
+        AREA,
+        "call: bytes per second while both sides stream, page → laptop / laptop → page (WebSocket payloads)",
+        format!(
+            "{:.1} / {:.1} KiB/s",
+            per_second(bytes_after.0, bytes_before.0),
+            per_second(bytes_after.1, bytes_before.1)
+        ),
+        "",
+    );
+    browser.close().await;
+    drop(agent);
 }
 
 async fn measure(report: &mut Report, samples: usize) {

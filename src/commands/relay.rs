@@ -11,16 +11,17 @@ use tracing::debug;
 
 use super::Settings;
 use crate::cli::RelayArgs;
-use crate::config::DEFAULT_GEMINI_MODEL;
 use crate::error::ConfigError;
+use crate::config::DEFAULT_GEMINI_MODEL;
 use crate::gemini::{GeminiConfig, GEMINI_LIVE_URL};
-use crate::relay::{load_tls, run, LiveConfig, RelayConfig};
+use crate::relay::{bind_shared, load_tls, metrics, run_sharded, LiveConfig, RelayConfig};
 use crate::secret::Secret;
 
 /// File descriptors kept free for everything but client connections.
 const RESERVED_FDS: u64 = 64;
 
-/// `voxa relay`: binds `--listen`, announces the address, and relays until SIGINT or SIGTERM.
+/// `voxa relay`: binds `--listen` (one listener per core), announces the address, and relays
+/// until SIGINT or SIGTERM; with `--metrics-listen`, serves Prometheus metrics beside it.
 pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<()> {
     let mut config = RelayConfig::default();
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
@@ -31,9 +32,30 @@ pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<(
     if let Some(fds) = raise_fd_limit() {
         config.max_connections = config.max_connections.min(fds.saturating_sub(RESERVED_FDS).max(1) as usize);
     }
+    config.max_connections_per_ip = args.max_connections_per_ip;
+    if let Some(mib) = args.memory_budget_mib {
+        config.memory_budget = usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+    }
     let addr = resolve_listen(&args.listen).await?;
-    let listener = TcpListener::bind(addr).await.with_context(|| format!("could not listen on {addr}"))?;
-    let local = listener.local_addr().context("could not read the listening address")?;
+    // One listener per core, all on the same address: the kernel spreads connections over them.
+    let shards = std::thread::available_parallelism().map_or(1, usize::from);
+    let first = bind_shared(addr).with_context(|| format!("could not listen on {addr}"))?;
+    let local = first.local_addr().context("could not read the listening address")?;
+    let mut listeners = vec![first];
+    // The others bind to the first one's address, which names the port even when asked for 0.
+    for _ in 1..shards {
+        listeners.push(bind_shared(local).with_context(|| format!("could not listen on {local}"))?);
+    }
+    let metrics_listener = match &args.metrics_listen {
+        Some(listen) => {
+            let addr = resolve_listen(listen).await?;
+            let listener =
+                TcpListener::bind(addr).await.with_context(|| format!("could not listen for metrics on {addr}"))?;
+            let local = listener.local_addr().context("could not read the metrics address")?;
+            Some((listener, local))
+        }
+        None => None,
+    };
     let scheme = if config.tls.is_some() { "wss" } else { "ws" };
     let token_note = if config.token.is_some() { " (relay token required)" } else { "" };
     let live_note = if config.live.is_some() { "; hosting voice calls at /live" } else { "" };
@@ -44,12 +66,27 @@ pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<(
             "url": format!("{scheme}://{local}"),
             "tls": config.tls.is_some(),
             "relay_token": config.token.is_some(),
+            "metrics": metrics_listener.as_ref().map(|(_, local)| format!("http://{local}/metrics")),
             "live": config.live.is_some(),
         }),
         format_args!("relay listening on {scheme}://{local}{token_note}{live_note}"),
     );
     let signal = super::shutdown::on_signal();
-    run(listener, config, async move { signal.cancelled().await }).await?;
+    let metrics_task = metrics_listener.map(|(listener, _)| {
+        let (metrics, signal) = (Arc::clone(&config.metrics), signal.clone());
+        tokio::spawn(async move { metrics::serve(listener, metrics, signal.cancelled_owned()).await })
+    });
+    let relay = {
+        let signal = signal.clone();
+        tokio::task::spawn_blocking(move || run_sharded(listeners, config, signal))
+    };
+    let result = relay.await.context("the relay stopped unexpectedly");
+    // Whatever ended the relay ends the metrics server too.
+    signal.cancel();
+    result??;
+    if let Some(task) = metrics_task {
+        task.await.context("the metrics server failed")??;
+    }
     settings.printer.event("relay_stopped", json!({}), "relay stopped");
     Ok(())
 }

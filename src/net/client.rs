@@ -6,13 +6,12 @@ use std::fmt;
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures_util::{SinkExt, StreamExt};
-use serde_json::json;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::dial::ClientSocket;
 use crate::error::Refused;
-use crate::protocol::{self, AgentMessage, ErrorCode, HelloOk, PeerNotice, PeerRole, PeerState};
+use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Hello, HelloOk, PeerNotice, PeerRole, PeerState};
 use crate::secret::Secret;
 
 /// Whoever answered could not prove it holds this home's auth token: it is not this laptop.
@@ -43,14 +42,14 @@ pub async fn hello(socket: &mut ClientSocket, token: &Secret, client: &str) -> R
         }
     };
     let nonce = protocol::new_nonce()?;
-    let frame = json!({
-        "type": "hello",
-        "protocol": protocol::PROTOCOL_VERSION,
-        "nonce": nonce,
-        "proof": protocol::client_proof(token, &challenge, &nonce),
-        "client": client,
+    let frame = ClientMessage::Hello(Hello {
+        protocol: Some(protocol::PROTOCOL_VERSION),
+        nonce: Some(nonce.clone()),
+        proof: Some(protocol::client_proof(token, &challenge, &nonce)),
+        client: Some(client.to_owned()),
+        ..Default::default()
     });
-    socket.send(Message::text(frame.to_string())).await.context("could not send the hello")?;
+    socket.send(Message::text(frame.to_json())).await.context("could not send the hello")?;
     loop {
         match next_agent_message(socket).await? {
             AgentMessage::HelloOk(ok) => {

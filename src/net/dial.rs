@@ -15,6 +15,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::WebSocketStream;
 
+use super::proxy::{self, Proxy};
 use crate::config::is_loopback_host;
 use crate::secret::Secret;
 
@@ -54,48 +55,14 @@ impl std::fmt::Debug for DialOptions {
     }
 }
 
-/// An HTTP proxy reached with CONNECT.
-#[derive(Clone)]
-pub struct Proxy {
-    pub host: String,
-    pub port: u16,
-    credentials: Option<(String, Secret)>,
-}
-
-impl std::fmt::Debug for Proxy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Proxy({}:{})", self.host, self.port)
-    }
-}
-
-impl Proxy {
-    /// Parses `http://[user:pass@]host[:port]` (scheme optional).
-    pub fn parse(text: &str) -> Result<Self> {
-        let with_scheme = if text.contains("://") { text.to_owned() } else { format!("http://{text}") };
-        let url = url::Url::parse(&with_scheme).map_err(|err| anyhow!("proxy setting is not a valid URL: {err}"))?;
-        if url.scheme() != "http" {
-            bail!("only http:// proxies are supported (CONNECT), not {}://", url.scheme());
-        }
-        let host = url.host_str().ok_or_else(|| anyhow!("proxy setting has no host"))?;
-        let credentials = (!url.username().is_empty())
-            .then(|| (url.username().to_owned(), Secret::from_string(url.password().unwrap_or_default().to_owned())));
-        Ok(Proxy {
-            host: host.trim_start_matches('[').trim_end_matches(']').to_owned(),
-            port: url.port().unwrap_or(80),
-            credentials,
-        })
-    }
-}
-
 impl DialOptions {
     /// Reads `HTTPS_PROXY`/`https_proxy`/`ALL_PROXY` and `NO_PROXY`/`no_proxy`.
     pub fn with_proxy_from_env(mut self) -> Result<Self> {
-        let get = |names: &[&str]| names.iter().find_map(|n| std::env::var(n).ok()).filter(|v| !v.trim().is_empty());
-        if let Some(proxy) = get(&["HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"]) {
-            self.proxy = Some(Proxy::parse(proxy.trim()).context("HTTPS_PROXY is not usable")?);
+        if let Some(proxy) = proxy::from_env()? {
+            self.proxy = Some(proxy);
         }
-        if let Some(list) = get(&["NO_PROXY", "no_proxy"]) {
-            self.no_proxy = list.split(',').map(|s| s.trim().to_ascii_lowercase()).filter(|s| !s.is_empty()).collect();
+        if let Some(list) = proxy::no_proxy_from_env() {
+            self.no_proxy = list;
         }
         Ok(self)
     }
@@ -114,12 +81,7 @@ impl DialOptions {
     }
 
     fn bypasses_proxy(&self, host: &str) -> bool {
-        let host = host.to_ascii_lowercase();
-        is_loopback_host(&host)
-            || self.no_proxy.iter().any(|entry| {
-                let entry = entry.trim_start_matches("*.").trim_start_matches('.');
-                entry == "*" || host == entry || host.ends_with(&format!(".{entry}"))
-            })
+        proxy::bypasses(&self.no_proxy, host)
     }
 }
 
@@ -153,7 +115,7 @@ pub async fn connect(url: &str, options: &DialOptions) -> Result<ClientSocket> {
     let shown = format!("{host}:{port}");
     let attempt = async {
         let tcp = match options.proxy.as_ref().filter(|_| tls && !options.bypasses_proxy(&bare_host)) {
-            Some(proxy) => via_proxy(proxy, &bare_host, port).await?,
+            Some(proxy) => proxy.connect(&bare_host, port).await?,
             None => TcpStream::connect((bare_host.as_str(), port)).await.context("TCP connect failed")?,
         };
         let _ = tcp.set_nodelay(true);
@@ -189,20 +151,6 @@ pub async fn connect(url: &str, options: &DialOptions) -> Result<ClientSocket> {
         .with_context(|| format!("could not reach {shown}"))
 }
 
-async fn via_proxy(proxy: &Proxy, host: &str, port: u16) -> Result<TcpStream> {
-    let mut stream = TcpStream::connect((proxy.host.as_str(), proxy.port))
-        .await
-        .with_context(|| format!("could not reach proxy {}:{}", proxy.host, proxy.port))?;
-    let result = match &proxy.credentials {
-        Some((user, password)) => {
-            async_http_proxy::http_connect_tokio_with_basic_auth(&mut stream, host, port, user, password.expose()).await
-        }
-        None => async_http_proxy::http_connect_tokio(&mut stream, host, port).await,
-    };
-    result.map_err(|err| anyhow!("proxy {}:{} refused CONNECT: {err}", proxy.host, proxy.port))?;
-    Ok(stream)
-}
-
 /// Handshake errors without URLs: an HTTP refusal shows its status only.
 fn describe_handshake_error(err: tokio_tungstenite::tungstenite::Error) -> anyhow::Error {
     use tokio_tungstenite::tungstenite::Error;
@@ -233,22 +181,6 @@ impl std::error::Error for HttpRefusal {}
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn proxy_parsing_and_bypass() {
-        let proxy = Proxy::parse("http://user:pw@proxy.corp:3128").unwrap();
-        assert_eq!((proxy.host.as_str(), proxy.port), ("proxy.corp", 3128));
-        assert!(!format!("{proxy:?}").contains("pw"));
-        assert_eq!(Proxy::parse("proxy.corp").unwrap().port, 80);
-        assert!(Proxy::parse("socks5://p:1").is_err());
-
-        let options = DialOptions { no_proxy: vec![".example.com".into(), "internal".into()], ..Default::default() };
-        assert!(options.bypasses_proxy("relay.example.com"));
-        assert!(options.bypasses_proxy("internal"));
-        assert!(options.bypasses_proxy("127.0.0.1"));
-        assert!(!options.bypasses_proxy("api.voxa.space"));
-        assert!(!options.bypasses_proxy("notexample.com"));
-    }
 
     #[tokio::test]
     async fn plain_ws_to_a_public_host_is_refused_before_connecting() {

@@ -167,12 +167,34 @@ pub async fn respond_with<S: AsyncWrite + Unpin>(
     headers: &[(&str, &str)],
     body: &str,
 ) -> std::io::Result<()> {
+    write_response(stream, status, reason, headers, "text/plain; charset=utf-8", body).await
+}
+
+/// Writes a response with its own content type and ends the exchange.
+pub async fn respond_typed<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    status: u16,
+    reason: &str,
+    content_type: &str,
+    body: &str,
+) -> std::io::Result<()> {
+    write_response(stream, status, reason, &[], content_type, body).await
+}
+
+async fn write_response<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    status: u16,
+    reason: &str,
+    headers: &[(&str, &str)],
+    content_type: &str,
+    body: &str,
+) -> std::io::Result<()> {
     let mut response = format!("HTTP/1.1 {status} {reason}\r\n");
     for (name, value) in headers {
         response.push_str(&format!("{name}: {value}\r\n"));
     }
     response.push_str(&format!(
-        "content-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\ncache-control: no-store\r\n\r\n{body}",
+        "content-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\ncache-control: no-store\r\n\r\n{body}",
         body.len()
     ));
     stream.write_all(response.as_bytes()).await?;

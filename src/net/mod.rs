@@ -7,4 +7,5 @@ pub mod client;
 pub mod dial;
 pub mod http;
 pub mod liveness;
+pub mod proxy;
 pub mod web;

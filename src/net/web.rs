@@ -51,6 +51,9 @@ const ASSETS: &[Asset] = &[
     asset!("/js/files.js", "text/javascript; charset=utf-8"),
     asset!("/js/screenshot.js", "text/javascript; charset=utf-8"),
     asset!("/js/coder.js", "text/javascript; charset=utf-8"),
+    asset!("/js/voice.js", "text/javascript; charset=utf-8"),
+    asset!("/js/resampler.js", "text/javascript; charset=utf-8"),
+    asset!("/js/audio-worklet.js", "text/javascript; charset=utf-8"),
 ];
 
 /// Strong validators, one per asset in [`ASSETS`] order: a prefix of the SHA-256 of the body.

@@ -1,9 +1,10 @@
 //! The relay's WebSocket frames (RFC 6455, server side, no extensions).
 //!
 //! The relay reads and writes frames itself instead of through a general WebSocket library so that
-//! memory follows the traffic: each message is allocated once at its own size, handed to the other
-//! side's queue and freed as soon as it is written, and no per-socket buffer ever grows to the
-//! largest frame a socket has seen. A socket holds one small read buffer and nothing else.
+//! memory follows the traffic: a message's buffer grows as its bytes arrive (never to the length a
+//! header merely announces), is handed to the other side's queue and freed as soon as it is
+//! written, and no per-socket buffer ever grows to the largest frame a socket has seen. A socket
+//! holds one small read buffer, and every larger buffer is counted against a [`Meter`].
 
 use std::io::{self, IoSlice};
 
@@ -33,11 +34,35 @@ impl OutFrame {
 }
 
 /// Bytes of a socket's read buffer, which holds frame headers and small frames.
-pub(super) const READ_BUFFER_LEN: usize = 4 << 10;
+pub(super) const READ_BUFFER_LEN: usize = 2 << 10;
 /// Largest control frame payload (RFC 6455 §5.5).
 const MAX_CONTROL_LEN: usize = 125;
 /// Longest frame header: 2 bytes, 8 of extended length, 4 of mask.
 const MAX_HEADER_LEN: usize = 14;
+/// First allocation for a message that does not fit the read buffer; it then doubles as bytes
+/// arrive, up to the announced length.
+const FIRST_GROWTH: usize = 64 << 10;
+
+/// Counts the bytes a reader holds in message buffers against a memory budget.
+pub(super) trait Meter {
+    /// Counts `bytes` more; false when the socket is ending and must stop reading.
+    fn grow(&self, bytes: usize) -> bool;
+    /// Counts `bytes` fewer.
+    fn shrink(&self, bytes: usize);
+}
+
+/// No budget at all.
+#[cfg(test)]
+pub(super) struct Unmetered;
+
+#[cfg(test)]
+impl Meter for Unmetered {
+    fn grow(&self, _: usize) -> bool {
+        true
+    }
+
+    fn shrink(&self, _: usize) {}
+}
 
 /// RFC 6455 close codes the relay sends besides those of `protocol::close`.
 pub(super) mod close {
@@ -69,13 +94,15 @@ pub(super) enum ReadError {
     Protocol(&'static str),
     /// A text message that is not UTF-8 (close 1007).
     InvalidUtf8,
+    /// The socket is ending (the meter refused more): stop reading.
+    Ended,
 }
 
 impl ReadError {
     /// The close code and reason to answer with; `None` when the connection itself failed.
     pub(super) fn close(&self) -> Option<(u16, &'static str)> {
         match self {
-            ReadError::Io(_) => None,
+            ReadError::Io(_) | ReadError::Ended => None,
             ReadError::TooBig => Some((crate::protocol::close::TOO_BIG, "message too big")),
             ReadError::Protocol(why) => Some((close::PROTOCOL_ERROR, why)),
             ReadError::InvalidUtf8 => Some((close::INVALID_DATA, "text is not UTF-8")),
@@ -90,6 +117,7 @@ impl std::fmt::Display for ReadError {
             ReadError::TooBig => f.write_str("message too big"),
             ReadError::Protocol(why) => write!(f, "protocol error: {why}"),
             ReadError::InvalidUtf8 => f.write_str("text message is not UTF-8"),
+            ReadError::Ended => f.write_str("socket ending"),
         }
     }
 }
@@ -102,11 +130,10 @@ struct Header {
     len: usize,
 }
 
-/// A frame whose payload is read straight into its own allocation.
+/// A frame whose payload is read straight into its own allocation, grown as bytes arrive.
 struct Pending {
     header: Header,
     payload: Vec<u8>,
-    filled: usize,
 }
 
 /// Reads client messages from a byte stream. Every field of progress lives here, so
@@ -121,6 +148,8 @@ pub(super) struct FrameReader {
     max_message_len: usize,
     /// Bytes read so far: progress on a large message counts as a sign of life.
     received: u64,
+    /// Bytes of message buffers counted on the meter.
+    metered: usize,
 }
 
 impl FrameReader {
@@ -129,7 +158,16 @@ impl FrameReader {
     pub(super) fn new(max_message_len: usize, leftover: &[u8]) -> Self {
         let mut buf = vec![0u8; READ_BUFFER_LEN.max(leftover.len())].into_boxed_slice();
         buf[..leftover.len()].copy_from_slice(leftover);
-        FrameReader { buf, start: 0, end: leftover.len(), pending: None, fragments: None, max_message_len, received: 0 }
+        FrameReader {
+            buf,
+            start: 0,
+            end: leftover.len(),
+            pending: None,
+            fragments: None,
+            max_message_len,
+            received: 0,
+            metered: 0,
+        }
     }
 
     /// Bytes read from the stream so far, complete messages or not.
@@ -137,27 +175,47 @@ impl FrameReader {
         self.received
     }
 
-    /// The next complete message, or `None` on a clean end of stream between frames.
+    /// The next complete message, or `None` on a clean end of stream between frames. Message
+    /// buffers are counted on `meter` as they grow and uncounted once the message is returned.
     pub(super) async fn read_message<R: AsyncRead + Unpin>(
         &mut self,
         io: &mut R,
+        meter: &impl Meter,
+    ) -> Result<Option<Message>, ReadError> {
+        let result = self.next_message(io, meter).await;
+        self.settle(meter)?;
+        result
+    }
+
+    async fn next_message<R: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut R,
+        meter: &impl Meter,
     ) -> Result<Option<Message>, ReadError> {
         loop {
             if let Some(pending) = self.pending.as_mut() {
-                if pending.filled < pending.payload.len() {
-                    let n = io.read(&mut pending.payload[pending.filled..]).await.map_err(ReadError::Io)?;
+                let missing = pending.header.len - pending.payload.len();
+                if missing > 0 {
+                    if pending.payload.capacity() == pending.payload.len() {
+                        let grown = (pending.payload.len() * 2).max(FIRST_GROWTH).min(pending.header.len);
+                        pending.payload.reserve_exact(grown - pending.payload.len());
+                        self.settle(meter)?;
+                    }
+                    let Some(pending) = self.pending.as_mut() else { continue };
+                    let n =
+                        (&mut *io).take(missing as u64).read_buf(&mut pending.payload).await.map_err(ReadError::Io)?;
                     if n == 0 {
                         return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
                     }
-                    pending.filled += n;
                     self.received += n as u64;
                     continue;
                 }
             }
-            if let Some(Pending { header, payload, .. }) = self.pending.take() {
+            if let Some(Pending { header, payload }) = self.pending.take() {
                 if let Some(message) = self.complete(header, payload)? {
                     return Ok(Some(message));
                 }
+                self.settle(meter)?;
                 continue;
             }
             match parse_header(&self.buf[self.start..self.end])? {
@@ -171,11 +229,13 @@ impl FrameReader {
                         if let Some(message) = self.complete(header, payload)? {
                             return Ok(Some(message));
                         }
+                        self.settle(meter)?;
                     } else {
-                        let mut payload = vec![0u8; header.len];
-                        payload[..available].copy_from_slice(&self.buf[self.start..self.end]);
+                        let mut payload = Vec::with_capacity(available.max(FIRST_GROWTH).min(header.len));
+                        payload.extend_from_slice(&self.buf[self.start..self.end]);
                         (self.start, self.end) = (0, 0);
-                        self.pending = Some(Pending { header, payload, filled: available });
+                        self.pending = Some(Pending { header, payload });
+                        self.settle(meter)?;
                     }
                 }
                 None => {
@@ -198,11 +258,36 @@ impl FrameReader {
         }
     }
 
+    /// Bytes held in message buffers: the frame being read and the fragments so far.
+    fn held(&self) -> usize {
+        self.pending.as_ref().map_or(0, |pending| pending.payload.capacity())
+            + self.fragments.as_ref().map_or(0, |(_, so_far)| so_far.capacity())
+    }
+
+    /// Brings the meter up to date with the buffers held now.
+    fn settle(&mut self, meter: &impl Meter) -> Result<(), ReadError> {
+        let held = self.held();
+        if held > self.metered {
+            if !meter.grow(held - self.metered) {
+                // The socket is ending: its buffers go now, not when the task is dropped.
+                self.pending = None;
+                self.fragments = None;
+                self.metered = 0;
+                return Err(ReadError::Ended);
+            }
+        } else if held < self.metered {
+            meter.shrink(self.metered - held);
+        }
+        self.metered = held;
+        Ok(())
+    }
+
     /// Reads and throws away whatever the client still sends, until it stops or fails. Used after
     /// a fatal error, so the close frame is not lost to a reset; the caller bounds it in time.
-    pub(super) async fn discard<R: AsyncRead + Unpin>(&mut self, io: &mut R) {
+    pub(super) async fn discard<R: AsyncRead + Unpin>(&mut self, io: &mut R, meter: &impl Meter) {
         self.pending = None;
         self.fragments = None;
+        let _ = self.settle(meter);
         while let Ok(1..) = io.read(&mut self.buf).await {}
     }
 
@@ -462,7 +547,7 @@ mod tests {
         let mut io = input;
         let mut out = Vec::new();
         loop {
-            match reader.read_message(&mut io).await {
+            match reader.read_message(&mut io, &Unmetered).await {
                 Ok(Some(message)) => out.push(Ok(message)),
                 Ok(None) => return out,
                 Err(err) => {
@@ -519,7 +604,7 @@ mod tests {
         let mut got = Vec::new();
         for byte in &input {
             client.write_all(&[*byte]).await.unwrap();
-            if let Some(result) = reader.read_message(&mut server).now_or_never() {
+            if let Some(result) = reader.read_message(&mut server, &Unmetered).now_or_never() {
                 got.push(result.unwrap().unwrap());
             }
         }

@@ -7,8 +7,38 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
-use super::codec::{close, OutFrame};
+use super::codec::{close, Meter, OutFrame};
+use super::metrics::RelayMetrics;
 use crate::protocol::{self, PeerNotice, PeerRole, PeerState};
+
+/// The process-wide memory budget and the metrics every socket reports to.
+///
+/// The budget counts what clients can make the relay hold: messages queued for a socket, partial
+/// messages being read, and a message waiting for room at its receiver. Over the budget, the
+/// oldest socket holding more than its share is closed 1013 and its bytes freed at once.
+pub(super) struct Ledger {
+    pub budget: usize,
+    pub metrics: Arc<RelayMetrics>,
+}
+
+impl Ledger {
+    fn charge(&self, bytes: usize) {
+        if bytes > 0 {
+            self.metrics.buffer(bytes);
+        }
+    }
+
+    fn release(&self, bytes: usize) {
+        if bytes > 0 {
+            self.metrics.unbuffer(bytes);
+        }
+    }
+
+    /// True while more is held than the budget allows.
+    pub(super) fn over(&self) -> bool {
+        self.metrics.buffered() > self.budget
+    }
+}
 
 /// How a socket ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +95,8 @@ struct OutboxState {
     end: Option<End>,
     /// A sender waits for room: wake it when a frame leaves the queue.
     room_wanted: bool,
+    /// Bytes this socket's reader holds (partial messages, a message waiting for room).
+    reader_bytes: usize,
 }
 
 impl OutboxState {
@@ -84,6 +116,7 @@ pub(super) struct Outbox {
     /// Bytes written to the socket so far: a stalled reader is one whose count stands still.
     written: AtomicU64,
     limits: QueueLimits,
+    ledger: Arc<Ledger>,
 }
 
 /// Frames kept allocated in an idle queue; a queue that grew past this is shrunk once drained.
@@ -92,7 +125,7 @@ const IDLE_QUEUE_CAPACITY: usize = 8;
 const NOTICE_ALLOWANCE: usize = 8;
 
 impl Outbox {
-    pub(super) fn new(limits: QueueLimits) -> Self {
+    pub(super) fn new(limits: QueueLimits, ledger: Arc<Ledger>) -> Self {
         Outbox {
             state: Mutex::new(OutboxState::default()),
             writer_wake: Notify::new(),
@@ -100,7 +133,14 @@ impl Outbox {
             room: Notify::new(),
             written: AtomicU64::new(0),
             limits,
+            ledger,
         }
+    }
+
+    /// Bytes this socket holds against the memory budget.
+    fn held(&self) -> usize {
+        let state = self.state();
+        state.bytes + state.reader_bytes
     }
 
     fn state(&self) -> MutexGuard<'_, OutboxState> {
@@ -118,6 +158,7 @@ impl Outbox {
             return Push::Full(frame);
         }
         state.bytes += frame.payload.len();
+        self.ledger.charge(frame.payload.len());
         state.frames.push_back(frame);
         drop(state);
         self.writer_wake.notify_one();
@@ -137,6 +178,7 @@ impl Outbox {
             return;
         }
         state.bytes += frame.payload.len();
+        self.ledger.charge(frame.payload.len());
         state.frames.push_back(frame);
         drop(state);
         self.writer_wake.notify_one();
@@ -204,7 +246,8 @@ impl Outbox {
         }
     }
 
-    /// Ends the socket: the first reason wins, queued frames are dropped at once.
+    /// Ends the socket: the first reason wins, queued frames are dropped at once and everything
+    /// the socket held leaves the memory budget.
     pub(super) fn end(&self, end: End) {
         let mut state = self.state();
         if state.end.is_some() {
@@ -213,12 +256,18 @@ impl Outbox {
         state.end = Some(end);
         state.pong = None;
         state.ping = false;
+        self.ledger.release(state.bytes + state.reader_bytes);
         state.bytes = 0;
+        state.reader_bytes = 0;
         let dropped = std::mem::take(&mut state.frames);
         drop(state);
         drop(dropped);
+        if let End::Close { code, .. } = end {
+            self.ledger.metrics.refused(code);
+        }
         self.writer_wake.notify_one();
-        self.end_wake.notify_one();
+        // Several tasks may wait (the socket, its reader, a sender waiting for room): wake all.
+        self.end_wake.notify_waiters();
         self.room.notify_waiters();
     }
 
@@ -252,6 +301,7 @@ impl Outbox {
         }
         let frame = state.frames.pop_front()?;
         state.bytes -= frame.payload.len();
+        self.ledger.release(frame.payload.len());
         self.after_pop(state);
         Some(Action::Frame(frame))
     }
@@ -273,6 +323,7 @@ impl Outbox {
             state.bytes -= len;
             batch.extend(state.frames.pop_front());
         }
+        self.ledger.release(bytes);
         if !batch.is_empty() {
             self.after_pop(state);
         }
@@ -305,6 +356,27 @@ impl Outbox {
     fn queued(&self) -> (usize, usize) {
         let state = self.state();
         (state.frames.len(), state.bytes)
+    }
+}
+
+impl Meter for Outbox {
+    fn grow(&self, bytes: usize) -> bool {
+        let mut state = self.state();
+        if state.end.is_some() {
+            return false;
+        }
+        state.reader_bytes += bytes;
+        self.ledger.charge(bytes);
+        true
+    }
+
+    fn shrink(&self, bytes: usize) {
+        let mut state = self.state();
+        // An ended socket's bytes already left the budget.
+        if state.end.is_none() {
+            state.reader_bytes -= bytes.min(state.reader_bytes);
+            self.ledger.release(bytes);
+        }
     }
 }
 
@@ -347,12 +419,41 @@ pub(super) enum Forward {
 }
 
 /// Relay codes to their slots. Locks are taken in one order: map, then slot, then outbox.
-#[derive(Default)]
 pub(super) struct Hub {
     slots: Mutex<HashMap<u128, Arc<Slot>>>,
+    pub ledger: Arc<Ledger>,
 }
 
 impl Hub {
+    pub(super) fn new(ledger: Arc<Ledger>) -> Self {
+        Hub { slots: Mutex::default(), ledger }
+    }
+
+    pub(super) fn metrics(&self) -> &RelayMetrics {
+        &self.ledger.metrics
+    }
+
+    /// While the memory budget is exceeded, closes (1013) the oldest socket that holds more than
+    /// an even share of what is held; its bytes leave the budget at once.
+    pub(super) fn enforce_budget(&self) {
+        while self.ledger.over() {
+            let sockets: Vec<(u64, Arc<Outbox>)> = lock(&self.slots)
+                .values()
+                .flat_map(|slot| {
+                    lock(&slot.members).iter().flatten().map(|m| (m.conn, Arc::clone(&m.outbox))).collect::<Vec<_>>()
+                })
+                .collect();
+            let share = self.ledger.metrics.buffered() / sockets.len().max(1);
+            let oldest = sockets
+                .into_iter()
+                .filter(|(_, outbox)| outbox.ended().is_none() && outbox.held() > share)
+                .min_by_key(|(conn, _)| *conn);
+            let Some((_, outbox)) = oldest else { return };
+            tracing::debug!("memory budget exceeded; closing the oldest socket holding more than its share");
+            outbox.end(End::Close { code: protocol::close::TRY_AGAIN_LATER, reason: "relay memory budget exceeded" });
+        }
+    }
+
     /// Installs a socket as `role` of `code` and tells both sides about each other.
     ///
     /// A socket already holding that role is replaced: it is closed with 4001 `replaced`, and the
@@ -364,6 +465,9 @@ impl Hub {
         let mut members = lock(&slot.members);
         let previous = members[index(role)].replace(Member { conn, outbox: Arc::clone(outbox) });
         let peer = members[index(other(role))].as_ref().map(|member| &member.outbox);
+        if previous.is_none() && peer.is_some() {
+            self.metrics().pair_formed();
+        }
         if let Some(previous) = previous {
             previous.outbox.end(End::Close { code: protocol::close::REPLACED, reason: "replaced" });
             if let Some(peer) = peer {
@@ -387,6 +491,7 @@ impl Hub {
             *own = None;
             if let Some(peer) = &members[index(other(role))] {
                 peer.outbox.push_notice(notice(role, PeerState::Left));
+                self.metrics().pair_broken();
             }
         }
         let empty = members.iter().all(Option::is_none);
@@ -399,7 +504,7 @@ impl Hub {
     /// Hands a frame from the socket `conn` (holding `role`) to the other side, if there is one.
     /// Frames from a replaced socket and frames with nobody to receive them are dropped; a frame
     /// for a full queue comes back with that queue, for the caller to wait on.
-    pub(super) fn forward(slot: &Slot, role: PeerRole, conn: u64, frame: OutFrame) -> Forward {
+    pub(super) fn forward(&self, slot: &Slot, role: PeerRole, conn: u64, frame: OutFrame) -> Forward {
         // Pushing under the slot lock keeps a replaced socket's late frames from landing after
         // the notices about its replacement.
         let members = lock(&slot.members);
@@ -407,9 +512,14 @@ impl Hub {
             return Forward::Done;
         }
         let Some(peer) = &members[index(other(role))] else { return Forward::Done };
+        let len = frame.payload.len();
         match peer.outbox.push(frame) {
             Push::Full(frame) => Forward::Full(frame, Arc::clone(&peer.outbox)),
-            Push::Queued | Push::Dropped => Forward::Done,
+            Push::Queued => {
+                self.metrics().forwarded(role, len);
+                Forward::Done
+            }
+            Push::Dropped => Forward::Done,
         }
     }
 
@@ -431,6 +541,10 @@ mod tests {
     use super::*;
 
     const LIMITS: QueueLimits = QueueLimits { frames: 4, bytes: 100 };
+
+    fn ledger() -> Arc<Ledger> {
+        Arc::new(Ledger { budget: usize::MAX, metrics: Arc::default() })
+    }
 
     fn drain(outbox: &Outbox) -> Vec<String> {
         let mut out = Vec::new();
@@ -462,7 +576,7 @@ mod tests {
 
     #[test]
     fn queue_is_bounded_by_frames_and_bytes_and_ending_frees_it() {
-        let outbox = Outbox::new(LIMITS);
+        let outbox = Outbox::new(LIMITS, ledger());
         for _ in 0..4 {
             assert!(queued(&outbox, OutFrame::binary(vec![0; 10])));
         }
@@ -478,7 +592,7 @@ mod tests {
         assert_eq!(outbox.queued(), (0, 0), "ending frees the queue");
         assert!(matches!(outbox.push(OutFrame::binary(vec![0; 10])), Push::Dropped));
 
-        let outbox = Outbox::new(LIMITS);
+        let outbox = Outbox::new(LIMITS, ledger());
         assert!(queued(&outbox, OutFrame::binary(vec![0; 500])), "one large frame fits an empty queue");
         assert!(matches!(outbox.push(OutFrame::binary(vec![0; 1])), Push::Full(_)), "nothing queues behind it");
         assert!(matches!(outbox.try_next(), Some(Action::Frame(_))));
@@ -488,7 +602,7 @@ mod tests {
     #[tokio::test]
     async fn a_full_queue_wakes_its_sender_when_a_frame_leaves_or_it_ends() {
         use futures_util::FutureExt;
-        let outbox = Outbox::new(LIMITS);
+        let outbox = Outbox::new(LIMITS, ledger());
         for _ in 0..4 {
             assert!(queued(&outbox, OutFrame::binary(vec![0; 1])));
         }
@@ -506,7 +620,7 @@ mod tests {
 
     #[test]
     fn batches_stop_at_their_limits_and_before_control_frames() {
-        let outbox = Outbox::new(QueueLimits { frames: 10, bytes: 1000 });
+        let outbox = Outbox::new(QueueLimits { frames: 10, bytes: 1000 }, ledger());
         for len in [10, 10, 10, 50, 10] {
             assert!(queued(&outbox, OutFrame::binary(vec![0; len])));
         }
@@ -528,7 +642,7 @@ mod tests {
 
     #[test]
     fn control_frames_go_first_and_the_end_before_everything() {
-        let outbox = Outbox::new(LIMITS);
+        let outbox = Outbox::new(LIMITS, ledger());
         assert!(queued(&outbox, OutFrame::text("a".into())));
         outbox.ping();
         outbox.pong(vec![1]);
@@ -541,42 +655,42 @@ mod tests {
 
     #[test]
     fn pairing_notices_replacement_and_leaving() {
-        let hub = Hub::default();
-        let agent = Arc::new(Outbox::new(LIMITS));
+        let hub = Hub::new(ledger());
+        let agent = Arc::new(Outbox::new(LIMITS, ledger()));
         let slot = hub.join(7, PeerRole::Agent, 1, &agent);
         assert!(drain(&agent).is_empty(), "alone: no notice");
 
-        let phone = Arc::new(Outbox::new(LIMITS));
+        let phone = Arc::new(Outbox::new(LIMITS, ledger()));
         let phone_slot = hub.join(7, PeerRole::Phone, 2, &phone);
         assert!(Arc::ptr_eq(&slot, &phone_slot));
         assert_eq!(drain(&agent), [joined("phone")]);
         assert_eq!(drain(&phone), [joined("agent")]);
 
-        assert!(matches!(Hub::forward(&slot, PeerRole::Agent, 1, OutFrame::text("hi".into())), Forward::Done));
+        assert!(matches!(hub.forward(&slot, PeerRole::Agent, 1, OutFrame::text("hi".into())), Forward::Done));
         assert_eq!(drain(&phone), ["hi"]);
         for i in 0..LIMITS.frames {
-            assert!(matches!(Hub::forward(&slot, PeerRole::Agent, 1, OutFrame::text(i.to_string())), Forward::Done));
+            assert!(matches!(hub.forward(&slot, PeerRole::Agent, 1, OutFrame::text(i.to_string())), Forward::Done));
         }
-        match Hub::forward(&slot, PeerRole::Agent, 1, OutFrame::text("one more".into())) {
+        match hub.forward(&slot, PeerRole::Agent, 1, OutFrame::text("one more".into())) {
             Forward::Full(frame, queue) => assert!(frame.payload == b"one more" && Arc::ptr_eq(&queue, &phone)),
             Forward::Done => panic!("a full queue must hand the frame back"),
         }
         assert_eq!(drain(&phone), ["0", "1", "2", "3"]);
 
-        let agent2 = Arc::new(Outbox::new(LIMITS));
+        let agent2 = Arc::new(Outbox::new(LIMITS, ledger()));
         hub.join(7, PeerRole::Agent, 3, &agent2);
         assert_eq!(agent.ended(), Some(End::Close { code: 4001, reason: "replaced" }));
         assert_eq!(drain(&phone), [left("agent"), joined("agent")]);
         assert_eq!(drain(&agent2), [joined("phone")]);
 
-        assert!(matches!(Hub::forward(&slot, PeerRole::Agent, 1, OutFrame::text("stale".into())), Forward::Done));
+        assert!(matches!(hub.forward(&slot, PeerRole::Agent, 1, OutFrame::text("stale".into())), Forward::Done));
         assert!(drain(&phone).is_empty(), "a replaced socket's frames are dropped");
         hub.leave(7, &slot, PeerRole::Agent, 1);
         assert!(drain(&phone).is_empty(), "a replaced socket leaving says nothing");
 
         hub.leave(7, &slot, PeerRole::Phone, 2);
         assert_eq!(drain(&agent2), [left("phone")]);
-        assert!(matches!(Hub::forward(&slot, PeerRole::Agent, 3, OutFrame::text("nobody".into())), Forward::Done));
+        assert!(matches!(hub.forward(&slot, PeerRole::Agent, 3, OutFrame::text("nobody".into())), Forward::Done));
 
         assert_eq!(hub.codes(), 1);
         hub.leave(7, &slot, PeerRole::Agent, 3);

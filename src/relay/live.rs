@@ -25,7 +25,6 @@ use futures_util::future::{BoxFuture, FusedFuture, FutureExt};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, Instant};
 use tokio_tungstenite::tungstenite::Message;
@@ -35,7 +34,7 @@ use tracing::{debug, info, info_span};
 
 use super::codec::{self, FrameReader, OutFrame};
 use super::hub::{Action, End, Outbox, Push, QueueLimits, Slot};
-use super::socket::{forward, read_side, write_side, Deliver, Membership};
+use super::socket::{forward, read_side, write_side, Deliver, Membership, RelayStream};
 use super::{Limits, Route, NOT_FOUND};
 use crate::gemini::{self, GeminiConfig, VoiceCall, VoiceInput, VoiceTools};
 use crate::net::http::RequestHead;
@@ -149,24 +148,23 @@ pub fn code_tag(code: &str) -> String {
 }
 
 /// Serves an upgraded `/live` socket until the phone leaves, is replaced, or the relay stops.
-pub(super) async fn serve<S>(
-    stream: S,
+pub(super) async fn serve<S: RelayStream>(
+    mut stream: S,
     leftover: Vec<u8>,
     member: Membership,
     limits: &Limits,
     hosting: &Hosting,
     cancel: &CancellationToken,
-) where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
+) {
     let queue = QueueLimits { frames: limits.send_queue_frames, bytes: limits.send_queue_bytes };
-    let phone = Arc::new(Outbox::new(queue));
+    let phone = Arc::new(Outbox::new(queue, Arc::clone(&member.hub.ledger)));
     // What the agent sends the phone side lands here, for the session to pass on or answer.
-    let inbox = Arc::new(Outbox::new(queue));
-    let (mut read_half, mut write_half) = tokio::io::split(stream);
+    let inbox = Arc::new(Outbox::new(queue, Arc::clone(&member.hub.ledger)));
+    let (mut read_half, mut write_half) = stream.halves();
     let frames = FrameReader::new(limits.max_frame_len, &leftover);
     drop(leftover);
     let slot = member.hub.join(member.code, member.role, member.conn, &inbox);
+    member.hub.metrics().socket_joined(member.role);
     debug!("joined for hosted voice");
     let (phone_tx, phone_rx) = mpsc::channel(PHONE_QUEUE);
     let (bridge_tx, bridge_rx) = mpsc::channel(BRIDGE_QUEUE);
@@ -188,7 +186,7 @@ pub(super) async fn serve<S>(
         tasks: TaskTracker::new(),
     };
 
-    let reader = read_side(&mut read_half, frames, &phone, limits, ToSession(phone_tx)).fuse();
+    let reader = read_side(&mut read_half, frames, &member, &phone, limits, ToSession(phone_tx)).fuse();
     let writer = write_side(&mut write_half, &phone).fuse();
     let actor = session.run(phone_rx, cancel).fuse();
     tokio::pin!(reader, writer, actor);
@@ -205,6 +203,7 @@ pub(super) async fn serve<S>(
         }
     }
     member.hub.leave(member.code, &slot, member.role, member.conn);
+    member.hub.metrics().socket_left(member.role);
     inbox.end(End::Abort);
     phone.end(End::Abort);
     debug!(end = ?phone.ended(), "left");
@@ -284,7 +283,7 @@ impl LiveSession<'_> {
                     Action::Ping | Action::Pong(_) => {}
                 },
                 Some(text) = self.agent_rx.recv() => {
-                    forward(&self.slot, self.member, OutFrame::text(text), self.stall_timeout).await;
+                    forward(&self.slot, self.member, &self.inbox, OutFrame::text(text), self.stall_timeout).await;
                 }
                 () = ended(call_end.as_ref()) => {
                     self.call = None;
@@ -513,7 +512,7 @@ impl LiveSession<'_> {
     }
 
     async fn to_agent(&self, frame: OutFrame) {
-        forward(&self.slot, self.member, frame, self.stall_timeout).await;
+        forward(&self.slot, self.member, &self.inbox, frame, self.stall_timeout).await;
     }
 }
 

@@ -14,27 +14,37 @@
 //! - A socket silent for [`PING_INTERVAL`] is pinged and one silent for [`IDLE_TIMEOUT`] is
 //!   dropped, so a vanished peer is gone within 45 s and its partner hears `left`.
 //!
+//! - Memory: one budget for the process counts queued messages, partial reads and messages
+//!   waiting for room; over it the oldest socket holding more than an even share is closed 1013.
+//!   One client address may hold [`MAX_CONNECTIONS_PER_IP`] connections (`429` beyond).
+//! - Threads: [`run_sharded`] runs one single-threaded runtime per listener (`SO_REUSEPORT`) and
+//!   serves each plain-TCP socket on the shard its code maps to, so both sides of a pair share a
+//!   thread; [`run`] serves everything on the caller's runtime.
+//!
 //! Scale-out: the relay keeps no state but the map of live codes, so a load balancer hashing on
-//! `code` (nginx `hash $arg_code consistent;`) spreads pairs over processes.
+//! `code` (nginx `hash $arg_code consistent;`) spreads pairs over processes (deploy/).
 
 mod codec;
 mod hub;
 mod live;
+pub mod metrics;
 mod socket;
 
 pub use self::live::{code_tag, LiveConfig, CALL_ID_PREFIX, DEFAULT_MAX_CALLS, DEFAULT_MAX_CALL_TIME};
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn, Instrument as _};
@@ -51,12 +61,21 @@ pub const SEND_QUEUE_BYTES: usize = MAX_FRAME_LEN;
 pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections (upgraded or not) one relay process serves at once; more are refused.
 pub const MAX_CONNECTIONS: usize = 50_000;
+/// Connections one client address (an IPv4 address, an IPv6 /64) may hold at once.
+pub const MAX_CONNECTIONS_PER_IP: usize = 128;
+/// Bytes of messages the whole process may hold in queues and partial reads; over it, the oldest
+/// socket holding more than its share is closed 1013.
+pub const MEMORY_BUDGET: usize = 256 << 20;
 /// Time a client has to finish its TLS handshake.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = http::HEAD_TIMEOUT;
 /// Time connections get to close after shutdown is asked for, before `run` returns anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Pause after an accept error such as running out of file descriptors.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// Sockets waiting to be taken over by the shard that serves their code.
+const HANDOFF_QUEUE: usize = 1024;
+/// Pending connections a listener keeps before the kernel refuses more.
+const LISTEN_BACKLOG: u32 = 1024;
 
 /// How a relay runs: TLS, the optional relay token, and the limits every socket gets.
 #[derive(Clone)]
@@ -69,6 +88,13 @@ pub struct RelayConfig {
     pub limits: Limits,
     /// Connections served at once; further ones are refused (`503` on plain HTTP).
     pub max_connections: usize,
+    /// Connections one client address may hold (`429` beyond it); 0 for no limit, as behind a
+    /// proxy where every connection comes from the proxy's address.
+    pub max_connections_per_ip: usize,
+    /// Bytes of messages held at once across all sockets (at least two largest messages).
+    pub memory_budget: usize,
+    /// Where the relay counts what it does; serve them with [`metrics::serve`].
+    pub metrics: Arc<metrics::RelayMetrics>,
     /// Host voice calls at `/live` (docs/PROTOCOL.md, "Hosted voice"); `/live` is 404 when `None`.
     /// The web client's `GET /config` reports whether it is offered.
     pub live: Option<LiveConfig>,
@@ -119,7 +145,16 @@ impl Limits {
 
 impl Default for RelayConfig {
     fn default() -> Self {
-        RelayConfig { tls: None, token: None, limits: Limits::default(), max_connections: MAX_CONNECTIONS, live: None }
+        RelayConfig {
+            tls: None,
+            token: None,
+            limits: Limits::default(),
+            max_connections: MAX_CONNECTIONS,
+            max_connections_per_ip: MAX_CONNECTIONS_PER_IP,
+            memory_budget: MEMORY_BUDGET,
+            metrics: Arc::default(),
+            live: None,
+        }
     }
 }
 
@@ -130,9 +165,20 @@ impl std::fmt::Debug for RelayConfig {
             .field("token", &self.token)
             .field("limits", &self.limits)
             .field("max_connections", &self.max_connections)
+            .field("max_connections_per_ip", &self.max_connections_per_ip)
+            .field("memory_budget", &self.memory_budget)
             .field("live", &self.live)
-            .finish()
+            .finish_non_exhaustive()
     }
+}
+
+/// A listening socket that other sockets may share (`SO_REUSEPORT`), for one shard.
+pub fn bind_shared(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)?.into_std()
 }
 
 /// Loads a PEM certificate chain and private key (PKCS#8, PKCS#1 or SEC1) for `wss://`.
@@ -167,44 +213,152 @@ fn pem_error(err: rustls_pki_types::pem::Error, what: &str, path: &Path) -> anyh
     }
 }
 
-/// State shared by a relay's connection tasks.
+/// State shared by a relay's connection tasks, on every shard.
 struct Shared {
     hub: Arc<hub::Hub>,
     token: Option<Secret>,
     limits: Limits,
     tls: Option<tokio_rustls::TlsAcceptor>,
-    hosting: Option<live::Hosting>,
     offer: web::Offer,
+    hosting: Option<live::Hosting>,
+    max_connections: usize,
+    open_connections: Arc<AtomicUsize>,
+    per_ip: Arc<PerIp>,
+    next_conn: AtomicU64,
+    /// Each shard's queue of sockets handed over to it; empty with a single shard.
+    shards: Vec<mpsc::Sender<Handoff>>,
+    /// Cancelled once the relay stops accepting: every socket closes.
+    cancel: CancellationToken,
+}
+
+impl Shared {
+    fn new(config: RelayConfig, shards: Vec<mpsc::Sender<Handoff>>) -> anyhow::Result<Arc<Shared>> {
+        config.limits.validate()?;
+        if config.memory_budget < config.limits.max_frame_len.saturating_mul(2) {
+            bail!("relay limits: the memory budget must hold at least two of the largest messages");
+        }
+        let metrics = config.metrics;
+        metrics.set_limit("max_connections", config.max_connections);
+        metrics.set_limit("max_connections_per_ip", config.max_connections_per_ip);
+        metrics.set_limit("memory_budget_bytes", config.memory_budget);
+        metrics.set_limit("max_message_bytes", config.limits.max_frame_len);
+        metrics.set_limit("send_queue_frames", config.limits.send_queue_frames);
+        metrics.set_limit("send_queue_bytes", config.limits.send_queue_bytes);
+        let ledger = Arc::new(hub::Ledger { budget: config.memory_budget, metrics });
+        Ok(Arc::new(Shared {
+            hub: Arc::new(hub::Hub::new(ledger)),
+            token: config.token,
+            limits: config.limits,
+            tls: config.tls.map(tokio_rustls::TlsAcceptor::from),
+            offer: web::Offer { live: config.live.is_some() },
+            hosting: config.live.map(live::Hosting::new),
+            max_connections: config.max_connections,
+            open_connections: Arc::new(AtomicUsize::new(0)),
+            per_ip: Arc::new(PerIp { max: config.max_connections_per_ip, held: Mutex::default() }),
+            next_conn: AtomicU64::new(1),
+            shards,
+            cancel: CancellationToken::new(),
+        }))
+    }
+
+    /// The shard that serves a relay code, when there are several.
+    fn shard_of(&self, code: u128) -> Option<usize> {
+        (self.shards.len() > 1).then(|| (code % self.shards.len() as u128) as usize)
+    }
+}
+
+/// An upgraded plain-TCP socket on its way to the shard that serves its code, so both sides of a
+/// pair run on one thread and hand frames to each other without waking another core.
+struct Handoff {
+    tcp: std::net::TcpStream,
+    head: RequestHead,
+    leftover: Vec<u8>,
+    role: PeerRole,
+    code: u128,
+    /// A `/live` socket, whose voice calls the relay hosts.
+    live: bool,
+    conn: u64,
+    guard: ConnectionGuard,
+    span: tracing::Span,
 }
 
 /// Serves the relay on an already-bound listener until `shutdown` resolves, then closes every
-/// socket (close 1001) and returns once they are gone or after a few seconds' grace.
+/// socket (close 1001) and returns once they are gone or after a few seconds' grace. Everything
+/// runs on the caller's runtime.
 pub async fn run(
     listener: TcpListener,
     config: RelayConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
-    config.limits.validate()?;
-    let shared = Arc::new(Shared {
-        hub: Arc::default(),
-        token: config.token,
-        limits: config.limits,
-        tls: config.tls.map(tokio_rustls::TlsAcceptor::from),
-        offer: web::Offer { live: config.live.is_some() },
-        hosting: config.live.map(live::Hosting::new),
-    });
-    let cancel = CancellationToken::new();
+    let shared = Shared::new(config, Vec::new())?;
+    serve_shard(&shared, listener, None, 0, shutdown).await
+}
+
+/// Serves the relay on several listeners bound to one address (`SO_REUSEPORT`), each on its own
+/// thread with a single-threaded runtime, until `shutdown` is cancelled. A socket is served by
+/// the shard its relay code maps to, so the two sides of a pair share a thread (plain TCP; a TLS
+/// socket stays on the shard that accepted it). Blocks until every shard has stopped.
+pub fn run_sharded(
+    listeners: Vec<std::net::TcpListener>,
+    config: RelayConfig,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let (senders, receivers): (Vec<_>, Vec<_>) = listeners.iter().map(|_| mpsc::channel(HANDOFF_QUEUE)).unzip();
+    let shared = Shared::new(config, if listeners.len() > 1 { senders } else { Vec::new() })?;
+    let threads = listeners
+        .into_iter()
+        .zip(receivers)
+        .enumerate()
+        .map(|(index, (listener, handoffs))| {
+            let (shared, shutdown) = (Arc::clone(&shared), shutdown.clone());
+            std::thread::Builder::new().name(format!("relay-{index}")).spawn(move || -> anyhow::Result<()> {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .context("could not start a relay thread's runtime")?;
+                runtime.block_on(async move {
+                    listener.set_nonblocking(true).context("could not make the listener non-blocking")?;
+                    let listener = TcpListener::from_std(listener).context("could not register the listener")?;
+                    serve_shard(&shared, listener, Some(handoffs), index, shutdown.cancelled_owned()).await
+                })
+            })
+        })
+        .collect::<std::io::Result<Vec<_>>>()
+        .context("could not start the relay threads")?;
+    let mut result = Ok(());
+    for thread in threads {
+        let ended = thread.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a relay thread panicked")));
+        if ended.is_err() {
+            // One shard failing stops them all.
+            shutdown.cancel();
+            result = result.and(ended);
+        }
+    }
+    result
+}
+
+/// One shard: accepts on its listener and serves what it accepted or was handed, until shutdown.
+async fn serve_shard(
+    shared: &Arc<Shared>,
+    listener: TcpListener,
+    mut handoffs: Option<mpsc::Receiver<Handoff>>,
+    shard: usize,
+    shutdown: impl Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
     let tracker = TaskTracker::new();
-    let live = Arc::new(AtomicUsize::new(0));
-    let next_conn = AtomicU64::new(1);
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
             () = &mut shutdown => break,
+            Some(handoff) = async { handoffs.as_mut()?.recv().await } => {
+                let span = handoff.span.clone();
+                tracker.spawn(serve_handoff(Arc::clone(shared), handoff).instrument(span));
+                continue;
+            }
             accepted = listener.accept() => accepted,
         };
-        let tcp = match accepted {
-            Ok((tcp, _)) => tcp,
+        let (tcp, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(err) if is_per_connection(&err) => {
                 debug!(%err, "a connection failed before it was accepted");
                 continue;
@@ -217,21 +371,24 @@ pub async fn run(
                 }
             }
         };
-        let Some(guard) = ConnectionGuard::admit(&live, config.max_connections) else {
-            debug!("connection refused: relay full");
-            if shared.tls.is_none() {
-                let _ = tcp.try_write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nretry-after: 5\r\nconnection: close\r\n\r\n");
+        let metrics = Arc::clone(&shared.hub.ledger.metrics);
+        let guard = match ConnectionGuard::admit(shared, peer.ip()) {
+            Ok(guard) => guard,
+            Err(refusal) => {
+                debug!(status = refusal.status, "connection refused: {}", refusal.body);
+                metrics.refused(refusal.status);
+                if shared.tls.is_none() {
+                    let _ = tcp.try_write(refusal.response.as_bytes());
+                }
+                continue;
             }
-            continue;
         };
-        let conn = next_conn.fetch_add(1, Ordering::Relaxed);
+        let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
         let span = tracing::debug_span!("relay", conn, role = tracing::field::Empty);
-        let shared = Arc::clone(&shared);
-        let cancel = cancel.clone();
+        let shared = Arc::clone(shared);
         tracker.spawn(
             async move {
-                let _guard = guard;
-                if let Err(err) = serve_connection(&shared, tcp, conn, &cancel).await {
+                if let Err(err) = serve_connection(&shared, tcp, conn, guard, shard).await {
                     debug!(err = %format_args!("{err:#}"), "connection ended with an error");
                 }
             }
@@ -239,12 +396,26 @@ pub async fn run(
         );
     }
     drop(listener);
-    cancel.cancel();
+    drop(handoffs);
+    shared.cancel.cancel();
     tracker.close();
     if tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait()).await.is_err() {
         warn!(connections = tracker.len(), "connections still closing after the shutdown grace; leaving them");
     }
     Ok(())
+}
+
+/// Serves a socket another shard accepted and routed here.
+async fn serve_handoff(shared: Arc<Shared>, handoff: Handoff) {
+    let Handoff { tcp, head, leftover, role, code, live, conn, guard, .. } = handoff;
+    let _guard = guard;
+    let stream = match TcpStream::from_std(tcp) {
+        Ok(stream) => stream,
+        Err(err) => return debug!(%err, "could not take over a socket"),
+    };
+    if let Err(err) = join(&shared, stream, head, leftover, role, code, live, conn).await {
+        debug!(err = %format_args!("{err:#}"), "connection ended with an error");
+    }
 }
 
 /// Accept errors that concern one connection only, not the listener.
@@ -253,23 +424,106 @@ fn is_per_connection(err: &std::io::Error) -> bool {
     matches!(err.kind(), ConnectionAborted | ConnectionReset | Interrupted | WouldBlock)
 }
 
-/// Counts a connection against the limit for as long as it lives.
-struct ConnectionGuard(Arc<AtomicUsize>);
+/// A connection refused at accept, before any byte is read.
+struct AcceptRefusal {
+    status: u16,
+    body: &'static str,
+    response: &'static str,
+}
+
+const RELAY_FULL: AcceptRefusal = AcceptRefusal {
+    status: 503,
+    body: "relay full",
+    response: "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nretry-after: 5\r\nconnection: close\r\n\r\n",
+};
+const TOO_MANY_FROM_IP: AcceptRefusal = AcceptRefusal {
+    status: 429,
+    body: "too many connections from one address",
+    response: "HTTP/1.1 429 Too Many Requests\r\ncontent-length: 0\r\nretry-after: 5\r\nconnection: close\r\n\r\n",
+};
+
+/// A client address as the per-address limit sees it: IPv4 whole, IPv6 by its /64 (what one
+/// subscriber is usually given).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum ClientKey {
+    V4(u32),
+    V6(u64),
+}
+
+impl From<IpAddr> for ClientKey {
+    fn from(ip: IpAddr) -> Self {
+        match ip.to_canonical() {
+            IpAddr::V4(v4) => ClientKey::V4(v4.into()),
+            IpAddr::V6(v6) => ClientKey::V6((u128::from(v6) >> 64) as u64),
+        }
+    }
+}
+
+/// Connections held per client address.
+struct PerIp {
+    max: usize,
+    held: Mutex<HashMap<ClientKey, usize>>,
+}
+
+impl PerIp {
+    fn admit(&self, key: ClientKey) -> bool {
+        let mut held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = held.entry(key).or_default();
+        if *count >= self.max {
+            return false;
+        }
+        *count += 1;
+        true
+    }
+
+    fn release(&self, key: ClientKey) {
+        let mut held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&key) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&key);
+            }
+        }
+    }
+}
+
+/// Counts a connection against the limits (and in the metrics) for as long as it lives.
+struct ConnectionGuard {
+    open: Arc<AtomicUsize>,
+    client: Option<(Arc<PerIp>, ClientKey)>,
+    metrics: Arc<metrics::RelayMetrics>,
+}
 
 impl ConnectionGuard {
-    fn admit(live: &Arc<AtomicUsize>, max: usize) -> Option<Self> {
-        let previous = live.fetch_add(1, Ordering::AcqRel);
-        if previous >= max {
-            live.fetch_sub(1, Ordering::AcqRel);
-            return None;
+    fn admit(shared: &Shared, ip: IpAddr) -> Result<Self, AcceptRefusal> {
+        let per_ip = &shared.per_ip;
+        let client = if per_ip.max == 0 {
+            None
+        } else {
+            let key = ClientKey::from(ip);
+            if !per_ip.admit(key) {
+                return Err(TOO_MANY_FROM_IP);
+            }
+            Some((Arc::clone(per_ip), key))
+        };
+        // From here on, dropping the guard gives back what was taken.
+        let metrics = Arc::clone(&shared.hub.ledger.metrics);
+        metrics.connection_opened();
+        let guard = ConnectionGuard { open: Arc::clone(&shared.open_connections), client, metrics };
+        if shared.open_connections.fetch_add(1, Ordering::AcqRel) >= shared.max_connections {
+            return Err(RELAY_FULL);
         }
-        Some(ConnectionGuard(Arc::clone(live)))
+        Ok(guard)
     }
 }
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.open.fetch_sub(1, Ordering::AcqRel);
+        self.metrics.connection_closed();
+        if let Some((per_ip, key)) = &self.client {
+            per_ip.release(*key);
+        }
     }
 }
 
@@ -277,76 +531,114 @@ async fn serve_connection(
     shared: &Shared,
     tcp: TcpStream,
     conn: u64,
-    cancel: &CancellationToken,
+    guard: ConnectionGuard,
+    shard: usize,
 ) -> anyhow::Result<()> {
     // Frames are written whole and should leave at once; Nagle would hold back small ones.
     let _ = tcp.set_nodelay(true);
     let Some(acceptor) = &shared.tls else {
-        return serve_stream(shared, tcp, conn, cancel).await;
+        return serve_stream(shared, tcp, conn, guard, shard).await;
     };
     let handshake = Box::pin(tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)));
     let stream = tokio::select! {
         result = handshake => result.context("TLS handshake timed out")?.context("TLS handshake failed")?,
-        () = cancel.cancelled() => return Ok(()),
+        () = shared.cancel.cancelled() => return Ok(()),
     };
     // Boxed: TLS state is large, and plain connections should not carry room for it.
-    Box::pin(serve_stream(shared, stream, conn, cancel)).await
+    Box::pin(serve_stream(shared, stream, conn, guard, shard)).await
 }
 
-async fn serve_stream<S>(shared: &Shared, mut stream: S, conn: u64, cancel: &CancellationToken) -> anyhow::Result<()>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
+async fn serve_stream<S: socket::RelayStream>(
+    shared: &Shared,
+    mut stream: S,
+    conn: u64,
+    guard: ConnectionGuard,
+    shard: usize,
+) -> anyhow::Result<()> {
     let read = tokio::select! {
         read = http::read_head(&mut stream) => read,
-        () = cancel.cancelled() => return Ok(()),
+        () = shared.cancel.cancelled() => return Ok(()),
     };
     let (head, leftover) = match read {
         Ok(read) => read,
         Err(HeadError::Io(err)) => return Err(err).context("reading the request"),
         Err(HeadError::TimedOut) => return Ok(()),
         Err(err @ HeadError::TooLarge) => {
+            shared.hub.metrics().refused(431);
             http::respond(&mut stream, 431, "Request Header Fields Too Large", "request head too large").await?;
             bail!(err);
         }
         Err(err @ HeadError::Malformed) => {
+            shared.hub.metrics().refused(400);
             http::respond(&mut stream, 400, "Bad Request", "malformed request").await?;
             bail!(err);
         }
     };
     let route = live::route(&head, shared.hosting.as_ref(), shared.token.as_ref())
         .unwrap_or_else(|| route(&head, shared.token.as_ref()));
+    // A `/live` socket holds the phone's place and is routed as one, to the shard of its code.
+    let live = matches!(route, Route::Live { .. });
+    let route = match route {
+        Route::Live { code } => Route::Join { role: PeerRole::Phone, code },
+        other => other,
+    };
     match route {
         Route::Health => http::respond(&mut stream, 200, "OK", "ok").await.context("answering /healthz"),
-        Route::Live { code } => {
-            let Some(hosting) = &shared.hosting else { return Ok(()) };
-            tracing::Span::current().record("role", "live");
-            http::write_upgrade(&mut stream, &head).await.context("answering the upgrade")?;
-            drop(head);
-            let member = socket::Membership { hub: Arc::clone(&shared.hub), code, role: PeerRole::Phone, conn };
-            live::serve(stream, leftover, member, &shared.limits, hosting, cancel).await;
-            Ok(())
-        }
         Route::Web => match web::answer(&head, shared.offer) {
             Some(response) => response.write(&mut stream).await.context("serving the web client"),
             None => http::respond(&mut stream, 404, "Not Found", "not found").await.context("answering a request"),
         },
         Route::Refuse(refusal) => {
             debug!(status = refusal.status, path = %printable_path(&head), "request refused");
+            shared.hub.metrics().refused(refusal.status);
             http::respond_with(&mut stream, refusal.status, refusal.reason, refusal.headers, refusal.body)
                 .await
                 .context("answering a refused request")
         }
         Route::Join { role, code } => {
-            tracing::Span::current().record("role", role_name(role));
-            http::write_upgrade(&mut stream, &head).await.context("answering the upgrade")?;
-            // Nothing of the request outlives the upgrade: a socket keeps only what it needs.
-            drop(head);
-            let member = socket::Membership { hub: Arc::clone(&shared.hub), code, role, conn };
-            socket::serve(stream, leftover, member, &shared.limits, cancel).await;
-            Ok(())
+            tracing::Span::current().record("role", if live { "live" } else { role_name(role) });
+            let stream = match shared.shard_of(code).filter(|&owner| owner != shard) {
+                Some(owner) => match stream.detach() {
+                    Ok(tcp) => {
+                        let tcp = tcp.context("could not hand the socket over")?;
+                        let span = tracing::Span::current();
+                        let handoff = Handoff { tcp, head, leftover, role, code, live, conn, guard, span };
+                        // A full or closed queue (shutdown) drops the socket.
+                        return shared.shards[owner].try_send(handoff).map_err(|_| anyhow::anyhow!("shard busy"));
+                    }
+                    Err(stream) => stream,
+                },
+                None => stream,
+            };
+            let _guard = guard;
+            join(shared, stream, head, leftover, role, code, live, conn).await
         }
+        // Made a `Join` above.
+        Route::Live { .. } => Ok(()),
     }
+}
+
+/// Completes the upgrade and relays the socket (`live`: hosts its voice calls too) until it ends.
+#[allow(clippy::too_many_arguments)]
+async fn join<S: socket::RelayStream>(
+    shared: &Shared,
+    mut stream: S,
+    head: RequestHead,
+    leftover: Vec<u8>,
+    role: PeerRole,
+    code: u128,
+    live: bool,
+    conn: u64,
+) -> anyhow::Result<()> {
+    http::write_upgrade(&mut stream, &head).await.context("answering the upgrade")?;
+    // Nothing of the request outlives the upgrade: a socket keeps only what it needs.
+    drop(head);
+    let member = socket::Membership { hub: Arc::clone(&shared.hub), code, role, conn };
+    match (&shared.hosting, live) {
+        (Some(hosting), true) => live::serve(stream, leftover, member, &shared.limits, hosting, &shared.cancel).await,
+        _ => socket::serve(stream, leftover, member, &shared.limits, &shared.cancel).await,
+    }
+    Ok(())
 }
 
 /// The path for a log line: only the relay's own paths are named, never what a client sent.

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use futures_util::future::{FusedFuture, FutureExt};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::codec::OutFrame;
-use super::codec::{self, close, FrameReader, Message};
+use super::codec::{self, close, FrameReader, Message, Meter, OutFrame};
 use super::hub::{Action, End, Forward, Hub, Outbox, QueueLimits, Slot};
 use super::Limits;
 use crate::protocol::{is_peer_frame, PeerRole};
@@ -27,6 +27,35 @@ const MAX_BATCH_FRAMES: usize = 64;
 /// Most queued bytes written in one system call (a larger single frame still goes alone).
 const MAX_BATCH_BYTES: usize = 256 << 10;
 
+/// A client connection the relay serves: plain TCP or TLS.
+pub(super) trait RelayStream: AsyncRead + AsyncWrite + Unpin + Send + Sized {
+    /// Read and write halves for one task. Plain TCP splits without a lock; TLS needs one.
+    fn halves(&mut self) -> (impl AsyncRead + Unpin + '_, impl AsyncWrite + Unpin + '_);
+
+    /// The plain socket, for another thread to serve; a TLS stream cannot move (`Err(self)`).
+    fn detach(self) -> Result<std::io::Result<std::net::TcpStream>, Self>;
+}
+
+impl RelayStream for TcpStream {
+    fn halves(&mut self) -> (impl AsyncRead + Unpin + '_, impl AsyncWrite + Unpin + '_) {
+        self.split()
+    }
+
+    fn detach(self) -> Result<std::io::Result<std::net::TcpStream>, Self> {
+        Ok(self.into_std())
+    }
+}
+
+impl RelayStream for tokio_rustls::server::TlsStream<TcpStream> {
+    fn halves(&mut self) -> (impl AsyncRead + Unpin + '_, impl AsyncWrite + Unpin + '_) {
+        tokio::io::split(self)
+    }
+
+    fn detach(self) -> Result<std::io::Result<std::net::TcpStream>, Self> {
+        Err(self)
+    }
+}
+
 /// Where a socket belongs: its pairing and its place in it.
 pub(super) struct Membership {
     pub hub: Arc<Hub>,
@@ -36,25 +65,24 @@ pub(super) struct Membership {
 }
 
 /// Runs an upgraded socket until it ends, then closes it within bounded time.
-pub(super) async fn serve<S>(
-    stream: S,
+pub(super) async fn serve<S: RelayStream>(
+    mut stream: S,
     leftover: Vec<u8>,
     member: Membership,
     limits: &Limits,
     cancel: &CancellationToken,
-) where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let outbox =
-        Arc::new(Outbox::new(QueueLimits { frames: limits.send_queue_frames, bytes: limits.send_queue_bytes }));
-    let (mut read_half, mut write_half) = tokio::io::split(stream);
+) {
+    let queue = QueueLimits { frames: limits.send_queue_frames, bytes: limits.send_queue_bytes };
+    let outbox = Arc::new(Outbox::new(queue, Arc::clone(&member.hub.ledger)));
+    let (mut read_half, mut write_half) = stream.halves();
     let frames = FrameReader::new(limits.max_frame_len, &leftover);
     drop(leftover);
     let slot = member.hub.join(member.code, member.role, member.conn, &outbox);
+    member.hub.metrics().socket_joined(member.role);
     debug!("joined");
 
-    let to_peer = ToPeer { slot: &slot, member: &member, stall_timeout: limits.stall_timeout };
-    let reader = read_side(&mut read_half, frames, &outbox, limits, to_peer).fuse();
+    let to_peer = ToPeer { slot: &slot, member: &member, own: &outbox, stall_timeout: limits.stall_timeout };
+    let reader = read_side(&mut read_half, frames, &member, &outbox, limits, to_peer).fuse();
     let writer = write_side(&mut write_half, &outbox).fuse();
     tokio::pin!(reader, writer);
     tokio::select! {
@@ -69,14 +97,22 @@ pub(super) async fn serve<S>(
     }
     // Leave first, so the other side hears `left` at once even if this client is slow to close.
     member.hub.leave(member.code, &slot, member.role, member.conn);
+    member.hub.metrics().socket_left(member.role);
     outbox.end(End::Abort);
     debug!(end = ?outbox.ended(), "left");
-    if !writer.is_terminated() && timeout(CLOSE_GRACE, &mut writer).await.is_err() {
-        debug!("close frame not written in time");
-    }
-    if !reader.is_terminated() {
-        let _ = timeout(CLOSE_LINGER, &mut reader).await;
-    }
+    // The writer sends the close frame while the reader, which has dropped its buffers, waits
+    // for the client's close or end of stream.
+    let close = async {
+        if !writer.is_terminated() && timeout(CLOSE_GRACE, &mut writer).await.is_err() {
+            debug!("close frame not written in time");
+        }
+    };
+    let linger = async {
+        if !reader.is_terminated() {
+            let _ = timeout(CLOSE_GRACE + CLOSE_LINGER, &mut reader).await;
+        }
+    };
+    tokio::join!(close, linger);
 }
 
 /// Where a socket's data frames go.
@@ -89,12 +125,13 @@ pub(super) trait Deliver {
 struct ToPeer<'a> {
     slot: &'a Slot,
     member: &'a Membership,
+    own: &'a Outbox,
     stall_timeout: Duration,
 }
 
 impl Deliver for ToPeer<'_> {
     async fn deliver(&mut self, frame: OutFrame) {
-        forward(self.slot, self.member, frame, self.stall_timeout).await;
+        forward(self.slot, self.member, self.own, frame, self.stall_timeout).await;
     }
 }
 
@@ -103,6 +140,7 @@ impl Deliver for ToPeer<'_> {
 pub(super) async fn read_side<R: AsyncRead + Unpin>(
     io: &mut R,
     mut frames: FrameReader,
+    member: &Membership,
     outbox: &Outbox,
     limits: &Limits,
     mut deliver: impl Deliver,
@@ -110,10 +148,16 @@ pub(super) async fn read_side<R: AsyncRead + Unpin>(
     let mut last_heard = Instant::now();
     let mut received = frames.received();
     let wake = tokio::time::sleep(limits.ping_interval);
-    tokio::pin!(wake);
+    let ending = outbox.ending();
+    tokio::pin!(wake, ending);
+    let meter = Budgeted { outbox, hub: &member.hub };
     loop {
         let message = tokio::select! {
-            message = frames.read_message(io) => message,
+            message = frames.read_message(io, &meter) => message,
+            () = &mut ending => {
+                frames.discard(io, &meter).await;
+                return;
+            }
             () = &mut wake => {
                 let now = Instant::now();
                 // A slow upload of one large message is not silence.
@@ -166,7 +210,7 @@ pub(super) async fn read_side<R: AsyncRead + Unpin>(
                         outbox.end(End::Close { code, reason });
                         // Keep reading (and dropping) so the close frame is not lost to a reset
                         // of a connection with unread data; the caller bounds this in time.
-                        frames.discard(io).await;
+                        frames.discard(io, &meter).await;
                     }
                     None => outbox.end(End::Abort),
                 }
@@ -176,24 +220,68 @@ pub(super) async fn read_side<R: AsyncRead + Unpin>(
     }
 }
 
+/// A reader's meter: its socket's share of the memory budget, enforced as it grows.
+struct Budgeted<'a> {
+    outbox: &'a Outbox,
+    hub: &'a Hub,
+}
+
+impl Meter for Budgeted<'_> {
+    fn grow(&self, bytes: usize) -> bool {
+        if !self.outbox.grow(bytes) {
+            return false;
+        }
+        if self.hub.ledger.over() {
+            self.hub.enforce_budget();
+        }
+        self.outbox.ended().is_none()
+    }
+
+    fn shrink(&self, bytes: usize) {
+        self.outbox.shrink(bytes);
+    }
+}
+
 /// Hands a frame to the other side. While its queue is full this socket is not read, so the
-/// sender slows to the receiver's pace; a receiver that writes nothing at all for `stall_timeout`
-/// is closed with 1013 and its queue freed.
-pub(super) async fn forward(slot: &Slot, member: &Membership, mut frame: OutFrame, stall_timeout: Duration) {
+/// sender slows to the receiver's pace, and the waiting frame counts against the memory budget as
+/// this socket's; a receiver that writes nothing at all for `stall_timeout` is closed with 1013
+/// and its queue freed.
+pub(super) async fn forward(slot: &Slot, member: &Membership, own: &Outbox, mut frame: OutFrame, stall_timeout: Duration) {
+    let len = frame.payload.len();
+    let mut waiting = false;
     loop {
-        let peer = match Hub::forward(slot, member.role, member.conn, frame) {
-            Forward::Done => return,
+        let peer = match member.hub.forward(slot, member.role, member.conn, frame) {
+            Forward::Done => break,
             Forward::Full(back, peer) => {
                 frame = back;
                 peer
             }
         };
+        if !waiting {
+            member.hub.metrics().queue_full();
+            if !own.grow(len) {
+                // This socket is ending: the frame goes with it.
+                return;
+            }
+            waiting = true;
+            member.hub.enforce_budget();
+        }
         let written = peer.written();
-        if timeout(stall_timeout, peer.room_for(frame.payload.len())).await.is_err() && peer.written() == written {
+        let room = tokio::select! {
+            room = timeout(stall_timeout, peer.room_for(len)) => room,
+            () = own.ending() => return,
+        };
+        if room.is_err() && peer.written() == written {
             debug!("the other side stopped reading; closing it");
             peer.end(End::Close { code: crate::protocol::close::TRY_AGAIN_LATER, reason: "reader too slow" });
-            return;
+            break;
         }
+    }
+    if waiting {
+        own.shrink(len);
+    }
+    if member.hub.ledger.over() {
+        member.hub.enforce_budget();
     }
 }
 

@@ -193,6 +193,8 @@ impl Pump {
         let mut eof = false;
         let mut status = None;
         let mut exited_at: Option<Instant> = None;
+        // Whether a look at the terminal begun after the exit found nothing waiting.
+        let mut quiet_since_exit = false;
         let mut killed_at: Option<Instant> = None;
         let fd = self.master.as_raw_fd();
         // Once the terminal is closed, the shell's exit status follows within moments: look
@@ -206,8 +208,9 @@ impl Pump {
             match (eof, fd) {
                 (false, Some(fd)) => {
                     let mut poll = [filedescriptor::pollfd { fd, events: filedescriptor::POLLIN, revents: 0 }];
+                    let after_exit = exited_at.is_some();
                     match filedescriptor::poll(&mut poll, Some(POLL_INTERVAL)) {
-                        Ok(0) => {}
+                        Ok(0) => quiet_since_exit |= after_exit,
                         Ok(_) => match self.reader.read(&mut buf) {
                             Ok(0) => eof = true,
                             Ok(n) => self.output.push(&stripper.feed(&buf[..n])),
@@ -233,6 +236,7 @@ impl Pump {
                 match self.reap() {
                     Ok(Some(exit)) => {
                         status = Some(exit);
+                        // The drain starts once the (possibly slow) kill in `reap` is done.
                         exited_at = Some(Instant::now());
                     }
                     Ok(None) => {}
@@ -244,7 +248,7 @@ impl Pump {
                 }
             }
             if let Some(exited_at) = exited_at {
-                if eof || exited_at.elapsed() >= DRAIN_GRACE {
+                if drain_done(eof, quiet_since_exit, exited_at.elapsed()) {
                     break;
                 }
             } else if killed_at.is_some_and(|at| at.elapsed() >= KILL_GRACE) {
@@ -277,6 +281,15 @@ impl Pump {
     }
 }
 
+/// Whether reading can stop after the shell has exited. Everything the shell wrote is waiting on
+/// the terminal by then, so the drain ends at end-of-file, or once the grace has passed and a look
+/// begun after the exit found the terminal empty: however late this thread gets to run, the
+/// shell's last words are read first. Something that escaped the session and keeps writing is cut
+/// off after [`KILL_GRACE`].
+fn drain_done(eof: bool, quiet_since_exit: bool, since_exit: Duration) -> bool {
+    eof || (quiet_since_exit && since_exit >= DRAIN_GRACE) || since_exit >= KILL_GRACE
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,6 +315,18 @@ mod tests {
         assert_eq!(result["output"], "green\ndumb\n");
         assert_eq!(result["exit_code"], 3);
         assert_eq!(result["truncated"], false);
+    }
+
+    #[test]
+    fn a_late_reader_still_reads_what_the_shell_wrote_last() {
+        // On a loaded machine the reader may run again long after it saw the exit: the grace
+        // having passed is not enough while nobody has looked at the terminal since.
+        assert!(!drain_done(false, false, DRAIN_GRACE * 4));
+        assert!(!drain_done(false, true, DRAIN_GRACE / 2));
+        assert!(drain_done(false, true, DRAIN_GRACE));
+        assert!(drain_done(true, false, Duration::ZERO));
+        // Something that escaped and keeps writing does not hold the call forever.
+        assert!(drain_done(false, false, KILL_GRACE));
     }
 
     #[tokio::test]

@@ -178,11 +178,8 @@ async fn agent_is_back_after_the_relay_restarts_on_the_same_port() {
 
     let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
     let relay = TestRelay::start_with(listener, voxa::relay::RelayConfig::default()).await;
-    let started = std::time::Instant::now();
+    // The agent redials on its own: the phone finds it at the new relay.
     let mut phone = agent.phone(&relay).await;
-    let back_after = started.elapsed();
-    // fast_backoff caps delays at 500 ms; allow for a few attempts and a loaded machine.
-    assert!(back_after < Duration::from_secs(5), "agent took {back_after:?} to come back");
     send(&mut phone, json!({"type":"tool_call","id":"again","name":"no_such_tool"})).await;
     assert_eq!(recv_result(&mut phone, "again").await["error"]["code"], "unknown-tool");
 }
@@ -293,15 +290,19 @@ async fn a_relay_that_stops_answering_is_noticed_and_redialed() {
     let proxy = BlackholeProxy::start(relay.addr).await;
     let heartbeat =
         voxa::net::liveness::Heartbeat { ping_every: Duration::from_millis(200), dead_after: Duration::from_secs(1) };
-    let agent = TestAgent::start_with(Some(proxy.url()), |options| options.heartbeat = heartbeat).await;
+    let mut agent = TestAgent::start_with(Some(proxy.url()), |options| options.heartbeat = heartbeat).await;
     let mut phone = agent.phone(&relay).await;
 
     proxy.blackhole_existing();
-    let started = std::time::Instant::now();
-    // The agent gives up on the silent socket and dials again; the relay hands the phone the new one.
+    // The agent gives up on the silent socket because it stayed silent (not for any other reason)
+    // and dials again; the relay hands the phone the new one.
+    agent
+        .wait_event(
+            "the silent relay given up on",
+            |event| matches!(event, LinkEvent::Lost { reason } if reason.starts_with("no answer from the relay")),
+        )
+        .await;
     wait_agent_joined(&mut phone).await;
-    let noticed_after = started.elapsed();
-    assert!(noticed_after >= Duration::from_millis(800), "rejoined suspiciously early: {noticed_after:?}");
     say_hello(&mut phone, agent.token()).await;
     send(&mut phone, json!({"type":"tool_call","id":"h1","name":"no_such_tool"})).await;
     assert_eq!(recv_result(&mut phone, "h1").await["error"]["code"], "unknown-tool");
@@ -535,7 +536,7 @@ async fn the_agent_reaches_a_tls_relay_through_an_http_connect_proxy() {
     let url = voxa::config::RelayUrl::parse(&format!("https://relay.voxa.test:{}", relay.addr.port())).unwrap();
     let agent = TestAgent::start_with(Some(url), |options| {
         let mut dial = voxa::net::dial::DialOptions::default().trust_pem_file(&cert).unwrap();
-        dial.proxy = Some(voxa::net::dial::Proxy::parse(&format!("http://{proxy}")).unwrap());
+        dial.proxy = Some(voxa::net::proxy::Proxy::parse(&format!("http://{proxy}")).unwrap());
         options.dial = dial;
     })
     .await;
@@ -661,17 +662,30 @@ async fn stopping_the_agent_waits_for_the_calls_in_flight_to_end() {
     let agent = TestAgent::start(None).await;
     let mut client = agent.local_client().await;
     let marker = agent.workspace.path().join("still-running");
-    // A process that left the command's session keeps its terminal open, so once the command is
-    // killed the call still drains its output for a moment: the call ends well after its socket.
-    let command = format!("setsid sleep 3 & echo started; sleep 30; touch {}", marker.display());
+    let escaped = agent.workspace.path().join("escaped.pid");
+    // A process that left the command's session and keeps writing holds its terminal open, so
+    // once the command is killed the call goes on reading well after its socket has closed: only
+    // the task tracker makes `stop` wait for it (spawned untracked, this test fails).
+    let command = format!(
+        "setsid sh -c 'echo $$ > {0}; exec yes' & while [ ! -s {0} ]; do :; done; echo started; sleep 30; touch {1}",
+        escaped.display(),
+        marker.display()
+    );
     send(&mut client, json!({"type":"tool_call","id":"long","name":"run_command","args":{"command": command}})).await;
     recv_type(&mut client, "tool_progress").await; // the call is running
     let TestAgent { agent: running, workspace, .. } = agent;
     let ctx = running.ctx.clone();
     assert_eq!(ctx.status.calls_in_flight.load(Ordering::Relaxed), 1);
-    tokio::time::timeout(STEP, running.stop()).await.expect("the agent stops");
+    let stopped = tokio::time::timeout(STEP, running.stop()).await;
     // `stop` returned only once the call had ended (its command killed, its task finished).
-    assert_eq!(ctx.status.calls_in_flight.load(Ordering::Relaxed), 0);
+    let in_flight = ctx.status.calls_in_flight.load(Ordering::Relaxed);
+    if let Some(pid) = std::fs::read_to_string(&escaped).ok().and_then(|pid| pid.trim().parse::<i32>().ok()) {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+    stopped.expect("the agent stops");
+    assert_eq!(in_flight, 0, "stop returned while a call was still running");
     assert!(!workspace.path().join("still-running").exists());
 }
 

@@ -54,6 +54,11 @@ impl Browser {
     }
 
     pub async fn start_with(scheme: Scheme) -> Option<Browser> {
+        Self::start_with_args(scheme, &[]).await
+    }
+
+    /// A browser with extra Chromium switches (fake media devices, for instance).
+    pub async fn start_with_args(scheme: Scheme, extra: &[String]) -> Option<Browser> {
         let chromium = on_path(&["chromium", "chromium-browser", "google-chrome"]);
         let driver = on_path(&["chromedriver"]);
         let (Some(chromium), Some(driver)) = (chromium, driver) else {
@@ -107,6 +112,7 @@ impl Browser {
         if scheme == Scheme::Dark {
             args.push("--force-dark-mode".to_owned());
         }
+        args.extend(extra.iter().cloned());
         let capabilities = json!({
             "browserName": "chrome",
             "goog:chromeOptions": {
@@ -134,6 +140,31 @@ impl Browser {
                 .await;
         }
         Some(browser)
+    }
+
+    /// Chromium whose microphone plays `wav` (looped), with the permission granted as a user would.
+    pub async fn with_microphone(wav: &std::path::Path, scheme: Scheme) -> Option<Browser> {
+        let args = [
+            "--use-fake-device-for-media-stream".to_owned(),
+            "--use-fake-ui-for-media-stream".to_owned(),
+            format!("--use-file-for-fake-audio-capture={}", wav.display()),
+        ];
+        Self::start_with_args(scheme, &args).await
+    }
+
+    /// Process ids of this browser's Chromium processes whose command line holds `kind`
+    /// (`--type=renderer`, the audio service, …), read from /proc.
+    pub fn processes(&self, kind: &str) -> Vec<u32> {
+        let profile = format!("--user-data-dir={}", self._profile.path().display());
+        let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+        entries
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+                cmdline.contains(&profile) && cmdline.contains(kind)
+            })
+            .collect()
     }
 
     /// Ends the session (Chromium quits) and chromedriver, and lets the next browser start.
@@ -255,6 +286,33 @@ impl Browser {
     pub async fn screenshot(&self) -> Vec<u8> {
         self.client.screenshot().await.expect("screenshot")
     }
+}
+
+/// A mono PCM16 WAV: `tone_s` seconds of `freq` at half scale, then `silence_s` seconds of silence.
+pub fn tone_wav(path: &std::path::Path, rate: u32, freq: f64, tone_s: f64, silence_s: f64) {
+    let tone = (rate as f64 * tone_s) as usize;
+    let total = tone + (rate as f64 * silence_s) as usize;
+    let mut data = Vec::with_capacity(total * 2);
+    for n in 0..total {
+        let phase = 2.0 * std::f64::consts::PI * freq * n as f64 / rate as f64;
+        let value = if n < tone { 0.5 * phase.sin() } else { 0.0 };
+        data.extend_from_slice(&((value * 32767.0) as i16).to_le_bytes());
+    }
+    let mut wav = Vec::with_capacity(44 + data.len());
+    wav.extend_from_slice(b"RIFF");
+    wav.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
+    wav.extend_from_slice(b"WAVEfmt ");
+    wav.extend_from_slice(&16u32.to_le_bytes());
+    wav.extend_from_slice(&1u16.to_le_bytes()); // PCM
+    wav.extend_from_slice(&1u16.to_le_bytes()); // mono
+    wav.extend_from_slice(&rate.to_le_bytes());
+    wav.extend_from_slice(&(rate * 2).to_le_bytes());
+    wav.extend_from_slice(&2u16.to_le_bytes());
+    wav.extend_from_slice(&16u16.to_le_bytes());
+    wav.extend_from_slice(b"data");
+    wav.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    wav.extend_from_slice(&data);
+    std::fs::write(path, wav).expect("write the WAV");
 }
 
 /// A WebDriver command fantoccini has no method for (computed label and role, CDP).

@@ -4,6 +4,7 @@
 mod agent;
 mod browser;
 mod cli;
+mod deploy;
 mod environments;
 mod fake_gemini;
 mod fence;
@@ -19,3 +20,4 @@ mod secrets;
 mod support;
 mod tools;
 mod web;
+mod web_voice;

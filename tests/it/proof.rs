@@ -20,7 +20,7 @@ use voxa::net::dial::ClientSocket;
 
 use crate::fake_gemini::{FakeGemini, FakeOptions, Kind};
 use crate::harness::*;
-use crate::support::{voxa, voxa_cmd, wait_with_deadline, RunningVoxa};
+use crate::support::{raise_open_file_limit, voxa, voxa_cmd, wait_with_deadline, RunningVoxa};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -932,17 +932,6 @@ async fn frozen_relay(heartbeats: u64) {
     drop(relay);
 }
 
-fn raise_open_file_limit(needed: u64) {
-    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
-    let limit = getrlimit(Resource::Nofile);
-    let want = limit.maximum.unwrap_or(u64::MAX).min(1 << 20);
-    if limit.current.is_some_and(|current| current < want) {
-        let _ = setrlimit(Resource::Nofile, Rlimit { current: Some(want), maximum: limit.maximum });
-    }
-    let now = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
-    assert!(now >= needed, "this test needs {needed} open files; the limit is {now}");
-}
-
 /// One side of a pair: waits for its peer, sends numbered frames (text and binary in turn) until
 /// `until`, then `end:<count>`, and checks the peer's frames arrive complete and in order.
 async fn numbered_side(
@@ -1015,7 +1004,9 @@ async fn a_thousand_sessions_through_one_relay_lose_and_reorder_nothing() {
     const PAIRS: usize = 1000;
     const RUN: Duration = Duration::from_secs(5);
     raise_open_file_limit(PAIRS as u64 * 4 + 256);
-    let relay = TestRelay::start().await;
+    // Every client here shares one address: no per-address limit.
+    let config = voxa::relay::RelayConfig { max_connections_per_ip: 0, ..Default::default() };
+    let relay = TestRelay::start_with(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(), config).await;
     let addr = relay.addr;
     let connecting = Instant::now();
     let gate = Arc::new(tokio::sync::Semaphore::new(64));

@@ -418,7 +418,6 @@ async fn a_peer_that_stops_answering_pings_is_dropped_within_the_idle_timeout() 
     // The laptop upgrades by hand and then neither reads nor writes anything.
     let mut silent = TcpStream::connect(relay.addr).await.unwrap();
     silent.write_all(upgrade_request(&format!("/agent?code={code}"), "").as_bytes()).await.unwrap();
-    let started = Instant::now();
     expect_notice(&mut handset, "agent", "joined").await;
     // Keep the phone's socket read so it answers pings, while the silent laptop is dropped.
     let dropped = async {
@@ -427,15 +426,16 @@ async fn a_peer_that_stops_answering_pings_is_dropped_within_the_idle_timeout() 
         received
     };
     let (received, ()) = tokio::join!(dropped, expect_notice(&mut handset, "agent", "left"));
-    let elapsed = started.elapsed();
-    assert!(elapsed >= Duration::from_millis(700), "dropped after {elapsed:?}, before the idle timeout");
-    assert!(elapsed < Duration::from_millis(4000), "dropped only after {elapsed:?}");
     let text = String::from_utf8_lossy(&received);
     assert!(text.starts_with("HTTP/1.1 101"), "{text:?}");
     let head_len = text.find("\r\n\r\n").unwrap() + 4;
     let frames = server_frames(&received[head_len..]);
     let opcodes: Vec<u8> = frames.iter().map(|(opcode, _)| *opcode).collect();
-    assert!(opcodes.iter().filter(|op| **op == 0x9).count() >= 2, "pinged while silent: {opcodes:?}");
+    // Pinged while silent, and dropped once the idle timeout had passed since it was last heard:
+    // a ping goes out each quiet interval, so the count before the close measures the wait.
+    let pings = opcodes.iter().filter(|op| **op == 0x9).count();
+    let most = (limits.idle_timeout.as_millis() / limits.ping_interval.as_millis()) as usize + 1;
+    assert!((2..=most).contains(&pings), "{pings} pings before the drop: {opcodes:?}");
     assert_eq!(
         frames.last().map(|(op, payload)| (*op, payload[..2].to_vec())),
         Some((0x8, 1001u16.to_be_bytes().to_vec()))
@@ -445,13 +445,21 @@ async fn a_peer_that_stops_answering_pings_is_dropped_within_the_idle_timeout() 
     let mut laptop = agent(&relay, &code).await;
     expect_notice(&mut handset, "agent", "joined").await;
     expect_notice(&mut laptop, "phone", "joined").await;
-    let (quiet_laptop, quiet_handset) = tokio::join!(
-        timeout(Duration::from_millis(2500), next(&mut laptop)),
-        timeout(Duration::from_millis(2500), next(&mut handset))
-    );
-    assert!(quiet_laptop.is_err() && quiet_handset.is_err(), "live sockets got {quiet_laptop:?} {quiet_handset:?}");
+    // Twice as many pings as fit in the idle timeout: both sockets outlived it more than once.
+    let enough = 2 * most;
+    tokio::join!(answer_pings(&mut laptop, enough), answer_pings(&mut handset, enough));
     send(&mut laptop, Message::text("still paired")).await;
     expect_text(&mut handset, "still paired").await;
+}
+
+/// Reads `count` pings (the client answers them) and nothing else.
+async fn answer_pings<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut Client<S>, count: usize) {
+    for _ in 0..count {
+        match next_any(ws).await {
+            Message::Ping(_) => {}
+            other => panic!("a live socket got {other:?}"),
+        }
+    }
 }
 
 /// Splits what a relay wrote into (opcode, payload) frames; server frames are unmasked.
@@ -592,6 +600,8 @@ struct RelayCommand {
     child: tokio::process::Child,
     stdout: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
     addr: SocketAddr,
+    /// Where it serves metrics, when started with `--metrics-listen`.
+    metrics: Option<SocketAddr>,
     _home: tempfile::TempDir,
 }
 
@@ -609,7 +619,10 @@ impl RelayCommand {
         let event: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(event["event"], "relay_listening", "{line}");
         let addr = event["listen"].as_str().unwrap().parse().unwrap();
-        RelayCommand { child, stdout, addr, _home: home }
+        let metrics = event["metrics"].as_str().map(|url| {
+            url.strip_prefix("http://").and_then(|rest| rest.strip_suffix("/metrics")).unwrap().parse().unwrap()
+        });
+        RelayCommand { child, stdout, addr, metrics, _home: home }
     }
 
     /// Sends SIGTERM and returns the exit status, the remaining stdout and all of stderr.
@@ -743,4 +756,482 @@ async fn a_slow_upload_of_one_large_message_is_not_taken_for_silence() {
         Message::Binary(received) => assert_eq!(received.as_ref(), &payload[..]),
         other => panic!("expected the uploaded message, got {other:?}"),
     }
+}
+
+// ---- metrics and limits under hostile clients ---------------------------------------------------
+
+/// `GET /metrics`, as Prometheus scrapes it.
+async fn scrape(addr: SocketAddr) -> String {
+    let (status, body) = http(addr, "GET /metrics HTTP/1.1\r\nHost: metrics\r\n\r\n").await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// The value of one sample (`name{labels}`) in a scrape; absent samples fail the test.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no sample {series} in\n{text}"))
+}
+
+/// Serves the relay's metrics on a listener of its own.
+async fn serve_metrics(metrics: Arc<voxa::relay::metrics::RelayMetrics>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(voxa::relay::metrics::serve(listener, metrics, std::future::pending()));
+    addr
+}
+
+/// A raw agent socket, upgraded, that writes whatever bytes the test gives it.
+async fn raw_upgraded(addr: SocketAddr, path: &str) -> TcpStream {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(upgrade_request(path, "").as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(timeout(WAIT, tcp.read(&mut byte)).await.unwrap().unwrap(), 1, "upgrade answered");
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    tcp
+}
+
+/// The header of a masked binary frame of `len` bytes with a zero mask (payload sent as is).
+fn binary_header(len: usize) -> Vec<u8> {
+    let mut header = vec![0x82, 0x80 | 127];
+    header.extend_from_slice(&(len as u64).to_be_bytes());
+    header.extend_from_slice(&[0, 0, 0, 0]);
+    header
+}
+
+/// Reads what the relay writes to a raw socket until its close frame, and returns the code.
+async fn raw_close_code(tcp: &mut TcpStream) -> u16 {
+    raw_close(tcp).await.expect("a close frame before the end of the connection")
+}
+
+/// The code of the relay's close frame on a raw socket, or `None` if the connection ends first.
+async fn raw_close(tcp: &mut TcpStream) -> Option<u16> {
+    let mut bytes = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        let n = timeout(WAIT, tcp.read(&mut chunk)).await.expect("a close frame in time").unwrap_or(0);
+        if n == 0 {
+            return None;
+        }
+        bytes.extend_from_slice(&chunk[..n]);
+        // Complete frames only: stop at the first close frame.
+        let mut at = 0;
+        while bytes.len() >= at + 2 {
+            let (len, header) = match bytes[at + 1] & 0x7F {
+                126 if bytes.len() >= at + 4 => (u16::from_be_bytes([bytes[at + 2], bytes[at + 3]]) as usize, 4),
+                127 if bytes.len() >= at + 10 => {
+                    (u64::from_be_bytes(bytes[at + 2..at + 10].try_into().unwrap()) as usize, 10)
+                }
+                126 | 127 => break,
+                short => (short as usize, 2),
+            };
+            if bytes.len() < at + header + len {
+                break;
+            }
+            if bytes[at] & 0x0F == 0x8 {
+                return Some(u16::from_be_bytes([bytes[at + header], bytes[at + header + 1]]));
+            }
+            at += header + len;
+        }
+    }
+}
+
+#[tokio::test]
+async fn metrics_count_what_clients_did_and_never_show_a_code_or_token() {
+    const PAIRS: usize = 12;
+    const FRAMES: usize = 40;
+    const PHONE_FRAME: usize = 100;
+    let token = "metrics-relay-token-5b1f0c";
+    let limits = Limits { max_frame_len: 64 << 10, ..Limits::default() };
+    let config = RelayConfig { token: Some(Secret::from_string(token.into())), limits, ..Default::default() };
+    let metrics_addr = serve_metrics(Arc::clone(&config.metrics)).await;
+    let relay = TestRelay::with_config(config).await;
+    let connect = |path: String| async move { try_connect(relay.addr, &path, Some(token)).await.unwrap() };
+
+    // Refusals the test causes, one of each.
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    assert_eq!(http(relay.addr, &upgrade_request("/agent?code=XYZ", &bearer)).await.0, 400);
+    let no_token = http(relay.addr, &upgrade_request(&format!("/ws?code={}", new_code()), "")).await;
+    assert_eq!(no_token.0, 401);
+    assert_eq!(http(relay.addr, &upgrade_request("/elsewhere", "")).await.0, 404);
+    let too_big_code = new_code();
+    let mut too_big = connect(format!("/agent?code={too_big_code}")).await;
+    send(&mut too_big, Message::binary(vec![0u8; (64 << 10) + 1])).await;
+    assert_eq!(expect_close(&mut too_big).await.0, 1009);
+
+    let codes: Vec<String> = (0..PAIRS).map(|_| new_code()).collect();
+    let mut sides = Vec::new();
+    for code in &codes {
+        let mut laptop = connect(format!("/agent?code={code}")).await;
+        let mut handset = connect(format!("/ws?code={code}")).await;
+        expect_notice(&mut handset, "agent", "joined").await;
+        expect_notice(&mut laptop, "phone", "joined").await;
+        sides.push((laptop, handset));
+    }
+    // One agent is replaced by a newer one (4001).
+    let mut newer = connect(format!("/agent?code={}", codes[0])).await;
+    expect_notice(&mut newer, "phone", "joined").await;
+    assert_eq!(expect_close(&mut sides[0].0).await.0, 4001);
+    sides[0].0 = newer;
+    expect_notice(&mut sides[0].1, "agent", "left").await;
+    expect_notice(&mut sides[0].1, "agent", "joined").await;
+
+    // The load: each agent sends text frames of known sizes, each phone binary frames back.
+    let text_frame = |pair: usize, i: usize| format!("pair {pair} frame {i} {}", "x".repeat(i));
+    let mut load = tokio::task::JoinSet::new();
+    for (pair, (laptop, handset)) in sides.into_iter().enumerate() {
+        load.spawn(async move {
+            let (mut laptop_tx, mut laptop_rx) = laptop.split();
+            let (mut handset_tx, mut handset_rx) = handset.split();
+            let sending = async {
+                for i in 0..FRAMES {
+                    laptop_tx.send(Message::text(text_frame(pair, i))).await.unwrap();
+                    handset_tx.send(Message::binary(vec![i as u8; PHONE_FRAME])).await.unwrap();
+                }
+            };
+            let receiving = async {
+                for i in 0..FRAMES {
+                    assert_eq!(next_data(&mut handset_rx).await, Message::text(text_frame(pair, i)));
+                    assert_eq!(next_data(&mut laptop_rx).await, Message::binary(vec![i as u8; PHONE_FRAME]));
+                }
+            };
+            tokio::join!(sending, receiving);
+            (laptop_tx.reunite(laptop_rx).unwrap(), handset_tx.reunite(handset_rx).unwrap())
+        });
+    }
+    let during = scrape(metrics_addr).await;
+    let sides = timeout(WAIT * 3, load.join_all()).await.expect("load done");
+    let after = scrape(metrics_addr).await;
+
+    for text in [&during, &after] {
+        for secret in codes.iter().chain([&too_big_code]).map(String::as_str).chain([token]) {
+            for part in [secret, &secret[..16], &secret[16..]] {
+                assert!(!text.contains(part), "a code or token in the metrics:\n{text}");
+            }
+        }
+        assert_eq!(sample(text, "voxa_relay_pairs"), PAIRS as f64);
+        assert_eq!(sample(text, r#"voxa_relay_sockets{role="agent"}"#), PAIRS as f64);
+        assert_eq!(sample(text, r#"voxa_relay_sockets{role="phone"}"#), PAIRS as f64);
+    }
+    let text_bytes: usize = (0..PAIRS).flat_map(|pair| (0..FRAMES).map(move |i| text_frame(pair, i).len())).sum();
+    let expect = [
+        (r#"voxa_relay_frames_forwarded_total{direction="agent_to_phone"}"#, PAIRS * FRAMES),
+        (r#"voxa_relay_bytes_forwarded_total{direction="agent_to_phone"}"#, text_bytes),
+        (r#"voxa_relay_frames_forwarded_total{direction="phone_to_agent"}"#, PAIRS * FRAMES),
+        (r#"voxa_relay_bytes_forwarded_total{direction="phone_to_agent"}"#, PAIRS * FRAMES * PHONE_FRAME),
+        (r#"voxa_relay_refusals_total{reason="400"}"#, 1),
+        (r#"voxa_relay_refusals_total{reason="401"}"#, 1),
+        (r#"voxa_relay_refusals_total{reason="404"}"#, 1),
+        (r#"voxa_relay_refusals_total{reason="1009"}"#, 1),
+        (r#"voxa_relay_refusals_total{reason="4001"}"#, 1),
+        (r#"voxa_relay_refusals_total{reason="503"}"#, 0),
+        (r#"voxa_relay_refusals_total{reason="1013"}"#, 0),
+        (r#"voxa_relay_limit{limit="max_message_bytes"}"#, 64 << 10),
+        (r#"voxa_relay_limit{limit="memory_budget_bytes"}"#, voxa::relay::MEMORY_BUDGET),
+    ];
+    for (series, value) in expect {
+        assert_eq!(sample(&after, series), value as f64, "{series}");
+    }
+    assert!(after.contains("# TYPE voxa_relay_queue_full_events counter"), "{after}");
+
+    // Sockets leaving show in the gauges.
+    drop(sides);
+    let deadline = Instant::now() + WAIT;
+    while sample(&scrape(metrics_addr).await, r#"voxa_relay_sockets{role="phone"}"#) != 0.0 {
+        assert!(Instant::now() < deadline, "sockets never left");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let empty = scrape(metrics_addr).await;
+    assert_eq!(sample(&empty, "voxa_relay_pairs"), 0.0);
+    assert_eq!(sample(&empty, "voxa_relay_buffered_bytes"), 0.0);
+}
+
+/// The next data message from a split stream.
+async fn next_data(stream: &mut futures_util::stream::SplitStream<Client>) -> Message {
+    loop {
+        match timeout(WAIT, stream.next()).await.expect("a frame in time").expect("open").expect("no error") {
+            Message::Ping(_) | Message::Pong(_) => continue,
+            message => return message,
+        }
+    }
+}
+
+/// Waits until the relay holds at least `bytes` against its memory budget.
+async fn until_buffered(metrics: &voxa::relay::metrics::RelayMetrics, bytes: usize) {
+    let deadline = Instant::now() + WAIT;
+    while sample(&metrics.encode(), "voxa_relay_buffered_bytes") < bytes as f64 {
+        assert!(Instant::now() < deadline, "the relay never held {bytes} bytes:\n{}", metrics.encode());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn over_the_memory_budget_the_oldest_heavy_socket_is_closed_1013_and_the_rest_go_on() {
+    const MESSAGE: usize = 1 << 20;
+    let limits = Limits { max_frame_len: MESSAGE, ..Limits::default() };
+    let config = RelayConfig { limits, memory_budget: 2 * MESSAGE, ..Default::default() };
+    let metrics = Arc::clone(&config.metrics);
+    let relay = TestRelay::with_config(config).await;
+    let payload: Vec<u8> = (0..MESSAGE).map(|i| (i % 251) as u8).collect();
+
+    // Three agents each start a 1 MiB message and stop part-way; their phones wait for it.
+    let mut agents = Vec::new();
+    for (sent, held_after) in [(700 << 10, MESSAGE), (700 << 10, 2 * MESSAGE), (100 << 10, 2 * MESSAGE + 1)] {
+        let code = new_code();
+        let mut laptop = raw_upgraded(relay.addr, &format!("/agent?code={code}")).await;
+        let mut handset = phone(&relay, &code).await;
+        expect_notice(&mut handset, "agent", "joined").await;
+        laptop.write_all(&binary_header(MESSAGE)).await.unwrap();
+        laptop.write_all(&payload[..sent]).await.unwrap();
+        if held_after <= 2 * MESSAGE {
+            until_buffered(&metrics, held_after).await;
+        }
+        agents.push((laptop, handset, sent));
+    }
+
+    // The third pushed the relay over its budget: the oldest socket holding more than its share
+    // (the first agent) is closed 1013 and its phone hears it left; nobody else is touched.
+    let (mut first, mut first_phone, _) = agents.remove(0);
+    assert_eq!(raw_close_code(&mut first).await, 1013);
+    expect_notice(&mut first_phone, "agent", "left").await;
+    for (mut laptop, mut handset, sent) in agents {
+        laptop.write_all(&payload[sent..]).await.unwrap();
+        match next(&mut handset).await {
+            Message::Binary(got) => assert!(got.as_ref() == &payload[..], "message changed on the way"),
+            other => panic!("expected the message, got {other:?}"),
+        }
+    }
+    let text = metrics.encode();
+    assert_eq!(sample(&text, r#"voxa_relay_refusals_total{reason="1013"}"#), 1.0, "{text}");
+    assert_eq!(sample(&text, "voxa_relay_buffered_bytes"), 0.0, "{text}");
+}
+
+#[tokio::test]
+async fn a_phone_that_reads_nothing_is_closed_1013_once_its_backlog_passes_the_budget() {
+    const MESSAGE: usize = 1 << 20;
+    // No stall timeout to rescue the relay: only the memory budget bounds the backlog.
+    let limits = Limits { max_frame_len: MESSAGE, stall_timeout: Duration::from_secs(3600), ..Limits::default() };
+    let config = RelayConfig { limits, memory_budget: 2 * MESSAGE, ..Default::default() };
+    let metrics = Arc::clone(&config.metrics);
+    let relay = TestRelay::with_config(config).await;
+    let (laptop, mut handset, code) = pair(&relay).await;
+    let (mut laptop_tx, mut laptop_rx) = laptop.split();
+
+    let flood = async {
+        loop {
+            laptop_tx.send(Message::binary(vec![7u8; 256 << 10])).await.unwrap();
+        }
+    };
+    let phone_left = async {
+        loop {
+            match next_data(&mut laptop_rx).await {
+                Message::Text(text) if text.as_str() == notice("phone", "left") => return,
+                _ => continue,
+            }
+        }
+    };
+    tokio::select! {
+        () = flood => unreachable!(),
+        () = phone_left => {}
+    }
+    assert_eq!(expect_close(&mut handset).await.0, 1013);
+    assert_eq!(sample(&metrics.encode(), r#"voxa_relay_refusals_total{reason="1013"}"#), 1.0);
+
+    // The flooding agent itself goes on: a new phone pairs and hears from it.
+    let mut new_handset = phone(&relay, &code).await;
+    expect_notice(&mut new_handset, "agent", "joined").await;
+    send_text(&mut laptop_tx, "still here").await;
+    loop {
+        match next(&mut new_handset).await {
+            Message::Text(text) if text.as_str() == "still here" => break,
+            Message::Binary(_) => continue,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+async fn send_text(sink: &mut futures_util::stream::SplitSink<Client, Message>, text: &str) {
+    timeout(WAIT, sink.send(Message::text(text))).await.expect("send in time").unwrap();
+}
+
+#[tokio::test]
+async fn one_address_cannot_hold_every_connection() {
+    const PER_IP: usize = 3;
+    let config = RelayConfig { max_connections_per_ip: PER_IP, ..Default::default() };
+    let metrics = Arc::clone(&config.metrics);
+    let relay = TestRelay::with_config(config).await;
+    // Connections that send nothing at all, as a slot-hoarding client would open them.
+    let mut idle = Vec::new();
+    for _ in 0..PER_IP {
+        idle.push(TcpStream::connect(relay.addr).await.unwrap());
+    }
+    let mut extra = TcpStream::connect(relay.addr).await.unwrap();
+    let mut response = Vec::new();
+    timeout(WAIT, extra.read_to_end(&mut response)).await.unwrap().unwrap();
+    assert_eq!(parse_response(&response).0, 429);
+    assert_eq!(sample(&metrics.encode(), r#"voxa_relay_refusals_total{reason="429"}"#), 1.0);
+
+    // One of them leaves: its place is free for the same address again.
+    drop(idle.pop());
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let mut tcp = TcpStream::connect(relay.addr).await.unwrap();
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut response = Vec::new();
+        if let Ok(Ok(_)) = timeout(WAIT, tcp.read_to_end(&mut response)).await {
+            if !response.is_empty() && parse_response(&response).0 == 200 {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "the relay never freed the address's place");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Memory of a process, in bytes, from one `/proc/<pid>/status` field (`VmRSS`, `VmData`).
+fn proc_memory(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {status}"));
+    kib * 1024
+}
+
+#[tokio::test]
+async fn announcing_large_messages_costs_the_relay_only_what_arrives() {
+    const SOCKETS: usize = 100;
+    const ANNOUNCED: usize = 16 << 20;
+    let relay = RelayCommand::spawn(&["--max-connections-per-ip", "0", "--metrics-listen", "127.0.0.1:0"], &[]).await;
+    let metrics_port = relay.metrics.expect("the relay announces its metrics address");
+    let pid = relay.child.id().unwrap();
+    let mut sockets = Vec::new();
+    for _ in 0..SOCKETS {
+        sockets.push(raw_upgraded(relay.addr, &format!("/agent?code={}", new_code())).await);
+    }
+    let before = proc_memory(pid, "VmData");
+    // Each announces the largest message and sends 1 KiB of it.
+    for socket in &mut sockets {
+        socket.write_all(&binary_header(ANNOUNCED)).await.unwrap();
+        socket.write_all(&[1u8; 1024]).await.unwrap();
+    }
+    // The relay has read them all once it accounts for a first buffer per socket.
+    let deadline = Instant::now() + WAIT;
+    while sample(&scrape(metrics_port).await, "voxa_relay_buffered_bytes") < (SOCKETS * 1024) as f64 {
+        assert!(Instant::now() < deadline, "the relay never read the announcements");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let grown = proc_memory(pid, "VmData").saturating_sub(before);
+    assert!(
+        grown < 64 << 20,
+        "{SOCKETS} announcements of {} MiB took {} MiB of the relay's address space",
+        ANNOUNCED >> 20,
+        grown >> 20
+    );
+    drop(sockets);
+    let (status, _, _) = relay.terminate().await;
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn sockets_holding_most_of_a_large_message_cannot_take_the_relay_past_its_budget() {
+    const SOCKETS: usize = 16;
+    const MESSAGE: usize = 16 << 20;
+    const SENT: usize = 15 << 20;
+    const BUDGET_MIB: u64 = 64;
+    let relay = RelayCommand::spawn(&["--max-connections-per-ip", "0", "--memory-budget", "64"], &[]).await;
+    let pid = relay.child.id().unwrap();
+    let baseline = proc_memory(pid, "VmRSS");
+    let chunk = vec![3u8; 1 << 20];
+    let mut flooding = tokio::task::JoinSet::new();
+    for _ in 0..SOCKETS {
+        let mut socket = raw_upgraded(relay.addr, &format!("/agent?code={}", new_code())).await;
+        let chunk = chunk.clone();
+        flooding.spawn(async move {
+            socket.write_all(&binary_header(MESSAGE)).await.unwrap();
+            // A socket the relay closed may still take bytes (it reads and drops them) or fail.
+            for _ in 0..SENT / chunk.len() {
+                if socket.write_all(&chunk).await.is_err() {
+                    break;
+                }
+            }
+            socket
+        });
+    }
+    let sockets = timeout(WAIT * 6, flooding.join_all()).await.expect("floods finish");
+    // Every socket has sent all it will: what the relay holds now is its peak.
+    let rss = proc_memory(pid, "VmRSS");
+    let mut closed = 0;
+    for mut socket in sockets {
+        socket.shutdown().await.ok();
+        match raw_close(&mut socket).await {
+            Some(1013) => closed += 1,
+            Some(other) => panic!("unexpected close {other}"),
+            None => {}
+        }
+    }
+    let held_at_most = (BUDGET_MIB as usize) / (MESSAGE >> 20);
+    assert!(closed >= SOCKETS - held_at_most, "only {closed} of {SOCKETS} floods were closed 1013");
+    let bound = baseline + ((BUDGET_MIB + 48) << 20);
+    assert!(
+        rss < bound,
+        "{SOCKETS} sockets sending {} MiB each took the relay to {} MiB (bound {} MiB)",
+        SENT >> 20,
+        rss >> 20,
+        bound >> 20
+    );
+    let (status, _, _) = relay.terminate().await;
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn a_sharded_relay_pairs_sockets_whichever_shard_accepted_them_and_stops() {
+    const PAIRS: usize = 40;
+    let first = voxa::relay::bind_shared("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = first.local_addr().unwrap();
+    let listeners = vec![first, voxa::relay::bind_shared(addr).unwrap(), voxa::relay::bind_shared(addr).unwrap()];
+    let stop = tokio_util::sync::CancellationToken::new();
+    let config = RelayConfig { max_connections_per_ip: 0, ..Default::default() };
+    let metrics = Arc::clone(&config.metrics);
+    let relay = tokio::task::spawn_blocking({
+        let stop = stop.clone();
+        move || voxa::relay::run_sharded(listeners, config, stop)
+    });
+    // The kernel spreads these connections over the three listeners; each pair still meets.
+    let mut pairs = Vec::new();
+    for n in 0..PAIRS {
+        let code = new_code();
+        let mut laptop = try_connect(addr, &format!("/agent?code={code}"), None).await.unwrap();
+        let mut handset = try_connect(addr, &format!("/ws?code={code}"), None).await.unwrap();
+        expect_notice(&mut handset, "agent", "joined").await;
+        expect_notice(&mut laptop, "phone", "joined").await;
+        send(&mut laptop, Message::text(format!("to phone {n}"))).await;
+        send(&mut handset, Message::binary(vec![n as u8; 64])).await;
+        pairs.push((laptop, handset));
+    }
+    for (n, (laptop, handset)) in pairs.iter_mut().enumerate() {
+        expect_text(handset, &format!("to phone {n}")).await;
+        assert_eq!(next(laptop).await, Message::binary(vec![n as u8; 64]));
+    }
+    assert_eq!(sample(&metrics.encode(), "voxa_relay_pairs"), PAIRS as f64);
+    assert_eq!(http(addr, "GET /healthz HTTP/1.1\r\n\r\n").await.0, 200);
+
+    stop.cancel();
+    // Every socket is closed 1001 (and answers, so the relay need not wait for it).
+    let closes = futures_util::future::join_all(
+        pairs
+            .iter_mut()
+            .flat_map(|(laptop, handset)| [laptop, handset])
+            .map(|socket| async move { expect_close(socket).await.0 }),
+    );
+    assert!(closes.await.iter().all(|code| *code == 1001));
+    drop(pairs);
+    timeout(WAIT, relay).await.expect("the shards stop").unwrap().unwrap();
+    assert!(TcpStream::connect(addr).await.is_err(), "every listener is closed");
 }

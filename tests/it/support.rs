@@ -53,6 +53,18 @@ fn clean_env(mut cmd: Command, home: &Path) -> Command {
     cmd
 }
 
+/// Raises the soft open-file limit to the hard limit and fails the test if it stays below `needed`.
+pub fn raise_open_file_limit(needed: u64) {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let want = limit.maximum.unwrap_or(u64::MAX).min(1 << 20);
+    if limit.current.is_some_and(|current| current < want) {
+        let _ = setrlimit(Resource::Nofile, Rlimit { current: Some(want), maximum: limit.maximum });
+    }
+    let now = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    assert!(now >= needed, "this test needs {needed} open files; the limit is {now}");
+}
+
 /// Waits for a child with a deadline; kills it if the deadline passes.
 pub fn wait_with_deadline(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     let deadline = Instant::now() + limit;

@@ -75,10 +75,10 @@ const SENTENCES = {
   'offline': 'The laptop is offline.',
 };
 
-/** An error as a sentence with its code: "That path is outside the workspace: … (outside-workspace)". */
-export function sentence(error) {
+/** An error as a sentence with its code, from `sentences`: "That path is outside the workspace: … (outside-workspace)". */
+export function sentence(error, sentences = SENTENCES) {
   const code = (error && error.code) || 'internal';
-  const base = SENTENCES[code] || 'The call failed.';
+  const base = sentences[code] || 'The call failed.';
   const message = error && typeof error.message === 'string' ? error.message.trim() : '';
   const detail = message && message !== base ? ` ${base.endsWith('.') ? '' : '— '}${message}` : '';
   return `${base}${detail} (${code})`;

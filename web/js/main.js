@@ -8,6 +8,7 @@ import { Terminal } from './terminal.js';
 import { Files } from './files.js';
 import { Screenshot } from './screenshot.js';
 import { Coder } from './coder.js';
+import { Voice } from './voice.js';
 
 const FLEET = 'fleet';
 
@@ -21,6 +22,7 @@ class App {
     this.files = new Files(this);
     this.screenshot = new Screenshot(this);
     this.coder = new Coder(this);
+    this.voice = new Voice(this);
     this.filesLoaded = false;
     this.wireTabs();
     byId('pair-form').addEventListener('submit', (event) => {
@@ -95,7 +97,7 @@ class App {
     pairings.select(pairing.id);
     this.env = '';
     this.filesLoaded = false;
-    for (const part of [this.terminal, this.files, this.screenshot, this.coder]) part.reset();
+    for (const part of [this.terminal, this.files, this.screenshot, this.coder, this.voice]) part.reset();
     byId('welcome').hidden = true;
     byId('workspace').hidden = false;
     byId('env-pick').hidden = true;
@@ -106,6 +108,8 @@ class App {
     session.addEventListener('state', (event) => this.onState(event.detail));
     session.addEventListener('hello', (event) => this.onHello(event.detail));
     session.addEventListener('error', (event) => show(byId('notice'), sentence(event.detail)));
+    // Calls speak on the session socket: a self-hosted laptop hosts the voice itself.
+    this.voice.attach(session, false);
     session.start();
   }
 
@@ -118,6 +122,8 @@ class App {
     if (!this.pairing) return;
     if (this.session) this.session.stop();
     this.session = null;
+    this.voice.reset();
+    this.voice.attach(null, false);
     pairings.forget(this.pairing.id);
     this.pairing = null;
     const next = pairings.current();
@@ -158,6 +164,7 @@ class App {
       this.renderLaptops();
     }
     this.renderStatus();
+    this.voice.setOffered(hello.mode === 'self-hosted');
     if (Array.isArray(hello.tools) && hello.tools.includes(FLEET)) this.loadEnvironments();
     if (!this.filesLoaded || !byId('panel-files').hidden) {
       this.filesLoaded = true;

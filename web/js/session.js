@@ -9,6 +9,12 @@ const BACKOFF_CAP_MS = 30000;
 /** Shortest wait between two attempts, so a failing relay is never hammered. */
 const BACKOFF_FLOOR_MS = 250;
 
+/** Bytes queued on the socket beyond which microphone frames are dropped (about 1.5 s of audio). */
+const MAX_BUFFERED_AUDIO = 48 * 1024;
+/** Frames of a voice call, handed to whoever speaks on this session (see voice.js). */
+const VOICE_FRAMES = new Set(['call_started', 'call_error', 'call_ended', 'transcript', 'turn_complete',
+  'interrupted', 'tool_activity']);
+
 const encoder = new TextEncoder();
 
 function randomHex(bytes) {
@@ -57,6 +63,9 @@ export class Session extends EventTarget {
     this.hello = null;
     this.key = null;
     this.state = 'idle';
+    /** Bytes of every frame received and sent, for the call figures. */
+    this.bytesIn = 0;
+    this.bytesOut = 0;
   }
 
   /** Starts connecting; reconnects by itself until `stop()` or a final refusal. */
@@ -126,13 +135,22 @@ export class Session extends EventTarget {
       return;
     }
     this.socket = socket;
+    socket.binaryType = 'arraybuffer';
     socket.onopen = () => {
       if (socket !== this.socket) return;
       if (this.pairing.kind === 'relay') this.setState('relay', 'relay reachable — laptop offline');
       else this.setState('hello', 'saying hello…');
     };
     socket.onmessage = (event) => {
-      if (socket !== this.socket || typeof event.data !== 'string') return;
+      if (socket !== this.socket) return;
+      if (typeof event.data !== 'string') {
+        // Binary frames carry call audio; nothing else is binary.
+        const at = performance.now();
+        this.bytesIn += event.data.byteLength;
+        if (this.online) this.dispatchEvent(new CustomEvent('audio', { detail: { data: event.data, at } }));
+        return;
+      }
+      this.bytesIn += event.data.length;
       let frame;
       try {
         frame = JSON.parse(event.data);
@@ -241,7 +259,13 @@ export class Session extends EventTarget {
 
   onCallFrame(frame) {
     const call = this.pending.get(frame.id);
-    if (!call) return;
+    if (!call) {
+      // Voice frames, and pictures a voice call's tools took (their ids are not ours).
+      if (VOICE_FRAMES.has(frame.type) || frame.type === 'image') {
+        this.dispatchEvent(new CustomEvent('voice', { detail: frame }));
+      }
+      return;
+    }
     if (frame.type === 'tool_progress') {
       if (call.onProgress && typeof frame.chunk === 'string') call.onProgress(frame.chunk);
     } else if (frame.type === 'image') {
@@ -271,6 +295,25 @@ export class Session extends EventTarget {
       this.socket.send(JSON.stringify(frame));
     });
     return { id, done };
+  }
+
+  /** Sends one JSON frame; false when the laptop is not connected. */
+  sendJson(frame) {
+    if (!this.online || !this.socket || this.socket.readyState !== WebSocket.OPEN) return false;
+    const text = JSON.stringify(frame);
+    this.bytesOut += text.length;
+    this.socket.send(text);
+    return true;
+  }
+
+  /** Sends one binary frame (call audio); false when the laptop is not connected. */
+  sendAudio(bytes) {
+    if (!this.online || !this.socket || this.socket.readyState !== WebSocket.OPEN) return false;
+    // A slow uplink drops microphone frames instead of queueing seconds of stale audio.
+    if (this.socket.bufferedAmount > MAX_BUFFERED_AUDIO) return false;
+    this.bytesOut += bytes.byteLength;
+    this.socket.send(bytes);
+    return true;
   }
 
   /** Asks the laptop to stop a call; its result then arrives as `cancelled`. */

@@ -1,0 +1,364 @@
+//! Voice calls in the web client: real headless Chromium whose microphone is a generated WAV (a
+//! 440 Hz tone, then silence), a real relay and a self-hosted agent on 127.0.0.1:0, and the test
+//! Gemini server. What the server hears is analysed here; what the page played and how fast it
+//! stopped are the page's own audio-clock counters (`voxaVoice`).
+
+use std::f64::consts::PI;
+use std::path::Path;
+
+use fantoccini::actions::{InputSource, MouseActions, PointerAction, MOUSE_BUTTON_LEFT};
+use serde_json::{json, Value};
+
+use crate::browser::{tone_wav, Browser, Scheme};
+use crate::fake_gemini::{FakeGemini, FakeOptions, Kind, SetupReply, BAD_KEY_REASON};
+use crate::harness::*;
+
+const KEY: &str = "AIzaSy-web-voice-test-key";
+/// Rate of what the page must send, and of what Gemini sends back.
+const MIC_RATE: f64 = 16000.0;
+const VOICE_RATE: usize = 24000;
+/// The microphone's tone.
+const TONE_HZ: f64 = 440.0;
+
+/// Amplitude of `freq` in `samples` (Goertzel), relative to full scale 1.0.
+fn goertzel(samples: &[f64], freq: f64, rate: f64) -> f64 {
+    let coeff = 2.0 * (2.0 * PI * freq / rate).cos();
+    let (mut s1, mut s2) = (0.0, 0.0);
+    for &x in samples {
+        let s = x + coeff * s1 - s2;
+        s2 = s1;
+        s1 = s;
+    }
+    (s1 * s1 + s2 * s2 - coeff * s1 * s2).max(0.0).sqrt() * 2.0 / samples.len() as f64
+}
+
+/// The strongest frequency between 60 Hz and 7.9 kHz: a 10 Hz scan, then 0.5 Hz around its peak.
+fn dominant_frequency(samples: &[f64], rate: f64) -> f64 {
+    let strongest = |from: f64, to: f64, step: f64| {
+        let mut best = (from, 0.0);
+        let mut freq = from;
+        while freq <= to {
+            let amplitude = goertzel(samples, freq, rate);
+            if amplitude > best.1 {
+                best = (freq, amplitude);
+            }
+            freq += step;
+        }
+        best.0
+    };
+    let coarse = strongest(60.0, 7900.0, 10.0);
+    strongest(coarse - 10.0, coarse + 10.0, 0.5)
+}
+
+fn pcm16(bytes: &[u8]) -> Vec<f64> {
+    bytes.chunks_exact(2).map(|pair| i16::from_le_bytes([pair[0], pair[1]]) as f64 / 32768.0).collect()
+}
+
+fn rms(samples: &[f64]) -> f64 {
+    (samples.iter().map(|x| x * x).sum::<f64>() / samples.len().max(1) as f64).sqrt()
+}
+
+/// `seconds` of a `freq` sine at 24 kHz as PCM16LE, the way Gemini's voice arrives.
+fn voice_pcm(freq: f64, seconds: f64) -> Vec<u8> {
+    let samples = (VOICE_RATE as f64 * seconds) as usize;
+    (0..samples)
+        .flat_map(|n| (((0.3 * (2.0 * PI * freq * n as f64 / VOICE_RATE as f64).sin()) * 32767.0) as i16).to_le_bytes())
+        .collect()
+}
+
+/// Sends `pcm` to `conn` as model audio in 40 ms chunks.
+fn send_voice(fake: &FakeGemini, conn: usize, pcm: &[u8]) {
+    for chunk in pcm.chunks(VOICE_RATE / 25 * 2) {
+        fake.send(conn, FakeGemini::model_audio(chunk));
+    }
+}
+
+async fn stat(browser: &Browser, name: &str) -> Value {
+    browser.script(&format!("return voxaVoice.{name};"), vec![]).await
+}
+
+/// A relay, a self-hosted agent using `fake`, and Chromium on the pairing link, online.
+struct CallScene {
+    relay: TestRelay,
+    agent: TestAgent,
+    browser: Browser,
+    _scratch: tempfile::TempDir,
+}
+
+impl CallScene {
+    async fn start(fake: &FakeGemini) -> Option<CallScene> {
+        Self::start_in(fake, Scheme::Light).await
+    }
+
+    async fn start_in(fake: &FakeGemini, scheme: Scheme) -> Option<CallScene> {
+        let scratch = tempfile::tempdir().unwrap();
+        let wav = scratch.path().join("microphone.wav");
+        tone_wav(&wav, 48000, TONE_HZ, 1.5, 1.5);
+        let browser = Browser::with_microphone(&wav, scheme).await?;
+        let relay = TestRelay::start().await;
+        let config = fake.config(KEY);
+        let agent = TestAgent::start_with(Some(relay.url()), |options| options.gemini = Some(config)).await;
+        let link = format!("http://{}/?code={}&token={}", relay.addr, agent.code(), agent.token());
+        browser.open(&link).await;
+        browser.wait_connection("online").await;
+        Some(CallScene { relay, agent, browser, _scratch: scratch })
+    }
+
+    /// Presses "Call" and answers the Gemini `setup` it causes; returns the connection.
+    async fn call(&self, fake: &mut FakeGemini) -> usize {
+        self.browser.press("Call").await;
+        let (conn, _) = fake.expect_setup().await;
+        fake.complete_setup(conn);
+        self.browser.control("button", "End call").await;
+        self.browser.wait_script("the call to start", "return voxaVoice.state === 'live';").await;
+        conn
+    }
+
+    async fn close(self) {
+        self.browser.close().await;
+        self.agent.agent.stop().await;
+        self.relay.kill().await;
+    }
+}
+
+/// Collects microphone audio `conn` sent until there is `seconds` of it.
+async fn microphone_audio(fake: &mut FakeGemini, conn: usize, seconds: f64) -> Vec<u8> {
+    let mut pcm = Vec::new();
+    while (pcm.len() as f64) < seconds * MIC_RATE * 2.0 {
+        let (mime, chunk) = fake.expect_audio(conn).await;
+        assert_eq!(mime, "audio/pcm;rate=16000");
+        // 20–40 ms frames of PCM16.
+        assert!((640..=1280).contains(&chunk.len()) && chunk.len() % 2 == 0, "a {} byte frame", chunk.len());
+        pcm.extend_from_slice(&chunk);
+    }
+    pcm
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_the_browser_carries_the_microphone_both_ways_and_ends() {
+    let mut fake = FakeGemini::start(FakeOptions { setup_reply: SetupReply::Hold, ..FakeOptions::new(KEY) }).await;
+    let Some(scene) = CallScene::start(&fake).await else { return };
+    let browser = &scene.browser;
+
+    // A refused key is said as a sentence, and the page is ready to call again.
+    browser.press("Call").await;
+    let (refused, _) = fake.expect_setup().await;
+    fake.close(refused, 1007, BAD_KEY_REASON);
+    let said = browser.wait_text("#call-error", "the refusal", |t| !t.is_empty()).await;
+    assert!(said.starts_with("The laptop's Gemini API key was refused.") && said.ends_with("(bad-key)"), "{said}");
+
+    let conn = scene.call(&mut fake).await;
+    // The microphone: 16 kHz PCM16 whose strongest frequency is the WAV's tone, not silence.
+    let heard = pcm16(&microphone_audio(&mut fake, conn, 3.0).await);
+    let loudest = heard
+        .chunks(MIC_RATE as usize / 2)
+        .filter(|window| window.len() == MIC_RATE as usize / 2)
+        .max_by(|a, b| rms(a).total_cmp(&rms(b)))
+        .unwrap();
+    assert!(rms(loudest) > 0.02, "the microphone reached the server as silence (rms {})", rms(loudest));
+    let dominant = dominant_frequency(loudest, MIC_RATE);
+    assert!((dominant - TONE_HZ).abs() <= TONE_HZ * 0.02, "dominant frequency {dominant} Hz, not {TONE_HZ} Hz");
+
+    // Transcripts: partials grow a line, the final text replaces it.
+    fake.send(conn, json!({"serverContent": {"inputTranscription": {"text": "what is"}}}));
+    browser.wait_text("#call-log .user.partial", "the partial transcript", |t| t.contains("what is")).await;
+    fake.send(conn, json!({"serverContent": {"inputTranscription": {"text": " on my screen"}}}));
+    fake.send(conn, json!({"serverContent": {"outputTranscription": {"text": "Let me look."}}}));
+    fake.send(conn, json!({"serverContent": {"turnComplete": true}}));
+    let log = browser
+        .wait_text("#call-log", "the final transcripts", |t| {
+            t.contains("what is on my screen") && t.contains("Let me look.")
+        })
+        .await;
+    assert!(log.find("what is on my screen").unwrap() < log.find("Let me look.").unwrap(), "{log}");
+    assert_eq!(browser.script("return document.querySelectorAll('#call-log .partial').length;", vec![]).await, 0);
+
+    // The laptop's voice is played: the page's count of samples played matches what was sent.
+    let voice = voice_pcm(330.0, 1.0);
+    let sent = (voice.len() / 2) as f64;
+    send_voice(&fake, conn, &voice);
+    browser.wait_script("all the voice to arrive", &format!("return voxaVoice.samplesReceived === {sent};")).await;
+    browser.wait_script("the voice to play", &format!("return voxaVoice.samplesPlayed >= {};", sent * 0.95)).await;
+    browser
+        .wait_script("playback to go idle", "return document.getElementById('call-status').textContent !== 'Speaking';")
+        .await;
+    let played = stat(browser, "samplesPlayed").await.as_f64().unwrap();
+    assert!((played - sent).abs() <= sent * 0.05, "played {played} of {sent} samples");
+
+    // Barge-in: `interrupted` stops a long answer at once; the rest is dropped, not played.
+    let long = voice_pcm(330.0, 10.0);
+    send_voice(&fake, conn, &long);
+    browser
+        .wait_script("the long answer to play", &format!("return voxaVoice.samplesPlayed >= {};", played + 7200.0))
+        .await;
+    fake.send(conn, json!({"serverContent": {"interrupted": true}}));
+    browser.wait_script("playback to stop", "return voxaVoice.stops.length === 1;").await;
+    let stop = stat(browser, "stops[0]").await;
+    let stop_ms = stop["ms"].as_f64().unwrap();
+    assert!(stop_ms <= 50.0, "playback went on for {stop_ms} ms of audio after `interrupted`");
+    assert!(stop["droppedSamples"].as_f64().unwrap() > 0.0, "{stop}");
+    let after = stat(browser, "samplesPlayed").await.as_f64().unwrap();
+    assert!(after < played + (long.len() / 2) as f64 / 2.0, "the interrupted answer kept playing: {after}");
+
+    // Tool activity from Gemini's tool call, and typed input during the call.
+    fake.send(
+        conn,
+        json!({"toolCall": {"functionCalls": [{"id": "t1", "name": "run_command", "args": {"command": "echo from-gemini"}}]}}),
+    );
+    browser.wait_text("#call-log .tool", "the tool's end", |t| t.contains("run_command — done")).await;
+    browser.type_into("Say", "typed during the call").await;
+    browser.press("Send").await;
+    fake.wait_for("the typed text", |e| e.conn == conn && e.kind == Kind::Text("typed during the call".into())).await;
+
+    // "End call" closes the Gemini socket.
+    browser.press("End call").await;
+    fake.expect_closed(conn).await;
+    browser.wait_text("#call-status", "the end", |t| t.starts_with("Call ended")).await;
+    browser.control("button", "Call").await;
+    assert!(stat(browser, "bytesSent").await.as_f64().unwrap() > 3.0 * MIC_RATE * 2.0);
+    assert!(stat(browser, "bytesReceived").await.as_f64().unwrap() > (voice.len() + long.len()) as f64 / 4.0);
+
+    // Push-to-talk: nothing goes out until the button is held; the release is `audioStreamEnd`.
+    browser.client.find(fantoccini::Locator::Id("push-to-talk")).await.unwrap().click().await.unwrap();
+    let conn = scene.call(&mut fake).await;
+    // Ten frames captured while the button is not held: none of them went out.
+    let captured = |more: u64| format!("return voxaVoice.framesCaptured >= {more};");
+    browser.wait_script("frames captured", &captured(10)).await;
+    assert_eq!(stat(browser, "framesSent").await, 0);
+    assert!(!fake.received().iter().any(|e| e.conn == conn && matches!(e.kind, Kind::Audio { .. })));
+    let talk = browser.control("button", "Hold to talk").await;
+    let press = MouseActions::new("finger".into())
+        .then(PointerAction::MoveToElement { element: talk.clone(), duration: None, x: 0.0, y: 0.0 })
+        .then(PointerAction::Down { button: MOUSE_BUTTON_LEFT });
+    browser.client.perform_actions(press).await.unwrap();
+    microphone_audio(&mut fake, conn, 0.2).await;
+    let release = MouseActions::new("finger".into()).then(PointerAction::Up { button: MOUSE_BUTTON_LEFT });
+    browser.client.perform_actions(release).await.unwrap();
+    let is_end = |e: &crate::fake_gemini::Event| e.conn == conn && e.kind == Kind::AudioStreamEnd;
+    fake.wait_for("audioStreamEnd", is_end).await;
+    // Ten more frames captured after the release: none of them went out either.
+    let sent = stat(browser, "framesSent").await.as_u64().unwrap();
+    let now = stat(browser, "framesCaptured").await.as_u64().unwrap();
+    browser.wait_script("frames captured", &captured(now + 10)).await;
+    assert_eq!(stat(browser, "framesSent").await.as_u64().unwrap(), sent);
+    assert_eq!(stat(browser, "audioEnds").await, 1);
+    let events = fake.received();
+    let end = events.iter().position(is_end).unwrap();
+    assert!(
+        !events[end..].iter().any(|e| e.conn == conn && matches!(e.kind, Kind::Audio { .. })),
+        "audio after the release"
+    );
+    browser.press("End call").await;
+    fake.expect_closed(conn).await;
+    scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_screenshot_taken_during_a_call_is_shown_in_the_conversation() {
+    let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") else { return };
+    let mut fake = FakeGemini::start(FakeOptions { setup_reply: SetupReply::Hold, ..FakeOptions::new(KEY) }).await;
+    let Some(scene) = CallScene::start(&fake).await else { return };
+    let browser = &scene.browser;
+    let conn = scene.call(&mut fake).await;
+    let call = json!({"id": "shot-1", "name": "screenshot", "args": {"display": xvfb.display}});
+    fake.send(conn, json!({"toolCall": {"functionCalls": [call]}}));
+    browser.control("image", "Screenshot during the call, 320 × 200").await;
+    browser
+        .wait_script(
+            "the picture to load",
+            "const i = document.querySelector('#call-log img'); return i.complete && i.naturalWidth === 320;",
+        )
+        .await;
+    browser.wait_text("#call-log .tool", "the tool's end", |t| t.contains("screenshot — done")).await;
+    browser.press("End call").await;
+    fake.expect_closed(conn).await;
+    scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_resampler_keeps_the_band_and_removes_what_would_alias() {
+    let Some(browser) = Browser::start().await else { return };
+    let relay = TestRelay::start().await;
+    browser.open(&format!("http://{}/", relay.addr)).await;
+    // Each case: input rate, output rate, tone; the page resamples one second of it.
+    let run = r#"
+        const [inRate, outRate, freq, done] = arguments;
+        import('/js/resampler.js').then(({ Resampler }) => {
+          const resampler = new Resampler(inRate, outRate);
+          const out = [];
+          const buffer = new Float32Array(512);
+          let t = 0;
+          for (let q = 0; q < Math.ceil(inRate / 128); q += 1) {
+            const block = new Float32Array(128);
+            for (let i = 0; i < 128; i += 1, t += 1) block[i] = 0.5 * Math.sin(2 * Math.PI * freq * t / inRate);
+            resampler.push(block);
+            let n;
+            while ((n = resampler.pull(buffer)) > 0) for (let i = 0; i < n; i += 1) out.push(buffer[i]);
+          }
+          done(out);
+        });
+    "#;
+    for (in_rate, out_rate, freq, passes) in [
+        (48000.0_f64, 16000.0_f64, 440.0_f64, true),
+        (44100.0, 16000.0, 440.0, true),
+        (44100.0, 16000.0, 3000.0, true),
+        // Above 8 kHz: dropping samples would fold these to 6 and 7 kHz at full strength.
+        (48000.0, 16000.0, 10000.0, false),
+        (44100.0, 16000.0, 9000.0, false),
+        (24000.0, 48000.0, 3000.0, true),
+        (24000.0, 44100.0, 440.0, true),
+    ] {
+        let value =
+            browser.client.execute_async(run, vec![json!(in_rate), json!(out_rate), json!(freq)]).await.unwrap();
+        let out: Vec<f64> = value.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let expected = out_rate * (in_rate / 128.0).ceil() * 128.0 / in_rate;
+        assert!((out.len() as f64 - expected).abs() < 0.01 * expected, "{in_rate}→{out_rate}: {} samples", out.len());
+        let steady = &out[out.len() / 10..];
+        if passes {
+            let amplitude = goertzel(steady, freq, out_rate);
+            assert!((amplitude - 0.5).abs() < 0.01, "{in_rate}→{out_rate}: {freq} Hz came out at {amplitude}");
+            assert!((dominant_frequency(steady, out_rate) - freq).abs() < 1.0);
+        } else {
+            let folded = (out_rate - freq).abs();
+            assert!(rms(steady) < 0.5e-3, "{in_rate}→{out_rate}: {freq} Hz left rms {}", rms(steady));
+            assert!(goertzel(steady, folded, out_rate) < 1e-3, "{freq} Hz aliased to {folded} Hz");
+        }
+    }
+    browser.close().await;
+    relay.kill().await;
+}
+
+/// Pictures of a call at 390×844, light and dark: transcripts, a tool, the controls. Written to
+/// `docs/` when `VOXA_DOCS_SCREENSHOTS` is set, else to a temporary directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pictures_of_a_call_at_phone_size() {
+    let scratch = tempfile::tempdir().unwrap();
+    let out = match std::env::var_os("VOXA_DOCS_SCREENSHOTS") {
+        Some(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("docs"),
+        None => scratch.path().to_owned(),
+    };
+    for (scheme, name) in [(Scheme::Light, "web-call.png"), (Scheme::Dark, "web-call-dark.png")] {
+        let mut fake = FakeGemini::start(FakeOptions { setup_reply: SetupReply::Hold, ..FakeOptions::new(KEY) }).await;
+        let Some(scene) = CallScene::start_in(&fake, scheme).await else { return };
+        let browser = &scene.browser;
+        let conn = scene.call(&mut fake).await;
+        for message in [
+            json!({"serverContent": {"inputTranscription": {"text": "How much space is left on the disk?"}}}),
+            json!({"serverContent": {"turnComplete": true}}),
+            json!({"toolCall": {"functionCalls": [{"id": "t1", "name": "run_command", "args": {"command": "df -h ."}}]}}),
+        ] {
+            fake.send(conn, message);
+        }
+        browser.wait_text("#call-log .tool", "the tool's end", |t| t.contains("done")).await;
+        fake.send(conn, json!({"serverContent": {"outputTranscription": {"text": "About 120 gigabytes are free on the main disk."}}}));
+        fake.send(conn, json!({"serverContent": {"turnComplete": true}}));
+        fake.send(conn, json!({"serverContent": {"inputTranscription": {"text": "Thanks, and what"}}}));
+        browser.wait_text("#call-log .user.partial", "the partial", |t| t.contains("what")).await;
+        browser.wait_script("the clock", "return document.getElementById('call-duration').textContent !== '';").await;
+        let png = browser.screenshot().await;
+        std::fs::write(out.join(name), png).unwrap();
+        browser.press("End call").await;
+        fake.expect_closed(conn).await;
+        scene.close().await;
+    }
+}
