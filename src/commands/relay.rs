@@ -11,8 +11,8 @@ use tracing::debug;
 
 use super::Settings;
 use crate::cli::RelayArgs;
-use crate::error::ConfigError;
 use crate::config::DEFAULT_GEMINI_MODEL;
+use crate::error::ConfigError;
 use crate::gemini::{GeminiConfig, GEMINI_LIVE_URL};
 use crate::relay::{bind_shared, load_tls, metrics, run_sharded, LiveConfig, RelayConfig};
 use crate::secret::Secret;

@@ -34,6 +34,7 @@ use tracing::{debug, info, info_span};
 
 use super::codec::{self, FrameReader, OutFrame};
 use super::hub::{Action, End, Outbox, Push, QueueLimits, Slot};
+use super::metrics::RelayMetrics;
 use super::socket::{forward, read_side, write_side, Deliver, Membership, RelayStream};
 use super::{Limits, Route, NOT_FOUND};
 use crate::gemini::{self, GeminiConfig, VoiceCall, VoiceInput, VoiceTools};
@@ -96,11 +97,12 @@ impl LiveConfig {
 pub(super) struct Hosting {
     config: LiveConfig,
     running: Arc<AtomicUsize>,
+    metrics: Arc<RelayMetrics>,
 }
 
 impl Hosting {
-    pub(super) fn new(config: LiveConfig) -> Self {
-        Hosting { config, running: Arc::default() }
+    pub(super) fn new(config: LiveConfig, metrics: Arc<RelayMetrics>) -> Self {
+        Hosting { config, running: Arc::default(), metrics }
     }
 
     /// A place for one more call, if the operator's limit allows it.
@@ -110,16 +112,21 @@ impl Hosting {
             self.running.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
-        Some(CallGuard(Arc::clone(&self.running)))
+        self.metrics.hosted_call(1);
+        Some(CallGuard { running: Arc::clone(&self.running), metrics: Arc::clone(&self.metrics) })
     }
 }
 
-/// Counts a call against the limit until its Gemini session is closed.
-struct CallGuard(Arc<AtomicUsize>);
+/// Counts a call against the limit (and in the metrics) until its Gemini session is closed.
+struct CallGuard {
+    running: Arc<AtomicUsize>,
+    metrics: Arc<RelayMetrics>,
+}
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.running.fetch_sub(1, Ordering::AcqRel);
+        self.metrics.hosted_call(-1);
     }
 }
 
@@ -712,11 +719,14 @@ mod tests {
             voice: "Kore".into(),
             heartbeat: gemini::HEARTBEAT,
         };
-        let hosting = Hosting::new(LiveConfig { max_calls: 2, ..LiveConfig::new(gemini) });
+        let metrics = Arc::new(RelayMetrics::new());
+        let hosting = Hosting::new(LiveConfig { max_calls: 2, ..LiveConfig::new(gemini) }, Arc::clone(&metrics));
         let first = hosting.admit().unwrap();
         let _second = hosting.admit().unwrap();
         assert!(hosting.admit().is_none());
+        assert!(metrics.encode().contains("voxa_relay_hosted_calls 2"), "{}", metrics.encode());
         drop(first);
-        assert!(hosting.admit().is_some());
+        let _third = hosting.admit().expect("the freed place");
+        assert!(metrics.encode().contains("voxa_relay_hosted_calls 2"), "{}", metrics.encode());
     }
 }

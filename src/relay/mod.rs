@@ -244,14 +244,14 @@ impl Shared {
         metrics.set_limit("max_message_bytes", config.limits.max_frame_len);
         metrics.set_limit("send_queue_frames", config.limits.send_queue_frames);
         metrics.set_limit("send_queue_bytes", config.limits.send_queue_bytes);
-        let ledger = Arc::new(hub::Ledger { budget: config.memory_budget, metrics });
+        let ledger = Arc::new(hub::Ledger { budget: config.memory_budget, metrics: Arc::clone(&metrics) });
         Ok(Arc::new(Shared {
             hub: Arc::new(hub::Hub::new(ledger)),
             token: config.token,
             limits: config.limits,
             tls: config.tls.map(tokio_rustls::TlsAcceptor::from),
             offer: web::Offer { live: config.live.is_some() },
-            hosting: config.live.map(live::Hosting::new),
+            hosting: config.live.map(|live| live::Hosting::new(live, Arc::clone(&metrics))),
             max_connections: config.max_connections,
             open_connections: Arc::new(AtomicUsize::new(0)),
             per_ip: Arc::new(PerIp { max: config.max_connections_per_ip, held: Mutex::default() }),

@@ -246,7 +246,13 @@ impl Meter for Budgeted<'_> {
 /// sender slows to the receiver's pace, and the waiting frame counts against the memory budget as
 /// this socket's; a receiver that writes nothing at all for `stall_timeout` is closed with 1013
 /// and its queue freed.
-pub(super) async fn forward(slot: &Slot, member: &Membership, own: &Outbox, mut frame: OutFrame, stall_timeout: Duration) {
+pub(super) async fn forward(
+    slot: &Slot,
+    member: &Membership,
+    own: &Outbox,
+    mut frame: OutFrame,
+    stall_timeout: Duration,
+) {
     let len = frame.payload.len();
     let mut waiting = false;
     loop {
