@@ -39,7 +39,16 @@ struct HostingRelay {
 impl HostingRelay {
     fn spawn(gemini_url: &str) -> HostingRelay {
         let mut child = Command::new(env!("CARGO_BIN_EXE_voxa"))
-            .args(["relay", "--listen", "127.0.0.1:0", "--json", "--live-max-calls", "10000"])
+            .args([
+                "relay",
+                "--listen",
+                "127.0.0.1:0",
+                "--json",
+                "--live-max-calls",
+                "10000",
+                "--max-connections-per-ip",
+                "0",
+            ])
             .env("GEMINI_API_KEY", KEY)
             .env("VOXA_GEMINI_URL", gemini_url)
             .env_remove("VOXA_RELAY_TOKEN")
