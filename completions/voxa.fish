@@ -93,6 +93,10 @@ complete -c voxa -n "__fish_voxa_using_subcommand relay" -l metrics-listen -d 'S
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l max-connections-per-ip -d 'Connections one client address (IPv4, or IPv6 /64) may hold; 0 for no limit (behind a proxy)' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l memory-budget -d 'Memory for messages in flight, in MiB (default 256); over it the oldest heavy socket is closed' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay-token-file -d 'Read the relay token from this file (first line; the file must not be readable by others)' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l gemini-key-file -d 'Host voice calls at /live with the Gemini API key in this file (else GEMINI_API_KEY)' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-max-calls -d 'Hosted voice calls at once; more get call_error at-capacity' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-max-minutes -d 'Longest hosted voice call, in minutes' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-model -d 'Gemini Live model for hosted calls' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'

@@ -40,7 +40,7 @@ impl std::fmt::Debug for Audit {
 /// One tool call, as recorded.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CallRecord {
-    /// `phone`, `loopback`, `gemini`, `host:<envKey>`.
+    /// `phone`, `loopback`, `gemini`, `gemini-hosted`, `host:<envKey>`.
     pub caller: String,
     pub tool: String,
     pub id: String,

@@ -226,7 +226,14 @@ pub struct ToolCall {
     /// Environment to route the call to (docs/PROTOCOL.md, "Environments"); absent for this machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<String>,
+    /// Who asked, for the laptop's audit: set only by a relay hosting the voice call
+    /// ([`HOSTED_CALLER`]); an agent honours it on relayed sessions only (docs/PROTOCOL.md, "Hosted voice").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
 }
+
+/// `caller` of the tool calls a relay makes for the voice call it hosts, and their audit name.
+pub const HOSTED_CALLER: &str = "gemini-hosted";
 
 fn empty_object() -> Value {
     Value::Object(Default::default())
@@ -323,6 +330,7 @@ impl AgentMessage {
 /// | `busy` | the voice call is not keeping up with `say` |
 /// | `unavailable` | the agent runs in hosted mode and hosts no voice calls |
 /// | `no-call` | `say` or `call_end` without a running call |
+/// | `at-capacity` | the relay hosting voice runs as many calls as its operator allows |
 ///
 /// A failure before `call_started` sends only `call_error`; one during the call sends
 /// `call_error` and then `call_ended`.
@@ -338,6 +346,7 @@ pub enum CallErrorCode {
     Busy,
     Unavailable,
     NoCall,
+    AtCapacity,
 }
 
 impl CallErrorCode {
@@ -353,6 +362,7 @@ impl CallErrorCode {
             CallErrorCode::Busy => "busy",
             CallErrorCode::Unavailable => "unavailable",
             CallErrorCode::NoCall => "no-call",
+            CallErrorCode::AtCapacity => "at-capacity",
         }
     }
 }
@@ -712,7 +722,8 @@ mod tests {
                 id: "c1".into(),
                 name: "list_dir".into(),
                 args: serde_json::json!({}),
-                env: None
+                env: None,
+                caller: None
             })
         );
         assert!(parse_client(r#"{"type":"tool_call","id":"c1"}"#).is_err());

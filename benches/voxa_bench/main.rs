@@ -8,6 +8,7 @@
 
 mod agent;
 mod child;
+mod hosted;
 mod pair;
 mod preauth;
 mod relay;
@@ -37,6 +38,9 @@ fn main() {
     }
     if wanted("voice") {
         voice::run(&mut report, measuring);
+    }
+    if wanted("hosted") {
+        hosted::run(&mut report, measuring);
     }
     if wanted("web") {
         web::run(&mut report, runs(20));

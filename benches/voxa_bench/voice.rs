@@ -64,7 +64,7 @@ async fn wait_for(socket: &mut ClientSocket, kind: &str) -> Value {
 }
 
 /// A frame whose first 8 bytes carry its sequence number.
-fn frame(seq: u64) -> Vec<u8> {
+pub(crate) fn frame(seq: u64) -> Vec<u8> {
     let mut pcm = vec![0x55; FRAME_LEN];
     pcm[..8].copy_from_slice(&seq.to_le_bytes());
     pcm

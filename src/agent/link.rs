@@ -385,7 +385,7 @@ impl RelayLink {
                 self.report(LinkEvent::PeerAdmitted);
                 let session_out = outbox.begin_session().await;
                 let revoked = admission.revoked.clone();
-                let session = Session::new(self.ctx.clone(), admission.caller, session_out);
+                let session = Session::new(self.ctx.clone(), admission.caller, session_out).relayed();
                 Peer::Ready { session: Box::new(session), revoked }
             }
             Err(code) => {

@@ -28,12 +28,39 @@ pub struct Session {
     calls: Arc<Mutex<HashMap<String, CancellationToken>>>,
     voice: Option<VoiceCall>,
     cancel: CancellationToken,
+    /// The session came through the relay, whose `/live` labels the calls it makes.
+    relayed: bool,
 }
 
 impl Session {
     /// A session that answers through `out` (the socket's bounded writer queue).
     pub fn new(ctx: Arc<AgentContext>, caller: String, out: mpsc::Sender<Message>) -> Self {
-        Session { ctx, caller, out, calls: Arc::default(), voice: None, cancel: CancellationToken::new() }
+        Session {
+            ctx,
+            caller,
+            out,
+            calls: Arc::default(),
+            voice: None,
+            cancel: CancellationToken::new(),
+            relayed: false,
+        }
+    }
+
+    /// Marks a session that came through the relay: a `tool_call` there may carry the
+    /// [`protocol::HOSTED_CALLER`] label of a relay-hosted voice call. Only the audit name changes;
+    /// elsewhere (loopback) the label is ignored.
+    pub fn relayed(mut self) -> Self {
+        self.relayed = true;
+        self
+    }
+
+    /// Audit name for `call`: the hosted-voice label when this session may carry it, else the
+    /// session's own caller.
+    fn caller_of(&self, call: &ToolCall) -> String {
+        match call.caller.as_deref() {
+            Some(protocol::HOSTED_CALLER) if self.relayed => protocol::HOSTED_CALLER.to_owned(),
+            _ => self.caller.clone(),
+        }
     }
 
     /// Handles one text frame. Malformed frames are answered `bad-frame`; the session goes on.
@@ -142,7 +169,7 @@ impl Session {
         }
         let task = CallTask {
             ctx: self.ctx.clone(),
-            caller: self.caller.clone(),
+            caller: self.caller_of(&call),
             out: self.out.clone(),
             calls: self.calls.clone(),
             cancel: token,
@@ -442,9 +469,11 @@ mod tests {
             name: "list_dir".into(),
             args: serde_json::json!({}),
             env: Some("devbox".into()),
+            caller: None,
         };
         run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.unwrap();
-        let call = ToolCall { id: "f".into(), name: "fleet".into(), args: serde_json::json!({}), env: None };
+        let call =
+            ToolCall { id: "f".into(), name: "fleet".into(), args: serde_json::json!({}), env: None, caller: None };
         run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.unwrap();
         let lines = audit_lines(&workspace);
         assert!(lines.iter().any(|l| l["id"] == "r" && l["env"] == "devbox" && l["outcome"] == "ok"), "{lines:?}");
@@ -455,7 +484,8 @@ mod tests {
             ..Default::default()
         };
         let (workspace, ctx) = context_with(true, config);
-        let call = ToolCall { id: "d".into(), name: "fleet".into(), args: serde_json::json!({}), env: None };
+        let call =
+            ToolCall { id: "d".into(), name: "fleet".into(), args: serde_json::json!({}), env: None, caller: None };
         let err = run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.unwrap_err();
         assert_eq!(err.code, ErrorCode::DeniedByPolicy);
         let lines = audit_lines(&workspace);
@@ -477,6 +507,7 @@ mod tests {
                 name: name.into(),
                 args: serde_json::json!({}),
                 env: Some("devbox".into()),
+                caller: None,
             };
             let err = run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.unwrap_err();
             assert_eq!(err.code, ErrorCode::DeniedByPolicy, "{name}");
@@ -486,6 +517,7 @@ mod tests {
             name: "read_file".into(),
             args: serde_json::json!({}),
             env: Some("devbox".into()),
+            caller: None,
         };
         assert!(run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.is_ok());
         let lines = audit_lines(&workspace);
@@ -500,14 +532,21 @@ mod tests {
             name: "list_dir".into(),
             args: serde_json::json!({}),
             env: Some("devbox".into()),
+            caller: None,
         };
         let routed = run_tool(&ctx, call, "test", None, CancellationToken::new()).await.unwrap();
         assert_eq!(routed.result["ran_on"], "devbox");
-        let call = ToolCall { id: "2".into(), name: "list_dir".into(), args: serde_json::json!({}), env: None };
+        let call =
+            ToolCall { id: "2".into(), name: "list_dir".into(), args: serde_json::json!({}), env: None, caller: None };
         let local = run_tool(&ctx, call, "test", None, CancellationToken::new()).await.unwrap();
         assert!(local.result["entries"].is_array());
-        let call =
-            ToolCall { id: "3".into(), name: "list_dir".into(), args: serde_json::json!({}), env: Some("x".into()) };
+        let call = ToolCall {
+            id: "3".into(),
+            name: "list_dir".into(),
+            args: serde_json::json!({}),
+            env: Some("x".into()),
+            caller: None,
+        };
         let err = run_tool(&context(false).1, call, "test", None, CancellationToken::new()).await.unwrap_err();
         assert_eq!(err.code, ErrorCode::UnknownEnvironment);
     }

@@ -648,7 +648,7 @@ async fn check_gemini_reachable(dial: Option<&DialOptions>) -> Check {
     const NAME: &str = "gemini";
     let url = std::env::var("VOXA_GEMINI_URL").ok().filter(|u| !u.trim().is_empty());
     if let Some(url) = &url {
-        if let Err(err) = super::run::check_gemini_url(url) {
+        if let Err(err) = crate::gemini::check_url(url) {
             return Check::fail(NAME, format!("{err:#}"), "fix or unset VOXA_GEMINI_URL");
         }
     }

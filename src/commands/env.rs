@@ -176,8 +176,13 @@ fn read_line_from_stdin() -> Result<String> {
 async fn fleet_from_running_agent(home: &Home) -> Option<Value> {
     home.running_agent().ok()??;
     let (mut socket, _) = super::call::connect_local(home).await.ok()?;
-    let call =
-        ToolCall { id: "env-list".into(), name: host::FLEET_TOOL.into(), args: json!({"probe": true}), env: None };
+    let call = ToolCall {
+        id: "env-list".into(),
+        name: host::FLEET_TOOL.into(),
+        args: json!({"probe": true}),
+        env: None,
+        caller: None,
+    };
     socket.send(Message::text(ClientMessage::ToolCall(call).to_json())).await.ok()?;
     let wait = async {
         while let Some(Ok(frame)) = socket.next().await {

@@ -76,18 +76,24 @@ pub fn relay_token(value: Option<&str>, file: Option<&Path>) -> Result<Option<Se
             .filter(|token| !token.is_empty())
             .map(|token| Secret::from_string(token.to_owned())));
     };
+    secret_file(file, "relay token file").map(Some)
+}
+
+/// The secret on the first line of `file` (e.g. "relay token file"): refused when group or others
+/// can read the file, or when the line is empty. Errors name the file, never its content.
+pub fn secret_file(file: &Path, what: &str) -> Result<Secret> {
     use std::io::{BufRead, Read};
     crate::state::check_private(file, false)?;
     let mut text = String::new();
     std::fs::File::open(file)
         .map(|opened| std::io::BufReader::new(opened.take(MAX_TOKEN_FILE_LINE)))
         .and_then(|mut reader| reader.read_line(&mut text))
-        .map_err(|err| ConfigError::new(format!("could not read the relay token file {}: {err}", file.display())))?;
-    let token = text.trim();
-    if token.is_empty() {
-        return Err(ConfigError::new(format!("the relay token file {} is empty", file.display())).into());
+        .map_err(|err| ConfigError::new(format!("could not read the {what} {}: {err}", file.display())))?;
+    let secret = text.trim();
+    if secret.is_empty() {
+        return Err(ConfigError::new(format!("the {what} {} is empty", file.display())).into());
     }
-    Ok(Some(Secret::from_string(token.to_owned())))
+    Ok(Secret::from_string(secret.to_owned()))
 }
 
 /// Runs the parsed command line and returns the exit status. `env_secrets` are the secrets taken

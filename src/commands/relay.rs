@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use serde_json::json;
@@ -10,8 +11,11 @@ use tracing::debug;
 
 use super::Settings;
 use crate::cli::RelayArgs;
+use crate::config::DEFAULT_GEMINI_MODEL;
 use crate::error::ConfigError;
-use crate::relay::{bind_shared, load_tls, metrics, run_sharded, RelayConfig};
+use crate::gemini::{GeminiConfig, GEMINI_LIVE_URL};
+use crate::relay::{bind_shared, load_tls, metrics, run_sharded, LiveConfig, RelayConfig};
+use crate::secret::Secret;
 
 /// File descriptors kept free for everything but client connections.
 const RESERVED_FDS: u64 = 64;
@@ -24,6 +28,7 @@ pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<(
         config.tls = Some(load_tls(cert, key).map_err(|err| ConfigError::new(format!("{err:#}")))?);
     }
     config.token = super::relay_token(args.relay_token.as_deref(), args.relay_token_file.as_deref())?;
+    config.live = live_config(&args, settings.env_secrets.gemini_api_key.clone())?;
     if let Some(fds) = raise_fd_limit() {
         config.max_connections = config.max_connections.min(fds.saturating_sub(RESERVED_FDS).max(1) as usize);
     }
@@ -53,6 +58,7 @@ pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<(
     };
     let scheme = if config.tls.is_some() { "wss" } else { "ws" };
     let token_note = if config.token.is_some() { " (relay token required)" } else { "" };
+    let live_note = if config.live.is_some() { "; hosting voice calls at /live" } else { "" };
     settings.printer.event(
         "relay_listening",
         json!({
@@ -61,8 +67,9 @@ pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<(
             "tls": config.tls.is_some(),
             "relay_token": config.token.is_some(),
             "metrics": metrics_listener.as_ref().map(|(_, local)| format!("http://{local}/metrics")),
+            "live": config.live.is_some(),
         }),
-        format_args!("relay listening on {scheme}://{local}{token_note}"),
+        format_args!("relay listening on {scheme}://{local}{token_note}{live_note}"),
     );
     let signal = super::shutdown::on_signal();
     let metrics_task = metrics_listener.map(|(listener, _)| {
@@ -82,6 +89,39 @@ pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<(
     }
     settings.printer.event("relay_stopped", json!({}), "relay stopped");
     Ok(())
+}
+
+/// Hosted voice: on with a key from `--gemini-key-file` (which wins) or `GEMINI_API_KEY`, off
+/// without one.
+fn live_config(args: &RelayArgs, env_key: Option<Secret>) -> anyhow::Result<Option<LiveConfig>> {
+    let key = match &args.gemini_key_file {
+        Some(path) => super::secret_file(path, "Gemini key file")?,
+        None => match env_key {
+            Some(key) => key,
+            None => return Ok(None),
+        },
+    };
+    if args.live_max_calls == 0 || args.live_max_minutes == 0 {
+        return Err(ConfigError::new("--live-max-calls and --live-max-minutes must be at least 1").into());
+    }
+    let url = std::env::var("VOXA_GEMINI_URL").ok().filter(|url| !url.trim().is_empty());
+    if let Some(url) = &url {
+        crate::gemini::check_url(url)?;
+    }
+    let gemini = GeminiConfig {
+        api_key: key,
+        url: url.map(|url| url.trim().to_owned()).unwrap_or_else(|| GEMINI_LIVE_URL.to_owned()),
+        model: args.live_model.clone().unwrap_or_else(|| DEFAULT_GEMINI_MODEL.to_owned()),
+        voice: "Kore".into(),
+        heartbeat: crate::gemini::HEARTBEAT,
+    };
+    let proxy_token = std::env::var("VOXA_PROXY_TOKEN").ok().filter(|token| !token.trim().is_empty());
+    Ok(Some(LiveConfig {
+        gemini: Arc::new(gemini),
+        max_calls: args.live_max_calls,
+        max_call_time: Duration::from_secs(args.live_max_minutes.saturating_mul(60)),
+        proxy_token: proxy_token.map(|token| Secret::from_string(token.trim().to_owned())),
+    }))
 }
 
 async fn resolve_listen(listen: &str) -> anyhow::Result<SocketAddr> {

@@ -191,7 +191,7 @@ fn gemini_config(args: &RunArgs, env_secrets: &EnvSecrets) -> Result<GeminiConfi
     };
     let url = std::env::var("VOXA_GEMINI_URL").ok().filter(|u| !u.trim().is_empty());
     if let Some(url) = &url {
-        check_gemini_url(url)?;
+        crate::gemini::check_url(url)?;
     }
     Ok(GeminiConfig {
         api_key: key,
@@ -211,23 +211,6 @@ fn with_saved_voice(mut gemini: GeminiConfig, args: &RunArgs, config: &Config) -
         gemini.voice = voice.clone();
     }
     gemini
-}
-
-/// `VOXA_GEMINI_URL` must be a WebSocket URL without a key in it: the key travels only in the
-/// `x-goog-api-key` header. The URL itself is never repeated (it may hold a key).
-pub(crate) fn check_gemini_url(url: &str) -> Result<()> {
-    let parsed = url::Url::parse(url.trim())
-        .map_err(|_| ConfigError::new("VOXA_GEMINI_URL is not a valid URL (expected wss://…)"))?;
-    if !matches!(parsed.scheme(), "ws" | "wss") {
-        return Err(ConfigError::new("VOXA_GEMINI_URL must start with wss:// (or ws:// for a loopback host)").into());
-    }
-    if parsed.query_pairs().any(|(name, _)| name.eq_ignore_ascii_case("key")) {
-        return Err(ConfigError::new(
-            "VOXA_GEMINI_URL must not carry an API key (?key=…): voxa sends GEMINI_API_KEY in a header",
-        )
-        .into());
-    }
-    Ok(())
 }
 
 /// Prints link events as they come, until every link has ended.

@@ -712,7 +712,7 @@ impl LinkActor {
                     let _ = reply.send(Delivery::Done(Err(busy)));
                     return None;
                 }
-                let call = ToolCall { id: id.clone(), name, args, env: None };
+                let call = ToolCall { id: id.clone(), name, args, env: None, caller: None };
                 let frame = Message::text(ClientMessage::ToolCall(call).to_json());
                 let pending = Pending { progress, reply };
                 if self.check_deadline.is_some() {

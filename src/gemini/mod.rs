@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
@@ -37,7 +37,8 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use self::link::Link;
-use self::wire::{FunctionCall, ServerEvent, Usage};
+pub use self::wire::Usage;
+use self::wire::{FunctionCall, ServerEvent};
 use crate::net::dial::DialOptions;
 use crate::net::liveness::{Heartbeat, Liveness, Pulse};
 pub use crate::protocol::CallErrorCode;
@@ -87,6 +88,26 @@ pub const MAX_TRANSCRIPT_LEN: usize = 16 << 10;
 /// Tool answers remembered until a newer resumable handle covers them (told to a resumed session).
 pub const MAX_UNSETTLED: usize = 32;
 
+/// `VOXA_GEMINI_URL` must be a WebSocket URL without a key in it: the key travels only in the
+/// `x-goog-api-key` header. The URL itself is never repeated (it may hold a key).
+pub fn check_url(url: &str) -> anyhow::Result<()> {
+    let parsed = url::Url::parse(url.trim())
+        .map_err(|_| crate::error::ConfigError::new("VOXA_GEMINI_URL is not a valid URL (expected wss://…)"))?;
+    if !matches!(parsed.scheme(), "ws" | "wss") {
+        return Err(crate::error::ConfigError::new(
+            "VOXA_GEMINI_URL must start with wss:// (or ws:// for a loopback host)",
+        )
+        .into());
+    }
+    if parsed.query_pairs().any(|(name, _)| name.eq_ignore_ascii_case("key")) {
+        return Err(crate::error::ConfigError::new(
+            "VOXA_GEMINI_URL must not carry an API key (?key=…): voxa sends GEMINI_API_KEY in a header",
+        )
+        .into());
+    }
+    Ok(())
+}
+
 /// Where and how to reach Gemini Live.
 #[derive(Clone, Debug)]
 pub struct GeminiConfig {
@@ -119,6 +140,17 @@ pub struct VoiceCall {
     pub input: mpsc::Sender<VoiceInput>,
     /// Cancel to end the call; the bridge cancels it too when the call ends on its own.
     pub end: CancellationToken,
+    /// Resolves once the bridge has sent its last frame to the phone: what the call came to.
+    pub summary: oneshot::Receiver<CallSummary>,
+}
+
+/// What a finished call came to, for its log line.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CallSummary {
+    /// Seconds from `call_started` to the end; `None` when the call never started.
+    pub duration_s: Option<f64>,
+    /// The newest token counts the service reported.
+    pub usage: Usage,
 }
 
 impl VoiceCall {
@@ -179,6 +211,7 @@ pub fn start(
     tasks: &TaskTracker,
 ) -> VoiceCall {
     let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
+    let (summary_tx, summary) = oneshot::channel();
     let end = CancellationToken::new();
     let dial = DialOptions::default().with_proxy_from_env().unwrap_or_else(|err| {
         warn!("ignoring the proxy setting for Gemini Live: {err:#}");
@@ -207,9 +240,10 @@ pub fn start(
         transcripts: [String::new(), String::new()],
         usage: Usage::default(),
         dropped_audio: 0,
+        summary: Some(summary_tx),
     };
     tasks.spawn(bridge.run(input_rx).instrument(info_span!("voice_call")));
-    VoiceCall { input, end }
+    VoiceCall { input, end, summary }
 }
 
 type Opening = Pin<Box<dyn Future<Output = Result<Link, CallFailure>> + Send>>;
@@ -323,6 +357,8 @@ struct Bridge {
     /// Newest token counts.
     usage: Usage,
     dropped_audio: u64,
+    /// Told what the call came to once it is over.
+    summary: Option<oneshot::Sender<CallSummary>>,
 }
 
 impl Bridge {
@@ -780,13 +816,18 @@ impl Bridge {
             warn!(code = failure.code.as_str(), "voice call failed: {}", failure.message);
             self.to_phone_now(failure.to_message()).await;
         }
+        let mut summary = CallSummary { duration_s: None, usage: self.usage };
         if let Some(started) = self.started {
             let duration_s = started.elapsed().as_millis() as f64 / 1000.0;
             let Usage { prompt_token_count, response_token_count, total_token_count } = self.usage;
             info!(duration_s, prompt_token_count, response_token_count, total_token_count, "voice call ended");
             self.to_phone_now(AgentMessage::CallEnded { duration_s }).await;
+            summary.duration_s = Some(duration_s);
         }
         self.end.cancel();
+        if let Some(tx) = self.summary.take() {
+            let _ = tx.send(summary);
+        }
     }
 
     /// Sends a control frame to the phone, giving up if the call ends meanwhile.
@@ -871,7 +912,7 @@ fn tool_call(id: String, name: String, mut args: Value) -> protocol::ToolCall {
         Some(Value::String(env)) if !env.is_empty() => Some(env),
         _ => None,
     };
-    protocol::ToolCall { id, name, args, env }
+    protocol::ToolCall { id, name, args, env, caller: None }
 }
 
 #[cfg(test)]

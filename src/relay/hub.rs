@@ -199,6 +199,23 @@ impl Outbox {
         notified.await;
     }
 
+    /// Resolves once every queued frame went to the writer, or the socket is ending.
+    pub(super) async fn drained(&self) {
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut state = self.state();
+                if state.end.is_some() || state.frames.is_empty() {
+                    return;
+                }
+                state.room_wanted = true;
+            }
+            notified.await;
+        }
+    }
+
     /// Counts bytes the writer put on the wire.
     pub(super) fn wrote(&self, bytes: usize) {
         self.written.fetch_add(bytes as u64, Ordering::Relaxed);

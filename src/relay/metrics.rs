@@ -39,6 +39,7 @@ pub struct RelayMetrics {
     refusals: [(u16, Counter); REFUSALS.len()],
     queue_full: Counter,
     buffered: Gauge,
+    hosted_calls: Gauge,
     limits: Family<Labels, Gauge>,
 }
 
@@ -110,9 +111,23 @@ impl RelayMetrics {
             "Bytes of messages held in queues and partial reads, counted against the memory budget",
             buffered.clone(),
         );
+        let hosted_calls = Gauge::default();
+        registry.register("hosted_calls", "Voice calls the relay hosts at /live", hosted_calls.clone());
         let limits = Family::<Labels, Gauge>::default();
         registry.register("limit", "The limits this relay runs with", limits.clone());
-        RelayMetrics { registry, connections, sockets, pairs, frames, bytes, refusals, queue_full, buffered, limits }
+        RelayMetrics {
+            registry,
+            connections,
+            sockets,
+            pairs,
+            frames,
+            bytes,
+            refusals,
+            queue_full,
+            buffered,
+            hosted_calls,
+            limits,
+        }
     }
 
     /// Records one of the relay's limits (its name is the caller's constant).
@@ -156,6 +171,11 @@ impl RelayMetrics {
         if let Some((_, counter)) = self.refusals.iter().find(|(known, _)| *known == code) {
             counter.inc();
         }
+    }
+
+    /// A hosted voice call started (`1`) or ended (`-1`).
+    pub(super) fn hosted_call(&self, change: i64) {
+        self.hosted_calls.inc_by(change);
     }
 
     pub(super) fn queue_full(&self) {

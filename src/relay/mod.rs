@@ -26,8 +26,11 @@
 
 mod codec;
 mod hub;
+mod live;
 pub mod metrics;
 mod socket;
+
+pub use self::live::{code_tag, LiveConfig, CALL_ID_PREFIX, DEFAULT_MAX_CALLS, DEFAULT_MAX_CALL_TIME};
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -92,8 +95,9 @@ pub struct RelayConfig {
     pub memory_budget: usize,
     /// Where the relay counts what it does; serve them with [`metrics::serve`].
     pub metrics: Arc<metrics::RelayMetrics>,
-    /// Hosted voice is offered at `/live` (what the web client's `GET /config` reports).
-    pub live: bool,
+    /// Host voice calls at `/live` (docs/PROTOCOL.md, "Hosted voice"); `/live` is 404 when `None`.
+    /// The web client's `GET /config` reports whether it is offered.
+    pub live: Option<LiveConfig>,
 }
 
 /// Timing and size limits of one relayed socket.
@@ -149,7 +153,7 @@ impl Default for RelayConfig {
             max_connections_per_ip: MAX_CONNECTIONS_PER_IP,
             memory_budget: MEMORY_BUDGET,
             metrics: Arc::default(),
-            live: false,
+            live: None,
         }
     }
 }
@@ -216,6 +220,7 @@ struct Shared {
     limits: Limits,
     tls: Option<tokio_rustls::TlsAcceptor>,
     offer: web::Offer,
+    hosting: Option<live::Hosting>,
     max_connections: usize,
     open_connections: Arc<AtomicUsize>,
     per_ip: Arc<PerIp>,
@@ -239,13 +244,14 @@ impl Shared {
         metrics.set_limit("max_message_bytes", config.limits.max_frame_len);
         metrics.set_limit("send_queue_frames", config.limits.send_queue_frames);
         metrics.set_limit("send_queue_bytes", config.limits.send_queue_bytes);
-        let ledger = Arc::new(hub::Ledger { budget: config.memory_budget, metrics });
+        let ledger = Arc::new(hub::Ledger { budget: config.memory_budget, metrics: Arc::clone(&metrics) });
         Ok(Arc::new(Shared {
             hub: Arc::new(hub::Hub::new(ledger)),
             token: config.token,
             limits: config.limits,
             tls: config.tls.map(tokio_rustls::TlsAcceptor::from),
-            offer: web::Offer { live: config.live },
+            offer: web::Offer { live: config.live.is_some() },
+            hosting: config.live.map(|live| live::Hosting::new(live, Arc::clone(&metrics))),
             max_connections: config.max_connections,
             open_connections: Arc::new(AtomicUsize::new(0)),
             per_ip: Arc::new(PerIp { max: config.max_connections_per_ip, held: Mutex::default() }),
@@ -269,6 +275,8 @@ struct Handoff {
     leftover: Vec<u8>,
     role: PeerRole,
     code: u128,
+    /// A `/live` socket, whose voice calls the relay hosts.
+    live: bool,
     conn: u64,
     guard: ConnectionGuard,
     span: tracing::Span,
@@ -399,13 +407,13 @@ async fn serve_shard(
 
 /// Serves a socket another shard accepted and routed here.
 async fn serve_handoff(shared: Arc<Shared>, handoff: Handoff) {
-    let Handoff { tcp, head, leftover, role, code, conn, guard, .. } = handoff;
+    let Handoff { tcp, head, leftover, role, code, live, conn, guard, .. } = handoff;
     let _guard = guard;
     let stream = match TcpStream::from_std(tcp) {
         Ok(stream) => stream,
         Err(err) => return debug!(%err, "could not take over a socket"),
     };
-    if let Err(err) = join(&shared, stream, head, leftover, role, code, conn).await {
+    if let Err(err) = join(&shared, stream, head, leftover, role, code, live, conn).await {
         debug!(err = %format_args!("{err:#}"), "connection ended with an error");
     }
 }
@@ -566,7 +574,15 @@ async fn serve_stream<S: socket::RelayStream>(
             bail!(err);
         }
     };
-    match route(&head, shared.token.as_ref()) {
+    let route = live::route(&head, shared.hosting.as_ref(), shared.token.as_ref())
+        .unwrap_or_else(|| route(&head, shared.token.as_ref()));
+    // A `/live` socket holds the phone's place and is routed as one, to the shard of its code.
+    let live = matches!(route, Route::Live { .. });
+    let route = match route {
+        Route::Live { code } => Route::Join { role: PeerRole::Phone, code },
+        other => other,
+    };
+    match route {
         Route::Health => http::respond(&mut stream, 200, "OK", "ok").await.context("answering /healthz"),
         Route::Web => match web::answer(&head, shared.offer) {
             Some(response) => response.write(&mut stream).await.context("serving the web client"),
@@ -580,13 +596,13 @@ async fn serve_stream<S: socket::RelayStream>(
                 .context("answering a refused request")
         }
         Route::Join { role, code } => {
-            tracing::Span::current().record("role", role_name(role));
+            tracing::Span::current().record("role", if live { "live" } else { role_name(role) });
             let stream = match shared.shard_of(code).filter(|&owner| owner != shard) {
                 Some(owner) => match stream.detach() {
                     Ok(tcp) => {
                         let tcp = tcp.context("could not hand the socket over")?;
                         let span = tracing::Span::current();
-                        let handoff = Handoff { tcp, head, leftover, role, code, conn, guard, span };
+                        let handoff = Handoff { tcp, head, leftover, role, code, live, conn, guard, span };
                         // A full or closed queue (shutdown) drops the socket.
                         return shared.shards[owner].try_send(handoff).map_err(|_| anyhow::anyhow!("shard busy"));
                     }
@@ -595,12 +611,15 @@ async fn serve_stream<S: socket::RelayStream>(
                 None => stream,
             };
             let _guard = guard;
-            join(shared, stream, head, leftover, role, code, conn).await
+            join(shared, stream, head, leftover, role, code, live, conn).await
         }
+        // Made a `Join` above.
+        Route::Live { .. } => Ok(()),
     }
 }
 
-/// Completes the upgrade and relays the socket until it ends.
+/// Completes the upgrade and relays the socket (`live`: hosts its voice calls too) until it ends.
+#[allow(clippy::too_many_arguments)]
 async fn join<S: socket::RelayStream>(
     shared: &Shared,
     mut stream: S,
@@ -608,13 +627,17 @@ async fn join<S: socket::RelayStream>(
     leftover: Vec<u8>,
     role: PeerRole,
     code: u128,
+    live: bool,
     conn: u64,
 ) -> anyhow::Result<()> {
     http::write_upgrade(&mut stream, &head).await.context("answering the upgrade")?;
     // Nothing of the request outlives the upgrade: a socket keeps only what it needs.
     drop(head);
     let member = socket::Membership { hub: Arc::clone(&shared.hub), code, role, conn };
-    socket::serve(stream, leftover, member, &shared.limits, &shared.cancel).await;
+    match (&shared.hosting, live) {
+        (Some(hosting), true) => live::serve(stream, leftover, member, &shared.limits, hosting, &shared.cancel).await,
+        _ => socket::serve(stream, leftover, member, &shared.limits, &shared.cancel).await,
+    }
     Ok(())
 }
 
@@ -624,6 +647,7 @@ fn printable_path(head: &RequestHead) -> &'static str {
         "/agent" => "/agent",
         "/ws" => "/ws",
         "/healthz" => "/healthz",
+        "/live" => "/live",
         path if web::is_web_path(path) => "<web client>",
         _ => "<other>",
     }
@@ -645,6 +669,10 @@ enum Route {
     Web,
     Join {
         role: PeerRole,
+        code: u128,
+    },
+    /// `/live`: a phone socket whose voice calls the relay hosts.
+    Live {
         code: u128,
     },
     Refuse(Refusal),
@@ -688,6 +716,11 @@ fn route(head: &RequestHead, token: Option<&Secret>) -> Route {
         "/ws" => PeerRole::Phone,
         _ => return Route::Refuse(NOT_FOUND),
     };
+    join_route(head, role, token)
+}
+
+/// Decides a socket request for `role` from the rest of its head: method, token, code, upgrade.
+fn join_route(head: &RequestHead, role: PeerRole, token: Option<&Secret>) -> Route {
     if head.method != "GET" {
         return Route::Refuse(METHOD_NOT_ALLOWED);
     }

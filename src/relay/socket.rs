@@ -18,9 +18,9 @@ use super::Limits;
 use crate::protocol::{is_peer_frame, PeerRole};
 
 /// Time the writer gets to finish its frame and send the close frame once the socket ends.
-const CLOSE_GRACE: Duration = Duration::from_secs(2);
+pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// Time the reader gets afterwards to see the client's close frame or end of stream.
-const CLOSE_LINGER: Duration = Duration::from_secs(2);
+pub(super) const CLOSE_LINGER: Duration = Duration::from_secs(2);
 
 /// Most queued frames written in one system call.
 const MAX_BATCH_FRAMES: usize = 64;
@@ -81,7 +81,8 @@ pub(super) async fn serve<S: RelayStream>(
     member.hub.metrics().socket_joined(member.role);
     debug!("joined");
 
-    let reader = read_side(&mut read_half, frames, &slot, &member, &outbox, limits).fuse();
+    let to_peer = ToPeer { slot: &slot, member: &member, own: &outbox, stall_timeout: limits.stall_timeout };
+    let reader = read_side(&mut read_half, frames, &member, &outbox, limits, to_peer).fuse();
     let writer = write_side(&mut write_half, &outbox).fuse();
     tokio::pin!(reader, writer);
     tokio::select! {
@@ -114,15 +115,35 @@ pub(super) async fn serve<S: RelayStream>(
     tokio::join!(close, linger);
 }
 
-/// Reads the client's messages until the socket ends: data goes to the other side, pings are
+/// Where a socket's data frames go.
+pub(super) trait Deliver {
+    /// Takes one data frame; waiting here stops the socket from being read.
+    async fn deliver(&mut self, frame: OutFrame);
+}
+
+/// The other side of the pairing.
+struct ToPeer<'a> {
+    slot: &'a Slot,
+    member: &'a Membership,
+    own: &'a Outbox,
+    stall_timeout: Duration,
+}
+
+impl Deliver for ToPeer<'_> {
+    async fn deliver(&mut self, frame: OutFrame) {
+        forward(self.slot, self.member, self.own, frame, self.stall_timeout).await;
+    }
+}
+
+/// Reads the client's messages until the socket ends: data goes to `deliver`, pings are
 /// answered, silence is met with pings and, past the idle timeout, the end of the socket.
-async fn read_side<R: AsyncRead + Unpin>(
+pub(super) async fn read_side<R: AsyncRead + Unpin>(
     io: &mut R,
     mut frames: FrameReader,
-    slot: &Slot,
     member: &Membership,
     outbox: &Outbox,
     limits: &Limits,
+    mut deliver: impl Deliver,
 ) {
     let mut last_heard = Instant::now();
     let mut received = frames.received();
@@ -166,11 +187,11 @@ async fn read_side<R: AsyncRead + Unpin>(
                 if is_peer_frame(&text) {
                     debug!("dropped a client frame posing as a relay notice");
                 } else {
-                    forward(slot, member, outbox, OutFrame::text(text), limits.stall_timeout).await;
+                    deliver.deliver(OutFrame::text(text)).await;
                 }
             }
             Ok(Some(Message::Binary(payload))) => {
-                forward(slot, member, outbox, OutFrame::binary(payload), limits.stall_timeout).await;
+                deliver.deliver(OutFrame::binary(payload)).await;
             }
             Ok(Some(Message::Ping(payload))) => outbox.pong(payload),
             Ok(Some(Message::Pong)) => {}
@@ -225,7 +246,13 @@ impl Meter for Budgeted<'_> {
 /// sender slows to the receiver's pace, and the waiting frame counts against the memory budget as
 /// this socket's; a receiver that writes nothing at all for `stall_timeout` is closed with 1013
 /// and its queue freed.
-async fn forward(slot: &Slot, member: &Membership, own: &Outbox, mut frame: OutFrame, stall_timeout: Duration) {
+pub(super) async fn forward(
+    slot: &Slot,
+    member: &Membership,
+    own: &Outbox,
+    mut frame: OutFrame,
+    stall_timeout: Duration,
+) {
     let len = frame.payload.len();
     let mut waiting = false;
     loop {
@@ -265,7 +292,7 @@ async fn forward(slot: &Slot, member: &Membership, own: &Outbox, mut frame: OutF
 }
 
 /// Writes this socket's queue, control frames and finally its close frame.
-async fn write_side<W: AsyncWrite + Unpin>(io: &mut W, outbox: &Outbox) -> std::io::Result<()> {
+pub(super) async fn write_side<W: AsyncWrite + Unpin>(io: &mut W, outbox: &Outbox) -> std::io::Result<()> {
     loop {
         let action = match outbox.try_next() {
             Some(action) => action,

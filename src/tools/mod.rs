@@ -594,6 +594,28 @@ fn plain(result: Value) -> ToolOutput {
     ToolOutput { result, image: None }
 }
 
+/// Gemini function declarations for the tools an agent listed by name (a relay hosting the call
+/// knows nothing else of them): the core tools with their arguments, any other name without
+/// arguments. Names Gemini would refuse, and repeats, are left out.
+pub fn gemini_declarations_named(names: &[String]) -> Value {
+    let valid = |name: &str| {
+        let mut chars = name.chars();
+        name.len() <= 64
+            && chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+    };
+    let mut seen = std::collections::HashSet::new();
+    let declarations = names
+        .iter()
+        .filter(|name| valid(name) && seen.insert(name.as_str()))
+        .map(|name| match TOOLS.iter().find(|spec| spec.name == name) {
+            Some(spec) => gemini_declaration(spec),
+            None => json!({ "name": name, "description": format!("The laptop's {name} tool.") }),
+        })
+        .collect();
+    Value::Array(declarations)
+}
+
 fn gemini_declaration(spec: &ToolSpec) -> Value {
     let properties: Map<String, Value> = spec
         .params

@@ -16,7 +16,7 @@ use crate::harness::*;
 use crate::support::voxa_cmd;
 
 /// A key shaped like a real one, so a leak anywhere is easy to spot.
-const KEY: &str = "AIzaSyFAKE-voxa-test-key-7f3c9e21b04d";
+pub(crate) const KEY: &str = "AIzaSyFAKE-voxa-test-key-7f3c9e21b04d";
 
 async fn self_hosted_agent(fake: &FakeGemini, key: &str) -> TestAgent {
     let config = fake.config(key);
@@ -24,33 +24,38 @@ async fn self_hosted_agent(fake: &FakeGemini, key: &str) -> TestAgent {
 }
 
 /// The phone's side of a session, keeping every frame it received.
-struct Phone {
-    socket: ClientSocket,
-    texts: Vec<Value>,
-    raw: Vec<Vec<u8>>,
+pub(crate) struct Phone {
+    pub(crate) socket: ClientSocket,
+    pub(crate) texts: Vec<Value>,
+    pub(crate) raw: Vec<Vec<u8>>,
 }
 
-enum Frame {
+pub(crate) enum Frame {
     Json(Value),
     Audio(Vec<u8>),
 }
 
 impl Phone {
     async fn join(agent: &TestAgent) -> Phone {
-        Phone { socket: agent.local_client().await, texts: Vec::new(), raw: Vec::new() }
+        Phone::over(agent.local_client().await)
     }
 
-    async fn send(&mut self, value: Value) {
+    /// The phone's side of an open socket.
+    pub(crate) fn over(socket: ClientSocket) -> Phone {
+        Phone { socket, texts: Vec::new(), raw: Vec::new() }
+    }
+
+    pub(crate) async fn send(&mut self, value: Value) {
         send(&mut self.socket, value).await;
     }
 
-    async fn send_audio(&mut self, pcm: &[u8]) {
+    pub(crate) async fn send_audio(&mut self, pcm: &[u8]) {
         let mut frame = vec![voxa::protocol::AUDIO_PREFIX];
         frame.extend_from_slice(pcm);
         self.socket.send(Message::binary(frame)).await.unwrap();
     }
 
-    async fn next(&mut self) -> Frame {
+    pub(crate) async fn next(&mut self) -> Frame {
         match next_frame(&mut self.socket).await {
             Some(Message::Text(text)) => {
                 self.raw.push(text.as_bytes().to_vec());
@@ -68,7 +73,7 @@ impl Phone {
     }
 
     /// Skips frames until a JSON frame of `kind`.
-    async fn expect(&mut self, kind: &str) -> Value {
+    pub(crate) async fn expect(&mut self, kind: &str) -> Value {
         loop {
             if let Frame::Json(value) = self.next().await {
                 if value["type"] == kind {
@@ -79,7 +84,7 @@ impl Phone {
     }
 
     /// Skips JSON frames until model audio arrives.
-    async fn audio(&mut self) -> Vec<u8> {
+    pub(crate) async fn audio(&mut self) -> Vec<u8> {
         loop {
             if let Frame::Audio(pcm) = self.next().await {
                 return pcm;
@@ -88,7 +93,7 @@ impl Phone {
     }
 
     /// Reads (and so answers pings) for `quiet`, keeping what arrives.
-    async fn idle(&mut self, quiet: Duration) {
+    pub(crate) async fn idle(&mut self, quiet: Duration) {
         let until = tokio::time::Instant::now() + quiet;
         while let Ok(frame) = tokio::time::timeout_at(until, self.socket.next()).await {
             match frame {
@@ -100,7 +105,7 @@ impl Phone {
     }
 
     /// Like [`Phone::expect`], waiting up to `within` (for tests on a paused clock).
-    async fn expect_within(&mut self, kind: &str, within: Duration) -> Value {
+    pub(crate) async fn expect_within(&mut self, kind: &str, within: Duration) -> Value {
         tokio::time::timeout(within, async {
             loop {
                 match self.socket.next().await {
@@ -120,13 +125,13 @@ impl Phone {
         .unwrap_or_else(|_| panic!("no {kind} within {within:?}"))
     }
 
-    fn saw(&self, kind: &str) -> bool {
+    pub(crate) fn saw(&self, kind: &str) -> bool {
         self.texts.iter().any(|t| t["type"] == kind)
     }
 }
 
 /// 20 ms of recognisable "audio".
-fn pcm(seed: u8, len: usize) -> Vec<u8> {
+pub(crate) fn pcm(seed: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
 
@@ -143,7 +148,7 @@ fn saw(fake: &FakeGemini, conn: usize, kind: &Kind) -> bool {
 }
 
 /// The next `n` tool responses Gemini receives.
-async fn expect_tool_responses(fake: &mut FakeGemini, n: usize) -> Vec<Value> {
+pub(crate) async fn expect_tool_responses(fake: &mut FakeGemini, n: usize) -> Vec<Value> {
     let mut responses = Vec::new();
     while responses.len() < n {
         let event = fake.wait_for("a tool response", |e| matches!(e.kind, Kind::ToolResponse(_))).await;
@@ -659,14 +664,7 @@ async fn the_fake_refuses_what_the_service_refuses() {
 #[tokio::test]
 async fn the_key_appears_in_no_frame_log_or_error() {
     // Current-thread runtime: every task of the agent logs into this subscriber.
-    let logs = Arc::new(Mutex::new(Vec::<u8>::new()));
-    let writer = {
-        let logs = logs.clone();
-        move || LogWriter(logs.clone())
-    };
-    let subscriber =
-        tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE).with_ansi(false).with_writer(writer).finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = capture_logs();
 
     let options = FakeOptions { echo_audio: true, ..FakeOptions::new(KEY) };
     let mut fake = FakeGemini::start(options).await;
@@ -703,6 +701,18 @@ async fn the_key_appears_in_no_frame_log_or_error() {
     assert!(logs.contains("voice call"), "the logs were captured: {logs}");
     assert!(logs.contains("total_token_count=150"), "the call's token counts are logged: {logs}");
     assert!(!logs.contains(KEY), "the logs carry the key");
+}
+
+/// Captures every log line of this thread (all of a current-thread test runtime) in memory.
+pub(crate) fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
+    let logs = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let writer = {
+        let logs = logs.clone();
+        move || LogWriter(logs.clone())
+    };
+    let subscriber =
+        tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE).with_ansi(false).with_writer(writer).finish();
+    (logs, tracing::subscriber::set_default(subscriber))
 }
 
 /// Collects log output in memory.

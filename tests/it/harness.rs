@@ -454,3 +454,28 @@ impl TestAgent {
         socket
     }
 }
+
+/// Sends a raw request and reads the whole plain-HTTP answer: status and body.
+pub async fn http(addr: SocketAddr, request: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    tokio::time::timeout(STEP, tcp.read_to_end(&mut response)).await.expect("response in time").unwrap();
+    parse_response(&response)
+}
+
+pub fn parse_response(response: &[u8]) -> (u16, String) {
+    let text = String::from_utf8_lossy(response);
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status in {text:?}"));
+    let body = text.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+/// A WebSocket upgrade request for `path` with `extra` header lines.
+pub fn upgrade_request(path: &str, extra: &str) -> String {
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: relay\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n"
+    )
+}

@@ -63,7 +63,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         });
     let bearer = any::<String>().prop_map(|bearer| ClientMessage::Bearer(BearerFrame { bearer }));
     let call = (any::<String>(), tool_name(), json_value(), opt_string())
-        .prop_map(|(id, name, args, env)| ClientMessage::ToolCall(ToolCall { id, name, args, env }));
+        .prop_map(|(id, name, args, env)| ClientMessage::ToolCall(ToolCall { id, name, args, env, caller: None }));
     prop_oneof![
         hello,
         bearer,

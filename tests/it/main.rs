@@ -13,6 +13,7 @@ mod gemini;
 mod harness;
 mod hostile;
 mod layers;
+mod live;
 mod proof;
 mod relay;
 mod run;

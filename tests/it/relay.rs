@@ -17,7 +17,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::WebSocketStream;
 use voxa::relay::{Limits, RelayConfig};
 
-use crate::harness::{TestRelay, STEP as WAIT};
+use crate::harness::{http, parse_response, upgrade_request, TestRelay, STEP as WAIT};
 use voxa::secret::Secret;
 
 fn new_code() -> String {
@@ -117,28 +117,6 @@ async fn pair(relay: &TestRelay) -> (Client, Client, String) {
 }
 
 /// Sends a raw HTTP request and returns the status and body.
-async fn http(addr: SocketAddr, request: &str) -> (u16, String) {
-    let mut tcp = TcpStream::connect(addr).await.unwrap();
-    tcp.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    timeout(WAIT, tcp.read_to_end(&mut response)).await.expect("response in time").unwrap();
-    parse_response(&response)
-}
-
-fn parse_response(response: &[u8]) -> (u16, String) {
-    let text = String::from_utf8_lossy(response);
-    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status in {text:?}"));
-    let body = text.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
-    (status, body)
-}
-
-fn upgrade_request(path: &str, extra: &str) -> String {
-    format!(
-        "GET {path} HTTP/1.1\r\nHost: relay\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n"
-    )
-}
-
 fn numbered_frame(from: &str, i: usize) -> Message {
     if i % 2 == 0 {
         Message::text(format!("{from} {i} ünïcode"))

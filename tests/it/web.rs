@@ -90,7 +90,13 @@ async fn a_relay_that_requires_a_token_still_serves_the_page_but_not_the_sockets
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let config = voxa::relay::RelayConfig {
         token: Some(voxa::secret::Secret::from_string("relay-secret".into())),
-        live: true,
+        live: Some(voxa::relay::LiveConfig::new(voxa::gemini::GeminiConfig {
+            api_key: voxa::secret::Secret::from_string("unused-key".into()),
+            url: "ws://127.0.0.1:9/".into(),
+            model: "models/m".into(),
+            voice: "Kore".into(),
+            heartbeat: voxa::gemini::HEARTBEAT,
+        })),
         ..Default::default()
     };
     let relay = TestRelay::start_with(listener, config).await;
