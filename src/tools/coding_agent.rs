@@ -10,6 +10,7 @@
 //! whole on cancel, on [`CODING_AGENT_TIMEOUT`], and when it exits.
 
 use std::ffi::{OsStr, OsString};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -20,11 +21,15 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::command::SHELL;
 use super::output::{last_output, AnsiStripper, Output};
-use super::supervise::{exited, kill_tree, supervise, ulimit_lines, Stop, DRAIN_GRACE, KILL_GRACE};
+use super::supervise::{
+    drain_done, exited, kill_tree, output_waiting, supervise, ulimit_lines, Stop, DRAIN_GRACE, KILL_GRACE,
+};
 use crate::config::{AgentCommand, Config, Limits};
 use crate::protocol::{ErrorCode, ToolError, OUTPUT_CAP};
 use crate::text::{prefix, suffix};
@@ -41,6 +46,9 @@ pub const PROMPT_PLACEHOLDER: &str = "{prompt}";
 const MAX_LINE_LEN: usize = 4 << 20;
 /// Bytes of the agent's stderr kept to explain a failure.
 const STDERR_KEEP: usize = 8 << 10;
+/// How often the output is looked at again, once the grace after the agent's exit has passed
+/// and something was still waiting.
+const DRAIN_RECHECK: Duration = Duration::from_millis(20);
 
 /// A validated `coding_agent` call, its program already found.
 #[derive(Debug)]
@@ -163,49 +171,16 @@ pub(crate) async fn run(
     progress: Option<mpsc::Sender<String>>,
     cancel: CancellationToken,
 ) -> Result<Value, ToolError> {
-    let mut child = spawn(&request, &env)?;
-    let guard = GroupGuard(child.id());
-    let stdout = child.stdout.take().map(|stdout| LineReader::new(BufReader::new(stdout)));
-    let stderr = child.stderr.take().map(|stderr| tokio::spawn(read_capped(stderr, STDERR_KEEP)));
-    let stream_json = request.command.format == "stream-json";
-    let mut run = Running {
-        child,
-        guard,
-        stdout,
-        status: None,
-        output: Output::new(progress),
-        answer: Answer::default(),
-        stripper: AnsiStripper::new(),
-        stream_json,
-    };
-    if let Err(stopped) = supervise(run.pump(), &cancel, CODING_AGENT_TIMEOUT).await {
-        run.guard.kill();
-        if run.status.is_some() || tokio::time::timeout(KILL_GRACE, run.child.wait()).await.is_ok() {
-            run.guard.disarm();
-        }
-        let message = match stopped {
-            Stop::TimedOut => {
-                format!("the coding agent ran for {} minutes and was stopped", CODING_AGENT_TIMEOUT.as_secs() / 60)
-            }
-            Stop::Cancelled => "the coding agent was cancelled and stopped".to_owned(),
-        };
-        return Err(ToolError::new(stopped.code(), format!("{message}{}", last_output(&run.output))));
+    let (mut run, stderr) = Running::start(&request, &env, progress)?;
+    if let Err(stopped) = supervise(run.pump(DRAIN_GRACE), &cancel, CODING_AGENT_TIMEOUT).await {
+        return Err(run.stop(stopped).await);
     }
-    let Running { guard, status, mut output, answer, .. } = run;
+    let Running { guard, status, mut output, answer, stream_json, .. } = run;
     guard.disarm();
     let status = status
         .unwrap_or_else(|| Err(std::io::Error::other("no exit status")))
         .map_err(|err| ToolError::new(ErrorCode::Internal, format!("could not wait for the coding agent: {err}")))?;
-    let stderr = match stderr {
-        Some(mut task) => match tokio::time::timeout(DRAIN_GRACE, &mut task).await {
-            Ok(joined) => joined.unwrap_or_default(),
-            Err(_) => {
-                task.abort();
-                Vec::new()
-            }
-        },
-        None => Vec::new(),
-    };
+    let stderr = collect_stderr(stderr).await;
     output.flush_progress();
 
     let exit_code = exit_code(&status);
@@ -218,6 +193,18 @@ pub(crate) async fn run(
         result["is_error"] = Value::Bool(true);
     }
     Ok(result)
+}
+
+/// What the agent wrote on stderr, if it was all read within [`DRAIN_GRACE`] of its exit.
+async fn collect_stderr(stderr: Option<JoinHandle<Vec<u8>>>) -> Vec<u8> {
+    let Some(mut task) = stderr else { return Vec::new() };
+    match tokio::time::timeout(DRAIN_GRACE, &mut task).await {
+        Ok(joined) => joined.unwrap_or_default(),
+        Err(_) => {
+            task.abort();
+            Vec::new()
+        }
+    }
 }
 
 /// A started agent and what it said so far.
@@ -235,12 +222,49 @@ struct Running {
 }
 
 impl Running {
-    /// Reads the agent's output until it exited and its output ended. Output still in flight
-    /// when it exits is read for [`DRAIN_GRACE`], no longer, even if something that escaped its
-    /// process group holds the pipe open.
-    async fn pump(&mut self) {
-        let drain = tokio::time::sleep(Duration::MAX);
-        tokio::pin!(drain);
+    /// Starts the agent; its stderr is read (and capped) on a task of its own.
+    fn start(
+        request: &AgentRequest,
+        env: &[(OsString, OsString)],
+        progress: Option<mpsc::Sender<String>>,
+    ) -> Result<(Self, Option<JoinHandle<Vec<u8>>>), ToolError> {
+        let mut child = spawn(request, env)?;
+        let guard = GroupGuard(child.id());
+        let stdout = child.stdout.take().map(|stdout| LineReader::new(BufReader::new(stdout)));
+        let stderr = child.stderr.take().map(|stderr| tokio::spawn(read_capped(stderr, STDERR_KEEP)));
+        let running = Running {
+            child,
+            guard,
+            stdout,
+            status: None,
+            output: Output::new(progress),
+            answer: Answer::default(),
+            stripper: AnsiStripper::new(),
+            stream_json: request.command.format == "stream-json",
+        };
+        Ok((running, stderr))
+    }
+
+    /// Kills what is left of a cancelled or timed-out agent and words the error.
+    async fn stop(mut self, stopped: Stop) -> ToolError {
+        self.guard.kill();
+        if self.status.is_some() || tokio::time::timeout(KILL_GRACE, self.child.wait()).await.is_ok() {
+            self.guard.disarm();
+        }
+        let message = match stopped {
+            Stop::TimedOut => {
+                format!("the coding agent ran for {} minutes and was stopped", CODING_AGENT_TIMEOUT.as_secs() / 60)
+            }
+            Stop::Cancelled => "the coding agent was cancelled and stopped".to_owned(),
+        };
+        ToolError::new(stopped.code(), format!("{message}{}", last_output(&self.output)))
+    }
+
+    /// Reads the agent's output until it exited and its output ended. After the exit, reading
+    /// stops early only once `grace` has passed and a look found nothing left to read (see
+    /// [`drain_done`]), so something that escaped its process group and holds the pipe open
+    /// cannot keep the call, and a reader that runs late still reads the agent's last words.
+    async fn pump(&mut self, grace: Duration) {
         let pid = self.child.id();
         let exit_watch = async move {
             if let Some(pid) = pid {
@@ -248,6 +272,9 @@ impl Running {
             }
         };
         tokio::pin!(exit_watch);
+        let look = tokio::time::sleep(Duration::MAX);
+        tokio::pin!(look);
+        let mut exited_at = None;
         while self.status.is_none() || self.stdout.is_some() {
             tokio::select! {
                 biased;
@@ -257,18 +284,38 @@ impl Running {
                     // reused. Then it is reaped.
                     self.guard.kill();
                     self.status = Some(self.child.wait().await);
-                    drain.as_mut().reset(tokio::time::Instant::now() + DRAIN_GRACE);
+                    let now = Instant::now();
+                    exited_at = Some(now);
+                    look.as_mut().reset(now + grace);
                 }
-                _ = &mut drain, if self.status.is_some() => return,
-                next = next_line(&mut self.stdout) => match next {
-                    Some(line) if self.stream_json => self.answer.stream_json_line(&line, &mut self.output),
-                    Some(line) => {
-                        self.output.push(&self.stripper.feed(&line));
-                        self.output.push("\n");
+                () = &mut look, if exited_at.is_some() => {
+                    let since_exit = exited_at.map_or(Duration::ZERO, |at| at.elapsed());
+                    if drain_done(false, !self.has_unread_output(), since_exit, grace) {
+                        return;
                     }
+                    look.as_mut().reset(Instant::now() + DRAIN_RECHECK);
+                }
+                next = next_line(&mut self.stdout) => match next {
+                    Some(line) => self.take_line(&line),
                     None => self.stdout = None,
                 },
             }
+        }
+    }
+
+    /// Whether output is buffered here or waiting in the pipe.
+    fn has_unread_output(&self) -> bool {
+        self.stdout.as_ref().is_some_and(|reader| {
+            !reader.reader.buffer().is_empty() || output_waiting(reader.reader.get_ref().as_raw_fd())
+        })
+    }
+
+    fn take_line(&mut self, line: &[u8]) {
+        if self.stream_json {
+            self.answer.stream_json_line(line, &mut self.output);
+        } else {
+            self.output.push(&self.stripper.feed(line));
+            self.output.push("\n");
         }
     }
 }
@@ -420,6 +467,7 @@ impl Drop for GroupGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
 
     #[tokio::test]
     async fn lines_are_split_bounded_and_crlf_trimmed() {
@@ -433,6 +481,44 @@ mod tests {
         // The overlong line is skipped entirely.
         assert_eq!(lines.next().await.unwrap().unwrap(), b"three");
         assert_eq!(lines.next().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_late_reader_still_reads_what_the_agent_wrote_before_it_exited() {
+        let request = AgentRequest {
+            prompt: "printf 'first\\nlast words\\n'".into(),
+            agent: "sh".into(),
+            cwd: std::env::temp_dir(),
+            command: AgentCommand {
+                program: SHELL.into(),
+                args: vec!["-c".into(), PROMPT_PLACEHOLDER.into()],
+                format: "text".into(),
+            },
+            program: SHELL.into(),
+            limits: Limits::default(),
+        };
+        let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+        let (mut run, _stderr) = Running::start(&request, &env, None).unwrap();
+        // The agent exits with everything it wrote still unread, before the runtime ever looked
+        // at its pipe (this thread is the runtime's only one and does not yield). It is reaped
+        // here, so the reader's own wait answers at once.
+        while run.child.try_wait().unwrap().is_none() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let grace = Duration::from_millis(20);
+        {
+            let pump = run.pump(grace);
+            tokio::pin!(pump);
+            // The reader notices the exit and finds the pipe not known to be ready yet...
+            let first = std::future::poll_fn(|cx| std::task::Poll::Ready(pump.as_mut().poll(cx))).await;
+            assert!(first.is_pending());
+            // ...and gets to run again only well after the grace: the output and the end of the
+            // grace are then both ready at once.
+            std::thread::sleep(grace * 5);
+            pump.await;
+        }
+        assert_eq!(run.output.text(), "first\nlast words\n");
+        assert!(run.status.unwrap().unwrap().success());
     }
 
     #[test]

@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::output::{last_output, AnsiStripper, Output};
-use super::supervise::{has_exited, kill_tree, supervise, ulimit_lines, Stop, DRAIN_GRACE, KILL_GRACE};
+use super::supervise::{drain_done, has_exited, kill_tree, supervise, ulimit_lines, Stop, DRAIN_GRACE, KILL_GRACE};
 use crate::config::Limits;
 use crate::protocol::{ErrorCode, ToolError};
 
@@ -248,7 +248,7 @@ impl Pump {
                 }
             }
             if let Some(exited_at) = exited_at {
-                if drain_done(eof, quiet_since_exit, exited_at.elapsed()) {
+                if drain_done(eof, quiet_since_exit, exited_at.elapsed(), DRAIN_GRACE) {
                     break;
                 }
             } else if killed_at.is_some_and(|at| at.elapsed() >= KILL_GRACE) {
@@ -281,15 +281,6 @@ impl Pump {
     }
 }
 
-/// Whether reading can stop after the shell has exited. Everything the shell wrote is waiting on
-/// the terminal by then, so the drain ends at end-of-file, or once the grace has passed and a look
-/// begun after the exit found the terminal empty: however late this thread gets to run, the
-/// shell's last words are read first. Something that escaped the session and keeps writing is cut
-/// off after [`KILL_GRACE`].
-fn drain_done(eof: bool, quiet_since_exit: bool, since_exit: Duration) -> bool {
-    eof || (quiet_since_exit && since_exit >= DRAIN_GRACE) || since_exit >= KILL_GRACE
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,18 +306,6 @@ mod tests {
         assert_eq!(result["output"], "green\ndumb\n");
         assert_eq!(result["exit_code"], 3);
         assert_eq!(result["truncated"], false);
-    }
-
-    #[test]
-    fn a_late_reader_still_reads_what_the_shell_wrote_last() {
-        // On a loaded machine the reader may run again long after it saw the exit: the grace
-        // having passed is not enough while nobody has looked at the terminal since.
-        assert!(!drain_done(false, false, DRAIN_GRACE * 4));
-        assert!(!drain_done(false, true, DRAIN_GRACE / 2));
-        assert!(drain_done(false, true, DRAIN_GRACE));
-        assert!(drain_done(true, false, Duration::ZERO));
-        // Something that escaped and keeps writing does not hold the call forever.
-        assert!(drain_done(false, false, KILL_GRACE));
     }
 
     #[tokio::test]

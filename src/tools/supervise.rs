@@ -53,6 +53,22 @@ pub(crate) async fn supervise<T>(
     }
 }
 
+/// Whether reading a process's output can stop after it exited, `since_exit` ago. Everything it
+/// wrote is waiting by then, so the drain ends at end-of-file, or once `grace` has passed and a
+/// look begun after the exit found nothing waiting: however late the reader gets to run, the
+/// process's last words are read first. Something that escaped and keeps writing is cut off
+/// after [`KILL_GRACE`].
+pub(crate) fn drain_done(eof: bool, quiet_since_exit: bool, since_exit: Duration, grace: Duration) -> bool {
+    eof || (quiet_since_exit && since_exit >= grace) || since_exit >= KILL_GRACE
+}
+
+/// Whether `fd` has something to read right now (data, or its end). A failed look counts as
+/// something waiting, so the reader finds out what is wrong by reading.
+pub(crate) fn output_waiting(fd: std::os::fd::RawFd) -> bool {
+    let mut poll = [filedescriptor::pollfd { fd, events: filedescriptor::POLLIN, revents: 0 }];
+    !matches!(filedescriptor::poll(&mut poll, Some(Duration::ZERO)), Ok(0))
+}
+
 /// Shell lines that lower the resource limits of the shell running them, soft and hard (so
 /// nothing it starts can raise them again), to `limits` — never above what this process has.
 /// `ulimit -u` is bash's name for the process limit and `-p` dash's; whichever the shell knows.
@@ -179,6 +195,34 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "the group survived");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    #[test]
+    fn a_late_reader_still_reads_what_the_process_wrote_last() {
+        // On a loaded machine the reader may run again long after it saw the exit: the grace
+        // having passed is not enough while nobody has looked at the output since.
+        assert!(!drain_done(false, false, DRAIN_GRACE * 4, DRAIN_GRACE));
+        assert!(!drain_done(false, true, DRAIN_GRACE / 2, DRAIN_GRACE));
+        assert!(drain_done(false, true, DRAIN_GRACE, DRAIN_GRACE));
+        assert!(drain_done(true, false, Duration::ZERO, DRAIN_GRACE));
+        // Something that escaped and keeps writing does not hold the call forever.
+        assert!(drain_done(false, false, KILL_GRACE, DRAIN_GRACE));
+    }
+
+    #[test]
+    fn output_waiting_sees_data_and_the_end_of_a_stream() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let (reader, mut writer) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(!output_waiting(reader.as_raw_fd()));
+        writer.write_all(b"last words").unwrap();
+        assert!(output_waiting(reader.as_raw_fd()));
+        let mut drained = [0u8; 16];
+        let n = std::io::Read::read(&mut &reader, &mut drained).unwrap();
+        assert_eq!(&drained[..n], b"last words");
+        assert!(!output_waiting(reader.as_raw_fd()));
+        drop(writer);
+        assert!(output_waiting(reader.as_raw_fd()));
     }
 
     #[test]
