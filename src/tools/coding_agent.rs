@@ -195,8 +195,11 @@ pub(crate) async fn run(
     Ok(result)
 }
 
+/// The task reading (and capping) the agent's stderr.
+type StderrTask = JoinHandle<Vec<u8>>;
+
 /// What the agent wrote on stderr, if it was all read within [`DRAIN_GRACE`] of its exit.
-async fn collect_stderr(stderr: Option<JoinHandle<Vec<u8>>>) -> Vec<u8> {
+async fn collect_stderr(stderr: Option<StderrTask>) -> Vec<u8> {
     let Some(mut task) = stderr else { return Vec::new() };
     match tokio::time::timeout(DRAIN_GRACE, &mut task).await {
         Ok(joined) => joined.unwrap_or_default(),
@@ -227,7 +230,7 @@ impl Running {
         request: &AgentRequest,
         env: &[(OsString, OsString)],
         progress: Option<mpsc::Sender<String>>,
-    ) -> Result<(Self, Option<JoinHandle<Vec<u8>>>), ToolError> {
+    ) -> Result<(Self, Option<StderrTask>), ToolError> {
         let mut child = spawn(request, env)?;
         let guard = GroupGuard(child.id());
         let stdout = child.stdout.take().map(|stdout| LineReader::new(BufReader::new(stdout)));
