@@ -233,11 +233,7 @@ impl Home {
         let _lock = self.lock()?;
         self.finish_interrupted_rotation()?;
         let path = self.path(RETIRED_CODE_FILE);
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(err) if err.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(err) => return Err(err).with_context(|| format!("could not read {}", path.display())),
-        };
+        let Some(text) = read_text_if_exists(&path)? else { return Ok(None) };
         check_private(&path, false)?;
         RetiredCode::parse(text.lines()).map(Some).ok_or_else(|| {
             ConfigError::new(format!("{} is not a relay code and a time; remove it", path.display())).into()
@@ -290,11 +286,7 @@ impl Home {
     fn finish_interrupted_rotation(&self) -> Result<()> {
         self.remove_stale_temp_files()?;
         let path = self.path(ROTATION_JOURNAL);
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(err) if err.kind() == ErrorKind::NotFound => return Ok(()),
-            Err(err) => return Err(err).with_context(|| format!("could not read {}", path.display())),
-        };
+        let Some(text) = read_text_if_exists(&path)? else { return Ok(()) };
         let mut lines = text.lines();
         let parsed = (lines.next().map(Secret::parse_hex128), lines.next().map(Secret::parse_hex128));
         match parsed {
@@ -310,17 +302,13 @@ impl Home {
 
     fn read_secret(&self, name: &str) -> Result<Option<Secret>> {
         let path = self.path(name);
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(err) if err.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(err) if err.kind() == ErrorKind::InvalidData => {
-                return Err(ConfigError::new(format!(
-                    "{} is not a valid secret (not text); run `voxa pair --rotate` to replace it",
-                    path.display()
-                ))
-                .into())
-            }
-            Err(err) => return Err(err).with_context(|| format!("could not read {}", path.display())),
+        let Some(bytes) = read_if_exists(&path)? else { return Ok(None) };
+        let Ok(text) = String::from_utf8(bytes) else {
+            return Err(ConfigError::new(format!(
+                "{} is not a valid secret (not text); run `voxa pair --rotate` to replace it",
+                path.display()
+            ))
+            .into());
         };
         check_private(&path, false)?;
         Secret::parse_hex128(&text).map(Some).map_err(|err| {
@@ -340,14 +328,9 @@ impl Home {
     /// The saved relay token, if any. Checked like the other secrets; never printed.
     pub fn load_relay_token(&self) -> Result<Option<Secret>> {
         let path = self.path(RELAY_TOKEN_FILE);
-        match fs::read_to_string(&path) {
-            Ok(text) => {
-                check_private(&path, false)?;
-                Ok(Some(Secret::from_string(text.trim().to_owned())).filter(|token| !token.expose().is_empty()))
-            }
-            Err(err) if err.kind() == ErrorKind::NotFound => Ok(None),
-            Err(err) => Err(err).with_context(|| format!("could not read {}", path.display())),
-        }
+        let Some(text) = read_text_if_exists(&path)? else { return Ok(None) };
+        check_private(&path, false)?;
+        Ok(Some(Secret::from_string(text.trim().to_owned())).filter(|token| !token.expose().is_empty()))
     }
 
     /// Saves the relay token (0600, atomically) so an agent started without the environment has it.
@@ -359,16 +342,11 @@ impl Home {
     /// `config.toml`, or defaults when absent.
     pub fn load_config(&self) -> Result<Config> {
         let path = self.path(CONFIG_FILE);
-        match fs::read_to_string(&path) {
-            Ok(text) => {
-                check_private(&path, false)?;
-                Config::from_toml(&text).map_err(|err| {
-                    ConfigError::new(format!("{}: {}", path.display(), err.0.trim_start_matches("config.toml "))).into()
-                })
-            }
-            Err(err) if err.kind() == ErrorKind::NotFound => Ok(Config::default()),
-            Err(err) => Err(err).with_context(|| format!("could not read {}", path.display())),
-        }
+        let Some(text) = read_text_if_exists(&path)? else { return Ok(Config::default()) };
+        check_private(&path, false)?;
+        Config::from_toml(&text).map_err(|err| {
+            ConfigError::new(format!("{}: {}", path.display(), err.0.trim_start_matches("config.toml "))).into()
+        })
     }
 
     pub fn save_config(&self, config: &Config) -> Result<()> {
@@ -425,11 +403,7 @@ impl Home {
     /// is a live process of this user.
     pub fn running_agent(&self) -> Result<Option<AgentFile>> {
         let path = self.path(AGENT_FILE);
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(err) if err.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(err) => return Err(err).with_context(|| format!("could not read {}", path.display())),
-        };
+        let Some(bytes) = read_if_exists(&path)? else { return Ok(None) };
         let Ok(info) = serde_json::from_slice::<AgentFile>(&bytes) else {
             return Ok(None);
         };
@@ -471,6 +445,25 @@ fn open_lock_file(path: &Path) -> Result<File> {
         .mode(0o600)
         .open(path)
         .with_context(|| format!("could not open {}", path.display()))
+}
+
+/// The bytes of `path`, or `None` when it does not exist; any other failure is an error naming
+/// the file.
+pub fn read_if_exists(path: &Path) -> Result<Option<Vec<u8>>> {
+    match fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(err) if err.kind() == ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(err).with_context(|| format!("could not read {}", path.display())),
+    }
+}
+
+/// [`read_if_exists`] for a text file: one that is not UTF-8 is an error naming it.
+pub fn read_text_if_exists(path: &Path) -> Result<Option<String>> {
+    read_if_exists(path)?
+        .map(|bytes| {
+            String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("could not read {}: it is not text", path.display()))
+        })
+        .transpose()
 }
 
 /// Refuses a file or directory with any group/other permission bit, like OpenSSH StrictModes.
@@ -552,6 +545,24 @@ mod tests {
 
     fn mode(path: &Path) -> u32 {
         fs::metadata(path).unwrap().mode() & 0o777
+    }
+
+    #[test]
+    fn a_missing_file_reads_as_none_and_other_failures_name_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let missing = tmp.path().join("missing");
+        assert_eq!(read_if_exists(&missing).unwrap(), None);
+        assert_eq!(read_text_if_exists(&missing).unwrap(), None);
+        let text = tmp.path().join("text");
+        fs::write(&text, "hello\n").unwrap();
+        assert_eq!(read_text_if_exists(&text).unwrap().as_deref(), Some("hello\n"));
+        let binary = tmp.path().join("binary");
+        fs::write(&binary, b"\xff\xfe").unwrap();
+        assert_eq!(read_if_exists(&binary).unwrap().as_deref(), Some(&b"\xff\xfe"[..]));
+        let err = read_text_if_exists(&binary).unwrap_err();
+        assert!(format!("{err:#}").contains("binary: it is not text"), "{err:#}");
+        let err = read_if_exists(tmp.path()).unwrap_err();
+        assert!(format!("{err:#}").contains(&format!("could not read {}", tmp.path().display())), "{err:#}");
     }
 
     #[test]

@@ -1,16 +1,13 @@
 //! The self-issued Ed25519 identity of a voxa home (docs/PROTOCOL.md, "Environments"): `identity.key` holds the 32-byte
 //! seed as hex (0600); the public key in hex is the home's **envKey**.
 
-use std::fs;
-use std::io::ErrorKind;
-
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use rand::TryRngCore;
 
 use crate::error::ConfigError;
 use crate::secret::is_lower_hex;
-use crate::state::{check_private, Home};
+use crate::state::{check_private, read_text_if_exists, Home};
 
 /// File holding the identity seed.
 pub const IDENTITY_FILE: &str = "identity.key";
@@ -47,11 +44,7 @@ impl Identity {
     /// The identity of `home`, if it has one.
     pub fn load(home: &Home) -> Result<Option<Self>> {
         let path = home.path(IDENTITY_FILE);
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(err) if err.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(err) => return Err(err).with_context(|| format!("could not read {}", path.display())),
-        };
+        let Some(text) = read_text_if_exists(&path)? else { return Ok(None) };
         check_private(&path, false)?;
         let text = text.trim();
         let mut seed = [0u8; 32];
@@ -128,6 +121,7 @@ pub fn verify_nonce(env_key: &str, nonce: &str, signature: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
     use std::os::unix::fs::PermissionsExt;
 
     #[test]

@@ -12,8 +12,6 @@
 //! `.pairings.lock`, so a CLI command and a running agent never lose each other's changes.
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::io::ErrorKind;
 use std::time::SystemTime;
 
 use anyhow::{Context, Result};
@@ -25,7 +23,7 @@ use subtle::ConstantTimeEq;
 use crate::error::{ConfigError, Refused};
 use crate::protocol::ErrorCode;
 use crate::secret::Secret;
-use crate::state::{check_private, Home};
+use crate::state::{check_private, read_if_exists, read_text_if_exists, Home};
 
 /// The registry file.
 pub const REGISTRY_FILE: &str = "environments.json";
@@ -233,11 +231,7 @@ fn json_of<T: Serialize>(value: &T) -> Result<Vec<u8>> {
 fn read_json<T: DeserializeOwned + Default>(home: &Home, name: &str) -> Result<T> {
     home.check()?;
     let path = home.path(name);
-    let bytes = match fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(err) if err.kind() == ErrorKind::NotFound => return Ok(T::default()),
-        Err(err) => return Err(err).with_context(|| format!("could not read {}", path.display())),
-    };
+    let Some(bytes) = read_if_exists(&path)? else { return Ok(T::default()) };
     check_private(&path, false)?;
     // serde's messages can quote the offending value (a bearer); report the position only.
     serde_json::from_slice(&bytes).map_err(|err| {
@@ -264,11 +258,7 @@ pub fn load_or_create_host_token(home: &Home) -> Result<Secret> {
 
 fn load_host_token(home: &Home) -> Result<Option<Secret>> {
     let path = home.path(HOST_TOKEN_FILE);
-    let text = match fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(err) if err.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(err) => return Err(err).with_context(|| format!("could not read {}", path.display())),
-    };
+    let Some(text) = read_text_if_exists(&path)? else { return Ok(None) };
     check_private(&path, false)?;
     Secret::parse_hex128(&text).map(Some).map_err(|err| {
         ConfigError::new(format!("{} is not a valid host token ({err}); remove it to create a new one", path.display()))
@@ -305,6 +295,7 @@ mod secret_text {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
     use std::os::unix::fs::PermissionsExt;
 
     fn mode(home: &Home, name: &str) -> u32 {
