@@ -22,11 +22,12 @@ use super::identity::verify_nonce;
 use super::store::{self, EnvEntry};
 use super::EnvRouter;
 use crate::config::RelayUrl;
+use crate::net::client::{self, HelloCredential, HelloError, HelloStep, Opening};
 use crate::net::dial::{self, ClientSocket, DialOptions};
 use crate::net::liveness::{sleep_until, Heartbeat, Liveness, Pulse};
 use crate::protocol::{
-    self, AgentMessage, BearerFrame, ClientMessage, ErrorCode, Hello, PeerNotice, PeerRole, PeerState, ToolCall,
-    ToolError, HOST_ROLE,
+    self, AgentMessage, BearerFrame, ClientMessage, ErrorCode, Hello, PeerNotice, PeerRole, ToolCall, ToolError,
+    HOST_ROLE,
 };
 use crate::secret::Secret;
 use crate::state::Home;
@@ -480,98 +481,86 @@ async fn handshake(target: &Target, dial: &DialOptions) -> Result<(ClientSocket,
     hello_on(socket, target).await
 }
 
-/// The handshake on a connected relay socket.
+/// The handshake on a connected relay socket, the host's [`HostProof`] run by the one client
+/// hello. The order is the contract: our nonce, the environment's signature over it, and only
+/// then the bearer. An impostor holding the pairing's code learns no bearer.
 async fn hello_on(mut socket: ClientSocket, target: &Target) -> Result<(ClientSocket, Vec<String>), ToolError> {
-    let joined = tokio::time::timeout(ENV_JOIN_TIMEOUT, async {
-        loop {
-            match next_text(&mut socket).await {
-                Some(text) => {
-                    if let Some(notice) = PeerNotice::parse(&text) {
-                        if notice.peer == PeerRole::Agent && notice.state == PeerState::Joined {
-                            return true;
-                        }
-                    }
+    let mut proof = HostProof { target, bearer_sent: false };
+    match client::hello_with(&mut socket, &mut proof).await {
+        Ok(ok) => Ok((socket, ok.tools)),
+        Err(failure) => Err(hello_failure(failure, target)),
+    }
+}
+
+/// The host's credential: it names the environment's key, checks the environment's signature
+/// over its nonce, and only then presents the pairing's bearer.
+struct HostProof<'a> {
+    target: &'a Target,
+    bearer_sent: bool,
+}
+
+impl HelloCredential for HostProof<'_> {
+    fn opening(&self) -> Opening {
+        Opening::Presence(ENV_JOIN_TIMEOUT)
+    }
+
+    fn hello(&self, _challenge: Option<&str>, nonce: &str) -> Hello {
+        Hello {
+            protocol: Some(protocol::PROTOCOL_VERSION),
+            role: Some(HOST_ROLE.to_owned()),
+            env_key: Some(self.target.env_key.clone()),
+            nonce: Some(nonce.to_owned()),
+            client: Some(crate::agent_name()),
+            ..Default::default()
+        }
+    }
+
+    fn answer_limit(&self) -> Option<Duration> {
+        Some(ENV_HELLO_TIMEOUT)
+    }
+
+    fn answer(&mut self, answer: AgentMessage, _challenge: Option<&str>, nonce: &str) -> HelloStep {
+        let env_key = &self.target.env_key;
+        match answer {
+            AgentMessage::Identity { .. } if self.bearer_sent => HelloStep::Reject(HelloError::Unexpected),
+            AgentMessage::Identity { env_key: claimed, signature } => {
+                if claimed != *env_key || !verify_nonce(env_key, nonce, &signature) {
+                    return HelloStep::Reject(HelloError::Impostor);
                 }
-                None => return false,
+                self.bearer_sent = true;
+                HelloStep::Reply(ClientMessage::Bearer(BearerFrame { bearer: self.target.bearer.expose().to_owned() }))
             }
-        }
-    })
-    .await;
-    if joined != Ok(true) {
-        let _ = socket.close(None).await;
-        return Err(unreachable(format!(
-            "the environment is not connected to relay {} (is `voxa run` running there?)",
-            target.relay
-        )));
-    }
-    // The order is the contract: our nonce, the environment's signature over it, and only then
-    // the bearer. An impostor holding the pairing's code learns no bearer.
-    let nonce = protocol::new_nonce().map_err(|err| refusal(ErrorCode::Internal, format!("{err:#}")))?;
-    let hello = ClientMessage::Hello(Hello {
-        protocol: Some(protocol::PROTOCOL_VERSION),
-        role: Some(HOST_ROLE.to_owned()),
-        env_key: Some(target.env_key.clone()),
-        nonce: Some(nonce.clone()),
-        client: Some(crate::agent_name()),
-        ..Default::default()
-    });
-    let proven = match exchange(&mut socket, hello).await {
-        Ok(AgentMessage::Identity { env_key, signature }) => {
-            env_key == target.env_key && verify_nonce(&target.env_key, &nonce, &signature)
-        }
-        Ok(_) => false,
-        Err(error) => {
-            let _ = socket.close(None).await;
-            return Err(error);
-        }
-    };
-    if !proven {
-        let _ = socket.close(None).await;
-        return Err(refusal(
-            ErrorCode::EnvironmentIdentityMismatch,
-            "the machine answering this pairing could not prove it holds the environment's key; nothing was sent to it",
-        ));
-    }
-    let bearer = ClientMessage::Bearer(BearerFrame { bearer: target.bearer.expose().to_owned() });
-    match exchange(&mut socket, bearer).await {
-        Ok(AgentMessage::HelloOk(ok)) => Ok((socket, ok.tools)),
-        Ok(_) => {
-            let _ = socket.close(None).await;
-            Err(unreachable("the environment answered the bearer with something else than hello_ok"))
-        }
-        Err(error) => {
-            let _ = socket.close(None).await;
-            Err(error)
+            AgentMessage::HelloOk(ok) if self.bearer_sent => HelloStep::Accept(ok),
+            // A session opened before the environment proved its key is not one to trust.
+            AgentMessage::HelloOk(_) => HelloStep::Reject(HelloError::Impostor),
+            _ => HelloStep::Ignore,
         }
     }
 }
 
-/// Sends one handshake frame and returns the environment's answer: its `identity`, its
-/// `hello_ok`, or the refusal it sent, within [`ENV_HELLO_TIMEOUT`].
-async fn exchange(socket: &mut ClientSocket, frame: ClientMessage) -> Result<AgentMessage, ToolError> {
-    if socket.send(Message::text(frame.to_json())).await.is_err() {
-        return Err(unreachable("the relay connection failed during the hello"));
-    }
-    tokio::time::timeout(ENV_HELLO_TIMEOUT, async {
-        loop {
-            let Some(text) = next_text(socket).await else {
-                return Err(unreachable("the environment closed the connection during the hello"));
-            };
-            if let Some(notice) = PeerNotice::parse(&text) {
-                if notice.peer == PeerRole::Agent && notice.state == PeerState::Left {
-                    return Err(unreachable("the environment left during the hello"));
-                }
-                continue;
-            }
-            match serde_json::from_str::<AgentMessage>(&text) {
-                Ok(AgentMessage::Error { code, .. }) => return Err(refused_by_environment(code)),
-                Ok(answer @ (AgentMessage::Identity { .. } | AgentMessage::HelloOk(_))) => return Ok(answer),
-                _ => continue,
-            }
+/// The host's wording of a failed hello.
+fn hello_failure(failure: HelloError, target: &Target) -> ToolError {
+    match failure {
+        HelloError::Absent => unreachable(format!(
+            "the environment is not connected to relay {} (is `voxa run` running there?)",
+            target.relay
+        )),
+        HelloError::Ended | HelloError::ClosedBy(_) | HelloError::Failed(_) => {
+            unreachable("the environment closed the connection during the hello")
         }
-    })
-    .await
-    .unwrap_or_else(|_| Err(unreachable("the environment did not answer the hello in time")))
+        HelloError::SendFailed(_) => unreachable("the relay connection failed during the hello"),
+        HelloError::AgentLeft => unreachable("the environment left during the hello"),
+        HelloError::Refused { code, .. } => refused_by_environment(code),
+        HelloError::TimedOut => unreachable("the environment did not answer the hello in time"),
+        HelloError::Impostor => refusal(
+            ErrorCode::EnvironmentIdentityMismatch,
+            "the machine answering this pairing could not prove it holds the environment's key; nothing was sent to it",
+        ),
+        HelloError::Restarted | HelloError::Unexpected => {
+            unreachable("the environment answered the bearer with something else than hello_ok")
+        }
+        HelloError::Internal(err) => refusal(ErrorCode::Internal, format!("{err:#}")),
+    }
 }
 
 /// The host's reading of a refusal the environment sent. Never repeats anything it was sent.
@@ -586,17 +575,6 @@ fn refused_by_environment(code: ErrorCode) -> ToolError {
         _ => "the environment refused the hello",
     };
     refusal(if code.is_refusal() { code } else { ErrorCode::EnvironmentIdentityMismatch }, message)
-}
-
-/// The next text frame, or `None` when the socket ended.
-async fn next_text(socket: &mut ClientSocket) -> Option<String> {
-    loop {
-        match socket.next().await? {
-            Ok(Message::Text(text)) => return Some(text.to_string()),
-            Ok(Message::Close(_)) | Err(_) => return None,
-            Ok(_) => continue,
-        }
-    }
 }
 
 struct Pending {

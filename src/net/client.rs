@@ -1,13 +1,19 @@
-//! The client side of the session start (docs/PROTOCOL.md, "Session start (protocol 2)"): answer
-//! the agent's challenge with a proof of the token, then check the agent's proof before sending
-//! anything else. Used by `voxa call`, `status`, `env list` and every test and bench client.
+//! The client side of the session start (docs/PROTOCOL.md, "Session start (protocol 2)"), one
+//! implementation for every client: [`hello_with`] runs the exchange, a [`HelloCredential`] says
+//! how the client proves itself and checks the agent. [`hello`] answers the agent's challenge with
+//! a proof of the token and checks the agent's proof before sending anything else (`voxa call`,
+//! `status`, `env list`, every test and bench client); the host's environment sessions bring their
+//! own credential (`environments/host.rs`).
 
 use std::fmt;
+use std::ops::ControlFlow;
 
-use anyhow::{anyhow, bail, Context, Result};
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::dial::ClientSocket;
 use crate::error::Refused;
@@ -30,75 +36,263 @@ impl fmt::Display for NotYourLaptop {
 
 impl std::error::Error for NotYourLaptop {}
 
-/// Completes the session start on a socket to an agent (loopback, or a phone's socket at the
-/// relay): waits for the challenge, sends the hello, checks the agent's proof. A wrong or
-/// missing proof closes the socket and fails with [`NotYourLaptop`]. No timeout of its own.
-pub async fn hello(socket: &mut ClientSocket, token: &Secret, client: &str) -> Result<HelloOk> {
-    let challenge = loop {
-        match next_agent_message(socket).await? {
-            AgentMessage::Challenge { nonce, .. } if protocol::is_hello_nonce(&nonce) => break nonce,
-            AgentMessage::Challenge { .. } => return Err(refuse_impostor(socket).await),
-            _ => continue,
+/// How a client proves itself in the hello and checks the agent's proof: the part of the session
+/// start that differs between a holder of the auth token (`voxa call`, `status`, tests) and a host
+/// opening a session to one of its environments. The rest (waiting, sending, reading answers,
+/// refusals, closing on failure) is [`hello_with`].
+pub trait HelloCredential {
+    /// What comes before the hello.
+    fn opening(&self) -> Opening;
+    /// The hello, given the agent's challenge (after [`Opening::Challenge`]) and this client's
+    /// fresh nonce.
+    fn hello(&self, challenge: Option<&str>, nonce: &str) -> Hello;
+    /// How long the agent has to answer each frame sent; `None` waits as long as the caller does.
+    fn answer_limit(&self) -> Option<Duration>;
+    /// What to do with one answer of the agent's.
+    fn answer(&mut self, answer: AgentMessage, challenge: Option<&str>, nonce: &str) -> HelloStep;
+}
+
+/// What a client waits for before it sends its hello.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Opening {
+    /// The agent's challenge, which the hello's proof covers.
+    Challenge,
+    /// The agent's presence at the relay code, for at most this long.
+    Presence(Duration),
+}
+
+/// A credential's reading of an answer.
+#[derive(Debug)]
+pub enum HelloStep {
+    /// Send this frame next and wait for the answer to it.
+    Reply(ClientMessage),
+    /// The session is open.
+    Accept(HelloOk),
+    /// The hello failed; the socket is closed.
+    Reject(HelloError),
+    /// Not an answer to this step; keep waiting.
+    Ignore,
+}
+
+/// How a hello failed. Each client words these its own way.
+#[derive(Debug)]
+pub enum HelloError {
+    /// The agent was not present at the relay code in time ([`Opening::Presence`]).
+    Absent,
+    /// The connection ended without a close frame.
+    Ended,
+    /// The other side closed the connection, with this close frame.
+    ClosedBy(Option<CloseFrame>),
+    /// Reading from the connection failed.
+    Failed(tungstenite::Error),
+    /// A frame could not be sent.
+    SendFailed(tungstenite::Error),
+    /// The agent left the relay during the hello.
+    AgentLeft,
+    /// The agent refused the hello.
+    Refused { code: ErrorCode, message: String },
+    /// The agent did not answer within [`HelloCredential::answer_limit`].
+    TimedOut,
+    /// The agent could not prove what it had to; nothing but the hello was sent to it.
+    Impostor,
+    /// A second challenge came before the answer: another session replaced this one.
+    Restarted,
+    /// An answer that does not fit the step it answers.
+    Unexpected,
+    /// This machine could not make a nonce.
+    Internal(anyhow::Error),
+}
+
+impl HelloError {
+    /// Whether the socket is still open (and is closed) after this failure.
+    fn leaves_socket_open(&self) -> bool {
+        !matches!(self, HelloError::Ended | HelloError::ClosedBy(_) | HelloError::Failed(_))
+    }
+}
+
+/// Runs the client side of the session start on `socket` with `credential`: waits for the
+/// opening, sends the hello and whatever the credential replies, until it accepts the agent's
+/// answer. On failure the socket is closed.
+pub async fn hello_with(
+    socket: &mut ClientSocket,
+    credential: &mut impl HelloCredential,
+) -> Result<HelloOk, HelloError> {
+    let outcome = exchange(socket, credential).await;
+    if let Err(failure) = &outcome {
+        if failure.leaves_socket_open() {
+            let _ = socket.close(None).await;
+        }
+    }
+    outcome
+}
+
+async fn exchange(socket: &mut ClientSocket, credential: &mut impl HelloCredential) -> Result<HelloOk, HelloError> {
+    let challenge = match credential.opening() {
+        Opening::Challenge => Some(challenge(socket).await?),
+        Opening::Presence(limit) => {
+            presence(socket, limit).await?;
+            None
         }
     };
-    let nonce = protocol::new_nonce()?;
-    let frame = ClientMessage::Hello(Hello {
-        protocol: Some(protocol::PROTOCOL_VERSION),
-        nonce: Some(nonce.clone()),
-        proof: Some(protocol::client_proof(token, &challenge, &nonce)),
-        client: Some(client.to_owned()),
-        ..Default::default()
-    });
-    socket.send(Message::text(frame.to_json())).await.context("could not send the hello")?;
+    let nonce = protocol::new_nonce().map_err(HelloError::Internal)?;
+    let mut frame = ClientMessage::Hello(credential.hello(challenge.as_deref(), &nonce));
+    loop {
+        socket.send(Message::text(frame.to_json())).await.map_err(HelloError::SendFailed)?;
+        let limit = credential.answer_limit();
+        let answered = answer(socket, credential, challenge.as_deref(), &nonce);
+        let next = match limit {
+            Some(limit) => tokio::time::timeout(limit, answered).await.map_err(|_| HelloError::TimedOut)??,
+            None => answered.await?,
+        };
+        match next {
+            ControlFlow::Continue(reply) => frame = reply,
+            ControlFlow::Break(ok) => return Ok(ok),
+        }
+    }
+}
+
+/// The credential's reading of the agent's answer to the frame just sent: the next frame to send,
+/// or the open session.
+async fn answer(
+    socket: &mut ClientSocket,
+    credential: &mut impl HelloCredential,
+    challenge: Option<&str>,
+    nonce: &str,
+) -> Result<ControlFlow<HelloOk, ClientMessage>, HelloError> {
+    loop {
+        match credential.answer(next_agent_message(socket).await?, challenge, nonce) {
+            HelloStep::Reply(next) => return Ok(ControlFlow::Continue(next)),
+            HelloStep::Accept(ok) => return Ok(ControlFlow::Break(ok)),
+            HelloStep::Reject(failure) => return Err(failure),
+            HelloStep::Ignore => continue,
+        }
+    }
+}
+
+/// The agent's challenge; one whose nonce is malformed comes from an impostor.
+async fn challenge(socket: &mut ClientSocket) -> Result<String, HelloError> {
     loop {
         match next_agent_message(socket).await? {
-            AgentMessage::HelloOk(ok) => {
-                let proven = ok
-                    .proof
-                    .as_deref()
-                    .is_some_and(|proof| protocol::verify_agent_proof(token, &challenge, &nonce, proof));
-                if !proven {
-                    return Err(refuse_impostor(socket).await);
-                }
-                return Ok(ok);
-            }
-            // A second challenge before hello_ok: a new phone session replaced ours.
-            AgentMessage::Challenge { .. } => bail!("the agent started a new session before answering"),
+            AgentMessage::Challenge { nonce, .. } if protocol::is_hello_nonce(&nonce) => return Ok(nonce),
+            AgentMessage::Challenge { .. } => return Err(HelloError::Impostor),
             _ => continue,
         }
     }
 }
 
-async fn refuse_impostor(socket: &mut ClientSocket) -> anyhow::Error {
-    let _ = socket.close(None).await;
-    NotYourLaptop.into()
+/// Waits for the relay's notice that the agent is present at the code.
+async fn presence(socket: &mut ClientSocket, limit: Duration) -> Result<(), HelloError> {
+    let joined = async {
+        while let Some(frame) = socket.next().await {
+            match frame {
+                Ok(Message::Text(text)) => {
+                    if PeerNotice::parse(&text)
+                        .is_some_and(|n| n.peer == PeerRole::Agent && n.state == PeerState::Joined)
+                    {
+                        return Ok(());
+                    }
+                }
+                Ok(Message::Close(_)) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+        Err(HelloError::Absent)
+    };
+    tokio::time::timeout(limit, joined).await.unwrap_or(Err(HelloError::Absent))
 }
 
-/// The next message from the agent. Refusals, closes and the laptop leaving the relay are errors;
+/// The next message from the agent. Refusals, closes and the agent leaving the relay are errors;
 /// relay notices and frames that are not agent messages are skipped.
-async fn next_agent_message(socket: &mut ClientSocket) -> Result<AgentMessage> {
+async fn next_agent_message(socket: &mut ClientSocket) -> Result<AgentMessage, HelloError> {
     loop {
-        let Some(frame) = socket.next().await else { bail!("the agent closed the connection before answering") };
-        match frame.context("agent connection failed")? {
+        let Some(frame) = socket.next().await else { return Err(HelloError::Ended) };
+        match frame.map_err(HelloError::Failed)? {
             Message::Text(text) => {
                 if let Some(notice) = PeerNotice::parse(&text) {
                     if notice.peer == PeerRole::Agent && notice.state == PeerState::Left {
-                        bail!("the laptop left the relay during the hello");
+                        return Err(HelloError::AgentLeft);
                     }
                     continue;
                 }
                 match serde_json::from_str::<AgentMessage>(&text) {
                     Ok(AgentMessage::Error { code, message }) => {
-                        return Err(Refused { code, message: message.unwrap_or_default() }.into())
+                        return Err(HelloError::Refused { code, message: message.unwrap_or_default() })
                     }
                     Ok(message) => return Ok(message),
                     Err(_) => continue,
                 }
             }
-            Message::Close(frame) => return Err(close_error(frame)),
+            Message::Close(frame) => return Err(HelloError::ClosedBy(frame)),
             _ => continue,
         }
     }
+}
+
+/// The proof of this home's auth token: the credential of `voxa call`, `status` and every test
+/// and bench client.
+struct TokenProof<'a> {
+    token: &'a Secret,
+    client: &'a str,
+}
+
+impl HelloCredential for TokenProof<'_> {
+    fn opening(&self) -> Opening {
+        Opening::Challenge
+    }
+
+    fn hello(&self, challenge: Option<&str>, nonce: &str) -> Hello {
+        Hello {
+            protocol: Some(protocol::PROTOCOL_VERSION),
+            nonce: Some(nonce.to_owned()),
+            proof: Some(protocol::client_proof(self.token, challenge.unwrap_or_default(), nonce)),
+            client: Some(self.client.to_owned()),
+            ..Default::default()
+        }
+    }
+
+    fn answer_limit(&self) -> Option<Duration> {
+        None
+    }
+
+    fn answer(&mut self, answer: AgentMessage, challenge: Option<&str>, nonce: &str) -> HelloStep {
+        match answer {
+            AgentMessage::HelloOk(ok) => {
+                let challenge = challenge.unwrap_or_default();
+                let proven = ok
+                    .proof
+                    .as_deref()
+                    .is_some_and(|proof| protocol::verify_agent_proof(self.token, challenge, nonce, proof));
+                if proven {
+                    HelloStep::Accept(ok)
+                } else {
+                    HelloStep::Reject(HelloError::Impostor)
+                }
+            }
+            // A second challenge before hello_ok: a new phone session replaced ours.
+            AgentMessage::Challenge { .. } => HelloStep::Reject(HelloError::Restarted),
+            _ => HelloStep::Ignore,
+        }
+    }
+}
+
+/// Completes the session start on a socket to an agent (loopback, or a phone's socket at the
+/// relay): waits for the challenge, sends the hello, checks the agent's proof. A wrong or
+/// missing proof closes the socket and fails with [`NotYourLaptop`]. No timeout of its own.
+pub async fn hello(socket: &mut ClientSocket, token: &Secret, client: &str) -> Result<HelloOk> {
+    hello_with(socket, &mut TokenProof { token, client }).await.map_err(|failure| match failure {
+        HelloError::Ended => anyhow!("the agent closed the connection before answering"),
+        HelloError::ClosedBy(frame) => close_error(frame),
+        HelloError::Failed(err) => anyhow::Error::new(err).context("agent connection failed"),
+        HelloError::SendFailed(err) => anyhow::Error::new(err).context("could not send the hello"),
+        HelloError::AgentLeft => anyhow!("the laptop left the relay during the hello"),
+        HelloError::Refused { code, message } => Refused { code, message }.into(),
+        HelloError::Impostor => NotYourLaptop.into(),
+        HelloError::Restarted => anyhow!("the agent started a new session before answering"),
+        HelloError::Absent | HelloError::TimedOut | HelloError::Unexpected => {
+            anyhow!("the agent did not answer the hello")
+        }
+        HelloError::Internal(err) => err,
+    })
 }
 
 /// A close frame as an error: a refusal code in its reason becomes [`Refused`].
