@@ -169,45 +169,16 @@ impl RelayLink {
                 result = dial::connect(&self.url, &self.dial) => result,
             };
             match connected {
-                Ok(socket) => {
-                    self.ctx.status.relay_connected.store(true, Ordering::Relaxed);
-                    self.report(LinkEvent::Connected { relay: self.relay.to_string() });
-                    let since = Instant::now();
-                    // A connection runs in its own task: should anything in it panic, the dialer
-                    // notices, reports it and dials again instead of going silent for good.
-                    let mut connection = self.ctx.tasks.spawn({
-                        let link = self.clone();
-                        let shutdown = shutdown.clone();
-                        async move { link.serve(socket, &shutdown).await }
-                    });
-                    let joined = tokio::select! {
-                        joined = &mut connection => joined,
-                        _ = tokio::time::sleep(self.backoff.healthy_after) => {
-                            // Held the code long enough: whoever took it before is gone.
-                            self.end_replaced_episode();
-                            connection.await
-                        }
-                    };
-                    let ended = joined.unwrap_or_else(|err| {
-                        warn!(%err, "relay connection task failed");
-                        Ended::Lost("internal error".into())
-                    });
-                    self.ctx.status.relay_connected.store(false, Ordering::Relaxed);
-                    self.ctx.status.phone_present.store(false, Ordering::Relaxed);
-                    if since.elapsed() >= self.backoff.healthy_after {
-                        backoff.reset();
+                Ok(socket) => match self.connection(socket, &shutdown, &mut backoff).await {
+                    Ended::Shutdown => return,
+                    Ended::Replaced if last_abandoned_dial.is_some_and(|at| at.elapsed() < STALE_DIAL_WINDOW) => {
+                        // Most likely our own abandoned dial arriving late: it is dead, so dial again.
+                        last_abandoned_dial = None;
+                        self.report(LinkEvent::ReplacedByLateDial);
                     }
-                    match ended {
-                        Ended::Shutdown => return,
-                        Ended::Replaced if last_abandoned_dial.is_some_and(|at| at.elapsed() < STALE_DIAL_WINDOW) => {
-                            // Most likely our own abandoned dial arriving late: it is dead, so dial again.
-                            last_abandoned_dial = None;
-                            self.report(LinkEvent::ReplacedByLateDial);
-                        }
-                        Ended::Replaced => self.on_replaced(),
-                        Ended::Lost(reason) => self.report(LinkEvent::Lost { reason }),
-                    }
-                }
+                    Ended::Replaced => self.on_replaced(),
+                    Ended::Lost(reason) => self.report(LinkEvent::Lost { reason }),
+                },
                 Err(err) => {
                     last_abandoned_dial = Some(Instant::now());
                     self.report(LinkEvent::Unreachable { reason: format!("{err:#}") });
@@ -220,6 +191,44 @@ impl RelayLink {
                 _ = tokio::time::sleep(delay) => {}
             }
         }
+    }
+
+    /// One connection to the relay, served until it ends. The backoff starts over after a
+    /// connection that proved healthy.
+    async fn connection(
+        &self,
+        socket: dial::ClientSocket,
+        shutdown: &CancellationToken,
+        backoff: &mut Backoff,
+    ) -> Ended {
+        self.ctx.status.relay_connected.store(true, Ordering::Relaxed);
+        self.report(LinkEvent::Connected { relay: self.relay.to_string() });
+        let since = Instant::now();
+        // A connection runs in its own task: should anything in it panic, the dialer notices,
+        // reports it and dials again instead of going silent for good.
+        let mut connection = self.ctx.tasks.spawn({
+            let link = self.clone();
+            let shutdown = shutdown.clone();
+            async move { link.serve(socket, &shutdown).await }
+        });
+        let joined = tokio::select! {
+            joined = &mut connection => joined,
+            _ = tokio::time::sleep(self.backoff.healthy_after) => {
+                // Held the code long enough: whoever took it before is gone.
+                self.end_replaced_episode();
+                connection.await
+            }
+        };
+        let ended = joined.unwrap_or_else(|err| {
+            warn!(%err, "relay connection task failed");
+            Ended::Lost("internal error".into())
+        });
+        self.ctx.status.relay_connected.store(false, Ordering::Relaxed);
+        self.ctx.status.phone_present.store(false, Ordering::Relaxed);
+        if since.elapsed() >= self.backoff.healthy_after {
+            backoff.reset();
+        }
+        ended
     }
 
     /// Another agent took this code: loud once per episode, quiet after that.
@@ -274,43 +283,20 @@ impl RelayLink {
                     Pulse::Ping => { let _ = out_tx.try_send(Message::Ping(Default::default())); }
                 },
                 _ = sleep_until(deadline) => {
-                    let code = self.gate.timeout_code();
-                    send(&out_tx, AgentMessage::Error { code, message: Some("no hello in time".into()) }).await;
                     peer = Peer::Refused;
-                    if code == ErrorCode::ExecutorUnauthenticated {
-                        // A peer on a pairing's code that does not prove itself is closed out;
-                        // the link comes back for the next host.
-                        let _ = out_tx.try_send(close_message(CloseCode::Policy, code.as_str()));
-                        break Ended::Lost("a peer on the pairing's code did not authenticate in time".into());
+                    if let Err(ended) = self.refuse_silent_peer(&out_tx).await {
+                        break ended;
                     }
                 }
                 frame = stream.next() => {
-                    let Some(frame) = frame else { break Ended::Lost("relay closed the connection".into()) };
                     let frame = match frame {
-                        Ok(frame) => frame,
-                        Err(err) => break Ended::Lost(format!("{err}")),
+                        None => break Ended::Lost("relay closed the connection".into()),
+                        Some(Err(err)) => break Ended::Lost(format!("{err}")),
+                        Some(Ok(frame)) => frame,
                     };
                     liveness.heard();
-                    match frame {
-                        Message::Text(text) => {
-                            if let Some(notice) = PeerNotice::parse(&text) {
-                                peer = self.on_notice(notice, peer, &outbox).await;
-                            } else {
-                                peer = self.on_text(peer, &text, &outbox).await;
-                            }
-                        }
-                        Message::Binary(data) => {
-                            if let Peer::Ready { session, .. } = &mut peer {
-                                session.on_binary(&data).await;
-                            }
-                        }
-                        Message::Close(frame) => {
-                            if frame.as_ref().is_some_and(|f| u16::from(f.code) == close::REPLACED) {
-                                break Ended::Replaced;
-                            }
-                            break Ended::Lost("relay closed the connection".into());
-                        }
-                        _ => {}
+                    if let Err(ended) = self.on_frame(frame, &mut peer, &outbox).await {
+                        break ended;
                     }
                 }
             }
@@ -319,6 +305,42 @@ impl RelayLink {
         drop(out_tx);
         outbox.finish().await;
         ended
+    }
+
+    /// Refuses a peer that sent no hello in time. On a pairing's code it is also closed out (the
+    /// link ends and comes back for the next host).
+    async fn refuse_silent_peer(&self, out_tx: &mpsc::Sender<Message>) -> Result<(), Ended> {
+        let code = self.gate.timeout_code();
+        send(out_tx, AgentMessage::Error { code, message: Some("no hello in time".into()) }).await;
+        if code == ErrorCode::ExecutorUnauthenticated {
+            let _ = out_tx.try_send(close_message(CloseCode::Policy, code.as_str()));
+            return Err(Ended::Lost("a peer on the pairing's code did not authenticate in time".into()));
+        }
+        Ok(())
+    }
+
+    /// One frame from the relay: a notice, the peer's text or audio, or the relay's close.
+    async fn on_frame(&self, frame: Message, peer: &mut Peer, outbox: &Outbox) -> Result<(), Ended> {
+        match frame {
+            Message::Text(text) => {
+                let current = std::mem::replace(peer, Peer::Absent);
+                *peer = match PeerNotice::parse(&text) {
+                    Some(notice) => self.on_notice(notice, current, outbox).await,
+                    None => self.on_text(current, &text, outbox).await,
+                };
+            }
+            Message::Binary(data) => {
+                if let Peer::Ready { session, .. } = peer {
+                    session.on_binary(&data).await;
+                }
+            }
+            Message::Close(frame) if frame.as_ref().is_some_and(|f| u16::from(f.code) == close::REPLACED) => {
+                return Err(Ended::Replaced)
+            }
+            Message::Close(_) => return Err(Ended::Lost("relay closed the connection".into())),
+            _ => {}
+        }
+        Ok(())
     }
 
     async fn on_notice(&self, notice: PeerNotice, peer: Peer, outbox: &Outbox) -> Peer {

@@ -84,6 +84,33 @@ impl RunningAgent {
 /// Starts the loopback server on `listener` and, with a relay, the relay link.
 pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: CancellationToken) -> Result<RunningAgent> {
     let loopback = listener.local_addr().context("loopback listener has no address")?;
+    let ctx = Arc::new(build_context(&options, &shutdown)?);
+    let environment_side = env_side::EnvSideOptions {
+        home: options.home.clone(),
+        relay: options.relay.clone(),
+        dial: options.dial.clone(),
+        heartbeat: options.heartbeat,
+        backoff: options.backoff,
+        events: options.events.clone(),
+    };
+    env_side::spawn_environment_side(environment_side, &ctx, shutdown.clone())?;
+    let gate: Arc<dyn Gate> = Arc::new(TokenGate { token: options.secrets.auth_token.clone(), caller: "loopback" });
+    ctx.tasks.spawn({
+        let ctx = ctx.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            if let Err(err) = loopback::run(listener, ctx, gate, shutdown).await {
+                warn!("loopback server stopped: {err:#}");
+            }
+        }
+    });
+    spawn_relay_links(options, &ctx, &shutdown);
+    Ok(RunningAgent { loopback, ctx, shutdown })
+}
+
+/// What the agent's sessions share: the toolbox (its tools kept out of the home), the voice
+/// settings, the relay shown in status, and the router to environments.
+fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result<AgentContext> {
     let audit = crate::audit::Audit::new(options.home.audit_dir()?);
     let toolbox = Toolbox::new(ToolboxOptions {
         workspace: options.workspace.clone(),
@@ -96,7 +123,7 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
     })?;
     let tasks = TaskTracker::new();
     let mut ctx = AgentContext::new(toolbox, tasks.clone());
-    ctx.gemini = options.gemini.map(Arc::new);
+    ctx.gemini = options.gemini.clone().map(Arc::new);
     if let Some(relay) = &options.relay {
         if let Ok(mut shown) = ctx.status.relay.lock() {
             *shown = relay.to_string();
@@ -107,51 +134,35 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
         dial: options.dial.clone(),
         relay: options.relay.clone(),
         toolbox: Some(ctx.toolbox.clone()),
-        tasks: tasks.clone(),
+        tasks,
         shutdown: shutdown.clone(),
     })));
-    let ctx = Arc::new(ctx);
-    let environment_side = env_side::EnvSideOptions {
-        home: options.home.clone(),
-        relay: options.relay.clone(),
-        dial: options.dial.clone(),
+    Ok(ctx)
+}
+
+/// The relay link on this home's code and, for a while after `pair --rotate`, one on the code it
+/// replaced. Does nothing without a relay.
+fn spawn_relay_links(options: AgentOptions, ctx: &Arc<AgentContext>, shutdown: &CancellationToken) {
+    let Some(relay) = options.relay else { return };
+    let link = RelayLink {
+        url: relay.socket_url("/agent", options.secrets.relay_code.expose()),
+        relay,
+        dial: options.dial,
         heartbeat: options.heartbeat,
         backoff: options.backoff,
-        events: options.events.clone(),
+        gate: Arc::new(TokenGate { token: options.secrets.auth_token.clone(), caller: "phone" }),
+        ctx: ctx.clone(),
+        events: Some(options.events),
     };
-    env_side::spawn_environment_side(environment_side, &ctx, shutdown.clone())?;
-    let gate: Arc<dyn Gate> = Arc::new(TokenGate { token: options.secrets.auth_token.clone(), caller: "loopback" });
-    tasks.spawn({
-        let ctx = ctx.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            if let Err(err) = loopback::run(listener, ctx, gate, shutdown).await {
-                warn!("loopback server stopped: {err:#}");
-            }
+    // A code the home no longer trusts must not stop the agent; it is only left unanswered.
+    match options.home.retired_code() {
+        Ok(Some(retired)) => {
+            let gate = TokenGate { token: options.secrets.auth_token.clone(), caller: "phone" };
+            let link = RelayLink { gate: Arc::new(retired::RetiredGate { current: gate }), ..link.clone() };
+            retired::spawn_retired_link(&link, retired, options.retired_window, ctx, shutdown);
         }
-    });
-    if let Some(relay) = options.relay {
-        let link = RelayLink {
-            url: relay.socket_url("/agent", options.secrets.relay_code.expose()),
-            relay,
-            dial: options.dial,
-            heartbeat: options.heartbeat,
-            backoff: options.backoff,
-            gate: Arc::new(TokenGate { token: options.secrets.auth_token.clone(), caller: "phone" }),
-            ctx: ctx.clone(),
-            events: Some(options.events),
-        };
-        // A code the home no longer trusts must not stop the agent; it is only left unanswered.
-        match options.home.retired_code() {
-            Ok(Some(retired)) => {
-                let gate = TokenGate { token: options.secrets.auth_token.clone(), caller: "phone" };
-                let link = RelayLink { gate: Arc::new(retired::RetiredGate { current: gate }), ..link.clone() };
-                retired::spawn_retired_link(&link, retired, options.retired_window, &ctx, &shutdown);
-            }
-            Ok(None) => {}
-            Err(err) => warn!("the relay code replaced by `pair --rotate` is not answered: {err:#}"),
-        }
-        tasks.spawn(link.run(shutdown.clone()).instrument(info_span!("relay_link")));
+        Ok(None) => {}
+        Err(err) => warn!("the relay code replaced by `pair --rotate` is not answered: {err:#}"),
     }
-    Ok(RunningAgent { loopback, ctx, shutdown })
+    ctx.tasks.spawn(link.run(shutdown.clone()).instrument(info_span!("relay_link")));
 }

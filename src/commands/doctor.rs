@@ -680,62 +680,80 @@ async fn check_gemini_reachable(dial: Option<&DialOptions>) -> Check {
 /// port that it holds this home's auth token (the token itself never crosses the socket), and
 /// the same version as this binary.
 async fn check_agent(home: &Path) -> Check {
-    const NAME: &str = "agent";
     let path = home.join(AGENT_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            return Check::warn(NAME, "not running", "voxa run (or voxa service install to run it at login)")
-        }
-        Err(err) => {
-            return Check::warn(
-                NAME,
-                format!("cannot read {}: {err}", path.display()),
-                "check its owner and permissions",
-            )
-        }
+    let info = match recorded_agent(home, &path) {
+        Ok(info) => info,
+        Err(check) => return check,
     };
-    let stale_fix = format!("rm {}, then voxa run", path.display());
-    let Ok(info) = serde_json::from_slice::<AgentFile>(&bytes) else {
-        return Check::warn(NAME, format!("{} is not valid", path.display()), stale_fix);
-    };
-    if !crate::state::process_alive(info.pid) {
-        return Check::warn(
-            NAME,
-            format!("stale {}: pid {} is not running (the agent did not exit cleanly)", path.display(), info.pid),
-            stale_fix,
-        );
-    }
-    // A live agent holds its home's lock for its whole life; a live pid without it was reused.
-    match Home::at(home).running_agent() {
-        Ok(Some(_)) => {}
-        Ok(None) => {
-            return Check::warn(
-                NAME,
-                format!(
-                    "stale {}: pid {} is alive but is not this home's agent (it holds no agent lock)",
-                    path.display(),
-                    info.pid
-                ),
-                stale_fix,
-            )
-        }
-        Err(err) => return Check::warn(NAME, format!("{err:#}"), "check the home's permissions"),
-    }
     let Some(token) =
         std::fs::read_to_string(home.join(AUTH_TOKEN_FILE)).ok().and_then(|t| Secret::parse_hex128(&t).ok())
     else {
         return Check::warn(
-            NAME,
+            AGENT_CHECK,
             format!("pid {} on port {}: not verified without a valid auth token", info.pid, info.port),
             "see the secrets check",
         );
     };
-    let answered = match verify_loopback(info.port, &token).await {
+    answering_agent(&info, &token, &path).await
+}
+
+/// Name of the agent check.
+const AGENT_CHECK: &str = "agent";
+
+/// The agent `agent.json` at `path` names, if it is a live process holding the home's agent lock;
+/// otherwise the check's warning.
+fn recorded_agent(home: &Path, path: &Path) -> Result<AgentFile, Check> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Check::warn(
+                AGENT_CHECK,
+                "not running",
+                "voxa run (or voxa service install to run it at login)",
+            ))
+        }
+        Err(err) => {
+            return Err(Check::warn(
+                AGENT_CHECK,
+                format!("cannot read {}: {err}", path.display()),
+                "check its owner and permissions",
+            ))
+        }
+    };
+    let stale_fix = format!("rm {}, then voxa run", path.display());
+    let Ok(info) = serde_json::from_slice::<AgentFile>(&bytes) else {
+        return Err(Check::warn(AGENT_CHECK, format!("{} is not valid", path.display()), stale_fix));
+    };
+    if !crate::state::process_alive(info.pid) {
+        return Err(Check::warn(
+            AGENT_CHECK,
+            format!("stale {}: pid {} is not running (the agent did not exit cleanly)", path.display(), info.pid),
+            stale_fix,
+        ));
+    }
+    // A live agent holds its home's lock for its whole life; a live pid without it was reused.
+    match Home::at(home).running_agent() {
+        Ok(Some(_)) => Ok(info),
+        Ok(None) => Err(Check::warn(
+            AGENT_CHECK,
+            format!(
+                "stale {}: pid {} is alive but is not this home's agent (it holds no agent lock)",
+                path.display(),
+                info.pid
+            ),
+            stale_fix,
+        )),
+        Err(err) => Err(Check::warn(AGENT_CHECK, format!("{err:#}"), "check the home's permissions")),
+    }
+}
+
+/// Whether the recorded agent proves on its port that it is this laptop's, and runs this version.
+async fn answering_agent(info: &AgentFile, token: &Secret, path: &Path) -> Check {
+    let answered = match verify_loopback(info.port, token).await {
         Ok(hello_ok) => hello_ok,
         Err(err) => {
             return Check::fail(
-                NAME,
+                AGENT_CHECK,
                 format!("pid {} on port {} did not answer as this laptop's agent: {err:#}", info.pid, info.port),
                 format!(
                     "restart the agent (one started before `voxa pair --rotate` still holds the old token; a stuck one \
@@ -748,7 +766,7 @@ async fn check_agent(home: &Path) -> Check {
     };
     if answered.agent != crate::agent_name() {
         return Check::warn(
-            NAME,
+            AGENT_CHECK,
             format!(
                 "pid {} on port {} runs {}, this binary is {}",
                 info.pid,
@@ -760,7 +778,7 @@ async fn check_agent(home: &Path) -> Check {
         );
     }
     Check::ok(
-        NAME,
+        AGENT_CHECK,
         format!(
             "pid {} answering on 127.0.0.1:{} as this laptop's agent, version {}",
             info.pid, info.port, info.version

@@ -231,60 +231,14 @@ pub struct Revoked {
 /// pairing by id. The running agent closes their sessions within one poll of the file.
 pub fn revoke(home: &Home, target: &str, host_token: &str, caller: &str) -> Result<Revoked> {
     store::authorize(home, Some(host_token))?;
-    let target = target.trim();
-    enum By {
-        Bearer([u8; 32]),
-        EnvKey(String),
-        Id(String),
-    }
-    let by = if line::looks_like_bearer(target) {
-        let bearer = line::parse_bearer(target)
-            .ok_or_else(|| ConfigError::new("that is not a bearer (`vbx_` followed by 32 hex characters)"))?;
-        By::Bearer(store::bearer_hash(bearer.expose()))
-    } else if identity::parse_env_key(target).is_some() {
-        By::EnvKey(target.to_owned())
-    } else if target.starts_with("p_") {
-        By::Id(target.to_owned())
-    } else {
-        return Err(ConfigError::new("give the envKey, the bearer (vbx_…) or the pairing id (p_…) to revoke").into());
-    };
+    let by = RevokeTarget::parse(target.trim())?;
     let revoked = store::update(home, |_, pairings| {
-        let mut ended: Vec<(String, IssuedPairing)> = Vec::new();
-        for (env_key, list) in pairings.issued.iter_mut() {
-            let matches = |p: &IssuedPairing| match &by {
-                By::Bearer(hash) => bool::from(store::hash_matches(&p.bearer_sha256, hash)),
-                By::EnvKey(key) => key == env_key,
-                By::Id(id) => &p.id == id,
-            };
-            let (gone, kept): (Vec<_>, Vec<_>) = list.drain(..).partition(|p| matches(p));
-            *list = kept;
-            ended.extend(gone.into_iter().map(|p| (env_key.clone(), p)));
-        }
-        pairings.issued.retain(|_, list| !list.is_empty());
+        let ended = by.take_issued(pairings);
         if ended.is_empty() {
-            let already = match &by {
-                By::Bearer(hash) => pairings.is_revoked(hash),
-                By::EnvKey(key) => pairings.revoked_bearers.contains_key(key),
-                By::Id(id) => pairings.revoked_bearers.values().flatten().any(|r| r.id.as_deref() == Some(id)),
-            };
-            if already {
+            if by.already_revoked(pairings) {
                 return Ok(Revoked { pairings: Vec::new(), already: true });
             }
-            return Err(match by {
-                By::Bearer(_) => Refused {
-                    code: ErrorCode::BearerRefused,
-                    message: "no pairing issued by this machine has that bearer".into(),
-                }
-                .into(),
-                By::EnvKey(_) => Refused {
-                    code: ErrorCode::UnknownEnvironment,
-                    message: "no pairing issued by this machine is bound to that envKey".into(),
-                }
-                .into(),
-                By::Id(_) => {
-                    ConfigError::new("no pairing with that id was issued here; `voxa env list` shows them").into()
-                }
-            });
+            return Err(by.not_found());
         }
         let mut ids = Vec::new();
         for (env_key, pairing) in ended {
@@ -297,8 +251,86 @@ pub fn revoke(home: &Home, target: &str, host_token: &str, caller: &str) -> Resu
         }
         Ok(Revoked { pairings: ids, already: false })
     })?;
+    audit_revocations(home, caller, &revoked.pairings)?;
+    Ok(revoked)
+}
+
+/// What `revoke` was given: a bearer (kept as its hash), an envKey or a pairing id.
+enum RevokeTarget {
+    Bearer([u8; 32]),
+    EnvKey(String),
+    Id(String),
+}
+
+impl RevokeTarget {
+    fn parse(target: &str) -> Result<Self> {
+        if line::looks_like_bearer(target) {
+            let bearer = line::parse_bearer(target)
+                .ok_or_else(|| ConfigError::new("that is not a bearer (`vbx_` followed by 32 hex characters)"))?;
+            Ok(RevokeTarget::Bearer(store::bearer_hash(bearer.expose())))
+        } else if identity::parse_env_key(target).is_some() {
+            Ok(RevokeTarget::EnvKey(target.to_owned()))
+        } else if target.starts_with("p_") {
+            Ok(RevokeTarget::Id(target.to_owned()))
+        } else {
+            Err(ConfigError::new("give the envKey, the bearer (vbx_…) or the pairing id (p_…) to revoke").into())
+        }
+    }
+
+    fn matches(&self, env_key: &str, pairing: &IssuedPairing) -> bool {
+        match self {
+            RevokeTarget::Bearer(hash) => bool::from(store::hash_matches(&pairing.bearer_sha256, hash)),
+            RevokeTarget::EnvKey(key) => key == env_key,
+            RevokeTarget::Id(id) => &pairing.id == id,
+        }
+    }
+
+    /// Takes the issued pairings this names out of `pairings`, with the envKey each was bound to.
+    fn take_issued(&self, pairings: &mut store::Pairings) -> Vec<(String, IssuedPairing)> {
+        let mut ended = Vec::new();
+        for (env_key, list) in pairings.issued.iter_mut() {
+            let (gone, kept): (Vec<_>, Vec<_>) = list.drain(..).partition(|p| self.matches(env_key, p));
+            *list = kept;
+            ended.extend(gone.into_iter().map(|p| (env_key.clone(), p)));
+        }
+        pairings.issued.retain(|_, list| !list.is_empty());
+        ended
+    }
+
+    /// Whether what this names was revoked before.
+    fn already_revoked(&self, pairings: &store::Pairings) -> bool {
+        match self {
+            RevokeTarget::Bearer(hash) => pairings.is_revoked(hash),
+            RevokeTarget::EnvKey(key) => pairings.revoked_bearers.contains_key(key),
+            RevokeTarget::Id(id) => pairings.revoked_bearers.values().flatten().any(|r| r.id.as_deref() == Some(id)),
+        }
+    }
+
+    /// The error for a target that names no pairing, issued or revoked.
+    fn not_found(&self) -> anyhow::Error {
+        match self {
+            RevokeTarget::Bearer(_) => Refused {
+                code: ErrorCode::BearerRefused,
+                message: "no pairing issued by this machine has that bearer".into(),
+            }
+            .into(),
+            RevokeTarget::EnvKey(_) => Refused {
+                code: ErrorCode::UnknownEnvironment,
+                message: "no pairing issued by this machine is bound to that envKey".into(),
+            }
+            .into(),
+            RevokeTarget::Id(_) => {
+                ConfigError::new("no pairing with that id was issued here; `voxa env list` shows them").into()
+            }
+        }
+    }
+}
+
+/// One audit record per revoked pairing. A record that cannot be written is logged, not fatal:
+/// the revocation itself is already saved.
+fn audit_revocations(home: &Home, caller: &str, ids: &[String]) -> Result<()> {
     let audit = crate::audit::Audit::new(home.audit_dir()?);
-    for id in &revoked.pairings {
+    for id in ids {
         let record = crate::audit::EventRecord {
             caller: caller.to_owned(),
             event: "revoke".into(),
@@ -310,7 +342,7 @@ pub fn revoke(home: &Home, target: &str, host_token: &str, caller: &str) -> Resu
             tracing::warn!("could not write the audit record of revoking {id}: {err:#}");
         }
     }
-    Ok(revoked)
+    Ok(())
 }
 
 /// An environment the host forgot.

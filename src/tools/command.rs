@@ -15,6 +15,7 @@
 
 use std::ffi::OsString;
 use std::io::{ErrorKind, Read, Write};
+use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -190,75 +191,69 @@ impl Pump {
     fn run(mut self) -> PumpOutcome {
         let mut stripper = AnsiStripper::new();
         let mut buf = vec![0u8; 16 << 10];
-        let mut eof = false;
-        let mut status = None;
-        let mut exited_at: Option<Instant> = None;
-        // Whether a look at the terminal begun after the exit found nothing waiting.
-        let mut quiet_since_exit = false;
-        let mut killed_at: Option<Instant> = None;
+        let mut state = ReadState::default();
         let fd = self.master.as_raw_fd();
-        // Once the terminal is closed, the shell's exit status follows within moments: look
-        // again soon, then less often, instead of a full poll interval every time.
-        let mut recheck = Duration::from_micros(100);
         loop {
-            if killed_at.is_none() && self.kill.load(Ordering::Acquire) {
+            if state.killed_at.is_none() && self.kill.load(Ordering::Acquire) {
                 self.kill_all();
-                killed_at = Some(Instant::now());
+                state.killed_at = Some(Instant::now());
             }
-            match (eof, fd) {
-                (false, Some(fd)) => {
-                    let mut poll = [filedescriptor::pollfd { fd, events: filedescriptor::POLLIN, revents: 0 }];
-                    let after_exit = exited_at.is_some();
-                    match filedescriptor::poll(&mut poll, Some(POLL_INTERVAL)) {
-                        Ok(0) => quiet_since_exit |= after_exit,
-                        Ok(_) => match self.reader.read(&mut buf) {
-                            Ok(0) => eof = true,
-                            Ok(n) => self.output.push(&stripper.feed(&buf[..n])),
-                            Err(err) if matches!(err.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock) => {}
-                            Err(err) => {
-                                tracing::debug!(%err, "command terminal read failed");
-                                eof = true;
-                            }
-                        },
-                        Err(err) => {
-                            tracing::warn!(%err, "could not poll the command terminal");
-                            eof = true;
-                        }
-                    }
-                }
-                _ => {
-                    std::thread::sleep(recheck);
-                    recheck = (recheck * 2).min(POLL_INTERVAL);
-                }
+            match (state.eof, fd) {
+                (false, Some(fd)) => self.read_waiting(fd, &mut state, &mut stripper, &mut buf),
+                _ => state.wait_for_exit(),
             }
             self.output.flush_progress();
-            if status.is_none() {
-                match self.reap() {
-                    Ok(Some(exit)) => {
-                        status = Some(exit);
-                        // The drain starts once the (possibly slow) kill in `reap` is done.
-                        exited_at = Some(Instant::now());
-                    }
-                    Ok(None) => {}
-                    Err(err) => {
-                        tracing::warn!(%err, "could not wait for the command");
-                        self.kill_all();
-                        break;
-                    }
-                }
+            if state.status.is_none() && !self.note_exit(&mut state) {
+                break;
             }
-            if let Some(exited_at) = exited_at {
-                if drain_done(eof, quiet_since_exit, exited_at.elapsed(), DRAIN_GRACE) {
-                    break;
-                }
-            } else if killed_at.is_some_and(|at| at.elapsed() >= KILL_GRACE) {
-                tracing::warn!(pid = ?self.pid, "command did not die after SIGKILL; giving up on it");
+            if state.finished(self.pid) {
                 break;
             }
         }
         self.output.push(&stripper.finish());
         self.output.flush_progress();
-        PumpOutcome { status, output: self.output }
+        PumpOutcome { status: state.status, output: self.output }
+    }
+
+    /// Reads what the terminal has waiting, after at most one [`POLL_INTERVAL`].
+    fn read_waiting(&mut self, fd: RawFd, state: &mut ReadState, stripper: &mut AnsiStripper, buf: &mut [u8]) {
+        let mut poll = [filedescriptor::pollfd { fd, events: filedescriptor::POLLIN, revents: 0 }];
+        let after_exit = state.exited_at.is_some();
+        match filedescriptor::poll(&mut poll, Some(POLL_INTERVAL)) {
+            Ok(0) => state.quiet_since_exit |= after_exit,
+            Ok(_) => match self.reader.read(buf) {
+                Ok(0) => state.eof = true,
+                Ok(n) => self.output.push(&stripper.feed(&buf[..n])),
+                Err(err) if matches!(err.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock) => {}
+                Err(err) => {
+                    tracing::debug!(%err, "command terminal read failed");
+                    state.eof = true;
+                }
+            },
+            Err(err) => {
+                tracing::warn!(%err, "could not poll the command terminal");
+                state.eof = true;
+            }
+        }
+    }
+
+    /// Notes the shell's exit status once it has one. False when the shell cannot be waited for
+    /// (everything is killed then, and reading stops).
+    fn note_exit(&mut self, state: &mut ReadState) -> bool {
+        match self.reap() {
+            Ok(Some(exit)) => {
+                state.status = Some(exit);
+                // The drain starts once the (possibly slow) kill in `reap` is done.
+                state.exited_at = Some(Instant::now());
+                true
+            }
+            Ok(None) => true,
+            Err(err) => {
+                tracing::warn!(%err, "could not wait for the command");
+                self.kill_all();
+                false
+            }
+        }
     }
 
     /// The shell's exit status once it has exited. Whatever it left behind in its session is
@@ -278,6 +273,52 @@ impl Pump {
         if let Some(pid) = self.pid {
             kill_tree(pid, true);
         }
+    }
+}
+
+/// Where the reading of one command stands.
+struct ReadState {
+    eof: bool,
+    status: Option<portable_pty::ExitStatus>,
+    exited_at: Option<Instant>,
+    /// Whether a look at the terminal begun after the exit found nothing waiting.
+    quiet_since_exit: bool,
+    killed_at: Option<Instant>,
+    /// Once the terminal is closed, the shell's exit status follows within moments: look again
+    /// soon, then less often, instead of a full poll interval every time.
+    recheck: Duration,
+}
+
+impl Default for ReadState {
+    fn default() -> Self {
+        ReadState {
+            eof: false,
+            status: None,
+            exited_at: None,
+            quiet_since_exit: false,
+            killed_at: None,
+            recheck: Duration::from_micros(100),
+        }
+    }
+}
+
+impl ReadState {
+    /// With the terminal closed, waits a moment before the exit status is looked for again.
+    fn wait_for_exit(&mut self) {
+        std::thread::sleep(self.recheck);
+        self.recheck = (self.recheck * 2).min(POLL_INTERVAL);
+    }
+
+    /// Whether reading is over: the drain after the exit is done, or a killed shell is given up on.
+    fn finished(&self, pid: Option<u32>) -> bool {
+        if let Some(exited_at) = self.exited_at {
+            return drain_done(self.eof, self.quiet_since_exit, exited_at.elapsed(), DRAIN_GRACE);
+        }
+        let given_up = self.killed_at.is_some_and(|at| at.elapsed() >= KILL_GRACE);
+        if given_up {
+            tracing::warn!(?pid, "command did not die after SIGKILL; giving up on it");
+        }
+        given_up
     }
 }
 

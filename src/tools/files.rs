@@ -12,6 +12,7 @@ use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -125,6 +126,30 @@ pub(crate) fn write_file(
 ) -> Result<Value, ToolError> {
     let WriteRequest { path, content, encoding, create_dirs } = request;
     let path = path.as_str();
+    let bytes = decode_content(content, *encoding)?;
+    let resolved = workspace.resolve(path)?;
+    let relative = resolved.relative(workspace);
+    let (Some(parent), Some(name)) = (relative.parent(), relative.file_name()) else {
+        return Err(ToolError::new(ErrorCode::InvalidArgs, format!("{path} is the workspace directory")));
+    };
+    let dir = target_dir(workspace, parent, path, *create_dirs)?;
+    let mode = mode_for(&dir, name, path)?;
+    let tmp = OsString::from(format!(".{}.voxa-{:016x}.tmp", name.to_string_lossy(), rand::random::<u64>()));
+    match replace(&dir, &tmp, name, &bytes, mode, cancel) {
+        Ok(true) => Ok(json!({ "path": workspace.display(&resolved.real), "bytes_written": bytes.len() })),
+        Ok(false) => {
+            let _ = beneath::remove_file(&dir, &tmp);
+            Err(ToolError::new(ErrorCode::Cancelled, format!("cancelled; {path} was not changed")))
+        }
+        Err(err) => {
+            let _ = beneath::remove_file(&dir, &tmp);
+            Err(io_error(path, &err))
+        }
+    }
+}
+
+/// The bytes to write, within [`MAX_WRITE_LEN`] (checked before and after decoding).
+fn decode_content(content: &str, encoding: Encoding) -> Result<Cow<'_, [u8]>, ToolError> {
     if content.len() > MAX_WRITE_LEN * 4 / 3 + 4 {
         return Err(too_large(content.len()));
     }
@@ -137,61 +162,60 @@ pub(crate) fn write_file(
     if bytes.len() > MAX_WRITE_LEN {
         return Err(too_large(bytes.len()));
     }
-    let resolved = workspace.resolve(path)?;
-    let relative = resolved.relative(workspace);
-    let (Some(parent), Some(name)) = (relative.parent(), relative.file_name()) else {
-        return Err(ToolError::new(ErrorCode::InvalidArgs, format!("{path} is the workspace directory")));
-    };
-    let dir = match beneath::open_dir(workspace.handle(), parent) {
-        Ok(dir) => dir,
-        Err(err) if err.kind() == ErrorKind::NotFound && *create_dirs => {
-            beneath::create_dirs(workspace.handle(), parent).map_err(|err| io_error(path, &err))?
+    Ok(bytes)
+}
+
+/// The directory the file goes in, opened beneath the workspace (and created with `create_dirs`).
+fn target_dir(workspace: &Workspace, parent: &Path, path: &str, create_dirs: bool) -> Result<OwnedFd, ToolError> {
+    match beneath::open_dir(workspace.handle(), parent) {
+        Ok(dir) => Ok(dir),
+        Err(err) if err.kind() == ErrorKind::NotFound && create_dirs => {
+            beneath::create_dirs(workspace.handle(), parent).map_err(|err| io_error(path, &err))
         }
-        Err(err) if err.kind() == ErrorKind::NotFound => {
-            return Err(ToolError::new(
-                ErrorCode::NotFound,
-                format!("the directory for {path} does not exist; set create_dirs to create it"),
-            ))
-        }
-        Err(err) => return Err(io_error(path, &err)),
-    };
-    let mode = match beneath::stat(&dir, name) {
-        Ok(stat) => match FileType::from_raw_mode(stat.st_mode) {
-            FileType::Directory => {
-                return Err(ToolError::new(ErrorCode::InvalidArgs, format!("{path} is a directory")));
-            }
-            FileType::RegularFile => stat.st_mode & 0o7777,
-            _ => return Err(ToolError::new(ErrorCode::InvalidArgs, format!("{path} is not a regular file"))),
-        },
-        Err(err) if err.kind() == ErrorKind::NotFound => 0o666 & !umask(),
-        Err(err) => return Err(io_error(path, &err)),
-    };
-    let tmp = OsString::from(format!(".{}.voxa-{:016x}.tmp", name.to_string_lossy(), rand::random::<u64>()));
-    let written = (|| -> std::io::Result<bool> {
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let mut file = File::from(rustix::fs::openat(&dir, &tmp, flags, Mode::from_raw_mode(0o600))?);
-        file.write_all(&bytes)?;
-        // Widened only now that the content is final, and before it takes the target's name.
-        rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))?;
-        file.sync_all()?;
-        if cancel.is_cancelled() {
-            return Ok(false);
-        }
-        // rename replaces a symlink swapped in meanwhile instead of following it.
-        beneath::rename(&dir, &tmp, name)?;
-        Ok(true)
-    })();
-    match written {
-        Ok(true) => Ok(json!({ "path": workspace.display(&resolved.real), "bytes_written": bytes.len() })),
-        Ok(false) => {
-            let _ = beneath::remove_file(&dir, &tmp);
-            Err(ToolError::new(ErrorCode::Cancelled, format!("cancelled; {path} was not changed")))
-        }
-        Err(err) => {
-            let _ = beneath::remove_file(&dir, &tmp);
-            Err(io_error(path, &err))
-        }
+        Err(err) if err.kind() == ErrorKind::NotFound => Err(ToolError::new(
+            ErrorCode::NotFound,
+            format!("the directory for {path} does not exist; set create_dirs to create it"),
+        )),
+        Err(err) => Err(io_error(path, &err)),
     }
+}
+
+/// The mode the written file gets: the old file's, or the default for a new one. Anything but a
+/// regular file in the way is refused.
+fn mode_for(dir: &OwnedFd, name: &OsStr, path: &str) -> Result<u32, ToolError> {
+    match beneath::stat(dir, name) {
+        Ok(stat) => match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Directory => Err(ToolError::new(ErrorCode::InvalidArgs, format!("{path} is a directory"))),
+            FileType::RegularFile => Ok(stat.st_mode & 0o7777),
+            _ => Err(ToolError::new(ErrorCode::InvalidArgs, format!("{path} is not a regular file"))),
+        },
+        Err(err) if err.kind() == ErrorKind::NotFound => Ok(0o666 & !umask()),
+        Err(err) => Err(io_error(path, &err)),
+    }
+}
+
+/// Writes `bytes` to a new 0600 file `tmp` in `dir`, gives it `mode` and renames it over `name`;
+/// `false` when `cancel` fired before the rename (the caller removes `tmp`).
+fn replace(
+    dir: &OwnedFd,
+    tmp: &OsStr,
+    name: &OsStr,
+    bytes: &[u8],
+    mode: u32,
+    cancel: &CancellationToken,
+) -> std::io::Result<bool> {
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut file = File::from(rustix::fs::openat(dir, tmp, flags, Mode::from_raw_mode(0o600))?);
+    file.write_all(bytes)?;
+    // Widened only now that the content is final, and before it takes the target's name.
+    rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))?;
+    file.sync_all()?;
+    if cancel.is_cancelled() {
+        return Ok(false);
+    }
+    // rename replaces a symlink swapped in meanwhile instead of following it.
+    beneath::rename(dir, tmp, name)?;
+    Ok(true)
 }
 
 /// This process's file creation mask, read without changing it (`umask(2)` can only swap it).

@@ -11,7 +11,7 @@
 //! `protected-path` even when the workspace contains it.
 
 use std::collections::VecDeque;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::ErrorKind;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
@@ -104,62 +104,23 @@ impl Workspace {
             input_path.to_path_buf()
         };
 
-        let mut pending: VecDeque<OsString> = VecDeque::new();
-        push_front(&mut pending, &relative).map_err(|()| outside(input))?;
-        let mut current = self.root.clone();
-        let mut exists = true;
-        let mut links = 0;
-        while let Some(name) = pending.pop_front() {
+        let mut walk = Walk {
+            workspace: self,
+            input,
+            pending: VecDeque::new(),
+            current: self.root.clone(),
+            exists: true,
+            links: 0,
+        };
+        walk.push(&relative)?;
+        while let Some(name) = walk.pending.pop_front() {
             if name == ".." {
-                if current == self.root {
-                    return Err(outside(input));
-                }
-                current.pop();
-                if !exists {
-                    // Back out of a missing part of the path: what lies below may exist again and
-                    // must be checked for links like any other step.
-                    exists = std::fs::symlink_metadata(&current).is_ok();
-                }
-                continue;
-            }
-            let next = current.join(&name);
-            if !exists {
-                current = next;
-                continue;
-            }
-            match std::fs::symlink_metadata(&next) {
-                Ok(meta) if meta.file_type().is_symlink() => {
-                    links += 1;
-                    if links > MAX_SYMLINKS {
-                        return Err(ToolError::new(
-                            ErrorCode::InvalidArgs,
-                            format!("{input}: too many levels of symbolic links"),
-                        ));
-                    }
-                    let target = std::fs::read_link(&next).map_err(|err| io_error(input, &err))?;
-                    if target.is_absolute() {
-                        // Continue from the root with what the absolute target names under it.
-                        let rest = self.strip_root(&target).ok_or_else(|| outside(input))?;
-                        current = self.root.clone();
-                        push_front(&mut pending, &rest).map_err(|()| outside(input))?;
-                    } else {
-                        push_front(&mut pending, &target).map_err(|()| outside(input))?;
-                    }
-                }
-                Ok(_) => current = next,
-                Err(err) if err.kind() == ErrorKind::NotFound => {
-                    exists = false;
-                    current = next;
-                }
-                Err(err) if err.kind() == ErrorKind::NotADirectory => {
-                    return Err(ToolError::new(
-                        ErrorCode::NotFound,
-                        format!("{input}: a parent of this path is a file, not a directory"),
-                    ));
-                }
-                Err(err) => return Err(io_error(input, &err)),
+                walk.up()?;
+            } else {
+                walk.down(&name)?;
             }
         }
+        let Walk { current, exists, .. } = walk;
         if !current.starts_with(&self.root) {
             return Err(outside(input));
         }
@@ -174,6 +135,85 @@ impl Workspace {
 
     fn strip_root(&self, path: &Path) -> Option<PathBuf> {
         [&self.root, &self.given].into_iter().find_map(|root| path.strip_prefix(root).ok().map(Path::to_path_buf))
+    }
+}
+
+/// One resolution in progress: the real path so far and the names still to walk, one step at a
+/// time, so every link is seen and checked.
+struct Walk<'a> {
+    workspace: &'a Workspace,
+    /// The path as given, for messages.
+    input: &'a str,
+    pending: VecDeque<OsString>,
+    current: PathBuf,
+    /// False once a step named something missing: the rest is not looked up.
+    exists: bool,
+    links: usize,
+}
+
+impl Walk<'_> {
+    /// Puts the names of `path` ahead of what is still to walk.
+    fn push(&mut self, path: &Path) -> Result<(), ToolError> {
+        push_front(&mut self.pending, path).map_err(|()| outside(self.input))
+    }
+
+    /// A `..`: never above the root.
+    fn up(&mut self) -> Result<(), ToolError> {
+        if self.current == self.workspace.root {
+            return Err(outside(self.input));
+        }
+        self.current.pop();
+        if !self.exists {
+            // Back out of a missing part of the path: what lies below may exist again and must
+            // be checked for links like any other step.
+            self.exists = std::fs::symlink_metadata(&self.current).is_ok();
+        }
+        Ok(())
+    }
+
+    /// A step down into `name`, following it if it is a link.
+    fn down(&mut self, name: &OsStr) -> Result<(), ToolError> {
+        let next = self.current.join(name);
+        if !self.exists {
+            self.current = next;
+            return Ok(());
+        }
+        match std::fs::symlink_metadata(&next) {
+            Ok(meta) if meta.file_type().is_symlink() => self.follow(&next)?,
+            Ok(_) => self.current = next,
+            Err(err) if err.kind() == ErrorKind::NotFound => {
+                self.exists = false;
+                self.current = next;
+            }
+            Err(err) if err.kind() == ErrorKind::NotADirectory => {
+                return Err(ToolError::new(
+                    ErrorCode::NotFound,
+                    format!("{}: a parent of this path is a file, not a directory", self.input),
+                ));
+            }
+            Err(err) => return Err(io_error(self.input, &err)),
+        }
+        Ok(())
+    }
+
+    /// Walks on through what the link at `link` names.
+    fn follow(&mut self, link: &Path) -> Result<(), ToolError> {
+        self.links += 1;
+        if self.links > MAX_SYMLINKS {
+            return Err(ToolError::new(
+                ErrorCode::InvalidArgs,
+                format!("{}: too many levels of symbolic links", self.input),
+            ));
+        }
+        let target = std::fs::read_link(link).map_err(|err| io_error(self.input, &err))?;
+        if target.is_absolute() {
+            // Continue from the root with what the absolute target names under it.
+            let rest = self.workspace.strip_root(&target).ok_or_else(|| outside(self.input))?;
+            self.current = self.workspace.root.clone();
+            self.push(&rest)
+        } else {
+            self.push(&target)
+        }
     }
 }
 
