@@ -461,64 +461,58 @@ mod tests {
             .collect()
     }
 
-    #[tokio::test]
-    async fn routed_calls_and_router_tools_are_audited_and_follow_the_policy() {
-        let (workspace, ctx) = context(true);
-        let call = ToolCall {
-            id: "r".into(),
-            name: "list_dir".into(),
+    fn tool_call(id: &str, name: &str, env: Option<&str>) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
             args: serde_json::json!({}),
-            env: Some("devbox".into()),
+            env: env.map(Into::into),
             caller: None,
-        };
-        run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.unwrap();
-        let call =
-            ToolCall { id: "f".into(), name: "fleet".into(), args: serde_json::json!({}), env: None, caller: None };
-        run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn routed_calls_and_router_tools_are_audited() {
+        let (workspace, ctx) = context(true);
+        run_tool(&ctx, tool_call("r", "list_dir", Some("devbox")), "phone", None, CancellationToken::new())
+            .await
+            .unwrap();
+        run_tool(&ctx, tool_call("f", "fleet", None), "phone", None, CancellationToken::new()).await.unwrap();
         let lines = audit_lines(&workspace);
         assert!(lines.iter().any(|l| l["id"] == "r" && l["env"] == "devbox" && l["outcome"] == "ok"), "{lines:?}");
         assert!(lines.iter().any(|l| l["id"] == "f" && l["tool"] == "fleet" && l["outcome"] == "ok"), "{lines:?}");
+    }
 
+    #[tokio::test]
+    async fn a_router_tool_the_policy_denies_is_refused_audited_and_not_offered() {
         let config = crate::config::Config {
             policy: crate::config::Policy { deny: vec!["fleet".into()], ..Default::default() },
             ..Default::default()
         };
         let (workspace, ctx) = context_with(true, config);
-        let call =
-            ToolCall { id: "d".into(), name: "fleet".into(), args: serde_json::json!({}), env: None, caller: None };
-        let err = run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.unwrap_err();
+        let err =
+            run_tool(&ctx, tool_call("d", "fleet", None), "phone", None, CancellationToken::new()).await.unwrap_err();
         assert_eq!(err.code, ErrorCode::DeniedByPolicy);
         let lines = audit_lines(&workspace);
         assert_eq!(lines[0]["rule"], "denied-by-policy");
-        // A refused tool is not offered either.
         let AgentMessage::HelloOk(ok) = ctx.hello_ok(&Admission::default()) else { panic!("not hello_ok") };
         assert!(!ok.tools.contains(&"fleet".to_owned()), "{:?}", ok.tools);
         assert!(ctx.gemini_declarations().as_array().unwrap().iter().all(|d| d["name"] != "fleet"));
+    }
 
-        // The host's policy also covers what it sends to environments.
+    #[tokio::test]
+    async fn the_hosts_policy_covers_what_it_sends_to_environments() {
         let config = crate::config::Config {
             policy: crate::config::Policy { read_only: true, deny: vec!["list_dir".into()], ..Default::default() },
             ..Default::default()
         };
         let (workspace, ctx) = context_with(true, config);
         for name in ["write_file", "list_dir"] {
-            let call = ToolCall {
-                id: name.into(),
-                name: name.into(),
-                args: serde_json::json!({}),
-                env: Some("devbox".into()),
-                caller: None,
-            };
+            let call = tool_call(name, name, Some("devbox"));
             let err = run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.unwrap_err();
             assert_eq!(err.code, ErrorCode::DeniedByPolicy, "{name}");
         }
-        let call = ToolCall {
-            id: "ok".into(),
-            name: "read_file".into(),
-            args: serde_json::json!({}),
-            env: Some("devbox".into()),
-            caller: None,
-        };
+        let call = tool_call("ok", "read_file", Some("devbox"));
         assert!(run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.is_ok());
         let lines = audit_lines(&workspace);
         assert_eq!(lines.iter().filter(|l| l["rule"] == "denied-by-policy" && l["env"] == "devbox").count(), 2);

@@ -23,29 +23,9 @@ const RESERVED_FDS: u64 = 64;
 /// `voxa relay`: binds `--listen` (one listener per core), announces the address, and relays
 /// until SIGINT or SIGTERM; with `--metrics-listen`, serves Prometheus metrics beside it.
 pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<()> {
-    let mut config = RelayConfig::default();
-    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
-        config.tls = Some(load_tls(cert, key).map_err(|err| ConfigError::new(format!("{err:#}")))?);
-    }
-    config.token = super::relay_token(args.relay_token.as_deref(), args.relay_token_file.as_deref())?;
-    config.live = live_config(&args, settings.env_secrets.gemini_api_key.clone())?;
-    if let Some(fds) = raise_fd_limit() {
-        config.max_connections = config.max_connections.min(fds.saturating_sub(RESERVED_FDS).max(1) as usize);
-    }
-    config.max_connections_per_ip = args.max_connections_per_ip;
-    if let Some(mib) = args.memory_budget_mib {
-        config.memory_budget = usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
-    }
+    let config = relay_config(settings, &args)?;
     let addr = resolve_listen(&args.listen).await?;
-    // One listener per core, all on the same address: the kernel spreads connections over them.
-    let shards = std::thread::available_parallelism().map_or(1, usize::from);
-    let first = bind_shared(addr).with_context(|| format!("could not listen on {addr}"))?;
-    let local = first.local_addr().context("could not read the listening address")?;
-    let mut listeners = vec![first];
-    // The others bind to the first one's address, which names the port even when asked for 0.
-    for _ in 1..shards {
-        listeners.push(bind_shared(local).with_context(|| format!("could not listen on {local}"))?);
-    }
+    let (listeners, local) = bind_shards(addr)?;
     let metrics_listener = match &args.metrics_listen {
         Some(listen) => {
             let addr = resolve_listen(listen).await?;
@@ -56,21 +36,7 @@ pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<(
         }
         None => None,
     };
-    let scheme = if config.tls.is_some() { "wss" } else { "ws" };
-    let token_note = if config.token.is_some() { " (relay token required)" } else { "" };
-    let live_note = if config.live.is_some() { "; hosting voice calls at /live" } else { "" };
-    settings.printer.event(
-        "relay_listening",
-        json!({
-            "listen": local.to_string(),
-            "url": format!("{scheme}://{local}"),
-            "tls": config.tls.is_some(),
-            "relay_token": config.token.is_some(),
-            "metrics": metrics_listener.as_ref().map(|(_, local)| format!("http://{local}/metrics")),
-            "live": config.live.is_some(),
-        }),
-        format_args!("relay listening on {scheme}://{local}{token_note}{live_note}"),
-    );
+    announce(settings, &config, local, metrics_listener.as_ref().map(|(_, local)| *local));
     let signal = super::shutdown::on_signal();
     let metrics_task = metrics_listener.map(|(listener, _)| {
         let (metrics, signal) = (Arc::clone(&config.metrics), signal.clone());
@@ -89,6 +55,58 @@ pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<(
     }
     settings.printer.event("relay_stopped", json!({}), "relay stopped");
     Ok(())
+}
+
+/// The relay's settings from the flags: TLS, relay token, hosted voice, connection limits (within
+/// what the file descriptor limit allows) and the memory budget.
+fn relay_config(settings: &Settings, args: &RelayArgs) -> anyhow::Result<RelayConfig> {
+    let mut config = RelayConfig::default();
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        config.tls = Some(load_tls(cert, key).map_err(|err| ConfigError::new(format!("{err:#}")))?);
+    }
+    config.token = super::relay_token(args.relay_token.as_deref(), args.relay_token_file.as_deref())?;
+    config.live = live_config(args, settings.env_secrets.gemini_api_key.clone())?;
+    if let Some(fds) = raise_fd_limit() {
+        config.max_connections = config.max_connections.min(fds.saturating_sub(RESERVED_FDS).max(1) as usize);
+    }
+    config.max_connections_per_ip = args.max_connections_per_ip;
+    if let Some(mib) = args.memory_budget_mib {
+        config.memory_budget = usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+    }
+    Ok(config)
+}
+
+/// One listener per core, all on the same address: the kernel spreads connections over them.
+/// Returns them and the address they listen on.
+fn bind_shards(addr: SocketAddr) -> anyhow::Result<(Vec<std::net::TcpListener>, SocketAddr)> {
+    let shards = std::thread::available_parallelism().map_or(1, usize::from);
+    let first = bind_shared(addr).with_context(|| format!("could not listen on {addr}"))?;
+    let local = first.local_addr().context("could not read the listening address")?;
+    let mut listeners = vec![first];
+    // The others bind to the first one's address, which names the port even when asked for 0.
+    for _ in 1..shards {
+        listeners.push(bind_shared(local).with_context(|| format!("could not listen on {local}"))?);
+    }
+    Ok((listeners, local))
+}
+
+/// Prints where the relay listens and what it offers.
+fn announce(settings: &Settings, config: &RelayConfig, local: SocketAddr, metrics: Option<SocketAddr>) {
+    let scheme = if config.tls.is_some() { "wss" } else { "ws" };
+    let token_note = if config.token.is_some() { " (relay token required)" } else { "" };
+    let live_note = if config.live.is_some() { "; hosting voice calls at /live" } else { "" };
+    settings.printer.event(
+        "relay_listening",
+        json!({
+            "listen": local.to_string(),
+            "url": format!("{scheme}://{local}"),
+            "tls": config.tls.is_some(),
+            "relay_token": config.token.is_some(),
+            "metrics": metrics.map(|local| format!("http://{local}/metrics")),
+            "live": config.live.is_some(),
+        }),
+        format_args!("relay listening on {scheme}://{local}{token_note}{live_note}"),
+    );
 }
 
 /// Hosted voice: on with a key from `--gemini-key-file` (which wins) or `GEMINI_API_KEY`, off

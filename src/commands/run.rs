@@ -41,18 +41,7 @@ pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
     warn_if_home_in_workspace(home, &workspace, printer);
     let shutdown = super::shutdown::on_signal();
     let tasks = TaskTracker::new();
-    // The embedded relay stands in for a remote one: nothing about it is saved.
-    let relay = match &args.embedded_relay {
-        Some(addr) => start_embedded_relay(addr, printer, &tasks, &shutdown).await?,
-        None => settings.relay(&config)?,
-    };
-    let (secrets, created) = home.load_or_create_secrets()?;
-    if args.embedded_relay.is_none() {
-        super::pair::save_relay(home, &mut config, &relay)?;
-    }
-    if created || args.embedded_relay.is_some() {
-        print_pairing(&relay, &secrets, printer)?;
-    }
+    let (relay, secrets) = relay_and_secrets(settings, &args, &mut config, &tasks, &shutdown).await?;
     let listener = TcpListener::bind(("127.0.0.1", args.port))
         .await
         .with_context(|| format!("could not listen on 127.0.0.1:{}", args.port))?;
@@ -90,6 +79,32 @@ pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
     home.remove_agent_file();
     printer.event("stopped", json!({}), "stopped");
     Ok(())
+}
+
+/// The relay this agent dials — the embedded one, or the configured one (saved as the home's
+/// relay) — with this home's secrets, created on first run. The pairing is printed when the
+/// secrets are new or the relay is embedded.
+async fn relay_and_secrets(
+    settings: &Settings,
+    args: &RunArgs,
+    config: &mut Config,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Result<(RelayUrl, Secrets)> {
+    let (home, printer) = (&settings.home, settings.printer);
+    // The embedded relay stands in for a remote one: nothing about it is saved.
+    let relay = match &args.embedded_relay {
+        Some(addr) => start_embedded_relay(addr, printer, tasks, shutdown).await?,
+        None => settings.relay(config)?,
+    };
+    let (secrets, created) = home.load_or_create_secrets()?;
+    if args.embedded_relay.is_none() {
+        super::pair::save_relay(home, config, &relay)?;
+    }
+    if created || args.embedded_relay.is_some() {
+        print_pairing(&relay, &secrets, printer)?;
+    }
+    Ok((relay, secrets))
 }
 
 /// Dial options from the flags and the environment (proxy, extra CA, relay token); without

@@ -377,6 +377,20 @@ fn install(
     let linger = (platform == Platform::Systemd).then(linger_enabled).flatten();
     value["started"] = Value::Bool(started);
     value["linger"] = json!(linger);
+    let human = installed_text(settings, file, spec, changed, relay_token.is_some(), linger);
+    settings.printer.result(&value, human)?;
+    Ok(Exit::Ok)
+}
+
+/// What `service install` prints once the service is written and started.
+fn installed_text(
+    settings: &Settings,
+    file: &Path,
+    spec: &ServiceSpec,
+    changed: bool,
+    token_saved: bool,
+    linger: Option<bool>,
+) -> String {
     let mut human = if changed {
         format!("installed and started: {}\n", file.display())
     } else {
@@ -384,7 +398,7 @@ fn install(
     };
     let _ = writeln!(human, "runs:    {}", spec.command_line().join(" "));
     let _ = writeln!(human, "status:  voxa service status; logs: voxa service logs");
-    if relay_token.is_some() {
+    if token_saved {
         let saved = settings.home.path(crate::state::RELAY_TOKEN_FILE);
         let _ = writeln!(human, "token:   the relay token is saved in {} (0600) for the service", saved.display());
     }
@@ -395,8 +409,7 @@ fn install(
             user_name()
         );
     }
-    settings.printer.result(&value, human)?;
-    Ok(Exit::Ok)
+    human
 }
 
 fn uninstall(settings: &Settings, platform: Platform, file: &Path, dry_run: bool) -> Result<Exit> {

@@ -6,8 +6,10 @@ use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::Settings;
+use crate::config::RelayUrl;
 use crate::error::Exit;
 use crate::protocol::{AgentMessage, AgentStatus, ClientMessage};
+use crate::state::AgentFile;
 
 /// `voxa status`.
 pub async fn run_status(settings: &Settings) -> Result<Exit> {
@@ -42,14 +44,28 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
             "relay": live.as_ref().map(|l| l.relay.clone()),
         })),
     });
-    let mut human = format!("home:    {}\npaired:  {}\nrelay:   {}\n", home.dir().display(), yes_no(paired), relay);
-    match (&agent, &live) {
+    let human = human_status(home.dir(), paired, &relay, agent.as_ref(), live.as_ref(), problem.as_deref());
+    settings.printer.result(&value, human)?;
+    Ok(Exit::Ok)
+}
+
+/// The status as the text `voxa status` prints.
+fn human_status(
+    home: &std::path::Path,
+    paired: bool,
+    relay: &RelayUrl,
+    agent: Option<&AgentFile>,
+    live: Option<&AgentStatus>,
+    problem: Option<&str>,
+) -> String {
+    let mut human = format!("home:    {}\npaired:  {}\nrelay:   {}\n", home.display(), yes_no(paired), relay);
+    match (agent, live) {
         (None, _) => human.push_str("agent:   not running (start it with `voxa run`)\n"),
         (Some(a), None) => human.push_str(&format!(
             "agent:   pid {} on port {} (not answering: {})\n",
             a.pid,
             a.port,
-            problem.as_deref().unwrap_or("no answer")
+            problem.unwrap_or("no answer")
         )),
         (Some(a), Some(l)) => human.push_str(&format!(
             "agent:   pid {} on 127.0.0.1:{}, {} mode, workspace {}\nagent relay:     {}\nrelay connected: {}\nphone present:   {}\ncalls in flight: {}\n",
@@ -63,15 +79,14 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
             l.calls_in_flight
         )),
     }
-    if let Some(until) = live.as_ref().and_then(|l| l.retired_code_until) {
+    if let Some(until) = live.and_then(|l| l.retired_code_until) {
         let until = std::time::UNIX_EPOCH + std::time::Duration::from_secs(until);
         human.push_str(&format!(
             "retired code:    answered until {} (the code before `pair --rotate`; every phone on it is refused)\n",
             humantime::format_rfc3339_seconds(until)
         ));
     }
-    settings.printer.result(&value, human)?;
-    Ok(Exit::Ok)
+    human
 }
 
 fn relay_state(status: &AgentStatus) -> &'static str {

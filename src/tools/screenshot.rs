@@ -99,14 +99,30 @@ fn is_local_display(display: &str) -> bool {
 #[cfg(not(target_os = "macos"))]
 fn capture(display: &str) -> Result<Screenshot, ToolError> {
     use x11rb::connection::Connection;
-    use x11rb::protocol::xproto::{ConnectionExt, ImageFormat, ImageOrder, VisualClass};
 
     let (conn, screen_num) = x11rb::connect(Some(display))
         .map_err(|err| unavailable(format!("cannot connect to display {display}: {err}")))?;
     let setup = conn.setup();
     let screen =
         setup.roots.get(screen_num).ok_or_else(|| unavailable(format!("display {display} has no such screen")))?;
-    let (width, height) = (screen.width_in_pixels, screen.height_in_pixels);
+    let layout = root_layout(setup, screen, display)?;
+    Ok(Screenshot {
+        mime: "image/png".into(),
+        width: u32::from(screen.width_in_pixels),
+        height: u32::from(screen.height_in_pixels),
+        bytes: encode_screen(&conn, screen, &layout, display)?,
+    })
+}
+
+/// How the root window's pixels are laid out; only true-colour screens can be captured.
+#[cfg(not(target_os = "macos"))]
+fn root_layout(
+    setup: &x11rb::protocol::xproto::Setup,
+    screen: &x11rb::protocol::xproto::Screen,
+    display: &str,
+) -> Result<PixelLayout, ToolError> {
+    use x11rb::protocol::xproto::{ImageOrder, VisualClass};
+
     let format = setup.pixmap_formats.iter().find(|format| format.depth == screen.root_depth).ok_or_else(|| {
         unavailable(format!("display {display} lists no pixel format for depth {}", screen.root_depth))
     })?;
@@ -122,51 +138,58 @@ fn capture(display: &str) -> Result<Screenshot, ToolError> {
             u8::from(visual.class)
         )));
     }
-    let layout = PixelLayout::new(
+    PixelLayout::new(
         format.bits_per_pixel,
         format.scanline_pad,
         setup.image_byte_order == ImageOrder::MSB_FIRST,
         [visual.red_mask, visual.green_mask, visual.blue_mask],
     )
-    .map_err(unavailable)?;
+    .map_err(unavailable)
+}
 
+/// The root window as a PNG, read band by band so memory stays near [`BAND_BYTES`], the encoded
+/// image capped at [`MAX_SCREENSHOT_LEN`].
+#[cfg(not(target_os = "macos"))]
+fn encode_screen(
+    conn: &impl x11rb::connection::Connection,
+    screen: &x11rb::protocol::xproto::Screen,
+    layout: &PixelLayout,
+    display: &str,
+) -> Result<Vec<u8>, ToolError> {
+    use x11rb::protocol::xproto::{ConnectionExt, ImageFormat};
+
+    let (width, height) = (screen.width_in_pixels, screen.height_in_pixels);
     let mut png_bytes = CappedBuffer { bytes: Vec::new(), limit: MAX_SCREENSHOT_LEN };
-    {
-        let mut encoder = png::Encoder::new(&mut png_bytes, u32::from(width), u32::from(height));
-        encoder.set_color(png::ColorType::Rgb);
-        encoder.set_depth(png::BitDepth::Eight);
-        let mut writer = encoder.write_header().map_err(png_error)?;
-        let mut stream = writer.stream_writer().map_err(png_error)?;
-        let stride = layout.stride(width);
-        let rows_per_band = (BAND_BYTES / stride.max(1)).clamp(1, usize::from(u16::MAX)) as u16;
-        let mut rgb = Vec::new();
-        let mut y: u16 = 0;
-        while y < height {
-            let rows = rows_per_band.min(height - y);
-            let top = i16::try_from(y).map_err(|_| unavailable("screen is taller than X11 allows"))?;
-            let x11_error =
-                |err: &dyn std::fmt::Display| ToolError::new(ErrorCode::Internal, format!("display {display}: {err}"));
-            let cookie = conn
-                .get_image(ImageFormat::Z_PIXMAP, screen.root, 0, top, width, rows, !0)
-                .map_err(|err| x11_error(&err))?;
-            let reply = cookie.reply().map_err(|err| x11_error(&err))?;
-            layout
-                .to_rgb(&reply.data, usize::from(width), usize::from(rows), &mut rgb)
-                .map_err(|err| ToolError::new(ErrorCode::Internal, err))?;
-            stream.write_all(&rgb).map_err(|err| match err.kind() {
-                std::io::ErrorKind::FileTooLarge => too_large(),
-                _ => ToolError::new(ErrorCode::Internal, format!("could not encode the screenshot: {err}")),
-            })?;
-            y += rows;
-        }
-        stream.finish().map_err(png_error)?;
+    let mut encoder = png::Encoder::new(&mut png_bytes, u32::from(width), u32::from(height));
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header().map_err(png_error)?;
+    let mut stream = writer.stream_writer().map_err(png_error)?;
+    let stride = layout.stride(width);
+    let rows_per_band = (BAND_BYTES / stride.max(1)).clamp(1, usize::from(u16::MAX)) as u16;
+    let x11_error =
+        |err: &dyn std::fmt::Display| ToolError::new(ErrorCode::Internal, format!("display {display}: {err}"));
+    let mut rgb = Vec::new();
+    let mut y: u16 = 0;
+    while y < height {
+        let rows = rows_per_band.min(height - y);
+        let top = i16::try_from(y).map_err(|_| unavailable("screen is taller than X11 allows"))?;
+        let cookie = conn
+            .get_image(ImageFormat::Z_PIXMAP, screen.root, 0, top, width, rows, !0)
+            .map_err(|err| x11_error(&err))?;
+        let reply = cookie.reply().map_err(|err| x11_error(&err))?;
+        layout
+            .to_rgb(&reply.data, usize::from(width), usize::from(rows), &mut rgb)
+            .map_err(|err| ToolError::new(ErrorCode::Internal, err))?;
+        stream.write_all(&rgb).map_err(|err| match err.kind() {
+            std::io::ErrorKind::FileTooLarge => too_large(),
+            _ => ToolError::new(ErrorCode::Internal, format!("could not encode the screenshot: {err}")),
+        })?;
+        y += rows;
     }
-    Ok(Screenshot {
-        mime: "image/png".into(),
-        width: u32::from(width),
-        height: u32::from(height),
-        bytes: png_bytes.bytes,
-    })
+    stream.finish().map_err(png_error)?;
+    drop(writer);
+    Ok(png_bytes.bytes)
 }
 
 fn png_error(err: png::EncodingError) -> ToolError {
