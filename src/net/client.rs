@@ -303,3 +303,160 @@ pub fn close_error(frame: Option<CloseFrame>) -> anyhow::Error {
         None => anyhow!("the agent closed the connection ({reason})"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+    use tokio::io::DuplexStream;
+    use tokio_tungstenite::WebSocketStream;
+
+    type Agent = WebSocketStream<DuplexStream>;
+
+    async fn sockets() -> (ClientSocket, Agent) {
+        let (near, far) = tokio::io::duplex(1 << 16);
+        let server = tokio::spawn(async move { tokio_tungstenite::accept_async(far).await.unwrap() });
+        let near: Box<dyn super::super::dial::Io> = Box::new(near);
+        let (client, _) = tokio_tungstenite::client_async("ws://agent.test/", near).await.unwrap();
+        (client, server.await.unwrap())
+    }
+
+    async fn send(agent: &mut Agent, value: Value) {
+        agent.send(Message::text(value.to_string())).await.unwrap();
+    }
+
+    /// The next text frame the client sent, or `None` once it closed.
+    async fn received(agent: &mut Agent) -> Option<Value> {
+        while let Some(Ok(frame)) = agent.next().await {
+            match frame {
+                Message::Text(text) => return Some(serde_json::from_str(&text).unwrap()),
+                Message::Close(_) => return None,
+                _ => continue,
+            }
+        }
+        None
+    }
+
+    fn token() -> Secret {
+        Secret::from_string("ab".repeat(16))
+    }
+
+    #[tokio::test]
+    async fn the_token_hello_skips_what_is_not_an_answer_and_accepts_a_proven_agent() {
+        let (mut client, mut agent) = sockets().await;
+        let agent_side = tokio::spawn(async move {
+            let challenge = "c".repeat(32);
+            send(&mut agent, json!({"type":"__peer","peer":"phone","state":"joined"})).await;
+            send(&mut agent, json!({"type":"not_a_frame"})).await;
+            send(&mut agent, json!({"type":"challenge","protocol":2,"nonce": challenge})).await;
+            let hello = received(&mut agent).await.unwrap();
+            let nonce = hello["nonce"].as_str().unwrap().to_owned();
+            assert!(protocol::verify_client_proof(&token(), &challenge, &nonce, hello["proof"].as_str().unwrap()));
+            assert!(hello.get("token").is_none(), "{hello}");
+            let proof = protocol::agent_proof(&token(), &challenge, &nonce);
+            send(
+                &mut agent,
+                json!({"type":"hello_ok","agent":"voxa/t","mode":"self-hosted","tools":["x"],"proof": proof}),
+            )
+            .await;
+            agent
+        });
+        let ok = hello(&mut client, &token(), "unit/1").await.unwrap();
+        assert_eq!(ok.tools, ["x"]);
+        drop(agent_side.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn an_unproven_agent_is_closed_on_and_refusals_and_restarts_say_why() {
+        let answers = [
+            json!({"type":"hello_ok","agent":"voxa/t","mode":"self-hosted","tools":[],"proof":"0".repeat(64)}),
+            json!({"type":"error","code":"bearer-refused","message":"no"}),
+            json!({"type":"challenge","protocol":2,"nonce":"d".repeat(32)}),
+            json!({"type":"__peer","peer":"agent","state":"left"}),
+        ];
+        let expected = ["this is not your laptop", "bearer-refused", "started a new session", "left the relay"];
+        for (answer, expected) in answers.into_iter().zip(expected) {
+            let (mut client, mut agent) = sockets().await;
+            let agent_side = tokio::spawn(async move {
+                send(&mut agent, json!({"type":"challenge","protocol":2,"nonce":"c".repeat(32)})).await;
+                received(&mut agent).await.unwrap();
+                send(&mut agent, answer).await;
+                // The client closes after a failed hello and sends nothing else.
+                agent.next().await
+            });
+            let err = hello(&mut client, &token(), "unit/1").await.unwrap_err();
+            let shown = match err.downcast_ref::<Refused>() {
+                Some(refused) => refused.code.as_str().to_owned(),
+                None => format!("{err:#}"),
+            };
+            assert!(shown.contains(expected), "{shown}");
+            // The client socket is still open here: only its close frame ends the agent's wait.
+            let next =
+                tokio::time::timeout(Duration::from_secs(30), agent_side).await.expect("the client never closed");
+            assert!(matches!(next.unwrap(), Some(Ok(Message::Close(_)))));
+            drop(client);
+        }
+    }
+
+    /// A credential that waits for presence and needs two answers: what a host does.
+    struct TwoStep {
+        replied: bool,
+    }
+
+    impl HelloCredential for TwoStep {
+        fn opening(&self) -> Opening {
+            Opening::Presence(Duration::from_secs(5))
+        }
+
+        fn hello(&self, challenge: Option<&str>, nonce: &str) -> Hello {
+            assert_eq!(challenge, None);
+            Hello { nonce: Some(nonce.to_owned()), ..Default::default() }
+        }
+
+        fn answer_limit(&self) -> Option<Duration> {
+            Some(Duration::from_secs(5))
+        }
+
+        fn answer(&mut self, answer: AgentMessage, _challenge: Option<&str>, _nonce: &str) -> HelloStep {
+            match answer {
+                AgentMessage::Status(_) if !self.replied => {
+                    self.replied = true;
+                    HelloStep::Reply(ClientMessage::Status)
+                }
+                AgentMessage::HelloOk(ok) if self.replied => HelloStep::Accept(ok),
+                AgentMessage::HelloOk(_) => HelloStep::Reject(HelloError::Impostor),
+                _ => HelloStep::Ignore,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_credential_leads_the_exchange_step_by_step() {
+        let (mut client, mut agent) = sockets().await;
+        let agent_side = tokio::spawn(async move {
+            send(&mut agent, json!({"type":"__peer","peer":"agent","state":"joined"})).await;
+            assert_eq!(received(&mut agent).await.unwrap()["type"], "hello");
+            send(&mut agent, serde_json::to_value(AgentMessage::Status(Default::default())).unwrap()).await;
+            assert_eq!(received(&mut agent).await.unwrap()["type"], "status");
+            send(&mut agent, json!({"type":"hello_ok","agent":"voxa/t","mode":"hosted","tools":["y"]})).await;
+            agent
+        });
+        let ok = hello_with(&mut client, &mut TwoStep { replied: false }).await.unwrap();
+        assert_eq!(ok.tools, ["y"]);
+        drop(agent_side.await.unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_absent_or_silent_agent_ends_the_hello_in_time() {
+        let (mut client, _agent) = sockets().await;
+        let started = tokio::time::Instant::now();
+        let err = hello_with(&mut client, &mut TwoStep { replied: false }).await.unwrap_err();
+        assert!(matches!(err, HelloError::Absent), "{err:?}");
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+
+        let (mut client, mut agent) = sockets().await;
+        send(&mut agent, json!({"type":"__peer","peer":"agent","state":"joined"})).await;
+        let err = hello_with(&mut client, &mut TwoStep { replied: false }).await.unwrap_err();
+        assert!(matches!(err, HelloError::TimedOut), "{err:?}");
+    }
+}
