@@ -19,7 +19,10 @@ use crate::config::{Config, RelayUrl};
 use crate::error::Exit;
 use crate::net::dial::{DialOptions, Io};
 use crate::secret::Secret;
-use crate::state::{AgentFile, Home, AGENT_FILE, AUDIT_DIR, AUTH_TOKEN_FILE, CONFIG_FILE, RELAY_CODE_FILE};
+use crate::state::{
+    read_if_exists, read_text_if_exists, AgentFile, Home, AGENT_FILE, AUDIT_DIR, AUTH_TOKEN_FILE, CONFIG_FILE,
+    RELAY_CODE_FILE,
+};
 
 /// Longest any one network step (TCP, TLS, one HTTP exchange) may take.
 pub const NET_TIMEOUT: Duration = Duration::from_secs(5);
@@ -198,16 +201,10 @@ fn check_secrets(home: &Path) -> Check {
     let mut missing = Vec::new();
     for name in [RELAY_CODE_FILE, AUTH_TOKEN_FILE] {
         let path = home.join(name);
-        match std::fs::read(&path) {
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => missing.push(name),
-            Err(err) => {
-                return Check::fail(
-                    NAME,
-                    format!("cannot read {}: {err}", path.display()),
-                    "check its owner and permissions",
-                )
-            }
-            Ok(bytes) => {
+        match read_if_exists(&path) {
+            Ok(None) => missing.push(name),
+            Err(err) => return Check::fail(NAME, format!("{err:#}"), "check its owner and permissions"),
+            Ok(Some(bytes)) => {
                 let parsed = std::str::from_utf8(&bytes)
                     .map_err(|_| "not text".to_owned())
                     .and_then(|text| Secret::parse_hex128(text).map(drop).map_err(|err| err.to_string()));
@@ -237,15 +234,10 @@ fn check_secrets(home: &Path) -> Check {
 fn check_config(home: &Path) -> (Check, Config) {
     const NAME: &str = "config";
     let path = home.join(CONFIG_FILE);
-    match std::fs::read_to_string(&path) {
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            (Check::ok(NAME, format!("{} absent; defaults apply", path.display())), Config::default())
-        }
-        Err(err) => (
-            Check::fail(NAME, format!("cannot read {}: {err}", path.display()), "check its owner and permissions"),
-            Config::default(),
-        ),
-        Ok(text) => match Config::from_toml(&text) {
+    match read_text_if_exists(&path) {
+        Ok(None) => (Check::ok(NAME, format!("{} absent; defaults apply", path.display())), Config::default()),
+        Err(err) => (Check::fail(NAME, format!("{err:#}"), "check its owner and permissions"), Config::default()),
+        Ok(Some(text)) => match Config::from_toml(&text) {
             Ok(config) => (Check::ok(NAME, format!("{} is valid", path.display())), config),
             Err(err) => (
                 Check::fail(NAME, format!("{}: {}", path.display(), err.0), format!("edit {}", path.display())),
@@ -703,22 +695,16 @@ const AGENT_CHECK: &str = "agent";
 /// The agent `agent.json` at `path` names, if it is a live process holding the home's agent lock;
 /// otherwise the check's warning.
 fn recorded_agent(home: &Path, path: &Path) -> Result<AgentFile, Check> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+    let bytes = match read_if_exists(path) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => {
             return Err(Check::warn(
                 AGENT_CHECK,
                 "not running",
                 "voxa run (or voxa service install to run it at login)",
             ))
         }
-        Err(err) => {
-            return Err(Check::warn(
-                AGENT_CHECK,
-                format!("cannot read {}: {err}", path.display()),
-                "check its owner and permissions",
-            ))
-        }
+        Err(err) => return Err(Check::warn(AGENT_CHECK, format!("{err:#}"), "check its owner and permissions")),
     };
     let stale_fix = format!("rm {}, then voxa run", path.display());
     let Ok(info) = serde_json::from_slice::<AgentFile>(&bytes) else {
