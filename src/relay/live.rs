@@ -183,9 +183,9 @@ pub(super) async fn serve<S: RelayStream>(
     let writer = write_side(&mut write_half, &phone).fuse();
     let actor = session.run(phone_rx, cancel).fuse();
     tokio::pin!(reader, writer, actor);
-    loop {
+    let calls = loop {
         tokio::select! {
-            () = &mut actor => break,
+            calls = &mut actor => break calls,
             () = &mut reader, if !reader.is_terminated() => {}
             result = &mut writer, if !writer.is_terminated() => {
                 if let Err(err) = result {
@@ -194,7 +194,7 @@ pub(super) async fn serve<S: RelayStream>(
                 phone.end(End::Abort);
             }
         }
-    }
+    };
     member.hub.leave(member.code, &slot, member.role, member.conn);
     member.hub.metrics().socket_left(member.role);
     inbox.end(End::Abort);
@@ -205,6 +205,11 @@ pub(super) async fn serve<S: RelayStream>(
     }
     if !reader.is_terminated() {
         let _ = timeout(super::socket::CLOSE_LINGER, &mut reader).await;
+    }
+    // The call ends on its own once the session is gone; waiting for it here lets the relay's
+    // shutdown see its log line written.
+    if timeout(WIND_DOWN, calls.wait()).await.is_err() {
+        debug!("hosted call still ending; leaving it");
     }
 }
 
@@ -350,7 +355,8 @@ impl<'a> LiveSession<'a> {
         }
     }
 
-    async fn run(mut self, mut from_phone: mpsc::Receiver<OutFrame>, cancel: &CancellationToken) {
+    /// Runs the session until the phone or the relay ends it; returns the tasks of its call.
+    async fn run(mut self, mut from_phone: mpsc::Receiver<OutFrame>, cancel: &CancellationToken) -> TaskTracker {
         let ending = loop {
             let deadline = self.call.as_ref().map(|call| call.deadline);
             let call_end = self.call.as_ref().map(|call| call.end.clone());
@@ -386,10 +392,10 @@ impl<'a> LiveSession<'a> {
                 }
             }
         };
-        self.finish(ending).await;
+        self.finish(ending).await
     }
 
-    async fn finish(mut self, ending: Ending) {
+    async fn finish(mut self, ending: Ending) -> TaskTracker {
         self.laptop_offline();
         if let Some(call) = self.call.take() {
             call.end.cancel();
@@ -413,6 +419,7 @@ impl<'a> LiveSession<'a> {
             self.phone.end(End::Close { code: codec::close::GOING_AWAY, reason: "relay shutting down" });
         }
         // The bridge closes Gemini's socket on its own once its call ended; the log line waits for it.
+        self.tasks
     }
 
     async fn on_phone_frame(&mut self, frame: OutFrame) {
