@@ -820,6 +820,74 @@ mod tests {
     }
 
     #[test]
+    fn an_agent_with_the_router_gets_env_on_its_tools_and_fleet_declared() {
+        let names = |tools: &[&str]| tools.iter().map(|name| name.to_string()).collect::<Vec<_>>();
+        let plain = hosted_declarations(&names(&["list_dir", "run_command"]));
+        assert!(plain.as_array().unwrap().iter().all(|d| d.pointer("/parameters/properties/env").is_none()));
+        let host = hosted_declarations(&names(&["list_dir", "fleet", "run_command"]));
+        let host = host.as_array().unwrap();
+        assert_eq!(host.len(), 3);
+        for declaration in host.iter().filter(|d| d["name"] != "fleet") {
+            assert_eq!(declaration.pointer("/parameters/properties/env/type"), Some(&Value::from("STRING")));
+        }
+        let fleet = host.iter().find(|d| d["name"] == "fleet").unwrap();
+        assert_eq!(fleet, &fleet_declaration(), "fleet as a self-hosted call declares it");
+        let many: Vec<String> = (0..MAX_DECLARED_TOOLS + 10).map(|n| format!("tool_{n}")).collect();
+        assert_eq!(hosted_declarations(&many).as_array().unwrap().len(), MAX_DECLARED_TOOLS);
+    }
+
+    #[test]
+    fn only_challenge_hello_and_a_proven_hello_ok_in_that_order_accept_a_session() {
+        let hello = |fields: Value| fields.as_object().unwrap().clone();
+        let good = hello(serde_json::json!({"type":"hello","protocol":2,"nonce":"1".repeat(32),"proof":"a".repeat(64)}));
+        let ok = |proof: Option<&str>| protocol::HelloOk {
+            agent: "voxa/0".into(),
+            mode: "hosted".into(),
+            tools: vec!["list_dir".into()],
+            protocol: 2,
+            proof: proof.map(str::to_owned),
+            env_key: None,
+            host: None,
+        };
+        let proven = ok(Some(&"b".repeat(64)));
+
+        let mut handshake = Handshake::Waiting;
+        handshake.on_agent("hello_ok", Some(&proven));
+        assert_eq!(handshake, Handshake::Waiting, "no challenge, no hello");
+        handshake.on_agent("challenge", None);
+        handshake.on_phone_hello(&good);
+        handshake.on_agent("hello_ok", Some(&ok(None)));
+        assert_eq!(handshake, Handshake::Waiting, "no agent proof");
+        for bad in [
+            hello(serde_json::json!({"type":"hello","protocol":2,"nonce":"1".repeat(32)})),
+            hello(serde_json::json!({"type":"hello","protocol":1,"nonce":"1".repeat(32),"proof":"a".repeat(64)})),
+            hello(serde_json::json!({"type":"hello","protocol":2,"nonce":"1".repeat(32),"proof":"A".repeat(64)})),
+            hello(
+                serde_json::json!({"type":"hello","protocol":2,"nonce":"1".repeat(32),"proof":"a".repeat(64),"token":"t"}),
+            ),
+        ] {
+            handshake.on_agent("challenge", None);
+            handshake.on_phone_hello(&bad);
+            handshake.on_agent("hello_ok", Some(&proven));
+            assert_eq!(handshake, Handshake::Waiting, "{bad:?}");
+        }
+        handshake.on_agent("challenge", None);
+        handshake.on_phone_hello(&good);
+        handshake.on_agent("error", None);
+        handshake.on_agent("hello_ok", Some(&proven));
+        assert_eq!(handshake, Handshake::Waiting, "a refused hello");
+
+        handshake.on_agent("challenge", None);
+        handshake.on_phone_hello(&good);
+        handshake.on_agent("hello_ok", Some(&proven));
+        assert_eq!(handshake.tools(), Some(&["list_dir".to_owned()][..]));
+        handshake.on_agent("error", None);
+        assert!(handshake.tools().is_some(), "a later error (a bad frame) keeps the session");
+        handshake.on_phone_hello(&good);
+        assert_eq!(handshake, Handshake::Waiting, "a hello that answers no challenge");
+    }
+
+    #[test]
     fn the_call_limit_admits_up_to_its_maximum_and_frees_on_drop() {
         let gemini = GeminiConfig {
             api_key: Secret::from_string("k".into()),
