@@ -839,7 +839,8 @@ mod tests {
     #[test]
     fn only_challenge_hello_and_a_proven_hello_ok_in_that_order_accept_a_session() {
         let hello = |fields: Value| fields.as_object().unwrap().clone();
-        let good = hello(serde_json::json!({"type":"hello","protocol":2,"nonce":"1".repeat(32),"proof":"a".repeat(64)}));
+        let good =
+            hello(serde_json::json!({"type":"hello","protocol":2,"nonce":"1".repeat(32),"proof":"a".repeat(64)}));
         let ok = |proof: Option<&str>| protocol::HelloOk {
             agent: "voxa/0".into(),
             mode: "hosted".into(),
