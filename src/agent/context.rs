@@ -10,7 +10,7 @@ use tokio_util::task::TaskTracker;
 
 use super::gate::Admission;
 use crate::environments::EnvRouter;
-use crate::gemini::{GeminiConfig, ENV_ARG};
+use crate::gemini::{declare_env_argument, GeminiConfig};
 use crate::protocol::{self, AgentMessage, AgentStatus, HelloOk};
 use crate::tools::Toolbox;
 
@@ -79,17 +79,7 @@ impl AgentContext {
             _ => Vec::new(),
         };
         if let Some(router) = &self.router {
-            let env = serde_json::json!({"type": "STRING", "description": "Name of another machine (from fleet) to run this on; omit for this laptop."});
-            for declaration in &mut declarations {
-                if declaration.get("parameters").is_none() {
-                    declaration["parameters"] = serde_json::json!({"type": "OBJECT", "properties": {}});
-                }
-                if let Some(properties) =
-                    declaration.pointer_mut("/parameters/properties").and_then(Value::as_object_mut)
-                {
-                    properties.insert(ENV_ARG.into(), env.clone());
-                }
-            }
+            declare_env_argument(&mut declarations);
             declarations.extend(router.gemini_declarations().into_iter().filter(|declaration| {
                 declaration["name"].as_str().is_some_and(|name| self.toolbox.check_policy(name, false).is_ok())
             }));

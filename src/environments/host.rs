@@ -51,6 +51,16 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(8);
 /// Name of the host's tool that lists environments.
 pub const FLEET_TOOL: &str = "fleet";
 
+/// The Gemini function declaration of [`FLEET_TOOL`] (a relay hosting a call declares it too).
+pub fn fleet_declaration() -> Value {
+    // Only listing: pairing actions need the host token, which a voice model never holds.
+    json!({
+        "name": FLEET_TOOL,
+        "description": "List the other machines (environments) this laptop can drive and whether each answers. \
+                        To act on one, pass its name as `env` to any other tool.",
+    })
+}
+
 /// What a host router needs.
 #[derive(Clone)]
 pub struct HostOptions {
@@ -189,12 +199,7 @@ impl EnvRouter for HostRouter {
     }
 
     fn gemini_declarations(&self) -> Vec<Value> {
-        // Only listing: pairing actions need the host token, which a voice model never holds.
-        vec![json!({
-            "name": FLEET_TOOL,
-            "description": "List the other machines (environments) this laptop can drive and whether each answers. \
-                            To act on one, pass its name as `env` to any other tool.",
-        })]
+        vec![fleet_declaration()]
     }
 
     fn local_tool(&self, name: &str, args: &Value) -> Option<BoxFuture<'static, Result<Value, ToolError>>> {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use futures_util::stream::SplitStream;
+use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -81,7 +81,23 @@ pub async fn open(
     let mut options = dial_options.clone();
     options.headers.push(("x-goog-api-key".into(), config.api_key.clone()));
     let socket = dial::connect(&config.url, &options).await.map_err(|err| dial_failure(&err, &config.api_key))?;
-    let (mut sink, mut stream) = socket.split();
+    let (sink, mut stream) = socket.split();
+    let out = spawn_writer(sink);
+    let setup = wire::setup(&config.model, &config.voice, declarations, handle);
+    let _ = out.send(Message::text(setup)).await;
+    match tokio::time::timeout(SETUP_TIMEOUT, setup_complete(&mut stream, &config.api_key)).await {
+        Ok(Ok(())) => Ok(Link { out, stream }),
+        Ok(Err(failure)) => Err(failure),
+        Err(_) => Err(CallFailure::new(
+            CallErrorCode::GeminiUnreachable,
+            format!("Gemini Live did not finish setup within {} s", SETUP_TIMEOUT.as_secs()),
+            &config.api_key,
+        )),
+    }
+}
+
+/// The task that writes the link's queue to the socket, and closes it when the queue ends.
+fn spawn_writer(mut sink: SplitSink<ClientSocket, Message>) -> mpsc::Sender<Message> {
     let (out, mut queue) = mpsc::channel::<Message>(SEND_QUEUE);
     tokio::spawn(
         async move {
@@ -100,46 +116,31 @@ pub async fn open(
         }
         .in_current_span(),
     );
-    let setup = wire::setup(&config.model, &config.voice, declarations, handle);
-    let _ = out.send(Message::text(setup)).await;
-    let ready = tokio::time::timeout(SETUP_TIMEOUT, async {
-        loop {
-            let payload = match stream.next().await {
-                Some(Ok(Message::Binary(data))) => data.to_vec(),
-                Some(Ok(Message::Text(text))) => text.as_bytes().to_vec(),
-                Some(Ok(Message::Close(frame))) => return Err(close_failure(frame.as_ref(), &config.api_key)),
-                Some(Ok(_)) => continue,
-                Some(Err(err)) => {
-                    return Err(CallFailure::new(
-                        CallErrorCode::GeminiClosed,
-                        format!("the connection to Gemini Live failed during setup: {err}"),
-                        &config.api_key,
-                    ))
-                }
-                None => {
-                    return Err(CallFailure::new(
-                        CallErrorCode::GeminiClosed,
-                        "Gemini Live closed the connection during setup",
-                        &config.api_key,
-                    ))
-                }
-            };
-            match wire::parse_server(&payload) {
-                Ok(events) if events.contains(&wire::ServerEvent::SetupComplete) => return Ok(()),
-                Ok(_) => continue,
-                Err(err) => debug!(%err, "ignored a malformed message from Gemini during setup"),
+    out
+}
+
+/// Reads until `setupComplete`; a close or failure first is the call's failure.
+async fn setup_complete(stream: &mut SplitStream<ClientSocket>, key: &Secret) -> Result<(), CallFailure> {
+    loop {
+        let payload = match stream.next().await {
+            Some(Ok(Message::Binary(data))) => data.to_vec(),
+            Some(Ok(Message::Text(text))) => text.as_bytes().to_vec(),
+            Some(Ok(Message::Close(frame))) => return Err(close_failure(frame.as_ref(), key)),
+            Some(Ok(_)) => continue,
+            Some(Err(err)) => {
+                let message = format!("the connection to Gemini Live failed during setup: {err}");
+                return Err(CallFailure::new(CallErrorCode::GeminiClosed, message, key));
             }
+            None => {
+                let message = "Gemini Live closed the connection during setup";
+                return Err(CallFailure::new(CallErrorCode::GeminiClosed, message, key));
+            }
+        };
+        match wire::parse_server(&payload) {
+            Ok(events) if events.contains(&wire::ServerEvent::SetupComplete) => return Ok(()),
+            Ok(_) => continue,
+            Err(err) => debug!(%err, "ignored a malformed message from Gemini during setup"),
         }
-    })
-    .await;
-    match ready {
-        Ok(Ok(())) => Ok(Link { out, stream }),
-        Ok(Err(failure)) => Err(failure),
-        Err(_) => Err(CallFailure::new(
-            CallErrorCode::GeminiUnreachable,
-            format!("Gemini Live did not finish setup within {} s", SETUP_TIMEOUT.as_secs()),
-            &config.api_key,
-        )),
     }
 }
 

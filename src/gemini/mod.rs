@@ -34,7 +34,7 @@ use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, info, info_span, warn, Instrument};
+use tracing::{debug, info_span, warn, Instrument};
 
 use self::link::Link;
 pub use self::wire::Usage;
@@ -52,6 +52,40 @@ pub const GEMINI_LIVE_URL: &str =
 
 /// Name of the argument that routes a Gemini function call to another environment.
 pub const ENV_ARG: &str = "env";
+
+/// Adds the optional [`ENV_ARG`] argument to each declaration: the tools of an agent that drives
+/// other environments can run on any of them.
+pub fn declare_env_argument(declarations: &mut [Value]) {
+    let env = serde_json::json!({"type": "STRING", "description": "Name of another machine (from fleet) to run this on; omit for this laptop."});
+    for declaration in declarations {
+        if declaration.get("parameters").is_none() {
+            declaration["parameters"] = serde_json::json!({"type": "OBJECT", "properties": {}});
+        }
+        if let Some(properties) = declaration.pointer_mut("/parameters/properties").and_then(Value::as_object_mut) {
+            properties.insert(ENV_ARG.into(), env.clone());
+        }
+    }
+}
+
+/// What a call writes to the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallLog {
+    /// Its own lines (started, resumed, ended, failed) at `info` and `warn`: a self-hosted call.
+    Narrated,
+    /// Those lines at `debug` only; whoever started the call logs its [`CallSummary`] (a hosted
+    /// call at the relay, whose log has one line per call).
+    Summarised,
+}
+
+/// Logs at `$loud` for a narrated call, at `debug` for a summarised one.
+macro_rules! call_note {
+    ($log:expr, $loud:ident, $($arg:tt)+) => {
+        match $log {
+            CallLog::Narrated => tracing::$loud!($($arg)+),
+            CallLog::Summarised => tracing::debug!($($arg)+),
+        }
+    };
+}
 
 /// What the voice bridge needs from the agent: the tools to declare to Gemini and a way to run
 /// one of Gemini's function calls.
@@ -151,6 +185,8 @@ pub struct CallSummary {
     pub duration_s: Option<f64>,
     /// The newest token counts the service reported.
     pub usage: Usage,
+    /// Why the call failed, when it did.
+    pub failure: Option<CallErrorCode>,
 }
 
 impl VoiceCall {
@@ -210,15 +246,27 @@ pub fn start(
     phone: mpsc::Sender<Message>,
     tasks: &TaskTracker,
 ) -> VoiceCall {
+    start_logged(CallLog::Narrated, config, tools, phone, tasks)
+}
+
+/// [`start`], writing to the log as `log` says.
+pub fn start_logged(
+    log: CallLog,
+    config: Arc<GeminiConfig>,
+    tools: Arc<dyn VoiceTools>,
+    phone: mpsc::Sender<Message>,
+    tasks: &TaskTracker,
+) -> VoiceCall {
     let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
     let (summary_tx, summary) = oneshot::channel();
     let end = CancellationToken::new();
     let dial = DialOptions::default().with_proxy_from_env().unwrap_or_else(|err| {
-        warn!("ignoring the proxy setting for Gemini Live: {err:#}");
+        call_note!(log, warn, "ignoring the proxy setting for Gemini Live: {err:#}");
         DialOptions::default()
     });
     let heartbeat = config.heartbeat;
     let bridge = Bridge {
+        log,
         declarations: tools.declarations(),
         config,
         dial,
@@ -327,6 +375,7 @@ enum Ending {
 }
 
 struct Bridge {
+    log: CallLog,
     config: Arc<GeminiConfig>,
     dial: DialOptions,
     declarations: Value,
@@ -429,10 +478,10 @@ impl Bridge {
         self.liveness.heard();
         if self.started.is_none() {
             self.started = Some(Instant::now());
-            info!("voice call started");
+            call_note!(self.log, info, "voice call started");
             self.to_phone(AgentMessage::CallStarted).await;
         } else {
-            info!(generation = self.generation, "voice call resumed");
+            call_note!(self.log, info, generation = self.generation, "voice call resumed");
         }
         if std::mem::take(&mut self.context_lost) {
             self.to_gemini(&link, wire::text(wire::CONTEXT_LOST)).await;
@@ -460,7 +509,7 @@ impl Bridge {
         let delay = Duration::from_millis(250) * 2u32.pow(tries.saturating_sub(1).min(4));
         match failure.close_code {
             Some(1008) => {
-                info!("the Gemini session could not be resumed; starting a new one");
+                call_note!(self.log, info, "the Gemini session could not be resumed; starting a new one");
                 self.handle = None;
                 self.context_lost = true;
                 Ok(Conn::opening(self.open(None, Duration::ZERO, None), false))
@@ -492,7 +541,7 @@ impl Bridge {
             Conn::Opening { .. } => None,
         };
         *conn = Conn::opening(self.open(self.handle.clone(), Duration::ZERO, old), true);
-        info!("resuming the Gemini session");
+        call_note!(self.log, info, "resuming the Gemini session");
     }
 
     /// After `goAway`: resume once no call is pending and a resumable handle covers every answer.
@@ -514,7 +563,7 @@ impl Bridge {
             debug!("goAway's time is up; resuming with the newest handle");
             self.resume(conn);
         } else {
-            warn!("goAway's time is up and Gemini sent no resumable handle");
+            call_note!(self.log, warn, "goAway's time is up and Gemini sent no resumable handle");
         }
     }
 
@@ -629,17 +678,7 @@ impl Bridge {
     async fn on_event(&mut self, event: ServerEvent, conn: &mut Conn) {
         match event {
             ServerEvent::SetupComplete => {}
-            ServerEvent::Audio(pcm) => {
-                // The model answers: what the user said is complete.
-                self.finish_transcript(TranscriptRole::User).await;
-                let mut frame = Vec::with_capacity(pcm.len() + 1);
-                frame.push(protocol::AUDIO_PREFIX);
-                frame.extend_from_slice(&pcm);
-                // A phone that cannot keep up loses speech rather than stalling the call.
-                if self.phone.try_send(Message::binary(frame)).is_err() {
-                    debug!("phone is behind; model audio dropped");
-                }
-            }
+            ServerEvent::Audio(pcm) => self.play(&pcm).await,
             ServerEvent::Transcript { speaker, text, is_final } => {
                 self.on_transcript(speaker, text, is_final).await;
             }
@@ -648,15 +687,7 @@ impl Bridge {
                 self.finish_transcript(TranscriptRole::Model).await;
             }
             ServerEvent::GenerationComplete => self.finish_transcript(TranscriptRole::Model).await,
-            ServerEvent::TurnComplete { reason } => {
-                self.finish_transcript(TranscriptRole::User).await;
-                self.finish_transcript(TranscriptRole::Model).await;
-                if let Some(reason) = &reason {
-                    info!(reason = %reason.code, "Gemini ended a turn without an answer");
-                }
-                let (reason, message) = reason.map(|r| (r.code, r.message)).unzip();
-                self.to_phone(AgentMessage::TurnComplete { reason, message }).await;
-            }
+            ServerEvent::TurnComplete { reason } => self.on_turn_complete(reason).await,
             ServerEvent::ToolCalls(calls) => {
                 self.finish_transcript(TranscriptRole::User).await;
                 for call in calls {
@@ -687,6 +718,29 @@ impl Bridge {
             }
             ServerEvent::Usage(usage) => self.usage = usage,
         }
+    }
+
+    /// The model's voice, to the phone. The model answers: what the user said is complete.
+    async fn play(&mut self, pcm: &[u8]) {
+        self.finish_transcript(TranscriptRole::User).await;
+        let mut frame = Vec::with_capacity(pcm.len() + 1);
+        frame.push(protocol::AUDIO_PREFIX);
+        frame.extend_from_slice(pcm);
+        // A phone that cannot keep up loses speech rather than stalling the call.
+        if self.phone.try_send(Message::binary(frame)).is_err() {
+            debug!("phone is behind; model audio dropped");
+        }
+    }
+
+    /// The turn is over: both transcripts are final, and the phone hears why a turn gave nothing.
+    async fn on_turn_complete(&mut self, reason: Option<wire::TurnReason>) {
+        self.finish_transcript(TranscriptRole::User).await;
+        self.finish_transcript(TranscriptRole::Model).await;
+        if let Some(reason) = &reason {
+            call_note!(self.log, info, reason = %reason.code, "Gemini ended a turn without an answer");
+        }
+        let (reason, message) = reason.map(|r| (r.code, r.message)).unzip();
+        self.to_phone(AgentMessage::TurnComplete { reason, message }).await;
     }
 
     /// A piece of transcript: sent on as a partial, or (`finished`) with the whole utterance.
@@ -813,14 +867,26 @@ impl Bridge {
             }
         }
         if let Ending::Failed(failure) = &ending {
-            warn!(code = failure.code.as_str(), "voice call failed: {}", failure.message);
+            call_note!(self.log, warn, code = failure.code.as_str(), "voice call failed: {}", failure.message);
             self.to_phone_now(failure.to_message()).await;
         }
-        let mut summary = CallSummary { duration_s: None, usage: self.usage };
+        let failure = match &ending {
+            Ending::Failed(failure) => Some(failure.code),
+            Ending::Hangup => None,
+        };
+        let mut summary = CallSummary { duration_s: None, usage: self.usage, failure };
         if let Some(started) = self.started {
             let duration_s = started.elapsed().as_millis() as f64 / 1000.0;
             let Usage { prompt_token_count, response_token_count, total_token_count } = self.usage;
-            info!(duration_s, prompt_token_count, response_token_count, total_token_count, "voice call ended");
+            call_note!(
+                self.log,
+                info,
+                duration_s,
+                prompt_token_count,
+                response_token_count,
+                total_token_count,
+                "voice call ended"
+            );
             self.to_phone_now(AgentMessage::CallEnded { duration_s }).await;
             summary.duration_s = Some(duration_s);
         }
@@ -851,7 +917,7 @@ impl Bridge {
             _ = self.end.cancelled() => {}
             sent = tokio::time::timeout(GEMINI_SEND_TIMEOUT, link.send(text)) => {
                 if sent.is_err() {
-                    warn!("Gemini is not taking messages; dropped one");
+                    call_note!(self.log, warn, "Gemini is not taking messages; dropped one");
                 }
             }
         }

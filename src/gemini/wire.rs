@@ -373,49 +373,10 @@ pub fn parse_server(bytes: &[u8]) -> Result<Vec<ServerEvent>, serde_json::Error>
         events.push(ServerEvent::SetupComplete);
     }
     if let Some(content) = raw.server_content {
-        // An interruption first: the phone flushes queued playback before anything newer.
-        if content.interrupted == Some(true) {
-            events.push(ServerEvent::Interrupted);
-        }
-        if let Some(heard) = content.input_transcription.and_then(|t| transcript(TranscriptRole::User, t)) {
-            events.push(heard);
-        }
-        for part in content.model_turn.map(|turn| turn.parts).unwrap_or_default() {
-            let Some(RawBlob { mime_type: Some(mime), data: Some(data) }) = part.inline_data else { continue };
-            if !mime.starts_with("audio/pcm") {
-                continue;
-            }
-            if let Ok(pcm) = base64::engine::general_purpose::STANDARD.decode(data.as_bytes()) {
-                if !pcm.is_empty() {
-                    events.push(ServerEvent::Audio(pcm));
-                }
-            }
-        }
-        if let Some(spoken) = content.output_transcription.and_then(|t| transcript(TranscriptRole::Model, t)) {
-            events.push(spoken);
-        }
-        if content.generation_complete == Some(true) {
-            events.push(ServerEvent::GenerationComplete);
-        }
-        if content.turn_complete == Some(true) {
-            let reason = content.turn_complete_reason.as_deref().and_then(TurnReason::from_code);
-            events.push(ServerEvent::TurnComplete { reason });
-        }
+        content_events(content, &mut events);
     }
     if let Some(call) = raw.tool_call {
-        let calls: Vec<FunctionCall> = call
-            .function_calls
-            .into_iter()
-            .filter_map(|call| {
-                let id = call.id.filter(|id| !id.is_empty() && id.len() <= crate::protocol::MAX_CALL_ID_LEN)?;
-                let name = call.name.filter(|name| !name.is_empty() && name.len() <= 128)?;
-                let args = match call.args {
-                    Some(args @ Value::Object(_)) => args,
-                    _ => Value::Object(Default::default()),
-                };
-                Some(FunctionCall { id, name, args })
-            })
-            .collect();
+        let calls: Vec<FunctionCall> = call.function_calls.into_iter().filter_map(function_call).collect();
         if !calls.is_empty() {
             events.push(ServerEvent::ToolCalls(calls));
         }
@@ -445,6 +406,49 @@ pub fn parse_server(bytes: &[u8]) -> Result<Vec<ServerEvent>, serde_json::Error>
         events.push(ServerEvent::GoAway { time_left: go_away.time_left.as_deref().and_then(parse_duration) });
     }
     Ok(events)
+}
+
+/// The events of one `serverContent`, in the order the phone must see them.
+fn content_events(content: RawContent, events: &mut Vec<ServerEvent>) {
+    // An interruption first: the phone flushes queued playback before anything newer.
+    if content.interrupted == Some(true) {
+        events.push(ServerEvent::Interrupted);
+    }
+    if let Some(heard) = content.input_transcription.and_then(|t| transcript(TranscriptRole::User, t)) {
+        events.push(heard);
+    }
+    for part in content.model_turn.map(|turn| turn.parts).unwrap_or_default() {
+        let Some(RawBlob { mime_type: Some(mime), data: Some(data) }) = part.inline_data else { continue };
+        if !mime.starts_with("audio/pcm") {
+            continue;
+        }
+        if let Ok(pcm) = base64::engine::general_purpose::STANDARD.decode(data.as_bytes()) {
+            if !pcm.is_empty() {
+                events.push(ServerEvent::Audio(pcm));
+            }
+        }
+    }
+    if let Some(spoken) = content.output_transcription.and_then(|t| transcript(TranscriptRole::Model, t)) {
+        events.push(spoken);
+    }
+    if content.generation_complete == Some(true) {
+        events.push(ServerEvent::GenerationComplete);
+    }
+    if content.turn_complete == Some(true) {
+        let reason = content.turn_complete_reason.as_deref().and_then(TurnReason::from_code);
+        events.push(ServerEvent::TurnComplete { reason });
+    }
+}
+
+/// A function call with a usable id and name; arguments that are not an object become `{}`.
+fn function_call(call: RawFunctionCall) -> Option<FunctionCall> {
+    let id = call.id.filter(|id| !id.is_empty() && id.len() <= crate::protocol::MAX_CALL_ID_LEN)?;
+    let name = call.name.filter(|name| !name.is_empty() && name.len() <= 128)?;
+    let args = match call.args {
+        Some(args @ Value::Object(_)) => args,
+        _ => Value::Object(Default::default()),
+    };
+    Some(FunctionCall { id, name, args })
 }
 
 fn transcript(speaker: TranscriptRole, raw: RawTranscription) -> Option<ServerEvent> {

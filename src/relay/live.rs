@@ -37,7 +37,8 @@ use super::hub::{Action, End, Outbox, Push, QueueLimits, Slot};
 use super::metrics::RelayMetrics;
 use super::socket::{forward, read_side, write_side, Deliver, Membership, RelayStream};
 use super::{Limits, Route, NOT_FOUND};
-use crate::gemini::{self, GeminiConfig, VoiceCall, VoiceInput, VoiceTools};
+use crate::environments::host::{fleet_declaration, FLEET_TOOL};
+use crate::gemini::{self, declare_env_argument, CallLog, GeminiConfig, VoiceCall, VoiceInput, VoiceTools};
 use crate::net::http::RequestHead;
 use crate::protocol::{
     self, AgentMessage, CallErrorCode, ClientMessage, ErrorCode, PeerRole, ToolCall, ToolError, ToolResult,
@@ -54,6 +55,8 @@ pub const DEFAULT_MAX_CALL_TIME: Duration = Duration::from_secs(30 * 60);
 pub const CALL_ID_PREFIX: &str = "gemini-hosted-";
 /// Characters of the code's SHA-256 (hex) that name a call in the log.
 pub const CODE_TAG_LEN: usize = 12;
+/// Most tool names of a `hello_ok` declared to Gemini; the rest are left out.
+pub const MAX_DECLARED_TOOLS: usize = 128;
 /// Frames from the phone waiting for the session; while they wait the phone is not read.
 const PHONE_QUEUE: usize = 64;
 /// Frames from the voice bridge waiting for the phone.
@@ -174,32 +177,15 @@ pub(super) async fn serve<S: RelayStream>(
     member.hub.metrics().socket_joined(member.role);
     debug!("joined for hosted voice");
     let (phone_tx, phone_rx) = mpsc::channel(PHONE_QUEUE);
-    let (bridge_tx, bridge_rx) = mpsc::channel(BRIDGE_QUEUE);
-    let (agent_tx, agent_rx) = mpsc::channel(TO_AGENT_QUEUE);
-    let session = LiveSession {
-        hosting,
-        code_tag: code_tag(&format!("{:032x}", member.code)),
-        slot: Arc::clone(&slot),
-        member: &member,
-        stall_timeout: limits.stall_timeout,
-        phone: Arc::clone(&phone),
-        inbox: Arc::clone(&inbox),
-        hello_tools: None,
-        agent: Arc::new(AgentLink { state: Mutex::default(), next_id: AtomicU64::new(1), to_agent: agent_tx }),
-        call: None,
-        bridge_tx,
-        bridge_rx,
-        agent_rx,
-        tasks: TaskTracker::new(),
-    };
+    let session = LiveSession::new(hosting, &member, &slot, limits, Arc::clone(&phone), Arc::clone(&inbox));
 
     let reader = read_side(&mut read_half, frames, &member, &phone, limits, ToSession(phone_tx)).fuse();
     let writer = write_side(&mut write_half, &phone).fuse();
     let actor = session.run(phone_rx, cancel).fuse();
     tokio::pin!(reader, writer, actor);
-    loop {
+    let calls = loop {
         tokio::select! {
-            () = &mut actor => break,
+            calls = &mut actor => break calls,
             () = &mut reader, if !reader.is_terminated() => {}
             result = &mut writer, if !writer.is_terminated() => {
                 if let Err(err) = result {
@@ -208,7 +194,7 @@ pub(super) async fn serve<S: RelayStream>(
                 phone.end(End::Abort);
             }
         }
-    }
+    };
     member.hub.leave(member.code, &slot, member.role, member.conn);
     member.hub.metrics().socket_left(member.role);
     inbox.end(End::Abort);
@@ -219,6 +205,11 @@ pub(super) async fn serve<S: RelayStream>(
     }
     if !reader.is_terminated() {
         let _ = timeout(super::socket::CLOSE_LINGER, &mut reader).await;
+    }
+    // The call ends on its own once the session is gone; waiting for it here lets the relay's
+    // shutdown see its log line written.
+    if timeout(WIND_DOWN, calls.wait()).await.is_err() {
+        debug!("hosted call still ending; leaving it");
     }
 }
 
@@ -240,8 +231,8 @@ struct LiveSession<'a> {
     stall_timeout: Duration,
     phone: Arc<Outbox>,
     inbox: Arc<Outbox>,
-    /// The tools of the agent's `hello_ok` in the current session; `None` before it.
-    hello_tools: Option<Vec<String>>,
+    /// How far the current session's hello has come.
+    handshake: Handshake,
     agent: Arc<AgentLink>,
     call: Option<Call>,
     bridge_tx: mpsc::Sender<Message>,
@@ -258,6 +249,75 @@ struct Call {
     deadline: Instant,
 }
 
+/// How far a session's hello has come, as far as the relay can tell: it cannot check the proofs
+/// (it never holds the token), only that the frames came in their order, each from its side.
+#[derive(Debug, PartialEq)]
+enum Handshake {
+    /// No challenge from the current agent socket yet, or the last hello went wrong.
+    Waiting,
+    /// The agent's challenge went to the phone.
+    Challenged,
+    /// The phone answered it with a well-formed protocol-2 hello.
+    HelloSent,
+    /// The agent accepted that hello: `hello_ok` with a proof, listing these tools.
+    Accepted(Vec<String>),
+}
+
+impl Handshake {
+    /// After an agent frame of `kind` (`hello_ok` parsed as `hello_ok`).
+    fn on_agent(&mut self, kind: &str, hello_ok: Option<&protocol::HelloOk>) {
+        *self = match (std::mem::replace(self, Handshake::Waiting), kind, hello_ok) {
+            (_, "challenge", _) => Handshake::Challenged,
+            (Handshake::HelloSent, "hello_ok", Some(ok)) if ok.proof.as_deref().is_some_and(is_proof) => {
+                Handshake::Accepted(ok.tools.clone())
+            }
+            (Handshake::HelloSent, "hello_ok" | "error", _) => Handshake::Waiting,
+            (state, _, _) => state,
+        };
+    }
+
+    /// After the phone's `hello`.
+    fn on_phone_hello(&mut self, hello: &Map<String, Value>) {
+        let text = |field: &str| hello.get(field).and_then(Value::as_str);
+        let well_formed = hello.get("protocol").and_then(Value::as_u64) == Some(u64::from(protocol::PROTOCOL_VERSION))
+            && text("nonce").is_some_and(protocol::is_hello_nonce)
+            && text("proof").is_some_and(is_proof)
+            && !hello.contains_key("token");
+        *self = match self {
+            Handshake::Challenged if well_formed => Handshake::HelloSent,
+            _ => Handshake::Waiting,
+        };
+    }
+
+    /// The tools of the accepted `hello_ok`.
+    fn tools(&self) -> Option<&[String]> {
+        match self {
+            Handshake::Accepted(tools) => Some(tools),
+            _ => None,
+        }
+    }
+}
+
+/// A hello proof's shape: 64 lowercase hex characters.
+fn is_proof(text: &str) -> bool {
+    text.len() == 64 && crate::secret::is_lower_hex(text)
+}
+
+/// Gemini's declarations for the tools of a `hello_ok`. An agent that lists the environment
+/// router's `fleet` drives other machines: every other tool then takes the optional `env`
+/// argument, as on a self-hosted call.
+fn hosted_declarations(tools: &[String]) -> Value {
+    let tools = &tools[..tools.len().min(MAX_DECLARED_TOOLS)];
+    let has_router = tools.iter().any(|name| name == FLEET_TOOL);
+    let own: Vec<String> = tools.iter().filter(|name| *name != FLEET_TOOL).cloned().collect();
+    let Value::Array(mut declarations) = gemini_declarations_named(&own) else { return Value::Array(Vec::new()) };
+    if has_router {
+        declare_env_argument(&mut declarations);
+        declarations.push(fleet_declaration());
+    }
+    Value::Array(declarations)
+}
+
 /// Why the session ended.
 enum Ending {
     /// The phone left or was replaced: the call ends at once.
@@ -266,8 +326,37 @@ enum Ending {
     Shutdown,
 }
 
-impl LiveSession<'_> {
-    async fn run(mut self, mut from_phone: mpsc::Receiver<OutFrame>, cancel: &CancellationToken) {
+impl<'a> LiveSession<'a> {
+    fn new(
+        hosting: &'a Hosting,
+        member: &'a Membership,
+        slot: &Arc<Slot>,
+        limits: &Limits,
+        phone: Arc<Outbox>,
+        inbox: Arc<Outbox>,
+    ) -> Self {
+        let (bridge_tx, bridge_rx) = mpsc::channel(BRIDGE_QUEUE);
+        let (agent_tx, agent_rx) = mpsc::channel(TO_AGENT_QUEUE);
+        LiveSession {
+            hosting,
+            code_tag: code_tag(&format!("{:032x}", member.code)),
+            slot: Arc::clone(slot),
+            member,
+            stall_timeout: limits.stall_timeout,
+            phone,
+            inbox,
+            handshake: Handshake::Waiting,
+            agent: Arc::new(AgentLink { state: Mutex::default(), next_id: AtomicU64::new(1), to_agent: agent_tx }),
+            call: None,
+            bridge_tx,
+            bridge_rx,
+            agent_rx,
+            tasks: TaskTracker::new(),
+        }
+    }
+
+    /// Runs the session until the phone or the relay ends it; returns the tasks of its call.
+    async fn run(mut self, mut from_phone: mpsc::Receiver<OutFrame>, cancel: &CancellationToken) -> TaskTracker {
         let ending = loop {
             let deadline = self.call.as_ref().map(|call| call.deadline);
             let call_end = self.call.as_ref().map(|call| call.end.clone());
@@ -303,10 +392,10 @@ impl LiveSession<'_> {
                 }
             }
         };
-        self.finish(ending).await;
+        self.finish(ending).await
     }
 
-    async fn finish(mut self, ending: Ending) {
+    async fn finish(mut self, ending: Ending) -> TaskTracker {
         self.laptop_offline();
         if let Some(call) = self.call.take() {
             call.end.cancel();
@@ -330,6 +419,7 @@ impl LiveSession<'_> {
             self.phone.end(End::Close { code: codec::close::GOING_AWAY, reason: "relay shutting down" });
         }
         // The bridge closes Gemini's socket on its own once its call ended; the log line waits for it.
+        self.tasks
     }
 
     async fn on_phone_frame(&mut self, frame: OutFrame) {
@@ -347,6 +437,10 @@ impl LiveSession<'_> {
         let kind = map.get("type").and_then(Value::as_str).unwrap_or_default();
         let id = map.get("id").and_then(Value::as_str).unwrap_or_default();
         match kind {
+            "hello" => {
+                self.handshake.on_phone_hello(&map);
+                self.to_agent(frame).await;
+            }
             "call_start" => self.start_call().await,
             "say" => {
                 let text = map.get("text").and_then(Value::as_str).unwrap_or_default().to_owned();
@@ -392,7 +486,7 @@ impl LiveSession<'_> {
         if let Some(previous) = self.call.take() {
             previous.end.cancel();
         }
-        let Some(tools) = &self.hello_tools else {
+        let Some(tools) = self.handshake.tools() else {
             let message = "the laptop has not accepted this session (it is offline, or the hello was refused)";
             let refused = AgentMessage::CallError { code: CallErrorCode::Unavailable, message: message.into() };
             return self.to_phone_message(refused).await;
@@ -406,27 +500,18 @@ impl LiveSession<'_> {
             return self.to_phone_message(refused).await;
         };
         let voice_tools =
-            Arc::new(HostedTools { agent: Arc::clone(&self.agent), declarations: gemini_declarations_named(tools) });
+            Arc::new(HostedTools { agent: Arc::clone(&self.agent), declarations: hosted_declarations(tools) });
         let span = info_span!("hosted_call", code = %self.code_tag);
         let VoiceCall { input, end, summary } = span.in_scope(|| {
-            gemini::start(self.hosting.config.gemini.clone(), voice_tools, self.bridge_tx.clone(), &self.tasks)
+            let config = self.hosting.config.gemini.clone();
+            gemini::start_logged(CallLog::Summarised, config, voice_tools, self.bridge_tx.clone(), &self.tasks)
         });
         let code = self.code_tag.clone();
         let started = SystemTime::now();
         self.tasks.spawn(async move {
             let summary = summary.await.unwrap_or_default();
             drop(guard);
-            let usage = summary.usage;
-            info!(
-                code,
-                start = %humantime::format_rfc3339_seconds(started),
-                end = %humantime::format_rfc3339_seconds(SystemTime::now()),
-                duration_s = summary.duration_s.unwrap_or(0.0),
-                prompt_tokens = usage.prompt_token_count,
-                response_tokens = usage.response_token_count,
-                total_tokens = usage.total_token_count,
-                "hosted call"
-            );
+            log_call(&code, started, &summary);
         });
         let deadline = Instant::now() + self.hosting.config.max_call_time;
         self.call = Some(Call { input, end, deadline });
@@ -443,16 +528,24 @@ impl LiveSession<'_> {
         match peek.kind.as_str() {
             protocol::PEER_TYPE if peek.peer.as_deref() == Some("agent") => {
                 // A new agent socket starts a new session: a new hello, a new `hello_ok`.
-                self.hello_tools = None;
+                self.handshake = Handshake::Waiting;
                 self.laptop_offline();
                 self.phone.push_notice(frame);
             }
             protocol::PEER_TYPE => self.phone.push_notice(frame),
             "hello_ok" => {
-                if let Ok(AgentMessage::HelloOk(hello_ok)) = serde_json::from_slice::<AgentMessage>(&frame.payload) {
-                    self.hello_tools = Some(hello_ok.tools.clone());
+                let hello_ok = match serde_json::from_slice::<AgentMessage>(&frame.payload) {
+                    Ok(AgentMessage::HelloOk(hello_ok)) => Some(hello_ok),
+                    _ => None,
+                };
+                self.handshake.on_agent("hello_ok", hello_ok.as_ref());
+                if self.handshake.tools().is_some() {
                     self.agent.state().present = true;
                 }
+                self.to_phone(frame).await;
+            }
+            kind @ ("challenge" | "error") => {
+                self.handshake.on_agent(kind, None);
                 self.to_phone(frame).await;
             }
             "tool_result" if own => {
@@ -521,6 +614,22 @@ impl LiveSession<'_> {
     async fn to_agent(&self, frame: OutFrame) {
         forward(&self.slot, self.member, &self.inbox, frame, self.stall_timeout).await;
     }
+}
+
+/// The one log line of a hosted call.
+fn log_call(code: &str, started: SystemTime, summary: &gemini::CallSummary) {
+    let usage = summary.usage;
+    info!(
+        code,
+        start = %humantime::format_rfc3339_seconds(started),
+        end = %humantime::format_rfc3339_seconds(SystemTime::now()),
+        duration_s = summary.duration_s.unwrap_or(0.0),
+        prompt_tokens = usage.prompt_token_count,
+        response_tokens = usage.response_token_count,
+        total_tokens = usage.total_token_count,
+        failure = summary.failure.map_or("none", |code| code.as_str()),
+        "hosted call"
+    );
 }
 
 /// Resolves when `call_end` is cancelled; never without a call.
@@ -708,6 +817,75 @@ mod tests {
         let error = ToolError::new(ErrorCode::Cancelled, "the call was cancelled");
         link.answer(ToolResult::failure(id, error));
         assert_eq!(running.await.unwrap().unwrap_err().code, ErrorCode::Cancelled);
+    }
+
+    #[test]
+    fn an_agent_with_the_router_gets_env_on_its_tools_and_fleet_declared() {
+        let names = |tools: &[&str]| tools.iter().map(|name| name.to_string()).collect::<Vec<_>>();
+        let plain = hosted_declarations(&names(&["list_dir", "run_command"]));
+        assert!(plain.as_array().unwrap().iter().all(|d| d.pointer("/parameters/properties/env").is_none()));
+        let host = hosted_declarations(&names(&["list_dir", "fleet", "run_command"]));
+        let host = host.as_array().unwrap();
+        assert_eq!(host.len(), 3);
+        for declaration in host.iter().filter(|d| d["name"] != "fleet") {
+            assert_eq!(declaration.pointer("/parameters/properties/env/type"), Some(&Value::from("STRING")));
+        }
+        let fleet = host.iter().find(|d| d["name"] == "fleet").unwrap();
+        assert_eq!(fleet, &fleet_declaration(), "fleet as a self-hosted call declares it");
+        let many: Vec<String> = (0..MAX_DECLARED_TOOLS + 10).map(|n| format!("tool_{n}")).collect();
+        assert_eq!(hosted_declarations(&many).as_array().unwrap().len(), MAX_DECLARED_TOOLS);
+    }
+
+    #[test]
+    fn only_challenge_hello_and_a_proven_hello_ok_in_that_order_accept_a_session() {
+        let hello = |fields: Value| fields.as_object().unwrap().clone();
+        let good =
+            hello(serde_json::json!({"type":"hello","protocol":2,"nonce":"1".repeat(32),"proof":"a".repeat(64)}));
+        let ok = |proof: Option<&str>| protocol::HelloOk {
+            agent: "voxa/0".into(),
+            mode: "hosted".into(),
+            tools: vec!["list_dir".into()],
+            protocol: 2,
+            proof: proof.map(str::to_owned),
+            env_key: None,
+            host: None,
+        };
+        let proven = ok(Some(&"b".repeat(64)));
+
+        let mut handshake = Handshake::Waiting;
+        handshake.on_agent("hello_ok", Some(&proven));
+        assert_eq!(handshake, Handshake::Waiting, "no challenge, no hello");
+        handshake.on_agent("challenge", None);
+        handshake.on_phone_hello(&good);
+        handshake.on_agent("hello_ok", Some(&ok(None)));
+        assert_eq!(handshake, Handshake::Waiting, "no agent proof");
+        for bad in [
+            hello(serde_json::json!({"type":"hello","protocol":2,"nonce":"1".repeat(32)})),
+            hello(serde_json::json!({"type":"hello","protocol":1,"nonce":"1".repeat(32),"proof":"a".repeat(64)})),
+            hello(serde_json::json!({"type":"hello","protocol":2,"nonce":"1".repeat(32),"proof":"A".repeat(64)})),
+            hello(
+                serde_json::json!({"type":"hello","protocol":2,"nonce":"1".repeat(32),"proof":"a".repeat(64),"token":"t"}),
+            ),
+        ] {
+            handshake.on_agent("challenge", None);
+            handshake.on_phone_hello(&bad);
+            handshake.on_agent("hello_ok", Some(&proven));
+            assert_eq!(handshake, Handshake::Waiting, "{bad:?}");
+        }
+        handshake.on_agent("challenge", None);
+        handshake.on_phone_hello(&good);
+        handshake.on_agent("error", None);
+        handshake.on_agent("hello_ok", Some(&proven));
+        assert_eq!(handshake, Handshake::Waiting, "a refused hello");
+
+        handshake.on_agent("challenge", None);
+        handshake.on_phone_hello(&good);
+        handshake.on_agent("hello_ok", Some(&proven));
+        assert_eq!(handshake.tools(), Some(&["list_dir".to_owned()][..]));
+        handshake.on_agent("error", None);
+        assert!(handshake.tools().is_some(), "a later error (a bad frame) keeps the session");
+        handshake.on_phone_hello(&good);
+        assert_eq!(handshake, Handshake::Waiting, "a hello that answers no challenge");
     }
 
     #[test]

@@ -385,7 +385,7 @@ async fn live_is_gated_by_the_proxy_token_or_else_the_relay_token_and_absent_wit
 }
 
 #[tokio::test]
-async fn voxa_relay_hosts_calls_with_a_key_file_and_logs_one_line_per_call() {
+async fn voxa_relay_hosts_calls_with_a_key_file_and_its_log_holds_one_line_per_call_and_nothing_said() {
     use crate::support::{voxa_bin, RunningVoxa};
     let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
     let dir = tempfile::tempdir().unwrap();
@@ -429,23 +429,72 @@ async fn voxa_relay_hosts_calls_with_a_key_file_and_logs_one_line_per_call() {
     let relay = TestRelay { addr, stop: Default::default(), task: tokio::spawn(async {}) };
     let agent = hosted_agent(&relay).await;
     let (mut phone, _) = live_phone(&relay, &agent).await;
-    let (conn, _) = start_call(&mut phone, &mut fake).await;
-    fake.send(conn, json!({"toolCall":{"functionCalls":[{"id":"fc-1","name":"list_dir","args":{}}]}}));
-    expect_tool_responses(&mut fake, 1).await;
-    let usage = json!({"promptTokenCount":7,"responseTokenCount":5,"totalTokenCount":12});
-    fake.send(conn, json!({"usageMetadata": usage, "serverContent":{"turnComplete":true}}));
-    phone.expect("turn_complete").await;
-    phone.send(json!({"type":"call_end"})).await;
-    phone.expect("call_ended").await;
-    fake.expect_closed(conn).await;
+    let secrets_of_the_call = full_call(&mut fake, &agent, &mut phone).await;
     drop(phone);
     let (_, stderr) = child.stop();
     let stderr = without_colours(&stderr);
     let tag = voxa::relay::code_tag(agent.code());
-    let lines: Vec<_> = stderr.lines().filter(|line| line.contains("hosted call") && line.contains(&tag)).collect();
-    assert_eq!(lines.len(), 1, "one line per call: {stderr}");
-    assert!(lines[0].contains("total_tokens=12") && lines[0].contains("duration_s="), "{}", lines[0]);
-    assert!(!stderr.contains(KEY) && !stderr.contains(agent.code()), "the key or the code reached the log: {stderr}");
+    let lines: Vec<_> = stderr.lines().filter(|line| !line.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "the call's summary is the relay's only line: {stderr}");
+    for field in [
+        format!("code=\"{tag}\""),
+        "hosted call".into(),
+        "start=".into(),
+        "end=".into(),
+        "duration_s=".into(),
+        "prompt_tokens=7".into(),
+        "response_tokens=5".into(),
+        "total_tokens=12".into(),
+        "failure=\"none\"".into(),
+    ] {
+        assert!(lines[0].contains(&field), "{field} missing from {}", lines[0]);
+    }
+    for secret in [KEY, agent.code()].into_iter().chain(secrets_of_the_call.iter().map(String::as_str)) {
+        assert!(!stderr.contains(secret), "{secret} reached the relay's log: {stderr}");
+    }
+}
+
+/// Everything a call carries, end to end: audio both ways, transcripts, typed text, a tool call
+/// with arguments and a result, a `goAway` and its resume, token counts. Returns the text of each
+/// part that the relay's log must never hold.
+async fn full_call(fake: &mut FakeGemini, agent: &TestAgent, phone: &mut Phone) -> Vec<String> {
+    let (first, _) = start_call(phone, fake).await;
+    let (heard, spoken, typed) = ("heard-5a0c", "spoken-6b1d", "typed-4f2e");
+    let (argument, result) = ("argument-7c1e", "result-3b9d");
+    std::fs::write(agent.workspace.path().join(format!("{result}.txt")), "").unwrap();
+    let microphone = pcm(7, 640);
+    phone.send_audio(&microphone).await;
+    fake.expect_audio(first).await;
+    fake.send(first, json!({"serverContent":{"inputTranscription":{"text": heard}}}));
+    fake.send(first, json!({"serverContent":{"outputTranscription":{"text": spoken}}}));
+    let voice = pcm(8, 480);
+    fake.send(first, FakeGemini::model_audio(&voice));
+    assert_eq!(phone.audio().await, voice);
+    phone.send(json!({"type":"say","text": typed})).await;
+    fake.wait_for("the typed text", |e| e.kind == Kind::Text(typed.into())).await;
+    fake.send(first, json!({"sessionResumptionUpdate":{"newHandle":"handle-9e","resumable":true}}));
+    fake.send(first, json!({"goAway":{"timeLeft":"20s"}}));
+    let (second, _) = fake.expect_setup().await;
+    let command = format!("ls # {argument}");
+    fake.send(
+        second,
+        json!({"toolCall":{"functionCalls":[{"id":"fc-1","name":"run_command","args":{"command": command}}]}}),
+    );
+    let answer = expect_tool_responses(fake, 1).await;
+    assert!(answer[0].to_string().contains(result), "{}", answer[0]);
+    let usage = json!({"promptTokenCount":7,"responseTokenCount":5,"totalTokenCount":12});
+    fake.send(second, json!({"usageMetadata": usage, "serverContent":{"turnComplete":true}}));
+    phone.expect("turn_complete").await;
+    assert!(phone.texts.iter().any(|t| t["text"] == spoken), "{:?}", phone.texts);
+    phone.send(json!({"type":"call_end"})).await;
+    phone.expect("call_ended").await;
+    fake.expect_closed(second).await;
+    let base64 = |pcm: &[u8]| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, pcm);
+    [heard, spoken, typed, argument, result]
+        .map(String::from)
+        .into_iter()
+        .chain([base64(&microphone), base64(&voice)])
+        .collect()
 }
 
 /// `text` without terminal colour sequences.
@@ -496,4 +545,230 @@ async fn a_hundred_hosted_calls_stream_audio_at_once() {
     futures_util::future::join_all(calls).await;
     let setups = fake.received().iter().filter(|e| matches!(e.kind, Kind::Setup(_))).count();
     assert_eq!(setups, CALLS, "one Gemini session per call");
+}
+
+/// A hosted call whose first Gemini connection issued the resumable `handle` (the bridge has read
+/// it) and then asked for `run_command` call `id`, which runs on the laptop until `gate` exists in
+/// its workspace and then prints `done`.
+async fn hosted_call_running_a_gated_tool(handle: &str, id: &str, gate: &str) -> Call {
+    let mut call = Call::start(|_| {}).await;
+    call.fake.send(call.conn, json!({"sessionResumptionUpdate":{"newHandle":handle,"resumable":true}}));
+    call.fake.send(call.conn, json!({"serverContent":{"turnComplete":true}}));
+    call.phone.expect("turn_complete").await;
+    let command = format!("while [ ! -e {gate} ]; do sleep 0.05; done; echo done");
+    let function_call = json!({"id":id,"name":"run_command","args":{"command":command}});
+    call.fake.send(call.conn, json!({"toolCall":{"functionCalls":[function_call]}}));
+    call.phone.expect("tool_activity").await;
+    call
+}
+
+/// Gemini asks connection `conn` for `list_dir` as call `id`; the laptop's answer, as Gemini got it.
+async fn list_dir_on(fake: &mut FakeGemini, conn: usize, id: &str) -> crate::fake_gemini::Event {
+    fake.send(conn, json!({"toolCall":{"functionCalls":[{"id":id,"name":"list_dir","args":{}}]}}));
+    fake.wait_for("the laptop's answer", |e| matches!(&e.kind, Kind::ToolResponse(r) if r["id"] == id)).await
+}
+
+/// The entry names of a `list_dir` answer Gemini got.
+fn listed(event: &crate::fake_gemini::Event) -> Vec<String> {
+    let Kind::ToolResponse(response) = &event.kind else { panic!("not a tool response: {event:?}") };
+    let entries = response["response"]["output"]["entries"].as_array().unwrap_or_else(|| panic!("{response}"));
+    entries.iter().map(|entry| entry["name"].as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn a_hosted_call_survives_go_away_and_a_dropped_gemini_socket_with_tools_still_answered() {
+    let Call { mut fake, relay: _relay, agent, mut phone, conn: first } =
+        hosted_call_running_a_gated_tool("before-call", "fc-slow", "go").await;
+    std::fs::write(agent.workspace.path().join("notes.txt"), "hi").unwrap();
+    // goAway while the laptop runs a call: the connection stays in use until it is answered.
+    fake.send(first, json!({"goAway":{"timeLeft":"30s"}}));
+    let chunk = pcm(5, 640);
+    phone.send_audio(&chunk).await;
+    assert_eq!(fake.expect_audio(first).await.1, chunk, "audio still goes to the old connection");
+    std::fs::write(agent.workspace.path().join("go"), "").unwrap();
+    let answered = fake.wait_for("the answer", |e| matches!(e.kind, Kind::ToolResponse(_))).await;
+    assert_eq!(answered.conn, first, "answered on the connection that asked");
+    let Kind::ToolResponse(response) = &answered.kind else { unreachable!() };
+    assert!(response["response"]["output"]["output"].as_str().unwrap().contains("done"), "{response}");
+
+    // A handle covering the answer: the session resumes with it, the old socket closed first.
+    fake.send(first, json!({"sessionResumptionUpdate":{"newHandle":"after-call","resumable":true}}));
+    let (second, setup) = fake.expect_setup().await;
+    assert_eq!(setup["sessionResumption"], json!({"handle":"after-call"}));
+    eventually("the old connection closed", || {
+        fake.received().iter().any(|e| e.conn == first && e.kind == Kind::Closed)
+    })
+    .await;
+    assert!(!fake.received().iter().any(|e| matches!(e.kind, Kind::Rejected { .. })), "the service refused nothing");
+    phone.send_audio(&chunk).await;
+    assert_eq!(fake.expect_audio(second).await.1, chunk, "audio flows to the resumed session");
+    assert!(listed(&list_dir_on(&mut fake, second, "fc-after-go-away").await).contains(&"notes.txt".to_owned()));
+
+    // The resumed socket drops without a close: resumed again with the newest handle.
+    fake.send(second, json!({"sessionResumptionUpdate":{"newHandle":"before-drop","resumable":true}}));
+    fake.send(second, json!({"serverContent":{"turnComplete":true}}));
+    phone.expect("turn_complete").await;
+    fake.drop_conn(second);
+    let (third, setup) = fake.expect_setup().await;
+    assert_eq!(setup["sessionResumption"], json!({"handle":"before-drop"}));
+    let answer = list_dir_on(&mut fake, third, "fc-after-drop").await;
+    assert_eq!(answer.conn, third);
+    assert!(listed(&answer).contains(&"notes.txt".to_owned()));
+    let reply = pcm(4, 960);
+    fake.send(third, FakeGemini::model_audio(&reply));
+    assert_eq!(phone.audio().await, reply, "the phone hears the resumed session");
+
+    // The phone saw one call throughout, as in self-hosted mode.
+    let started = phone.texts.iter().filter(|t| t["type"] == "call_started").count();
+    assert_eq!(started, 1, "resuming is invisible to the phone: {:?}", phone.texts);
+    assert!(!phone.saw("call_ended") && !phone.saw("call_error"), "{:?}", phone.texts);
+    let callers: Vec<_> = audit(&agent).iter().map(|r| r["caller"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(callers, ["gemini-hosted"; 3], "every answer came from the laptop");
+    phone.send(json!({"type":"call_end"})).await;
+    phone.expect("call_ended").await;
+    fake.expect_closed(third).await;
+}
+
+#[tokio::test]
+async fn a_dropped_gemini_socket_without_a_handle_ends_the_hosted_call_as_self_hosted_mode_does() {
+    let Call { mut fake, relay: _relay, agent: _agent, mut phone, conn } = Call::start(|_| {}).await;
+    fake.drop_conn(conn);
+    let error = phone.expect("call_error").await;
+    assert_eq!(error["code"], "gemini-closed", "{error}");
+    phone.expect("call_ended").await;
+    assert_eq!(fake.drain().iter().filter(|e| matches!(e.kind, Kind::Setup(_))).count(), 0, "nothing to resume");
+    // The session goes on: the next call starts afresh.
+    phone.send(json!({"type":"call_start"})).await;
+    let (next, setup) = fake.expect_setup().await;
+    assert_ne!(next, conn);
+    assert_eq!(setup["sessionResumption"], json!({}));
+    phone.expect("call_started").await;
+}
+
+#[tokio::test]
+async fn a_hosted_call_with_env_runs_on_the_environment() {
+    use voxa::environments::{self, store};
+    use voxa::state::Home;
+    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
+    let relay = hosting_relay(&fake, |_| {}).await;
+    let environment = hosted_agent(&relay).await;
+    let host = hosted_agent(&relay).await;
+    let home_of = |agent: &TestAgent| Home::at(agent.home.path().join("voxa"));
+    let host_token = |home: &Home| store::load_or_create_host_token(home).unwrap().expose().to_owned();
+    let (env_home, host_home) = (home_of(&environment), home_of(&host));
+    let issued = environments::issue(&env_home, &relay.url(), &host_token(&env_home)).unwrap();
+    environments::add(&host_home, &issued.line.encode(), Some("devbox"), &host_token(&host_home)).unwrap();
+    let mut probe = phone_socket(&relay, issued.line.code.expose()).await;
+    wait_agent_joined(&mut probe).await;
+    drop(probe);
+    std::fs::write(environment.workspace.path().join("only-on-the-environment.txt"), "x").unwrap();
+
+    let (mut phone, hello_ok) = live_phone(&relay, &host).await;
+    assert!(hello_ok["tools"].as_array().unwrap().contains(&json!("fleet")), "{hello_ok}");
+    let (conn, setup) = start_call(&mut phone, &mut fake).await;
+    // The call starting proves the service's schema check passed (the fake closes 1007 otherwise).
+    let declarations = setup["tools"][0]["functionDeclarations"].as_array().unwrap();
+    let fleet = declarations.iter().find(|d| d["name"] == "fleet").expect("fleet is declared");
+    assert!(fleet["description"].as_str().unwrap().contains("env"), "{fleet}");
+    for declaration in declarations.iter().filter(|d| d["name"] != "fleet") {
+        assert_eq!(declaration.pointer("/parameters/properties/env/type"), Some(&json!("STRING")), "{declaration}");
+    }
+
+    fake.send(conn, json!({"toolCall":{"functionCalls":[{"id":"fc-env","name":"list_dir","args":{"env":"devbox"}}]}}));
+    let there = fake.wait_for("the answer", |e| matches!(&e.kind, Kind::ToolResponse(r) if r["id"] == "fc-env")).await;
+    assert!(listed(&there).contains(&"only-on-the-environment.txt".to_owned()), "{there:?}");
+    let here = list_dir_on(&mut fake, conn, "fc-here").await;
+    assert!(!listed(&here).contains(&"only-on-the-environment.txt".to_owned()), "without env it runs on the host");
+    let host_records = audit(&host);
+    assert!(
+        host_records.iter().any(|r| r["caller"] == "gemini-hosted" && r["env"] == "devbox" && r["tool"] == "list_dir"),
+        "the host records the routed call: {host_records:?}"
+    );
+    let env_records = audit(&environment);
+    assert!(env_records.iter().any(|r| r["tool"] == "list_dir"), "the environment ran it: {env_records:?}");
+}
+
+/// Sends `frame` from `from` and waits until `to` gets a frame of its type.
+async fn pass(from: &mut voxa::net::dial::ClientSocket, to: &mut voxa::net::dial::ClientSocket, frame: Value) {
+    let kind = frame["type"].as_str().unwrap().to_owned();
+    send(from, frame).await;
+    recv_type(to, &kind).await;
+}
+
+/// `call_start` from `phone`: the `call_started` or `call_error` it gets.
+async fn try_call(phone: &mut voxa::net::dial::ClientSocket) -> Value {
+    send(phone, json!({"type":"call_start"})).await;
+    loop {
+        let frame = recv_json(phone).await;
+        if frame["type"] == "call_started" || frame["type"] == "call_error" {
+            return frame;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_call_needs_challenge_hello_and_hello_ok_in_order_each_from_its_side() {
+    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
+    let relay = hosting_relay(&fake, |_| {}).await;
+    // Both sides played by hand: the relay cannot check proofs, only shapes and order.
+    let code = "5e1f0123456789abcdef0123456789ab";
+    let mut agent = connect(&format!("ws://{}/agent?code={code}", relay.addr)).await;
+    let mut phone = connect(&format!("ws://{}/live?code={code}", relay.addr)).await;
+    wait_agent_joined(&mut phone).await;
+    let proof = "ab".repeat(32);
+    let hello_ok = |proof: Option<&str>| {
+        let mut frame = json!({"type":"hello_ok","protocol":2,"agent":"voxa/0","mode":"hosted","tools":["list_dir"]});
+        if let Some(proof) = proof {
+            frame["proof"] = json!(proof);
+        }
+        frame
+    };
+    let challenge = json!({"type":"challenge","protocol":2,"nonce":"0".repeat(32)});
+    let hello = json!({"type":"hello","protocol":2,"nonce":"1".repeat(32),"proof":"cd".repeat(32)});
+    let unavailable = |answer: &Value| answer["type"] == "call_error" && answer["code"] == "unavailable";
+
+    // A hello_ok nobody asked for.
+    pass(&mut agent, &mut phone, hello_ok(Some(&proof))).await;
+    assert!(unavailable(&try_call(&mut phone).await));
+    // A hello without a proof, or one carrying a raw token.
+    for bad in [json!({"type":"hello","protocol":2,"nonce":"1".repeat(32)}), {
+        let mut with_token = hello.clone();
+        with_token["token"] = json!("0".repeat(32));
+        with_token
+    }] {
+        pass(&mut agent, &mut phone, challenge.clone()).await;
+        pass(&mut phone, &mut agent, bad).await;
+        pass(&mut agent, &mut phone, hello_ok(Some(&proof))).await;
+        assert!(unavailable(&try_call(&mut phone).await));
+    }
+    // A hello_ok without the agent's proof.
+    pass(&mut agent, &mut phone, challenge.clone()).await;
+    pass(&mut phone, &mut agent, hello.clone()).await;
+    pass(&mut agent, &mut phone, hello_ok(None)).await;
+    assert!(unavailable(&try_call(&mut phone).await));
+    // A hello the agent refused, then a hello_ok anyway.
+    pass(&mut agent, &mut phone, challenge.clone()).await;
+    pass(&mut phone, &mut agent, hello.clone()).await;
+    pass(&mut agent, &mut phone, json!({"type":"error","code":"bearer-refused"})).await;
+    pass(&mut agent, &mut phone, hello_ok(Some(&proof))).await;
+    assert!(unavailable(&try_call(&mut phone).await));
+    assert!(fake.drain().iter().all(|e| !matches!(e.kind, Kind::Connected { .. })), "no Gemini session was opened");
+
+    // In order and well-formed: honoured (whether the proofs are right only the two ends can tell).
+    pass(&mut agent, &mut phone, challenge).await;
+    pass(&mut phone, &mut agent, hello).await;
+    pass(&mut agent, &mut phone, hello_ok(Some(&proof))).await;
+    assert_eq!(try_call(&mut phone).await["type"], "call_started");
+    fake.expect_setup().await;
+}
+
+#[tokio::test]
+async fn a_second_live_phone_on_a_code_replaces_the_first_and_ends_its_call() {
+    let Call { mut fake, relay, agent, mut phone, conn } = Call::start(|_| {}).await;
+    let (mut second, _) = live_phone(&relay, &agent).await;
+    assert_eq!(recv_close(&mut phone.socket).await, (4001, "replaced".into()));
+    fake.expect_closed(conn).await;
+    // The newcomer proved the token to the laptop itself; its call is its own.
+    let (next, _) = start_call(&mut second, &mut fake).await;
+    assert_ne!(next, conn);
 }
