@@ -188,6 +188,8 @@ impl CallScene {
         fake.complete_setup(conn);
         self.browser.control("button", "End call").await;
         self.browser.wait_script("the call to start", "return voxaVoice.state === 'live';").await;
+        let shown = self.browser.wait_text("#call-host", "where the call runs", |t| !t.is_empty()).await;
+        assert_eq!(shown, if self.host_word() == "relay" { "via the relay" } else { "on the laptop" });
         conn
     }
 

@@ -57,6 +57,9 @@ const RELAY_CALL_ERRORS = {
   'at-capacity': 'The relay is running as many calls as its operator allows; try again later.',
 };
 
+/** Where a call runs, as the call panel says it. */
+const CALL_HOSTS = { laptop: 'on the laptop', relay: 'via the relay' };
+
 /** A call_error (or a page-side failure) as a sentence with its code; `host` is who runs the call. */
 export const callSentence = (error, host = 'laptop') =>
   sentence(error, host === 'relay' ? RELAY_CALL_ERRORS : CALL_ERRORS);
@@ -397,10 +400,13 @@ export class Voice {
       this.panel.hidden = false;
       this.panel.dataset.voice = 'none';
       this.setStatus('No voice calls here');
+      byId('call-host').textContent = '';
       show(byId('call-error'), callSentence({ code: (this.offer && this.offer.reason) || 'no-voice-laptop' }));
       return;
     }
     delete this.panel.dataset.voice;
+    // Where the call runs matters: the relay's operator can hear a call the relay hosts.
+    byId('call-host').textContent = CALL_HOSTS[this.offer.host];
     show(byId('call-error'));
     this.setMuted(false);
     const call = new Call(this, this.link);
