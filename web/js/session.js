@@ -3,7 +3,7 @@
 //
 // Through a relay that hosts voice, the session socket is the relay's `/live` (a phone socket with
 // voice added) unless the laptop hosts voice itself (`"mode":"self-hosted"`): then it is `/ws`, so
-// the laptop's own Gemini session answers `call_start` and the relay sees nothing of the call.
+// the laptop's own Gemini session answers `call_start` and the relay only passes frames on.
 
 const PROTOCOL = 2;
 const CLIENT = 'voxa-web/1';
