@@ -328,22 +328,29 @@ async fn end_call_closes_gemini(browser: &Browser, fake: &mut FakeGemini, conn: 
     browser.control("button", "Call").await;
 }
 
+/// Everything the issue asks of a call, whoever hosts it: a refused key said as a sentence, then
+/// a call whose microphone Gemini hears, whose transcripts appear, whose voice is played and
+/// stopped by `interrupted`, whose tool runs on the laptop, and which "End call" ends.
+async fn a_whole_call(scene: &CallScene, fake: &mut FakeGemini) {
+    let browser = &scene.browser;
+    a_refused_key_is_a_sentence(scene, fake).await;
+    let conn = scene.call(fake).await;
+    the_microphone_is_heard(fake, conn).await;
+    transcripts_appear(browser, fake, conn).await;
+    let (played, voice_bytes) = the_voice_is_played(browser, fake, conn).await;
+    let long_bytes = interrupted_stops_playback(browser, fake, conn, played).await;
+    a_tool_runs_on_the_laptop_and_typing_reaches_gemini(scene, fake, conn).await;
+    end_call_closes_gemini(browser, fake, conn).await;
+    assert!(stat(browser, "bytesSent").await.as_f64().unwrap() > 3.0 * MIC_RATE * 2.0);
+    assert!(stat(browser, "bytesReceived").await.as_f64().unwrap() > (voice_bytes + long_bytes) as f64 / 4.0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_in_the_browser_carries_the_microphone_both_ways_and_ends() {
     let mut fake = FakeGemini::start(FakeOptions { setup_reply: SetupReply::Hold, ..FakeOptions::new(KEY) }).await;
     let Some(scene) = CallScene::self_hosted(&fake, Scheme::Light).await else { return };
     let browser = &scene.browser;
-    a_refused_key_is_a_sentence(&scene, &mut fake).await;
-    let conn = scene.call(&mut fake).await;
-    the_microphone_is_heard(&mut fake, conn).await;
-    transcripts_appear(browser, &fake, conn).await;
-    let (played, voice_bytes) = the_voice_is_played(browser, &fake, conn).await;
-    let long_bytes = interrupted_stops_playback(browser, &fake, conn, played).await;
-    a_tool_runs_on_the_laptop_and_typing_reaches_gemini(&scene, &mut fake, conn).await;
-    end_call_closes_gemini(browser, &mut fake, conn).await;
-    assert!(stat(browser, "bytesSent").await.as_f64().unwrap() > 3.0 * MIC_RATE * 2.0);
-    assert!(stat(browser, "bytesReceived").await.as_f64().unwrap() > (voice_bytes + long_bytes) as f64 / 4.0);
-
+    a_whole_call(&scene, &mut fake).await;
     // Push-to-talk: nothing goes out until the button is held; the release is `audioStreamEnd`.
     browser.client.find(fantoccini::Locator::Id("push-to-talk")).await.unwrap().click().await.unwrap();
     let conn = scene.call(&mut fake).await;
@@ -385,14 +392,7 @@ async fn a_call_the_relay_hosts_carries_the_microphone_both_ways_and_ends() {
     let mut fake = FakeGemini::start(options).await;
     let Some(scene) = CallScene::hosted(&fake, Scheme::Light).await else { return };
     let browser = &scene.browser;
-    a_refused_key_is_a_sentence(&scene, &mut fake).await;
-    let conn = scene.call(&mut fake).await;
-    the_microphone_is_heard(&mut fake, conn).await;
-    transcripts_appear(browser, &fake, conn).await;
-    let (played, _) = the_voice_is_played(browser, &fake, conn).await;
-    interrupted_stops_playback(browser, &fake, conn, played).await;
-    a_tool_runs_on_the_laptop_and_typing_reaches_gemini(&scene, &mut fake, conn).await;
-    end_call_closes_gemini(browser, &mut fake, conn).await;
+    a_whole_call(&scene, &mut fake).await;
     browser.press("Status").await;
     browser.wait_text("#facts", "who hosts voice", |t| t.contains("Voice\nhosted by the relay")).await;
     scene.close().await;
@@ -416,35 +416,23 @@ async fn call_says_why_when_there_is_no_voice_and_hosted_refusals_are_sentences(
     let scratch = tempfile::tempdir().unwrap();
     let Some(browser) = browser_with_tone(&scratch, Scheme::Light).await else { return };
 
-    // A relay without a key, a laptop without one: no voice, and the page says so.
-    let plain = TestRelay::start().await;
-    let said = call_refusal(&browser, &plain).await;
-    assert!(said.starts_with("There is no voice on this relay") && said.ends_with("(no-voice-relay)"), "{said}");
-    plain.kill().await;
-
-    // A relay at its operator's limit.
-    let live = LiveConfig { max_calls: 0, ..LiveConfig::new(fake.config(RELAY_KEY)) };
-    let full = TestRelay::with_config(RelayConfig { live: Some(live), ..Default::default() }).await;
-    let said = call_refusal(&browser, &full).await;
-    assert!(
-        said.starts_with("The relay is running as many calls as its operator allows")
-            && said.ends_with("(at-capacity)"),
-        "{said}"
-    );
-    full.kill().await;
-
-    // A relay whose voice needs a proxy token a browser cannot send: the page works through `/ws`
-    // and says why there is no voice.
+    let capped = LiveConfig { max_calls: 0, ..LiveConfig::new(fake.config(RELAY_KEY)) };
     let token = Some(Secret::from_string("proxy-token-web".into()));
-    let live = LiveConfig { proxy_token: token, ..LiveConfig::new(fake.config(RELAY_KEY)) };
-    let gated = TestRelay::with_config(RelayConfig { live: Some(live), ..Default::default() }).await;
-    let said = call_refusal(&browser, &gated).await;
-    assert!(
-        said.starts_with("This relay hosts voice only for apps that hold its proxy token")
-            && said.ends_with("(proxy-token)"),
-        "{said}"
-    );
-    gated.kill().await;
+    let gated = LiveConfig { proxy_token: token, ..LiveConfig::new(fake.config(RELAY_KEY)) };
+    for (live, sentence, code) in [
+        // A relay without a key, a laptop without one: no voice, and the page says so.
+        (None, "There is no voice on this relay", "no-voice-relay"),
+        // A relay at its operator's limit.
+        (Some(capped), "The relay is running as many calls as its operator allows", "at-capacity"),
+        // A relay whose voice needs a proxy token a browser cannot send: the page works through
+        // `/ws` and says why there is no voice.
+        (Some(gated), "This relay hosts voice only for apps that hold its proxy token", "proxy-token"),
+    ] {
+        let relay = TestRelay::with_config(RelayConfig { live, ..Default::default() }).await;
+        let said = call_refusal(&browser, &relay).await;
+        assert!(said.starts_with(sentence) && said.ends_with(&format!("({code})")), "{said}");
+        relay.kill().await;
+    }
 
     assert!(fake.received().is_empty(), "no Gemini session was opened: {:?}", fake.received());
     browser.close().await;
