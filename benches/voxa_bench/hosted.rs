@@ -27,17 +27,17 @@ use crate::voice::fake_gemini::{FakeGemini, FakeOptions};
 use crate::voice::{cpu_time, frame};
 
 const AREA: &str = "hosted";
-const KEY: &str = "AIzaSy-bench-hosted-key";
+pub(crate) const KEY: &str = "AIzaSy-bench-hosted-key";
 const FRAME_EVERY: Duration = Duration::from_millis(20);
 
 /// `voxa relay` hosting voice with the fake's URL and `KEY`.
-struct HostingRelay {
+pub(crate) struct HostingRelay {
     child: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
 }
 
 impl HostingRelay {
-    fn spawn(gemini_url: &str) -> HostingRelay {
+    pub(crate) fn spawn(gemini_url: &str) -> HostingRelay {
         let mut child = Command::new(env!("CARGO_BIN_EXE_voxa"))
             .args([
                 "relay",

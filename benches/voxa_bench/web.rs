@@ -1,7 +1,8 @@
 //! Web client figures: the page's weight, the time from opening the pairing link to "online"
 //! through the embedded relay in headless Chromium, and from pressing "Run" to the command's first
 //! output on screen. Both times are read from the page's own performance marks, so WebDriver's
-//! polling adds nothing to them.
+//! polling adds nothing to them. Then a call from the page, once hosted by a self-hosted laptop and
+//! once by `voxa relay` at `/live`: the page's latency series, its CPU and bytes each way.
 
 #[path = "../../tests/it/browser.rs"]
 mod browser;
@@ -9,7 +10,8 @@ mod browser;
 use std::time::{Duration, Instant};
 
 use self::browser::{tone_wav, Browser, Scheme};
-use crate::child::start_agent;
+use crate::child::{start_agent, Agent};
+use crate::hosted::HostingRelay;
 use crate::report::{percentiles, Report};
 use crate::voice::cpu_time;
 use crate::voice::fake_gemini::{FakeGemini, FakeOptions, Kind};
@@ -40,22 +42,60 @@ pub fn run(report: &mut Report, samples: usize) {
     };
     runtime.block_on(measure(report, samples));
     let call = if samples > 3 { CALL } else { SMOKE_CALL };
-    runtime.block_on(measure_call(report, call));
+    runtime.block_on(measure_call(report, call, CallHost::Laptop));
+    runtime.block_on(measure_call(report, call, CallHost::Relay));
 }
 
-/// One browser call against the self-hosted agent binary and the test Gemini server: the page's
-/// own latency series (audio clock mapped onto the page clock), its processes' CPU, and bytes.
-async fn measure_call(report: &mut Report, length: Duration) {
+/// Who hosts the measured call.
+#[derive(Clone, Copy, PartialEq)]
+enum CallHost {
+    /// A self-hosted `voxa run` with its embedded relay.
+    Laptop,
+    /// `voxa relay` hosting voice at `/live` for a `voxa run` in hosted mode.
+    Relay,
+}
+
+/// The processes behind a call; they end when dropped.
+struct CallSide {
+    _agent: Agent,
+    _relay: Option<HostingRelay>,
+    link: String,
+}
+
+/// Starts whoever hosts the call against the Gemini server at `gemini_url`.
+fn start_call_side(host: CallHost, gemini_url: &str) -> CallSide {
+    match host {
+        CallHost::Laptop => {
+            let env = [("GEMINI_API_KEY", KEY), ("VOXA_GEMINI_URL", gemini_url)];
+            let agent = start_agent(&["--self-hosted"], &["--embedded-relay"], &env, &["embedded_relay", "started"]);
+            let relay = agent.embedded_relay.clone().expect("the embedded relay's address");
+            let link = format!("http://{relay}/?code={}&token={}", agent.code, agent.token);
+            CallSide { _agent: agent, _relay: None, link }
+        }
+        CallHost::Relay => {
+            let relay = HostingRelay::spawn(gemini_url);
+            let relay_url = format!("http://{}", relay.addr);
+            let agent = start_agent(&["--relay", &relay_url], &[], &[], &["started"]);
+            let link = format!("{relay_url}/?code={}&token={}", agent.code, agent.token);
+            CallSide { _agent: agent, _relay: Some(relay), link }
+        }
+    }
+}
+
+/// One browser call against the test Gemini server, hosted by `host`: the page's own latency
+/// series (audio clock mapped onto the page clock), its processes' CPU, and bytes.
+async fn measure_call(report: &mut Report, length: Duration, host: CallHost) {
     let scratch = tempfile::tempdir().unwrap();
     let wav = scratch.path().join("microphone.wav");
     tone_wav(&wav, 48000, 440.0, 1.0, 1.0);
     let Some(browser) = Browser::with_microphone(&wav, Scheme::Light).await else { return };
-    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
-    let url = fake.url();
-    let env = [("GEMINI_API_KEY", KEY), ("VOXA_GEMINI_URL", url.as_str())];
-    let agent = start_agent(&["--self-hosted"], &["--embedded-relay"], &env, &["embedded_relay", "started"]);
-    let relay = agent.embedded_relay.clone().expect("the embedded relay's address");
-    browser.open(&format!("http://{relay}/?code={}&token={}", agent.code, agent.token)).await;
+    let (key, call) = match host {
+        CallHost::Laptop => (KEY, "call"),
+        CallHost::Relay => (crate::hosted::KEY, "hosted call"),
+    };
+    let mut fake = FakeGemini::start(FakeOptions::new(key)).await;
+    let side = start_call_side(host, &fake.url());
+    browser.open(&side.link).await;
     browser.wait_connection("online").await;
     browser.press("Call").await;
     let conn = fake.wait_for("the call's setup", |e| matches!(e.kind, Kind::Setup(_))).await.conn;
@@ -111,14 +151,14 @@ async fn measure_call(report: &mut Report, length: Duration) {
         let (p50, p99) = percentiles(&mut values);
         report.add(
             AREA,
-            format!("call: {label}, Chromium at {rate:.0} Hz (p50 / p99 of {})", values.len()),
+            format!("{call}: {label}, Chromium at {rate:.0} Hz (p50 / p99 of {})", values.len()),
             format!("{p50:.1} / {p99:.1} ms"),
             "",
         );
     }
     report.add(
         AREA,
-        format!("call: page CPU (renderer + audio service) over {:.0} s", wall.as_secs_f64()),
+        format!("{call}: page CPU (renderer + audio service) over {:.0} s", wall.as_secs_f64()),
         format!("{:.1} % of one core", 100.0 * cpu_used.as_secs_f64() / wall.as_secs_f64()),
         "",
     );
@@ -130,14 +170,14 @@ async fn measure_call(report: &mut Report, length: Duration) {
     let max = stops.iter().copied().fold(f64::NAN, f64::max);
     report.add(
         AREA,
-        format!("call: `interrupted` received → voice silent, on the audio clock ({} barge-ins)", stops.len()),
+        format!("{call}: `interrupted` received → voice silent, on the audio clock ({} barge-ins)", stops.len()),
         format!("median {p50:.1} ms, max {max:.1} ms"),
         "≤ 50 ms",
     );
     let per_second = |after: f64, before: f64| (after - before) / wall.as_secs_f64() / 1024.0;
     report.add(
         AREA,
-        "call: bytes per second while both sides stream, page → laptop / laptop → page (WebSocket payloads)",
+        format!("{call}: bytes per second while both sides stream, page → laptop / laptop → page (WebSocket payloads)"),
         format!(
             "{:.1} / {:.1} KiB/s",
             per_second(bytes_after.0, bytes_before.0),
@@ -146,7 +186,7 @@ async fn measure_call(report: &mut Report, length: Duration) {
         "",
     );
     browser.close().await;
-    drop(agent);
+    drop(side);
 }
 
 async fn measure(report: &mut Report, samples: usize) {

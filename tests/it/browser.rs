@@ -32,7 +32,8 @@ pub enum Scheme {
     Dark,
 }
 
-/// A chromedriver process and one headless Chromium session; both end when dropped.
+/// A chromedriver process and one headless Chromium session; both end when dropped, even when the
+/// test panics before [`Browser::close`].
 pub struct Browser {
     pub client: Client,
     driver: Child,
@@ -313,6 +314,18 @@ pub fn tone_wav(path: &std::path::Path, rate: u32, freq: f64, tone_s: f64, silen
     wav.extend_from_slice(&(data.len() as u32).to_le_bytes());
     wav.extend_from_slice(&data);
     std::fs::write(path, wav).expect("write the WAV");
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // Chromium outlives chromedriver when nobody ends the session: end its processes (those on
+        // this browser's own profile), by id.
+        for pid in self.processes("") {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+    }
 }
 
 /// A WebDriver command fantoccini has no method for (computed label and role, CDP).

@@ -600,6 +600,10 @@ async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
     browser.type_into("Command", "echo through-the-loopback-page").await;
     browser.press("Run").await;
     browser.wait_text(TERMINAL, "the command", |t| t.contains("through-the-loopback-page\n")).await;
+    // A laptop in hosted mode on its own page: nobody hosts voice, and "Call" says why.
+    browser.press("Call").await;
+    let said = browser.wait_text("#call-error", "why there is no voice", |t| !t.is_empty()).await;
+    assert!(said.starts_with("There is no voice on this laptop") && said.ends_with("(no-voice-laptop)"), "{said}");
     browser.close().await;
     run.stop();
 

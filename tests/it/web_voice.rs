@@ -1,7 +1,9 @@
 //! Voice calls in the web client: real headless Chromium whose microphone is a generated WAV (a
-//! 440 Hz tone, then silence), a real relay and a self-hosted agent on 127.0.0.1:0, and the test
-//! Gemini server. What the server hears is analysed here; what the page played and how fast it
-//! stopped are the page's own audio-clock counters (`voxaVoice`).
+//! 440 Hz tone, then silence), a real relay and agent on 127.0.0.1:0, and the test Gemini server
+//! behind whichever hosts the call: a self-hosted laptop, or the relay at `/live` (`voxa relay
+//! --gemini-key-file` and `voxa run` as processes). Both calls pass the same checks. What the
+//! server hears is analysed here; what the page played and how fast it stopped are the page's own
+//! audio-clock counters (`voxaVoice`).
 
 use std::f64::consts::PI;
 use std::path::Path;
@@ -9,11 +11,20 @@ use std::path::Path;
 use fantoccini::actions::{InputSource, MouseActions, PointerAction, MOUSE_BUTTON_LEFT};
 use serde_json::{json, Value};
 
+use voxa::relay::{LiveConfig, RelayConfig};
+use voxa::secret::Secret;
+
 use crate::browser::{tone_wav, Browser, Scheme};
 use crate::fake_gemini::{FakeGemini, FakeOptions, Kind, SetupReply, BAD_KEY_REASON};
+use crate::gemini::expect_tool_responses;
 use crate::harness::*;
+use crate::run::start_run_with_env;
+use crate::support::{voxa_bin, RunningVoxa};
 
+/// The laptop's Gemini key (self-hosted mode).
 const KEY: &str = "AIzaSy-web-voice-test-key";
+/// The relay operator's Gemini key (hosted voice at `/live`).
+const RELAY_KEY: &str = "AIzaSy-web-voice-relay-key";
 /// Rate of what the page must send, and of what Gemini sends back.
 const MIC_RATE: f64 = 16000.0;
 const VOICE_RATE: usize = 24000;
@@ -77,48 +88,132 @@ async fn stat(browser: &Browser, name: &str) -> Value {
     browser.script(&format!("return voxaVoice.{name};"), vec![]).await
 }
 
-/// A relay, a self-hosted agent using `fake`, and Chromium on the pairing link, online.
+/// Who hosts the call in a scene, and the processes behind it.
+enum Backend {
+    /// An in-process relay (itself hosting voice, with [`RELAY_KEY`]) and a self-hosted agent.
+    SelfHosted { relay: TestRelay, agent: TestAgent },
+    /// `voxa relay --gemini-key-file` and `voxa run` in hosted mode, as processes.
+    Hosted { relay: RunningVoxa, agent: RunningVoxa, home: tempfile::TempDir, workspace: tempfile::TempDir },
+}
+
+/// A relay, an agent, the test Gemini server behind whichever hosts voice, and Chromium on the
+/// pairing link, online.
 struct CallScene {
-    relay: TestRelay,
-    agent: TestAgent,
+    backend: Backend,
     browser: Browser,
     _scratch: tempfile::TempDir,
 }
 
-impl CallScene {
-    async fn start(fake: &FakeGemini) -> Option<CallScene> {
-        Self::start_in(fake, Scheme::Light).await
-    }
+/// Chromium whose microphone is the tone, then silence; `None` where Chromium is not installed.
+async fn browser_with_tone(scratch: &tempfile::TempDir, scheme: Scheme) -> Option<Browser> {
+    let wav = scratch.path().join("microphone.wav");
+    tone_wav(&wav, 48000, TONE_HZ, 1.5, 1.5);
+    Browser::with_microphone(&wav, scheme).await
+}
 
-    async fn start_in(fake: &FakeGemini, scheme: Scheme) -> Option<CallScene> {
+/// `voxa relay` with a key file holding [`RELAY_KEY`], its Gemini being `fake`; waits until it listens.
+fn hosting_relay(fake: &FakeGemini, dir: &Path) -> RunningVoxa {
+    use std::os::unix::fs::PermissionsExt;
+    let key_file = dir.join("gemini.key");
+    std::fs::write(&key_file, format!("{RELAY_KEY}\n")).unwrap();
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut cmd = std::process::Command::new(voxa_bin());
+    cmd.env("VOXA_GEMINI_URL", fake.url());
+    for name in ["VOXA_RELAY_TOKEN", "VOXA_PROXY_TOKEN", "GEMINI_API_KEY"] {
+        cmd.env_remove(name);
+    }
+    cmd.args(["relay", "--json", "--listen", "127.0.0.1:0", "--gemini-key-file"]).arg(&key_file);
+    let mut relay = RunningVoxa::spawn(cmd);
+    let listening = relay.wait_event("relay_listening");
+    assert_eq!(listening["live"], true, "{listening}");
+    relay.port = listening["listen"].as_str().unwrap().parse::<std::net::SocketAddr>().unwrap().port();
+    relay
+}
+
+impl CallScene {
+    /// A self-hosted laptop behind a relay that also hosts voice: the laptop's own session wins.
+    async fn self_hosted(fake: &FakeGemini, scheme: Scheme) -> Option<CallScene> {
         let scratch = tempfile::tempdir().unwrap();
-        let wav = scratch.path().join("microphone.wav");
-        tone_wav(&wav, 48000, TONE_HZ, 1.5, 1.5);
-        let browser = Browser::with_microphone(&wav, scheme).await?;
-        let relay = TestRelay::start().await;
+        let browser = browser_with_tone(&scratch, scheme).await?;
+        let live = Some(LiveConfig::new(fake.config(RELAY_KEY)));
+        let relay = TestRelay::with_config(RelayConfig { live, ..Default::default() }).await;
         let config = fake.config(KEY);
         let agent = TestAgent::start_with(Some(relay.url()), |options| options.gemini = Some(config)).await;
         let link = format!("http://{}/?code={}&token={}", relay.addr, agent.code(), agent.token());
         browser.open(&link).await;
         browser.wait_connection("online").await;
-        Some(CallScene { relay, agent, browser, _scratch: scratch })
+        Some(CallScene { backend: Backend::SelfHosted { relay, agent }, browser, _scratch: scratch })
+    }
+
+    /// A laptop in hosted mode (`voxa run`, no key) behind `voxa relay` hosting voice with its key.
+    async fn hosted(fake: &FakeGemini, scheme: Scheme) -> Option<CallScene> {
+        let scratch = tempfile::tempdir().unwrap();
+        let browser = browser_with_tone(&scratch, scheme).await?;
+        let relay = hosting_relay(fake, scratch.path());
+        let (mut agent, _, (home, workspace)) = start_run_with_env(&["--relay", &relay.relay_url()], &[]);
+        let link = agent.wait_event("pairing")["url"].as_str().unwrap().to_owned();
+        browser.open(&link).await;
+        browser.wait_connection("online").await;
+        Some(CallScene { backend: Backend::Hosted { relay, agent, home, workspace }, browser, _scratch: scratch })
+    }
+
+    /// The key Gemini must see: the laptop's when it hosts, else the relay operator's.
+    fn gemini_key(&self) -> &'static str {
+        match self.backend {
+            Backend::SelfHosted { .. } => KEY,
+            Backend::Hosted { .. } => RELAY_KEY,
+        }
+    }
+
+    /// Who the page names when a call fails.
+    fn host_word(&self) -> &'static str {
+        match self.backend {
+            Backend::SelfHosted { .. } => "laptop",
+            Backend::Hosted { .. } => "relay",
+        }
+    }
+
+    fn workspace(&self) -> &Path {
+        match &self.backend {
+            Backend::SelfHosted { agent, .. } => agent.workspace.path(),
+            Backend::Hosted { workspace, .. } => workspace.path(),
+        }
     }
 
     /// Presses "Call" and answers the Gemini `setup` it causes; returns the connection.
     async fn call(&self, fake: &mut FakeGemini) -> usize {
         self.browser.press("Call").await;
         let (conn, _) = fake.expect_setup().await;
+        assert_eq!(connected_key(fake, conn).as_deref(), Some(self.gemini_key()), "the wrong side hosts the call");
         fake.complete_setup(conn);
         self.browser.control("button", "End call").await;
         self.browser.wait_script("the call to start", "return voxaVoice.state === 'live';").await;
+        let shown = self.browser.wait_text("#call-host", "where the call runs", |t| !t.is_empty()).await;
+        assert_eq!(shown, if self.host_word() == "relay" { "via the relay" } else { "on the laptop" });
         conn
     }
 
     async fn close(self) {
         self.browser.close().await;
-        self.agent.agent.stop().await;
-        self.relay.kill().await;
+        match self.backend {
+            Backend::SelfHosted { relay, agent } => {
+                agent.agent.stop().await;
+                relay.kill().await;
+            }
+            Backend::Hosted { relay, agent, home: _home, workspace: _workspace } => {
+                agent.stop();
+                relay.stop();
+            }
+        }
     }
+}
+
+/// The `x-goog-api-key` Gemini connection `conn` came with.
+fn connected_key(fake: &FakeGemini, conn: usize) -> Option<String> {
+    fake.received().into_iter().find_map(|event| match event.kind {
+        Kind::Connected { key } if event.conn == conn => key,
+        _ => None,
+    })
 }
 
 /// Collects microphone audio `conn` sent until there is `seconds` of it.
@@ -134,22 +229,20 @@ async fn microphone_audio(fake: &mut FakeGemini, conn: usize, seconds: f64) -> V
     pcm
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_in_the_browser_carries_the_microphone_both_ways_and_ends() {
-    let mut fake = FakeGemini::start(FakeOptions { setup_reply: SetupReply::Hold, ..FakeOptions::new(KEY) }).await;
-    let Some(scene) = CallScene::start(&fake).await else { return };
-    let browser = &scene.browser;
-
-    // A refused key is said as a sentence, and the page is ready to call again.
-    browser.press("Call").await;
+/// The first `call_start` is refused (Gemini closes 1007 for the key): the page says so as a
+/// sentence naming whose key it was, and is ready to call again.
+async fn a_refused_key_is_a_sentence(scene: &CallScene, fake: &mut FakeGemini) {
+    scene.browser.press("Call").await;
     let (refused, _) = fake.expect_setup().await;
     fake.close(refused, 1007, BAD_KEY_REASON);
-    let said = browser.wait_text("#call-error", "the refusal", |t| !t.is_empty()).await;
-    assert!(said.starts_with("The laptop's Gemini API key was refused.") && said.ends_with("(bad-key)"), "{said}");
+    let said = scene.browser.wait_text("#call-error", "the refusal", |t| !t.is_empty()).await;
+    let whose = if scene.host_word() == "relay" { "The relay's" } else { "The laptop's" };
+    assert!(said.starts_with(&format!("{whose} Gemini API key was refused.")) && said.ends_with("(bad-key)"), "{said}");
+}
 
-    let conn = scene.call(&mut fake).await;
-    // The microphone: 16 kHz PCM16 whose strongest frequency is the WAV's tone, not silence.
-    let heard = pcm16(&microphone_audio(&mut fake, conn, 3.0).await);
+/// The microphone reached Gemini as 16 kHz PCM16 whose strongest frequency is the WAV's tone, not silence.
+async fn the_microphone_is_heard(fake: &mut FakeGemini, conn: usize) {
+    let heard = pcm16(&microphone_audio(fake, conn, 3.0).await);
     let loudest = heard
         .chunks(MIC_RATE as usize / 2)
         .filter(|window| window.len() == MIC_RATE as usize / 2)
@@ -158,8 +251,10 @@ async fn a_call_in_the_browser_carries_the_microphone_both_ways_and_ends() {
     assert!(rms(loudest) > 0.02, "the microphone reached the server as silence (rms {})", rms(loudest));
     let dominant = dominant_frequency(loudest, MIC_RATE);
     assert!((dominant - TONE_HZ).abs() <= TONE_HZ * 0.02, "dominant frequency {dominant} Hz, not {TONE_HZ} Hz");
+}
 
-    // Transcripts: partials grow a line, the final text replaces it.
+/// Transcripts: partials grow a line, the final text replaces it, in the order spoken.
+async fn transcripts_appear(browser: &Browser, fake: &FakeGemini, conn: usize) {
     fake.send(conn, json!({"serverContent": {"inputTranscription": {"text": "what is"}}}));
     browser.wait_text("#call-log .user.partial", "the partial transcript", |t| t.contains("what is")).await;
     fake.send(conn, json!({"serverContent": {"inputTranscription": {"text": " on my screen"}}}));
@@ -172,11 +267,14 @@ async fn a_call_in_the_browser_carries_the_microphone_both_ways_and_ends() {
         .await;
     assert!(log.find("what is on my screen").unwrap() < log.find("Let me look.").unwrap(), "{log}");
     assert_eq!(browser.script("return document.querySelectorAll('#call-log .partial').length;", vec![]).await, 0);
+}
 
-    // The laptop's voice is played: the page's count of samples played matches what was sent.
+/// The model's voice is played: the page's count of samples played is within 5 % of what was
+/// sent. Returns the count and the bytes sent.
+async fn the_voice_is_played(browser: &Browser, fake: &FakeGemini, conn: usize) -> (f64, usize) {
     let voice = voice_pcm(330.0, 1.0);
     let sent = (voice.len() / 2) as f64;
-    send_voice(&fake, conn, &voice);
+    send_voice(fake, conn, &voice);
     browser.wait_script("all the voice to arrive", &format!("return voxaVoice.samplesReceived === {sent};")).await;
     browser.wait_script("the voice to play", &format!("return voxaVoice.samplesPlayed >= {};", sent * 0.95)).await;
     browser
@@ -184,10 +282,14 @@ async fn a_call_in_the_browser_carries_the_microphone_both_ways_and_ends() {
         .await;
     let played = stat(browser, "samplesPlayed").await.as_f64().unwrap();
     assert!((played - sent).abs() <= sent * 0.05, "played {played} of {sent} samples");
+    (played, voice.len())
+}
 
-    // Barge-in: `interrupted` stops a long answer at once; the rest is dropped, not played.
+/// Barge-in: `interrupted` stops a long answer at once; the rest is dropped, not played. Returns
+/// the bytes of voice sent.
+async fn interrupted_stops_playback(browser: &Browser, fake: &FakeGemini, conn: usize, played: f64) -> usize {
     let long = voice_pcm(330.0, 10.0);
-    send_voice(&fake, conn, &long);
+    send_voice(fake, conn, &long);
     browser
         .wait_script("the long answer to play", &format!("return voxaVoice.samplesPlayed >= {};", played + 7200.0))
         .await;
@@ -199,25 +301,56 @@ async fn a_call_in_the_browser_carries_the_microphone_both_ways_and_ends() {
     assert!(stop["droppedSamples"].as_f64().unwrap() > 0.0, "{stop}");
     let after = stat(browser, "samplesPlayed").await.as_f64().unwrap();
     assert!(after < played + (long.len() / 2) as f64 / 2.0, "the interrupted answer kept playing: {after}");
+    long.len()
+}
 
-    // Tool activity from Gemini's tool call, and typed input during the call.
-    fake.send(
-        conn,
-        json!({"toolCall": {"functionCalls": [{"id": "t1", "name": "run_command", "args": {"command": "echo from-gemini"}}]}}),
-    );
+/// Gemini's function call runs on the laptop (its file appears in the workspace, Gemini gets the
+/// result) and the page shows the tool's activity; then typed text reaches Gemini.
+async fn a_tool_runs_on_the_laptop_and_typing_reaches_gemini(scene: &CallScene, fake: &mut FakeGemini, conn: usize) {
+    let browser = &scene.browser;
+    let command = json!({"command": "echo from-gemini > gemini.txt && echo written"});
+    fake.send(conn, json!({"toolCall": {"functionCalls": [{"id": "t1", "name": "run_command", "args": command}]}}));
     browser.wait_text("#call-log .tool", "the tool's end", |t| t.contains("run_command — done")).await;
+    let response = expect_tool_responses(fake, 1).await.remove(0);
+    assert_eq!(response["id"], "t1", "{response}");
+    assert_eq!(response["response"]["output"]["exit_code"], 0, "{response}");
+    assert_eq!(std::fs::read_to_string(scene.workspace().join("gemini.txt")).unwrap(), "from-gemini\n");
     browser.type_into("Say", "typed during the call").await;
     browser.press("Send").await;
     fake.wait_for("the typed text", |e| e.conn == conn && e.kind == Kind::Text("typed during the call".into())).await;
+}
 
-    // "End call" closes the Gemini socket.
+/// "End call" closes the Gemini socket and the page is ready for the next call.
+async fn end_call_closes_gemini(browser: &Browser, fake: &mut FakeGemini, conn: usize) {
     browser.press("End call").await;
     fake.expect_closed(conn).await;
     browser.wait_text("#call-status", "the end", |t| t.starts_with("Call ended")).await;
     browser.control("button", "Call").await;
-    assert!(stat(browser, "bytesSent").await.as_f64().unwrap() > 3.0 * MIC_RATE * 2.0);
-    assert!(stat(browser, "bytesReceived").await.as_f64().unwrap() > (voice.len() + long.len()) as f64 / 4.0);
+}
 
+/// Everything the issue asks of a call, whoever hosts it: a refused key said as a sentence, then
+/// a call whose microphone Gemini hears, whose transcripts appear, whose voice is played and
+/// stopped by `interrupted`, whose tool runs on the laptop, and which "End call" ends.
+async fn a_whole_call(scene: &CallScene, fake: &mut FakeGemini) {
+    let browser = &scene.browser;
+    a_refused_key_is_a_sentence(scene, fake).await;
+    let conn = scene.call(fake).await;
+    the_microphone_is_heard(fake, conn).await;
+    transcripts_appear(browser, fake, conn).await;
+    let (played, voice_bytes) = the_voice_is_played(browser, fake, conn).await;
+    let long_bytes = interrupted_stops_playback(browser, fake, conn, played).await;
+    a_tool_runs_on_the_laptop_and_typing_reaches_gemini(scene, fake, conn).await;
+    end_call_closes_gemini(browser, fake, conn).await;
+    assert!(stat(browser, "bytesSent").await.as_f64().unwrap() > 3.0 * MIC_RATE * 2.0);
+    assert!(stat(browser, "bytesReceived").await.as_f64().unwrap() > (voice_bytes + long_bytes) as f64 / 4.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_the_browser_carries_the_microphone_both_ways_and_ends() {
+    let mut fake = FakeGemini::start(FakeOptions { setup_reply: SetupReply::Hold, ..FakeOptions::new(KEY) }).await;
+    let Some(scene) = CallScene::self_hosted(&fake, Scheme::Light).await else { return };
+    let browser = &scene.browser;
+    a_whole_call(&scene, &mut fake).await;
     // Push-to-talk: nothing goes out until the button is held; the release is `audioStreamEnd`.
     browser.client.find(fantoccini::Locator::Id("push-to-talk")).await.unwrap().click().await.unwrap();
     let conn = scene.call(&mut fake).await;
@@ -254,10 +387,62 @@ async fn a_call_in_the_browser_carries_the_microphone_both_ways_and_ends() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_the_relay_hosts_carries_the_microphone_both_ways_and_ends() {
+    let options = FakeOptions { setup_reply: SetupReply::Hold, ..FakeOptions::new(RELAY_KEY) };
+    let mut fake = FakeGemini::start(options).await;
+    let Some(scene) = CallScene::hosted(&fake, Scheme::Light).await else { return };
+    let browser = &scene.browser;
+    a_whole_call(&scene, &mut fake).await;
+    browser.press("Status").await;
+    browser.wait_text("#facts", "who hosts voice", |t| t.contains("Voice\nhosted by the relay")).await;
+    scene.close().await;
+}
+
+/// Opens the pairing link of a hosted-mode agent on `relay` and presses "Call"; returns the sentence.
+async fn call_refusal(browser: &Browser, relay: &TestRelay) -> String {
+    let agent = TestAgent::start(Some(relay.url())).await;
+    browser.open(&format!("http://{}/?code={}&token={}", relay.addr, agent.code(), agent.token())).await;
+    browser.wait_connection("online").await;
+    browser.press("Call").await;
+    let said = browser.wait_text("#call-error", "the sentence", |t| !t.is_empty()).await;
+    browser.control("button", "Call").await;
+    agent.agent.stop().await;
+    said
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_says_why_when_there_is_no_voice_and_hosted_refusals_are_sentences() {
+    let fake = FakeGemini::start(FakeOptions::new(RELAY_KEY)).await;
+    let scratch = tempfile::tempdir().unwrap();
+    let Some(browser) = browser_with_tone(&scratch, Scheme::Light).await else { return };
+
+    let capped = LiveConfig { max_calls: 0, ..LiveConfig::new(fake.config(RELAY_KEY)) };
+    let token = Some(Secret::from_string("proxy-token-web".into()));
+    let gated = LiveConfig { proxy_token: token, ..LiveConfig::new(fake.config(RELAY_KEY)) };
+    for (live, sentence, code) in [
+        // A relay without a key, a laptop without one: no voice, and the page says so.
+        (None, "There is no voice on this relay", "no-voice-relay"),
+        // A relay at its operator's limit.
+        (Some(capped), "The relay is running as many calls as its operator allows", "at-capacity"),
+        // A relay whose voice needs a proxy token a browser cannot send: the page works through
+        // `/ws` and says why there is no voice.
+        (Some(gated), "This relay hosts voice only for apps that hold its proxy token", "proxy-token"),
+    ] {
+        let relay = TestRelay::with_config(RelayConfig { live, ..Default::default() }).await;
+        let said = call_refusal(&browser, &relay).await;
+        assert!(said.starts_with(sentence) && said.ends_with(&format!("({code})")), "{said}");
+        relay.kill().await;
+    }
+
+    assert!(fake.received().is_empty(), "no Gemini session was opened: {:?}", fake.received());
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_screenshot_taken_during_a_call_is_shown_in_the_conversation() {
     let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") else { return };
     let mut fake = FakeGemini::start(FakeOptions { setup_reply: SetupReply::Hold, ..FakeOptions::new(KEY) }).await;
-    let Some(scene) = CallScene::start(&fake).await else { return };
+    let Some(scene) = CallScene::self_hosted(&fake, Scheme::Light).await else { return };
     let browser = &scene.browser;
     let conn = scene.call(&mut fake).await;
     let call = json!({"id": "shot-1", "name": "screenshot", "args": {"display": xvfb.display}});
@@ -328,8 +513,9 @@ async fn the_resampler_keeps_the_band_and_removes_what_would_alias() {
     relay.kill().await;
 }
 
-/// Pictures of a call at 390×844, light and dark: transcripts, a tool, the controls. Written to
-/// `docs/` when `VOXA_DOCS_SCREENSHOTS` is set, else to a temporary directory.
+/// Pictures of a call at 390×844, light and dark, and one the relay hosts: transcripts, a tool,
+/// the controls. Written to `docs/` when `VOXA_DOCS_SCREENSHOTS` is set, else to a temporary
+/// directory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pictures_of_a_call_at_phone_size() {
     let scratch = tempfile::tempdir().unwrap();
@@ -337,9 +523,18 @@ async fn pictures_of_a_call_at_phone_size() {
         Some(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("docs"),
         None => scratch.path().to_owned(),
     };
-    for (scheme, name) in [(Scheme::Light, "web-call.png"), (Scheme::Dark, "web-call-dark.png")] {
-        let mut fake = FakeGemini::start(FakeOptions { setup_reply: SetupReply::Hold, ..FakeOptions::new(KEY) }).await;
-        let Some(scene) = CallScene::start_in(&fake, scheme).await else { return };
+    for (scheme, name, hosted) in [
+        (Scheme::Light, "web-call.png", false),
+        (Scheme::Dark, "web-call-dark.png", false),
+        (Scheme::Light, "web-call-hosted.png", true),
+    ] {
+        let key = if hosted { RELAY_KEY } else { KEY };
+        let mut fake = FakeGemini::start(FakeOptions { setup_reply: SetupReply::Hold, ..FakeOptions::new(key) }).await;
+        let scene = match hosted {
+            true => CallScene::hosted(&fake, scheme).await,
+            false => CallScene::self_hosted(&fake, scheme).await,
+        };
+        let Some(scene) = scene else { return };
         let browser = &scene.browser;
         let conn = scene.call(&mut fake).await;
         for message in [

@@ -1,6 +1,6 @@
 // Coding agent: a prompt, streamed progress, the final answer.
 
-import { atBottom, byId, sentence, show } from './dom.js';
+import { atBottom, byId, show } from './dom.js';
 
 export class Coder {
   constructor(app) {
@@ -21,10 +21,9 @@ export class Coder {
   run() {
     const prompt = this.prompt.value.trim();
     if (!prompt || this.running) return;
-    show(byId('coder-error'));
     this.progress.textContent = '';
     this.answer.textContent = 'working…';
-    const call = this.app.call('coding_agent', { prompt }, {
+    const call = this.app.attempt('coding_agent', { prompt }, byId('coder-error'), {
       onProgress: (chunk) => {
         const follow = atBottom(this.progress);
         this.progress.append(chunk);
@@ -34,12 +33,10 @@ export class Coder {
     this.running = call;
     this.stop.disabled = false;
     this.app.refreshControls();
-    call.done.then(({ result }) => {
-      const exit = result.exit_code;
-      this.answer.textContent = result.text || (exit === 0 ? '(no answer)' : `the agent exited with ${exit}`);
-    }, (error) => {
-      this.answer.textContent = '';
-      show(byId('coder-error'), sentence(error));
+    call.done.then((outcome) => {
+      const exit = outcome && outcome.result.exit_code;
+      this.answer.textContent = !outcome ? ''
+        : outcome.result.text || (exit === 0 ? '(no answer)' : `the agent exited with ${exit}`);
     }).finally(() => {
       this.running = null;
       this.stop.disabled = true;

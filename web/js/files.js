@@ -38,74 +38,70 @@ export class Files {
 
   /** Lists a folder of the workspace. */
   async browse(dir) {
-    show(this.error);
     byId('files-up').disabled = dir === '.';
-    try {
-      const { result } = await this.app.call('list_dir', { path: dir }).done;
-      this.dir = dir;
-      byId('files-path').textContent = dir === '.' ? 'workspace' : dir;
-      const entries = Array.isArray(result.entries) ? [...result.entries] : [];
-      entries.sort((a, b) => (a.kind === 'dir') === (b.kind === 'dir') ? a.name.localeCompare(b.name) : a.kind === 'dir' ? -1 : 1);
-      const items = entries.map((entry) => el('li', {}, el('button', {
-        type: 'button',
-        'aria-label': `${entry.name}${entry.kind === 'dir' ? ' (folder)' : ''}`,
-        onclick: () => (entry.kind === 'dir' ? this.browse(join(dir, entry.name)) : this.openFile(join(dir, entry.name))),
-      }, el('span', { class: 'kind', text: KIND_MARK[entry.kind] || '·' }), el('span', { class: 'name', text: entry.name }),
-      el('span', { class: 'size', text: entry.kind === 'dir' ? '' : formatBytes(entry.size) }))));
-      if (result.truncated) items.push(el('li', { class: 'empty', text: `…and ${result.truncated} more` }));
-      if (items.length === 0) items.push(el('li', { class: 'empty', text: 'This folder is empty.' }));
-      this.list.replaceChildren(...items);
-    } catch (error) {
-      show(this.error, sentence(error));
-    }
+    const outcome = await this.app.attempt('list_dir', { path: dir }, this.error).done;
+    if (!outcome) return;
+    const { result } = outcome;
+    this.dir = dir;
+    byId('files-path').textContent = dir === '.' ? 'workspace' : dir;
+    const entries = Array.isArray(result.entries) ? [...result.entries] : [];
+    entries.sort((a, b) => (a.kind === 'dir') === (b.kind === 'dir') ? a.name.localeCompare(b.name) : a.kind === 'dir' ? -1 : 1);
+    const items = entries.map((entry) => el('li', {}, el('button', {
+      type: 'button',
+      'aria-label': `${entry.name}${entry.kind === 'dir' ? ' (folder)' : ''}`,
+      onclick: () => (entry.kind === 'dir' ? this.browse(join(dir, entry.name)) : this.openFile(join(dir, entry.name))),
+    }, el('span', { class: 'kind', text: KIND_MARK[entry.kind] || '·' }), el('span', { class: 'name', text: entry.name }),
+    el('span', { class: 'size', text: entry.kind === 'dir' ? '' : formatBytes(entry.size) }))));
+    if (result.truncated) items.push(el('li', { class: 'empty', text: `…and ${result.truncated} more` }));
+    if (items.length === 0) items.push(el('li', { class: 'empty', text: 'This folder is empty.' }));
+    this.list.replaceChildren(...items);
   }
 
   async openFile(path) {
-    show(this.error);
+    const outcome = await this.app.attempt('read_file', { path }, this.error).done;
+    if (!outcome) return;
     try {
-      const { result } = await this.app.call('read_file', { path }).done;
-      this.closeFile();
-      const extension = (path.split('.').pop() || '').toLowerCase();
-      const mime = IMAGE_TYPES[extension];
-      const isText = result.encoding !== 'base64';
-      this.open = { path: result.path || path, truncated: !!result.truncated, editable: isText && !result.truncated };
-      byId('file-name').textContent = this.open.path;
-      byId('file-meta').textContent = formatBytes(result.size);
-      const shown = formatBytes(isText ? new TextEncoder().encode(result.content).length : base64Bytes(result.content).length);
-      show(byId('file-note'), result.truncated
-        ? `Truncated: showing the first ${shown} of ${formatBytes(result.size)}. Saving is off so nothing is lost.` : '');
-      if (mime && !isText) {
-        this.imageUrl = URL.createObjectURL(new Blob([base64Bytes(result.content)], { type: mime }));
-        this.image.src = this.imageUrl;
-        this.image.alt = `Image ${this.open.path}`;
-        this.image.hidden = false;
-      } else if (isText) {
-        this.text.value = result.content;
-        this.text.hidden = false;
-      } else {
-        show(byId('file-note'), `This is a binary file (${formatBytes(result.size)}); it cannot be shown here.`);
-      }
-      this.saveButton.hidden = !isText;
-      this.app.refreshControls();
-      byId('file-view').hidden = false;
-      byId('file-view').scrollIntoView({ block: 'nearest' });
-    } catch (error) {
-      show(this.error, sentence(error));
+      this.showFile(path, outcome.result);
+    } catch {
+      show(this.error, sentence({ code: 'internal', message: 'the laptop sent a file this page cannot read' }));
     }
+  }
+
+  showFile(path, result) {
+    this.closeFile();
+    const extension = (path.split('.').pop() || '').toLowerCase();
+    const mime = IMAGE_TYPES[extension];
+    const isText = result.encoding !== 'base64';
+    this.open = { path: result.path || path, truncated: !!result.truncated, editable: isText && !result.truncated };
+    byId('file-name').textContent = this.open.path;
+    byId('file-meta').textContent = formatBytes(result.size);
+    const shown = formatBytes(isText ? new TextEncoder().encode(result.content).length : base64Bytes(result.content).length);
+    show(byId('file-note'), result.truncated
+      ? `Truncated: showing the first ${shown} of ${formatBytes(result.size)}. Saving is off so nothing is lost.` : '');
+    if (mime && !isText) {
+      this.imageUrl = URL.createObjectURL(new Blob([base64Bytes(result.content)], { type: mime }));
+      this.image.src = this.imageUrl;
+      this.image.alt = `Image ${this.open.path}`;
+      this.image.hidden = false;
+    } else if (isText) {
+      this.text.value = result.content;
+      this.text.hidden = false;
+    } else {
+      show(byId('file-note'), `This is a binary file (${formatBytes(result.size)}); it cannot be shown here.`);
+    }
+    this.saveButton.hidden = !isText;
+    this.app.refreshControls();
+    byId('file-view').hidden = false;
+    byId('file-view').scrollIntoView({ block: 'nearest' });
   }
 
   async save() {
     if (!this.open || !this.open.editable) return;
     const saved = byId('file-saved');
-    show(this.error);
     show(saved, 'saving…');
-    try {
-      const { result } = await this.app.call('write_file', { path: this.open.path, content: this.text.value }).done;
-      show(saved, `saved ${formatBytes(result.bytes_written)}`);
-    } catch (error) {
-      show(saved, 'not saved');
-      show(this.error, sentence(error));
-    }
+    const args = { path: this.open.path, content: this.text.value };
+    const outcome = await this.app.attempt('write_file', args, this.error).done;
+    show(saved, outcome ? `saved ${formatBytes(outcome.result.bytes_written)}` : 'not saved');
   }
 
   closeFile() {

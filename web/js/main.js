@@ -11,6 +11,8 @@ import { Coder } from './coder.js';
 import { Voice } from './voice.js';
 
 const FLEET = 'fleet';
+/** Who hosts a call, as the status panel says it. */
+const VOICE_HOSTS = { laptop: 'hosted by the laptop', relay: 'hosted by the relay' };
 
 class App {
   constructor() {
@@ -46,7 +48,8 @@ class App {
     } else if (carried) {
       pairings.remember(carried);
     }
-    this.loadConfig();
+    // What the relay offers decides the socket (`/live` when it hosts voice), so it comes first.
+    await this.loadConfig();
     const pairing = pairings.current();
     if (pairing) this.use(pairing);
     else if (!(carried instanceof Error)) this.showWelcome();
@@ -103,13 +106,14 @@ class App {
     byId('env-pick').hidden = true;
     this.renderLaptops();
     this.renderStatus();
-    const session = new Session(pairing);
+    const session = new Session(pairing, { live: this.config.live === true });
     this.session = session;
     session.addEventListener('state', (event) => this.onState(event.detail));
     session.addEventListener('hello', (event) => this.onHello(event.detail));
+    session.addEventListener('route', (event) => pairings.setMode(pairing.id, event.detail.mode));
     session.addEventListener('error', (event) => show(byId('notice'), sentence(event.detail)));
-    // Calls speak on the session socket: a self-hosted laptop hosts the voice itself.
-    this.voice.attach(session, false);
+    // Calls speak on the session socket: to a self-hosted laptop, or to the relay at `/live`.
+    this.voice.attach(session, null);
     session.start();
   }
 
@@ -123,7 +127,7 @@ class App {
     if (this.session) this.session.stop();
     this.session = null;
     this.voice.reset();
-    this.voice.attach(null, false);
+    this.voice.attach(null, null);
     pairings.forget(this.pairing.id);
     this.pairing = null;
     const next = pairings.current();
@@ -164,12 +168,20 @@ class App {
       this.renderLaptops();
     }
     this.renderStatus();
-    this.voice.setOffered(hello.mode === 'self-hosted');
+    this.voice.setOffer(this.voiceOffer(hello));
     if (Array.isArray(hello.tools) && hello.tools.includes(FLEET)) this.loadEnvironments();
     if (!this.filesLoaded || !byId('panel-files').hidden) {
       this.filesLoaded = true;
       this.files.browse(this.files.dir);
     }
+  }
+
+  /** Who hosts this laptop's calls (`{host}`: `laptop` or `relay`), or why nobody does (`{reason}`). */
+  voiceOffer(hello) {
+    if (hello.mode === 'self-hosted') return { host: 'laptop' };
+    if (this.session.route === 'live') return { host: 'relay' };
+    if (this.pairing.kind !== 'relay') return { reason: 'no-voice-laptop' };
+    return { reason: this.session.liveRefused || 'no-voice-relay' };
   }
 
   async loadEnvironments() {
@@ -201,6 +213,22 @@ class App {
     return this.session.call(name, args, { ...options, env: this.env || undefined });
   }
 
+  /**
+   * Runs a tool (as `call`) and shows a refusal as a sentence with its code: in `refusal`, an
+   * element cleared first, or through `refusal(text, error)`. Returns `{id, done}`; `done`
+   * resolves to `{result, image}`, or to `null` once the refusal is shown.
+   */
+  attempt(name, args, refusal, options = {}) {
+    const say = typeof refusal === 'function' ? refusal : (text) => show(refusal, text);
+    if (typeof refusal !== 'function') show(refusal);
+    const call = this.call(name, args, options);
+    const done = call.done.catch((error) => {
+      say(sentence(error), error);
+      return null;
+    });
+    return { id: call.id, done };
+  }
+
   cancel(id) {
     if (this.session) this.session.cancel(id);
   }
@@ -224,6 +252,7 @@ class App {
       ['Connection', byId('connection-text').textContent],
       ['Through', this.pairing ? (this.pairing.kind === 'relay' ? `relay ${location.host}` : 'this machine') : ''],
       ['Mode', hello ? hello.mode : ''],
+      ['Voice', hello ? VOICE_HOSTS[this.voiceOffer(hello).host] || 'none' : ''],
       ['Agent', hello ? hello.agent : ''],
       ['Environment', this.env ? byId('env').selectedOptions[0]?.textContent || this.env.slice(0, 12) : 'this laptop'],
       ['Web client', this.config.version ? `voxa ${this.config.version}` : ''],

@@ -64,6 +64,16 @@ export function rename(id, name) {
   }
 }
 
+/** Remembers the laptop's mode (`hosted` or `self-hosted`), which picks its socket next time. */
+export function setMode(id, mode) {
+  const state = read();
+  const pairing = state.list.find((p) => p.id === id);
+  if (pairing && typeof mode === 'string' && pairing.mode !== mode) {
+    pairing.mode = mode;
+    write(state);
+  }
+}
+
 /** Forgets one pairing; the next one (if any) becomes current. */
 export function forget(id) {
   const state = read();

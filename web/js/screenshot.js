@@ -18,26 +18,24 @@ export class Screenshot {
   }
 
   async take() {
-    show(byId('shot-error'));
     this.busy = true;
     this.app.refreshControls();
     byId('shot-info').textContent = 'taking a screenshot…';
+    const outcome = await this.app.attempt('screenshot', {}, byId('shot-error')).done;
+    byId('shot-info').textContent = '';
     try {
-      const { result, image } = await this.app.call('screenshot', {}).done;
-      if (!image || typeof image.data !== 'string') {
-        throw { code: 'internal', message: 'the laptop sent no image' };
-      }
-      this.showImage(image, result);
-    } catch (error) {
-      byId('shot-info').textContent = '';
-      show(byId('shot-error'), sentence(error));
+      if (outcome) this.showImage(outcome.image);
+    } catch {
+      show(byId('shot-error'), sentence({ code: 'internal', message: 'the laptop sent no image' }));
     } finally {
       this.busy = false;
       this.app.refreshControls();
     }
   }
 
+  /** Shows an `image` frame; throws when it holds no picture. */
   showImage(image) {
+    if (!image || typeof image.data !== 'string') throw new Error('no image');
     if (this.url) URL.revokeObjectURL(this.url);
     const mime = typeof image.mime === 'string' && image.mime.startsWith('image/') ? image.mime : 'image/png';
     this.url = URL.createObjectURL(new Blob([base64Bytes(image.data)], { type: mime }));

@@ -1,5 +1,9 @@
 // One connection to one laptop: the socket, presence, the protocol-2 hello (both proofs, see
 // docs/PROTOCOL.md), tool calls matched by id, and reconnecting with backoff.
+//
+// Through a relay that hosts voice, the session socket is the relay's `/live` (a phone socket with
+// voice added) unless the laptop hosts voice itself (`"mode":"self-hosted"`): then it is `/ws`, so
+// the laptop's own Gemini session answers `call_start` and the relay only passes frames on.
 
 const PROTOCOL = 2;
 const CLIENT = 'voxa-web/1';
@@ -14,6 +18,9 @@ const MAX_BUFFERED_AUDIO = 48 * 1024;
 /** Frames of a voice call, handed to whoever speaks on this session (see voice.js). */
 const VOICE_FRAMES = new Set(['call_started', 'call_error', 'call_ended', 'transcript', 'turn_complete',
   'interrupted', 'tool_activity']);
+
+/** Why the relay's `/live` cannot be used, by the HTTP status a plain request to it gets. */
+const LIVE_REFUSALS = { 401: 'proxy-token', 403: 'proxy-token', 404: 'no-voice-relay' };
 
 const encoder = new TextEncoder();
 
@@ -47,11 +54,18 @@ function sameText(a, b) {
  * connecting, relay (relay reachable, laptop offline), hello (laptop present, proving),
  * online, offline, reconnecting, refused (token no longer valid), impostor (wrong proof),
  * replaced (opened elsewhere), insecure (no WebCrypto).
+ *
+ * `live`: the relay hosts voice calls (`/config`). `route` is the socket's path, `ws` or `live`;
+ * `liveRefused` says why `/live` was given up (`proxy-token`, `no-voice-relay`). A `route` event
+ * tells which laptop mode the route was chosen for, so the next visit starts on the right one.
  */
 export class Session extends EventTarget {
-  constructor(pairing) {
+  constructor(pairing, { live = false } = {}) {
     super();
     this.pairing = pairing;
+    this.live = live && pairing.kind === 'relay';
+    this.route = this.routeFor(pairing.mode);
+    this.liveRefused = null;
     this.socket = null;
     this.pending = new Map();
     this.nextId = 1;
@@ -106,8 +120,35 @@ export class Session extends EventTarget {
 
   url() {
     const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
-    const path = this.pairing.kind === 'relay' ? `/ws?code=${this.pairing.code}` : '/';
+    const path = this.pairing.kind === 'relay' ? `/${this.route}?code=${this.pairing.code}` : '/';
     return `${scheme}//${location.host}${path}`;
+  }
+
+  /** The socket for a laptop in `mode`: the relay's `/live` unless the laptop hosts voice itself. */
+  routeFor(mode) {
+    return this.live && !this.liveRefused && mode !== 'self-hosted' ? 'live' : 'ws';
+  }
+
+  /**
+   * `/live` failed before it opened: a plain request says whether the relay refuses it (a proxy
+   * token a browser cannot send, or no hosting any more). Then `/ws` at once; else the usual backoff.
+   */
+  async checkLive() {
+    let status = 0;
+    try {
+      const response = await fetch(`/live?code=${this.pairing.code}`, { cache: 'no-store', credentials: 'omit' });
+      status = response.status;
+    } catch {
+      status = 0;
+    }
+    if (this.stopped || this.final || this.socket) return;
+    if (LIVE_REFUSALS[status]) {
+      this.liveRefused = LIVE_REFUSALS[status];
+      this.route = 'ws';
+      this.connect();
+    } else {
+      this.scheduleReconnect();
+    }
   }
 
   setState(state, text) {
@@ -136,8 +177,10 @@ export class Session extends EventTarget {
     }
     this.socket = socket;
     socket.binaryType = 'arraybuffer';
+    let opened = false;
     socket.onopen = () => {
       if (socket !== this.socket) return;
+      opened = true;
       if (this.pairing.kind === 'relay') this.setState('relay', 'relay reachable — laptop offline');
       else this.setState('hello', 'saying hello…');
     };
@@ -168,6 +211,8 @@ export class Session extends EventTarget {
         this.finish('replaced', 'this laptop was opened in another window');
       } else if (event.code === 1008 && event.reason === 'bearer-refused') {
         this.finish('refused', 'this link is no longer valid — scan the new code');
+      } else if (!opened && this.route === 'live') {
+        this.checkLive();
       } else {
         this.scheduleReconnect();
       }
@@ -249,6 +294,14 @@ export class Session extends EventTarget {
       this.finish('impostor', 'this is not your laptop — it could not prove it holds the pairing');
       return;
     }
+    const route = this.routeFor(frame.mode);
+    this.dispatchEvent(new CustomEvent('route', { detail: { mode: frame.mode } }));
+    if (route !== this.route) {
+      // The laptop's mode wants the other socket: switch before anything is sent on this one.
+      this.route = route;
+      this.reconnectNow();
+      return;
+    }
     this.attempt = 0;
     this.online = true;
     this.hello = frame;
@@ -304,6 +357,15 @@ export class Session extends EventTarget {
     this.bytesOut += text.length;
     this.socket.send(text);
     return true;
+  }
+
+  /** Sends `call_end` while the socket is open, even after the laptop left: a call the relay hosts ends with the page's. */
+  hangUp() {
+    if (this.socket && this.socket.readyState === WebSocket.OPEN) {
+      const text = JSON.stringify({ type: 'call_end' });
+      this.bytesOut += text.length;
+      this.socket.send(text);
+    }
   }
 
   /** Sends one binary frame (call audio); false when the laptop is not connected. */

@@ -1,7 +1,7 @@
 // Terminal: one command at a time, output streamed as it arrives, exit code and duration,
 // Cancel, and the session's command history.
 
-import { atBottom, byId, el, formatDuration, sentence } from './dom.js';
+import { atBottom, byId, el, formatDuration } from './dom.js';
 
 const HISTORY_KEY = 'voxa.history';
 const HISTORY_MAX = 50;
@@ -85,7 +85,11 @@ export class Terminal {
     let streamed = false;
     performance.mark('voxa:run');
     const started = performance.now();
-    const call = this.app.call('run_command', { command }, {
+    const refused = (text, error) => {
+      end.className = 'end failed';
+      end.textContent = error.code === 'cancelled' ? `cancelled · ${formatDuration(performance.now() - started)}` : text;
+    };
+    const call = this.app.attempt('run_command', { command }, refused, {
       onProgress: (chunk) => {
         if (!streamed) markFirstOutput();
         streamed = true;
@@ -94,24 +98,26 @@ export class Terminal {
     });
     this.running = call;
     this.setBusy(true);
-    call.done.then(({ result }) => {
-      if (!streamed && result.output) {
-        markFirstOutput();
-        this.append(output, result.output);
-      }
-      const code = result.exit_code;
-      const took = formatDuration(Number.isFinite(result.duration_ms) ? result.duration_ms : performance.now() - started);
-      const notes = [result.truncated ? 'output truncated' : '', result.timed_out ? 'timed out' : ''].filter(Boolean);
-      end.className = `end ${code === 0 ? 'ok' : 'failed'}`;
-      end.textContent = [`exit ${code === null || code === undefined ? '?' : code}`, took, ...notes].join(' · ');
-    }, (error) => {
-      end.className = 'end failed';
-      end.textContent = error && error.code === 'cancelled' ? `cancelled · ${formatDuration(performance.now() - started)}` : sentence(error);
+    call.done.then((outcome) => {
+      if (outcome) this.showEnd(end, output, outcome.result, streamed, started);
     }).finally(() => {
       if (follow || atBottom(this.out)) this.out.scrollTop = this.out.scrollHeight;
       this.running = null;
       this.setBusy(false);
     });
+  }
+
+  /** A finished command: output not streamed yet, exit code, duration and notes. */
+  showEnd(end, output, result, streamed, started) {
+    if (!streamed && result.output) {
+      markFirstOutput();
+      this.append(output, result.output);
+    }
+    const code = result.exit_code;
+    const took = formatDuration(Number.isFinite(result.duration_ms) ? result.duration_ms : performance.now() - started);
+    const notes = [result.truncated ? 'output truncated' : '', result.timed_out ? 'timed out' : ''].filter(Boolean);
+    end.className = `end ${code === 0 ? 'ok' : 'failed'}`;
+    end.textContent = [`exit ${code === null || code === undefined ? '?' : code}`, took, ...notes].join(' · ');
   }
 
   cancel() {

@@ -4,7 +4,8 @@
 //
 // A call speaks on a *link*: any EventTarget with `sendJson(frame)`, `sendAudio(bytes)`, `online`,
 // `bytesIn`/`bytesOut`, that dispatches `voice` (call frames), `audio` (binary frames) and `state`
-// events. The agent's own session socket is one; the relay's `/live` socket is another.
+// events: the session socket, whether it reaches a self-hosted laptop or the relay's `/live`,
+// which hosts the call itself with the same frames.
 
 import { base64Bytes, byId, el, sentence, show } from './dom.js';
 
@@ -21,7 +22,7 @@ const MAX_UNACKNOWLEDGED = 1000;
 /** Page-clock readings used to map the audio clock onto it. */
 const CLOCK_READINGS = 64;
 
-// What each call_error code means, as a sentence.
+// What each call_error code means, as a sentence, when the laptop hosts the call.
 const CALL_ERRORS = {
   'bad-key': 'The laptop\'s Gemini API key was refused. Check GEMINI_API_KEY on the laptop.',
   'gemini-refused': 'Gemini refused the call\'s request.',
@@ -29,6 +30,7 @@ const CALL_ERRORS = {
   'gemini-unavailable': 'Gemini is busy or out of quota right now; try again in a minute.',
   'gemini-unreachable': 'The laptop cannot reach Gemini. Check its internet connection.',
   'gemini-closed': 'Gemini ended the call and it could not be resumed.',
+  'busy': 'The call is not keeping up; try again in a moment.',
   'unavailable': 'This laptop does not host voice calls. Start it with voxa --self-hosted and a GEMINI_API_KEY.',
   'no-call': 'No call is running on the laptop.',
   'no-key': 'The laptop has no Gemini API key. Set GEMINI_API_KEY and start it with --self-hosted.',
@@ -36,10 +38,31 @@ const CALL_ERRORS = {
   'no-mic': 'No microphone was found.',
   'no-audio': 'This browser cannot run a voice call here (it needs https and Web Audio).',
   'offline': 'The call ended: the laptop went offline.',
+  'no-voice-laptop': 'There is no voice on this laptop: it does not host calls itself. '
+    + 'Start it with voxa --self-hosted and a GEMINI_API_KEY.',
+  'no-voice-relay': 'There is no voice on this relay, and this laptop does not host calls itself. '
+    + 'Start the laptop with voxa --self-hosted and a GEMINI_API_KEY, or pair it through a relay that hosts voice.',
+  'proxy-token': 'This relay hosts voice only for apps that hold its proxy token, which a browser cannot send. '
+    + 'Start the laptop with voxa --self-hosted and a GEMINI_API_KEY to call from here.',
 };
 
-/** A call_error (or a page-side failure) as a sentence with its code. */
-export const callSentence = (error) => sentence(error, CALL_ERRORS);
+// The same codes when the relay hosts the call (at `/live`): the key and the limits are its operator's.
+const RELAY_CALL_ERRORS = {
+  ...CALL_ERRORS,
+  'bad-key': 'The relay\'s Gemini API key was refused. Tell the relay\'s operator.',
+  'gemini-not-found': 'Gemini does not know the model (or the session) the relay asked for.',
+  'gemini-unreachable': 'The relay cannot reach Gemini right now; try again in a minute.',
+  'unavailable': 'The relay cannot start a call until the laptop has answered this page.',
+  'no-call': 'No call is running on the relay.',
+  'at-capacity': 'The relay is running as many calls as its operator allows; try again later.',
+};
+
+/** Where a call runs, as the call panel says it. */
+const CALL_HOSTS = { laptop: 'on the laptop', relay: 'via the relay' };
+
+/** A call_error (or a page-side failure) as a sentence with its code; `host` is who runs the call. */
+export const callSentence = (error, host = 'laptop') =>
+  sentence(error, host === 'relay' ? RELAY_CALL_ERRORS : CALL_ERRORS);
 
 /** "1:05" for 65 s; "1:02:03" past an hour. */
 function clockText(seconds) {
@@ -317,31 +340,43 @@ export class Voice {
     Object.defineProperty(globalThis, 'voxaVoice', { get: () => (this.call ? this.call.stats : this.last) });
   }
 
-  /** Speaks on `link` from now on (the session socket, or `/live`); a running call ends. */
-  attach(link, offered) {
+  /** Speaks on `link` from now on (the session socket, to the laptop or to `/live`); a running call ends. */
+  attach(link, offer) {
     if (this.link && this.link !== link) this.finish({ code: 'offline' });
     this.link = link;
-    this.offered = offered;
+    this.offer = offer;
     this.refresh();
     if (!link) return;
     link.addEventListener('voice', (event) => this.onFrame(event.detail));
     link.addEventListener('audio', (event) => this.call && this.call.onAudio(event.detail.data, event.detail.at));
     link.addEventListener('state', (event) => {
-      if (event.detail.state !== 'online' && this.call) this.finish({ code: 'offline' });
+      if (event.detail.state !== 'online' && this.call) {
+        // A call the relay hosts would outlive the laptop's session: it is ended there too.
+        link.hangUp();
+        this.finish({ code: 'offline' });
+      }
       this.refresh();
     });
     this.refresh();
   }
 
-  /** Whether voice is offered on this link (self-hosted laptop, or a relay hosting calls). */
-  setOffered(offered) {
-    this.offered = offered;
+  /**
+   * Who hosts calls on this link: `{host: 'laptop'}` (self-hosted), `{host: 'relay'}` (`/live`),
+   * or `{reason}` (a code of CALL_ERRORS) saying why there is no voice, which "Call" then shows.
+   */
+  setOffer(offer) {
+    this.offer = offer;
     this.refresh();
+  }
+
+  /** Who runs the call: its sentences name the laptop or the relay. */
+  host() {
+    return (this.offer && this.offer.host) || 'laptop';
   }
 
   refresh() {
     const online = !!(this.link && this.link.online);
-    this.section.hidden = !this.offered && !this.call;
+    this.section.hidden = !this.offer && !this.call;
     this.callButton.hidden = !!this.call;
     this.callButton.disabled = !online;
     this.endButton.hidden = !this.call;
@@ -359,8 +394,20 @@ export class Voice {
 
   start() {
     if (this.call || !this.link || !this.link.online) return;
-    show(byId('call-error'));
     this.clearLog();
+    if (!this.offer || !this.offer.host) {
+      // No voice here: the panel says why, in a sentence.
+      this.panel.hidden = false;
+      this.panel.dataset.voice = 'none';
+      this.setStatus('No voice calls here');
+      byId('call-host').textContent = '';
+      show(byId('call-error'), callSentence({ code: (this.offer && this.offer.reason) || 'no-voice-laptop' }));
+      return;
+    }
+    delete this.panel.dataset.voice;
+    // Where the call runs matters: the relay's operator can hear a call the relay hosts.
+    byId('call-host').textContent = CALL_HOSTS[this.offer.host];
+    show(byId('call-error'));
     this.setMuted(false);
     const call = new Call(this, this.link);
     this.call = call;
@@ -394,7 +441,7 @@ export class Voice {
     byId('call-level').style.setProperty('--level', '0');
     this.setStatus(seconds > 0 ? `Call ended after ${clockText(seconds)}` : 'Call ended');
     byId('call-duration').textContent = '';
-    if (error) show(byId('call-error'), callSentence(error));
+    if (error) show(byId('call-error'), callSentence(error, this.host()));
     this.refresh();
   }
 
@@ -411,7 +458,7 @@ export class Voice {
         return;
       case 'call_error':
         if (call) this.finish(frame);
-        else show(byId('call-error'), callSentence(frame));
+        else show(byId('call-error'), callSentence(frame, this.host()));
         return;
       case 'call_ended':
         if (call) this.finish(null, Number(frame.duration_s) || undefined);
