@@ -185,7 +185,10 @@ async fn a_hosted_call_runs_the_laptops_tools_and_the_key_stays_at_the_relay() {
     }
     let tag = voxa::relay::code_tag(agent.code());
     let mut summary = None;
-    for _ in 0..200 {
+    // The line is written when the bridge's task ends, after `call_ended`; a loaded machine can
+    // take seconds to get there, so this waits for it rather than for a fixed number of turns.
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
+    while tokio::time::Instant::now() < give_up {
         let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
         if let Some(line) = text.lines().find(|line| line.contains("hosted call") && line.contains("total_tokens")) {
             summary = Some(line.to_owned());
