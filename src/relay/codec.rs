@@ -193,25 +193,11 @@ impl FrameReader {
         meter: &impl Meter,
     ) -> Result<Option<Message>, ReadError> {
         loop {
-            if let Some(pending) = self.pending.as_mut() {
-                let missing = pending.header.len - pending.payload.len();
-                if missing > 0 {
-                    if pending.payload.capacity() == pending.payload.len() {
-                        let grown = (pending.payload.len() * 2).max(FIRST_GROWTH).min(pending.header.len);
-                        pending.payload.reserve_exact(grown - pending.payload.len());
-                        self.settle(meter)?;
-                    }
-                    let Some(pending) = self.pending.as_mut() else { continue };
-                    let n =
-                        (&mut *io).take(missing as u64).read_buf(&mut pending.payload).await.map_err(ReadError::Io)?;
-                    if n == 0 {
-                        return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
-                    }
-                    self.received += n as u64;
+            if self.pending.is_some() {
+                if self.read_pending(io, meter).await? {
                     continue;
                 }
-            }
-            if let Some(Pending { header, payload }) = self.pending.take() {
+                let Some(Pending { header, payload }) = self.pending.take() else { continue };
                 if let Some(message) = self.complete(header, payload)? {
                     return Ok(Some(message));
                 }
@@ -220,42 +206,85 @@ impl FrameReader {
             }
             match parse_header(&self.buf[self.start..self.end])? {
                 Some((header, header_len)) => {
-                    self.check(&header)?;
-                    self.start += header_len;
-                    let available = self.end - self.start;
-                    if header.len <= available {
-                        let payload = self.buf[self.start..self.start + header.len].to_vec();
-                        self.start += header.len;
-                        if let Some(message) = self.complete(header, payload)? {
-                            return Ok(Some(message));
-                        }
-                        self.settle(meter)?;
-                    } else {
-                        let mut payload = Vec::with_capacity(available.max(FIRST_GROWTH).min(header.len));
-                        payload.extend_from_slice(&self.buf[self.start..self.end]);
-                        (self.start, self.end) = (0, 0);
-                        self.pending = Some(Pending { header, payload });
-                        self.settle(meter)?;
+                    if let Some(message) = self.start_frame(header, header_len, meter)? {
+                        return Ok(Some(message));
                     }
                 }
                 None => {
-                    if self.start > 0 {
-                        self.buf.copy_within(self.start..self.end, 0);
-                        self.end -= self.start;
-                        self.start = 0;
+                    if !self.fill_buffer(io).await? {
+                        return Ok(None);
                     }
-                    let n = io.read(&mut self.buf[self.end..]).await.map_err(ReadError::Io)?;
-                    if n == 0 {
-                        if self.end == 0 && self.fragments.is_none() {
-                            return Ok(None);
-                        }
-                        return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
-                    }
-                    self.end += n;
-                    self.received += n as u64;
                 }
             }
         }
+    }
+
+    /// Reads more of the pending frame's payload straight into its buffer, grown as bytes
+    /// arrive; false once the payload is complete.
+    async fn read_pending<R: AsyncRead + Unpin>(&mut self, io: &mut R, meter: &impl Meter) -> Result<bool, ReadError> {
+        let Some(pending) = self.pending.as_mut() else { return Ok(false) };
+        let missing = pending.header.len - pending.payload.len();
+        if missing == 0 {
+            return Ok(false);
+        }
+        if pending.payload.capacity() == pending.payload.len() {
+            let grown = (pending.payload.len() * 2).max(FIRST_GROWTH).min(pending.header.len);
+            pending.payload.reserve_exact(grown - pending.payload.len());
+            self.settle(meter)?;
+        }
+        let Some(pending) = self.pending.as_mut() else { return Ok(true) };
+        let n = (&mut *io).take(missing as u64).read_buf(&mut pending.payload).await.map_err(ReadError::Io)?;
+        if n == 0 {
+            return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
+        }
+        self.received += n as u64;
+        Ok(true)
+    }
+
+    /// Takes a frame whose header is at the start of the read buffer: whole, when its payload is
+    /// there too, or else as the pending frame, its payload moved to a buffer of its own.
+    fn start_frame(
+        &mut self,
+        header: Header,
+        header_len: usize,
+        meter: &impl Meter,
+    ) -> Result<Option<Message>, ReadError> {
+        self.check(&header)?;
+        self.start += header_len;
+        let available = self.end - self.start;
+        if header.len <= available {
+            let payload = self.buf[self.start..self.start + header.len].to_vec();
+            self.start += header.len;
+            if let Some(message) = self.complete(header, payload)? {
+                return Ok(Some(message));
+            }
+        } else {
+            let mut payload = Vec::with_capacity(available.max(FIRST_GROWTH).min(header.len));
+            payload.extend_from_slice(&self.buf[self.start..self.end]);
+            (self.start, self.end) = (0, 0);
+            self.pending = Some(Pending { header, payload });
+        }
+        self.settle(meter)?;
+        Ok(None)
+    }
+
+    /// Reads more bytes into the read buffer; false on a clean end of stream between frames.
+    async fn fill_buffer<R: AsyncRead + Unpin>(&mut self, io: &mut R) -> Result<bool, ReadError> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let n = io.read(&mut self.buf[self.end..]).await.map_err(ReadError::Io)?;
+        if n == 0 {
+            if self.end == 0 && self.fragments.is_none() {
+                return Ok(false);
+            }
+            return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
+        }
+        self.end += n;
+        self.received += n as u64;
+        Ok(true)
     }
 
     /// Bytes held in message buffers: the frame being read and the fragments so far.
