@@ -336,10 +336,10 @@ pub(super) async fn write_side<W: AsyncWrite + Unpin>(io: &mut W, outbox: &Outbo
                 let mut batch = Vec::new();
                 outbox.take_more(&mut batch, MAX_BATCH_FRAMES, MAX_BATCH_BYTES);
                 if batch.is_empty() {
-                    codec::write_frame(io, frame.opcode, &frame.payload, |n| outbox.wrote(n)).await?;
+                    codec::write_data_frame(io, frame, |n| outbox.wrote(n)).await?;
                 } else {
                     batch.insert(0, frame);
-                    codec::write_frames(io, &batch, |n| outbox.wrote(n)).await?;
+                    codec::write_frames(io, &mut batch, |n| outbox.wrote(n)).await?;
                 }
             }
             Action::Pong(payload) => codec::write_frame(io, codec::OP_PONG, &payload, |_| {}).await?,
