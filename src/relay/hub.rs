@@ -558,6 +558,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use futures_util::FutureExt as _;
+
     use super::*;
 
     const LIMITS: QueueLimits = QueueLimits { frames: 4, bytes: 100 };
@@ -621,7 +625,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_queue_wakes_its_sender_when_a_frame_leaves_or_it_ends() {
-        use futures_util::FutureExt;
         let outbox = Outbox::new(LIMITS, ledger());
         for _ in 0..4 {
             assert!(queued(&outbox, OutFrame::binary(vec![0; 1])));
@@ -636,6 +639,34 @@ mod tests {
         assert!((&mut waiting).now_or_never().is_none());
         outbox.end(End::Abort);
         assert!(waiting.now_or_never().is_some(), "an ending socket releases its senders");
+    }
+
+    #[tokio::test]
+    async fn ending_wakes_a_task_that_polled_it_before_the_end() {
+        let outbox = Arc::new(Outbox::new(LIMITS, ledger()));
+        let poke = Arc::new(Notify::new());
+        let waiter = tokio::spawn({
+            let (outbox, poke) = (Arc::clone(&outbox), Arc::clone(&poke));
+            async move {
+                let ending = outbox.ending();
+                tokio::pin!(ending);
+                loop {
+                    tokio::select! {
+                        () = &mut ending => return,
+                        // Woken for something else: `ending` is polled again with the same waker.
+                        () = poke.notified() => {}
+                    }
+                }
+            }
+        });
+        for _ in 0..3 {
+            poke.notify_one();
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiter.is_finished(), "not ended yet");
+        outbox.end(End::Abort);
+        tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("the end woke the waiter").unwrap();
+        assert!(outbox.ending().now_or_never().is_some(), "an ended outbox resolves at once");
     }
 
     #[test]

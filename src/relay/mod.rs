@@ -301,9 +301,10 @@ pub async fn run(
 }
 
 /// Serves the relay on several listeners bound to one address (`SO_REUSEPORT`), each on its own
-/// thread with a single-threaded runtime, until `shutdown` is cancelled. A socket is served by
-/// the shard its relay code maps to, so the two sides of a pair share a thread (plain TCP; a TLS
-/// socket stays on the shard that accepted it). Blocks until every shard has stopped.
+/// thread with a single-threaded runtime (the last on the calling thread), until `shutdown` is
+/// cancelled. A socket is served by the shard its relay code maps to, so the two sides of a pair
+/// share a thread (plain TCP; a TLS socket stays on the shard that accepted it). Blocks until
+/// every shard has stopped.
 pub fn run_sharded(
     listeners: Vec<std::net::TcpListener>,
     config: RelayConfig,
@@ -311,27 +312,23 @@ pub fn run_sharded(
 ) -> anyhow::Result<()> {
     let (senders, receivers): (Vec<_>, Vec<_>) = listeners.iter().map(|_| mpsc::channel(HANDOFF_QUEUE)).unzip();
     let shared = Shared::new(config, if listeners.len() > 1 { senders } else { Vec::new() })?;
-    let threads = listeners
+    let mut shards: Vec<_> = listeners.into_iter().zip(receivers).enumerate().collect();
+    let Some((last, (listener, handoffs))) = shards.pop() else { return Ok(()) };
+    let threads = shards
         .into_iter()
-        .zip(receivers)
-        .enumerate()
         .map(|(index, (listener, handoffs))| {
             let (shared, shutdown) = (Arc::clone(&shared), shutdown.clone());
-            std::thread::Builder::new().name(format!("relay-{index}")).spawn(move || -> anyhow::Result<()> {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .context("could not start a relay thread's runtime")?;
-                runtime.block_on(async move {
-                    listener.set_nonblocking(true).context("could not make the listener non-blocking")?;
-                    let listener = TcpListener::from_std(listener).context("could not register the listener")?;
-                    serve_shard(&shared, listener, Some(handoffs), index, shutdown.cancelled_owned()).await
-                })
-            })
+            std::thread::Builder::new()
+                .name(format!("relay-{index}"))
+                .spawn(move || run_shard(&shared, listener, handoffs, index, &shutdown))
         })
         .collect::<std::io::Result<Vec<_>>>()
         .context("could not start the relay threads")?;
-    let mut result = Ok(());
+    // The calling thread serves a shard too rather than only waiting: one thread fewer.
+    let mut result = run_shard(&shared, listener, handoffs, last, &shutdown);
+    if result.is_err() {
+        shutdown.cancel();
+    }
     for thread in threads {
         let ended = thread.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a relay thread panicked")));
         if ended.is_err() {
@@ -341,6 +338,25 @@ pub fn run_sharded(
         }
     }
     result
+}
+
+/// Runs one shard on the calling thread, on a single-threaded runtime of its own.
+fn run_shard(
+    shared: &Arc<Shared>,
+    listener: std::net::TcpListener,
+    handoffs: mpsc::Receiver<Handoff>,
+    index: usize,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("could not start a relay thread's runtime")?;
+    runtime.block_on(async {
+        listener.set_nonblocking(true).context("could not make the listener non-blocking")?;
+        let listener = TcpListener::from_std(listener).context("could not register the listener")?;
+        serve_shard(shared, listener, Some(handoffs), index, shutdown.clone().cancelled_owned()).await
+    })
 }
 
 /// One shard: accepts on its listener and serves what it accepted or was handed, until shutdown.
