@@ -1,10 +1,12 @@
 //! Relay cost per round trip, side by side: `voxa relay`, optionally an older voxa binary
-//! (`VOXA_BENCH_BASELINE=path/to/voxa`), and a Node.js relay on `ws` (benches/node_relay.js, its
-//! `ws` installed by npm into a temporary directory; skipped with a note without npm). Each relay
-//! runs pinned to core 0 and the load generator to core 1; the figures are the relay process's own
-//! CPU time (utime + stime from /proc/<pid>/stat) per round trip of a 32 B binary frame, and the
-//! round-trip p50/p99, at 1 pair, 100 pairs × 4 frames in flight, and 1000 pairs. Each figure is
-//! the median of several runs, every relay measured in each run.
+//! (`VOXA_BENCH_BASELINE=path/to/voxa`), the floor (a byte forwarder with the same pairing and no
+//! WebSocket parsing, floor.rs), and a Node.js relay on `ws` (benches/node_relay.js, its `ws`
+//! installed by npm into a temporary directory; skipped with a note without npm). Each relay runs
+//! pinned to core 0 and the load generator to core 1; the figures are the relay process's own CPU
+//! time (utime + stime from /proc/<pid>/stat) per round trip of a 32 B binary frame, the
+//! round-trip p50/p99, and the relay's RSS once the load's pairs have joined, at 1 pair, 100 pairs
+//! × 4 frames in flight, and 1000 pairs. Each figure is the median of several runs, every relay
+//! measured in each run.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
