@@ -3,7 +3,7 @@
 //! request heads (hello tokens, bearer headers, relay codes in query strings).
 
 use tracing::{Level, Metadata, Subscriber};
-use tracing_subscriber::filter::{filter_fn, EnvFilter};
+use tracing_subscriber::filter::{filter_fn, EnvFilter, FilterExt as _};
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::Layer;
 
@@ -27,5 +27,7 @@ pub fn secret_safe<S: Subscriber>() -> impl Layer<S> {
 pub fn init(default: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_target(false);
-    let _ = tracing_subscriber::registry().with(fmt.with_filter(filter)).with(secret_safe()).try_init();
+    // Both filters on the one layer: a span no layer wants (the relay's per-connection `debug`
+    // spans at the default level) is then never created, rather than entered on every poll.
+    let _ = tracing_subscriber::registry().with(fmt.with_filter(filter.and(filter_fn(is_secret_safe)))).try_init();
 }

@@ -17,12 +17,7 @@ use crate::child::{say_hello, start_agent, Agent};
 use crate::report::{percentiles, Report};
 
 pub(crate) fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    crate::report::status_kib(pid, "VmRSS")
 }
 
 async fn local_client(agent: &Agent) -> ClientSocket {

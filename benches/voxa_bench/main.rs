@@ -8,6 +8,7 @@
 
 mod agent;
 mod child;
+mod floor;
 mod hosted;
 mod pair;
 mod preauth;
@@ -18,6 +19,13 @@ mod voice;
 mod web;
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some(floor::ARG) {
+        if let Err(err) = floor::serve() {
+            eprintln!("floor relay failed: {err:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let measuring = std::env::args().any(|arg| arg == "--bench");
     let runs = |full: usize| if measuring { full } else { 3 };
     let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));

@@ -1,10 +1,12 @@
 //! Relay cost per round trip, side by side: `voxa relay`, optionally an older voxa binary
-//! (`VOXA_BENCH_BASELINE=path/to/voxa`), and a Node.js relay on `ws` (benches/node_relay.js, its
-//! `ws` installed by npm into a temporary directory; skipped with a note without npm). Each relay
-//! runs pinned to core 0 and the load generator to core 1; the figures are the relay process's own
-//! CPU time (utime + stime from /proc/<pid>/stat) per round trip of a 32 B binary frame, and the
-//! round-trip p50/p99, at 1 pair, 100 pairs × 4 frames in flight, and 1000 pairs. Each figure is
-//! the median of several runs, every relay measured in each run.
+//! (`VOXA_BENCH_BASELINE=path/to/voxa`), the floor (a byte forwarder with the same pairing and no
+//! WebSocket parsing, floor.rs), and a Node.js relay on `ws` (benches/node_relay.js, its `ws`
+//! installed by npm into a temporary directory; skipped with a note without npm). Each relay runs
+//! pinned to core 0 and the load generator to core 1; the figures are the relay process's own CPU
+//! time (utime + stime from /proc/<pid>/stat) per round trip of a 32 B binary frame, the
+//! round-trip p50/p99, and the relay's RSS once the load's pairs have joined, at 1 pair, 100 pairs
+//! × 4 frames in flight, and 1000 pairs. Each figure is the median of several runs, every relay
+//! measured in each run.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -17,8 +19,9 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
+use crate::floor;
 use crate::relay::{raw_socket, RelayProcess};
-use crate::report::{percentiles, Report};
+use crate::report::{percentiles, status_kib, Report};
 
 const AREA: &str = "relay CPU";
 const FRAME: usize = 32;
@@ -45,6 +48,10 @@ struct Figures {
     p50_us: f64,
     p99_us: f64,
     round_trips_per_s: f64,
+    /// Resident memory once every pair of the load has joined, and its anonymous part (heap,
+    /// stacks; the rest is the binary's and libraries' pages), in KiB.
+    rss_kib: f64,
+    anon_kib: f64,
 }
 
 pub fn run(report: &mut Report, measuring: bool) {
@@ -103,13 +110,16 @@ fn generate(measuring: bool) -> Vec<(String, String)> {
                     percentiles(&mut values).0
                 };
                 format!(
-                    "{}: {:.1} µs CPU ({:.1} in the kernel), p50 {:.0} µs, p99 {:.0} µs, {:.0}k rt/s",
+                    "{}: {:.1} µs CPU ({:.1} in the kernel), p50 {:.0} µs, p99 {:.0} µs, {:.0}k rt/s, \
+                     RSS {:.1} MiB ({:.1} anonymous)",
                     contender.name,
                     median(|f| f.cpu_us_per_round_trip),
                     median(|f| f.system_us_per_round_trip),
                     median(|f| f.p50_us),
                     median(|f| f.p99_us),
                     median(|f| f.round_trips_per_s) / 1000.0,
+                    median(|f| f.rss_kib) / 1024.0,
+                    median(|f| f.anon_kib) / 1024.0,
                 )
             })
             .collect();
@@ -129,6 +139,14 @@ fn contenders(node_dir: Option<&Path>, measuring: bool) -> Vec<Contender> {
     let mut contenders = vec![voxa("voxa", env!("CARGO_BIN_EXE_voxa"))];
     if let Some(baseline) = std::env::var_os("VOXA_BENCH_BASELINE") {
         contenders.push(voxa("baseline", &baseline.to_string_lossy()));
+    }
+    match std::env::current_exe() {
+        Ok(bench) => contenders.push(Contender {
+            name: "floor".to_owned(),
+            command: vec![bench.display().to_string(), floor::ARG.to_owned()],
+            env: Vec::new(),
+        }),
+        Err(err) => eprintln!("relay CPU bench: no floor forwarder: {err}"),
     }
     match node_dir.map(install_ws) {
         Some(Ok(modules)) => contenders.push(Contender {
@@ -219,11 +237,15 @@ impl FrameSplitter {
         self.filled += n;
         let mut at = 0;
         while self.filled - at >= 2 {
-            let (len, header) = match self.buf[at + 1] & 0x7F {
+            let (len, mut header) = match self.buf[at + 1] & 0x7F {
                 126 if self.filled - at >= 4 => (u16::from_be_bytes([self.buf[at + 2], self.buf[at + 3]]) as usize, 4),
                 126 | 127 => break,
                 short => (short as usize, 2),
             };
+            // The floor forwarder passes the generator's frames on still masked (with zeros).
+            if self.buf[at + 1] & 0x80 != 0 {
+                header += 4;
+            }
             if self.filled - at < header + len {
                 break;
             }
@@ -333,6 +355,8 @@ async fn measure(contender: &Contender, pairs: usize, in_flight: usize, measurin
         tasks.spawn(echo(read, write));
         phones.push(handset);
     }
+    let pid = relay.child.id();
+    let (rss_kib, anon_kib) = (status_kib(pid, "VmRSS") as f64, status_kib(pid, "RssAnon") as f64);
     for handset in phones {
         let (read, write) = handset.into_split();
         tasks.spawn(phone(read, write, in_flight, Arc::clone(&tally)));
@@ -358,5 +382,7 @@ async fn measure(contender: &Contender, pairs: usize, in_flight: usize, measurin
         p50_us,
         p99_us,
         round_trips_per_s: round_trips as f64 / elapsed.as_secs_f64(),
+        rss_kib,
+        anon_kib,
     })
 }

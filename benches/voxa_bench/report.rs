@@ -45,3 +45,13 @@ pub fn percentiles(samples: &mut [f64]) -> (f64, f64) {
     let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
     (at(0.5), at(0.99))
 }
+
+/// A `kB` field of /proc/<pid>/status (`VmRSS`, `RssAnon`, …), in KiB; 0 when absent.
+pub fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}

@@ -35,6 +35,11 @@ impl OutFrame {
 
 /// Bytes of a socket's read buffer, which holds frame headers and small frames.
 pub(super) const READ_BUFFER_LEN: usize = 2 << 10;
+/// Spare room a payload read whole from the read buffer is given, enough for its server header
+/// (2 or 4 bytes at that size): the writer moves the header in front and sends one plain write.
+const HEADER_ROOM: usize = 4;
+/// Largest payload the writer moves to make room for its header; larger ones go vectored.
+const MAX_INLINE_PAYLOAD: usize = READ_BUFFER_LEN;
 /// Largest control frame payload (RFC 6455 §5.5).
 const MAX_CONTROL_LEN: usize = 125;
 /// Longest frame header: 2 bytes, 8 of extended length, 4 of mask.
@@ -193,25 +198,11 @@ impl FrameReader {
         meter: &impl Meter,
     ) -> Result<Option<Message>, ReadError> {
         loop {
-            if let Some(pending) = self.pending.as_mut() {
-                let missing = pending.header.len - pending.payload.len();
-                if missing > 0 {
-                    if pending.payload.capacity() == pending.payload.len() {
-                        let grown = (pending.payload.len() * 2).max(FIRST_GROWTH).min(pending.header.len);
-                        pending.payload.reserve_exact(grown - pending.payload.len());
-                        self.settle(meter)?;
-                    }
-                    let Some(pending) = self.pending.as_mut() else { continue };
-                    let n =
-                        (&mut *io).take(missing as u64).read_buf(&mut pending.payload).await.map_err(ReadError::Io)?;
-                    if n == 0 {
-                        return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
-                    }
-                    self.received += n as u64;
+            if self.pending.is_some() {
+                if self.read_pending(io, meter).await? {
                     continue;
                 }
-            }
-            if let Some(Pending { header, payload }) = self.pending.take() {
+                let Some(Pending { header, payload }) = self.pending.take() else { continue };
                 if let Some(message) = self.complete(header, payload)? {
                     return Ok(Some(message));
                 }
@@ -220,42 +211,86 @@ impl FrameReader {
             }
             match parse_header(&self.buf[self.start..self.end])? {
                 Some((header, header_len)) => {
-                    self.check(&header)?;
-                    self.start += header_len;
-                    let available = self.end - self.start;
-                    if header.len <= available {
-                        let payload = self.buf[self.start..self.start + header.len].to_vec();
-                        self.start += header.len;
-                        if let Some(message) = self.complete(header, payload)? {
-                            return Ok(Some(message));
-                        }
-                        self.settle(meter)?;
-                    } else {
-                        let mut payload = Vec::with_capacity(available.max(FIRST_GROWTH).min(header.len));
-                        payload.extend_from_slice(&self.buf[self.start..self.end]);
-                        (self.start, self.end) = (0, 0);
-                        self.pending = Some(Pending { header, payload });
-                        self.settle(meter)?;
+                    if let Some(message) = self.start_frame(header, header_len, meter)? {
+                        return Ok(Some(message));
                     }
                 }
                 None => {
-                    if self.start > 0 {
-                        self.buf.copy_within(self.start..self.end, 0);
-                        self.end -= self.start;
-                        self.start = 0;
+                    if !self.fill_buffer(io).await? {
+                        return Ok(None);
                     }
-                    let n = io.read(&mut self.buf[self.end..]).await.map_err(ReadError::Io)?;
-                    if n == 0 {
-                        if self.end == 0 && self.fragments.is_none() {
-                            return Ok(None);
-                        }
-                        return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
-                    }
-                    self.end += n;
-                    self.received += n as u64;
                 }
             }
         }
+    }
+
+    /// Reads more of the pending frame's payload straight into its buffer, grown as bytes
+    /// arrive; false once the payload is complete.
+    async fn read_pending<R: AsyncRead + Unpin>(&mut self, io: &mut R, meter: &impl Meter) -> Result<bool, ReadError> {
+        let Some(pending) = self.pending.as_mut() else { return Ok(false) };
+        let missing = pending.header.len - pending.payload.len();
+        if missing == 0 {
+            return Ok(false);
+        }
+        if pending.payload.capacity() == pending.payload.len() {
+            let grown = (pending.payload.len() * 2).max(FIRST_GROWTH).min(pending.header.len);
+            pending.payload.reserve_exact(grown - pending.payload.len());
+            self.settle(meter)?;
+        }
+        let Some(pending) = self.pending.as_mut() else { return Ok(true) };
+        let n = (&mut *io).take(missing as u64).read_buf(&mut pending.payload).await.map_err(ReadError::Io)?;
+        if n == 0 {
+            return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
+        }
+        self.received += n as u64;
+        Ok(true)
+    }
+
+    /// Takes a frame whose header is at the start of the read buffer: whole, when its payload is
+    /// there too, or else as the pending frame, its payload moved to a buffer of its own.
+    fn start_frame(
+        &mut self,
+        header: Header,
+        header_len: usize,
+        meter: &impl Meter,
+    ) -> Result<Option<Message>, ReadError> {
+        self.check(&header)?;
+        self.start += header_len;
+        let available = self.end - self.start;
+        if header.len <= available {
+            let mut payload = Vec::with_capacity(header.len + HEADER_ROOM);
+            payload.extend_from_slice(&self.buf[self.start..self.start + header.len]);
+            self.start += header.len;
+            if let Some(message) = self.complete(header, payload)? {
+                return Ok(Some(message));
+            }
+        } else {
+            let mut payload = Vec::with_capacity(available.max(FIRST_GROWTH).min(header.len));
+            payload.extend_from_slice(&self.buf[self.start..self.end]);
+            (self.start, self.end) = (0, 0);
+            self.pending = Some(Pending { header, payload });
+        }
+        self.settle(meter)?;
+        Ok(None)
+    }
+
+    /// Reads more bytes into the read buffer; false on a clean end of stream between frames.
+    async fn fill_buffer<R: AsyncRead + Unpin>(&mut self, io: &mut R) -> Result<bool, ReadError> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let n = io.read(&mut self.buf[self.end..]).await.map_err(ReadError::Io)?;
+        if n == 0 {
+            if self.end == 0 && self.fragments.is_none() {
+                return Ok(false);
+            }
+            return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
+        }
+        self.end += n;
+        self.received += n as u64;
+        Ok(true)
     }
 
     /// Bytes held in message buffers: the frame being read and the fragments so far.
@@ -457,23 +492,57 @@ pub(super) async fn write_frame<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+impl OutFrame {
+    /// Puts the frame's header in front of its payload when the payload is small and has the
+    /// room to spare (as the reader leaves it), so header and payload are one slice; otherwise
+    /// gives the header back, to be written beside the payload.
+    fn frame_in_place(&mut self) -> Option<([u8; 10], usize)> {
+        let mut head = [0u8; 10];
+        let head_len = encode_header(&mut head, self.opcode, self.payload.len());
+        let payload = &mut self.payload;
+        if payload.len() > MAX_INLINE_PAYLOAD || payload.capacity() - payload.len() < head_len {
+            return Some((head, head_len));
+        }
+        payload.extend_from_slice(&head[..head_len]);
+        payload.rotate_right(head_len);
+        None
+    }
+}
+
+/// Writes one data frame: a small one read by this relay goes out in one plain write, with no
+/// copy but of its header; others as [`write_frame`] does.
+pub(super) async fn write_data_frame<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    mut frame: OutFrame,
+    mut wrote: impl FnMut(usize),
+) -> io::Result<()> {
+    if frame.frame_in_place().is_some() {
+        return write_frame(io, frame.opcode, &frame.payload, wrote).await;
+    }
+    let mut bytes = &frame.payload[..];
+    while !bytes.is_empty() {
+        let written = io.write(bytes).await?;
+        if written == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        wrote(written);
+        bytes = &bytes[written..];
+    }
+    Ok(())
+}
+
 /// Writes several data frames with as few vectored writes as the stream allows.
 pub(super) async fn write_frames<W: AsyncWrite + Unpin>(
     io: &mut W,
-    frames: &[OutFrame],
+    frames: &mut [OutFrame],
     mut wrote: impl FnMut(usize),
 ) -> io::Result<()> {
-    let heads: Vec<([u8; 10], usize)> = frames
-        .iter()
-        .map(|frame| {
-            let mut head = [0u8; 10];
-            let len = encode_header(&mut head, frame.opcode, frame.payload.len());
-            (head, len)
-        })
-        .collect();
+    let heads: Vec<Option<([u8; 10], usize)>> = frames.iter_mut().map(OutFrame::frame_in_place).collect();
     let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(frames.len() * 2);
-    for ((head, head_len), frame) in heads.iter().zip(frames) {
-        slices.push(IoSlice::new(&head[..*head_len]));
+    for (head, frame) in heads.iter().zip(&*frames) {
+        if let Some((head, head_len)) = head {
+            slices.push(IoSlice::new(&head[..*head_len]));
+        }
         if !frame.payload.is_empty() {
             slices.push(IoSlice::new(&frame.payload));
         }
@@ -684,12 +753,28 @@ mod tests {
             assert_eq!(out[1] & 0x80, 0, "server frames are unmasked");
             assert!(out[head_len..].iter().all(|b| *b == 3));
         }
-        let frames = [OutFrame::text("a".into()), OutFrame::binary(Vec::new()), OutFrame::binary(vec![1u8; 300])];
-        let mut out = Vec::new();
-        write_frames(&mut out, &frames, |_| {}).await.unwrap();
+        // The last payload has room for its header, as the reader leaves small payloads.
+        let frames = || {
+            let mut roomy = Vec::with_capacity(300 + HEADER_ROOM);
+            roomy.extend_from_slice(&[2u8; 300]);
+            [
+                OutFrame::text("a".into()),
+                OutFrame::binary(Vec::new()),
+                OutFrame::binary(vec![1u8; 300]),
+                OutFrame::binary(roomy),
+            ]
+        };
         let mut expected = Vec::new();
-        for frame in &frames {
+        for frame in &frames() {
             write_frame(&mut expected, frame.opcode, &frame.payload, |_| {}).await.unwrap();
+        }
+        let mut out = Vec::new();
+        write_frames(&mut out, &mut frames(), |_| {}).await.unwrap();
+        assert_eq!(out, expected);
+        // One by one, framed in place where the payload has room or as a separate header.
+        let mut out = Vec::new();
+        for frame in frames() {
+            write_data_frame(&mut out, frame, |_| {}).await.unwrap();
         }
         assert_eq!(out, expected);
         // Through a pipe that takes a few bytes at a time, every partial write resumes correctly.
@@ -700,7 +785,7 @@ mod tests {
             got
         });
         let mut total = 0;
-        write_frames(&mut tx, &frames, |n| total += n).await.unwrap();
+        write_frames(&mut tx, &mut frames(), |n| total += n).await.unwrap();
         drop(tx);
         assert_eq!(reading.await.unwrap(), expected);
         assert_eq!(total, expected.len());

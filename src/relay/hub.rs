@@ -2,8 +2,10 @@
 //! bounded outgoing queue. This is the relay's only shared state.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::future::Future as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
 
 use tokio::sync::Notify;
 
@@ -115,6 +117,8 @@ pub(super) struct Outbox {
     room: Notify,
     /// Bytes written to the socket so far: a stalled reader is one whose count stands still.
     written: AtomicU64,
+    /// Set (before `end_wake` is notified) once the end is decided.
+    is_ended: AtomicBool,
     limits: QueueLimits,
     ledger: Arc<Ledger>,
 }
@@ -132,6 +136,7 @@ impl Outbox {
             end_wake: Notify::new(),
             room: Notify::new(),
             written: AtomicU64::new(0),
+            is_ended: AtomicBool::new(false),
             limits,
             ledger,
         }
@@ -254,6 +259,7 @@ impl Outbox {
             return;
         }
         state.end = Some(end);
+        self.is_ended.store(true, Ordering::Release);
         state.pong = None;
         state.ping = false;
         self.ledger.release(state.bytes + state.reader_bytes);
@@ -276,15 +282,29 @@ impl Outbox {
         self.state().end
     }
 
-    /// Resolves once [`Outbox::end`] has been called.
+    /// Resolves once [`Outbox::end`] has been called. A socket's task polls this on every
+    /// wake-up, so polling it again costs one atomic load: the registration is renewed only when
+    /// the waker changes, never under the notifier's lock.
     pub(super) async fn ending(&self) {
-        loop {
-            let notified = self.end_wake.notified();
-            if self.ended().is_some() {
-                return;
+        let notified = self.end_wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let mut registered: Option<Waker> = None;
+        std::future::poll_fn(|cx| {
+            if self.is_ended.load(Ordering::Acquire) {
+                return Poll::Ready(());
             }
-            notified.await;
-        }
+            if registered.as_ref().is_some_and(|waker| waker.will_wake(cx.waker())) {
+                return Poll::Pending;
+            }
+            // Only `end` wakes this notifier, and it marks the outbox ended first.
+            let polled = notified.as_mut().poll(cx);
+            if polled.is_pending() {
+                registered = Some(cx.waker().clone());
+            }
+            polled
+        })
+        .await
     }
 
     /// The writer's next action without waiting.
@@ -538,6 +558,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use futures_util::FutureExt as _;
+
     use super::*;
 
     const LIMITS: QueueLimits = QueueLimits { frames: 4, bytes: 100 };
@@ -601,7 +625,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_queue_wakes_its_sender_when_a_frame_leaves_or_it_ends() {
-        use futures_util::FutureExt;
         let outbox = Outbox::new(LIMITS, ledger());
         for _ in 0..4 {
             assert!(queued(&outbox, OutFrame::binary(vec![0; 1])));
@@ -616,6 +639,34 @@ mod tests {
         assert!((&mut waiting).now_or_never().is_none());
         outbox.end(End::Abort);
         assert!(waiting.now_or_never().is_some(), "an ending socket releases its senders");
+    }
+
+    #[tokio::test]
+    async fn ending_wakes_a_task_that_polled_it_before_the_end() {
+        let outbox = Arc::new(Outbox::new(LIMITS, ledger()));
+        let poke = Arc::new(Notify::new());
+        let waiter = tokio::spawn({
+            let (outbox, poke) = (Arc::clone(&outbox), Arc::clone(&poke));
+            async move {
+                let ending = outbox.ending();
+                tokio::pin!(ending);
+                loop {
+                    tokio::select! {
+                        () = &mut ending => return,
+                        // Woken for something else: `ending` is polled again with the same waker.
+                        () = poke.notified() => {}
+                    }
+                }
+            }
+        });
+        for _ in 0..3 {
+            poke.notify_one();
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiter.is_finished(), "not ended yet");
+        outbox.end(End::Abort);
+        tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("the end woke the waiter").unwrap();
+        assert!(outbox.ending().now_or_never().is_some(), "an ended outbox resolves at once");
     }
 
     #[test]

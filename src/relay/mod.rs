@@ -267,17 +267,23 @@ impl Shared {
     }
 }
 
-/// An upgraded plain-TCP socket on its way to the shard that serves its code, so both sides of a
-/// pair run on one thread and hand frames to each other without waking another core.
-struct Handoff {
-    tcp: std::net::TcpStream,
+/// A socket request the relay accepted: what it needs to complete the upgrade and join the pair.
+struct Upgrade {
     head: RequestHead,
+    /// Bytes read past the request head: the client's first frames.
     leftover: Vec<u8>,
     role: PeerRole,
     code: u128,
     /// A `/live` socket, whose voice calls the relay hosts.
     live: bool,
     conn: u64,
+}
+
+/// An upgraded plain-TCP socket on its way to the shard that serves its code, so both sides of a
+/// pair run on one thread and hand frames to each other without waking another core.
+struct Handoff {
+    tcp: std::net::TcpStream,
+    upgrade: Upgrade,
     guard: ConnectionGuard,
     span: tracing::Span,
 }
@@ -295,9 +301,10 @@ pub async fn run(
 }
 
 /// Serves the relay on several listeners bound to one address (`SO_REUSEPORT`), each on its own
-/// thread with a single-threaded runtime, until `shutdown` is cancelled. A socket is served by
-/// the shard its relay code maps to, so the two sides of a pair share a thread (plain TCP; a TLS
-/// socket stays on the shard that accepted it). Blocks until every shard has stopped.
+/// thread with a single-threaded runtime (the last on the calling thread), until `shutdown` is
+/// cancelled. A socket is served by the shard its relay code maps to, so the two sides of a pair
+/// share a thread (plain TCP; a TLS socket stays on the shard that accepted it). Blocks until
+/// every shard has stopped.
 pub fn run_sharded(
     listeners: Vec<std::net::TcpListener>,
     config: RelayConfig,
@@ -305,27 +312,23 @@ pub fn run_sharded(
 ) -> anyhow::Result<()> {
     let (senders, receivers): (Vec<_>, Vec<_>) = listeners.iter().map(|_| mpsc::channel(HANDOFF_QUEUE)).unzip();
     let shared = Shared::new(config, if listeners.len() > 1 { senders } else { Vec::new() })?;
-    let threads = listeners
+    let mut shards: Vec<_> = listeners.into_iter().zip(receivers).enumerate().collect();
+    let Some((last, (listener, handoffs))) = shards.pop() else { return Ok(()) };
+    let threads = shards
         .into_iter()
-        .zip(receivers)
-        .enumerate()
         .map(|(index, (listener, handoffs))| {
             let (shared, shutdown) = (Arc::clone(&shared), shutdown.clone());
-            std::thread::Builder::new().name(format!("relay-{index}")).spawn(move || -> anyhow::Result<()> {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .context("could not start a relay thread's runtime")?;
-                runtime.block_on(async move {
-                    listener.set_nonblocking(true).context("could not make the listener non-blocking")?;
-                    let listener = TcpListener::from_std(listener).context("could not register the listener")?;
-                    serve_shard(&shared, listener, Some(handoffs), index, shutdown.cancelled_owned()).await
-                })
-            })
+            std::thread::Builder::new()
+                .name(format!("relay-{index}"))
+                .spawn(move || run_shard(&shared, listener, handoffs, index, &shutdown))
         })
         .collect::<std::io::Result<Vec<_>>>()
         .context("could not start the relay threads")?;
-    let mut result = Ok(());
+    // The calling thread serves a shard too rather than only waiting: one thread fewer.
+    let mut result = run_shard(&shared, listener, handoffs, last, &shutdown);
+    if result.is_err() {
+        shutdown.cancel();
+    }
     for thread in threads {
         let ended = thread.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a relay thread panicked")));
         if ended.is_err() {
@@ -335,6 +338,25 @@ pub fn run_sharded(
         }
     }
     result
+}
+
+/// Runs one shard on the calling thread, on a single-threaded runtime of its own.
+fn run_shard(
+    shared: &Arc<Shared>,
+    listener: std::net::TcpListener,
+    handoffs: mpsc::Receiver<Handoff>,
+    index: usize,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("could not start a relay thread's runtime")?;
+    runtime.block_on(async {
+        listener.set_nonblocking(true).context("could not make the listener non-blocking")?;
+        let listener = TcpListener::from_std(listener).context("could not register the listener")?;
+        serve_shard(shared, listener, Some(handoffs), index, shutdown.clone().cancelled_owned()).await
+    })
 }
 
 /// One shard: accepts on its listener and serves what it accepted or was handed, until shutdown.
@@ -371,29 +393,7 @@ async fn serve_shard(
                 }
             }
         };
-        let metrics = Arc::clone(&shared.hub.ledger.metrics);
-        let guard = match ConnectionGuard::admit(shared, peer.ip()) {
-            Ok(guard) => guard,
-            Err(refusal) => {
-                debug!(status = refusal.status, "connection refused: {}", refusal.body);
-                metrics.refused(refusal.status);
-                if shared.tls.is_none() {
-                    let _ = tcp.try_write(refusal.response.as_bytes());
-                }
-                continue;
-            }
-        };
-        let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
-        let span = tracing::debug_span!("relay", conn, role = tracing::field::Empty);
-        let shared = Arc::clone(shared);
-        tracker.spawn(
-            async move {
-                if let Err(err) = serve_connection(&shared, tcp, conn, guard, shard).await {
-                    debug!(err = %format_args!("{err:#}"), "connection ended with an error");
-                }
-            }
-            .instrument(span),
-        );
+        admit(shared, &tracker, tcp, peer.ip(), shard);
     }
     drop(listener);
     drop(handoffs);
@@ -405,15 +405,42 @@ async fn serve_shard(
     Ok(())
 }
 
+/// Serves an accepted connection on its own task, or refuses it when a connection limit is
+/// reached.
+fn admit(shared: &Arc<Shared>, tracker: &TaskTracker, tcp: TcpStream, ip: IpAddr, shard: usize) {
+    let guard = match ConnectionGuard::admit(shared, ip) {
+        Ok(guard) => guard,
+        Err(refusal) => {
+            debug!(status = refusal.status, "connection refused: {}", refusal.body);
+            shared.hub.metrics().refused(refusal.status);
+            if shared.tls.is_none() {
+                let _ = tcp.try_write(refusal.response.as_bytes());
+            }
+            return;
+        }
+    };
+    let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+    let span = tracing::debug_span!("relay", conn, role = tracing::field::Empty);
+    let shared = Arc::clone(shared);
+    tracker.spawn(
+        async move {
+            if let Err(err) = serve_connection(&shared, tcp, conn, guard, shard).await {
+                debug!(err = %format_args!("{err:#}"), "connection ended with an error");
+            }
+        }
+        .instrument(span),
+    );
+}
+
 /// Serves a socket another shard accepted and routed here.
 async fn serve_handoff(shared: Arc<Shared>, handoff: Handoff) {
-    let Handoff { tcp, head, leftover, role, code, live, conn, guard, .. } = handoff;
+    let Handoff { tcp, upgrade, guard, .. } = handoff;
     let _guard = guard;
     let stream = match TcpStream::from_std(tcp) {
         Ok(stream) => stream,
         Err(err) => return debug!(%err, "could not take over a socket"),
     };
-    if let Err(err) = join(&shared, stream, head, leftover, role, code, live, conn).await {
+    if let Err(err) = join(&shared, stream, upgrade).await {
         debug!(err = %format_args!("{err:#}"), "connection ended with an error");
     }
 }
@@ -555,33 +582,9 @@ async fn serve_stream<S: socket::RelayStream>(
     guard: ConnectionGuard,
     shard: usize,
 ) -> anyhow::Result<()> {
-    let read = tokio::select! {
-        read = http::read_head(&mut stream) => read,
-        () = shared.cancel.cancelled() => return Ok(()),
-    };
-    let (head, leftover) = match read {
-        Ok(read) => read,
-        Err(HeadError::Io(err)) => return Err(err).context("reading the request"),
-        Err(HeadError::TimedOut) => return Ok(()),
-        Err(err @ HeadError::TooLarge) => {
-            shared.hub.metrics().refused(431);
-            http::respond(&mut stream, 431, "Request Header Fields Too Large", "request head too large").await?;
-            bail!(err);
-        }
-        Err(err @ HeadError::Malformed) => {
-            shared.hub.metrics().refused(400);
-            http::respond(&mut stream, 400, "Bad Request", "malformed request").await?;
-            bail!(err);
-        }
-    };
+    let Some((head, leftover)) = read_request(shared, &mut stream).await? else { return Ok(()) };
     let route = live::route(&head, shared.hosting.as_ref(), shared.token.as_ref())
         .unwrap_or_else(|| route(&head, shared.token.as_ref()));
-    // A `/live` socket holds the phone's place and is routed as one, to the shard of its code.
-    let live = matches!(route, Route::Live { .. });
-    let route = match route {
-        Route::Live { code } => Route::Join { role: PeerRole::Phone, code },
-        other => other,
-    };
     match route {
         Route::Health => http::respond(&mut stream, 200, "OK", "ok").await.context("answering /healthz"),
         Route::Web => match web::answer(&head, shared.offer) {
@@ -596,40 +599,72 @@ async fn serve_stream<S: socket::RelayStream>(
                 .context("answering a refused request")
         }
         Route::Join { role, code } => {
-            tracing::Span::current().record("role", if live { "live" } else { role_name(role) });
-            let stream = match shared.shard_of(code).filter(|&owner| owner != shard) {
-                Some(owner) => match stream.detach() {
-                    Ok(tcp) => {
-                        let tcp = tcp.context("could not hand the socket over")?;
-                        let span = tracing::Span::current();
-                        let handoff = Handoff { tcp, head, leftover, role, code, live, conn, guard, span };
-                        // A full or closed queue (shutdown) drops the socket.
-                        return shared.shards[owner].try_send(handoff).map_err(|_| anyhow::anyhow!("shard busy"));
-                    }
-                    Err(stream) => stream,
-                },
-                None => stream,
-            };
-            let _guard = guard;
-            join(shared, stream, head, leftover, role, code, live, conn).await
+            let upgrade = Upgrade { head, leftover, role, code, live: false, conn };
+            join_on_shard(shared, stream, upgrade, guard, shard).await
         }
-        // Made a `Join` above.
-        Route::Live { .. } => Ok(()),
+        // A `/live` socket holds the phone's place and is routed as one, to the shard of its code.
+        Route::Live { code } => {
+            let upgrade = Upgrade { head, leftover, role: PeerRole::Phone, code, live: true, conn };
+            join_on_shard(shared, stream, upgrade, guard, shard).await
+        }
     }
 }
 
-/// Completes the upgrade and relays the socket (`live`: hosts its voice calls too) until it ends.
-#[allow(clippy::too_many_arguments)]
-async fn join<S: socket::RelayStream>(
+/// Reads the request head; answers and gives `None` for one that is too large, malformed, or
+/// not sent in time, or when the relay shuts down first.
+async fn read_request<S: socket::RelayStream>(
     shared: &Shared,
-    mut stream: S,
-    head: RequestHead,
-    leftover: Vec<u8>,
-    role: PeerRole,
-    code: u128,
-    live: bool,
-    conn: u64,
+    stream: &mut S,
+) -> anyhow::Result<Option<(RequestHead, Vec<u8>)>> {
+    let read = tokio::select! {
+        read = http::read_head(stream) => read,
+        () = shared.cancel.cancelled() => return Ok(None),
+    };
+    match read {
+        Ok(read) => Ok(Some(read)),
+        Err(HeadError::Io(err)) => Err(err).context("reading the request"),
+        Err(HeadError::TimedOut) => Ok(None),
+        Err(err @ HeadError::TooLarge) => {
+            shared.hub.metrics().refused(431);
+            http::respond(stream, 431, "Request Header Fields Too Large", "request head too large").await?;
+            bail!(err);
+        }
+        Err(err @ HeadError::Malformed) => {
+            shared.hub.metrics().refused(400);
+            http::respond(stream, 400, "Bad Request", "malformed request").await?;
+            bail!(err);
+        }
+    }
+}
+
+/// Joins the socket here, or hands a plain-TCP socket to the shard that serves its code.
+async fn join_on_shard<S: socket::RelayStream>(
+    shared: &Shared,
+    stream: S,
+    upgrade: Upgrade,
+    guard: ConnectionGuard,
+    shard: usize,
 ) -> anyhow::Result<()> {
+    tracing::Span::current().record("role", if upgrade.live { "live" } else { role_name(upgrade.role) });
+    let stream = match shared.shard_of(upgrade.code).filter(|&owner| owner != shard) {
+        Some(owner) => match stream.detach() {
+            Ok(tcp) => {
+                let tcp = tcp.context("could not hand the socket over")?;
+                let handoff = Handoff { tcp, upgrade, guard, span: tracing::Span::current() };
+                // A full or closed queue (shutdown) drops the socket.
+                return shared.shards[owner].try_send(handoff).map_err(|_| anyhow::anyhow!("shard busy"));
+            }
+            Err(stream) => stream,
+        },
+        None => stream,
+    };
+    let _guard = guard;
+    join(shared, stream, upgrade).await
+}
+
+/// Completes the upgrade and relays the socket (`live`: hosts its voice calls too) until it ends.
+async fn join<S: socket::RelayStream>(shared: &Shared, mut stream: S, upgrade: Upgrade) -> anyhow::Result<()> {
+    let Upgrade { head, leftover, role, code, live, conn } = upgrade;
     http::write_upgrade(&mut stream, &head).await.context("answering the upgrade")?;
     // Nothing of the request outlives the upgrade: a socket keeps only what it needs.
     drop(head);

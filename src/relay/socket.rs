@@ -2,6 +2,7 @@
 //! for silence, and a writer that drains this socket's queue. Both run inside the connection's
 //! task, so a socket costs one task, one small read buffer and its queue.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -145,8 +146,7 @@ pub(super) async fn read_side<R: AsyncRead + Unpin>(
     limits: &Limits,
     mut deliver: impl Deliver,
 ) {
-    let mut last_heard = Instant::now();
-    let mut received = frames.received();
+    let mut silence = Silence { last_heard: Instant::now(), received: frames.received(), limits };
     let wake = tokio::time::sleep(limits.ping_interval);
     let ending = outbox.ending();
     tokio::pin!(wake, ending);
@@ -159,45 +159,19 @@ pub(super) async fn read_side<R: AsyncRead + Unpin>(
                 return;
             }
             () = &mut wake => {
-                let now = Instant::now();
-                // A slow upload of one large message is not silence.
-                if frames.received() != received {
-                    received = frames.received();
-                    last_heard = now;
+                match silence.check(frames.received(), outbox) {
+                    Some(next) => wake.as_mut().reset(next),
+                    None => return,
                 }
-                let silent = now.saturating_duration_since(last_heard);
-                if silent >= limits.idle_timeout {
-                    debug!(silent_ms = silent.as_millis() as u64, "peer stopped answering");
-                    outbox.end(End::Close { code: close::GOING_AWAY, reason: "idle timeout" });
-                    return;
-                }
-                let next = if silent >= limits.ping_interval {
-                    outbox.ping();
-                    now + limits.ping_interval.min(limits.idle_timeout - silent)
-                } else {
-                    last_heard + limits.ping_interval
-                };
-                wake.as_mut().reset(next);
                 continue;
             }
         };
-        last_heard = Instant::now();
+        silence.last_heard = Instant::now();
         match message {
-            Ok(Some(Message::Text(text))) => {
-                if is_peer_frame(&text) {
-                    debug!("dropped a client frame posing as a relay notice");
-                } else {
-                    deliver.deliver(OutFrame::text(text)).await;
+            Ok(Some(message)) => {
+                if take_message(message, outbox, &mut deliver).await.is_break() {
+                    return;
                 }
-            }
-            Ok(Some(Message::Binary(payload))) => {
-                deliver.deliver(OutFrame::binary(payload)).await;
-            }
-            Ok(Some(Message::Ping(payload))) => outbox.pong(payload),
-            Ok(Some(Message::Pong)) => {}
-            Ok(Some(Message::Close(code))) => {
-                outbox.end(End::Echo(code));
-                return;
             }
             Ok(None) => {
                 outbox.end(End::Abort);
@@ -216,6 +190,60 @@ pub(super) async fn read_side<R: AsyncRead + Unpin>(
                 }
                 return;
             }
+        }
+    }
+}
+
+/// Acts on one message from the client; `Break` once it closed the socket.
+async fn take_message(message: Message, outbox: &Outbox, deliver: &mut impl Deliver) -> ControlFlow<()> {
+    match message {
+        Message::Text(text) => {
+            if is_peer_frame(&text) {
+                debug!("dropped a client frame posing as a relay notice");
+            } else {
+                deliver.deliver(OutFrame::text(text)).await;
+            }
+        }
+        Message::Binary(payload) => deliver.deliver(OutFrame::binary(payload)).await,
+        Message::Ping(payload) => outbox.pong(payload),
+        Message::Pong => {}
+        Message::Close(code) => {
+            outbox.end(End::Echo(code));
+            return ControlFlow::Break(());
+        }
+    }
+    ControlFlow::Continue(())
+}
+
+/// How long a socket has been silent, checked whenever its ping timer fires.
+struct Silence<'a> {
+    last_heard: Instant,
+    /// Bytes the reader had received at the last check.
+    received: u64,
+    limits: &'a Limits,
+}
+
+impl Silence<'_> {
+    /// Pings a socket silent for the ping interval and ends one silent for the idle timeout;
+    /// gives the time of the next check, or `None` once the socket is ended.
+    fn check(&mut self, received: u64, outbox: &Outbox) -> Option<Instant> {
+        let now = Instant::now();
+        // A slow upload of one large message is not silence.
+        if received != self.received {
+            self.received = received;
+            self.last_heard = now;
+        }
+        let silent = now.saturating_duration_since(self.last_heard);
+        if silent >= self.limits.idle_timeout {
+            debug!(silent_ms = silent.as_millis() as u64, "peer stopped answering");
+            outbox.end(End::Close { code: close::GOING_AWAY, reason: "idle timeout" });
+            return None;
+        }
+        if silent >= self.limits.ping_interval {
+            outbox.ping();
+            Some(now + self.limits.ping_interval.min(self.limits.idle_timeout - silent))
+        } else {
+            Some(self.last_heard + self.limits.ping_interval)
         }
     }
 }
@@ -308,10 +336,10 @@ pub(super) async fn write_side<W: AsyncWrite + Unpin>(io: &mut W, outbox: &Outbo
                 let mut batch = Vec::new();
                 outbox.take_more(&mut batch, MAX_BATCH_FRAMES, MAX_BATCH_BYTES);
                 if batch.is_empty() {
-                    codec::write_frame(io, frame.opcode, &frame.payload, |n| outbox.wrote(n)).await?;
+                    codec::write_data_frame(io, frame, |n| outbox.wrote(n)).await?;
                 } else {
                     batch.insert(0, frame);
-                    codec::write_frames(io, &batch, |n| outbox.wrote(n)).await?;
+                    codec::write_frames(io, &mut batch, |n| outbox.wrote(n)).await?;
                 }
             }
             Action::Pong(payload) => codec::write_frame(io, codec::OP_PONG, &payload, |_| {}).await?,
