@@ -207,7 +207,8 @@ pub(super) async fn serve<S: RelayStream>(
         let _ = timeout(super::socket::CLOSE_LINGER, &mut reader).await;
     }
     // The call ends on its own once the session is gone; waiting for it here lets the relay's
-    // shutdown see its log line written.
+    // shutdown see its log line written, unless Gemini is slower to close than the relay's
+    // shutdown grace.
     if timeout(WIND_DOWN, calls.wait()).await.is_err() {
         debug!("hosted call still ending; leaving it");
     }
@@ -509,9 +510,16 @@ impl<'a> LiveSession<'a> {
         let code = self.code_tag.clone();
         let started = SystemTime::now();
         self.tasks.spawn(async move {
-            let summary = summary.await.unwrap_or_default();
+            // A bridge that ended without its summary (a panic) is logged as such, not as a clean call.
+            let (summary, failure) = match summary.await {
+                Ok(summary) => {
+                    let failure = summary.failure.map_or("none", |code| code.as_str());
+                    (summary, failure)
+                }
+                Err(_) => (gemini::CallSummary::default(), "internal"),
+            };
             drop(guard);
-            log_call(&code, started, &summary);
+            log_call(&code, started, &summary, failure);
         });
         let deadline = Instant::now() + self.hosting.config.max_call_time;
         self.call = Some(Call { input, end, deadline });
@@ -617,7 +625,7 @@ impl<'a> LiveSession<'a> {
 }
 
 /// The one log line of a hosted call.
-fn log_call(code: &str, started: SystemTime, summary: &gemini::CallSummary) {
+fn log_call(code: &str, started: SystemTime, summary: &gemini::CallSummary, failure: &str) {
     let usage = summary.usage;
     info!(
         code,
@@ -627,7 +635,7 @@ fn log_call(code: &str, started: SystemTime, summary: &gemini::CallSummary) {
         prompt_tokens = usage.prompt_token_count,
         response_tokens = usage.response_token_count,
         total_tokens = usage.total_token_count,
-        failure = summary.failure.map_or("none", |code| code.as_str()),
+        failure,
         "hosted call"
     );
 }

@@ -318,9 +318,15 @@ pub fn run_sharded(
         .into_iter()
         .map(|(index, (listener, handoffs))| {
             let (shared, shutdown) = (Arc::clone(&shared), shutdown.clone());
-            std::thread::Builder::new()
-                .name(format!("relay-{index}"))
-                .spawn(move || run_shard(&shared, listener, handoffs, index, &shutdown))
+            std::thread::Builder::new().name(format!("relay-{index}")).spawn(move || {
+                let ended = run_shard(&shared, listener, handoffs, index, &shutdown);
+                if let Err(err) = &ended {
+                    // Its codes would find no shard: stop the relay rather than serve part of it.
+                    tracing::error!("relay shard {index} stopped: {err:#}");
+                    shutdown.cancel();
+                }
+                ended
+            })
         })
         .collect::<std::io::Result<Vec<_>>>()
         .context("could not start the relay threads")?;

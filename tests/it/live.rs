@@ -183,26 +183,9 @@ async fn a_hosted_call_runs_the_laptops_tools_and_the_key_stays_at_the_relay() {
     for dir in [agent.home.path(), agent.workspace.path()] {
         assert_eq!(files_containing(dir, KEY), Vec::<std::path::PathBuf>::new());
     }
-    let tag = voxa::relay::code_tag(agent.code());
-    let mut summary = None;
-    // The line is written when the bridge's task ends, after `call_ended`; a loaded machine can
-    // take seconds to get there, so this waits for it rather than for a fixed number of turns.
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
-    while tokio::time::Instant::now() < give_up {
-        let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
-        if let Some(line) = text.lines().find(|line| line.contains("hosted call") && line.contains("total_tokens")) {
-            summary = Some(line.to_owned());
-            break;
-        }
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let summary = summary.expect("one log line per hosted call");
-    for field in
-        [format!("code=\"{tag}\""), "total_tokens=150".into(), "duration_s=".into(), "start=".into(), "end=".into()]
-    {
-        assert!(summary.contains(&field), "{field} missing from {summary}");
-    }
+    // The call's one summary line is checked through the real binary's log
+    // (voxa_relay_hosts_calls_with_a_key_file_…): tracing's per-callsite interest cache, shared by
+    // every test thread of this process, can hide an event from one thread's capture.
     let logs = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
     assert!(!logs.contains(KEY), "the logs carry the key");
     assert!(!logs.contains(agent.code()), "the logs carry the relay code");

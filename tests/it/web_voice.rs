@@ -426,7 +426,7 @@ async fn call_says_why_when_there_is_no_voice_and_hosted_refusals_are_sentences(
         (Some(capped), "The relay is running as many calls as its operator allows", "at-capacity"),
         // A relay whose voice needs a proxy token a browser cannot send: the page works through
         // `/ws` and says why there is no voice.
-        (Some(gated), "This relay hosts voice only for apps that hold its proxy token", "proxy-token"),
+        (Some(gated), "This relay hosts voice only for apps that send it a token", "proxy-token"),
     ] {
         let relay = TestRelay::with_config(RelayConfig { live, ..Default::default() }).await;
         let said = call_refusal(&browser, &relay).await;

@@ -11,6 +11,8 @@ import { Coder } from './coder.js';
 import { Voice } from './voice.js';
 
 const FLEET = 'fleet';
+/** How long the page waits for the relay's `/config` before connecting without it. */
+const CONFIG_TIMEOUT_MS = 5000;
 /** Who hosts a call, as the status panel says it. */
 const VOICE_HOSTS = { laptop: 'hosted by the laptop', relay: 'hosted by the relay' };
 
@@ -57,7 +59,10 @@ class App {
 
   async loadConfig() {
     try {
-      const response = await fetch('/config', { cache: 'no-store', credentials: 'omit' });
+      // A relay that never answers must not keep the page from connecting.
+      const response = await fetch('/config', {
+        cache: 'no-store', credentials: 'omit', signal: AbortSignal.timeout(CONFIG_TIMEOUT_MS),
+      });
       if (response.ok) this.config = await response.json();
     } catch {
       this.config = {};

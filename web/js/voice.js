@@ -42,7 +42,7 @@ const CALL_ERRORS = {
     + 'Start it with voxa --self-hosted and a GEMINI_API_KEY.',
   'no-voice-relay': 'There is no voice on this relay, and this laptop does not host calls itself. '
     + 'Start the laptop with voxa --self-hosted and a GEMINI_API_KEY, or pair it through a relay that hosts voice.',
-  'proxy-token': 'This relay hosts voice only for apps that hold its proxy token, which a browser cannot send. '
+  'proxy-token': 'This relay hosts voice only for apps that send it a token, which a browser cannot do. '
     + 'Start the laptop with voxa --self-hosted and a GEMINI_API_KEY to call from here.',
 };
 
