@@ -155,12 +155,7 @@ impl Home {
 
     /// Reads both secrets if they exist. A partial pair (one file only) counts as missing.
     pub fn load_secrets(&self) -> Result<Option<Secrets>> {
-        self.check()?;
-        if !self.exists() {
-            return Ok(None);
-        }
-        let _lock = self.lock()?;
-        self.finish_interrupted_rotation()?;
+        let Some(_lock) = self.settled_if_exists()? else { return Ok(None) };
         let relay_code = self.read_secret(RELAY_CODE_FILE)?;
         let auth_token = self.read_secret(AUTH_TOKEN_FILE)?;
         Ok(match (relay_code, auth_token) {
@@ -180,8 +175,7 @@ impl Home {
     /// Returns the secrets and whether anything was created.
     pub fn load_or_create_secrets(&self) -> Result<(Secrets, bool)> {
         self.ensure()?;
-        let _lock = self.lock()?;
-        self.finish_interrupted_rotation()?;
+        let _lock = self.settled()?;
         let mut created = false;
         let mut get = |name: &str| -> Result<Secret> {
             match self.read_secret(name)? {
@@ -204,8 +198,7 @@ impl Home {
     /// pair, never a mix and never a torn file.
     pub fn rotate_secrets(&self) -> Result<Secrets> {
         self.ensure()?;
-        let _lock = self.lock()?;
-        self.finish_interrupted_rotation()?;
+        let _lock = self.settled()?;
         // Refuse to rotate over unreadable secrets we cannot vouch for? No: rotation is the fix
         // for those. Permissions are still enforced by `ensure` above. An unreadable relay code
         // is simply not kept.
@@ -226,12 +219,7 @@ impl Home {
 
     /// The relay code the last `pair --rotate` replaced, if any.
     pub fn retired_code(&self) -> Result<Option<RetiredCode>> {
-        self.check()?;
-        if !self.exists() {
-            return Ok(None);
-        }
-        let _lock = self.lock()?;
-        self.finish_interrupted_rotation()?;
+        let Some(_lock) = self.settled_if_exists()? else { return Ok(None) };
         let path = self.path(RETIRED_CODE_FILE);
         let Some(text) = read_text_if_exists(&path)? else { return Ok(None) };
         check_private(&path, false)?;
@@ -253,6 +241,22 @@ impl Home {
     /// Takes the home's lock; released when the file is dropped or the process dies.
     fn lock(&self) -> Result<File> {
         self.lock_file(LOCK_FILE)
+    }
+
+    /// Takes the home's lock and finishes a rotation an interrupted run left half done.
+    fn settled(&self) -> Result<File> {
+        let lock = self.lock()?;
+        self.finish_interrupted_rotation()?;
+        Ok(lock)
+    }
+
+    /// [`Home::settled`] for a home that may not exist yet: `None` when it does not.
+    fn settled_if_exists(&self) -> Result<Option<File>> {
+        self.check()?;
+        if !self.exists() {
+            return Ok(None);
+        }
+        self.settled().map(Some)
     }
 
     /// Takes an exclusive `flock` on the file `name` in the home (created `0600` if missing);

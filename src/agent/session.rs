@@ -521,26 +521,13 @@ mod tests {
     #[tokio::test]
     async fn run_tool_routes_env_calls_and_keeps_local_ones_local() {
         let (_workspace, ctx) = context(true);
-        let call = ToolCall {
-            id: "1".into(),
-            name: "list_dir".into(),
-            args: serde_json::json!({}),
-            env: Some("devbox".into()),
-            caller: None,
-        };
+        let call = tool_call("1", "list_dir", Some("devbox"));
         let routed = run_tool(&ctx, call, "test", None, CancellationToken::new()).await.unwrap();
         assert_eq!(routed.result["ran_on"], "devbox");
-        let call =
-            ToolCall { id: "2".into(), name: "list_dir".into(), args: serde_json::json!({}), env: None, caller: None };
+        let call = tool_call("2", "list_dir", None);
         let local = run_tool(&ctx, call, "test", None, CancellationToken::new()).await.unwrap();
         assert!(local.result["entries"].is_array());
-        let call = ToolCall {
-            id: "3".into(),
-            name: "list_dir".into(),
-            args: serde_json::json!({}),
-            env: Some("x".into()),
-            caller: None,
-        };
+        let call = tool_call("3", "list_dir", Some("x"));
         let err = run_tool(&context(false).1, call, "test", None, CancellationToken::new()).await.unwrap_err();
         assert_eq!(err.code, ErrorCode::UnknownEnvironment);
     }

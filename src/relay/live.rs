@@ -33,7 +33,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, info_span};
 
 use super::codec::{self, FrameReader, OutFrame};
-use super::hub::{Action, End, Outbox, Push, QueueLimits, Slot};
+use super::hub::{Action, End, Outbox, Push, Slot};
 use super::metrics::RelayMetrics;
 use super::socket::{forward, read_side, write_side, Deliver, Membership, RelayStream};
 use super::{Limits, Route, NOT_FOUND};
@@ -166,15 +166,13 @@ pub(super) async fn serve<S: RelayStream>(
     hosting: &Hosting,
     cancel: &CancellationToken,
 ) {
-    let queue = QueueLimits { frames: limits.send_queue_frames, bytes: limits.send_queue_bytes };
-    let phone = Arc::new(Outbox::new(queue, Arc::clone(&member.hub.ledger)));
+    let phone = member.outbox(limits);
     // What the agent sends the phone side lands here, for the session to pass on or answer.
-    let inbox = Arc::new(Outbox::new(queue, Arc::clone(&member.hub.ledger)));
+    let inbox = member.outbox(limits);
     let (mut read_half, mut write_half) = stream.halves();
     let frames = FrameReader::new(limits.max_frame_len, &leftover);
     drop(leftover);
-    let slot = member.hub.join(member.code, member.role, member.conn, &inbox);
-    member.hub.metrics().socket_joined(member.role);
+    let slot = member.join(&inbox);
     debug!("joined for hosted voice");
     let (phone_tx, phone_rx) = mpsc::channel(PHONE_QUEUE);
     let session = LiveSession::new(hosting, &member, &slot, limits, Arc::clone(&phone), Arc::clone(&inbox));
@@ -195,8 +193,7 @@ pub(super) async fn serve<S: RelayStream>(
             }
         }
     };
-    member.hub.leave(member.code, &slot, member.role, member.conn);
-    member.hub.metrics().socket_left(member.role);
+    member.leave(&slot);
     inbox.end(End::Abort);
     phone.end(End::Abort);
     debug!(end = ?phone.ended(), "left");

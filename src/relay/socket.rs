@@ -65,6 +65,27 @@ pub(super) struct Membership {
     pub conn: u64,
 }
 
+impl Membership {
+    /// A send queue for this socket, within the limits and counted in the relay's ledger.
+    pub(super) fn outbox(&self, limits: &Limits) -> Arc<Outbox> {
+        let queue = QueueLimits { frames: limits.send_queue_frames, bytes: limits.send_queue_bytes };
+        Arc::new(Outbox::new(queue, Arc::clone(&self.hub.ledger)))
+    }
+
+    /// Takes this socket's place in its pairing; the peer's frames go to `outbox`.
+    pub(super) fn join(&self, outbox: &Arc<Outbox>) -> Arc<Slot> {
+        let slot = self.hub.join(self.code, self.role, self.conn, outbox);
+        self.hub.metrics().socket_joined(self.role);
+        slot
+    }
+
+    /// Gives the place back; the peer hears `left`.
+    pub(super) fn leave(&self, slot: &Arc<Slot>) {
+        self.hub.leave(self.code, slot, self.role, self.conn);
+        self.hub.metrics().socket_left(self.role);
+    }
+}
+
 /// Runs an upgraded socket until it ends, then closes it within bounded time.
 pub(super) async fn serve<S: RelayStream>(
     mut stream: S,
@@ -73,13 +94,11 @@ pub(super) async fn serve<S: RelayStream>(
     limits: &Limits,
     cancel: &CancellationToken,
 ) {
-    let queue = QueueLimits { frames: limits.send_queue_frames, bytes: limits.send_queue_bytes };
-    let outbox = Arc::new(Outbox::new(queue, Arc::clone(&member.hub.ledger)));
+    let outbox = member.outbox(limits);
     let (mut read_half, mut write_half) = stream.halves();
     let frames = FrameReader::new(limits.max_frame_len, &leftover);
     drop(leftover);
-    let slot = member.hub.join(member.code, member.role, member.conn, &outbox);
-    member.hub.metrics().socket_joined(member.role);
+    let slot = member.join(&outbox);
     debug!("joined");
 
     let to_peer = ToPeer { slot: &slot, member: &member, own: &outbox, stall_timeout: limits.stall_timeout };
@@ -97,8 +116,7 @@ pub(super) async fn serve<S: RelayStream>(
         () = cancel.cancelled() => outbox.end(End::Close { code: close::GOING_AWAY, reason: "relay shutting down" }),
     }
     // Leave first, so the other side hears `left` at once even if this client is slow to close.
-    member.hub.leave(member.code, &slot, member.role, member.conn);
-    member.hub.metrics().socket_left(member.role);
+    member.leave(&slot);
     outbox.end(End::Abort);
     debug!(end = ?outbox.ended(), "left");
     // The writer sends the close frame while the reader, which has dropped its buffers, waits
