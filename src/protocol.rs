@@ -54,6 +54,16 @@ pub enum PeerRole {
     Phone,
 }
 
+impl PeerRole {
+    /// The role's name on the wire (`agent`, `phone`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PeerRole::Agent => "agent",
+            PeerRole::Phone => "phone",
+        }
+    }
+}
+
 /// Presence change reported by the relay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -637,6 +647,11 @@ pub fn is_hello_nonce(nonce: &str) -> bool {
     nonce.len() == NONCE_HEX_LEN && crate::secret::is_lower_hex(nonce)
 }
 
+/// Whether `proof` has a hello proof's shape: 64 lowercase hex characters.
+pub fn is_hello_proof(proof: &str) -> bool {
+    proof.len() == PROOF_HEX_LEN && crate::secret::is_lower_hex(proof)
+}
+
 /// `HMAC-SHA256(key = token, label + agent_nonce + "\n" + client_nonce)`.
 fn hello_mac(token: &Secret, label: &str, agent_nonce: &str, client_nonce: &str) -> hmac::Hmac<sha2::Sha256> {
     use hmac::Mac;
@@ -658,10 +673,7 @@ fn proof_hex(mac: hmac::Hmac<sha2::Sha256>) -> String {
 fn proof_matches(mac: hmac::Hmac<sha2::Sha256>, presented: &str) -> bool {
     use hmac::Mac;
     let mut bytes = [0u8; PROOF_HEX_LEN / 2];
-    presented.len() == PROOF_HEX_LEN
-        && crate::secret::is_lower_hex(presented)
-        && hex::decode_to_slice(presented, &mut bytes).is_ok()
-        && mac.verify_slice(&bytes).is_ok()
+    is_hello_proof(presented) && hex::decode_to_slice(presented, &mut bytes).is_ok() && mac.verify_slice(&bytes).is_ok()
 }
 
 /// The client's proof: lowercase hex of `HMAC-SHA256(T, "voxa-hello/2 client\n" + A + "\n" + C)`.

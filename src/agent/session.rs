@@ -100,28 +100,23 @@ impl Session {
             ClientMessage::Hello(_) | ClientMessage::Bearer(_) => {}
             ClientMessage::CallStart => self.start_voice().await,
             ClientMessage::Say { text } => match self.voice.as_ref().filter(|voice| voice.is_live()) {
-                // Never wait on the bridge here: a stalled voice link must not stall the session.
                 Some(voice) => {
-                    if voice.input.try_send(VoiceInput::Text(text)).is_err() {
-                        let busy = AgentMessage::CallError {
-                            code: CallErrorCode::Busy,
-                            message: "the voice call is not keeping up; try again in a moment".into(),
-                        };
+                    if let Some(busy) = gemini::give(&voice.input, VoiceInput::Text(text)) {
                         self.send(busy).await;
                     }
                 }
-                None => self.send(no_call_error()).await,
+                None => self.send(gemini::no_call_error()).await,
             },
             ClientMessage::AudioEnd => match self.voice.as_ref().filter(|voice| voice.is_live()) {
                 // Dropped like audio when the bridge is behind: the service's own VAD ends the turn.
                 Some(voice) => {
                     let _ = voice.input.try_send(VoiceInput::AudioEnd);
                 }
-                None => self.send(no_call_error()).await,
+                None => self.send(gemini::no_call_error()).await,
             },
             ClientMessage::CallEnd => match self.voice.take().filter(|voice| voice.is_live()) {
                 Some(voice) => voice.end.cancel(),
-                None => self.send(no_call_error()).await,
+                None => self.send(gemini::no_call_error()).await,
             },
         }
     }
@@ -193,13 +188,6 @@ impl Drop for Session {
         if let Some(voice) = self.voice.take() {
             voice.end.cancel();
         }
-    }
-}
-
-fn no_call_error() -> AgentMessage {
-    AgentMessage::CallError {
-        code: CallErrorCode::NoCall,
-        message: "no voice call is running; send call_start first".into(),
     }
 }
 

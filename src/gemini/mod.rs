@@ -50,6 +50,25 @@ use crate::tools::ToolOutput;
 pub const GEMINI_LIVE_URL: &str =
     "wss://generativelanguage.googleapis.com/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent";
 
+/// The answer to a voice frame that arrives when no call runs.
+pub fn no_call_error() -> AgentMessage {
+    AgentMessage::CallError {
+        code: CallErrorCode::NoCall,
+        message: "no voice call is running; send call_start first".into(),
+    }
+}
+
+/// Hands `item` to a running call without waiting, so a stalled Gemini link never stalls the
+/// session: audio that does not fit is dropped (the service's own voice detection copes), typed
+/// text that does not fit is answered with the `busy` error this returns.
+pub fn give(input: &mpsc::Sender<VoiceInput>, item: VoiceInput) -> Option<AgentMessage> {
+    let is_text = matches!(item, VoiceInput::Text(_));
+    (input.try_send(item).is_err() && is_text).then(|| AgentMessage::CallError {
+        code: CallErrorCode::Busy,
+        message: "the voice call is not keeping up; try again in a moment".into(),
+    })
+}
+
 /// Name of the argument that routes a Gemini function call to another environment.
 pub const ENV_ARG: &str = "env";
 
@@ -972,7 +991,7 @@ mod tests {
     }
 }
 
-/// A Gemini function call as a §5 tool call: an `env` argument routes it to another environment.
+/// A Gemini function call as a `tool_call` (docs/PROTOCOL.md): an `env` argument routes it to another environment.
 fn tool_call(id: String, name: String, mut args: Value) -> protocol::ToolCall {
     let env = match args.as_object_mut().and_then(|map| map.remove(ENV_ARG)) {
         Some(Value::String(env)) if !env.is_empty() => Some(env),

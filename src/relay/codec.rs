@@ -561,13 +561,10 @@ pub(super) async fn write_frames<W: AsyncWrite + Unpin>(
 
 /// The payload of a close frame: the code, then the reason (cut to fit a control frame).
 pub(super) fn close_payload(code: u16, reason: &str) -> Vec<u8> {
-    let mut end = reason.len().min(MAX_CONTROL_LEN - 2);
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut payload = Vec::with_capacity(2 + end);
+    let reason = crate::text::prefix(reason, MAX_CONTROL_LEN - 2);
+    let mut payload = Vec::with_capacity(2 + reason.len());
     payload.extend_from_slice(&code.to_be_bytes());
-    payload.extend_from_slice(&reason.as_bytes()[..end]);
+    payload.extend_from_slice(reason.as_bytes());
     payload
 }
 

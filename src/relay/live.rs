@@ -266,7 +266,9 @@ impl Handshake {
     fn on_agent(&mut self, kind: &str, hello_ok: Option<&protocol::HelloOk>) {
         *self = match (std::mem::replace(self, Handshake::Waiting), kind, hello_ok) {
             (_, "challenge", _) => Handshake::Challenged,
-            (Handshake::HelloSent, "hello_ok", Some(ok)) if ok.proof.as_deref().is_some_and(is_proof) => {
+            (Handshake::HelloSent, "hello_ok", Some(ok))
+                if ok.proof.as_deref().is_some_and(protocol::is_hello_proof) =>
+            {
                 Handshake::Accepted(ok.tools.clone())
             }
             (Handshake::HelloSent, "hello_ok" | "error", _) => Handshake::Waiting,
@@ -279,7 +281,7 @@ impl Handshake {
         let text = |field: &str| hello.get(field).and_then(Value::as_str);
         let well_formed = hello.get("protocol").and_then(Value::as_u64) == Some(u64::from(protocol::PROTOCOL_VERSION))
             && text("nonce").is_some_and(protocol::is_hello_nonce)
-            && text("proof").is_some_and(is_proof)
+            && text("proof").is_some_and(protocol::is_hello_proof)
             && !hello.contains_key("token");
         *self = match self {
             Handshake::Challenged if well_formed => Handshake::HelloSent,
@@ -294,11 +296,6 @@ impl Handshake {
             _ => None,
         }
     }
-}
-
-/// A hello proof's shape: 64 lowercase hex characters.
-fn is_proof(text: &str) -> bool {
-    text.len() == 64 && crate::secret::is_lower_hex(text)
 }
 
 /// Gemini's declarations for the tools of a `hello_ok`. An agent that lists the environment
@@ -379,7 +376,7 @@ impl<'a> LiveSession<'a> {
                 Some(text) = self.agent_rx.recv() => {
                     forward(&self.slot, self.member, &self.inbox, OutFrame::text(text), self.stall_timeout).await;
                 }
-                () = ended(call_end.as_ref()) => {
+                () = crate::net::liveness::cancelled(call_end) => {
                     self.call = None;
                 }
                 () = crate::net::liveness::sleep_until(deadline) => {
@@ -447,7 +444,7 @@ impl<'a> LiveSession<'a> {
             "audio_end" => self.give_call(VoiceInput::AudioEnd).await,
             "call_end" => match self.call.take() {
                 Some(call) => call.end.cancel(),
-                None => self.to_phone_message(no_call()).await,
+                None => self.to_phone_message(gemini::no_call_error()).await,
             },
             "tool_call" if id.starts_with(CALL_ID_PREFIX) => {
                 let error = ToolError::new(
@@ -468,15 +465,12 @@ impl<'a> LiveSession<'a> {
 
     /// `say` or `audio_end` for the running call, or `no-call`.
     async fn give_call(&mut self, input: VoiceInput) {
-        let Some(call) = &self.call else { return self.to_phone_message(no_call()).await };
-        let is_text = matches!(input, VoiceInput::Text(_));
-        // Never wait on the bridge here: a stalled Gemini link must not stall the session.
-        if call.input.try_send(input).is_err() && is_text {
-            let busy = AgentMessage::CallError {
-                code: CallErrorCode::Busy,
-                message: "the voice call is not keeping up; try again in a moment".into(),
-            };
-            self.to_phone_message(busy).await;
+        let answer = match &self.call {
+            Some(call) => gemini::give(&call.input, input),
+            None => Some(gemini::no_call_error()),
+        };
+        if let Some(answer) = answer {
+            self.to_phone_message(answer).await;
         }
     }
 
@@ -635,21 +629,6 @@ fn log_call(code: &str, started: SystemTime, summary: &gemini::CallSummary, fail
         failure,
         "hosted call"
     );
-}
-
-/// Resolves when `call_end` is cancelled; never without a call.
-async fn ended(call_end: Option<&CancellationToken>) {
-    match call_end {
-        Some(token) => token.cancelled().await,
-        None => std::future::pending().await,
-    }
-}
-
-fn no_call() -> AgentMessage {
-    AgentMessage::CallError {
-        code: CallErrorCode::NoCall,
-        message: "no voice call is running; send call_start first".into(),
-    }
 }
 
 /// What the session reads of an agent frame to decide where it goes.

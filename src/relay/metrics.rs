@@ -55,13 +55,6 @@ impl std::fmt::Debug for RelayMetrics {
     }
 }
 
-fn role_label(role: PeerRole) -> &'static str {
-    match role {
-        PeerRole::Agent => "agent",
-        PeerRole::Phone => "phone",
-    }
-}
-
 /// Index of a role in the per-role arrays; for directions, the sending role.
 pub(super) fn role_index(role: PeerRole) -> usize {
     match role {
@@ -79,7 +72,7 @@ impl RelayMetrics {
         let sockets_family = Family::<Labels, Gauge>::default();
         registry.register("sockets", "Upgraded WebSockets by role", sockets_family.clone());
         let sockets = [PeerRole::Agent, PeerRole::Phone]
-            .map(|role| sockets_family.get_or_create(&[("role", role_label(role))]).clone());
+            .map(|role| sockets_family.get_or_create(&[("role", role.as_str())]).clone());
         let pairs = Gauge::default();
         registry.register("pairs", "Relay codes with both an agent and a phone connected", pairs.clone());
 

@@ -651,7 +651,7 @@ async fn join_on_shard<S: socket::RelayStream>(
     guard: ConnectionGuard,
     shard: usize,
 ) -> anyhow::Result<()> {
-    tracing::Span::current().record("role", if upgrade.live { "live" } else { role_name(upgrade.role) });
+    tracing::Span::current().record("role", if upgrade.live { "live" } else { upgrade.role.as_str() });
     let stream = match shared.shard_of(upgrade.code).filter(|&owner| owner != shard) {
         Some(owner) => match stream.detach() {
             Ok(tcp) => {
@@ -691,13 +691,6 @@ fn printable_path(head: &RequestHead) -> &'static str {
         "/live" => "/live",
         path if web::is_web_path(path) => "<web client>",
         _ => "<other>",
-    }
-}
-
-fn role_name(role: PeerRole) -> &'static str {
-    match role {
-        PeerRole::Agent => "agent",
-        PeerRole::Phone => "phone",
     }
 }
 

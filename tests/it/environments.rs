@@ -94,7 +94,7 @@ impl Machine {
     }
 }
 
-/// A §5 client that remembers every frame it saw, to prove no credential ever reached it.
+/// A session client that remembers every frame it saw, to prove no credential ever reached it.
 struct Phone {
     socket: ClientSocket,
     seen: String,
