@@ -382,7 +382,7 @@ impl Home {
     }
 
     /// True while some process holds the agent lock of this home.
-    fn agent_lock_held(&self) -> Result<bool> {
+    pub fn agent_lock_held(&self) -> Result<bool> {
         use rustix::fs::FlockOperation;
         let path = self.path(AGENT_LOCK_FILE);
         let file = match OpenOptions::new().read(true).open(&path) {

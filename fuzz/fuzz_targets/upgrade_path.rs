@@ -35,7 +35,7 @@ enum Verdict {
 
 fn verdict(runtime: &tokio::runtime::Runtime, data: &[u8], size: usize) -> Verdict {
     let mut reader = Chunked { data, size: size.max(1) };
-    match runtime.block_on(http::read_head(&mut reader)) {
+    match runtime.block_on(http::read_head(&mut reader, http::HEAD_TIMEOUT)) {
         Ok((head, mut rest)) => {
             assert!(rest.len() <= data.len());
             rest.extend_from_slice(reader.data);

@@ -246,15 +246,15 @@ enum Opening {
 
 /// The request head, the upgrade, the challenge and the hello, which must arrive by `deadline`.
 async fn open_session(mut stream: TcpStream, gate: &dyn Gate, deadline: tokio::time::Instant) -> Result<Opening> {
-    let (head, leftover) = match tokio::time::timeout(HEAD_TIMEOUT, http::read_head(&mut stream)).await {
-        Ok(Ok(read)) => read,
-        Ok(Err(err)) => {
-            let _ = http::respond(&mut stream, 400, "Bad Request", "bad request\n").await;
-            return Err(err.into());
-        }
-        Err(_) => {
+    let (head, leftover) = match http::read_head(&mut stream, HEAD_TIMEOUT).await {
+        Ok(read) => read,
+        Err(http::HeadError::TimedOut) => {
             let _ = http::respond(&mut stream, 408, "Request Timeout", "no request in time\n").await;
             return Ok(Opening::Answered);
+        }
+        Err(err) => {
+            let _ = http::respond(&mut stream, 400, "Bad Request", "bad request\n").await;
+            return Err(err.into());
         }
     };
     if !head.header("host").is_some_and(is_loopback_host_header) {

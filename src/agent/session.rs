@@ -299,13 +299,12 @@ pub async fn run_tool(
         audit_elsewhere(ctx, &call, caller, result.as_ref(), started);
         return result.map(|result| ToolOutput { result, image: None });
     }
-    if let Some(router) = ctx.router.as_ref().filter(|router| router.tool_names().contains(&call.name)) {
+    // A router tool's future does nothing until awaited, so the policy still comes first.
+    let router_tool = ctx.router.as_ref().and_then(|router| Some((router, router.local_tool(&call.name, &call.args)?)));
+    if let Some((router, tool)) = router_tool {
         let started = Instant::now();
         let result = match ctx.toolbox.check_policy(&call.name, router.changes_machine(&call.name, &call.args)) {
-            Ok(()) => match router.local_tool(&call.name, &call.args) {
-                Some(future) => future.await,
-                None => Err(ToolError::new(ErrorCode::UnknownTool, format!("no tool named {:?}", call.name))),
-            },
+            Ok(()) => tool.await,
             Err(refused) => Err(refused),
         };
         audit_elsewhere(ctx, &call, caller, result.as_ref(), started);
@@ -324,7 +323,7 @@ fn audit_elsewhere(
     started: Instant,
 ) {
     let refused_by_policy = matches!(result, Err(err) if err.code == ErrorCode::DeniedByPolicy);
-    ctx.toolbox.record_elsewhere(CallRecord {
+    ctx.toolbox.record(CallRecord {
         caller: caller.to_owned(),
         tool: call.name.clone(),
         id: call.id.clone(),

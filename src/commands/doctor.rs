@@ -375,16 +375,14 @@ async fn check_relay(relay: &RelayUrl, dial: &DialOptions, args: &DoctorArgs, ho
 /// "token refused" and `400` means "token accepted (or none needed)". No code is ever sent.
 async fn check_relay_token(target: &Target, dial: &DialOptions, args: &DoctorArgs, home: &Path) -> Check {
     const NAME: &str = "relay token";
-    let token = match args.relay_token.clone().filter(|t| !t.trim().is_empty()) {
-        Some(token) => Some(Secret::from_string(token.trim().to_owned())),
-        // A bad file is the permissions or secrets check's business; here it counts as absent.
-        None => crate::state::Home::at(home).load_relay_token().ok().flatten(),
-    };
-    let source = if args.relay_token.as_deref().is_some_and(|t| !t.trim().is_empty()) {
+    let given = super::token_value(args.relay_token.as_deref());
+    let source = if given.is_some() {
         "VOXA_RELAY_TOKEN".to_owned()
     } else {
         format!("the token saved in {}", home.join(crate::state::RELAY_TOKEN_FILE).display())
     };
+    // A bad file is the permissions or secrets check's business; here it counts as absent.
+    let token = given.or_else(|| crate::state::Home::at(home).load_relay_token().ok().flatten());
     let ask = |bearer: Option<Secret>| async move {
         let stream = open_stream(target, dial).await?;
         http_get(stream, target, "/agent", bearer.as_ref()).await.map(|response| response.status)
@@ -638,14 +636,11 @@ fn check_gemini_key(key: Option<&Secret>) -> Check {
 /// TCP (and TLS) to the Gemini Live endpoint; the key is not sent.
 async fn check_gemini_reachable(dial: Option<&DialOptions>) -> Check {
     const NAME: &str = "gemini";
-    let url = std::env::var("VOXA_GEMINI_URL").ok().filter(|u| !u.trim().is_empty());
-    if let Some(url) = &url {
-        if let Err(err) = crate::gemini::check_url(url) {
-            return Check::fail(NAME, format!("{err:#}"), "fix or unset VOXA_GEMINI_URL");
-        }
-    }
-    let url = url.unwrap_or_else(|| crate::gemini::GEMINI_LIVE_URL.to_owned());
-    let Ok(parsed) = url::Url::parse(url.trim()) else {
+    let url = match crate::gemini::live_url() {
+        Ok(url) => url,
+        Err(err) => return Check::fail(NAME, format!("{err:#}"), "fix or unset VOXA_GEMINI_URL"),
+    };
+    let Ok(parsed) = url::Url::parse(&url) else {
         return Check::fail(NAME, "the Gemini URL is not valid", "fix or unset VOXA_GEMINI_URL");
     };
     let target = Target {
@@ -718,9 +713,9 @@ fn recorded_agent(home: &Path, path: &Path) -> Result<AgentFile, Check> {
         ));
     }
     // A live agent holds its home's lock for its whole life; a live pid without it was reused.
-    match Home::at(home).running_agent() {
-        Ok(Some(_)) => Ok(info),
-        Ok(None) => Err(Check::warn(
+    match Home::at(home).agent_lock_held() {
+        Ok(true) => Ok(info),
+        Ok(false) => Err(Check::warn(
             AGENT_CHECK,
             format!(
                 "stale {}: pid {} is alive but is not this home's agent (it holds no agent lock)",

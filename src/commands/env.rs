@@ -174,7 +174,6 @@ fn read_line_from_stdin() -> Result<String> {
 }
 
 async fn fleet_from_running_agent(home: &Home) -> Option<Value> {
-    home.running_agent().ok()??;
     let (mut socket, _) = super::call::connect_local(home).await.ok()?;
     let call = ToolCall {
         id: "env-list".into(),

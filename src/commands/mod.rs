@@ -70,13 +70,13 @@ const MAX_TOKEN_FILE_LINE: u64 = 4096;
 /// The relay token: the first line of `file` when given (a file others can read is refused, like
 /// the secrets in the home), else `value` (`--relay-token` or `VOXA_RELAY_TOKEN`). Empty is none.
 pub fn relay_token(value: Option<&str>, file: Option<&Path>) -> Result<Option<Secret>> {
-    let Some(file) = file else {
-        return Ok(value
-            .map(str::trim)
-            .filter(|token| !token.is_empty())
-            .map(|token| Secret::from_string(token.to_owned())));
-    };
+    let Some(file) = file else { return Ok(token_value(value)) };
     secret_file(file, "relay token file").map(Some)
+}
+
+/// A token given as a value (a flag or the environment), trimmed; empty is none.
+pub fn token_value(value: Option<&str>) -> Option<Secret> {
+    value.map(str::trim).filter(|token| !token.is_empty()).map(|token| Secret::from_string(token.to_owned()))
 }
 
 /// The secret on the first line of `file` (e.g. "relay token file"): refused when group or others

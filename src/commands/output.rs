@@ -33,12 +33,9 @@ impl Printer {
                 Value::Object(map) => map,
                 _ => Default::default(),
             };
+            // Keys come out sorted (serde_json's map), `event` among them.
             object.insert("event".into(), Value::String(name.into()));
-            // Keep `event` first for people reading the stream.
-            let mut ordered = serde_json::Map::new();
-            ordered.insert("event".into(), Value::String(name.into()));
-            ordered.extend(object.into_iter().filter(|(k, _)| k != "event"));
-            self.line(&Value::Object(ordered).to_string());
+            self.line(&Value::Object(object).to_string());
         } else if !self.quiet {
             self.line(&human.to_string());
         }

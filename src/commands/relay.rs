@@ -11,9 +11,8 @@ use tracing::debug;
 
 use super::Settings;
 use crate::cli::RelayArgs;
-use crate::config::DEFAULT_GEMINI_MODEL;
 use crate::error::ConfigError;
-use crate::gemini::{GeminiConfig, GEMINI_LIVE_URL};
+use crate::gemini::GeminiConfig;
 use crate::relay::{bind_shared, load_tls, metrics, run_sharded, LiveConfig, RelayConfig};
 use crate::secret::Secret;
 
@@ -122,17 +121,7 @@ fn live_config(args: &RelayArgs, env_key: Option<Secret>) -> anyhow::Result<Opti
     if args.live_max_calls == 0 || args.live_max_minutes == 0 {
         return Err(ConfigError::new("--live-max-calls and --live-max-minutes must be at least 1").into());
     }
-    let url = std::env::var("VOXA_GEMINI_URL").ok().filter(|url| !url.trim().is_empty());
-    if let Some(url) = &url {
-        crate::gemini::check_url(url)?;
-    }
-    let gemini = GeminiConfig {
-        api_key: key,
-        url: url.map(|url| url.trim().to_owned()).unwrap_or_else(|| GEMINI_LIVE_URL.to_owned()),
-        model: args.live_model.clone().unwrap_or_else(|| DEFAULT_GEMINI_MODEL.to_owned()),
-        voice: "Kore".into(),
-        heartbeat: crate::gemini::HEARTBEAT,
-    };
+    let gemini = GeminiConfig::new(key, args.live_model.clone())?;
     let proxy_token = std::env::var("VOXA_PROXY_TOKEN").ok().filter(|token| !token.trim().is_empty());
     Ok(Some(LiveConfig {
         gemini: Arc::new(gemini),

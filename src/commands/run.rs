@@ -16,9 +16,9 @@ use super::output::Printer;
 use super::Settings;
 use crate::agent::{self, link_events, AgentOptions, BackoffPolicy, LinkEvent};
 use crate::cli::RunArgs;
-use crate::config::{Config, RelayUrl, DEFAULT_GEMINI_MODEL};
+use crate::config::{Config, RelayUrl};
 use crate::error::ConfigError;
-use crate::gemini::{GeminiConfig, GEMINI_LIVE_URL};
+use crate::gemini::GeminiConfig;
 use crate::net::dial::DialOptions;
 use crate::net::liveness::Heartbeat;
 use crate::secret::EnvSecrets;
@@ -204,17 +204,7 @@ fn gemini_config(args: &RunArgs, env_secrets: &EnvSecrets) -> Result<GeminiConfi
         )
         .into());
     };
-    let url = std::env::var("VOXA_GEMINI_URL").ok().filter(|u| !u.trim().is_empty());
-    if let Some(url) = &url {
-        crate::gemini::check_url(url)?;
-    }
-    Ok(GeminiConfig {
-        api_key: key,
-        url: url.map(|u| u.trim().to_owned()).unwrap_or_else(|| GEMINI_LIVE_URL.to_owned()),
-        model: args.model.clone().unwrap_or_else(|| DEFAULT_GEMINI_MODEL.to_owned()),
-        voice: "Kore".into(),
-        heartbeat: crate::gemini::HEARTBEAT,
-    })
+    GeminiConfig::new(key, args.model.clone())
 }
 
 /// Model (unless `--model` was given) and voice saved in `config.toml`.

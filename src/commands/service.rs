@@ -278,8 +278,7 @@ pub fn run_service(settings: &Settings, command: ServiceCommand) -> Result<Exit>
     match command {
         ServiceCommand::Install { workspace, ca_cert, relay_token, dry_run } => {
             let spec = spec_for(settings, workspace, ca_cert, launchd_log_file(&user_home))?;
-            let relay_token =
-                relay_token.filter(|t| !t.trim().is_empty()).map(|t| Secret::from_string(t.trim().to_owned()));
+            let relay_token = super::token_value(relay_token.as_deref());
             install(settings, platform, &file, &spec, relay_token.as_ref(), dry_run)
         }
         ServiceCommand::Uninstall { dry_run } => uninstall(settings, platform, &file, dry_run),

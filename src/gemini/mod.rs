@@ -176,6 +176,31 @@ pub struct GeminiConfig {
     pub heartbeat: Heartbeat,
 }
 
+impl GeminiConfig {
+    /// The settings for `api_key`: the endpoint of [`live_url`], `model` or the default model, the
+    /// `Kore` voice and the default heartbeat.
+    pub fn new(api_key: Secret, model: Option<String>) -> anyhow::Result<Self> {
+        Ok(GeminiConfig {
+            api_key,
+            url: live_url()?,
+            model: model.unwrap_or_else(|| crate::config::DEFAULT_GEMINI_MODEL.to_owned()),
+            voice: "Kore".into(),
+            heartbeat: HEARTBEAT,
+        })
+    }
+}
+
+/// The Live endpoint to dial: `VOXA_GEMINI_URL` when set (and valid), else [`GEMINI_LIVE_URL`].
+pub fn live_url() -> anyhow::Result<String> {
+    match std::env::var("VOXA_GEMINI_URL").ok().filter(|url| !url.trim().is_empty()) {
+        Some(url) => {
+            check_url(&url)?;
+            Ok(url.trim().to_owned())
+        }
+        None => Ok(GEMINI_LIVE_URL.to_owned()),
+    }
+}
+
 /// Input from the phone during a call.
 #[derive(Debug)]
 pub enum VoiceInput {

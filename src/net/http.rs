@@ -115,8 +115,12 @@ impl RequestHead {
     }
 }
 
-/// Reads one request head. Returns it and any bytes read past it.
-pub async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Result<(RequestHead, Vec<u8>), HeadError> {
+/// Reads one request head within `limit` (the relay's is [`HEAD_TIMEOUT`]). Returns it and any
+/// bytes read past it.
+pub async fn read_head<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    limit: Duration,
+) -> Result<(RequestHead, Vec<u8>), HeadError> {
     let read = async {
         let mut buf = Vec::with_capacity(1024);
         let mut chunk = [0u8; 1024];
@@ -145,7 +149,7 @@ pub async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Result<(RequestH
             }
         }
     };
-    tokio::time::timeout(HEAD_TIMEOUT, read).await.map_err(|_| HeadError::TimedOut)?
+    tokio::time::timeout(limit, read).await.map_err(|_| HeadError::TimedOut)?
 }
 
 /// Writes a plain response and ends the exchange.
@@ -266,12 +270,12 @@ mod tests {
     async fn read_head_keeps_bytes_after_the_head_and_bounds_size() {
         let mut input = UPGRADE.to_vec();
         input.extend_from_slice(b"extra");
-        let (head, rest) = read_head(&mut &input[..]).await.unwrap();
+        let (head, rest) = read_head(&mut &input[..], HEAD_TIMEOUT).await.unwrap();
         assert_eq!(head.path, "/agent");
         assert_eq!(rest, b"extra");
 
         let huge = vec![b'a'; MAX_HEAD_LEN * 2];
-        assert!(matches!(read_head(&mut &huge[..]).await, Err(HeadError::TooLarge)));
-        assert!(matches!(read_head(&mut &b"GARBAGE\r\n\r\n"[..]).await, Err(HeadError::Malformed)));
+        assert!(matches!(read_head(&mut &huge[..], HEAD_TIMEOUT).await, Err(HeadError::TooLarge)));
+        assert!(matches!(read_head(&mut &b"GARBAGE\r\n\r\n"[..], HEAD_TIMEOUT).await, Err(HeadError::Malformed)));
     }
 }

@@ -260,7 +260,7 @@ pub async fn serve(
 }
 
 async fn answer(mut tcp: TcpStream, metrics: &RelayMetrics) -> anyhow::Result<()> {
-    let head = match http::read_head(&mut tcp).await {
+    let head = match http::read_head(&mut tcp, http::HEAD_TIMEOUT).await {
         Ok((head, _)) => head,
         Err(HeadError::Io(err)) => return Err(err).context("reading a metrics request"),
         Err(HeadError::TimedOut) => return Ok(()),

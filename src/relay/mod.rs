@@ -623,7 +623,7 @@ async fn read_request<S: socket::RelayStream>(
     stream: &mut S,
 ) -> anyhow::Result<Option<(RequestHead, Vec<u8>)>> {
     let read = tokio::select! {
-        read = http::read_head(stream) => read,
+        read = http::read_head(stream, http::HEAD_TIMEOUT) => read,
         () = shared.cancel.cancelled() => return Ok(None),
     };
     match read {

@@ -373,21 +373,16 @@ impl Toolbox {
             duration_ms,
             "tool call"
         );
-        if let Some(audit) = &self.inner.audit {
-            let record = CallRecord {
-                caller,
-                tool: name,
-                id,
-                outcome: outcome.to_owned(),
-                duration_ms,
-                rule: policy.map(|_| ErrorCode::DeniedByPolicy.as_str().to_owned()),
-                policy: policy.map(|rule| rule.as_str().to_owned()),
-                env: None,
-            };
-            if let Err(err) = audit.record_call(&record) {
-                tracing::warn!(err = format!("{err:#}"), "could not write the audit trail");
-            }
-        }
+        self.record(CallRecord {
+            caller,
+            tool: name,
+            id,
+            outcome: outcome.to_owned(),
+            duration_ms,
+            rule: policy.map(|_| ErrorCode::DeniedByPolicy.as_str().to_owned()),
+            policy: policy.map(|rule| rule.as_str().to_owned()),
+            env: None,
+        });
         result
     }
 
@@ -397,18 +392,15 @@ impl Toolbox {
     /// itself, and counts as changing when unsure), which `read_only` refuses.
     pub fn check_policy(&self, name: &str, changes_machine: bool) -> Result<(), ToolError> {
         let changes_machine = tool_spec(name).map_or(changes_machine, |spec| spec.changes_machine);
-        if let Some(rule) = policy::refusal(&self.inner.config.policy, name, changes_machine) {
-            let shown = crate::text::prefix(name, 64);
-            return Err(ToolError::new(
-                ErrorCode::DeniedByPolicy,
-                format!("{shown} is not allowed here: {}", rule.reason()),
-            ));
+        match policy::refusal(&self.inner.config.policy, name, changes_machine) {
+            Some(rule) => Err(denied(name, rule)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
-    /// Records a call this toolbox did not run itself: routed to an environment, or a router tool.
-    pub fn record_elsewhere(&self, record: CallRecord) {
+    /// Writes a call to the audit trail, if there is one: the toolbox's own calls, and those it
+    /// did not run itself (routed to an environment, or a router tool).
+    pub fn record(&self, record: CallRecord) {
         if let Some(audit) = &self.inner.audit {
             if let Err(err) = audit.record_call(&record) {
                 tracing::warn!(err = format!("{err:#}"), "could not write the audit trail");
@@ -432,11 +424,7 @@ impl Toolbox {
             );
         };
         if let Some(rule) = policy::refusal(&self.inner.config.policy, spec.name, spec.changes_machine) {
-            let why = rule.reason();
-            return (
-                Err(ToolError::new(ErrorCode::DeniedByPolicy, format!("{name} is not allowed here: {why}"))),
-                Some(rule),
-            );
+            return (Err(denied(name, rule)), Some(rule));
         }
         let Ok(_permit) = self.inner.calls.clone().try_acquire_owned() else {
             return (Err(ToolError::new(ErrorCode::Busy, "too many tool calls are running; try again shortly")), None);
@@ -588,6 +576,12 @@ impl Toolbox {
     fn env_var(&self, name: &str) -> Option<&OsStr> {
         self.inner.env.iter().rev().find(|(key, _)| key == name).map(|(_, value)| value.as_os_str())
     }
+}
+
+/// The refusal of a call the policy does not allow.
+fn denied(name: &str, rule: PolicyRule) -> ToolError {
+    let shown = crate::text::prefix(name, 64);
+    ToolError::new(ErrorCode::DeniedByPolicy, format!("{shown} is not allowed here: {}", rule.reason()))
 }
 
 fn plain(result: Value) -> ToolOutput {

@@ -384,7 +384,9 @@ fn pretty(message: &Value) -> Message {
 }
 
 async fn serve(mut stream: TcpStream, conn: usize, shared: Shared) {
-    let Ok((head, leftover)) = voxa::net::http::read_head(&mut stream).await else { return };
+    let Ok((head, leftover)) = voxa::net::http::read_head(&mut stream, voxa::net::http::HEAD_TIMEOUT).await else {
+        return;
+    };
     let key = head.header("x-goog-api-key").map(str::to_owned);
     if head.path != LIVE_PATH {
         let _ = voxa::net::http::respond(&mut stream, 404, "Not Found", "not found\n").await;

@@ -439,7 +439,7 @@ enum Verdict {
 fn verdict(data: &[u8], sizes: Vec<usize>) -> Verdict {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     let mut reader = Chunked { data: data.to_vec(), at: 0, sizes, turn: 0 };
-    match runtime.block_on(http::read_head(&mut reader)) {
+    match runtime.block_on(http::read_head(&mut reader, http::HEAD_TIMEOUT)) {
         Ok((head, mut leftover)) => {
             // What the WebSocket reads next: bytes read past the head, then the unread rest.
             leftover.extend_from_slice(&reader.data[reader.at..]);
