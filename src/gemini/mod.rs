@@ -655,13 +655,10 @@ impl Bridge {
                     }
                 }
             },
-            VoiceInput::Text(text) => {
-                let text = crate::text::prefix(&text, MAX_SAY_LEN).to_owned();
-                match link {
-                    Some(link) => self.to_gemini(link, wire::text(&text)).await,
-                    None => self.hold_text(text),
-                }
-            }
+            VoiceInput::Text(text) => match link {
+                Some(link) => self.say(link, &text).await,
+                None => self.hold_text(text),
+            },
         }
     }
 
@@ -885,8 +882,7 @@ impl Bridge {
             }
             Some(link) => {
                 debug!(%id, "tool finished after its Gemini connection was replaced; told as a note");
-                let note = wire::late_outcome(&id, &name, &response);
-                self.to_gemini(link, wire::text(crate::text::prefix(&note, MAX_SAY_LEN))).await;
+                self.say(link, &wire::late_outcome(&id, &name, &response)).await;
             }
             None => self.hold_text(wire::late_outcome(&id, &name, &response)),
         }
@@ -954,6 +950,11 @@ impl Bridge {
     }
 
     /// Queues a message Gemini must get, giving up if the call ends meanwhile.
+    /// Sends text as the user's words, cut to [`MAX_SAY_LEN`] like a held note.
+    async fn say(&self, link: &Link, text: &str) {
+        self.to_gemini(link, wire::text(crate::text::prefix(text, MAX_SAY_LEN))).await;
+    }
+
     async fn to_gemini(&self, link: &Link, text: String) {
         // A link that takes no message for this long is stalled: drop this one and let the
         // heartbeat notice the silence and resume, instead of freezing the whole bridge.

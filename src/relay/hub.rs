@@ -204,6 +204,17 @@ impl Outbox {
         notified.await;
     }
 
+    /// Waits up to `stall_timeout` for room for a frame of `len` bytes. A reader that had nothing
+    /// written to it in all that time is closed with 1013 ("reader too slow"): `false`.
+    pub(super) async fn room_or_stall(&self, len: usize, stall_timeout: std::time::Duration) -> bool {
+        let written = self.written();
+        if tokio::time::timeout(stall_timeout, self.room_for(len)).await.is_err() && self.written() == written {
+            self.end(End::Close { code: protocol::close::TRY_AGAIN_LATER, reason: "reader too slow" });
+            return false;
+        }
+        true
+    }
+
     /// Resolves once every queued frame went to the writer, or the socket is ending.
     pub(super) async fn drained(&self) {
         loop {

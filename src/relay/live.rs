@@ -197,12 +197,7 @@ pub(super) async fn serve<S: RelayStream>(
     inbox.end(End::Abort);
     phone.end(End::Abort);
     debug!(end = ?phone.ended(), "left");
-    if !writer.is_terminated() && timeout(super::socket::CLOSE_GRACE, &mut writer).await.is_err() {
-        debug!("close frame not written in time");
-    }
-    if !reader.is_terminated() {
-        let _ = timeout(super::socket::CLOSE_LINGER, &mut reader).await;
-    }
+    super::socket::wind_down(&mut writer, &mut reader).await;
     // The call ends on its own once the session is gone; waiting for it here lets the relay's
     // shutdown see its log line written, unless Gemini is slower to close than the relay's
     // shutdown grace.
@@ -600,11 +595,8 @@ impl<'a> LiveSession<'a> {
                 Push::Queued | Push::Dropped => return,
                 Push::Full(back) => frame = back,
             }
-            let written = self.phone.written();
-            let room = self.phone.room_for(frame.payload.len());
-            if timeout(self.stall_timeout, room).await.is_err() && self.phone.written() == written {
-                debug!("the phone stopped reading; closing it");
-                self.phone.end(End::Close { code: protocol::close::TRY_AGAIN_LATER, reason: "reader too slow" });
+            if !self.phone.room_or_stall(frame.payload.len(), self.stall_timeout).await {
+                debug!("the phone stopped reading; closed it");
                 return;
             }
         }

@@ -119,16 +119,24 @@ pub(super) async fn serve<S: RelayStream>(
     member.leave(&slot);
     outbox.end(End::Abort);
     debug!(end = ?outbox.ended(), "left");
-    // The writer sends the close frame while the reader, which has dropped its buffers, waits
-    // for the client's close or end of stream.
+    wind_down(&mut writer, &mut reader).await;
+}
+
+/// After a socket left its pairing: the writer sends the close frame while the reader, which has
+/// dropped its buffers, waits for the client's close or end of stream — each within bounded time.
+pub(super) async fn wind_down<W, R>(writer: &mut W, reader: &mut R)
+where
+    W: FusedFuture + Unpin,
+    R: FusedFuture + Unpin,
+{
     let close = async {
-        if !writer.is_terminated() && timeout(CLOSE_GRACE, &mut writer).await.is_err() {
+        if !writer.is_terminated() && timeout(CLOSE_GRACE, &mut *writer).await.is_err() {
             debug!("close frame not written in time");
         }
     };
     let linger = async {
         if !reader.is_terminated() {
-            let _ = timeout(CLOSE_GRACE + CLOSE_LINGER, &mut reader).await;
+            let _ = timeout(CLOSE_GRACE + CLOSE_LINGER, &mut *reader).await;
         }
     };
     tokio::join!(close, linger);
@@ -318,14 +326,12 @@ pub(super) async fn forward(
             waiting = true;
             member.hub.enforce_budget();
         }
-        let written = peer.written();
-        let room = tokio::select! {
-            room = timeout(stall_timeout, peer.room_for(len)) => room,
+        let reading = tokio::select! {
+            reading = peer.room_or_stall(len, stall_timeout) => reading,
             () = own.ending() => return,
         };
-        if room.is_err() && peer.written() == written {
-            debug!("the other side stopped reading; closing it");
-            peer.end(End::Close { code: crate::protocol::close::TRY_AGAIN_LATER, reason: "reader too slow" });
+        if !reading {
+            debug!("the other side stopped reading; closed it");
             break;
         }
     }

@@ -75,11 +75,12 @@ export class Files {
     this.open = { path: result.path || path, truncated: !!result.truncated, editable: isText && !result.truncated };
     byId('file-name').textContent = this.open.path;
     byId('file-meta').textContent = formatBytes(result.size);
-    const shown = formatBytes(isText ? new TextEncoder().encode(result.content).length : base64Bytes(result.content).length);
+    const bytes = isText ? null : base64Bytes(result.content);
+    const shown = formatBytes(isText ? new TextEncoder().encode(result.content).length : bytes.length);
     show(byId('file-note'), result.truncated
       ? `Truncated: showing the first ${shown} of ${formatBytes(result.size)}. Saving is off so nothing is lost.` : '');
     if (mime && !isText) {
-      this.imageUrl = URL.createObjectURL(new Blob([base64Bytes(result.content)], { type: mime }));
+      this.imageUrl = URL.createObjectURL(new Blob([bytes], { type: mime }));
       this.image.src = this.imageUrl;
       this.image.alt = `Image ${this.open.path}`;
       this.image.hidden = false;

@@ -7,7 +7,7 @@
 // events: the session socket, whether it reaches a self-hosted laptop or the relay's `/live`,
 // which hosts the call itself with the same frames.
 
-import { base64Bytes, byId, el, sentence, show } from './dom.js';
+import { atBottom, base64Bytes, byId, el, sentence, show } from './dom.js';
 
 /** Prefix byte of an audio frame, both ways. */
 const AUDIO_PREFIX = 0x01;
@@ -570,7 +570,7 @@ export class Voice {
   }
 
   append(node) {
-    const follow = this.log.scrollHeight - this.log.scrollTop - this.log.clientHeight < 40;
+    const follow = atBottom(this.log);
     this.log.append(node);
     while (this.log.childElementCount > MAX_LOG_ITEMS) {
       const first = this.log.firstElementChild;
