@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use crate::harness::*;
-use crate::support::{voxa, voxa_cmd, RunningVoxa};
+use crate::support::{voxa, voxa_bin, voxa_cmd, voxa_cmd_of, RunningVoxa};
 
 /// `voxa run --json` in a fresh home and workspace, waited on until it printed `started`.
 fn start_run(extra: &[&str]) -> (RunningVoxa, std::path::PathBuf, (tempfile::TempDir, tempfile::TempDir)) {
@@ -249,7 +249,10 @@ fn another_users_process_on_the_recorded_pid_is_not_the_agent() {
     {
         std::os::unix::fs::chown(&path, Some(NOBODY), Some(NOBODY)).unwrap();
     }
-    let as_nobody = |args: &[&str]| voxa_cmd(&home).args(args).uid(NOBODY).gid(NOBODY).output().unwrap();
+    // A copy the other user can reach, wherever this checkout lives (a private directory too).
+    let program = dir.path().join("voxa-program");
+    std::fs::copy(voxa_bin(), &program).unwrap();
+    let as_nobody = |args: &[&str]| voxa_cmd_of(&program, &home).args(args).uid(NOBODY).gid(NOBODY).output().unwrap();
     let status = as_nobody(&["status", "--json"]);
     assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
     let shown: Value = serde_json::from_slice(&status.stdout).unwrap();
