@@ -62,6 +62,14 @@ async fn main() -> Result<()> {
             Message::Close(frame) => bail!("closed: {frame:?}"),
             _ => continue,
         };
+        // The relay's own notices are a U+0001 and a JSON object; the laptop's frames are JSON.
+        if let Some(notice) = text.strip_prefix('\u{1}') {
+            let notice: Value = serde_json::from_str(notice)?;
+            if notice["type"] == "presence" && notice["peer"] == "agent" && notice["state"] == "left" {
+                bail!("the laptop left");
+            }
+            continue;
+        }
         let message: Value = serde_json::from_str(&text)?;
         match message["type"].as_str().unwrap_or_default() {
             // The laptop challenges every session with a fresh nonce: prove we hold the token
@@ -79,7 +87,6 @@ async fn main() -> Result<()> {
                 socket.send(Message::text(hello.to_string())).await?;
                 nonces = Some((agent_nonce, client_nonce));
             }
-            "__peer" if message["peer"] == "agent" && message["state"] == "left" => bail!("the laptop left"),
             "hello_ok" => {
                 // Only our laptop can prove the token back; anyone else holding the code cannot.
                 let (agent_nonce, client_nonce) = nonces.as_ref().ok_or_else(|| anyhow!("hello_ok before a hello"))?;

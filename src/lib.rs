@@ -12,6 +12,7 @@ pub mod commands;
 pub mod agent;
 pub mod environments;
 pub mod gemini;
+pub mod hosted;
 pub mod relay;
 
 pub mod net;

@@ -16,6 +16,8 @@ mod layers;
 mod live;
 mod proof;
 mod relay;
+mod relay_limits;
+mod relay_serving;
 mod run;
 mod secrets;
 mod service;

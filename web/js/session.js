@@ -194,13 +194,21 @@ export class Session extends EventTarget {
         return;
       }
       this.bytesIn += event.data.length;
+      // The relay's own notices start with U+0001 (docs/PROTOCOL.md, "Relay"); the agent's
+      // frames are JSON objects.
+      const notice = event.data.startsWith('\u0001');
       let frame;
       try {
-        frame = JSON.parse(event.data);
+        frame = JSON.parse(notice ? event.data.slice(1) : event.data);
       } catch {
         return;
       }
-      if (frame && typeof frame === 'object') this.onFrame(frame).catch(() => {});
+      if (!frame || typeof frame !== 'object') return;
+      if (notice) {
+        if (frame.type === 'presence') this.onPresence(frame);
+        return;
+      }
+      this.onFrame(frame).catch(() => {});
     };
     socket.onclose = (event) => {
       if (socket !== this.socket) return;
@@ -240,17 +248,18 @@ export class Session extends EventTarget {
     this.pending.clear();
   }
 
+  onPresence(notice) {
+    if (notice.peer !== 'agent') return;
+    if (notice.state === 'joined') {
+      this.setState('hello', 'laptop found — saying hello…');
+    } else {
+      this.goOffline({ code: 'offline', message: 'the laptop went offline' });
+      this.setState('offline', 'laptop offline');
+    }
+  }
+
   async onFrame(frame) {
     switch (frame.type) {
-      case '__peer':
-        if (frame.peer !== 'agent') return;
-        if (frame.state === 'joined') {
-          this.setState('hello', 'laptop found — saying hello…');
-        } else {
-          this.goOffline({ code: 'offline', message: 'the laptop went offline' });
-          this.setState('offline', 'laptop offline');
-        }
-        return;
       case 'challenge':
         await this.answerChallenge(frame);
         return;
