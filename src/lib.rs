@@ -4,8 +4,10 @@
 
 // Layers, top to bottom; a module imports only from its own layer or below, never in a circle
 // (tests/it/layers.rs checks it; docs/ARCHITECTURE.md describes each module):
-//   commands → cli (argument types) → agent, relay, environments, gemini → net, tools
+//   commands → cli (argument types) → agent, hosted, environments, gemini → relay → net, tools
 //   → protocol, state, secret, config, audit, error, logging
+// The relay is a leaf: it imports only net and protocol (and secret, text); hosted voice plugs
+// into it as its `PhoneService`.
 pub mod cli;
 pub mod commands;
 
@@ -13,6 +15,7 @@ pub mod agent;
 pub mod environments;
 pub mod gemini;
 pub mod hosted;
+
 pub mod relay;
 
 pub mod net;
