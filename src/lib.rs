@@ -15,6 +15,7 @@ pub mod gemini;
 pub mod relay;
 
 pub mod net;
+pub mod push;
 pub mod tools;
 
 pub mod audit;
