@@ -33,12 +33,15 @@ struct Received {
     body: Vec<u8>,
 }
 
+/// Statuses (with an optional `Retry-After`) the push service answers, in order.
+type Script = Arc<Mutex<VecDeque<(u16, Option<u64>)>>>;
+
 /// A push service on loopback: answers each request with the next scripted status (201 when the
 /// script is empty) and keeps what it received.
 struct PushService {
     port: u16,
     received: Arc<Mutex<Vec<Received>>>,
-    script: Arc<Mutex<VecDeque<(u16, Option<u64>)>>>,
+    script: Script,
 }
 
 impl PushService {
@@ -46,7 +49,7 @@ impl PushService {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let received = Arc::new(Mutex::new(Vec::new()));
-        let script = Arc::new(Mutex::new(VecDeque::new()));
+        let script: Script = Arc::new(Mutex::new(VecDeque::new()));
         let (kept, answers) = (received.clone(), script.clone());
         tokio::spawn(async move {
             while let Ok((mut socket, _)) = listener.accept().await {
