@@ -70,6 +70,61 @@ async fn embedded_relay_run_serves_a_phone_and_stops_cleanly_on_sigterm() {
     assert!(!home.join("agent.json").exists(), "agent.json left behind");
 }
 
+#[test]
+fn run_says_an_embedded_relay_link_is_for_this_machine_and_how_to_reach_a_phone() {
+    let (_dir, home) = fresh_home();
+    let workspace = tempfile::tempdir().unwrap();
+    let mut cmd = voxa_cmd(&home);
+    cmd.args(["run", "--embedded-relay", "--workspace"]).arg(workspace.path());
+    let run = RunningVoxa::spawn(cmd);
+    // `agent.json` is written once the agent runs, after the pairing block was printed.
+    let deadline = std::time::Instant::now() + STEP;
+    while !home.join("agent.json").exists() {
+        assert!(std::time::Instant::now() < deadline, "voxa run never started: {:?}", run.drain());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (text, _) = run.stop();
+    let link = text.lines().find(|line| line.starts_with("http://127.0.0.1:")).unwrap_or_else(|| panic!("{text}"));
+    assert!(link.contains("/?code="), "{text}");
+    assert!(text.contains("Open this link in a browser on this machine"), "{text}");
+    assert!(text.contains("this machine's browser only"), "{text}");
+    for way in ["voxa relay --listen 0.0.0.0:443", "tailscale serve --bg 8787", "run by voxa's publisher"] {
+        assert!(text.contains(way), "{way:?} missing from {text}");
+    }
+    assert!(!text.contains("Voxa app") && !text.contains(['▀', '▄', '█']), "{text}");
+}
+
+#[test]
+fn the_embedded_relay_keeps_its_port_across_restarts() {
+    let (_dir, home) = fresh_home();
+    let workspace = tempfile::tempdir().unwrap();
+    let start = || {
+        let mut cmd = voxa_cmd(&home);
+        cmd.args(["run", "--json", "--embedded-relay", "--workspace"]).arg(workspace.path());
+        let mut run = RunningVoxa::start(cmd);
+        let listen = run.wait_event("embedded_relay")["listen"].as_str().unwrap().to_owned();
+        let pairing = run.wait_event("pairing");
+        assert_eq!(pairing["reaches"], "this-machine");
+        assert!(pairing["url"].as_str().unwrap().starts_with(&format!("http://{listen}/?code=")), "{pairing}");
+        (run, listen)
+    };
+    let (first, port) = start();
+    first.stop();
+    let (second, again) = start();
+    assert_eq!(again, port, "the same home listens on the same port after a restart");
+    second.stop();
+
+    // Taken meanwhile: another port, which the next run keeps.
+    let squatter = std::net::TcpListener::bind(&port).unwrap();
+    let (third, other) = start();
+    assert_ne!(other, port);
+    third.stop();
+    drop(squatter);
+    let (fourth, kept) = start();
+    assert_eq!(kept, other, "the port chosen last is the one kept");
+    fourth.stop();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_exit_status_tells_results_from_errors_and_refusals() {
     // An unreachable relay: the loopback socket serves regardless.
