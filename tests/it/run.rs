@@ -178,6 +178,74 @@ async fn call_exit_status_tells_results_from_errors_and_refusals() {
 }
 
 #[test]
+fn call_takes_each_argument_as_its_declared_type_and_open_ends_its_line() {
+    let (_run, home, _dirs) = start_run(&["--relay", "http://127.0.0.1:1"]);
+    let stderr = |out: &std::process::Output| String::from_utf8_lossy(&out.stderr).to_string();
+
+    // `command=false` is the command `false` (a string), which runs and exits 1: exit 5, not a refusal.
+    let refused_before = voxa(&home, &["call", "run_command", "command=false"]);
+    assert_eq!(refused_before.status.code(), Some(5), "{}", stderr(&refused_before));
+    let ran = voxa(&home, &["call", "run_command", "command=true"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    let number = voxa(&home, &["call", "--json", "run_command", "command=echo 42", "timeout_ms=5000"]);
+    let value: Value = serde_json::from_slice(&number.stdout).unwrap();
+    assert_eq!(value["result"]["output"].as_str().unwrap().trim(), "42", "{value}");
+    // A declared integer that is not one is refused by the tool, in its words.
+    let wrong = voxa(&home, &["call", "run_command", "command=true", "timeout_ms=soon"]);
+    assert_eq!(wrong.status.code(), Some(3), "{}", stderr(&wrong));
+    assert!(stderr(&wrong).contains("invalid-args"), "{}", stderr(&wrong));
+
+    let open = voxa(&home, &["open", "--no-browser"]);
+    assert!(open.status.success(), "{}", stderr(&open));
+    let text = String::from_utf8_lossy(&open.stdout);
+    assert!(text.ends_with('\n'), "the link ends its line: {text:?}");
+    assert!(text.lines().any(|line| line.starts_with("http://127.0.0.1:") && line.contains("/#token=")), "{text}");
+}
+
+#[test]
+fn call_screenshot_saves_the_image_and_prints_its_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") else { return };
+    let (_run, home, _dirs) = start_run_with_env(&["--relay", "http://127.0.0.1:1"], &[("DISPLAY", &xvfb.display)]);
+    let here = tempfile::tempdir().unwrap();
+
+    let out = voxa_cmd(&home).current_dir(here.path()).args(["call", "screenshot"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let saved =
+        text.trim_end().rsplit_once("saved to ").map(|(_, path)| path.to_owned()).unwrap_or_else(|| panic!("{text}"));
+    assert!(saved.starts_with("screenshot-") && saved.ends_with(".png"), "{text}");
+    let path = here.path().join(&saved);
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG file");
+    let header = png::Decoder::new(std::io::Cursor::new(&bytes)).read_info().unwrap().info().clone();
+    assert_eq!((header.width, header.height), (320, 200));
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600, "a screen can show anything");
+    assert!(text.starts_with("screenshot 320x200 image/png"), "{text}");
+
+    // A second one never overwrites the first; `--out` and `--json` say where it went.
+    let again = voxa_cmd(&home)
+        .current_dir(here.path())
+        .args(["call", "--json", "screenshot", "--out", "shot.png"])
+        .output()
+        .unwrap();
+    let value: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(value["saved"], "shot.png", "{value}");
+    assert_eq!(
+        std::fs::read(here.path().join("shot.png")).unwrap().len() as u64,
+        value["result"]["bytes"].as_u64().unwrap()
+    );
+    let third = voxa_cmd(&home).current_dir(here.path()).args(["call", "screenshot"]).output().unwrap();
+    assert!(third.status.success());
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "the first file is untouched");
+    let pngs = std::fs::read_dir(here.path())
+        .unwrap()
+        .filter(|entry| entry.as_ref().unwrap().path().extension().is_some_and(|ext| ext == "png"))
+        .count();
+    assert_eq!(pngs, 3);
+}
+
+#[test]
 fn plain_http_relay_to_a_public_host_is_refused_before_dialing() {
     let (_dir, home) = fresh_home();
     let out = voxa(&home, &["run", "--relay", "http://example.com"]);
