@@ -31,6 +31,9 @@ _voxa() {
             voxa,help)
                 cmd="voxa__subcmd__help"
                 ;;
+            voxa,notify)
+                cmd="voxa__subcmd__notify"
+                ;;
             voxa,open)
                 cmd="voxa__subcmd__open"
                 ;;
@@ -100,6 +103,9 @@ _voxa() {
             voxa__subcmd__help,help)
                 cmd="voxa__subcmd__help__subcmd__help"
                 ;;
+            voxa__subcmd__help,notify)
+                cmd="voxa__subcmd__help__subcmd__notify"
+                ;;
             voxa__subcmd__help,open)
                 cmd="voxa__subcmd__help__subcmd__open"
                 ;;
@@ -133,6 +139,9 @@ _voxa() {
             voxa__subcmd__help__subcmd__env,revoke)
                 cmd="voxa__subcmd__help__subcmd__env__subcmd__revoke"
                 ;;
+            voxa__subcmd__help__subcmd__notify,test)
+                cmd="voxa__subcmd__help__subcmd__notify__subcmd__test"
+                ;;
             voxa__subcmd__help__subcmd__service,install)
                 cmd="voxa__subcmd__help__subcmd__service__subcmd__install"
                 ;;
@@ -144,6 +153,18 @@ _voxa() {
                 ;;
             voxa__subcmd__help__subcmd__service,uninstall)
                 cmd="voxa__subcmd__help__subcmd__service__subcmd__uninstall"
+                ;;
+            voxa__subcmd__notify,help)
+                cmd="voxa__subcmd__notify__subcmd__help"
+                ;;
+            voxa__subcmd__notify,test)
+                cmd="voxa__subcmd__notify__subcmd__test"
+                ;;
+            voxa__subcmd__notify__subcmd__help,help)
+                cmd="voxa__subcmd__notify__subcmd__help__subcmd__help"
+                ;;
+            voxa__subcmd__notify__subcmd__help,test)
+                cmd="voxa__subcmd__notify__subcmd__help__subcmd__test"
                 ;;
             voxa__subcmd__service,help)
                 cmd="voxa__subcmd__service__subcmd__help"
@@ -182,7 +203,7 @@ _voxa() {
 
     case "${cmd}" in
         voxa)
-            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version pair run status call relay env open service doctor completions help"
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version pair run status call relay env open service doctor notify completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -524,7 +545,7 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__help)
-            opts="pair run status call relay env open service doctor completions help"
+            opts="pair run status call relay env open service doctor notify completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -677,6 +698,34 @@ _voxa() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        voxa__subcmd__help__subcmd__notify)
+            opts="test"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__notify__subcmd__test)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         voxa__subcmd__help__subcmd__open)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -810,6 +859,92 @@ _voxa() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__notify)
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version test help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__notify__subcmd__help)
+            opts="test help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__notify__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__notify__subcmd__help__subcmd__test)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__notify__subcmd__test)
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
