@@ -8,6 +8,11 @@ use serde_json::Value;
 
 use crate::secret::Secret;
 
+mod approvals;
+pub use approvals::{
+    ApprovalFrame, ApprovalResolved, ApprovalSource, Approve, DecidedBy, Decision, Risk, MAX_APPROVAL_TEXT_LEN,
+};
+
 /// Version of the application protocol: the challenge–response session start of
 /// docs/PROTOCOL.md ("Session start (protocol 2)"), sent in `challenge`, `hello` and `hello_ok`.
 pub const PROTOCOL_VERSION: u32 = 2;
@@ -165,6 +170,8 @@ pub enum ClientMessage {
     },
     /// The end of a push-to-talk utterance during a voice call.
     AudioEnd,
+    /// An answer to an open approval.
+    Approve(Approve),
 }
 
 impl ClientMessage {
@@ -309,6 +316,10 @@ pub enum AgentMessage {
     CallEnded {
         duration_s: f64,
     },
+    /// An approval waiting for the user (docs/PROTOCOL.md, "Approvals").
+    Approval(ApprovalFrame),
+    /// An approval was decided.
+    ApprovalResolved(ApprovalResolved),
 }
 
 impl AgentMessage {
