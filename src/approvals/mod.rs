@@ -29,6 +29,8 @@ pub use summary::{one_line, redact_secrets, MAX_SUMMARY_LEN};
 use crate::audit::{ApprovalRecord, Audit};
 use crate::protocol::{AgentMessage, ApprovalFrame, ApprovalResolved, ApprovalSource, DecidedBy, Decision, Risk};
 
+/// The file in the home that keeps the open approvals across a restart.
+pub const STORE_FILE: &str = "approvals.json";
 /// Approvals open at once; one more is denied at once rather than queued.
 pub const MAX_OPEN_APPROVALS: usize = 256;
 /// Notices buffered per following client before it counts as behind (and is sent the open list again).
