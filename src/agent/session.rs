@@ -153,7 +153,9 @@ impl Session {
         let following = self.cancel.child_token();
         self.following = Some(following.clone());
         let broker = self.ctx.toolbox.approvals().clone();
-        self.ctx.tasks.spawn(approvals::forward(broker, self.out.clone(), following, |notice| Some(Frame::from(&notice))));
+        self.ctx
+            .tasks
+            .spawn(approvals::forward(broker, self.out.clone(), following, |notice| Some(Frame::from(&notice))));
     }
 
     async fn start_voice(&mut self) {

@@ -44,7 +44,10 @@ pub fn answer(broker: &Broker, approve: Approve, caller: &str) -> Result<(), Too
             return Err(ToolError::new(ErrorCode::InvalidArgs, "field `answers` must be an object"));
         }
         if serde_json::to_vec(answers).map_or(true, |bytes| bytes.len() > MAX_ANSWERS_LEN) {
-            return Err(ToolError::new(ErrorCode::TooLarge, format!("field `answers` is larger than {MAX_ANSWERS_LEN} bytes")));
+            return Err(ToolError::new(
+                ErrorCode::TooLarge,
+                format!("field `answers` is larger than {MAX_ANSWERS_LEN} bytes"),
+            ));
         }
     }
     let message = approve.message.filter(|message| !message.trim().is_empty());

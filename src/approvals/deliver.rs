@@ -11,7 +11,12 @@ use crate::protocol::{AgentMessage, ApprovalFrame, ApprovalResolved, DecidedBy};
 /// Sends `out` what a client that follows must see — the open approvals, then each one that opens
 /// or is decided — mapped by `map` (frames that map to `None` are skipped), until `cancel` fires or
 /// `out` closes. A client that falls behind is sent the open ones again rather than dropped.
-pub async fn forward<T>(broker: Broker, out: mpsc::Sender<T>, cancel: CancellationToken, map: impl Fn(Notice) -> Option<T>) {
+pub async fn forward<T>(
+    broker: Broker,
+    out: mpsc::Sender<T>,
+    cancel: CancellationToken,
+    map: impl Fn(Notice) -> Option<T>,
+) {
     let (snapshot, mut notices) = broker.follow();
     for notice in snapshot {
         if let Some(item) = map(notice) {

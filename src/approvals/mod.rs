@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use answer::{answer, approve_from_args, decided_by};
 pub use deliver::{forward, voice_prompt, voice_prompts};
-pub use rules::{ask_rule, command_risk, coding_agent_risk, Ask};
+pub use rules::{ask_rule, coding_agent_risk, command_risk, Ask};
 pub use summary::{one_line, redact_secrets, MAX_SUMMARY_LEN};
 
 use crate::audit::{ApprovalRecord, Audit};
@@ -115,7 +115,9 @@ impl std::fmt::Display for DecideError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             DecideError::NotFound => "no open approval has that id; it was already decided or has expired",
-            DecideError::SessionNotOffered => "this approval cannot be allowed for the session; allow it once or deny it",
+            DecideError::SessionNotOffered => {
+                "this approval cannot be allowed for the session; allow it once or deny it"
+            }
             DecideError::NeedsExplicitAllow => {
                 "by voice, an action that runs programs, reaches the network or leaves the workspace is allowed once \
                  only, after the user said yes to it"

@@ -18,7 +18,8 @@ pub struct Ask {
 
 /// Characters that make a command line more than one plain command: such a line never matches
 /// an allow-list entry.
-const SHELL_OPERATORS: &[char] = &[';', '&', '|', '<', '>', '$', '`', '(', ')', '{', '}', '\\', '\n', '\r', '*', '?', '['];
+const SHELL_OPERATORS: &[char] =
+    &[';', '&', '|', '<', '>', '$', '`', '(', ')', '{', '}', '\\', '\n', '\r', '*', '?', '['];
 /// Programs whose first job is to reach the network.
 const NETWORK_PROGRAMS: &[&str] =
     &["curl", "wget", "ssh", "scp", "sftp", "rsync", "nc", "ncat", "telnet", "ftp", "http", "ping", "dig"];
@@ -236,14 +237,18 @@ mod tests {
 
     #[test]
     fn write_file_asks_outside_the_listed_paths() {
-        let settings = ApprovalSettings { allow_paths: vec!["notes".into(), "docs/drafts/".into()], ..Default::default() };
+        let settings =
+            ApprovalSettings { allow_paths: vec!["notes".into(), "docs/drafts/".into()], ..Default::default() };
         let config = config(&["write_file"], settings);
         let ws = Path::new("/ws");
         let ask = |path: &str| ask_rule(&config, "write_file", &json!({ "path": path, "content": "hello" }), ws, true);
         assert_eq!(ask("notes/today.md"), None);
         assert_eq!(ask("./notes/a/b.md"), None);
         assert_eq!(ask("docs/drafts/x"), None);
-        assert_eq!(ask("src/main.rs").unwrap(), Ask { risk: Risk::Write, summary: "Write 5 bytes to src/main.rs".into() });
+        assert_eq!(
+            ask("src/main.rs").unwrap(),
+            Ask { risk: Risk::Write, summary: "Write 5 bytes to src/main.rs".into() }
+        );
         assert_eq!(ask("notesx/a").unwrap().risk, Risk::Write);
         assert_eq!(ask("notes/../src/main.rs").unwrap().risk, Risk::Outside);
         assert_eq!(ask("/etc/passwd").unwrap().risk, Risk::Outside);
@@ -255,7 +260,8 @@ mod tests {
         let mut config = config(&["coding_agent", "agent_start"], ApprovalSettings::default());
         let ws = Path::new("/ws");
         assert_eq!(ask_rule(&config, "coding_agent", &json!({"prompt": "fix it"}), ws, true), None);
-        let bypass = ask_rule(&config, "agent_start", &json!({"prompt": "fix it", "mode": "bypassPermissions"}), ws, true);
+        let bypass =
+            ask_rule(&config, "agent_start", &json!({"prompt": "fix it", "mode": "bypassPermissions"}), ws, true);
         assert_eq!(bypass.unwrap().risk, Risk::Exec);
         config.agents.insert(
             "claude".into(),

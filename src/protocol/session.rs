@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
-    ApprovalFrame, ApprovalResolved, Approve, BearerFrame, CallErrorCode, ErrorCode, Hello, HelloOk, Image, ToolCall, ToolResult,
-    PROTOCOL_VERSION,
+    ApprovalFrame, ApprovalResolved, Approve, BearerFrame, CallErrorCode, ErrorCode, Hello, HelloOk, Image, ToolCall,
+    ToolResult, PROTOCOL_VERSION,
 };
 
 /// Frames a phone, local client or host sends to an agent.

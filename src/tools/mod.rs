@@ -292,7 +292,12 @@ pub const TOOLS: &[ToolSpec] = &[
             param("decision", ParamType::String, true, "\"allow\" or \"deny\" (\"allow_session\" where offered)."),
             param("message", ParamType::String, false, "The user's reason, told to whoever asked."),
             param("answer", ParamType::String, false, "For a question: the label of the option the user chose."),
-            param("answers", ParamType::Object, false, "For questions: each question's text mapped to its chosen label."),
+            param(
+                "answers",
+                ParamType::Object,
+                false,
+                "For questions: each question's text mapped to its chosen label.",
+            ),
         ],
         changes_machine: false,
     },
@@ -489,7 +494,13 @@ impl Toolbox {
     /// The policy's `ask`: when this call must wait for the user, waits for the decision (without
     /// holding a place among the calls in flight); a denial or the expiry is `denied-by-policy`
     /// with the user's message.
-    async fn ask(&self, spec: &ToolSpec, id: &str, args: &Args<'_>, cancel: &CancellationToken) -> Result<(), ToolError> {
+    async fn ask(
+        &self,
+        spec: &ToolSpec,
+        id: &str,
+        args: &Args<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<(), ToolError> {
         let input = args.value();
         let Some(ask) = ask_rule(&self.inner.config, spec.name, &input, self.workspace(), spec.changes_machine) else {
             return Ok(());
@@ -511,7 +522,10 @@ impl Toolbox {
         if cancel.is_cancelled() {
             return Err(ToolError::new(ErrorCode::Cancelled, "cancelled while it waited for approval"));
         }
-        Err(ToolError::new(ErrorCode::DeniedByPolicy, format!("{} was not approved: {}", spec.name, answer.denial_message())))
+        Err(ToolError::new(
+            ErrorCode::DeniedByPolicy,
+            format!("{} was not approved: {}", spec.name, answer.denial_message()),
+        ))
     }
 
     async fn execute(
@@ -743,7 +757,16 @@ mod tests {
         let (_tmp, toolbox) = make(Config::default());
         assert_eq!(
             toolbox.names(),
-            ["run_command", "read_file", "write_file", "list_dir", "screenshot", "coding_agent", "approve", "approvals"]
+            [
+                "run_command",
+                "read_file",
+                "write_file",
+                "list_dir",
+                "screenshot",
+                "coding_agent",
+                "approve",
+                "approvals"
+            ]
         );
         let declarations = toolbox.gemini_declarations();
         let run = &declarations[0];
@@ -755,7 +778,7 @@ mod tests {
         assert_eq!(declarations[2]["parameters"]["properties"]["create_dirs"]["type"], "BOOLEAN");
         for declaration in declarations.as_array().unwrap() {
             assert!(!declaration["description"].as_str().unwrap().is_empty());
-            for (_, property) in declaration["parameters"]["properties"].as_object().unwrap() {
+            for (_, property) in declaration["parameters"]["properties"].as_object().into_iter().flatten() {
                 assert!(!property["description"].as_str().unwrap().is_empty());
             }
         }
