@@ -387,7 +387,8 @@ fn new_id() -> String {
     format!("a-{:016x}", rand::random::<u64>())
 }
 
-fn unix_ms(time: SystemTime) -> u64 {
+/// `time` in Unix milliseconds, the unit of `expires_at`.
+pub fn unix_ms(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH).map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
 }
 

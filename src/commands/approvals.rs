@@ -1,8 +1,6 @@
 //! `voxa approvals` and `voxa approve`: the open approvals of the running agent, and an answer to
 //! one, over its loopback socket (the `approvals` and `approve` tools).
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use anyhow::{bail, Context, Result};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
@@ -28,7 +26,7 @@ pub async fn run_approvals(settings: &Settings) -> Result<Exit> {
     if open.is_empty() {
         println!("no approvals are waiting");
     }
-    let now = unix_ms();
+    let now = crate::approvals::unix_ms(std::time::SystemTime::now());
     for approval in open {
         let left = approval.expires_at.saturating_sub(now) / 1000;
         let source = match &approval.source {
@@ -103,8 +101,4 @@ async fn call(settings: &Settings, tool: &str, args: Value) -> Result<ToolResult
     };
     let _ = socket.close(None).await;
     Ok(result)
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(0))
 }
