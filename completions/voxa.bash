@@ -16,6 +16,12 @@ _voxa() {
             ",$1")
                 cmd="voxa"
                 ;;
+            voxa,approvals)
+                cmd="voxa__subcmd__approvals"
+                ;;
+            voxa,approve)
+                cmd="voxa__subcmd__approve"
+                ;;
             voxa,call)
                 cmd="voxa__subcmd__call"
                 ;;
@@ -30,6 +36,9 @@ _voxa() {
                 ;;
             voxa,help)
                 cmd="voxa__subcmd__help"
+                ;;
+            voxa,notify)
+                cmd="voxa__subcmd__notify"
                 ;;
             voxa,open)
                 cmd="voxa__subcmd__open"
@@ -85,6 +94,12 @@ _voxa() {
             voxa__subcmd__env__subcmd__help,revoke)
                 cmd="voxa__subcmd__env__subcmd__help__subcmd__revoke"
                 ;;
+            voxa__subcmd__help,approvals)
+                cmd="voxa__subcmd__help__subcmd__approvals"
+                ;;
+            voxa__subcmd__help,approve)
+                cmd="voxa__subcmd__help__subcmd__approve"
+                ;;
             voxa__subcmd__help,call)
                 cmd="voxa__subcmd__help__subcmd__call"
                 ;;
@@ -99,6 +114,9 @@ _voxa() {
                 ;;
             voxa__subcmd__help,help)
                 cmd="voxa__subcmd__help__subcmd__help"
+                ;;
+            voxa__subcmd__help,notify)
+                cmd="voxa__subcmd__help__subcmd__notify"
                 ;;
             voxa__subcmd__help,open)
                 cmd="voxa__subcmd__help__subcmd__open"
@@ -133,6 +151,9 @@ _voxa() {
             voxa__subcmd__help__subcmd__env,revoke)
                 cmd="voxa__subcmd__help__subcmd__env__subcmd__revoke"
                 ;;
+            voxa__subcmd__help__subcmd__notify,test)
+                cmd="voxa__subcmd__help__subcmd__notify__subcmd__test"
+                ;;
             voxa__subcmd__help__subcmd__service,install)
                 cmd="voxa__subcmd__help__subcmd__service__subcmd__install"
                 ;;
@@ -144,6 +165,18 @@ _voxa() {
                 ;;
             voxa__subcmd__help__subcmd__service,uninstall)
                 cmd="voxa__subcmd__help__subcmd__service__subcmd__uninstall"
+                ;;
+            voxa__subcmd__notify,help)
+                cmd="voxa__subcmd__notify__subcmd__help"
+                ;;
+            voxa__subcmd__notify,test)
+                cmd="voxa__subcmd__notify__subcmd__test"
+                ;;
+            voxa__subcmd__notify__subcmd__help,help)
+                cmd="voxa__subcmd__notify__subcmd__help__subcmd__help"
+                ;;
+            voxa__subcmd__notify__subcmd__help,test)
+                cmd="voxa__subcmd__notify__subcmd__help__subcmd__test"
                 ;;
             voxa__subcmd__service,help)
                 cmd="voxa__subcmd__service__subcmd__help"
@@ -182,7 +215,7 @@ _voxa() {
 
     case "${cmd}" in
         voxa)
-            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version pair run status call relay env open service doctor completions help"
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version pair run status call approvals approve relay env open service doctor notify completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -203,14 +236,74 @@ _voxa() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        voxa__subcmd__approvals)
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__approve)
+            opts="-m -v -q -h -V --message --home --relay --self-hosted --json --verbose --quiet --help --version allow allow-session deny"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --message)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -m)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         voxa__subcmd__call)
-            opts="-v -q -h -V --env --home --relay --self-hosted --json --verbose --quiet --help --version"
+            opts="-o -v -q -h -V --env --out --home --relay --self-hosted --json --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --env)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -o)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -516,8 +609,36 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__help)
-            opts="pair run status call relay env open service doctor completions help"
+            opts="pair run status call approvals approve relay env open service doctor notify completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__approvals)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__approve)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -669,6 +790,34 @@ _voxa() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        voxa__subcmd__help__subcmd__notify)
+            opts="test"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__notify__subcmd__test)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         voxa__subcmd__help__subcmd__open)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -802,6 +951,92 @@ _voxa() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__notify)
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version test help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__notify__subcmd__help)
+            opts="test help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__notify__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__notify__subcmd__help__subcmd__test)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__notify__subcmd__test)
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

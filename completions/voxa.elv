@@ -34,11 +34,14 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand run 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)'
             cand status 'Show whether this machine is paired and what the running agent is doing'
             cand call 'Run one tool through the running agent and print its result'
+            cand approvals 'List the approvals waiting for a decision in the running agent'
+            cand approve 'Answer an approval: allow or deny it'
             cand relay 'Run a relay server'
             cand env 'Drive other machines from this one (multi-environment pairing)'
             cand open 'Open the web client of the running agent in the default browser'
             cand service 'Keep `voxa run` running at login (systemd user unit on Linux, launchd agent on macOS)'
             cand doctor 'Check this setup, one line per check, and say how to fix what is wrong'
+            cand notify 'Phone notifications (Web Push): send a test to every subscribed browser'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -95,6 +98,8 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;call'= {
             cand --env 'Route the call to a paired environment (its envKey or name)'
+            cand -o 'Where `screenshot` saves the image [default: screenshot-<UTC time>.png in the current directory]'
+            cand --out 'Where `screenshot` saves the image [default: screenshot-<UTC time>.png in the current directory]'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
             cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
@@ -105,6 +110,36 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand --quiet 'Only errors'
             cand -h 'Print help'
             cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;approvals'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;approve'= {
+            cand -m 'Why: the asker reads it (a coding agent, or the caller of a denied tool)'
+            cand --message 'Why: the asker reads it (a coding agent, or the caller of a denied tool)'
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'
             cand --version 'Print version'
         }
@@ -377,6 +412,44 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'voxa;notify'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand test 'Send one notification to every subscribed browser and show what each push service answered'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'voxa;notify;test'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;notify;help'= {
+            cand test 'Send one notification to every subscribed browser and show what each push service answered'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'voxa;notify;help;test'= {
+        }
+        &'voxa;notify;help;help'= {
+        }
         &'voxa;completions'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
             cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
@@ -396,11 +469,14 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand run 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)'
             cand status 'Show whether this machine is paired and what the running agent is doing'
             cand call 'Run one tool through the running agent and print its result'
+            cand approvals 'List the approvals waiting for a decision in the running agent'
+            cand approve 'Answer an approval: allow or deny it'
             cand relay 'Run a relay server'
             cand env 'Drive other machines from this one (multi-environment pairing)'
             cand open 'Open the web client of the running agent in the default browser'
             cand service 'Keep `voxa run` running at login (systemd user unit on Linux, launchd agent on macOS)'
             cand doctor 'Check this setup, one line per check, and say how to fix what is wrong'
+            cand notify 'Phone notifications (Web Push): send a test to every subscribed browser'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -411,6 +487,10 @@ set edit:completion:arg-completer[voxa] = {|@words|
         &'voxa;help;status'= {
         }
         &'voxa;help;call'= {
+        }
+        &'voxa;help;approvals'= {
+        }
+        &'voxa;help;approve'= {
         }
         &'voxa;help;relay'= {
         }
@@ -448,6 +528,11 @@ set edit:completion:arg-completer[voxa] = {|@words|
         &'voxa;help;service;logs'= {
         }
         &'voxa;help;doctor'= {
+        }
+        &'voxa;help;notify'= {
+            cand test 'Send one notification to every subscribed browser and show what each push service answered'
+        }
+        &'voxa;help;notify;test'= {
         }
         &'voxa;help;completions'= {
         }

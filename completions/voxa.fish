@@ -36,11 +36,14 @@ complete -c voxa -n "__fish_voxa_needs_command" -f -a "pair" -d 'Create the secr
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "run" -d 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "status" -d 'Show whether this machine is paired and what the running agent is doing'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "call" -d 'Run one tool through the running agent and print its result'
+complete -c voxa -n "__fish_voxa_needs_command" -f -a "approvals" -d 'List the approvals waiting for a decision in the running agent'
+complete -c voxa -n "__fish_voxa_needs_command" -f -a "approve" -d 'Answer an approval: allow or deny it'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "relay" -d 'Run a relay server'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "env" -d 'Drive other machines from this one (multi-environment pairing)'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "open" -d 'Open the web client of the running agent in the default browser'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "service" -d 'Keep `voxa run` running at login (systemd user unit on Linux, launchd agent on macOS)'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "doctor" -d 'Check this setup, one line per check, and say how to fix what is wrong'
+complete -c voxa -n "__fish_voxa_needs_command" -f -a "notify" -d 'Phone notifications (Web Push): send a test to every subscribed browser'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand pair" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
@@ -77,6 +80,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand status" -s q -l quiet -d 'Only
 complete -c voxa -n "__fish_voxa_using_subcommand status" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand status" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand call" -l env -d 'Route the call to a paired environment (its envKey or name)' -r
+complete -c voxa -n "__fish_voxa_using_subcommand call" -s o -l out -d 'Where `screenshot` saves the image [default: screenshot-<UTC time>.png in the current directory]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand call" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand call" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand call" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
@@ -85,6 +89,23 @@ complete -c voxa -n "__fish_voxa_using_subcommand call" -s v -l verbose -d 'More
 complete -c voxa -n "__fish_voxa_using_subcommand call" -s q -l quiet -d 'Only errors'
 complete -c voxa -n "__fish_voxa_using_subcommand call" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand call" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand approvals" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand approvals" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand approve" -s m -l message -d 'Why: the asker reads it (a coding agent, or the caller of a denied tool)' -r
+complete -c voxa -n "__fish_voxa_using_subcommand approve" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand approve" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand approve" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand approve" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand approve" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand approve" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand approve" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c voxa -n "__fish_voxa_using_subcommand approve" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l listen -d 'Address to listen on' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l tls-cert -d 'TLS certificate chain (PEM); serve wss:// with --tls-key' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l tls-key -d 'TLS private key (PEM)' -r -F
@@ -242,6 +263,26 @@ complete -c voxa -n "__fish_voxa_using_subcommand doctor" -s v -l verbose -d 'Mo
 complete -c voxa -n "__fish_voxa_using_subcommand doctor" -s q -l quiet -d 'Only errors'
 complete -c voxa -n "__fish_voxa_using_subcommand doctor" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand doctor" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -f -a "test" -d 'Send one notification to every subscribed browser and show what each push service answered'
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from test" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from test" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from test" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from test" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from test" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from test" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from test" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from test" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from help" -f -a "test" -d 'Send one notification to every subscribed browser and show what each push service answered'
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
@@ -250,17 +291,20 @@ complete -c voxa -n "__fish_voxa_using_subcommand completions" -s v -l verbose -
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -s q -l quiet -d 'Only errors'
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open service doctor completions help" -f -a "pair" -d 'Create the secrets if missing and print the QR code and pairing URL'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open service doctor completions help" -f -a "run" -d 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open service doctor completions help" -f -a "status" -d 'Show whether this machine is paired and what the running agent is doing'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open service doctor completions help" -f -a "call" -d 'Run one tool through the running agent and print its result'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open service doctor completions help" -f -a "relay" -d 'Run a relay server'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open service doctor completions help" -f -a "env" -d 'Drive other machines from this one (multi-environment pairing)'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open service doctor completions help" -f -a "open" -d 'Open the web client of the running agent in the default browser'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open service doctor completions help" -f -a "service" -d 'Keep `voxa run` running at login (systemd user unit on Linux, launchd agent on macOS)'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open service doctor completions help" -f -a "doctor" -d 'Check this setup, one line per check, and say how to fix what is wrong'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open service doctor completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call relay env open service doctor completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve relay env open service doctor notify completions help" -f -a "pair" -d 'Create the secrets if missing and print the QR code and pairing URL'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve relay env open service doctor notify completions help" -f -a "run" -d 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve relay env open service doctor notify completions help" -f -a "status" -d 'Show whether this machine is paired and what the running agent is doing'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve relay env open service doctor notify completions help" -f -a "call" -d 'Run one tool through the running agent and print its result'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve relay env open service doctor notify completions help" -f -a "approvals" -d 'List the approvals waiting for a decision in the running agent'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve relay env open service doctor notify completions help" -f -a "approve" -d 'Answer an approval: allow or deny it'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve relay env open service doctor notify completions help" -f -a "relay" -d 'Run a relay server'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve relay env open service doctor notify completions help" -f -a "env" -d 'Drive other machines from this one (multi-environment pairing)'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve relay env open service doctor notify completions help" -f -a "open" -d 'Open the web client of the running agent in the default browser'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve relay env open service doctor notify completions help" -f -a "service" -d 'Keep `voxa run` running at login (systemd user unit on Linux, launchd agent on macOS)'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve relay env open service doctor notify completions help" -f -a "doctor" -d 'Check this setup, one line per check, and say how to fix what is wrong'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve relay env open service doctor notify completions help" -f -a "notify" -d 'Phone notifications (Web Push): send a test to every subscribed browser'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve relay env open service doctor notify completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve relay env open service doctor notify completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "issue" -d 'On an environment: issue a pairing and print the line to paste on the host'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "add" -d 'On the host: record an environment from the line `voxa env issue` printed'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from env" -f -a "list" -d 'List known environments and whether they answer'
@@ -270,3 +314,4 @@ complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcomma
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from service" -f -a "uninstall" -d 'Stop the service and remove its file'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from service" -f -a "status" -d 'Whether the service is installed, enabled and running'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from service" -f -a "logs" -d 'Show the service\'s recent log lines'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from notify" -f -a "test" -d 'Send one notification to every subscribed browser and show what each push service answered'

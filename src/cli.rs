@@ -47,6 +47,10 @@ pub enum Command {
     Status,
     /// Run one tool through the running agent and print its result
     Call(CallArgs),
+    /// List the approvals waiting for a decision in the running agent
+    Approvals,
+    /// Answer an approval: allow or deny it
+    Approve(ApproveArgs),
     /// Run a relay server
     Relay(RelayArgs),
     /// Drive other machines from this one (multi-environment pairing)
@@ -57,6 +61,8 @@ pub enum Command {
     Service(ServiceArgs),
     /// Check this setup, one line per check, and say how to fix what is wrong
     Doctor(DoctorArgs),
+    /// Phone notifications (Web Push): send a test to every subscribed browser
+    Notify(NotifyArgs),
     /// Print a shell completion script
     Completions {
         /// Shell to generate for
@@ -72,6 +78,18 @@ pub struct PairArgs {
     /// Print the URL without the QR code
     #[arg(long)]
     pub no_qr: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct NotifyArgs {
+    #[command(subcommand)]
+    pub command: NotifyCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NotifyCommand {
+    /// Send one notification to every subscribed browser and show what each push service answered
+    Test,
 }
 
 #[derive(Debug, Args)]
@@ -111,11 +129,37 @@ pub struct RunArgs {
 pub struct CallArgs {
     /// Tool name (run_command, read_file, write_file, list_dir, screenshot, coding_agent, …)
     pub tool: String,
-    /// Arguments: one JSON object, or key=value pairs (values that parse as JSON are taken as JSON)
+    /// Arguments: one JSON object, or key=value pairs (each value of the type the tool declares)
     pub args: Vec<String>,
     /// Route the call to a paired environment (its envKey or name)
     #[arg(long, value_name = "ENV")]
     pub env: Option<String>,
+    /// Where `screenshot` saves the image [default: screenshot-<UTC time>.png in the current directory]
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    /// The approval's id (a-…), as `voxa approvals` lists it
+    pub approval: String,
+    /// The decision
+    #[arg(value_enum)]
+    pub decision: ApproveDecision,
+    /// Why: the asker reads it (a coding agent, or the caller of a denied tool)
+    #[arg(long, short)]
+    pub message: Option<String>,
+}
+
+/// What `voxa approve` answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ApproveDecision {
+    /// Let it run, this once
+    Allow,
+    /// Let it run, and the same kind of action for the rest of the session (where offered)
+    AllowSession,
+    /// Refuse it
+    Deny,
 }
 
 #[derive(Debug, Args)]

@@ -4,7 +4,8 @@
 
 // Layers, top to bottom; a module imports only from its own layer or below, never in a circle
 // (tests/it/layers.rs checks it; docs/ARCHITECTURE.md describes each module):
-//   commands → cli (argument types) → agent, hosted, environments, gemini → relay → net, tools
+//   commands → cli (argument types) → agent, hosted, environments, gemini → relay
+//   → net, tools, approvals
 //   → protocol, state, secret, config, audit, error, logging
 // The relay is a leaf: it imports only net and protocol (and secret, text); hosted voice plugs
 // into it as its `PhoneService`.
@@ -18,7 +19,9 @@ pub mod hosted;
 
 pub mod relay;
 
+pub mod approvals;
 pub mod net;
+pub mod push;
 pub mod tools;
 
 pub mod audit;

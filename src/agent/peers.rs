@@ -22,7 +22,7 @@ use super::session::Session;
 use crate::net::dial;
 use crate::net::liveness::{cancelled, close_message, sleep_until, Liveness, Pulse};
 use crate::net::relay_framing::{self, Kind, PeerId};
-use crate::protocol::{self, close, AgentMessage, ErrorCode, MAX_FRAME_LEN, SEND_QUEUE_FRAMES};
+use crate::protocol::{self, close, AgentMessage, Bytes, ErrorCode, Frame, MAX_FRAME_LEN, SEND_QUEUE_FRAMES};
 
 /// Peers one connection serves at once; the relay seats fewer, so more means a relay gone wrong.
 pub const MAX_PEERS: usize = 4 * relay_framing::MAX_PHONES_PER_CODE;
@@ -98,20 +98,14 @@ impl ToPeer {
     }
 
     /// Starts copying a session's frames to this peer; the returned sender is the session's.
-    fn forward(&self) -> (mpsc::Sender<Message>, JoinHandle<()>) {
-        let (tx, mut rx) = mpsc::channel::<Message>(SEND_QUEUE_FRAMES);
+    fn forward(&self) -> (mpsc::Sender<Frame>, JoinHandle<()>) {
+        let (tx, mut rx) = mpsc::channel::<Frame>(SEND_QUEUE_FRAMES);
         let to = self.clone();
         let task = tokio::spawn(async move {
-            while let Some(message) = rx.recv().await {
-                let framed = match &message {
-                    Message::Text(text) => relay_framing::message(Kind::Text, to.peer, text.as_bytes()),
-                    Message::Binary(data) => relay_framing::message(Kind::Binary, to.peer, data),
-                    // A session closing its socket closes only its own peer.
-                    Message::Close(frame) => {
-                        let (code, reason) = frame.as_ref().map_or((CloseCode::Normal, ""), |f| (f.code, &*f.reason));
-                        relay_framing::close_peer(to.peer, code.into(), reason)
-                    }
-                    _ => continue,
+            while let Some(frame) = rx.recv().await {
+                let framed = match &frame {
+                    Frame::Text(text) => relay_framing::message(Kind::Text, to.peer, text.as_bytes()),
+                    Frame::Binary(data) => relay_framing::message(Kind::Binary, to.peer, data),
                 };
                 if to.frames.send(Message::binary(framed)).await.is_err() {
                     return;
@@ -256,7 +250,7 @@ impl RelayLink {
                 };
                 if kind == Kind::Binary {
                     if let Peer::Ready { session, .. } = &mut slot.state {
-                        session.on_binary(&whole).await;
+                        session.on_binary(Bytes::from(whole)).await;
                     }
                     return Ok(());
                 }

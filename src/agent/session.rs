@@ -10,31 +10,35 @@ use std::time::Instant;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::context::AgentContext;
+use crate::approvals;
 use crate::audit::CallRecord;
 use crate::gemini::{self, VoiceCall, VoiceInput, VoiceTools};
-use crate::protocol::{self, AgentMessage, CallErrorCode, ClientMessage, ErrorCode, ToolCall, ToolError, ToolResult};
+use crate::protocol::{
+    self, AgentMessage, Bytes, CallErrorCode, ClientMessage, ErrorCode, Frame, ToolCall, ToolError, ToolResult,
+};
 use crate::tools::{ToolOutput, ToolRequest};
 
 /// An authenticated session. Dropping it cancels its calls and ends its voice call.
 pub struct Session {
     ctx: Arc<AgentContext>,
     caller: String,
-    out: mpsc::Sender<Message>,
+    out: mpsc::Sender<Frame>,
     calls: Arc<Mutex<HashMap<String, CancellationToken>>>,
     voice: Option<VoiceCall>,
     cancel: CancellationToken,
     /// The session came through the relay, whose `/live` labels the calls it makes.
     relayed: bool,
+    /// Set while the client follows (`follow`): cancelling it stops the delivery.
+    following: Option<CancellationToken>,
 }
 
 impl Session {
     /// A session that answers through `out` (the socket's bounded writer queue).
-    pub fn new(ctx: Arc<AgentContext>, caller: String, out: mpsc::Sender<Message>) -> Self {
+    pub fn new(ctx: Arc<AgentContext>, caller: String, out: mpsc::Sender<Frame>) -> Self {
         Session {
             ctx,
             caller,
@@ -43,6 +47,7 @@ impl Session {
             voice: None,
             cancel: CancellationToken::new(),
             relayed: false,
+            following: None,
         }
     }
 
@@ -63,6 +68,14 @@ impl Session {
         }
     }
 
+    /// Handles one frame from the socket.
+    pub async fn on_frame(&mut self, frame: Frame) {
+        match frame {
+            Frame::Text(text) => self.on_text(&text).await,
+            Frame::Binary(data) => self.on_binary(data).await,
+        }
+    }
+
     /// Handles one text frame. Malformed frames are answered `bad-frame`; the session goes on.
     pub async fn on_text(&mut self, text: &str) {
         match protocol::parse_client(text) {
@@ -76,10 +89,10 @@ impl Session {
     }
 
     /// Handles one binary frame: microphone audio during a voice call, else ignored.
-    pub async fn on_binary(&mut self, data: &[u8]) {
-        if let (Some(voice), [protocol::AUDIO_PREFIX, pcm @ ..]) = (&self.voice, data) {
+    pub async fn on_binary(&mut self, data: Bytes) {
+        if let (Some(voice), [protocol::AUDIO_PREFIX, ..]) = (&self.voice, &data[..]) {
             // A full queue means Gemini is behind; dropping 20 ms of audio beats growing memory.
-            let _ = voice.input.try_send(VoiceInput::Audio(pcm.to_vec()));
+            let _ = voice.input.try_send(VoiceInput::Audio(data.slice(1..)));
         }
     }
 
@@ -118,7 +131,31 @@ impl Session {
                 Some(voice) => voice.end.cancel(),
                 None => self.send(gemini::no_call_error()).await,
             },
+            ClientMessage::Follow { .. } => self.follow(),
+            ClientMessage::Unfollow => {
+                if let Some(following) = self.following.take() {
+                    following.cancel();
+                }
+            }
+            ClientMessage::Approve(approve) => {
+                if let Err(err) = approvals::answer(self.ctx.toolbox.approvals(), approve, &self.caller) {
+                    self.send(AgentMessage::Error { code: err.code, message: Some(err.message) }).await;
+                }
+            }
         }
+    }
+
+    /// Starts (or restarts) the delivery of approvals to this client: the open ones, then each change.
+    fn follow(&mut self) {
+        if let Some(previous) = self.following.take() {
+            previous.cancel();
+        }
+        let following = self.cancel.child_token();
+        self.following = Some(following.clone());
+        let broker = self.ctx.toolbox.approvals().clone();
+        self.ctx
+            .tasks
+            .spawn(approvals::forward(broker, self.out.clone(), following, |notice| Some(Frame::from(&notice))));
     }
 
     async fn start_voice(&mut self) {
@@ -135,7 +172,14 @@ impl Session {
             previous.end.cancel();
         }
         let tools = Arc::new(SessionTools(self.ctx.clone()));
-        self.voice = Some(gemini::start(config, tools, self.out.clone(), &self.ctx.tasks));
+        let voice = gemini::start(config, tools, self.out.clone(), &self.ctx.tasks);
+        // The model is told of every open approval, so the user can answer by voice.
+        let broker = self.ctx.toolbox.approvals().clone();
+        let tell = approvals::forward(broker, voice.input.clone(), voice.end.clone(), |notice| {
+            approvals::voice_prompts(notice).map(VoiceInput::Text)
+        });
+        self.ctx.tasks.spawn(tell);
+        self.voice = Some(voice);
     }
 
     async fn start_call(&mut self, call: ToolCall) {
@@ -173,7 +217,7 @@ impl Session {
     }
 
     async fn send(&self, message: AgentMessage) {
-        let _ = self.out.send(Message::text(message.to_json())).await;
+        let _ = self.out.send(Frame::from(message)).await;
     }
 
     /// Calls still running.
@@ -200,7 +244,7 @@ fn bad_frame_reason(err: &serde_json::Error) -> String {
 struct CallTask {
     ctx: Arc<AgentContext>,
     caller: String,
-    out: mpsc::Sender<Message>,
+    out: mpsc::Sender<Frame>,
     calls: Arc<Mutex<HashMap<String, CancellationToken>>>,
     cancel: CancellationToken,
 }
@@ -219,7 +263,7 @@ impl CallTask {
             self.ctx.tasks.spawn(async move {
                 while let Some(chunk) = progress_rx.recv().await {
                     let message = AgentMessage::ToolProgress { id: id.clone(), chunk, env: env.clone() };
-                    if out.send(Message::text(message.to_json())).await.is_err() {
+                    if out.send(Frame::from(message)).await.is_err() {
                         break;
                     }
                 }
@@ -233,14 +277,14 @@ impl CallTask {
         let mut result = match outcome {
             Ok((value, image)) => {
                 if let Some(image) = image {
-                    let _ = self.out.send(Message::text(image.to_json())).await;
+                    let _ = self.out.send(Frame::from(image)).await;
                 }
                 ToolResult::success(id.clone(), value)
             }
             Err(error) => ToolResult::failure(id.clone(), error),
         };
         result.env = env;
-        let _ = self.out.send(Message::text(AgentMessage::ToolResult(result).to_json())).await;
+        let _ = self.out.send(Frame::from(AgentMessage::ToolResult(result))).await;
         if let Ok(mut calls) = self.calls.lock() {
             calls.remove(&id);
         }
@@ -416,7 +460,7 @@ mod tests {
         let mut session = Session::new(Arc::new(ctx), "test".into(), out);
         let frame = format!("{{\"type\":\"{}\"}}", "é".repeat(300));
         session.on_text(&frame).await;
-        let Some(Message::Text(answer)) = frames.recv().await else { panic!("no answer") };
+        let Some(Frame::Text(answer)) = frames.recv().await else { panic!("no answer") };
         let answer: Value = serde_json::from_str(&answer).unwrap();
         assert_eq!(answer["code"], "bad-frame");
         assert!(answer["message"].as_str().unwrap().len() <= 200);

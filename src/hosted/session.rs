@@ -9,7 +9,6 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
-use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info_span};
@@ -22,7 +21,7 @@ use super::{
 use crate::environments::host::{fleet_declaration, FLEET_TOOL};
 use crate::gemini::{self, declare_env_argument, CallLog, VoiceCall, VoiceInput};
 use crate::net::relay_framing::{is_notice, Presence};
-use crate::protocol::{self, AgentMessage, CallErrorCode, ErrorCode, PeerRole, ToolError, ToolResult};
+use crate::protocol::{self, AgentMessage, CallErrorCode, ErrorCode, Frame, PeerRole, ToolError, ToolResult};
 use crate::relay::metrics::RelayMetrics;
 use crate::relay::service::{Action, End, OutFrame, Push, SendQueue, GOING_AWAY, OP_BINARY, OP_CONTINUATION, OP_TEXT};
 use crate::tools::gemini_declarations_named;
@@ -41,8 +40,8 @@ pub(super) struct LiveSession<'a> {
     handshake: Handshake,
     agent: Arc<AgentLink>,
     call: Option<Call>,
-    bridge_tx: mpsc::Sender<Message>,
-    bridge_rx: mpsc::Receiver<Message>,
+    bridge_tx: mpsc::Sender<Frame>,
+    bridge_rx: mpsc::Receiver<Frame>,
     agent_rx: mpsc::Receiver<String>,
     /// The bridge and the call's log line.
     tasks: TaskTracker,
@@ -228,9 +227,10 @@ impl<'a> LiveSession<'a> {
 
     async fn on_phone_frame(&mut self, frame: OutFrame) {
         if frame.opcode == OP_BINARY {
-            if let (Some(call), [protocol::AUDIO_PREFIX, pcm @ ..]) = (&self.call, frame.payload.as_slice()) {
+            if let (Some(call), Some(&protocol::AUDIO_PREFIX)) = (&self.call, frame.payload.first()) {
                 // A full queue means Gemini is behind; dropping 20 ms of audio beats growing memory.
-                let _ = call.input.try_send(VoiceInput::Audio(pcm.to_vec()));
+                let pcm = protocol::Bytes::from(frame.payload).slice(1..);
+                let _ = call.input.try_send(VoiceInput::Audio(pcm));
             }
             return;
         }
@@ -405,17 +405,16 @@ impl<'a> LiveSession<'a> {
         }
     }
 
-    async fn bridge_to_phone(&self, message: Message) {
-        let frame = match message {
-            Message::Text(text) => OutFrame::text(text.to_string()),
-            Message::Binary(data) => {
+    async fn bridge_to_phone(&self, frame: Frame) {
+        let frame = match frame {
+            Frame::Text(text) => OutFrame::text(text.to_string()),
+            Frame::Binary(data) => {
                 // Model speech: a phone that cannot keep up loses speech rather than stalling the call.
-                if let Push::Full(_) = self.phone.push(OutFrame::binary(data.to_vec())) {
+                if let Push::Full(_) = self.phone.push(OutFrame::binary(Vec::from(data))) {
                     debug!("phone is behind; model audio dropped");
                 }
                 return;
             }
-            _ => return,
         };
         self.to_phone(frame).await;
     }

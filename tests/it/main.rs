@@ -2,6 +2,7 @@
 //! a script would drive them.
 
 mod agent;
+mod approvals;
 mod browser;
 mod cli;
 mod deploy;
@@ -15,6 +16,7 @@ mod hostile;
 mod layers;
 mod live;
 mod proof;
+mod push;
 mod relay;
 mod relay_limits;
 mod relay_serving;

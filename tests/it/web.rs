@@ -108,6 +108,123 @@ async fn a_relay_that_requires_a_token_still_serves_the_page_but_not_the_sockets
 }
 
 // ---------------------------------------------------------------------------------------------
+// The page's sources
+
+/// The client's source folder in this checkout.
+fn web_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("web")
+}
+
+/// The quoted names of `export const NAME = /** @type {const} */ ([ … ]);` in protocol.js.
+fn js_list(source: &str, name: &str) -> Vec<String> {
+    let opening = format!("export const {name} = /** @type {{const}} */ ([");
+    let from = source.find(&opening).unwrap_or_else(|| panic!("protocol.js has no list {name}")) + opening.len();
+    let body = &source[from..from + source[from..].find("]);").unwrap_or_else(|| panic!("{name} never ends"))];
+    let names = body.split(',').map(str::trim).filter(|item| !item.is_empty());
+    names
+        .map(|item| {
+            let name = item.strip_prefix('\'').and_then(|rest| rest.strip_suffix('\''));
+            name.unwrap_or_else(|| panic!("{item:?} in protocol.js is not one quoted name")).to_owned()
+        })
+        .collect()
+}
+
+/// The number of `export const NAME = …;` in protocol.js.
+fn js_number(source: &str, name: &str) -> u64 {
+    let opening = format!("export const {name} = ");
+    let from = source.find(&opening).unwrap_or_else(|| panic!("protocol.js has no {name}")) + opening.len();
+    let value = &source[from..from + source[from..].find(';').unwrap()];
+    match value.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).unwrap(),
+        None => value.parse().unwrap_or_else(|_| panic!("{name} = {value:?} is not a number")),
+    }
+}
+
+/// Every wire name serde knows for the enum `T`: the list it reports when asked for a name it
+/// does not know, caught by an error type of our own. `tagged`: the enum is tagged by `type`.
+fn wire_names<T: serde::de::DeserializeOwned + std::fmt::Debug>(tagged: bool) -> Vec<String> {
+    use serde::de::value::{MapDeserializer, StrDeserializer};
+    #[derive(Debug)]
+    struct Expected(Vec<&'static str>);
+    impl std::fmt::Display for Expected {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "expected one of {:?}", self.0)
+        }
+    }
+    impl std::error::Error for Expected {}
+    impl serde::de::Error for Expected {
+        fn custom<M: std::fmt::Display>(_: M) -> Self {
+            Expected(Vec::new())
+        }
+        fn unknown_variant(_: &str, expected: &'static [&'static str]) -> Self {
+            Expected(expected.to_vec())
+        }
+    }
+    let unknown = "\u{1}no such name";
+    let outcome = if tagged {
+        T::deserialize(MapDeserializer::<_, Expected>::new(std::iter::once(("type", unknown))))
+    } else {
+        T::deserialize(StrDeserializer::<Expected>::new(unknown))
+    };
+    match outcome {
+        Err(Expected(names)) if !names.is_empty() => names.into_iter().map(str::to_owned).collect(),
+        other => panic!("serde named no variants: {other:?}"),
+    }
+}
+
+fn sorted(mut names: Vec<String>) -> Vec<String> {
+    names.sort();
+    names
+}
+
+#[test]
+fn protocol_js_names_what_the_rust_protocol_names() {
+    use voxa::protocol::{AgentMessage, CallErrorCode, ClientMessage, ErrorCode};
+    let source = std::fs::read_to_string(web_dir().join("js/protocol.js")).unwrap();
+    let codes: Vec<String> = ErrorCode::ALL.iter().map(|code| code.as_str().to_owned()).collect();
+    assert_eq!(sorted(js_list(&source, "ERROR_CODES")), sorted(codes.clone()), "ERROR_CODES against ErrorCode::ALL");
+    // ALL itself holds every variant serde knows.
+    assert_eq!(sorted(wire_names::<ErrorCode>(false)), sorted(codes));
+    assert_eq!(sorted(js_list(&source, "CALL_ERROR_CODES")), sorted(wire_names::<CallErrorCode>(false)));
+    assert_eq!(sorted(js_list(&source, "CLIENT_FRAMES")), sorted(wire_names::<ClientMessage>(true)));
+    assert_eq!(sorted(js_list(&source, "AGENT_FRAMES")), sorted(wire_names::<AgentMessage>(true)));
+    assert_eq!(js_number(&source, "PROTOCOL"), u64::from(voxa::protocol::PROTOCOL_VERSION));
+    assert_eq!(js_number(&source, "AUDIO_PREFIX"), u64::from(voxa::protocol::AUDIO_PREFIX));
+}
+
+#[test]
+fn the_protocol_check_reads_what_it_claims() {
+    // The readers above fail loudly on a list they cannot read, and see a missing name.
+    let source = "export const A = /** @type {const} */ ([\n  'one',\n  'two',\n]);\nexport const N = 0x01;";
+    assert_eq!(js_list(source, "A"), ["one", "two"]);
+    assert_eq!(js_number(source, "N"), 1);
+    assert!(std::panic::catch_unwind(|| js_list("export const A = /** @type {const} */ ([one]);", "A")).is_err());
+    assert!(std::panic::catch_unwind(|| js_list(source, "B")).is_err());
+    let names = wire_names::<voxa::protocol::ClientMessage>(true);
+    assert!(names.contains(&"tool_call".to_owned()) && names.contains(&"hello".to_owned()), "{names:?}");
+}
+
+#[test]
+fn every_file_of_the_web_client_is_served() {
+    let root = web_dir();
+    let mut pending = vec![root.clone()];
+    let mut seen = 0;
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let served = format!("/{}", path.strip_prefix(&root).unwrap().to_string_lossy());
+            assert!(voxa::net::web::is_web_path(&served), "{served} is under web/ but not in the embedded list");
+            seen += 1;
+        }
+    }
+    assert!(seen > 10, "only {seen} files under web/");
+}
+
+// ---------------------------------------------------------------------------------------------
 // In the browser
 
 /// A relay and an agent in this process, and a browser.
@@ -158,8 +275,18 @@ impl Scene {
         self.secrets.auth_token.expose()
     }
 
+    /// The pairing link as voxa prints it: the secrets in the fragment, which the browser never sends.
     fn link(&self) -> String {
+        format!("http://{}/#code={}&token={}", self.relay.addr, self.code(), self.token())
+    }
+
+    /// The link older versions printed (and their QR codes still hold): the secrets in the query.
+    fn old_link(&self) -> String {
         format!("http://{}/?code={}&token={}", self.relay.addr, self.code(), self.token())
+    }
+
+    fn loopback(&self) -> SocketAddr {
+        self.agent.as_ref().expect("the agent runs").loopback
     }
 
     /// Opens the pairing link and waits for "online".
@@ -201,7 +328,7 @@ impl Machine {
 const TERMINAL: &str = "#term-out";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_pairing_link_goes_online_and_leaves_no_token_in_the_address_bar() {
+async fn the_pairing_link_in_the_fragment_goes_online_and_leaves_no_token_in_the_address_bar() {
     let Some(scene) = Scene::start().await else { return };
     let browser = &scene.browser;
     scene.open_online().await;
@@ -220,6 +347,59 @@ async fn the_pairing_link_goes_online_and_leaves_no_token_in_the_address_bar() {
     // The next visit needs no link: the pairing is remembered.
     browser.open(&format!("http://{}/", scene.relay.addr)).await;
     browser.wait_connection("online").await;
+    scene.close().await;
+}
+
+/// Everything this origin's localStorage holds, as one JSON text.
+async fn stored(browser: &Browser) -> String {
+    browser.script("return JSON.stringify(Object.entries(localStorage));", vec![]).await.as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_query_link_still_pairs_and_leaves_the_address_bar() {
+    let Some(scene) = Scene::start().await else { return };
+    let browser = &scene.browser;
+    browser.open(&scene.old_link()).await;
+    browser.wait_connection("online").await;
+    let address = browser.address().await;
+    assert_eq!(address, format!("http://{}/", scene.relay.addr), "the secrets stay out of the address bar");
+    // The relay pairing is kept in the relay's origin, so the next visit needs no link.
+    assert!(stored(browser).await.contains(scene.code()));
+    browser.open(&format!("http://{}/", scene.relay.addr)).await;
+    browser.wait_connection("online").await;
+    scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_page_keeps_its_token_in_memory_and_removes_what_older_pages_stored() {
+    let Some(scene) = Scene::start().await else { return };
+    let browser = &scene.browser;
+    let page = format!("http://{}/", scene.loopback());
+    // An older page stored the loopback pairing, token and all, under this origin.
+    browser.open(&page).await;
+    let old = json!({"list": [{"id": "loopback", "kind": "loopback", "token": scene.token()}], "current": "loopback"});
+    browser.script("localStorage.setItem('voxa.pairings', arguments[0]);", vec![json!(old.to_string())]).await;
+    assert!(stored(browser).await.contains(scene.token()));
+    // The page removes it when it loads, and has no pairing to use.
+    browser.open(&page).await;
+    browser.wait_script("the welcome", "return !document.getElementById('welcome').hidden;").await;
+    let kept = stored(browser).await;
+    assert!(!kept.contains(scene.token()) && !kept.contains("loopback"), "left in localStorage: {kept}");
+    // The link `voxa open` hands out, opened on that same page (only the fragment changes).
+    browser.open(&format!("{page}#token={}", scene.token())).await;
+    browser.wait_connection("online").await;
+    assert_eq!(browser.address().await, page);
+    let kept = stored(browser).await;
+    assert!(!kept.contains(scene.token()) && !kept.contains("loopback"), "left in localStorage: {kept}");
+    browser.type_into("Command", "echo from-memory").await;
+    browser.press("Run").await;
+    browser.wait_text(TERMINAL, "the command", |t| t.contains("from-memory\n")).await;
+    // A reload has nothing to read: the page asks for a fresh link.
+    browser.open(&page).await;
+    browser.wait_script("the welcome", "return !document.getElementById('welcome').hidden;").await;
+    let welcome = browser.wait_text("#welcome", "the welcome", |t| t.contains("voxa open")).await;
+    assert!(welcome.contains("voxa open"), "{welcome}");
+    assert!(!stored(browser).await.contains(scene.token()));
     scene.close().await;
 }
 
@@ -465,7 +645,7 @@ async fn two_laptops_are_remembered_switched_and_one_forgotten() {
     std::fs::write(first.workspace().join("on-the-first.txt"), "1").unwrap();
     let second = Machine::start(&first.relay, "on-the-second.txt").await;
     let (code, token) = (second.secrets.relay_code.expose(), second.secrets.auth_token.expose());
-    let second_link = format!("http://{}/?code={code}&token={token}", first.relay.addr);
+    let second_link = format!("http://{}/#code={code}&token={token}", first.relay.addr);
     let browser = &first.browser;
     first.open_online().await;
     browser.open(&second_link).await;
