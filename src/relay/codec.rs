@@ -26,7 +26,7 @@ pub(crate) const HEADER_ROOM: usize = 4 + HEADER_LEN;
 /// Largest payload the writer moves to make room for its header; larger ones go vectored.
 const MAX_INLINE_PAYLOAD: usize = 2 << 10;
 /// Largest control frame payload (RFC 6455 §5.5).
-const MAX_CONTROL_LEN: usize = super::reader::MAX_CONTROL_LEN;
+pub(crate) const MAX_CONTROL_LEN: usize = 125;
 /// Room for a server frame header and the relay's header.
 const MAX_HEAD: usize = 10 + HEADER_LEN;
 

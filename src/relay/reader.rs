@@ -7,14 +7,12 @@ use std::io;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::codec::{HEADER_ROOM, OP_BINARY, OP_CLOSE, OP_CONTINUATION, OP_PING, OP_PONG, OP_TEXT};
+use super::codec::{HEADER_ROOM, MAX_CONTROL_LEN, OP_BINARY, OP_CLOSE, OP_CONTINUATION, OP_PING, OP_PONG, OP_TEXT};
 
 /// Bytes of a socket's read buffer, which holds frame headers, control frames and small frames.
 pub(crate) const READ_BUFFER_LEN: usize = 2 << 10;
 /// Most bytes of a message read into one part before it is handed on.
 pub(crate) const PART_LEN: usize = 16 << 10;
-/// Largest control frame payload (RFC 6455 §5.5).
-pub(crate) const MAX_CONTROL_LEN: usize = 125;
 /// Longest frame header: 2 bytes, 8 of extended length, 4 of mask.
 const MAX_HEADER_LEN: usize = 14;
 
