@@ -326,15 +326,6 @@ impl Runner {
                 Output::Ask { ask, request } => {
                     self.flush_text();
                     let Pending { approval, expires_at, answer } = self.shared.gate.open(request.clone());
-                    self.record(Event::Approval {
-                        approval: approval.clone(),
-                        tool: request.tool,
-                        input: request.input,
-                        summary: request.summary,
-                        risk: request.risk,
-                        questions: request.questions,
-                        expires_at,
-                    });
                     let deadline = Duration::from_millis(expires_at.saturating_sub(now_ms())) + APPROVAL_GRACE;
                     let answers = self.answers.0.clone();
                     let ask_id = ask.id.clone();
@@ -343,9 +334,19 @@ impl Runner {
                             tokio::time::timeout(deadline, answer).await.unwrap_or_else(|_| PermissionAnswer::timed_out());
                         let _ = answers.send((ask_id, answer)).await;
                     });
-                    self.asks.insert(ask.id.clone(), OpenAsk { ask, approval, waiter });
+                    // The count and the state are right by the time anyone hears of the prompt.
+                    self.asks.insert(ask.id.clone(), OpenAsk { ask, approval: approval.clone(), waiter });
                     self.pending.store(self.asks.len(), Ordering::Relaxed);
                     self.set_state(SessionState::Waiting);
+                    self.record(Event::Approval {
+                        approval,
+                        tool: request.tool,
+                        input: request.input,
+                        summary: request.summary,
+                        risk: request.risk,
+                        questions: request.questions,
+                        expires_at,
+                    });
                 }
                 Output::Withdrawn(id) => self.withdraw(&id),
                 Output::TurnEnded => self.end_turn().await,
