@@ -252,7 +252,9 @@ mod tests {
     fn the_command_line_has_both_pipes_and_the_stdio_prompt_and_resumes_in_one_argument() {
         let launch = claude().launch(Some("abc"), None);
         assert!(!launch.args.contains(&"-p".to_owned()));
-        for needed in ["--input-format", "--permission-prompt-tool", "stdio", "--include-partial-messages", "--resume=abc"] {
+        for needed in
+            ["--input-format", "--permission-prompt-tool", "stdio", "--include-partial-messages", "--resume=abc"]
+        {
             assert!(launch.args.contains(&needed.to_owned()), "{needed}");
         }
         assert!(!claude().launch(None, None).args.iter().any(|arg| arg.starts_with("--resume")));
@@ -262,11 +264,17 @@ mod tests {
     fn stream_lines_become_events() {
         let mut adapter = claude();
         assert_eq!(
-            events(&mut adapter, r#"{"type":"system","subtype":"init","session_id":"abc","cwd":"/work","new_field":1}"#),
+            events(
+                &mut adapter,
+                r#"{"type":"system","subtype":"init","session_id":"abc","cwd":"/work","new_field":1}"#
+            ),
             [Output::ResumeId("abc".into())]
         );
         assert_eq!(
-            events(&mut adapter, r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}}"#),
+            events(
+                &mut adapter,
+                r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}}"#
+            ),
             [Output::Event(Event::Text { text: "Hel".into(), partial: true })]
         );
         let tool = events(
@@ -277,10 +285,16 @@ mod tests {
         let Output::Event(Event::ToolUse { tool_use_id, summary, diff, .. }) = &tool[1] else { panic!("{tool:?}") };
         assert_eq!((tool_use_id.as_str(), summary.as_str(), diff), ("t1", "ls (in /work)", &None));
         assert_eq!(
-            events(&mut adapter, r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"a\nb"}],"is_error":true}]}}"#),
+            events(
+                &mut adapter,
+                r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"a\nb"}],"is_error":true}]}}"#
+            ),
             [Output::Event(Event::ToolResult { tool_use_id: "t1".into(), ok: false, output: "a\nb".into() })]
         );
-        let end = events(&mut adapter, r#"{"type":"result","subtype":"success","is_error":false,"result":"Done","session_id":"abc","total_cost_usd":0.5,"duration_ms":7}"#);
+        let end = events(
+            &mut adapter,
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"Done","session_id":"abc","total_cost_usd":0.5,"duration_ms":7}"#,
+        );
         assert_eq!(
             end,
             [
@@ -301,17 +315,25 @@ mod tests {
             r#"{"type":"control_request","request_id":"r1","request":{"subtype":"can_use_tool","tool_name":"Write","input":{"file_path":"/work/a.txt","content":"hi"},"permission_suggestions":[{"type":"setMode","mode":"acceptEdits","destination":"session"}]}}"#,
         );
         let [Output::Ask { ask, request }] = asked.as_slice() else { panic!("{asked:?}") };
-        assert_eq!((request.tool.as_str(), request.summary.as_str(), request.allow_session), ("Write", "write a.txt", true));
-        let allow = PermissionAnswer { decision: Decision::AllowSession, message: None, answers: None, by: "phone".into() };
+        assert_eq!(
+            (request.tool.as_str(), request.summary.as_str(), request.allow_session),
+            ("Write", "write a.txt", true)
+        );
+        let allow =
+            PermissionAnswer { decision: Decision::AllowSession, message: None, answers: None, by: "phone".into() };
         let written: Value = serde_json::from_str(&adapter.answer(ask, &allow)[0]).unwrap();
         assert_eq!(written["response"]["request_id"], "r1");
         assert_eq!(written["response"]["response"]["behavior"], "allow");
         assert_eq!(written["response"]["response"]["updatedInput"]["content"], "hi");
         assert_eq!(written["response"]["response"]["updatedPermissions"][0]["mode"], "acceptEdits");
-        let deny = PermissionAnswer { decision: Decision::Deny, message: Some("no".into()), answers: None, by: "cli".into() };
+        let deny =
+            PermissionAnswer { decision: Decision::Deny, message: Some("no".into()), answers: None, by: "cli".into() };
         let written: Value = serde_json::from_str(&adapter.answer(ask, &deny)[0]).unwrap();
         assert_eq!(written["response"]["response"], json!({"behavior": "deny", "message": "no"}));
-        assert_eq!(events(&mut adapter, r#"{"type":"control_cancel_request","request_id":"r1"}"#), [Output::Withdrawn("r1".into())]);
+        assert_eq!(
+            events(&mut adapter, r#"{"type":"control_cancel_request","request_id":"r1"}"#),
+            [Output::Withdrawn("r1".into())]
+        );
     }
 
     #[test]
@@ -337,12 +359,22 @@ mod tests {
     #[test]
     fn other_control_requests_are_refused_and_a_missing_login_is_explained() {
         let mut adapter = claude();
-        let out = events(&mut adapter, r#"{"type":"control_request","request_id":"h","request":{"subtype":"hook_callback"}}"#);
+        let out = events(
+            &mut adapter,
+            r#"{"type":"control_request","request_id":"h","request":{"subtype":"hook_callback"}}"#,
+        );
         let [Output::Write(lines)] = out.as_slice() else { panic!("{out:?}") };
         assert!(lines[0].contains(r#""subtype":"error""#) && lines[0].contains(r#""request_id":"h""#));
-        events(&mut adapter, r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Not logged in · Please run /login"}]}}"#);
-        let out = events(&mut adapter, r#"{"type":"result","subtype":"success","is_error":true,"result":"Not logged in"}"#);
-        assert!(out.iter().any(|o| matches!(o, Output::Event(Event::Error { code, .. }) if code == "unavailable")), "{out:?}");
+        events(
+            &mut adapter,
+            r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Not logged in · Please run /login"}]}}"#,
+        );
+        let out =
+            events(&mut adapter, r#"{"type":"result","subtype":"success","is_error":true,"result":"Not logged in"}"#);
+        assert!(
+            out.iter().any(|o| matches!(o, Output::Event(Event::Error { code, .. }) if code == "unavailable")),
+            "{out:?}"
+        );
         let interrupt: Value = serde_json::from_str(&adapter.interrupt()[0]).unwrap();
         assert_eq!(interrupt["request"]["subtype"], "interrupt");
     }

@@ -85,7 +85,12 @@ pub fn edit_diff(tool: &str, input: &Value) -> Option<String> {
             let edits: Vec<(&str, &str, bool)> = input
                 .get("edits")
                 .and_then(Value::as_array)
-                .map(|edits| edits.iter().map(|edit| (field(edit, "old_string"), field(edit, "new_string"), replace_all(edit))).collect())
+                .map(|edits| {
+                    edits
+                        .iter()
+                        .map(|edit| (field(edit, "old_string"), field(edit, "new_string"), replace_all(edit)))
+                        .collect()
+                })
                 .unwrap_or_default();
             apply(current, &edits)
         }

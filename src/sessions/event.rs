@@ -4,8 +4,6 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::gate::Risk;
-
 /// Longest text of one `text` event; longer agent text is cut.
 pub const MAX_TEXT_LEN: usize = 64 << 10;
 /// Longest `output` of one `tool_result` event; longer output is cut, the cut said.
@@ -15,6 +13,18 @@ pub const MAX_DIFF_LEN: usize = 64 << 10;
 /// Most bytes of a tool's `input` kept in a `tool_use` or `approval` event; larger inputs are
 /// replaced by their summary.
 pub const MAX_INPUT_LEN: usize = 64 << 10;
+
+/// What a prompt puts at stake (SPEC §12 `risk`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Risk {
+    Read,
+    Write,
+    Exec,
+    Network,
+    /// Touches something outside the session's directory.
+    Outside,
+}
 
 /// Where a session is (SPEC §12 `state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -33,7 +33,11 @@ pub struct Follower {
 impl Follower {
     /// Follows every session from `after` (a session not named there from its start). Subscribes
     /// before it looks at the store, so nothing recorded meanwhile is missed.
-    pub(crate) fn new(store: Arc<Store>, live: broadcast::Receiver<SessionEvent>, after: &HashMap<String, u64>) -> Self {
+    pub(crate) fn new(
+        store: Arc<Store>,
+        live: broadcast::Receiver<SessionEvent>,
+        after: &HashMap<String, u64>,
+    ) -> Self {
         let mut follower =
             Follower { store, live, delivered: HashMap::new(), behind: VecDeque::new(), ready: VecDeque::new() };
         for (session, seq) in after {

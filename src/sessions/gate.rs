@@ -12,23 +12,12 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::event::now_ms;
+pub use super::event::Risk;
 
 /// How long a prompt waits for an answer when nothing else is configured.
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(600);
 /// The message an agent reads when nobody answered in time.
 pub const NO_ANSWER: &str = "no one approved in time";
-
-/// What a prompt puts at stake (SPEC §12 `risk`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Risk {
-    Read,
-    Write,
-    Exec,
-    Network,
-    /// Touches something outside the session's directory.
-    Outside,
-}
 
 /// An answer's verdict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,7 +71,12 @@ pub struct PermissionAnswer {
 impl PermissionAnswer {
     /// The deny of a prompt nobody answered.
     pub fn timed_out() -> Self {
-        PermissionAnswer { decision: Decision::Deny, message: Some(NO_ANSWER.into()), answers: None, by: "timeout".into() }
+        PermissionAnswer {
+            decision: Decision::Deny,
+            message: Some(NO_ANSWER.into()),
+            answers: None,
+            by: "timeout".into(),
+        }
     }
 }
 

@@ -34,7 +34,7 @@ use tracing::warn;
 
 pub use event::{Event, SessionEvent, SessionState};
 pub use follow::Follower;
-pub use gate::{Decision, LocalGate, PermissionAnswer, PermissionGate, PermissionRequest, Pending, Risk};
+pub use gate::{Decision, LocalGate, Pending, PermissionAnswer, PermissionGate, PermissionRequest, Risk};
 
 use crate::config::{AgentCommand, Limits};
 use crate::protocol::{ErrorCode, ToolError};
@@ -172,7 +172,8 @@ impl SessionHost {
                     () = shared.shutdown.cancelled() => return,
                     _ = every.tick() => {}
                 }
-                let live: HashSet<String> = shared.runners.lock().map(|r| r.keys().cloned().collect()).unwrap_or_default();
+                let live: HashSet<String> =
+                    shared.runners.lock().map(|r| r.keys().cloned().collect()).unwrap_or_default();
                 if let Err(err) = shared.store.prune(&live, store::MAX_AGE, store::MAX_BYTES) {
                     warn!("could not prune the session store: {err:#}");
                 }
@@ -335,17 +336,21 @@ impl SessionHost {
     }
 
     fn spawn_runner(&self, row: &SessionRow, adapter: Box<dyn Adapter>) -> RunnerHandle {
-        let Ok(mut runners) = self.shared.runners.lock() else {
-            // Unreachable in practice (nothing panics holding it); a runner still runs.
-            let generation = self.shared.generation.fetch_add(1, Ordering::Relaxed);
-            return Runner::spawn(self.shared.clone(), row.id.clone(), adapter, row.cwd.clone(), row.resume.clone(), row.state, generation);
-        };
+        // Nothing panics while holding the table; were it poisoned, its contents are still whole.
+        let mut runners = self.shared.runners.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(handle) = runners.get(&row.id) {
             return handle.clone();
         }
         let generation = self.shared.generation.fetch_add(1, Ordering::Relaxed);
-        let handle =
-            Runner::spawn(self.shared.clone(), row.id.clone(), adapter, row.cwd.clone(), row.resume.clone(), row.state, generation);
+        let handle = Runner::spawn(
+            self.shared.clone(),
+            row.id.clone(),
+            adapter,
+            row.cwd.clone(),
+            row.resume.clone(),
+            row.state,
+            generation,
+        );
         runners.insert(row.id.clone(), handle.clone());
         handle
     }
@@ -383,7 +388,10 @@ impl SessionHost {
                 if !matches!(command.format.as_str(), "stream-json" | "text") {
                     return Err(ToolError::new(
                         ErrorCode::Unavailable,
-                        format!("agent {name:?} has output format {:?}; use \"stream-json\" or \"text\"", command.format),
+                        format!(
+                            "agent {name:?} has output format {:?}; use \"stream-json\" or \"text\"",
+                            command.format
+                        ),
                     ));
                 }
                 if let Some(prompt) = prompt {

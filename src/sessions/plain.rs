@@ -79,7 +79,10 @@ impl Adapter for Plain {
             return Vec::new();
         }
         let result = capped(self.text.trim_end(), MAX_TEXT_LEN);
-        vec![Output::Event(Event::TurnEnd { ok: exit_code == 0, result, cost_usd: None, duration_ms: 0 }), Output::TurnEnded]
+        vec![
+            Output::Event(Event::TurnEnd { ok: exit_code == 0, result, cost_usd: None, duration_ms: 0 }),
+            Output::TurnEnded,
+        ]
     }
 }
 
@@ -89,7 +92,8 @@ mod tests {
 
     #[test]
     fn a_text_agent_takes_the_prompt_as_an_argument_and_answers_with_its_output() {
-        let command = AgentCommand { program: "echo".into(), args: vec!["--".into(), "{prompt}".into()], format: "text".into() };
+        let command =
+            AgentCommand { program: "echo".into(), args: vec!["--".into(), "{prompt}".into()], format: "text".into() };
         let mut plain = Plain::new("/bin/echo".into(), command, "s".into(), "/".into());
         assert!(plain.per_turn());
         assert_eq!(plain.launch(None, Some("-rf /")).args, ["--", "-rf /"]);

@@ -206,7 +206,11 @@ mod tests {
     use super::*;
 
     fn launch(script: &str) -> Launch {
-        Launch { program: SHELL.into(), args: vec!["-c".into(), script.into()], env: vec![("GREETING".into(), "hi".into())] }
+        Launch {
+            program: SHELL.into(),
+            args: vec!["-c".into(), script.into()],
+            env: vec![("GREETING".into(), "hi".into())],
+        }
     }
 
     #[tokio::test]
@@ -229,7 +233,8 @@ mod tests {
         let Step::Exited(ended) = polite.next().await else { panic!("no end") };
         assert_eq!(ended.exit_code, 0);
         let mut stubborn =
-            Process::start(&launch("trap '' TERM; exec 0<&-; sleep 60"), Path::new("/"), &env, &Limits::default()).unwrap();
+            Process::start(&launch("trap '' TERM; exec 0<&-; sleep 60"), Path::new("/"), &env, &Limits::default())
+                .unwrap();
         stubborn.close_input();
         let Step::Exited(ended) = stubborn.next().await else { panic!("no end") };
         assert_eq!(ended.exit_code, 128 + 9);

@@ -16,7 +16,7 @@ use tracing::warn;
 
 use super::adapter::{Adapter, Ask, Output};
 use super::event::{now_ms, Event, SessionState, MAX_TEXT_LEN};
-use super::gate::{PermissionAnswer, Pending};
+use super::gate::{Pending, PermissionAnswer};
 use super::process::{Process, Step};
 use super::Shared;
 use crate::protocol::{ErrorCode, ToolError};
@@ -55,6 +55,9 @@ pub struct RunnerHandle {
     pub generation: u64,
 }
 
+/// An answer, and the agent's id of the prompt it answers.
+type AnswerOf = (String, PermissionAnswer);
+
 struct OpenAsk {
     ask: Ask,
     approval: String,
@@ -83,7 +86,7 @@ pub struct Runner {
     text: String,
     text_since: Option<Instant>,
     asks: HashMap<String, OpenAsk>,
-    answers: (mpsc::Sender<(String, PermissionAnswer)>, mpsc::Receiver<(String, PermissionAnswer)>),
+    answers: (mpsc::Sender<AnswerOf>, mpsc::Receiver<AnswerOf>),
     pending: Arc<AtomicUsize>,
     state: SessionState,
 }
@@ -247,7 +250,10 @@ impl Runner {
         self.turn_deadline = Some(Instant::now() + TURN_TIMEOUT);
         self.set_state(SessionState::Working);
         if let Err(err) = self.write(&lines).await {
-            self.record(Event::error(ErrorCode::Internal.as_str(), format!("could not hand the turn to the agent: {err}")));
+            self.record(Event::error(
+                ErrorCode::Internal.as_str(),
+                format!("could not hand the turn to the agent: {err}"),
+            ));
         }
     }
 
@@ -263,7 +269,10 @@ impl Runner {
                 }
                 let hello = self.adapter.hello(self.resume.as_deref());
                 if let Err(err) = self.write(&hello).await {
-                    self.record(Event::error(ErrorCode::Internal.as_str(), format!("the agent refused its handshake: {err}")));
+                    self.record(Event::error(
+                        ErrorCode::Internal.as_str(),
+                        format!("the agent refused its handshake: {err}"),
+                    ));
                 }
                 true
             }
@@ -330,8 +339,9 @@ impl Runner {
                     let answers = self.answers.0.clone();
                     let ask_id = ask.id.clone();
                     let waiter = tokio::spawn(async move {
-                        let answer =
-                            tokio::time::timeout(deadline, answer).await.unwrap_or_else(|_| PermissionAnswer::timed_out());
+                        let answer = tokio::time::timeout(deadline, answer)
+                            .await
+                            .unwrap_or_else(|_| PermissionAnswer::timed_out());
                         let _ = answers.send((ask_id, answer)).await;
                     });
                     // The count and the state are right by the time anyone hears of the prompt.
@@ -402,7 +412,11 @@ impl Runner {
         open.waiter.abort();
         self.shared.gate.withdraw(&open.approval);
         self.pending.store(self.asks.len(), Ordering::Relaxed);
-        self.record(Event::ApprovalResolved { approval: open.approval, decision: "withdrawn".into(), by: "agent".into() });
+        self.record(Event::ApprovalResolved {
+            approval: open.approval,
+            decision: "withdrawn".into(),
+            by: "agent".into(),
+        });
         if self.asks.is_empty() && self.working {
             self.set_state(SessionState::Working);
         }

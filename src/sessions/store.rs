@@ -136,7 +136,8 @@ impl Store {
     fn end_orphans(&self) -> Result<()> {
         let orphans: Vec<String> = {
             let conn = self.conn()?;
-            let mut statement = conn.prepare("SELECT id FROM sessions WHERE state IN ('starting','working','waiting','idle')")?;
+            let mut statement =
+                conn.prepare("SELECT id FROM sessions WHERE state IN ('starting','working','waiting','idle')")?;
             let rows = statement.query_map([], |row| row.get(0))?;
             rows.collect::<Result<_, _>>()?
         };
@@ -179,8 +180,14 @@ impl Store {
             .optional()?
             .ok_or_else(|| anyhow!("no session {session}"))?;
         let seq = last + 1;
-        tx.execute("INSERT INTO events (session, seq, at, event) VALUES (?1, ?2, ?3, ?4)", params![session, seq, to_i64(at), text])?;
-        tx.execute("UPDATE sessions SET last_seq = ?2, last_event_at = ?3 WHERE id = ?1", params![session, seq, to_i64(at)])?;
+        tx.execute(
+            "INSERT INTO events (session, seq, at, event) VALUES (?1, ?2, ?3, ?4)",
+            params![session, seq, to_i64(at), text],
+        )?;
+        tx.execute(
+            "UPDATE sessions SET last_seq = ?2, last_event_at = ?3 WHERE id = ?1",
+            params![session, seq, to_i64(at)],
+        )?;
         match event {
             Event::State { state } => {
                 tx.execute("UPDATE sessions SET state = ?2 WHERE id = ?1", params![session, state.as_str()])?;
@@ -208,8 +215,9 @@ impl Store {
     /// Up to `limit` (at most [`MAX_PAGE`]) events of `session` after `after`, in order.
     pub fn events(&self, session: &str, after: u64, limit: usize) -> Result<Vec<SessionEvent>> {
         let conn = self.conn()?;
-        let mut statement =
-            conn.prepare_cached("SELECT seq, at, event FROM events WHERE session = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3")?;
+        let mut statement = conn.prepare_cached(
+            "SELECT seq, at, event FROM events WHERE session = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        )?;
         let limit = i64::try_from(limit.min(MAX_PAGE)).unwrap_or(0);
         let rows = statement.query_map(params![session, to_i64(after), limit], |row| {
             Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get::<_, String>(2)?))
@@ -268,9 +276,8 @@ impl Store {
                 "SELECT s.id, s.last_event_at, coalesce((SELECT sum(length(e.event)) FROM events e WHERE e.session = s.id), 0)
                  FROM sessions s ORDER BY s.last_event_at, s.id",
             )?;
-            let rows = statement.query_map([], |row| {
-                Ok((row.get::<_, String>(0)?, to_u64(row.get(1)?), to_u64(row.get(2)?)))
-            })?;
+            let rows = statement
+                .query_map([], |row| Ok((row.get::<_, String>(0)?, to_u64(row.get(1)?), to_u64(row.get(2)?))))?;
             rows.collect::<Result<_, _>>()?
         };
         let cutoff = now_ms().saturating_sub(u64::try_from(max_age.as_millis()).unwrap_or(u64::MAX));

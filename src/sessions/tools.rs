@@ -103,11 +103,14 @@ async fn run(host: &SessionHost, spec: &ToolSpec, args: &Value, caller: &str) ->
         "agent_sessions" => Ok(json!({ "sessions": host.sessions()? })),
         "agent_log" => {
             let after = args.u64("after").unwrap_or(0);
-            let limit = args.u64("limit").map_or(DEFAULT_LOG_LIMIT, |limit| usize::try_from(limit).unwrap_or(usize::MAX));
+            let limit =
+                args.u64("limit").map_or(DEFAULT_LOG_LIMIT, |limit| usize::try_from(limit).unwrap_or(usize::MAX));
             let (events, next) = host.log(session, after, limit)?;
             let events: Vec<Value> = events.iter().map(super::SessionEvent::to_frame).collect();
             Ok(json!({ "events": events, "next": next }))
         }
-        other => Err(ToolError::new(crate::protocol::ErrorCode::Internal, format!("tool {other} has no implementation"))),
+        other => {
+            Err(ToolError::new(crate::protocol::ErrorCode::Internal, format!("tool {other} has no implementation")))
+        }
     }
 }

@@ -90,7 +90,10 @@ impl FakeModel {
 
     /// The requests that offered tools (the conversation's own).
     pub fn turn_requests(&self) -> Vec<Value> {
-        self.requests().into_iter().filter(|request| request.get("tools").is_some_and(|t| t.as_array().is_some_and(|t| !t.is_empty()))).collect()
+        self.requests()
+            .into_iter()
+            .filter(|request| request.get("tools").is_some_and(|t| t.as_array().is_some_and(|t| !t.is_empty())))
+            .collect()
     }
 
     /// Waits until some request satisfies `check`.
@@ -116,14 +119,16 @@ impl FakeModel {
                 let answer = if path.starts_with("/v1/messages/count_tokens") {
                     json!({"input_tokens": 10}).to_string()
                 } else {
-                    json!({"type": "error", "error": {"type": "not_found_error", "message": "no such endpoint"}}).to_string()
+                    json!({"type": "error", "error": {"type": "not_found_error", "message": "no such endpoint"}})
+                        .to_string()
                 };
                 let status = if path.starts_with("/v1/messages/count_tokens") { "200 OK" } else { "404 Not Found" };
                 let head = format!(
                     "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
                     answer.len()
                 );
-                if write.write_all(head.as_bytes()).await.is_err() || write.write_all(answer.as_bytes()).await.is_err() {
+                if write.write_all(head.as_bytes()).await.is_err() || write.write_all(answer.as_bytes()).await.is_err()
+                {
                     return;
                 }
                 continue;
@@ -185,7 +190,9 @@ fn events(reply: &Reply, n: usize) -> Vec<Value> {
     let text_block = |events: &mut Vec<Value>, deltas: Vec<String>, close: bool| {
         events.push(json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}));
         for delta in deltas {
-            events.push(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": delta}}));
+            events.push(
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": delta}}),
+            );
         }
         if close {
             events.push(json!({"type": "content_block_stop", "index": 0}));
@@ -256,7 +263,9 @@ pub fn tool_results(request: &Value) -> Vec<String> {
             if block["type"] == "tool_result" {
                 let text = match &block["content"] {
                     Value::String(text) => text.clone(),
-                    Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n"),
+                    Value::Array(parts) => {
+                        parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n")
+                    }
                     _ => String::new(),
                 };
                 results.push(text);

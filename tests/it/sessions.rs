@@ -207,9 +207,13 @@ async fn a_write_approved_happens_and_a_command_denied_does_not() {
     let diff = diff.expect("the write's tool_use carries a diff");
     assert!(diff.contains("-old line\n") && diff.contains("+hello from the agent\n"), "{diff}");
     assert!(log.iter().any(|e| matches!(&e.event, Event::ToolResult { ok: true, .. })), "{log:#?}");
-    assert!(log.iter().any(|e| matches!(&e.event, Event::ApprovalResolved { decision, by, .. } if decision == "allow" && by == "phone")));
+    assert!(log.iter().any(
+        |e| matches!(&e.event, Event::ApprovalResolved { decision, by, .. } if decision == "allow" && by == "phone")
+    ));
     assert!(matches!(&log[0].event, Event::State { state: SessionState::Starting }));
-    assert!(matches!(&log[1].event, Event::User { text, by } if text == "Write a greeting to hello.txt" && by == "phone"));
+    assert!(
+        matches!(&log[1].event, Event::User { text, by } if text == "Write a greeting to hello.txt" && by == "phone")
+    );
     let streamed: String = log
         .iter()
         .filter_map(|e| match &e.event {
@@ -253,7 +257,12 @@ async fn a_question_is_answered_and_the_agent_reads_the_answer() {
     let asked = until(&mut follower, &session, "question", is_approval("AskUserQuestion")).await;
     let Event::Approval { questions, .. } = &asked.event else { unreachable!() };
     assert_eq!(questions.as_ref().unwrap()[0]["options"][1]["label"], "Blue");
-    rig.answer(&approval_id(&asked), Decision::Allow, None, Some(json!({"Which colour should the button be?": "Blue"})));
+    rig.answer(
+        &approval_id(&asked),
+        Decision::Allow,
+        None,
+        Some(json!({"Which colour should the button be?": "Blue"})),
+    );
     let end = until(&mut follower, &session, "turn end", is_turn_end).await;
     assert!(matches!(&end.event, Event::TurnEnd { ok: true, .. }), "{end:?}");
     let last = rig.model.turn_requests().pop().unwrap();
@@ -336,20 +345,28 @@ async fn a_configured_agent_takes_one_turn_per_process_and_a_flood_stays_bounded
     let script = "yes 'a line of a flooding agent' | head -n 100000; echo \"asked: $0\"";
     config.agents.insert(
         "flood".into(),
-        AgentCommand { program: "/bin/sh".into(), args: vec!["-c".into(), script.into(), "{prompt}".into()], format: "text".into() },
+        AgentCommand {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into(), "{prompt}".into()],
+            format: "text".into(),
+        },
     );
     let Some(rig) = Rig::new(config).await else { return };
     let mut follower = rig.host.follow(&HashMap::new());
-    let request = StartRequest { prompt: "go".into(), agent: Some("flood".into()), by: "cli".into(), ..Default::default() };
+    let request =
+        StartRequest { prompt: "go".into(), agent: Some("flood".into()), by: "cli".into(), ..Default::default() };
     let session = rig.host.start(request).await.unwrap().session;
     let end = until(&mut follower, &session, "turn end", is_turn_end).await;
     let Event::TurnEnd { ok, .. } = &end.event else { unreachable!() };
     assert!(*ok);
     let log = whole_log(&rig.host, &session);
-    let text: usize = log.iter().map(|e| match &e.event {
-        Event::Text { text, .. } => text.matches("a line of a flooding agent").count(),
-        _ => 0,
-    }).sum();
+    let text: usize = log
+        .iter()
+        .map(|e| match &e.event {
+            Event::Text { text, .. } => text.matches("a line of a flooding agent").count(),
+            _ => 0,
+        })
+        .sum();
     assert_eq!(text, 100_000, "every line is kept");
     // Gathered into events of a few KiB, not one per line.
     assert!(log.len() < 2_000, "{} events for 100k lines", log.len());
