@@ -17,6 +17,7 @@ pub mod sessions;
 
 pub mod approvals;
 pub mod net;
+pub mod push;
 pub mod tools;
 
 pub mod audit;
