@@ -4,7 +4,7 @@
 
 // Layers, top to bottom; a module imports only from its own layer or below, never in a circle
 // (tests/it/layers.rs checks it; docs/ARCHITECTURE.md describes each module):
-//   commands → cli (argument types) → agent, hosted, environments, gemini → relay
+//   commands → cli (argument types) → agent, hosted, environments, gemini, sessions → relay
 //   → net, tools, approvals
 //   → protocol, state, secret, config, audit, error, logging
 // The relay is a leaf: it imports only net and protocol (and secret, text); hosted voice plugs
@@ -16,6 +16,7 @@ pub mod agent;
 pub mod environments;
 pub mod gemini;
 pub mod hosted;
+pub mod sessions;
 
 pub mod relay;
 
