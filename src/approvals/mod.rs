@@ -257,7 +257,8 @@ impl Broker {
             return Err(DecideError::NeedsExplicitAllow);
         }
         let stopping = by == DecidedBy::Withdrawn && self.stopping();
-        let (by, message) = if stopping { (DecidedBy::Restart, Some(RESTART_MESSAGE.to_owned())) } else { (by, message) };
+        let (by, message) =
+            if stopping { (DecidedBy::Restart, Some(RESTART_MESSAGE.to_owned())) } else { (by, message) };
         let Some(open) = state.open.remove(id) else { return Err(DecideError::NotFound) };
         let message = message.map(|text| summary::clip(&text, crate::protocol::MAX_APPROVAL_TEXT_LEN));
         let resolved = ApprovalResolved { approval: id.to_owned(), decision, by, message: message.clone() };

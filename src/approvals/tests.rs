@@ -258,5 +258,7 @@ async fn what_the_stop_withdraws_is_ended_by_the_restart_and_kept_for_the_next_s
     assert_eq!((answer.decision, answer.by), (Decision::Deny, DecidedBy::Restart));
     let second = Broker::new(options);
     let (snapshot, _) = second.follow();
-    assert!(matches!(&snapshot[..], [AgentMessage::ApprovalResolved(r)] if r.approval == id && r.by == DecidedBy::Restart));
+    assert!(
+        matches!(&snapshot[..], [AgentMessage::ApprovalResolved(r)] if r.approval == id && r.by == DecidedBy::Restart)
+    );
 }
