@@ -4,15 +4,14 @@
 //! Inside: [`host`](SessionHost) (the sessions by id and the tools' entry points), [`runner`]
 //! (one actor per session owning its process), [`adapter`] (the trait each agent's protocol sits
 //! behind: [`claude`], [`plain`] for configured agents), [`process`] (start, write, read, end),
-//! [`store`] (the log on disk), [`follow`] (replay then live), [`gate`] (where prompts go) and
-//! [`describe`] (summaries, risks and diffs).
+//! [`store`] (the log on disk), [`follow`] (replay then live) and [`describe`] (summaries, risks
+//! and diffs). Prompts go to the approval broker (`crate::approvals`).
 
 pub mod adapter;
 pub mod claude;
 pub mod describe;
 pub mod event;
 pub mod follow;
-pub mod gate;
 pub mod plain;
 pub mod process;
 pub mod runner;
@@ -34,8 +33,8 @@ use tracing::warn;
 
 pub use event::{Event, SessionEvent, SessionState};
 pub use follow::Follower;
-pub use gate::{Decision, LocalGate, Pending, PermissionAnswer, PermissionGate, PermissionRequest, Risk};
 
+use crate::approvals::Broker;
 use crate::config::{AgentCommand, Limits};
 use crate::protocol::{ErrorCode, ToolError};
 use crate::tools::coding_agent::{check_prompt_is_not_an_option, find_program, DEFAULT_AGENT, MAX_PROMPT_LEN};
@@ -57,8 +56,6 @@ pub struct SessionHostOptions {
     pub store_dir: PathBuf,
     /// Workspace, agents, limits and environment come from here.
     pub toolbox: Toolbox,
-    /// Where prompts go.
-    pub gate: Arc<dyn PermissionGate>,
     pub tasks: TaskTracker,
     /// Stops every session's process (they stay resumable).
     pub shutdown: CancellationToken,
@@ -68,7 +65,7 @@ pub struct SessionHostOptions {
 pub struct Shared {
     store: Arc<Store>,
     live: broadcast::Sender<SessionEvent>,
-    gate: Arc<dyn PermissionGate>,
+    approvals: Broker,
     env: Arc<[(OsString, OsString)]>,
     limits: Limits,
     tasks: TaskTracker,
@@ -149,7 +146,7 @@ impl SessionHost {
         let shared = Arc::new(Shared {
             store,
             live,
-            gate: options.gate,
+            approvals: options.toolbox.approvals().clone(),
             env: options.toolbox.child_env(),
             limits: options.toolbox.config().limits.clone(),
             tasks: options.tasks,
@@ -187,7 +184,7 @@ impl SessionHost {
         let agent = request.agent.clone().unwrap_or_else(|| DEFAULT_AGENT.to_owned());
         let cwd = self.toolbox.directory(request.cwd.as_deref())?;
         let id = format!("s-{}", hex::encode(rand::random::<[u8; 8]>()));
-        let adapter = self.adapter(&agent, &id, &cwd, Some(&request.prompt))?;
+        let adapter = self.adapter(&agent, &cwd, Some(&request.prompt))?;
         let title = request.title.as_deref().unwrap_or_else(|| request.prompt.lines().next().unwrap_or_default());
         let now = event::now_ms();
         let row = SessionRow {
@@ -281,8 +278,8 @@ impl SessionHost {
     }
 
     /// Where this host's prompts go.
-    pub fn gate(&self) -> &Arc<dyn PermissionGate> {
-        &self.shared.gate
+    pub fn approvals(&self) -> &Broker {
+        &self.shared.approvals
     }
 
     /// Stops every session's process and waits until each has ended. (Cancelling the shutdown
@@ -331,7 +328,7 @@ impl SessionHost {
             return Ok(handle);
         }
         let row = self.row(session)?;
-        let adapter = self.adapter(&row.agent, &row.id, &row.cwd, None)?;
+        let adapter = self.adapter(&row.agent, &row.cwd, None)?;
         Ok(self.spawn_runner(&row, adapter))
     }
 
@@ -356,13 +353,7 @@ impl SessionHost {
     }
 
     /// The adapter of agent `name`: a configured one first, then the built-in `claude`.
-    fn adapter(
-        &self,
-        name: &str,
-        session: &str,
-        cwd: &std::path::Path,
-        prompt: Option<&str>,
-    ) -> Result<Box<dyn Adapter>, ToolError> {
+    fn adapter(&self, name: &str, cwd: &std::path::Path, prompt: Option<&str>) -> Result<Box<dyn Adapter>, ToolError> {
         let config = self.toolbox.config();
         let configured: Option<&AgentCommand> = config.agents.get(name);
         let program_name = match (configured, name) {
@@ -397,9 +388,9 @@ impl SessionHost {
                 if let Some(prompt) = prompt {
                     check_prompt_is_not_an_option(name, command, prompt)?;
                 }
-                Ok(Box::new(plain::Plain::new(program, command.clone(), session.to_owned(), cwd.to_path_buf())))
+                Ok(Box::new(plain::Plain::new(program, command.clone(), cwd.to_path_buf())))
             }
-            None => Ok(Box::new(claude::Claude::new(program, session.to_owned(), cwd.to_path_buf()))),
+            None => Ok(Box::new(claude::Claude::new(program, cwd.to_path_buf()))),
         }
     }
 }
