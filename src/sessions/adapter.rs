@@ -8,8 +8,7 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use super::event::Event;
-use crate::approvals::Answer;
-use crate::protocol::Risk;
+use crate::approvals::{Answer, Request};
 
 /// How to start the agent's process.
 #[derive(Clone, Debug, PartialEq)]
@@ -28,30 +27,13 @@ pub enum Output {
     /// The agent's own id for this session, to resume it later.
     ResumeId(String),
     /// A prompt that needs an answer; `ask` identifies it to [`Adapter::answer`].
-    Ask { ask: Ask, prompt: Prompt },
+    Ask { ask: Ask, request: Request },
     /// The agent withdrew the prompt `ask.id`.
     Withdrawn(String),
     /// The running turn ended (its `turn_end` event comes as an [`Output::Event`] before).
     TurnEnded,
     /// Lines to write to the agent (acknowledgements, follow-up requests).
     Write(Vec<String>),
-}
-
-/// What a prompt asks, for the person answering it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Prompt {
-    /// The agent's tool name (`Bash`, `Write`, `AskUserQuestion`, `commandExecution`, …).
-    pub tool: String,
-    pub input: Value,
-    /// One line saying what would happen.
-    pub summary: String,
-    pub risk: Risk,
-    /// For a file edit, its unified diff.
-    pub diff: Option<String>,
-    /// A question's `questions[]`, when this is a question rather than a permission.
-    pub questions: Option<Value>,
-    /// Whether "allow for the session" is offered.
-    pub allow_session: bool,
 }
 
 /// A prompt as the agent identifies it.

@@ -6,11 +6,11 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-use super::adapter::{line, Adapter, Ask, Launch, Output, Prompt};
+use super::adapter::{line, Adapter, Ask, Launch, Output};
 use super::describe::{edit_diff, risk, summary};
 use super::event::{bounded_input, capped, Event, MAX_TEXT_LEN, MAX_TOOL_OUTPUT};
-use crate::approvals::Answer;
-use crate::protocol::Decision;
+use crate::approvals::{Answer, Request};
+use crate::protocol::{ApprovalSource, Decision};
 
 /// What the CLI says when it has no credentials.
 const NOT_LOGGED_IN: &str = "Not logged in";
@@ -18,6 +18,8 @@ const NOT_LOGGED_IN: &str = "Not logged in";
 /// The Claude Code adapter of one session.
 pub struct Claude {
     program: PathBuf,
+    /// voxa's id of the session, the source of its approvals.
+    session: String,
     cwd: PathBuf,
     requests: u64,
     /// Set when the CLI printed the "not logged in" notice this turn.
@@ -25,8 +27,8 @@ pub struct Claude {
 }
 
 impl Claude {
-    pub fn new(program: PathBuf, cwd: PathBuf) -> Self {
-        Claude { program, cwd, requests: 0, not_logged_in: false }
+    pub fn new(program: PathBuf, session: String, cwd: PathBuf) -> Self {
+        Claude { program, session, cwd, requests: 0, not_logged_in: false }
     }
 
     fn next_request_id(&mut self) -> String {
@@ -100,16 +102,17 @@ impl Claude {
         let session_grant = request.pointer("/permission_suggestions/0").cloned();
         let questions = (tool == "AskUserQuestion").then(|| input.get("questions").cloned()).flatten();
         let summary = summary(&tool, &input, &self.cwd);
-        let prompt = Prompt {
+        let request = Request {
+            source: ApprovalSource::Session(self.session.clone()),
             risk: risk(&tool, &input, &self.cwd),
             diff: edit_diff(&tool, &input),
             input: bounded_input(input.clone(), &summary),
             tool,
             summary,
-            allow_session: session_grant.is_some() && questions.is_none(),
+            offers_session: session_grant.is_some() && questions.is_none(),
             questions,
         };
-        out.push(Output::Ask { ask: Ask { id, input, session_grant }, prompt });
+        out.push(Output::Ask { ask: Ask { id, input, session_grant }, request });
     }
 
     fn result(&mut self, value: &Value, out: &mut Vec<Output>) {
@@ -242,7 +245,7 @@ mod tests {
     use crate::protocol::DecidedBy;
 
     fn claude() -> Claude {
-        Claude::new("claude".into(), "/work".into())
+        Claude::new("claude".into(), "s-1".into(), "/work".into())
     }
 
     fn events(adapter: &mut Claude, line: &str) -> Vec<Output> {
@@ -315,9 +318,9 @@ mod tests {
             &mut adapter,
             r#"{"type":"control_request","request_id":"r1","request":{"subtype":"can_use_tool","tool_name":"Write","input":{"file_path":"/work/a.txt","content":"hi"},"permission_suggestions":[{"type":"setMode","mode":"acceptEdits","destination":"session"}]}}"#,
         );
-        let [Output::Ask { ask, prompt: request }] = asked.as_slice() else { panic!("{asked:?}") };
+        let [Output::Ask { ask, request }] = asked.as_slice() else { panic!("{asked:?}") };
         assert_eq!(
-            (request.tool.as_str(), request.summary.as_str(), request.allow_session),
+            (request.tool.as_str(), request.summary.as_str(), request.offers_session),
             ("Write", "write a.txt", true)
         );
         let allow = Answer { decision: Decision::AllowSession, message: None, answers: None, by: DecidedBy::Phone };
@@ -342,7 +345,7 @@ mod tests {
             &mut adapter,
             r#"{"type":"control_request","request_id":"q","request":{"subtype":"can_use_tool","tool_name":"AskUserQuestion","input":{"questions":[{"question":"Which?","options":[{"label":"A"},{"label":"B"}]}]}}}"#,
         );
-        let [Output::Ask { ask, prompt: request }] = asked.as_slice() else { panic!("{asked:?}") };
+        let [Output::Ask { ask, request }] = asked.as_slice() else { panic!("{asked:?}") };
         assert_eq!(request.questions.as_ref().unwrap()[0]["question"], "Which?");
         let answer = Answer {
             decision: Decision::Allow,

@@ -184,7 +184,7 @@ impl SessionHost {
         let agent = request.agent.clone().unwrap_or_else(|| DEFAULT_AGENT.to_owned());
         let cwd = self.toolbox.directory(request.cwd.as_deref())?;
         let id = format!("s-{}", hex::encode(rand::random::<[u8; 8]>()));
-        let adapter = self.adapter(&agent, &cwd, Some(&request.prompt))?;
+        let adapter = self.adapter(&agent, &id, &cwd, Some(&request.prompt))?;
         let title = request.title.as_deref().unwrap_or_else(|| request.prompt.lines().next().unwrap_or_default());
         let now = event::now_ms();
         let row = SessionRow {
@@ -328,7 +328,7 @@ impl SessionHost {
             return Ok(handle);
         }
         let row = self.row(session)?;
-        let adapter = self.adapter(&row.agent, &row.cwd, None)?;
+        let adapter = self.adapter(&row.agent, &row.id, &row.cwd, None)?;
         Ok(self.spawn_runner(&row, adapter))
     }
 
@@ -353,7 +353,13 @@ impl SessionHost {
     }
 
     /// The adapter of agent `name`: a configured one first, then the built-in `claude`.
-    fn adapter(&self, name: &str, cwd: &std::path::Path, prompt: Option<&str>) -> Result<Box<dyn Adapter>, ToolError> {
+    fn adapter(
+        &self,
+        name: &str,
+        session: &str,
+        cwd: &std::path::Path,
+        prompt: Option<&str>,
+    ) -> Result<Box<dyn Adapter>, ToolError> {
         let config = self.toolbox.config();
         let configured: Option<&AgentCommand> = config.agents.get(name);
         let program_name = match (configured, name) {
@@ -388,9 +394,9 @@ impl SessionHost {
                 if let Some(prompt) = prompt {
                     check_prompt_is_not_an_option(name, command, prompt)?;
                 }
-                Ok(Box::new(plain::Plain::new(program, command.clone(), cwd.to_path_buf())))
+                Ok(Box::new(plain::Plain::new(program, command.clone(), session.to_owned(), cwd.to_path_buf())))
             }
-            None => Ok(Box::new(claude::Claude::new(program, cwd.to_path_buf()))),
+            None => Ok(Box::new(claude::Claude::new(program, session.to_owned(), cwd.to_path_buf()))),
         }
     }
 }

@@ -24,8 +24,8 @@ pub struct Plain {
 }
 
 impl Plain {
-    pub fn new(program: PathBuf, command: AgentCommand, cwd: PathBuf) -> Self {
-        let stream = (command.format == "stream-json").then(|| Claude::new(program.clone(), cwd));
+    pub fn new(program: PathBuf, command: AgentCommand, session: String, cwd: PathBuf) -> Self {
+        let stream = (command.format == "stream-json").then(|| Claude::new(program.clone(), session, cwd));
         Plain { program, command, stream, text: String::new(), ended: false, stripper: AnsiStripper::new() }
     }
 }
@@ -94,7 +94,7 @@ mod tests {
     fn a_text_agent_takes_the_prompt_as_an_argument_and_answers_with_its_output() {
         let command =
             AgentCommand { program: "echo".into(), args: vec!["--".into(), "{prompt}".into()], format: "text".into() };
-        let mut plain = Plain::new("/bin/echo".into(), command, "/".into());
+        let mut plain = Plain::new("/bin/echo".into(), command, "s".into(), "/".into());
         assert!(plain.per_turn());
         assert_eq!(plain.launch(None, Some("-rf /")).args, ["--", "-rf /"]);
         plain.turn("x");

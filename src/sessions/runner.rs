@@ -17,8 +17,8 @@ use super::adapter::{Adapter, Ask, Output};
 use super::event::{now_ms, Event, SessionState, MAX_TEXT_LEN};
 use super::process::{Process, Step};
 use super::Shared;
-use crate::approvals::{Answer, Request};
-use crate::protocol::{ApprovalSource, DecidedBy, Decision};
+use crate::approvals::Answer;
+use crate::protocol::{DecidedBy, Decision};
 use crate::protocol::{ErrorCode, ToolError};
 
 /// Longest one turn may run before it is interrupted.
@@ -331,18 +331,10 @@ impl Runner {
                         self.resume = Some(id);
                     }
                 }
-                Output::Ask { ask, prompt } => {
+                Output::Ask { ask, request } => {
                     self.flush_text();
-                    let request = Request {
-                        source: ApprovalSource::Session(self.id.clone()),
-                        tool: prompt.tool.clone(),
-                        input: prompt.input.clone(),
-                        summary: prompt.summary.clone(),
-                        risk: prompt.risk,
-                        diff: prompt.diff.clone(),
-                        questions: prompt.questions.clone(),
-                        offers_session: prompt.allow_session,
-                    };
+                    let shown = (request.tool.clone(), request.input.clone(), request.summary.clone(), request.risk);
+                    let questions = request.questions.clone();
                     let pending = self.shared.approvals.request(request);
                     let approval = pending.id().to_owned();
                     let timeout = u64::try_from(self.shared.approvals.timeout().as_millis()).unwrap_or(u64::MAX);
@@ -364,15 +356,8 @@ impl Runner {
                     self.asks.insert(ask.id.clone(), OpenAsk { ask, approval: approval.clone(), withdraw });
                     self.pending.store(self.asks.len(), Ordering::Relaxed);
                     self.set_state(SessionState::Waiting);
-                    self.record(Event::Approval {
-                        approval,
-                        tool: prompt.tool,
-                        input: prompt.input,
-                        summary: prompt.summary,
-                        risk: prompt.risk,
-                        questions: prompt.questions,
-                        expires_at,
-                    });
+                    let (tool, input, summary, risk) = shown;
+                    self.record(Event::Approval { approval, tool, input, summary, risk, questions, expires_at });
                 }
                 Output::Withdrawn(id) => self.withdraw(&id),
                 Output::TurnEnded => self.end_turn().await,
