@@ -24,7 +24,7 @@ use super::gate::{GateShared, LivePairing, PairingGate};
 use super::link::{BackoffPolicy, LinkEvent, LinkEvents, RelayLink};
 use crate::config::RelayUrl;
 use crate::environments::dial_for;
-use crate::environments::identity::Identity;
+use crate::environments::identity::{code_hash, Identity};
 use crate::environments::store::{self, IssuedPairing, Pairings};
 use crate::net::dial::DialOptions;
 use crate::net::liveness::Heartbeat;
@@ -149,7 +149,12 @@ impl EnvSide {
                 }
                 state.live.insert(
                     pairing.id.clone(),
-                    LivePairing { bearer_hash: hash, bound_to: bound_to.clone(), revoked: CancellationToken::new() },
+                    LivePairing {
+                        bearer_hash: hash,
+                        bound_to: bound_to.clone(),
+                        code_hash: code_hash(pairing.code.expose()),
+                        revoked: CancellationToken::new(),
+                    },
                 );
                 started.push(pairing.clone());
             }
