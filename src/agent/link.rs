@@ -331,7 +331,7 @@ impl RelayLink {
             }
             Message::Binary(data) => {
                 if let Peer::Ready { session, .. } = peer {
-                    session.on_binary(&data).await;
+                    session.on_binary(data).await;
                 }
             }
             Message::Close(frame) if frame.as_ref().is_some_and(|f| u16::from(f.code) == close::REPLACED) => {

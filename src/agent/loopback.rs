@@ -446,7 +446,7 @@ async fn run_session(
     let outbox = Outbox::spawn(sink);
     let out_tx = outbox.frames.clone();
     let revoked = admission.revoked.clone();
-    let mut session = Session::new(ctx, admission.caller, out_tx.clone());
+    let mut session = Session::new(ctx, admission.caller, outbox.begin_session().await);
     let mut liveness = Liveness::new(Heartbeat::PROTOCOL);
     loop {
         let revoked = revoked.clone();
@@ -468,7 +468,7 @@ async fn run_session(
                 liveness.heard();
                 match frame {
                     Some(Ok(Message::Text(text))) => session.on_text(&text).await,
-                    Some(Ok(Message::Binary(data))) => session.on_binary(&data).await,
+                    Some(Ok(Message::Binary(data))) => session.on_binary(data).await,
                     Some(Ok(Message::Close(_))) | None => break,
                     Some(Ok(_)) => {}
                     Some(Err(err)) => {
