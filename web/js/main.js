@@ -42,6 +42,8 @@ class App {
   }
 
   async boot() {
+    // A pairing link opened in a tab already on this page changes only the fragment: no reload.
+    window.addEventListener('hashchange', () => this.pairFromAddress());
     const carried = pairings.fromUrl(new URL(location.href));
     // The token leaves the address bar before anything else happens.
     pairings.scrubAddressBar();
@@ -55,6 +57,14 @@ class App {
     const pairing = pairings.current();
     if (pairing) this.use(pairing);
     else if (!(carried instanceof Error)) this.showWelcome();
+  }
+
+  /** The pairing a fragment navigation brought, used at once. */
+  pairFromAddress() {
+    const carried = pairings.fromUrl(new URL(location.href));
+    pairings.scrubAddressBar();
+    if (carried instanceof Error) this.showWelcome(carried.message);
+    else if (carried) this.use(pairings.remember(carried));
   }
 
   async loadConfig() {

@@ -89,15 +89,17 @@ export function label(pairing) {
 }
 
 /**
- * A pairing carried by a URL: `?code=&token=` (the relay's pairing link) or `#token=` (the
- * loopback link `voxa open` prints). `null` when the URL carries none; an `Error` when it carries
+ * A pairing carried by a URL: `#code=&token=` (the relay's pairing link; `?code=&token=` in old
+ * QR codes) or `#token=` (the loopback link `voxa open` prints). `null` when the URL carries none; an `Error` when it carries
  * one that is malformed.
  */
 export function fromUrl(url) {
-  const code = url.searchParams.get('code');
-  const token = url.searchParams.get('token');
   const fragment = new URLSearchParams(url.hash.replace(/^#/, ''));
-  const loopbackToken = fragment.get('token');
+  // voxa prints `#code=&token=` (never sent to the relay); old QR codes carry `?code=&token=`.
+  const relayLink = fragment.has('code') ? fragment : url.searchParams;
+  const code = relayLink.get('code');
+  const token = relayLink.get('token');
+  const loopbackToken = fragment.has('code') ? null : fragment.get('token');
   if (code !== null || token !== null) {
     if (!HEX32.test(code || '') || !HEX32.test(token || '')) {
       return new Error('This pairing link is damaged: scan the code again.');
