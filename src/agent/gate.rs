@@ -10,9 +10,10 @@ use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
 use crate::environments::identity::{is_valid_nonce, HelloBinding, Identity};
-use crate::environments::store::bearer_hash;
+use crate::environments::store::{self, bearer_hash, stamp_of, Stamp};
 use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Hello};
 use crate::secret::Secret;
+use crate::state::Home;
 
 /// Decides who may open a session (docs/PROTOCOL.md, "Session start (protocol 2)").
 pub trait Gate: Send + Sync {
@@ -29,6 +30,10 @@ pub trait Gate: Send + Sync {
     fn admit_bearer(&self, _bearer: &str) -> Result<Admission, ErrorCode> {
         Err(ErrorCode::BearerRefused)
     }
+
+    /// Applies revocations written since the last look, so a session admitted by a credential
+    /// revoked a moment ago sees its revocation token cancelled before its next frame runs.
+    fn check_revocations(&self) {}
 
     /// The refusal for a peer that did not complete the exchange in time.
     fn timeout_code(&self) -> ErrorCode {
@@ -109,11 +114,44 @@ pub fn admit_bearer(gate: &dyn Gate, text: &str) -> Result<Admission, ErrorCode>
 #[derive(Default)]
 pub(crate) struct GateShared {
     pub(crate) state: Mutex<GateState>,
+    /// The home whose `.pairings.json` is read again for revocations when a bearer is admitted
+    /// or an admitted session sends a frame, so a revocation has no window (`None`: only what
+    /// the watcher applies counts).
+    pub(crate) home: Option<Home>,
+    /// The version of `.pairings.json` the revocations were last read from.
+    pub(crate) seen: Mutex<Stamp>,
 }
 
 impl GateShared {
+    /// Gate state that reads revocations from `home` as they happen.
+    pub(crate) fn watching(home: Home) -> Self {
+        GateShared { home: Some(home), ..Default::default() }
+    }
+
     pub(crate) fn identity(&self) -> Option<Arc<Identity>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).identity.clone()
+    }
+
+    /// Applies revocations written since the last look, at once: the revoked hashes are replaced
+    /// and every live pairing whose bearer is among them has its sessions ended. One `stat` when
+    /// nothing changed. A file that cannot be read keeps the last good state (the watcher warns).
+    pub(crate) fn refresh_revocations(&self) {
+        let Some(home) = &self.home else { return };
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let now = stamp_of(&home.path(store::PAIRINGS_FILE));
+        if now == *seen {
+            return;
+        }
+        let Ok(pairings) = store::load_pairings(home) else { return };
+        let revoked = pairings.revoked_hashes();
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        for pairing in state.live.values() {
+            if revoked.iter().any(|hash| bool::from(hash.ct_eq(&pairing.bearer_hash))) {
+                pairing.revoked.cancel();
+            }
+        }
+        state.revoked = revoked;
+        *seen = now;
     }
 }
 
@@ -153,8 +191,14 @@ impl Gate for PairingGate {
     }
 
     fn admit_bearer(&self, bearer: &str) -> Result<Admission, ErrorCode> {
+        // A revocation written a moment ago counts now, not at the watcher's next poll.
+        self.shared.refresh_revocations();
         let state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
         check_bearer(&state, &self.pairing_id, bearer)
+    }
+
+    fn check_revocations(&self) {
+        self.shared.refresh_revocations();
     }
 
     fn timeout_code(&self) -> ErrorCode {

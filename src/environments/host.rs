@@ -991,7 +991,7 @@ mod tests {
             };
             state.live.insert(id.into(), pairing);
         }
-        let shared = Arc::new(GateShared { state: std::sync::Mutex::new(state) });
+        let shared = Arc::new(GateShared { state: std::sync::Mutex::new(state), ..Default::default() });
         // The environment's gate on the attacker's own pairing, which answers any host hello.
         let gate = PairingGate { shared, pairing_id: "p_theirs".into() };
         let (outcome, sent) = handshake_with(&identity, move |hello| {

@@ -490,22 +490,7 @@ async fn a_signature_relayed_from_another_pairing_of_the_environment_gets_no_bea
         send(&mut as_host, hello).await;
         let identity = recv_type(&mut as_host, "identity").await;
         send(&mut as_agent, identity).await;
-        let mut heard = Vec::new();
-        loop {
-            match next_frame(&mut as_agent).await {
-                Some(tokio_tungstenite::tungstenite::Message::Text(text)) => {
-                    let value: Value = serde_json::from_str(&text).unwrap();
-                    let left = value["type"] == "__peer" && value["state"] == "left";
-                    heard.push(value);
-                    if left {
-                        break;
-                    }
-                }
-                None | Some(tokio_tungstenite::tungstenite::Message::Close(_)) => break,
-                Some(_) => {}
-            }
-        }
-        heard
+        until_left(&mut as_agent).await
     };
     let (result, heard) = tokio::join!(call, attack);
     assert_eq!(code_of(&result), "environment-identity-mismatch", "{result}");
@@ -579,6 +564,65 @@ async fn revocation_closes_live_sessions_at_once_and_for_good() {
         .collect();
     assert_eq!(revoked.len(), 2, "{audit}");
     assert!(!audit.contains("vbx_"), "{audit}");
+}
+
+/// No window after `revoke`: a call sent right after it, on a session the bearer opened, never
+/// runs, and the bearer presented right after it is refused — every time, not at the next poll.
+#[tokio::test]
+async fn a_call_or_bearer_right_after_revoke_is_refused_every_time() {
+    const ROUNDS: usize = 30;
+    let relay = TestRelay::start().await;
+    let mut env = Machine::new();
+    env.start(&relay).await;
+    for round in 0..ROUNDS {
+        let open = env.issue(&relay.url());
+        let fresh = env.issue(&relay.url());
+        for issued in [&open, &fresh] {
+            wait_dialing(&relay, &issued.line.code).await;
+        }
+        let (mut session, nonce) = host_hello(&relay, &open.line.code, &open.line.env_key).await;
+        present_bearer(&mut session, &open.line.code, &open.line.env_key, &nonce, open.line.bearer.expose()).await;
+        recv_type(&mut session, "hello_ok").await;
+        let (mut late, late_nonce) = host_hello(&relay, &fresh.line.code, &fresh.line.env_key).await;
+        let identity = recv_type(&mut late, "identity").await;
+        assert!(signed_for(&identity, &fresh.line.code, &fresh.line.env_key, &late_nonce));
+
+        // One write revokes both (every pairing of this environment).
+        env.revoke(&open.line.env_key);
+        let marker = env.workspace.path().join(format!("ran-{round}"));
+        let command = format!("touch {}", marker.display());
+        let id = format!("late{round}");
+        send(&mut session, json!({"type":"tool_call","id": id,"name":"run_command","args":{"command": command}})).await;
+        send(&mut late, json!({"type":"bearer","bearer": fresh.line.bearer.expose()})).await;
+
+        // Refused, or the environment already left the revoked code: never admitted.
+        for frame in until_left(&mut late).await {
+            assert_ne!(frame["type"], "hello_ok", "round {round}: a bearer revoked a moment ago was admitted");
+        }
+        for frame in until_left(&mut session).await {
+            assert_ne!(frame["id"], id.as_str(), "round {round}: the call ran after revoke: {frame}");
+        }
+        assert!(!marker.exists(), "round {round}: the command ran after revoke");
+    }
+}
+
+/// Every JSON frame until the environment leaves the code or the socket closes.
+async fn until_left(socket: &mut ClientSocket) -> Vec<Value> {
+    let mut heard = Vec::new();
+    loop {
+        match next_frame(socket).await {
+            Some(tokio_tungstenite::tungstenite::Message::Text(text)) => {
+                let value: Value = serde_json::from_str(&text).unwrap();
+                let left = value["type"] == "__peer" && value["state"] == "left";
+                heard.push(value);
+                if left {
+                    return heard;
+                }
+            }
+            None | Some(tokio_tungstenite::tungstenite::Message::Close(_)) => return heard,
+            Some(_) => {}
+        }
+    }
 }
 
 #[tokio::test]
