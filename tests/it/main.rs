@@ -3,6 +3,7 @@
 
 mod admission;
 mod agent;
+mod approvals;
 mod browser;
 mod cli;
 mod deploy;
