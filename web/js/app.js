@@ -27,12 +27,14 @@ export class App {
 
   /** Reads a pairing from the address (then scrubs it) and connects to the current laptop. */
   async boot() {
-    // A pairing link opened in a tab already on this page changes only the fragment: no reload.
-    window.addEventListener('hashchange', () => this.pairFromAddress());
-    const carried = pairings.fromUrl(new URL(location.href));
-    // The token leaves the address bar before anything else happens.
-    pairings.scrubAddressBar();
+    const carried = this.fromAddress();
     pairings.clean();
+    // A link opened on this very page changes only the fragment: the page is not loaded again.
+    addEventListener('hashchange', () => {
+      const opened = this.fromAddress();
+      if (opened instanceof Error) this.showWelcome(opened.message);
+      else if (opened) this.use(pairings.remember(opened));
+    });
     if (carried instanceof Error) this.showWelcome(carried.message);
     else if (carried) pairings.remember(carried);
     // What the relay offers decides the socket (`/live` when it hosts voice), so it comes first.
@@ -42,12 +44,14 @@ export class App {
     else if (!(carried instanceof Error)) this.showWelcome();
   }
 
-  /** Takes the pairing a fragment navigation brought, at once. */
-  pairFromAddress() {
+  /**
+   * The pairing the address carries, if any; the secrets leave the address bar at once.
+   * @returns {Pairing | Error | null}
+   */
+  fromAddress() {
     const carried = pairings.fromUrl(new URL(location.href));
     pairings.scrubAddressBar();
-    if (carried instanceof Error) this.showWelcome(carried.message);
-    else if (carried) this.use(pairings.remember(carried));
+    return carried;
   }
 
   async loadConfig() {
