@@ -249,8 +249,12 @@ impl RelayLink {
                     whole
                 };
                 if kind == Kind::Binary {
-                    if let Peer::Ready { session, .. } = &mut slot.state {
-                        session.on_binary(Bytes::from(whole)).await;
+                    if let Peer::Ready { session, revoked } = &mut slot.state {
+                        // A revocation written a moment ago ends the session before this frame runs.
+                        self.gate.check_revocations();
+                        if !revoked.as_ref().is_some_and(CancellationToken::is_cancelled) {
+                            session.on_binary(Bytes::from(whole)).await;
+                        }
                     }
                     return Ok(());
                 }
@@ -303,7 +307,11 @@ impl RelayLink {
                 Err(code) => Err(code),
             },
             Peer::Ready { mut session, revoked } => {
-                session.on_text(text).await;
+                // A revocation written a moment ago ends the session before this frame runs.
+                self.gate.check_revocations();
+                if !revoked.as_ref().is_some_and(CancellationToken::is_cancelled) {
+                    session.on_text(text).await;
+                }
                 return Peer::Ready { session, revoked };
             }
             Peer::Refused => return Peer::Refused,
