@@ -609,8 +609,9 @@ async fn until_left(socket: &mut ClientSocket) -> Vec<Value> {
     loop {
         match next_frame(socket).await {
             Some(tokio_tungstenite::tungstenite::Message::Text(text)) => {
-                let value: Value = serde_json::from_str(&text).unwrap();
-                let left = value["type"] == "__peer" && value["state"] == "left";
+                // A relay notice is U+0001 and a JSON object.
+                let value: Value = serde_json::from_str(text.trim_start_matches('\u{1}')).unwrap();
+                let left = value["type"] == "presence" && value["state"] == "left";
                 heard.push(value);
                 if left {
                     return heard;
