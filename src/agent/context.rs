@@ -12,6 +12,7 @@ use super::gate::Admission;
 use crate::environments::EnvRouter;
 use crate::gemini::{declare_env_argument, GeminiConfig};
 use crate::protocol::{self, AgentMessage, AgentStatus, HelloOk};
+use crate::push::Notifier;
 use crate::tools::Toolbox;
 
 /// Live state shown by `voxa status`.
@@ -26,6 +27,8 @@ pub struct LiveStatus {
     /// seconds.
     pub retired_code_until: Mutex<Option<u64>>,
     pub calls_in_flight: AtomicUsize,
+    /// Clients following (`follow`) right now; notifications go out only while it is 0.
+    pub followers: AtomicUsize,
 }
 
 /// What every session of one agent shares.
@@ -36,12 +39,14 @@ pub struct AgentContext {
     pub status: Arc<LiveStatus>,
     /// Every task of this agent: connections, calls, progress forwarders, voice bridges.
     pub tasks: TaskTracker,
+    /// Web Push to the phones that turned notifications on (none in tests that do not ask).
+    pub notifier: Option<Notifier>,
 }
 
 impl AgentContext {
     /// A context whose tasks go through `tasks`.
     pub fn new(toolbox: Toolbox, tasks: TaskTracker) -> Self {
-        AgentContext { toolbox, gemini: None, router: None, status: Arc::default(), tasks }
+        AgentContext { toolbox, gemini: None, router: None, status: Arc::default(), tasks, notifier: None }
     }
 
     /// `"hosted"` or `"self-hosted"`.
@@ -68,6 +73,7 @@ impl AgentContext {
             env_key: admission.env_key.clone(),
             proof: admission.proof.clone(),
             host: host_name(),
+            vapid_public_key: self.notifier.as_ref().map(|n| n.public_key().to_owned()),
         })
     }
 

@@ -12,6 +12,7 @@ pub mod env_side;
 pub mod gate;
 pub mod link;
 pub mod loopback;
+pub mod notify;
 pub mod outbox;
 pub mod retired;
 pub mod session;
@@ -37,6 +38,7 @@ use crate::environments::{HostOptions, HostRouter};
 use crate::gemini::GeminiConfig;
 use crate::net::dial::DialOptions;
 use crate::net::liveness::Heartbeat;
+use crate::push::Notifier;
 use crate::state::{Home, Secrets};
 use crate::tools::{Toolbox, ToolboxOptions};
 
@@ -125,6 +127,21 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
     let tasks = TaskTracker::new();
     let mut ctx = AgentContext::new(toolbox, tasks.clone());
     ctx.gemini = options.gemini.clone().map(Arc::new);
+    // Notifications: a home whose VAPID key cannot be made or read still runs, without them.
+    let pairing = crate::push::pairing_id(&options.secrets.relay_code);
+    match Notifier::new(&options.home, pairing, options.config.notifications.clone(), options.dial.clone()) {
+        Ok((notifier, queue)) => {
+            tasks.spawn(queue.run(notifier.clone(), shutdown.clone()));
+            tasks.spawn(notify::watch_approvals(
+                ctx.toolbox.approvals().clone(),
+                notifier.clone(),
+                ctx.status.clone(),
+                shutdown.clone(),
+            ));
+            ctx.notifier = Some(notifier);
+        }
+        Err(err) => warn!("notifications are off: {err:#}"),
+    }
     if let Some(relay) = &options.relay {
         if let Ok(mut shown) = ctx.status.relay.lock() {
             *shown = relay.to_string();

@@ -142,6 +142,26 @@ impl Session {
                     self.send(AgentMessage::Error { code: err.code, message: Some(err.message) }).await;
                 }
             }
+            ClientMessage::PushSubscribe { subscription } => {
+                let answer = match self.ctx.notifier.as_ref().map(|n| n.subscribe(subscription)) {
+                    Some(Ok(())) => AgentMessage::PushSubscribed,
+                    Some(Err(err)) => {
+                        AgentMessage::Error { code: ErrorCode::InvalidArgs, message: Some(format!("{err:#}")) }
+                    }
+                    None => AgentMessage::Error {
+                        code: ErrorCode::Unavailable,
+                        message: Some("this agent sends no notifications".into()),
+                    },
+                };
+                self.send(answer).await;
+            }
+            ClientMessage::PushUnsubscribe { endpoint } => {
+                if let Some(notifier) = &self.ctx.notifier {
+                    if let Err(err) = notifier.subscriptions().remove(&endpoint) {
+                        warn!("could not remove a push subscription: {err:#}");
+                    }
+                }
+            }
         }
     }
 
@@ -153,9 +173,13 @@ impl Session {
         let following = self.cancel.child_token();
         self.following = Some(following.clone());
         let broker = self.ctx.toolbox.approvals().clone();
-        self.ctx
-            .tasks
-            .spawn(approvals::forward(broker, self.out.clone(), following, |notice| Some(Frame::from(&notice))));
+        let status = self.ctx.status.clone();
+        let out = self.out.clone();
+        self.ctx.tasks.spawn(async move {
+            // Counted while it runs: notifications wait for a moment nobody follows.
+            let _following = crate::push::Presence::hold(&status.followers);
+            approvals::forward(broker, out, following, |notice| Some(Frame::from(&notice))).await
+        });
     }
 
     async fn start_voice(&mut self) {

@@ -79,6 +79,10 @@ pub struct HelloOk {
     /// This machine's host name, so a client can name the pairing (sent only after a good hello).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The agent's VAPID public key (base64url of the uncompressed P-256 point), the page's
+    /// `applicationServerKey` for notifications.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vapid_public_key: Option<String>,
 }
 
 /// Prefix of the message a client proves (see docs/PROTOCOL.md, "Session start (protocol 2)").

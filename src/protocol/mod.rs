@@ -10,6 +10,7 @@ mod errors;
 mod frame;
 mod hello;
 mod presence;
+mod push;
 mod session;
 mod tools;
 
@@ -23,6 +24,7 @@ pub use hello::{
     BearerFrame, Hello, HelloOk, HOST_ROLE,
 };
 pub use presence::{is_peer_frame, PeerNotice, PeerRole, PeerState, PEER_TYPE};
+pub use push::{push_endpoint_host, PushKeys, PushSubscription, MAX_PUSH_ENDPOINT_LEN};
 pub use session::{
     parse_client, AgentMessage, AgentSees, AgentStatus, ClientMessage, CodingAgentSeen, ToolActivityState,
     TranscriptRole,

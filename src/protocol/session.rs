@@ -39,6 +39,14 @@ pub enum ClientMessage {
     Unfollow,
     /// An answer to an open approval.
     Approve(Approve),
+    /// Notifications: this browser's Web Push subscription (answered `push_subscribed`).
+    PushSubscribe {
+        subscription: super::PushSubscription,
+    },
+    /// Notifications off for this browser.
+    PushUnsubscribe {
+        endpoint: String,
+    },
 }
 
 impl ClientMessage {
@@ -114,6 +122,8 @@ pub enum AgentMessage {
     Approval(ApprovalFrame),
     /// An approval was decided.
     ApprovalResolved(ApprovalResolved),
+    /// The laptop keeps this browser's push subscription and will notify it.
+    PushSubscribed,
 }
 
 impl AgentMessage {

@@ -817,6 +817,7 @@ mod tests {
         let good =
             hello(serde_json::json!({"type":"hello","protocol":2,"nonce":"1".repeat(32),"proof":"a".repeat(64)}));
         let ok = |proof: Option<&str>| protocol::HelloOk {
+            vapid_public_key: None,
             agent: "voxa/0".into(),
             mode: "hosted".into(),
             tools: vec!["list_dir".into()],

@@ -100,7 +100,16 @@ fn agent_message() -> impl Strategy<Value = AgentMessage> {
     );
     let hello_ok = (any::<String>(), vec(any::<String>(), 0..8), any::<u32>(), opt_string(), opt_string()).prop_map(
         |(agent, tools, protocol, proof, env_key)| {
-            AgentMessage::HelloOk(HelloOk { agent, mode: "hosted".into(), tools, protocol, proof, env_key, host: None })
+            AgentMessage::HelloOk(HelloOk {
+                agent,
+                mode: "hosted".into(),
+                tools,
+                protocol,
+                proof,
+                env_key,
+                host: None,
+                vapid_public_key: None,
+            })
         },
     );
     prop_oneof![
@@ -594,13 +603,15 @@ impl Expected {
             Ok(
                 ClientMessage::CallStart | ClientMessage::CallEnd | ClientMessage::Say { .. } | ClientMessage::AudioEnd,
             ) => self.call_errors += 1,
-            Ok(ClientMessage::Approve(_)) => self.approve_errors += 1,
+            // Both are answered once: an error, or `push_subscribed`.
+            Ok(ClientMessage::Approve(_) | ClientMessage::PushSubscribe { .. }) => self.approve_errors += 1,
             Ok(
                 ClientMessage::Hello(_)
                 | ClientMessage::Bearer(_)
                 | ClientMessage::Cancel { .. }
                 | ClientMessage::Follow { .. }
-                | ClientMessage::Unfollow,
+                | ClientMessage::Unfollow
+                | ClientMessage::PushUnsubscribe { .. },
             ) => {}
         }
     }
@@ -642,6 +653,7 @@ async fn session_answers_every_frame(agent: &TestAgent, frames: Vec<String>) -> 
                 prop_assert!(reason.len() <= 200, "a bad-frame reason must not echo the frame back");
                 seen.bad_frames += 1;
             }
+            Some("push_subscribed") => seen.approve_errors += 1,
             Some("tool_result") => seen.results += 1,
             Some("tool_progress") => {}
             Some("status") => seen.statuses += 1,

@@ -73,6 +73,8 @@ export const CLIENT_FRAMES = /** @type {const} */ ([
   'follow',
   'unfollow',
   'approve',
+  'push_subscribe',
+  'push_unsubscribe',
 ]);
 
 /** `type` of the frames an agent (or a relay hosting a call) sends. */
@@ -94,6 +96,7 @@ export const AGENT_FRAMES = /** @type {const} */ ([
   'call_ended',
   'approval',
   'approval_resolved',
+  'push_subscribed',
 ]);
 
 /** @typedef {typeof ERROR_CODES[number]} ErrorCode */
