@@ -139,6 +139,24 @@ pub struct Config {
     /// Resource limits of the processes tools start.
     #[serde(skip_serializing_if = "Limits::is_default")]
     pub limits: Limits,
+    /// Session security (docs/PROTOCOL.md, "Sealed sessions (protocol 3)").
+    #[serde(skip_serializing_if = "Security::is_default")]
+    pub security: Security,
+}
+
+/// `[security]`: which sessions the agent accepts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Security {
+    /// Refuse protocol-2 sessions (`sealed-session-required`): every client must seal (protocol 3).
+    /// Hosted voice, whose relay must read the session, then cannot start.
+    pub require_sealed: bool,
+}
+
+impl Security {
+    fn is_default(&self) -> bool {
+        *self == Security::default()
+    }
 }
 
 /// Resource limits for every process a tool starts (`run_command`, coding agents), applied soft

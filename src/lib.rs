@@ -4,7 +4,7 @@
 
 // Layers, top to bottom; a module imports only from its own layer or below, never in a circle
 // (tests/it/layers.rs checks it; docs/ARCHITECTURE.md describes each module):
-//   commands → cli (argument types) → agent, relay, environments, gemini → net, tools
+//   commands → cli (argument types) → agent, relay, environments, gemini → net, seal, tools
 //   → protocol, state, secret, config, audit, error, logging
 pub mod cli;
 pub mod commands;
@@ -15,6 +15,7 @@ pub mod gemini;
 pub mod relay;
 
 pub mod net;
+pub mod seal;
 pub mod tools;
 
 pub mod audit;

@@ -11,6 +11,10 @@ use crate::secret::Secret;
 /// Version of the application protocol: the challenge–response session start of
 /// docs/PROTOCOL.md ("Session start (protocol 2)"), sent in `challenge`, `hello` and `hello_ok`.
 pub const PROTOCOL_VERSION: u32 = 2;
+/// Version of a sealed session (docs/PROTOCOL.md, "Sealed sessions (protocol 3)").
+pub const PROTOCOL_SEALED: u32 = 3;
+/// The protocols an agent's `challenge` offers.
+pub const PROTOCOLS_OFFERED: [u32; 2] = [PROTOCOL_VERSION, PROTOCOL_SEALED];
 /// Length in hex characters of the agent's and the client's hello nonces (128 bits).
 pub const NONCE_HEX_LEN: usize = 32;
 /// Length in hex characters of a hello proof (HMAC-SHA256).
@@ -197,6 +201,9 @@ pub struct Hello {
     /// The client's nonce (the host's, on an environment).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nonce: Option<String>,
+    /// Protocol 3: base64 of the Noise handshake's message 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<String>,
 }
 
 /// `{"type":"bearer","bearer":…}`: `Debug` never shows it.
@@ -222,6 +229,7 @@ impl std::fmt::Debug for Hello {
             .field("role", &self.role)
             .field("env_key", &self.env_key)
             .field("nonce", &self.nonce)
+            .field("noise", &self.noise.as_ref().map(|_| "<handshake>"))
             .finish()
     }
 }
@@ -257,6 +265,9 @@ pub enum AgentMessage {
     Challenge {
         protocol: u32,
         nonce: String,
+        /// Every protocol the agent accepts (`[2,3]`); absent from agents that speak only 2.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        protocols: Vec<u32>,
     },
     HelloOk(HelloOk),
     /// An environment's answer to a host's hello: its signature over the host's nonce (docs/PROTOCOL.md).
@@ -323,7 +334,11 @@ impl AgentMessage {
 
     /// The challenge that opens a session.
     pub fn challenge(nonce: &str) -> Self {
-        AgentMessage::Challenge { protocol: PROTOCOL_VERSION, nonce: nonce.to_owned() }
+        AgentMessage::Challenge {
+            protocol: PROTOCOL_VERSION,
+            nonce: nonce.to_owned(),
+            protocols: PROTOCOLS_OFFERED.to_vec(),
+        }
     }
 }
 
@@ -396,8 +411,12 @@ pub enum ToolActivityState {
 /// Answer to a good hello.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 pub struct HelloOk {
+    /// Empty in a sealed `hello_ok`, whose fields travel inside `noise`.
+    #[serde(default)]
     pub agent: String,
+    #[serde(default)]
     pub mode: String,
+    #[serde(default)]
     pub tools: Vec<String>,
     #[serde(default)]
     pub protocol: u32,
@@ -411,6 +430,9 @@ pub struct HelloOk {
     /// This machine's host name, so a client can name the pairing (sent only after a good hello).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// Protocol 3: base64 of the Noise handshake's message 2, whose payload is this frame's JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<String>,
 }
 
 /// Outcome of one tool call.
@@ -476,6 +498,11 @@ pub struct AgentStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retired_code_until: Option<u64>,
     pub calls_in_flight: usize,
+    /// Open sessions that are sealed (protocol 3) and plain (protocol 2), this one included.
+    #[serde(default)]
+    pub sealed_sessions: usize,
+    #[serde(default)]
+    pub plain_sessions: usize,
     pub workspace: String,
 }
 
@@ -528,10 +555,14 @@ pub enum ErrorCode {
     ExecutorUnauthenticated,
     EnvironmentUnreachable,
     EnvironmentIdentityMismatch,
+    /// A sealed session's frame failed to open, came out of order, repeated or was not sealed.
+    SealedSessionBroken,
+    /// This agent accepts sealed sessions (protocol 3) only.
+    SealedSessionRequired,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 25] = [
         ErrorCode::UnknownTool,
         ErrorCode::InvalidArgs,
         ErrorCode::OutsideWorkspace,
@@ -555,6 +586,8 @@ impl ErrorCode {
         ErrorCode::ExecutorUnauthenticated,
         ErrorCode::EnvironmentUnreachable,
         ErrorCode::EnvironmentIdentityMismatch,
+        ErrorCode::SealedSessionBroken,
+        ErrorCode::SealedSessionRequired,
     ];
 
     /// The code as it appears on the wire.
@@ -583,6 +616,8 @@ impl ErrorCode {
             ErrorCode::ExecutorUnauthenticated => "executor-unauthenticated",
             ErrorCode::EnvironmentUnreachable => "environment-unreachable",
             ErrorCode::EnvironmentIdentityMismatch => "environment-identity-mismatch",
+            ErrorCode::SealedSessionBroken => "sealed-session-broken",
+            ErrorCode::SealedSessionRequired => "sealed-session-required",
         }
     }
 
@@ -599,6 +634,8 @@ impl ErrorCode {
                 | ErrorCode::ExecutorUnauthenticated
                 | ErrorCode::EnvironmentUnreachable
                 | ErrorCode::EnvironmentIdentityMismatch
+                | ErrorCode::SealedSessionBroken
+                | ErrorCode::SealedSessionRequired
                 | ErrorCode::DeniedByPolicy
         )
     }
@@ -791,7 +828,7 @@ mod tests {
     fn session_start_frames_have_the_documented_shape() {
         assert_eq!(
             AgentMessage::challenge("0123456789abcdef0123456789abcdef").to_json(),
-            r#"{"type":"challenge","protocol":2,"nonce":"0123456789abcdef0123456789abcdef"}"#
+            r#"{"type":"challenge","protocol":2,"nonce":"0123456789abcdef0123456789abcdef","protocols":[2,3]}"#
         );
         let hello =
             r#"{"type":"hello","protocol":2,"nonce":"fedcba9876543210fedcba9876543210","proof":"ab","client":"x/1"}"#;

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::context::AgentContext;
-use super::gate::{admit_bearer, admit_hello, Gate, HelloStep};
+use super::gate::{admit_bearer, admit_hello, start_session, Gate, HelloStep, SessionInput};
 use super::outbox::Outbox;
 use super::session::Session;
 use crate::config::RelayUrl;
@@ -322,17 +322,20 @@ impl RelayLink {
     /// One frame from the relay: a notice, the peer's text or audio, or the relay's close.
     async fn on_frame(&self, frame: Message, peer: &mut Peer, outbox: &Outbox) -> Result<(), Ended> {
         match frame {
-            Message::Text(text) => {
+            Message::Text(_) | Message::Binary(_) => {
                 let current = std::mem::replace(peer, Peer::Absent);
-                *peer = match PeerNotice::parse(&text) {
-                    Some(notice) => self.on_notice(notice, current, outbox).await,
-                    None => self.on_text(current, &text, outbox).await,
+                let notice = match &frame {
+                    Message::Text(text) => PeerNotice::parse(text),
+                    _ => None,
                 };
-            }
-            Message::Binary(data) => {
-                if let Peer::Ready { session, .. } = peer {
-                    session.on_binary(&data).await;
-                }
+                *peer = match (notice, current, frame) {
+                    (Some(notice), current, _) => self.on_notice(notice, current, outbox).await,
+                    (None, Peer::Ready { session, inbound, revoked }, frame) => {
+                        self.on_session_frame(frame, session, inbound, revoked, outbox).await
+                    }
+                    (None, current, Message::Text(text)) => self.on_text(current, &text, outbox).await,
+                    (None, current, _) => current,
+                };
             }
             Message::Close(frame) if frame.as_ref().is_some_and(|f| u16::from(f.code) == close::REPLACED) => {
                 return Err(Ended::Replaced)
@@ -377,6 +380,32 @@ impl RelayLink {
         }
     }
 
+    /// A frame of an admitted session's peer, opened when the session is sealed. A sealed session
+    /// that receives what it cannot open ends here, with nothing run.
+    async fn on_session_frame(
+        &self,
+        frame: Message,
+        mut session: Box<Session>,
+        mut inbound: SessionInput,
+        revoked: Option<CancellationToken>,
+        outbox: &Outbox,
+    ) -> Peer {
+        match inbound.open(frame) {
+            Ok(Some(Message::Text(text))) => session.on_text(&text).await,
+            Ok(Some(Message::Binary(data))) => session.on_binary(&data).await,
+            Ok(_) => {}
+            Err(broken) => {
+                warn!("{broken}; the phone's session is closed");
+                drop(session);
+                outbox.end_session().await;
+                send(&outbox.frames, AgentMessage::error(ErrorCode::SealedSessionBroken)).await;
+                self.report(LinkEvent::PeerRefused { code: ErrorCode::SealedSessionBroken });
+                return Peer::Refused;
+            }
+        }
+        Peer::Ready { session, inbound, revoked }
+    }
+
     async fn on_text(&self, peer: Peer, text: &str, outbox: &Outbox) -> Peer {
         let out = &outbox.frames;
         let admitted = match peer {
@@ -395,20 +424,25 @@ impl RelayLink {
                 Err(ErrorCode::UnauthenticatedCall) => return Peer::AwaitingBearer { deadline },
                 Err(code) => Err(code),
             },
-            Peer::Ready { mut session, revoked } => {
-                session.on_text(text).await;
-                return Peer::Ready { session, revoked };
-            }
             other => return other,
         };
         match admitted {
-            Ok(admission) => {
-                send(out, self.ctx.hello_ok(&admission)).await;
-                self.report(LinkEvent::PeerAdmitted);
+            Ok(mut admission) => {
                 let session_out = outbox.begin_session().await;
+                let hello_ok = self.ctx.hello_ok(&admission);
+                let io = match start_session(&mut admission, hello_ok, session_out, &self.ctx.status.sessions) {
+                    Ok(io) => io,
+                    Err(err) => {
+                        warn!("cannot answer the phone's hello: {err:#}");
+                        send(out, AgentMessage::error(ErrorCode::Internal)).await;
+                        return Peer::Refused;
+                    }
+                };
+                let _ = out.send(io.hello_ok).await;
+                self.report(LinkEvent::PeerAdmitted);
                 let revoked = admission.revoked.clone();
-                let session = Session::new(self.ctx.clone(), admission.caller, session_out).relayed();
-                Peer::Ready { session: Box::new(session), revoked }
+                let session = Session::new(self.ctx.clone(), admission.caller, io.out).relayed();
+                Peer::Ready { session: Box::new(session), inbound: io.input, revoked }
             }
             Err(code) => {
                 send(out, AgentMessage::error(code)).await;
@@ -435,6 +469,7 @@ enum Peer {
     Refused,
     Ready {
         session: Box<Session>,
+        inbound: SessionInput,
         revoked: Option<CancellationToken>,
     },
 }
