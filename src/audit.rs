@@ -1,4 +1,4 @@
-//! The audit trail (README, "Tools"): one JSON line per tool call under `audit/`. Never secrets, never
+//! The audit trail (docs/GUIDE.md, "Tools"): one JSON line per tool call under `audit/`. Never secrets, never
 //! file contents, never command output — only who asked for what, when, and how it ended.
 
 use std::fs::{DirBuilder, File, OpenOptions};

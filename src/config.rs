@@ -1,5 +1,5 @@
-//! Settings: the relay URL rules (README, "Usage") and `config.toml` (README, "State directory and
-//! security model").
+//! Settings: the relay URL rules (README, "Usage") and `config.toml` (docs/SECURITY.md, "The state
+//! directory").
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

@@ -1,4 +1,4 @@
-//! The state directory (README, "State directory and security model"): where it is, its permissions, atomic writes, the two secrets,
+//! The state directory (docs/SECURITY.md, "The state directory"): where it is, its permissions, atomic writes, the two secrets,
 //! `config.toml` and `agent.json`.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};

@@ -1,4 +1,4 @@
-//! `cargo bench`: every performance figure of the README in one table. Each section measures the
+//! `cargo bench`: every performance figure of docs/PERFORMANCE.md in one table. Each section measures the
 //! real binaries and sockets on loopback and prints medians.
 //!
 //! `cargo test --all-targets` runs this file too, without `--bench`: then each section does a few

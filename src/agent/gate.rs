@@ -8,15 +8,15 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use anyhow::Context;
 use base64::Engine;
 use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
 use crate::environments::identity::{is_valid_nonce, Identity};
 use crate::environments::store::bearer_hash;
-use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Hello};
+use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Frame, Hello};
 use crate::seal::{self, Inbound, Responder};
 use crate::secret::Secret;
 
@@ -66,11 +66,10 @@ pub struct Admission {
     pub seal: Option<Box<Responder>>,
 }
 
-/// An admitted session's start: the `hello_ok` frame to send first, the queue the session
-/// writes to, and how to read its peer's frames. Sealed when the hello was protocol 3.
+/// An admitted session's two ends: the queue the session writes to and how to read its peer's
+/// frames. Sealed when the hello was protocol 3.
 pub struct SessionIo {
-    pub hello_ok: Message,
-    pub out: mpsc::Sender<Message>,
+    pub out: mpsc::Sender<Frame>,
     pub input: SessionInput,
 }
 
@@ -116,7 +115,7 @@ impl SessionInput {
     }
 
     /// One frame from the peer as the session sees it ([`Inbound::open`]).
-    pub fn open(&mut self, frame: Message) -> Result<Option<Message>, seal::Broken> {
+    pub fn open(&mut self, frame: Frame) -> Result<Option<Frame>, seal::Broken> {
         self.inbound.open(frame)
     }
 }
@@ -127,18 +126,18 @@ impl Drop for SessionInput {
     }
 }
 
-/// Starts an admitted session on `out` (the peer's writer queue) with `hello_ok` (the agent's
-/// answer in protocol 2's form). For a sealed session, message 2 of the handshake carries
-/// `hello_ok` (protocol 3, without proof) and everything the session sends is sealed.
-pub fn start_session(
+/// Starts an admitted session on `out` (the session's writer queue): sends `hello_ok` (the
+/// agent's answer in protocol 2's form) first. For a sealed session, message 2 of the handshake
+/// carries `hello_ok` (protocol 3, without proof) and everything the session sends is sealed.
+pub async fn start_session(
     admission: &mut Admission,
     hello_ok: AgentMessage,
-    out: mpsc::Sender<Message>,
+    out: mpsc::Sender<Frame>,
     counts: &Arc<SessionCounts>,
 ) -> anyhow::Result<SessionIo> {
     let Some(responder) = admission.seal.take() else {
-        let input = SessionInput::new(Inbound::Plain, counts);
-        return Ok(SessionIo { hello_ok: Message::text(hello_ok.to_json()), out, input });
+        out.send(Frame::from(hello_ok)).await.context("the session's socket closed")?;
+        return Ok(SessionIo { out, input: SessionInput::new(Inbound::Plain, counts) });
     };
     let inner = match hello_ok {
         AgentMessage::HelloOk(mut ok) => {
@@ -151,8 +150,8 @@ pub fn start_session(
     let (keys, message) = responder.finish(inner.to_json().as_bytes())?;
     let noise = base64::engine::general_purpose::STANDARD.encode(message);
     let frame = serde_json::json!({"type": "hello_ok", "protocol": protocol::PROTOCOL_SEALED, "noise": noise});
+    out.send(Frame::text(frame.to_string())).await.context("the session's socket closed")?;
     Ok(SessionIo {
-        hello_ok: Message::text(frame.to_string()),
         out: seal::seal_writer(keys.sealer, out),
         input: SessionInput::new(Inbound::Sealed(keys.opener), counts),
     })

@@ -22,7 +22,7 @@ use super::session::Session;
 use crate::config::RelayUrl;
 use crate::net::dial::{self, DialOptions};
 use crate::net::liveness::{cancelled, close_message, sleep_until, Heartbeat, Liveness, Pulse};
-use crate::protocol::{self, close, AgentMessage, ErrorCode, PeerNotice, PeerRole, PeerState};
+use crate::protocol::{self, close, AgentMessage, ErrorCode, Frame, PeerNotice, PeerRole, PeerState};
 
 /// A 4001 this soon after an abandoned dial is taken for that dial arriving late, not for
 /// another agent: the link dials again without warning that its code is in use.
@@ -328,12 +328,12 @@ impl RelayLink {
                     Message::Text(text) => PeerNotice::parse(text),
                     _ => None,
                 };
-                *peer = match (notice, current, frame) {
+                *peer = match (notice, current, Frame::from_message(frame)) {
                     (Some(notice), current, _) => self.on_notice(notice, current, outbox).await,
-                    (None, Peer::Ready { session, inbound, revoked }, frame) => {
+                    (None, Peer::Ready { session, inbound, revoked }, Ok(frame)) => {
                         self.on_session_frame(frame, session, inbound, revoked, outbox).await
                     }
-                    (None, current, Message::Text(text)) => self.on_text(current, &text, outbox).await,
+                    (None, current, Ok(Frame::Text(text))) => self.on_text(current, &text, outbox).await,
                     (None, current, _) => current,
                 };
             }
@@ -384,16 +384,15 @@ impl RelayLink {
     /// that receives what it cannot open ends here, with nothing run.
     async fn on_session_frame(
         &self,
-        frame: Message,
+        frame: Frame,
         mut session: Box<Session>,
         mut inbound: SessionInput,
         revoked: Option<CancellationToken>,
         outbox: &Outbox,
     ) -> Peer {
         match inbound.open(frame) {
-            Ok(Some(Message::Text(text))) => session.on_text(&text).await,
-            Ok(Some(Message::Binary(data))) => session.on_binary(&data).await,
-            Ok(_) => {}
+            Ok(Some(frame)) => session.on_frame(frame).await,
+            Ok(None) => {}
             Err(broken) => {
                 warn!("{broken}; the phone's session is closed");
                 drop(session);
@@ -430,7 +429,7 @@ impl RelayLink {
             Ok(mut admission) => {
                 let session_out = outbox.begin_session().await;
                 let hello_ok = self.ctx.hello_ok(&admission);
-                let io = match start_session(&mut admission, hello_ok, session_out, &self.ctx.status.sessions) {
+                let io = match start_session(&mut admission, hello_ok, session_out, &self.ctx.status.sessions).await {
                     Ok(io) => io,
                     Err(err) => {
                         warn!("cannot answer the phone's hello: {err:#}");
@@ -438,7 +437,6 @@ impl RelayLink {
                         return Peer::Refused;
                     }
                 };
-                let _ = out.send(io.hello_ok).await;
                 self.report(LinkEvent::PeerAdmitted);
                 let revoked = admission.revoked.clone();
                 let session = Session::new(self.ctx.clone(), admission.caller, io.out).relayed();

@@ -28,7 +28,7 @@ use super::outbox::Outbox;
 use super::session::Session;
 use crate::net::liveness::{cancelled, close_message, Heartbeat, Liveness, Pulse};
 use crate::net::{http, web};
-use crate::protocol::{self, AgentMessage, ErrorCode};
+use crate::protocol::{self, AgentMessage, ErrorCode, Frame};
 use crate::seal;
 
 /// Time a local client has to send its request head.
@@ -416,8 +416,7 @@ async fn run_session(
     let out_tx = outbox.frames.clone();
     let revoked = admission.revoked.clone();
     let hello_ok = ctx.hello_ok(&admission);
-    let mut io = start_session(&mut admission, hello_ok, out_tx.clone(), &ctx.status.sessions)?;
-    out_tx.send(io.hello_ok).await?;
+    let mut io = start_session(&mut admission, hello_ok, outbox.begin_session().await, &ctx.status.sessions).await?;
     let mut session = Session::new(ctx, admission.caller, io.out);
     let mut liveness = Liveness::new(Heartbeat::PROTOCOL);
     loop {
@@ -438,9 +437,12 @@ async fn run_session(
             },
             frame = stream.next() => {
                 liveness.heard();
-                let frame = match frame {
-                    Some(Ok(frame)) => match io.input.open(frame) {
-                        Ok(Some(frame)) => Some(Ok(frame)),
+                let frame = match frame.map(|frame| frame.map(Frame::from_message)) {
+                    Some(Ok(Ok(frame))) => match io.input.open(frame) {
+                        Ok(Some(frame)) => {
+                            session.on_frame(frame).await;
+                            continue;
+                        }
                         Ok(None) => continue,
                         Err(broken) => {
                             debug!(%broken, "local session closed");
@@ -448,11 +450,11 @@ async fn run_session(
                             break;
                         }
                     },
-                    other => other,
+                    Some(Ok(Err(control))) => Some(Ok(control)),
+                    Some(Err(err)) => Some(Err(err)),
+                    None => None,
                 };
                 match frame {
-                    Some(Ok(Message::Text(text))) => session.on_text(&text).await,
-                    Some(Ok(Message::Binary(data))) => session.on_binary(&data).await,
                     Some(Ok(Message::Close(_))) | None => break,
                     Some(Ok(_)) => {}
                     Some(Err(err)) => {

@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
 use tracing::debug;
 
-use crate::protocol::SEND_QUEUE_FRAMES;
+use crate::protocol::{Frame, SEND_QUEUE_FRAMES};
 
 /// Time a closing socket gets to flush what is queued before its writer is stopped.
 pub const WRITER_GRACE: Duration = Duration::from_secs(2);
@@ -19,16 +19,16 @@ pub const WRITER_GRACE: Duration = Duration::from_secs(2);
 pub struct Outbox {
     /// Connection-level frames: pings, refusals, `hello_ok`, close.
     pub frames: mpsc::Sender<Message>,
-    sessions: mpsc::Sender<Option<mpsc::Receiver<Message>>>,
+    sessions: mpsc::Sender<Option<mpsc::Receiver<Frame>>>,
     task: JoinHandle<()>,
 }
 
 enum Next {
-    Switch(Option<mpsc::Receiver<Message>>),
+    Switch(Option<mpsc::Receiver<Frame>>),
     SessionsGone,
     Frame(Message),
     FramesGone,
-    SessionFrame(Option<Message>),
+    SessionFrame(Option<Frame>),
 }
 
 impl Outbox {
@@ -39,9 +39,9 @@ impl Outbox {
         S::Error: std::fmt::Display,
     {
         let (frames, mut frames_rx) = mpsc::channel::<Message>(SEND_QUEUE_FRAMES);
-        let (sessions, mut sessions_rx) = mpsc::channel::<Option<mpsc::Receiver<Message>>>(4);
+        let (sessions, mut sessions_rx) = mpsc::channel::<Option<mpsc::Receiver<Frame>>>(4);
         let task = tokio::spawn(async move {
-            let mut current: Option<mpsc::Receiver<Message>> = None;
+            let mut current: Option<mpsc::Receiver<Frame>> = None;
             let mut sessions_open = true;
             loop {
                 let next = {
@@ -75,7 +75,8 @@ impl Outbox {
                         current = None;
                         continue;
                     }
-                    Next::Frame(message) | Next::SessionFrame(Some(message)) => message,
+                    Next::Frame(message) => message,
+                    Next::SessionFrame(Some(frame)) => Message::from(frame),
                 };
                 let closing = matches!(message, Message::Close(_));
                 if let Err(err) = sink.send(message).await {
@@ -92,7 +93,7 @@ impl Outbox {
     }
 
     /// Opens the queue of a new session; the previous session's queue is discarded.
-    pub async fn begin_session(&self) -> mpsc::Sender<Message> {
+    pub async fn begin_session(&self) -> mpsc::Sender<Frame> {
         let (tx, rx) = mpsc::channel(SEND_QUEUE_FRAMES);
         let _ = self.sessions.send(Some(rx)).await;
         tx
@@ -128,13 +129,13 @@ mod tests {
         let (sink_tx, mut sink_rx) = futures_channel_pair();
         let writer = Outbox::spawn(sink_tx);
         let first = writer.begin_session().await;
-        first.send(Message::text("first-1")).await.unwrap();
+        first.send(Frame::text("first-1")).await.unwrap();
         assert_eq!(text(&sink_rx.next().await.unwrap()), "first-1");
         // The sink stops taking frames for a moment: queue some, then end the session.
         writer.end_session().await;
-        let _ = first.try_send(Message::text("first-late"));
+        let _ = first.try_send(Frame::text("first-late"));
         let second = writer.begin_session().await;
-        second.send(Message::text("second-1")).await.unwrap();
+        second.send(Frame::text("second-1")).await.unwrap();
         writer.frames.send(Message::text("conn")).await.unwrap();
         let mut seen = Vec::new();
         for _ in 0..2 {

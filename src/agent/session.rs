@@ -10,21 +10,22 @@ use std::time::Instant;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::context::AgentContext;
 use crate::audit::CallRecord;
 use crate::gemini::{self, VoiceCall, VoiceInput, VoiceTools};
-use crate::protocol::{self, AgentMessage, CallErrorCode, ClientMessage, ErrorCode, ToolCall, ToolError, ToolResult};
+use crate::protocol::{
+    self, AgentMessage, Bytes, CallErrorCode, ClientMessage, ErrorCode, Frame, ToolCall, ToolError, ToolResult,
+};
 use crate::tools::{ToolOutput, ToolRequest};
 
 /// An authenticated session. Dropping it cancels its calls and ends its voice call.
 pub struct Session {
     ctx: Arc<AgentContext>,
     caller: String,
-    out: mpsc::Sender<Message>,
+    out: mpsc::Sender<Frame>,
     calls: Arc<Mutex<HashMap<String, CancellationToken>>>,
     voice: Option<VoiceCall>,
     cancel: CancellationToken,
@@ -34,7 +35,7 @@ pub struct Session {
 
 impl Session {
     /// A session that answers through `out` (the socket's bounded writer queue).
-    pub fn new(ctx: Arc<AgentContext>, caller: String, out: mpsc::Sender<Message>) -> Self {
+    pub fn new(ctx: Arc<AgentContext>, caller: String, out: mpsc::Sender<Frame>) -> Self {
         Session {
             ctx,
             caller,
@@ -63,6 +64,14 @@ impl Session {
         }
     }
 
+    /// Handles one frame from the socket.
+    pub async fn on_frame(&mut self, frame: Frame) {
+        match frame {
+            Frame::Text(text) => self.on_text(&text).await,
+            Frame::Binary(data) => self.on_binary(data).await,
+        }
+    }
+
     /// Handles one text frame. Malformed frames are answered `bad-frame`; the session goes on.
     pub async fn on_text(&mut self, text: &str) {
         match protocol::parse_client(text) {
@@ -76,10 +85,10 @@ impl Session {
     }
 
     /// Handles one binary frame: microphone audio during a voice call, else ignored.
-    pub async fn on_binary(&mut self, data: &[u8]) {
-        if let (Some(voice), [protocol::AUDIO_PREFIX, pcm @ ..]) = (&self.voice, data) {
+    pub async fn on_binary(&mut self, data: Bytes) {
+        if let (Some(voice), [protocol::AUDIO_PREFIX, ..]) = (&self.voice, &data[..]) {
             // A full queue means Gemini is behind; dropping 20 ms of audio beats growing memory.
-            let _ = voice.input.try_send(VoiceInput::Audio(pcm.to_vec()));
+            let _ = voice.input.try_send(VoiceInput::Audio(data.slice(1..)));
         }
     }
 
@@ -173,7 +182,7 @@ impl Session {
     }
 
     async fn send(&self, message: AgentMessage) {
-        let _ = self.out.send(Message::text(message.to_json())).await;
+        let _ = self.out.send(Frame::from(message)).await;
     }
 
     /// Calls still running.
@@ -200,7 +209,7 @@ fn bad_frame_reason(err: &serde_json::Error) -> String {
 struct CallTask {
     ctx: Arc<AgentContext>,
     caller: String,
-    out: mpsc::Sender<Message>,
+    out: mpsc::Sender<Frame>,
     calls: Arc<Mutex<HashMap<String, CancellationToken>>>,
     cancel: CancellationToken,
 }
@@ -219,7 +228,7 @@ impl CallTask {
             self.ctx.tasks.spawn(async move {
                 while let Some(chunk) = progress_rx.recv().await {
                     let message = AgentMessage::ToolProgress { id: id.clone(), chunk, env: env.clone() };
-                    if out.send(Message::text(message.to_json())).await.is_err() {
+                    if out.send(Frame::from(message)).await.is_err() {
                         break;
                     }
                 }
@@ -233,14 +242,14 @@ impl CallTask {
         let mut result = match outcome {
             Ok((value, image)) => {
                 if let Some(image) = image {
-                    let _ = self.out.send(Message::text(image.to_json())).await;
+                    let _ = self.out.send(Frame::from(image)).await;
                 }
                 ToolResult::success(id.clone(), value)
             }
             Err(error) => ToolResult::failure(id.clone(), error),
         };
         result.env = env;
-        let _ = self.out.send(Message::text(AgentMessage::ToolResult(result).to_json())).await;
+        let _ = self.out.send(Frame::from(AgentMessage::ToolResult(result))).await;
         if let Ok(mut calls) = self.calls.lock() {
             calls.remove(&id);
         }
@@ -416,7 +425,7 @@ mod tests {
         let mut session = Session::new(Arc::new(ctx), "test".into(), out);
         let frame = format!("{{\"type\":\"{}\"}}", "é".repeat(300));
         session.on_text(&frame).await;
-        let Some(Message::Text(answer)) = frames.recv().await else { panic!("no answer") };
+        let Some(Frame::Text(answer)) = frames.recv().await else { panic!("no answer") };
         let answer: Value = serde_json::from_str(&answer).unwrap();
         assert_eq!(answer["code"], "bad-frame");
         assert!(answer["message"].as_str().unwrap().len() <= 200);

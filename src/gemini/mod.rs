@@ -42,7 +42,9 @@ use self::wire::{FunctionCall, ServerEvent};
 use crate::net::dial::DialOptions;
 use crate::net::liveness::{Heartbeat, Liveness, Pulse};
 pub use crate::protocol::CallErrorCode;
-use crate::protocol::{self, AgentMessage, ErrorCode, ToolActivityState, ToolCall, ToolError, TranscriptRole};
+use crate::protocol::{
+    self, AgentMessage, Bytes, ErrorCode, Frame, ToolActivityState, ToolCall, ToolError, TranscriptRole,
+};
 use crate::secret::Secret;
 use crate::tools::ToolOutput;
 
@@ -204,8 +206,8 @@ pub fn live_url() -> anyhow::Result<String> {
 /// Input from the phone during a call.
 #[derive(Debug)]
 pub enum VoiceInput {
-    /// PCM16LE mono 16 kHz, without the 0x01 prefix.
-    Audio(Vec<u8>),
+    /// PCM16LE mono 16 kHz, without the 0x01 prefix (a slice of the phone's frame, not a copy).
+    Audio(Bytes),
     /// Typed text (`say`).
     Text(String),
     /// The end of a push-to-talk utterance (`audio_end`).
@@ -287,7 +289,7 @@ fn scrub(text: &str, key: &Secret) -> String {
 pub fn start(
     config: Arc<GeminiConfig>,
     tools: Arc<dyn VoiceTools>,
-    phone: mpsc::Sender<Message>,
+    phone: mpsc::Sender<Frame>,
     tasks: &TaskTracker,
 ) -> VoiceCall {
     start_logged(CallLog::Narrated, config, tools, phone, tasks)
@@ -298,7 +300,7 @@ pub fn start_logged(
     log: CallLog,
     config: Arc<GeminiConfig>,
     tools: Arc<dyn VoiceTools>,
-    phone: mpsc::Sender<Message>,
+    phone: mpsc::Sender<Frame>,
     tasks: &TaskTracker,
 ) -> VoiceCall {
     let (input, input_rx) = mpsc::channel(INPUT_QUEUE);
@@ -406,7 +408,7 @@ struct Unsettled {
 
 /// Microphone input held while Gemini is being (re)connected.
 enum Held {
-    Audio(Vec<u8>),
+    Audio(Bytes),
     End,
 }
 
@@ -424,7 +426,7 @@ struct Bridge {
     dial: DialOptions,
     declarations: Value,
     voice_tools: Arc<dyn VoiceTools>,
-    phone: mpsc::Sender<Message>,
+    phone: mpsc::Sender<Frame>,
     end: CancellationToken,
     /// Newest resumable session handle.
     handle: Option<String>,
@@ -768,7 +770,7 @@ impl Bridge {
         frame.push(protocol::AUDIO_PREFIX);
         frame.extend_from_slice(pcm);
         // A phone that cannot keep up loses speech rather than stalling the call.
-        if self.phone.try_send(Message::binary(frame)).is_err() {
+        if self.phone.try_send(Frame::binary(frame)).is_err() {
             debug!("phone is behind; model audio dropped");
         }
     }
@@ -940,13 +942,13 @@ impl Bridge {
     async fn to_phone(&self, message: AgentMessage) {
         tokio::select! {
             _ = self.end.cancelled() => {}
-            _ = self.phone.send(Message::text(message.to_json())) => {}
+            _ = self.phone.send(Frame::from(message)) => {}
         }
     }
 
     /// Sends a last frame to the phone, bounded in time (the phone may be gone).
     async fn to_phone_now(&self, message: AgentMessage) {
-        let _ = tokio::time::timeout(Duration::from_secs(2), self.phone.send(Message::text(message.to_json()))).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.phone.send(Frame::from(message))).await;
     }
 
     /// Queues a message Gemini must get, giving up if the call ends meanwhile.

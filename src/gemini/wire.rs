@@ -1,4 +1,4 @@
-//! Gemini Live's JSON (BidiGenerateContent; see the README's self-hosted section): what voxa
+//! Gemini Live's JSON (BidiGenerateContent; see docs/GUIDE.md, "Self-hosted mode"): what voxa
 //! sends, and a tolerant reading of what the server sends. Every server message is hostile input:
 //! anything that does not fit is dropped, never trusted and never a reason to end the call.
 

@@ -27,7 +27,6 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, Instant};
-use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, info_span};
@@ -41,7 +40,7 @@ use crate::environments::host::{fleet_declaration, FLEET_TOOL};
 use crate::gemini::{self, declare_env_argument, CallLog, GeminiConfig, VoiceCall, VoiceInput, VoiceTools};
 use crate::net::http::RequestHead;
 use crate::protocol::{
-    self, AgentMessage, CallErrorCode, ClientMessage, ErrorCode, PeerRole, ToolCall, ToolError, ToolResult,
+    self, AgentMessage, CallErrorCode, ClientMessage, ErrorCode, Frame, PeerRole, ToolCall, ToolError, ToolResult,
     HOSTED_CALLER,
 };
 use crate::secret::Secret;
@@ -228,8 +227,8 @@ struct LiveSession<'a> {
     handshake: Handshake,
     agent: Arc<AgentLink>,
     call: Option<Call>,
-    bridge_tx: mpsc::Sender<Message>,
-    bridge_rx: mpsc::Receiver<Message>,
+    bridge_tx: mpsc::Sender<Frame>,
+    bridge_rx: mpsc::Receiver<Frame>,
     agent_rx: mpsc::Receiver<String>,
     /// The bridge and the call's log line.
     tasks: TaskTracker,
@@ -414,9 +413,10 @@ impl<'a> LiveSession<'a> {
 
     async fn on_phone_frame(&mut self, frame: OutFrame) {
         if frame.opcode == codec::OP_BINARY {
-            if let (Some(call), [protocol::AUDIO_PREFIX, pcm @ ..]) = (&self.call, frame.payload.as_slice()) {
+            if let (Some(call), Some(&protocol::AUDIO_PREFIX)) = (&self.call, frame.payload.first()) {
                 // A full queue means Gemini is behind; dropping 20 ms of audio beats growing memory.
-                let _ = call.input.try_send(VoiceInput::Audio(pcm.to_vec()));
+                let pcm = protocol::Bytes::from(frame.payload).slice(1..);
+                let _ = call.input.try_send(VoiceInput::Audio(pcm));
             }
             return;
         }
@@ -568,17 +568,16 @@ impl<'a> LiveSession<'a> {
         }
     }
 
-    async fn bridge_to_phone(&self, message: Message) {
-        let frame = match message {
-            Message::Text(text) => OutFrame::text(text.to_string()),
-            Message::Binary(data) => {
+    async fn bridge_to_phone(&self, frame: Frame) {
+        let frame = match frame {
+            Frame::Text(text) => OutFrame::text(text.to_string()),
+            Frame::Binary(data) => {
                 // Model speech: a phone that cannot keep up loses speech rather than stalling the call.
-                if let Push::Full(_) = self.phone.push(OutFrame::binary(data.to_vec())) {
+                if let Push::Full(_) = self.phone.push(OutFrame::binary(Vec::from(data))) {
                     debug!("phone is behind; model audio dropped");
                 }
                 return;
             }
-            _ => return,
         };
         self.to_phone(frame).await;
     }

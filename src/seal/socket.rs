@@ -17,32 +17,39 @@ use tracing::debug;
 use super::handshake::Keys;
 use super::transport::{Opener, Plain, Sealer, KIND_AUDIO, KIND_JSON};
 use super::Broken;
-use crate::protocol::{self, ErrorCode, AUDIO_PREFIX, SEND_QUEUE_FRAMES};
+use crate::protocol::{self, ErrorCode, Frame, AUDIO_PREFIX, SEND_QUEUE_FRAMES};
 
-/// A session frame as the binary frames that carry it sealed. Control frames (ping, pong, close)
-/// are the WebSocket's own and pass as they are; a binary frame must be audio.
-pub fn seal_message(sealer: &mut Sealer, message: Message) -> Result<Vec<Message>, Broken> {
-    let messages = match &message {
-        Message::Text(text) => sealer.seal(KIND_JSON, text.as_bytes())?,
-        Message::Binary(data) => match data.split_first() {
+/// A session frame as the binary frames that carry it sealed; a binary frame must be audio.
+pub fn seal_frame(sealer: &mut Sealer, frame: &Frame) -> Result<Vec<Frame>, Broken> {
+    let messages = match frame {
+        Frame::Text(text) => sealer.seal(KIND_JSON, text.as_bytes())?,
+        Frame::Binary(data) => match data.split_first() {
             Some((&AUDIO_PREFIX, audio)) => sealer.seal(KIND_AUDIO, audio)?,
             _ => return Err(Broken("only audio travels in binary frames")),
         },
-        Message::Ping(_) | Message::Pong(_) | Message::Close(_) => return Ok(vec![message]),
-        Message::Frame(_) => return Err(Broken("raw frames cannot be sealed")),
     };
-    Ok(messages.into_iter().map(|m| Message::Binary(m.into())).collect())
+    Ok(messages.into_iter().map(Frame::binary).collect())
+}
+
+/// [`seal_frame`] for a socket message: control frames (ping, pong, close) are the WebSocket's own
+/// and pass as they are.
+fn seal_message(sealer: &mut Sealer, message: Message) -> Result<Vec<Message>, Broken> {
+    match Frame::from_message(message) {
+        Ok(frame) => Ok(seal_frame(sealer, &frame)?.into_iter().map(Message::from).collect()),
+        Err(Message::Frame(_)) => Err(Broken("raw frames cannot be sealed")),
+        Err(control) => Ok(vec![control]),
+    }
 }
 
 /// An opened frame as the session sees it: JSON as text, audio as `0x01` + audio.
-fn as_message(plain: Plain) -> Message {
+fn as_frame(plain: Plain) -> Frame {
     match plain {
-        Plain::Json(text) => Message::text(text),
+        Plain::Json(text) => Frame::text(text),
         Plain::Audio(audio) => {
             let mut data = Vec::with_capacity(audio.len() + 1);
             data.push(AUDIO_PREFIX);
             data.extend_from_slice(&audio);
-            Message::Binary(data.into())
+            Frame::binary(data)
         }
     }
 }
@@ -94,25 +101,23 @@ impl Inbound {
     }
 
     /// One frame from the peer as the session should see it; `None` after a part of a larger
-    /// frame. On a sealed session any frame that is not a sealed message (control frames aside)
-    /// breaks it.
-    pub fn open(&mut self, frame: Message) -> Result<Option<Message>, Broken> {
+    /// frame. On a sealed session any frame that is not a sealed message breaks it.
+    pub fn open(&mut self, frame: Frame) -> Result<Option<Frame>, Broken> {
         let Inbound::Sealed(opener) = self else { return Ok(Some(frame)) };
         match frame {
-            Message::Binary(data) => Ok(opener.open(&data)?.map(as_message)),
-            Message::Text(_) | Message::Frame(_) => Err(Broken("an unsealed frame in a sealed session")),
-            control => Ok(Some(control)),
+            Frame::Binary(data) => Ok(opener.open(&data)?.map(as_frame)),
+            Frame::Text(_) => Err(Broken("an unsealed frame in a sealed session")),
         }
     }
 }
 
 /// Seals what a session sends: the returned queue takes plain frames, a task seals them in order
 /// into `out`. It ends when either side is gone, or (logged) if a frame cannot be sealed.
-pub fn seal_writer(mut sealer: Sealer, out: mpsc::Sender<Message>) -> mpsc::Sender<Message> {
-    let (tx, mut rx) = mpsc::channel::<Message>(SEND_QUEUE_FRAMES);
+pub fn seal_writer(mut sealer: Sealer, out: mpsc::Sender<Frame>) -> mpsc::Sender<Frame> {
+    let (tx, mut rx) = mpsc::channel::<Frame>(SEND_QUEUE_FRAMES);
     tokio::spawn(async move {
-        while let Some(message) = rx.recv().await {
-            let sealed = match seal_message(&mut sealer, message) {
+        while let Some(frame) = rx.recv().await {
+            let sealed = match seal_frame(&mut sealer, &frame) {
                 Ok(sealed) => sealed,
                 Err(err) => {
                     debug!(%err, "sealed writer stops");
@@ -248,7 +253,7 @@ where
             let Some((_, opener)) = this.seal.as_mut() else { return Poll::Ready(frame) };
             match frame {
                 Some(Ok(Message::Binary(data))) => match opener.open(&data) {
-                    Ok(Some(plain)) => return Poll::Ready(Some(Ok(as_message(plain)))),
+                    Ok(Some(plain)) => return Poll::Ready(Some(Ok(as_frame(plain).into()))),
                     Ok(None) => continue,
                     Err(why) => return this.break_session(cx, why),
                 },

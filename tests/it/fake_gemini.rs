@@ -1,5 +1,5 @@
 //! A local Gemini Live (BidiGenerateContent) server for tests and benchmarks that behaves like
-//! the service (see the README's self-hosted section): the key only in `x-goog-api-key` (a wrong
+//! the service (see docs/GUIDE.md, "Self-hosted mode"): the key only in `x-goog-api-key` (a wrong
 //! one closes 1007 after `setup`, a key in the URL is refused), `setup` first and then nothing
 //! until `setupComplete` (which carries a `sessionId`), server messages as pretty-printed JSON in
 //! binary frames, 1007 on unknown or misplaced fields, on `mediaChunks` and on function schemas

@@ -1,0 +1,201 @@
+//! Error and refusal codes (docs/PROTOCOL.md, "Errors and close codes"), `call_error` codes and
+//! WebSocket close codes.
+
+use serde::{Deserialize, Serialize};
+
+/// `code` of a `call_error` frame; the phone branches on it:
+///
+/// | code | cause |
+/// |---|---|
+/// | `bad-key` | Gemini refused the API key (close 1007 naming the key, HTTP 401/403 at upgrade) |
+/// | `gemini-refused` | Gemini refused a request (close 1007, other HTTP 4xx at upgrade) |
+/// | `gemini-not-found` | model or session not found, or refused by policy (close 1008, HTTP 404) |
+/// | `gemini-unavailable` | quota exhausted or internal error (close 1011/1013/1014, HTTP 429/5xx) |
+/// | `gemini-unreachable` | no connection, TLS failure, or no `setupComplete` in time |
+/// | `gemini-closed` | the connection ended otherwise and could not be resumed |
+/// | `busy` | the voice call is not keeping up with `say` |
+/// | `unavailable` | the agent runs in hosted mode and hosts no voice calls |
+/// | `no-call` | `say` or `call_end` without a running call |
+/// | `at-capacity` | the relay hosting voice runs as many calls as its operator allows |
+///
+/// A failure before `call_started` sends only `call_error`; one during the call sends
+/// `call_error` and then `call_ended`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CallErrorCode {
+    BadKey,
+    GeminiRefused,
+    GeminiNotFound,
+    GeminiUnavailable,
+    GeminiUnreachable,
+    GeminiClosed,
+    Busy,
+    Unavailable,
+    NoCall,
+    AtCapacity,
+}
+
+impl CallErrorCode {
+    /// The code as it appears in `call_error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallErrorCode::BadKey => "bad-key",
+            CallErrorCode::GeminiRefused => "gemini-refused",
+            CallErrorCode::GeminiNotFound => "gemini-not-found",
+            CallErrorCode::GeminiUnavailable => "gemini-unavailable",
+            CallErrorCode::GeminiUnreachable => "gemini-unreachable",
+            CallErrorCode::GeminiClosed => "gemini-closed",
+            CallErrorCode::Busy => "busy",
+            CallErrorCode::Unavailable => "unavailable",
+            CallErrorCode::NoCall => "no-call",
+            CallErrorCode::AtCapacity => "at-capacity",
+        }
+    }
+}
+
+/// Every error and refusal code of the contract (docs/PROTOCOL.md, "Errors and close codes"), spelled as on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorCode {
+    UnknownTool,
+    InvalidArgs,
+    OutsideWorkspace,
+    /// A path inside voxa's own state directory.
+    ProtectedPath,
+    NotFound,
+    Timeout,
+    Cancelled,
+    TooLarge,
+    DeniedByPolicy,
+    DuplicateId,
+    Busy,
+    Unavailable,
+    Internal,
+    BadFrame,
+    HostTokenRequired,
+    UnknownEnvironment,
+    EnvironmentNotPaired,
+    PairingRevoked,
+    BearerRefused,
+    UnauthenticatedCall,
+    ExecutorUnauthenticated,
+    EnvironmentUnreachable,
+    EnvironmentIdentityMismatch,
+    /// A sealed session's frame failed to open, came out of order, repeated or was not sealed.
+    SealedSessionBroken,
+    /// This agent accepts sealed sessions (protocol 3) only.
+    SealedSessionRequired,
+}
+
+impl ErrorCode {
+    pub const ALL: [ErrorCode; 25] = [
+        ErrorCode::UnknownTool,
+        ErrorCode::InvalidArgs,
+        ErrorCode::OutsideWorkspace,
+        ErrorCode::ProtectedPath,
+        ErrorCode::NotFound,
+        ErrorCode::Timeout,
+        ErrorCode::Cancelled,
+        ErrorCode::TooLarge,
+        ErrorCode::DeniedByPolicy,
+        ErrorCode::DuplicateId,
+        ErrorCode::Busy,
+        ErrorCode::Unavailable,
+        ErrorCode::Internal,
+        ErrorCode::BadFrame,
+        ErrorCode::HostTokenRequired,
+        ErrorCode::UnknownEnvironment,
+        ErrorCode::EnvironmentNotPaired,
+        ErrorCode::PairingRevoked,
+        ErrorCode::BearerRefused,
+        ErrorCode::UnauthenticatedCall,
+        ErrorCode::ExecutorUnauthenticated,
+        ErrorCode::EnvironmentUnreachable,
+        ErrorCode::EnvironmentIdentityMismatch,
+        ErrorCode::SealedSessionBroken,
+        ErrorCode::SealedSessionRequired,
+    ];
+
+    /// The code as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::UnknownTool => "unknown-tool",
+            ErrorCode::InvalidArgs => "invalid-args",
+            ErrorCode::OutsideWorkspace => "outside-workspace",
+            ErrorCode::ProtectedPath => "protected-path",
+            ErrorCode::NotFound => "not-found",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::Cancelled => "cancelled",
+            ErrorCode::TooLarge => "too-large",
+            ErrorCode::DeniedByPolicy => "denied-by-policy",
+            ErrorCode::DuplicateId => "duplicate-id",
+            ErrorCode::Busy => "busy",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Internal => "internal",
+            ErrorCode::BadFrame => "bad-frame",
+            ErrorCode::HostTokenRequired => "host-token-required",
+            ErrorCode::UnknownEnvironment => "unknown-environment",
+            ErrorCode::EnvironmentNotPaired => "environment-not-paired",
+            ErrorCode::PairingRevoked => "pairing-revoked",
+            ErrorCode::BearerRefused => "bearer-refused",
+            ErrorCode::UnauthenticatedCall => "unauthenticated-call",
+            ErrorCode::ExecutorUnauthenticated => "executor-unauthenticated",
+            ErrorCode::EnvironmentUnreachable => "environment-unreachable",
+            ErrorCode::EnvironmentIdentityMismatch => "environment-identity-mismatch",
+            ErrorCode::SealedSessionBroken => "sealed-session-broken",
+            ErrorCode::SealedSessionRequired => "sealed-session-required",
+        }
+    }
+
+    /// True for the refusals of authentication and pairing, as opposed to tool errors.
+    pub fn is_refusal(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::HostTokenRequired
+                | ErrorCode::UnknownEnvironment
+                | ErrorCode::EnvironmentNotPaired
+                | ErrorCode::PairingRevoked
+                | ErrorCode::BearerRefused
+                | ErrorCode::UnauthenticatedCall
+                | ErrorCode::ExecutorUnauthenticated
+                | ErrorCode::EnvironmentUnreachable
+                | ErrorCode::EnvironmentIdentityMismatch
+                | ErrorCode::SealedSessionBroken
+                | ErrorCode::SealedSessionRequired
+                | ErrorCode::DeniedByPolicy
+        )
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// WebSocket close codes voxa uses.
+pub mod close {
+    /// Policy violation: authentication refused (docs/PROTOCOL.md, "Errors and close codes").
+    pub const POLICY: u16 = 1008;
+    /// Message too big.
+    pub const TOO_BIG: u16 = 1009;
+    /// Try again later: the reader fell behind.
+    pub const TRY_AGAIN_LATER: u16 = 1013;
+    /// A newer connection for the same code and role took over.
+    pub const REPLACED: u16 = 4001;
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::protocol::*;
+
+    #[test]
+    fn error_codes_serialize_as_their_wire_strings() {
+        for code in ErrorCode::ALL {
+            let json = serde_json::to_string(&code).unwrap();
+            assert_eq!(json, format!("\"{}\"", code.as_str()));
+            let back: ErrorCode = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, code);
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! The frames of an authenticated session, one enum per direction (docs/PROTOCOL.md, "Session frames").
+
+use serde::{Deserialize, Serialize};
+
+use super::{BearerFrame, CallErrorCode, ErrorCode, Hello, HelloOk, Image, ToolCall, ToolResult, PROTOCOLS_OFFERED, PROTOCOL_VERSION};
+
+/// Frames a phone, local client or host sends to an agent.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ClientMessage {
+    Hello(Hello),
+    /// A host's bearer, sent only after it verified the environment's signature (docs/PROTOCOL.md).
+    Bearer(BearerFrame),
+    ToolCall(ToolCall),
+    Cancel {
+        id: String,
+    },
+    /// Asks a running agent for its state (used by `voxa status`).
+    Status,
+    CallStart,
+    CallEnd,
+    Say {
+        text: String,
+    },
+    /// The end of a push-to-talk utterance during a voice call.
+    AudioEnd,
+}
+
+impl ClientMessage {
+    /// Serialises to a text frame payload.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// Frames an agent sends.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentMessage {
+    /// Opens every session: the agent's fresh nonce.
+    Challenge {
+        protocol: u32,
+        nonce: String,
+        /// Every protocol the agent accepts (`[2,3]`); absent from agents that speak only 2.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        protocols: Vec<u32>,
+    },
+    HelloOk(HelloOk),
+    /// An environment's answer to a host's hello: its signature over the host's nonce (docs/PROTOCOL.md).
+    Identity {
+        #[serde(rename = "envKey")]
+        env_key: String,
+        signature: String,
+    },
+    ToolProgress {
+        id: String,
+        chunk: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        env: Option<String>,
+    },
+    ToolResult(ToolResult),
+    Image(Image),
+    Error {
+        code: ErrorCode,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    Status(AgentStatus),
+    CallStarted,
+    CallError {
+        code: CallErrorCode,
+        message: String,
+    },
+    Transcript {
+        role: TranscriptRole,
+        text: String,
+        #[serde(rename = "final")]
+        is_final: bool,
+    },
+    /// The model's turn ended; `reason` (the service's code) and `message` say why it produced
+    /// nothing, when it did not answer.
+    TurnComplete {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    Interrupted,
+    ToolActivity {
+        id: String,
+        name: String,
+        state: ToolActivityState,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ok: Option<bool>,
+    },
+    CallEnded {
+        duration_s: f64,
+    },
+}
+
+impl AgentMessage {
+    /// Serialises to a text frame payload. Serialising these types cannot fail.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| r#"{"type":"error","code":"internal"}"#.into())
+    }
+
+    pub fn error(code: ErrorCode) -> Self {
+        AgentMessage::Error { code, message: None }
+    }
+
+    /// The challenge that opens a session.
+    pub fn challenge(nonce: &str) -> Self {
+        AgentMessage::Challenge {
+            protocol: PROTOCOL_VERSION,
+            nonce: nonce.to_owned(),
+            protocols: PROTOCOLS_OFFERED.to_vec(),
+        }
+    }
+}
+
+/// Who spoke, in a `transcript` frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TranscriptRole {
+    User,
+    Model,
+}
+
+/// Where a tool Gemini asked for stands, in a `tool_activity` frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolActivityState {
+    Started,
+    Finished,
+}
+
+/// What a running agent reports to `voxa status`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct AgentStatus {
+    pub pid: u32,
+    pub version: String,
+    pub mode: String,
+    pub relay: String,
+    pub relay_connected: bool,
+    /// Another agent is using this agent's relay code; this one keeps dialing to take it back.
+    #[serde(default)]
+    pub relay_replaced: bool,
+    pub phone_present: bool,
+    /// While the relay code replaced by `voxa pair --rotate` is still answered (every phone on
+    /// it refused): until when, in Unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_code_until: Option<u64>,
+    pub calls_in_flight: usize,
+    /// Open sessions that are sealed (protocol 3) and plain (protocol 2), this one included.
+    #[serde(default)]
+    pub sealed_sessions: usize,
+    #[serde(default)]
+    pub plain_sessions: usize,
+    pub workspace: String,
+}
+
+/// Parses one client text frame. Errors are answered `bad-frame` and the session goes on.
+pub fn parse_client(text: &str) -> Result<ClientMessage, serde_json::Error> {
+    serde_json::from_str(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::protocol::*;
+
+    #[test]
+    fn agent_messages_use_the_contract_field_names() {
+        let msg = AgentMessage::Transcript { role: TranscriptRole::User, text: "hi".into(), is_final: true };
+        assert_eq!(msg.to_json(), r#"{"type":"transcript","role":"user","text":"hi","final":true}"#);
+        let done = AgentMessage::TurnComplete { reason: None, message: None };
+        assert_eq!(done.to_json(), r#"{"type":"turn_complete"}"#);
+        let end: ClientMessage = serde_json::from_str(r#"{"type":"audio_end"}"#).unwrap();
+        assert_eq!(end, ClientMessage::AudioEnd);
+        let err = AgentMessage::error(ErrorCode::BadFrame);
+        assert_eq!(err.to_json(), r#"{"type":"error","code":"bad-frame"}"#);
+    }
+}
