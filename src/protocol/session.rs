@@ -2,7 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{BearerFrame, CallErrorCode, ErrorCode, Hello, HelloOk, Image, ToolCall, ToolResult, PROTOCOLS_OFFERED, PROTOCOL_VERSION};
+use super::{
+    BearerFrame, CallErrorCode, ErrorCode, Hello, HelloOk, Image, ToolCall, ToolResult, PROTOCOLS_OFFERED,
+    PROTOCOL_VERSION,
+};
 
 /// Frames a phone, local client or host sends to an agent.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]

@@ -17,6 +17,7 @@ mod live;
 mod proof;
 mod relay;
 mod run;
+mod sealed;
 mod secrets;
 mod service;
 mod support;
