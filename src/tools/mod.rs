@@ -32,10 +32,11 @@ pub use command::{MAX_COMMAND_LEN, MAX_COMMAND_TIMEOUT, SHELL};
 pub use files::{MAX_DIR_ENTRIES, MAX_WRITE_LEN};
 pub use screenshot::{MAX_SCREENSHOT_LEN, SCREENSHOT_TIMEOUT};
 
+use crate::approvals::{self, ask_rule, Broker, BrokerOptions, Request as ApprovalRequest};
 use crate::audit::{Audit, CallRecord};
 use crate::config::Config;
 use crate::error::ConfigError;
-use crate::protocol::{AgentMessage, ErrorCode, ToolError, DEFAULT_COMMAND_TIMEOUT};
+use crate::protocol::{AgentMessage, ApprovalSource, ErrorCode, ToolError, DEFAULT_COMMAND_TIMEOUT};
 use args::{check_text, invalid, Args};
 use policy::PolicyRule;
 use workspace::Workspace;
@@ -60,6 +61,8 @@ pub struct ToolboxOptions {
     /// Environment of the programs tools start, and where `PATH` and `DISPLAY` are looked up;
     /// `None` takes this process's. [`PRIVATE_ENV`] is removed either way.
     pub env: Option<Vec<(OsString, OsString)>>,
+    /// File that keeps the open approvals across a restart (`approvals.json` in the home).
+    pub approvals_store: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ToolboxOptions {
@@ -72,6 +75,7 @@ impl std::fmt::Debug for ToolboxOptions {
             .field("config", &self.config)
             .field("audit", &self.audit)
             .field("env", &env_names)
+            .field("approvals_store", &self.approvals_store)
             .finish()
     }
 }
@@ -138,6 +142,8 @@ pub enum ParamType {
     String,
     Integer,
     Boolean,
+    /// A JSON object; not declared to Gemini (its schema needs properties).
+    Object,
 }
 
 impl ParamType {
@@ -147,6 +153,7 @@ impl ParamType {
             ParamType::String => "STRING",
             ParamType::Integer => "INTEGER",
             ParamType::Boolean => "BOOLEAN",
+            ParamType::Object => "OBJECT",
         }
     }
 
@@ -155,6 +162,7 @@ impl ParamType {
             ParamType::String => "string",
             ParamType::Integer => "integer",
             ParamType::Boolean => "boolean",
+            ParamType::Object => "object",
         }
     }
 }
@@ -274,6 +282,31 @@ pub const TOOLS: &[ToolSpec] = &[
         ],
         changes_machine: true,
     },
+    ToolSpec {
+        name: "approve",
+        description: "Answer an approval voxa told you about, with the user's own decision. Call it only after you \
+                      read the approval's summary to the user and they answered: allow when they said yes to it, deny \
+                      when they said no.",
+        params: &[
+            param("approval", ParamType::String, true, "The approval's id, as given (a-…)."),
+            param("decision", ParamType::String, true, "\"allow\" or \"deny\" (\"allow_session\" where offered)."),
+            param("message", ParamType::String, false, "The user's reason, told to whoever asked."),
+            param("answer", ParamType::String, false, "For a question: the label of the option the user chose."),
+            param(
+                "answers",
+                ParamType::Object,
+                false,
+                "For questions: each question's text mapped to its chosen label.",
+            ),
+        ],
+        changes_machine: false,
+    },
+    ToolSpec {
+        name: "approvals",
+        description: "List the approvals waiting for the user's decision: id, summary, risk and expiry of each.",
+        params: &[],
+        changes_machine: false,
+    },
 ];
 
 /// The table entry of a tool.
@@ -291,6 +324,7 @@ struct Inner {
     workspace: Workspace,
     config: Config,
     audit: Option<Audit>,
+    approvals: Broker,
     env: Arc<[(OsString, OsString)]>,
     calls: Arc<Semaphore>,
 }
@@ -311,11 +345,17 @@ impl Toolbox {
         }
         let mut env = options.env.unwrap_or_else(|| std::env::vars_os().collect());
         env.retain(|(key, _)| !PRIVATE_ENV.iter().any(|private| key == private));
+        let approvals = Broker::new(BrokerOptions {
+            timeout: Duration::from_secs(options.config.approvals.timeout_secs),
+            audit: options.audit.clone(),
+            store: options.approvals_store,
+        });
         Ok(Toolbox {
             inner: Arc::new(Inner {
                 workspace,
                 config: options.config,
                 audit: options.audit,
+                approvals,
                 env: env.into(),
                 calls: Arc::new(Semaphore::new(max_calls)),
             }),
@@ -325,6 +365,11 @@ impl Toolbox {
     /// The canonical workspace root.
     pub fn workspace(&self) -> &Path {
         self.inner.workspace.root()
+    }
+
+    /// The approval broker every call under `ask`, and every coding agent's prompt, waits in.
+    pub fn approvals(&self) -> &Broker {
+        &self.inner.approvals
     }
 
     /// The tools this policy lets run, in table order.
@@ -359,7 +404,7 @@ impl Toolbox {
     pub async fn call(&self, request: ToolRequest) -> Result<ToolOutput, ToolError> {
         let started = Instant::now();
         let ToolRequest { id, name, args, caller, progress, cancel } = request;
-        let (result, policy) = self.gate_and_run(&name, args, progress, cancel).await;
+        let (result, policy) = self.gate_and_run(&id, &name, &caller, args, progress, cancel).await;
         let outcome = match &result {
             Ok(_) => "ok",
             Err(err) => err.code.as_str(),
@@ -410,7 +455,9 @@ impl Toolbox {
 
     async fn gate_and_run(
         &self,
+        id: &str,
         name: &str,
+        caller: &str,
         args: Value,
         progress: Option<mpsc::Sender<String>>,
         cancel: CancellationToken,
@@ -426,21 +473,66 @@ impl Toolbox {
         if let Some(rule) = policy::refusal(&self.inner.config.policy, spec.name, spec.changes_machine) {
             return (Err(denied(name, rule)), Some(rule));
         }
+        let args = match Args::check(spec, &args) {
+            Ok(args) => args,
+            Err(err) => return (Err(err), None),
+        };
+        if let Err(refused) = self.ask(spec, id, &args, &cancel).await {
+            return (Err(refused), Some(PolicyRule::Ask));
+        }
         let Ok(_permit) = self.inner.calls.clone().try_acquire_owned() else {
             return (Err(ToolError::new(ErrorCode::Busy, "too many tool calls are running; try again shortly")), None);
         };
-        let result = match Args::check(spec, &args) {
-            Err(err) => Err(err),
-            Ok(_) if cancel.is_cancelled() => Err(ToolError::new(ErrorCode::Cancelled, "cancelled before it started")),
-            Ok(args) => self.execute(spec, &args, progress, cancel).await,
+        let result = if cancel.is_cancelled() {
+            Err(ToolError::new(ErrorCode::Cancelled, "cancelled before it started"))
+        } else {
+            self.execute(spec, &args, caller, progress, cancel).await
         };
         (result, None)
+    }
+
+    /// The policy's `ask`: when this call must wait for the user, waits for the decision (without
+    /// holding a place among the calls in flight); a denial or the expiry is `denied-by-policy`
+    /// with the user's message.
+    async fn ask(
+        &self,
+        spec: &ToolSpec,
+        id: &str,
+        args: &Args<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<(), ToolError> {
+        let input = args.value();
+        let Some(ask) = ask_rule(&self.inner.config, spec.name, &input, self.workspace(), spec.changes_machine) else {
+            return Ok(());
+        };
+        let request = ApprovalRequest {
+            source: ApprovalSource::Call(id.to_owned()),
+            tool: spec.name.to_owned(),
+            input,
+            summary: ask.summary,
+            risk: ask.risk,
+            diff: None,
+            questions: None,
+            offers_session: false,
+        };
+        let answer = self.inner.approvals.request(request).wait(cancel).await;
+        if answer.decision.allows() {
+            return Ok(());
+        }
+        if cancel.is_cancelled() {
+            return Err(ToolError::new(ErrorCode::Cancelled, "cancelled while it waited for approval"));
+        }
+        Err(ToolError::new(
+            ErrorCode::DeniedByPolicy,
+            format!("{} was not approved: {}", spec.name, answer.denial_message()),
+        ))
     }
 
     async fn execute(
         &self,
         spec: &ToolSpec,
         args: &Args<'_>,
+        caller: &str,
         progress: Option<mpsc::Sender<String>>,
         cancel: CancellationToken,
     ) -> Result<ToolOutput, ToolError> {
@@ -490,6 +582,11 @@ impl Toolbox {
                 let request = self.agent_request(args)?;
                 coding_agent::run(request, inner.env.clone(), progress, cancel).await.map(plain)
             }
+            "approve" => {
+                let approve = approvals::approve_from_args(&inner.approvals, &args.value())?;
+                approvals::answer(&inner.approvals, approve, caller).map(|()| plain(json!({})))
+            }
+            "approvals" => Ok(plain(json!({ "approvals": inner.approvals.open() }))),
             other => Err(ToolError::new(ErrorCode::Internal, format!("tool {other} has no implementation"))),
         }
     }
@@ -614,11 +711,17 @@ fn gemini_declaration(spec: &ToolSpec) -> Value {
     let properties: Map<String, Value> = spec
         .params
         .iter()
+        .filter(|param| param.kind != ParamType::Object)
         .map(|param| {
             (param.name.to_owned(), json!({ "type": param.kind.gemini_name(), "description": param.description }))
         })
         .collect();
-    let required: Vec<&str> = spec.params.iter().filter(|param| param.required).map(|param| param.name).collect();
+    let required: Vec<&str> = spec
+        .params
+        .iter()
+        .filter(|param| param.required && param.kind != ParamType::Object)
+        .map(|param| param.name)
+        .collect();
     let mut declaration = json!({ "name": spec.name, "description": spec.description });
     // The service refuses an empty `properties`: a tool without arguments has no `parameters`.
     if !properties.is_empty() {
@@ -654,7 +757,16 @@ mod tests {
         let (_tmp, toolbox) = make(Config::default());
         assert_eq!(
             toolbox.names(),
-            ["run_command", "read_file", "write_file", "list_dir", "screenshot", "coding_agent"]
+            [
+                "run_command",
+                "read_file",
+                "write_file",
+                "list_dir",
+                "screenshot",
+                "coding_agent",
+                "approve",
+                "approvals"
+            ]
         );
         let declarations = toolbox.gemini_declarations();
         let run = &declarations[0];
@@ -666,7 +778,7 @@ mod tests {
         assert_eq!(declarations[2]["parameters"]["properties"]["create_dirs"]["type"], "BOOLEAN");
         for declaration in declarations.as_array().unwrap() {
             assert!(!declaration["description"].as_str().unwrap().is_empty());
-            for (_, property) in declaration["parameters"]["properties"].as_object().unwrap() {
+            for (_, property) in declaration["parameters"]["properties"].as_object().into_iter().flatten() {
                 assert!(!property["description"].as_str().unwrap().is_empty());
             }
         }
@@ -676,8 +788,8 @@ mod tests {
     fn the_policy_hides_what_it_refuses() {
         let config = Config { policy: Policy { read_only: true, ..Default::default() }, ..Default::default() };
         let (_tmp, toolbox) = make(config);
-        assert_eq!(toolbox.names(), ["read_file", "list_dir", "screenshot"]);
-        assert_eq!(toolbox.gemini_declarations().as_array().unwrap().len(), 3);
+        assert_eq!(toolbox.names(), ["read_file", "list_dir", "screenshot", "approve", "approvals"]);
+        assert_eq!(toolbox.gemini_declarations().as_array().unwrap().len(), 5);
         let config = Config {
             policy: Policy {
                 allow: vec!["read_file".into(), "list_dir".into()],

@@ -8,6 +8,8 @@ pub enum PolicyRule {
     Deny,
     Allow,
     ReadOnly,
+    /// Under `ask`, and the user denied it or nobody answered in time.
+    Ask,
 }
 
 impl PolicyRule {
@@ -17,6 +19,7 @@ impl PolicyRule {
             PolicyRule::Deny => "deny",
             PolicyRule::Allow => "allow",
             PolicyRule::ReadOnly => "read_only",
+            PolicyRule::Ask => "ask",
         }
     }
 
@@ -26,6 +29,7 @@ impl PolicyRule {
             PolicyRule::Deny => "it is on the policy's deny list",
             PolicyRule::Allow => "it is not on the policy's allow list",
             PolicyRule::ReadOnly => "this agent is read-only and the tool can change the machine",
+            PolicyRule::Ask => "the user did not approve it",
         }
     }
 }

@@ -19,6 +19,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("net", 2),
     ("seal", 2),
     ("tools", 2),
+    ("approvals", 2),
     ("protocol", 1),
     ("state", 1),
     ("secret", 1),
