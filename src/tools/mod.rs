@@ -6,15 +6,15 @@
 //! `busy` at once, never queued; argument checks against the table → `invalid-args` naming the
 //! field; then the tool. Each call, refused or not, leaves one line in the audit trail.
 
-mod args;
+pub(crate) mod args;
 mod beneath;
-mod coding_agent;
+pub(crate) mod coding_agent;
 mod command;
 mod files;
 pub(crate) mod output;
 pub mod policy;
 mod screenshot;
-mod supervise;
+pub(crate) mod supervise;
 mod workspace;
 
 use std::ffi::{OsStr, OsString};
@@ -362,6 +362,16 @@ impl Toolbox {
         })
     }
 
+    /// The environment of the programs tools start ([`PRIVATE_ENV`] removed).
+    pub(crate) fn child_env(&self) -> Arc<[(OsString, OsString)]> {
+        self.inner.env.clone()
+    }
+
+    /// The settings this toolbox runs under.
+    pub(crate) fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
     /// The canonical workspace root.
     pub fn workspace(&self) -> &Path {
         self.inner.workspace.root()
@@ -658,7 +668,7 @@ impl Toolbox {
     }
 
     /// An existing directory inside the workspace; the root when `path` is absent.
-    fn directory(&self, path: Option<&str>) -> Result<PathBuf, ToolError> {
+    pub(crate) fn directory(&self, path: Option<&str>) -> Result<PathBuf, ToolError> {
         let Some(path) = path else { return Ok(self.inner.workspace.root().to_path_buf()) };
         let resolved = self.inner.workspace.resolve(path)?;
         if !resolved.exists {
@@ -670,7 +680,7 @@ impl Toolbox {
         Ok(resolved.real)
     }
 
-    fn env_var(&self, name: &str) -> Option<&OsStr> {
+    pub(crate) fn env_var(&self, name: &str) -> Option<&OsStr> {
         self.inner.env.iter().rev().find(|(key, _)| key == name).map(|(_, value)| value.as_os_str())
     }
 }
