@@ -105,6 +105,7 @@ impl AgentContext {
             sealed_sessions: self.status.sessions.sealed(),
             plain_sessions: self.status.sessions.plain(),
             workspace: self.toolbox.workspace().display().to_string(),
+            sees: Some(self.toolbox.sees()),
         }
     }
 }

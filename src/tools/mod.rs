@@ -14,6 +14,7 @@ mod files;
 pub(crate) mod output;
 pub mod policy;
 mod screenshot;
+mod sees;
 pub(crate) mod supervise;
 mod workspace;
 
@@ -26,11 +27,11 @@ use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use coding_agent::find_program;
 pub use coding_agent::{default_claude, CODING_AGENT_TIMEOUT, DEFAULT_AGENT, MAX_PROMPT_LEN};
 pub use command::{MAX_COMMAND_LEN, MAX_COMMAND_TIMEOUT, SHELL};
 pub use files::{MAX_DIR_ENTRIES, MAX_WRITE_LEN};
 pub use screenshot::{MAX_SCREENSHOT_LEN, SCREENSHOT_TIMEOUT};
+pub use sees::coding_agents_seen;
 
 use crate::approvals::{self, ask_rule, Broker, BrokerOptions, Request as ApprovalRequest};
 use crate::audit::{Audit, CallRecord};
