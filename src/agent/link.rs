@@ -391,7 +391,13 @@ impl RelayLink {
         outbox: &Outbox,
     ) -> Peer {
         match inbound.open(frame) {
-            Ok(Some(frame)) => session.on_frame(frame).await,
+            Ok(Some(frame)) => {
+                // A revocation written a moment ago ends the session before this frame runs.
+                self.gate.check_revocations();
+                if !revoked.as_ref().is_some_and(CancellationToken::is_cancelled) {
+                    session.on_frame(frame).await;
+                }
+            }
             Ok(None) => {}
             Err(broken) => {
                 warn!("{broken}; the phone's session is closed");

@@ -61,10 +61,12 @@ pub enum AgentMessage {
         protocols: Vec<u32>,
     },
     HelloOk(HelloOk),
-    /// An environment's answer to a host's hello: its signature over the host's nonce (docs/PROTOCOL.md).
+    /// An environment's answer to a host's hello: its own nonce and its signature over the pairing
+    /// and both nonces (docs/PROTOCOL.md, "Environments").
     Identity {
         #[serde(rename = "envKey")]
         env_key: String,
+        nonce: String,
         signature: String,
     },
     ToolProgress {

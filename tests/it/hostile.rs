@@ -120,8 +120,8 @@ fn agent_message() -> impl Strategy<Value = AgentMessage> {
             nonce,
             protocols: vec![]
         }),
-        (any::<String>(), any::<String>())
-            .prop_map(|(env_key, signature)| AgentMessage::Identity { env_key, signature }),
+        (any::<String>(), any::<String>(), any::<String>())
+            .prop_map(|(env_key, nonce, signature)| AgentMessage::Identity { env_key, nonce, signature }),
         (error_code(), opt_string()).prop_map(|(code, message)| AgentMessage::Error { code, message }),
         (any::<String>(), any::<String>(), opt_string()).prop_map(|(id, chunk, env)| AgentMessage::ToolProgress {
             id,
