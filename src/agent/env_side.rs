@@ -57,7 +57,7 @@ pub fn spawn_environment_side(
     let pairings = store::load_pairings(&options.home)?;
     let mut side = EnvSide {
         options,
-        toolbox: ctx.toolbox.clone(),
+        toolbox: ctx.toolbox().clone(),
         gate: Arc::new(GateShared::default()),
         dialers: HashMap::new(),
         tasks: ctx.tasks.clone(),
