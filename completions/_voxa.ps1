@@ -102,6 +102,8 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
         }
         'voxa;call' {
             [CompletionResult]::new('--env', '--env', [CompletionResultType]::ParameterName, 'Route the call to a paired environment (its envKey or name)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Where `screenshot` saves the image [default: screenshot-<UTC time>.png in the current directory]')
+            [CompletionResult]::new('--out', '--out', [CompletionResultType]::ParameterName, 'Where `screenshot` saves the image [default: screenshot-<UTC time>.png in the current directory]')
             [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
             [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
             [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')

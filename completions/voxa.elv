@@ -95,6 +95,8 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;call'= {
             cand --env 'Route the call to a paired environment (its envKey or name)'
+            cand -o 'Where `screenshot` saves the image [default: screenshot-<UTC time>.png in the current directory]'
+            cand --out 'Where `screenshot` saves the image [default: screenshot-<UTC time>.png in the current directory]'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
             cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'

@@ -77,6 +77,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand status" -s q -l quiet -d 'Only
 complete -c voxa -n "__fish_voxa_using_subcommand status" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand status" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand call" -l env -d 'Route the call to a paired environment (its envKey or name)' -r
+complete -c voxa -n "__fish_voxa_using_subcommand call" -s o -l out -d 'Where `screenshot` saves the image [default: screenshot-<UTC time>.png in the current directory]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand call" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand call" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand call" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'

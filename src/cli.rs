@@ -111,11 +111,14 @@ pub struct RunArgs {
 pub struct CallArgs {
     /// Tool name (run_command, read_file, write_file, list_dir, screenshot, coding_agent, …)
     pub tool: String,
-    /// Arguments: one JSON object, or key=value pairs (values that parse as JSON are taken as JSON)
+    /// Arguments: one JSON object, or key=value pairs (each value of the type the tool declares)
     pub args: Vec<String>,
     /// Route the call to a paired environment (its envKey or name)
     #[arg(long, value_name = "ENV")]
     pub env: Option<String>,
+    /// Where `screenshot` saves the image [default: screenshot-<UTC time>.png in the current directory]
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

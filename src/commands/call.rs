@@ -1,6 +1,7 @@
 //! `voxa call`: one tool through the running agent's loopback socket, for scripts and CI.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures_util::{SinkExt, StreamExt};
@@ -12,8 +13,9 @@ use crate::cli::CallArgs;
 use crate::error::{ConfigError, Exit, Refused};
 use crate::net::client;
 use crate::net::dial::{self, ClientSocket, DialOptions};
-use crate::protocol::{self, AgentMessage, ClientMessage, HelloOk, ToolCall, ToolResult};
+use crate::protocol::{self, AgentMessage, ClientMessage, HelloOk, Image, ToolCall, ToolResult};
 use crate::state::Home;
+use crate::tools::ParamType;
 
 /// Connects to the running agent of `home` and completes the hello, checking the agent's proof
 /// before anything else is sent.
@@ -36,7 +38,7 @@ pub async fn connect_local(home: &Home) -> Result<(ClientSocket, HelloOk)> {
 
 /// `voxa call TOOL [ARGS]`.
 pub async fn run_call(settings: &Settings, args: CallArgs) -> Result<Exit> {
-    let tool_args = parse_call_args(&args.args)?;
+    let tool_args = parse_call_args(&args.tool, &args.args)?;
     let (mut socket, _) = connect_local(&settings.home).await?;
     let call =
         ToolCall { id: "call-1".into(), name: args.tool.clone(), args: tool_args, env: args.env.clone(), caller: None };
@@ -46,6 +48,8 @@ pub async fn run_call(settings: &Settings, args: CallArgs) -> Result<Exit> {
         .context("could not send the call")?;
     let json_out = settings.printer.is_json();
     let mut streamed = false;
+    // A screenshot's image comes in its own frame, before the result.
+    let mut image = None;
     let result = loop {
         let Some(frame) = socket.next().await else { bail!("the agent closed the connection before the result") };
         match frame.context("agent connection failed")? {
@@ -56,6 +60,7 @@ pub async fn run_call(settings: &Settings, args: CallArgs) -> Result<Exit> {
                     out.write_all(chunk.as_bytes())?;
                     out.flush()?;
                 }
+                Ok(AgentMessage::Image(frame)) if frame.id == call.id => image = Some(frame),
                 Ok(AgentMessage::ToolResult(result)) if result.id == call.id => break result,
                 Ok(AgentMessage::Error { code, message }) => {
                     return Err(Refused { code, message: message.unwrap_or_default() }.into())
@@ -67,11 +72,18 @@ pub async fn run_call(settings: &Settings, args: CallArgs) -> Result<Exit> {
         }
     };
     let _ = socket.close(None).await;
-    report(settings, &args.tool, &result, streamed)
+    let saved = match image {
+        Some(image) if result.error.is_none() => Some(save_image(&image, args.out.as_deref())?),
+        _ => None,
+    };
+    report(settings, &args.tool, &result, streamed, saved.as_deref())
 }
 
-fn report(settings: &Settings, tool: &str, result: &ToolResult, streamed: bool) -> Result<Exit> {
-    let value = serde_json::to_value(result).unwrap_or(Value::Null);
+fn report(settings: &Settings, tool: &str, result: &ToolResult, streamed: bool, saved: Option<&Path>) -> Result<Exit> {
+    let mut value = serde_json::to_value(result).unwrap_or(Value::Null);
+    if let (Some(path), Some(object)) = (saved, value.as_object_mut()) {
+        object.insert("saved".into(), Value::String(path.display().to_string()));
+    }
     if let Some(error) = &result.error {
         if settings.printer.is_json() {
             println!("{value}");
@@ -88,7 +100,7 @@ fn report(settings: &Settings, tool: &str, result: &ToolResult, streamed: bool) 
     if settings.printer.is_json() {
         println!("{value}");
     } else {
-        print!("{}", human(tool, &body, streamed));
+        print!("{}", human(tool, &body, streamed, saved));
     }
     Ok(match exit_code {
         Some(code) if code != 0 => Exit::CommandFailed,
@@ -98,7 +110,7 @@ fn report(settings: &Settings, tool: &str, result: &ToolResult, streamed: bool) 
 }
 
 /// The human form of a result: what a person would want on the terminal.
-fn human(tool: &str, body: &Value, streamed: bool) -> String {
+fn human(tool: &str, body: &Value, streamed: bool, saved: Option<&Path>) -> String {
     let text = |key: &str| body.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
     let with_newline = |mut s: String| {
         if !s.is_empty() && !s.ends_with('\n') {
@@ -130,18 +142,64 @@ fn human(tool: &str, body: &Value, streamed: bool) -> String {
             })
             .unwrap_or_default(),
         "screenshot" => format!(
-            "screenshot {}x{} {} ({} bytes)\n",
+            "screenshot {}x{} {} ({} bytes) {}\n",
             body["width"],
             body["height"],
             body["mime"].as_str().unwrap_or_default(),
-            body["bytes"]
+            body["bytes"],
+            match saved {
+                Some(path) => format!("saved to {}", path.display()),
+                // An environment keeps its screenshots: only the result fields come back.
+                None => "not saved: the image stayed where it was taken".to_owned(),
+            }
         ),
         _ => format!("{}\n", serde_json::to_string_pretty(body).unwrap_or_default()),
     }
 }
 
-/// Turns `voxa call` arguments into a JSON object.
-pub fn parse_call_args(args: &[String]) -> Result<serde_json::Value, ConfigError> {
+/// Saves a screenshot's image to `out`, else to `screenshot-<UTC time>.<ext>` in the current
+/// directory (never over an existing file), created 0600: a screen can show anything.
+fn save_image(image: &Image, out: Option<&Path>) -> Result<PathBuf> {
+    use base64::Engine as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(&image.data)
+        .map_err(|_| anyhow!("the agent sent a screenshot that is not base64"))?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).mode(0o600);
+    let (path, mut file) = match out {
+        Some(path) => {
+            let file = options.create(true).truncate(true).open(path);
+            (path.to_path_buf(), file.with_context(|| format!("could not write {}", path.display()))?)
+        }
+        None => {
+            let ext = image.mime.strip_prefix("image/").filter(|ext| ext.bytes().all(|b| b.is_ascii_alphanumeric()));
+            let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string().replace(':', "-");
+            let name = |n: u32| match n {
+                1 => format!("screenshot-{stamp}.{}", ext.unwrap_or("img")),
+                n => format!("screenshot-{stamp}-{n}.{}", ext.unwrap_or("img")),
+            };
+            let mut n = 1;
+            loop {
+                let path = PathBuf::from(name(n));
+                match options.clone().create_new(true).open(&path) {
+                    Ok(file) => break (path, file),
+                    Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists && n < 100 => n += 1,
+                    Err(err) => return Err(err).with_context(|| format!("could not write {}", path.display())),
+                }
+            }
+        }
+    };
+    file.write_all(&bytes)
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("could not write {}", path.display()))?;
+    Ok(path)
+}
+
+/// Turns `voxa call` arguments into a JSON object. A `key=value` pair takes the type `tool`
+/// declares for `key` (`command=false` is the string "false"); a key the table does not declare
+/// (a tool of another version, a router tool) is taken as JSON when it parses as JSON.
+pub fn parse_call_args(tool: &str, args: &[String]) -> Result<serde_json::Value, ConfigError> {
     use serde_json::{Map, Value};
     if let [single] = args {
         if single.trim_start().starts_with('{') {
@@ -160,28 +218,62 @@ pub fn parse_call_args(args: &[String]) -> Result<serde_json::Value, ConfigError
         if key.is_empty() {
             return Err(ConfigError::new(format!("argument {pair:?} has an empty key")));
         }
-        // Numbers, booleans, objects and arrays are taken as JSON; anything else is a string.
-        let parsed = match serde_json::from_str::<Value>(value) {
-            Ok(v @ (Value::Number(_) | Value::Bool(_) | Value::Object(_) | Value::Array(_) | Value::Null)) => v,
-            _ => Value::String(value.to_owned()),
-        };
-        map.insert(key.to_owned(), parsed);
+        map.insert(key.to_owned(), typed_value(declared_type(tool, key), value));
     }
     Ok(Value::Object(map))
+}
+
+/// The type `tool` declares for its argument `key`, if it declares one.
+fn declared_type(tool: &str, key: &str) -> Option<ParamType> {
+    let spec = crate::tools::tool_spec(tool)?;
+    spec.params.iter().find(|param| param.name == key).map(|param| param.kind)
+}
+
+/// `value` as the declared type; what does not parse as that type stays a string, for the tool's
+/// own argument check to refuse in its words. Undeclared: numbers, booleans, objects, arrays and
+/// `null` are taken as JSON, anything else is a string.
+fn typed_value(kind: Option<ParamType>, value: &str) -> Value {
+    let parsed = serde_json::from_str::<Value>(value).ok();
+    match (kind, parsed) {
+        (Some(ParamType::String), _) => Value::String(value.to_owned()),
+        (Some(ParamType::Integer), Some(number @ Value::Number(_))) => number,
+        (Some(ParamType::Boolean), Some(boolean @ Value::Bool(_))) => boolean,
+        (Some(_), _) => Value::String(value.to_owned()),
+        (None, Some(v @ (Value::Number(_) | Value::Bool(_) | Value::Object(_) | Value::Array(_) | Value::Null))) => v,
+        (None, _) => Value::String(value.to_owned()),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn args(items: &[&str]) -> Vec<String> {
+        items.iter().map(|item| item.to_string()).collect()
+    }
+
     #[test]
     fn call_args_accept_json_or_pairs() {
-        let json = parse_call_args(&[r#"{"command":"ls"}"#.into()]).unwrap();
+        let json = parse_call_args("run_command", &args(&[r#"{"command":"ls"}"#])).unwrap();
         assert_eq!(json, serde_json::json!({"command":"ls"}));
-        let pairs = parse_call_args(&["command=echo hi".into(), "timeout_ms=500".into(), "x=true".into()]).unwrap();
+        let pairs = parse_call_args("run_command", &args(&["command=echo hi", "timeout_ms=500", "x=true"])).unwrap();
         assert_eq!(pairs, serde_json::json!({"command":"echo hi","timeout_ms":500,"x":true}));
-        assert!(parse_call_args(&["oops".into()]).is_err());
-        assert!(parse_call_args(&["[1]".into()]).is_err());
-        assert!(parse_call_args(&["{bad".into()]).is_err());
+        assert!(parse_call_args("run_command", &args(&["oops"])).is_err());
+        assert!(parse_call_args("run_command", &args(&["[1]"])).is_err());
+        assert!(parse_call_args("run_command", &args(&["{bad"])).is_err());
+    }
+
+    #[test]
+    fn a_pair_takes_the_type_the_tool_declares() {
+        let pairs = parse_call_args("run_command", &args(&["command=false", "cwd=1", "timeout_ms=2000"])).unwrap();
+        assert_eq!(pairs, serde_json::json!({"command":"false","cwd":"1","timeout_ms":2000}));
+        let file = parse_call_args("write_file", &args(&["path=null", "content=[1,2]", "create_dirs=true"])).unwrap();
+        assert_eq!(file, serde_json::json!({"path":"null","content":"[1,2]","create_dirs":true}));
+        // Not of the declared type: left as text for the tool's own check to name.
+        let wrong = parse_call_args("read_file", &args(&["path=a", "max_bytes=lots"])).unwrap();
+        assert_eq!(wrong, serde_json::json!({"path":"a","max_bytes":"lots"}));
+        // A tool the table does not know: JSON where it parses.
+        let other = parse_call_args("fleet", &args(&["action=list", "verbose=true"])).unwrap();
+        assert_eq!(other, serde_json::json!({"action":"list","verbose":true}));
     }
 }

@@ -9,6 +9,7 @@ pub mod env;
 pub mod open;
 pub mod output;
 pub mod pair;
+pub mod reach;
 pub mod relay;
 pub mod run;
 pub mod service;

@@ -33,9 +33,9 @@ pub fn run_open(settings: &Settings, args: &OpenArgs) -> Result<()> {
     let url = loopback_link(agent.port, &secrets.auth_token);
     let opened = !args.no_browser && open_in_browser(&url)?;
     let human = if opened {
-        format!("opened the web client in your browser; if nothing appeared, open this link:\n{url}")
+        format!("opened the web client in your browser; if nothing appeared, open this link:\n{url}\n")
     } else {
-        format!("open this link in a browser on this machine:\n{url}")
+        format!("open this link in a browser on this machine:\n{url}\n")
     };
     settings.printer.result(&json!({ "url": url, "opened": opened }), human)?;
     Ok(())

@@ -49,17 +49,20 @@ pub fn save_relay(home: &Home, config: &mut crate::config::Config, relay: &Relay
     Ok(())
 }
 
-/// The block `pair` and a first `run` print: QR (optional) and the URL under it.
+/// The block `pair` and a first `run` print: QR (optional, and only for a link a phone can open),
+/// the URL, and what it reaches.
 pub fn pairing_text(relay: &RelayUrl, secrets: &Secrets, qr: bool, ansi: bool) -> Result<String> {
     let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose());
+    let reach = super::reach::Reach::of(relay);
+    let qr = qr && reach.wants_qr();
     let mut text = String::new();
     if qr {
         text.push_str(&render_qr(&url, ansi)?);
         text.push('\n');
     }
-    let _ = writeln!(text, "Scan the code with the Voxa app, or open this link on your phone:");
+    let _ = writeln!(text, "{}", reach.intro(qr));
     let _ = writeln!(text, "{url}");
-    let _ = writeln!(text, "Relay: {relay}. Anyone with this link can drive this machine; keep it private.");
+    text.push_str(&super::reach::note(relay));
     Ok(text)
 }
 

@@ -94,7 +94,7 @@ async fn relay_and_secrets(
     let (home, printer) = (&settings.home, settings.printer);
     // The embedded relay stands in for a remote one: nothing about it is saved.
     let relay = match &args.embedded_relay {
-        Some(addr) => start_embedded_relay(addr, printer, tasks, shutdown).await?,
+        Some(addr) => start_embedded_relay(addr, home, printer, tasks, shutdown).await?,
         None => settings.relay(config)?,
     };
     let (secrets, created) = home.load_or_create_secrets()?;
@@ -156,11 +156,12 @@ fn warn_if_home_in_workspace(home: &Home, workspace: &Path, printer: Printer) {
 /// Starts a relay on `addr` (loopback only) on `tasks` and returns its URL.
 async fn start_embedded_relay(
     addr: &str,
+    home: &Home,
     printer: Printer,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> Result<RelayUrl> {
-    let listener = bind_loopback_addr(addr).await?;
+    let listener = bind_embedded_relay(addr, home).await?;
     let local = listener.local_addr()?;
     printer.event("embedded_relay", json!({"listen": local.to_string()}), format!("embedded relay on {local}"));
     let stop = shutdown.clone();
@@ -178,7 +179,8 @@ async fn start_embedded_relay(
 fn print_pairing(relay: &RelayUrl, secrets: &Secrets, printer: Printer) -> Result<()> {
     if printer.is_json() {
         let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose());
-        printer.event("pairing", json!({"url": url, "relay": relay.as_str()}), "");
+        let reaches = super::reach::Reach::of(relay).as_str();
+        printer.event("pairing", json!({"url": url, "relay": relay.as_str(), "reaches": reaches}), "");
     } else {
         let text = super::pair::pairing_text(relay, secrets, true, printer.is_terminal())?;
         printer.event("pairing", json!({}), text.trim_end());
@@ -186,14 +188,44 @@ fn print_pairing(relay: &RelayUrl, secrets: &Secrets, printer: Printer) -> Resul
     Ok(())
 }
 
-async fn bind_loopback_addr(addr: &str) -> Result<TcpListener> {
+/// The home file holding the embedded relay's last port. A page keeps its pairing for the relay's
+/// origin, port included: the same port after a restart is what lets an open page reconnect.
+const EMBEDDED_RELAY_FILE: &str = "embedded_relay";
+
+/// Binds the embedded relay on `addr` (loopback only). Without a port (`:0`, the default), the
+/// port of the last run is taken again when it is free; the port bound is saved for the next run.
+async fn bind_embedded_relay(addr: &str, home: &Home) -> Result<TcpListener> {
     let parsed: SocketAddr = addr
         .parse()
         .map_err(|_| ConfigError::new(format!("--embedded-relay {addr:?} is not an address like 127.0.0.1:8787")))?;
     if !parsed.ip().is_loopback() {
         return Err(ConfigError::new("--embedded-relay must listen on a loopback address").into());
     }
-    TcpListener::bind(parsed).await.with_context(|| format!("could not listen on {parsed}"))
+    let saved = match parsed.port() {
+        0 => saved_embedded_port(home)?.map(|port| SocketAddr::new(parsed.ip(), port)),
+        _ => None,
+    };
+    let reused = match saved {
+        Some(saved) => TcpListener::bind(saved).await.ok(),
+        None => None,
+    };
+    let listener = match reused {
+        Some(listener) => listener,
+        None => TcpListener::bind(parsed).await.with_context(|| format!("could not listen on {parsed}"))?,
+    };
+    let port = listener.local_addr()?.port();
+    if saved.map(|addr| addr.port()) != Some(port) {
+        home.write_atomic(EMBEDDED_RELAY_FILE, format!("{port}\n").as_bytes())?;
+    }
+    Ok(listener)
+}
+
+/// The port saved by the last `--embedded-relay` run; a file that does not hold one is ignored
+/// (the next bind overwrites it).
+fn saved_embedded_port(home: &Home) -> Result<Option<u16>> {
+    let bytes = crate::state::read_if_exists(&home.path(EMBEDDED_RELAY_FILE))?;
+    let text = bytes.and_then(|bytes| String::from_utf8(bytes).ok());
+    Ok(text.and_then(|text| text.trim().parse::<u16>().ok()).filter(|port| *port != 0))
 }
 
 /// Self-hosted settings from the environment; a missing key is a usage error.

@@ -165,6 +165,32 @@ fn human_output_without_a_terminal_is_plain_text_with_a_scannable_qr() {
 }
 
 #[test]
+fn pair_says_what_the_link_reaches_and_who_runs_the_relay() {
+    // The default relay: a phone opens the link; the output names who runs the relay.
+    let (_tmp, home) = fresh_home();
+    let text = stdout(&voxa(&home, &["pair"]));
+    assert!(text.contains("Scan the code with the phone's camera"), "{text}");
+    assert!(text.contains("https://api.voxa.space, the default relay, run by voxa's publisher, not by you"), "{text}");
+    assert!(text.contains("there is no app to install") && !text.contains("Voxa app"), "{text}");
+    let text = stdout(&voxa(&home, &["pair", "--no-qr"]));
+    assert!(text.contains("Open this link in the phone's browser") && !text.contains("Scan"), "{text}");
+
+    // A relay on loopback: this machine's browser only, no QR code, and the ways to reach a phone.
+    let (_tmp, local) = fresh_home();
+    let out = voxa(&local, &["pair", "--relay", "http://127.0.0.1:9"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(!text.contains(['▀', '▄', '█']), "no QR code for a link no phone can open: {text}");
+    assert!(text.contains("Open this link in a browser on this machine"), "{text}");
+    assert!(text.contains("this machine's browser only"), "{text}");
+    for way in
+        ["voxa relay --listen 0.0.0.0:443", "tailscale serve --bg 8787", "`voxa run` dials https://api.voxa.space"]
+    {
+        assert!(text.contains(way), "{way:?} missing from {text}");
+    }
+}
+
+#[test]
 fn on_a_terminal_the_qr_is_drawn_black_on_white() {
     use portable_pty::{native_pty_system, CommandBuilder, PtySize};
 

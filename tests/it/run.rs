@@ -70,6 +70,61 @@ async fn embedded_relay_run_serves_a_phone_and_stops_cleanly_on_sigterm() {
     assert!(!home.join("agent.json").exists(), "agent.json left behind");
 }
 
+#[test]
+fn run_says_an_embedded_relay_link_is_for_this_machine_and_how_to_reach_a_phone() {
+    let (_dir, home) = fresh_home();
+    let workspace = tempfile::tempdir().unwrap();
+    let mut cmd = voxa_cmd(&home);
+    cmd.args(["run", "--embedded-relay", "--workspace"]).arg(workspace.path());
+    let run = RunningVoxa::spawn(cmd);
+    // `agent.json` is written once the agent runs, after the pairing block was printed.
+    let deadline = std::time::Instant::now() + STEP;
+    while !home.join("agent.json").exists() {
+        assert!(std::time::Instant::now() < deadline, "voxa run never started: {:?}", run.drain());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (text, _) = run.stop();
+    let link = text.lines().find(|line| line.starts_with("http://127.0.0.1:")).unwrap_or_else(|| panic!("{text}"));
+    assert!(link.contains("/?code="), "{text}");
+    assert!(text.contains("Open this link in a browser on this machine"), "{text}");
+    assert!(text.contains("this machine's browser only"), "{text}");
+    for way in ["voxa relay --listen 0.0.0.0:443", "tailscale serve --bg 8787", "run by voxa's publisher"] {
+        assert!(text.contains(way), "{way:?} missing from {text}");
+    }
+    assert!(!text.contains("Voxa app") && !text.contains(['▀', '▄', '█']), "{text}");
+}
+
+#[test]
+fn the_embedded_relay_keeps_its_port_across_restarts() {
+    let (_dir, home) = fresh_home();
+    let workspace = tempfile::tempdir().unwrap();
+    let start = || {
+        let mut cmd = voxa_cmd(&home);
+        cmd.args(["run", "--json", "--embedded-relay", "--workspace"]).arg(workspace.path());
+        let mut run = RunningVoxa::start(cmd);
+        let listen = run.wait_event("embedded_relay")["listen"].as_str().unwrap().to_owned();
+        let pairing = run.wait_event("pairing");
+        assert_eq!(pairing["reaches"], "this-machine");
+        assert!(pairing["url"].as_str().unwrap().starts_with(&format!("http://{listen}/?code=")), "{pairing}");
+        (run, listen)
+    };
+    let (first, port) = start();
+    first.stop();
+    let (second, again) = start();
+    assert_eq!(again, port, "the same home listens on the same port after a restart");
+    second.stop();
+
+    // Taken meanwhile: another port, which the next run keeps.
+    let squatter = std::net::TcpListener::bind(&port).unwrap();
+    let (third, other) = start();
+    assert_ne!(other, port);
+    third.stop();
+    drop(squatter);
+    let (fourth, kept) = start();
+    assert_eq!(kept, other, "the port chosen last is the one kept");
+    fourth.stop();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_exit_status_tells_results_from_errors_and_refusals() {
     // An unreachable relay: the loopback socket serves regardless.
@@ -120,6 +175,74 @@ async fn call_exit_status_tells_results_from_errors_and_refusals() {
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("voxa run"));
     drop(run);
+}
+
+#[test]
+fn call_takes_each_argument_as_its_declared_type_and_open_ends_its_line() {
+    let (_run, home, _dirs) = start_run(&["--relay", "http://127.0.0.1:1"]);
+    let stderr = |out: &std::process::Output| String::from_utf8_lossy(&out.stderr).to_string();
+
+    // `command=false` is the command `false` (a string), which runs and exits 1: exit 5, not a refusal.
+    let refused_before = voxa(&home, &["call", "run_command", "command=false"]);
+    assert_eq!(refused_before.status.code(), Some(5), "{}", stderr(&refused_before));
+    let ran = voxa(&home, &["call", "run_command", "command=true"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    let number = voxa(&home, &["call", "--json", "run_command", "command=echo 42", "timeout_ms=5000"]);
+    let value: Value = serde_json::from_slice(&number.stdout).unwrap();
+    assert_eq!(value["result"]["output"].as_str().unwrap().trim(), "42", "{value}");
+    // A declared integer that is not one is refused by the tool, in its words.
+    let wrong = voxa(&home, &["call", "run_command", "command=true", "timeout_ms=soon"]);
+    assert_eq!(wrong.status.code(), Some(3), "{}", stderr(&wrong));
+    assert!(stderr(&wrong).contains("invalid-args"), "{}", stderr(&wrong));
+
+    let open = voxa(&home, &["open", "--no-browser"]);
+    assert!(open.status.success(), "{}", stderr(&open));
+    let text = String::from_utf8_lossy(&open.stdout);
+    assert!(text.ends_with('\n'), "the link ends its line: {text:?}");
+    assert!(text.lines().any(|line| line.starts_with("http://127.0.0.1:") && line.contains("/#token=")), "{text}");
+}
+
+#[test]
+fn call_screenshot_saves_the_image_and_prints_its_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") else { return };
+    let (_run, home, _dirs) = start_run_with_env(&["--relay", "http://127.0.0.1:1"], &[("DISPLAY", &xvfb.display)]);
+    let here = tempfile::tempdir().unwrap();
+
+    let out = voxa_cmd(&home).current_dir(here.path()).args(["call", "screenshot"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let saved =
+        text.trim_end().rsplit_once("saved to ").map(|(_, path)| path.to_owned()).unwrap_or_else(|| panic!("{text}"));
+    assert!(saved.starts_with("screenshot-") && saved.ends_with(".png"), "{text}");
+    let path = here.path().join(&saved);
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG file");
+    let header = png::Decoder::new(std::io::Cursor::new(&bytes)).read_info().unwrap().info().clone();
+    assert_eq!((header.width, header.height), (320, 200));
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600, "a screen can show anything");
+    assert!(text.starts_with("screenshot 320x200 image/png"), "{text}");
+
+    // A second one never overwrites the first; `--out` and `--json` say where it went.
+    let again = voxa_cmd(&home)
+        .current_dir(here.path())
+        .args(["call", "--json", "screenshot", "--out", "shot.png"])
+        .output()
+        .unwrap();
+    let value: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(value["saved"], "shot.png", "{value}");
+    assert_eq!(
+        std::fs::read(here.path().join("shot.png")).unwrap().len() as u64,
+        value["result"]["bytes"].as_u64().unwrap()
+    );
+    let third = voxa_cmd(&home).current_dir(here.path()).args(["call", "screenshot"]).output().unwrap();
+    assert!(third.status.success());
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "the first file is untouched");
+    let pngs = std::fs::read_dir(here.path())
+        .unwrap()
+        .filter(|entry| entry.as_ref().unwrap().path().extension().is_some_and(|ext| ext == "png"))
+        .count();
+    assert_eq!(pngs, 3);
 }
 
 #[test]

@@ -108,6 +108,123 @@ async fn a_relay_that_requires_a_token_still_serves_the_page_but_not_the_sockets
 }
 
 // ---------------------------------------------------------------------------------------------
+// The page's sources
+
+/// The client's source folder in this checkout.
+fn web_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("web")
+}
+
+/// The quoted names of `export const NAME = /** @type {const} */ ([ … ]);` in protocol.js.
+fn js_list(source: &str, name: &str) -> Vec<String> {
+    let opening = format!("export const {name} = /** @type {{const}} */ ([");
+    let from = source.find(&opening).unwrap_or_else(|| panic!("protocol.js has no list {name}")) + opening.len();
+    let body = &source[from..from + source[from..].find("]);").unwrap_or_else(|| panic!("{name} never ends"))];
+    let names = body.split(',').map(str::trim).filter(|item| !item.is_empty());
+    names
+        .map(|item| {
+            let name = item.strip_prefix('\'').and_then(|rest| rest.strip_suffix('\''));
+            name.unwrap_or_else(|| panic!("{item:?} in protocol.js is not one quoted name")).to_owned()
+        })
+        .collect()
+}
+
+/// The number of `export const NAME = …;` in protocol.js.
+fn js_number(source: &str, name: &str) -> u64 {
+    let opening = format!("export const {name} = ");
+    let from = source.find(&opening).unwrap_or_else(|| panic!("protocol.js has no {name}")) + opening.len();
+    let value = &source[from..from + source[from..].find(';').unwrap()];
+    match value.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).unwrap(),
+        None => value.parse().unwrap_or_else(|_| panic!("{name} = {value:?} is not a number")),
+    }
+}
+
+/// Every wire name serde knows for the enum `T`: the list it reports when asked for a name it
+/// does not know, caught by an error type of our own. `tagged`: the enum is tagged by `type`.
+fn wire_names<T: serde::de::DeserializeOwned + std::fmt::Debug>(tagged: bool) -> Vec<String> {
+    use serde::de::value::{MapDeserializer, StrDeserializer};
+    #[derive(Debug)]
+    struct Expected(Vec<&'static str>);
+    impl std::fmt::Display for Expected {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "expected one of {:?}", self.0)
+        }
+    }
+    impl std::error::Error for Expected {}
+    impl serde::de::Error for Expected {
+        fn custom<M: std::fmt::Display>(_: M) -> Self {
+            Expected(Vec::new())
+        }
+        fn unknown_variant(_: &str, expected: &'static [&'static str]) -> Self {
+            Expected(expected.to_vec())
+        }
+    }
+    let unknown = "\u{1}no such name";
+    let outcome = if tagged {
+        T::deserialize(MapDeserializer::<_, Expected>::new(std::iter::once(("type", unknown))))
+    } else {
+        T::deserialize(StrDeserializer::<Expected>::new(unknown))
+    };
+    match outcome {
+        Err(Expected(names)) if !names.is_empty() => names.into_iter().map(str::to_owned).collect(),
+        other => panic!("serde named no variants: {other:?}"),
+    }
+}
+
+fn sorted(mut names: Vec<String>) -> Vec<String> {
+    names.sort();
+    names
+}
+
+#[test]
+fn protocol_js_names_what_the_rust_protocol_names() {
+    use voxa::protocol::{AgentMessage, CallErrorCode, ClientMessage, ErrorCode};
+    let source = std::fs::read_to_string(web_dir().join("js/protocol.js")).unwrap();
+    let codes: Vec<String> = ErrorCode::ALL.iter().map(|code| code.as_str().to_owned()).collect();
+    assert_eq!(sorted(js_list(&source, "ERROR_CODES")), sorted(codes.clone()), "ERROR_CODES against ErrorCode::ALL");
+    // ALL itself holds every variant serde knows.
+    assert_eq!(sorted(wire_names::<ErrorCode>(false)), sorted(codes));
+    assert_eq!(sorted(js_list(&source, "CALL_ERROR_CODES")), sorted(wire_names::<CallErrorCode>(false)));
+    assert_eq!(sorted(js_list(&source, "CLIENT_FRAMES")), sorted(wire_names::<ClientMessage>(true)));
+    assert_eq!(sorted(js_list(&source, "AGENT_FRAMES")), sorted(wire_names::<AgentMessage>(true)));
+    assert_eq!(js_number(&source, "PROTOCOL"), u64::from(voxa::protocol::PROTOCOL_VERSION));
+    assert_eq!(js_number(&source, "AUDIO_PREFIX"), u64::from(voxa::protocol::AUDIO_PREFIX));
+}
+
+#[test]
+fn the_protocol_check_reads_what_it_claims() {
+    // The readers above fail loudly on a list they cannot read, and see a missing name.
+    let source = "export const A = /** @type {const} */ ([\n  'one',\n  'two',\n]);\nexport const N = 0x01;";
+    assert_eq!(js_list(source, "A"), ["one", "two"]);
+    assert_eq!(js_number(source, "N"), 1);
+    assert!(std::panic::catch_unwind(|| js_list("export const A = /** @type {const} */ ([one]);", "A")).is_err());
+    assert!(std::panic::catch_unwind(|| js_list(source, "B")).is_err());
+    let names = wire_names::<voxa::protocol::ClientMessage>(true);
+    assert!(names.contains(&"tool_call".to_owned()) && names.contains(&"hello".to_owned()), "{names:?}");
+}
+
+#[test]
+fn every_file_of_the_web_client_is_served() {
+    let root = web_dir();
+    let mut pending = vec![root.clone()];
+    let mut seen = 0;
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let served = format!("/{}", path.strip_prefix(&root).unwrap().to_string_lossy());
+            assert!(voxa::net::web::is_web_path(&served), "{served} is under web/ but not in the embedded list");
+            seen += 1;
+        }
+    }
+    assert!(seen > 10, "only {seen} files under web/");
+}
+
+// ---------------------------------------------------------------------------------------------
 // In the browser
 
 /// A relay and an agent in this process, and a browser.

@@ -468,7 +468,7 @@ async fn the_resampler_keeps_the_band_and_removes_what_would_alias() {
     // Each case: input rate, output rate, tone; the page resamples one second of it.
     let run = r#"
         const [inRate, outRate, freq, done] = arguments;
-        import('/js/resampler.js').then(({ Resampler }) => {
+        import('/js/voice/resampler.js').then(({ Resampler }) => {
           const resampler = new Resampler(inRate, outRate);
           const out = [];
           const buffer = new Float32Array(512);

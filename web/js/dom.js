@@ -1,9 +1,42 @@
+// @ts-check
 // Small DOM and formatting helpers shared by the panels.
 
-/** The element with this id. */
-export const byId = (id) => document.getElementById(id);
+/**
+ * @typedef {import('./protocol.js').ErrorCode} ErrorCode
+ * A refusal as the page shows it: a wire code, or `offline` (the page's own: no connection).
+ * @typedef {{code?: string, message?: string}} Failure
+ */
 
-/** Creates an element with properties (`text`, `class`, attributes) and children. */
+/**
+ * A panel's own control: the element with this id inside `root`, of this type. Throws when the
+ * page lacks it, so a renamed control fails at load, not on first use.
+ * @template {Element} T
+ * @param {ParentNode} root
+ * @param {string} id
+ * @param {{new (): T, prototype: T}} type
+ * @returns {T}
+ */
+export function part(root, id, type) {
+  const node = root.querySelector(`#${id}`);
+  if (!(node instanceof type)) throw new Error(`the page has no ${type.name} #${id}`);
+  return node;
+}
+
+/**
+ * A panel's root: the element with this id in the document.
+ * @param {string} id
+ * @returns {HTMLElement}
+ */
+export const root = (id) => part(document, id, HTMLElement);
+
+/**
+ * Creates an element with properties (`text`, `class`, `on…` listeners, attributes) and children.
+ * @template {keyof HTMLElementTagNameMap} K
+ * @param {K} tag
+ * @param {Record<string, any>} [props]
+ * @param {...(Node | string | null | undefined)} children
+ * @returns {HTMLElementTagNameMap[K]}
+ */
 export function el(tag, props = {}, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(props)) {
@@ -17,7 +50,11 @@ export function el(tag, props = {}, ...children) {
   return node;
 }
 
-/** Shows or hides an element, setting its text when shown. */
+/**
+ * Shows or hides an element, setting its text when shown.
+ * @param {HTMLElement} node
+ * @param {string | null} [text]
+ */
 export function show(node, text) {
   if (text === undefined || text === null || text === '') {
     node.hidden = true;
@@ -28,7 +65,10 @@ export function show(node, text) {
   }
 }
 
-/** Sizes as people read them: 812 B, 4.2 KiB, 1.5 MiB. */
+/**
+ * Sizes as people read them: 812 B, 4.2 KiB, 1.5 MiB.
+ * @param {number} bytes
+ */
 export function formatBytes(bytes) {
   if (!Number.isFinite(bytes)) return '';
   if (bytes < 1024) return `${bytes} B`;
@@ -39,7 +79,10 @@ export function formatBytes(bytes) {
   return `${value < 10 ? value.toFixed(1) : Math.round(value)} ${units[unit]}`;
 }
 
-/** Durations as people read them: 35 ms, 2.4 s, 3 min 5 s. */
+/**
+ * Durations as people read them: 35 ms, 2.4 s, 3 min 5 s.
+ * @param {number} ms
+ */
 export function formatDuration(ms) {
   if (!Number.isFinite(ms)) return '';
   if (ms < 1000) return `${Math.round(ms)} ms`;
@@ -48,11 +91,16 @@ export function formatDuration(ms) {
   return `${minutes} min ${Math.round((ms % 60000) / 1000)} s`;
 }
 
-// What each error code means, as a sentence (codes from docs/PROTOCOL.md).
+/**
+ * What each error code means, as a sentence: every code of protocol.js (the type says so), and
+ * the page's own `offline`.
+ * @type {Record<ErrorCode | 'offline', string>}
+ */
 const SENTENCES = {
   'unknown-tool': 'This laptop does not offer that tool.',
   'invalid-args': 'The request was not understood.',
   'outside-workspace': 'That path is outside the workspace.',
+  'protected-path': 'That path belongs to voxa itself and is off limits.',
   'not-found': 'That does not exist.',
   'timeout': 'It took too long and was stopped.',
   'cancelled': 'Cancelled.',
@@ -75,7 +123,11 @@ const SENTENCES = {
   'offline': 'The laptop is offline.',
 };
 
-/** An error as a sentence with its code, from `sentences`: "That path is outside the workspace: … (outside-workspace)". */
+/**
+ * An error as a sentence with its code, from `sentences`: "That path is outside the workspace: … (outside-workspace)".
+ * @param {Failure | null | undefined} error
+ * @param {Readonly<Record<string, string>>} [sentences]
+ */
 export function sentence(error, sentences = SENTENCES) {
   const code = (error && error.code) || 'internal';
   const base = sentences[code] || 'The call failed.';
@@ -84,7 +136,10 @@ export function sentence(error, sentences = SENTENCES) {
   return `${base}${detail} (${code})`;
 }
 
-/** Bytes of a base64 string. */
+/**
+ * Bytes of a base64 string.
+ * @param {string} data
+ */
 export function base64Bytes(data) {
   const binary = atob(data);
   const bytes = new Uint8Array(binary.length);
@@ -92,5 +147,19 @@ export function base64Bytes(data) {
   return bytes;
 }
 
-/** True when the view is scrolled to (near) its bottom. */
+/**
+ * True when the view is scrolled to (near) its bottom.
+ * @param {Element} node
+ */
 export const atBottom = (node) => node.scrollHeight - node.scrollTop - node.clientHeight < 40;
+
+/**
+ * A refusal shown in `node`: hidden now, and filled with the sentence by the function returned
+ * (what `App.attempt` takes).
+ * @param {HTMLElement} node
+ * @returns {(text: string) => void}
+ */
+export function refusalIn(node) {
+  show(node);
+  return (text) => show(node, text);
+}

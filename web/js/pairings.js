@@ -1,109 +1,194 @@
-// Pairings remembered in this browser: one per laptop (relay code), or this machine's loopback
-// page. The token stays in localStorage and never goes into a URL the page requests.
+// @ts-check
+// Pairings known to this browser: one per laptop reached through a relay (its code), and this
+// machine's loopback page. A relay pairing is kept in localStorage, which belongs to the relay's
+// origin; the loopback pairing lives in memory only, because the loopback port changes between
+// runs and another user of the machine may listen on an old one (`voxa open` hands out a fresh
+// link each time). The token never goes into a URL the page requests.
 
 const KEY = 'voxa.pairings';
 const HEX32 = /^[0-9a-f]{32}$/;
 
+/**
+ * @typedef {object} PairingBase
+ * @property {string} id `relay:<code>` or `loopback`
+ * @property {string} token the auth token: 32 lowercase hex characters
+ * @property {string} [name] the laptop's host name, from its hello
+ * @property {string} [mode] the laptop's mode from its last hello (`hosted`, `self-hosted`)
+ */
+/** @typedef {PairingBase & {kind: 'relay', code: string}} RelayPairing */
+/** @typedef {PairingBase & {kind: 'loopback'}} LoopbackPairing */
+/** @typedef {RelayPairing | LoopbackPairing} Pairing */
+
+/** @typedef {{list: RelayPairing[], current: string | undefined}} Stored */
+
+/** This page's loopback pairing, never written anywhere. @type {LoopbackPairing | null} */
+let loopback = null;
+/** Whether the loopback pairing, when there is one, is the one in use. */
+let loopbackCurrent = false;
+
+/**
+ * @param {unknown} pairing
+ * @returns {pairing is RelayPairing}
+ */
+function valid(pairing) {
+  if (!pairing || typeof pairing !== 'object') return false;
+  const p = /** @type {Record<string, unknown>} */ (pairing);
+  return p.kind === 'relay' && typeof p.token === 'string' && HEX32.test(p.token)
+    && typeof p.code === 'string' && HEX32.test(p.code) && p.id === `relay:${p.code}`;
+}
+
+/** @returns {Stored} */
 function read() {
   try {
     const stored = JSON.parse(localStorage.getItem(KEY) || '{}');
     const list = Array.isArray(stored.list) ? stored.list.filter(valid) : [];
-    return { list, current: stored.current };
+    return { list, current: typeof stored.current === 'string' ? stored.current : undefined };
   } catch {
     return { list: [], current: undefined };
   }
 }
 
-function valid(pairing) {
-  if (!pairing || !HEX32.test(pairing.token || '')) return false;
-  return pairing.kind === 'loopback' || (pairing.kind === 'relay' && HEX32.test(pairing.code || ''));
-}
-
+/** @param {Stored} state */
 function write(state) {
   localStorage.setItem(KEY, JSON.stringify(state));
 }
 
-/** Every remembered pairing, the current one first. */
-export function all() {
-  return read().list;
-}
-
-/** The pairing in use, if any. */
-export function current() {
+/**
+ * Removes what older pages stored and this one never keeps: a loopback pairing (with its token),
+ * and anything that is not a well-formed relay pairing. Runs once when the page loads.
+ */
+export function clean() {
+  const raw = localStorage.getItem(KEY);
+  if (raw === null) return;
   const state = read();
-  return state.list.find((p) => p.id === state.current) || state.list[0] || null;
+  const current = state.list.some((p) => p.id === state.current) ? state.current : undefined;
+  const cleaned = JSON.stringify({ list: state.list, current });
+  if (cleaned !== raw) write({ list: state.list, current });
 }
 
-/** Remembers a pairing (replacing one with the same id) and makes it current. */
+/**
+ * Every known pairing, the current one first.
+ * @returns {Pairing[]}
+ */
+export function all() {
+  const stored = read().list;
+  if (!loopback) return stored;
+  return loopbackCurrent ? [loopback, ...stored] : [...stored, loopback];
+}
+
+/**
+ * The pairing in use, if any.
+ * @returns {Pairing | null}
+ */
+export function current() {
+  if (loopback && loopbackCurrent) return loopback;
+  const state = read();
+  return state.list.find((p) => p.id === state.current) || state.list[0] || loopback;
+}
+
+/**
+ * Remembers a pairing (replacing one with the same id) and makes it current.
+ * @param {Pairing} pairing
+ * @returns {Pairing}
+ */
 export function remember(pairing) {
+  if (pairing.kind === 'loopback') {
+    loopback = { ...pairing, name: pairing.name || (loopback && loopback.name) || undefined };
+    loopbackCurrent = true;
+    return loopback;
+  }
   const state = read();
   const existing = state.list.find((p) => p.id === pairing.id);
   const merged = { ...existing, ...pairing, name: pairing.name || (existing && existing.name) };
   state.list = [merged, ...state.list.filter((p) => p.id !== pairing.id)];
   state.current = pairing.id;
   write(state);
+  loopbackCurrent = false;
   return merged;
 }
 
-/** Makes a remembered pairing current. */
+/**
+ * Makes a known pairing current.
+ * @param {string} id
+ */
 export function select(id) {
+  if (loopback && id === loopback.id) {
+    loopbackCurrent = true;
+    return;
+  }
   const state = read();
   if (state.list.some((p) => p.id === id)) {
     state.current = id;
     write(state);
+    loopbackCurrent = false;
   }
 }
 
-/** Names a pairing after its laptop. */
-export function rename(id, name) {
+/**
+ * Changes one known pairing (its name, its mode).
+ * @param {string} id
+ * @param {{name?: string, mode?: string}} change
+ */
+export function update(id, change) {
+  if (loopback && id === loopback.id) {
+    loopback = { ...loopback, ...change };
+    return;
+  }
   const state = read();
-  const pairing = state.list.find((p) => p.id === id);
-  if (pairing && name && pairing.name !== name) {
-    pairing.name = name;
-    write(state);
-  }
+  const index = state.list.findIndex((p) => p.id === id);
+  if (index < 0) return;
+  const updated = { ...state.list[index], ...change };
+  if (JSON.stringify(updated) === JSON.stringify(state.list[index])) return;
+  state.list[index] = updated;
+  write(state);
 }
 
-/** Remembers the laptop's mode (`hosted` or `self-hosted`), which picks its socket next time. */
-export function setMode(id, mode) {
-  const state = read();
-  const pairing = state.list.find((p) => p.id === id);
-  if (pairing && typeof mode === 'string' && pairing.mode !== mode) {
-    pairing.mode = mode;
-    write(state);
-  }
-}
-
-/** Forgets one pairing; the next one (if any) becomes current. */
+/**
+ * Forgets one pairing; the next one (if any) becomes current.
+ * @param {string} id
+ */
 export function forget(id) {
+  if (loopback && id === loopback.id) {
+    loopback = null;
+    loopbackCurrent = false;
+    return;
+  }
   const state = read();
   state.list = state.list.filter((p) => p.id !== id);
   if (state.current === id) state.current = state.list[0] && state.list[0].id;
   write(state);
 }
 
-/** A label for pickers: the laptop's name, else a short form of its code. */
+/**
+ * A label for pickers: the laptop's name, else a short form of its code.
+ * @param {Pairing} pairing
+ */
 export function label(pairing) {
   if (pairing.name) return pairing.name;
   return pairing.kind === 'loopback' ? 'this machine' : `laptop ${pairing.code.slice(0, 6)}`;
 }
 
 /**
- * A pairing carried by a URL: `?code=&token=` (the relay's pairing link) or `#token=` (the
- * loopback link `voxa open` prints). `null` when the URL carries none; an `Error` when it carries
- * one that is malformed.
+ * A pairing carried by a URL: `#code=…&token=…` (the relay's pairing link; `?code=…&token=…` in
+ * links printed by older versions, still read from their QR codes) or `#token=…` (the loopback
+ * link `voxa open` prints). `null` when the URL carries none; an `Error` when it carries one that
+ * is malformed.
+ * @param {URL} url
+ * @returns {Pairing | Error | null}
  */
 export function fromUrl(url) {
-  const code = url.searchParams.get('code');
-  const token = url.searchParams.get('token');
   const fragment = new URLSearchParams(url.hash.replace(/^#/, ''));
-  const loopbackToken = fragment.get('token');
-  if (code !== null || token !== null) {
-    if (!HEX32.test(code || '') || !HEX32.test(token || '')) {
+  const query = url.searchParams;
+  const carrier = fragment.has('code') ? fragment : query.has('code') || query.has('token') ? query : null;
+  if (carrier) {
+    const code = carrier.get('code') || '';
+    const token = carrier.get('token') || '';
+    if (!HEX32.test(code) || !HEX32.test(token)) {
       return new Error('This pairing link is damaged: scan the code again.');
     }
     return { id: `relay:${code}`, kind: 'relay', code, token };
   }
+  const loopbackToken = fragment.get('token');
   if (loopbackToken !== null) {
     if (!HEX32.test(loopbackToken)) return new Error('This link is damaged: run voxa open again.');
     return { id: 'loopback', kind: 'loopback', token: loopbackToken };
@@ -111,7 +196,7 @@ export function fromUrl(url) {
   return null;
 }
 
-/** Removes the query and fragment (code and token) from the address bar. */
+/** Removes the query and fragment (code and token) from the address bar and from history. */
 export function scrubAddressBar() {
   if (location.search || location.hash) history.replaceState(null, '', location.pathname);
 }

@@ -1,3 +1,4 @@
+// @ts-check
 // One connection to one laptop: the socket, presence, the protocol-2 hello (both proofs, see
 // docs/PROTOCOL.md), tool calls matched by id, and reconnecting with backoff.
 //
@@ -5,7 +6,25 @@
 // voice added) unless the laptop hosts voice itself (`"mode":"self-hosted"`): then it is `/ws`, so
 // the laptop's own Gemini session answers `call_start` and the relay only passes frames on.
 
-const PROTOCOL = 2;
+import { PROTOCOL, parseAgentFrame, parseNotice } from './protocol.js';
+
+/**
+ * @typedef {import('./protocol.js').AgentFrame} AgentFrame
+ * @typedef {import('./pairings.js').Pairing} Pairing
+ * @typedef {{code: string, message: string}} CallFailure
+ * @typedef {{result: Record<string, any>, image: AgentFrame | undefined}} CallOutcome
+ * @typedef {{id: string, done: Promise<CallOutcome>}} RunningCall
+ * @typedef {{env?: string, onProgress?: (chunk: string) => void, onImage?: (image: AgentFrame) => void}} CallOptions
+ * @typedef {{resolve: (outcome: CallOutcome) => void, reject: (error: CallFailure) => void,
+ *   onProgress?: (chunk: string) => void, onImage?: (image: AgentFrame) => void, image?: AgentFrame}} Pending
+ */
+
+/**
+ * Where the connection stands (see `Session`).
+ * @typedef {'idle' | 'connecting' | 'relay' | 'hello' | 'online' | 'offline' | 'reconnecting' | 'refused'
+ *   | 'impostor' | 'replaced' | 'insecure'} ConnectionState
+ */
+
 const CLIENT = 'voxa-web/1';
 /** First reconnect delay ceiling and largest delay (exponential backoff with full jitter). */
 const BACKOFF_BASE_MS = 1000;
@@ -19,29 +38,46 @@ const MAX_BUFFERED_AUDIO = 48 * 1024;
 const VOICE_FRAMES = new Set(['call_started', 'call_error', 'call_ended', 'transcript', 'turn_complete',
   'interrupted', 'tool_activity']);
 
-/** Why the relay's `/live` cannot be used, by the HTTP status a plain request to it gets. */
+/**
+ * Why the relay's `/live` cannot be used, by the HTTP status a plain request to it gets.
+ * @type {Record<number, string>}
+ */
 const LIVE_REFUSALS = { 401: 'proxy-token', 403: 'proxy-token', 404: 'no-voice-relay' };
 
 const encoder = new TextEncoder();
 
+/** @param {number} bytes */
 function randomHex(bytes) {
   const buf = crypto.getRandomValues(new Uint8Array(bytes));
   return Array.from(buf, (b) => b.toString(16).padStart(2, '0')).join('');
 }
 
-/** The auth token as an HMAC-SHA256 key. */
+/**
+ * The auth token as an HMAC-SHA256 key.
+ * @param {string} token
+ */
 export function importToken(token) {
   return crypto.subtle.importKey('raw', encoder.encode(token), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
 }
 
-/** One direction's hello proof ('client' or 'agent'), lowercase hex (see docs/PROTOCOL.md). */
+/**
+ * One direction's hello proof, lowercase hex (see docs/PROTOCOL.md).
+ * @param {CryptoKey} key
+ * @param {'client' | 'agent'} direction
+ * @param {string} agentNonce
+ * @param {string} clientNonce
+ */
 export async function helloProof(key, direction, agentNonce, clientNonce) {
   const message = `voxa-hello/2 ${direction}\n${agentNonce}\n${clientNonce}`;
   const mac = await crypto.subtle.sign('HMAC', key, encoder.encode(message));
   return Array.from(new Uint8Array(mac), (b) => b.toString(16).padStart(2, '0')).join('');
 }
 
-/** Compares two strings in time that does not depend on where they differ. */
+/**
+ * Compares two strings in time that does not depend on where they differ.
+ * @param {unknown} a
+ * @param {unknown} b
+ */
 function sameText(a, b) {
   if (typeof a !== 'string' || typeof b !== 'string' || a.length !== b.length) return false;
   let diff = 0;
@@ -60,22 +96,36 @@ function sameText(a, b) {
  * tells which laptop mode the route was chosen for, so the next visit starts on the right one.
  */
 export class Session extends EventTarget {
+  /**
+   * @param {Pairing} pairing
+   * @param {{live?: boolean}} [options]
+   */
   constructor(pairing, { live = false } = {}) {
     super();
     this.pairing = pairing;
     this.live = live && pairing.kind === 'relay';
-    this.route = this.routeFor(pairing.mode);
+    /** @type {string | null} */
     this.liveRefused = null;
+    /** @type {'ws' | 'live'} */
+    this.route = this.routeFor(pairing.mode);
+    /** @type {WebSocket | null} */
     this.socket = null;
+    /** @type {Map<string, Pending>} */
     this.pending = new Map();
     this.nextId = 1;
     this.attempt = 0;
-    this.timer = null;
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    this.timer = undefined;
     this.stopped = false;
     this.final = false;
     this.online = false;
+    /** @type {AgentFrame | null} */
     this.hello = null;
+    /** @type {CryptoKey | null} */
     this.key = null;
+    /** @type {{agentNonce: string, clientNonce: string, socket: WebSocket} | null} */
+    this.challenge = null;
+    /** @type {ConnectionState} */
     this.state = 'idle';
     /** Bytes of every frame received and sent, for the call figures. */
     this.bytesIn = 0;
@@ -124,7 +174,11 @@ export class Session extends EventTarget {
     return `${scheme}//${location.host}${path}`;
   }
 
-  /** The socket for a laptop in `mode`: the relay's `/live` unless the laptop hosts voice itself. */
+  /**
+   * The socket for a laptop in `mode`: the relay's `/live` unless the laptop hosts voice itself.
+   * @param {string | undefined} mode
+   * @returns {'ws' | 'live'}
+   */
   routeFor(mode) {
     return this.live && !this.liveRefused && mode !== 'self-hosted' ? 'live' : 'ws';
   }
@@ -134,6 +188,7 @@ export class Session extends EventTarget {
    * token a browser cannot send, or no hosting any more). Then `/ws` at once; else the usual backoff.
    */
   async checkLive() {
+    if (this.pairing.kind !== 'relay') return;
     let status = 0;
     try {
       const response = await fetch(`/live?code=${this.pairing.code}`, { cache: 'no-store', credentials: 'omit' });
@@ -151,12 +206,20 @@ export class Session extends EventTarget {
     }
   }
 
+  /**
+   * @param {ConnectionState} state
+   * @param {string} text
+   */
   setState(state, text) {
     this.state = state;
     this.dispatchEvent(new CustomEvent('state', { detail: { state, text, attempt: this.attempt } }));
   }
 
-  /** A state nothing but the user can leave: no more reconnecting. */
+  /**
+   * A state nothing but the user can leave: no more reconnecting.
+   * @param {ConnectionState} state
+   * @param {string} text
+   */
   finish(state, text) {
     this.final = true;
     clearTimeout(this.timer);
@@ -194,13 +257,13 @@ export class Session extends EventTarget {
         return;
       }
       this.bytesIn += event.data.length;
-      let frame;
-      try {
-        frame = JSON.parse(event.data);
-      } catch {
+      const notice = parseNotice(event.data);
+      if (notice) {
+        this.onNotice(notice);
         return;
       }
-      if (frame && typeof frame === 'object') this.onFrame(frame).catch(() => {});
+      const frame = parseAgentFrame(event.data);
+      if (frame) this.onFrame(frame).catch(() => {});
     };
     socket.onclose = (event) => {
       if (socket !== this.socket) return;
@@ -229,28 +292,36 @@ export class Session extends EventTarget {
     this.timer = setTimeout(() => this.connect(), delay);
   }
 
+  /** @param {CallFailure} error */
   goOffline(error) {
     this.online = false;
     this.challenge = null;
     this.failPending(error);
   }
 
+  /** @param {CallFailure} error */
   failPending(error) {
     for (const [, call] of this.pending) call.reject(error);
     this.pending.clear();
   }
 
+  /**
+   * The relay says the laptop came or went.
+   * @param {{peer: string, state: 'joined' | 'left'}} notice
+   */
+  onNotice(notice) {
+    if (notice.peer !== 'agent') return;
+    if (notice.state === 'joined') {
+      this.setState('hello', 'laptop found — saying hello…');
+    } else {
+      this.goOffline({ code: 'offline', message: 'the laptop went offline' });
+      this.setState('offline', 'laptop offline');
+    }
+  }
+
+  /** @param {AgentFrame} frame */
   async onFrame(frame) {
     switch (frame.type) {
-      case '__peer':
-        if (frame.peer !== 'agent') return;
-        if (frame.state === 'joined') {
-          this.setState('hello', 'laptop found — saying hello…');
-        } else {
-          this.goOffline({ code: 'offline', message: 'the laptop went offline' });
-          this.setState('offline', 'laptop offline');
-        }
-        return;
       case 'challenge':
         await this.answerChallenge(frame);
         return;
@@ -269,6 +340,7 @@ export class Session extends EventTarget {
     }
   }
 
+  /** @param {AgentFrame} frame */
   async answerChallenge(frame) {
     const agentNonce = typeof frame.nonce === 'string' ? frame.nonce : '';
     if (frame.protocol !== PROTOCOL || !/^[0-9a-f]{32}$/.test(agentNonce)) {
@@ -279,15 +351,17 @@ export class Session extends EventTarget {
     this.goOffline({ code: 'offline', message: 'the laptop restarted the session' });
     const clientNonce = randomHex(16);
     const socket = this.socket;
+    if (!socket || !this.key) return;
     this.challenge = { agentNonce, clientNonce, socket };
     const proof = await helloProof(this.key, 'client', agentNonce, clientNonce);
     if (!this.challenge || this.challenge.socket !== this.socket || socket.readyState !== WebSocket.OPEN) return;
     socket.send(JSON.stringify({ type: 'hello', protocol: PROTOCOL, nonce: clientNonce, proof, client: CLIENT }));
   }
 
+  /** @param {AgentFrame} frame */
   async checkHelloOk(frame) {
     const challenge = this.challenge;
-    if (!challenge || challenge.socket !== this.socket) return;
+    if (!challenge || challenge.socket !== this.socket || !this.key) return;
     this.challenge = null;
     const expected = await helloProof(this.key, 'agent', challenge.agentNonce, challenge.clientNonce);
     if (!sameText(frame.proof, expected)) {
@@ -310,6 +384,7 @@ export class Session extends EventTarget {
     this.dispatchEvent(new CustomEvent('hello', { detail: frame }));
   }
 
+  /** @param {AgentFrame} frame */
   onCallFrame(frame) {
     const call = this.pending.get(frame.id);
     if (!call) {
@@ -334,15 +409,21 @@ export class Session extends EventTarget {
   /**
    * Runs one tool. Resolves `{result, image}`, rejects with `{code, message}`.
    * Returns `{id, done}` so the caller can cancel.
+   * @param {string} name
+   * @param {Record<string, unknown>} args
+   * @param {CallOptions} [options]
+   * @returns {RunningCall}
    */
   call(name, args, { env, onProgress, onImage } = {}) {
     const id = `w${this.nextId++}`;
+    /** @type {Promise<CallOutcome>} */
     const done = new Promise((resolve, reject) => {
       if (!this.online || !this.socket) {
         reject({ code: 'offline', message: 'the laptop is not connected' });
         return;
       }
       this.pending.set(id, { resolve, reject, onProgress, onImage });
+      /** @type {import('./protocol.js').ClientFrame} */
       const frame = { type: 'tool_call', id, name, args };
       if (env) frame.env = env;
       this.socket.send(JSON.stringify(frame));
@@ -350,7 +431,10 @@ export class Session extends EventTarget {
     return { id, done };
   }
 
-  /** Sends one JSON frame; false when the laptop is not connected. */
+  /**
+   * Sends one JSON frame; false when the laptop is not connected.
+   * @param {import('./protocol.js').ClientFrame} frame
+   */
   sendJson(frame) {
     if (!this.online || !this.socket || this.socket.readyState !== WebSocket.OPEN) return false;
     const text = JSON.stringify(frame);
@@ -368,7 +452,10 @@ export class Session extends EventTarget {
     }
   }
 
-  /** Sends one binary frame (call audio); false when the laptop is not connected. */
+  /**
+   * Sends one binary frame (call audio); false when the laptop is not connected.
+   * @param {Uint8Array} bytes
+   */
   sendAudio(bytes) {
     if (!this.online || !this.socket || this.socket.readyState !== WebSocket.OPEN) return false;
     // A slow uplink drops microphone frames instead of queueing seconds of stale audio.
@@ -378,7 +465,10 @@ export class Session extends EventTarget {
     return true;
   }
 
-  /** Asks the laptop to stop a call; its result then arrives as `cancelled`. */
+  /**
+   * Asks the laptop to stop a call; its result then arrives as `cancelled`.
+   * @param {string} id
+   */
   cancel(id) {
     if (this.online && this.socket && this.pending.has(id)) {
       this.socket.send(JSON.stringify({ type: 'cancel', id }));

@@ -1,7 +1,11 @@
+// @ts-check
 // Terminal: one command at a time, output streamed as it arrives, exit code and duration,
 // Cancel, and the session's command history.
 
-import { atBottom, byId, el, formatDuration } from './dom.js';
+import { atBottom, el, formatDuration, part } from '../dom.js';
+import { showWithTab } from '../shell/workspace.js';
+
+/** @typedef {import('../shell/header.js').Context} Context */
 
 const HISTORY_KEY = 'voxa.history';
 const HISTORY_MAX = 50;
@@ -12,25 +16,40 @@ function markFirstOutput() {
 }
 
 export class Terminal {
-  constructor(app) {
+  /**
+   * @param {HTMLElement} root `#panel-terminal`
+   * @param {Context} context
+   */
+  constructor(root, { store, app }) {
     this.app = app;
-    this.out = byId('term-out');
-    this.input = byId('command');
-    this.runButton = byId('run');
-    this.cancelButton = byId('cancel');
-    this.list = byId('history');
+    this.out = part(root, 'term-out', HTMLElement);
+    this.input = part(root, 'command', HTMLInputElement);
+    this.runButton = part(root, 'run', HTMLButtonElement);
+    this.cancelButton = part(root, 'cancel', HTMLButtonElement);
+    this.list = part(root, 'history', HTMLElement);
+    this.historyBox = part(root, 'history-box', HTMLElement);
+    /** @type {{id: string} | null} */
     this.running = null;
+    this.online = false;
     this.history = this.loadHistory();
     this.cursor = this.history.length;
-    byId('term-form').addEventListener('submit', (event) => {
+    part(root, 'term-form', HTMLFormElement).addEventListener('submit', (event) => {
       event.preventDefault();
       this.run(this.input.value);
     });
     this.cancelButton.addEventListener('click', () => this.cancel());
     this.input.addEventListener('keydown', (event) => this.onKey(event));
     this.renderHistory();
+    showWithTab(root, store, 'terminal');
+    // Another laptop: its output is not this one's.
+    store.watch(['session'], () => this.out.replaceChildren());
+    store.watch(['online'], ({ online }) => {
+      this.online = online;
+      this.refresh();
+    });
   }
 
+  /** @returns {string[]} */
   loadHistory() {
     try {
       const stored = JSON.parse(sessionStorage.getItem(HISTORY_KEY) || '[]');
@@ -40,6 +59,7 @@ export class Terminal {
     }
   }
 
+  /** @param {string} command */
   remember(command) {
     this.history = this.history.filter((c) => c !== command);
     this.history.push(command);
@@ -53,9 +73,10 @@ export class Terminal {
     const items = [...this.history].reverse().map((command) => el('li', {},
       el('button', { type: 'button', text: command, onclick: () => { this.input.value = command; this.input.focus(); } })));
     this.list.replaceChildren(...items);
-    byId('history-box').hidden = items.length === 0;
+    this.historyBox.hidden = items.length === 0;
   }
 
+  /** @param {KeyboardEvent} event */
   onKey(event) {
     if (event.key !== 'ArrowUp' && event.key !== 'ArrowDown') return;
     if (this.history.length === 0) return;
@@ -64,13 +85,18 @@ export class Terminal {
     this.input.value = this.history[this.cursor] || '';
   }
 
-  /** Appends to the output, following it when the reader was at the bottom. */
+  /**
+   * Appends to the output, following it when the reader was at the bottom.
+   * @param {HTMLElement} node
+   * @param {string} text
+   */
   append(node, text) {
     const follow = atBottom(this.out);
     node.append(text);
     if (follow) this.out.scrollTop = this.out.scrollHeight;
   }
 
+  /** @param {string} raw */
   run(raw) {
     const command = raw.trim();
     if (!command || this.running) return;
@@ -85,6 +111,7 @@ export class Terminal {
     let streamed = false;
     performance.mark('voxa:run');
     const started = performance.now();
+    /** @type {(text: string, error: import('../dom.js').Failure) => void} */
     const refused = (text, error) => {
       end.className = 'end failed';
       end.textContent = error.code === 'cancelled' ? `cancelled · ${formatDuration(performance.now() - started)}` : text;
@@ -97,19 +124,26 @@ export class Terminal {
       },
     });
     this.running = call;
-    this.setBusy(true);
+    this.refresh();
     call.done.then((outcome) => {
       if (outcome) this.showEnd(end, output, outcome.result, streamed, started);
     }).finally(() => {
       if (follow || atBottom(this.out)) this.out.scrollTop = this.out.scrollHeight;
       this.running = null;
-      this.setBusy(false);
+      this.refresh();
     });
   }
 
-  /** A finished command: output not streamed yet, exit code, duration and notes. */
+  /**
+   * A finished command: output not streamed yet, exit code, duration and notes.
+   * @param {HTMLElement} end
+   * @param {HTMLElement} output
+   * @param {Record<string, any>} result
+   * @param {boolean} streamed
+   * @param {number} started
+   */
   showEnd(end, output, result, streamed, started) {
-    if (!streamed && result.output) {
+    if (!streamed && typeof result.output === 'string' && result.output) {
       markFirstOutput();
       this.append(output, result.output);
     }
@@ -124,13 +158,8 @@ export class Terminal {
     if (this.running) this.app.cancel(this.running.id);
   }
 
-  setBusy(busy) {
-    this.cancelButton.disabled = !busy;
-    this.app.refreshControls();
-  }
-
-  /** Forgets the output of another laptop. */
-  reset() {
-    this.out.replaceChildren();
+  refresh() {
+    this.runButton.disabled = !this.online || !!this.running;
+    this.cancelButton.disabled = !this.running;
   }
 }

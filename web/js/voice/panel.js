@@ -1,3 +1,4 @@
+// @ts-check
 // Voice calls (see docs/PROTOCOL.md, "Voice"): `call_start`, the microphone as 0x01 + PCM16LE
 // 16 kHz frames, the laptop's 24 kHz voice played as it arrives, live transcripts, tool activity,
 // screenshots, mute, typed `say`, and push-to-talk (`audio_end` on release).
@@ -7,22 +8,28 @@
 // events: the session socket, whether it reaches a self-hosted laptop or the relay's `/live`,
 // which hosts the call itself with the same frames.
 
-import { atBottom, base64Bytes, byId, el, sentence, show } from './dom.js';
+import { atBottom, base64Bytes, el, part, sentence, show } from '../dom.js';
+import { Call, freshStats } from './call.js';
 
-/** Prefix byte of an audio frame, both ways. */
-const AUDIO_PREFIX = 0x01;
-/** Length of one microphone frame (the laptop forwards 20–40 ms chunks). */
-const FRAME_MS = 20;
-/** Samples of each latency series kept for the figures (a bound on memory). */
-const MAX_SAMPLES = 20000;
 /** Transcript lines, tool lines and pictures kept on screen during one call. */
 const MAX_LOG_ITEMS = 300;
-/** Voice chunks awaiting the audio thread's acknowledgement, at most. */
-const MAX_UNACKNOWLEDGED = 1000;
-/** Page-clock readings used to map the audio clock onto it. */
-const CLOCK_READINGS = 64;
 
-// What each call_error code means, as a sentence, when the laptop hosts the call.
+/**
+ * The text part of a conversation line.
+ * @param {Element} line
+ */
+function saidOf(line) {
+  const said = line.querySelector('.said');
+  if (!(said instanceof HTMLElement)) throw new Error('a conversation line without its text');
+  return said;
+}
+
+/**
+ * What each call_error code means, as a sentence, when the laptop hosts the call: every code of
+ * protocol.js (the type says so), and the page's own.
+ * @type {Record<import('../protocol.js').CallErrorCode | 'mic-denied' | 'no-mic' | 'no-audio' | 'offline'
+ *   | 'no-voice-laptop' | 'no-voice-relay' | 'proxy-token', string>}
+ */
 const CALL_ERRORS = {
   'bad-key': 'The laptop\'s Gemini API key was refused. Check GEMINI_API_KEY on the laptop.',
   'gemini-refused': 'Gemini refused the call\'s request.',
@@ -33,7 +40,7 @@ const CALL_ERRORS = {
   'busy': 'The call is not keeping up; try again in a moment.',
   'unavailable': 'This laptop does not host voice calls. Start it with voxa --self-hosted and a GEMINI_API_KEY.',
   'no-call': 'No call is running on the laptop.',
-  'no-key': 'The laptop has no Gemini API key. Set GEMINI_API_KEY and start it with --self-hosted.',
+  'at-capacity': 'As many calls as allowed are running; try again later.',
   'mic-denied': 'The microphone is blocked. Allow it for this page in the browser\'s site settings.',
   'no-mic': 'No microphone was found.',
   'no-audio': 'This browser cannot run a voice call here (it needs https and Web Audio).',
@@ -57,14 +64,22 @@ const RELAY_CALL_ERRORS = {
   'at-capacity': 'The relay is running as many calls as its operator allows; try again later.',
 };
 
-/** Where a call runs, as the call panel says it. */
+/**
+ * Where a call runs, as the call panel says it.
+ * @type {Record<'laptop' | 'relay', string>}
+ */
 const CALL_HOSTS = { laptop: 'on the laptop', relay: 'via the relay' };
 
 /** A call_error (or a page-side failure) as a sentence with its code; `host` is who runs the call. */
+/**
+ * @param {Failure} error
+ * @param {string} [host]
+ */
 export const callSentence = (error, host = 'laptop') =>
   sentence(error, host === 'relay' ? RELAY_CALL_ERRORS : CALL_ERRORS);
 
 /** "1:05" for 65 s; "1:02:03" past an hour. */
+/** @param {number} seconds */
 function clockText(seconds) {
   const s = Math.max(0, Math.floor(seconds));
   const mm = String(Math.floor((s % 3600) / 60));
@@ -72,260 +87,57 @@ function clockText(seconds) {
   return s >= 3600 ? `${Math.floor(s / 3600)}:${mm.padStart(2, '0')}:${ss}` : `${mm}:${ss}`;
 }
 
-/** Maps the audio clock (seconds) onto the page clock (ms) from readings of both. */
-class ClockMap {
-  constructor(context) {
-    this.context = context;
-    this.offsets = [];
-  }
-
-  read() {
-    // currentTime is never ahead of the audio thread: the smallest offset is the closest.
-    this.offsets.push(performance.now() - this.context.currentTime * 1000);
-    if (this.offsets.length > CLOCK_READINGS) this.offsets.shift();
-  }
-
-  pageTime(audioSeconds) {
-    return Math.min(...this.offsets) + audioSeconds * 1000;
-  }
-}
-
-function record(series, value) {
-  if (Number.isFinite(value) && series.length < MAX_SAMPLES) series.push(Math.max(0, value));
-}
-
-/** Figures of one call; the tests and the bench read them as `voxaVoice`. */
-function freshStats() {
-  return {
-    state: 'idle',
-    sampleRate: 0,
-    framesCaptured: 0,
-    framesSent: 0,
-    samplesSent: 0,
-    samplesReceived: 0,
-    samplesPlayed: 0,
-    underruns: 0,
-    stops: [],
-    captureToSendMs: [],
-    receiveToQueueMs: [],
-    firstVoiceMs: [],
-    bytesSent: 0,
-    bytesReceived: 0,
-    seconds: 0,
-    audioEnds: 0,
-  };
-}
-
-/** Everything that lives only while a call runs: audio graph, microphone, timers. */
-class Call {
-  constructor(voice, link) {
-    this.voice = voice;
-    this.link = link;
-    this.stats = freshStats();
-    this.context = null;
-    this.stream = null;
-    this.capture = null;
-    this.player = null;
-    this.clock = null;
-    this.live = false;
-    this.ended = false;
-    this.seq = 0;
-    this.received = new Map();
-    this.idleSince = null;
-    this.wakeLock = null;
-    this.startedAt = 0;
-    this.bytesAtStart = { in: link.bytesIn, out: link.bytesOut };
-  }
-
-  /** Must run inside the tap's handler: iOS Safari starts audio only there. */
-  begin() {
-    const AudioContextClass = globalThis.AudioContext || globalThis.webkitAudioContext;
-    if (!AudioContextClass || !navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
-      return Promise.reject({ code: 'no-audio' });
-    }
-    this.context = new AudioContextClass({ latencyHint: 'interactive' });
-    this.context.resume().catch(() => {});
-    this.clock = new ClockMap(this.context);
-    this.stats.sampleRate = this.context.sampleRate;
-    return this.setUp();
-  }
-
-  async setUp() {
-    const context = this.context;
-    if (!context.audioWorklet) throw { code: 'no-audio' };
-    try {
-      this.stream = await navigator.mediaDevices.getUserMedia({
-        audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true, autoGainControl: true },
-      });
-    } catch (error) {
-      const name = error && error.name;
-      throw { code: name === 'NotFoundError' || name === 'OverconstrainedError' ? 'no-mic' : 'mic-denied' };
-    }
-    if (this.ended) return;
-    await context.audioWorklet.addModule('/js/audio-worklet.js');
-    if (this.ended) return;
-    this.capture = new AudioWorkletNode(context, 'voxa-capture', {
-      numberOfInputs: 1, numberOfOutputs: 1, outputChannelCount: [1], processorOptions: { frameMs: FRAME_MS },
-    });
-    this.player = new AudioWorkletNode(context, 'voxa-player', {
-      numberOfInputs: 0, numberOfOutputs: 1, outputChannelCount: [1],
-    });
-    this.capture.port.onmessage = (event) => this.onCaptured(event.data);
-    this.player.port.onmessage = (event) => this.onPlayer(event.data);
-    context.createMediaStreamSource(this.stream).connect(this.capture);
-    // The capture node writes silence; connecting it keeps it pulled on every browser.
-    this.capture.connect(context.destination);
-    this.player.connect(context.destination);
-    this.stats.state = 'starting';
-    this.link.sendJson({ type: 'call_start' });
-  }
-
-  onStarted() {
-    this.live = true;
-    this.startedAt = performance.now();
-    this.stats.state = 'live';
-    performance.mark('voxa:call-started');
-    this.keepAwake();
-  }
-
-  /** A microphone frame from the audio thread. */
-  onCaptured(message) {
-    if (message.type !== 'frame') return;
-    this.clock.read();
-    this.stats.framesCaptured += 1;
-    this.stats.bytesSent = this.link.bytesOut - this.bytesAtStart.out;
-    this.stats.bytesReceived = this.link.bytesIn - this.bytesAtStart.in;
-    this.voice.showLevel(message.level);
-    if (!this.live || !this.voice.sending()) return;
-    const pcm = new Uint8Array(message.pcm);
-    const frame = new Uint8Array(pcm.length + 1);
-    frame[0] = AUDIO_PREFIX;
-    // Muted in hands-free mode still streams silence, so Gemini's voice detection ends the turn.
-    if (!this.voice.muted) frame.set(pcm, 1);
-    if (!this.link.sendAudio(frame)) return;
-    this.stats.framesSent += 1;
-    this.stats.samplesSent += pcm.length / 2;
-    record(this.stats.captureToSendMs, performance.now() - this.clock.pageTime(message.end));
-  }
-
-  /** A binary frame from the link: the laptop's voice. */
-  onAudio(data, receivedAt) {
-    const bytes = new Uint8Array(data);
-    if (!this.live || !this.player || bytes.length < 3 || bytes[0] !== AUDIO_PREFIX) return;
-    // PCM16LE; an odd trailing byte is not a sample.
-    const pcm = bytes.slice(1, 1 + ((bytes.length - 1) & ~1));
-    this.seq += 1;
-    // Kept until the audio thread acknowledges the chunk; bounded should it never answer.
-    if (this.received.size > MAX_UNACKNOWLEDGED) this.received.clear();
-    this.received.set(this.seq, receivedAt);
-    if (this.idleSince !== null || this.stats.samplesReceived === 0) this.firstChunk = receivedAt;
-    this.idleSince = null;
-    this.stats.samplesReceived += pcm.length / 2;
-    this.player.port.postMessage({ type: 'audio', pcm: pcm.buffer, seq: this.seq }, [pcm.buffer]);
-  }
-
-  onPlayer(message) {
-    if (message.type === 'queued') {
-      // The audio thread's acknowledgement: an upper bound on received → queued, on one clock.
-      const receivedAt = this.received.get(message.seq);
-      this.received.delete(message.seq);
-      if (receivedAt !== undefined) record(this.stats.receiveToQueueMs, performance.now() - receivedAt);
-    } else if (message.type === 'stats') {
-      const rate = this.stats.sampleRate || 48000;
-      this.stats.samplesPlayed = Math.round((message.played * 24000) / rate);
-      this.stats.underruns = message.underruns;
-      if (!message.playing && message.buffered === 0 && this.idleSince === null) this.idleSince = performance.now();
-      this.voice.showSpeaking(message.playing);
-    } else if (message.type === 'started') {
-      // On the page clock when the audio thread's word arrives: an upper bound by that one hop.
-      if (this.firstChunk !== undefined) record(this.stats.firstVoiceMs, performance.now() - this.firstChunk);
-      this.firstChunk = undefined;
-    } else if (message.type === 'flushed') {
-      const asked = this.flushes && this.flushes.get(message.seq);
-      if (asked !== undefined) {
-        this.flushes.delete(message.seq);
-        // Measured on the audio clock: how much voice still played after `interrupted` arrived.
-        this.stats.stops.push({ ms: (message.silentAt - asked) * 1000, droppedSamples: message.dropped });
-      }
-    }
-  }
-
-  /** Barge-in: playback stops at once and what was queued is dropped. */
-  interrupt() {
-    if (!this.player) return;
-    this.flushes = this.flushes || new Map();
-    this.seq += 1;
-    this.flushes.set(this.seq, this.context.currentTime);
-    this.player.port.postMessage({ type: 'flush', seq: this.seq });
-  }
-
-  async keepAwake() {
-    if (!navigator.wakeLock || this.ended || document.visibilityState !== 'visible') return;
-    try {
-      this.wakeLock = await navigator.wakeLock.request('screen');
-    } catch {
-      this.wakeLock = null;
-    }
-  }
-
-  /** Back from the background: the audio clock may have been suspended, the wake lock is gone. */
-  onVisible() {
-    if (this.ended) return;
-    if (this.context && this.context.state !== 'running') this.context.resume().catch(() => {});
-    if (this.live && !this.wakeLock) this.keepAwake();
-  }
-
-  /** Any tap resumes audio the system interrupted (a phone call, Siri on iOS). */
-  onTap() {
-    if (!this.ended && this.context && this.context.state !== 'running') this.context.resume().catch(() => {});
-  }
-
-  seconds() {
-    return this.live ? (performance.now() - this.startedAt) / 1000 : 0;
-  }
-
-  /** Releases the microphone, the audio graph and the wake lock. */
-  tearDown() {
-    if (this.ended) return;
-    this.ended = true;
-    this.live = false;
-    this.stats.seconds = this.startedAt ? (performance.now() - this.startedAt) / 1000 : 0;
-    this.stats.bytesSent = this.link.bytesOut - this.bytesAtStart.out;
-    this.stats.bytesReceived = this.link.bytesIn - this.bytesAtStart.in;
-    this.stats.state = 'ended';
-    if (this.stream) for (const track of this.stream.getTracks()) track.stop();
-    if (this.capture) this.capture.port.onmessage = null;
-    if (this.context) this.context.close().catch(() => {});
-    if (this.wakeLock) this.wakeLock.release().catch(() => {});
-    this.wakeLock = null;
-  }
-}
+/**
+ * @typedef {import('../session.js').Session} Link
+ * @typedef {import('../store.js').VoiceOffer} VoiceOffer
+ * @typedef {import('../shell/header.js').Context} Context
+ * @typedef {import('../dom.js').Failure} Failure
+ */
 
 export class Voice {
-  constructor(app) {
-    this.app = app;
+  /**
+   * @param {{buttons: HTMLElement, panel: HTMLElement}} roots `#voice` (Call, Mute, End call in
+   *   the header) and `#call-panel` (the conversation)
+   * @param {Context} context
+   */
+  constructor({ buttons, panel }, { store }) {
+    /** @type {Link | null} */
     this.link = null;
+    /** @type {Call | null} */
     this.call = null;
+    /** @type {VoiceOffer | null} */
+    this.offer = null;
     this.last = freshStats();
     this.muted = false;
     this.talking = false;
-    this.timer = null;
+    /** @type {ReturnType<typeof setInterval> | undefined} */
+    this.timer = undefined;
+    /** @type {{user: HTMLElement | null, model: HTMLElement | null}} */
     this.lines = { user: null, model: null };
+    /** @type {string[]} */
     this.images = [];
+    /** @type {Map<string, HTMLElement>} */
     this.tools = new Map();
-    this.section = byId('voice');
-    this.callButton = byId('call');
-    this.endButton = byId('end-call');
-    this.muteButton = byId('mute');
-    this.panel = byId('call-panel');
-    this.log = byId('call-log');
-    this.pushToTalk = byId('push-to-talk');
-    this.talkButton = byId('talk');
+    this.section = buttons;
+    this.callButton = part(buttons, 'call', HTMLButtonElement);
+    this.endButton = part(buttons, 'end-call', HTMLButtonElement);
+    this.muteButton = part(buttons, 'mute', HTMLButtonElement);
+    this.panel = panel;
+    this.log = part(panel, 'call-log', HTMLElement);
+    this.pushToTalk = part(panel, 'push-to-talk', HTMLInputElement);
+    this.talkButton = part(panel, 'talk', HTMLButtonElement);
+    this.level = part(panel, 'call-level', HTMLElement);
+    this.status = part(panel, 'call-status', HTMLElement);
+    this.hostLine = part(panel, 'call-host', HTMLElement);
+    this.duration = part(panel, 'call-duration', HTMLElement);
+    this.error = part(panel, 'call-error', HTMLElement);
+    this.sayField = part(panel, 'say', HTMLInputElement);
+    this.sayButton = part(panel, 'say-send', HTMLButtonElement);
     this.callButton.addEventListener('click', () => this.start());
     this.endButton.addEventListener('click', () => this.end());
     this.muteButton.addEventListener('click', () => this.setMuted(!this.muted));
-    this.pushToTalk.addEventListener('change', () => this.setPushToTalk(this.pushToTalk.checked));
-    byId('say-form').addEventListener('submit', (event) => {
+    this.pushToTalk.addEventListener('change', () => this.setPushToTalk());
+    part(panel, 'say-form', HTMLFormElement).addEventListener('submit', (event) => {
       event.preventDefault();
       this.say();
     });
@@ -338,19 +150,31 @@ export class Voice {
     }
     // Figures for the tests and the bench: the running call's, else the last one's.
     Object.defineProperty(globalThis, 'voxaVoice', { get: () => (this.call ? this.call.stats : this.last) });
+    // Another laptop: a running call ends and the conversation goes.
+    store.watch(['session'], ({ session }) => {
+      this.reset();
+      this.attach(session);
+    });
+    store.watch(['voice'], ({ voice }) => this.setOffer(voice));
   }
 
-  /** Speaks on `link` from now on (the session socket, to the laptop or to `/live`); a running call ends. */
-  attach(link, offer) {
+  /**
+   * Speaks on `link` from now on (the session socket, to the laptop or to `/live`); a running call ends.
+   * @param {Link | null} link
+   */
+  attach(link) {
     if (this.link && this.link !== link) this.finish({ code: 'offline' });
     this.link = link;
-    this.offer = offer;
+    this.offer = null;
     this.refresh();
     if (!link) return;
-    link.addEventListener('voice', (event) => this.onFrame(event.detail));
-    link.addEventListener('audio', (event) => this.call && this.call.onAudio(event.detail.data, event.detail.at));
+    link.addEventListener('voice', (event) => this.onFrame(/** @type {CustomEvent} */ (event).detail));
+    link.addEventListener('audio', (event) => {
+      const { detail } = /** @type {CustomEvent} */ (event);
+      if (this.call) this.call.onAudio(detail.data, detail.at);
+    });
     link.addEventListener('state', (event) => {
-      if (event.detail.state !== 'online' && this.call) {
+      if (/** @type {CustomEvent} */ (event).detail.state !== 'online' && this.call) {
         // A call the relay hosts would outlive the laptop's session: it is ended there too.
         link.hangUp();
         this.finish({ code: 'offline' });
@@ -363,6 +187,7 @@ export class Voice {
   /**
    * Who hosts calls on this link: `{host: 'laptop'}` (self-hosted), `{host: 'relay'}` (`/live`),
    * or `{reason}` (a code of CALL_ERRORS) saying why there is no voice, which "Call" then shows.
+   * @param {VoiceOffer | null} offer
    */
   setOffer(offer) {
     this.offer = offer;
@@ -371,7 +196,7 @@ export class Voice {
 
   /** Who runs the call: its sentences name the laptop or the relay. */
   host() {
-    return (this.offer && this.offer.host) || 'laptop';
+    return (this.offer && 'host' in this.offer && this.offer.host) || 'laptop';
   }
 
   refresh() {
@@ -383,8 +208,8 @@ export class Voice {
     this.muteButton.hidden = !this.call;
     this.muteButton.setAttribute('aria-pressed', String(this.muted));
     this.talkButton.hidden = !this.pushToTalk.checked;
-    byId('say').disabled = !(this.call && this.call.live);
-    byId('say-send').disabled = !(this.call && this.call.live);
+    this.sayField.disabled = !(this.call && this.call.live);
+    this.sayButton.disabled = !(this.call && this.call.live);
   }
 
   /** True while microphone frames should go out: always hands-free, only while held with push-to-talk. */
@@ -395,19 +220,19 @@ export class Voice {
   start() {
     if (this.call || !this.link || !this.link.online) return;
     this.clearLog();
-    if (!this.offer || !this.offer.host) {
+    if (!this.offer || !('host' in this.offer)) {
       // No voice here: the panel says why, in a sentence.
       this.panel.hidden = false;
       this.panel.dataset.voice = 'none';
       this.setStatus('No voice calls here');
-      byId('call-host').textContent = '';
-      show(byId('call-error'), callSentence({ code: (this.offer && this.offer.reason) || 'no-voice-laptop' }));
+      this.hostLine.textContent = '';
+      show(this.error, callSentence({ code: (this.offer && this.offer.reason) || 'no-voice-laptop' }));
       return;
     }
     delete this.panel.dataset.voice;
     // Where the call runs matters: the relay's operator can hear a call the relay hosts.
-    byId('call-host').textContent = CALL_HOSTS[this.offer.host];
-    show(byId('call-error'));
+    this.hostLine.textContent = CALL_HOSTS[this.offer.host];
+    show(this.error);
     this.setMuted(false);
     const call = new Call(this, this.link);
     this.call = call;
@@ -421,12 +246,16 @@ export class Voice {
 
   /** "End call": the laptop closes the Gemini session; the page stops at once. */
   end() {
-    if (!this.call) return;
+    if (!this.call || !this.link) return;
     this.link.sendJson({ type: 'call_end' });
     this.finish();
   }
 
-  /** Ends the call on the page, with a reason when it failed. */
+  /**
+   * Ends the call on the page, with a reason when it failed.
+   * @param {Failure | null} [error]
+   * @param {number} [duration] seconds, as the host counted them
+   */
   finish(error, duration) {
     const call = this.call;
     if (!call) return;
@@ -436,15 +265,16 @@ export class Voice {
     this.call = null;
     this.talking = false;
     clearInterval(this.timer);
-    this.timer = null;
+    this.timer = undefined;
     this.finishLines();
-    byId('call-level').style.setProperty('--level', '0');
+    this.level.style.setProperty('--level', '0');
     this.setStatus(seconds > 0 ? `Call ended after ${clockText(seconds)}` : 'Call ended');
-    byId('call-duration').textContent = '';
-    if (error) show(byId('call-error'), callSentence(error, this.host()));
+    this.duration.textContent = '';
+    if (error) show(this.error, callSentence(error, this.host()));
     this.refresh();
   }
 
+  /** @param {import('../protocol.js').AgentFrame} frame */
   onFrame(frame) {
     const call = this.call;
     switch (frame.type) {
@@ -457,8 +287,8 @@ export class Voice {
         this.refresh();
         return;
       case 'call_error':
-        if (call) this.finish(frame);
-        else show(byId('call-error'), callSentence(frame, this.host()));
+        if (call) this.finish(/** @type {Failure} */ (frame));
+        else show(this.error, callSentence(/** @type {Failure} */ (frame), this.host()));
         return;
       case 'call_ended':
         if (call) this.finish(null, Number(frame.duration_s) || undefined);
@@ -484,40 +314,45 @@ export class Voice {
   }
 
   tick() {
-    if (this.call && this.call.live) byId('call-duration').textContent = clockText(this.call.seconds());
+    if (this.call && this.call.live) this.duration.textContent = clockText(this.call.seconds());
   }
 
+  /** @param {string} text */
   setStatus(text) {
-    byId('call-status').textContent = text;
+    this.status.textContent = text;
   }
 
+  /** @param {boolean} playing */
   showSpeaking(playing) {
     if (!this.call || !this.call.live) return;
     const idle = this.pushToTalk.checked ? (this.talking ? 'Listening' : 'Hold to talk') : 'Listening';
     this.setStatus(playing ? 'Speaking' : this.muted ? 'Muted' : idle);
   }
 
+  /** @param {number} level */
   showLevel(level) {
     const shown = this.muted || !this.sending() ? 0 : Math.min(1, level * 4);
-    byId('call-level').style.setProperty('--level', shown.toFixed(2));
+    this.level.style.setProperty('--level', shown.toFixed(2));
   }
 
+  /** @param {boolean} muted */
   setMuted(muted) {
     this.muted = muted;
     this.refresh();
     this.showSpeaking(false);
   }
 
-  setPushToTalk(on) {
+  setPushToTalk() {
     this.talking = false;
     this.refresh();
     this.showSpeaking(false);
   }
 
   wireTalkButton() {
+    /** @param {PointerEvent | KeyboardEvent} event */
     const down = (event) => {
       event.preventDefault();
-      if (event.pointerId !== undefined) this.talkButton.setPointerCapture(event.pointerId);
+      if (event instanceof PointerEvent) this.talkButton.setPointerCapture(event.pointerId);
       this.setTalking(true);
     };
     const up = () => this.setTalking(false);
@@ -537,12 +372,15 @@ export class Voice {
     });
   }
 
-  /** Push-to-talk: frames flow while held; the release ends the utterance with `audio_end`. */
+  /**
+   * Push-to-talk: frames flow while held; the release ends the utterance with `audio_end`.
+   * @param {boolean} talking
+   */
   setTalking(talking) {
     if (talking === this.talking) return;
     this.talking = talking;
     this.talkButton.setAttribute('aria-pressed', String(talking));
-    if (!talking && this.call && this.call.live) {
+    if (!talking && this.call && this.call.live && this.link) {
       this.link.sendJson({ type: 'audio_end' });
       this.call.stats.audioEnds += 1;
     }
@@ -550,9 +388,9 @@ export class Voice {
   }
 
   say() {
-    const field = byId('say');
+    const field = this.sayField;
     const text = field.value.trim();
-    if (!text || !this.call || !this.call.live) return;
+    if (!text || !this.call || !this.call.live || !this.link) return;
     if (this.link.sendJson({ type: 'say', text })) {
       field.value = '';
       this.addLine('user', text, true, 'typed');
@@ -569,11 +407,12 @@ export class Voice {
     this.log.replaceChildren();
   }
 
+  /** @param {HTMLElement} node */
   append(node) {
     const follow = atBottom(this.log);
     this.log.append(node);
-    while (this.log.childElementCount > MAX_LOG_ITEMS) {
-      const first = this.log.firstElementChild;
+    for (let first = this.log.firstElementChild; first && this.log.childElementCount > MAX_LOG_ITEMS;
+      first = this.log.firstElementChild) {
       const image = first.querySelector('img');
       if (image && image.src.startsWith('blob:')) URL.revokeObjectURL(image.src);
       first.remove();
@@ -581,6 +420,12 @@ export class Voice {
     if (follow) this.log.scrollTop = this.log.scrollHeight;
   }
 
+  /**
+   * @param {'user' | 'model'} role
+   * @param {string} text
+   * @param {boolean} final
+   * @param {string} [note]
+   */
   addLine(role, text, final, note) {
     const line = el('li', { class: `line ${role}${final ? '' : ' partial'}` },
       el('span', { class: 'who', text: role === 'user' ? 'You' : 'Laptop' }),
@@ -590,8 +435,12 @@ export class Voice {
     return line;
   }
 
-  /** Partials grow the speaker's current line; the final text replaces it. */
+  /**
+   * Partials grow the speaker's current line; the final text replaces it.
+   * @param {import('../protocol.js').AgentFrame} frame
+   */
   onTranscript(frame) {
+    /** @type {'user' | 'model'} */
     const role = frame.role === 'user' ? 'user' : 'model';
     const text = typeof frame.text === 'string' ? frame.text : '';
     // A new user utterance closes the model's line and the other way round.
@@ -601,7 +450,7 @@ export class Voice {
       line = this.addLine(role, '', false);
       this.lines[role] = line;
     }
-    const said = line.querySelector('.said');
+    const said = saidOf(line);
     if (frame.final) {
       said.textContent = text;
       this.finishLine(role);
@@ -612,12 +461,16 @@ export class Voice {
     if (follow) this.log.scrollTop = this.log.scrollHeight;
   }
 
+  /**
+   * @param {'user' | 'model'} role
+   * @param {boolean} [cut] the speaker was interrupted
+   */
   finishLine(role, cut) {
     const line = this.lines[role];
     if (!line) return;
     line.classList.remove('partial');
     if (cut) line.classList.add('cut');
-    if (!line.querySelector('.said').textContent) line.remove();
+    if (!saidOf(line).textContent) line.remove();
     this.lines[role] = null;
   }
 
@@ -626,6 +479,7 @@ export class Voice {
     this.finishLine('model');
   }
 
+  /** @param {import('../protocol.js').AgentFrame} frame */
   onToolActivity(frame) {
     const name = typeof frame.name === 'string' ? frame.name : 'tool';
     let line = this.tools.get(frame.id);
@@ -634,7 +488,7 @@ export class Voice {
       this.tools.set(frame.id, line);
       this.append(line);
     }
-    const said = line.querySelector('.said');
+    const said = saidOf(line);
     if (frame.state === 'started') {
       said.textContent = `${name} — running…`;
       line.dataset.state = 'running';
@@ -646,6 +500,7 @@ export class Voice {
     }
   }
 
+  /** @param {import('../protocol.js').AgentFrame} frame */
   onImage(frame) {
     if (typeof frame.data !== 'string') return;
     const mime = typeof frame.mime === 'string' && frame.mime.startsWith('image/') ? frame.mime : 'image/png';
@@ -664,6 +519,6 @@ export class Voice {
     this.finish();
     this.clearLog();
     this.panel.hidden = true;
-    show(byId('call-error'));
+    show(this.error);
   }
 }

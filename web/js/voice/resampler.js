@@ -1,3 +1,4 @@
+// @ts-check
 // A streaming band-limited resampler: a Kaiser-windowed sinc low-pass evaluated in a polyphase
 // table, for any pair of rates (44.1 or 48 kHz microphones to 16 kHz, 24 kHz voice to the
 // device's rate). Used inside the audio worklet and testable from the page.
@@ -11,7 +12,10 @@ const PHASES = 256;
 /** Cut-off as a share of the lower rate's Nyquist frequency: room for the transition band. */
 const CUTOFF = 0.9;
 
-/** Modified Bessel function of the first kind, order 0 (power series). */
+/**
+ * Modified Bessel function of the first kind, order 0 (power series).
+ * @param {number} x
+ */
 function besselI0(x) {
   let sum = 1;
   let term = 1;
@@ -24,7 +28,11 @@ function besselI0(x) {
 }
 
 export class Resampler {
-  /** Converts a stream at `inRate` to `outRate`; push input, pull output. */
+  /**
+   * Converts a stream at `inRate` to `outRate`; push input, pull output.
+   * @param {number} inRate
+   * @param {number} outRate
+   */
   constructor(inRate, outRate) {
     this.inRate = inRate;
     this.outRate = outRate;
@@ -55,6 +63,12 @@ export class Resampler {
       // Unity gain at DC for every phase, down- and up-sampling alike.
       for (let k = 0; k < taps; k += 1) this.table[row + k] /= sum;
     }
+    /** Input samples: the history the next output looks back on, then what is not used yet. */
+    this.buffer = new Float32Array(0);
+    /** Samples held in `buffer`. */
+    this.length = 0;
+    /** Where the next output sample falls, in input samples from the start of `buffer`. */
+    this.position = 0;
     this.reset();
   }
 
@@ -66,7 +80,10 @@ export class Resampler {
     this.position = this.half;
   }
 
-  /** Appends input samples. */
+  /**
+   * Appends input samples.
+   * @param {ArrayLike<number>} samples
+   */
   push(samples) {
     if (this.length + samples.length > this.buffer.length) {
       // Drop what no output needs any more; grow only if that is not enough.
@@ -93,7 +110,12 @@ export class Resampler {
     return Math.floor((last - this.position) / this.step) + 1;
   }
 
-  /** Writes up to `out.length` output samples into `out` from `offset`; returns how many. */
+  /**
+   * Writes up to `count` output samples into `out` from `offset`; returns how many.
+   * @param {Float32Array} out
+   * @param {number} [offset]
+   * @param {number} [count]
+   */
   pull(out, offset = 0, count = out.length - offset) {
     const n = Math.min(count, this.available());
     const { buffer, table, taps, half, step } = this;

@@ -1,39 +1,60 @@
+// @ts-check
 // Screenshot: one button; the image frame is shown, zoomable and downloadable.
 
-import { base64Bytes, byId, sentence, show } from './dom.js';
+import { base64Bytes, part, refusalIn, sentence, show } from '../dom.js';
+import { showWithTab } from '../shell/workspace.js';
+
+/** @typedef {import('../shell/header.js').Context} Context */
 
 export class Screenshot {
-  constructor(app) {
+  /**
+   * @param {HTMLElement} root `#panel-screen`
+   * @param {Context} context
+   */
+  constructor(root, { store, app }) {
     this.app = app;
+    /** @type {string | null} */
     this.url = null;
     this.busy = false;
-    this.button = byId('screenshot');
-    this.zoom = byId('zoom');
-    this.frame = byId('shot-frame');
-    this.image = byId('shot');
-    this.download = byId('shot-download');
+    this.online = false;
+    this.button = part(root, 'screenshot', HTMLButtonElement);
+    this.zoom = part(root, 'zoom', HTMLButtonElement);
+    this.frame = part(root, 'shot-frame', HTMLElement);
+    this.image = part(root, 'shot', HTMLImageElement);
+    this.download = part(root, 'shot-download', HTMLAnchorElement);
+    this.info = part(root, 'shot-info', HTMLElement);
+    this.error = part(root, 'shot-error', HTMLElement);
     this.button.addEventListener('click', () => this.take());
     this.zoom.addEventListener('click', () => this.toggleZoom());
     this.image.addEventListener('click', () => this.toggleZoom());
+    showWithTab(root, store, 'screen');
+    store.watch(['session'], () => this.reset());
+    store.watch(['online'], ({ online }) => {
+      this.online = online;
+      this.refresh();
+    });
   }
 
   async take() {
     this.busy = true;
-    this.app.refreshControls();
-    byId('shot-info').textContent = 'taking a screenshot…';
-    const outcome = await this.app.attempt('screenshot', {}, byId('shot-error')).done;
-    byId('shot-info').textContent = '';
+    this.refresh();
+    this.info.textContent = 'taking a screenshot…';
+    const outcome = await this.app.attempt('screenshot', {}, refusalIn(this.error)).done;
+    this.info.textContent = '';
     try {
       if (outcome) this.showImage(outcome.image);
     } catch {
-      show(byId('shot-error'), sentence({ code: 'internal', message: 'the laptop sent no image' }));
+      show(this.error, sentence({ code: 'internal', message: 'the laptop sent no image' }));
     } finally {
       this.busy = false;
-      this.app.refreshControls();
+      this.refresh();
     }
   }
 
-  /** Shows an `image` frame; throws when it holds no picture. */
+  /**
+   * Shows an `image` frame; throws when it holds no picture.
+   * @param {Record<string, any> | undefined} image
+   */
   showImage(image) {
     if (!image || typeof image.data !== 'string') throw new Error('no image');
     if (this.url) URL.revokeObjectURL(this.url);
@@ -41,8 +62,8 @@ export class Screenshot {
     this.url = URL.createObjectURL(new Blob([base64Bytes(image.data)], { type: mime }));
     this.image.src = this.url;
     this.image.alt = `Screenshot of the laptop's screen, ${image.width} × ${image.height}`;
-    this.image.dataset.width = image.width;
-    this.image.dataset.height = image.height;
+    this.image.dataset.width = String(image.width);
+    this.image.dataset.height = String(image.height);
     const stamp = new Date().toISOString().replace(/[:.]/g, '-').slice(0, 19);
     this.download.href = this.url;
     this.download.download = `screenshot-${stamp}.${mime.split('/')[1] || 'png'}`;
@@ -50,13 +71,14 @@ export class Screenshot {
     this.zoom.disabled = false;
     this.setZoom(false);
     this.frame.hidden = false;
-    byId('shot-info').textContent = `${image.width} × ${image.height} — tap the image to zoom`;
+    this.info.textContent = `${image.width} × ${image.height} — tap the image to zoom`;
   }
 
   toggleZoom() {
     if (!this.frame.hidden) this.setZoom(!this.frame.classList.contains('zoomed'));
   }
 
+  /** @param {boolean} zoomed */
   setZoom(zoomed) {
     this.frame.classList.toggle('zoomed', zoomed);
     this.zoom.setAttribute('aria-pressed', String(zoomed));
@@ -69,7 +91,11 @@ export class Screenshot {
     this.frame.hidden = true;
     this.download.hidden = true;
     this.zoom.disabled = true;
-    byId('shot-info').textContent = '';
-    show(byId('shot-error'));
+    this.info.textContent = '';
+    show(this.error);
+  }
+
+  refresh() {
+    this.button.disabled = !this.online || this.busy;
   }
 }

@@ -1,3 +1,4 @@
+// @ts-check
 // Audio thread of a voice call (an AudioWorklet module): the microphone is downmixed to mono,
 // resampled to 16 kHz and cut into PCM16 frames; the laptop's 24 kHz voice plays through a
 // small jitter buffer that fades at every gap, so no chunk boundary or barge-in clicks.
@@ -18,6 +19,7 @@ const FADE_SAMPLES = 96;
 const STATS_EVERY = 16;
 
 class Capture extends AudioWorkletProcessor {
+  /** @param {{processorOptions?: {frameMs?: number}}} options */
   constructor(options) {
     super();
     const frameMs = (options.processorOptions && options.processorOptions.frameMs) || 20;
@@ -29,6 +31,7 @@ class Capture extends AudioWorkletProcessor {
     this.out = new Float32Array(256);
   }
 
+  /** @param {Float32Array[][]} inputs */
   process(inputs) {
     const channels = inputs[0];
     if (!channels || channels.length === 0) return true;
@@ -56,6 +59,7 @@ class Capture extends AudioWorkletProcessor {
     return true;
   }
 
+  /** @param {number} quantum samples of the quantum that completed the frame */
   emit(quantum) {
     const pcm = this.frame;
     const length = pcm.length;
@@ -74,11 +78,13 @@ class Player extends AudioWorkletProcessor {
   constructor() {
     super();
     this.resampler = new Resampler(VOICE_RATE, sampleRate);
+    /** Voice waiting to be played, at 24 kHz. @type {Float32Array[]} */
     this.chunks = [];
     this.queued = 0;
     this.firstArrival = 0;
     this.playing = false;
     this.fadeIn = 0;
+    /** The sequence number of a flush asked for and not done yet. @type {number | null} */
     this.flushAt = null;
     this.played = 0;
     this.received = 0;
@@ -88,8 +94,9 @@ class Player extends AudioWorkletProcessor {
     this.port.onmessage = (event) => this.onMessage(event.data);
   }
 
+  /** @param {{type: string, pcm?: ArrayBuffer, seq: number}} message */
   onMessage(message) {
-    if (message.type === 'audio') {
+    if (message.type === 'audio' && message.pcm) {
       const pcm = new Int16Array(message.pcm);
       const samples = new Float32Array(pcm.length);
       for (let i = 0; i < pcm.length; i += 1) samples[i] = pcm[i] / 0x8000;
@@ -97,8 +104,9 @@ class Player extends AudioWorkletProcessor {
       this.chunks.push(samples);
       this.queued += samples.length;
       this.received += samples.length;
-      while (this.queued > MAX_QUEUED_SECONDS * VOICE_RATE && this.chunks.length > 1) {
-        const oldest = this.chunks.shift();
+      for (let oldest = this.chunks[0]; this.queued > MAX_QUEUED_SECONDS * VOICE_RATE && this.chunks.length > 1;
+        oldest = this.chunks[0]) {
+        this.chunks.shift();
         this.queued -= oldest.length;
         this.dropped += oldest.length;
       }
@@ -113,19 +121,27 @@ class Player extends AudioWorkletProcessor {
     return this.resampler.available() + Math.floor((this.queued * sampleRate) / VOICE_RATE);
   }
 
-  /** Fills `out` from the queue as far as it goes; returns how many samples were real voice. */
+  /**
+   * Fills `out` from the queue as far as it goes; returns how many samples were real voice.
+   * @param {Float32Array} out
+   */
   fill(out) {
     let written = 0;
     while (written < out.length) {
       written += this.resampler.pull(out, written, out.length - written);
-      if (written === out.length || this.chunks.length === 0) break;
+      if (written === out.length) break;
       const chunk = this.chunks.shift();
+      if (!chunk) break;
       this.queued -= chunk.length;
       this.resampler.push(chunk);
     }
     return written;
   }
 
+  /**
+   * @param {Float32Array[][]} _inputs
+   * @param {Float32Array[][]} outputs
+   */
   process(_inputs, outputs) {
     const out = outputs[0][0];
     out.fill(0);
@@ -161,7 +177,10 @@ class Player extends AudioWorkletProcessor {
       || currentTime - this.firstArrival >= JITTER_SECONDS;
   }
 
-  /** Barge-in: this quantum fades to silence and everything queued is dropped. */
+  /**
+   * Barge-in: this quantum fades to silence and everything queued is dropped.
+   * @param {Float32Array} out
+   */
   stop(out) {
     const seq = this.flushAt;
     this.flushAt = null;
@@ -195,7 +214,11 @@ class Player extends AudioWorkletProcessor {
   }
 }
 
-/** Fades the first `length` samples of `out` to zero at their end. */
+/**
+ * Fades the first `length` samples of `out` to zero at their end.
+ * @param {Float32Array} out
+ * @param {number} length
+ */
 function fadeOut(out, length) {
   const span = Math.min(FADE_SAMPLES, length);
   for (let i = 0; i < span; i += 1) out[length - span + i] *= 1 - (i + 1) / span;

@@ -1,0 +1,118 @@
+//! What a pairing link is good for, said beside the link wherever it is printed (`pair`, `run`):
+//! a relay on loopback reaches this machine's browser only; a phone needs a relay it can reach,
+//! over https. There is no app: the web page the relay serves is the client.
+
+use crate::config::{is_loopback_host, RelayUrl, DEFAULT_RELAY};
+
+/// Who can open a pairing link of a relay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// A relay on a loopback address: a browser on this machine, nothing else.
+    ThisMachine,
+    /// A relay elsewhere: any phone that can reach it.
+    Phones,
+}
+
+impl Reach {
+    pub fn of(relay: &RelayUrl) -> Reach {
+        let loopback =
+            url::Url::parse(relay.as_str()).ok().and_then(|url| url.host_str().map(is_loopback_host)).unwrap_or(false);
+        if loopback {
+            Reach::ThisMachine
+        } else {
+            Reach::Phones
+        }
+    }
+
+    /// The word `--json` output uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reach::ThisMachine => "this-machine",
+            Reach::Phones => "phones",
+        }
+    }
+
+    /// A QR code is for a phone's camera: none for a link no phone can open.
+    pub fn wants_qr(self) -> bool {
+        self == Reach::Phones
+    }
+
+    /// The line above the link (`qr`: a QR code is printed above it).
+    pub fn intro(self, qr: bool) -> &'static str {
+        match (self, qr) {
+            (Reach::ThisMachine, _) => {
+                "Open this link in a browser on this machine (the web page is the client; there is no app to install):"
+            }
+            (Reach::Phones, true) => {
+                "Scan the code with the phone's camera, or open this link in its browser (the web page is the \
+                 client; there is no app to install):"
+            }
+            (Reach::Phones, false) => {
+                "Open this link in the phone's browser (the web page is the client; there is no app to install):"
+            }
+        }
+    }
+}
+
+/// The lines below the link: the relay, who runs it, and for a loopback relay how to reach a phone.
+pub fn note(relay: &RelayUrl) -> String {
+    let mut text = match Reach::of(relay) {
+        Reach::ThisMachine => format!(
+            "Relay: {relay}, on loopback: this link works in this machine's browser only. To reach a phone, \
+             use a relay the phone can reach over https:\n\
+             \x20 - your own relay on a server with a name: `voxa relay --listen 0.0.0.0:443 --tls-cert … \
+             --tls-key …`, then `voxa --relay https://<its name> run` (docs/OPERATIONS.md);\n\
+             \x20 - your tailnet: `voxa relay` and `tailscale serve --bg 8787` on this machine, then \
+             `voxa --relay https://<machine>.<tailnet>.ts.net run`;\n\
+             \x20 - the default relay: `voxa run` dials {DEFAULT_RELAY}, run by voxa's publisher, not by you: it \
+             carries your sessions' frames, never your token.\n"
+        ),
+        Reach::Phones if relay.as_str() == DEFAULT_RELAY => format!(
+            "Relay: {relay}, the default relay, run by voxa's publisher, not by you: it carries your sessions' \
+             frames, never your token. Your own relay: docs/OPERATIONS.md.\n"
+        ),
+        Reach::Phones => format!("Relay: {relay}; the phone must be able to reach it.\n"),
+    };
+    text.push_str("Anyone with this link can drive this machine; keep it private.\n");
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn relay(url: &str) -> RelayUrl {
+        RelayUrl::parse(url).unwrap()
+    }
+
+    #[test]
+    fn a_loopback_relay_reaches_this_machine_and_says_how_to_reach_a_phone() {
+        for url in ["http://127.0.0.1:8787", "http://localhost:1", "http://[::1]:9", "https://127.0.0.1:8443"] {
+            assert_eq!(Reach::of(&relay(url)), Reach::ThisMachine, "{url}");
+        }
+        let text = note(&relay("http://127.0.0.1:8787"));
+        assert!(text.contains("this machine's browser only"), "{text}");
+        assert!(text.contains("tailscale serve") && text.contains("voxa relay --listen"), "{text}");
+        assert!(text.contains(DEFAULT_RELAY) && text.contains("run by voxa's publisher"), "{text}");
+        assert!(!Reach::ThisMachine.wants_qr());
+    }
+
+    #[test]
+    fn the_default_relay_says_who_runs_it_and_another_says_nothing_it_cannot_know() {
+        let default = note(&relay(DEFAULT_RELAY));
+        assert!(default.contains("run by voxa's publisher, not by you"), "{default}");
+        let own = note(&relay("https://relay.example.com"));
+        assert!(own.contains("the phone must be able to reach it") && !own.contains("publisher"), "{own}");
+        assert_eq!(Reach::of(&relay("https://relay.example.com")), Reach::Phones);
+        assert!(Reach::Phones.wants_qr());
+    }
+
+    #[test]
+    fn no_words_promise_an_app() {
+        for (reach, qr) in [(Reach::ThisMachine, false), (Reach::Phones, true), (Reach::Phones, false)] {
+            assert!(reach.intro(qr).contains("there is no app to install"));
+            assert!(!reach.intro(qr).to_lowercase().contains("voxa app"));
+        }
+        assert!(!Reach::Phones.intro(false).contains("Scan"), "no code to scan without one");
+    }
+}

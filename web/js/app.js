@@ -1,0 +1,241 @@
+// @ts-check
+// The app: which laptop the page talks to, its session, and the one way panels run tools. It
+// writes the shared store (store.js); it never touches a panel's controls.
+
+import { sentence } from './dom.js';
+import * as pairings from './pairings.js';
+import { Session } from './session.js';
+
+/**
+ * @typedef {import('./store.js').Store} Store
+ * @typedef {import('./store.js').VoiceOffer} VoiceOffer
+ * @typedef {import('./pairings.js').Pairing} Pairing
+ * @typedef {import('./session.js').CallOptions} CallOptions
+ * @typedef {import('./session.js').CallOutcome} CallOutcome
+ * @typedef {import('./dom.js').Failure} Failure
+ */
+
+const FLEET = 'fleet';
+/** How long the page waits for the relay's `/config` before connecting without it. */
+const CONFIG_TIMEOUT_MS = 5000;
+
+export class App {
+  /** @param {Store} store */
+  constructor(store) {
+    this.store = store;
+  }
+
+  /** Reads a pairing from the address (then scrubs it) and connects to the current laptop. */
+  async boot() {
+    const carried = pairings.fromUrl(new URL(location.href));
+    // The token leaves the address bar before anything else happens.
+    pairings.scrubAddressBar();
+    pairings.clean();
+    if (carried instanceof Error) this.showWelcome(carried.message);
+    else if (carried) pairings.remember(carried);
+    // What the relay offers decides the socket (`/live` when it hosts voice), so it comes first.
+    await this.loadConfig();
+    const pairing = pairings.current();
+    if (pairing) this.use(pairing);
+    else if (!(carried instanceof Error)) this.showWelcome();
+  }
+
+  async loadConfig() {
+    let server = {};
+    try {
+      // A relay that never answers must not keep the page from connecting.
+      const response = await fetch('/config', {
+        cache: 'no-store', credentials: 'omit', signal: AbortSignal.timeout(CONFIG_TIMEOUT_MS),
+      });
+      if (response.ok) server = await response.json();
+    } catch {
+      server = {};
+    }
+    this.store.set({ server: server && typeof server === 'object' ? server : {} });
+  }
+
+  /** @param {string} [error] why the last link was not taken */
+  showWelcome(error) {
+    this.store.set({ view: 'welcome', pairError: error || '', pairings: pairings.all() });
+  }
+
+  /**
+   * Pairs from a pasted link; says why when it cannot.
+   * @param {string} text
+   */
+  pair(text) {
+    let url;
+    try {
+      url = new URL(text.trim());
+    } catch {
+      this.store.set({ pairError: 'That is not a link. Paste the whole link voxa pair printed.' });
+      return;
+    }
+    const pairing = pairings.fromUrl(url);
+    if (!pairing || pairing instanceof Error) {
+      this.store.set({ pairError: pairing ? pairing.message : 'That link holds no pairing.' });
+      return;
+    }
+    if (url.host !== location.host) {
+      this.store.set({ pairError: `That link is for the relay at ${url.host}; open it there.` });
+      return;
+    }
+    this.use(pairings.remember(pairing));
+  }
+
+  /**
+   * Connects to a pairing, leaving the previous laptop.
+   * @param {Pairing} pairing
+   */
+  use(pairing) {
+    const previous = this.store.state.session;
+    if (previous) previous.stop();
+    pairings.select(pairing.id);
+    const session = new Session(pairing, { live: this.store.state.server.live === true });
+    this.store.set({
+      view: 'workspace', pairError: '', pairing, pairings: pairings.all(), session, online: false, hello: null,
+      voice: null, environments: [], env: '', notice: '',
+    });
+    session.addEventListener('state', (event) => this.onState(session, /** @type {CustomEvent} */ (event).detail));
+    session.addEventListener('hello', (event) => this.onHello(session, /** @type {CustomEvent} */ (event).detail));
+    session.addEventListener('route', (event) => {
+      pairings.update(pairing.id, { mode: /** @type {CustomEvent} */ (event).detail.mode });
+    });
+    session.addEventListener('error', (event) => {
+      if (this.store.state.session === session) this.store.set({ notice: sentence(/** @type {CustomEvent} */ (event).detail) });
+    });
+    session.start();
+  }
+
+  /** @param {string} id */
+  switchTo(id) {
+    const pairing = pairings.all().find((p) => p.id === id);
+    const { pairing: now } = this.store.state;
+    if (pairing && (!now || pairing.id !== now.id)) this.use(pairing);
+  }
+
+  forgetCurrent() {
+    const { pairing, session } = this.store.state;
+    if (!pairing) return;
+    if (session) session.stop();
+    pairings.forget(pairing.id);
+    const next = pairings.current();
+    if (next) {
+      this.use(next);
+      return;
+    }
+    this.store.set({
+      session: null, pairing: null, pairings: [], online: false, hello: null, voice: null, environments: [], env: '',
+      connection: { state: 'idle', text: 'not paired' },
+    });
+    this.showWelcome();
+  }
+
+  /**
+   * @param {Session} session
+   * @param {{state: import('./session.js').ConnectionState, text: string}} detail
+   */
+  onState(session, { state, text }) {
+    if (this.store.state.session !== session) return;
+    const online = state === 'online';
+    this.store.set({
+      connection: { state, text }, online, ...(online ? { notice: '' } : { hello: null }),
+    });
+  }
+
+  /**
+   * @param {Session} session
+   * @param {Record<string, any>} hello
+   */
+  onHello(session, hello) {
+    const { pairing } = this.store.state;
+    if (this.store.state.session !== session || !pairing) return;
+    const name = typeof hello.host === 'string' && hello.host ? hello.host
+      : typeof hello.name === 'string' && hello.name ? hello.name : '';
+    const named = name && name !== pairing.name ? { ...pairing, name } : pairing;
+    if (named !== pairing) pairings.update(pairing.id, { name });
+    this.store.set({ pairing: named, pairings: pairings.all(), hello, voice: this.voiceOffer(session, hello) });
+    if (Array.isArray(hello.tools) && hello.tools.includes(FLEET)) this.loadEnvironments(session);
+  }
+
+  /**
+   * Who hosts this laptop's calls, or why nobody does.
+   * @param {Session} session
+   * @param {Record<string, any>} hello
+   * @returns {VoiceOffer}
+   */
+  voiceOffer(session, hello) {
+    if (hello.mode === 'self-hosted') return { host: 'laptop' };
+    if (session.route === 'live') return { host: 'relay' };
+    if (session.pairing.kind !== 'relay') return { reason: 'no-voice-laptop' };
+    return { reason: session.liveRefused || 'no-voice-relay' };
+  }
+
+  /** @param {Session} session */
+  async loadEnvironments(session) {
+    /** @type {import('./store.js').Environment[]} */
+    let environments = [];
+    try {
+      const { result } = await session.call(FLEET, { action: 'list', probe: false }).done;
+      const listed = Array.isArray(result.environments) ? result.environments : [];
+      environments = listed.filter((/** @type {any} */ e) => e && !e.self && typeof e.envKey === 'string')
+        .map((/** @type {any} */ e) => ({ envKey: e.envKey, name: typeof e.name === 'string' && e.name ? e.name : e.envKey.slice(0, 12) }));
+    } catch {
+      environments = [];
+    }
+    if (this.store.state.session !== session) return;
+    const { env } = this.store.state;
+    this.store.set({ environments, env: environments.some((e) => e.envKey === env) ? env : '' });
+  }
+
+  /**
+   * Sends the next calls to an environment (`''`: the laptop itself).
+   * @param {string} envKey
+   */
+  chooseEnv(envKey) {
+    this.store.set({ env: envKey });
+  }
+
+  reconnect() {
+    const { session } = this.store.state;
+    if (session) session.reconnectNow();
+  }
+
+  /**
+   * Runs a tool on the chosen environment (or this laptop).
+   * @param {string} name
+   * @param {Record<string, unknown>} args
+   * @param {CallOptions} [options]
+   * @returns {import('./session.js').RunningCall}
+   */
+  call(name, args, options = {}) {
+    const { session, env } = this.store.state;
+    if (!session) return { id: '', done: Promise.reject({ code: 'offline', message: 'not paired' }) };
+    return session.call(name, args, { ...options, env: env || undefined });
+  }
+
+  /**
+   * Runs a tool (as `call`) and hands a refusal to `refused` as a sentence with its code.
+   * Returns `{id, done}`; `done` resolves to `{result, image}`, or to `null` once the refusal is
+   * handed over.
+   * @param {string} name
+   * @param {Record<string, unknown>} args
+   * @param {(text: string, error: Failure) => void} refused
+   * @param {CallOptions} [options]
+   * @returns {{id: string, done: Promise<CallOutcome | null>}}
+   */
+  attempt(name, args, refused, options = {}) {
+    const call = this.call(name, args, options);
+    const done = call.done.catch((/** @type {Failure} */ error) => {
+      refused(sentence(error), error);
+      return null;
+    });
+    return { id: call.id, done };
+  }
+
+  /** @param {string} id */
+  cancel(id) {
+    const { session } = this.store.state;
+    if (session) session.cancel(id);
+  }
+}

@@ -1,0 +1,45 @@
+// @ts-check
+// The status panel: what the laptop said in its hello, the tools it offers, and Forget / Add a
+// laptop.
+
+import { el, part } from '../dom.js';
+import * as pairings from '../pairings.js';
+import { showWithTab } from './workspace.js';
+
+/** @typedef {import('./header.js').Context} Context */
+
+/** Who hosts a call, as the status panel says it. */
+const VOICE_HOSTS = { laptop: 'hosted by the laptop', relay: 'hosted by the relay' };
+
+export class Status {
+  /**
+   * @param {HTMLElement} root `#panel-status`
+   * @param {Context} context
+   */
+  constructor(root, { store, app }) {
+    const facts = part(root, 'facts', HTMLElement);
+    const tools = part(root, 'tools', HTMLElement);
+    const forget = part(root, 'forget', HTMLButtonElement);
+    forget.addEventListener('click', () => app.forgetCurrent());
+    part(root, 'add-laptop', HTMLButtonElement).addEventListener('click', () => app.showWelcome());
+    showWithTab(root, store, 'status');
+    store.watch(['pairing', 'connection', 'hello', 'voice', 'env', 'environments', 'server'], (state) => {
+      const { pairing, hello, voice, server } = state;
+      const env = state.environments.find((e) => e.envKey === state.env);
+      const shown = [
+        ['Laptop', pairing ? pairings.label(pairing) : 'not paired'],
+        ['Connection', state.connection.text],
+        ['Through', pairing ? (pairing.kind === 'relay' ? `relay ${location.host}` : 'this machine') : ''],
+        ['Mode', hello ? hello.mode : ''],
+        ['Voice', hello ? (voice && 'host' in voice && VOICE_HOSTS[voice.host]) || 'none' : ''],
+        ['Agent', hello ? hello.agent : ''],
+        ['Environment', state.env ? (env ? env.name : state.env.slice(0, 12)) : 'this laptop'],
+        ['Web client', server.version ? `voxa ${server.version}` : ''],
+      ].filter(([, value]) => typeof value === 'string' && value);
+      facts.replaceChildren(...shown.flatMap(([name, value]) => [el('dt', { text: name }), el('dd', { text: value })]));
+      const offered = hello && Array.isArray(hello.tools) ? hello.tools.filter((t) => typeof t === 'string') : [];
+      tools.replaceChildren(...offered.map((tool) => el('li', { text: tool })));
+      forget.hidden = !pairing;
+    });
+  }
+}
