@@ -34,6 +34,8 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand run 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)'
             cand status 'Show whether this machine is paired and what the running agent is doing'
             cand call 'Run one tool through the running agent and print its result'
+            cand approvals 'List the approvals waiting for a decision in the running agent'
+            cand approve 'Answer an approval: allow or deny it'
             cand relay 'Run a relay server'
             cand env 'Drive other machines from this one (multi-environment pairing)'
             cand open 'Open the web client of the running agent in the default browser'
@@ -107,6 +109,36 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand --quiet 'Only errors'
             cand -h 'Print help'
             cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;approvals'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;approve'= {
+            cand -m 'Why: the asker reads it (a coding agent, or the caller of a denied tool)'
+            cand --message 'Why: the asker reads it (a coding agent, or the caller of a denied tool)'
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'
             cand --version 'Print version'
         }
@@ -398,6 +430,8 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand run 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)'
             cand status 'Show whether this machine is paired and what the running agent is doing'
             cand call 'Run one tool through the running agent and print its result'
+            cand approvals 'List the approvals waiting for a decision in the running agent'
+            cand approve 'Answer an approval: allow or deny it'
             cand relay 'Run a relay server'
             cand env 'Drive other machines from this one (multi-environment pairing)'
             cand open 'Open the web client of the running agent in the default browser'
@@ -413,6 +447,10 @@ set edit:completion:arg-completer[voxa] = {|@words|
         &'voxa;help;status'= {
         }
         &'voxa;help;call'= {
+        }
+        &'voxa;help;approvals'= {
+        }
+        &'voxa;help;approve'= {
         }
         &'voxa;help;relay'= {
         }

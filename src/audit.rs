@@ -75,6 +75,25 @@ pub struct EventRecord {
     pub subject: Option<String>,
 }
 
+/// An approval asked for or decided (docs/PROTOCOL.md, "Approvals"). The summary has had what
+/// looks like a secret taken out; the input itself is never recorded.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ApprovalRecord {
+    /// `a-…`.
+    pub approval: String,
+    /// `session:s-…` or `call:<id>`.
+    pub source: String,
+    pub tool: String,
+    pub summary: String,
+    /// `read`, `write`, `exec`, `network` or `outside`.
+    pub risk: String,
+    /// `requested`, then `allow`, `allow_session` or `deny`.
+    pub decision: String,
+    /// Who decided: `phone`, `voice`, `cli`, `timeout`, `restart`, `withdrawn`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+}
+
 #[derive(Serialize)]
 struct Line<'a, T: Serialize> {
     time: &'a str,
@@ -111,6 +130,21 @@ impl Audit {
             outcome: clip(&record.outcome),
             rule: record.rule.as_deref().map(clip),
             subject: record.subject.as_deref().map(clip),
+        };
+        self.append(&record, SystemTime::now())
+    }
+
+    /// Appends one approval record.
+    pub fn record_approval(&self, record: &ApprovalRecord) -> Result<()> {
+        let record = ApprovalRecord {
+            approval: clip(&record.approval),
+            source: clip(&record.source),
+            tool: clip(&record.tool),
+            // A summary is at most a line; it is kept whole up to twice a field's length.
+            summary: clip_to(&record.summary, 2 * MAX_AUDIT_FIELD_LEN),
+            risk: clip(&record.risk),
+            decision: clip(&record.decision),
+            by: record.by.as_deref().map(clip),
         };
         self.append(&record, SystemTime::now())
     }
@@ -168,10 +202,14 @@ fn utc_date(timestamp: &str) -> &str {
 }
 
 fn clip(text: &str) -> String {
-    if text.len() <= MAX_AUDIT_FIELD_LEN {
+    clip_to(text, MAX_AUDIT_FIELD_LEN)
+}
+
+fn clip_to(text: &str, max: usize) -> String {
+    if text.len() <= max {
         return text.to_owned();
     }
-    format!("{}…", crate::text::prefix(text, MAX_AUDIT_FIELD_LEN))
+    format!("{}…", crate::text::prefix(text, max))
 }
 
 #[cfg(test)]

@@ -47,6 +47,10 @@ pub enum Command {
     Status,
     /// Run one tool through the running agent and print its result
     Call(CallArgs),
+    /// List the approvals waiting for a decision in the running agent
+    Approvals,
+    /// Answer an approval: allow or deny it
+    Approve(ApproveArgs),
     /// Run a relay server
     Relay(RelayArgs),
     /// Drive other machines from this one (multi-environment pairing)
@@ -119,6 +123,29 @@ pub struct CallArgs {
     /// Where `screenshot` saves the image [default: screenshot-<UTC time>.png in the current directory]
     #[arg(long, short = 'o', value_name = "FILE")]
     pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    /// The approval's id (a-…), as `voxa approvals` lists it
+    pub approval: String,
+    /// The decision
+    #[arg(value_enum)]
+    pub decision: ApproveDecision,
+    /// Why: the asker reads it (a coding agent, or the caller of a denied tool)
+    #[arg(long, short)]
+    pub message: Option<String>,
+}
+
+/// What `voxa approve` answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ApproveDecision {
+    /// Let it run, this once
+    Allow,
+    /// Let it run, and the same kind of action for the rest of the session (where offered)
+    AllowSession,
+    /// Refuse it
+    Deny,
 }
 
 #[derive(Debug, Args)]

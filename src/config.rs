@@ -139,6 +139,44 @@ pub struct Config {
     /// Resource limits of the processes tools start.
     #[serde(skip_serializing_if = "Limits::is_default")]
     pub limits: Limits,
+    /// How long an approval waits, and what the `ask` policy lets through without one.
+    #[serde(skip_serializing_if = "ApprovalSettings::is_default")]
+    pub approvals: ApprovalSettings,
+}
+
+/// `[approvals]`: the expiry of an open approval and the allow lists of the `ask` rules.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ApprovalSettings {
+    /// Seconds an approval waits for an answer before it is denied.
+    pub timeout_secs: u64,
+    /// `run_command` lines that run without asking: an entry matches the command itself or the
+    /// command followed by more words (`"git status"` matches `git status -s`), never a line
+    /// with shell operators (`;`, `&`, `|`, `$`, redirections, …).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allow_commands: Vec<String>,
+    /// Workspace directories (or files) `write_file` writes to without asking.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allow_paths: Vec<String>,
+}
+
+/// Default of [`ApprovalSettings::timeout_secs`]: ten minutes.
+pub const DEFAULT_APPROVAL_TIMEOUT_SECS: u64 = 600;
+
+impl Default for ApprovalSettings {
+    fn default() -> Self {
+        ApprovalSettings {
+            timeout_secs: DEFAULT_APPROVAL_TIMEOUT_SECS,
+            allow_commands: Vec::new(),
+            allow_paths: Vec::new(),
+        }
+    }
+}
+
+impl ApprovalSettings {
+    fn is_default(&self) -> bool {
+        *self == ApprovalSettings::default()
+    }
 }
 
 /// Resource limits for every process a tool starts (`run_command`, coding agents), applied soft
@@ -186,6 +224,10 @@ pub struct Policy {
     pub deny: Vec<String>,
     /// Refuse every tool that can change the machine (`write_file`, `run_command`, `coding_agent`).
     pub read_only: bool,
+    /// These tools wait for the user's decision (an approval) before they run, within the rules
+    /// of `[approvals]`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ask: Vec<String>,
 }
 
 /// How to start a coding agent. `{prompt}` in `args` is replaced by the prompt.
@@ -294,5 +336,20 @@ mod tests {
         assert!(config.policy.read_only);
         assert_eq!(Config::from_toml(&config.to_toml()).unwrap(), config);
         assert!(Config::from_toml("relay = [").is_err());
+    }
+
+    #[test]
+    fn ask_and_approvals_parse_with_a_ten_minute_default() {
+        let config = Config::from_toml("[policy]\nask = [\"run_command\"]\n").unwrap();
+        assert_eq!(config.policy.ask, ["run_command"]);
+        assert_eq!(config.approvals.timeout_secs, 600);
+        let text = "[approvals]\ntimeout_secs = 30\nallow_commands = [\"git status\"]\nallow_paths = [\"notes\"]\n";
+        let config = Config::from_toml(text).unwrap();
+        assert_eq!(config.approvals.timeout_secs, 30);
+        assert_eq!(config.approvals.allow_commands, ["git status"]);
+        assert_eq!(config.approvals.allow_paths, ["notes"]);
+        assert_eq!(Config::from_toml(&config.to_toml()).unwrap(), config);
+        assert!(!Config::default().to_toml().contains("approvals"));
+        assert!(Config::from_toml("[approvals]\ntimeout_secs = -1\n").is_err());
     }
 }

@@ -120,6 +120,7 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
         config: options.config.clone(),
         audit: Some(audit),
         env: None,
+        approvals_store: Some(options.home.path(crate::approvals::STORE_FILE)),
     })?;
     let tasks = TaskTracker::new();
     let mut ctx = AgentContext::new(toolbox, tasks.clone());

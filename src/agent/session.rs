@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::context::AgentContext;
+use crate::approvals;
 use crate::gemini::{self, VoiceCall, VoiceInput, VoiceTools};
 use crate::protocol::{
     self, AgentMessage, Bytes, CallErrorCode, ClientMessage, ErrorCode, Frame, ToolCall, ToolError, ToolResult,
@@ -29,6 +30,8 @@ pub struct Session {
     cancel: CancellationToken,
     /// The session came through the relay, whose `/live` labels the calls it makes.
     relayed: bool,
+    /// Set while the client follows (`follow`): cancelling it stops the delivery.
+    following: Option<CancellationToken>,
 }
 
 impl Session {
@@ -42,6 +45,7 @@ impl Session {
             voice: None,
             cancel: CancellationToken::new(),
             relayed: false,
+            following: None,
         }
     }
 
@@ -125,7 +129,31 @@ impl Session {
                 Some(voice) => voice.end.cancel(),
                 None => self.send(gemini::no_call_error()).await,
             },
+            ClientMessage::Follow { .. } => self.follow(),
+            ClientMessage::Unfollow => {
+                if let Some(following) = self.following.take() {
+                    following.cancel();
+                }
+            }
+            ClientMessage::Approve(approve) => {
+                if let Err(err) = approvals::answer(self.ctx.toolbox().approvals(), approve, &self.caller) {
+                    self.send(AgentMessage::Error { code: err.code, message: Some(err.message) }).await;
+                }
+            }
         }
+    }
+
+    /// Starts (or restarts) the delivery of approvals to this client: the open ones, then each change.
+    fn follow(&mut self) {
+        if let Some(previous) = self.following.take() {
+            previous.cancel();
+        }
+        let following = self.cancel.child_token();
+        self.following = Some(following.clone());
+        let broker = self.ctx.toolbox().approvals().clone();
+        self.ctx
+            .tasks
+            .spawn(approvals::forward(broker, self.out.clone(), following, |notice| Some(Frame::from(&notice))));
     }
 
     async fn start_voice(&mut self) {
@@ -142,7 +170,14 @@ impl Session {
             previous.end.cancel();
         }
         let tools = Arc::new(SessionTools(self.ctx.clone()));
-        self.voice = Some(gemini::start(config, tools, self.out.clone(), &self.ctx.tasks));
+        let voice = gemini::start(config, tools, self.out.clone(), &self.ctx.tasks);
+        // The model is told of every open approval, so the user can answer by voice.
+        let broker = self.ctx.toolbox().approvals().clone();
+        let tell = approvals::forward(broker, voice.input.clone(), voice.end.clone(), |notice| {
+            approvals::voice_prompts(notice).map(VoiceInput::Text)
+        });
+        self.ctx.tasks.spawn(tell);
+        self.voice = Some(voice);
     }
 
     async fn start_call(&mut self, call: ToolCall) {

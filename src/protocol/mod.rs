@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+mod approvals;
 mod errors;
 mod frame;
 mod hello;
@@ -12,6 +13,9 @@ mod presence;
 mod session;
 mod tools;
 
+pub use approvals::{
+    ApprovalFrame, ApprovalResolved, ApprovalSource, Approve, DecidedBy, Decision, Risk, MAX_APPROVAL_TEXT_LEN,
+};
 pub use errors::{close, CallErrorCode, ErrorCode};
 pub use frame::{Bytes, Frame, Utf8Bytes};
 pub use hello::{

@@ -2,7 +2,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{BearerFrame, CallErrorCode, ErrorCode, Hello, HelloOk, Image, ToolCall, ToolResult, PROTOCOL_VERSION};
+use serde_json::Value;
+
+use super::{
+    ApprovalFrame, ApprovalResolved, Approve, BearerFrame, CallErrorCode, ErrorCode, Hello, HelloOk, Image, ToolCall,
+    ToolResult, PROTOCOL_VERSION,
+};
 
 /// Frames a phone, local client or host sends to an agent.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -24,6 +29,16 @@ pub enum ClientMessage {
     },
     /// The end of a push-to-talk utterance during a voice call.
     AudioEnd,
+    /// From now on, send this client every open approval and every change (and, with sessions,
+    /// their events after the `after` marks).
+    Follow {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<Value>,
+    },
+    /// Stop what `follow` started.
+    Unfollow,
+    /// An answer to an open approval.
+    Approve(Approve),
 }
 
 impl ClientMessage {
@@ -93,6 +108,10 @@ pub enum AgentMessage {
     CallEnded {
         duration_s: f64,
     },
+    /// An approval waiting for the user (docs/PROTOCOL.md, "Approvals").
+    Approval(ApprovalFrame),
+    /// An approval was decided.
+    ApprovalResolved(ApprovalResolved),
 }
 
 impl AgentMessage {

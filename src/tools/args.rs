@@ -62,6 +62,7 @@ impl<'a> Args<'a> {
                 ParamType::String => value.is_string(),
                 ParamType::Boolean => value.is_boolean(),
                 ParamType::Integer => integer(value).is_some(),
+                ParamType::Object => value.is_object(),
             };
             if !fits {
                 let article = if param.kind == ParamType::Integer { "a non-negative" } else { "a" };
@@ -69,6 +70,11 @@ impl<'a> Args<'a> {
             }
         }
         Ok(Args { map })
+    }
+
+    /// The arguments as a JSON object (`{}` when none were given).
+    pub(super) fn value(&self) -> Value {
+        Value::Object(self.map.cloned().unwrap_or_default())
     }
 
     pub(super) fn get(&self, name: &str) -> Option<&'a Value> {

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use serde_json::{json, Map, Value};
 
-use super::spec::{Runs, ToolKind, ToolSpec};
+use super::spec::{ParamType, Runs, ToolKind, ToolSpec};
 
 /// Name of the argument that routes a Gemini function call to another environment.
 pub const ENV_ARG: &str = "env";
@@ -48,14 +48,14 @@ fn gemini_accepts(name: &str) -> bool {
 }
 
 fn declaration(spec: &ToolSpec) -> Value {
-    let properties: Map<String, Value> = spec
-        .params
-        .iter()
+    // An object parameter is left out: the service wants its properties, which it has none of.
+    let declared = || spec.params.iter().filter(|param| param.kind != ParamType::Object);
+    let properties: Map<String, Value> = declared()
         .map(|param| {
             (param.name.to_owned(), json!({ "type": param.kind.gemini_name(), "description": param.description }))
         })
         .collect();
-    let required: Vec<&str> = spec.params.iter().filter(|param| param.required).map(|param| param.name).collect();
+    let required: Vec<&str> = declared().filter(|param| param.required).map(|param| param.name).collect();
     let mut declaration = json!({ "name": spec.name, "description": spec.description });
     // The service refuses an empty `properties`: a tool without arguments has no `parameters`.
     if !properties.is_empty() {
@@ -103,7 +103,7 @@ mod tests {
         for declaration in declarations.as_array().unwrap() {
             assert!(!declaration["description"].as_str().unwrap().is_empty());
             assert!(declaration.pointer("/parameters/properties/env").is_none(), "no router, no env");
-            for (_, property) in declaration["parameters"]["properties"].as_object().unwrap() {
+            for (_, property) in declaration["parameters"]["properties"].as_object().into_iter().flatten() {
                 assert!(!property["description"].as_str().unwrap().is_empty());
             }
         }

@@ -1,8 +1,9 @@
 //! The one dispatcher of tool calls. Every call — from a phone or local session, self-hosted or
 //! hosted voice, a host driving this machine as an environment — goes through
 //! [`Dispatcher::dispatch`], which in this order resolves where it runs (this machine's toolbox,
-//! the environment router's own tool, or another environment), asks the policy, runs it and
-//! writes its one audit line. Nothing else checks the policy or writes a call to the audit trail.
+//! the environment router's own tool, or another environment), asks the policy (and, under `ask`,
+//! waits for the user's approval), runs it and writes its one audit line. Nothing else checks the
+//! policy or writes a call to the audit trail.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,11 +13,13 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::policy::{self, Verdict};
+use super::args::Args;
+use super::policy::{self, Judged, PolicyRule, Verdict};
 use super::spec::{Runs, ToolKind, ToolSpec, TOOLS};
 use super::{declare, ToolOutput, ToolRequest, Toolbox};
+use crate::approvals::{Ask, Request as ApprovalRequest};
 use crate::audit::CallRecord;
-use crate::protocol::{ErrorCode, ToolCall, ToolError};
+use crate::protocol::{ApprovalSource, ErrorCode, ToolCall, ToolError};
 
 /// Routes calls that name another environment (docs/PROTOCOL.md, "Environments") and runs the
 /// router's own tools ([`Runs::Router`], e.g. `fleet`). Implemented by the host side of
@@ -103,7 +106,7 @@ impl Dispatcher {
     /// call of which the policy allows.
     pub fn offered(&self) -> impl Iterator<Item = &'static ToolSpec> + '_ {
         TOOLS.iter().filter(|spec| {
-            (spec.runs == Runs::Toolbox || self.router.is_some()) && policy::offers(self.toolbox.policy(), spec)
+            (spec.runs == Runs::Toolbox || self.router.is_some()) && policy::offers(&self.toolbox.config().policy, spec)
         })
     }
 
@@ -117,7 +120,8 @@ impl Dispatcher {
         declare::gemini_declarations(&self.tool_names())
     }
 
-    /// Runs one call: resolve the target, the policy's verdict, the tool, one audit line.
+    /// Runs one call: resolve the target, the policy's verdict (waiting for the user under `ask`),
+    /// the tool, one audit line.
     pub async fn dispatch(&self, request: ToolRequest) -> Result<ToolOutput, ToolError> {
         let started = Instant::now();
         let ToolRequest { id, name, args, env, caller, progress, cancel } = request;
@@ -126,14 +130,34 @@ impl Dispatcher {
         let routed_to = target.as_ref().ok().and_then(Target::env).map(str::to_owned);
         let outcome = match target {
             Err(err) => Err(err),
-            Ok(target) => match policy::verdict(self.toolbox.policy(), &name, target.changes_machine(&args)) {
-                Verdict::Deny(rule) => {
-                    refused_by = Some(rule);
-                    Err(rule.refusal(&name))
+            Ok(target) => {
+                // Only this machine's calls with good arguments can be held for the user.
+                let askable = match &target {
+                    Target::Toolbox(kind) => Args::check(kind.spec(), &args).ok().map(|checked| checked.value()),
+                    Target::Router(..) | Target::Remote { .. } => None,
+                };
+                let call = |args| ToolCall { id: id.clone(), name: name.clone(), args, env: None, caller: None };
+                let judged = Judged {
+                    name: &name,
+                    changes_machine: target.changes_machine(&args),
+                    askable: askable.as_ref(),
+                    workspace: self.toolbox.workspace(),
+                };
+                match policy::verdict(self.toolbox.config(), &judged) {
+                    Verdict::Allow => self.run(target, call(args), &caller, progress, cancel).await,
+                    Verdict::Ask(ask) => match self.approval(ask, &id, &name, askable, &cancel).await {
+                        Ok(()) => self.run(target, call(args), &caller, progress, cancel).await,
+                        Err(refused) => {
+                            refused_by = Some(PolicyRule::Ask);
+                            Err(refused)
+                        }
+                    },
+                    Verdict::Deny(rule) => {
+                        refused_by = Some(rule);
+                        Err(rule.refusal(&name))
+                    }
                 }
-                // A verdict that waits for the user (`ask`) is decided here, before anything runs.
-                Verdict::Allow => self.run(target, &id, &name, args, progress, cancel).await,
-            },
+            }
         };
         let outcome_code = match &outcome {
             Ok(_) => "ok",
@@ -148,7 +172,7 @@ impl Dispatcher {
             duration_ms,
             "tool call"
         );
-        let denied = matches!(&outcome, Err(err) if err.code == ErrorCode::DeniedByPolicy);
+        let denied = refused_by.is_some() || matches!(&outcome, Err(err) if err.code == ErrorCode::DeniedByPolicy);
         self.record(CallRecord {
             caller,
             tool: name,
@@ -182,22 +206,51 @@ impl Dispatcher {
         }
     }
 
+    /// Holds a call under `ask` until the user decides (without taking a place among the calls in
+    /// flight); a denial or the expiry is `denied-by-policy` with the user's message.
+    async fn approval(
+        &self,
+        ask: Ask,
+        id: &str,
+        name: &str,
+        input: Option<Value>,
+        cancel: &CancellationToken,
+    ) -> Result<(), ToolError> {
+        let request = ApprovalRequest {
+            source: ApprovalSource::Call(id.to_owned()),
+            tool: name.to_owned(),
+            input: input.unwrap_or_default(),
+            summary: ask.summary,
+            risk: ask.risk,
+            diff: None,
+            questions: None,
+            offers_session: false,
+        };
+        let answer = self.toolbox.approvals().request(request).wait(cancel).await;
+        if answer.decision.allows() {
+            return Ok(());
+        }
+        if cancel.is_cancelled() {
+            return Err(ToolError::new(ErrorCode::Cancelled, "cancelled while it waited for approval"));
+        }
+        let shown = crate::text::prefix(name, 64);
+        Err(ToolError::new(ErrorCode::DeniedByPolicy, format!("{shown} was not approved: {}", answer.denial_message())))
+    }
+
     async fn run(
         &self,
         target: Target<'_>,
-        id: &str,
-        name: &str,
-        args: Value,
+        mut call: ToolCall,
+        caller: &str,
         progress: Option<mpsc::Sender<String>>,
         cancel: CancellationToken,
     ) -> Result<ToolOutput, ToolError> {
         let plain = |result| ToolOutput { result, image: None };
         match target {
-            Target::Toolbox(kind) => self.toolbox.run(kind, args, progress, cancel).await,
-            Target::Router(router, kind) => router.run_tool(kind, args).await.map(plain),
+            Target::Toolbox(kind) => self.toolbox.run(kind, call.args, caller, progress, cancel).await,
+            Target::Router(router, kind) => router.run_tool(kind, call.args).await.map(plain),
             Target::Remote { router, env, .. } => {
-                let call =
-                    ToolCall { id: id.to_owned(), name: name.to_owned(), args, env: Some(env.clone()), caller: None };
+                call.env = Some(env.clone());
                 // Progress from an environment is sent without waiting; nobody listening drops it.
                 let progress = progress.unwrap_or_else(|| mpsc::channel(1).0);
                 // The environment audits what it runs; this line records that the host asked.
@@ -326,12 +379,19 @@ mod tests {
             assert_eq!(declared(&fixture.tools), fixture.tools.tool_names(), "router {router}, {policy:?}");
         }
         let plain = Fixture::new(false, Policy::default());
-        assert_eq!(
-            plain.tools.tool_names(),
-            ["run_command", "read_file", "write_file", "list_dir", "screenshot", "coding_agent"]
-        );
+        let all = [
+            "run_command",
+            "read_file",
+            "write_file",
+            "list_dir",
+            "screenshot",
+            "coding_agent",
+            "approve",
+            "approvals",
+        ];
+        assert_eq!(plain.tools.tool_names(), all);
         let host = Fixture::new(true, read_only());
-        assert_eq!(host.tools.tool_names(), ["read_file", "list_dir", "screenshot", "fleet"]);
+        assert_eq!(host.tools.tool_names(), ["read_file", "list_dir", "screenshot", "approve", "approvals", "fleet"]);
     }
 
     #[test]
@@ -417,5 +477,43 @@ mod tests {
         let denied = Fixture::new(true, Policy { deny: vec!["fleet".into()], ..Default::default() });
         assert_eq!(denied.call("f", "fleet", None).await.unwrap_err().code, ErrorCode::DeniedByPolicy);
         assert!(!denied.tools.tool_names().contains(&"fleet".to_owned()));
+    }
+
+    #[tokio::test]
+    async fn a_call_under_ask_waits_for_the_user_then_runs_or_is_refused_with_one_line_each() {
+        use crate::protocol::{DecidedBy, Decision};
+        let host = Fixture::new(false, Policy { ask: vec!["write_file".into()], ..Default::default() });
+        let write = |id: &'static str| {
+            let args = json!({"path": format!("{id}.txt"), "content": "hi"});
+            let call = ToolCall { id: id.into(), name: "write_file".into(), args, env: None, caller: None };
+            let tools = host.tools.clone();
+            tokio::spawn(async move {
+                tools.dispatch(ToolRequest::from_call(call, "phone", None, CancellationToken::new())).await
+            })
+        };
+        for (id, decision) in [("yes", Decision::Allow), ("no", Decision::Deny)] {
+            let running = write(id);
+            let broker = host.tools.toolbox().approvals().clone();
+            let open = loop {
+                if let Some(open) = broker.open().into_iter().next() {
+                    break open;
+                }
+                tokio::task::yield_now().await;
+            };
+            assert!(open.summary.contains(&format!("{id}.txt")), "{}", open.summary);
+            assert!(!host.workspace.path().join(format!("{id}.txt")).exists(), "nothing runs before the answer");
+            broker.decide(&open.approval, decision, Some("not now".into()), None, DecidedBy::Phone).unwrap();
+            let outcome = running.await.unwrap();
+            assert_eq!(outcome.is_ok(), decision == Decision::Allow, "{outcome:?}");
+            assert_eq!(host.workspace.path().join(format!("{id}.txt")).exists(), decision == Decision::Allow);
+        }
+        let lines: Vec<_> = host.audit().into_iter().filter(|line| line.get("outcome").is_some()).collect();
+        let line = |id: &str| lines.iter().find(|line| line["id"] == id).unwrap().clone();
+        assert_eq!(lines.len(), 2, "{lines:#?}");
+        assert_eq!(line("yes")["outcome"], "ok");
+        assert_eq!(
+            (line("no")["outcome"].as_str(), line("no")["policy"].as_str()),
+            (Some("denied-by-policy"), Some("ask"))
+        );
     }
 }

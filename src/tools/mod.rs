@@ -40,6 +40,7 @@ pub use files::{MAX_DIR_ENTRIES, MAX_WRITE_LEN};
 pub use screenshot::{MAX_SCREENSHOT_LEN, SCREENSHOT_TIMEOUT};
 pub use spec::{Effect, ParamSpec, ParamType, Runs, ToolKind, ToolSpec, FLEET_TOOL, TOOLS};
 
+use crate::approvals::{self, Broker, BrokerOptions};
 use crate::audit::Audit;
 use crate::config::Config;
 use crate::error::ConfigError;
@@ -67,6 +68,8 @@ pub struct ToolboxOptions {
     /// Environment of the programs tools start, and where `PATH` and `DISPLAY` are looked up;
     /// `None` takes this process's. [`PRIVATE_ENV`] is removed either way.
     pub env: Option<Vec<(OsString, OsString)>>,
+    /// File that keeps the open approvals across a restart (`approvals.json` in the home).
+    pub approvals_store: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ToolboxOptions {
@@ -79,6 +82,7 @@ impl std::fmt::Debug for ToolboxOptions {
             .field("config", &self.config)
             .field("audit", &self.audit)
             .field("env", &env_names)
+            .field("approvals_store", &self.approvals_store)
             .finish()
     }
 }
@@ -165,6 +169,7 @@ struct Inner {
     workspace: Workspace,
     config: Config,
     audit: Option<Audit>,
+    approvals: Broker,
     env: Arc<[(OsString, OsString)]>,
     calls: Arc<Semaphore>,
 }
@@ -185,11 +190,17 @@ impl Toolbox {
         }
         let mut env = options.env.unwrap_or_else(|| std::env::vars_os().collect());
         env.retain(|(key, _)| !PRIVATE_ENV.iter().any(|private| key == private));
+        let approvals = Broker::new(BrokerOptions {
+            timeout: Duration::from_secs(options.config.approvals.timeout_secs),
+            audit: options.audit.clone(),
+            store: options.approvals_store,
+        });
         Ok(Toolbox {
             inner: Arc::new(Inner {
                 workspace,
                 config: options.config,
                 audit: options.audit,
+                approvals,
                 env: env.into(),
                 calls: Arc::new(Semaphore::new(max_calls)),
             }),
@@ -212,9 +223,14 @@ impl Toolbox {
         self.max_calls_in_flight().saturating_sub(self.inner.calls.available_permits())
     }
 
-    /// The policy in force; only the dispatcher asks it.
-    pub(super) fn policy(&self) -> &crate::config::Policy {
-        &self.inner.config.policy
+    /// The approval broker every call under `ask`, and every coding agent's prompt, waits in.
+    pub fn approvals(&self) -> &Broker {
+        &self.inner.approvals
+    }
+
+    /// The settings the policy is read from; only the dispatcher asks it.
+    pub(super) fn config(&self) -> &Config {
+        &self.inner.config
     }
 
     /// The audit trail; only the dispatcher writes to it.
@@ -228,6 +244,7 @@ impl Toolbox {
         &self,
         kind: ToolKind,
         args: Value,
+        caller: &str,
         progress: Option<mpsc::Sender<String>>,
         cancel: CancellationToken,
     ) -> Result<ToolOutput, ToolError> {
@@ -238,13 +255,14 @@ impl Toolbox {
         if cancel.is_cancelled() {
             return Err(ToolError::new(ErrorCode::Cancelled, "cancelled before it started"));
         }
-        self.execute(kind, &args, progress, cancel).await
+        self.execute(kind, &args, caller, progress, cancel).await
     }
 
     async fn execute(
         &self,
         kind: ToolKind,
         args: &Args<'_>,
+        caller: &str,
         progress: Option<mpsc::Sender<String>>,
         cancel: CancellationToken,
     ) -> Result<ToolOutput, ToolError> {
@@ -294,6 +312,11 @@ impl Toolbox {
                 let request = self.agent_request(args)?;
                 coding_agent::run(request, inner.env.clone(), progress, cancel).await.map(plain)
             }
+            ToolKind::Approve => {
+                let approve = approvals::approve_from_args(&inner.approvals, &args.value())?;
+                approvals::answer(&inner.approvals, approve, caller).map(|()| plain(json!({})))
+            }
+            ToolKind::Approvals => Ok(plain(json!({ "approvals": inner.approvals.open() }))),
             // The dispatcher sends router tools to the router; one reaching here has none.
             ToolKind::Fleet => Err(dispatch::unknown_tool(kind.name())),
         }

@@ -9,6 +9,8 @@ pub enum ParamType {
     String,
     Integer,
     Boolean,
+    /// A JSON object; not declared to Gemini (its schema needs properties).
+    Object,
 }
 
 impl ParamType {
@@ -18,6 +20,7 @@ impl ParamType {
             ParamType::String => "STRING",
             ParamType::Integer => "INTEGER",
             ParamType::Boolean => "BOOLEAN",
+            ParamType::Object => "OBJECT",
         }
     }
 
@@ -26,6 +29,7 @@ impl ParamType {
             ParamType::String => "string",
             ParamType::Integer => "integer",
             ParamType::Boolean => "boolean",
+            ParamType::Object => "object",
         }
     }
 }
@@ -108,18 +112,22 @@ pub enum ToolKind {
     ListDir,
     Screenshot,
     CodingAgent,
+    Approve,
+    Approvals,
     Fleet,
 }
 
 impl ToolKind {
     /// Every kind, in table order.
-    pub const ALL: [ToolKind; 7] = [
+    pub const ALL: [ToolKind; 9] = [
         ToolKind::RunCommand,
         ToolKind::ReadFile,
         ToolKind::WriteFile,
         ToolKind::ListDir,
         ToolKind::Screenshot,
         ToolKind::CodingAgent,
+        ToolKind::Approve,
+        ToolKind::Approvals,
         ToolKind::Fleet,
     ];
 
@@ -241,6 +249,35 @@ pub const TOOLS: &[ToolSpec] = &[
             ),
         ],
         effect: Effect::Changes,
+        runs: Runs::Toolbox,
+    },
+    ToolSpec {
+        kind: ToolKind::Approve,
+        name: "approve",
+        description: "Answer an approval voxa told you about, with the user's own decision. Call it only after you \
+                      read the approval's summary to the user and they answered: allow when they said yes to it, deny \
+                      when they said no.",
+        params: &[
+            param("approval", ParamType::String, true, "The approval's id, as given (a-…)."),
+            param("decision", ParamType::String, true, "\"allow\" or \"deny\" (\"allow_session\" where offered)."),
+            param("message", ParamType::String, false, "The user's reason, told to whoever asked."),
+            param("answer", ParamType::String, false, "For a question: the label of the option the user chose."),
+            param(
+                "answers",
+                ParamType::Object,
+                false,
+                "For questions: each question's text mapped to its chosen label.",
+            ),
+        ],
+        effect: Effect::Reads,
+        runs: Runs::Toolbox,
+    },
+    ToolSpec {
+        kind: ToolKind::Approvals,
+        name: "approvals",
+        description: "List the approvals waiting for the user's decision: id, summary, risk and expiry of each.",
+        params: &[],
+        effect: Effect::Reads,
         runs: Runs::Toolbox,
     },
     ToolSpec {

@@ -581,6 +581,8 @@ struct Expected {
     results: usize,
     statuses: usize,
     call_errors: usize,
+    /// Answers to approvals nobody opened: `not-found` (or `invalid-args`) errors.
+    approve_errors: usize,
 }
 
 impl Expected {
@@ -592,7 +594,14 @@ impl Expected {
             Ok(
                 ClientMessage::CallStart | ClientMessage::CallEnd | ClientMessage::Say { .. } | ClientMessage::AudioEnd,
             ) => self.call_errors += 1,
-            Ok(ClientMessage::Hello(_) | ClientMessage::Bearer(_) | ClientMessage::Cancel { .. }) => {}
+            Ok(ClientMessage::Approve(_)) => self.approve_errors += 1,
+            Ok(
+                ClientMessage::Hello(_)
+                | ClientMessage::Bearer(_)
+                | ClientMessage::Cancel { .. }
+                | ClientMessage::Follow { .. }
+                | ClientMessage::Unfollow,
+            ) => {}
         }
     }
 }
@@ -612,6 +621,7 @@ async fn session_answers_every_frame(agent: &TestAgent, frames: Vec<String>) -> 
         || seen.results < expected.results
         || seen.statuses < expected.statuses
         || seen.call_errors < expected.call_errors
+        || seen.approve_errors < expected.approve_errors
     {
         let frame = match next_frame(&mut client).await {
             Some(Message::Text(text)) => text,
@@ -623,6 +633,9 @@ async fn session_answers_every_frame(agent: &TestAgent, frames: Vec<String>) -> 
         };
         let value: Value = serde_json::from_str(&frame).unwrap();
         match value["type"].as_str() {
+            Some("error") if matches!(value["code"].as_str(), Some("not-found" | "invalid-args" | "too-large")) => {
+                seen.approve_errors += 1;
+            }
             Some("error") => {
                 prop_assert_eq!(&value["code"], "bad-frame", "only bad-frame errors inside a session: {}", value);
                 let reason = value["message"].as_str().unwrap_or_default();
@@ -640,6 +653,7 @@ async fn session_answers_every_frame(agent: &TestAgent, frames: Vec<String>) -> 
     prop_assert_eq!(seen.results, expected.results);
     prop_assert_eq!(seen.statuses, expected.statuses);
     prop_assert_eq!(seen.call_errors, expected.call_errors);
+    prop_assert_eq!(seen.approve_errors, expected.approve_errors);
     Ok(())
 }
 

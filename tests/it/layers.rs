@@ -18,6 +18,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("gemini", 3),
     ("net", 2),
     ("tools", 2),
+    ("approvals", 2),
     ("protocol", 1),
     ("state", 1),
     ("secret", 1),

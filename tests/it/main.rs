@@ -2,6 +2,7 @@
 //! a script would drive them.
 
 mod agent;
+mod approvals;
 mod browser;
 mod cli;
 mod deploy;

@@ -1,0 +1,296 @@
+//! The `ask` policy (`[policy] ask`, `[approvals]` allow lists): which of voxa's own tool calls
+//! wait for the user, with what summary and risk; and the risk of a coding agent's tool use.
+
+use std::path::{Component, Path};
+
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::protocol::Risk;
+
+/// A call that must wait for the user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ask {
+    pub risk: Risk,
+    /// One line for the card and the voice model.
+    pub summary: String,
+}
+
+/// Characters that make a command line more than one plain command: such a line never matches
+/// an allow-list entry.
+const SHELL_OPERATORS: &[char] =
+    &[';', '&', '|', '<', '>', '$', '`', '(', ')', '{', '}', '\\', '\n', '\r', '*', '?', '['];
+/// Programs whose first job is to reach the network.
+const NETWORK_PROGRAMS: &[&str] =
+    &["curl", "wget", "ssh", "scp", "sftp", "rsync", "nc", "ncat", "telnet", "ftp", "http", "ping", "dig"];
+/// Subcommands that reach the network (`git push`, `npm install`, …).
+const NETWORK_SUBCOMMANDS: &[(&str, &[&str])] = &[
+    ("git", &["push", "pull", "fetch", "clone", "remote", "submodule"]),
+    ("npm", &["install", "i", "ci", "publish", "update", "add"]),
+    ("pnpm", &["install", "add", "publish", "update"]),
+    ("yarn", &["install", "add", "publish"]),
+    ("pip", &["install", "download"]),
+    ("pip3", &["install", "download"]),
+    ("cargo", &["install", "publish", "update", "fetch", "add"]),
+    ("apt", &["install", "update", "upgrade"]),
+    ("apt-get", &["install", "update", "upgrade"]),
+    ("docker", &["pull", "push", "login"]),
+];
+/// Modes and flags that let a coding agent act without asking.
+const BYPASS_MARKERS: &[&str] = &[
+    "bypasspermissions",
+    "--dangerously-skip-permissions",
+    "dontask",
+    "danger-full-access",
+    "--yolo",
+    "--dangerously-bypass-approvals-and-sandbox",
+];
+
+/// Whether this call of voxa's own tool `tool` must wait for the user, under the policy's `ask`
+/// list and the `[approvals]` rules: `run_command` asks unless the command is on the allow list;
+/// `write_file` asks outside the allowed paths; `coding_agent` and `agent_start` ask when the agent
+/// would run in a mode that skips its own permission prompts; any other listed tool always asks.
+/// `workspace` is the root relative paths resolve in; `changes_machine` is the tool's own word on
+/// whether it can change something (the risk of a tool without a rule of its own).
+pub fn ask_rule(config: &Config, tool: &str, args: &Value, workspace: &Path, changes_machine: bool) -> Option<Ask> {
+    // Answering an approval never waits for one.
+    if matches!(tool, "approve" | "approvals") || !config.policy.ask.iter().any(|listed| listed == tool) {
+        return None;
+    }
+    let text = |field: &str| args.get(field).and_then(Value::as_str).unwrap_or_default();
+    let settings = &config.approvals;
+    match tool {
+        "run_command" => {
+            let command = text("command");
+            if settings.allow_commands.iter().any(|entry| command_matches(command, entry)) {
+                return None;
+            }
+            let place = args.get("cwd").and_then(Value::as_str).map(|cwd| format!(" (in {cwd})")).unwrap_or_default();
+            let risk = command_risk(command, workspace).max(path_risk(args.get("cwd").and_then(Value::as_str)));
+            Some(Ask { risk, summary: format!("Run: {}{place}", command.trim()) })
+        }
+        "write_file" => {
+            let path = text("path");
+            if settings.allow_paths.iter().any(|allowed| path_within(path, allowed)) {
+                return None;
+            }
+            let bytes = text("content").len();
+            let risk = path_risk(Some(path)).max(Risk::Write);
+            Some(Ask { risk, summary: format!("Write {bytes} bytes to {path}") })
+        }
+        "coding_agent" | "agent_start" => {
+            let agent = args.get("agent").and_then(Value::as_str).unwrap_or("claude");
+            let configured = config.agents.get(agent).map(|command| command.args.join(" ")).unwrap_or_default();
+            let requested = [text("mode"), text("permission_mode"), &configured].join(" ");
+            if !bypasses(&requested) {
+                return None;
+            }
+            let prompt = text("prompt");
+            Some(Ask { risk: Risk::Exec, summary: format!("Start {agent} without its permission prompts: {prompt}") })
+        }
+        other => {
+            let risk = if changes_machine { Risk::Exec } else { Risk::Read };
+            Some(Ask { risk, summary: format!("Use {other}") })
+        }
+    }
+}
+
+/// True when `command` is `entry` or `entry` followed by more words, and has no shell operator.
+fn command_matches(command: &str, entry: &str) -> bool {
+    let command = command.trim();
+    let entry = entry.trim();
+    if entry.is_empty() || command.contains(SHELL_OPERATORS) {
+        return false;
+    }
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let wanted: Vec<&str> = entry.split_whitespace().collect();
+    words.len() >= wanted.len() && words[..wanted.len()] == wanted[..]
+}
+
+/// The risk of a shell command line: `network` for programs that reach the network, `outside`
+/// when it names a path outside the workspace, else `exec`.
+pub fn command_risk(command: &str, workspace: &Path) -> Risk {
+    let mut risk = Risk::Exec;
+    for simple in command.split([';', '&', '|', '\n', '(', ')', '`']) {
+        let words: Vec<&str> = simple.split_whitespace().skip_while(|word| word.contains('=')).collect();
+        let Some(program) = words.first().map(|word| word.rsplit('/').next().unwrap_or(word)) else { continue };
+        let program = if matches!(program, "sudo" | "env" | "nohup" | "time" | "exec") {
+            words.get(1).copied().unwrap_or(program)
+        } else {
+            program
+        };
+        let network = NETWORK_PROGRAMS.contains(&program)
+            || NETWORK_SUBCOMMANDS.iter().any(|(name, subcommands)| {
+                *name == program && words.iter().skip(1).any(|word| subcommands.contains(word))
+            });
+        if network {
+            risk = risk.max(Risk::Network);
+        }
+    }
+    let names_outside = command
+        .split(|c: char| c.is_whitespace() || matches!(c, '=' | '"' | '\'' | ';' | '&' | '|' | '<' | '>'))
+        .any(|word| {
+            (word.starts_with('/') && !Path::new(word).starts_with(workspace))
+                || word.starts_with('~')
+                || word.split('/').any(|part| part == "..")
+        });
+    if names_outside || command.contains("sudo ") {
+        risk = Risk::Outside;
+    }
+    risk
+}
+
+/// `outside` for a path that is absolute or climbs with `..`, else `read` (a path only).
+fn path_risk(path: Option<&str>) -> Risk {
+    match path {
+        Some(path) if escapes(path) => Risk::Outside,
+        _ => Risk::Read,
+    }
+}
+
+fn escapes(path: &str) -> bool {
+    let path = Path::new(path);
+    path.is_absolute() || path.starts_with("~") || path.components().any(|part| matches!(part, Component::ParentDir))
+}
+
+/// True when relative `path` lies inside relative `allowed` (the same path or below it), compared
+/// component by component; a path that climbs out or is absolute is never inside.
+fn path_within(path: &str, allowed: &str) -> bool {
+    if escapes(path) || escapes(allowed) || allowed.trim().is_empty() {
+        return false;
+    }
+    let parts = |text: &str| -> Vec<String> {
+        Path::new(text)
+            .components()
+            .filter_map(|part| match part {
+                Component::Normal(name) => Some(name.to_string_lossy().into_owned()),
+                _ => None,
+            })
+            .collect()
+    };
+    let (path, allowed) = (parts(path), parts(allowed));
+    !allowed.is_empty() && path.len() >= allowed.len() && path[..allowed.len()] == allowed[..]
+}
+
+fn bypasses(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    BYPASS_MARKERS.iter().any(|marker| lower.contains(marker))
+}
+
+/// The risk of a coding agent's tool use (Claude Code's tool names; Codex's command and file
+/// change approvals map to `Bash` and `Edit`): reads, edits, commands and web access, `outside`
+/// when a path leaves `cwd`.
+pub fn coding_agent_risk(tool: &str, input: &Value, cwd: &Path) -> Risk {
+    let text = |field: &str| input.get(field).and_then(Value::as_str);
+    let path_outside = |path: Option<&str>| {
+        path.is_some_and(|path| {
+            let path = Path::new(path);
+            (path.is_absolute() && !path.starts_with(cwd))
+                || path.components().any(|part| matches!(part, Component::ParentDir))
+        })
+    };
+    let path = text("file_path").or_else(|| text("path")).or_else(|| text("notebook_path"));
+    match tool {
+        "Bash" | "BashOutput" | "commandExecution" => command_risk(text("command").unwrap_or_default(), cwd),
+        "WebFetch" | "WebSearch" => Risk::Network,
+        _ if path_outside(path) => Risk::Outside,
+        "Edit" | "MultiEdit" | "Write" | "NotebookEdit" | "fileChange" => Risk::Write,
+        "Read" | "Glob" | "Grep" | "LS" | "AskUserQuestion" | "TodoWrite" | "ExitPlanMode" => Risk::Read,
+        _ => Risk::Exec,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ApprovalSettings, Policy};
+    use serde_json::json;
+
+    fn config(ask: &[&str], settings: ApprovalSettings) -> Config {
+        Config {
+            policy: Policy { ask: ask.iter().map(|s| s.to_string()).collect(), ..Default::default() },
+            approvals: settings,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn run_command_asks_unless_the_plain_command_is_allowed() {
+        let settings =
+            ApprovalSettings { allow_commands: vec!["git status".into(), "ls".into()], ..Default::default() };
+        let config = config(&["run_command"], settings);
+        let ws = Path::new("/home/u/ws");
+        let ask = |command: &str| ask_rule(&config, "run_command", &json!({ "command": command }), ws, true);
+        assert_eq!(ask("git status"), None);
+        assert_eq!(ask("  git   status -s"), None);
+        assert_eq!(ask("ls -la"), None);
+        for asked in ["git statusx", "git status; rm -rf ~", "ls $(rm -rf /)", "ls > out", "lsblk", "git", "git push"] {
+            assert!(ask(asked).is_some(), "{asked}");
+        }
+        let asked = ask("npm test").unwrap();
+        assert_eq!(asked, Ask { risk: Risk::Exec, summary: "Run: npm test".into() });
+        let cwd = ask_rule(&config, "run_command", &json!({"command": "make", "cwd": "app"}), ws, true).unwrap();
+        assert_eq!(cwd.summary, "Run: make (in app)");
+        // A tool not under `ask` never asks.
+        assert_eq!(ask_rule(&config, "write_file", &json!({"path": "x", "content": ""}), ws, true), None);
+    }
+
+    #[test]
+    fn write_file_asks_outside_the_listed_paths() {
+        let settings =
+            ApprovalSettings { allow_paths: vec!["notes".into(), "docs/drafts/".into()], ..Default::default() };
+        let config = config(&["write_file"], settings);
+        let ws = Path::new("/ws");
+        let ask = |path: &str| ask_rule(&config, "write_file", &json!({ "path": path, "content": "hello" }), ws, true);
+        assert_eq!(ask("notes/today.md"), None);
+        assert_eq!(ask("./notes/a/b.md"), None);
+        assert_eq!(ask("docs/drafts/x"), None);
+        assert_eq!(
+            ask("src/main.rs").unwrap(),
+            Ask { risk: Risk::Write, summary: "Write 5 bytes to src/main.rs".into() }
+        );
+        assert_eq!(ask("notesx/a").unwrap().risk, Risk::Write);
+        assert_eq!(ask("notes/../src/main.rs").unwrap().risk, Risk::Outside);
+        assert_eq!(ask("/etc/passwd").unwrap().risk, Risk::Outside);
+        assert_eq!(ask("docs/x").unwrap().risk, Risk::Write);
+    }
+
+    #[test]
+    fn coding_agents_ask_only_in_bypass_modes() {
+        let mut config = config(&["coding_agent", "agent_start"], ApprovalSettings::default());
+        let ws = Path::new("/ws");
+        assert_eq!(ask_rule(&config, "coding_agent", &json!({"prompt": "fix it"}), ws, true), None);
+        let bypass =
+            ask_rule(&config, "agent_start", &json!({"prompt": "fix it", "mode": "bypassPermissions"}), ws, true);
+        assert_eq!(bypass.unwrap().risk, Risk::Exec);
+        config.agents.insert(
+            "claude".into(),
+            crate::config::AgentCommand {
+                program: "claude".into(),
+                args: vec!["-p".into(), "--dangerously-skip-permissions".into(), "{prompt}".into()],
+                format: "stream-json".into(),
+            },
+        );
+        let ask = ask_rule(&config, "coding_agent", &json!({"prompt": "fix it"}), ws, true).unwrap();
+        assert_eq!(ask.summary, "Start claude without its permission prompts: fix it");
+    }
+
+    #[test]
+    fn risks_of_commands_and_agent_tools() {
+        let ws = Path::new("/home/u/ws");
+        assert_eq!(command_risk("cargo test", ws), Risk::Exec);
+        assert_eq!(command_risk("git push origin main", ws), Risk::Network);
+        assert_eq!(command_risk("cd app && npm install", ws), Risk::Network);
+        assert_eq!(command_risk("FOO=1 curl https://x", ws), Risk::Network);
+        assert_eq!(command_risk("cat /etc/hosts", ws), Risk::Outside);
+        assert_eq!(command_risk("cat /home/u/ws/a", ws), Risk::Exec);
+        assert_eq!(command_risk("rm -rf ../other", ws), Risk::Outside);
+        assert_eq!(command_risk("ls ~", ws), Risk::Outside);
+        assert_eq!(coding_agent_risk("Read", &json!({"file_path": "/home/u/ws/a.rs"}), ws), Risk::Read);
+        assert_eq!(coding_agent_risk("Edit", &json!({"file_path": "src/a.rs"}), ws), Risk::Write);
+        assert_eq!(coding_agent_risk("Write", &json!({"file_path": "/etc/x"}), ws), Risk::Outside);
+        assert_eq!(coding_agent_risk("Bash", &json!({"command": "npm test"}), ws), Risk::Exec);
+        assert_eq!(coding_agent_risk("WebFetch", &json!({"url": "https://x"}), ws), Risk::Network);
+        assert_eq!(coding_agent_risk("mcp__x__y", &json!({}), ws), Risk::Exec);
+    }
+}

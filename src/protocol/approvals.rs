@@ -1,0 +1,158 @@
+//! Approval frames (docs/PROTOCOL.md, "Approvals"): an action waiting for the user's decision,
+//! the user's answer and the notice that it was decided.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Longest approval id, decision message or summary accepted from a client.
+pub const MAX_APPROVAL_TEXT_LEN: usize = 4096;
+
+/// What asked for the approval: a coding-agent session or one of voxa's own tool calls.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalSource {
+    /// `{"session":"s-…"}`.
+    Session(String),
+    /// `{"call":"c1"}`: the `tool_call` id.
+    Call(String),
+}
+
+/// What the action can do to the machine, from least to most.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Risk {
+    /// Reads inside the workspace.
+    Read,
+    /// Changes files inside the workspace.
+    Write,
+    /// Runs a program.
+    Exec,
+    /// Reaches the network.
+    Network,
+    /// Touches something outside the workspace.
+    Outside,
+}
+
+impl Risk {
+    /// The class's name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Risk::Read => "read",
+            Risk::Write => "write",
+            Risk::Exec => "exec",
+            Risk::Network => "network",
+            Risk::Outside => "outside",
+        }
+    }
+
+    /// True for the classes a voice answer may allow only once, explicitly.
+    pub fn needs_explicit_allow(self) -> bool {
+        matches!(self, Risk::Exec | Risk::Network | Risk::Outside)
+    }
+}
+
+/// The user's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Allow,
+    /// Allow this and the same kind of action for the rest of the session, where the source offers it.
+    AllowSession,
+    Deny,
+}
+
+impl Decision {
+    /// The decision's name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::AllowSession => "allow_session",
+            Decision::Deny => "deny",
+        }
+    }
+
+    /// True for both kinds of allow.
+    pub fn allows(self) -> bool {
+        !matches!(self, Decision::Deny)
+    }
+}
+
+/// Who (or what) decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecidedBy {
+    /// A client on the relay or the loopback page.
+    Phone,
+    /// The voice model, in a self-hosted call, after telling the user.
+    Voice,
+    /// `voxa approve`.
+    Cli,
+    /// Nobody answered before `expires_at`.
+    Timeout,
+    /// voxa stopped while it was open.
+    Restart,
+    /// The asker no longer waits: the call was cancelled or the coding agent withdrew the prompt.
+    Withdrawn,
+}
+
+impl DecidedBy {
+    /// The name on the wire and in the audit trail.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecidedBy::Phone => "phone",
+            DecidedBy::Voice => "voice",
+            DecidedBy::Cli => "cli",
+            DecidedBy::Timeout => "timeout",
+            DecidedBy::Restart => "restart",
+            DecidedBy::Withdrawn => "withdrawn",
+        }
+    }
+}
+
+/// `{"type":"approval",…}`: an open approval.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+pub struct ApprovalFrame {
+    /// `a-<16 hex>`.
+    pub approval: String,
+    pub source: ApprovalSource,
+    /// The tool as its source names it (`run_command`, `Bash`, `Edit`, …).
+    pub tool: String,
+    /// The tool's input, as the source gave it (the full command, the edit).
+    pub input: Value,
+    /// One line a person can read and a voice model can read aloud.
+    pub summary: String,
+    pub risk: Risk,
+    /// A unified diff of a file edit, when the source has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+    /// A coding agent's questions (`AskUserQuestion`): answered with `answers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub questions: Option<Value>,
+    /// True when `allow_session` is offered.
+    #[serde(default)]
+    pub allow_session: bool,
+    /// Unix ms after which it is denied.
+    pub expires_at: u64,
+}
+
+/// `{"type":"approve",…}`: a client's answer.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+pub struct Approve {
+    pub approval: String,
+    pub decision: Decision,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<Value>,
+}
+
+/// `{"type":"approval_resolved",…}`: sent to every following client once an approval is decided.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+pub struct ApprovalResolved {
+    pub approval: String,
+    pub decision: Decision,
+    pub by: DecidedBy,
+    /// Why, when the decision came with a message (`deny` from a person, the expiry, a restart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
