@@ -37,6 +37,9 @@ _voxa() {
             voxa,help)
                 cmd="voxa__subcmd__help"
                 ;;
+            voxa,notify)
+                cmd="voxa__subcmd__notify"
+                ;;
             voxa,open)
                 cmd="voxa__subcmd__open"
                 ;;
@@ -112,6 +115,9 @@ _voxa() {
             voxa__subcmd__help,help)
                 cmd="voxa__subcmd__help__subcmd__help"
                 ;;
+            voxa__subcmd__help,notify)
+                cmd="voxa__subcmd__help__subcmd__notify"
+                ;;
             voxa__subcmd__help,open)
                 cmd="voxa__subcmd__help__subcmd__open"
                 ;;
@@ -145,6 +151,9 @@ _voxa() {
             voxa__subcmd__help__subcmd__env,revoke)
                 cmd="voxa__subcmd__help__subcmd__env__subcmd__revoke"
                 ;;
+            voxa__subcmd__help__subcmd__notify,test)
+                cmd="voxa__subcmd__help__subcmd__notify__subcmd__test"
+                ;;
             voxa__subcmd__help__subcmd__service,install)
                 cmd="voxa__subcmd__help__subcmd__service__subcmd__install"
                 ;;
@@ -156,6 +165,18 @@ _voxa() {
                 ;;
             voxa__subcmd__help__subcmd__service,uninstall)
                 cmd="voxa__subcmd__help__subcmd__service__subcmd__uninstall"
+                ;;
+            voxa__subcmd__notify,help)
+                cmd="voxa__subcmd__notify__subcmd__help"
+                ;;
+            voxa__subcmd__notify,test)
+                cmd="voxa__subcmd__notify__subcmd__test"
+                ;;
+            voxa__subcmd__notify__subcmd__help,help)
+                cmd="voxa__subcmd__notify__subcmd__help__subcmd__help"
+                ;;
+            voxa__subcmd__notify__subcmd__help,test)
+                cmd="voxa__subcmd__notify__subcmd__help__subcmd__test"
                 ;;
             voxa__subcmd__service,help)
                 cmd="voxa__subcmd__service__subcmd__help"
@@ -194,7 +215,7 @@ _voxa() {
 
     case "${cmd}" in
         voxa)
-            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version pair run status call approvals approve relay env open service doctor completions help"
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version pair run status call approvals approve relay env open service doctor notify completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -588,7 +609,7 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__help)
-            opts="pair run status call approvals approve relay env open service doctor completions help"
+            opts="pair run status call approvals approve relay env open service doctor notify completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -769,6 +790,34 @@ _voxa() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        voxa__subcmd__help__subcmd__notify)
+            opts="test"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__notify__subcmd__test)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         voxa__subcmd__help__subcmd__open)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -902,6 +951,92 @@ _voxa() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__notify)
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version test help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__notify__subcmd__help)
+            opts="test help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__notify__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__notify__subcmd__help__subcmd__test)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__notify__subcmd__test)
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

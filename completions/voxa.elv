@@ -41,6 +41,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand open 'Open the web client of the running agent in the default browser'
             cand service 'Keep `voxa run` running at login (systemd user unit on Linux, launchd agent on macOS)'
             cand doctor 'Check this setup, one line per check, and say how to fix what is wrong'
+            cand notify 'Phone notifications (Web Push): send a test to every subscribed browser'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -411,6 +412,44 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'voxa;notify'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand test 'Send one notification to every subscribed browser and show what each push service answered'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'voxa;notify;test'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;notify;help'= {
+            cand test 'Send one notification to every subscribed browser and show what each push service answered'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'voxa;notify;help;test'= {
+        }
+        &'voxa;notify;help;help'= {
+        }
         &'voxa;completions'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
             cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
@@ -437,6 +476,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand open 'Open the web client of the running agent in the default browser'
             cand service 'Keep `voxa run` running at login (systemd user unit on Linux, launchd agent on macOS)'
             cand doctor 'Check this setup, one line per check, and say how to fix what is wrong'
+            cand notify 'Phone notifications (Web Push): send a test to every subscribed browser'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -488,6 +528,11 @@ set edit:completion:arg-completer[voxa] = {|@words|
         &'voxa;help;service;logs'= {
         }
         &'voxa;help;doctor'= {
+        }
+        &'voxa;help;notify'= {
+            cand test 'Send one notification to every subscribed browser and show what each push service answered'
+        }
+        &'voxa;help;notify;test'= {
         }
         &'voxa;help;completions'= {
         }

@@ -61,6 +61,8 @@ pub enum Command {
     Service(ServiceArgs),
     /// Check this setup, one line per check, and say how to fix what is wrong
     Doctor(DoctorArgs),
+    /// Phone notifications (Web Push): send a test to every subscribed browser
+    Notify(NotifyArgs),
     /// Print a shell completion script
     Completions {
         /// Shell to generate for
@@ -76,6 +78,18 @@ pub struct PairArgs {
     /// Print the URL without the QR code
     #[arg(long)]
     pub no_qr: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct NotifyArgs {
+    #[command(subcommand)]
+    pub command: NotifyCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NotifyCommand {
+    /// Send one notification to every subscribed browser and show what each push service answered
+    Test,
 }
 
 #[derive(Debug, Args)]

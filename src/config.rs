@@ -142,6 +142,40 @@ pub struct Config {
     /// How long an approval waits, and what the `ask` policy lets through without one.
     #[serde(skip_serializing_if = "ApprovalSettings::is_default")]
     pub approvals: ApprovalSettings,
+    /// Which events reach the phone as Web Push notifications.
+    #[serde(skip_serializing_if = "NotificationSettings::is_default")]
+    pub notifications: NotificationSettings,
+}
+
+/// `[notifications]`: which events notify a phone that is not following, and the contact the
+/// VAPID signature names (push services write to it when a sender misbehaves).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NotificationSettings {
+    /// Any of `approval`, `turn_end`, `session_failed`; empty turns notifications off.
+    pub events: Vec<String>,
+    /// `mailto:` or `https:` contact for the VAPID `sub` claim.
+    pub contact: String,
+}
+
+/// The events that notify when `config.toml` names none.
+pub const DEFAULT_NOTIFY_EVENTS: [&str; 3] = ["approval", "turn_end", "session_failed"];
+/// The VAPID contact when `config.toml` names none.
+pub const DEFAULT_VAPID_CONTACT: &str = "mailto:voxa@localhost";
+
+impl Default for NotificationSettings {
+    fn default() -> Self {
+        NotificationSettings {
+            events: DEFAULT_NOTIFY_EVENTS.iter().map(|e| e.to_string()).collect(),
+            contact: DEFAULT_VAPID_CONTACT.into(),
+        }
+    }
+}
+
+impl NotificationSettings {
+    fn is_default(&self) -> bool {
+        *self == NotificationSettings::default()
+    }
 }
 
 /// `[approvals]`: the expiry of an open approval and the allow lists of the `ask` rules.

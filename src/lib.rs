@@ -16,6 +16,7 @@ pub mod relay;
 
 pub mod approvals;
 pub mod net;
+pub mod push;
 pub mod tools;
 
 pub mod audit;

@@ -1,5 +1,5 @@
 //! One module per command (`voxa run`, `relay`, `pair`, `status`, `call`, `approvals`, `approve`, `env`, `open`, `service`,
-//! `doctor`, `completions`): each validates its arguments, calls into the library and prints the human or
+//! `doctor`, `notify`, `completions`): each validates its arguments, calls into the library and prints the human or
 //! JSON output.
 
 pub mod approvals;
@@ -7,6 +7,7 @@ pub mod call;
 pub mod completions;
 pub mod doctor;
 pub mod env;
+pub mod notify;
 pub mod open;
 pub mod output;
 pub mod pair;
@@ -112,6 +113,7 @@ pub fn execute(cli: Cli, env_secrets: EnvSecrets) -> Result<Exit> {
         Some(Command::Status) => block_on(status::run_status(&settings)),
         Some(Command::Service(args)) => service::run_service(&settings, args.command),
         Some(Command::Doctor(args)) => block_on(doctor::run_doctor(&settings, args)),
+        Some(Command::Notify(args)) => block_on(notify::run_notify(&settings, args.command)),
         Some(Command::Open(args)) => open::run_open(&settings, &args).map(|()| Exit::Ok),
         Some(Command::Call(args)) => block_on(call::run_call(&settings, args)),
         Some(Command::Approvals) => block_on(approvals::run_approvals(&settings)),

@@ -114,20 +114,7 @@ pub async fn connect(url: &str, options: &DialOptions) -> Result<ClientSocket> {
     let port = parsed.port().unwrap_or(if tls { 443 } else { 80 });
     let shown = format!("{host}:{port}");
     let attempt = async {
-        let tcp = match options.proxy.as_ref().filter(|_| tls && !options.bypasses_proxy(&bare_host)) {
-            Some(proxy) => proxy.connect(&bare_host, port).await?,
-            None => TcpStream::connect((bare_host.as_str(), port)).await.context("TCP connect failed")?,
-        };
-        let _ = tcp.set_nodelay(true);
-        let stream: Box<dyn Io> = if tls {
-            let config = tls_client_config(&options.extra_roots)?;
-            let name = ServerName::try_from(bare_host.clone()).context("invalid TLS server name")?;
-            let tls =
-                tokio_rustls::TlsConnector::from(config).connect(name, tcp).await.context("TLS handshake failed")?;
-            Box::new(tls)
-        } else {
-            Box::new(tcp)
-        };
+        let stream = open_stream(&bare_host, port, tls, options).await?;
         let mut request = url.into_client_request().context("invalid WebSocket request")?;
         let headers = request.headers_mut();
         if let Some(bearer) = &options.bearer {
@@ -149,6 +136,23 @@ pub async fn connect(url: &str, options: &DialOptions) -> Result<ClientSocket> {
         .map_err(|_| anyhow!("timed out after {} s", CONNECT_TIMEOUT.as_secs()))
         .and_then(|r| r)
         .with_context(|| format!("could not reach {shown}"))
+}
+
+/// A byte stream to `host:port`: TCP (through the proxy for TLS hosts it does not bypass), then
+/// TLS when `tls`. The WebSocket dialer and the push sender share it.
+pub async fn open_stream(host: &str, port: u16, tls: bool, options: &DialOptions) -> Result<Box<dyn Io>> {
+    let tcp = match options.proxy.as_ref().filter(|_| tls && !options.bypasses_proxy(host)) {
+        Some(proxy) => proxy.connect(host, port).await?,
+        None => TcpStream::connect((host, port)).await.context("TCP connect failed")?,
+    };
+    let _ = tcp.set_nodelay(true);
+    if !tls {
+        return Ok(Box::new(tcp));
+    }
+    let config = tls_client_config(&options.extra_roots)?;
+    let name = ServerName::try_from(host.to_owned()).context("invalid TLS server name")?;
+    let tls = tokio_rustls::TlsConnector::from(config).connect(name, tcp).await.context("TLS handshake failed")?;
+    Ok(Box::new(tls))
 }
 
 /// Handshake errors without URLs: an HTTP refusal shows its status only.

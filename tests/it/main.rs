@@ -16,6 +16,7 @@ mod hostile;
 mod layers;
 mod live;
 mod proof;
+mod push;
 mod relay;
 mod run;
 mod secrets;

@@ -275,8 +275,18 @@ impl Scene {
         self.secrets.auth_token.expose()
     }
 
+    /// The pairing link as voxa prints it: the secrets in the fragment, which the browser never sends.
     fn link(&self) -> String {
+        format!("http://{}/#code={}&token={}", self.relay.addr, self.code(), self.token())
+    }
+
+    /// The link older versions printed (and their QR codes still hold): the secrets in the query.
+    fn old_link(&self) -> String {
         format!("http://{}/?code={}&token={}", self.relay.addr, self.code(), self.token())
+    }
+
+    fn loopback(&self) -> SocketAddr {
+        self.agent.as_ref().expect("the agent runs").loopback
     }
 
     /// Opens the pairing link and waits for "online".
@@ -318,7 +328,7 @@ impl Machine {
 const TERMINAL: &str = "#term-out";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_pairing_link_goes_online_and_leaves_no_token_in_the_address_bar() {
+async fn the_pairing_link_in_the_fragment_goes_online_and_leaves_no_token_in_the_address_bar() {
     let Some(scene) = Scene::start().await else { return };
     let browser = &scene.browser;
     scene.open_online().await;
@@ -337,6 +347,59 @@ async fn the_pairing_link_goes_online_and_leaves_no_token_in_the_address_bar() {
     // The next visit needs no link: the pairing is remembered.
     browser.open(&format!("http://{}/", scene.relay.addr)).await;
     browser.wait_connection("online").await;
+    scene.close().await;
+}
+
+/// Everything this origin's localStorage holds, as one JSON text.
+async fn stored(browser: &Browser) -> String {
+    browser.script("return JSON.stringify(Object.entries(localStorage));", vec![]).await.as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_query_link_still_pairs_and_leaves_the_address_bar() {
+    let Some(scene) = Scene::start().await else { return };
+    let browser = &scene.browser;
+    browser.open(&scene.old_link()).await;
+    browser.wait_connection("online").await;
+    let address = browser.address().await;
+    assert_eq!(address, format!("http://{}/", scene.relay.addr), "the secrets stay out of the address bar");
+    // The relay pairing is kept in the relay's origin, so the next visit needs no link.
+    assert!(stored(browser).await.contains(scene.code()));
+    browser.open(&format!("http://{}/", scene.relay.addr)).await;
+    browser.wait_connection("online").await;
+    scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_page_keeps_its_token_in_memory_and_removes_what_older_pages_stored() {
+    let Some(scene) = Scene::start().await else { return };
+    let browser = &scene.browser;
+    let page = format!("http://{}/", scene.loopback());
+    // An older page stored the loopback pairing, token and all, under this origin.
+    browser.open(&page).await;
+    let old = json!({"list": [{"id": "loopback", "kind": "loopback", "token": scene.token()}], "current": "loopback"});
+    browser.script("localStorage.setItem('voxa.pairings', arguments[0]);", vec![json!(old.to_string())]).await;
+    assert!(stored(browser).await.contains(scene.token()));
+    // The page removes it when it loads, and has no pairing to use.
+    browser.open(&page).await;
+    browser.wait_script("the welcome", "return !document.getElementById('welcome').hidden;").await;
+    let kept = stored(browser).await;
+    assert!(!kept.contains(scene.token()) && !kept.contains("loopback"), "left in localStorage: {kept}");
+    // The link `voxa open` hands out, opened on that same page (only the fragment changes).
+    browser.open(&format!("{page}#token={}", scene.token())).await;
+    browser.wait_connection("online").await;
+    assert_eq!(browser.address().await, page);
+    let kept = stored(browser).await;
+    assert!(!kept.contains(scene.token()) && !kept.contains("loopback"), "left in localStorage: {kept}");
+    browser.type_into("Command", "echo from-memory").await;
+    browser.press("Run").await;
+    browser.wait_text(TERMINAL, "the command", |t| t.contains("from-memory\n")).await;
+    // A reload has nothing to read: the page asks for a fresh link.
+    browser.open(&page).await;
+    browser.wait_script("the welcome", "return !document.getElementById('welcome').hidden;").await;
+    let welcome = browser.wait_text("#welcome", "the welcome", |t| t.contains("voxa open")).await;
+    assert!(welcome.contains("voxa open"), "{welcome}");
+    assert!(!stored(browser).await.contains(scene.token()));
     scene.close().await;
 }
 
@@ -582,7 +645,7 @@ async fn two_laptops_are_remembered_switched_and_one_forgotten() {
     std::fs::write(first.workspace().join("on-the-first.txt"), "1").unwrap();
     let second = Machine::start(&first.relay, "on-the-second.txt").await;
     let (code, token) = (second.secrets.relay_code.expose(), second.secrets.auth_token.expose());
-    let second_link = format!("http://{}/?code={code}&token={token}", first.relay.addr);
+    let second_link = format!("http://{}/#code={code}&token={token}", first.relay.addr);
     let browser = &first.browser;
     first.open_online().await;
     browser.open(&second_link).await;

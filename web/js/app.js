@@ -27,10 +27,14 @@ export class App {
 
   /** Reads a pairing from the address (then scrubs it) and connects to the current laptop. */
   async boot() {
-    const carried = pairings.fromUrl(new URL(location.href));
-    // The token leaves the address bar before anything else happens.
-    pairings.scrubAddressBar();
+    const carried = this.fromAddress();
     pairings.clean();
+    // A link opened on this very page changes only the fragment: the page is not loaded again.
+    addEventListener('hashchange', () => {
+      const opened = this.fromAddress();
+      if (opened instanceof Error) this.showWelcome(opened.message);
+      else if (opened) this.use(pairings.remember(opened));
+    });
     if (carried instanceof Error) this.showWelcome(carried.message);
     else if (carried) pairings.remember(carried);
     // What the relay offers decides the socket (`/live` when it hosts voice), so it comes first.
@@ -38,6 +42,16 @@ export class App {
     const pairing = pairings.current();
     if (pairing) this.use(pairing);
     else if (!(carried instanceof Error)) this.showWelcome();
+  }
+
+  /**
+   * The pairing the address carries, if any; the secrets leave the address bar at once.
+   * @returns {Pairing | Error | null}
+   */
+  fromAddress() {
+    const carried = pairings.fromUrl(new URL(location.href));
+    pairings.scrubAddressBar();
+    return carried;
   }
 
   async loadConfig() {

@@ -70,6 +70,9 @@ export const CLIENT_FRAMES = /** @type {const} */ ([
   'call_end',
   'say',
   'audio_end',
+  'follow',
+  'unfollow',
+  'approve',
 ]);
 
 /** `type` of the frames an agent (or a relay hosting a call) sends. */
@@ -89,6 +92,8 @@ export const AGENT_FRAMES = /** @type {const} */ ([
   'interrupted',
   'tool_activity',
   'call_ended',
+  'approval',
+  'approval_resolved',
 ]);
 
 /** @typedef {typeof ERROR_CODES[number]} ErrorCode */

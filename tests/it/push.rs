@@ -1,0 +1,353 @@
+//! Notifications: pushes the agent sends, received by a push service on loopback that checks them
+//! as a real one would — the VAPID JWT (RFC 8292: ES256, `aud`, `exp`, `sub`), the RFC 8030
+//! headers — and decrypts the payload (RFC 8291 `aes128gcm`) with the subscriber's private key,
+//! which only this test holds. The checks are written from the RFCs, not from voxa's code.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aes_gcm::aead::{Aead, KeyInit};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use p256::ecdsa::signature::Verifier;
+use p256::elliptic_curve::sec1::ToEncodedPoint;
+use rand::TryRngCore;
+use serde_json::Value;
+use sha2::Sha256;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use voxa::config::NotificationSettings;
+use voxa::net::dial::DialOptions;
+use voxa::push::{Notice, Notifier, NotifyEvent, Outcome, Subscription, SubscriptionKeys, Subscriptions, Urgency};
+use voxa::state::Home;
+
+use crate::support::voxa;
+
+/// One request the push service received.
+#[derive(Clone, Debug)]
+struct Received {
+    path: String,
+    headers: HashMap<String, String>,
+    body: Vec<u8>,
+}
+
+/// Statuses (with an optional `Retry-After`) the push service answers, in order.
+type Script = Arc<Mutex<VecDeque<(u16, Option<u64>)>>>;
+
+/// A push service on loopback: answers each request with the next scripted status (201 when the
+/// script is empty) and keeps what it received.
+struct PushService {
+    port: u16,
+    received: Arc<Mutex<Vec<Received>>>,
+    script: Script,
+}
+
+impl PushService {
+    async fn start() -> PushService {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let script: Script = Arc::new(Mutex::new(VecDeque::new()));
+        let (kept, answers) = (received.clone(), script.clone());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let (kept, answers) = (kept.clone(), answers.clone());
+                tokio::spawn(async move {
+                    let Some(request) = read_request(&mut socket).await else { return };
+                    kept.lock().unwrap().push(request);
+                    let (status, retry_after) = answers.lock().unwrap().pop_front().unwrap_or((201, None));
+                    let extra = retry_after.map(|s| format!("Retry-After: {s}\r\n")).unwrap_or_default();
+                    let answer = format!("HTTP/1.1 {status} Scripted\r\n{extra}Content-Length: 0\r\n\r\n");
+                    let _ = socket.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        PushService { port, received, script }
+    }
+
+    fn endpoint(&self, name: &str) -> String {
+        format!("http://127.0.0.1:{}/push/{name}", self.port)
+    }
+
+    fn answer_next(&self, status: u16, retry_after: Option<u64>) {
+        self.script.lock().unwrap().push_back((status, retry_after));
+    }
+
+    fn received(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+}
+
+async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Received> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        let n = socket.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+    };
+    let head = String::from_utf8(buf[..head_end].to_vec()).ok()?;
+    let mut lines = head.split("\r\n");
+    let path = lines.next()?.split(' ').nth(1)?.to_owned();
+    let headers: HashMap<String, String> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let length: usize = headers.get("content-length")?.parse().ok()?;
+    while buf.len() < head_end + length {
+        let n = socket.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Some(Received { path, headers, body: buf[head_end..head_end + length].to_vec() })
+}
+
+/// A browser's side of a subscription: its P-256 key pair and auth secret.
+struct Browser {
+    secret: p256::SecretKey,
+    auth: [u8; 16],
+}
+
+impl Browser {
+    fn new() -> Browser {
+        let mut scalar = [0u8; 32];
+        rand::rngs::OsRng.try_fill_bytes(&mut scalar).unwrap();
+        let mut auth = [0u8; 16];
+        rand::rngs::OsRng.try_fill_bytes(&mut auth).unwrap();
+        Browser { secret: p256::SecretKey::from_slice(&scalar).unwrap(), auth }
+    }
+
+    fn public_bytes(&self) -> Vec<u8> {
+        self.secret.public_key().to_encoded_point(false).as_bytes().to_vec()
+    }
+
+    fn subscription(&self, endpoint: String) -> Subscription {
+        Subscription {
+            endpoint,
+            keys: SubscriptionKeys {
+                p256dh: URL_SAFE_NO_PAD.encode(self.public_bytes()),
+                auth: URL_SAFE_NO_PAD.encode(self.auth),
+            },
+        }
+    }
+
+    /// RFC 8291 §3.4 and RFC 8188 §2: one record, the padding delimiter 0x02 ending it.
+    fn decrypt(&self, body: &[u8]) -> Vec<u8> {
+        let salt = &body[..16];
+        let record_size = u32::from_be_bytes(body[16..20].try_into().unwrap());
+        assert!(record_size >= 18, "record size {record_size}");
+        let id_len = body[20] as usize;
+        assert_eq!(id_len, 65, "keyid is the sender's uncompressed public key");
+        let sender_public = &body[21..21 + id_len];
+        let ciphertext = &body[21 + id_len..];
+        let sender = p256::PublicKey::from_sec1_bytes(sender_public).unwrap();
+        let shared = p256::ecdh::diffie_hellman(self.secret.to_nonzero_scalar(), sender.as_affine());
+        let prk_key = hkdf_extract(&self.auth, shared.raw_secret_bytes());
+        let mut key_info = b"WebPush: info\0".to_vec();
+        key_info.extend_from_slice(&self.public_bytes());
+        key_info.extend_from_slice(sender_public);
+        let ikm = hkdf_expand(&prk_key, &key_info, 32);
+        let prk = hkdf_extract(salt, &ikm);
+        let cek = hkdf_expand(&prk, b"Content-Encoding: aes128gcm\0", 16);
+        let nonce = hkdf_expand(&prk, b"Content-Encoding: nonce\0", 12);
+        let cipher = aes_gcm::Aes128Gcm::new_from_slice(&cek).unwrap();
+        let mut plain = cipher.decrypt(aes_gcm::Nonce::from_slice(&nonce), ciphertext).expect("the payload decrypts");
+        while plain.last() == Some(&0) {
+            plain.pop();
+        }
+        assert_eq!(plain.pop(), Some(2), "the last record ends with the 0x02 delimiter");
+        plain
+    }
+}
+
+fn hkdf_extract(salt: &[u8], ikm: &[u8]) -> Vec<u8> {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(salt).unwrap();
+    mac.update(ikm);
+    mac.finalize().into_bytes().to_vec()
+}
+
+/// HKDF-Expand for at most one block (every length here is ≤ 32).
+fn hkdf_expand(prk: &[u8], info: &[u8], len: usize) -> Vec<u8> {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(prk).unwrap();
+    mac.update(info);
+    mac.update(&[1]);
+    mac.finalize().into_bytes()[..len].to_vec()
+}
+
+/// RFC 8292: `Authorization: vapid t=<JWT>, k=<key>`; the JWT is ES256 over the endpoint's
+/// origin, expires within 24 h, names a contact; `k` is the key the page subscribed with.
+fn check_vapid(request: &Received, origin: &str, contact: &str, public_key: &str) {
+    let auth = request.headers.get("authorization").expect("an Authorization header");
+    let rest = auth.strip_prefix("vapid ").expect("the vapid scheme");
+    let params: HashMap<&str, &str> =
+        rest.split(',').filter_map(|p| p.trim().split_once('=')).map(|(k, v)| (k.trim(), v.trim())).collect();
+    assert_eq!(params["k"], public_key, "k is the key hello_ok offers");
+    let jwt = params["t"];
+    let parts: Vec<&str> = jwt.split('.').collect();
+    assert_eq!(parts.len(), 3);
+    let header: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[0]).unwrap()).unwrap();
+    assert_eq!(header["alg"], "ES256");
+    let claims: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
+    assert_eq!(claims["aud"], origin);
+    assert_eq!(claims["sub"], contact);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let exp = claims["exp"].as_u64().expect("exp");
+    assert!(exp > now && exp <= now + 24 * 3600, "exp {exp} now {now}");
+    let key = p256::ecdsa::VerifyingKey::from_sec1_bytes(&URL_SAFE_NO_PAD.decode(params["k"]).unwrap()).unwrap();
+    let signature = p256::ecdsa::Signature::from_slice(&URL_SAFE_NO_PAD.decode(parts[2]).unwrap()).unwrap();
+    key.verify(format!("{}.{}", parts[0], parts[1]).as_bytes(), &signature).expect("the JWT's signature verifies");
+}
+
+fn home() -> (tempfile::TempDir, Home) {
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home::at(dir.path().join("home"));
+    home.ensure().unwrap();
+    (dir, home)
+}
+
+fn notice(topic: &str) -> Notice {
+    Notice {
+        event: NotifyEvent::Approval,
+        topic: topic.into(),
+        title: "Claude wants to run a command".into(),
+        body: "Claude wants to run npm test".into(),
+        open: "#approval=a-1".into(),
+        urgency: Urgency::High,
+        ttl: Duration::from_secs(600),
+    }
+}
+
+#[tokio::test]
+async fn a_push_is_signed_encrypted_and_decrypts_to_what_the_page_shows() {
+    let (_dir, home) = home();
+    let service = PushService::start().await;
+    let browser = Browser::new();
+    Subscriptions::new(home.clone()).add("p", browser.subscription(service.endpoint("one")), 1).unwrap();
+    let (notifier, _queue) = Notifier::new(&home, NotificationSettings::default(), DialOptions::default()).unwrap();
+
+    let deliveries = notifier.send_to_all(&notice("s-1")).await.unwrap();
+    assert_eq!(deliveries.len(), 1);
+    assert_eq!(deliveries[0].result.as_ref().unwrap(), &Outcome::Delivered(201));
+    assert_eq!(deliveries[0].host, "127.0.0.1");
+
+    let received = service.received();
+    assert_eq!(received.len(), 1);
+    let request = &received[0];
+    assert_eq!(request.path, "/push/one");
+    assert_eq!(request.headers["content-encoding"], "aes128gcm");
+    assert_eq!(request.headers["urgency"], "high");
+    let ttl: u64 = request.headers["ttl"].parse().unwrap();
+    assert!(ttl > 0 && ttl <= 600, "ttl {ttl}");
+    let topic = &request.headers["topic"];
+    assert!(topic.len() <= 32 && !topic.contains("s-1"), "topic {topic}");
+    check_vapid(request, &format!("http://127.0.0.1:{}", service.port), "mailto:voxa@localhost", notifier.public_key());
+
+    let payload: Value = serde_json::from_slice(&browser.decrypt(&request.body)).unwrap();
+    assert_eq!(payload["title"], "Claude wants to run a command");
+    assert_eq!(payload["body"], "Claude wants to run npm test");
+    assert_eq!(payload["open"], "#approval=a-1");
+    assert!(!String::from_utf8_lossy(&request.body).contains("npm test"), "the service sees ciphertext only");
+}
+
+#[tokio::test]
+async fn a_subscription_the_service_calls_gone_is_forgotten() {
+    let (_dir, home) = home();
+    let service = PushService::start().await;
+    let store = Subscriptions::new(home.clone());
+    store.add("p", Browser::new().subscription(service.endpoint("gone")), 1).unwrap();
+    store.add("p", Browser::new().subscription(service.endpoint("missing")), 2).unwrap();
+    store.add("p", Browser::new().subscription(service.endpoint("kept")), 3).unwrap();
+    service.answer_next(410, None);
+    service.answer_next(404, None);
+    let (notifier, _queue) = Notifier::new(&home, NotificationSettings::default(), DialOptions::default()).unwrap();
+    let deliveries = notifier.send_to_all(&notice("s-2")).await.unwrap();
+    let outcomes: Vec<_> = deliveries.iter().map(|d| (*d.result.as_ref().unwrap(), d.removed)).collect();
+    assert_eq!(outcomes, [(Outcome::Gone(410), true), (Outcome::Gone(404), true), (Outcome::Delivered(201), false)]);
+    let left: Vec<String> = store.load().unwrap().into_iter().map(|e| e.subscription.endpoint).collect();
+    assert_eq!(left, [service.endpoint("kept")]);
+}
+
+#[tokio::test]
+async fn a_busy_service_is_tried_again_after_it_says_when() {
+    let (_dir, home) = home();
+    let service = PushService::start().await;
+    let browser = Browser::new();
+    Subscriptions::new(home.clone()).add("p", browser.subscription(service.endpoint("busy")), 1).unwrap();
+    service.answer_next(429, Some(0));
+    service.answer_next(503, Some(0));
+    let (notifier, _queue) = Notifier::new(&home, NotificationSettings::default(), DialOptions::default()).unwrap();
+    let deliveries = notifier.send_to_all(&notice("s-3")).await.unwrap();
+    assert_eq!(deliveries[0].result.as_ref().unwrap(), &Outcome::Delivered(201));
+    let received = service.received();
+    assert_eq!(received.len(), 3, "429, 503, then delivered");
+    for request in &received {
+        let payload: Value = serde_json::from_slice(&browser.decrypt(&request.body)).unwrap();
+        assert_eq!(payload["body"], "Claude wants to run npm test");
+    }
+}
+
+#[tokio::test]
+async fn queued_notices_are_sent_by_the_queue_and_newer_ones_replace_older_of_the_same_topic() {
+    let (_dir, home) = home();
+    let service = PushService::start().await;
+    let browser = Browser::new();
+    Subscriptions::new(home.clone()).add("p", browser.subscription(service.endpoint("q")), 1).unwrap();
+    let (notifier, queue) = Notifier::new(&home, NotificationSettings::default(), DialOptions::default()).unwrap();
+    let mut first = notice("s-4");
+    first.body = "first".into();
+    let mut second = notice("s-4");
+    second.body = "second".into();
+    assert!(notifier.notify(first));
+    assert!(notifier.notify(second));
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let worker = tokio::spawn(queue.run(notifier.clone(), cancel.clone()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while service.received().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Give a second push (which must not come) the time a first one took to arrive.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cancel.cancel();
+    worker.await.unwrap();
+    let bodies: Vec<String> = service
+        .received()
+        .iter()
+        .map(|r| {
+            serde_json::from_slice::<Value>(&browser.decrypt(&r.body)).unwrap()["body"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(bodies, ["second"], "one notification per session at a time: the newest");
+}
+
+#[tokio::test]
+async fn notify_test_reports_each_endpoints_answer_and_names_no_path() {
+    let (dir, home) = home();
+    let service = PushService::start().await;
+    let browser = Browser::new();
+    Subscriptions::new(home.clone()).add("p", browser.subscription(service.endpoint("secret-capability")), 1).unwrap();
+    let home_dir = home.dir().to_owned();
+    let output = tokio::task::spawn_blocking(move || voxa(&home_dir, &["notify", "test"])).await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout} {}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("127.0.0.1: delivered (HTTP 201)"), "{stdout}");
+    assert!(!stdout.contains("secret-capability"), "{stdout}");
+    let received = service.received();
+    assert_eq!(received.len(), 1);
+    let payload: Value = serde_json::from_slice(&browser.decrypt(&received[0].body)).unwrap();
+    assert!(payload["body"].as_str().unwrap().contains("Notifications work"), "{payload}");
+
+    let empty = Home::at(dir.path().join("empty"));
+    empty.ensure().unwrap();
+    let output = voxa(empty.dir(), &["notify", "test"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("Turn on notifications"));
+}
