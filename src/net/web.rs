@@ -58,6 +58,7 @@ const ASSETS: &[Asset] = &[
     asset!("/js/files/panel.js", "text/javascript; charset=utf-8"),
     asset!("/js/screen/panel.js", "text/javascript; charset=utf-8"),
     asset!("/js/agent/panel.js", "text/javascript; charset=utf-8"),
+    asset!("/js/approvals/panel.js", "text/javascript; charset=utf-8"),
     asset!("/js/voice/panel.js", "text/javascript; charset=utf-8"),
     asset!("/js/voice/call.js", "text/javascript; charset=utf-8"),
     asset!("/js/voice/resampler.js", "text/javascript; charset=utf-8"),

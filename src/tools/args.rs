@@ -5,12 +5,12 @@ use serde_json::{Map, Value};
 use super::spec::{ParamType, ToolSpec};
 use crate::protocol::{ErrorCode, ToolError};
 
-pub(super) fn invalid(message: String) -> ToolError {
+pub(crate) fn invalid(message: String) -> ToolError {
     ToolError::new(ErrorCode::InvalidArgs, message)
 }
 
 /// A command line or prompt: not blank, no NUL (it becomes a process argument), bounded.
-pub(super) fn check_text(field: &str, text: &str, max: usize) -> Result<(), ToolError> {
+pub(crate) fn check_text(field: &str, text: &str, max: usize) -> Result<(), ToolError> {
     if text.trim().is_empty() {
         return Err(invalid(format!("field `{field}` is empty")));
     }
@@ -28,12 +28,12 @@ pub(super) fn check_text(field: &str, text: &str, max: usize) -> Result<(), Tool
 
 /// Arguments checked against a tool's table entry: an object, no unknown fields, every required
 /// field present, every field of its declared type. `null` counts as absent.
-pub(super) struct Args<'a> {
+pub(crate) struct Args<'a> {
     map: Option<&'a Map<String, Value>>,
 }
 
 impl<'a> Args<'a> {
-    pub(super) fn check(spec: &ToolSpec, args: &'a Value) -> Result<Self, ToolError> {
+    pub(crate) fn check(spec: &ToolSpec, args: &'a Value) -> Result<Self, ToolError> {
         let map = match args {
             Value::Null => None,
             Value::Object(map) => Some(map),
@@ -73,29 +73,29 @@ impl<'a> Args<'a> {
     }
 
     /// The arguments as a JSON object (`{}` when none were given).
-    pub(super) fn value(&self) -> Value {
+    pub(crate) fn value(&self) -> Value {
         Value::Object(self.map.cloned().unwrap_or_default())
     }
 
-    pub(super) fn get(&self, name: &str) -> Option<&'a Value> {
+    pub(crate) fn get(&self, name: &str) -> Option<&'a Value> {
         self.map.and_then(|map| map.get(name)).filter(|value| !value.is_null())
     }
 
-    pub(super) fn str(&self, name: &str) -> Option<&'a str> {
+    pub(crate) fn str(&self, name: &str) -> Option<&'a str> {
         self.get(name).and_then(Value::as_str)
     }
 
-    pub(super) fn u64(&self, name: &str) -> Option<u64> {
+    pub(crate) fn u64(&self, name: &str) -> Option<u64> {
         self.get(name).and_then(integer)
     }
 
-    pub(super) fn bool(&self, name: &str) -> Option<bool> {
+    pub(crate) fn bool(&self, name: &str) -> Option<bool> {
         self.get(name).and_then(Value::as_bool)
     }
 }
 
 /// A non-negative integer, also when a client sent it as a whole float (`5000.0`).
-pub(super) fn integer(value: &Value) -> Option<u64> {
+pub(crate) fn integer(value: &Value) -> Option<u64> {
     value.as_u64().or_else(|| {
         value
             .as_f64()

@@ -380,19 +380,19 @@ impl Answer {
 
 /// Splits a stream into `\n`-terminated lines, each at most [`MAX_LINE_LEN`] bytes (longer lines
 /// are dropped as they arrive). Cancel-safe: a partial line survives a dropped `next` future.
-struct LineReader<R> {
-    reader: R,
+pub(crate) struct LineReader<R> {
+    pub(crate) reader: R,
     line: Vec<u8>,
     overlong: bool,
 }
 
 impl<R: AsyncBufRead + Unpin> LineReader<R> {
-    fn new(reader: R) -> Self {
+    pub(crate) fn new(reader: R) -> Self {
         LineReader { reader, line: Vec::new(), overlong: false }
     }
 
     /// The next line without its `\n` (or `\r\n`); `None` at end of stream.
-    async fn next(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+    pub(crate) async fn next(&mut self) -> std::io::Result<Option<Vec<u8>>> {
         loop {
             let available = self.reader.fill_buf().await?;
             if available.is_empty() {
@@ -426,7 +426,7 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
 }
 
 /// Keeps the first `keep` bytes of a stream and drains the rest, so the writer never blocks.
-async fn read_capped(mut stream: impl AsyncRead + Unpin, keep: usize) -> Vec<u8> {
+pub(crate) async fn read_capped(mut stream: impl AsyncRead + Unpin, keep: usize) -> Vec<u8> {
     let mut kept = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -440,23 +440,23 @@ async fn read_capped(mut stream: impl AsyncRead + Unpin, keep: usize) -> Vec<u8>
     }
 }
 
-fn exit_code(status: &std::process::ExitStatus) -> i32 {
+pub(crate) fn exit_code(status: &std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status.code().or_else(|| status.signal().map(|signal| 128 + signal)).unwrap_or(-1)
 }
 
 /// Kills the agent's process group when dropped, unless disarmed after the agent was reaped and
 /// its group cleared.
-struct GroupGuard(Option<u32>);
+pub(crate) struct GroupGuard(pub(crate) Option<u32>);
 
 impl GroupGuard {
-    fn kill(&self) {
+    pub(crate) fn kill(&self) {
         if let Some(pid) = self.0 {
             kill_tree(pid, false);
         }
     }
 
-    fn disarm(mut self) {
+    pub(crate) fn disarm(mut self) {
         self.0 = None;
     }
 }

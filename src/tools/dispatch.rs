@@ -43,12 +43,20 @@ pub trait EnvRouter: Send + Sync {
     fn run_tool(&self, kind: ToolKind, args: Value) -> BoxFuture<'static, Result<Value, ToolError>>;
 }
 
+/// Runs the coding-agent session tools ([`Runs::Sessions`]). Implemented by the session host.
+pub trait AgentSessions: Send + Sync {
+    /// Runs one session tool for `caller`; its arguments are checked against the table there.
+    fn run_tool(&self, kind: ToolKind, args: Value, caller: &str) -> BoxFuture<'static, Result<Value, ToolError>>;
+}
+
 /// Where a call runs, resolved from its name and `env` before anything else happens.
 enum Target<'a> {
     /// This machine's toolbox.
     Toolbox(ToolKind),
     /// The environment router's own tool, on this machine.
     Router(&'a dyn EnvRouter, ToolKind),
+    /// A coding-agent session tool, on this machine's session host.
+    Sessions(&'a dyn AgentSessions, ToolKind),
     /// Another environment; the name may be one this build does not know (a newer environment's).
     Remote { router: &'a dyn EnvRouter, env: String, kind: Option<ToolKind> },
 }
@@ -57,9 +65,10 @@ impl Target<'_> {
     /// Whether the call can change a machine, as the `read_only` policy sees it: an unknown tool can.
     fn changes_machine(&self, args: &Value) -> bool {
         match self {
-            Target::Toolbox(kind) | Target::Router(_, kind) | Target::Remote { kind: Some(kind), .. } => {
-                kind.spec().effect.changes_machine(args)
-            }
+            Target::Toolbox(kind)
+            | Target::Router(_, kind)
+            | Target::Sessions(_, kind)
+            | Target::Remote { kind: Some(kind), .. } => kind.spec().effect.changes_machine(args),
             Target::Remote { kind: None, .. } => true,
         }
     }
@@ -68,27 +77,35 @@ impl Target<'_> {
     fn env(&self) -> Option<&str> {
         match self {
             Target::Remote { env, .. } => Some(env),
-            Target::Toolbox(_) | Target::Router(..) => None,
+            Target::Toolbox(_) | Target::Router(..) | Target::Sessions(..) => None,
         }
     }
 }
 
-/// The tools of this agent and the router to other environments, behind one entry point.
+/// The tools of this agent, the router to other environments and the session host, behind one
+/// entry point.
 #[derive(Clone)]
 pub struct Dispatcher {
     toolbox: Toolbox,
     router: Option<Arc<dyn EnvRouter>>,
+    sessions: Option<Arc<dyn AgentSessions>>,
 }
 
 impl Dispatcher {
     /// A dispatcher for this machine's tools only.
     pub fn new(toolbox: Toolbox) -> Self {
-        Dispatcher { toolbox, router: None }
+        Dispatcher { toolbox, router: None, sessions: None }
     }
 
     /// The same dispatcher, routing calls to environments through `router` and offering its tools.
     pub fn with_router(mut self, router: Arc<dyn EnvRouter>) -> Self {
         self.router = Some(router);
+        self
+    }
+
+    /// The same dispatcher, running the session tools on `sessions` and offering them.
+    pub fn with_sessions(mut self, sessions: Arc<dyn AgentSessions>) -> Self {
+        self.sessions = Some(sessions);
         self
     }
 
@@ -102,11 +119,16 @@ impl Dispatcher {
         self.router.is_some()
     }
 
-    /// The tools offered, in table order: the router's only with a router, and only those some
-    /// call of which the policy allows.
+    /// The tools offered, in table order: the router's only with a router, the session tools only
+    /// with a session host, and only those some call of which the policy allows.
     pub fn offered(&self) -> impl Iterator<Item = &'static ToolSpec> + '_ {
         TOOLS.iter().filter(|spec| {
-            (spec.runs == Runs::Toolbox || self.router.is_some()) && policy::offers(&self.toolbox.config().policy, spec)
+            let runs_here = match spec.runs {
+                Runs::Toolbox => true,
+                Runs::Router => self.router.is_some(),
+                Runs::Sessions => self.sessions.is_some(),
+            };
+            runs_here && policy::offers(&self.toolbox.config().policy, spec)
         })
     }
 
@@ -134,7 +156,7 @@ impl Dispatcher {
                 // Only this machine's calls with good arguments can be held for the user.
                 let askable = match &target {
                     Target::Toolbox(kind) => Args::check(kind.spec(), &args).ok().map(|checked| checked.value()),
-                    Target::Router(..) | Target::Remote { .. } => None,
+                    Target::Router(..) | Target::Sessions(..) | Target::Remote { .. } => None,
                 };
                 let call = |args| ToolCall { id: id.clone(), name: name.clone(), args, env: None, caller: None };
                 let judged = Judged {
@@ -199,10 +221,12 @@ impl Dispatcher {
             (Some(router), Some(env)) if !router.is_local(&env) => return Ok(Target::Remote { router, env, kind }),
             _ => {}
         }
-        match (kind.map(|kind| (kind, kind.spec().runs)), router) {
-            (Some((kind, Runs::Toolbox)), _) => Ok(Target::Toolbox(kind)),
-            (Some((kind, Runs::Router)), Some(router)) => Ok(Target::Router(router, kind)),
-            (Some((_, Runs::Router)), None) | (None, _) => Err(unknown_tool(name)),
+        let Some(kind) = kind else { return Err(unknown_tool(name)) };
+        match (kind.spec().runs, router, self.sessions.as_deref()) {
+            (Runs::Toolbox, ..) => Ok(Target::Toolbox(kind)),
+            (Runs::Router, Some(router), _) => Ok(Target::Router(router, kind)),
+            (Runs::Sessions, _, Some(sessions)) => Ok(Target::Sessions(sessions, kind)),
+            (Runs::Router, None, _) | (Runs::Sessions, _, None) => Err(unknown_tool(name)),
         }
     }
 
@@ -249,6 +273,7 @@ impl Dispatcher {
         match target {
             Target::Toolbox(kind) => self.toolbox.run(kind, call.args, caller, progress, cancel).await,
             Target::Router(router, kind) => router.run_tool(kind, call.args).await.map(plain),
+            Target::Sessions(sessions, kind) => sessions.run_tool(kind, call.args, caller).await.map(plain),
             Target::Remote { router, env, .. } => {
                 call.env = Some(env.clone());
                 // Progress from an environment is sent without waiting; nobody listening drops it.
@@ -515,5 +540,30 @@ mod tests {
             (line("no")["outcome"].as_str(), line("no")["policy"].as_str()),
             (Some("denied-by-policy"), Some("ask"))
         );
+    }
+
+    struct EchoSessions;
+
+    impl AgentSessions for EchoSessions {
+        fn run_tool(&self, kind: ToolKind, args: Value, caller: &str) -> BoxFuture<'static, Result<Value, ToolError>> {
+            let answer = json!({"kind": kind.name(), "args": args, "caller": caller});
+            Box::pin(async move { Ok(answer) })
+        }
+    }
+
+    #[tokio::test]
+    async fn session_tools_are_offered_and_run_only_with_a_session_host() {
+        let plain = Fixture::new(false, Policy::default());
+        assert!(!plain.tools.tool_names().iter().any(|name| name.starts_with("agent_")));
+        assert_eq!(plain.call("s0", "agent_sessions", None).await.unwrap_err().code, ErrorCode::UnknownTool);
+        let mut with = Fixture::new(false, Policy { deny: vec!["agent_stop".into()], ..Default::default() });
+        with.tools = with.tools.clone().with_sessions(Arc::new(EchoSessions));
+        let names = with.tools.tool_names();
+        assert!(names.contains(&"agent_start".to_owned()) && !names.contains(&"agent_stop".to_owned()), "{names:?}");
+        assert_eq!(declared(&with.tools), names);
+        let ran = with.call("s1", "agent_sessions", None).await.unwrap().result;
+        assert_eq!((ran["kind"].as_str(), ran["caller"].as_str()), (Some("agent_sessions"), Some("phone")));
+        assert_eq!(with.call("s2", "agent_stop", None).await.unwrap_err().code, ErrorCode::DeniedByPolicy);
+        assert_eq!(with.audit().iter().filter(|line| line.get("outcome").is_some()).count(), 2);
     }
 }

@@ -8,9 +8,9 @@
 //! queued, and argument checks against the table → `invalid-args` naming the field; then the
 //! tool. Each call, refused or not, leaves one line in the audit trail.
 
-mod args;
+pub(crate) mod args;
 mod beneath;
-mod coding_agent;
+pub(crate) mod coding_agent;
 mod command;
 pub mod declare;
 pub mod dispatch;
@@ -19,7 +19,7 @@ pub(crate) mod output;
 pub mod policy;
 mod screenshot;
 pub mod spec;
-mod supervise;
+pub(crate) mod supervise;
 mod workspace;
 
 use std::ffi::{OsStr, OsString};
@@ -35,7 +35,7 @@ pub(crate) use coding_agent::find_program;
 pub use coding_agent::{default_claude, CODING_AGENT_TIMEOUT, DEFAULT_AGENT, MAX_PROMPT_LEN};
 pub use command::{MAX_COMMAND_LEN, MAX_COMMAND_TIMEOUT, SHELL};
 pub use declare::{gemini_declarations, ENV_ARG};
-pub use dispatch::{Dispatcher, EnvRouter};
+pub use dispatch::{AgentSessions, Dispatcher, EnvRouter};
 pub use files::{MAX_DIR_ENTRIES, MAX_WRITE_LEN};
 pub use screenshot::{MAX_SCREENSHOT_LEN, SCREENSHOT_TIMEOUT};
 pub use spec::{Effect, ParamSpec, ParamType, Runs, ToolKind, ToolSpec, FLEET_TOOL, TOOLS};
@@ -207,6 +207,16 @@ impl Toolbox {
         })
     }
 
+    /// The environment of the programs tools start ([`PRIVATE_ENV`] removed).
+    pub(crate) fn child_env(&self) -> Arc<[(OsString, OsString)]> {
+        self.inner.env.clone()
+    }
+
+    /// The settings this toolbox runs under.
+    pub(crate) fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
     /// The canonical workspace root.
     pub fn workspace(&self) -> &Path {
         self.inner.workspace.root()
@@ -226,11 +236,6 @@ impl Toolbox {
     /// The approval broker every call under `ask`, and every coding agent's prompt, waits in.
     pub fn approvals(&self) -> &Broker {
         &self.inner.approvals
-    }
-
-    /// The settings the policy is read from; only the dispatcher asks it.
-    pub(super) fn config(&self) -> &Config {
-        &self.inner.config
     }
 
     /// The audit trail; only the dispatcher writes to it.
@@ -317,8 +322,14 @@ impl Toolbox {
                 approvals::answer(&inner.approvals, approve, caller).map(|()| plain(json!({})))
             }
             ToolKind::Approvals => Ok(plain(json!({ "approvals": inner.approvals.open() }))),
-            // The dispatcher sends router tools to the router; one reaching here has none.
-            ToolKind::Fleet => Err(dispatch::unknown_tool(kind.name())),
+            // The dispatcher sends router and session tools where they run; one reaching here has none.
+            ToolKind::Fleet
+            | ToolKind::AgentStart
+            | ToolKind::AgentSend
+            | ToolKind::AgentInterrupt
+            | ToolKind::AgentStop
+            | ToolKind::AgentSessions
+            | ToolKind::AgentLog => Err(dispatch::unknown_tool(kind.name())),
         }
     }
 
@@ -389,7 +400,7 @@ impl Toolbox {
     }
 
     /// An existing directory inside the workspace; the root when `path` is absent.
-    fn directory(&self, path: Option<&str>) -> Result<PathBuf, ToolError> {
+    pub(crate) fn directory(&self, path: Option<&str>) -> Result<PathBuf, ToolError> {
         let Some(path) = path else { return Ok(self.inner.workspace.root().to_path_buf()) };
         let resolved = self.inner.workspace.resolve(path)?;
         if !resolved.exists {
@@ -401,7 +412,7 @@ impl Toolbox {
         Ok(resolved.real)
     }
 
-    fn env_var(&self, name: &str) -> Option<&OsStr> {
+    pub(crate) fn env_var(&self, name: &str) -> Option<&OsStr> {
         self.inner.env.iter().rev().find(|(key, _)| key == name).map(|(_, value)| value.as_os_str())
     }
 }

@@ -148,7 +148,21 @@ mod tests {
         let read_only = config(&[], &[], true).policy;
         let offered: Vec<_> =
             ToolKind::ALL.into_iter().filter(|kind| offers(&read_only, kind.spec())).map(ToolKind::name).collect();
-        assert_eq!(offered, ["read_file", "list_dir", "screenshot", "approve", "approvals", "fleet"]);
+        assert_eq!(
+            offered,
+            [
+                "read_file",
+                "list_dir",
+                "screenshot",
+                "approve",
+                "approvals",
+                "fleet",
+                "agent_interrupt",
+                "agent_stop",
+                "agent_sessions",
+                "agent_log"
+            ]
+        );
         let refusal = PolicyRule::ReadOnly.refusal(&"x".repeat(100));
         assert_eq!(refusal.code, ErrorCode::DeniedByPolicy);
         assert!(refusal.message.starts_with(&"x".repeat(64)) && !refusal.message.contains(&"x".repeat(65)));

@@ -84,6 +84,9 @@ pub enum Runs {
     Toolbox,
     /// On the environment router of a host ([`EnvRouter`](super::EnvRouter)); offered only where there is one.
     Router,
+    /// On the coding-agent session host ([`AgentSessions`](super::AgentSessions)); offered only
+    /// where one runs.
+    Sessions,
 }
 
 /// One tool: the single source for `hello_ok`, Gemini's declarations, argument checks and the
@@ -115,11 +118,17 @@ pub enum ToolKind {
     Approve,
     Approvals,
     Fleet,
+    AgentStart,
+    AgentSend,
+    AgentInterrupt,
+    AgentStop,
+    AgentSessions,
+    AgentLog,
 }
 
 impl ToolKind {
     /// Every kind, in table order.
-    pub const ALL: [ToolKind; 9] = [
+    pub const ALL: [ToolKind; 15] = [
         ToolKind::RunCommand,
         ToolKind::ReadFile,
         ToolKind::WriteFile,
@@ -129,6 +138,12 @@ impl ToolKind {
         ToolKind::Approve,
         ToolKind::Approvals,
         ToolKind::Fleet,
+        ToolKind::AgentStart,
+        ToolKind::AgentSend,
+        ToolKind::AgentInterrupt,
+        ToolKind::AgentStop,
+        ToolKind::AgentSessions,
+        ToolKind::AgentLog,
     ];
 
     /// The kind of a wire name; `None` for a name this build does not know.
@@ -290,7 +305,70 @@ pub const TOOLS: &[ToolSpec] = &[
         effect: Effect::ChangesUnlessListing,
         runs: Runs::Router,
     },
+    ToolSpec {
+        kind: ToolKind::AgentStart,
+        name: "agent_start",
+        description: "Start a coding-agent session (Claude Code by default) working in the workspace, with a first \
+                      task. It keeps running after this returns: follow it, answer its questions, send follow-ups.",
+        params: &[
+            param("prompt", ParamType::String, true, "The first task in full sentences."),
+            param("agent", ParamType::String, false, "Which coding agent. Default \"claude\"."),
+            param("cwd", ParamType::String, false, "Directory to work in, relative to the workspace."),
+            param("title", ParamType::String, false, "A short title for the session list."),
+        ],
+        effect: Effect::Changes,
+        runs: Runs::Sessions,
+    },
+    ToolSpec {
+        kind: ToolKind::AgentSend,
+        name: "agent_send",
+        description: "Send a follow-up to a coding-agent session. It waits behind a running turn; an ended session \
+                      is resumed with its context.",
+        params: &[SESSION_PARAM, param("text", ParamType::String, true, "What to tell the agent.")],
+        effect: Effect::Changes,
+        runs: Runs::Sessions,
+    },
+    ToolSpec {
+        kind: ToolKind::AgentInterrupt,
+        name: "agent_interrupt",
+        description: "Interrupt the running turn of a coding-agent session; the session stays.",
+        params: &[SESSION_PARAM],
+        effect: Effect::Reads,
+        runs: Runs::Sessions,
+    },
+    ToolSpec {
+        kind: ToolKind::AgentStop,
+        name: "agent_stop",
+        description: "Stop a coding-agent session's process; it stays listed and can be resumed.",
+        params: &[SESSION_PARAM],
+        effect: Effect::Reads,
+        runs: Runs::Sessions,
+    },
+    ToolSpec {
+        kind: ToolKind::AgentSessions,
+        name: "agent_sessions",
+        description: "List the coding-agent sessions: title, agent, state, turns, cost, open approvals.",
+        params: &[],
+        effect: Effect::Reads,
+        runs: Runs::Sessions,
+    },
+    ToolSpec {
+        kind: ToolKind::AgentLog,
+        name: "agent_log",
+        description: "Read a coding-agent session's events after a sequence number.",
+        params: &[
+            SESSION_PARAM,
+            param("after", ParamType::Integer, false, "Events after this seq. Default 0, from the start."),
+            param("limit", ParamType::Integer, false, "At most this many events. Default 200, at most 1000."),
+        ],
+        effect: Effect::Reads,
+        runs: Runs::Sessions,
+    },
 ];
+
+/// The `session` argument of the session tools.
+const SESSION_PARAM: ParamSpec =
+    param("session", ParamType::String, true, "The session's id, as agent_sessions lists it.");
 
 #[cfg(test)]
 mod tests {

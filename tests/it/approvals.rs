@@ -431,3 +431,175 @@ mod cli {
         assert!(stderr.contains("approval") && stderr.contains(&id), "the restart says so: {stderr}");
     }
 }
+
+mod cards {
+    //! The approval cards of the web client, in headless Chromium at phone size: shown with the
+    //! summary, the full command or diff and the time left; answered by Allow, Allow for session and
+    //! Deny (by pointer and by keyboard); the badge and the title while one waits; back after a
+    //! reload; pictures in light and dark.
+
+    use super::*;
+    use crate::browser::{Browser, Scheme, VIEWPORT};
+
+    struct Page {
+        relay: TestRelay,
+        agent: TestAgent,
+        browser: Browser,
+    }
+
+    impl Page {
+        async fn open(scheme: Scheme) -> Option<Page> {
+            let browser = Browser::start_with(scheme).await?;
+            let relay = TestRelay::start().await;
+            let agent = asking_agent(Some(&relay), 600).await;
+            let page = Page { relay, agent, browser };
+            page.browser
+                .open(&format!("http://{}/#code={}&token={}", page.relay.addr, page.agent.code(), page.agent.token()))
+                .await;
+            page.browser.wait_connection("online").await;
+            Some(page)
+        }
+
+        async fn title(&self) -> String {
+            self.browser.script("return document.title;", vec![]).await.as_str().unwrap_or_default().to_owned()
+        }
+
+        async fn card_text(&self, what: &str, check: impl Fn(&str) -> bool) -> String {
+            self.browser.wait_text(".approval-card", what, check).await
+        }
+
+        /// Waits until no card is left on the page.
+        async fn cards_gone(&self) {
+            self.browser
+                .wait_script("the card to go", "return document.querySelectorAll('.approval-card').length === 0;")
+                .await;
+        }
+    }
+
+    async fn picture(browser: &Browser, name: &str) {
+        let png = browser.screenshot().await;
+        let info = png::Decoder::new(std::io::Cursor::new(&png)).read_info().unwrap().info().clone();
+        assert_eq!((info.width, info.height), VIEWPORT, "{name}");
+        let dir = match std::env::var_os("VOXA_DOCS_SCREENSHOTS") {
+            Some(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("docs"),
+            None => std::env::temp_dir(),
+        };
+        std::fs::write(dir.join(name), png).unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_card_shows_the_command_and_time_left_and_allow_runs_it() {
+        let Some(page) = Page::open(Scheme::Light).await else { return };
+        let title = page.title().await;
+        let mut laptop = page.agent.local_client().await;
+        send(&mut laptop, run_command("b1", "echo cards-ok && ls -a")).await;
+        let shown = page.card_text("the card", |text| text.contains("left")).await;
+        assert!(shown.contains("Run: echo cards-ok && ls -a"), "{shown}");
+        assert!(shown.to_lowercase().contains("runs a program"), "{shown}");
+        assert!(shown.contains("Full command"), "{shown}");
+        assert!(shown.contains("10:00 left") || shown.contains("9:5"), "ten minutes left: {shown}");
+        let badge = page.browser.wait_text("#approvals-badge", "the badge", |text| !text.is_empty()).await;
+        assert_eq!(badge, "1 approval waiting");
+        assert!(page.title().await.starts_with("(1) Approval waiting"), "{}", page.title().await);
+        // A call of the laptop's own offers no "Allow for session"; the buttons have the contract's
+        // names, the textbox its own.
+        page.browser.control("button", "Deny").await;
+        page.browser.control("textbox", "Message").await;
+        let buttons = page
+            .browser
+            .script("return [...document.querySelectorAll('.approval-card button')].map(b => b.textContent);", vec![])
+            .await;
+        assert_eq!(buttons, json!(["Allow", "Deny"]));
+        picture(&page.browser, "web-approval.png").await;
+
+        page.browser.press("Allow").await;
+        let result = recv_result(&mut laptop, "b1").await;
+        assert!(result["result"]["output"].as_str().unwrap().contains("cards-ok"), "{result}");
+        page.card_text("the verdict", |text| text.contains("Allowed — on a phone")).await;
+        page.cards_gone().await;
+        assert_eq!(page.title().await, title);
+        page.browser.wait_script("the badge hidden", "return document.getElementById('approvals-badge').hidden;").await;
+        page.browser.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deny_by_keyboard_carries_the_message_and_a_reload_shows_the_card_again() {
+        let Some(page) = Page::open(Scheme::Light).await else { return };
+        let mut laptop = page.agent.local_client().await;
+        send(&mut laptop, run_command("b2", "rm -rf build")).await;
+        page.card_text("the card", |text| text.contains("rm -rf build")).await;
+        // The phone reloads (or drops and comes back): the laptop sends the open approval again.
+        page.browser.client.refresh().await.unwrap();
+        page.browser.wait_connection("online").await;
+        page.card_text("the card again", |text| text.contains("rm -rf build")).await;
+
+        page.browser.type_into("Message", "keep the build").await;
+        let deny = page.browser.control("button", "Deny").await;
+        page.browser.script("arguments[0].focus();", vec![serde_json::to_value(&deny).unwrap()]).await;
+        let focused = page.browser.script("return document.activeElement.textContent;", vec![]).await;
+        assert_eq!(focused, "Deny");
+        deny.send_keys("\u{E007}").await.unwrap();
+        let result = recv_result(&mut laptop, "b2").await;
+        assert_eq!(result["error"]["code"], "denied-by-policy", "{result}");
+        assert!(result["error"]["message"].as_str().unwrap().contains("keep the build"), "{result}");
+        page.card_text("the verdict", |text| text.contains("Denied — on a phone: keep the build")).await;
+        page.browser.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_coding_agents_edit_shows_its_diff_and_can_be_allowed_for_the_session_in_dark_mode() {
+        let Some(page) = Page::open(Scheme::Dark).await else { return };
+        let broker = page.agent.agent.ctx.toolbox().approvals().clone();
+        let diff = "--- a/src/app.rs\n+++ b/src/app.rs\n@@ -1,3 +1,3 @@\n fn main() {\n-    println!(\"hi\");\n+    println!(\"hello\");\n }\n";
+        let pending = broker.request(voxa::approvals::Request {
+            source: voxa::protocol::ApprovalSource::Session("s-7".into()),
+            tool: "Edit".into(),
+            input: json!({"file_path": "src/app.rs", "old_string": "hi", "new_string": "hello"}),
+            summary: "Edit src/app.rs".into(),
+            risk: voxa::protocol::Risk::Write,
+            diff: Some(diff.into()),
+            questions: None,
+            offers_session: true,
+        });
+        let shown = page.card_text("the card", |text| text.contains("Edit src/app.rs")).await;
+        assert!(shown.contains("Diff") && shown.contains("+    println!(\"hello\");"), "{shown}");
+        assert!(shown.contains("coding agent session s-7"), "{shown}");
+        assert_eq!(
+            page.browser.script("return matchMedia('(prefers-color-scheme: dark)').matches;", vec![]).await,
+            json!(true)
+        );
+        picture(&page.browser, "web-approval-dark.png").await;
+        page.browser.press("Allow for session").await;
+        let answer = tokio::time::timeout(STEP, pending.wait(&Default::default())).await.unwrap();
+        assert_eq!(
+            (answer.decision, answer.by),
+            (voxa::protocol::Decision::AllowSession, voxa::protocol::DecidedBy::Phone)
+        );
+        page.cards_gone().await;
+        page.browser.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_question_is_answered_by_the_button_of_its_option() {
+        let Some(page) = Page::open(Scheme::Light).await else { return };
+        let broker = page.agent.agent.ctx.toolbox().approvals().clone();
+        let questions = json!([{"question": "Which database?", "header": "DB", "multiSelect": false,
+            "options": [{"label": "Postgres", "description": "the server"}, {"label": "SQLite", "description": "a file"}]}]);
+        let pending = broker.request(voxa::approvals::Request {
+            source: voxa::protocol::ApprovalSource::Session("s-8".into()),
+            tool: "AskUserQuestion".into(),
+            input: json!({"questions": questions}),
+            summary: "Which database?".into(),
+            risk: voxa::protocol::Risk::Read,
+            diff: None,
+            questions: Some(questions),
+            offers_session: false,
+        });
+        page.card_text("the question", |text| text.contains("Which database?")).await;
+        page.browser.press("SQLite").await;
+        let answer = tokio::time::timeout(STEP, pending.wait(&Default::default())).await.unwrap();
+        assert_eq!(answer.decision, voxa::protocol::Decision::Allow);
+        assert_eq!(answer.answers, Some(json!({"Which database?": "SQLite"})));
+        page.browser.close().await;
+    }
+}

@@ -16,6 +16,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("relay", 3),
     ("environments", 3),
     ("gemini", 3),
+    ("sessions", 3),
     ("net", 2),
     ("tools", 2),
     ("approvals", 2),

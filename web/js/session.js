@@ -335,6 +335,11 @@ export class Session extends EventTarget {
         }
         if (this.online) this.dispatchEvent(new CustomEvent('error', { detail: frame }));
         return;
+      case 'approval':
+      case 'approval_resolved':
+        // Approvals the laptop holds, for whoever follows (approvals/panel.js).
+        if (this.online) this.dispatchEvent(new CustomEvent('approval', { detail: frame }));
+        return;
       default:
         if (this.online) this.onCallFrame(frame);
     }

@@ -1,0 +1,104 @@
+//! Following sessions: every event after the follower's `after` seqs, replayed from the store and
+//! then live, each exactly once and in order per session. Live events come through a bounded
+//! broadcast; a follower that falls behind, or sees a gap, reads the missing events back from the
+//! store (they are committed before they are broadcast), so nothing is lost, nothing repeats, and
+//! a slow follower costs no memory.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::RecvError;
+use tracing::warn;
+
+use super::event::SessionEvent;
+use super::store::Store;
+
+/// Live events buffered for followers before a slow one falls back to the store.
+pub const LIVE_BUFFER: usize = 1024;
+/// Events read from the store at a time while catching up.
+const REPLAY_PAGE: usize = 256;
+
+/// One client's view of every session.
+pub struct Follower {
+    store: Arc<Store>,
+    live: broadcast::Receiver<SessionEvent>,
+    /// The last seq delivered, per session.
+    delivered: HashMap<String, u64>,
+    /// Sessions with events in the store not delivered yet.
+    behind: VecDeque<String>,
+    ready: VecDeque<SessionEvent>,
+}
+
+impl Follower {
+    /// Follows every session from `after` (a session not named there from its start). Subscribes
+    /// before it looks at the store, so nothing recorded meanwhile is missed.
+    pub(crate) fn new(
+        store: Arc<Store>,
+        live: broadcast::Receiver<SessionEvent>,
+        after: &HashMap<String, u64>,
+    ) -> Self {
+        let mut follower =
+            Follower { store, live, delivered: HashMap::new(), behind: VecDeque::new(), ready: VecDeque::new() };
+        for (session, seq) in after {
+            follower.delivered.insert(session.clone(), *seq);
+        }
+        follower.catch_up_all();
+        follower
+    }
+
+    fn catch_up_all(&mut self) {
+        match self.store.last_seqs() {
+            Ok(last) => {
+                for (session, last_seq) in last {
+                    let delivered = self.delivered.get(&session).copied().unwrap_or(0);
+                    if last_seq > delivered && !self.behind.contains(&session) {
+                        self.behind.push_back(session);
+                    }
+                }
+            }
+            Err(err) => warn!("could not list sessions to replay: {err:#}"),
+        }
+    }
+
+    /// The next event; `None` once the host is gone.
+    pub async fn next(&mut self) -> Option<SessionEvent> {
+        loop {
+            if let Some(event) = self.ready.pop_front() {
+                let delivered = self.delivered.entry(event.session.clone()).or_insert(0);
+                if event.seq <= *delivered {
+                    continue;
+                }
+                *delivered = event.seq;
+                return Some(event);
+            }
+            if let Some(session) = self.behind.front().cloned() {
+                let after = self.delivered.get(&session).copied().unwrap_or(0);
+                match self.store.events(&session, after, REPLAY_PAGE) {
+                    Ok(page) if !page.is_empty() => self.ready.extend(page),
+                    Ok(_) => {
+                        self.behind.pop_front();
+                    }
+                    Err(err) => {
+                        warn!("could not replay session {session}: {err:#}");
+                        self.behind.pop_front();
+                    }
+                }
+                continue;
+            }
+            match self.live.recv().await {
+                Ok(event) => {
+                    let delivered = self.delivered.get(&event.session).copied().unwrap_or(0);
+                    if event.seq == delivered + 1 {
+                        self.ready.push_back(event);
+                    } else if event.seq > delivered + 1 && !self.behind.contains(&event.session) {
+                        // A gap: the store has what came between.
+                        self.behind.push_back(event.session);
+                    }
+                }
+                Err(RecvError::Lagged(_)) => self.catch_up_all(),
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    }
+}
