@@ -79,9 +79,11 @@ impl RelayUrl {
         format!("{scheme}://{rest}{endpoint}?code={code}")
     }
 
-    /// The pairing link the phone scans: `{relay}/?code=<code>&token=<token>`.
+    /// The pairing link the phone scans: `{relay}/#code=<code>&token=<token>`. The secrets sit in
+    /// the fragment, which a browser never sends: the relay (and any front end logging request
+    /// lines) sees only `GET /`.
     pub fn pairing_url(&self, code: &str, token: &str) -> String {
-        format!("{}/?code={code}&token={token}", self.base)
+        format!("{}/#code={code}&token={token}", self.base)
     }
 }
 
@@ -307,7 +309,7 @@ mod tests {
         let relay = RelayUrl::parse("https://relay.example.com/").unwrap();
         assert_eq!(relay.as_str(), "https://relay.example.com");
         assert_eq!(relay.socket_url("/agent", "ab"), "wss://relay.example.com/agent?code=ab");
-        assert_eq!(relay.pairing_url("c", "t"), "https://relay.example.com/?code=c&token=t");
+        assert_eq!(relay.pairing_url("c", "t"), "https://relay.example.com/#code=c&token=t");
         let relay = RelayUrl::parse("wss://relay.example.com:8443/base").unwrap();
         assert_eq!(relay.socket_url("/ws", "ab"), "wss://relay.example.com:8443/base/ws?code=ab");
     }

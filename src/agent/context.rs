@@ -83,6 +83,7 @@ impl AgentContext {
             retired_code_until: self.status.retired_code_until.lock().map(|until| *until).unwrap_or_default(),
             calls_in_flight: self.status.calls_in_flight.load(Ordering::Relaxed),
             workspace: self.toolbox().workspace().display().to_string(),
+            sees: Some(self.toolbox().sees()),
         }
     }
 }

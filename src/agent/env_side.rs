@@ -10,7 +10,6 @@
 //! `pairing-revoked` and closes 1008), then its dialer stops.
 
 use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,8 +23,8 @@ use super::gate::{GateShared, LivePairing, PairingGate};
 use super::link::{BackoffPolicy, LinkEvent, LinkEvents, RelayLink};
 use crate::config::RelayUrl;
 use crate::environments::dial_for;
-use crate::environments::identity::Identity;
-use crate::environments::store::{self, IssuedPairing, Pairings};
+use crate::environments::identity::{code_hash, Identity};
+use crate::environments::store::{self, stamp_of, IssuedPairing, Pairings, Stamp};
 use crate::net::dial::DialOptions;
 use crate::net::liveness::Heartbeat;
 use crate::state::Home;
@@ -55,10 +54,11 @@ pub fn spawn_environment_side(
     let path = options.home.path(store::PAIRINGS_FILE);
     let stamp = stamp_of(&path);
     let pairings = store::load_pairings(&options.home)?;
+    let gate = Arc::new(GateShared::watching(options.home.clone()));
     let mut side = EnvSide {
         options,
         toolbox: ctx.toolbox().clone(),
-        gate: Arc::new(GateShared::default()),
+        gate,
         dialers: HashMap::new(),
         tasks: ctx.tasks.clone(),
         shutdown: shutdown.clone(),
@@ -66,13 +66,6 @@ pub fn spawn_environment_side(
     side.apply(&pairings)?;
     ctx.tasks.spawn(side.watch(path, stamp).instrument(info_span!("pairings")));
     Ok(())
-}
-
-/// Identity of a file version: inode, size, mtime.
-type Stamp = Option<(u64, u64, i64, i64)>;
-
-fn stamp_of(path: &std::path::Path) -> Stamp {
-    std::fs::metadata(path).ok().map(|m| (m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
 }
 
 struct EnvSide {
@@ -118,15 +111,7 @@ impl EnvSide {
         if identity.is_none() && !live.is_empty() {
             identity = Some(Arc::new(Identity::load_or_create(&self.options.home)?));
         }
-        let revoked_hashes: Vec<[u8; 32]> = pairings
-            .revoked_bearers
-            .values()
-            .flatten()
-            .filter_map(|r| {
-                let mut hash = [0u8; 32];
-                hex::decode_to_slice(&r.bearer_sha256, &mut hash).ok().map(|()| hash)
-            })
-            .collect();
+        let revoked_hashes = pairings.revoked_hashes();
         let mut started = Vec::new();
         let ended = {
             let mut state = self.gate.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -149,7 +134,12 @@ impl EnvSide {
                 }
                 state.live.insert(
                     pairing.id.clone(),
-                    LivePairing { bearer_hash: hash, bound_to: bound_to.clone(), revoked: CancellationToken::new() },
+                    LivePairing {
+                        bearer_hash: hash,
+                        bound_to: bound_to.clone(),
+                        code_hash: code_hash(pairing.code.expose()),
+                        revoked: CancellationToken::new(),
+                    },
                 );
                 started.push(pairing.clone());
             }

@@ -9,10 +9,11 @@ use std::sync::{Arc, Mutex};
 use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
-use crate::environments::identity::{is_valid_nonce, Identity};
-use crate::environments::store::bearer_hash;
+use crate::environments::identity::{is_valid_nonce, HelloBinding, Identity};
+use crate::environments::store::{self, bearer_hash, stamp_of, Stamp};
 use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Hello};
 use crate::secret::Secret;
+use crate::state::Home;
 
 /// Decides who may open a session (docs/PROTOCOL.md, "Session start (protocol 2)").
 pub trait Gate: Send + Sync {
@@ -29,6 +30,10 @@ pub trait Gate: Send + Sync {
     fn admit_bearer(&self, _bearer: &str) -> Result<Admission, ErrorCode> {
         Err(ErrorCode::BearerRefused)
     }
+
+    /// Applies revocations written since the last look, so a session admitted by a credential
+    /// revoked a moment ago sees its revocation token cancelled before its next frame runs.
+    fn check_revocations(&self) {}
 
     /// The refusal for a peer that did not complete the exchange in time.
     fn timeout_code(&self) -> ErrorCode {
@@ -109,11 +114,44 @@ pub fn admit_bearer(gate: &dyn Gate, text: &str) -> Result<Admission, ErrorCode>
 #[derive(Default)]
 pub(crate) struct GateShared {
     pub(crate) state: Mutex<GateState>,
+    /// The home whose `.pairings.json` is read again for revocations when a bearer is admitted
+    /// or an admitted session sends a frame, so a revocation has no window (`None`: only what
+    /// the watcher applies counts).
+    pub(crate) home: Option<Home>,
+    /// The version of `.pairings.json` the revocations were last read from.
+    pub(crate) seen: Mutex<Stamp>,
 }
 
 impl GateShared {
+    /// Gate state that reads revocations from `home` as they happen.
+    pub(crate) fn watching(home: Home) -> Self {
+        GateShared { home: Some(home), ..Default::default() }
+    }
+
     pub(crate) fn identity(&self) -> Option<Arc<Identity>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).identity.clone()
+    }
+
+    /// Applies revocations written since the last look, at once: the revoked hashes are replaced
+    /// and every live pairing whose bearer is among them has its sessions ended. One `stat` when
+    /// nothing changed. A file that cannot be read keeps the last good state (the watcher warns).
+    pub(crate) fn refresh_revocations(&self) {
+        let Some(home) = &self.home else { return };
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let now = stamp_of(&home.path(store::PAIRINGS_FILE));
+        if now == *seen {
+            return;
+        }
+        let Ok(pairings) = store::load_pairings(home) else { return };
+        let revoked = pairings.revoked_hashes();
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        for pairing in state.live.values() {
+            if revoked.iter().any(|hash| bool::from(hash.ct_eq(&pairing.bearer_hash))) {
+                pairing.revoked.cancel();
+            }
+        }
+        state.revoked = revoked;
+        *seen = now;
     }
 }
 
@@ -128,6 +166,9 @@ pub(crate) struct LivePairing {
     pub(crate) bearer_hash: [u8; 32],
     /// The envKey the bearer was issued under.
     pub(crate) bound_to: String,
+    /// [`code_hash`](crate::environments::identity::code_hash) of the pairing's relay code: the
+    /// hello signature names it, so it proves nothing on another pairing.
+    pub(crate) code_hash: [u8; 32],
     /// Cancelled when the pairing is revoked: every session it admitted ends.
     pub(crate) revoked: CancellationToken,
 }
@@ -146,12 +187,18 @@ impl Gate for PairingGate {
 
     fn admit(&self, hello: &Hello, _challenge: &str) -> Result<HelloStep, ErrorCode> {
         let state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        identify(&state, hello)
+        identify(&state, &self.pairing_id, hello)
     }
 
     fn admit_bearer(&self, bearer: &str) -> Result<Admission, ErrorCode> {
+        // A revocation written a moment ago counts now, not at the watcher's next poll.
+        self.shared.refresh_revocations();
         let state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
         check_bearer(&state, &self.pairing_id, bearer)
+    }
+
+    fn check_revocations(&self) {
+        self.shared.refresh_revocations();
     }
 
     fn timeout_code(&self) -> ErrorCode {
@@ -159,17 +206,24 @@ impl Gate for PairingGate {
     }
 }
 
-/// The host's hello: the envKey is resolved first, then the nonce is signed.
-fn identify(state: &GateState, hello: &Hello) -> Result<HelloStep, ErrorCode> {
+/// The host's hello on the pairing `pairing_id`: the envKey is resolved first, then this
+/// environment signs the pairing's code hash, the host's nonce and a fresh nonce of its own —
+/// only for the pairing whose code the hello arrived on.
+fn identify(state: &GateState, pairing_id: &str, hello: &Hello) -> Result<HelloStep, ErrorCode> {
     let Some(identity) = &state.identity else { return Err(ErrorCode::UnknownEnvironment) };
     let own_key = identity.env_key();
     if hello.env_key.as_deref() != Some(own_key.as_str()) {
         return Err(ErrorCode::UnknownEnvironment);
     }
-    let Some(nonce) = hello.nonce.as_deref().filter(|n| is_valid_nonce(n)) else {
+    let Some(host_nonce) = hello.nonce.as_deref().filter(|n| is_valid_nonce(n)) else {
         return Err(ErrorCode::BadFrame);
     };
-    Ok(HelloStep::AwaitBearer(AgentMessage::Identity { signature: identity.sign_nonce(nonce), env_key: own_key }))
+    // A pairing that ended while its link was still up signs nothing.
+    let Some(pairing) = state.live.get(pairing_id) else { return Err(ErrorCode::BearerRefused) };
+    let env_nonce = protocol::new_nonce().map_err(|_| ErrorCode::Internal)?;
+    let binding = HelloBinding { code_hash: &pairing.code_hash, host_nonce, env_nonce: &env_nonce };
+    let signature = identity.sign_hello(&binding);
+    Ok(HelloStep::AwaitBearer(AgentMessage::Identity { env_key: own_key, nonce: env_nonce, signature }))
 }
 
 /// The bearer, presented after the host verified this home's signature: revoked first, then right.
@@ -199,10 +253,11 @@ fn check_bearer(state: &GateState, pairing_id: &str, bearer: &str) -> Result<Adm
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::environments::identity::verify_nonce;
+    use crate::environments::identity::{code_hash, verify_hello};
     use crate::protocol::new_nonce;
 
     const BEARER: &str = "vbx_0123456789abcdef0123456789abcdef";
+    const CODE: &str = "00112233445566778899aabbccddeeff";
 
     fn state_with(bearer: &str) -> (GateState, String) {
         let identity = Identity::generate().unwrap();
@@ -210,7 +265,12 @@ mod tests {
         let mut state = GateState { identity: Some(Arc::new(identity)), ..Default::default() };
         state.live.insert(
             "p_1".into(),
-            LivePairing { bearer_hash: bearer_hash(bearer), bound_to: key.clone(), revoked: CancellationToken::new() },
+            LivePairing {
+                bearer_hash: bearer_hash(bearer),
+                bound_to: key.clone(),
+                code_hash: code_hash(CODE),
+                revoked: CancellationToken::new(),
+            },
         );
         (state, key)
     }
@@ -229,13 +289,18 @@ mod tests {
     fn a_hello_is_answered_with_a_signature_and_the_bearer_then_admits() {
         let (state, key) = state_with(BEARER);
         let nonce = new_nonce().unwrap();
-        let Ok(HelloStep::AwaitBearer(AgentMessage::Identity { env_key, signature })) =
-            identify(&state, &hello(&key, Some(&nonce)))
+        let Ok(HelloStep::AwaitBearer(AgentMessage::Identity { env_key, nonce: env_nonce, signature })) =
+            identify(&state, "p_1", &hello(&key, Some(&nonce)))
         else {
             panic!("no identity answer")
         };
         assert_eq!(env_key, key);
-        assert!(verify_nonce(&key, &nonce, &signature));
+        let code = code_hash(CODE);
+        let binding = HelloBinding { code_hash: &code, host_nonce: &nonce, env_nonce: &env_nonce };
+        assert!(verify_hello(&key, &binding, &signature));
+        // Signed for this pairing's code only.
+        let other = code_hash(&"f".repeat(32));
+        assert!(!verify_hello(&key, &HelloBinding { code_hash: &other, ..binding }, &signature));
         let admission = check_bearer(&state, "p_1", BEARER).unwrap();
         assert_eq!(admission.env_key.as_deref(), Some(key.as_str()));
         assert!(admission.caller.starts_with("host:") && !admission.caller.contains(BEARER));
@@ -249,10 +314,10 @@ mod tests {
         let (state, _) = state_with(BEARER);
         let other = Identity::generate().unwrap().env_key();
         let nonce = new_nonce().unwrap();
-        assert_eq!(identify(&state, &hello(&other, Some(&nonce))).unwrap_err(), ErrorCode::UnknownEnvironment);
-        assert_eq!(identify(&state, &Hello::default()).unwrap_err(), ErrorCode::UnknownEnvironment);
+        assert_eq!(identify(&state, "p_1", &hello(&other, Some(&nonce))).unwrap_err(), ErrorCode::UnknownEnvironment);
+        assert_eq!(identify(&state, "p_1", &Hello::default()).unwrap_err(), ErrorCode::UnknownEnvironment);
         let empty = GateState::default();
-        assert_eq!(identify(&empty, &hello(&other, Some(&nonce))).unwrap_err(), ErrorCode::UnknownEnvironment);
+        assert_eq!(identify(&empty, "p_1", &hello(&other, Some(&nonce))).unwrap_err(), ErrorCode::UnknownEnvironment);
         assert_eq!(check_bearer(&empty, "p_1", BEARER).unwrap_err(), ErrorCode::UnknownEnvironment);
     }
 
@@ -264,8 +329,11 @@ mod tests {
             ErrorCode::BearerRefused
         );
         assert_eq!(check_bearer(&state, "p_other", BEARER).unwrap_err(), ErrorCode::BearerRefused);
-        assert_eq!(identify(&state, &hello(&key, Some("not hex"))).unwrap_err(), ErrorCode::BadFrame);
-        assert_eq!(identify(&state, &hello(&key, None)).unwrap_err(), ErrorCode::BadFrame);
+        assert_eq!(identify(&state, "p_1", &hello(&key, Some("not hex"))).unwrap_err(), ErrorCode::BadFrame);
+        assert_eq!(identify(&state, "p_1", &hello(&key, None)).unwrap_err(), ErrorCode::BadFrame);
+        // A pairing that is not live signs nothing.
+        let nonce = new_nonce().unwrap();
+        assert_eq!(identify(&state, "p_other", &hello(&key, Some(&nonce))).unwrap_err(), ErrorCode::BearerRefused);
         state.revoked.push(bearer_hash(BEARER));
         assert_eq!(check_bearer(&state, "p_1", BEARER).unwrap_err(), ErrorCode::PairingRevoked);
         assert_eq!(check_bearer(&state, "p_other", BEARER).unwrap_err(), ErrorCode::PairingRevoked);

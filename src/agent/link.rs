@@ -330,8 +330,11 @@ impl RelayLink {
                 };
             }
             Message::Binary(data) => {
-                if let Peer::Ready { session, .. } = peer {
-                    session.on_binary(data).await;
+                if let Peer::Ready { session, revoked } = peer {
+                    self.gate.check_revocations();
+                    if !revoked.as_ref().is_some_and(CancellationToken::is_cancelled) {
+                        session.on_binary(data).await;
+                    }
                 }
             }
             Message::Close(frame) if frame.as_ref().is_some_and(|f| u16::from(f.code) == close::REPLACED) => {
@@ -396,7 +399,11 @@ impl RelayLink {
                 Err(code) => Err(code),
             },
             Peer::Ready { mut session, revoked } => {
-                session.on_text(text).await;
+                // A revocation written a moment ago ends the session before this frame runs.
+                self.gate.check_revocations();
+                if !revoked.as_ref().is_some_and(CancellationToken::is_cancelled) {
+                    session.on_text(text).await;
+                }
                 return Peer::Ready { session, revoked };
             }
             other => return other,

@@ -172,25 +172,52 @@ impl Drop for Pending {
     }
 }
 
-/// True for an `Origin` a page on this machine would send (`http://localhost:3000`, …).
-pub fn is_loopback_origin(origin: &str) -> bool {
-    let Ok(url) = url::Url::parse(origin.trim()) else { return false };
-    // A page's origin never makes voxa dial anything, so `*.localhost` (served by this machine's
-    // browser) counts here too.
-    let local_name =
-        |host: &str| crate::config::is_loopback_host(host) || host.to_ascii_lowercase().ends_with(".localhost");
-    matches!(url.scheme(), "http" | "https") && url.host_str().is_some_and(local_name)
+/// True for the name part of a loopback `Host` or origin: `localhost`, `127.0.0.0/8` or `[::1]`
+/// (bracketed in a URL authority). `*.localhost` is not: a resolver may send it anywhere, and
+/// another local user's page may be served under such a name.
+fn is_loopback_name(name: &str, bracketed: bool) -> bool {
+    match name.strip_prefix('[').and_then(|rest| rest.strip_suffix(']')) {
+        Some(v6) => bracketed && v6.parse::<std::net::Ipv6Addr>().is_ok_and(|ip| ip.is_loopback()),
+        None => {
+            name.eq_ignore_ascii_case("localhost")
+                || name.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+        }
+    }
 }
 
-/// True for a `Host` header naming this machine (`127.0.0.1:4242`, `localhost`, `[::1]:80`): a
-/// page that rebinds its own name to 127.0.0.1 still sends that name.
-pub fn is_loopback_host_header(value: &str) -> bool {
-    let value = value.trim();
-    let host = match value.strip_prefix('[') {
-        Some(rest) => rest.split_once(']').map(|(host, _)| host),
-        None => Some(value.rsplit_once(':').map_or(value, |(host, _)| host)),
+/// True for an `Origin` that is this socket's own: `http://<loopback name>:<port>` — the page
+/// this agent serves on `port`. Pages on other ports (another local user's server, a dev
+/// server) and `*.localhost` names are not this agent's page.
+pub fn is_own_origin(origin: &str, port: u16) -> bool {
+    let Some(authority) = origin.strip_prefix("http://") else { return false };
+    authority_is_loopback(authority, port, false)
+}
+
+/// True for a `Host` header that names this socket and nothing else: a loopback name and
+/// `port` (implied 80 when absent). `127.0.0.1:4242@evil.example`, a path, a user part or any
+/// other character is refused: a page that rebinds its own name to 127.0.0.1 still sends that
+/// name, and a parser elsewhere must not read the header another way.
+pub fn is_loopback_host_header(value: &str, port: u16) -> bool {
+    authority_is_loopback(value, port, true)
+}
+
+/// `name[:port]` with a loopback name and exactly this port; nothing else in it.
+fn authority_is_loopback(authority: &str, port: u16, port_optional: bool) -> bool {
+    let (name, given) = match authority.rfind(':') {
+        // `[::1]` alone: the colon is inside the brackets.
+        Some(colon) if !authority[colon..].contains(']') => (&authority[..colon], Some(&authority[colon + 1..])),
+        _ => (authority, None),
     };
-    host.is_some_and(|host| !host.is_empty() && crate::config::is_loopback_host(host))
+    let port_ok = match given {
+        Some(digits) => {
+            !digits.is_empty()
+                && digits.len() <= 5
+                && digits.bytes().all(|b| b.is_ascii_digit())
+                && digits.parse::<u16>() == Ok(port)
+        }
+        None => port_optional && port == 80,
+    };
+    port_ok && is_loopback_name(name, true)
 }
 
 async fn serve(
@@ -257,15 +284,19 @@ async fn open_session(mut stream: TcpStream, gate: &dyn Gate, deadline: tokio::t
             return Err(err.into());
         }
     };
-    if !head.header("host").is_some_and(is_loopback_host_header) {
+    let port = stream.local_addr()?.port();
+    // Exactly one `Host`, naming this socket; at most one `Origin`, this socket's own.
+    if !head.single_header("host").is_some_and(|host| is_loopback_host_header(host, port)) {
         http::respond(&mut stream, 403, "Forbidden", "this socket answers only to a loopback Host\n").await?;
         return Ok(Opening::Answered);
     }
-    if let Some(origin) = head.header("origin") {
-        if !is_loopback_origin(origin) {
-            http::respond(&mut stream, 403, "Forbidden", "cross-origin requests are refused\n").await?;
-            return Ok(Opening::Answered);
-        }
+    let origin_ok = match head.header("origin") {
+        None => true,
+        Some(_) => head.single_header("origin").is_some_and(|origin| is_own_origin(origin, port)),
+    };
+    if !origin_ok {
+        http::respond(&mut stream, 403, "Forbidden", "cross-origin requests are refused\n").await?;
+        return Ok(Opening::Answered);
     }
     if !head.is_websocket_upgrade() {
         if let Some(response) = web::answer(&head, web::Offer::default()) {
@@ -462,12 +493,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_loopback_host_headers_pass() {
-        for ok in ["127.0.0.1:4242", "localhost", "LOCALHOST:80", "[::1]:8080", "127.1.2.3"] {
-            assert!(is_loopback_host_header(ok), "{ok}");
+    fn only_this_sockets_host_passes() {
+        for ok in ["127.0.0.1:4242", "localhost:4242", "LOCALHOST:4242", "[::1]:4242", "127.1.2.3:4242"] {
+            assert!(is_loopback_host_header(ok, 4242), "{ok}");
         }
-        for bad in ["", "evil.example:4242", "127.0.0.1.evil.example", "[::1", "app.localhost:80", "0.0.0.0:1", ":80"] {
-            assert!(!is_loopback_host_header(bad), "{bad}");
+        assert!(is_loopback_host_header("localhost", 80));
+        for bad in [
+            "",
+            "localhost",
+            "evil.example:4242",
+            "127.0.0.1.evil.example:4242",
+            "127.0.0.1:4242@evil.example",
+            "127.0.0.1:4242/x",
+            "user@127.0.0.1:4242",
+            "127.0.0.1:4243",
+            "127.0.0.1:04242x",
+            "127.0.0.1:",
+            "[::1",
+            "::1:4242",
+            "app.localhost:4242",
+            "0.0.0.0:4242",
+            ":4242",
+            " 127.0.0.1:4242",
+        ] {
+            assert!(!is_loopback_host_header(bad, 4242), "{bad}");
         }
     }
 
@@ -491,13 +540,25 @@ mod tests {
     }
 
     #[test]
-    fn only_loopback_origins_pass() {
-        for ok in ["http://localhost:3000", "http://127.0.0.1", "https://[::1]:8443", "http://app.localhost"] {
-            assert!(is_loopback_origin(ok), "{ok}");
+    fn only_this_sockets_own_origin_passes() {
+        for ok in ["http://127.0.0.1:4242", "http://localhost:4242", "http://[::1]:4242"] {
+            assert!(is_own_origin(ok, 4242), "{ok}");
         }
-        for bad in ["null", "https://evil.example", "http://127.0.0.1.evil.example", "file://", "chrome-extension://x"]
-        {
-            assert!(!is_loopback_origin(bad), "{bad}");
+        for bad in [
+            "null",
+            "http://127.0.0.1:4243",
+            "http://localhost:3000",
+            "http://127.0.0.1",
+            "https://127.0.0.1:4242",
+            "http://app.localhost:4242",
+            "http://127.0.0.1:4242/",
+            "http://127.0.0.1:4242@evil.example",
+            "https://evil.example",
+            "http://127.0.0.1.evil.example:4242",
+            "file://",
+            "chrome-extension://x",
+        ] {
+            assert!(!is_own_origin(bad, 4242), "{bad}");
         }
     }
 }

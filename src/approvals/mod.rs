@@ -64,7 +64,7 @@ impl Default for BrokerOptions {
 }
 
 /// One action that waits for the user.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Request {
     pub source: ApprovalSource,
     pub tool: String,

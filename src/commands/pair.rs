@@ -118,7 +118,7 @@ mod tests {
     #[test]
     fn qr_decodes_back_to_the_pairing_url() {
         let url =
-            "https://api.voxa.space/?code=00112233445566778899aabbccddeeff&token=ffeeddccbbaa99887766554433221100";
+            "https://api.voxa.space/#code=00112233445566778899aabbccddeeff&token=ffeeddccbbaa99887766554433221100";
         let art = render_qr(url, false).unwrap();
         assert!(!art.contains('\x1b'));
         assert_eq!(decode(&art), url);
@@ -126,9 +126,9 @@ mod tests {
 
     #[test]
     fn ansi_qr_wraps_every_line_in_explicit_colours() {
-        let art = render_qr("https://x.example/?code=a&token=b", true).unwrap();
+        let art = render_qr("https://x.example/#code=a&token=b", true).unwrap();
         assert!(art.lines().all(|l| l.starts_with("\x1b[30;107m") && l.ends_with("\x1b[0m")));
         let plain: String = art.replace("\x1b[30;107m", "").replace("\x1b[0m", "");
-        assert_eq!(decode(&plain), "https://x.example/?code=a&token=b");
+        assert_eq!(decode(&plain), "https://x.example/#code=a&token=b");
     }
 }

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info_span, warn, Instrument};
 
-use super::identity::verify_nonce;
+use super::identity::{code_hash, verify_hello, HelloBinding};
 use super::store::{self, EnvEntry};
 use super::EnvRouter;
 use crate::config::RelayUrl;
@@ -498,8 +498,12 @@ impl HelloCredential for HostProof<'_> {
         let env_key = &self.target.env_key;
         match answer {
             AgentMessage::Identity { .. } if self.bearer_sent => HelloStep::Reject(HelloError::Unexpected),
-            AgentMessage::Identity { env_key: claimed, signature } => {
-                if claimed != *env_key || !verify_nonce(env_key, nonce, &signature) {
+            AgentMessage::Identity { env_key: claimed, nonce: env_nonce, signature } => {
+                // The signature must name the code this host dialled: one made on another pairing
+                // of the same environment (relayed by whoever holds both codes) does not count.
+                let dialled = code_hash(self.target.code.expose());
+                let binding = HelloBinding { code_hash: &dialled, host_nonce: nonce, env_nonce: &env_nonce };
+                if claimed != *env_key || !verify_hello(env_key, &binding, &signature) {
                     return HelloStep::Reject(HelloError::Impostor);
                 }
                 self.bearer_sent = true;
@@ -864,8 +868,21 @@ mod tests {
         (outcome, sent)
     }
 
+    /// The identity frame `identity` sends for a hello on a code hashing to `code`.
+    fn signed_for(identity: &Identity, code: &[u8; 32], hello: &Value) -> Value {
+        let env_nonce = crate::protocol::new_nonce().unwrap();
+        let host_nonce = hello["nonce"].as_str().unwrap();
+        let binding = HelloBinding { code_hash: code, host_nonce, env_nonce: &env_nonce };
+        json!({"type":"identity","envKey": identity.env_key(),"nonce": env_nonce,"signature": identity.sign_hello(&binding)})
+    }
+
+    /// The code hash of [`target`]'s code.
+    fn dialled() -> [u8; 32] {
+        code_hash(&"0".repeat(32))
+    }
+
     fn identity_frame(env_key: &str, signature: &str) -> Value {
-        json!({"type":"identity","envKey": env_key,"signature": signature})
+        json!({"type":"identity","envKey": env_key,"nonce": "e".repeat(32),"signature": signature})
     }
 
     #[tokio::test]
@@ -876,8 +893,7 @@ mod tests {
             assert_eq!((hello["role"].as_str(), hello["protocol"].as_u64()), (Some("host"), Some(2)));
             assert_eq!(hello["envKey"], signer.env_key().as_str());
             assert!(hello.get("bearer").is_none(), "the hello carries no bearer: {hello}");
-            let nonce = hello["nonce"].as_str().unwrap();
-            Some(identity_frame(&signer.env_key(), &signer.sign_nonce(nonce)))
+            Some(signed_for(&signer, &dialled(), hello))
         })
         .await;
         assert_eq!(tools.unwrap(), ["list_dir"]);
@@ -897,13 +913,25 @@ mod tests {
             }),
             Box::new({
                 let impostor = impostor.clone();
-                move |hello| {
-                    Some(identity_frame(&impostor.env_key(), &impostor.sign_nonce(hello["nonce"].as_str().unwrap())))
-                }
+                move |hello| Some(signed_for(&impostor, &dialled(), hello))
             }),
             Box::new({
-                let (key, identity) = (key.clone(), identity.clone());
-                move |_| Some(identity_frame(&key, &identity.sign_nonce(&"a".repeat(32))))
+                let identity = identity.clone();
+                move |_| Some(signed_for(&identity, &dialled(), &json!({"nonce": "a".repeat(32)})))
+            }),
+            // Signed for another pairing's code.
+            Box::new({
+                let identity = identity.clone();
+                move |hello| Some(signed_for(&identity, &code_hash(&"1".repeat(32)), hello))
+            }),
+            // Its own nonce replaced after signing.
+            Box::new({
+                let identity = identity.clone();
+                move |hello| {
+                    let mut frame = signed_for(&identity, &dialled(), hello);
+                    frame["nonce"] = json!("f".repeat(32));
+                    Some(frame)
+                }
             }),
             Box::new(|_| Some(json!({"type":"hello_ok","agent":"x","mode":"hosted","tools":[]}))),
         ];
@@ -913,6 +941,40 @@ mod tests {
             assert_eq!(sent.len(), 1, "only the hello was sent: {sent:?}");
             assert!(!sent.iter().any(|frame| frame.to_string().contains("vbx_")), "{sent:?}");
         }
+    }
+
+    /// The relay attack: someone holding two pairing codes of one environment sits on the host's
+    /// code as the agent, has the real environment answer the host's hello on the other code, and
+    /// hands that answer back. The real gate signs, the real host checks: no bearer leaves.
+    #[tokio::test]
+    async fn an_answer_relayed_from_another_pairing_of_the_environment_gets_no_bearer() {
+        use crate::agent::gate::{Gate, GateShared, GateState, HelloStep, LivePairing, PairingGate};
+        let identity = Arc::new(Identity::generate().unwrap());
+        let theirs = "1".repeat(32);
+        let mut state = GateState { identity: Some(identity.clone()), ..Default::default() };
+        for (id, code) in [("p_host", "0".repeat(32)), ("p_theirs", theirs)] {
+            let pairing = LivePairing {
+                bearer_hash: [7; 32],
+                bound_to: identity.env_key(),
+                code_hash: code_hash(&code),
+                revoked: CancellationToken::new(),
+            };
+            state.live.insert(id.into(), pairing);
+        }
+        let shared = Arc::new(GateShared { state: std::sync::Mutex::new(state), ..Default::default() });
+        // The environment's gate on the attacker's own pairing, which answers any host hello.
+        let gate = PairingGate { shared, pairing_id: "p_theirs".into() };
+        let (outcome, sent) = handshake_with(&identity, move |hello| {
+            let hello: Hello = serde_json::from_value(hello.clone()).unwrap();
+            match gate.admit(&hello, "") {
+                Ok(HelloStep::AwaitBearer(answer)) => Some(serde_json::to_value(answer).unwrap()),
+                other => panic!("the environment did not sign: {other:?}"),
+            }
+        })
+        .await;
+        assert_eq!(outcome.unwrap_err().code, ErrorCode::EnvironmentIdentityMismatch);
+        assert_eq!(sent.len(), 1, "only the hello was sent: {sent:?}");
+        assert!(!sent.iter().any(|frame| frame.to_string().contains("vbx_")), "the bearer was stolen: {sent:?}");
     }
 
     #[tokio::test]

@@ -15,8 +15,30 @@ pub const IDENTITY_FILE: &str = "identity.key";
 pub const ENV_KEY_HEX_LEN: usize = 64;
 /// Shortest and longest nonce, in hex characters, an environment signs.
 pub const NONCE_HEX_LEN: std::ops::RangeInclusive<usize> = 32..=128;
-/// Prefix of every signed hello nonce: the key signs nothing but voxa hellos.
-const NONCE_CONTEXT: &[u8] = b"voxa-env-hello/1\n";
+/// Prefix of every signed hello: the key signs nothing but voxa environment hellos.
+const HELLO_CONTEXT: &[u8] = b"voxa-env-hello/2\n";
+/// The role label in what the environment signs: the signature answers a host, never the reverse.
+pub const ENVIRONMENT_ROLE: &str = "environment";
+
+/// What an environment's hello signature covers: the pairing (the hash of the relay code the
+/// hello arrived on), both nonces and the direction. A signature made for one pairing proves
+/// nothing on another, so someone holding two codes of one environment cannot relay its answer
+/// from one to the other (docs/PROTOCOL.md, "Environments").
+#[derive(Clone, Copy, Debug)]
+pub struct HelloBinding<'a> {
+    /// [`code_hash`] of the pairing's relay code.
+    pub code_hash: &'a [u8; 32],
+    /// The host's nonce, from its hello.
+    pub host_nonce: &'a str,
+    /// The environment's nonce, sent beside the signature.
+    pub env_nonce: &'a str,
+}
+
+/// SHA-256 of a pairing's relay code, as both sides put it in [`HelloBinding`].
+pub fn code_hash(code: &str) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(code.as_bytes()).into()
+}
 
 /// This home's signing key. `Debug` never shows the seed.
 pub struct Identity {
@@ -80,16 +102,28 @@ impl Identity {
         hex::encode(self.key.verifying_key().to_bytes())
     }
 
-    /// Signs a host's hello nonce; the answer is 128 hex characters.
-    pub fn sign_nonce(&self, nonce: &str) -> String {
-        hex::encode(self.key.sign(&nonce_message(nonce)).to_bytes())
+    /// Signs the answer to a host's hello; the signature is 128 hex characters.
+    pub fn sign_hello(&self, binding: &HelloBinding<'_>) -> String {
+        hex::encode(self.key.sign(&hello_message(binding)).to_bytes())
     }
 }
 
-fn nonce_message(nonce: &str) -> Vec<u8> {
-    let mut message = Vec::with_capacity(NONCE_CONTEXT.len() + nonce.len());
-    message.extend_from_slice(NONCE_CONTEXT);
-    message.extend_from_slice(nonce.as_bytes());
+/// `voxa-env-hello/2\n` `role=environment\n` `code=<64 hex>\n` `host=<nonce>\n` `env=<nonce>`.
+fn hello_message(binding: &HelloBinding<'_>) -> Vec<u8> {
+    let mut message =
+        Vec::with_capacity(HELLO_CONTEXT.len() + 128 + binding.host_nonce.len() + binding.env_nonce.len());
+    message.extend_from_slice(HELLO_CONTEXT);
+    for (label, value) in [
+        ("role", ENVIRONMENT_ROLE),
+        ("code", hex::encode(binding.code_hash).as_str()),
+        ("host", binding.host_nonce),
+        ("env", binding.env_nonce),
+    ] {
+        message.extend_from_slice(label.as_bytes());
+        message.push(b'=');
+        message.extend_from_slice(value.as_bytes());
+        message.push(b'\n');
+    }
     message
 }
 
@@ -108,14 +142,18 @@ pub fn parse_env_key(text: &str) -> Option<VerifyingKey> {
     VerifyingKey::from_bytes(&bytes).ok()
 }
 
-/// True when `signature` (hex) is `env_key`'s signature over the hello `nonce`.
-pub fn verify_nonce(env_key: &str, nonce: &str, signature: &str) -> bool {
+/// True when `signature` (hex) is `env_key`'s hello signature for exactly `binding`.
+pub fn verify_hello(env_key: &str, binding: &HelloBinding<'_>, signature: &str) -> bool {
     let Some(key) = parse_env_key(env_key) else { return false };
     let mut bytes = [0u8; 64];
-    if signature.len() != 128 || hex::decode_to_slice(signature, &mut bytes).is_err() {
+    if !is_valid_nonce(binding.host_nonce)
+        || !is_valid_nonce(binding.env_nonce)
+        || signature.len() != 128
+        || hex::decode_to_slice(signature, &mut bytes).is_err()
+    {
         return false;
     }
-    key.verify_strict(&nonce_message(nonce), &Signature::from_bytes(&bytes)).is_ok()
+    key.verify_strict(&hello_message(binding), &Signature::from_bytes(&bytes)).is_ok()
 }
 
 #[cfg(test)]
@@ -137,15 +175,38 @@ mod tests {
         assert!(parse_env_key(&first.env_key()).is_some());
         assert!(!format!("{first:?}").contains(&hex::encode(first.key.to_bytes())));
 
-        let nonce = crate::protocol::new_nonce().unwrap();
-        assert!(is_valid_nonce(&nonce));
-        let signature = first.sign_nonce(&nonce);
-        assert!(verify_nonce(&first.env_key(), &nonce, &signature));
-        assert!(!verify_nonce(&first.env_key(), &crate::protocol::new_nonce().unwrap(), &signature));
+        let (host, env) = (crate::protocol::new_nonce().unwrap(), crate::protocol::new_nonce().unwrap());
+        assert!(is_valid_nonce(&host));
+        let code = code_hash(&"0".repeat(32));
+        let binding = HelloBinding { code_hash: &code, host_nonce: &host, env_nonce: &env };
+        let signature = first.sign_hello(&binding);
+        assert!(verify_hello(&first.env_key(), &binding, &signature));
         let other = Identity::generate().unwrap();
-        assert!(!verify_nonce(&other.env_key(), &nonce, &signature));
-        assert!(!verify_nonce(&first.env_key(), &nonce, "00"));
-        assert!(!verify_nonce("zz", &nonce, &signature));
+        assert!(!verify_hello(&other.env_key(), &binding, &signature));
+        assert!(!verify_hello(&first.env_key(), &binding, "00"));
+        assert!(!verify_hello("zz", &binding, &signature));
+    }
+
+    #[test]
+    fn a_hello_signature_holds_only_for_its_pairing_and_nonces() {
+        let identity = Identity::generate().unwrap();
+        let key = identity.env_key();
+        let (host, env) = ("a".repeat(32), "b".repeat(32));
+        let (code, other_code) = (code_hash(&"0".repeat(32)), code_hash(&"1".repeat(32)));
+        let signed = HelloBinding { code_hash: &code, host_nonce: &host, env_nonce: &env };
+        let signature = identity.sign_hello(&signed);
+        assert!(verify_hello(&key, &signed, &signature));
+        let elsewhere = [
+            HelloBinding { code_hash: &other_code, ..signed },
+            HelloBinding { host_nonce: &env, ..signed },
+            HelloBinding { env_nonce: &host, ..signed },
+            // The two nonces swapped: the direction is part of what is signed.
+            HelloBinding { host_nonce: &env, env_nonce: &host, ..signed },
+        ];
+        for binding in elsewhere {
+            assert!(!verify_hello(&key, &binding, &signature), "{binding:?}");
+        }
+        assert!(!verify_hello(&key, &HelloBinding { env_nonce: "", ..signed }, &signature));
     }
 
     #[test]

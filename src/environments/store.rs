@@ -160,6 +160,18 @@ impl Pairings {
         found.into()
     }
 
+    /// The SHA-256 of every revoked bearer (entries that are not 64 hex characters are skipped).
+    pub fn revoked_hashes(&self) -> Vec<[u8; 32]> {
+        self.revoked_bearers
+            .values()
+            .flatten()
+            .filter_map(|r| {
+                let mut hash = [0u8; 32];
+                hex::decode_to_slice(&r.bearer_sha256, &mut hash).ok().map(|()| hash)
+            })
+            .collect()
+    }
+
     /// Issued pairings that are not revoked.
     pub fn live_issued(&self) -> impl Iterator<Item = (&String, &IssuedPairing)> {
         self.issued.iter().flat_map(|(key, list)| list.iter().map(move |p| (key, p))).filter(|(_, p)| {
@@ -167,6 +179,16 @@ impl Pairings {
             hex::decode_to_slice(&p.bearer_sha256, &mut hash).is_ok() && !self.is_revoked(&hash)
         })
     }
+}
+
+/// Identity of one version of a file: inode, size and mtime. Every write of the pairing files
+/// is an atomic rename, so a new version always has a new inode.
+pub type Stamp = Option<(u64, u64, i64, i64)>;
+
+/// The [`Stamp`] of `path` now; `None` when it does not exist.
+pub fn stamp_of(path: &std::path::Path) -> Stamp {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
 }
 
 /// SHA-256 of a bearer. Bearers carry 128 random bits, so an unsalted hash cannot be reversed by

@@ -86,6 +86,14 @@ impl RequestHead {
         self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
+    /// The value of a header that appears exactly once; `None` when it is missing or repeated (a
+    /// repeated `Host` or `Origin` is an attempt to be read one way here and another elsewhere).
+    pub fn single_header(&self, name: &str) -> Option<&str> {
+        let mut values = self.headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name));
+        let (_, value) = values.next()?;
+        values.next().is_none().then_some(value.as_str())
+    }
+
     /// Value of a query parameter (no percent-decoding: voxa's parameters are plain hex).
     pub fn query_param(&self, name: &str) -> Option<&str> {
         self.query.as_deref()?.split('&').find_map(|pair| match pair.split_once('=') {

@@ -23,7 +23,10 @@ pub use hello::{
     BearerFrame, Hello, HelloOk, HOST_ROLE,
 };
 pub use presence::{is_peer_frame, PeerNotice, PeerRole, PeerState, PEER_TYPE};
-pub use session::{parse_client, AgentMessage, AgentStatus, ClientMessage, ToolActivityState, TranscriptRole};
+pub use session::{
+    parse_client, AgentMessage, AgentSees, AgentStatus, ClientMessage, CodingAgentSeen, ToolActivityState,
+    TranscriptRole,
+};
 pub use tools::{Image, ToolCall, ToolError, ToolResult, HOSTED_CALLER};
 
 /// Version of the application protocol: the challenge–response session start of

@@ -58,10 +58,12 @@ pub enum AgentMessage {
         nonce: String,
     },
     HelloOk(HelloOk),
-    /// An environment's answer to a host's hello: its signature over the host's nonce (docs/PROTOCOL.md).
+    /// An environment's answer to a host's hello: its own nonce and its signature over the pairing
+    /// and both nonces (docs/PROTOCOL.md, "Environments").
     Identity {
         #[serde(rename = "envKey")]
         env_key: String,
+        nonce: String,
         signature: String,
     },
     ToolProgress {
@@ -164,6 +166,32 @@ pub struct AgentStatus {
     pub retired_code_until: Option<u64>,
     pub calls_in_flight: usize,
     pub workspace: String,
+    /// What the agent's own environment offers its tools; `voxa doctor` reads it instead of its
+    /// own shell's. Absent from agents older than this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sees: Option<AgentSees>,
+}
+
+/// The agent's `DISPLAY` (the screenshot tool's) and which coding agents its `PATH` holds.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct AgentSees {
+    /// `DISPLAY`, when set and not empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display: Option<String>,
+    /// `WAYLAND_DISPLAY` is set.
+    #[serde(default)]
+    pub wayland: bool,
+    /// `claude` and every `[agents]` entry of `config.toml`, in that order.
+    #[serde(default)]
+    pub coding_agents: Vec<CodingAgentSeen>,
+}
+
+/// One coding agent as the agent's `PATH` resolves it.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+pub struct CodingAgentSeen {
+    pub name: String,
+    pub program: String,
+    pub found: bool,
 }
 
 /// Parses one client text frame. Errors are answered `bad-frame` and the session goes on.

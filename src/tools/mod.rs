@@ -18,6 +18,7 @@ mod files;
 pub(crate) mod output;
 pub mod policy;
 mod screenshot;
+mod sees;
 pub mod spec;
 pub(crate) mod supervise;
 mod workspace;
@@ -31,13 +32,13 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use coding_agent::find_program;
 pub use coding_agent::{default_claude, CODING_AGENT_TIMEOUT, DEFAULT_AGENT, MAX_PROMPT_LEN};
 pub use command::{MAX_COMMAND_LEN, MAX_COMMAND_TIMEOUT, SHELL};
 pub use declare::{gemini_declarations, ENV_ARG};
 pub use dispatch::{AgentSessions, Dispatcher, EnvRouter};
 pub use files::{MAX_DIR_ENTRIES, MAX_WRITE_LEN};
 pub use screenshot::{MAX_SCREENSHOT_LEN, SCREENSHOT_TIMEOUT};
+pub use sees::coding_agents_seen;
 pub use spec::{Effect, ParamSpec, ParamType, Runs, ToolKind, ToolSpec, FLEET_TOOL, TOOLS};
 
 use crate::approvals::{self, Broker, BrokerOptions};

@@ -89,7 +89,10 @@ async fn loopback_refuses_foreign_origins_before_upgrade() {
     let addr = agent.agent.loopback;
     assert!(raw_upgrade(addr, "Origin: https://evil.example\r\n").await.contains("403"));
     assert!(raw_upgrade(addr, "Origin: null\r\n").await.contains("403"));
-    assert!(raw_upgrade(addr, "Origin: http://localhost:5173\r\n").await.contains("101"));
+    // Another port is another server (a dev server, another user's page): refused too.
+    assert!(raw_upgrade(addr, "Origin: http://localhost:5173\r\n").await.contains("403"));
+    let own = format!("Origin: http://127.0.0.1:{}\r\n", addr.port());
+    assert!(raw_upgrade(addr, &own).await.contains("101"));
     assert!(raw_upgrade(addr, "").await.contains("101"));
 }
 
@@ -601,7 +604,9 @@ async fn the_loopback_socket_answers_only_to_a_loopback_host() {
     // A page on a rebound name (evil.example resolving to 127.0.0.1) still says its own name.
     assert!(upgrade(format!("evil.example:{port}")).await.contains("403"));
     assert!(upgrade(format!("127.0.0.1.evil.example:{port}")).await.contains("403"));
-    for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}"), "localhost".to_owned()] {
+    // Without a port, a Host names port 80, not this socket.
+    assert!(upgrade("localhost".to_owned()).await.contains("403"));
+    for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}")] {
         assert!(upgrade(host.clone()).await.contains("101"), "{host}");
     }
 }

@@ -103,7 +103,7 @@ fn pair_json_creates_private_secrets_and_the_pairing_url() {
     assert!(is_secret(code) && is_secret(token), "{value}");
     assert_ne!(code, token);
     assert_eq!(field(&value, "relay"), DEFAULT_RELAY);
-    assert_eq!(field(&value, "url"), format!("{DEFAULT_RELAY}/?code={code}&token={token}"));
+    assert_eq!(field(&value, "url"), format!("{DEFAULT_RELAY}/#code={code}&token={token}"));
 
     assert_eq!(mode(&home), 0o700);
     for name in SECRET_FILES.iter().chain(&["config.toml"]) {
@@ -277,7 +277,7 @@ fn relay_precedence_is_flag_then_environment_then_saved_then_default() {
     let env = with_env("https://env.example", &["pair", "--json"]);
     assert_eq!(relay_of(&env), "https://env.example");
     let (code, token) = (field(&first, "code"), field(&first, "token"));
-    assert_eq!(field(&env, "url"), format!("https://env.example/?code={code}&token={token}"));
+    assert_eq!(field(&env, "url"), format!("https://env.example/#code={code}&token={token}"));
     // The relay used at pair time is saved: without flag or environment it is used again.
     assert_eq!(relay_of(&pair_json(&home, &["pair", "--json"])), "https://env.example");
 
@@ -299,7 +299,7 @@ fn a_plain_http_relay_is_accepted_only_on_loopback() {
     let (_tmp, home) = fresh_home();
     let value = pair_json(&home, &["pair", "--json", "--relay", "http://127.0.0.1:9"]);
     assert_eq!(field(&value, "relay"), "http://127.0.0.1:9");
-    assert!(field(&value, "url").starts_with("http://127.0.0.1:9/?code="));
+    assert!(field(&value, "url").starts_with("http://127.0.0.1:9/#code="));
 
     let (_tmp, fresh) = fresh_home();
     let out = voxa(&fresh, &["pair", "--relay", "http://example.com"]);

@@ -18,10 +18,15 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
+/// `PATH` with the fixtures (the fake `claude`) first.
+fn fixtures_on_path() -> String {
+    format!("{}:{}", fixtures().display(), std::env::var("PATH").unwrap_or_default())
+}
+
 /// Runs `voxa doctor --json` for `home` with `env` and no display; returns the exit code, the
 /// report and everything printed.
 fn doctor(home: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, Value, String) {
-    let path = format!("{}:{}", fixtures().display(), std::env::var("PATH").unwrap_or_default());
+    let path = fixtures_on_path();
     let out: Output = voxa_cmd(home)
         .args(["doctor", "--json"])
         .args(args)
@@ -83,6 +88,8 @@ impl Agent {
     fn start(dir: tempfile::TempDir, home: PathBuf, extra: &[&str], env: &[(&str, &str)]) -> Agent {
         let workspace = tempfile::tempdir().unwrap();
         let mut cmd = voxa_cmd(&home);
+        // The agent's display and PATH are what doctor reports: none unless the test gives one.
+        cmd.env_remove("DISPLAY").env_remove("WAYLAND_DISPLAY");
         cmd.args(["run", "--json", "--workspace"]).arg(workspace.path()).args(extra).envs(env.iter().copied());
         Agent { run: RunningVoxa::start(cmd), home, _dirs: (dir, workspace) }
     }
@@ -99,7 +106,8 @@ async fn healthy_setup() -> (TestRelay, Agent) {
     let url = format!("http://{}", relay.addr);
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("voxa");
-    let run = Agent::start(dir, home, &["--relay", &url], &[("VOXA_RELAY_TOKEN", RELAY_TOKEN)]);
+    let path = fixtures_on_path();
+    let run = Agent::start(dir, home, &["--relay", &url], &[("VOXA_RELAY_TOKEN", RELAY_TOKEN), ("PATH", &path)]);
     (relay, run)
 }
 
@@ -119,6 +127,7 @@ async fn a_healthy_setup_passes_and_a_wrong_relay_token_fails_without_being_prin
     assert_eq!(check(&report, "relay")["message"], format!("http://{} (saved in config.toml)", relay.addr));
     assert_eq!(check(&report, "relay token")["message"], "the relay accepted VOXA_RELAY_TOKEN");
     assert_eq!(status_of(&report, "coding agents"), "ok", "{output}");
+    assert_eq!(check(&report, "agent relay")["message"], format!("the agent is connected to http://{}", relay.addr));
     assert_eq!(check(&report, "service")["message"], "not installed (voxa service install runs voxa at login)");
     let agent = check(&report, "agent");
     assert_eq!(agent["status"], "ok", "{output}");
@@ -394,5 +403,67 @@ async fn through_a_proxy_the_relay_is_reached_as_run_would_reach_it() {
     let (code, report, output) = doctor(&home, &[], &[("HTTPS_PROXY", "socks5://127.0.0.1:1")]);
     assert_eq!(code, 1, "{output}");
     assert_eq!(status_of(&report, "proxy"), "fail");
+    relay.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_agents_display_and_path_are_checked_not_this_shells() {
+    let relay = TestRelay::start().await;
+    let url = format!("http://{}", relay.addr);
+    let xvfb = crate::tools::Xvfb::start("320x200x24");
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("voxa");
+    // The agent has claude on its PATH (and a display where Xvfb runs); doctor's own shell has neither.
+    let path = fixtures_on_path();
+    let mut env = vec![("PATH", path.as_str())];
+    if let Some(xvfb) = &xvfb {
+        env.push(("DISPLAY", xvfb.display.as_str()));
+    }
+    let run = Agent::start(dir, home.clone(), &["--relay", &url], &env);
+    let bare = "/usr/bin:/bin";
+    let (_, report, output) = doctor(&home, &[], &[("PATH", bare)]);
+    let agents = check(&report, "coding agents");
+    assert_eq!(agents["status"], "ok", "{output}");
+    assert_eq!(agents["message"], "on the running agent's PATH: claude", "{output}");
+    let display = check(&report, "display");
+    match &xvfb {
+        Some(xvfb) => {
+            assert_eq!(display["status"], "ok", "{output}");
+            let message = display["message"].as_str().unwrap();
+            assert!(
+                message.starts_with(&format!("X display {} (the running agent's DISPLAY) answers", xvfb.display)),
+                "{message}"
+            );
+        }
+        None => assert_eq!(display["status"], "warn", "{output}"),
+    }
+    assert_eq!(check(&report, "agent relay")["message"], format!("the agent is connected to {url}"), "{output}");
+    drop(run);
+
+    // The other way round: doctor's shell has claude and a display, the agent neither.
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("voxa");
+    let run = Agent::start(dir, home.clone(), &["--relay", &url], &[("PATH", bare)]);
+    let mut shell = vec![];
+    if let Some(xvfb) = &xvfb {
+        shell.push(("DISPLAY", xvfb.display.as_str()));
+    }
+    let (_, report, output) = doctor(&home, &[], &shell);
+    let agents = check(&report, "coding agents");
+    assert_eq!(agents["status"], "warn", "{output}");
+    assert!(agents["message"].as_str().unwrap().starts_with("not on the running agent's PATH: claude"), "{output}");
+    assert!(agents["fix"].as_str().unwrap().contains("systemctl --user show-environment"), "{output}");
+    let display = check(&report, "display");
+    assert_eq!(display["status"], "warn", "{output}");
+    assert!(display["message"].as_str().unwrap().contains("in the running agent's environment"), "{output}");
+    assert!(display["fix"].as_str().unwrap().contains("import-environment DISPLAY"), "{output}");
+    drop(run);
+
+    // No agent: this shell is all there is, and the report says so.
+    let (_, report, output) = doctor(&home, &[], &shell);
+    assert_eq!(status_of(&report, "agent"), "warn", "{output}");
+    let agents = check(&report, "coding agents");
+    assert_eq!(agents["message"], "on this shell's PATH: claude (no agent is running)", "{output}");
+    assert!(report["checks"].as_array().unwrap().iter().all(|c| c["check"] != "agent relay"), "{output}");
     relay.kill().await;
 }

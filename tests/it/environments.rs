@@ -141,11 +141,20 @@ async fn host_hello(relay: &TestRelay, code: &Secret, env_key: &str) -> (ClientS
 
 /// The rest of a host's part: checks the environment's signature over `nonce`, and only then
 /// presents `bearer`.
-async fn present_bearer(socket: &mut ClientSocket, env_key: &str, nonce: &str, bearer: &str) {
+async fn present_bearer(socket: &mut ClientSocket, code: &Secret, env_key: &str, nonce: &str, bearer: &str) {
     let identity = recv_type(socket, "identity").await;
     assert_eq!(identity["envKey"], env_key);
-    assert!(voxa::environments::identity::verify_nonce(env_key, nonce, identity["signature"].as_str().unwrap()));
+    assert!(signed_for(&identity, code, env_key, nonce));
     send(socket, json!({"type":"bearer","bearer": bearer})).await;
+}
+
+/// True when an identity frame is `env_key`'s signature for a host hello with `nonce` on `code`.
+fn signed_for(identity: &Value, code: &Secret, env_key: &str, nonce: &str) -> bool {
+    use voxa::environments::identity::{code_hash, verify_hello, HelloBinding};
+    let code = code_hash(code.expose());
+    let env_nonce = identity["nonce"].as_str().unwrap_or_default();
+    let binding = HelloBinding { code_hash: &code, host_nonce: nonce, env_nonce };
+    verify_hello(env_key, &binding, identity["signature"].as_str().unwrap_or_default())
 }
 
 fn code_of(result: &Value) -> &str {
@@ -332,7 +341,7 @@ async fn a_wrong_bearer_is_refused_and_never_echoed() {
 
     drop(phone);
     let (mut socket, nonce) = host_hello(&relay, &issued.line.code, &issued.line.env_key).await;
-    present_bearer(&mut socket, &issued.line.env_key, &nonce, &forged).await;
+    present_bearer(&mut socket, &issued.line.code, &issued.line.env_key, &nonce, &forged).await;
     let refusal = recv_json(&mut socket).await;
     assert_eq!(refusal, json!({"type":"error","code":"bearer-refused"}));
 }
@@ -356,11 +365,7 @@ async fn a_peer_that_does_not_complete_the_exchange_is_closed_executor_unauthent
     // A hello that is answered but never followed by a bearer is no better than silence.
     let (mut socket, nonce) = host_hello(&relay, &issued.line.code, &issued.line.env_key).await;
     let identity = recv_type(&mut socket, "identity").await;
-    assert!(voxa::environments::identity::verify_nonce(
-        &issued.line.env_key,
-        &nonce,
-        identity["signature"].as_str().unwrap()
-    ));
+    assert!(signed_for(&identity, &issued.line.code, &issued.line.env_key, &nonce));
     assert_eq!(recv_json(&mut socket).await["code"], "executor-unauthenticated");
 }
 
@@ -415,9 +420,17 @@ async fn an_impostor_holding_the_code_but_not_the_key_is_caught() {
             let (key, signature) = if round == 0 {
                 (issued.line.env_key.clone(), "0".repeat(128))
             } else {
-                (impostor_key.env_key(), impostor_key.sign_nonce(&nonce))
+                let code = voxa::environments::identity::code_hash(issued.line.code.expose());
+                let env_nonce = "e".repeat(32);
+                let binding = voxa::environments::identity::HelloBinding {
+                    code_hash: &code,
+                    host_nonce: &nonce,
+                    env_nonce: &env_nonce,
+                };
+                (impostor_key.env_key(), impostor_key.sign_hello(&binding))
             };
-            send(&mut impostor, json!({"type":"identity","envKey": key,"signature": signature})).await;
+            let identity = json!({"type":"identity","envKey": key,"nonce": "e".repeat(32),"signature": signature});
+            send(&mut impostor, identity).await;
             // Nothing but the hello may reach an unproven environment: no bearer.
             loop {
                 match next_frame(&mut impostor).await {
@@ -439,6 +452,53 @@ async fn an_impostor_holding_the_code_but_not_the_key_is_caught() {
     phone.assert_never_saw(&[issued.line.bearer.expose(), issued.line.code.expose()]);
 }
 
+/// Someone holding two pairing codes of one environment (a second host it paired, say) takes the
+/// first host's code as the agent, passes that host's hello to the real environment on its own
+/// code and hands the signed answer back. The signature names the pairing it was made on, so the
+/// host refuses it and never presents its bearer.
+#[tokio::test]
+async fn a_signature_relayed_from_another_pairing_of_the_environment_gets_no_bearer() {
+    let relay = TestRelay::start().await;
+    let mut env = Machine::new();
+    let mut host = Machine::new();
+    let for_host = env.issue(&relay.url());
+    let theirs = env.issue(&relay.url());
+    host.add(&for_host, "devbox");
+    // Once the attacker took the host's code, the environment does not come back to it meanwhile.
+    let slow = voxa::agent::link::BackoffPolicy {
+        base: Duration::from_secs(120),
+        cap: Duration::from_secs(120),
+        healthy_after: Duration::from_millis(200),
+    };
+    env.start_with(&relay, |options| options.backoff = slow).await;
+    host.start(&relay).await;
+    for issued in [&for_host, &theirs] {
+        wait_dialing(&relay, &issued.line.code).await;
+    }
+    let mut phone = host.phone(&relay).await;
+    let mut as_agent = connect(&format!("ws://{}/agent?code={}", relay.addr, for_host.line.code.expose())).await;
+    let call = phone.call("x1", "list_dir", json!({}), Some("devbox"));
+    let attack = async {
+        let hello = loop {
+            let value = recv_json(&mut as_agent).await;
+            if value["type"] == "hello" {
+                break value;
+            }
+        };
+        let mut as_host = phone_socket(&relay, theirs.line.code.expose()).await;
+        wait_agent_joined(&mut as_host).await;
+        send(&mut as_host, hello).await;
+        let identity = recv_type(&mut as_host, "identity").await;
+        send(&mut as_agent, identity).await;
+        until_left(&mut as_agent).await
+    };
+    let (result, heard) = tokio::join!(call, attack);
+    assert_eq!(code_of(&result), "environment-identity-mismatch", "{result}");
+    let bearer = for_host.line.bearer.expose();
+    assert!(!heard.iter().any(|frame| frame["type"] == "bearer" || frame.to_string().contains(bearer)), "{heard:?}");
+    phone.assert_never_saw(&[bearer]);
+}
+
 #[tokio::test]
 async fn revocation_closes_live_sessions_at_once_and_for_good() {
     let relay = TestRelay::start().await;
@@ -458,7 +518,8 @@ async fn revocation_closes_live_sessions_at_once_and_for_good() {
 
     // A live session opened by hand, then revoked while it is open.
     let (mut session, nonce) = host_hello(&relay, &for_hand.line.code, &for_hand.line.env_key).await;
-    present_bearer(&mut session, &for_hand.line.env_key, &nonce, for_hand.line.bearer.expose()).await;
+    present_bearer(&mut session, &for_hand.line.code, &for_hand.line.env_key, &nonce, for_hand.line.bearer.expose())
+        .await;
     recv_type(&mut session, "hello_ok").await;
     let started = Instant::now();
     assert_eq!(env.revoke(&for_hand.pairing).pairings, vec![for_hand.pairing.clone()]);
@@ -474,7 +535,7 @@ async fn revocation_closes_live_sessions_at_once_and_for_good() {
     assert_silent(&mut later, Duration::from_millis(700)).await;
     // The revoked bearer is refused as revoked wherever it is presented, before the right one.
     let (mut socket, nonce) = host_hello(&relay, &spare.line.code, &spare.line.env_key).await;
-    present_bearer(&mut socket, &spare.line.env_key, &nonce, for_hand.line.bearer.expose()).await;
+    present_bearer(&mut socket, &spare.line.code, &spare.line.env_key, &nonce, for_hand.line.bearer.expose()).await;
     assert_eq!(recv_json(&mut socket).await, json!({"type":"error","code":"pairing-revoked"}));
 
     // Revoking the host's pairing ends its pooled session; the host remembers, so later calls
@@ -505,6 +566,65 @@ async fn revocation_closes_live_sessions_at_once_and_for_good() {
     assert!(!audit.contains("vbx_"), "{audit}");
 }
 
+/// No window after `revoke`: a call sent right after it, on a session the bearer opened, never
+/// runs, and the bearer presented right after it is refused — every time, not at the next poll.
+#[tokio::test]
+async fn a_call_or_bearer_right_after_revoke_is_refused_every_time() {
+    const ROUNDS: usize = 30;
+    let relay = TestRelay::start().await;
+    let mut env = Machine::new();
+    env.start(&relay).await;
+    for round in 0..ROUNDS {
+        let open = env.issue(&relay.url());
+        let fresh = env.issue(&relay.url());
+        for issued in [&open, &fresh] {
+            wait_dialing(&relay, &issued.line.code).await;
+        }
+        let (mut session, nonce) = host_hello(&relay, &open.line.code, &open.line.env_key).await;
+        present_bearer(&mut session, &open.line.code, &open.line.env_key, &nonce, open.line.bearer.expose()).await;
+        recv_type(&mut session, "hello_ok").await;
+        let (mut late, late_nonce) = host_hello(&relay, &fresh.line.code, &fresh.line.env_key).await;
+        let identity = recv_type(&mut late, "identity").await;
+        assert!(signed_for(&identity, &fresh.line.code, &fresh.line.env_key, &late_nonce));
+
+        // One write revokes both (every pairing of this environment).
+        env.revoke(&open.line.env_key);
+        let marker = env.workspace.path().join(format!("ran-{round}"));
+        let command = format!("touch {}", marker.display());
+        let id = format!("late{round}");
+        send(&mut session, json!({"type":"tool_call","id": id,"name":"run_command","args":{"command": command}})).await;
+        send(&mut late, json!({"type":"bearer","bearer": fresh.line.bearer.expose()})).await;
+
+        // Refused, or the environment already left the revoked code: never admitted.
+        for frame in until_left(&mut late).await {
+            assert_ne!(frame["type"], "hello_ok", "round {round}: a bearer revoked a moment ago was admitted");
+        }
+        for frame in until_left(&mut session).await {
+            assert_ne!(frame["id"], id.as_str(), "round {round}: the call ran after revoke: {frame}");
+        }
+        assert!(!marker.exists(), "round {round}: the command ran after revoke");
+    }
+}
+
+/// Every JSON frame until the environment leaves the code or the socket closes.
+async fn until_left(socket: &mut ClientSocket) -> Vec<Value> {
+    let mut heard = Vec::new();
+    loop {
+        match next_frame(socket).await {
+            Some(tokio_tungstenite::tungstenite::Message::Text(text)) => {
+                let value: Value = serde_json::from_str(&text).unwrap();
+                let left = value["type"] == "__peer" && value["state"] == "left";
+                heard.push(value);
+                if left {
+                    return heard;
+                }
+            }
+            None | Some(tokio_tungstenite::tungstenite::Message::Close(_)) => return heard,
+            Some(_) => {}
+        }
+    }
+}
+
 #[tokio::test]
 async fn pairings_issued_while_running_are_dialed_without_a_restart() {
     let relay = TestRelay::start().await;
@@ -513,7 +633,7 @@ async fn pairings_issued_while_running_are_dialed_without_a_restart() {
     let issued = env.issue(&relay.url());
     wait_dialing(&relay, &issued.line.code).await;
     let (mut socket, nonce) = host_hello(&relay, &issued.line.code, &issued.line.env_key).await;
-    present_bearer(&mut socket, &issued.line.env_key, &nonce, issued.line.bearer.expose()).await;
+    present_bearer(&mut socket, &issued.line.code, &issued.line.env_key, &nonce, issued.line.bearer.expose()).await;
     let ok = recv_type(&mut socket, "hello_ok").await;
     assert_eq!(ok["envKey"], issued.line.env_key.as_str());
     assert!(!ok.to_string().contains("vbx_"));

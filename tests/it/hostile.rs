@@ -107,8 +107,8 @@ fn agent_message() -> impl Strategy<Value = AgentMessage> {
         tool_result,
         hello_ok,
         (any::<u32>(), any::<String>()).prop_map(|(protocol, nonce)| AgentMessage::Challenge { protocol, nonce }),
-        (any::<String>(), any::<String>())
-            .prop_map(|(env_key, signature)| AgentMessage::Identity { env_key, signature }),
+        (any::<String>(), any::<String>(), any::<String>())
+            .prop_map(|(env_key, nonce, signature)| AgentMessage::Identity { env_key, nonce, signature }),
         (error_code(), opt_string()).prop_map(|(code, message)| AgentMessage::Error { code, message }),
         (any::<String>(), any::<String>(), opt_string()).prop_map(|(id, chunk, env)| AgentMessage::ToolProgress {
             id,

@@ -29,9 +29,11 @@ pub(crate) fn fresh_home() -> (tempfile::TempDir, std::path::PathBuf) {
     (dir, home)
 }
 
+/// A parameter of the pairing link's fragment (`#code=…&token=…`).
 fn query(url: &str, name: &str) -> String {
     let url = url::Url::parse(url).unwrap();
-    url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned()).unwrap()
+    let fragment = url.fragment().unwrap();
+    url::form_urlencoded::parse(fragment.as_bytes()).find(|(k, _)| k == name).map(|(_, v)| v.into_owned()).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -449,6 +449,68 @@ async fn every_control_has_the_accessible_name_of_the_contract() {
     scene.close().await;
 }
 
+/// Displayed controls smaller than a fingertip (44 × 44 CSS px): "id-or-text width×height".
+/// A checkbox counts by its label, which is what takes the tap.
+const SMALL_CONTROLS: &str = "const small = [];
+    for (const el of document.querySelectorAll('button, a[href], select, input, textarea, summary')) {
+      const target = el.matches('input[type=checkbox]') ? el.closest('label') : el;
+      if (!target || target.getClientRects().length === 0) continue;
+      const r = target.getBoundingClientRect();
+      if (r.width < 44 || r.height < 44) {
+        small.push(`${el.id || el.textContent.trim()} ${Math.round(r.width)}×${Math.round(r.height)}`);
+      }
+    }
+    return small;";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_control_is_big_enough_for_a_finger_and_the_tabs_stay_in_reach() {
+    let Some(scene) = Scene::start().await else { return };
+    let browser = &scene.browser;
+    for i in 0..60 {
+        std::fs::write(scene.workspace().join(format!("file-{i:02}.txt")), "x").unwrap();
+    }
+    scene.open_online().await;
+    browser.control("button", "Call").await;
+    browser.type_into("Command", "true").await;
+    browser.press("Run").await;
+    browser.wait_text(TERMINAL, "the command", |t| t.contains("exit 0")).await;
+    browser.client.find(fantoccini::Locator::Css("#history-box summary")).await.unwrap().click().await.unwrap();
+    let mut small = Vec::new();
+    for tab in ["Terminal", "Files", "Screen", "Agent", "Status"] {
+        browser.press(tab).await;
+        if tab == "Files" {
+            browser.control("button", "file-00.txt").await.click().await.unwrap();
+            browser.control("textbox", "File content").await;
+        }
+        let found = browser.script(SMALL_CONTROLS, vec![]).await;
+        small.extend(found.as_array().unwrap().iter().map(|v| format!("{tab}: {}", v.as_str().unwrap())));
+    }
+    assert!(small.is_empty(), "controls under 44 × 44 px: {small:?}");
+    // The editor is monospace at 16 px or more (iOS zooms on focus below that).
+    let font = browser
+        .script(
+            "const s = getComputedStyle(document.getElementById('file-text')); return [s.fontSize, s.fontFamily];",
+            vec![],
+        )
+        .await;
+    assert!(font[0].as_str().unwrap().trim_end_matches("px").parse::<f64>().unwrap() >= 16.0, "{font}");
+    assert!(font[1].as_str().unwrap().contains("monospace"), "{font}");
+    // Scrolled down a long folder, the tabs are still on screen, right under the header.
+    browser.press("Files").await;
+    browser.script("window.scrollTo(0, document.body.scrollHeight);", vec![]).await;
+    let reach = browser
+        .script(
+            "const tabs = document.getElementById('tabs').getBoundingClientRect();
+             const bar = document.getElementById('bar').getBoundingClientRect();
+             return [window.scrollY > 0, Math.round(tabs.top) === Math.round(bar.bottom)];",
+            vec![],
+        )
+        .await;
+    assert_eq!(reach, json!([true, true]), "scrolled, the tabs left the screen");
+    browser.control("button", "Terminal").await;
+    scene.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_streams_output_shows_exit_and_duration_and_cancel_ends_a_long_command() {
     let Some(scene) = Scene::start().await else { return };
@@ -662,7 +724,16 @@ async fn two_laptops_are_remembered_switched_and_one_forgotten() {
     browser.control("button", "on-the-first.txt").await;
 
     browser.press("Status").await;
+    // Forgetting asks first, and "Keep it" keeps it.
     browser.press("Forget this laptop").await;
+    let question = browser.wait_text("#forget-question", "the question", |t| !t.is_empty()).await;
+    assert!(
+        question.starts_with(&format!("Forget {first_label}?")) || question.starts_with(&format!("Forget {host}?")),
+        "{question}"
+    );
+    browser.press("Keep it").await;
+    browser.press("Forget this laptop").await;
+    browser.press("Forget it").await;
     browser.wait_connection("online").await;
     browser.press("Files").await;
     browser.control("button", "on-the-second.txt").await;
@@ -689,11 +760,27 @@ async fn with_an_environment_paired_the_picker_sends_calls_there() {
     wait_agent_joined(&mut probe).await;
     drop(probe);
 
+    // Two laptops known to the page, and environments behind this one.
+    let (code, token) = (devbox.secrets.relay_code.expose(), devbox.secrets.auth_token.expose());
+    scene.browser.open(&format!("http://{}/#code={code}&token={token}", scene.relay.addr)).await;
+    scene.browser.wait_connection("online").await;
     scene.open_online().await;
     let browser = &scene.browser;
     browser.press("Files").await;
     browser.control("button", "on-the-laptop.txt").await;
     let picker = browser.control("combobox", "Environment").await;
+    browser.control("combobox", "Laptop").await;
+    // The header stays one line at phone width: pickers, Call and all.
+    let line = browser
+        .script(
+            "const bar = document.querySelector('.bar-top');
+             const tops = [...bar.children].filter((c) => c.getClientRects().length)
+               .map((c) => Math.round(c.getBoundingClientRect().top + c.getBoundingClientRect().height / 2));
+             return {rows: new Set(tops).size, fits: bar.scrollWidth <= bar.clientWidth, shown: tops.length};",
+            vec![],
+        )
+        .await;
+    assert_eq!(line, json!({"rows": 1, "fits": true, "shown": 4}), "the header wrapped or overflowed");
     picker.select_by_label("devbox").await.unwrap();
     browser.control("button", "on-the-devbox.txt").await;
     browser.press("Terminal").await;
@@ -860,6 +947,17 @@ async fn pictures_of_the_real_page_at_phone_size() {
     browser.control("button", "NOTES.md").await.click().await.unwrap();
     browser.control("textbox", "File content").await;
     save_picture(&browser, &out, "web-files.png").await;
+
+    // No voice on this laptop: Call says so before it is pressed, and why once it is; Forget asks first.
+    browser.press("Status").await;
+    browser.press("Forget this laptop").await;
+    browser.press("Call").await;
+    browser.wait_text("#call-error", "why there is no voice", |t| !t.is_empty()).await;
+    browser.script("window.scrollTo(0, 0);", vec![]).await;
+    save_picture(&browser, &out, "web-status.png").await;
+    browser.press("Keep it").await;
+    browser.press("Close").await;
+    browser.wait_script("the call panel to close", "return document.getElementById('call-panel').hidden;").await;
 
     browser.press("Screen").await;
     browser.press("Screenshot").await;

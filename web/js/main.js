@@ -16,7 +16,7 @@
 import { root } from './dom.js';
 import { App } from './app.js';
 import { Store } from './store.js';
-import { ConnectionLine, EnvironmentPicker, LaptopPicker, Notice } from './shell/header.js';
+import { ConnectionLine, EnvironmentPicker, LaptopPicker, Notice, shareHeight } from './shell/header.js';
 import { Welcome } from './shell/welcome.js';
 import { Workspace } from './shell/workspace.js';
 import { Status } from './shell/status.js';
@@ -31,6 +31,7 @@ const store = new Store();
 const app = new App(store);
 const context = { store, app };
 
+shareHeight(root('bar'));
 new ConnectionLine(root('connection'), context);
 new LaptopPicker(root('laptop-pick'), context);
 new EnvironmentPicker(root('env-pick'), context);

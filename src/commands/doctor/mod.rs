@@ -115,13 +115,22 @@ pub async fn diagnose(settings: &Settings, args: &DoctorArgs) -> Vec<Check> {
     if let (Some(relay), Some(dial)) = (&relay, &dial) {
         relay::check_relay(relay, dial, args, home, &mut checks).await;
     }
-    checks.push(machine::check_display().await);
-    checks.extend(machine::check_coding_agents(&config));
+    // What the running agent sees answers for the tools; this shell only when no agent runs.
+    let (agent_check, agent_status) = agent::check_agent(home).await;
+    let seen = match agent_status.as_ref().and_then(|status| status.sees.as_ref()) {
+        Some(sees) => machine::Seen::Agent(sees),
+        None => machine::Seen::Shell,
+    };
+    checks.push(machine::check_display(seen).await);
+    checks.extend(machine::check_coding_agents(&config, seen));
     if settings.self_hosted {
         checks.push(gemini::check_gemini_key(settings.env_secrets.gemini_api_key.as_ref()));
         checks.push(gemini::check_gemini_reachable(dial.as_ref()).await);
     }
-    checks.push(agent::check_agent(home).await);
+    checks.push(agent_check);
+    if let Some(status) = &agent_status {
+        checks.push(agent::check_agent_relay(status));
+    }
     checks.push(agent::check_service());
     checks.push(machine::check_open_files());
     checks

@@ -11,6 +11,17 @@ import * as pairings from '../pairings.js';
  * @typedef {{store: Store, app: App}} Context
  */
 
+/**
+ * Keeps `--bar-height` (on the document) at the header's height, so what sticks below it (the
+ * tabs) sits right under it however many lines the header takes.
+ * @param {HTMLElement} bar
+ */
+export function shareHeight(bar) {
+  const set = () => document.documentElement.style.setProperty('--bar-height', `${bar.offsetHeight}px`);
+  new ResizeObserver(set).observe(bar);
+  set();
+}
+
 /** The live region "Connection": the state in words, and Reconnect when waiting helps no more. */
 export class ConnectionLine {
   /**

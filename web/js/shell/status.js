@@ -20,8 +20,35 @@ export class Status {
     const facts = part(root, 'facts', HTMLElement);
     const tools = part(root, 'tools', HTMLElement);
     const forget = part(root, 'forget', HTMLButtonElement);
-    forget.addEventListener('click', () => app.forgetCurrent());
+    const actions = forget.parentElement;
+    const ask = part(root, 'forget-ask', HTMLElement);
+    const question = part(root, 'forget-question', HTMLElement);
+    const keep = part(root, 'forget-no', HTMLButtonElement);
+    /** @param {boolean} asking */
+    const asking = (asking) => {
+      ask.hidden = !asking;
+      if (actions) actions.hidden = asking;
+    };
+    // Forgetting cannot be undone from the phone (the link is needed again): it asks first.
+    forget.addEventListener('click', () => {
+      const { pairing } = store.state;
+      if (!pairing) return;
+      question.textContent = `Forget ${pairings.label(pairing)}? This browser will need its pairing link again`
+        + ' (on the laptop: voxa pair).';
+      asking(true);
+      keep.focus();
+      ask.scrollIntoView({ block: 'nearest' });
+    });
+    keep.addEventListener('click', () => {
+      asking(false);
+      forget.focus();
+    });
+    part(root, 'forget-yes', HTMLButtonElement).addEventListener('click', () => {
+      asking(false);
+      app.forgetCurrent();
+    });
     part(root, 'add-laptop', HTMLButtonElement).addEventListener('click', () => app.showWelcome());
+    store.watch(['pairing', 'tab'], () => asking(false));
     showWithTab(root, store, 'status');
     store.watch(['pairing', 'connection', 'hello', 'voice', 'env', 'environments', 'server'], (state) => {
       const { pairing, hello, voice, server } = state;

@@ -122,6 +122,8 @@ export class Voice {
     this.callButton = part(buttons, 'call', HTMLButtonElement);
     this.endButton = part(buttons, 'end-call', HTMLButtonElement);
     this.muteButton = part(buttons, 'mute', HTMLButtonElement);
+    this.note = part(buttons, 'call-note', HTMLElement);
+    this.closeButton = part(panel, 'call-close', HTMLButtonElement);
     this.panel = panel;
     this.log = part(panel, 'call-log', HTMLElement);
     this.pushToTalk = part(panel, 'push-to-talk', HTMLInputElement);
@@ -135,6 +137,7 @@ export class Voice {
     this.sayButton = part(panel, 'say-send', HTMLButtonElement);
     this.callButton.addEventListener('click', () => this.start());
     this.endButton.addEventListener('click', () => this.end());
+    this.closeButton.addEventListener('click', () => this.close());
     this.muteButton.addEventListener('click', () => this.setMuted(!this.muted));
     this.pushToTalk.addEventListener('change', () => this.setPushToTalk());
     part(panel, 'say-form', HTMLFormElement).addEventListener('submit', (event) => {
@@ -202,6 +205,11 @@ export class Voice {
   refresh() {
     const online = !!(this.link && this.link.online);
     this.section.hidden = !this.offer && !this.call;
+    // Plainly, before anyone taps: no voice here (Call then says why and how to get it).
+    const none = !!this.offer && !('host' in this.offer);
+    this.note.hidden = !none || !!this.call;
+    this.callButton.classList.toggle('none', none);
+    this.closeButton.hidden = !!this.call;
     this.callButton.hidden = !!this.call;
     this.callButton.disabled = !online;
     this.endButton.hidden = !this.call;
@@ -242,6 +250,13 @@ export class Voice {
     call.begin().catch((error) => {
       if (this.call === call) this.finish(error && error.code ? error : { code: 'no-audio' });
     });
+  }
+
+  /** Closes the call panel (no call runs: it showed why there is no voice, or how the last call ended). */
+  close() {
+    if (this.call) return;
+    this.panel.hidden = true;
+    this.callButton.focus();
   }
 
   /** "End call": the laptop closes the Gemini session; the page stops at once. */
