@@ -122,6 +122,8 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
         env: None,
         approvals_store: Some(options.home.path(crate::approvals::STORE_FILE)),
     })?;
+    // Approvals open when the agent stops are ended by the stop and reported after the restart.
+    toolbox.approvals().stop_with(shutdown.clone());
     let tasks = TaskTracker::new();
     let mut ctx = AgentContext::new(toolbox, tasks.clone());
     ctx.gemini = options.gemini.clone().map(Arc::new);

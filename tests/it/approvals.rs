@@ -424,11 +424,33 @@ mod cli {
         let resolved = recv_type(&mut phone, "approval_resolved").await;
         assert_eq!(resolved["approval"], id.as_str());
         assert_eq!((resolved["decision"].as_str(), resolved["by"].as_str()), (Some("deny"), Some("restart")));
-        assert!(resolved["message"].as_str().unwrap().contains("restarted"), "{resolved}");
+        assert!(resolved["message"].as_str().unwrap().contains("stopped before anyone answered"), "{resolved}");
         let decided = approval_lines(&audit_lines_in(&home), &id);
         assert_eq!(decided.last().unwrap()["by"], "restart", "{decided:?}");
         let (_, stderr) = run.stop();
         assert!(stderr.contains("approval") && stderr.contains(&id), "the restart says so: {stderr}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_approval_open_when_voxa_is_stopped_is_denied_and_reported_again_after_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("voxa");
+        let workspace = tempfile::tempdir().unwrap();
+        prepare(&home);
+        let run = start(&home, workspace.path());
+        let mut laptop = client(&home, run.port).await;
+        follow(&mut laptop).await;
+        send(&mut laptop, run_command("k3", "echo never")).await;
+        let id = recv_type(&mut laptop, "approval").await["approval"].as_str().unwrap().to_owned();
+        run.stop();
+
+        let run = start(&home, workspace.path());
+        let mut phone = client(&home, run.port).await;
+        follow(&mut phone).await;
+        let resolved = recv_type(&mut phone, "approval_resolved").await;
+        assert_eq!((resolved["approval"].as_str(), resolved["by"].as_str()), (Some(id.as_str()), Some("restart")));
+        assert!(!workspace.path().join("never").exists());
+        run.stop();
     }
 }
 
