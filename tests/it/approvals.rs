@@ -222,6 +222,38 @@ async fn an_approval_outlives_a_relay_restart() {
 }
 
 #[tokio::test]
+async fn hostile_answers_get_a_clear_error_and_leave_the_approval_open() {
+    let agent = asking_agent(None, 600).await;
+    let mut laptop = agent.local_client().await;
+    follow(&mut laptop).await;
+    send(&mut laptop, run_command("h0", "echo survived")).await;
+    let id = recv_type(&mut laptop, "approval").await["approval"].as_str().unwrap().to_owned();
+    let long_id = "a-".to_owned() + &"f".repeat(10_000);
+    let huge = "x".repeat(5000);
+    for (frame, code) in [
+        (json!({"type":"approve","approval":"a-0000000000000000","decision":"allow"}), "not-found"),
+        (json!({"type":"approve","approval":long_id,"decision":"allow"}), "invalid-args"),
+        (json!({"type":"approve","approval":id,"decision":"deny","message":huge}), "too-large"),
+        (json!({"type":"approve","approval":id,"decision":"allow","answers":["not","an","object"]}), "invalid-args"),
+        (json!({"type":"approve","approval":id,"decision":"allow_session"}), "invalid-args"),
+        (json!({"type":"approve","approval":id,"decision":"yes please"}), "bad-frame"),
+    ] {
+        send(&mut laptop, frame.clone()).await;
+        let answer = recv_json(&mut laptop).await;
+        assert_eq!(
+            (answer["type"].as_str(), answer["code"].as_str()),
+            (Some("error"), Some(code)),
+            "{frame}: {answer}"
+        );
+        assert!(answer.to_string().len() < 1000, "the error does not echo the input back: {answer}");
+    }
+    // Still open, and the real answer still works.
+    send(&mut laptop, json!({"type":"approve","approval":id,"decision":"allow"})).await;
+    let (_, result) = resolved_and_result(&mut laptop, "h0").await;
+    assert!(result["result"]["output"].as_str().unwrap().contains("survived"), "{result}");
+}
+
+#[tokio::test]
 async fn a_hosted_voice_call_waits_for_the_phone_and_cannot_answer_itself() {
     let relay = TestRelay::start().await;
     let agent = asking_agent(Some(&relay), 600).await;
