@@ -132,14 +132,15 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
             *shown = relay.to_string();
         }
     }
-    ctx.router = Some(Arc::new(HostRouter::new(HostOptions {
+    let router = HostRouter::new(HostOptions {
         home: options.home.clone(),
         dial: options.dial.clone(),
         relay: options.relay.clone(),
-        toolbox: Some(ctx.toolbox.clone()),
+        toolbox: Some(ctx.toolbox().clone()),
         tasks,
         shutdown: shutdown.clone(),
-    })));
+    });
+    ctx.dispatcher = ctx.dispatcher.clone().with_router(Arc::new(router));
     Ok(ctx)
 }
 
