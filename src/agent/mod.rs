@@ -96,7 +96,7 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
         events: options.events.clone(),
     };
     env_side::spawn_environment_side(environment_side, &ctx, shutdown.clone())?;
-    let gate: Arc<dyn Gate> = Arc::new(TokenGate { token: options.secrets.auth_token.clone(), caller: "loopback" });
+    let gate: Arc<dyn Gate> = Arc::new(token_gate(&options, "loopback"));
     ctx.tasks.spawn({
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
@@ -108,6 +108,11 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
     });
     spawn_relay_links(options, &ctx, &shutdown);
     Ok(RunningAgent { loopback, ctx, shutdown })
+}
+
+/// The gate of this home's auth token, refusing protocol 2 when `config.toml` says so.
+fn token_gate(options: &AgentOptions, caller: &'static str) -> TokenGate {
+    TokenGate::new(options.secrets.auth_token.clone(), caller, options.config.security.require_sealed)
 }
 
 /// What the agent's sessions share: the toolbox (its tools kept out of the home), the voice
@@ -124,6 +129,8 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
         env: None,
         approvals_store: Some(options.home.path(crate::approvals::STORE_FILE)),
     })?;
+    // Approvals open when the agent stops are ended by the stop and reported after the restart.
+    toolbox.approvals().stop_with(shutdown.clone());
     let tasks = TaskTracker::new();
     let mut ctx = AgentContext::new(toolbox, tasks.clone());
     ctx.gemini = options.gemini.clone().map(Arc::new);
@@ -133,7 +140,7 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
         Ok((notifier, queue)) => {
             tasks.spawn(queue.run(notifier.clone(), shutdown.clone()));
             tasks.spawn(notify::watch_approvals(
-                ctx.toolbox.approvals().clone(),
+                ctx.toolbox().approvals().clone(),
                 notifier.clone(),
                 ctx.status.clone(),
                 shutdown.clone(),
@@ -147,36 +154,38 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
             *shown = relay.to_string();
         }
     }
-    ctx.router = Some(Arc::new(HostRouter::new(HostOptions {
+    let router = HostRouter::new(HostOptions {
         home: options.home.clone(),
         dial: options.dial.clone(),
         relay: options.relay.clone(),
-        toolbox: Some(ctx.toolbox.clone()),
+        toolbox: Some(ctx.toolbox().clone()),
         tasks,
         shutdown: shutdown.clone(),
-    })));
+    });
+    ctx.dispatcher = ctx.dispatcher.clone().with_router(Arc::new(router));
     Ok(ctx)
 }
 
 /// The relay link on this home's code and, for a while after `pair --rotate`, one on the code it
 /// replaced. Does nothing without a relay.
 fn spawn_relay_links(options: AgentOptions, ctx: &Arc<AgentContext>, shutdown: &CancellationToken) {
-    let Some(relay) = options.relay else { return };
+    let Some(relay) = options.relay.clone() else { return };
+    let phone_gate = token_gate(&options, "phone");
+    let retired_gate = token_gate(&options, "phone");
     let link = RelayLink {
         url: relay.socket_url("/agent", options.secrets.relay_code.expose()),
         relay,
         dial: options.dial,
         heartbeat: options.heartbeat,
         backoff: options.backoff,
-        gate: Arc::new(TokenGate { token: options.secrets.auth_token.clone(), caller: "phone" }),
+        gate: Arc::new(phone_gate),
         ctx: ctx.clone(),
         events: Some(options.events),
     };
     // A code the home no longer trusts must not stop the agent; it is only left unanswered.
     match options.home.retired_code() {
         Ok(Some(retired)) => {
-            let gate = TokenGate { token: options.secrets.auth_token.clone(), caller: "phone" };
-            let link = RelayLink { gate: Arc::new(retired::RetiredGate { current: gate }), ..link.clone() };
+            let link = RelayLink { gate: Arc::new(retired::RetiredGate { current: retired_gate }), ..link.clone() };
             retired::spawn_retired_link(&link, retired, options.retired_window, ctx, shutdown);
         }
         Ok(None) => {}

@@ -59,7 +59,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         (opt_string(), opt_string(), opt_string()),
     )
         .prop_map(|(protocol, (token, proof, client), (role, env_key, nonce))| {
-            ClientMessage::Hello(Hello { protocol, token, proof, client, role, env_key, nonce })
+            ClientMessage::Hello(Hello { protocol, token, proof, client, role, env_key, nonce, noise: None })
         });
     let bearer = any::<String>().prop_map(|bearer| ClientMessage::Bearer(BearerFrame { bearer }));
     let call = (any::<String>(), tool_name(), json_value(), opt_string())
@@ -109,13 +109,18 @@ fn agent_message() -> impl Strategy<Value = AgentMessage> {
                 env_key,
                 host: None,
                 vapid_public_key: None,
+                noise: None,
             })
         },
     );
     prop_oneof![
         tool_result,
         hello_ok,
-        (any::<u32>(), any::<String>()).prop_map(|(protocol, nonce)| AgentMessage::Challenge { protocol, nonce }),
+        (any::<u32>(), any::<String>()).prop_map(|(protocol, nonce)| AgentMessage::Challenge {
+            protocol,
+            nonce,
+            protocols: vec![]
+        }),
         (any::<String>(), any::<String>(), any::<String>())
             .prop_map(|(env_key, nonce, signature)| AgentMessage::Identity { env_key, nonce, signature }),
         (error_code(), opt_string()).prop_map(|(code, message)| AgentMessage::Error { code, message }),
