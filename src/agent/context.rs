@@ -12,6 +12,7 @@ use super::gate::Admission;
 use crate::environments::EnvRouter;
 use crate::gemini::{declare_env_argument, GeminiConfig};
 use crate::protocol::{self, AgentMessage, AgentStatus, HelloOk};
+use crate::sessions::SessionHost;
 use crate::tools::Toolbox;
 
 /// Live state shown by `voxa status`.
@@ -36,12 +37,14 @@ pub struct AgentContext {
     pub status: Arc<LiveStatus>,
     /// Every task of this agent: connections, calls, progress forwarders, voice bridges.
     pub tasks: TaskTracker,
+    /// The coding-agent sessions; `None` when their store could not be opened.
+    pub sessions: Option<SessionHost>,
 }
 
 impl AgentContext {
     /// A context whose tasks go through `tasks`.
     pub fn new(toolbox: Toolbox, tasks: TaskTracker) -> Self {
-        AgentContext { toolbox, gemini: None, router: None, status: Arc::default(), tasks }
+        AgentContext { toolbox, gemini: None, router: None, status: Arc::default(), tasks, sessions: None }
     }
 
     /// `"hosted"` or `"self-hosted"`.

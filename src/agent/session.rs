@@ -131,7 +131,7 @@ impl Session {
                 Some(voice) => voice.end.cancel(),
                 None => self.send(gemini::no_call_error()).await,
             },
-            ClientMessage::Follow { .. } => self.follow(),
+            ClientMessage::Follow { after } => self.follow(after.as_ref()),
             ClientMessage::Unfollow => {
                 if let Some(following) = self.following.take() {
                     following.cancel();
@@ -146,16 +146,24 @@ impl Session {
     }
 
     /// Starts (or restarts) the delivery of approvals to this client: the open ones, then each change.
-    fn follow(&mut self) {
+    /// With sessions, also every session's `agent_event`s after the `after` marks, then live.
+    fn follow(&mut self, after: Option<&Value>) {
         if let Some(previous) = self.following.take() {
             previous.cancel();
         }
         let following = self.cancel.child_token();
         self.following = Some(following.clone());
         let broker = self.ctx.toolbox.approvals().clone();
-        self.ctx
-            .tasks
-            .spawn(approvals::forward(broker, self.out.clone(), following, |notice| Some(Frame::from(&notice))));
+        self.ctx.tasks.spawn(approvals::forward(broker, self.out.clone(), following.clone(), |notice| {
+            Some(Frame::from(&notice))
+        }));
+        if let Some(sessions) = &self.ctx.sessions {
+            let follower = sessions.follow(&crate::sessions::follow::after_marks(after));
+            let events = crate::sessions::follow::forward(follower, self.out.clone(), following, |event| {
+                Frame::text(event.to_frame().to_string())
+            });
+            self.ctx.tasks.spawn(events);
+        }
     }
 
     async fn start_voice(&mut self) {
