@@ -137,22 +137,26 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
     // opened costs the sessions only.
     let sessions = SessionHost::open(SessionHostOptions {
         store_dir: options.home.path(SESSIONS_DIR),
-        toolbox: ctx.toolbox.clone(),
+        toolbox: ctx.toolbox().clone(),
         tasks: tasks.clone(),
         shutdown: shutdown.clone(),
     });
     match sessions {
-        Ok(host) => ctx.sessions = Some(host),
+        Ok(host) => {
+            ctx.dispatcher = ctx.dispatcher.clone().with_sessions(Arc::new(host.clone()));
+            ctx.sessions = Some(host);
+        }
         Err(err) => warn!("coding-agent sessions are unavailable: {err:#}"),
     }
-    ctx.router = Some(Arc::new(HostRouter::new(HostOptions {
+    let router = HostRouter::new(HostOptions {
         home: options.home.clone(),
         dial: options.dial.clone(),
         relay: options.relay.clone(),
-        toolbox: Some(ctx.toolbox.clone()),
+        toolbox: Some(ctx.toolbox().clone()),
         tasks,
         shutdown: shutdown.clone(),
-    })));
+    });
+    ctx.dispatcher = ctx.dispatcher.clone().with_router(Arc::new(router));
     Ok(ctx)
 }
 
