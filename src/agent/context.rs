@@ -1,18 +1,17 @@
-//! What every session of one agent shares: the toolbox, the voice settings, the environment
-//! router, the live status `voxa status` shows, and the one task tracker every task the agent
-//! spawns goes through (so stopping the agent waits for calls in flight and voice bridges).
+//! What every session of one agent shares: the tool dispatcher (this machine's tools and the
+//! router to environments), the voice settings, the live status `voxa status` shows, and the one
+//! task tracker every task the agent spawns goes through (so stopping the agent waits for calls in
+//! flight and voice bridges).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use serde_json::Value;
 use tokio_util::task::TaskTracker;
 
 use super::gate::Admission;
-use crate::environments::EnvRouter;
-use crate::gemini::{declare_env_argument, GeminiConfig};
+use crate::gemini::GeminiConfig;
 use crate::protocol::{self, AgentMessage, AgentStatus, HelloOk};
-use crate::tools::Toolbox;
+use crate::tools::{Dispatcher, Toolbox};
 
 /// Live state shown by `voxa status`.
 #[derive(Debug, Default)]
@@ -30,18 +29,23 @@ pub struct LiveStatus {
 
 /// What every session of one agent shares.
 pub struct AgentContext {
-    pub toolbox: Toolbox,
+    /// Every tool call of every session goes through it.
+    pub dispatcher: Dispatcher,
     pub gemini: Option<Arc<GeminiConfig>>,
-    pub router: Option<Arc<dyn EnvRouter>>,
     pub status: Arc<LiveStatus>,
     /// Every task of this agent: connections, calls, progress forwarders, voice bridges.
     pub tasks: TaskTracker,
 }
 
 impl AgentContext {
-    /// A context whose tasks go through `tasks`.
+    /// A context for this machine's tools only, whose tasks go through `tasks`.
     pub fn new(toolbox: Toolbox, tasks: TaskTracker) -> Self {
-        AgentContext { toolbox, gemini: None, router: None, status: Arc::default(), tasks }
+        AgentContext { dispatcher: Dispatcher::new(toolbox), gemini: None, status: Arc::default(), tasks }
+    }
+
+    /// This machine's tools.
+    pub fn toolbox(&self) -> &Toolbox {
+        self.dispatcher.toolbox()
     }
 
     /// `"hosted"` or `"self-hosted"`.
@@ -55,36 +59,15 @@ impl AgentContext {
 
     /// The `hello_ok` for an admitted caller.
     pub fn hello_ok(&self, admission: &Admission) -> AgentMessage {
-        let mut tools = self.toolbox.names();
-        if let Some(router) = &self.router {
-            // Listed when some of its uses are allowed; each call is checked again.
-            tools.extend(router.tool_names().into_iter().filter(|name| self.toolbox.check_policy(name, false).is_ok()));
-        }
         AgentMessage::HelloOk(HelloOk {
             agent: crate::agent_name(),
             mode: self.mode().to_owned(),
-            tools,
+            tools: self.dispatcher.tool_names(),
             protocol: protocol::PROTOCOL_VERSION,
             env_key: admission.env_key.clone(),
             proof: admission.proof.clone(),
             host: host_name(),
         })
-    }
-
-    /// Gemini function declarations: this machine's tools and, on a host with environments, an
-    /// optional `env` argument on each plus the router's own tools (`fleet`).
-    pub fn gemini_declarations(&self) -> Value {
-        let mut declarations = match self.toolbox.gemini_declarations() {
-            Value::Array(list) => list,
-            _ => Vec::new(),
-        };
-        if let Some(router) = &self.router {
-            declare_env_argument(&mut declarations);
-            declarations.extend(router.gemini_declarations().into_iter().filter(|declaration| {
-                declaration["name"].as_str().is_some_and(|name| self.toolbox.check_policy(name, false).is_ok())
-            }));
-        }
-        Value::Array(declarations)
     }
 
     /// A snapshot for `status`.
@@ -99,8 +82,8 @@ impl AgentContext {
             phone_present: self.status.phone_present.load(Ordering::Relaxed),
             retired_code_until: self.status.retired_code_until.lock().map(|until| *until).unwrap_or_default(),
             calls_in_flight: self.status.calls_in_flight.load(Ordering::Relaxed),
-            workspace: self.toolbox.workspace().display().to_string(),
-            sees: Some(self.toolbox.sees()),
+            workspace: self.toolbox().workspace().display().to_string(),
+            sees: Some(self.toolbox().sees()),
         }
     }
 }

@@ -122,6 +122,8 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
         env: None,
         approvals_store: Some(options.home.path(crate::approvals::STORE_FILE)),
     })?;
+    // Approvals open when the agent stops are ended by the stop and reported after the restart.
+    toolbox.approvals().stop_with(shutdown.clone());
     let tasks = TaskTracker::new();
     let mut ctx = AgentContext::new(toolbox, tasks.clone());
     ctx.gemini = options.gemini.clone().map(Arc::new);
@@ -130,14 +132,15 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
             *shown = relay.to_string();
         }
     }
-    ctx.router = Some(Arc::new(HostRouter::new(HostOptions {
+    let router = HostRouter::new(HostOptions {
         home: options.home.clone(),
         dial: options.dial.clone(),
         relay: options.relay.clone(),
-        toolbox: Some(ctx.toolbox.clone()),
+        toolbox: Some(ctx.toolbox().clone()),
         tasks,
         shutdown: shutdown.clone(),
-    })));
+    });
+    ctx.dispatcher = ctx.dispatcher.clone().with_router(Arc::new(router));
     Ok(ctx)
 }
 

@@ -38,7 +38,7 @@ pub const NOTICE_QUEUE: usize = 256;
 /// The message of an approval nobody answered.
 pub const EXPIRED_MESSAGE: &str = "no one approved in time";
 /// The message of an approval that was open when voxa stopped.
-pub const RESTART_MESSAGE: &str = "voxa restarted before anyone answered";
+pub const RESTART_MESSAGE: &str = "voxa stopped before anyone answered";
 /// Largest `input` kept in an approval frame, in bytes of JSON; a larger one is replaced by a note.
 pub const MAX_INPUT_LEN: usize = 64 << 10;
 
@@ -64,7 +64,7 @@ impl Default for BrokerOptions {
 }
 
 /// One action that waits for the user.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Request {
     pub source: ApprovalSource,
     pub tool: String,
@@ -143,6 +143,9 @@ struct Inner {
     store: Option<PathBuf>,
     state: Mutex<State>,
     notices: broadcast::Sender<Notice>,
+    /// Cancelled when the agent stops: what is withdrawn from then on is ended by the stop, and
+    /// stays in the store so the next start reports it too.
+    stop: std::sync::OnceLock<CancellationToken>,
 }
 
 #[derive(Default)]
@@ -175,10 +178,22 @@ impl Broker {
                 store: options.store,
                 state: Mutex::default(),
                 notices,
+                stop: std::sync::OnceLock::new(),
             }),
         };
         broker.end_leftovers();
         broker
+    }
+
+    /// Ties the broker to the agent's shutdown: an approval withdrawn while the agent stops (its
+    /// call cancelled, its coding agent ended) is ended `by:"restart"`, and the home keeps it so
+    /// the next start says so again to whoever follows then.
+    pub fn stop_with(&self, shutdown: CancellationToken) {
+        let _ = self.inner.stop.set(shutdown);
+    }
+
+    fn stopping(&self) -> bool {
+        self.inner.stop.get().is_some_and(CancellationToken::is_cancelled)
     }
 
     /// How long an approval waits.
@@ -241,13 +256,18 @@ impl Broker {
         if by == DecidedBy::Voice && decision == Decision::AllowSession && open.frame.risk.needs_explicit_allow() {
             return Err(DecideError::NeedsExplicitAllow);
         }
+        let stopping = by == DecidedBy::Withdrawn && self.stopping();
+        let (by, message) =
+            if stopping { (DecidedBy::Restart, Some(RESTART_MESSAGE.to_owned())) } else { (by, message) };
         let Some(open) = state.open.remove(id) else { return Err(DecideError::NotFound) };
         let message = message.map(|text| summary::clip(&text, crate::protocol::MAX_APPROVAL_TEXT_LEN));
         let resolved = ApprovalResolved { approval: id.to_owned(), decision, by, message: message.clone() };
         self.audit(&open.frame, Some(&resolved));
         let _ = open.answer.send(Answer { decision, message, answers, by });
         let _ = self.inner.notices.send(AgentMessage::ApprovalResolved(resolved));
-        self.persist(&state);
+        if !stopping {
+            self.persist(&state);
+        }
         Ok(())
     }
 

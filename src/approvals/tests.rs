@@ -243,3 +243,22 @@ fn voice_prompts_name_the_id_and_the_care_a_risk_needs() {
     let plain = voice_prompt(&ApprovalFrame { risk: Risk::Write, ..frame });
     assert!(!plain.contains("explicit"), "{plain}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn what_the_stop_withdraws_is_ended_by_the_restart_and_kept_for_the_next_start() {
+    let home = tempfile::tempdir().unwrap();
+    let options = BrokerOptions { store: Some(home.path().join("approvals.json")), ..Default::default() };
+    let first = Broker::new(options.clone());
+    let shutdown = CancellationToken::new();
+    first.stop_with(shutdown.clone());
+    let pending = first.request(request("run_command"));
+    let id = pending.id().to_owned();
+    shutdown.cancel();
+    let answer = pending.wait(&shutdown).await;
+    assert_eq!((answer.decision, answer.by), (Decision::Deny, DecidedBy::Restart));
+    let second = Broker::new(options);
+    let (snapshot, _) = second.follow();
+    assert!(
+        matches!(&snapshot[..], [AgentMessage::ApprovalResolved(r)] if r.approval == id && r.by == DecidedBy::Restart)
+    );
+}

@@ -36,15 +36,14 @@ use super::hub::{Action, End, Outbox, Push, Slot};
 use super::metrics::RelayMetrics;
 use super::socket::{forward, read_side, write_side, Deliver, Membership, RelayStream};
 use super::{Limits, Route, NOT_FOUND};
-use crate::environments::host::{fleet_declaration, FLEET_TOOL};
-use crate::gemini::{self, declare_env_argument, CallLog, GeminiConfig, VoiceCall, VoiceInput, VoiceTools};
+use crate::gemini::{self, CallLog, GeminiConfig, VoiceCall, VoiceInput, VoiceTools};
 use crate::net::http::RequestHead;
 use crate::protocol::{
     self, AgentMessage, CallErrorCode, ClientMessage, ErrorCode, Frame, PeerRole, ToolCall, ToolError, ToolResult,
     HOSTED_CALLER,
 };
 use crate::secret::Secret;
-use crate::tools::{gemini_declarations_named, ToolOutput};
+use crate::tools::{gemini_declarations, ToolOutput};
 
 /// Hosted calls one relay runs at once unless its operator says otherwise.
 pub const DEFAULT_MAX_CALLS: usize = 100;
@@ -292,19 +291,10 @@ impl Handshake {
     }
 }
 
-/// Gemini's declarations for the tools of a `hello_ok`. An agent that lists the environment
-/// router's `fleet` drives other machines: every other tool then takes the optional `env`
-/// argument, as on a self-hosted call.
+/// Gemini's declarations for the tools of a `hello_ok` (at most [`MAX_DECLARED_TOOLS`]), built as
+/// a self-hosted call builds them: an agent that lists `fleet` gets the `env` argument on the rest.
 fn hosted_declarations(tools: &[String]) -> Value {
-    let tools = &tools[..tools.len().min(MAX_DECLARED_TOOLS)];
-    let has_router = tools.iter().any(|name| name == FLEET_TOOL);
-    let own: Vec<String> = tools.iter().filter(|name| *name != FLEET_TOOL).cloned().collect();
-    let Value::Array(mut declarations) = gemini_declarations_named(&own) else { return Value::Array(Vec::new()) };
-    if has_router {
-        declare_env_argument(&mut declarations);
-        declarations.push(fleet_declaration());
-    }
-    Value::Array(declarations)
+    gemini_declarations(&tools[..tools.len().min(MAX_DECLARED_TOOLS)])
 }
 
 /// Why the session ended.
@@ -806,7 +796,7 @@ mod tests {
             assert_eq!(declaration.pointer("/parameters/properties/env/type"), Some(&Value::from("STRING")));
         }
         let fleet = host.iter().find(|d| d["name"] == "fleet").unwrap();
-        assert_eq!(fleet, &fleet_declaration(), "fleet as a self-hosted call declares it");
+        assert_eq!(fleet, &gemini_declarations(&["fleet"])[0], "fleet as a self-hosted call declares it");
         let many: Vec<String> = (0..MAX_DECLARED_TOOLS + 10).map(|n| format!("tool_{n}")).collect();
         assert_eq!(hosted_declarations(&many).as_array().unwrap().len(), MAX_DECLARED_TOOLS);
     }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use super::event::Event;
-use super::gate::{PermissionAnswer, PermissionRequest};
+use crate::approvals::{Answer, Request};
 
 /// How to start the agent's process.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,7 +27,7 @@ pub enum Output {
     /// The agent's own id for this session, to resume it later.
     ResumeId(String),
     /// A prompt that needs an answer; `ask` identifies it to [`Adapter::answer`].
-    Ask { ask: Ask, request: PermissionRequest },
+    Ask { ask: Ask, request: Request },
     /// The agent withdrew the prompt `ask.id`.
     Withdrawn(String),
     /// The running turn ended (its `turn_end` event comes as an [`Output::Event`] before).
@@ -69,7 +69,7 @@ pub trait Adapter: Send + 'static {
     /// The lines that interrupt the running turn.
     fn interrupt(&mut self) -> Vec<String>;
     /// The lines that answer a prompt.
-    fn answer(&mut self, ask: &Ask, answer: &PermissionAnswer) -> Vec<String>;
+    fn answer(&mut self, ask: &Ask, answer: &Answer) -> Vec<String>;
     /// What one line of output means.
     fn on_line(&mut self, line: &[u8]) -> Vec<Output>;
     /// What the end of a one-turn process means (its output already read).

@@ -9,7 +9,8 @@ use serde_json::{json, Value};
 use super::adapter::{line, Adapter, Ask, Launch, Output};
 use super::describe::{edit_diff, risk, summary};
 use super::event::{bounded_input, capped, Event, MAX_TEXT_LEN, MAX_TOOL_OUTPUT};
-use super::gate::{Decision, PermissionAnswer, PermissionRequest};
+use crate::approvals::{Answer, Request};
+use crate::protocol::{ApprovalSource, Decision};
 
 /// What the CLI says when it has no credentials.
 const NOT_LOGGED_IN: &str = "Not logged in";
@@ -17,6 +18,7 @@ const NOT_LOGGED_IN: &str = "Not logged in";
 /// The Claude Code adapter of one session.
 pub struct Claude {
     program: PathBuf,
+    /// voxa's id of the session, the source of its approvals.
     session: String,
     cwd: PathBuf,
     requests: u64,
@@ -100,13 +102,14 @@ impl Claude {
         let session_grant = request.pointer("/permission_suggestions/0").cloned();
         let questions = (tool == "AskUserQuestion").then(|| input.get("questions").cloned()).flatten();
         let summary = summary(&tool, &input, &self.cwd);
-        let request = PermissionRequest {
-            session: self.session.clone(),
+        let request = Request {
+            source: ApprovalSource::Session(self.session.clone()),
             risk: risk(&tool, &input, &self.cwd),
-            tool,
+            diff: edit_diff(&tool, &input),
             input: bounded_input(input.clone(), &summary),
+            tool,
             summary,
-            allow_session: session_grant.is_some() && questions.is_none(),
+            offers_session: session_grant.is_some() && questions.is_none(),
             questions,
         };
         out.push(Output::Ask { ask: Ask { id, input, session_grant }, request });
@@ -184,7 +187,7 @@ impl Adapter for Claude {
         vec![line(&json!({"type": "control_request", "request_id": id, "request": {"subtype": "interrupt"}}))]
     }
 
-    fn answer(&mut self, ask: &Ask, answer: &PermissionAnswer) -> Vec<String> {
+    fn answer(&mut self, ask: &Ask, answer: &Answer) -> Vec<String> {
         let response = match answer.decision {
             Decision::Allow | Decision::AllowSession => {
                 let mut input = ask.input.clone();
@@ -199,7 +202,7 @@ impl Adapter for Claude {
             }
             Decision::Deny => json!({
                 "behavior": "deny",
-                "message": answer.message.clone().unwrap_or_else(|| "The user denied this.".into()),
+                "message": answer.denial_message(),
             }),
         };
         vec![line(&json!({
@@ -239,6 +242,7 @@ impl Adapter for Claude {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::DecidedBy;
 
     fn claude() -> Claude {
         Claude::new("claude".into(), "s-1".into(), "/work".into())
@@ -316,18 +320,16 @@ mod tests {
         );
         let [Output::Ask { ask, request }] = asked.as_slice() else { panic!("{asked:?}") };
         assert_eq!(
-            (request.tool.as_str(), request.summary.as_str(), request.allow_session),
+            (request.tool.as_str(), request.summary.as_str(), request.offers_session),
             ("Write", "write a.txt", true)
         );
-        let allow =
-            PermissionAnswer { decision: Decision::AllowSession, message: None, answers: None, by: "phone".into() };
+        let allow = Answer { decision: Decision::AllowSession, message: None, answers: None, by: DecidedBy::Phone };
         let written: Value = serde_json::from_str(&adapter.answer(ask, &allow)[0]).unwrap();
         assert_eq!(written["response"]["request_id"], "r1");
         assert_eq!(written["response"]["response"]["behavior"], "allow");
         assert_eq!(written["response"]["response"]["updatedInput"]["content"], "hi");
         assert_eq!(written["response"]["response"]["updatedPermissions"][0]["mode"], "acceptEdits");
-        let deny =
-            PermissionAnswer { decision: Decision::Deny, message: Some("no".into()), answers: None, by: "cli".into() };
+        let deny = Answer { decision: Decision::Deny, message: Some("no".into()), answers: None, by: DecidedBy::Cli };
         let written: Value = serde_json::from_str(&adapter.answer(ask, &deny)[0]).unwrap();
         assert_eq!(written["response"]["response"], json!({"behavior": "deny", "message": "no"}));
         assert_eq!(
@@ -345,11 +347,11 @@ mod tests {
         );
         let [Output::Ask { ask, request }] = asked.as_slice() else { panic!("{asked:?}") };
         assert_eq!(request.questions.as_ref().unwrap()[0]["question"], "Which?");
-        let answer = PermissionAnswer {
+        let answer = Answer {
             decision: Decision::Allow,
             message: None,
             answers: Some(json!({"Which?": "B"})),
-            by: "phone".into(),
+            by: DecidedBy::Phone,
         };
         let written: Value = serde_json::from_str(&adapter.answer(ask, &answer)[0]).unwrap();
         assert_eq!(written["response"]["response"]["updatedInput"]["answers"]["Which?"], "B");

@@ -7,7 +7,7 @@ use serde_json::Value;
 use similar::TextDiff;
 
 use super::event::MAX_DIFF_LEN;
-use super::gate::Risk;
+use crate::protocol::Risk;
 use crate::text::prefix;
 
 /// Largest file read to show an edit's diff; a larger one is diffed as the edit's text alone.

@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::protocol::{DecidedBy, Decision, Risk};
+
 /// Longest text of one `text` event; longer agent text is cut.
 pub const MAX_TEXT_LEN: usize = 64 << 10;
 /// Longest `output` of one `tool_result` event; longer output is cut, the cut said.
@@ -13,18 +15,6 @@ pub const MAX_DIFF_LEN: usize = 64 << 10;
 /// Most bytes of a tool's `input` kept in a `tool_use` or `approval` event; larger inputs are
 /// replaced by their summary.
 pub const MAX_INPUT_LEN: usize = 64 << 10;
-
-/// What a prompt puts at stake (SPEC §12 `risk`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Risk {
-    Read,
-    Write,
-    Exec,
-    Network,
-    /// Touches something outside the session's directory.
-    Outside,
-}
 
 /// Where a session is (SPEC §12 `state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,8 +102,8 @@ pub enum Event {
     },
     ApprovalResolved {
         approval: String,
-        decision: String,
-        by: String,
+        decision: Decision,
+        by: DecidedBy,
     },
     TurnEnd {
         ok: bool,

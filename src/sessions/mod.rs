@@ -4,15 +4,14 @@
 //! Inside: [`host`](SessionHost) (the sessions by id and the tools' entry points), [`runner`]
 //! (one actor per session owning its process), [`adapter`] (the trait each agent's protocol sits
 //! behind: [`claude`], [`plain`] for configured agents), [`process`] (start, write, read, end),
-//! [`store`] (the log on disk), [`follow`] (replay then live), [`gate`] (where prompts go) and
-//! [`describe`] (summaries, risks and diffs).
+//! [`store`] (the log on disk), [`follow`] (replay then live) and [`describe`] (summaries, risks
+//! and diffs). Prompts go to the approval broker (`crate::approvals`).
 
 pub mod adapter;
 pub mod claude;
 pub mod describe;
 pub mod event;
 pub mod follow;
-pub mod gate;
 pub mod plain;
 pub mod process;
 pub mod runner;
@@ -34,8 +33,8 @@ use tracing::warn;
 
 pub use event::{Event, SessionEvent, SessionState};
 pub use follow::Follower;
-pub use gate::{Decision, LocalGate, Pending, PermissionAnswer, PermissionGate, PermissionRequest, Risk};
 
+use crate::approvals::Broker;
 use crate::config::{AgentCommand, Limits};
 use crate::protocol::{ErrorCode, ToolError};
 use crate::tools::coding_agent::{check_prompt_is_not_an_option, find_program, DEFAULT_AGENT, MAX_PROMPT_LEN};
@@ -57,8 +56,6 @@ pub struct SessionHostOptions {
     pub store_dir: PathBuf,
     /// Workspace, agents, limits and environment come from here.
     pub toolbox: Toolbox,
-    /// Where prompts go.
-    pub gate: Arc<dyn PermissionGate>,
     pub tasks: TaskTracker,
     /// Stops every session's process (they stay resumable).
     pub shutdown: CancellationToken,
@@ -68,7 +65,7 @@ pub struct SessionHostOptions {
 pub struct Shared {
     store: Arc<Store>,
     live: broadcast::Sender<SessionEvent>,
-    gate: Arc<dyn PermissionGate>,
+    approvals: Broker,
     env: Arc<[(OsString, OsString)]>,
     limits: Limits,
     tasks: TaskTracker,
@@ -149,7 +146,7 @@ impl SessionHost {
         let shared = Arc::new(Shared {
             store,
             live,
-            gate: options.gate,
+            approvals: options.toolbox.approvals().clone(),
             env: options.toolbox.child_env(),
             limits: options.toolbox.config().limits.clone(),
             tasks: options.tasks,
@@ -281,8 +278,8 @@ impl SessionHost {
     }
 
     /// Where this host's prompts go.
-    pub fn gate(&self) -> &Arc<dyn PermissionGate> {
-        &self.shared.gate
+    pub fn approvals(&self) -> &Broker {
+        &self.shared.approvals
     }
 
     /// Stops every session's process and waits until each has ended. (Cancelling the shutdown

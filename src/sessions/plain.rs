@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use super::adapter::{Adapter, Ask, Launch, Output};
 use super::claude::Claude;
 use super::event::{capped, Event, MAX_TEXT_LEN};
-use super::gate::PermissionAnswer;
+use crate::approvals::Answer;
 use crate::config::AgentCommand;
 use crate::tools::coding_agent::PROMPT_PLACEHOLDER;
 use crate::tools::output::AnsiStripper;
@@ -52,7 +52,7 @@ impl Adapter for Plain {
         Vec::new()
     }
 
-    fn answer(&mut self, _ask: &Ask, _answer: &PermissionAnswer) -> Vec<String> {
+    fn answer(&mut self, _ask: &Ask, _answer: &Answer) -> Vec<String> {
         Vec::new()
     }
 

@@ -9,16 +9,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::adapter::{Adapter, Ask, Output};
 use super::event::{now_ms, Event, SessionState, MAX_TEXT_LEN};
-use super::gate::{Pending, PermissionAnswer};
 use super::process::{Process, Step};
 use super::Shared;
+use crate::approvals::Answer;
+use crate::protocol::{DecidedBy, Decision};
 use crate::protocol::{ErrorCode, ToolError};
 
 /// Longest one turn may run before it is interrupted.
@@ -33,8 +33,6 @@ pub const TURN_EVENT_BYTES: usize = 32 << 20;
 /// Partial text is gathered up to this many bytes, or this long, into one event.
 const TEXT_BATCH: usize = 4 << 10;
 const TEXT_BATCH_DELAY: Duration = Duration::from_millis(40);
-/// After an approval's expiry, how long its answer is awaited before it is denied here.
-const APPROVAL_GRACE: Duration = Duration::from_secs(5);
 /// Turns waiting behind the running one, at most.
 pub const MAX_QUEUED_TURNS: usize = 32;
 
@@ -56,12 +54,13 @@ pub struct RunnerHandle {
 }
 
 /// An answer, and the agent's id of the prompt it answers.
-type AnswerOf = (String, PermissionAnswer);
+type AnswerOf = (String, Answer);
 
 struct OpenAsk {
     ask: Ask,
     approval: String,
-    waiter: JoinHandle<()>,
+    /// Withdraws the approval.
+    withdraw: CancellationToken,
 }
 
 /// One session's actor.
@@ -334,29 +333,31 @@ impl Runner {
                 }
                 Output::Ask { ask, request } => {
                     self.flush_text();
-                    let Pending { approval, expires_at, answer } = self.shared.gate.open(request.clone());
-                    let deadline = Duration::from_millis(expires_at.saturating_sub(now_ms())) + APPROVAL_GRACE;
+                    let shown = (request.tool.clone(), request.input.clone(), request.summary.clone(), request.risk);
+                    let questions = request.questions.clone();
+                    let pending = self.shared.approvals.request(request);
+                    let approval = pending.id().to_owned();
+                    let timeout = u64::try_from(self.shared.approvals.timeout().as_millis()).unwrap_or(u64::MAX);
+                    let expires_at = self
+                        .shared
+                        .approvals
+                        .get(&approval)
+                        .map_or_else(|| now_ms().saturating_add(timeout), |frame| frame.expires_at);
+                    let withdraw = CancellationToken::new();
                     let answers = self.answers.0.clone();
                     let ask_id = ask.id.clone();
-                    let waiter = tokio::spawn(async move {
-                        let answer = tokio::time::timeout(deadline, answer)
-                            .await
-                            .unwrap_or_else(|_| PermissionAnswer::timed_out());
+                    let cancel = withdraw.clone();
+                    // The broker denies at the expiry; the wait never outlives it.
+                    self.shared.tasks.spawn(async move {
+                        let answer = pending.wait(&cancel).await;
                         let _ = answers.send((ask_id, answer)).await;
                     });
                     // The count and the state are right by the time anyone hears of the prompt.
-                    self.asks.insert(ask.id.clone(), OpenAsk { ask, approval: approval.clone(), waiter });
+                    self.asks.insert(ask.id.clone(), OpenAsk { ask, approval: approval.clone(), withdraw });
                     self.pending.store(self.asks.len(), Ordering::Relaxed);
                     self.set_state(SessionState::Waiting);
-                    self.record(Event::Approval {
-                        approval,
-                        tool: request.tool,
-                        input: request.input,
-                        summary: request.summary,
-                        risk: request.risk,
-                        questions: request.questions,
-                        expires_at,
-                    });
+                    let (tool, input, summary, risk) = shown;
+                    self.record(Event::Approval { approval, tool, input, summary, risk, questions, expires_at });
                 }
                 Output::Withdrawn(id) => self.withdraw(&id),
                 Output::TurnEnded => self.end_turn().await,
@@ -392,14 +393,10 @@ impl Runner {
         self.record(Event::Text { text, partial: true });
     }
 
-    async fn on_answer(&mut self, id: &str, answer: PermissionAnswer) {
+    async fn on_answer(&mut self, id: &str, answer: Answer) {
         let Some(open) = self.asks.remove(id) else { return };
         self.pending.store(self.asks.len(), Ordering::Relaxed);
-        self.record(Event::ApprovalResolved {
-            approval: open.approval,
-            decision: answer.decision.as_str().to_owned(),
-            by: answer.by.clone(),
-        });
+        self.record(Event::ApprovalResolved { approval: open.approval, decision: answer.decision, by: answer.by });
         let lines = self.adapter.answer(&open.ask, &answer);
         let _ = self.write(&lines).await;
         if self.asks.is_empty() && self.working {
@@ -409,14 +406,11 @@ impl Runner {
 
     fn withdraw(&mut self, id: &str) {
         let Some(open) = self.asks.remove(id) else { return };
-        open.waiter.abort();
-        self.shared.gate.withdraw(&open.approval);
+        open.withdraw.cancel();
         self.pending.store(self.asks.len(), Ordering::Relaxed);
-        self.record(Event::ApprovalResolved {
-            approval: open.approval,
-            decision: "withdrawn".into(),
-            by: "agent".into(),
-        });
+        let withdrawn =
+            Event::ApprovalResolved { approval: open.approval, decision: Decision::Deny, by: DecidedBy::Withdrawn };
+        self.record(withdrawn);
         if self.asks.is_empty() && self.working {
             self.set_state(SessionState::Working);
         }

@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -13,10 +12,8 @@ use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use voxa::config::{AgentCommand, Config};
-use voxa::sessions::{
-    Decision, Event, Follower, LocalGate, PermissionAnswer, SessionEvent, SessionHost, SessionHostOptions,
-    SessionState, StartRequest,
-};
+use voxa::protocol::{DecidedBy, Decision, Risk};
+use voxa::sessions::{Event, Follower, SessionEvent, SessionHost, SessionHostOptions, SessionState, StartRequest};
 use voxa::tools::{Toolbox, ToolboxOptions};
 
 use crate::fake_model::{tool_results, user_text, FakeModel, Reply};
@@ -57,7 +54,6 @@ pub fn agent_env(bin: &Path, home: &Path, model: &FakeModel) -> Vec<(std::ffi::O
 
 struct Rig {
     host: SessionHost,
-    gate: Arc<LocalGate>,
     model: FakeModel,
     workspace: TempDir,
     home: TempDir,
@@ -74,16 +70,15 @@ impl Rig {
         let home = tempfile::tempdir().unwrap();
         let workspace = tempfile::tempdir().unwrap();
         let env = agent_env(&bin, home.path(), &model);
-        let gate = LocalGate::new(Duration::from_secs(600));
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
-        let host = open_host(&home, &workspace, &config, &env, gate.clone(), &shutdown, &tasks);
-        Some(Rig { host, gate, model, workspace, home, shutdown, tasks, env, config })
+        let host = open_host(&home, &workspace, &config, &env, &shutdown, &tasks);
+        Some(Rig { host, model, workspace, home, shutdown, tasks, env, config })
     }
 
     /// The same home opened again, as a restarted agent would.
     fn reopen(&self) -> SessionHost {
-        open_host(&self.home, &self.workspace, &self.config, &self.env, self.gate.clone(), &self.shutdown, &self.tasks)
+        open_host(&self.home, &self.workspace, &self.config, &self.env, &self.shutdown, &self.tasks)
     }
 
     async fn start(&self, prompt: &str) -> String {
@@ -92,8 +87,9 @@ impl Rig {
     }
 
     fn answer(&self, approval: &str, decision: Decision, message: Option<&str>, answers: Option<Value>) {
-        let answer = PermissionAnswer { decision, message: message.map(str::to_owned), answers, by: "phone".into() };
-        assert!(self.gate.answer(approval, answer), "approval {approval} was not open");
+        let answered =
+            self.host.approvals().decide(approval, decision, message.map(str::to_owned), answers, DecidedBy::Phone);
+        assert!(answered.is_ok(), "approval {approval} was not open: {answered:?}");
     }
 
     async fn stop(self) {
@@ -108,7 +104,6 @@ fn open_host(
     workspace: &TempDir,
     config: &Config,
     env: &[(std::ffi::OsString, std::ffi::OsString)],
-    gate: Arc<LocalGate>,
     shutdown: &CancellationToken,
     tasks: &TaskTracker,
 ) -> SessionHost {
@@ -122,7 +117,6 @@ fn open_host(
     SessionHost::open(SessionHostOptions {
         store_dir: home.path().join("voxa/sessions"),
         toolbox,
-        gate,
         tasks: tasks.clone(),
         shutdown: shutdown.clone(),
     })
@@ -188,7 +182,7 @@ async fn a_write_approved_happens_and_a_command_denied_does_not() {
     let asked = until(&mut follower, &session, "Write approval", is_approval("Write")).await;
     let Event::Approval { summary, risk, .. } = &asked.event else { unreachable!() };
     assert_eq!(summary, "write hello.txt");
-    assert_eq!(*risk, voxa::sessions::Risk::Write);
+    assert_eq!(*risk, Risk::Write);
     assert_eq!(rig.host.info(&session).unwrap().pending, 1);
     assert_eq!(rig.host.info(&session).unwrap().state, SessionState::Waiting);
     rig.answer(&approval_id(&asked), Decision::Allow, None, None);
@@ -208,7 +202,7 @@ async fn a_write_approved_happens_and_a_command_denied_does_not() {
     assert!(diff.contains("-old line\n") && diff.contains("+hello from the agent\n"), "{diff}");
     assert!(log.iter().any(|e| matches!(&e.event, Event::ToolResult { ok: true, .. })), "{log:#?}");
     assert!(log.iter().any(
-        |e| matches!(&e.event, Event::ApprovalResolved { decision, by, .. } if decision == "allow" && by == "phone")
+        |e| matches!(&e.event, Event::ApprovalResolved { decision, by, .. } if *decision == Decision::Allow && *by == DecidedBy::Phone)
     ));
     assert!(matches!(&log[0].event, Event::State { state: SessionState::Starting }));
     assert!(
@@ -231,7 +225,7 @@ async fn a_write_approved_happens_and_a_command_denied_does_not() {
     assert!(!rig.host.send(&session, "Now create denied.txt with touch", "phone").await.unwrap());
     let asked = until(&mut follower, &session, "Bash approval", is_approval("Bash")).await;
     let Event::Approval { risk, summary, .. } = &asked.event else { unreachable!() };
-    assert_eq!(*risk, voxa::sessions::Risk::Exec);
+    assert_eq!(*risk, Risk::Exec);
     assert!(summary.starts_with("touch "), "{summary}");
     rig.answer(&approval_id(&asked), Decision::Deny, Some("not on this machine"), None);
     until(&mut follower, &session, "turn end", is_turn_end).await;
