@@ -4,7 +4,7 @@
 
 // Layers, top to bottom; a module imports only from its own layer or below, never in a circle
 // (tests/it/layers.rs checks it; docs/ARCHITECTURE.md describes each module):
-//   commands → cli (argument types) → agent, relay, environments, gemini, sessions → net, tools, approvals
+//   commands → cli (argument types) → agent, relay, environments, gemini, sessions → net, seal, tools, approvals
 //   → protocol, state, secret, config, audit, error, logging
 pub mod cli;
 pub mod commands;
@@ -18,6 +18,7 @@ pub mod sessions;
 pub mod approvals;
 pub mod net;
 pub mod push;
+pub mod seal;
 pub mod tools;
 
 pub mod audit;

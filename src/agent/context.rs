@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::task::TaskTracker;
 
-use super::gate::Admission;
+use super::gate::{Admission, SessionCounts};
 use crate::gemini::GeminiConfig;
 use crate::protocol::{self, AgentMessage, AgentStatus, HelloOk};
 use crate::tools::{Dispatcher, Toolbox};
@@ -25,6 +25,8 @@ pub struct LiveStatus {
     /// seconds.
     pub retired_code_until: Mutex<Option<u64>>,
     pub calls_in_flight: AtomicUsize,
+    /// Open sessions, sealed (protocol 3) and plain (protocol 2).
+    pub sessions: Arc<SessionCounts>,
 }
 
 /// What every session of one agent shares.
@@ -67,6 +69,7 @@ impl AgentContext {
             env_key: admission.env_key.clone(),
             proof: admission.proof.clone(),
             host: host_name(),
+            noise: None,
         })
     }
 
@@ -82,6 +85,8 @@ impl AgentContext {
             phone_present: self.status.phone_present.load(Ordering::Relaxed),
             retired_code_until: self.status.retired_code_until.lock().map(|until| *until).unwrap_or_default(),
             calls_in_flight: self.status.calls_in_flight.load(Ordering::Relaxed),
+            sealed_sessions: self.status.sessions.sealed(),
+            plain_sessions: self.status.sessions.plain(),
             workspace: self.toolbox().workspace().display().to_string(),
             sees: Some(self.toolbox().sees()),
         }

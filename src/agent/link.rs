@@ -16,13 +16,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::context::AgentContext;
-use super::gate::{admit_bearer, admit_hello, Gate, HelloStep};
+use super::gate::{admit_bearer, admit_hello, start_session, Gate, HelloStep, SessionInput};
 use super::outbox::Outbox;
 use super::session::Session;
 use crate::config::RelayUrl;
 use crate::net::dial::{self, DialOptions};
 use crate::net::liveness::{cancelled, close_message, sleep_until, Heartbeat, Liveness, Pulse};
-use crate::protocol::{self, close, AgentMessage, ErrorCode, PeerNotice, PeerRole, PeerState};
+use crate::protocol::{self, close, AgentMessage, ErrorCode, Frame, PeerNotice, PeerRole, PeerState};
 
 /// A 4001 this soon after an abandoned dial is taken for that dial arriving late, not for
 /// another agent: the link dials again without warning that its code is in use.
@@ -322,20 +322,20 @@ impl RelayLink {
     /// One frame from the relay: a notice, the peer's text or audio, or the relay's close.
     async fn on_frame(&self, frame: Message, peer: &mut Peer, outbox: &Outbox) -> Result<(), Ended> {
         match frame {
-            Message::Text(text) => {
+            Message::Text(_) | Message::Binary(_) => {
                 let current = std::mem::replace(peer, Peer::Absent);
-                *peer = match PeerNotice::parse(&text) {
-                    Some(notice) => self.on_notice(notice, current, outbox).await,
-                    None => self.on_text(current, &text, outbox).await,
+                let notice = match &frame {
+                    Message::Text(text) => PeerNotice::parse(text),
+                    _ => None,
                 };
-            }
-            Message::Binary(data) => {
-                if let Peer::Ready { session, revoked } = peer {
-                    self.gate.check_revocations();
-                    if !revoked.as_ref().is_some_and(CancellationToken::is_cancelled) {
-                        session.on_binary(data).await;
+                *peer = match (notice, current, Frame::from_message(frame)) {
+                    (Some(notice), current, _) => self.on_notice(notice, current, outbox).await,
+                    (None, Peer::Ready { session, inbound, revoked }, Ok(frame)) => {
+                        self.on_session_frame(frame, session, inbound, revoked, outbox).await
                     }
-                }
+                    (None, current, Ok(Frame::Text(text))) => self.on_text(current, &text, outbox).await,
+                    (None, current, _) => current,
+                };
             }
             Message::Close(frame) if frame.as_ref().is_some_and(|f| u16::from(f.code) == close::REPLACED) => {
                 return Err(Ended::Replaced)
@@ -380,6 +380,37 @@ impl RelayLink {
         }
     }
 
+    /// A frame of an admitted session's peer, opened when the session is sealed. A sealed session
+    /// that receives what it cannot open ends here, with nothing run.
+    async fn on_session_frame(
+        &self,
+        frame: Frame,
+        mut session: Box<Session>,
+        mut inbound: SessionInput,
+        revoked: Option<CancellationToken>,
+        outbox: &Outbox,
+    ) -> Peer {
+        match inbound.open(frame) {
+            Ok(Some(frame)) => {
+                // A revocation written a moment ago ends the session before this frame runs.
+                self.gate.check_revocations();
+                if !revoked.as_ref().is_some_and(CancellationToken::is_cancelled) {
+                    session.on_frame(frame).await;
+                }
+            }
+            Ok(None) => {}
+            Err(broken) => {
+                warn!("{broken}; the phone's session is closed");
+                drop(session);
+                outbox.end_session().await;
+                send(&outbox.frames, AgentMessage::error(ErrorCode::SealedSessionBroken)).await;
+                self.report(LinkEvent::PeerRefused { code: ErrorCode::SealedSessionBroken });
+                return Peer::Refused;
+            }
+        }
+        Peer::Ready { session, inbound, revoked }
+    }
+
     async fn on_text(&self, peer: Peer, text: &str, outbox: &Outbox) -> Peer {
         let out = &outbox.frames;
         let admitted = match peer {
@@ -398,24 +429,24 @@ impl RelayLink {
                 Err(ErrorCode::UnauthenticatedCall) => return Peer::AwaitingBearer { deadline },
                 Err(code) => Err(code),
             },
-            Peer::Ready { mut session, revoked } => {
-                // A revocation written a moment ago ends the session before this frame runs.
-                self.gate.check_revocations();
-                if !revoked.as_ref().is_some_and(CancellationToken::is_cancelled) {
-                    session.on_text(text).await;
-                }
-                return Peer::Ready { session, revoked };
-            }
             other => return other,
         };
         match admitted {
-            Ok(admission) => {
-                send(out, self.ctx.hello_ok(&admission)).await;
-                self.report(LinkEvent::PeerAdmitted);
+            Ok(mut admission) => {
                 let session_out = outbox.begin_session().await;
+                let hello_ok = self.ctx.hello_ok(&admission);
+                let io = match start_session(&mut admission, hello_ok, session_out, &self.ctx.status.sessions).await {
+                    Ok(io) => io,
+                    Err(err) => {
+                        warn!("cannot answer the phone's hello: {err:#}");
+                        send(out, AgentMessage::error(ErrorCode::Internal)).await;
+                        return Peer::Refused;
+                    }
+                };
+                self.report(LinkEvent::PeerAdmitted);
                 let revoked = admission.revoked.clone();
-                let session = Session::new(self.ctx.clone(), admission.caller, session_out).relayed();
-                Peer::Ready { session: Box::new(session), revoked }
+                let session = Session::new(self.ctx.clone(), admission.caller, io.out).relayed();
+                Peer::Ready { session: Box::new(session), inbound: io.input, revoked }
             }
             Err(code) => {
                 send(out, AgentMessage::error(code)).await;
@@ -442,6 +473,7 @@ enum Peer {
     Refused,
     Ready {
         session: Box<Session>,
+        inbound: SessionInput,
         revoked: Option<CancellationToken>,
     },
 }

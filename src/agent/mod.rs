@@ -94,7 +94,7 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
         events: options.events.clone(),
     };
     env_side::spawn_environment_side(environment_side, &ctx, shutdown.clone())?;
-    let gate: Arc<dyn Gate> = Arc::new(TokenGate { token: options.secrets.auth_token.clone(), caller: "loopback" });
+    let gate: Arc<dyn Gate> = Arc::new(token_gate(&options, "loopback"));
     ctx.tasks.spawn({
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
@@ -106,6 +106,11 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
     });
     spawn_relay_links(options, &ctx, &shutdown);
     Ok(RunningAgent { loopback, ctx, shutdown })
+}
+
+/// The gate of this home's auth token, refusing protocol 2 when `config.toml` says so.
+fn token_gate(options: &AgentOptions, caller: &'static str) -> TokenGate {
+    TokenGate::new(options.secrets.auth_token.clone(), caller, options.config.security.require_sealed)
 }
 
 /// What the agent's sessions share: the toolbox (its tools kept out of the home), the voice
@@ -147,22 +152,23 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
 /// The relay link on this home's code and, for a while after `pair --rotate`, one on the code it
 /// replaced. Does nothing without a relay.
 fn spawn_relay_links(options: AgentOptions, ctx: &Arc<AgentContext>, shutdown: &CancellationToken) {
-    let Some(relay) = options.relay else { return };
+    let Some(relay) = options.relay.clone() else { return };
+    let phone_gate = token_gate(&options, "phone");
+    let retired_gate = token_gate(&options, "phone");
     let link = RelayLink {
         url: relay.socket_url("/agent", options.secrets.relay_code.expose()),
         relay,
         dial: options.dial,
         heartbeat: options.heartbeat,
         backoff: options.backoff,
-        gate: Arc::new(TokenGate { token: options.secrets.auth_token.clone(), caller: "phone" }),
+        gate: Arc::new(phone_gate),
         ctx: ctx.clone(),
         events: Some(options.events),
     };
     // A code the home no longer trusts must not stop the agent; it is only left unanswered.
     match options.home.retired_code() {
         Ok(Some(retired)) => {
-            let gate = TokenGate { token: options.secrets.auth_token.clone(), caller: "phone" };
-            let link = RelayLink { gate: Arc::new(retired::RetiredGate { current: gate }), ..link.clone() };
+            let link = RelayLink { gate: Arc::new(retired::RetiredGate { current: retired_gate }), ..link.clone() };
             retired::spawn_retired_link(&link, retired, options.retired_window, ctx, shutdown);
         }
         Ok(None) => {}

@@ -807,7 +807,7 @@ mod tests {
         let server = tokio::spawn(async move { tokio_tungstenite::accept_async(far).await.unwrap() });
         let near: Box<dyn dial::Io> = Box::new(near);
         let (client, _) = tokio_tungstenite::client_async("ws://relay.test/ws?code=x", near).await.unwrap();
-        (client, server.await.unwrap())
+        (crate::seal::Socket::plain(client), server.await.unwrap())
     }
 
     fn target(identity: &Identity) -> Target {

@@ -32,6 +32,10 @@ pub use tools::{Image, ToolCall, ToolError, ToolResult, HOSTED_CALLER};
 /// Version of the application protocol: the challenge–response session start of
 /// docs/PROTOCOL.md ("Session start (protocol 2)"), sent in `challenge`, `hello` and `hello_ok`.
 pub const PROTOCOL_VERSION: u32 = 2;
+/// Version of a sealed session (docs/PROTOCOL.md, "Sealed sessions (protocol 3)").
+pub const PROTOCOL_SEALED: u32 = 3;
+/// The protocols an agent's `challenge` offers.
+pub const PROTOCOLS_OFFERED: [u32; 2] = [PROTOCOL_VERSION, PROTOCOL_SEALED];
 /// Length in hex characters of the agent's and the client's hello nonces (128 bits).
 pub const NONCE_HEX_LEN: usize = 32;
 /// Length in hex characters of a hello proof (HMAC-SHA256).

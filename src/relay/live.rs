@@ -814,6 +814,7 @@ mod tests {
             proof: proof.map(str::to_owned),
             env_key: None,
             host: None,
+            noise: None,
         };
         let proven = ok(Some(&"b".repeat(64)));
 

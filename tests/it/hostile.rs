@@ -59,7 +59,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         (opt_string(), opt_string(), opt_string()),
     )
         .prop_map(|(protocol, (token, proof, client), (role, env_key, nonce))| {
-            ClientMessage::Hello(Hello { protocol, token, proof, client, role, env_key, nonce })
+            ClientMessage::Hello(Hello { protocol, token, proof, client, role, env_key, nonce, noise: None })
         });
     let bearer = any::<String>().prop_map(|bearer| ClientMessage::Bearer(BearerFrame { bearer }));
     let call = (any::<String>(), tool_name(), json_value(), opt_string())
@@ -100,13 +100,26 @@ fn agent_message() -> impl Strategy<Value = AgentMessage> {
     );
     let hello_ok = (any::<String>(), vec(any::<String>(), 0..8), any::<u32>(), opt_string(), opt_string()).prop_map(
         |(agent, tools, protocol, proof, env_key)| {
-            AgentMessage::HelloOk(HelloOk { agent, mode: "hosted".into(), tools, protocol, proof, env_key, host: None })
+            AgentMessage::HelloOk(HelloOk {
+                agent,
+                mode: "hosted".into(),
+                tools,
+                protocol,
+                proof,
+                env_key,
+                host: None,
+                noise: None,
+            })
         },
     );
     prop_oneof![
         tool_result,
         hello_ok,
-        (any::<u32>(), any::<String>()).prop_map(|(protocol, nonce)| AgentMessage::Challenge { protocol, nonce }),
+        (any::<u32>(), any::<String>()).prop_map(|(protocol, nonce)| AgentMessage::Challenge {
+            protocol,
+            nonce,
+            protocols: vec![]
+        }),
         (any::<String>(), any::<String>(), any::<String>())
             .prop_map(|(env_key, nonce, signature)| AgentMessage::Identity { env_key, nonce, signature }),
         (error_code(), opt_string()).prop_map(|(code, message)| AgentMessage::Error { code, message }),

@@ -36,8 +36,9 @@ async fn live_phone(relay: &TestRelay, agent: &TestAgent) -> (Phone, Value) {
 async fn live_phone_with(relay: &TestRelay, agent: &TestAgent, options: DialOptions) -> (Phone, Value) {
     let url = format!("ws://{}/live?code={}", relay.addr, agent.code());
     let mut socket = tokio::time::timeout(STEP, voxa::net::dial::connect(&url, &options)).await.unwrap().unwrap();
-    // The agent's proof in hello_ok checks out: the relay passed challenge, hello and hello_ok on unchanged.
-    let hello_ok = say_hello(&mut socket, agent.token()).await;
+    // The agent's proof in hello_ok checks out: the relay passed challenge, hello and hello_ok on
+    // unchanged. Hosted voice is protocol 2: the relay runs the model, so it reads the session.
+    let hello_ok = say_hello_plain(&mut socket, agent.token()).await;
     (Phone::over(socket), hello_ok)
 }
 

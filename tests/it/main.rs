@@ -21,6 +21,7 @@ mod proof;
 mod push;
 mod relay;
 mod run;
+mod sealed;
 mod secrets;
 mod service;
 mod sessions;

@@ -43,6 +43,8 @@ export const ERROR_CODES = /** @type {const} */ ([
   'executor-unauthenticated',
   'environment-unreachable',
   'environment-identity-mismatch',
+  'sealed-session-broken',
+  'sealed-session-required',
 ]);
 
 /** `code` of a `call_error` frame. */
