@@ -12,6 +12,7 @@ use super::gate::{Admission, SessionCounts};
 use crate::gemini::GeminiConfig;
 use crate::protocol::{self, AgentMessage, AgentStatus, HelloOk};
 use crate::push::Notifier;
+use crate::sessions::SessionHost;
 use crate::tools::{Dispatcher, Toolbox};
 
 /// Live state shown by `voxa status`.
@@ -42,6 +43,8 @@ pub struct AgentContext {
     pub tasks: TaskTracker,
     /// Web Push to the phones that turned notifications on (none in tests that do not ask).
     pub notifier: Option<Notifier>,
+    /// The coding-agent sessions; `None` when their store could not be opened.
+    pub sessions: Option<SessionHost>,
 }
 
 impl AgentContext {
@@ -53,6 +56,7 @@ impl AgentContext {
             status: Arc::default(),
             tasks,
             notifier: None,
+            sessions: None,
         }
     }
 

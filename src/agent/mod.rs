@@ -39,6 +39,7 @@ use crate::gemini::GeminiConfig;
 use crate::net::dial::DialOptions;
 use crate::net::liveness::Heartbeat;
 use crate::push::Notifier;
+use crate::sessions::{SessionHost, SessionHostOptions, SESSIONS_DIR};
 use crate::state::{Home, Secrets};
 use crate::tools::{Toolbox, ToolboxOptions};
 
@@ -153,6 +154,21 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
         if let Ok(mut shown) = ctx.status.relay.lock() {
             *shown = relay.to_string();
         }
+    }
+    // The sessions' processes end with the agent (they stay resumable); a store that cannot be
+    // opened costs the sessions only.
+    let sessions = SessionHost::open(SessionHostOptions {
+        store_dir: options.home.path(SESSIONS_DIR),
+        toolbox: ctx.toolbox().clone(),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+    });
+    match sessions {
+        Ok(host) => {
+            ctx.dispatcher = ctx.dispatcher.clone().with_sessions(Arc::new(host.clone()));
+            ctx.sessions = Some(host);
+        }
+        Err(err) => warn!("coding-agent sessions are unavailable: {err:#}"),
     }
     let router = HostRouter::new(HostOptions {
         home: options.home.clone(),

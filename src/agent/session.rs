@@ -129,7 +129,7 @@ impl Session {
                 Some(voice) => voice.end.cancel(),
                 None => self.send(gemini::no_call_error()).await,
             },
-            ClientMessage::Follow { .. } => self.follow(),
+            ClientMessage::Follow { after } => self.follow(after.as_ref()),
             ClientMessage::Unfollow => {
                 if let Some(following) = self.following.take() {
                     following.cancel();
@@ -164,7 +164,8 @@ impl Session {
     }
 
     /// Starts (or restarts) the delivery of approvals to this client: the open ones, then each change.
-    fn follow(&mut self) {
+    /// With sessions, also every session's `agent_event`s after the `after` marks, then live.
+    fn follow(&mut self, after: Option<&Value>) {
         if let Some(previous) = self.following.take() {
             previous.cancel();
         }
@@ -173,11 +174,19 @@ impl Session {
         let broker = self.ctx.toolbox().approvals().clone();
         let status = self.ctx.status.clone();
         let out = self.out.clone();
+        let approvals_following = following.clone();
         self.ctx.tasks.spawn(async move {
             // Counted while it runs: notifications wait for a moment nobody follows.
             let _following = crate::push::Presence::hold(&status.followers);
-            approvals::forward(broker, out, following, |notice| Some(Frame::from(&notice))).await
+            approvals::forward(broker, out, approvals_following, |notice| Some(Frame::from(&notice))).await
         });
+        if let Some(sessions) = &self.ctx.sessions {
+            let follower = sessions.follow(&crate::sessions::follow::after_marks(after));
+            let events = crate::sessions::follow::forward(follower, self.out.clone(), following, |event| {
+                Frame::text(event.to_frame().to_string())
+            });
+            self.ctx.tasks.spawn(events);
+        }
     }
 
     async fn start_voice(&mut self) {

@@ -43,8 +43,8 @@ use adapter::Adapter;
 use runner::{Command, Runner, RunnerHandle};
 use store::{SessionRow, Store};
 
-/// The name of the Codex agent.
-pub const CODEX_AGENT: &str = "codex";
+/// The directory of the sessions' store in the home.
+pub const SESSIONS_DIR: &str = "sessions";
 /// Longest title kept.
 pub const MAX_TITLE_LEN: usize = 120;
 /// How often a turn is tried again when the session's actor ended just as it arrived.
