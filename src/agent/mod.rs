@@ -166,6 +166,11 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
     match sessions {
         Ok(host) => {
             ctx.dispatcher = ctx.dispatcher.clone().with_sessions(Arc::new(host.clone()));
+            if let Some(notifier) = &ctx.notifier {
+                let watch =
+                    notify::watch_sessions(host.clone(), notifier.clone(), ctx.status.clone(), shutdown.clone());
+                tasks.spawn(watch);
+            }
             ctx.sessions = Some(host);
         }
         Err(err) => warn!("coding-agent sessions are unavailable: {err:#}"),

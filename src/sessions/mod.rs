@@ -277,6 +277,12 @@ impl SessionHost {
         Follower::new(self.shared.store.clone(), self.shared.live.subscribe(), after)
     }
 
+    /// Events as they are recorded, from now on (no replay; a slow receiver skips some): what
+    /// notifications watch.
+    pub fn live_events(&self) -> tokio::sync::broadcast::Receiver<SessionEvent> {
+        self.shared.live.subscribe()
+    }
+
     /// Where this host's prompts go.
     pub fn approvals(&self) -> &Broker {
         &self.shared.approvals

@@ -391,6 +391,34 @@ mod agent {
     }
 
     #[tokio::test]
+    async fn a_turn_that_ends_while_nobody_follows_is_pushed_with_its_answer() {
+        let agent = TestAgent::start_with(None, |options| {
+            options.config.agents.insert(
+                "echo".into(),
+                voxa::config::AgentCommand {
+                    program: "/bin/sh".into(),
+                    args: vec!["-c".into(), "echo \"3 files changed\"".into(), "{prompt}".into()],
+                    format: "text".into(),
+                },
+            );
+        })
+        .await;
+        let service = PushService::start().await;
+        let browser = Browser::new();
+        let answer = subscribe(&agent, &browser.subscription(service.endpoint("turns"))).await;
+        assert_eq!(answer["type"], "push_subscribed", "{answer}");
+        let mut caller = agent.local_client().await;
+        let start = json!({"type":"tool_call","id":"s1","name":"agent_start","args":{"prompt":"go","agent":"echo","title":"tidy up"}});
+        send(&mut caller, start).await;
+        let pushes = wait_for_pushes(&service, 1).await;
+        let payload: Value = serde_json::from_slice(&browser.decrypt(&pushes[0].body)).unwrap();
+        assert_eq!(payload["title"], "Turn finished: tidy up", "{payload}");
+        assert_eq!(payload["body"], "3 files changed", "{payload}");
+        assert!(payload["open"].as_str().unwrap().starts_with("#session=s-"), "{payload}");
+        agent.agent.stop().await;
+    }
+
+    #[tokio::test]
     async fn hello_ok_offers_the_vapid_key_and_a_hostile_subscription_is_refused() {
         let agent = TestAgent::start(None).await;
         let mut client = agent.local_client().await;
@@ -548,4 +576,19 @@ mod page {
         chromium.close().await;
         agent.agent.stop().await;
     }
+}
+
+#[test]
+fn pair_rotate_forgets_the_old_links_subscriptions() {
+    let (_dir, home) = home();
+    let output = voxa(home.dir(), &["pair", "--no-qr"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let code = home.load_secrets().unwrap().unwrap().relay_code;
+    let store = Subscriptions::new(home.clone());
+    store
+        .add(&voxa::push::pairing_id(&code), Browser::new().subscription("https://push.example/old".into()), 1)
+        .unwrap();
+    let output = voxa(home.dir(), &["pair", "--rotate", "--no-qr"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(store.load().unwrap().is_empty(), "a rotated link's browsers are not notified any more");
 }
