@@ -519,8 +519,15 @@ mod page {
         chromium.cdp("Browser.grantPermissions", json!({"origin": origin, "permissions": ["notifications"]})).await;
         let script = FAKE_PUSH_SERVICE.replace("__ENDPOINT__", &service.endpoint("chromium"));
         chromium.cdp("Page.addScriptToEvaluateOnNewDocument", json!({"source": script})).await;
-        chromium.open(&format!("{origin}/#token={}", agent.token())).await;
+        // A tapped notification opens `#session=…`: the page shows the agent tab.
+        chromium.open(&format!("{origin}/#token={}&session=s-9", agent.token())).await;
         chromium.wait_connection("online").await;
+        chromium
+            .wait_script(
+                "the agent tab",
+                "return document.getElementById('tab-agent').getAttribute('aria-pressed') === 'true';",
+            )
+            .await;
         chromium.press("Status").await;
         chromium.press("Turn on notifications").await;
         chromium.wait_text("#notify-status", "notifications on", |t| t.contains("Notifications are on")).await;

@@ -48,6 +48,19 @@ export class Notifications {
     this.line = part(root, 'notify-status', HTMLElement);
     this.button.addEventListener('click', () => this.turnOn());
     store.watch(['online', 'hello'], () => this.show());
+    // A tapped notification opens the page on what it was about: `#session=…` shows the agent
+    // tab; approvals show above every tab by themselves. (Read before the app scrubs the address.)
+    this.open(location.hash);
+    if ('serviceWorker' in navigator) {
+      navigator.serviceWorker.addEventListener('message', (event) => {
+        if (event.data && event.data.type === 'open' && typeof event.data.open === 'string') this.open(event.data.open);
+      });
+    }
+  }
+
+  /** @param {string} fragment what a notification opens, e.g. `#session=s-…` */
+  open(fragment) {
+    if (new URLSearchParams(fragment.replace(/^#/, '')).has('session')) this.store.set({ tab: 'agent' });
   }
 
   /** The laptop's VAPID key from its hello, when it sends notifications. */
