@@ -657,9 +657,14 @@ async fn a_hosted_call_with_env_runs_on_the_environment() {
     let declarations = setup["tools"][0]["functionDeclarations"].as_array().unwrap();
     let fleet = declarations.iter().find(|d| d["name"] == "fleet").expect("fleet is declared");
     assert!(fleet["description"].as_str().unwrap().contains("env"), "{fleet}");
-    for declaration in declarations.iter().filter(|d| d["name"] != "fleet") {
+    // Every tool an environment can run takes `env`; the router's and the session host's run here.
+    let on_environments = |name: &serde_json::Value| {
+        voxa::tools::TOOLS.iter().any(|spec| spec.name == name && spec.runs == voxa::tools::Runs::Toolbox)
+    };
+    for declaration in declarations.iter().filter(|d| on_environments(&d["name"])) {
         assert_eq!(declaration.pointer("/parameters/properties/env/type"), Some(&json!("STRING")), "{declaration}");
     }
+    assert!(declarations.iter().filter(|d| on_environments(&d["name"])).count() >= 5, "{declarations:?}");
 
     fake.send(conn, json!({"toolCall":{"functionCalls":[{"id":"fc-env","name":"list_dir","args":{"env":"devbox"}}]}}));
     let there = fake.wait_for("the answer", |e| matches!(&e.kind, Kind::ToolResponse(r) if r["id"] == "fc-env")).await;
