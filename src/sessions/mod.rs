@@ -1,4 +1,4 @@
-//! Coding-agent sessions (SPEC §12): a coding agent that lives in voxa beyond any call or phone,
+//! Coding-agent sessions (docs/PROTOCOL.md, "Coding-agent sessions"): a coding agent that lives in voxa beyond any call or phone,
 //! started, followed, answered, interrupted, left and resumed.
 //!
 //! Inside: [`host`](SessionHost) (the sessions by id and the tools' entry points), [`runner`]

@@ -1,4 +1,4 @@
-//! The session tools of SPEC §12 (`agent_start`, `agent_send`, `agent_interrupt`, `agent_stop`,
+//! The session tools of docs/PROTOCOL.md, "Coding-agent sessions" (`agent_start`, `agent_send`, `agent_interrupt`, `agent_stop`,
 //! `agent_sessions`, `agent_log`): their entries are in the one tool table (`tools::spec`,
 //! [`Runs::Sessions`](crate::tools::Runs::Sessions)); the dispatcher runs them here, through
 //! [`AgentSessions`].

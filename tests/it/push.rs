@@ -214,6 +214,19 @@ fn home() -> (tempfile::TempDir, Home) {
     (dir, home)
 }
 
+/// The agent's notifier for `home`, with the default settings, and its queue.
+fn notifier_of(home: &Home) -> (Notifier, voxa::push::NoticeQueue) {
+    Notifier::new(home, "p".into(), NotificationSettings::default(), DialOptions::default()).unwrap()
+}
+
+/// A home with one browser subscribed to `service` at `name`.
+async fn subscribed(service: &PushService, name: &str) -> (tempfile::TempDir, Home, Browser) {
+    let (dir, home) = home();
+    let browser = Browser::new();
+    Subscriptions::new(home.clone()).add("p", browser.subscription(service.endpoint(name)), 1).unwrap();
+    (dir, home, browser)
+}
+
 fn notice(topic: &str) -> Notice {
     Notice {
         event: NotifyEvent::Approval,
@@ -228,12 +241,9 @@ fn notice(topic: &str) -> Notice {
 
 #[tokio::test]
 async fn a_push_is_signed_encrypted_and_decrypts_to_what_the_page_shows() {
-    let (_dir, home) = home();
     let service = PushService::start().await;
-    let browser = Browser::new();
-    Subscriptions::new(home.clone()).add("p", browser.subscription(service.endpoint("one")), 1).unwrap();
-    let (notifier, _queue) =
-        Notifier::new(&home, "p".into(), NotificationSettings::default(), DialOptions::default()).unwrap();
+    let (_dir, home, browser) = subscribed(&service, "one").await;
+    let (notifier, _queue) = notifier_of(&home);
 
     let deliveries = notifier.send_to_all(&notice("s-1")).await.unwrap();
     assert_eq!(deliveries.len(), 1);
@@ -269,8 +279,7 @@ async fn a_subscription_the_service_calls_gone_is_forgotten() {
     store.add("p", Browser::new().subscription(service.endpoint("kept")), 3).unwrap();
     service.answer_next(410, None);
     service.answer_next(404, None);
-    let (notifier, _queue) =
-        Notifier::new(&home, "p".into(), NotificationSettings::default(), DialOptions::default()).unwrap();
+    let (notifier, _queue) = notifier_of(&home);
     let deliveries = notifier.send_to_all(&notice("s-2")).await.unwrap();
     let outcomes: Vec<_> = deliveries.iter().map(|d| (*d.result.as_ref().unwrap(), d.removed)).collect();
     assert_eq!(outcomes, [(Outcome::Gone(410), true), (Outcome::Gone(404), true), (Outcome::Delivered(201), false)]);
@@ -280,14 +289,11 @@ async fn a_subscription_the_service_calls_gone_is_forgotten() {
 
 #[tokio::test]
 async fn a_busy_service_is_tried_again_after_it_says_when() {
-    let (_dir, home) = home();
     let service = PushService::start().await;
-    let browser = Browser::new();
-    Subscriptions::new(home.clone()).add("p", browser.subscription(service.endpoint("busy")), 1).unwrap();
+    let (_dir, home, browser) = subscribed(&service, "busy").await;
     service.answer_next(429, Some(0));
     service.answer_next(503, Some(0));
-    let (notifier, _queue) =
-        Notifier::new(&home, "p".into(), NotificationSettings::default(), DialOptions::default()).unwrap();
+    let (notifier, _queue) = notifier_of(&home);
     let deliveries = notifier.send_to_all(&notice("s-3")).await.unwrap();
     assert_eq!(deliveries[0].result.as_ref().unwrap(), &Outcome::Delivered(201));
     let received = service.received();
@@ -300,12 +306,9 @@ async fn a_busy_service_is_tried_again_after_it_says_when() {
 
 #[tokio::test]
 async fn queued_notices_are_sent_by_the_queue_and_newer_ones_replace_older_of_the_same_topic() {
-    let (_dir, home) = home();
     let service = PushService::start().await;
-    let browser = Browser::new();
-    Subscriptions::new(home.clone()).add("p", browser.subscription(service.endpoint("q")), 1).unwrap();
-    let (notifier, queue) =
-        Notifier::new(&home, "p".into(), NotificationSettings::default(), DialOptions::default()).unwrap();
+    let (_dir, home, browser) = subscribed(&service, "q").await;
+    let (notifier, queue) = notifier_of(&home);
     let mut first = notice("s-4");
     first.body = "first".into();
     let mut second = notice("s-4");
@@ -538,8 +541,7 @@ mod page {
         assert_eq!(kept[0].subscription.endpoint, service.endpoint("chromium"));
 
         // The laptop pushes; the test decrypts it with the key only the page held.
-        let (notifier, _queue) =
-            Notifier::new(&home, "p".into(), NotificationSettings::default(), DialOptions::default()).unwrap();
+        let (notifier, _queue) = notifier_of(&home);
         let deliveries = notifier.send_to_all(&notice("s-9")).await.unwrap();
         assert_eq!(deliveries[0].result.as_ref().unwrap(), &Outcome::Delivered(201));
         let private = chromium.script("return window.__pushPrivate;", vec![]).await;
