@@ -1,6 +1,7 @@
-//! A minimal phone client: joins a laptop through the relay, answers its challenge, checks that
-//! it is really the laptop, runs one tool and prints what comes back. Everything after the
-//! connection is plain JSON over a WebSocket; the session start is in docs/PROTOCOL.md.
+//! A minimal phone client: joins a laptop through the relay, opens a sealed session (protocol 3:
+//! the relay carries only ciphertext), runs one tool and prints what comes back. The session start
+//! and the sealing are in docs/PROTOCOL.md; `voxa::net::client::hello` does both and checks that it
+//! is really the laptop, after which the socket reads and writes plain JSON frames as usual.
 //!
 //! ```text
 //! cargo run --example phone -- '<pairing URL from `voxa pair`>' run_command '{"command":"uname -a"}'
@@ -10,18 +11,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures_util::{SinkExt, StreamExt};
-use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
-use sha2::Sha256;
 use tokio_tungstenite::tungstenite::Message;
-
-/// Lowercase hex of `HMAC-SHA256(key = token, label + agent_nonce + "\n" + client_nonce)`: the
-/// client proves it with the label `voxa-hello/2 client\n`, the laptop with `voxa-hello/2 agent\n`.
-fn proof(token: &str, label: &str, agent_nonce: &str, client_nonce: &str) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(token.as_bytes()).expect("HMAC takes any key");
-    mac.update(format!("{label}{agent_nonce}\n{client_nonce}").as_bytes());
-    hex::encode(mac.finalize().into_bytes())
-}
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -34,9 +25,14 @@ async fn main() -> Result<()> {
         None => json!({}),
     };
 
-    // The pairing URL is `{relay}/?code=<code>&token=<token>`: the code routes, the token authenticates.
+    // The pairing URL is `{relay}/#code=<code>&token=<token>` (older ones put them in the query):
+    // the code routes, the token authenticates.
     let url = url::Url::parse(&pairing_url).context("not a pairing URL")?;
-    let param = |name: &str| url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned());
+    let fields = url::form_urlencoded::parse(url.fragment().unwrap_or_default().as_bytes())
+        .chain(url.query_pairs())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect::<Vec<_>>();
+    let param = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     let code = param("code").ok_or_else(|| anyhow!("pairing URL has no code"))?;
     let token = param("token").ok_or_else(|| anyhow!("pairing URL has no token"))?;
     let scheme = if url.scheme() == "https" { "wss" } else { "ws" };
@@ -50,8 +46,15 @@ async fn main() -> Result<()> {
     eprintln!("connected to the relay; waiting for the laptop");
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    // Both nonces of the current session, once we answered the laptop's challenge.
-    let mut nonces: Option<(String, String)> = None;
+    // The laptop's challenge, our hello with the handshake's first message, its sealed answer:
+    // only our laptop can answer, and from here on every frame is sealed.
+    let token = voxa::secret::Secret::from_string(token);
+    let hello_ok = tokio::time::timeout_at(deadline, voxa::net::client::hello(&mut socket, &token, "example-phone/1"))
+        .await
+        .map_err(|_| anyhow!("no answer within 60 s"))??;
+    eprintln!("laptop {} ({} mode, sealed) offers {:?}", hello_ok.agent, hello_ok.mode, hello_ok.tools);
+    let call = json!({"type": "tool_call", "id": "c1", "name": tool, "args": tool_args});
+    socket.send(Message::text(call.to_string())).await?;
     loop {
         let frame = tokio::time::timeout_at(deadline, socket.next())
             .await
@@ -62,43 +65,8 @@ async fn main() -> Result<()> {
             Message::Close(frame) => bail!("closed: {frame:?}"),
             _ => continue,
         };
-        // The relay's own notices are a U+0001 and a JSON object; the laptop's frames are JSON.
-        if let Some(notice) = text.strip_prefix('\u{1}') {
-            let notice: Value = serde_json::from_str(notice)?;
-            if notice["type"] == "presence" && notice["peer"] == "agent" && notice["state"] == "left" {
-                bail!("the laptop left");
-            }
-            continue;
-        }
-        let message: Value = serde_json::from_str(&text)?;
+        let Ok(message) = serde_json::from_str::<Value>(&text) else { continue };
         match message["type"].as_str().unwrap_or_default() {
-            // The laptop challenges every session with a fresh nonce: prove we hold the token
-            // without sending it.
-            "challenge" if nonces.is_none() => {
-                let agent_nonce = message["nonce"].as_str().unwrap_or_default().to_owned();
-                let client_nonce = hex::encode(rand::random::<[u8; 16]>());
-                let hello = json!({
-                    "type": "hello",
-                    "protocol": 2,
-                    "nonce": client_nonce,
-                    "proof": proof(&token, "voxa-hello/2 client\n", &agent_nonce, &client_nonce),
-                    "client": "example-phone/1",
-                });
-                socket.send(Message::text(hello.to_string())).await?;
-                nonces = Some((agent_nonce, client_nonce));
-            }
-            "hello_ok" => {
-                // Only our laptop can prove the token back; anyone else holding the code cannot.
-                let (agent_nonce, client_nonce) = nonces.as_ref().ok_or_else(|| anyhow!("hello_ok before a hello"))?;
-                let expected = proof(&token, "voxa-hello/2 agent\n", agent_nonce, client_nonce);
-                if message["proof"].as_str() != Some(expected.as_str()) {
-                    let _ = socket.close(None).await;
-                    bail!("this is not your laptop: it could not prove it holds the token; nothing was sent to it");
-                }
-                eprintln!("laptop {} ({} mode) offers {}", message["agent"], message["mode"], message["tools"]);
-                let call = json!({"type": "tool_call", "id": "c1", "name": tool, "args": tool_args});
-                socket.send(Message::text(call.to_string())).await?;
-            }
             "tool_progress" => eprint!("{}", message["chunk"].as_str().unwrap_or_default()),
             "image" => eprintln!("(image {}x{} received)", message["width"], message["height"]),
             "tool_result" => {

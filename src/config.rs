@@ -141,6 +141,9 @@ pub struct Config {
     /// Resource limits of the processes tools start.
     #[serde(skip_serializing_if = "Limits::is_default")]
     pub limits: Limits,
+    /// Session security (docs/PROTOCOL.md, "Sealed sessions (protocol 3)").
+    #[serde(skip_serializing_if = "Security::is_default")]
+    pub security: Security,
     /// How long an approval waits, and what the `ask` policy lets through without one.
     #[serde(skip_serializing_if = "ApprovalSettings::is_default")]
     pub approvals: ApprovalSettings,
@@ -177,6 +180,21 @@ impl Default for NotificationSettings {
 impl NotificationSettings {
     fn is_default(&self) -> bool {
         *self == NotificationSettings::default()
+    }
+}
+
+/// `[security]`: which sessions the agent accepts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Security {
+    /// Refuse protocol-2 sessions (`sealed-session-required`): every client must seal (protocol 3).
+    /// Hosted voice, whose relay must read the session, then cannot start.
+    pub require_sealed: bool,
+}
+
+impl Security {
+    fn is_default(&self) -> bool {
+        *self == Security::default()
     }
 }
 

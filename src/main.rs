@@ -8,6 +8,10 @@ fn main() -> ExitCode {
     // First, while nothing else runs: other processes of this user (the tools included) may not
     // read this one's memory or environment.
     let protected = voxa::secret::protect_process();
+    // Secret variables leave the environment block the kernel shows in /proc/<pid>/environ: voxa
+    // runs itself again without them (only returns when nothing moved or that failed).
+    let reexec = voxa::secret::reexec_without_secrets();
+    let handed = voxa::secret::restore_handed_secrets();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
@@ -20,6 +24,12 @@ fn main() -> ExitCode {
     init_tracing(cli.verbose, cli.quiet);
     if let Err(err) = protected {
         tracing::warn!(%err, "could not make this process non-dumpable");
+    }
+    if let Err(err) = reexec {
+        tracing::warn!(%err, "could not run again without the secret variables; they stay readable in /proc");
+    }
+    if let Err(err) = handed {
+        tracing::warn!(%err, "could not read the secrets handed over at start");
     }
     match voxa::commands::execute(cli, env_secrets) {
         Ok(exit) => ExitCode::from(exit.code() as u8),

@@ -137,6 +137,102 @@ impl EnvSecrets {
     }
 }
 
+/// Set (to a descriptor number) in the environment of a voxa that [`reexec_without_secrets`]
+/// started: the secret variables wait there, not in the environment.
+pub const SECRETS_FD_ENV: &str = "VOXA_SECRETS_FD";
+/// Most bytes of secrets handed over to the re-executed process.
+const MAX_HANDED_SECRETS: usize = 16 << 10;
+
+/// The kernel keeps the environment a process was started with readable in `/proc/<pid>/environ`
+/// for its whole life, whatever the process removes from its own copy. So when that block holds
+/// a [`SECRET_ENV`] variable, voxa executes itself again at once (same program, same arguments)
+/// with an environment without them, handing their values over through a pipe whose read end is
+/// the only descriptor it passes on ([`SECRETS_FD_ENV`] names it). Call it first, while the
+/// process has one thread. Returns only when there was nothing to move or the re-execution
+/// failed (the caller then goes on with the secrets in the environment, as before); Linux only.
+pub fn reexec_without_secrets() -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+
+        if std::env::var_os(SECRETS_FD_ENV).is_some() {
+            return Ok(()); // Already the re-executed process.
+        }
+        let mut payload = Vec::new();
+        for name in SECRET_ENV {
+            if let Some(value) = std::env::var_os(name) {
+                payload.extend_from_slice(name.as_bytes());
+                payload.push(0);
+                payload.extend_from_slice(value.as_encoded_bytes());
+                payload.push(0);
+            }
+        }
+        if payload.is_empty() {
+            return Ok(());
+        }
+        if payload.len() > MAX_HANDED_SECRETS {
+            return Err(std::io::Error::other("the secret variables are too long to hand over"));
+        }
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        // A pipe holds 64 KiB: the whole payload is written before the exec, which closes this end.
+        std::fs::File::from(write).write_all(&payload)?;
+        payload.fill(0);
+        rustix::io::fcntl_setfd(&read, rustix::io::FdFlags::empty())?;
+        let mut args = std::env::args_os();
+        let mut command = std::process::Command::new("/proc/self/exe");
+        if let Some(arg0) = args.next() {
+            command.arg0(arg0);
+        }
+        command.args(args).env(SECRETS_FD_ENV, read.as_raw_fd().to_string());
+        for name in SECRET_ENV {
+            command.env_remove(name);
+        }
+        // Only returns on failure.
+        let err = command.exec();
+        drop(read);
+        return Err(err);
+    }
+    #[allow(unreachable_code)]
+    Ok(())
+}
+
+/// In a process [`reexec_without_secrets`] started: reads the handed-over secrets and puts them
+/// in this process's own copy of the environment (never in the block `/proc/<pid>/environ`
+/// shows), where the command line parser and [`EnvSecrets::take`] find them as before. Call it
+/// first, while the process has one thread.
+pub fn restore_handed_secrets() -> std::io::Result<()> {
+    let Some(fd) = std::env::var_os(SECRETS_FD_ENV) else { return Ok(()) };
+    std::env::remove_var(SECRETS_FD_ENV);
+    let fd: u32 = fd
+        .to_str()
+        .and_then(|fd| fd.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("{SECRETS_FD_ENV} is not a descriptor number")))?;
+    // Opened again by name: the inherited descriptor stays open but is drained (a pipe whose
+    // writer is gone), so whatever inherits it later reads nothing.
+    let mut payload = Vec::new();
+    {
+        use std::io::Read;
+        let pipe = std::fs::File::open(format!("/proc/self/fd/{fd}"))?;
+        pipe.take(MAX_HANDED_SECRETS as u64 + 1).read_to_end(&mut payload)?;
+    }
+    if payload.len() > MAX_HANDED_SECRETS {
+        payload.fill(0);
+        return Err(std::io::Error::other("too many bytes of handed-over secrets"));
+    }
+    let mut fields = payload.split(|b| *b == 0);
+    while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
+        if let Some(name) = SECRET_ENV.iter().find(|known| known.as_bytes() == name) {
+            if let Ok(value) = std::str::from_utf8(value) {
+                std::env::set_var(name, value);
+            }
+        }
+    }
+    payload.fill(0);
+    Ok(())
+}
+
 /// Keeps other processes of this user — including the ones the tools start — out of this one:
 /// not dumpable, so `/proc/<pid>/environ`, `/proc/<pid>/mem` and `ptrace` need privileges the
 /// tools do not have. Linux only; elsewhere nothing changes.

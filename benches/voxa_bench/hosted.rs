@@ -21,7 +21,7 @@ use voxa::net::dial::{ClientSocket, DialOptions};
 #[path = "../../tests/it/harness.rs"]
 mod harness;
 
-use self::harness::{recv_type, say_hello, send, TestAgent};
+use self::harness::{recv_type, say_hello_plain, send, TestAgent};
 use crate::report::{percentiles, Report};
 use crate::voice::fake_gemini::{FakeGemini, FakeOptions};
 use crate::voice::{cpu_time, frame};
@@ -83,7 +83,8 @@ impl Drop for HostingRelay {
 async fn live_phone(relay: SocketAddr, agent: &TestAgent) -> ClientSocket {
     let url = format!("ws://{relay}/live?code={}", agent.code());
     let mut socket = voxa::net::dial::connect(&url, &DialOptions::default()).await.unwrap();
-    say_hello(&mut socket, agent.token()).await;
+    // A call the relay hosts is a plain (protocol 2) session: the relay runs the model and reads it.
+    say_hello_plain(&mut socket, agent.token()).await;
     socket
 }
 

@@ -1,18 +1,19 @@
-//! What every session of one agent shares: the toolbox, the voice settings, the environment
-//! router, the live status `voxa status` shows, and the one task tracker every task the agent
-//! spawns goes through (so stopping the agent waits for calls in flight and voice bridges).
+//! What every session of one agent shares: the tool dispatcher (this machine's tools and the
+//! router to environments), the voice settings, the live status `voxa status` shows, and the one
+//! task tracker every task the agent spawns goes through (so stopping the agent waits for calls in
+//! flight and voice bridges).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use serde_json::Value;
 use tokio_util::task::TaskTracker;
 
-use super::gate::Admission;
-use crate::environments::EnvRouter;
-use crate::gemini::{declare_env_argument, GeminiConfig};
+use super::gate::{Admission, SessionCounts};
+use crate::gemini::GeminiConfig;
 use crate::protocol::{self, AgentMessage, AgentStatus, HelloOk};
-use crate::tools::Toolbox;
+use crate::push::Notifier;
+use crate::sessions::SessionHost;
+use crate::tools::{Dispatcher, Toolbox};
 
 /// Live state shown by `voxa status`.
 #[derive(Debug, Default)]
@@ -26,22 +27,42 @@ pub struct LiveStatus {
     /// seconds.
     pub retired_code_until: Mutex<Option<u64>>,
     pub calls_in_flight: AtomicUsize,
+    /// Clients following (`follow`) right now; notifications go out only while it is 0.
+    pub followers: AtomicUsize,
+    /// Open sessions, sealed (protocol 3) and plain (protocol 2).
+    pub sessions: Arc<SessionCounts>,
 }
 
 /// What every session of one agent shares.
 pub struct AgentContext {
-    pub toolbox: Toolbox,
+    /// Every tool call of every session goes through it.
+    pub dispatcher: Dispatcher,
     pub gemini: Option<Arc<GeminiConfig>>,
-    pub router: Option<Arc<dyn EnvRouter>>,
     pub status: Arc<LiveStatus>,
     /// Every task of this agent: connections, calls, progress forwarders, voice bridges.
     pub tasks: TaskTracker,
+    /// Web Push to the phones that turned notifications on (none in tests that do not ask).
+    pub notifier: Option<Notifier>,
+    /// The coding-agent sessions; `None` when their store could not be opened.
+    pub sessions: Option<SessionHost>,
 }
 
 impl AgentContext {
-    /// A context whose tasks go through `tasks`.
+    /// A context for this machine's tools only, whose tasks go through `tasks`.
     pub fn new(toolbox: Toolbox, tasks: TaskTracker) -> Self {
-        AgentContext { toolbox, gemini: None, router: None, status: Arc::default(), tasks }
+        AgentContext {
+            dispatcher: Dispatcher::new(toolbox),
+            gemini: None,
+            status: Arc::default(),
+            tasks,
+            notifier: None,
+            sessions: None,
+        }
+    }
+
+    /// This machine's tools.
+    pub fn toolbox(&self) -> &Toolbox {
+        self.dispatcher.toolbox()
     }
 
     /// `"hosted"` or `"self-hosted"`.
@@ -55,36 +76,17 @@ impl AgentContext {
 
     /// The `hello_ok` for an admitted caller.
     pub fn hello_ok(&self, admission: &Admission) -> AgentMessage {
-        let mut tools = self.toolbox.names();
-        if let Some(router) = &self.router {
-            // Listed when some of its uses are allowed; each call is checked again.
-            tools.extend(router.tool_names().into_iter().filter(|name| self.toolbox.check_policy(name, false).is_ok()));
-        }
         AgentMessage::HelloOk(HelloOk {
             agent: crate::agent_name(),
             mode: self.mode().to_owned(),
-            tools,
+            tools: self.dispatcher.tool_names(),
             protocol: protocol::PROTOCOL_VERSION,
             env_key: admission.env_key.clone(),
             proof: admission.proof.clone(),
             host: host_name(),
+            vapid_public_key: self.notifier.as_ref().map(|n| n.public_key().to_owned()),
+            noise: None,
         })
-    }
-
-    /// Gemini function declarations: this machine's tools and, on a host with environments, an
-    /// optional `env` argument on each plus the router's own tools (`fleet`).
-    pub fn gemini_declarations(&self) -> Value {
-        let mut declarations = match self.toolbox.gemini_declarations() {
-            Value::Array(list) => list,
-            _ => Vec::new(),
-        };
-        if let Some(router) = &self.router {
-            declare_env_argument(&mut declarations);
-            declarations.extend(router.gemini_declarations().into_iter().filter(|declaration| {
-                declaration["name"].as_str().is_some_and(|name| self.toolbox.check_policy(name, false).is_ok())
-            }));
-        }
-        Value::Array(declarations)
     }
 
     /// A snapshot for `status`.
@@ -99,8 +101,10 @@ impl AgentContext {
             phone_present: self.status.phone_present.load(Ordering::Relaxed),
             retired_code_until: self.status.retired_code_until.lock().map(|until| *until).unwrap_or_default(),
             calls_in_flight: self.status.calls_in_flight.load(Ordering::Relaxed),
-            workspace: self.toolbox.workspace().display().to_string(),
-            sees: Some(self.toolbox.sees()),
+            sealed_sessions: self.status.sessions.sealed(),
+            plain_sessions: self.status.sessions.plain(),
+            workspace: self.toolbox().workspace().display().to_string(),
+            sees: Some(self.toolbox().sees()),
         }
     }
 }

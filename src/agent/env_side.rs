@@ -57,7 +57,7 @@ pub fn spawn_environment_side(
     let gate = Arc::new(GateShared::watching(options.home.clone()));
     let mut side = EnvSide {
         options,
-        toolbox: ctx.toolbox.clone(),
+        toolbox: ctx.toolbox().clone(),
         gate,
         dialers: HashMap::new(),
         tasks: ctx.tasks.clone(),

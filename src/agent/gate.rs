@@ -1,17 +1,23 @@
 //! Hello admission, in one place: who may open a session, by the machine's auth token (phone and
 //! loopback clients, who prove it without sending it) or by an environment pairing's bearer (a
 //! host driving this machine, which presents it only after this machine proved its identity).
-//! See docs/PROTOCOL.md, "Session start (protocol 2)".
+//! A protocol-3 hello opens a sealed session ([`start_session`]). See docs/PROTOCOL.md, "Session
+//! start (protocol 2)" and "Sealed sessions (protocol 3)".
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use anyhow::Context;
+use base64::Engine;
 use subtle::ConstantTimeEq;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::environments::identity::{is_valid_nonce, HelloBinding, Identity};
 use crate::environments::store::{self, bearer_hash, stamp_of, Stamp};
-use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Hello};
+use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Frame, Hello};
+use crate::seal::{self, Inbound, Responder};
 use crate::secret::Secret;
 use crate::state::Home;
 
@@ -51,7 +57,7 @@ pub enum HelloStep {
 }
 
 /// A caller the gate let in.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct Admission {
     /// Audit name of the caller.
     pub caller: String,
@@ -61,20 +67,150 @@ pub struct Admission {
     pub env_key: Option<String>,
     /// Cancelled when the credential behind this session is revoked.
     pub revoked: Option<CancellationToken>,
+    /// A protocol-3 hello's handshake, read and waiting for the agent's answer.
+    pub seal: Option<Box<Responder>>,
 }
+
+/// An admitted session's two ends: the queue the session writes to and how to read its peer's
+/// frames. Sealed when the hello was protocol 3.
+pub struct SessionIo {
+    pub out: mpsc::Sender<Frame>,
+    pub input: SessionInput,
+}
+
+/// Open sessions by kind, for `status`.
+#[derive(Debug, Default)]
+pub struct SessionCounts {
+    sealed: AtomicUsize,
+    plain: AtomicUsize,
+}
+
+impl SessionCounts {
+    pub fn sealed(&self) -> usize {
+        self.sealed.load(Ordering::Relaxed)
+    }
+
+    pub fn plain(&self) -> usize {
+        self.plain.load(Ordering::Relaxed)
+    }
+
+    fn of(&self, sealed: bool) -> &AtomicUsize {
+        if sealed {
+            &self.sealed
+        } else {
+            &self.plain
+        }
+    }
+}
+
+/// How an admitted session reads its peer; counted in `status` while it lives.
+pub struct SessionInput {
+    inbound: Inbound,
+    counts: Arc<SessionCounts>,
+}
+
+impl SessionInput {
+    fn new(inbound: Inbound, counts: &Arc<SessionCounts>) -> Self {
+        counts.of(inbound.is_sealed()).fetch_add(1, Ordering::Relaxed);
+        SessionInput { inbound, counts: counts.clone() }
+    }
+
+    pub fn is_sealed(&self) -> bool {
+        self.inbound.is_sealed()
+    }
+
+    /// One frame from the peer as the session sees it ([`Inbound::open`]).
+    pub fn open(&mut self, frame: Frame) -> Result<Option<Frame>, seal::Broken> {
+        self.inbound.open(frame)
+    }
+}
+
+impl Drop for SessionInput {
+    fn drop(&mut self) {
+        self.counts.of(self.inbound.is_sealed()).fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Starts an admitted session on `out` (the session's writer queue): sends `hello_ok` (the
+/// agent's answer in protocol 2's form) first. For a sealed session, message 2 of the handshake
+/// carries `hello_ok` (protocol 3, without proof) and everything the session sends is sealed.
+pub async fn start_session(
+    admission: &mut Admission,
+    hello_ok: AgentMessage,
+    out: mpsc::Sender<Frame>,
+    counts: &Arc<SessionCounts>,
+) -> anyhow::Result<SessionIo> {
+    let Some(responder) = admission.seal.take() else {
+        out.send(Frame::from(hello_ok)).await.context("the session's socket closed")?;
+        return Ok(SessionIo { out, input: SessionInput::new(Inbound::Plain, counts) });
+    };
+    let inner = match hello_ok {
+        AgentMessage::HelloOk(mut ok) => {
+            ok.protocol = protocol::PROTOCOL_SEALED;
+            ok.proof = None;
+            AgentMessage::HelloOk(ok)
+        }
+        other => other,
+    };
+    let (keys, message) = responder.finish(inner.to_json().as_bytes())?;
+    let noise = base64::engine::general_purpose::STANDARD.encode(message);
+    let frame = serde_json::json!({"type": "hello_ok", "protocol": protocol::PROTOCOL_SEALED, "noise": noise});
+    out.send(Frame::text(frame.to_string())).await.context("the session's socket closed")?;
+    Ok(SessionIo {
+        out: seal::seal_writer(keys.sealer, out),
+        input: SessionInput::new(Inbound::Sealed(keys.opener), counts),
+    })
+}
+
+/// Longest `noise` field of a hello accepted (message 1 is 48 bytes, 64 in base64).
+const MAX_HELLO_NOISE: usize = 128;
 
 /// The plain gate: the hello must prove knowledge of this machine's auth token for this
 /// session's nonces. The token itself never crosses the wire.
 pub struct TokenGate {
     pub token: Secret,
     pub caller: &'static str,
+    /// Refuse protocol 2 (`[security] require_sealed` in `config.toml`).
+    pub sealed_only: bool,
+}
+
+impl TokenGate {
+    /// A gate on `token`; `sealed_only` refuses protocol 2.
+    pub fn new(token: Secret, caller: &'static str, sealed_only: bool) -> Self {
+        TokenGate { token, caller, sealed_only }
+    }
+
+    /// A protocol-3 hello: message 1 of the handshake, keyed by the token, answering `challenge`.
+    fn admit_sealed(&self, hello: &Hello, challenge: &str) -> Result<HelloStep, ErrorCode> {
+        let message = hello
+            .noise
+            .as_deref()
+            .filter(|noise| noise.len() <= MAX_HELLO_NOISE)
+            .and_then(|noise| base64::engine::general_purpose::STANDARD.decode(noise).ok())
+            .ok_or(ErrorCode::BearerRefused)?;
+        if !protocol::is_hello_nonce(challenge) {
+            return Err(ErrorCode::BearerRefused);
+        }
+        let responder = Responder::accept(&self.token, challenge, &message).map_err(|_| ErrorCode::BearerRefused)?;
+        Ok(HelloStep::Admitted(Admission {
+            caller: self.caller.to_owned(),
+            seal: Some(Box::new(responder)),
+            ..Default::default()
+        }))
+    }
 }
 
 impl Gate for TokenGate {
     fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloStep, ErrorCode> {
         // A raw token (protocol 1) is refused whether it is right or not.
-        if hello.token.is_some() || hello.protocol != Some(protocol::PROTOCOL_VERSION) {
+        if hello.token.is_some() {
             return Err(ErrorCode::BearerRefused);
+        }
+        match hello.protocol {
+            Some(protocol::PROTOCOL_SEALED) => return self.admit_sealed(hello, challenge),
+            Some(protocol::PROTOCOL_VERSION) if self.sealed_only => return Err(ErrorCode::SealedSessionRequired),
+            Some(protocol::PROTOCOL_VERSION) => {}
+            _ => return Err(ErrorCode::BearerRefused),
         }
         let nonce = hello.nonce.as_deref().filter(|nonce| protocol::is_hello_nonce(nonce));
         let (Some(nonce), Some(proof)) = (nonce, hello.proof.as_deref()) else {

@@ -23,12 +23,13 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info_span, Instrument};
 
 use super::context::AgentContext;
-use super::gate::{admit_hello, Admission, Gate, HelloStep};
+use super::gate::{admit_hello, start_session, Admission, Gate, HelloStep};
 use super::outbox::Outbox;
 use super::session::Session;
 use crate::net::liveness::{cancelled, close_message, Heartbeat, Liveness, Pulse};
 use crate::net::{http, web};
-use crate::protocol::{self, AgentMessage, ErrorCode};
+use crate::protocol::{self, AgentMessage, ErrorCode, Frame};
+use crate::seal;
 
 /// Time a local client has to send its request head.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
@@ -257,7 +258,6 @@ async fn serve(
         Opening::Answered => return Ok(()),
     };
     socket.get_mut().lift();
-    socket.send(Message::text(ctx.hello_ok(&admission).to_json())).await?;
     run_session(socket, ctx, admission, shutdown).await
 }
 
@@ -439,14 +439,16 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for PreAuthLimit<S> {
 async fn run_session(
     socket: LocalSocket,
     ctx: Arc<AgentContext>,
-    admission: Admission,
+    mut admission: Admission,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let (sink, mut stream) = socket.split();
     let outbox = Outbox::spawn(sink);
     let out_tx = outbox.frames.clone();
     let revoked = admission.revoked.clone();
-    let mut session = Session::new(ctx, admission.caller, outbox.begin_session().await);
+    let hello_ok = ctx.hello_ok(&admission);
+    let mut io = start_session(&mut admission, hello_ok, outbox.begin_session().await, &ctx.status.sessions).await?;
+    let mut session = Session::new(ctx, admission.caller, io.out);
     let mut liveness = Liveness::new(Heartbeat::PROTOCOL);
     loop {
         let revoked = revoked.clone();
@@ -466,9 +468,24 @@ async fn run_session(
             },
             frame = stream.next() => {
                 liveness.heard();
+                let frame = match frame.map(|frame| frame.map(Frame::from_message)) {
+                    Some(Ok(Ok(frame))) => match io.input.open(frame) {
+                        Ok(Some(frame)) => {
+                            session.on_frame(frame).await;
+                            continue;
+                        }
+                        Ok(None) => continue,
+                        Err(broken) => {
+                            debug!(%broken, "local session closed");
+                            let _ = out_tx.send(seal::broken_close()).await;
+                            break;
+                        }
+                    },
+                    Some(Ok(Err(control))) => Some(Ok(control)),
+                    Some(Err(err)) => Some(Err(err)),
+                    None => None,
+                };
                 match frame {
-                    Some(Ok(Message::Text(text))) => session.on_text(&text).await,
-                    Some(Ok(Message::Binary(data))) => session.on_binary(data).await,
                     Some(Ok(Message::Close(_))) | None => break,
                     Some(Ok(_)) => {}
                     Some(Err(err)) => {

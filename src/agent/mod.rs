@@ -12,6 +12,7 @@ pub mod env_side;
 pub mod gate;
 pub mod link;
 pub mod loopback;
+pub mod notify;
 pub mod outbox;
 pub mod peers;
 pub mod retired;
@@ -38,6 +39,8 @@ use crate::environments::{HostOptions, HostRouter};
 use crate::gemini::GeminiConfig;
 use crate::net::dial::DialOptions;
 use crate::net::liveness::Heartbeat;
+use crate::push::Notifier;
+use crate::sessions::{SessionHost, SessionHostOptions, SESSIONS_DIR};
 use crate::state::{Home, Secrets};
 use crate::tools::{Toolbox, ToolboxOptions};
 
@@ -95,7 +98,7 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
         events: options.events.clone(),
     };
     env_side::spawn_environment_side(environment_side, &ctx, shutdown.clone())?;
-    let gate: Arc<dyn Gate> = Arc::new(TokenGate { token: options.secrets.auth_token.clone(), caller: "loopback" });
+    let gate: Arc<dyn Gate> = Arc::new(token_gate(&options, "loopback"));
     ctx.tasks.spawn({
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
@@ -107,6 +110,11 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
     });
     spawn_relay_links(options, &ctx, &shutdown);
     Ok(RunningAgent { loopback, ctx, shutdown })
+}
+
+/// The gate of this home's auth token, refusing protocol 2 when `config.toml` says so.
+fn token_gate(options: &AgentOptions, caller: &'static str) -> TokenGate {
+    TokenGate::new(options.secrets.auth_token.clone(), caller, options.config.security.require_sealed)
 }
 
 /// What the agent's sessions share: the toolbox (its tools kept out of the home), the voice
@@ -128,41 +136,78 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
     let tasks = TaskTracker::new();
     let mut ctx = AgentContext::new(toolbox, tasks.clone());
     ctx.gemini = options.gemini.clone().map(Arc::new);
+    // Notifications: a home whose VAPID key cannot be made or read still runs, without them.
+    let pairing = crate::push::pairing_id(&options.secrets.relay_code);
+    match Notifier::new(&options.home, pairing, options.config.notifications.clone(), options.dial.clone()) {
+        Ok((notifier, queue)) => {
+            tasks.spawn(queue.run(notifier.clone(), shutdown.clone()));
+            tasks.spawn(notify::watch_approvals(
+                ctx.toolbox().approvals().clone(),
+                notifier.clone(),
+                ctx.status.clone(),
+                shutdown.clone(),
+            ));
+            ctx.notifier = Some(notifier);
+        }
+        Err(err) => warn!("notifications are off: {err:#}"),
+    }
     if let Some(relay) = &options.relay {
         if let Ok(mut shown) = ctx.status.relay.lock() {
             *shown = relay.to_string();
         }
     }
-    ctx.router = Some(Arc::new(HostRouter::new(HostOptions {
+    // The sessions' processes end with the agent (they stay resumable); a store that cannot be
+    // opened costs the sessions only.
+    let sessions = SessionHost::open(SessionHostOptions {
+        store_dir: options.home.path(SESSIONS_DIR),
+        toolbox: ctx.toolbox().clone(),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+    });
+    match sessions {
+        Ok(host) => {
+            ctx.dispatcher = ctx.dispatcher.clone().with_sessions(Arc::new(host.clone()));
+            if let Some(notifier) = &ctx.notifier {
+                let watch =
+                    notify::watch_sessions(host.clone(), notifier.clone(), ctx.status.clone(), shutdown.clone());
+                tasks.spawn(watch);
+            }
+            ctx.sessions = Some(host);
+        }
+        Err(err) => warn!("coding-agent sessions are unavailable: {err:#}"),
+    }
+    let router = HostRouter::new(HostOptions {
         home: options.home.clone(),
         dial: options.dial.clone(),
         relay: options.relay.clone(),
-        toolbox: Some(ctx.toolbox.clone()),
+        toolbox: Some(ctx.toolbox().clone()),
         tasks,
         shutdown: shutdown.clone(),
-    })));
+    });
+    ctx.dispatcher = ctx.dispatcher.clone().with_router(Arc::new(router));
     Ok(ctx)
 }
 
 /// The relay link on this home's code and, for a while after `pair --rotate`, one on the code it
 /// replaced. Does nothing without a relay.
 fn spawn_relay_links(options: AgentOptions, ctx: &Arc<AgentContext>, shutdown: &CancellationToken) {
-    let Some(relay) = options.relay else { return };
+    let Some(relay) = options.relay.clone() else { return };
+    let phone_gate = token_gate(&options, "phone");
+    let retired_gate = token_gate(&options, "phone");
     let link = RelayLink {
         url: relay.socket_url("/agent", options.secrets.relay_code.expose()),
         relay,
         dial: options.dial,
         heartbeat: options.heartbeat,
         backoff: options.backoff,
-        gate: Arc::new(TokenGate { token: options.secrets.auth_token.clone(), caller: "phone" }),
+        gate: Arc::new(phone_gate),
         ctx: ctx.clone(),
         events: Some(options.events),
     };
     // A code the home no longer trusts must not stop the agent; it is only left unanswered.
     match options.home.retired_code() {
         Ok(Some(retired)) => {
-            let gate = TokenGate { token: options.secrets.auth_token.clone(), caller: "phone" };
-            let link = RelayLink { gate: Arc::new(retired::RetiredGate { current: gate }), ..link.clone() };
+            let link = RelayLink { gate: Arc::new(retired::RetiredGate { current: retired_gate }), ..link.clone() };
             retired::spawn_retired_link(&link, retired, options.retired_window, ctx, shutdown);
         }
         Ok(None) => {}

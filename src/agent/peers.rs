@@ -15,14 +15,14 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::gate::{admit_bearer, admit_hello, HelloStep};
+use super::gate::{admit_bearer, admit_hello, start_session, HelloStep, SessionInput};
 use super::link::{Ended, LinkEvent, RelayLink};
 use super::outbox::Outbox;
 use super::session::Session;
 use crate::net::dial;
 use crate::net::liveness::{cancelled, close_message, sleep_until, Liveness, Pulse};
 use crate::net::relay_framing::{self, Kind, PeerId};
-use crate::protocol::{self, close, AgentMessage, Bytes, ErrorCode, Frame, MAX_FRAME_LEN, SEND_QUEUE_FRAMES};
+use crate::protocol::{self, close, AgentMessage, ErrorCode, Frame, MAX_FRAME_LEN, SEND_QUEUE_FRAMES};
 
 /// Peers one connection serves at once; the relay seats fewer, so more means a relay gone wrong.
 pub const MAX_PEERS: usize = 4 * relay_framing::MAX_PHONES_PER_CODE;
@@ -59,6 +59,8 @@ enum Peer {
     Refused,
     Ready {
         session: Box<Session>,
+        /// What opens the peer's frames (a sealed session) or passes them on (protocol 2).
+        inbound: SessionInput,
         revoked: Option<CancellationToken>,
     },
 }
@@ -248,23 +250,25 @@ impl RelayLink {
                     whole.extend_from_slice(payload);
                     whole
                 };
-                if kind == Kind::Binary {
-                    if let Peer::Ready { session, revoked } = &mut slot.state {
-                        // A revocation written a moment ago ends the session before this frame runs.
-                        self.gate.check_revocations();
-                        if !revoked.as_ref().is_some_and(CancellationToken::is_cancelled) {
-                            session.on_binary(Bytes::from(whole)).await;
-                        }
-                    }
-                    return Ok(());
-                }
-                let Ok(text) = String::from_utf8(whole) else {
-                    debug!("a peer's text frame is not UTF-8; dropped");
-                    return Ok(());
-                };
                 let to = ToPeer { peer, frames: out.clone() };
+                let frame = match kind {
+                    Kind::Binary => Frame::binary(whole),
+                    _ => match String::from_utf8(whole) {
+                        Ok(text) => Frame::text(text),
+                        Err(_) => {
+                            debug!("a peer's text frame is not UTF-8; dropped");
+                            return Ok(());
+                        }
+                    },
+                };
                 let state = std::mem::replace(&mut slot.state, Peer::Refused);
-                slot.state = self.on_text(state, &text, &to, slot).await;
+                slot.state = match (state, frame) {
+                    (Peer::Ready { session, inbound, revoked }, frame) => {
+                        self.on_session_frame(frame, session, inbound, revoked, &to).await
+                    }
+                    (state, Frame::Text(text)) => self.on_text(state, &text, &to, slot).await,
+                    (state, Frame::Binary(_)) => state,
+                };
             }
             Kind::ClosePeer => debug!("dropped a relay message only agents send"),
         }
@@ -289,6 +293,38 @@ impl RelayLink {
         }
     }
 
+    /// A frame of an admitted peer's session, opened first when the session is sealed. A sealed
+    /// session that receives what it cannot open ends here with nothing run, and its socket is
+    /// closed 1008 `sealed-session-broken`.
+    async fn on_session_frame(
+        &self,
+        frame: Frame,
+        mut session: Box<Session>,
+        mut inbound: SessionInput,
+        revoked: Option<CancellationToken>,
+        to: &ToPeer,
+    ) -> Peer {
+        match inbound.open(frame) {
+            Ok(Some(frame)) => {
+                // A revocation written a moment ago ends the session before this frame runs.
+                self.gate.check_revocations();
+                if !revoked.as_ref().is_some_and(CancellationToken::is_cancelled) {
+                    session.on_frame(frame).await;
+                }
+            }
+            Ok(None) => {}
+            Err(broken) => {
+                warn!("{broken}; the phone's session is closed");
+                drop(session);
+                to.send(AgentMessage::error(ErrorCode::SealedSessionBroken)).await;
+                to.close(CloseCode::Policy, ErrorCode::SealedSessionBroken.as_str());
+                self.report(LinkEvent::PeerRefused { code: ErrorCode::SealedSessionBroken });
+                return Peer::Refused;
+            }
+        }
+        Peer::Ready { session, inbound, revoked }
+    }
+
     async fn on_text(&self, peer: Peer, text: &str, to: &ToPeer, slot: &mut PeerSlot) -> Peer {
         let admitted = match peer {
             Peer::AwaitingHello { deadline, challenge } => match admit_hello(self.gate.as_ref(), text, &challenge) {
@@ -306,25 +342,26 @@ impl RelayLink {
                 Err(ErrorCode::UnauthenticatedCall) => return Peer::AwaitingBearer { deadline },
                 Err(code) => Err(code),
             },
-            Peer::Ready { mut session, revoked } => {
-                // A revocation written a moment ago ends the session before this frame runs.
-                self.gate.check_revocations();
-                if !revoked.as_ref().is_some_and(CancellationToken::is_cancelled) {
-                    session.on_text(text).await;
-                }
-                return Peer::Ready { session, revoked };
-            }
+            ready @ Peer::Ready { .. } => return ready,
             Peer::Refused => return Peer::Refused,
         };
         match admitted {
-            Ok(admission) => {
-                to.send(self.ctx.hello_ok(&admission)).await;
-                self.report(LinkEvent::PeerAdmitted);
+            Ok(mut admission) => {
                 let (session_out, forwarder) = to.forward();
                 slot.forwarder = Some(forwarder);
+                let hello_ok = self.ctx.hello_ok(&admission);
+                let io = match start_session(&mut admission, hello_ok, session_out, &self.ctx.status.sessions).await {
+                    Ok(io) => io,
+                    Err(err) => {
+                        warn!("cannot answer the phone's hello: {err:#}");
+                        to.send(AgentMessage::error(ErrorCode::Internal)).await;
+                        return Peer::Refused;
+                    }
+                };
+                self.report(LinkEvent::PeerAdmitted);
                 let revoked = admission.revoked.clone();
-                let session = Session::new(self.ctx.clone(), admission.caller, session_out).relayed();
-                Peer::Ready { session: Box::new(session), revoked }
+                let session = Session::new(self.ctx.clone(), admission.caller, io.out).relayed();
+                Peer::Ready { session: Box::new(session), inbound: io.input, revoked }
             }
             Err(code) => {
                 to.send(AgentMessage::error(code)).await;

@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use futures_util::future::BoxFuture;
 use serde_json::Value;
@@ -15,7 +14,6 @@ use tracing::{debug, warn};
 
 use super::context::AgentContext;
 use crate::approvals;
-use crate::audit::CallRecord;
 use crate::gemini::{self, VoiceCall, VoiceInput, VoiceTools};
 use crate::protocol::{
     self, AgentMessage, Bytes, CallErrorCode, ClientMessage, ErrorCode, Frame, ToolCall, ToolError, ToolResult,
@@ -131,31 +129,64 @@ impl Session {
                 Some(voice) => voice.end.cancel(),
                 None => self.send(gemini::no_call_error()).await,
             },
-            ClientMessage::Follow { .. } => self.follow(),
+            ClientMessage::Follow { after } => self.follow(after.as_ref()),
             ClientMessage::Unfollow => {
                 if let Some(following) = self.following.take() {
                     following.cancel();
                 }
             }
             ClientMessage::Approve(approve) => {
-                if let Err(err) = approvals::answer(self.ctx.toolbox.approvals(), approve, &self.caller) {
+                if let Err(err) = approvals::answer(self.ctx.toolbox().approvals(), approve, &self.caller) {
                     self.send(AgentMessage::Error { code: err.code, message: Some(err.message) }).await;
+                }
+            }
+            ClientMessage::PushSubscribe { subscription } => {
+                let answer = match self.ctx.notifier.as_ref().map(|n| n.subscribe(subscription)) {
+                    Some(Ok(())) => AgentMessage::PushSubscribed,
+                    Some(Err(err)) => {
+                        AgentMessage::Error { code: ErrorCode::InvalidArgs, message: Some(format!("{err:#}")) }
+                    }
+                    None => AgentMessage::Error {
+                        code: ErrorCode::Unavailable,
+                        message: Some("this agent sends no notifications".into()),
+                    },
+                };
+                self.send(answer).await;
+            }
+            ClientMessage::PushUnsubscribe { endpoint } => {
+                if let Some(notifier) = &self.ctx.notifier {
+                    if let Err(err) = notifier.subscriptions().remove(&endpoint) {
+                        warn!("could not remove a push subscription: {err:#}");
+                    }
                 }
             }
         }
     }
 
     /// Starts (or restarts) the delivery of approvals to this client: the open ones, then each change.
-    fn follow(&mut self) {
+    /// With sessions, also every session's `agent_event`s after the `after` marks, then live.
+    fn follow(&mut self, after: Option<&Value>) {
         if let Some(previous) = self.following.take() {
             previous.cancel();
         }
         let following = self.cancel.child_token();
         self.following = Some(following.clone());
-        let broker = self.ctx.toolbox.approvals().clone();
-        self.ctx
-            .tasks
-            .spawn(approvals::forward(broker, self.out.clone(), following, |notice| Some(Frame::from(&notice))));
+        let broker = self.ctx.toolbox().approvals().clone();
+        let status = self.ctx.status.clone();
+        let out = self.out.clone();
+        let approvals_following = following.clone();
+        self.ctx.tasks.spawn(async move {
+            // Counted while it runs: notifications wait for a moment nobody follows.
+            let _following = crate::push::Presence::hold(&status.followers);
+            approvals::forward(broker, out, approvals_following, |notice| Some(Frame::from(&notice))).await
+        });
+        if let Some(sessions) = &self.ctx.sessions {
+            let follower = sessions.follow(&crate::sessions::follow::after_marks(after));
+            let events = crate::sessions::follow::forward(follower, self.out.clone(), following, |event| {
+                Frame::text(event.to_frame().to_string())
+            });
+            self.ctx.tasks.spawn(events);
+        }
     }
 
     async fn start_voice(&mut self) {
@@ -174,7 +205,7 @@ impl Session {
         let tools = Arc::new(SessionTools(self.ctx.clone()));
         let voice = gemini::start(config, tools, self.out.clone(), &self.ctx.tasks);
         // The model is told of every open approval, so the user can answer by voice.
-        let broker = self.ctx.toolbox.approvals().clone();
+        let broker = self.ctx.toolbox().approvals().clone();
         let tell = approvals::forward(broker, voice.input.clone(), voice.end.clone(), |notice| {
             approvals::voice_prompts(notice).map(VoiceInput::Text)
         });
@@ -193,7 +224,7 @@ impl Session {
             Ok(calls) if calls.contains_key(&call.id) => {
                 Some(ToolError::new(ErrorCode::DuplicateId, format!("a call with id {:?} is still running", call.id)))
             }
-            Ok(calls) if calls.len() >= self.ctx.toolbox.max_calls_in_flight() => Some(ToolError::new(
+            Ok(calls) if calls.len() >= self.ctx.toolbox().max_calls_in_flight() => Some(ToolError::new(
                 ErrorCode::Busy,
                 format!("{} calls are already running; wait for one to finish", calls.len()),
             )),
@@ -297,86 +328,11 @@ impl CallTask {
         progress: mpsc::Sender<String>,
     ) -> Result<(Value, Option<AgentMessage>), ToolError> {
         let id = call.id.clone();
-        let output = run_tool(&self.ctx, call, &self.caller, Some(progress), self.cancel.clone()).await?;
+        let request = ToolRequest::from_call(call, self.caller.clone(), Some(progress), self.cancel.clone());
+        let output = self.ctx.dispatcher.dispatch(request).await?;
         let image = output.image.map(|shot| shot.image_frame(&id));
         Ok((output.result, image))
     }
-}
-
-/// Runs one call wherever it belongs: on an environment (`env`), as one of the router's own tools,
-/// or on this machine's toolbox. Shared by phone and local sessions and by the voice bridge.
-pub async fn run_tool(
-    ctx: &AgentContext,
-    call: ToolCall,
-    caller: &str,
-    progress: Option<mpsc::Sender<String>>,
-    cancel: CancellationToken,
-) -> Result<ToolOutput, ToolError> {
-    let mut call = call;
-    let remote = match (&ctx.router, call.env.clone()) {
-        (None, Some(_)) => {
-            return Err(ToolError::new(ErrorCode::UnknownEnvironment, "this agent has no environments"));
-        }
-        // This machine named by its own envKey or name: an ordinary local call.
-        (Some(router), Some(env)) if router.is_local(&env) => None,
-        (Some(router), Some(env)) => Some((router, env)),
-        (_, None) => None,
-    };
-    if remote.is_none() {
-        call.env = None;
-    }
-    if let Some((router, env)) = remote {
-        // The host's policy speaks for its user: what it refuses here, it refuses everywhere.
-        if let Err(refused) = ctx.toolbox.check_policy(&call.name, router.changes_machine(&call.name, &call.args)) {
-            audit_elsewhere(ctx, &call, caller, Err(&refused), Instant::now());
-            return Err(refused);
-        }
-        // Progress from an environment still flows when nobody listens locally.
-        let (sink, mut drain) = mpsc::channel(64);
-        let progress = progress.unwrap_or_else(|| {
-            ctx.tasks.spawn(async move { while drain.recv().await.is_some() {} });
-            sink
-        });
-        // The environment audits what it runs; the host records that it asked.
-        let started = Instant::now();
-        let result = router.route(env, call.clone(), progress, cancel).await;
-        audit_elsewhere(ctx, &call, caller, result.as_ref(), started);
-        return result.map(|result| ToolOutput { result, image: None });
-    }
-    // A router tool's future does nothing until awaited, so the policy still comes first.
-    let router_tool = ctx.router.as_ref().and_then(|router| Some((router, router.local_tool(&call.name, &call.args)?)));
-    if let Some((router, tool)) = router_tool {
-        let started = Instant::now();
-        let result = match ctx.toolbox.check_policy(&call.name, router.changes_machine(&call.name, &call.args)) {
-            Ok(()) => tool.await,
-            Err(refused) => Err(refused),
-        };
-        audit_elsewhere(ctx, &call, caller, result.as_ref(), started);
-        return result.map(|result| ToolOutput { result, image: None });
-    }
-    let request =
-        ToolRequest { id: call.id, name: call.name, args: call.args, caller: caller.to_owned(), progress, cancel };
-    ctx.toolbox.call(request).await
-}
-
-fn audit_elsewhere(
-    ctx: &AgentContext,
-    call: &ToolCall,
-    caller: &str,
-    result: Result<&Value, &ToolError>,
-    started: Instant,
-) {
-    let refused_by_policy = matches!(result, Err(err) if err.code == ErrorCode::DeniedByPolicy);
-    ctx.toolbox.record(CallRecord {
-        caller: caller.to_owned(),
-        tool: call.name.clone(),
-        id: call.id.clone(),
-        outcome: result.map_or_else(|err| err.code.as_str().to_owned(), |_| "ok".to_owned()),
-        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        rule: refused_by_policy.then(|| ErrorCode::DeniedByPolicy.as_str().to_owned()),
-        policy: None,
-        env: call.env.clone(),
-    });
 }
 
 /// The agent's tools as the voice bridge sees them: this machine's and, on a host, the
@@ -385,77 +341,26 @@ struct SessionTools(Arc<AgentContext>);
 
 impl VoiceTools for SessionTools {
     fn declarations(&self) -> Value {
-        self.0.gemini_declarations()
+        self.0.dispatcher.gemini_declarations()
     }
 
     fn run(&self, call: ToolCall, cancel: CancellationToken) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
         let ctx = self.0.clone();
-        Box::pin(async move { run_tool(&ctx, call, "gemini", None, cancel).await })
+        Box::pin(async move { ctx.dispatcher.dispatch(ToolRequest::from_call(call, "gemini", None, cancel)).await })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::gate::Admission;
-    use crate::environments::EnvRouter;
     use crate::tools::Toolbox;
     use tokio_util::task::TaskTracker;
 
-    struct OneEnvRouter;
-
-    impl EnvRouter for OneEnvRouter {
-        fn route(
-            &self,
-            env: String,
-            call: ToolCall,
-            _progress: mpsc::Sender<String>,
-            _cancel: CancellationToken,
-        ) -> futures_util::future::BoxFuture<'static, Result<Value, ToolError>> {
-            Box::pin(async move { Ok(serde_json::json!({"ran_on": env, "tool": call.name, "args": call.args})) })
-        }
-
-        fn gemini_declarations(&self) -> Vec<Value> {
-            vec![serde_json::json!({"name": "fleet"})]
-        }
-
-        fn tool_names(&self) -> Vec<String> {
-            vec!["fleet".into()]
-        }
-
-        fn local_tool(
-            &self,
-            name: &str,
-            _args: &Value,
-        ) -> Option<futures_util::future::BoxFuture<'static, Result<Value, ToolError>>> {
-            (name == "fleet").then(|| Box::pin(async { Ok(serde_json::json!({"environments": []})) }) as _)
-        }
-    }
-
-    fn context(router: bool) -> (tempfile::TempDir, AgentContext) {
-        context_with(router, Default::default())
-    }
-
-    fn context_with(router: bool, config: crate::config::Config) -> (tempfile::TempDir, AgentContext) {
-        let workspace = tempfile::tempdir().unwrap();
-        let toolbox = Toolbox::new(crate::tools::ToolboxOptions {
-            workspace: workspace.path().to_owned(),
-            config,
-            audit: Some(crate::audit::Audit::new(workspace.path().join("audit"))),
-            env: None,
-            ..Default::default()
-        })
-        .unwrap();
-        let mut ctx = AgentContext::new(toolbox, TaskTracker::new());
-        if router {
-            ctx.router = Some(Arc::new(OneEnvRouter));
-        }
-        (workspace, ctx)
-    }
-
     #[tokio::test]
     async fn a_bad_frame_with_multibyte_text_is_answered_not_panicked_on() {
-        let (_workspace, ctx) = context(false);
+        let workspace = tempfile::tempdir().unwrap();
+        let options = crate::tools::ToolboxOptions { workspace: workspace.path().to_owned(), ..Default::default() };
+        let ctx = AgentContext::new(Toolbox::new(options).unwrap(), TaskTracker::new());
         let (out, mut frames) = mpsc::channel(4);
         let mut session = Session::new(Arc::new(ctx), "test".into(), out);
         let frame = format!("{{\"type\":\"{}\"}}", "é".repeat(300));
@@ -464,102 +369,5 @@ mod tests {
         let answer: Value = serde_json::from_str(&answer).unwrap();
         assert_eq!(answer["code"], "bad-frame");
         assert!(answer["message"].as_str().unwrap().len() <= 200);
-    }
-
-    #[test]
-    fn gemini_sees_env_and_fleet_only_on_a_host_with_environments() {
-        let plain = context(false).1.gemini_declarations();
-        let names = |v: &Value| {
-            v.as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
-        };
-        assert!(!names(&plain).contains(&"fleet".to_owned()));
-        assert!(plain.as_array().unwrap().iter().all(|d| d.pointer("/parameters/properties/env").is_none()));
-
-        let host = context(true).1.gemini_declarations();
-        assert!(names(&host).contains(&"fleet".to_owned()));
-        let run = host.as_array().unwrap().iter().find(|d| d["name"] == "run_command").unwrap();
-        assert_eq!(run.pointer("/parameters/properties/env/type"), Some(&Value::from("STRING")));
-    }
-
-    fn audit_lines(workspace: &tempfile::TempDir) -> Vec<Value> {
-        let dir = workspace.path().join("audit");
-        std::fs::read_dir(&dir)
-            .unwrap()
-            .flat_map(|entry| {
-                std::fs::read_to_string(entry.unwrap().path()).unwrap().lines().map(str::to_owned).collect::<Vec<_>>()
-            })
-            .map(|line| serde_json::from_str(&line).unwrap())
-            .collect()
-    }
-
-    fn tool_call(id: &str, name: &str, env: Option<&str>) -> ToolCall {
-        ToolCall {
-            id: id.into(),
-            name: name.into(),
-            args: serde_json::json!({}),
-            env: env.map(Into::into),
-            caller: None,
-        }
-    }
-
-    #[tokio::test]
-    async fn routed_calls_and_router_tools_are_audited() {
-        let (workspace, ctx) = context(true);
-        run_tool(&ctx, tool_call("r", "list_dir", Some("devbox")), "phone", None, CancellationToken::new())
-            .await
-            .unwrap();
-        run_tool(&ctx, tool_call("f", "fleet", None), "phone", None, CancellationToken::new()).await.unwrap();
-        let lines = audit_lines(&workspace);
-        assert!(lines.iter().any(|l| l["id"] == "r" && l["env"] == "devbox" && l["outcome"] == "ok"), "{lines:?}");
-        assert!(lines.iter().any(|l| l["id"] == "f" && l["tool"] == "fleet" && l["outcome"] == "ok"), "{lines:?}");
-    }
-
-    #[tokio::test]
-    async fn a_router_tool_the_policy_denies_is_refused_audited_and_not_offered() {
-        let config = crate::config::Config {
-            policy: crate::config::Policy { deny: vec!["fleet".into()], ..Default::default() },
-            ..Default::default()
-        };
-        let (workspace, ctx) = context_with(true, config);
-        let err =
-            run_tool(&ctx, tool_call("d", "fleet", None), "phone", None, CancellationToken::new()).await.unwrap_err();
-        assert_eq!(err.code, ErrorCode::DeniedByPolicy);
-        let lines = audit_lines(&workspace);
-        assert_eq!(lines[0]["rule"], "denied-by-policy");
-        let AgentMessage::HelloOk(ok) = ctx.hello_ok(&Admission::default()) else { panic!("not hello_ok") };
-        assert!(!ok.tools.contains(&"fleet".to_owned()), "{:?}", ok.tools);
-        assert!(ctx.gemini_declarations().as_array().unwrap().iter().all(|d| d["name"] != "fleet"));
-    }
-
-    #[tokio::test]
-    async fn the_hosts_policy_covers_what_it_sends_to_environments() {
-        let config = crate::config::Config {
-            policy: crate::config::Policy { read_only: true, deny: vec!["list_dir".into()], ..Default::default() },
-            ..Default::default()
-        };
-        let (workspace, ctx) = context_with(true, config);
-        for name in ["write_file", "list_dir"] {
-            let call = tool_call(name, name, Some("devbox"));
-            let err = run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.unwrap_err();
-            assert_eq!(err.code, ErrorCode::DeniedByPolicy, "{name}");
-        }
-        let call = tool_call("ok", "read_file", Some("devbox"));
-        assert!(run_tool(&ctx, call, "phone", None, CancellationToken::new()).await.is_ok());
-        let lines = audit_lines(&workspace);
-        assert_eq!(lines.iter().filter(|l| l["rule"] == "denied-by-policy" && l["env"] == "devbox").count(), 2);
-    }
-
-    #[tokio::test]
-    async fn run_tool_routes_env_calls_and_keeps_local_ones_local() {
-        let (_workspace, ctx) = context(true);
-        let call = tool_call("1", "list_dir", Some("devbox"));
-        let routed = run_tool(&ctx, call, "test", None, CancellationToken::new()).await.unwrap();
-        assert_eq!(routed.result["ran_on"], "devbox");
-        let call = tool_call("2", "list_dir", None);
-        let local = run_tool(&ctx, call, "test", None, CancellationToken::new()).await.unwrap();
-        assert!(local.result["entries"].is_array());
-        let call = tool_call("3", "list_dir", Some("x"));
-        let err = run_tool(&context(false).1, call, "test", None, CancellationToken::new()).await.unwrap_err();
-        assert_eq!(err.code, ErrorCode::UnknownEnvironment);
     }
 }

@@ -225,7 +225,7 @@ pub fn parse_call_args(tool: &str, args: &[String]) -> Result<serde_json::Value,
 
 /// The type `tool` declares for its argument `key`, if it declares one.
 fn declared_type(tool: &str, key: &str) -> Option<ParamType> {
-    let spec = crate::tools::tool_spec(tool)?;
+    let spec = crate::tools::ToolKind::parse(tool)?.spec();
     spec.params.iter().find(|param| param.name == key).map(|param| param.kind)
 }
 

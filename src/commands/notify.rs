@@ -25,7 +25,8 @@ async fn test(settings: &Settings) -> Result<Exit> {
     home.check()?;
     let config = home.load_config()?;
     let dial = DialOptions::default().with_proxy_from_env()?;
-    let (notifier, _queue) = Notifier::new(home, config.notifications, dial)?;
+    let pairing = home.load_secrets()?.map(|s| crate::push::pairing_id(&s.relay_code)).unwrap_or_default();
+    let (notifier, _queue) = Notifier::new(home, pairing, config.notifications, dial)?;
     let notice = Notice {
         event: NotifyEvent::Test,
         topic: "voxa-notify-test".into(),

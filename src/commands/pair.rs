@@ -21,6 +21,14 @@ pub fn run_pair(settings: &Settings, args: &PairArgs) -> Result<()> {
     let relay = settings.relay(&config)?;
     home.ensure()?;
     let secrets = if args.rotate { home.rotate_secrets()? } else { home.load_or_create_secrets()?.0 };
+    if args.rotate {
+        // Browsers that subscribed under the old link hear nothing more from this laptop.
+        let pairing = crate::push::pairing_id(&secrets.relay_code);
+        let dropped = crate::push::Subscriptions::new(home.clone()).keep_only(&pairing)?;
+        if dropped > 0 {
+            tracing::info!(dropped, "push subscriptions of the old link removed");
+        }
+    }
     save_relay(home, &mut config, &relay)?;
     let printer = settings.printer;
     let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose());

@@ -40,6 +40,8 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
             "phone_present": live.as_ref().map(|l| l.phone_present),
             "retired_code_until": live.as_ref().and_then(|l| l.retired_code_until),
             "calls_in_flight": live.as_ref().map(|l| l.calls_in_flight),
+            "sealed_sessions": live.as_ref().map(|l| l.sealed_sessions),
+            "plain_sessions": live.as_ref().map(|l| l.plain_sessions),
             "workspace": live.as_ref().map(|l| l.workspace.clone()),
             "relay": live.as_ref().map(|l| l.relay.clone()),
         })),
@@ -68,7 +70,7 @@ fn human_status(
             problem.unwrap_or("no answer")
         )),
         (Some(a), Some(l)) => human.push_str(&format!(
-            "agent:   pid {} on 127.0.0.1:{}, {} mode, workspace {}\nagent relay:     {}\nrelay connected: {}\nphone present:   {}\ncalls in flight: {}\n",
+            "agent:   pid {} on 127.0.0.1:{}, {} mode, workspace {}\nagent relay:     {}\nrelay connected: {}\nphone present:   {}\ncalls in flight: {}\nsessions:        {} sealed, {} plain (protocol 2: the relay can read those)\n",
             a.pid,
             a.port,
             l.mode,
@@ -76,7 +78,9 @@ fn human_status(
             if l.relay.is_empty() { "none" } else { &l.relay },
             relay_state(l),
             yes_no(l.phone_present),
-            l.calls_in_flight
+            l.calls_in_flight,
+            l.sealed_sessions,
+            l.plain_sessions
         )),
     }
     if let Some(until) = live.and_then(|l| l.retired_code_until) {

@@ -30,7 +30,7 @@ use crate::protocol::{
 };
 use crate::secret::Secret;
 use crate::state::Home;
-use crate::tools::{ToolRequest, Toolbox};
+use crate::tools::{ToolKind, Toolbox};
 
 /// Time to reach an environment's relay (TCP, TLS, upgrade).
 pub const ENV_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -47,18 +47,7 @@ pub const LINK_FRESH: Duration = Duration::from_millis(200);
 pub const LINK_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on one environment's reachability check in `fleet`.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(8);
-/// Name of the host's tool that lists environments.
-pub const FLEET_TOOL: &str = "fleet";
-
-/// The Gemini function declaration of [`FLEET_TOOL`] (a relay hosting a call declares it too).
-pub fn fleet_declaration() -> Value {
-    // Only listing: pairing actions need the host token, which a voice model never holds.
-    json!({
-        "name": FLEET_TOOL,
-        "description": "List the other machines (environments) this laptop can drive and whether each answers. \
-                        To act on one, pass its name as `env` to any other tool.",
-    })
-}
+pub use crate::tools::FLEET_TOOL;
 
 /// What a host router needs.
 #[derive(Clone)]
@@ -179,30 +168,15 @@ impl EnvRouter for HostRouter {
         self.inner.clone().route(env, call, progress, cancel).boxed()
     }
 
-    fn tool_names(&self) -> Vec<String> {
-        vec![FLEET_TOOL.to_owned()]
-    }
-
     fn is_local(&self, env: &str) -> bool {
         matches!(self.inner.resolve(env), Ok((_, Resolved::Local)))
     }
 
-    fn changes_machine(&self, name: &str, args: &Value) -> bool {
-        // Listing reads; every other `fleet` action (remove, revoke, anything unknown) changes the
-        // pairings.
-        let lists = match args.get("action") {
-            None | Some(Value::Null) => true,
-            Some(action) => action == "list",
-        };
-        !(name == FLEET_TOOL && lists)
-    }
-
-    fn gemini_declarations(&self) -> Vec<Value> {
-        vec![fleet_declaration()]
-    }
-
-    fn local_tool(&self, name: &str, args: &Value) -> Option<BoxFuture<'static, Result<Value, ToolError>>> {
-        (name == FLEET_TOOL).then(|| self.inner.clone().fleet(args.clone()).boxed())
+    fn run_tool(&self, kind: ToolKind, args: Value) -> BoxFuture<'static, Result<Value, ToolError>> {
+        match kind {
+            ToolKind::Fleet => self.inner.clone().fleet(args).boxed(),
+            other => std::future::ready(Err(crate::tools::dispatch::unknown_tool(other.name()))).boxed(),
+        }
     }
 }
 
@@ -309,15 +283,11 @@ impl Inner {
         let Some(toolbox) = &self.options.toolbox else {
             return Err(refusal(ErrorCode::Unavailable, "this process runs no tools"));
         };
-        let request = ToolRequest {
-            id: call.id,
-            name: call.name,
-            args: call.args,
-            caller: "self".into(),
-            progress: Some(progress),
-            cancel,
+        // The dispatcher checked the policy and audits the call; this machine only runs it.
+        let Some(kind) = ToolKind::parse(&call.name) else {
+            return Err(crate::tools::dispatch::unknown_tool(&call.name));
         };
-        Ok(toolbox.call(request).await?.result)
+        Ok(toolbox.run(kind, call.args, "self", Some(progress), cancel).await?.result)
     }
 
     fn slot(&self, env_key: &str) -> Arc<tokio::sync::Mutex<Option<Link>>> {
@@ -836,7 +806,7 @@ mod tests {
         let server = tokio::spawn(async move { tokio_tungstenite::accept_async(far).await.unwrap() });
         let near: Box<dyn dial::Io> = Box::new(near);
         let (client, _) = tokio_tungstenite::client_async("ws://relay.test/ws?code=x", near).await.unwrap();
-        (client, server.await.unwrap())
+        (crate::seal::Socket::plain(client), server.await.unwrap())
     }
 
     fn target(identity: &Identity) -> Target {

@@ -18,9 +18,6 @@ pub mod store;
 
 use anyhow::Result;
 use rand::TryRngCore;
-use serde_json::Value;
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 pub use host::{HostOptions, HostRouter};
 pub use identity::Identity;
@@ -29,53 +26,13 @@ pub use line::PairingLine;
 use crate::config::RelayUrl;
 use crate::error::{ConfigError, Refused};
 use crate::net::dial::DialOptions;
-use crate::protocol::{ErrorCode, ToolCall, ToolError};
+use crate::protocol::{ErrorCode, ToolError};
 use crate::secret::{is_lower_hex, Secret};
 use crate::state::Home;
 use store::{IssuedPairing, OutboundPairing, RevokedBearer, SELF_NAME};
 
-/// Routes calls that name another environment (docs/PROTOCOL.md, "Environments"). Implemented by the host side of
-/// multi-environment pairing.
-pub trait EnvRouter: Send + Sync {
-    /// Runs `call` on the environment `env`, streaming progress; the result carries `env`.
-    fn route(
-        &self,
-        env: String,
-        call: ToolCall,
-        progress: mpsc::Sender<String>,
-        cancel: CancellationToken,
-    ) -> futures_util::future::BoxFuture<'static, Result<Value, ToolError>>;
-
-    /// Extra tools this router offers (e.g. `fleet`), answered by [`EnvRouter::local_tool`].
-    fn tool_names(&self) -> Vec<String> {
-        Vec::new()
-    }
-
-    /// True when `env` names this machine itself (its own envKey or name).
-    fn is_local(&self, _env: &str) -> bool {
-        false
-    }
-
-    /// Whether a call to `name` (a router tool, or any tool routed to an environment) can change
-    /// a machine; the `read_only` policy refuses those. Unknown means yes.
-    fn changes_machine(&self, _name: &str, _args: &Value) -> bool {
-        true
-    }
-
-    /// Gemini function declarations of [`EnvRouter::tool_names`].
-    fn gemini_declarations(&self) -> Vec<Value> {
-        Vec::new()
-    }
-
-    /// Runs one of [`EnvRouter::tool_names`] locally; `None` when the name is not the router's.
-    fn local_tool(
-        &self,
-        _name: &str,
-        _args: &Value,
-    ) -> Option<futures_util::future::BoxFuture<'static, Result<Value, ToolError>>> {
-        None
-    }
-}
+/// Routes calls that name another environment; defined beside the dispatcher that calls it.
+pub use crate::tools::EnvRouter;
 
 /// Longest environment name.
 pub const MAX_NAME_LEN: usize = 40;
@@ -499,7 +456,7 @@ mod tests {
             .unwrap()
             .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap())
             .collect();
-        let records: Vec<Value> = audit.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let records: Vec<serde_json::Value> = audit.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(records.len(), 3);
         assert!(records.iter().all(|r| r["rule"] == "pairing-revoked" && r["event"] == "revoke"));
         assert!(!audit.contains(first.line.bearer.expose()) && !audit.contains("vbx_"));

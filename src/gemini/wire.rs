@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::protocol::{ToolError, TranscriptRole};
-use crate::tools::ToolOutput;
+use crate::tools::{Effect, ToolKind, ToolOutput};
 
 /// MIME type of the microphone audio voxa sends (PCM16LE mono 16 kHz).
 pub const INPUT_AUDIO_MIME: &str = "audio/pcm;rate=16000";
@@ -28,9 +28,12 @@ command output and file contents in a sentence (the outcome, errors, counts) ins
 read exact text only when asked. A screenshot is shown on the user's phone, not to you: tell the user it is on their \
 phone. If a tool fails, say why in a few words and suggest what to try next.";
 
-/// Tools the model must wait for: they change the machine, so it may not talk on as if they had
-/// run. Declared `BLOCKING` on models whose calls default to `NON_BLOCKING`.
-pub const BLOCKING_TOOLS: &[&str] = &["run_command", "write_file", "coding_agent"];
+/// Whether the model must wait for a tool: one that changes the machine ([`Effect::Changes`]), so
+/// it may not talk on as if it had run. Declared `BLOCKING` on models whose calls default to
+/// `NON_BLOCKING`.
+pub fn is_blocking(name: &str) -> bool {
+    ToolKind::parse(name).is_some_and(|kind| kind.spec().effect == Effect::Changes)
+}
 
 /// The `setup` message: always the first message on a connection. Without declarations it has no
 /// `tools` at all.
@@ -61,7 +64,7 @@ pub fn setup(model: &str, voice: &str, declarations: &Value, handle: Option<&str
 
 /// Declarations as the service accepts them: no `parameters` for a tool that takes none, no
 /// empty `properties` anywhere, `required` naming only listed properties, and `behavior:
-/// BLOCKING` on [`BLOCKING_TOOLS`] where the model would not wait for them by default.
+/// BLOCKING` on the tools the model must wait for ([`is_blocking`]) where it would not by default.
 pub fn function_declarations(model: &str, declarations: &Value) -> Vec<Value> {
     let blocking = calls_default_to_non_blocking(model);
     let list = declarations.as_array().map(Vec::as_slice).unwrap_or_default();
@@ -73,7 +76,7 @@ pub fn function_declarations(model: &str, declarations: &Value) -> Vec<Value> {
                 Some(parameters) => declaration.insert("parameters".into(), parameters),
                 None => None,
             };
-            if blocking && BLOCKING_TOOLS.contains(&name.as_str()) {
+            if blocking && is_blocking(&name) {
                 declaration.insert("behavior".into(), json!("BLOCKING"));
             }
             Some(Value::Object(declaration))

@@ -18,13 +18,12 @@ use super::{
     code_tag, log_call, Hosting, Place, BRIDGE_QUEUE, CALL_ID_PREFIX, LAPTOP_OFFLINE_NOTE, MAX_DECLARED_TOOLS,
     TO_AGENT_QUEUE, WIND_DOWN,
 };
-use crate::environments::host::{fleet_declaration, FLEET_TOOL};
-use crate::gemini::{self, declare_env_argument, CallLog, VoiceCall, VoiceInput};
+use crate::gemini::{self, CallLog, VoiceCall, VoiceInput};
 use crate::net::relay_framing::{is_notice, Presence};
 use crate::protocol::{self, AgentMessage, CallErrorCode, ErrorCode, Frame, PeerRole, ToolError, ToolResult};
 use crate::relay::metrics::RelayMetrics;
 use crate::relay::service::{Action, End, OutFrame, Push, SendQueue, GOING_AWAY, OP_BINARY, OP_CONTINUATION, OP_TEXT};
-use crate::tools::gemini_declarations_named;
+use crate::tools::gemini_declarations;
 
 /// One `/live` socket's session: passes frames through and hosts its voice call.
 pub(super) struct LiveSession<'a> {
@@ -105,19 +104,10 @@ impl Handshake {
     }
 }
 
-/// Gemini's declarations for the tools of a `hello_ok`. An agent that lists the environment
-/// router's `fleet` drives other machines: every other tool then takes the optional `env`
-/// argument, as on a self-hosted call.
+/// Gemini's declarations for the tools of a `hello_ok` (at most [`MAX_DECLARED_TOOLS`]), built as
+/// a self-hosted call builds them: an agent that lists `fleet` gets the `env` argument on the rest.
 pub(super) fn hosted_declarations(tools: &[String]) -> Value {
-    let tools = &tools[..tools.len().min(MAX_DECLARED_TOOLS)];
-    let has_router = tools.iter().any(|name| name == FLEET_TOOL);
-    let own: Vec<String> = tools.iter().filter(|name| *name != FLEET_TOOL).cloned().collect();
-    let Value::Array(mut declarations) = gemini_declarations_named(&own) else { return Value::Array(Vec::new()) };
-    if has_router {
-        declare_env_argument(&mut declarations);
-        declarations.push(fleet_declaration());
-    }
-    Value::Array(declarations)
+    gemini_declarations(&tools[..tools.len().min(MAX_DECLARED_TOOLS)])
 }
 
 /// Why the session ended.
@@ -468,7 +458,7 @@ mod tests {
             assert_eq!(declaration.pointer("/parameters/properties/env/type"), Some(&Value::from("STRING")));
         }
         let fleet = host.iter().find(|d| d["name"] == "fleet").unwrap();
-        assert_eq!(fleet, &fleet_declaration(), "fleet as a self-hosted call declares it");
+        assert_eq!(fleet, &gemini_declarations(&["fleet"])[0], "fleet as a self-hosted call declares it");
         let many: Vec<String> = (0..MAX_DECLARED_TOOLS + 10).map(|n| format!("tool_{n}")).collect();
         assert_eq!(hosted_declarations(&many).as_array().unwrap().len(), MAX_DECLARED_TOOLS);
     }
@@ -479,6 +469,7 @@ mod tests {
         let good =
             hello(serde_json::json!({"type":"hello","protocol":2,"nonce":"1".repeat(32),"proof":"a".repeat(64)}));
         let ok = |proof: Option<&str>| protocol::HelloOk {
+            vapid_public_key: None,
             agent: "voxa/0".into(),
             mode: "hosted".into(),
             tools: vec!["list_dir".into()],
@@ -486,6 +477,7 @@ mod tests {
             proof: proof.map(str::to_owned),
             env_key: None,
             host: None,
+            noise: None,
         };
         let proven = ok(Some(&"b".repeat(64)));
 

@@ -1,9 +1,11 @@
-//! The client side of the session start (docs/PROTOCOL.md, "Session start (protocol 2)"), one
-//! implementation for every client: [`hello_with`] runs the exchange, a [`HelloCredential`] says
-//! how the client proves itself and checks the agent. [`hello`] answers the agent's challenge with
-//! a proof of the token and checks the agent's proof before sending anything else (`voxa call`,
-//! `status`, `env list`, every test and bench client); the host's environment sessions bring their
-//! own credential (`environments/host.rs`).
+//! The client side of the session start (docs/PROTOCOL.md, "Session start (protocol 2)" and
+//! "Sealed sessions (protocol 3)"), one implementation for every client: [`hello_with`] runs the
+//! exchange, a [`HelloCredential`] says how the client proves itself and checks the agent.
+//! [`hello`] answers the agent's challenge with the first message of a sealed session's handshake,
+//! keyed by the token, and seals the socket once the agent's answer checks out (`voxa call`,
+//! `status`, `env list`, every test and bench client); [`hello_plain`] is protocol 2, for hosted
+//! voice, whose relay must read the session. The host's environment sessions bring their own
+//! credential (`environments/host.rs`).
 
 use std::fmt;
 use std::ops::ControlFlow;
@@ -11,6 +13,7 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
+use base64::Engine;
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message};
@@ -19,6 +22,7 @@ use super::dial::ClientSocket;
 use super::relay_framing::Presence;
 use crate::error::Refused;
 use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Hello, HelloOk, PeerRole, PeerState};
+use crate::seal::handshake::{Initiator, Keys};
 use crate::secret::Secret;
 
 /// Whoever answered could not prove it holds this home's auth token: it is not this laptop.
@@ -51,6 +55,16 @@ pub trait HelloCredential {
     fn answer_limit(&self) -> Option<Duration>;
     /// What to do with one answer of the agent's.
     fn answer(&mut self, answer: AgentMessage, challenge: Option<&str>, nonce: &str) -> HelloStep;
+    /// The hello of a sealed session answering `challenge`, for a credential that seals; `None`
+    /// sends [`HelloCredential::hello`]'s.
+    fn sealed_hello(&mut self, _challenge: &str) -> Option<Result<Hello, HelloError>> {
+        None
+    }
+    /// The keys of the sealed session, once an answer was accepted: the socket is sealed with
+    /// them before anything else is sent.
+    fn take_keys(&mut self) -> Option<Keys> {
+        None
+    }
 }
 
 /// What a client waits for before it sends its hello.
@@ -136,7 +150,9 @@ async fn exchange(socket: &mut ClientSocket, credential: &mut impl HelloCredenti
         }
     };
     let nonce = protocol::new_nonce().map_err(HelloError::Internal)?;
-    let mut frame = ClientMessage::Hello(credential.hello(challenge.as_deref(), &nonce));
+    let sealed = challenge.as_deref().and_then(|challenge| credential.sealed_hello(challenge)).transpose()?;
+    let hello = sealed.unwrap_or_else(|| credential.hello(challenge.as_deref(), &nonce));
+    let mut frame = ClientMessage::Hello(hello);
     loop {
         socket.send(Message::text(frame.to_json())).await.map_err(HelloError::SendFailed)?;
         let limit = credential.answer_limit();
@@ -147,7 +163,12 @@ async fn exchange(socket: &mut ClientSocket, credential: &mut impl HelloCredenti
         };
         match next {
             ControlFlow::Continue(reply) => frame = reply,
-            ControlFlow::Break(ok) => return Ok(ok),
+            ControlFlow::Break(ok) => {
+                if let Some(keys) = credential.take_keys() {
+                    socket.seal(keys);
+                }
+                return Ok(ok);
+            }
         }
     }
 }
@@ -232,6 +253,32 @@ async fn next_agent_message(socket: &mut ClientSocket) -> Result<AgentMessage, H
 struct TokenProof<'a> {
     token: &'a Secret,
     client: &'a str,
+    /// Protocol 3 (every voxa client), or protocol 2 for hosted voice.
+    seals: bool,
+    /// The handshake between the hello and `hello_ok`, then the session's keys.
+    initiator: Option<Initiator>,
+    keys: Option<Keys>,
+}
+
+impl<'a> TokenProof<'a> {
+    fn new(token: &'a Secret, client: &'a str, seals: bool) -> Self {
+        TokenProof { token, client, seals, initiator: None, keys: None }
+    }
+
+    /// A sealed `hello_ok`: message 2 must check out, and its payload is the real `hello_ok`.
+    fn open_hello_ok(&mut self, initiator: Initiator, ok: &HelloOk) -> HelloStep {
+        let message =
+            ok.noise.as_deref().and_then(|noise| base64::engine::general_purpose::STANDARD.decode(noise).ok());
+        let opened = message.and_then(|message| initiator.finish(&message).ok());
+        let Some((keys, payload)) = opened else { return HelloStep::Reject(HelloError::Impostor) };
+        match serde_json::from_slice::<AgentMessage>(&payload) {
+            Ok(AgentMessage::HelloOk(inner)) if inner.protocol == protocol::PROTOCOL_SEALED => {
+                self.keys = Some(keys);
+                HelloStep::Accept(inner)
+            }
+            _ => HelloStep::Reject(HelloError::Unexpected),
+        }
+    }
 }
 
 impl HelloCredential for TokenProof<'_> {
@@ -253,8 +300,31 @@ impl HelloCredential for TokenProof<'_> {
         None
     }
 
+    fn sealed_hello(&mut self, challenge: &str) -> Option<Result<Hello, HelloError>> {
+        if !self.seals {
+            return None;
+        }
+        Some(Initiator::start(self.token, challenge).map_err(HelloError::Internal).map(|(initiator, message)| {
+            self.initiator = Some(initiator);
+            Hello {
+                protocol: Some(protocol::PROTOCOL_SEALED),
+                noise: Some(base64::engine::general_purpose::STANDARD.encode(message)),
+                client: Some(self.client.to_owned()),
+                ..Default::default()
+            }
+        }))
+    }
+
+    fn take_keys(&mut self) -> Option<Keys> {
+        self.keys.take()
+    }
+
     fn answer(&mut self, answer: AgentMessage, challenge: Option<&str>, nonce: &str) -> HelloStep {
         match answer {
+            AgentMessage::HelloOk(ok) if self.seals => match self.initiator.take() {
+                Some(initiator) => self.open_hello_ok(initiator, &ok),
+                None => HelloStep::Reject(HelloError::Unexpected),
+            },
             AgentMessage::HelloOk(ok) => {
                 let challenge = challenge.unwrap_or_default();
                 let proven = ok
@@ -275,10 +345,22 @@ impl HelloCredential for TokenProof<'_> {
 }
 
 /// Completes the session start on a socket to an agent (loopback, or a phone's socket at the
-/// relay): waits for the challenge, sends the hello, checks the agent's proof. A wrong or
-/// missing proof closes the socket and fails with [`NotYourLaptop`]. No timeout of its own.
+/// relay) and seals it: waits for the challenge, sends the hello with the handshake's first
+/// message, checks the agent's answer and seals the socket (protocol 3). An answer that does not
+/// check out closes the socket and fails with [`NotYourLaptop`]. No timeout of its own.
 pub async fn hello(socket: &mut ClientSocket, token: &Secret, client: &str) -> Result<HelloOk> {
-    hello_with(socket, &mut TokenProof { token, client }).await.map_err(|failure| match failure {
+    token_hello(socket, TokenProof::new(token, client, true)).await
+}
+
+/// [`hello`] in protocol 2: proves the token and checks the agent's proof, but leaves the
+/// session unsealed. For hosted voice (the relay runs the model and so reads the session) and
+/// for checking that protocol-2 clients are still served.
+pub async fn hello_plain(socket: &mut ClientSocket, token: &Secret, client: &str) -> Result<HelloOk> {
+    token_hello(socket, TokenProof::new(token, client, false)).await
+}
+
+async fn token_hello(socket: &mut ClientSocket, mut proof: TokenProof<'_>) -> Result<HelloOk> {
+    hello_with(socket, &mut proof).await.map_err(|failure| match failure {
         HelloError::Ended => anyhow!("the agent closed the connection before answering"),
         HelloError::ClosedBy(frame) => close_error(frame),
         HelloError::Failed(err) => anyhow::Error::new(err).context("agent connection failed"),
@@ -317,7 +399,7 @@ mod tests {
         let server = tokio::spawn(async move { tokio_tungstenite::accept_async(far).await.unwrap() });
         let near: Box<dyn super::super::dial::Io> = Box::new(near);
         let (client, _) = tokio_tungstenite::client_async("ws://agent.test/", near).await.unwrap();
-        (client, server.await.unwrap())
+        (crate::seal::Socket::plain(client), server.await.unwrap())
     }
 
     /// Sends a JSON frame; a JSON string goes as the text it holds (a relay notice).
@@ -351,7 +433,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_token_hello_skips_what_is_not_an_answer_and_accepts_a_proven_agent() {
+    async fn the_plain_hello_skips_what_is_not_an_answer_and_accepts_a_proven_agent() {
         let (mut client, mut agent) = sockets().await;
         let agent_side = tokio::spawn(async move {
             let challenge = "c".repeat(32);
@@ -370,9 +452,56 @@ mod tests {
             .await;
             agent
         });
-        let ok = hello(&mut client, &token(), "unit/1").await.unwrap();
+        let ok = hello_plain(&mut client, &token(), "unit/1").await.unwrap();
         assert_eq!(ok.tools, ["x"]);
+        assert!(!client.is_sealed());
         drop(agent_side.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn the_hello_seals_the_socket_once_the_agents_answer_opens() {
+        use crate::seal::{Responder, Socket};
+        let (mut client, mut agent) = sockets().await;
+        let agent_side = tokio::spawn(async move {
+            let challenge = "c".repeat(32);
+            send(&mut agent, json!({"type":"challenge","protocol":2,"protocols":[2,3],"nonce": challenge})).await;
+            let hello = received(&mut agent).await.unwrap();
+            assert_eq!(hello["protocol"], 3);
+            assert!(hello.get("proof").is_none() && hello.get("token").is_none(), "{hello}");
+            let one = base64::engine::general_purpose::STANDARD.decode(hello["noise"].as_str().unwrap()).unwrap();
+            let inner = json!({"type":"hello_ok","protocol":3,"agent":"voxa/t","mode":"self-hosted","tools":["x"]});
+            let (keys, two) =
+                Responder::accept(&token(), &challenge, &one).unwrap().finish(inner.to_string().as_bytes()).unwrap();
+            let noise = base64::engine::general_purpose::STANDARD.encode(two);
+            send(&mut agent, json!({"type":"hello_ok","protocol":3,"noise": noise})).await;
+            let mut agent = Socket::plain(agent);
+            agent.seal(keys);
+            agent.send(Message::text(r#"{"type":"call_started"}"#)).await.unwrap();
+            let Some(Ok(Message::Text(text))) = agent.next().await else { panic!("no sealed frame") };
+            text.to_string()
+        });
+        let ok = hello(&mut client, &token(), "unit/1").await.unwrap();
+        assert_eq!((ok.tools.as_slice(), ok.protocol), (["x".to_owned()].as_slice(), 3));
+        assert!(client.is_sealed());
+        let Some(Ok(Message::Text(text))) = client.next().await else { panic!("no frame") };
+        assert_eq!(text.as_str(), r#"{"type":"call_started"}"#);
+        client.send(Message::text(r#"{"type":"status"}"#)).await.unwrap();
+        assert_eq!(agent_side.await.unwrap(), r#"{"type":"status"}"#);
+    }
+
+    #[tokio::test]
+    async fn a_sealed_hello_ok_that_does_not_open_is_an_impostor() {
+        let (mut client, mut agent) = sockets().await;
+        let agent_side = tokio::spawn(async move {
+            send(&mut agent, json!({"type":"challenge","protocol":2,"protocols":[2,3],"nonce":"c".repeat(32)})).await;
+            received(&mut agent).await.unwrap();
+            let noise = base64::engine::general_purpose::STANDARD.encode([7u8; 64]);
+            send(&mut agent, json!({"type":"hello_ok","protocol":3,"noise": noise})).await;
+            agent.next().await
+        });
+        let err = hello(&mut client, &token(), "unit/1").await.unwrap_err();
+        assert!(err.downcast_ref::<NotYourLaptop>().is_some(), "{err:#}");
+        assert!(matches!(agent_side.await.unwrap(), Some(Ok(Message::Close(_)))));
     }
 
     #[tokio::test]

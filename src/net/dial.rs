@@ -26,8 +26,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
-/// A client WebSocket over TCP or TLS.
-pub type ClientSocket = WebSocketStream<Box<dyn Io>>;
+/// A client WebSocket over TCP or TLS; sealed once a protocol-3 hello completes on it.
+pub type ClientSocket = crate::seal::Socket<WebSocketStream<Box<dyn Io>>>;
 
 /// How to dial.
 #[derive(Clone, Default)]
@@ -135,7 +135,7 @@ pub async fn connect(url: &str, options: &DialOptions) -> Result<ClientSocket> {
             tokio_tungstenite::client_async_with_config(request, stream, Some(super::http::websocket_config()))
                 .await
                 .map_err(describe_handshake_error)?;
-        Ok::<_, anyhow::Error>(socket)
+        Ok::<_, anyhow::Error>(crate::seal::Socket::plain(socket))
     };
     tokio::time::timeout(CONNECT_TIMEOUT, attempt)
         .await

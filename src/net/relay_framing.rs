@@ -7,16 +7,12 @@
 //!   starts with a [`HEADER_LEN`]-byte header: a [`Kind`] and the phone's peer id (u32, big
 //!   endian). Several phones share one agent socket that way.
 
-use serde::{Deserialize, Serialize};
-
-use crate::protocol::{PeerRole, PeerState};
+pub use crate::protocol::presence::{is_notice, Presence, NOTICE_MARK};
 
 /// The WebSocket subprotocol an agent offers on `/agent`; a relay refuses agents without it.
 pub const SUBPROTOCOL: &str = "voxa-relay.2";
 /// The body of the `426` a relay answers an agent that does not offer [`SUBPROTOCOL`].
 pub const OLD_AGENT_REFUSAL: &str = "this relay needs a newer voxa agent (relay framing 2)";
-/// First character of a relay notice toward a phone.
-pub const NOTICE_MARK: char = '\u{1}';
 /// Bytes of the header of every message on the agent's socket.
 pub const HEADER_LEN: usize = 5;
 /// Phones one relay code pairs with its agent at once; one more is closed 4003
@@ -121,47 +117,6 @@ pub fn parse_close_peer(payload: &[u8]) -> Option<(u16, &str)> {
     Some((u16::from_be_bytes(*code), std::str::from_utf8(reason).ok()?))
 }
 
-/// A presence notice toward a phone: `U+0001{"type":"presence","peer":…,"state":…}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Presence {
-    pub peer: PeerRole,
-    pub state: PeerState,
-}
-
-#[derive(Serialize, Deserialize)]
-struct PresenceJson {
-    #[serde(rename = "type")]
-    kind: String,
-    peer: PeerRole,
-    state: PeerState,
-}
-
-/// `type` of a presence notice's JSON.
-const PRESENCE_TYPE: &str = "presence";
-
-impl Presence {
-    pub fn new(peer: PeerRole, state: PeerState) -> Self {
-        Presence { peer, state }
-    }
-
-    /// The notice as a text frame.
-    pub fn to_text(self) -> String {
-        let json = PresenceJson { kind: PRESENCE_TYPE.into(), peer: self.peer, state: self.state };
-        format!("{NOTICE_MARK}{}", serde_json::to_string(&json).unwrap_or_default())
-    }
-
-    /// The notice a text frame carries, if it is one (it starts with [`NOTICE_MARK`]).
-    pub fn parse(text: &str) -> Option<Presence> {
-        let json: PresenceJson = serde_json::from_str(text.strip_prefix(NOTICE_MARK)?).ok()?;
-        (json.kind == PRESENCE_TYPE).then_some(Presence { peer: json.peer, state: json.state })
-    }
-}
-
-/// True when a text frame is a relay notice (its first byte is U+0001): only the relay sends one.
-pub fn is_notice(text: &[u8]) -> bool {
-    text.first() == Some(&(NOTICE_MARK as u8))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,26 +144,5 @@ mod tests {
         assert!(parse_close_peer(&long[HEADER_LEN..]).is_some_and(|(_, reason)| reason.len() <= MAX_CLOSE_REASON));
         assert_eq!(parse_close_peer(&[3]), None);
         assert_eq!(parse_close_peer(&[3, 232, 0xff]), None, "a reason that is not UTF-8");
-    }
-
-    #[test]
-    fn presence_notices_start_with_u0001_and_nothing_else_parses_as_one() {
-        let notice = Presence::new(PeerRole::Agent, PeerState::Joined);
-        let text = notice.to_text();
-        assert_eq!(text, "\u{1}{\"type\":\"presence\",\"peer\":\"agent\",\"state\":\"joined\"}");
-        assert!(is_notice(text.as_bytes()));
-        assert_eq!(Presence::parse(&text), Some(notice));
-        let left = Presence::new(PeerRole::Phone, PeerState::Left);
-        assert_eq!(Presence::parse(&left.to_text()), Some(left));
-        for other in [
-            r#"{"type":"presence","peer":"agent","state":"joined"}"#,
-            r#"{"type":"__peer","peer":"agent","state":"joined"}"#,
-            "\u{1}not json",
-            "\u{1}{\"type\":\"say\",\"peer\":\"agent\",\"state\":\"joined\"}",
-            r"C:\users\me",
-        ] {
-            assert_eq!(Presence::parse(other), None, "{other}");
-        }
-        assert!(!is_notice(br"C:\users\me") && !is_notice(b"") && !is_notice(b"{}"));
     }
 }

@@ -81,10 +81,14 @@ pub enum ErrorCode {
     ExecutorUnauthenticated,
     EnvironmentUnreachable,
     EnvironmentIdentityMismatch,
+    /// A sealed session's frame failed to open, came out of order, repeated or was not sealed.
+    SealedSessionBroken,
+    /// This agent accepts sealed sessions (protocol 3) only.
+    SealedSessionRequired,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 25] = [
         ErrorCode::UnknownTool,
         ErrorCode::InvalidArgs,
         ErrorCode::OutsideWorkspace,
@@ -108,6 +112,8 @@ impl ErrorCode {
         ErrorCode::ExecutorUnauthenticated,
         ErrorCode::EnvironmentUnreachable,
         ErrorCode::EnvironmentIdentityMismatch,
+        ErrorCode::SealedSessionBroken,
+        ErrorCode::SealedSessionRequired,
     ];
 
     /// The code as it appears on the wire.
@@ -136,6 +142,8 @@ impl ErrorCode {
             ErrorCode::ExecutorUnauthenticated => "executor-unauthenticated",
             ErrorCode::EnvironmentUnreachable => "environment-unreachable",
             ErrorCode::EnvironmentIdentityMismatch => "environment-identity-mismatch",
+            ErrorCode::SealedSessionBroken => "sealed-session-broken",
+            ErrorCode::SealedSessionRequired => "sealed-session-required",
         }
     }
 
@@ -152,6 +160,8 @@ impl ErrorCode {
                 | ErrorCode::ExecutorUnauthenticated
                 | ErrorCode::EnvironmentUnreachable
                 | ErrorCode::EnvironmentIdentityMismatch
+                | ErrorCode::SealedSessionBroken
+                | ErrorCode::SealedSessionRequired
                 | ErrorCode::DeniedByPolicy
         )
     }

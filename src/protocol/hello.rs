@@ -32,6 +32,9 @@ pub struct Hello {
     /// The client's nonce (the host's, on an environment).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nonce: Option<String>,
+    /// Protocol 3: base64 of the Noise handshake's message 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<String>,
 }
 
 /// `{"type":"bearer","bearer":…}`: `Debug` never shows it.
@@ -57,6 +60,7 @@ impl std::fmt::Debug for Hello {
             .field("role", &self.role)
             .field("env_key", &self.env_key)
             .field("nonce", &self.nonce)
+            .field("noise", &self.noise.as_ref().map(|_| "<handshake>"))
             .finish()
     }
 }
@@ -64,8 +68,12 @@ impl std::fmt::Debug for Hello {
 /// Answer to a good hello.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 pub struct HelloOk {
+    /// Empty in a sealed `hello_ok`, whose fields travel inside `noise`.
+    #[serde(default)]
     pub agent: String,
+    #[serde(default)]
     pub mode: String,
+    #[serde(default)]
     pub tools: Vec<String>,
     #[serde(default)]
     pub protocol: u32,
@@ -79,6 +87,13 @@ pub struct HelloOk {
     /// This machine's host name, so a client can name the pairing (sent only after a good hello).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The agent's VAPID public key (base64url of the uncompressed P-256 point), the page's
+    /// `applicationServerKey` for notifications.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vapid_public_key: Option<String>,
+    /// Protocol 3: base64 of the Noise handshake's message 2, whose payload is this frame's JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<String>,
 }
 
 /// Prefix of the message a client proves (see docs/PROTOCOL.md, "Session start (protocol 2)").
@@ -204,7 +219,7 @@ mod tests {
     fn session_start_frames_have_the_documented_shape() {
         assert_eq!(
             AgentMessage::challenge("0123456789abcdef0123456789abcdef").to_json(),
-            r#"{"type":"challenge","protocol":2,"nonce":"0123456789abcdef0123456789abcdef"}"#
+            r#"{"type":"challenge","protocol":2,"nonce":"0123456789abcdef0123456789abcdef","protocols":[2,3]}"#
         );
         let hello =
             r#"{"type":"hello","protocol":2,"nonce":"fedcba9876543210fedcba9876543210","proof":"ab","client":"x/1"}"#;

@@ -9,7 +9,8 @@ mod approvals;
 mod errors;
 mod frame;
 mod hello;
-mod presence;
+pub mod presence;
+mod push;
 mod session;
 mod tools;
 
@@ -22,7 +23,8 @@ pub use hello::{
     agent_proof, client_proof, is_hello_nonce, is_hello_proof, new_nonce, verify_agent_proof, verify_client_proof,
     BearerFrame, Hello, HelloOk, HOST_ROLE,
 };
-pub use presence::{PeerRole, PeerState};
+pub use presence::{PeerRole, PeerState, Presence};
+pub use push::{push_endpoint_host, PushKeys, PushSubscription, MAX_PUSH_ENDPOINT_LEN};
 pub use session::{
     parse_client, AgentMessage, AgentSees, AgentStatus, ClientMessage, CodingAgentSeen, ToolActivityState,
     TranscriptRole,
@@ -32,6 +34,10 @@ pub use tools::{Image, ToolCall, ToolError, ToolResult, HOSTED_CALLER};
 /// Version of the application protocol: the challenge–response session start of
 /// docs/PROTOCOL.md ("Session start (protocol 2)"), sent in `challenge`, `hello` and `hello_ok`.
 pub const PROTOCOL_VERSION: u32 = 2;
+/// Version of a sealed session (docs/PROTOCOL.md, "Sealed sessions (protocol 3)").
+pub const PROTOCOL_SEALED: u32 = 3;
+/// The protocols an agent's `challenge` offers.
+pub const PROTOCOLS_OFFERED: [u32; 2] = [PROTOCOL_VERSION, PROTOCOL_SEALED];
 /// Length in hex characters of the agent's and the client's hello nonces (128 bits).
 pub const NONCE_HEX_LEN: usize = 32;
 /// Length in hex characters of a hello proof (HMAC-SHA256).

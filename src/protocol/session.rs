@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::{
     ApprovalFrame, ApprovalResolved, Approve, BearerFrame, CallErrorCode, ErrorCode, Hello, HelloOk, Image, ToolCall,
-    ToolResult, PROTOCOL_VERSION,
+    ToolResult, PROTOCOLS_OFFERED, PROTOCOL_VERSION,
 };
 
 /// Frames a phone, local client or host sends to an agent.
@@ -39,6 +39,14 @@ pub enum ClientMessage {
     Unfollow,
     /// An answer to an open approval.
     Approve(Approve),
+    /// Notifications: this browser's Web Push subscription (answered `push_subscribed`).
+    PushSubscribe {
+        subscription: super::PushSubscription,
+    },
+    /// Notifications off for this browser.
+    PushUnsubscribe {
+        endpoint: String,
+    },
 }
 
 impl ClientMessage {
@@ -56,6 +64,9 @@ pub enum AgentMessage {
     Challenge {
         protocol: u32,
         nonce: String,
+        /// Every protocol the agent accepts (`[2,3]`); absent from agents that speak only 2.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        protocols: Vec<u32>,
     },
     HelloOk(HelloOk),
     /// An environment's answer to a host's hello: its own nonce and its signature over the pairing
@@ -114,6 +125,8 @@ pub enum AgentMessage {
     Approval(ApprovalFrame),
     /// An approval was decided.
     ApprovalResolved(ApprovalResolved),
+    /// The laptop keeps this browser's push subscription and will notify it.
+    PushSubscribed,
 }
 
 impl AgentMessage {
@@ -128,7 +141,11 @@ impl AgentMessage {
 
     /// The challenge that opens a session.
     pub fn challenge(nonce: &str) -> Self {
-        AgentMessage::Challenge { protocol: PROTOCOL_VERSION, nonce: nonce.to_owned() }
+        AgentMessage::Challenge {
+            protocol: PROTOCOL_VERSION,
+            nonce: nonce.to_owned(),
+            protocols: PROTOCOLS_OFFERED.to_vec(),
+        }
     }
 }
 
@@ -165,6 +182,11 @@ pub struct AgentStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retired_code_until: Option<u64>,
     pub calls_in_flight: usize,
+    /// Open sessions that are sealed (protocol 3) and plain (protocol 2), this one included.
+    #[serde(default)]
+    pub sealed_sessions: usize,
+    #[serde(default)]
+    pub plain_sessions: usize,
     pub workspace: String,
     /// What the agent's own environment offers its tools; `voxa doctor` reads it instead of its
     /// own shell's. Absent from agents older than this field.

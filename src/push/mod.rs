@@ -144,6 +144,8 @@ pub struct Notifier {
 
 struct Inner {
     key: VapidKey,
+    /// The pairing new subscriptions belong to ([`pairing_id`] of the relay code).
+    pairing: String,
     subscriptions: Subscriptions,
     settings: NotificationSettings,
     dial: DialOptions,
@@ -157,22 +159,25 @@ impl std::fmt::Debug for Notifier {
 }
 
 impl Notifier {
-    /// A notifier for `home` (its VAPID key made on first use) and the queue its sender drains.
-    pub fn new(home: &Home, settings: NotificationSettings, dial: DialOptions) -> Result<(Self, NoticeQueue)> {
-        let key = VapidKey::load_or_create(home)?;
-        Ok(Self::with_key(key, Subscriptions::new(home.clone()), settings, dial, FIRST_RETRY_WAIT))
-    }
-
-    fn with_key(
-        key: VapidKey,
-        subscriptions: Subscriptions,
+    /// A notifier for `home` (its VAPID key made on first use) whose new subscriptions belong to
+    /// `pairing`, and the queue its sender drains.
+    pub fn new(
+        home: &Home,
+        pairing: String,
         settings: NotificationSettings,
         dial: DialOptions,
-        first_retry_wait: Duration,
-    ) -> (Self, NoticeQueue) {
+    ) -> Result<(Self, NoticeQueue)> {
+        let key = VapidKey::load_or_create(home)?;
         let (queue, receiver) = mpsc::channel(NOTIFY_QUEUE);
-        let inner = Arc::new(Inner { key, subscriptions, settings, dial, first_retry_wait });
-        (Notifier { inner, queue }, NoticeQueue { receiver })
+        let subscriptions = Subscriptions::new(home.clone());
+        let inner = Arc::new(Inner { key, pairing, subscriptions, settings, dial, first_retry_wait: FIRST_RETRY_WAIT });
+        Ok((Notifier { inner, queue }, NoticeQueue { receiver }))
+    }
+
+    /// Keeps a browser's subscription (from `push_subscribe`), checked first.
+    pub fn subscribe(&self, subscription: Subscription) -> Result<()> {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        self.inner.subscriptions.add(&self.inner.pairing, subscription, now)
     }
 
     /// The public key the page subscribes with (`hello_ok`'s `vapid_public_key`).
@@ -250,7 +255,7 @@ impl Notifier {
 
     fn build(&self, subscription: &Subscription, notice: &Notice) -> Result<http::Request<Vec<u8>>> {
         use web_push_native::{p256::PublicKey, Auth, WebPushBuilder};
-        subscription.validate()?;
+        subscription.validate().map_err(|reason| anyhow!(reason))?;
         let p256dh = URL_SAFE_NO_PAD.decode(subscription.keys.p256dh.trim_end_matches('='))?;
         let auth = URL_SAFE_NO_PAD.decode(subscription.keys.auth.trim_end_matches('='))?;
         let endpoint = subscription.endpoint.parse().map_err(|_| anyhow!("the push endpoint is not a URL"))?;
@@ -277,6 +282,22 @@ impl Notifier {
 fn origin_of(endpoint: &str) -> Result<String> {
     let url = url::Url::parse(endpoint).map_err(|_| anyhow!("the push endpoint is not a URL"))?;
     Ok(url.origin().ascii_serialization())
+}
+
+/// Counts one follower for as long as it lives (`followers` goes back down when it is dropped).
+pub struct Presence<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Presence<'a> {
+    pub fn hold(followers: &'a std::sync::atomic::AtomicUsize) -> Self {
+        followers.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Presence(followers)
+    }
+}
+
+impl Drop for Presence<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// The receiving end of [`Notifier::notify`]'s queue; [`NoticeQueue::run`] drains it.
@@ -333,7 +354,7 @@ mod tests {
         home.ensure().unwrap();
         let settings =
             NotificationSettings { events: events.iter().map(|e| e.to_string()).collect(), ..Default::default() };
-        let (n, q) = Notifier::new(&home, settings, DialOptions::default()).unwrap();
+        let (n, q) = Notifier::new(&home, "p".into(), settings, DialOptions::default()).unwrap();
         (n, q, dir)
     }
 

@@ -3,13 +3,10 @@
 //! code's hash names it, so `pair --rotate` (a new code) drops every subscription of the old one.
 //! Bounded: at most [`MAX_SUBSCRIPTIONS`]; a new one beyond that replaces the oldest.
 
-use anyhow::{anyhow, bail, Context, Result};
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
+use anyhow::{anyhow, Context, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::config::is_loopback_host;
 use crate::secret::Secret;
 use crate::state::{read_if_exists, Home};
 
@@ -17,72 +14,10 @@ use crate::state::{read_if_exists, Home};
 pub const SUBSCRIPTIONS_FILE: &str = "push_subscriptions.json";
 /// How many subscriptions the home keeps (phones and browsers together).
 pub const MAX_SUBSCRIPTIONS: usize = 16;
-/// The longest endpoint URL accepted.
-pub const MAX_ENDPOINT_LEN: usize = 1024;
 
-/// What the page sends: `PushSubscription.toJSON()` (extra fields ignored).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SubscriptionKeys {
-    pub p256dh: String,
-    pub auth: String,
-}
-
-/// One browser's push subscription, as `PushSubscription.toJSON()` gives it.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Subscription {
-    pub endpoint: String,
-    pub keys: SubscriptionKeys,
-}
-
-impl std::fmt::Debug for Subscription {
-    // The endpoint is a capability (anyone holding it can push to the browser): show its host only.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Subscription").field("endpoint", &endpoint_host(&self.endpoint)).finish_non_exhaustive()
-    }
-}
-
-impl Subscription {
-    /// Checks what a hostile page could send: an `https://` endpoint (loopback `http://` too), a
-    /// 65-byte uncompressed P-256 point and a 16-byte auth secret.
-    pub fn validate(&self) -> Result<()> {
-        if self.endpoint.len() > MAX_ENDPOINT_LEN {
-            bail!("the push endpoint is longer than {MAX_ENDPOINT_LEN} bytes");
-        }
-        let url = url::Url::parse(&self.endpoint).map_err(|_| anyhow!("the push endpoint is not a URL"))?;
-        let host = url.host_str().unwrap_or_default();
-        match url.scheme() {
-            "https" if !host.is_empty() => {}
-            "http" if is_loopback_host(host) => {}
-            _ => bail!("the push endpoint must be an https:// URL"),
-        }
-        let p256dh = URL_SAFE_NO_PAD
-            .decode(self.keys.p256dh.trim_end_matches('='))
-            .map_err(|_| anyhow!("keys.p256dh is not base64url"))?;
-        if p256dh.len() != 65
-            || p256dh[0] != 0x04
-            || web_push_native::p256::PublicKey::from_sec1_bytes(&p256dh).is_err()
-        {
-            bail!("keys.p256dh is not an uncompressed P-256 public key");
-        }
-        let auth = URL_SAFE_NO_PAD
-            .decode(self.keys.auth.trim_end_matches('='))
-            .map_err(|_| anyhow!("keys.auth is not base64url"))?;
-        if auth.len() != 16 {
-            bail!("keys.auth must be 16 bytes");
-        }
-        Ok(())
-    }
-
-    /// The endpoint's host, the only part of it voxa prints.
-    pub fn host(&self) -> String {
-        endpoint_host(&self.endpoint)
-    }
-}
-
-/// The host of an endpoint URL (or `?` when it has none).
-pub fn endpoint_host(endpoint: &str) -> String {
-    url::Url::parse(endpoint).ok().and_then(|u| u.host_str().map(str::to_owned)).unwrap_or_else(|| "?".into())
-}
+pub use crate::protocol::{
+    push_endpoint_host as endpoint_host, PushKeys as SubscriptionKeys, PushSubscription as Subscription,
+};
 
 /// A kept subscription: which pairing it belongs to and when it came.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -125,7 +60,7 @@ impl Subscriptions {
 
     /// Adds (or refreshes) a subscription for `pairing`; validated first.
     pub fn add(&self, pairing: &str, subscription: Subscription, now: u64) -> Result<()> {
-        subscription.validate()?;
+        subscription.validate().map_err(|reason| anyhow!(reason))?;
         let mut entries = self.load()?;
         entries.retain(|e| e.subscription.endpoint != subscription.endpoint);
         entries.push(Entry { pairing: pairing.to_owned(), added_at: now, subscription });
@@ -165,7 +100,11 @@ impl Subscriptions {
 pub(crate) mod tests {
     use super::*;
 
+    use crate::protocol::MAX_PUSH_ENDPOINT_LEN as MAX_ENDPOINT_LEN;
     /// A well-formed subscription for a loopback push service (keys from a fresh P-256 pair).
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+
     pub(crate) fn sample(endpoint: &str) -> Subscription {
         use rand::TryRngCore;
         use web_push_native::p256::elliptic_curve::sec1::ToEncodedPoint;
@@ -210,7 +149,7 @@ pub(crate) mod tests {
             ),
         ];
         for (subscription, word) in cases {
-            let err = subscription.validate().unwrap_err().to_string();
+            let err = subscription.validate().unwrap_err();
             assert!(err.contains(word), "{err}");
         }
     }

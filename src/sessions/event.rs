@@ -1,4 +1,4 @@
-//! What a session's log holds (SPEC §12 `agent_event`): one [`Event`] per thing that happened,
+//! What a session's log holds (docs/PROTOCOL.md, "Coding-agent sessions": `agent_event`): one [`Event`] per thing that happened,
 //! numbered per session from 1 and kept on disk.
 
 use serde::{Deserialize, Serialize};
@@ -16,7 +16,7 @@ pub const MAX_DIFF_LEN: usize = 64 << 10;
 /// replaced by their summary.
 pub const MAX_INPUT_LEN: usize = 64 << 10;
 
-/// Where a session is (SPEC §12 `state`).
+/// Where a session is (docs/PROTOCOL.md, "Coding-agent sessions": `state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionState {

@@ -7,8 +7,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::event::SessionEvent;
@@ -99,6 +100,39 @@ impl Follower {
                 Err(RecvError::Lagged(_)) => self.catch_up_all(),
                 Err(RecvError::Closed) => return None,
             }
+        }
+    }
+}
+
+/// Most sessions a `follow` frame's `after` may name; the rest are replayed from their start.
+pub const MAX_AFTER: usize = 1024;
+
+/// The `after` marks of a `follow` frame: `{"<session>": <seq>, …}`; anything else is ignored.
+pub fn after_marks(after: Option<&serde_json::Value>) -> HashMap<String, u64> {
+    let Some(serde_json::Value::Object(marks)) = after else { return HashMap::new() };
+    marks
+        .iter()
+        .filter_map(|(session, seq)| Some((crate::text::prefix(session, 64).to_owned(), seq.as_u64()?)))
+        .take(MAX_AFTER)
+        .collect()
+}
+
+/// Sends every event `follower` yields, mapped by `map`, until `cancel` or the receiver closes.
+pub async fn forward<T>(
+    mut follower: Follower,
+    out: mpsc::Sender<T>,
+    cancel: CancellationToken,
+    map: impl Fn(&SessionEvent) -> T,
+) {
+    loop {
+        let event = tokio::select! {
+            () = cancel.cancelled() => return,
+            () = out.closed() => return,
+            event = follower.next() => event,
+        };
+        let Some(event) = event else { return };
+        if out.send(map(&event)).await.is_err() {
+            return;
         }
     }
 }

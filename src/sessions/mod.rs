@@ -1,4 +1,4 @@
-//! Coding-agent sessions (SPEC §12): a coding agent that lives in voxa beyond any call or phone,
+//! Coding-agent sessions (docs/PROTOCOL.md, "Coding-agent sessions"): a coding agent that lives in voxa beyond any call or phone,
 //! started, followed, answered, interrupted, left and resumed.
 //!
 //! Inside: [`host`](SessionHost) (the sessions by id and the tools' entry points), [`runner`]
@@ -43,8 +43,8 @@ use adapter::Adapter;
 use runner::{Command, Runner, RunnerHandle};
 use store::{SessionRow, Store};
 
-/// The name of the Codex agent.
-pub const CODEX_AGENT: &str = "codex";
+/// The directory of the sessions' store in the home.
+pub const SESSIONS_DIR: &str = "sessions";
 /// Longest title kept.
 pub const MAX_TITLE_LEN: usize = 120;
 /// How often a turn is tried again when the session's actor ended just as it arrived.
@@ -275,6 +275,12 @@ impl SessionHost {
     /// Follows every session from `after`.
     pub fn follow(&self, after: &HashMap<String, u64>) -> Follower {
         Follower::new(self.shared.store.clone(), self.shared.live.subscribe(), after)
+    }
+
+    /// Events as they are recorded, from now on (no replay; a slow receiver skips some): what
+    /// notifications watch.
+    pub fn live_events(&self) -> tokio::sync::broadcast::Receiver<SessionEvent> {
+        self.shared.live.subscribe()
     }
 
     /// Where this host's prompts go.

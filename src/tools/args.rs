@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{ParamType, ToolSpec};
+use super::spec::{ParamType, ToolSpec};
 use crate::protocol::{ErrorCode, ToolError};
 
 pub(crate) fn invalid(message: String) -> ToolError {

@@ -1,45 +1,52 @@
-//! The tool registry (docs/PROTOCOL.md, "Tools"): one table that names the tools, describes their arguments (for
-//! `hello_ok` and Gemini's function declarations) and runs them under the workspace and policy.
+//! The tools (docs/PROTOCOL.md, "Tools"): [`spec`] is the one table that names them and
+//! describes their arguments, [`declare`] builds Gemini's declarations from it, [`dispatch`] is
+//! the one way a call runs, and [`Toolbox`] runs this machine's tools under the workspace.
 //!
-//! Every call goes through the same gate, in this order: unknown tool → `unknown-tool`; policy
-//! (deny list, allow list, read-only) → `denied-by-policy`; the agent-wide concurrency limit →
-//! `busy` at once, never queued; argument checks against the table → `invalid-args` naming the
-//! field; then the tool. Each call, refused or not, leaves one line in the audit trail.
+//! Every call goes through the same gate, in this order: where it runs (another environment, or
+//! else a name the table lacks → `unknown-tool`); policy (deny list, allow list, read-only) →
+//! `denied-by-policy`; on this machine the agent-wide concurrency limit → `busy` at once, never
+//! queued, and argument checks against the table → `invalid-args` naming the field; then the
+//! tool. Each call, refused or not, leaves one line in the audit trail.
 
 pub(crate) mod args;
 mod beneath;
 pub(crate) mod coding_agent;
 mod command;
+pub mod declare;
+pub mod dispatch;
 mod files;
 pub(crate) mod output;
 pub mod policy;
 mod screenshot;
 mod sees;
+pub mod spec;
 pub(crate) mod supervise;
 mod workspace;
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 pub use coding_agent::{default_claude, CODING_AGENT_TIMEOUT, DEFAULT_AGENT, MAX_PROMPT_LEN};
 pub use command::{MAX_COMMAND_LEN, MAX_COMMAND_TIMEOUT, SHELL};
+pub use declare::{gemini_declarations, ENV_ARG};
+pub use dispatch::{AgentSessions, Dispatcher, EnvRouter};
 pub use files::{MAX_DIR_ENTRIES, MAX_WRITE_LEN};
 pub use screenshot::{MAX_SCREENSHOT_LEN, SCREENSHOT_TIMEOUT};
 pub use sees::coding_agents_seen;
+pub use spec::{Effect, ParamSpec, ParamType, Runs, ToolKind, ToolSpec, FLEET_TOOL, TOOLS};
 
-use crate::approvals::{self, ask_rule, Broker, BrokerOptions, Request as ApprovalRequest};
-use crate::audit::{Audit, CallRecord};
+use crate::approvals::{self, Broker, BrokerOptions};
+use crate::audit::Audit;
 use crate::config::Config;
 use crate::error::ConfigError;
-use crate::protocol::{AgentMessage, ApprovalSource, ErrorCode, ToolError, DEFAULT_COMMAND_TIMEOUT};
+use crate::protocol::{AgentMessage, ErrorCode, ToolCall, ToolError, DEFAULT_COMMAND_TIMEOUT};
 use args::{check_text, invalid, Args};
-use policy::PolicyRule;
 use workspace::Workspace;
 
 /// Tool calls running at once across the agent when `max_concurrent_calls` is not set.
@@ -81,12 +88,15 @@ impl std::fmt::Debug for ToolboxOptions {
     }
 }
 
-/// One call to run.
+/// One call to run, as the dispatcher takes it.
 #[derive(Debug)]
 pub struct ToolRequest {
     pub id: String,
+    /// The name on the wire; the dispatcher parses it into a [`ToolKind`] once.
     pub name: String,
     pub args: Value,
+    /// Environment to run it on (`tool_call.env`); `None` for this machine.
+    pub env: Option<String>,
     /// Who asked: `phone`, `loopback`, `gemini`, `host:<envKey>` (audit only).
     pub caller: String,
     /// Output chunks as they happen (`tool_progress`); `None` when nobody listens. Best effort:
@@ -94,6 +104,19 @@ pub struct ToolRequest {
     pub progress: Option<mpsc::Sender<String>>,
     /// Cancelled by `cancel`, the session ending, or Gemini's `toolCallCancellation`.
     pub cancel: CancellationToken,
+}
+
+impl ToolRequest {
+    /// The request for a `tool_call` (or a voice model's function call) from `caller`.
+    pub fn from_call(
+        call: ToolCall,
+        caller: impl Into<String>,
+        progress: Option<mpsc::Sender<String>>,
+        cancel: CancellationToken,
+    ) -> Self {
+        let ToolCall { id, name, args, env, caller: _ } = call;
+        ToolRequest { id, name, args, env, caller: caller.into(), progress, cancel }
+    }
 }
 
 /// What a successful call returns.
@@ -135,184 +158,6 @@ impl std::fmt::Debug for Screenshot {
             .field("height", &self.height)
             .finish()
     }
-}
-
-/// JSON type of a tool parameter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ParamType {
-    String,
-    Integer,
-    Boolean,
-    /// A JSON object; not declared to Gemini (its schema needs properties).
-    Object,
-}
-
-impl ParamType {
-    /// The OpenAPI type name Gemini expects.
-    pub fn gemini_name(self) -> &'static str {
-        match self {
-            ParamType::String => "STRING",
-            ParamType::Integer => "INTEGER",
-            ParamType::Boolean => "BOOLEAN",
-            ParamType::Object => "OBJECT",
-        }
-    }
-
-    fn noun(self) -> &'static str {
-        match self {
-            ParamType::String => "string",
-            ParamType::Integer => "integer",
-            ParamType::Boolean => "boolean",
-            ParamType::Object => "object",
-        }
-    }
-}
-
-/// One parameter of a tool.
-#[derive(Clone, Copy, Debug)]
-pub struct ParamSpec {
-    /// Field name in `args`.
-    pub name: &'static str,
-    /// JSON type the field must have.
-    pub kind: ParamType,
-    /// Absent (or `null`) is `invalid-args` when true.
-    pub required: bool,
-    /// Written for the voice model.
-    pub description: &'static str,
-}
-
-/// One tool: the single source for `hello_ok`, Gemini's declarations and argument checks.
-#[derive(Clone, Copy, Debug)]
-pub struct ToolSpec {
-    /// Name on the wire, in `hello_ok` and in Gemini's declarations.
-    pub name: &'static str,
-    /// One line, written for the voice model.
-    pub description: &'static str,
-    /// Every field the tool accepts; any other is `invalid-args`.
-    pub params: &'static [ParamSpec],
-    /// True for tools a read-only policy refuses: they can change the machine.
-    pub changes_machine: bool,
-}
-
-const fn param(name: &'static str, kind: ParamType, required: bool, description: &'static str) -> ParamSpec {
-    ParamSpec { name, kind, required, description }
-}
-
-/// Every tool, in the order they are listed.
-pub const TOOLS: &[ToolSpec] = &[
-    ToolSpec {
-        name: "run_command",
-        description:
-            "Run a shell command (/bin/sh) on the user's computer, in the workspace, and return its exit code \
-                      and output. Use it for git, builds, tests and quick checks. It cannot answer questions the \
-                      command asks: input is empty. Output is capped at 256 KiB.",
-        params: &[
-            param("command", ParamType::String, true, "The command line to run, for example: git status"),
-            param(
-                "cwd",
-                ParamType::String,
-                false,
-                "Directory to run in, relative to the workspace. Default: the workspace.",
-            ),
-            param(
-                "timeout_ms",
-                ParamType::Integer,
-                false,
-                "Stop the command after this many milliseconds. Default 120000, at most 3600000.",
-            ),
-        ],
-        changes_machine: true,
-    },
-    ToolSpec {
-        name: "read_file",
-        description: "Read a file in the workspace. Returns its text (base64 when the file is binary), its size in \
-                      bytes, and whether it was cut short.",
-        params: &[
-            param("path", ParamType::String, true, "Path of the file, relative to the workspace."),
-            param("max_bytes", ParamType::Integer, false, "Read at most this many bytes. Default and maximum 262144."),
-        ],
-        changes_machine: false,
-    },
-    ToolSpec {
-        name: "write_file",
-        description: "Create or replace a file in the workspace with the given content, in one atomic step.",
-        params: &[
-            param("path", ParamType::String, true, "Path of the file, relative to the workspace."),
-            param("content", ParamType::String, true, "The complete new content of the file."),
-            param("create_dirs", ParamType::Boolean, false, "Create missing parent directories. Default false."),
-            param("encoding", ParamType::String, false, "\"utf-8\" (default) or \"base64\" for binary content."),
-        ],
-        changes_machine: true,
-    },
-    ToolSpec {
-        name: "list_dir",
-        description: "List a directory in the workspace: each entry's name, kind (file, dir or symlink) and size.",
-        params: &[param(
-            "path",
-            ParamType::String,
-            false,
-            "Directory, relative to the workspace. Default: the workspace.",
-        )],
-        changes_machine: false,
-    },
-    ToolSpec {
-        name: "screenshot",
-        description: "Take a screenshot of the computer's screen. The user sees the image on their phone; you get its \
-                      size only.",
-        params: &[param("display", ParamType::String, false, "X display such as \":0\". Default: the user's display.")],
-        changes_machine: false,
-    },
-    ToolSpec {
-        name: "coding_agent",
-        description: "Hand a programming task to a coding agent (Claude Code by default) working in the workspace. It \
-                      can read and change code and run commands, may take minutes, and returns its final answer.",
-        params: &[
-            param(
-                "prompt",
-                ParamType::String,
-                true,
-                "The task in full sentences, with everything the agent needs to know.",
-            ),
-            param("agent", ParamType::String, false, "Which coding agent to use. Default \"claude\"."),
-            param(
-                "cwd",
-                ParamType::String,
-                false,
-                "Directory to work in, relative to the workspace. Default: the workspace.",
-            ),
-        ],
-        changes_machine: true,
-    },
-    ToolSpec {
-        name: "approve",
-        description: "Answer an approval voxa told you about, with the user's own decision. Call it only after you \
-                      read the approval's summary to the user and they answered: allow when they said yes to it, deny \
-                      when they said no.",
-        params: &[
-            param("approval", ParamType::String, true, "The approval's id, as given (a-…)."),
-            param("decision", ParamType::String, true, "\"allow\" or \"deny\" (\"allow_session\" where offered)."),
-            param("message", ParamType::String, false, "The user's reason, told to whoever asked."),
-            param("answer", ParamType::String, false, "For a question: the label of the option the user chose."),
-            param(
-                "answers",
-                ParamType::Object,
-                false,
-                "For questions: each question's text mapped to its chosen label.",
-            ),
-        ],
-        changes_machine: false,
-    },
-    ToolSpec {
-        name: "approvals",
-        description: "List the approvals waiting for the user's decision: id, summary, risk and expiry of each.",
-        params: &[],
-        changes_machine: false,
-    },
-];
-
-/// The table entry of a tool.
-pub fn tool_spec(name: &str) -> Option<&'static ToolSpec> {
-    TOOLS.iter().find(|spec| spec.name == name)
 }
 
 /// The tools of this machine.
@@ -378,28 +223,6 @@ impl Toolbox {
         self.inner.workspace.root()
     }
 
-    /// The approval broker every call under `ask`, and every coding agent's prompt, waits in.
-    pub fn approvals(&self) -> &Broker {
-        &self.inner.approvals
-    }
-
-    /// The tools this policy lets run, in table order.
-    pub fn specs(&self) -> impl Iterator<Item = &'static ToolSpec> + '_ {
-        TOOLS
-            .iter()
-            .filter(|spec| policy::refusal(&self.inner.config.policy, spec.name, spec.changes_machine).is_none())
-    }
-
-    /// Tool names, as listed in `hello_ok`: the ones the policy allows.
-    pub fn names(&self) -> Vec<String> {
-        self.specs().map(|spec| spec.name.to_owned()).collect()
-    }
-
-    /// Gemini `functionDeclarations` for every tool the policy allows.
-    pub fn gemini_declarations(&self) -> Value {
-        Value::Array(self.specs().map(gemini_declaration).collect())
-    }
-
     /// Tool calls that may run at once (`max_concurrent_calls`, else
     /// [`DEFAULT_MAX_CONCURRENT_CALLS`]); more are answered `busy`.
     pub fn max_calls_in_flight(&self) -> usize {
@@ -411,154 +234,56 @@ impl Toolbox {
         self.max_calls_in_flight().saturating_sub(self.inner.calls.available_permits())
     }
 
-    /// Runs one call: policy, argument checks, execution, audit.
-    pub async fn call(&self, request: ToolRequest) -> Result<ToolOutput, ToolError> {
-        let started = Instant::now();
-        let ToolRequest { id, name, args, caller, progress, cancel } = request;
-        let (result, policy) = self.gate_and_run(&id, &name, &caller, args, progress, cancel).await;
-        let outcome = match &result {
-            Ok(_) => "ok",
-            Err(err) => err.code.as_str(),
-        };
-        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        tracing::debug!(
-            tool = %crate::text::prefix(&name, 64),
-            id = %crate::text::prefix(&id, 64),
-            %caller,
-            outcome,
-            duration_ms,
-            "tool call"
-        );
-        self.record(CallRecord {
-            caller,
-            tool: name,
-            id,
-            outcome: outcome.to_owned(),
-            duration_ms,
-            rule: policy.map(|_| ErrorCode::DeniedByPolicy.as_str().to_owned()),
-            policy: policy.map(|rule| rule.as_str().to_owned()),
-            env: None,
-        });
-        result
+    /// The approval broker every call under `ask`, and every coding agent's prompt, waits in.
+    pub fn approvals(&self) -> &Broker {
+        &self.inner.approvals
     }
 
-    /// Applies the policy to a call this toolbox does not run itself: a router tool such as
-    /// `fleet`, or a call routed to an environment. `changes_machine` says whether this call can
-    /// change something (for a table tool its entry decides; a name the table lacks must say
-    /// itself, and counts as changing when unsure), which `read_only` refuses.
-    pub fn check_policy(&self, name: &str, changes_machine: bool) -> Result<(), ToolError> {
-        let changes_machine = tool_spec(name).map_or(changes_machine, |spec| spec.changes_machine);
-        match policy::refusal(&self.inner.config.policy, name, changes_machine) {
-            Some(rule) => Err(denied(name, rule)),
-            None => Ok(()),
-        }
+    /// The audit trail; only the dispatcher writes to it.
+    pub(super) fn audit(&self) -> Option<&Audit> {
+        self.inner.audit.as_ref()
     }
 
-    /// Writes a call to the audit trail, if there is one: the toolbox's own calls, and those it
-    /// did not run itself (routed to an environment, or a router tool).
-    pub fn record(&self, record: CallRecord) {
-        if let Some(audit) = &self.inner.audit {
-            if let Err(err) = audit.record_call(&record) {
-                tracing::warn!(err = format!("{err:#}"), "could not write the audit trail");
-            }
-        }
-    }
-
-    async fn gate_and_run(
+    /// Runs a call the dispatcher resolved to this machine and the policy allowed: the
+    /// agent-wide concurrency limit (`busy` at once, never queued), the argument checks, the tool.
+    pub(crate) async fn run(
         &self,
-        id: &str,
-        name: &str,
-        caller: &str,
+        kind: ToolKind,
         args: Value,
+        caller: &str,
         progress: Option<mpsc::Sender<String>>,
         cancel: CancellationToken,
-    ) -> (Result<ToolOutput, ToolError>, Option<PolicyRule>) {
-        let Some(spec) = tool_spec(name) else {
-            let shown = crate::text::prefix(name, 64);
-            let known = TOOLS.iter().map(|spec| spec.name).collect::<Vec<_>>().join(", ");
-            return (
-                Err(ToolError::new(ErrorCode::UnknownTool, format!("no tool named {shown:?} (tools: {known})"))),
-                None,
-            );
-        };
-        if let Some(rule) = policy::refusal(&self.inner.config.policy, spec.name, spec.changes_machine) {
-            return (Err(denied(name, rule)), Some(rule));
-        }
-        let args = match Args::check(spec, &args) {
-            Ok(args) => args,
-            Err(err) => return (Err(err), None),
-        };
-        if let Err(refused) = self.ask(spec, id, &args, &cancel).await {
-            return (Err(refused), Some(PolicyRule::Ask));
-        }
+    ) -> Result<ToolOutput, ToolError> {
         let Ok(_permit) = self.inner.calls.clone().try_acquire_owned() else {
-            return (Err(ToolError::new(ErrorCode::Busy, "too many tool calls are running; try again shortly")), None);
+            return Err(ToolError::new(ErrorCode::Busy, "too many tool calls are running; try again shortly"));
         };
-        let result = if cancel.is_cancelled() {
-            Err(ToolError::new(ErrorCode::Cancelled, "cancelled before it started"))
-        } else {
-            self.execute(spec, &args, caller, progress, cancel).await
-        };
-        (result, None)
-    }
-
-    /// The policy's `ask`: when this call must wait for the user, waits for the decision (without
-    /// holding a place among the calls in flight); a denial or the expiry is `denied-by-policy`
-    /// with the user's message.
-    async fn ask(
-        &self,
-        spec: &ToolSpec,
-        id: &str,
-        args: &Args<'_>,
-        cancel: &CancellationToken,
-    ) -> Result<(), ToolError> {
-        let input = args.value();
-        let Some(ask) = ask_rule(&self.inner.config, spec.name, &input, self.workspace(), spec.changes_machine) else {
-            return Ok(());
-        };
-        let request = ApprovalRequest {
-            source: ApprovalSource::Call(id.to_owned()),
-            tool: spec.name.to_owned(),
-            input,
-            summary: ask.summary,
-            risk: ask.risk,
-            diff: None,
-            questions: None,
-            offers_session: false,
-        };
-        let answer = self.inner.approvals.request(request).wait(cancel).await;
-        if answer.decision.allows() {
-            return Ok(());
-        }
+        let args = Args::check(kind.spec(), &args)?;
         if cancel.is_cancelled() {
-            return Err(ToolError::new(ErrorCode::Cancelled, "cancelled while it waited for approval"));
+            return Err(ToolError::new(ErrorCode::Cancelled, "cancelled before it started"));
         }
-        Err(ToolError::new(
-            ErrorCode::DeniedByPolicy,
-            format!("{} was not approved: {}", spec.name, answer.denial_message()),
-        ))
+        self.execute(kind, &args, caller, progress, cancel).await
     }
 
     async fn execute(
         &self,
-        spec: &ToolSpec,
+        kind: ToolKind,
         args: &Args<'_>,
         caller: &str,
         progress: Option<mpsc::Sender<String>>,
         cancel: CancellationToken,
     ) -> Result<ToolOutput, ToolError> {
         let inner = &self.inner;
-        match spec.name {
-            "run_command" => {
+        match kind {
+            ToolKind::RunCommand => {
                 let request = self.command_request(args)?;
                 command::run_command(request, inner.env.clone(), progress, cancel).await.map(plain)
             }
-            "read_file" => {
+            ToolKind::ReadFile => {
                 let path = args.str("path").unwrap_or_default().to_owned();
                 let max_bytes = args.u64("max_bytes");
                 self.blocking(cancel, move |ws| files::read_file(ws, &path, max_bytes)).await.map(plain)
             }
-            "write_file" => {
+            ToolKind::WriteFile => {
                 let request = files::WriteRequest {
                     path: args.str("path").unwrap_or_default().to_owned(),
                     content: args.str("content").unwrap_or_default().to_owned(),
@@ -577,11 +302,11 @@ impl Toolbox {
                     .unwrap_or_else(|err| Err(ToolError::new(ErrorCode::Internal, format!("tool failed: {err}"))))
                     .map(plain)
             }
-            "list_dir" => {
+            ToolKind::ListDir => {
                 let path = args.str("path").map(str::to_owned);
                 self.blocking(cancel, move |ws| files::list_dir(ws, path.as_deref())).await.map(plain)
             }
-            "screenshot" => {
+            ToolKind::Screenshot => {
                 let display = args.str("display").map(str::to_owned);
                 let env_display = self.env_var("DISPLAY").map(|value| value.to_string_lossy().into_owned());
                 let shot = screenshot::take(display, env_display, cancel).await?;
@@ -589,16 +314,23 @@ impl Toolbox {
                     json!({ "width": shot.width, "height": shot.height, "mime": shot.mime, "bytes": shot.bytes.len() });
                 Ok(ToolOutput { result, image: Some(shot) })
             }
-            "coding_agent" => {
+            ToolKind::CodingAgent => {
                 let request = self.agent_request(args)?;
                 coding_agent::run(request, inner.env.clone(), progress, cancel).await.map(plain)
             }
-            "approve" => {
+            ToolKind::Approve => {
                 let approve = approvals::approve_from_args(&inner.approvals, &args.value())?;
                 approvals::answer(&inner.approvals, approve, caller).map(|()| plain(json!({})))
             }
-            "approvals" => Ok(plain(json!({ "approvals": inner.approvals.open() }))),
-            other => Err(ToolError::new(ErrorCode::Internal, format!("tool {other} has no implementation"))),
+            ToolKind::Approvals => Ok(plain(json!({ "approvals": inner.approvals.open() }))),
+            // The dispatcher sends router and session tools where they run; one reaching here has none.
+            ToolKind::Fleet
+            | ToolKind::AgentStart
+            | ToolKind::AgentSend
+            | ToolKind::AgentInterrupt
+            | ToolKind::AgentStop
+            | ToolKind::AgentSessions
+            | ToolKind::AgentLog => Err(dispatch::unknown_tool(kind.name())),
         }
     }
 
@@ -686,69 +418,13 @@ impl Toolbox {
     }
 }
 
-/// The refusal of a call the policy does not allow.
-fn denied(name: &str, rule: PolicyRule) -> ToolError {
-    let shown = crate::text::prefix(name, 64);
-    ToolError::new(ErrorCode::DeniedByPolicy, format!("{shown} is not allowed here: {}", rule.reason()))
-}
-
 fn plain(result: Value) -> ToolOutput {
     ToolOutput { result, image: None }
-}
-
-/// Gemini function declarations for the tools an agent listed by name (a relay hosting the call
-/// knows nothing else of them): the core tools with their arguments, any other name without
-/// arguments. Names Gemini would refuse, and repeats, are left out.
-pub fn gemini_declarations_named(names: &[String]) -> Value {
-    let valid = |name: &str| {
-        let mut chars = name.chars();
-        name.len() <= 64
-            && chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
-    };
-    let mut seen = std::collections::HashSet::new();
-    let declarations = names
-        .iter()
-        .filter(|name| valid(name) && seen.insert(name.as_str()))
-        .map(|name| match TOOLS.iter().find(|spec| spec.name == name) {
-            Some(spec) => gemini_declaration(spec),
-            None => json!({ "name": name, "description": format!("The laptop's {name} tool.") }),
-        })
-        .collect();
-    Value::Array(declarations)
-}
-
-fn gemini_declaration(spec: &ToolSpec) -> Value {
-    let properties: Map<String, Value> = spec
-        .params
-        .iter()
-        .filter(|param| param.kind != ParamType::Object)
-        .map(|param| {
-            (param.name.to_owned(), json!({ "type": param.kind.gemini_name(), "description": param.description }))
-        })
-        .collect();
-    let required: Vec<&str> = spec
-        .params
-        .iter()
-        .filter(|param| param.required && param.kind != ParamType::Object)
-        .map(|param| param.name)
-        .collect();
-    let mut declaration = json!({ "name": spec.name, "description": spec.description });
-    // The service refuses an empty `properties`: a tool without arguments has no `parameters`.
-    if !properties.is_empty() {
-        let mut parameters = json!({ "type": "OBJECT", "properties": properties });
-        if !required.is_empty() {
-            parameters["required"] = json!(required);
-        }
-        declaration["parameters"] = parameters;
-    }
-    declaration
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Policy;
 
     fn make(config: Config) -> (tempfile::TempDir, Toolbox) {
         let tmp = tempfile::tempdir().unwrap();
@@ -764,58 +440,8 @@ mod tests {
     }
 
     #[test]
-    fn the_table_drives_names_and_gemini_declarations() {
-        let (_tmp, toolbox) = make(Config::default());
-        assert_eq!(
-            toolbox.names(),
-            [
-                "run_command",
-                "read_file",
-                "write_file",
-                "list_dir",
-                "screenshot",
-                "coding_agent",
-                "approve",
-                "approvals"
-            ]
-        );
-        let declarations = toolbox.gemini_declarations();
-        let run = &declarations[0];
-        assert_eq!(run["name"], "run_command");
-        assert_eq!(run["parameters"]["type"], "OBJECT");
-        assert_eq!(run["parameters"]["properties"]["command"]["type"], "STRING");
-        assert_eq!(run["parameters"]["properties"]["timeout_ms"]["type"], "INTEGER");
-        assert_eq!(run["parameters"]["required"], json!(["command"]));
-        assert_eq!(declarations[2]["parameters"]["properties"]["create_dirs"]["type"], "BOOLEAN");
-        for declaration in declarations.as_array().unwrap() {
-            assert!(!declaration["description"].as_str().unwrap().is_empty());
-            for (_, property) in declaration["parameters"]["properties"].as_object().into_iter().flatten() {
-                assert!(!property["description"].as_str().unwrap().is_empty());
-            }
-        }
-    }
-
-    #[test]
-    fn the_policy_hides_what_it_refuses() {
-        let config = Config { policy: Policy { read_only: true, ..Default::default() }, ..Default::default() };
-        let (_tmp, toolbox) = make(config);
-        assert_eq!(toolbox.names(), ["read_file", "list_dir", "screenshot", "approve", "approvals"]);
-        assert_eq!(toolbox.gemini_declarations().as_array().unwrap().len(), 5);
-        let config = Config {
-            policy: Policy {
-                allow: vec!["read_file".into(), "list_dir".into()],
-                deny: vec!["list_dir".into()],
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let (_tmp, allow_and_deny) = make(config);
-        assert_eq!(allow_and_deny.names(), ["read_file"]);
-    }
-
-    #[test]
     fn arguments_are_checked_against_the_table() {
-        let spec = tool_spec("run_command").unwrap();
+        let spec = ToolKind::RunCommand.spec();
         let message = |args: Value| Args::check(spec, &args).err().map(|err| err.message);
         assert_eq!(message(json!({})).unwrap(), "missing string field `command`");
         assert_eq!(message(json!({"command": null})).unwrap(), "missing string field `command`");
@@ -831,7 +457,7 @@ mod tests {
         assert!(message(json!({"command": "x", "cmd": "y"})).unwrap().starts_with("unknown field `cmd`"));
         assert!(message(json!(["x"])).unwrap().contains("JSON object"));
         assert!(message(json!({"command": "x", "timeout_ms": 5000.0, "cwd": null})).is_none());
-        let list = tool_spec("list_dir").unwrap();
+        let list = ToolKind::ListDir.spec();
         assert!(Args::check(list, &Value::Null).is_ok());
     }
 

@@ -18,7 +18,7 @@ async fn loopback_hello_answers_hello_ok_and_status() {
     let mut client = connect(&agent.loopback_url()).await;
     let ok = say_hello(&mut client, agent.token()).await;
     assert_eq!(ok["mode"], "hosted");
-    assert_eq!(ok["protocol"], 2);
+    assert_eq!(ok["protocol"], 3, "every voxa client seals its session");
     assert!(ok["tools"].is_array());
     send(&mut client, json!({"type":"status"})).await;
     let status = recv_type(&mut client, "status").await;
@@ -228,19 +228,22 @@ async fn an_impostor_agent_on_the_code_learns_no_token_and_the_phone_refuses_it(
         let outcome = tokio::time::timeout(STEP, voxa::net::client::hello(&mut phone, &token, "test-phone")).await;
         (outcome.expect("the phone decides in time"), phone)
     });
-    // The impostor plays the agent as well as it can: challenge, then a hello_ok whose proof it
-    // has to make up (here with a token of its own).
+    // The impostor plays the agent as well as it can: challenge, then a hello_ok whose handshake
+    // message it has to make up (here with a token of its own: the phone's message 1 does not
+    // open under it, so it answers a handshake of its own).
     recv_type(&mut impostor, "presence").await;
-    send(&mut impostor, json!({"type":"challenge","protocol":2,"nonce":"0123456789abcdef0123456789abcdef"})).await;
+    let challenge = "0123456789abcdef0123456789abcdef";
+    send(&mut impostor, json!({"type":"challenge","protocol":2,"protocols":[2,3],"nonce": challenge})).await;
     let hello = recv_type(&mut impostor, "hello").await;
     let guess = voxa::secret::Secret::from_string("ffffffffffffffffffffffffffffffff".into());
-    let proof =
-        voxa::protocol::agent_proof(&guess, "0123456789abcdef0123456789abcdef", hello["nonce"].as_str().unwrap());
-    send(
-        &mut impostor,
-        json!({"type":"hello_ok","protocol":2,"agent":"voxa/9","mode":"hosted","tools":["run_command"],"proof": proof}),
-    )
-    .await;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let one = base64::Engine::decode(&b64, hello["noise"].as_str().unwrap()).unwrap();
+    assert!(voxa::seal::Responder::accept(&guess, challenge, &one).is_err());
+    let (_, own) = voxa::seal::Initiator::start(&guess, challenge).unwrap();
+    let inner = json!({"type":"hello_ok","protocol":3,"agent":"voxa/9","mode":"hosted","tools":["run_command"]});
+    let (_, two) =
+        voxa::seal::Responder::accept(&guess, challenge, &own).unwrap().finish(inner.to_string().as_bytes()).unwrap();
+    send(&mut impostor, json!({"type":"hello_ok","protocol":3,"noise": base64::Engine::encode(&b64, two)})).await;
     let (outcome, _phone) = phone_side.await.unwrap();
     let err = outcome.expect_err("the phone refuses an agent that cannot prove the token");
     assert!(err.downcast_ref::<voxa::net::client::NotYourLaptop>().is_some(), "{err:#}");
@@ -701,7 +704,7 @@ async fn the_code_replaced_by_rotation_challenges_and_refuses_the_old_and_the_ne
     // The current code and token are the working door.
     let mut phone = phone_socket(&relay, current.relay_code.expose()).await;
     let ok = say_hello(&mut phone, current.auth_token.expose()).await;
-    assert_eq!(ok["protocol"], 2);
+    assert_eq!(ok["protocol"], 3);
     send(&mut phone, json!({"type":"status"})).await;
     let status = recv_type(&mut phone, "status").await;
     assert_eq!(status["retired_code_until"], until);

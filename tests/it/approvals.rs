@@ -222,6 +222,38 @@ async fn an_approval_outlives_a_relay_restart() {
 }
 
 #[tokio::test]
+async fn hostile_answers_get_a_clear_error_and_leave_the_approval_open() {
+    let agent = asking_agent(None, 600).await;
+    let mut laptop = agent.local_client().await;
+    follow(&mut laptop).await;
+    send(&mut laptop, run_command("h0", "echo survived")).await;
+    let id = recv_type(&mut laptop, "approval").await["approval"].as_str().unwrap().to_owned();
+    let long_id = "a-".to_owned() + &"f".repeat(10_000);
+    let huge = "x".repeat(5000);
+    for (frame, code) in [
+        (json!({"type":"approve","approval":"a-0000000000000000","decision":"allow"}), "not-found"),
+        (json!({"type":"approve","approval":long_id,"decision":"allow"}), "invalid-args"),
+        (json!({"type":"approve","approval":id,"decision":"deny","message":huge}), "too-large"),
+        (json!({"type":"approve","approval":id,"decision":"allow","answers":["not","an","object"]}), "invalid-args"),
+        (json!({"type":"approve","approval":id,"decision":"allow_session"}), "invalid-args"),
+        (json!({"type":"approve","approval":id,"decision":"yes please"}), "bad-frame"),
+    ] {
+        send(&mut laptop, frame.clone()).await;
+        let answer = recv_json(&mut laptop).await;
+        assert_eq!(
+            (answer["type"].as_str(), answer["code"].as_str()),
+            (Some("error"), Some(code)),
+            "{frame}: {answer}"
+        );
+        assert!(answer.to_string().len() < 1000, "the error does not echo the input back: {answer}");
+    }
+    // Still open, and the real answer still works.
+    send(&mut laptop, json!({"type":"approve","approval":id,"decision":"allow"})).await;
+    let (_, result) = resolved_and_result(&mut laptop, "h0").await;
+    assert!(result["result"]["output"].as_str().unwrap().contains("survived"), "{result}");
+}
+
+#[tokio::test]
 async fn a_hosted_voice_call_waits_for_the_phone_and_cannot_answer_itself() {
     let relay = TestRelay::start().await;
     let agent = asking_agent(Some(&relay), 600).await;
@@ -288,7 +320,7 @@ async fn a_voice_call_is_told_of_the_approval_and_approves_it_by_a_function_call
 #[tokio::test]
 async fn by_voice_a_risky_action_cannot_be_allowed_for_the_session() {
     let agent = asking_agent(None, 600).await;
-    let broker = agent.agent.ctx.toolbox.approvals().clone();
+    let broker = agent.agent.ctx.toolbox().approvals().clone();
     let pending = broker.request(voxa::approvals::Request {
         source: voxa::protocol::ApprovalSource::Session("s-1".into()),
         tool: "Bash".into(),
@@ -571,7 +603,7 @@ mod cards {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_coding_agents_edit_shows_its_diff_and_can_be_allowed_for_the_session_in_dark_mode() {
         let Some(page) = Page::open(Scheme::Dark).await else { return };
-        let broker = page.agent.agent.ctx.toolbox.approvals().clone();
+        let broker = page.agent.agent.ctx.toolbox().approvals().clone();
         let diff = "--- a/src/app.rs\n+++ b/src/app.rs\n@@ -1,3 +1,3 @@\n fn main() {\n-    println!(\"hi\");\n+    println!(\"hello\");\n }\n";
         let pending = broker.request(voxa::approvals::Request {
             source: voxa::protocol::ApprovalSource::Session("s-7".into()),
@@ -604,7 +636,7 @@ mod cards {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_question_is_answered_by_the_button_of_its_option() {
         let Some(page) = Page::open(Scheme::Light).await else { return };
-        let broker = page.agent.agent.ctx.toolbox.approvals().clone();
+        let broker = page.agent.agent.ctx.toolbox().approvals().clone();
         let questions = json!([{"question": "Which database?", "header": "DB", "multiSelect": false,
             "options": [{"label": "Postgres", "description": "the server"}, {"label": "SQLite", "description": "a file"}]}]);
         let pending = broker.request(voxa::approvals::Request {

@@ -235,7 +235,12 @@ impl Browser {
 
     /// Clicks the button with this accessible name.
     pub async fn press(&self, name: &str) {
-        self.control("button", name).await.click().await.expect("click");
+        let button = self.control("button", name).await;
+        // Into the middle of the screen first: the header stays on top while the page scrolls and
+        // would take a click meant for a button scrolled under it.
+        let element = serde_json::to_value(&button).expect("an element reference");
+        self.script("arguments[0].scrollIntoView({block: 'center'});", vec![element]).await;
+        button.click().await.expect("click");
     }
 
     /// Types into the textbox with this accessible name.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use rustls_pki_types::{CertificateDer, ServerName};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
@@ -226,7 +226,10 @@ impl Dialer {
 }
 
 /// The next text frame (pings are answered by the client while it reads).
-async fn next_text<S: AsyncRead + AsyncWrite + Unpin>(socket: &mut WebSocketStream<S>) -> Result<String, String> {
+async fn next_text<S>(socket: &mut S) -> Result<String, String>
+where
+    S: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
     loop {
         match timeout(WAIT, socket.next()).await.map_err(|_| "nothing arrived in time".to_owned())? {
             Some(Ok(Message::Text(text))) => return Ok(text.as_str().to_owned()),
@@ -250,10 +253,10 @@ async fn expect_joined(socket: &mut Socket, peer: &str) -> Result<(), String> {
     }
 }
 
-async fn send_text<S: AsyncRead + AsyncWrite + Unpin>(
-    socket: &mut WebSocketStream<S>,
-    text: String,
-) -> Result<(), String> {
+async fn send_text<S>(socket: &mut S, text: String) -> Result<(), String>
+where
+    S: futures_util::Sink<Message, Error = tokio_tungstenite::tungstenite::Error> + Unpin,
+{
     socket.send(Message::text(text)).await.map_err(|err| format!("send failed: {err}"))
 }
 

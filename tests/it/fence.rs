@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use voxa::config::{AgentCommand, Config, Limits};
 use voxa::protocol::{ErrorCode, ToolError};
-use voxa::tools::{ToolRequest, Toolbox, ToolboxOptions};
+use voxa::tools::{Dispatcher, ToolRequest, Toolbox, ToolboxOptions};
 
 use crate::harness::*;
 
@@ -31,11 +31,12 @@ async fn call_until(toolbox: &Toolbox, name: &str, args: Value, cancel: Cancella
         id: format!("f{}", NEXT.fetch_add(1, Ordering::Relaxed)),
         name: name.into(),
         args,
+        env: None,
         caller: "loopback".into(),
         progress: None,
         cancel,
     };
-    toolbox.call(request).await.map(|output| output.result)
+    Dispatcher::new(toolbox.clone()).dispatch(request).await.map(|output| output.result)
 }
 
 /// Names in a directory, sorted.
@@ -118,9 +119,9 @@ async fn the_voxa_home_inside_the_workspace_is_out_of_reach() {
         options.workspace = options.home.dir().parent().unwrap().canonicalize().unwrap();
     })
     .await;
-    let home = agent.agent.ctx.toolbox.workspace().join("voxa");
+    let home = agent.agent.ctx.toolbox().workspace().join("voxa");
     assert!(home.join("auth_token").exists());
-    symlink("voxa", agent.agent.ctx.toolbox.workspace().join("innocent")).unwrap();
+    symlink("voxa", agent.agent.ctx.toolbox().workspace().join("innocent")).unwrap();
     let absolute = home.join("relay_code").display().to_string();
     let mut client = agent.local_client().await;
     let calls = [

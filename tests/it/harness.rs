@@ -261,6 +261,16 @@ pub async fn say_hello(socket: &mut ClientSocket, token: &str) -> Value {
     serde_json::to_value(ok).unwrap()
 }
 
+/// [`say_hello`] in protocol 2 (unsealed): what hosted voice and older clients speak.
+pub async fn say_hello_plain(socket: &mut ClientSocket, token: &str) -> Value {
+    let token = voxa::secret::Secret::from_string(token.to_owned());
+    let ok = tokio::time::timeout(STEP, voxa::net::client::hello_plain(socket, &token, "voxa-tests/1"))
+        .await
+        .expect("hello_ok in time")
+        .expect("the agent accepts the plain hello and proves itself");
+    serde_json::to_value(ok).unwrap()
+}
+
 /// Waits for the agent's `challenge` (skipping relay notices) and returns its nonce.
 pub async fn recv_challenge(socket: &mut ClientSocket) -> String {
     let challenge = recv_type(socket, "challenge").await;

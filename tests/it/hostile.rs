@@ -59,7 +59,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         (opt_string(), opt_string(), opt_string()),
     )
         .prop_map(|(protocol, (token, proof, client), (role, env_key, nonce))| {
-            ClientMessage::Hello(Hello { protocol, token, proof, client, role, env_key, nonce })
+            ClientMessage::Hello(Hello { protocol, token, proof, client, role, env_key, nonce, noise: None })
         });
     let bearer = any::<String>().prop_map(|bearer| ClientMessage::Bearer(BearerFrame { bearer }));
     let call = (any::<String>(), tool_name(), json_value(), opt_string())
@@ -100,13 +100,27 @@ fn agent_message() -> impl Strategy<Value = AgentMessage> {
     );
     let hello_ok = (any::<String>(), vec(any::<String>(), 0..8), any::<u32>(), opt_string(), opt_string()).prop_map(
         |(agent, tools, protocol, proof, env_key)| {
-            AgentMessage::HelloOk(HelloOk { agent, mode: "hosted".into(), tools, protocol, proof, env_key, host: None })
+            AgentMessage::HelloOk(HelloOk {
+                agent,
+                mode: "hosted".into(),
+                tools,
+                protocol,
+                proof,
+                env_key,
+                host: None,
+                vapid_public_key: None,
+                noise: None,
+            })
         },
     );
     prop_oneof![
         tool_result,
         hello_ok,
-        (any::<u32>(), any::<String>()).prop_map(|(protocol, nonce)| AgentMessage::Challenge { protocol, nonce }),
+        (any::<u32>(), any::<String>()).prop_map(|(protocol, nonce)| AgentMessage::Challenge {
+            protocol,
+            nonce,
+            protocols: vec![]
+        }),
         (any::<String>(), any::<String>(), any::<String>())
             .prop_map(|(env_key, nonce, signature)| AgentMessage::Identity { env_key, nonce, signature }),
         (error_code(), opt_string()).prop_map(|(code, message)| AgentMessage::Error { code, message }),
@@ -582,13 +596,15 @@ impl Expected {
             Ok(
                 ClientMessage::CallStart | ClientMessage::CallEnd | ClientMessage::Say { .. } | ClientMessage::AudioEnd,
             ) => self.call_errors += 1,
-            Ok(ClientMessage::Approve(_)) => self.approve_errors += 1,
+            // Both are answered once: an error, or `push_subscribed`.
+            Ok(ClientMessage::Approve(_) | ClientMessage::PushSubscribe { .. }) => self.approve_errors += 1,
             Ok(
                 ClientMessage::Hello(_)
                 | ClientMessage::Bearer(_)
                 | ClientMessage::Cancel { .. }
                 | ClientMessage::Follow { .. }
-                | ClientMessage::Unfollow,
+                | ClientMessage::Unfollow
+                | ClientMessage::PushUnsubscribe { .. },
             ) => {}
         }
     }
@@ -630,6 +646,7 @@ async fn session_answers_every_frame(agent: &TestAgent, frames: Vec<String>) -> 
                 prop_assert!(reason.len() <= 200, "a bad-frame reason must not echo the frame back");
                 seen.bad_frames += 1;
             }
+            Some("push_subscribed") => seen.approve_errors += 1,
             Some("tool_result") => seen.results += 1,
             Some("tool_progress") => {}
             Some("status") => seen.statuses += 1,

@@ -19,6 +19,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("gemini", 3),
     ("sessions", 3),
     ("net", 2),
+    ("seal", 2),
     ("tools", 2),
     ("approvals", 2),
     ("push", 2),

@@ -37,8 +37,9 @@ async fn live_phone(relay: &TestRelay, agent: &TestAgent) -> (Phone, Value) {
 async fn live_phone_with(relay: &TestRelay, agent: &TestAgent, options: DialOptions) -> (Phone, Value) {
     let url = format!("ws://{}/live?code={}", relay.addr, agent.code());
     let mut socket = tokio::time::timeout(STEP, voxa::net::dial::connect(&url, &options)).await.unwrap().unwrap();
-    // The agent's proof in hello_ok checks out: the relay passed challenge, hello and hello_ok on unchanged.
-    let hello_ok = say_hello(&mut socket, agent.token()).await;
+    // The agent's proof in hello_ok checks out: the relay passed challenge, hello and hello_ok on
+    // unchanged. Hosted voice is protocol 2: the relay runs the model, so it reads the session.
+    let hello_ok = say_hello_plain(&mut socket, agent.token()).await;
     (Phone::over(socket), hello_ok)
 }
 
@@ -662,9 +663,14 @@ async fn a_hosted_call_with_env_runs_on_the_environment() {
     let declarations = setup["tools"][0]["functionDeclarations"].as_array().unwrap();
     let fleet = declarations.iter().find(|d| d["name"] == "fleet").expect("fleet is declared");
     assert!(fleet["description"].as_str().unwrap().contains("env"), "{fleet}");
-    for declaration in declarations.iter().filter(|d| d["name"] != "fleet") {
+    // Every tool an environment can run takes `env`; the router's and the session host's run here.
+    let on_environments = |name: &serde_json::Value| {
+        voxa::tools::TOOLS.iter().any(|spec| spec.name == name && spec.runs == voxa::tools::Runs::Toolbox)
+    };
+    for declaration in declarations.iter().filter(|d| on_environments(&d["name"])) {
         assert_eq!(declaration.pointer("/parameters/properties/env/type"), Some(&json!("STRING")), "{declaration}");
     }
+    assert!(declarations.iter().filter(|d| on_environments(&d["name"])).count() >= 5, "{declarations:?}");
 
     fake.send(conn, json!({"toolCall":{"functionCalls":[{"id":"fc-env","name":"list_dir","args":{"env":"devbox"}}]}}));
     let there = fake.wait_for("the answer", |e| matches!(&e.kind, Kind::ToolResponse(r) if r["id"] == "fc-env")).await;

@@ -23,6 +23,7 @@ mod relay;
 mod relay_limits;
 mod relay_serving;
 mod run;
+mod sealed;
 mod secrets;
 mod service;
 mod sessions;

@@ -214,6 +214,19 @@ fn home() -> (tempfile::TempDir, Home) {
     (dir, home)
 }
 
+/// The agent's notifier for `home`, with the default settings, and its queue.
+fn notifier_of(home: &Home) -> (Notifier, voxa::push::NoticeQueue) {
+    Notifier::new(home, "p".into(), NotificationSettings::default(), DialOptions::default()).unwrap()
+}
+
+/// A home with one browser subscribed to `service` at `name`.
+async fn subscribed(service: &PushService, name: &str) -> (tempfile::TempDir, Home, Browser) {
+    let (dir, home) = home();
+    let browser = Browser::new();
+    Subscriptions::new(home.clone()).add("p", browser.subscription(service.endpoint(name)), 1).unwrap();
+    (dir, home, browser)
+}
+
 fn notice(topic: &str) -> Notice {
     Notice {
         event: NotifyEvent::Approval,
@@ -228,11 +241,9 @@ fn notice(topic: &str) -> Notice {
 
 #[tokio::test]
 async fn a_push_is_signed_encrypted_and_decrypts_to_what_the_page_shows() {
-    let (_dir, home) = home();
     let service = PushService::start().await;
-    let browser = Browser::new();
-    Subscriptions::new(home.clone()).add("p", browser.subscription(service.endpoint("one")), 1).unwrap();
-    let (notifier, _queue) = Notifier::new(&home, NotificationSettings::default(), DialOptions::default()).unwrap();
+    let (_dir, home, browser) = subscribed(&service, "one").await;
+    let (notifier, _queue) = notifier_of(&home);
 
     let deliveries = notifier.send_to_all(&notice("s-1")).await.unwrap();
     assert_eq!(deliveries.len(), 1);
@@ -268,7 +279,7 @@ async fn a_subscription_the_service_calls_gone_is_forgotten() {
     store.add("p", Browser::new().subscription(service.endpoint("kept")), 3).unwrap();
     service.answer_next(410, None);
     service.answer_next(404, None);
-    let (notifier, _queue) = Notifier::new(&home, NotificationSettings::default(), DialOptions::default()).unwrap();
+    let (notifier, _queue) = notifier_of(&home);
     let deliveries = notifier.send_to_all(&notice("s-2")).await.unwrap();
     let outcomes: Vec<_> = deliveries.iter().map(|d| (*d.result.as_ref().unwrap(), d.removed)).collect();
     assert_eq!(outcomes, [(Outcome::Gone(410), true), (Outcome::Gone(404), true), (Outcome::Delivered(201), false)]);
@@ -278,13 +289,11 @@ async fn a_subscription_the_service_calls_gone_is_forgotten() {
 
 #[tokio::test]
 async fn a_busy_service_is_tried_again_after_it_says_when() {
-    let (_dir, home) = home();
     let service = PushService::start().await;
-    let browser = Browser::new();
-    Subscriptions::new(home.clone()).add("p", browser.subscription(service.endpoint("busy")), 1).unwrap();
+    let (_dir, home, browser) = subscribed(&service, "busy").await;
     service.answer_next(429, Some(0));
     service.answer_next(503, Some(0));
-    let (notifier, _queue) = Notifier::new(&home, NotificationSettings::default(), DialOptions::default()).unwrap();
+    let (notifier, _queue) = notifier_of(&home);
     let deliveries = notifier.send_to_all(&notice("s-3")).await.unwrap();
     assert_eq!(deliveries[0].result.as_ref().unwrap(), &Outcome::Delivered(201));
     let received = service.received();
@@ -297,11 +306,9 @@ async fn a_busy_service_is_tried_again_after_it_says_when() {
 
 #[tokio::test]
 async fn queued_notices_are_sent_by_the_queue_and_newer_ones_replace_older_of_the_same_topic() {
-    let (_dir, home) = home();
     let service = PushService::start().await;
-    let browser = Browser::new();
-    Subscriptions::new(home.clone()).add("p", browser.subscription(service.endpoint("q")), 1).unwrap();
-    let (notifier, queue) = Notifier::new(&home, NotificationSettings::default(), DialOptions::default()).unwrap();
+    let (_dir, home, browser) = subscribed(&service, "q").await;
+    let (notifier, queue) = notifier_of(&home);
     let mut first = notice("s-4");
     first.body = "first".into();
     let mut second = notice("s-4");
@@ -350,4 +357,247 @@ async fn notify_test_reports_each_endpoints_answer_and_names_no_path() {
     let output = voxa(empty.dir(), &["notify", "test"]);
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stdout).contains("Turn on notifications"));
+}
+
+/// The agent's end: a phone hands over its subscription, and an approval that opens while nobody
+/// follows reaches it as a push; while a client follows, none is sent.
+mod agent {
+    use serde_json::json;
+
+    use super::*;
+    use crate::harness::*;
+
+    async fn asking_agent() -> TestAgent {
+        TestAgent::start_with(None, |options| {
+            options.config.policy.ask = vec!["run_command".into()];
+        })
+        .await
+    }
+
+    fn home_of(agent: &TestAgent) -> Home {
+        Home::at(agent.home.path().join("voxa"))
+    }
+
+    async fn subscribe(agent: &TestAgent, subscription: &Subscription) -> Value {
+        let mut client = agent.local_client().await;
+        send(&mut client, json!({"type":"push_subscribe","subscription":subscription})).await;
+        recv_json(&mut client).await
+    }
+
+    async fn wait_for_pushes(service: &PushService, count: usize) -> Vec<Received> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while service.received().len() < count {
+            assert!(tokio::time::Instant::now() < deadline, "no push arrived");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        service.received()
+    }
+
+    #[tokio::test]
+    async fn a_turn_that_ends_while_nobody_follows_is_pushed_with_its_answer() {
+        let agent = TestAgent::start_with(None, |options| {
+            options.config.agents.insert(
+                "echo".into(),
+                voxa::config::AgentCommand {
+                    program: "/bin/sh".into(),
+                    args: vec!["-c".into(), "echo \"3 files changed\"".into(), "{prompt}".into()],
+                    format: "text".into(),
+                },
+            );
+        })
+        .await;
+        let service = PushService::start().await;
+        let browser = Browser::new();
+        let answer = subscribe(&agent, &browser.subscription(service.endpoint("turns"))).await;
+        assert_eq!(answer["type"], "push_subscribed", "{answer}");
+        let mut caller = agent.local_client().await;
+        let start = json!({"type":"tool_call","id":"s1","name":"agent_start","args":{"prompt":"go","agent":"echo","title":"tidy up"}});
+        send(&mut caller, start).await;
+        let pushes = wait_for_pushes(&service, 1).await;
+        let payload: Value = serde_json::from_slice(&browser.decrypt(&pushes[0].body)).unwrap();
+        assert_eq!(payload["title"], "Turn finished: tidy up", "{payload}");
+        assert_eq!(payload["body"], "3 files changed", "{payload}");
+        assert!(payload["open"].as_str().unwrap().starts_with("#session=s-"), "{payload}");
+        agent.agent.stop().await;
+    }
+
+    #[tokio::test]
+    async fn hello_ok_offers_the_vapid_key_and_a_hostile_subscription_is_refused() {
+        let agent = TestAgent::start(None).await;
+        let mut client = agent.local_client().await;
+        send(&mut client, json!({"type":"status"})).await;
+        let _ = recv_json(&mut client).await;
+        let hello = {
+            let mut socket = connect(&agent.loopback_url()).await;
+            say_hello(&mut socket, agent.token()).await
+        };
+        let key = hello["vapid_public_key"].as_str().expect("hello_ok carries the VAPID key");
+        assert_eq!(URL_SAFE_NO_PAD.decode(key).unwrap().len(), 65);
+
+        let mut bad = Browser::new().subscription("http://push.example/x".into());
+        let answer = subscribe(&agent, &bad).await;
+        assert_eq!(
+            (answer["type"].as_str(), answer["code"].as_str()),
+            (Some("error"), Some("invalid-args")),
+            "{answer}"
+        );
+        bad.endpoint = "https://push.example/x".into();
+        bad.keys.auth = "AAAA".into();
+        let answer = subscribe(&agent, &bad).await;
+        assert_eq!(answer["code"], "invalid-args", "{answer}");
+        assert!(Subscriptions::new(home_of(&agent)).load().unwrap().is_empty(), "nothing hostile was kept");
+        agent.agent.stop().await;
+    }
+
+    #[tokio::test]
+    async fn an_approval_nobody_follows_becomes_a_push_and_none_goes_out_while_a_client_follows() {
+        let agent = asking_agent().await;
+        let service = PushService::start().await;
+        let browser = Browser::new();
+        let answer = subscribe(&agent, &browser.subscription(service.endpoint("phone"))).await;
+        assert_eq!(answer["type"], "push_subscribed", "{answer}");
+
+        // Nobody follows: the approval is pushed, its summary is what the notification says.
+        let mut caller = agent.local_client().await;
+        send(&mut caller, json!({"type":"tool_call","id":"c1","name":"run_command","args":{"command":"npm test"}}))
+            .await;
+        let pushes = wait_for_pushes(&service, 1).await;
+        let payload: Value = serde_json::from_slice(&browser.decrypt(&pushes[0].body)).unwrap();
+        assert!(payload["body"].as_str().unwrap().contains("npm test"), "{payload}");
+        assert!(payload["open"].as_str().unwrap().starts_with("#approval=a-"), "{payload}");
+        assert_eq!(pushes[0].headers["urgency"], "high");
+
+        // A client follows: it sees the next approval, and no push goes out for it.
+        let mut follower = agent.local_client().await;
+        send(&mut follower, json!({"type":"follow"})).await;
+        let mut seen_approvals = 0;
+        send(&mut caller, json!({"type":"tool_call","id":"c2","name":"run_command","args":{"command":"make"}})).await;
+        while seen_approvals < 2 {
+            let frame = recv_json(&mut follower).await;
+            if frame["type"] == "approval" {
+                seen_approvals += 1;
+            }
+        }
+        // The push of the first approval took well under this; a second one would have come.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(service.received().len(), 1, "no push while a client follows");
+        agent.agent.stop().await;
+    }
+}
+
+/// The page's end, in Chromium: "Turn on notifications" subscribes (the browser's push service,
+/// unreachable here, replaced at the page boundary by a subscription whose keys the page made with
+/// WebCrypto), the laptop's push is decrypted with that key, and the service worker shows it when
+/// Chromium delivers it as a push event.
+mod page {
+    use serde_json::json;
+
+    use super::*;
+    use crate::browser::Browser as Chromium;
+    use crate::harness::*;
+
+    /// Runs before the page's scripts: `PushManager.subscribe` hands back a subscription to the
+    /// test's push service, with a P-256 key pair and auth secret made here (kept for the test).
+    const FAKE_PUSH_SERVICE: &str = r#"
+        const endpoint = '__ENDPOINT__';
+        PushManager.prototype.subscribe = async function () {
+          const pair = await crypto.subtle.generateKey({ name: 'ECDH', namedCurve: 'P-256' }, true, ['deriveBits']);
+          const raw = new Uint8Array(await crypto.subtle.exportKey('raw', pair.publicKey));
+          const auth = crypto.getRandomValues(new Uint8Array(16));
+          const b64 = (bytes) => btoa(String.fromCharCode(...bytes)).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+          window.__pushPrivate = (await crypto.subtle.exportKey('jwk', pair.privateKey)).d;
+          window.__pushAuth = b64(auth);
+          const keys = { p256dh: b64(raw), auth: b64(auth) };
+          return { endpoint, toJSON: () => ({ endpoint, keys }) };
+        };
+    "#;
+
+    #[tokio::test]
+    async fn the_page_subscribes_and_its_service_worker_shows_the_laptops_notification() {
+        let Some(chromium) = Chromium::start().await else { return };
+        let agent = TestAgent::start(None).await;
+        let service = PushService::start().await;
+        let page = agent.loopback_url().replace("ws://", "http://");
+        let origin = page.trim_end_matches('/').to_owned();
+        chromium.cdp("Browser.grantPermissions", json!({"origin": origin, "permissions": ["notifications"]})).await;
+        let script = FAKE_PUSH_SERVICE.replace("__ENDPOINT__", &service.endpoint("chromium"));
+        chromium.cdp("Page.addScriptToEvaluateOnNewDocument", json!({"source": script})).await;
+        // A tapped notification opens `#session=…`: the page shows the agent tab.
+        chromium.open(&format!("{origin}/#token={}&session=s-9", agent.token())).await;
+        chromium.wait_connection("online").await;
+        chromium
+            .wait_script(
+                "the agent tab",
+                "return document.getElementById('tab-agent').getAttribute('aria-pressed') === 'true';",
+            )
+            .await;
+        chromium.press("Status").await;
+        chromium.press("Turn on notifications").await;
+        chromium.wait_text("#notify-status", "notifications on", |t| t.contains("Notifications are on")).await;
+
+        let home = Home::at(agent.home.path().join("voxa"));
+        let kept = Subscriptions::new(home.clone()).load().unwrap();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].subscription.endpoint, service.endpoint("chromium"));
+
+        // The laptop pushes; the test decrypts it with the key only the page held.
+        let (notifier, _queue) = notifier_of(&home);
+        let deliveries = notifier.send_to_all(&notice("s-9")).await.unwrap();
+        assert_eq!(deliveries[0].result.as_ref().unwrap(), &Outcome::Delivered(201));
+        let private = chromium.script("return window.__pushPrivate;", vec![]).await;
+        let auth = chromium.script("return window.__pushAuth;", vec![]).await;
+        let held = Browser {
+            secret: p256::SecretKey::from_slice(&URL_SAFE_NO_PAD.decode(private.as_str().unwrap()).unwrap()).unwrap(),
+            auth: URL_SAFE_NO_PAD.decode(auth.as_str().unwrap()).unwrap().try_into().unwrap(),
+        };
+        let plain = held.decrypt(&service.received()[0].body);
+
+        // Chromium delivers it to the service worker as a push event (the first registration of
+        // this fresh profile is number 0), and the worker shows it.
+        chromium
+            .wait_script("the service worker", "return navigator.serviceWorker.ready.then((r) => !!r.active);")
+            .await;
+        chromium.cdp("ServiceWorker.enable", json!({})).await;
+        let data = String::from_utf8(plain).unwrap();
+        let shown = "return navigator.serviceWorker.ready.then((r) => r.getNotifications()).then((list) => \
+                     list.map((n) => ({ title: n.title, body: n.body, open: n.data && n.data.open })));";
+        // A push delivered while the worker is still starting can be lost on a loaded machine:
+        // deliver again after a quiet while, as a push service would retry.
+        let mut notifications = json!([]);
+        for _ in 0..4 {
+            chromium
+                .cdp("ServiceWorker.deliverPushMessage", json!({"origin": origin, "registrationId": "0", "data": data}))
+                .await;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+            notifications = chromium.script(shown, vec![]).await;
+            while notifications == json!([]) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                notifications = chromium.script(shown, vec![]).await;
+            }
+            if notifications != json!([]) {
+                break;
+            }
+        }
+        assert_eq!(
+            notifications,
+            json!([{"title": "Claude wants to run a command", "body": "Claude wants to run npm test", "open": "#approval=a-1"}]),
+        );
+        chromium.close().await;
+        agent.agent.stop().await;
+    }
+}
+
+#[test]
+fn pair_rotate_forgets_the_old_links_subscriptions() {
+    let (_dir, home) = home();
+    let output = voxa(home.dir(), &["pair", "--no-qr"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let code = home.load_secrets().unwrap().unwrap().relay_code;
+    let store = Subscriptions::new(home.clone());
+    store
+        .add(&voxa::push::pairing_id(&code), Browser::new().subscription("https://push.example/old".into()), 1)
+        .unwrap();
+    let output = voxa(home.dir(), &["pair", "--rotate", "--no-qr"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(store.load().unwrap().is_empty(), "a rotated link's browsers are not notified any more");
 }

@@ -67,6 +67,79 @@ fn tools_cannot_read_the_agents_secrets_and_the_agent_is_not_dumpable() {
     drop((dir, workspace));
 }
 
+/// The environment block of a running process (`/proc/<pid>/environ`), when this user may read
+/// it: voxa is not dumpable, so only root may.
+fn environ_of(pid: u32) -> Option<String> {
+    match std::fs::read(format!("/proc/{pid}/environ")) {
+        Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+        Err(err) if err.kind() == std::io::ErrorKind::PermissionDenied && !rustix::process::geteuid().is_root() => None,
+        Err(err) => panic!("could not read the environment of {pid}: {err}"),
+    }
+}
+
+/// The secret variables are gone from the block the kernel keeps for `/proc/<pid>/environ` of a
+/// running `voxa run` and `voxa relay`, and still do their work: the agent gets through a relay
+/// that requires the token, and the relay requires it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_variables_are_not_in_the_environment_block_of_a_running_voxa() {
+    let config = voxa::relay::RelayConfig {
+        token: Some(voxa::secret::Secret::from_string(RELAY_TOKEN.into())),
+        ..Default::default()
+    };
+    let relay = TestRelay::start_with(TcpListener::bind("127.0.0.1:0").await.unwrap(), config).await;
+    let (_dir, home) = fresh_home();
+    let workspace = tempfile::tempdir().unwrap();
+    let mut command = voxa_cmd(&home);
+    command
+        .args(["run", "--json", "--relay", relay.url().as_str(), "--workspace"])
+        .arg(workspace.path())
+        .env("GEMINI_API_KEY", GEMINI_KEY)
+        .env("VOXA_RELAY_TOKEN", RELAY_TOKEN);
+    let (run, environ) = tokio::task::spawn_blocking(move || {
+        let mut run = RunningVoxa::start(command);
+        run.wait_event("relay_connected");
+        let environ = environ_of(run.child.id());
+        (run, environ)
+    })
+    .await
+    .unwrap();
+    if let Some(environ) = environ {
+        assert!(environ.contains("PATH="), "not the environment block: {environ}");
+        for secret in [GEMINI_KEY, RELAY_TOKEN, "GEMINI_API_KEY", "VOXA_RELAY_TOKEN"] {
+            assert!(!environ.contains(secret), "{secret} is in the environment block of voxa run");
+        }
+    }
+    drop(run);
+
+    let (_dir, home) = fresh_home();
+    let mut command = voxa_cmd(&home);
+    command
+        .args(["relay", "--json", "--listen", "127.0.0.1:0"])
+        .env("GEMINI_API_KEY", GEMINI_KEY)
+        .env("VOXA_RELAY_TOKEN", RELAY_TOKEN);
+    let mut relay = RunningVoxa::spawn(command);
+    let listening = relay.wait_event("relay_listening");
+    let addr: std::net::SocketAddr = listening["listen"].as_str().unwrap().parse().unwrap();
+    if let Some(environ) = environ_of(relay.child.id()) {
+        assert!(environ.contains("PATH="), "not the environment block: {environ}");
+        for secret in [GEMINI_KEY, RELAY_TOKEN, "GEMINI_API_KEY", "VOXA_RELAY_TOKEN"] {
+            assert!(!environ.contains(secret), "{secret} is in the environment block of voxa relay");
+        }
+    }
+    // The token still reached the relay: an agent without it is refused, one with it is not.
+    let code = "00112233445566778899aabbccddeeff";
+    let (status, _) = http(addr, &upgrade_request(&format!("/agent?code={code}"), "")).await;
+    assert_eq!(status, 401);
+    let with_token = format!("Authorization: Bearer {RELAY_TOKEN}\r\n");
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = upgrade_request(&format!("/agent?code={code}"), &with_token);
+    tokio::io::AsyncWriteExt::write_all(&mut tcp, request.as_bytes()).await.unwrap();
+    let mut head = vec![0u8; 512];
+    let n = tokio::time::timeout(STEP, tokio::io::AsyncReadExt::read(&mut tcp, &mut head)).await.unwrap().unwrap();
+    assert_ne!(parse_response(&head[..n]).0, 401);
+    drop(relay);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_token_comes_from_a_private_file() {
     let tmp = tempfile::tempdir().unwrap();

@@ -1,4 +1,4 @@
-//! The tools, called through `Toolbox` as a session would call them: each happy path next to the
+//! The tools, called through the `Dispatcher` as a session would call them: each happy path next to the
 //! attacks on it.
 
 use std::ffi::OsString;
@@ -15,12 +15,13 @@ use tokio_util::sync::CancellationToken;
 use voxa::audit::Audit;
 use voxa::config::{AgentCommand, Config, Policy};
 use voxa::protocol::{ErrorCode, ToolError, OUTPUT_CAP};
-use voxa::tools::{ToolOutput, ToolRequest, Toolbox, ToolboxOptions};
+use voxa::tools::{Dispatcher, ToolOutput, ToolRequest, Toolbox, ToolboxOptions};
 
-/// A workspace inside a temporary directory, a sibling directory outside it, and a toolbox.
+/// A workspace inside a temporary directory, a sibling directory outside it, and the dispatcher
+/// of a toolbox there.
 struct Fixture {
     tmp: tempfile::TempDir,
-    toolbox: Toolbox,
+    tools: Dispatcher,
 }
 
 impl Fixture {
@@ -45,7 +46,7 @@ impl Fixture {
             ..Default::default()
         })
         .unwrap();
-        Fixture { tmp, toolbox }
+        Fixture { tmp, tools: Dispatcher::new(toolbox) }
     }
 
     fn ws(&self) -> PathBuf {
@@ -57,7 +58,7 @@ impl Fixture {
     }
 
     async fn call(&self, name: &str, args: Value) -> Result<ToolOutput, ToolError> {
-        self.toolbox.call(request(name, args)).await
+        self.tools.dispatch(request(name, args)).await
     }
 
     async fn ok(&self, name: &str, args: Value) -> Value {
@@ -109,6 +110,7 @@ fn request(name: &str, args: Value) -> ToolRequest {
         id: format!("c{}", NEXT.fetch_add(1, Ordering::Relaxed)),
         name: name.into(),
         args,
+        env: None,
         caller: "loopback".into(),
         progress: None,
         cancel: CancellationToken::new(),
@@ -241,7 +243,7 @@ async fn policy_refusals_are_audited_with_their_rule() {
     // Refused before its arguments are even looked at.
     assert_eq!(deny.err("run_command", json!({"nonsense": true})).await.code, ErrorCode::DeniedByPolicy);
     assert_eq!(deny.audit().0[0]["policy"], "deny");
-    assert!(!deny.toolbox.names().contains(&"run_command".to_owned()));
+    assert!(!deny.tools.tool_names().contains(&"run_command".to_owned()));
 }
 
 #[tokio::test]
@@ -273,10 +275,10 @@ async fn the_audit_trail_never_holds_contents_or_output() {
 async fn fifty_concurrent_commands_are_all_answered() {
     let fx = Fixture::new();
     let calls = (0..50).map(|i| {
-        let toolbox = fx.toolbox.clone();
-        tokio::spawn(
-            async move { toolbox.call(request("run_command", json!({"command": format!("echo call-{i}")}))).await },
-        )
+        let tools = fx.tools.clone();
+        tokio::spawn(async move {
+            tools.dispatch(request("run_command", json!({"command": format!("echo call-{i}")}))).await
+        })
     });
     let results = futures_util::future::join_all(calls).await;
     for (i, result) in results.into_iter().enumerate() {
@@ -285,7 +287,7 @@ async fn fifty_concurrent_commands_are_all_answered() {
         assert_eq!(output.result["exit_code"], 0);
     }
     assert_eq!(fx.audit().0.len(), 50);
-    assert_eq!(fx.toolbox.calls_in_flight(), 0);
+    assert_eq!(fx.tools.toolbox().calls_in_flight(), 0);
 }
 
 #[tokio::test]
@@ -296,8 +298,8 @@ async fn calls_over_the_limit_are_busy_at_once() {
     let mut first = request("run_command", json!({"command": "echo started; exec sleep 60"}));
     first.progress = Some(tx);
     first.cancel = cancel.clone();
-    let toolbox = fx.toolbox.clone();
-    let running = tokio::spawn(async move { toolbox.call(first).await });
+    let tools = fx.tools.clone();
+    let running = tokio::spawn(async move { tools.dispatch(first).await });
     assert_eq!(progress.recv().await.unwrap(), "started\n");
 
     let started = Instant::now();
@@ -491,7 +493,7 @@ async fn ansi_escapes_are_stripped_from_output_and_progress() {
         json!({"command": "printf '\\033[1;31mred\\033[0m \\033]0;title\\007plain\\n'; printf '\\033[2K\\033[1Gdone\\n'"}),
     );
     call.progress = Some(tx);
-    let output = fx.toolbox.call(call).await.unwrap();
+    let output = fx.tools.dispatch(call).await.unwrap();
     assert_eq!(output.result["output"], "red plain\ndone\n");
     let mut streamed = String::new();
     while let Ok(chunk) = progress.try_recv() {
@@ -539,8 +541,8 @@ async fn a_timeout_kills_the_whole_process_group() {
         json!({"command": "trap '' HUP; sleep 300 & echo child=$! shell=$$; wait", "timeout_ms": 5000}),
     );
     call.progress = Some(tx);
-    let toolbox = fx.toolbox.clone();
-    let running = tokio::spawn(async move { toolbox.call(call).await });
+    let tools = fx.tools.clone();
+    let running = tokio::spawn(async move { tools.dispatch(call).await });
     let pids = pids_from_progress(&mut progress, &["child=", "shell="]).await;
     let err = running.await.unwrap().unwrap_err();
     assert_eq!(err.code, ErrorCode::Timeout);
@@ -560,9 +562,9 @@ async fn cancel_kills_the_whole_session_even_jobs_in_other_groups() {
         request("run_command", json!({"command": "trap '' HUP; set -m; sleep 300 & echo job=$! shell=$$; sleep 301"}));
     call.progress = Some(tx);
     call.cancel = cancel.clone();
-    let toolbox = fx.toolbox.clone();
+    let tools = fx.tools.clone();
     let started = Instant::now();
-    let running = tokio::spawn(async move { toolbox.call(call).await });
+    let running = tokio::spawn(async move { tools.dispatch(call).await });
     let pids = pids_from_progress(&mut progress, &["job=", "shell="]).await;
     cancel.cancel();
     let err = running.await.unwrap().unwrap_err();
@@ -615,7 +617,7 @@ async fn the_coding_agent_streams_progress_and_returns_its_answer() {
     let mut call =
         request("coding_agent", json!({"prompt": "--dangerously-skip-permissions fix the build", "cwd": "app"}));
     call.progress = Some(tx);
-    let output = fx.toolbox.call(call).await.unwrap();
+    let output = fx.tools.dispatch(call).await.unwrap();
     // A prompt that looks like a flag arrives as the prompt.
     assert_eq!(output.result["text"], "Done: --dangerously-skip-permissions fix the build");
     assert_eq!(output.result["exit_code"], 0);
@@ -660,8 +662,8 @@ async fn cancel_stops_the_coding_agent_and_its_children() {
     let mut call = request("coding_agent", json!({"prompt": "a slow task"}));
     call.progress = Some(tx);
     call.cancel = cancel.clone();
-    let toolbox = fx.toolbox.clone();
-    let running = tokio::spawn(async move { toolbox.call(call).await });
+    let tools = fx.tools.clone();
+    let running = tokio::spawn(async move { tools.dispatch(call).await });
     let pids = pids_from_progress(&mut progress, &["pid ", "helper "]).await;
     cancel.cancel();
     assert_eq!(running.await.unwrap().unwrap_err().code, ErrorCode::Cancelled);
@@ -766,7 +768,7 @@ async fn check_screenshot(screen: &str, width: u32, height: u32) {
     let painted = xvfb.paint("#ff0000");
     // The display comes from the environment here, as it would in a desktop session.
     let fx = Fixture::with(Config::default(), test_env(None, Some(&xvfb.display)));
-    let output = fx.toolbox.call(request("screenshot", json!({}))).await.unwrap();
+    let output = fx.tools.dispatch(request("screenshot", json!({}))).await.unwrap();
     let image = output.image.expect("the screenshot travels as an image");
     assert_eq!((image.width, image.height, image.mime.as_str()), (width, height, "image/png"));
     assert_eq!(
@@ -782,7 +784,7 @@ async fn check_screenshot(screen: &str, width: u32, height: u32) {
     }
     // And by argument, without DISPLAY.
     let fx = Fixture::new();
-    let output = fx.toolbox.call(request("screenshot", json!({"display": xvfb.display}))).await.unwrap();
+    let output = fx.tools.dispatch(request("screenshot", json!({"display": xvfb.display}))).await.unwrap();
     assert_eq!(output.image.unwrap().width, width);
 }
 

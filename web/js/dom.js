@@ -119,6 +119,8 @@ const SENTENCES = {
   'pairing-revoked': 'That pairing was revoked.',
   'environment-unreachable': 'That environment cannot be reached.',
   'environment-identity-mismatch': 'That environment could not prove who it is.',
+  'sealed-session-broken': 'The sealed session was tampered with on the way and was closed; nothing in it ran. Reconnect.',
+  'sealed-session-required': 'The laptop accepts sealed sessions only, and this client cannot seal.',
   'executor-unauthenticated': 'That environment refused the call.',
   'offline': 'The laptop is offline.',
 };

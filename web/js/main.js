@@ -25,6 +25,7 @@ import { Files } from './files/panel.js';
 import { Screenshot } from './screen/panel.js';
 import { Coder } from './agent/panel.js';
 import { Voice } from './voice/panel.js';
+import { Notifications, registerWorker } from './notify/panel.js';
 import { Approvals } from './approvals/panel.js';
 
 const store = new Store();
@@ -44,6 +45,9 @@ new Screenshot(root('panel-screen'), context);
 new Coder(root('panel-agent'), context);
 new Status(root('panel-status'), context);
 new Voice({ buttons: root('voice'), panel: root('call-panel') }, context);
+new Notifications(root('notify'), context);
 new Approvals({ panel: root('approvals'), badge: root('approvals-badge') }, context);
 
 app.boot();
+// The service worker shows notifications with the page closed and keeps the app's files at hand.
+registerWorker();

@@ -43,6 +43,8 @@ export const ERROR_CODES = /** @type {const} */ ([
   'executor-unauthenticated',
   'environment-unreachable',
   'environment-identity-mismatch',
+  'sealed-session-broken',
+  'sealed-session-required',
 ]);
 
 /** `code` of a `call_error` frame. */
@@ -73,6 +75,8 @@ export const CLIENT_FRAMES = /** @type {const} */ ([
   'follow',
   'unfollow',
   'approve',
+  'push_subscribe',
+  'push_unsubscribe',
 ]);
 
 /** `type` of the frames an agent (or a relay hosting a call) sends. */
@@ -94,6 +98,7 @@ export const AGENT_FRAMES = /** @type {const} */ ([
   'call_ended',
   'approval',
   'approval_resolved',
+  'push_subscribed',
 ]);
 
 /** @typedef {typeof ERROR_CODES[number]} ErrorCode */

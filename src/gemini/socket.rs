@@ -26,12 +26,12 @@ pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
 const MAX_REASON_LEN: usize = 200;
 
 /// A ready connection: `setupComplete` has arrived.
-pub struct Link {
+pub struct GeminiSocket {
     out: mpsc::Sender<Message>,
     pub stream: SplitStream<ClientSocket>,
 }
 
-impl Link {
+impl GeminiSocket {
     /// Queues audio; `false` when the queue is full (Gemini is behind) and the chunk was dropped.
     pub fn try_send(&self, text: String) -> bool {
         self.out.try_send(Message::text(text)).is_ok()
@@ -77,7 +77,7 @@ pub async fn open(
     dial_options: &DialOptions,
     declarations: &Value,
     handle: Option<&str>,
-) -> Result<Link, CallFailure> {
+) -> Result<GeminiSocket, CallFailure> {
     let mut options = dial_options.clone();
     options.headers.push(("x-goog-api-key".into(), config.api_key.clone()));
     let socket = dial::connect(&config.url, &options).await.map_err(|err| dial_failure(&err, &config.api_key))?;
@@ -86,7 +86,7 @@ pub async fn open(
     let setup = wire::setup(&config.model, &config.voice, declarations, handle);
     let _ = out.send(Message::text(setup)).await;
     match tokio::time::timeout(SETUP_TIMEOUT, setup_complete(&mut stream, &config.api_key)).await {
-        Ok(Ok(())) => Ok(Link { out, stream }),
+        Ok(Ok(())) => Ok(GeminiSocket { out, stream }),
         Ok(Err(failure)) => Err(failure),
         Err(_) => Err(CallFailure::new(
             CallErrorCode::GeminiUnreachable,

@@ -1,0 +1,302 @@
+//! The seal between a socket and a session, for both ends: [`Socket`] wraps a client's WebSocket
+//! (sealed once its hello completes, plain until then or for protocol 2), and on the agent
+//! [`seal_writer`] seals what a session sends while [`Inbound`] opens what its peer sends. The
+//! session and every client above it see plain text and audio frames either way.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use futures_util::{Sink, Stream};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tracing::debug;
+
+use super::handshake::Keys;
+use super::transport::{Opener, Plain, Sealer, KIND_AUDIO, KIND_JSON};
+use super::Broken;
+use crate::protocol::{self, ErrorCode, Frame, AUDIO_PREFIX, SEND_QUEUE_FRAMES};
+
+/// A session frame as the binary frames that carry it sealed; a binary frame must be audio.
+pub fn seal_frame(sealer: &mut Sealer, frame: &Frame) -> Result<Vec<Frame>, Broken> {
+    let messages = match frame {
+        Frame::Text(text) => sealer.seal(KIND_JSON, text.as_bytes())?,
+        Frame::Binary(data) => match data.split_first() {
+            Some((&AUDIO_PREFIX, audio)) => sealer.seal(KIND_AUDIO, audio)?,
+            _ => return Err(Broken("only audio travels in binary frames")),
+        },
+    };
+    Ok(messages.into_iter().map(Frame::binary).collect())
+}
+
+/// [`seal_frame`] for a socket message: control frames (ping, pong, close) are the WebSocket's own
+/// and pass as they are.
+fn seal_message(sealer: &mut Sealer, message: Message) -> Result<Vec<Message>, Broken> {
+    match Frame::from_message(message) {
+        Ok(frame) => Ok(seal_frame(sealer, &frame)?.into_iter().map(Message::from).collect()),
+        Err(Message::Frame(_)) => Err(Broken("raw frames cannot be sealed")),
+        Err(control) => Ok(vec![control]),
+    }
+}
+
+/// An opened frame as the session sees it: JSON as text, audio as `0x01` + audio.
+fn as_frame(plain: Plain) -> Frame {
+    match plain {
+        Plain::Json(text) => Frame::text(text),
+        Plain::Audio(audio) => {
+            let mut data = Vec::with_capacity(audio.len() + 1);
+            data.push(AUDIO_PREFIX);
+            data.extend_from_slice(&audio);
+            Frame::binary(data)
+        }
+    }
+}
+
+/// The close frame that ends a broken sealed session.
+pub fn broken_close() -> Message {
+    Message::Close(Some(CloseFrame {
+        code: CloseCode::from(protocol::close::POLICY),
+        reason: ErrorCode::SealedSessionBroken.as_str().into(),
+    }))
+}
+
+/// A presence notice of the relay's own, which the relay may send to a client in any session
+/// (docs/PROTOCOL.md, "Relay"): a text frame starting with U+0001. `Err` for a frame that starts
+/// like a notice but does not read as one.
+pub fn relay_notice(text: &str) -> Option<Result<protocol::Presence, ()>> {
+    protocol::presence::is_notice(text.as_bytes()).then(|| protocol::Presence::parse(text).ok_or(()))
+}
+
+/// Whether a frame is a client's `hello` (or a control frame), which a socket whose sealed
+/// session ended may still send: it starts the next session.
+fn is_hello(message: &Message) -> bool {
+    match message {
+        Message::Text(text) => {
+            matches!(serde_json::from_str::<protocol::ClientMessage>(text), Ok(protocol::ClientMessage::Hello(_)))
+        }
+        Message::Binary(_) | Message::Frame(_) => false,
+        Message::Ping(_) | Message::Pong(_) | Message::Close(_) => true,
+    }
+}
+
+/// Whether an unsealed frame is the `challenge` that opens a new session.
+fn is_challenge(text: &str) -> bool {
+    matches!(serde_json::from_str::<protocol::AgentMessage>(text), Ok(protocol::AgentMessage::Challenge { .. }))
+}
+
+/// What the agent reads from one session's peer: frames as they come (protocol 2), or opened.
+pub enum Inbound {
+    Plain,
+    Sealed(Opener),
+}
+
+impl Inbound {
+    pub fn is_sealed(&self) -> bool {
+        matches!(self, Inbound::Sealed(_))
+    }
+
+    /// One frame from the peer as the session should see it; `None` after a part of a larger
+    /// frame. On a sealed session any frame that is not a sealed message breaks it.
+    pub fn open(&mut self, frame: Frame) -> Result<Option<Frame>, Broken> {
+        let Inbound::Sealed(opener) = self else { return Ok(Some(frame)) };
+        match frame {
+            Frame::Binary(data) => Ok(opener.open(&data)?.map(as_frame)),
+            Frame::Text(_) => Err(Broken("an unsealed frame in a sealed session")),
+        }
+    }
+}
+
+/// Seals what a session sends: the returned queue takes plain frames, a task seals them in order
+/// into `out`. It ends when either side is gone, or (logged) if a frame cannot be sealed.
+pub fn seal_writer(mut sealer: Sealer, out: mpsc::Sender<Frame>) -> mpsc::Sender<Frame> {
+    let (tx, mut rx) = mpsc::channel::<Frame>(SEND_QUEUE_FRAMES);
+    tokio::spawn(async move {
+        while let Some(frame) = rx.recv().await {
+            let sealed = match seal_frame(&mut sealer, &frame) {
+                Ok(sealed) => sealed,
+                Err(err) => {
+                    debug!(%err, "sealed writer stops");
+                    return;
+                }
+            };
+            for message in sealed {
+                if out.send(message).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    tx
+}
+
+/// A client's WebSocket: plain until [`Socket::seal`], then every text and audio frame is sealed
+/// on the way out and opened on the way in. A sealed socket that receives anything it cannot open
+/// (relay notices aside) answers with the close frame `sealed-session-broken`, yields that close
+/// frame to its reader and ends.
+pub struct Socket<S> {
+    inner: S,
+    seal: Option<(Sealer, Opener)>,
+    outgoing: VecDeque<Message>,
+    broken: bool,
+    /// The agent of a sealed session left the relay: only relay notices and the next session's
+    /// `challenge` may come unsealed until then.
+    ended: bool,
+    /// The socket carried a sealed session: unsealed, it sends nothing but a new hello.
+    was_sealed: bool,
+}
+
+impl<S> Socket<S> {
+    /// A socket that is not (yet) sealed.
+    pub fn plain(inner: S) -> Self {
+        Socket { inner, seal: None, outgoing: VecDeque::new(), broken: false, ended: false, was_sealed: false }
+    }
+
+    /// Seals every frame from now on with the keys of a completed handshake.
+    pub fn seal(&mut self, keys: Keys) {
+        self.seal = Some((keys.sealer, keys.opener));
+        self.ended = false;
+        self.was_sealed = true;
+    }
+
+    pub fn is_sealed(&self) -> bool {
+        self.seal.is_some()
+    }
+
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+}
+
+impl<S> Socket<S>
+where
+    S: Sink<Message, Error = WsError> + Unpin,
+{
+    /// Sends a close frame (none: a bare close) and flushes it.
+    pub async fn close(&mut self, frame: Option<CloseFrame>) -> Result<(), WsError> {
+        futures_util::SinkExt::send(self, Message::Close(frame)).await
+    }
+
+    /// Writes what is queued into the inner socket.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+        while let Some(message) = self.outgoing.pop_front() {
+            match Pin::new(&mut self.inner).poll_ready(cx) {
+                Poll::Ready(Ok(())) => Pin::new(&mut self.inner).start_send(message)?,
+                Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
+                Poll::Pending => {
+                    self.outgoing.push_front(message);
+                    return Poll::Pending;
+                }
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Ends a broken session: the close goes out as soon as the socket takes it, the reader gets
+    /// the same close frame, and nothing more is read or sealed.
+    fn break_session(&mut self, cx: &mut Context<'_>, why: Broken) -> Poll<Option<Result<Message, WsError>>> {
+        debug!(%why, "sealed session broken");
+        self.broken = true;
+        self.seal = None;
+        self.outgoing.clear();
+        self.outgoing.push_back(broken_close());
+        if let Poll::Ready(Ok(())) = self.poll_drain(cx) {
+            let _ = Pin::new(&mut self.inner).poll_flush(cx);
+        }
+        Poll::Ready(Some(Ok(broken_close())))
+    }
+}
+
+impl<S> Stream for Socket<S>
+where
+    S: Stream<Item = Result<Message, WsError>> + Sink<Message, Error = WsError> + Unpin,
+{
+    type Item = Result<Message, WsError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            if this.broken {
+                return Poll::Ready(None);
+            }
+            let frame = ready!(Pin::new(&mut this.inner).poll_next(cx));
+            if let Some(Ok(Message::Text(text))) = &frame {
+                match relay_notice(text) {
+                    Some(Ok(notice)) => {
+                        if notice.peer == protocol::PeerRole::Agent && notice.state == protocol::PeerState::Left {
+                            // The sealed session is over; a new one starts with its own hello.
+                            this.ended |= this.seal.take().is_some();
+                        }
+                        return Poll::Ready(frame);
+                    }
+                    Some(Err(())) if this.seal.is_some() || this.ended => {
+                        return this.break_session(cx, Broken("an unreadable relay notice"))
+                    }
+                    _ => {}
+                }
+                if this.ended && is_challenge(text) {
+                    this.ended = false;
+                    return Poll::Ready(frame);
+                }
+            }
+            if this.ended && matches!(frame, Some(Ok(Message::Text(_) | Message::Binary(_) | Message::Frame(_)))) {
+                return this.break_session(cx, Broken("an unsealed frame after a sealed session"));
+            }
+            let Some((_, opener)) = this.seal.as_mut() else { return Poll::Ready(frame) };
+            match frame {
+                Some(Ok(Message::Binary(data))) => match opener.open(&data) {
+                    Ok(Some(plain)) => return Poll::Ready(Some(Ok(as_frame(plain).into()))),
+                    Ok(None) => continue,
+                    Err(why) => return this.break_session(cx, why),
+                },
+                Some(Ok(Message::Text(_) | Message::Frame(_))) => {
+                    return this.break_session(cx, Broken("an unsealed frame in a sealed session"))
+                }
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+}
+
+impl<S> Sink<Message> for Socket<S>
+where
+    S: Sink<Message, Error = WsError> + Unpin,
+{
+    type Error = WsError;
+
+    fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+        self.poll_drain(cx)
+    }
+
+    fn start_send(mut self: Pin<&mut Self>, item: Message) -> Result<(), WsError> {
+        let this = &mut *self;
+        if this.broken {
+            return Err(WsError::AlreadyClosed);
+        }
+        match this.seal.as_mut() {
+            None if this.was_sealed && !is_hello(&item) => return Err(WsError::AlreadyClosed),
+            None => this.outgoing.push_back(item),
+            Some((sealer, _)) => {
+                let sealed = seal_message(sealer, item)
+                    .map_err(|err| WsError::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, err)))?;
+                this.outgoing.extend(sealed);
+            }
+        }
+        Ok(())
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+        ready!(self.poll_drain(cx))?;
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+        ready!(self.poll_drain(cx))?;
+        Pin::new(&mut self.inner).poll_close(cx)
+    }
+}

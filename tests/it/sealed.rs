@@ -1,0 +1,344 @@
+//! Sealed sessions (docs/PROTOCOL.md, "Sealed sessions (protocol 3)") against a malicious relay:
+//! a proxy on the phone's side of a real relay sees every frame the relay sees and flips, injects,
+//! replays, drops and reorders them. Each closes the session and runs nothing (the workspace and
+//! the audit trail say so); a passive capture of a whole session holds none of its plaintext; a
+//! protocol-2 client is still served unless `config.toml` refuses it.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::Message;
+use voxa::agent::LinkEvent;
+use voxa::protocol::ErrorCode;
+
+use crate::harness::*;
+
+/// Which way a frame crosses the proxy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Way {
+    /// Phone to agent.
+    Up,
+    /// Agent to phone.
+    Down,
+}
+
+/// What the malicious relay does with each frame: the frames it passes on instead.
+type Hook = Box<dyn FnMut(Way, Message) -> Vec<Message> + Send>;
+
+/// A man in the middle in front of a relay's `/ws`: one phone connection, every frame both ways
+/// through `hook`, every frame as it arrived kept in `capture`.
+struct Mitm {
+    addr: SocketAddr,
+    capture: Arc<Mutex<Vec<(Way, Message)>>>,
+}
+
+impl Mitm {
+    async fn start(relay: SocketAddr, code: &str, mut hook: Hook) -> Mitm {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let capture = Arc::new(Mutex::new(Vec::new()));
+        let kept = capture.clone();
+        let path = format!("/ws?code={code}");
+        tokio::spawn(async move {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let Ok(phone) = tokio_tungstenite::accept_async(tcp).await else { return };
+            let Ok(upstream) = TcpStream::connect(relay).await else { return };
+            let Ok((relay_ws, _)) = tokio_tungstenite::client_async(format!("ws://{relay}{path}"), upstream).await
+            else {
+                return;
+            };
+            let (mut phone_tx, mut phone_rx) = phone.split();
+            let (mut relay_tx, mut relay_rx) = relay_ws.split();
+            loop {
+                let (way, message) = tokio::select! {
+                    Some(Ok(message)) = phone_rx.next() => (Way::Up, message),
+                    Some(Ok(message)) = relay_rx.next() => (Way::Down, message),
+                    else => break,
+                };
+                kept.lock().unwrap().push((way, message.clone()));
+                for out in hook(way, message) {
+                    let sent = match way {
+                        Way::Up => relay_tx.send(out).await,
+                        Way::Down => phone_tx.send(out).await,
+                    };
+                    if sent.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Mitm { addr, capture }
+    }
+
+    /// A phone through this proxy that completed the sealed hello.
+    async fn phone(&self, agent: &TestAgent) -> voxa::net::dial::ClientSocket {
+        let mut phone = connect(&format!("ws://{}/ws?code={}", self.addr, agent.code())).await;
+        let ok = say_hello(&mut phone, agent.token()).await;
+        assert_eq!(ok["protocol"], 3, "{ok}");
+        assert!(phone.is_sealed());
+        phone
+    }
+}
+
+/// A hook that hands the `way` direction's binary frames (the sealed ones), numbered from 0, to
+/// `tamper`, and passes everything else on.
+fn on_sealed(way: Way, mut tamper: impl FnMut(usize, Message) -> Vec<Message> + Send + 'static) -> Hook {
+    let mut seen = 0;
+    Box::new(move |through, message| {
+        if through != way || !message.is_binary() {
+            return vec![message];
+        }
+        seen += 1;
+        tamper(seen - 1, message)
+    })
+}
+
+fn flip_one_bit(message: Message) -> Message {
+    let mut data = message.into_data().to_vec();
+    data[5] ^= 0x01;
+    Message::binary(data)
+}
+
+/// Every audit line the agent wrote.
+fn audit_lines(agent: &TestAgent) -> Vec<Value> {
+    let dir = agent.home.path().join("voxa").join("audit");
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        lines.extend(text.lines().map(|line| serde_json::from_str::<Value>(line).unwrap()));
+    }
+    lines
+}
+
+fn audited(agent: &TestAgent, id: &str) -> usize {
+    audit_lines(agent).iter().filter(|line| line["id"] == id).count()
+}
+
+fn write_call(id: &str, path: &str) -> Value {
+    json!({"type":"tool_call","id": id,"name":"write_file","args":{"path": path,"content":"x"}})
+}
+
+/// The phone's session ended because its seal broke, and the agent says it closed it.
+async fn assert_broken(phone: &mut voxa::net::dial::ClientSocket, agent: &mut TestAgent) {
+    let (code, reason) = recv_close(phone).await;
+    assert_eq!((code, reason.as_str()), (1008, "sealed-session-broken"));
+    agent
+        .wait_event("the agent ends the broken session", |event| {
+            matches!(event, LinkEvent::PeerRefused { code: ErrorCode::SealedSessionBroken })
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_relay_that_flips_injects_replays_drops_or_reorders_ends_the_session_and_nothing_runs() {
+    let relay = TestRelay::start().await;
+    let mut agent = TestAgent::start(Some(relay.url())).await;
+    let workspace = agent.workspace.path().to_path_buf();
+
+    // One bit flipped in the phone's sealed tool call.
+    let mitm = Mitm::start(relay.addr, agent.code(), on_sealed(Way::Up, |_, m| vec![flip_one_bit(m)])).await;
+    let mut phone = mitm.phone(&agent).await;
+    send(&mut phone, write_call("flip", "flipped.txt")).await;
+    assert_broken(&mut phone, &mut agent).await;
+    assert!(!workspace.join("flipped.txt").exists());
+    assert_eq!(audited(&agent, "flip"), 0);
+
+    // A well-formed tool call injected in the clear after a sealed frame.
+    let injected = write_call("inject", "injected.txt").to_string();
+    let mitm =
+        Mitm::start(relay.addr, agent.code(), on_sealed(Way::Up, move |_, m| vec![m, Message::text(injected.clone())]))
+            .await;
+    let mut phone = mitm.phone(&agent).await;
+    send(&mut phone, json!({"type":"status"})).await;
+    assert_eq!(recv_type(&mut phone, "status").await["type"], "status", "the phone's own frame went through");
+    assert_broken(&mut phone, &mut agent).await;
+    assert!(!workspace.join("injected.txt").exists());
+    assert_eq!(audited(&agent, "inject"), 0);
+
+    // A captured frame replayed in place of the next one.
+    let first = Arc::new(Mutex::new(None));
+    let mitm = Mitm::start(
+        relay.addr,
+        agent.code(),
+        on_sealed(Way::Up, move |n, m| {
+            let mut first = first.lock().unwrap();
+            if n == 0 {
+                *first = Some(m.clone());
+                vec![m]
+            } else {
+                vec![first.clone().unwrap()]
+            }
+        }),
+    )
+    .await;
+    let mut phone = mitm.phone(&agent).await;
+    let once =
+        json!({"type":"tool_call","id":"once","name":"run_command","args":{"command":"echo ran >> replayed.txt"}});
+    send(&mut phone, once).await;
+    assert_eq!(recv_result(&mut phone, "once").await["ok"], true);
+    send(&mut phone, json!({"type":"status"})).await;
+    assert_broken(&mut phone, &mut agent).await;
+    assert_eq!(std::fs::read_to_string(workspace.join("replayed.txt")).unwrap(), "ran\n", "the replay ran nothing");
+    assert_eq!(audited(&agent, "once"), 1);
+
+    // A frame dropped: the next one does not open.
+    let mitm =
+        Mitm::start(relay.addr, agent.code(), on_sealed(Way::Up, |n, m| if n == 0 { vec![] } else { vec![m] })).await;
+    let mut phone = mitm.phone(&agent).await;
+    send(&mut phone, write_call("dropped", "dropped.txt")).await;
+    send(&mut phone, write_call("after-drop", "after-drop.txt")).await;
+    assert_broken(&mut phone, &mut agent).await;
+    assert!(!workspace.join("dropped.txt").exists() && !workspace.join("after-drop.txt").exists());
+    assert_eq!(audited(&agent, "after-drop"), 0);
+
+    // Two frames swapped.
+    let held = Arc::new(Mutex::new(None));
+    let mitm = Mitm::start(
+        relay.addr,
+        agent.code(),
+        on_sealed(Way::Up, move |n, m| {
+            let mut held = held.lock().unwrap();
+            match n {
+                0 => {
+                    *held = Some(m);
+                    vec![]
+                }
+                1 => vec![m, held.take().unwrap()],
+                _ => vec![m],
+            }
+        }),
+    )
+    .await;
+    let mut phone = mitm.phone(&agent).await;
+    send(&mut phone, write_call("first", "first.txt")).await;
+    send(&mut phone, write_call("second", "second.txt")).await;
+    assert_broken(&mut phone, &mut agent).await;
+    assert!(!workspace.join("first.txt").exists() && !workspace.join("second.txt").exists());
+    assert_eq!(audited(&agent, "first") + audited(&agent, "second"), 0);
+
+    // The other way: one bit flipped in the agent's answer ends the session at the phone.
+    let mitm = Mitm::start(relay.addr, agent.code(), on_sealed(Way::Down, |_, m| vec![flip_one_bit(m)])).await;
+    let mut phone = mitm.phone(&agent).await;
+    send(&mut phone, json!({"type":"status"})).await;
+    let (code, reason) = recv_close(&mut phone).await;
+    assert_eq!((code, reason.as_str()), (1008, "sealed-session-broken"));
+
+    // Through the relay itself, untouched, the same agent still serves a sealed phone.
+    let mut phone = agent.phone(&relay).await;
+    send(&mut phone, write_call("clean", "clean.txt")).await;
+    assert_eq!(recv_result(&mut phone, "clean").await["ok"], true);
+    assert_eq!(audited(&agent, "clean"), 1);
+}
+
+#[tokio::test]
+async fn a_passive_capture_of_a_sealed_session_holds_none_of_its_plaintext() {
+    let relay = TestRelay::start().await;
+    let agent = TestAgent::start(Some(relay.url())).await;
+    let secret_file = "the-content-of-a-private-file-7f3a";
+    std::fs::write(agent.workspace.path().join("private.txt"), secret_file).unwrap();
+    let mitm = Mitm::start(relay.addr, agent.code(), Box::new(|_, m| vec![m])).await;
+    let mut phone = mitm.phone(&agent).await;
+
+    let command = "echo output-of-a-private-command-91c2";
+    send(&mut phone, json!({"type":"tool_call","id":"c1","name":"run_command","args":{"command": command}})).await;
+    let result = recv_result(&mut phone, "c1").await;
+    assert!(result["result"]["output"].as_str().unwrap().contains("output-of-a-private-command-91c2"));
+    send(&mut phone, json!({"type":"tool_call","id":"c2","name":"read_file","args":{"path":"private.txt"}})).await;
+    assert_eq!(recv_result(&mut phone, "c2").await["result"]["content"], secret_file);
+    let written = "words-written-to-the-laptop-55de";
+    let write = json!({"type":"tool_call","id":"c3","name":"write_file","args":{"path":"new.txt","content": written}});
+    send(&mut phone, write).await;
+    assert_eq!(recv_result(&mut phone, "c3").await["ok"], true);
+    // Microphone audio: sealed like everything else (this agent hosts no call, so it is dropped).
+    let audio: Vec<u8> = std::iter::once(0x01).chain(b"pcm-audio-of-the-user-speaking-0b7e".repeat(20)).collect();
+    phone.send(Message::binary(audio)).await.unwrap();
+    let mut plaintexts: Vec<Vec<u8>> = vec![
+        command.into(),
+        b"output-of-a-private-command-91c2".to_vec(),
+        secret_file.into(),
+        written.into(),
+        b"pcm-audio-of-the-user-speaking-0b7e".to_vec(),
+        b"run_command".to_vec(),
+        b"tool_result".to_vec(),
+        agent.token().as_bytes().to_vec(),
+    ];
+    if let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") {
+        let shot = json!({"type":"tool_call","id":"c4","name":"screenshot","args":{"display": xvfb.display}});
+        send(&mut phone, shot).await;
+        let image = recv_type(&mut phone, "image").await;
+        let data = image["data"].as_str().unwrap();
+        plaintexts.push(data.as_bytes()[..64].to_vec());
+        plaintexts.push(b"image/png".to_vec());
+        assert_eq!(recv_result(&mut phone, "c4").await["ok"], true);
+    }
+    send(&mut phone, json!({"type":"status"})).await;
+    recv_type(&mut phone, "status").await;
+
+    let capture = mitm.capture.lock().unwrap().clone();
+    assert!(capture.len() > 8, "the capture holds the session: {} frames", capture.len());
+    let mut hello_ok_seen = false;
+    for (way, message) in &capture {
+        let bytes = message.clone().into_data();
+        for plain in &plaintexts {
+            assert!(
+                !bytes.windows(plain.len()).any(|w| w == plain.as_slice()),
+                "{way:?} frame shows {:?}",
+                String::from_utf8_lossy(plain)
+            );
+        }
+        match message {
+            Message::Text(text) if hello_ok_seen => {
+                assert!(voxa::seal::socket::relay_notice(text).is_some(), "unsealed after the hello: {text}")
+            }
+            Message::Text(text) => hello_ok_seen = text.contains("\"hello_ok\""),
+            _ => {}
+        }
+    }
+    assert!(hello_ok_seen);
+    assert!(capture.iter().filter(|(_, m)| m.is_binary()).count() >= 8);
+}
+
+#[tokio::test]
+async fn protocol_2_clients_are_served_unless_the_config_requires_sealing_and_status_counts_both() {
+    let relay = TestRelay::start().await;
+    let agent = TestAgent::start(Some(relay.url())).await;
+    let mut plain = phone_socket(&relay, agent.code()).await;
+    let ok = say_hello_plain(&mut plain, agent.token()).await;
+    assert_eq!(ok["protocol"], 2);
+    assert!(!plain.is_sealed());
+    send(&mut plain, json!({"type":"tool_call","id":"p1","name":"list_dir","args":{}})).await;
+    assert_eq!(recv_result(&mut plain, "p1").await["ok"], true);
+    // A sealed local client beside it: status counts one of each.
+    let mut local = agent.local_client().await;
+    send(&mut local, json!({"type":"status"})).await;
+    let status = recv_type(&mut local, "status").await;
+    assert_eq!((status["sealed_sessions"].as_u64(), status["plain_sessions"].as_u64()), (Some(1), Some(1)));
+
+    let strict = TestAgent::start_with(None, |options| options.config.security.require_sealed = true).await;
+    let mut old = connect(&strict.loopback_url()).await;
+    let token = voxa::secret::Secret::from_string(strict.token().to_owned());
+    let err = voxa::net::client::hello_plain(&mut old, &token, "old-client/1").await.unwrap_err();
+    let refused = err.downcast_ref::<voxa::error::Refused>().expect("a refusal");
+    assert_eq!(refused.code, ErrorCode::SealedSessionRequired);
+    let mut sealed = strict.local_client().await;
+    send(&mut sealed, json!({"type":"tool_call","id":"s1","name":"list_dir","args":{}})).await;
+    assert_eq!(recv_result(&mut sealed, "s1").await["ok"], true);
+}
+
+#[tokio::test]
+async fn a_large_frame_crosses_a_sealed_session_in_parts() {
+    let agent = TestAgent::start(None).await;
+    let content = "0123456789abcdef".repeat(12_500);
+    std::fs::write(agent.workspace.path().join("big.txt"), &content).unwrap();
+    let mut client = agent.local_client().await;
+    let write = json!({"type":"tool_call","id":"w","name":"write_file","args":{"path":"copy.txt","content": content}});
+    send(&mut client, write).await;
+    assert_eq!(recv_result(&mut client, "w").await["ok"], true);
+    assert_eq!(std::fs::read_to_string(agent.workspace.path().join("copy.txt")).unwrap(), content);
+    let read = json!({"type":"tool_call","id":"r","name":"read_file","args":{"path":"big.txt","max_bytes": 1_000_000}});
+    send(&mut client, read).await;
+    assert_eq!(recv_result(&mut client, "r").await["result"]["content"], content);
+}

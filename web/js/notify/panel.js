@@ -1,0 +1,129 @@
+// @ts-check
+// "Turn on notifications": the laptop pushes to this browser (Web Push) when an approval waits or
+// a turn ends while no page follows. The browser's push service carries the notification; the
+// laptop encrypts it for this browser alone. Lives in the status panel.
+
+import { part } from '../dom.js';
+
+/** @typedef {import('../shell/header.js').Context} Context */
+
+/** The service worker that shows notifications and caches the app (served at the site's root). */
+const WORKER = '/sw.js';
+
+/**
+ * The VAPID key as `applicationServerKey` wants it.
+ * @param {string} base64url
+ */
+function keyBytes(base64url) {
+  const base64 = base64url.replace(/-/g, '+').replace(/_/g, '/');
+  const raw = atob(base64 + '='.repeat((4 - (base64.length % 4)) % 4));
+  return Uint8Array.from(raw, (c) => c.charCodeAt(0));
+}
+
+/** True on an iPhone or iPad browser tab, where push needs the page added to the home screen. */
+function iosTab() {
+  const ios = /iPhone|iPad|iPod/.test(navigator.userAgent);
+  const standalone = matchMedia('(display-mode: standalone)').matches;
+  return ios && !standalone;
+}
+
+/** Registers the service worker (it also caches the app); resolves to its registration or null. */
+export async function registerWorker() {
+  if (!('serviceWorker' in navigator)) return null;
+  try {
+    return await navigator.serviceWorker.register(WORKER, { scope: '/' });
+  } catch {
+    return null;
+  }
+}
+
+export class Notifications {
+  /**
+   * @param {HTMLElement} root `#notify`
+   * @param {Context} context
+   */
+  constructor(root, { store }) {
+    this.store = store;
+    this.button = part(root, 'notify-on', HTMLButtonElement);
+    this.line = part(root, 'notify-status', HTMLElement);
+    this.button.addEventListener('click', () => this.turnOn());
+    store.watch(['online', 'hello'], () => this.show());
+    // A tapped notification opens the page on what it was about: `#session=…` shows the agent
+    // tab; approvals show above every tab by themselves. (Read before the app scrubs the address.)
+    this.open(location.hash);
+    if ('serviceWorker' in navigator) {
+      navigator.serviceWorker.addEventListener('message', (event) => {
+        if (event.data && event.data.type === 'open' && typeof event.data.open === 'string') this.open(event.data.open);
+      });
+    }
+  }
+
+  /** @param {string} fragment what a notification opens, e.g. `#session=s-…` */
+  open(fragment) {
+    if (new URLSearchParams(fragment.replace(/^#/, '')).has('session')) this.store.set({ tab: 'agent' });
+  }
+
+  /** The laptop's VAPID key from its hello, when it sends notifications. */
+  key() {
+    const hello = this.store.state.hello;
+    return hello && typeof hello.vapid_public_key === 'string' ? hello.vapid_public_key : '';
+  }
+
+  show() {
+    const supported = 'serviceWorker' in navigator && 'PushManager' in window && 'Notification' in window;
+    const online = this.store.state.online && Boolean(this.key());
+    if (!supported) {
+      this.button.hidden = true;
+      this.say(iosTab()
+        ? 'To get notifications on iPhone: tap Share, then "Add to Home Screen", and open voxa from there.'
+        : 'This browser cannot show notifications from the laptop.');
+      return;
+    }
+    this.button.hidden = false;
+    this.button.disabled = !online;
+    if (Notification.permission === 'denied') {
+      this.say('Notifications are blocked for this page; allow them in the browser\'s site settings.');
+    } else if (!online) {
+      this.say(this.store.state.online ? 'This laptop does not send notifications.' : '');
+    }
+  }
+
+  /** @param {string} text */
+  say(text) {
+    this.line.textContent = text;
+  }
+
+  /** Asks the browser's permission, subscribes, and hands the subscription to the laptop. */
+  async turnOn() {
+    const session = this.store.state.session;
+    const key = this.key();
+    if (!session || !key) return;
+    this.button.disabled = true;
+    try {
+      const permission = await Notification.requestPermission();
+      if (permission !== 'granted') {
+        this.say(permission === 'denied'
+          ? 'Notifications are blocked for this page; allow them in the browser\'s site settings.'
+          : 'Notifications stay off: the browser asked and nothing was chosen.');
+        return;
+      }
+      const registration = (await registerWorker()) || (await navigator.serviceWorker.ready);
+      const subscription = await registration.pushManager.subscribe({
+        userVisibleOnly: true,
+        applicationServerKey: keyBytes(key),
+      });
+      const json = subscription.toJSON();
+      const sent = session.sendJson({
+        type: 'push_subscribe',
+        subscription: { endpoint: json.endpoint || '', keys: { p256dh: json.keys?.p256dh || '', auth: json.keys?.auth || '' } },
+      });
+      this.say(sent
+        ? 'Notifications are on: the laptop tells this browser when it needs you.'
+        : 'The laptop is not connected; try again when it is online.');
+    } catch (err) {
+      this.say(`Could not turn notifications on: ${err instanceof Error ? err.message : String(err)}`);
+    } finally {
+      this.button.disabled = !this.store.state.online;
+    }
+  }
+}
