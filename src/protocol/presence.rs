@@ -74,7 +74,6 @@ pub fn is_notice(text: &[u8]) -> bool {
     text.first() == Some(&(NOTICE_MARK as u8))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

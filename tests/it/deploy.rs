@@ -17,7 +17,6 @@ use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
 use crate::support::{raise_open_file_limit, voxa_cmd};
 
@@ -221,6 +220,7 @@ impl Dialer {
             .map_err(|_| "upgrade timed out".to_owned())?
             .map_err(|err| format!("upgrade: {err}"))?;
         // The simulated agent plays one phone's agent; the relay framing is the harness's to speak.
+        let ws = voxa::seal::Socket::plain(ws);
         Ok(if agent { crate::harness::agent_view_of(ws).await } else { ws })
     }
 }
@@ -242,14 +242,18 @@ where
 }
 
 async fn expect_joined(socket: &mut Socket, peer: &str) -> Result<(), String> {
-    let expected = match peer {
-        // What the relay tells a phone, and what the agent's view of the relay framing shows.
-        "agent" => format!("\u{1}{{\"type\":\"presence\",\"peer\":\"{peer}\",\"state\":\"joined\"}}"),
-        _ => format!(r#"{{"type":"presence","peer":"{peer}","state":"joined"}}"#),
+    let text = next_text(socket).await?;
+    // What the relay tells a phone starts with U+0001; the agent's view of the relay framing
+    // shows the same notice as plain JSON.
+    let json = match peer {
+        "agent" => text.strip_prefix('\u{1}').ok_or_else(|| format!("expected a relay notice, got {text}"))?,
+        _ => text.as_str(),
     };
-    match next_text(socket).await? {
-        text if text == expected => Ok(()),
-        other => Err(format!("expected {peer} joined, got {other}")),
+    let notice: serde_json::Value =
+        serde_json::from_str(json).map_err(|_| format!("expected {peer} joined, got {text}"))?;
+    match notice == serde_json::json!({"type": "presence", "peer": peer, "state": "joined"}) {
+        true => Ok(()),
+        false => Err(format!("expected {peer} joined, got {text}")),
     }
 }
 

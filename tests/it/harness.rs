@@ -319,7 +319,7 @@ pub async fn agent_view_of(relay: ClientSocket) -> ClientSocket {
     let test_side = WebSocketStream::from_raw_socket(test_io, Role::Client, Some(config)).await;
     let bridge_side = WebSocketStream::from_raw_socket(bridge_io, Role::Server, Some(config)).await;
     tokio::spawn(bridge_agent_view(relay, bridge_side));
-    test_side
+    voxa::seal::Socket::plain(test_side)
 }
 
 async fn bridge_agent_view<T>(relay: ClientSocket, test: tokio_tungstenite::WebSocketStream<T>)
