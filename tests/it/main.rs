@@ -27,6 +27,7 @@ mod sealed;
 mod secrets;
 mod service;
 mod sessions;
+mod sessions_web;
 mod support;
 mod tools;
 mod web;
