@@ -14,6 +14,7 @@ pub mod environments;
 pub mod gemini;
 pub mod relay;
 pub mod sessions;
+pub mod terminal;
 
 pub mod approvals;
 pub mod net;
