@@ -26,6 +26,7 @@ mod secrets;
 mod service;
 mod sessions;
 mod support;
+mod terminal;
 mod tools;
 mod web;
 mod web_voice;
