@@ -19,26 +19,27 @@ use crate::support::RunningVoxa;
 const ANSWER: &str = "## Notes written\n\nI wrote `notes.md` with:\n\n- a **greeting**\n- a list\n\n```sh\ncat notes.md\n```\n\nHostile: <img src=x onerror=\"window.__pwned=1\"> and <script>window.__pwned=2</script> end.";
 
 /// `voxa run --embedded-relay` whose coding agents are the real CLI against `model`.
-struct Laptop {
-    run: RunningVoxa,
-    link: String,
-    workspace: std::path::PathBuf,
+pub(crate) struct Laptop {
+    pub run: RunningVoxa,
+    pub link: String,
+    pub home: std::path::PathBuf,
+    pub workspace: std::path::PathBuf,
     _dirs: (tempfile::TempDir, tempfile::TempDir),
     _claude_home: tempfile::TempDir,
 }
 
 impl Laptop {
-    fn start(bin: &Path, model: &FakeModel) -> Laptop {
+    pub fn start(bin: &Path, model: &FakeModel) -> Laptop {
         let claude_home = tempfile::tempdir().unwrap();
         let env: Vec<(String, String)> = agent_env(bin, claude_home.path(), model)
             .into_iter()
             .map(|(key, value)| (key.to_string_lossy().into_owned(), value.to_string_lossy().into_owned()))
             .collect();
         let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (key.as_str(), value.as_str())).collect();
-        let (mut run, _home, dirs) = start_run_with_env(&["--embedded-relay"], &env);
+        let (mut run, home, dirs) = start_run_with_env(&["--embedded-relay"], &env);
         let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
         let workspace = dirs.1.path().canonicalize().unwrap();
-        Laptop { run, link, workspace, _dirs: dirs, _claude_home: claude_home }
+        Laptop { run, link, home, workspace, _dirs: dirs, _claude_home: claude_home }
     }
 }
 
