@@ -90,13 +90,13 @@ async fn a_relay_that_requires_a_token_still_serves_the_page_but_not_the_sockets
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let config = voxa::relay::RelayConfig {
         token: Some(voxa::secret::Secret::from_string("relay-secret".into())),
-        live: Some(voxa::relay::LiveConfig::new(voxa::gemini::GeminiConfig {
+        service: Some(voxa::hosted::Hosting::service(voxa::hosted::LiveConfig::new(voxa::gemini::GeminiConfig {
             api_key: voxa::secret::Secret::from_string("unused-key".into()),
             url: "ws://127.0.0.1:9/".into(),
             model: "models/m".into(),
             voice: "Kore".into(),
             heartbeat: voxa::gemini::HEARTBEAT,
-        })),
+        }))),
         ..Default::default()
     };
     let relay = TestRelay::start_with(listener, config).await;
@@ -671,7 +671,7 @@ async fn a_laptop_that_cannot_prove_the_pairing_is_not_your_laptop() {
     browser.open(&format!("http://{}/?code={}&token={}", relay.addr, code.expose(), token.expose())).await;
     loop {
         let frame = recv_json(&mut impostor).await;
-        if frame["type"] == "__peer" && frame["state"] == "joined" {
+        if frame["type"] == "presence" && frame["state"] == "joined" {
             break;
         }
     }
@@ -689,7 +689,7 @@ async fn a_laptop_that_cannot_prove_the_pairing_is_not_your_laptop() {
         match next_frame(&mut impostor).await {
             Some(Message::Text(text)) => {
                 let frame: Value = serde_json::from_str(&text).unwrap();
-                assert_eq!(frame["type"], "__peer", "the page sent {frame} to an impostor");
+                assert_eq!(frame["type"], "presence", "the page sent {frame} to an impostor");
                 if frame["state"] == "left" {
                     break;
                 }
