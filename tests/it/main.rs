@@ -7,6 +7,7 @@ mod approvals;
 mod browser;
 mod cli;
 mod cli_agent;
+mod codex;
 mod deploy;
 mod doctor;
 mod environments;
