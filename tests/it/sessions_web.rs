@@ -2,8 +2,9 @@
 //! Code CLI (tests/agents) and only the model faked ([`crate::fake_model`]): a prompt starts a
 //! session, a Write approval tapped in the page happens, the answer's markdown renders and hostile
 //! HTML in it stays text, a follow-up streams and is interrupted, and a reloaded page shows the
-//! history once. Also the pictures docs/web-agent.png (light: the approval waiting) and
-//! docs/web-agent-dark.png (dark: the session reopened after the reload).
+//! history once. Also the pictures docs/web-agent.png (light: the approval waiting),
+//! docs/web-agent-list.png (the sessions) and docs/web-agent-dark.png (dark: the session
+//! reopened after the reload).
 
 use std::path::Path;
 
@@ -131,6 +132,9 @@ async fn the_agent_view_streams_asks_renders_safely_and_shows_the_history_once_a
     browser.wait_connection("online").await;
     browser.press("Agent").await;
     browser.wait_text("#agent-sessions", "the session listed", |t| t.contains("idle")).await;
+    if std::env::var_os("VOXA_DOCS_SCREENSHOTS").is_some() {
+        picture(&browser, "web-agent-list.png").await;
+    }
     browser.press("Write a greeting to notes.md").await;
     let again = browser.wait_text(CONVERSATION, "the history", |t| t.contains("Still thinking")).await;
     for once in ["Write a greeting to notes.md", "Notes written", "Now the second step", "Still thinking", "Failed"] {
