@@ -151,6 +151,11 @@ async fn the_agent_view_streams_asks_renders_safely_and_shows_the_history_once_a
         );
         assert_eq!(count(&again, once), 1, "{once:?}: {again}");
     }
+    // Stop ends the agent's process; the session stays, ended.
+    browser.press("Stop").await;
+    browser.wait_text("#agent-state", "ended", |t| t == "ended").await;
+    browser.press("All sessions").await;
+    browser.wait_text("#agent-sessions", "the session listed as ended", |t| t.contains("ended")).await;
     browser.close().await;
 
     if std::env::var_os("VOXA_DOCS_SCREENSHOTS").is_some() {
