@@ -3,9 +3,9 @@
 //! session, a Write approval tapped in the page happens, the answer's markdown renders and hostile
 //! HTML in it stays text, a follow-up streams and is interrupted, and a reloaded page shows the
 //! history once; a page that was offline gets what the session did meanwhile, once; a question
-//! is answered by its option's button. Also the pictures docs/web-agent.png (light: the approval waiting),
-//! docs/web-agent-list.png (the sessions) and docs/web-agent-dark.png (dark: the session
-//! reopened after the reload).
+//! is answered by its option's button. Also the pictures docs/web-agent.png (light: the approval
+//! waiting), docs/web-agent-list.png (the sessions) and docs/web-agent-dark.png (dark: the
+//! session reopened after the reload).
 
 use std::path::Path;
 
