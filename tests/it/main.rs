@@ -28,6 +28,7 @@ mod sealed;
 mod secrets;
 mod service;
 mod sessions;
+mod sessions_hard;
 mod sessions_web;
 mod support;
 mod terminal;
