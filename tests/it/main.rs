@@ -22,6 +22,7 @@ mod push;
 mod relay;
 mod run;
 mod sealed;
+mod sealed_web;
 mod secrets;
 mod service;
 mod sessions;
