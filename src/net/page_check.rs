@@ -7,52 +7,25 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::dial::{open_stream, DialOptions};
 use super::web;
 use crate::config::RelayUrl;
+pub use crate::protocol::RelayPage;
 
 /// Time one file may take, connection included.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most bytes read for one file beyond its embedded size (headers, and an altered file's growth).
 const SLACK: usize = 64 << 10;
 
-/// What the comparison found.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum PageCheck {
-    /// Every file the relay serves is byte for byte this binary's.
-    Same { files: usize },
-    /// These paths differ (or were refused) at the relay.
-    Altered { paths: Vec<String> },
-    /// The comparison could not be made (the relay did not answer, or not as HTTP).
-    Unchecked { why: String },
-}
-
-impl PageCheck {
-    /// One line for people: `status`, `doctor` and `run` print it.
-    pub fn describe(&self) -> String {
-        match self {
-            PageCheck::Same { files } => format!("the relay serves this voxa's page ({files} files, hashes match)"),
-            PageCheck::Altered { paths } => format!(
-                "the relay serves a page that differs from this voxa's: {} — a changed script could take the pairing \
-                 token from the browser; open the page with `voxa open` or use a relay you run",
-                paths.join(", ")
-            ),
-            PageCheck::Unchecked { why } => format!("the relay's page was not compared: {why}"),
-        }
-    }
-}
-
 /// Fetches every file of the client from `relay` and compares it with the embedded copy.
-pub async fn check(relay: &RelayUrl, dial: &DialOptions) -> PageCheck {
+pub async fn check(relay: &RelayUrl, dial: &DialOptions) -> RelayPage {
     match compare(relay, dial).await {
-        Ok(altered) if altered.is_empty() => PageCheck::Same { files: web::assets().count() },
-        Ok(paths) => PageCheck::Altered { paths },
-        Err(err) => PageCheck::Unchecked { why: format!("{err:#}") },
+        Ok(altered) if altered.is_empty() => RelayPage::Same { files: web::assets().count() },
+        Ok(paths) => RelayPage::Altered { paths },
+        Err(err) => RelayPage::Unchecked { why: format!("{err:#}") },
     }
 }
 
@@ -177,12 +150,5 @@ mod tests {
         assert!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\nshort").is_err());
         assert!(parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err());
         assert!(parse(b"not http at all").is_err());
-    }
-
-    #[test]
-    fn what_is_said_names_the_altered_files_and_the_remedy() {
-        let altered = PageCheck::Altered { paths: vec!["/js/session.js".into()] }.describe();
-        assert!(altered.contains("/js/session.js") && altered.contains("voxa open"), "{altered}");
-        assert!(PageCheck::Same { files: 3 }.describe().contains("hashes match"));
     }
 }

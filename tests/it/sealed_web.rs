@@ -272,21 +272,46 @@ async fn altering_front(relay: std::net::SocketAddr, altered: &'static str) -> s
     addr
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_compares_the_page_the_relay_serves_with_its_own() {
-    use voxa::net::page_check::{check, PageCheck};
+    use voxa::net::page_check::{check, RelayPage};
     let dial = voxa::net::dial::DialOptions::default();
     let relay = TestRelay::start().await;
     let same = check(&relay.url(), &dial).await;
-    assert!(matches!(same, PageCheck::Same { files } if files > 10), "{same:?}");
-
-    let front = altering_front(relay.addr, "/js/session.js").await;
-    let url = voxa::config::RelayUrl::parse(&format!("http://{front}")).unwrap();
-    assert_eq!(check(&url, &dial).await, PageCheck::Altered { paths: vec!["/js/session.js".into()] });
-
+    assert!(matches!(same, RelayPage::Same { files } if files > 10), "{same:?}");
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let url = voxa::config::RelayUrl::parse(&format!("http://{closed}")).unwrap();
-    assert!(matches!(check(&url, &dial).await, PageCheck::Unchecked { .. }));
+    assert!(matches!(check(&url, &dial).await, RelayPage::Unchecked { .. }));
+
+    // A relay serving one script altered (the agent's socket passes through it untouched).
+    let front = altering_front(relay.addr, "/js/session.js").await;
+    let url = voxa::config::RelayUrl::parse(&format!("http://{front}")).unwrap();
+    let altered = RelayPage::Altered { paths: vec!["/js/session.js".into()] };
+    assert_eq!(check(&url, &dial).await, altered);
+    let mut agent = TestAgent::start(Some(url.clone())).await;
+    let event = agent.wait_event("the page compared", |e| matches!(e, LinkEvent::RelayPage { .. })).await;
+    assert_eq!(event, LinkEvent::RelayPage { page: altered.clone() });
+    let mut local = agent.local_client().await;
+    send(&mut local, json!({"type":"status"})).await;
+    let status = recv_type(&mut local, "status").await;
+    assert_eq!(status["relay_page"], json!({"state": "altered", "paths": ["/js/session.js"]}), "{status}");
+
+    // `doctor` says so too, and fails on it; against the real relay it is fine.
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("voxa");
+    let doctor = |relay: &str| {
+        let out = crate::support::voxa_cmd(&home).args(["--relay", relay, "doctor", "--json"]).output().unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let checks = report["checks"].as_array().unwrap().clone();
+        checks
+            .into_iter()
+            .find(|c| c["check"] == "relay page")
+            .unwrap_or_else(|| panic!("no relay page check: {report}"))
+    };
+    let found = doctor(&format!("http://{front}"));
+    assert_eq!(found["status"], "fail", "{found}");
+    assert!(found["message"].as_str().unwrap().contains("/js/session.js"), "{found}");
+    assert_eq!(doctor(&format!("http://{}", relay.addr))["status"], "ok");
 }
 
 /// Pictures of the sealed mark in both schemes (`VOXA_DOCS_SCREENSHOTS=1` writes them to docs/).
