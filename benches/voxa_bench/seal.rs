@@ -12,8 +12,9 @@ use voxa::seal::transport::{KIND_AUDIO, KIND_JSON};
 use voxa::seal::{Initiator, Responder};
 use voxa::secret::Secret;
 
-use crate::child::start_agent;
+use crate::child::{start_agent, Agent};
 use crate::report::{percentiles, Report};
+use crate::web::browser::Browser;
 
 const CHALLENGE: &str = "0123456789abcdef0123456789abcdef";
 /// What one read returns: `read_file`'s ceiling (`OUTPUT_CAP`).
@@ -105,6 +106,58 @@ async fn read_10_mib_ms(socket: &mut ClientSocket) -> f64 {
     started.elapsed().as_secs_f64() * 1e3
 }
 
+/// The page's own sealing in Chromium (WebCrypto): handshakes with both ends in the page, then
+/// 640 B audio frames sealed and opened one after the other.
+const PAGE_RUN: &str = "const [handshakes, frames, done] = arguments;
+    Promise.all([import('/js/seal/noise.js'), import('/js/seal/channel.js')]).then(async ([noise, seal]) => {
+        const token = '00112233445566778899aabbccddeeff', challenge = '0123456789abcdef0123456789abcdef';
+        const times = [];
+        let channel, peer;
+        for (let i = 0; i < handshakes; i += 1) {
+            const started = performance.now();
+            const hello = await seal.startHello(token, challenge);
+            const agent = await noise.Handshake.begin({ initiator: false, psk: await seal.psk(token),
+                prologue: seal.prologue(challenge) });
+            await agent.readMessage(hello.message);
+            const opened = await hello.finish(await agent.writeMessage(new Uint8Array(0)));
+            times.push(performance.now() - started);
+            const keys = await agent.split();
+            channel = opened.channel;
+            peer = new seal.Channel(keys.send, keys.receive);
+        }
+        const audio = new Uint8Array(640);
+        const started = performance.now();
+        for (let i = 0; i < frames; i += 1) {
+            const [message] = channel.seal(seal.KIND_AUDIO, audio);
+            await peer.open(await message);
+        }
+        done({ handshakes: times, frame: (performance.now() - started) / frames });
+    }).catch((error) => done({ error: String(error) }));";
+
+async fn in_the_page(report: &mut Report, agent: &Agent, measuring: bool) {
+    let Some(browser) = Browser::start().await else { return };
+    browser.open(&format!("http://127.0.0.1:{}/", agent.port)).await;
+    let (handshakes, frames) = if measuring { (200, 5000) } else { (2, 10) };
+    let ran = browser.client.execute_async(PAGE_RUN, vec![json!(handshakes), json!(frames)]).await.unwrap();
+    assert_eq!(ran["error"], Value::Null, "{ran}");
+    let mut times: Vec<f64> = ran["handshakes"].as_array().unwrap().iter().filter_map(Value::as_f64).collect();
+    let (p50, p99) = percentiles(&mut times);
+    report.add(
+        "seal",
+        "Noise handshake in Chromium (WebCrypto), both ends in the page",
+        format!("p50 {p50:.2} ms, p99 {p99:.2} ms"),
+        "",
+    );
+    let frame = ran["frame"].as_f64().unwrap_or(f64::NAN) * 1000.0;
+    report.add(
+        "seal",
+        "seal + open a 20 ms audio frame in Chromium, one after the other",
+        format!("{frame:.0} µs"),
+        "",
+    );
+    browser.close().await;
+}
+
 pub fn run(report: &mut Report, measuring: bool) {
     let runs = if measuring { 2000 } else { 3 };
     let (p50, p99) = percentiles(&mut handshake_us(runs));
@@ -155,5 +208,6 @@ pub fn run(report: &mut Report, measuring: bool) {
             format!("{sealed:.0} / {plain:.0} ms ({:.0} / {:.0} MiB/s)", rate(sealed), rate(plain)),
             "",
         );
+        in_the_page(report, &agent, measuring).await;
     });
 }

@@ -144,6 +144,11 @@ export class Session extends EventTarget {
     this.outbound = Promise.resolve();
     /** Bytes handed to the seal and not yet on the socket. */
     this.sealing = 0;
+    /**
+     * Sealed messages that came while message 2 was being read, opened once it is.
+     * @type {{message: Bytes, at: number}[] | null}
+     */
+    this.early = null;
     /** @type {ConnectionState} */
     this.state = 'idle';
     /** Bytes of every frame received and sent, for the call figures. */
@@ -279,6 +284,8 @@ export class Session extends EventTarget {
         this.bytesIn += event.data.byteLength;
         if (this.channel) {
           this.openSealed(socket, this.channel, new Uint8Array(event.data), at);
+        } else if (this.early) {
+          this.early.push({ message: new Uint8Array(event.data), at });
         } else if (this.sealEnded) {
           this.breakSeal(socket);
         } else if (this.online) {
@@ -336,6 +343,7 @@ export class Session extends EventTarget {
   goOffline(error) {
     this.online = false;
     this.challenge = null;
+    this.early = null;
     if (this.channel) this.sealEnded = true;
     this.channel = null;
     this.sealing = 0;
@@ -532,7 +540,11 @@ export class Session extends EventTarget {
     const challenge = this.challenge;
     if (!challenge || challenge.socket !== this.socket || !this.key) return;
     this.challenge = null;
+    // The agent may seal its first frames before message 2 is read here: they wait.
+    this.early = challenge.sealing ? [] : null;
     const checked = await this.checkAgent(frame, challenge);
+    const early = this.early || /** @type {{message: Bytes, at: number}[]} */ ([]);
+    this.early = null;
     if (challenge.socket !== this.socket) return;
     if (!checked) {
       this.finish('impostor', 'this is not your laptop — it could not prove it holds the pairing');
@@ -540,6 +552,8 @@ export class Session extends EventTarget {
     }
     const hello = checked.hello;
     this.channel = checked.channel;
+    const socket = challenge.socket;
+    if (this.channel) for (const { message, at } of early) this.openSealed(socket, this.channel, message, at);
     const route = this.routeFor(hello.mode);
     this.dispatchEvent(new CustomEvent('route', { detail: { mode: hello.mode } }));
     if (route !== this.route) {
