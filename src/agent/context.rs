@@ -13,6 +13,7 @@ use crate::gemini::GeminiConfig;
 use crate::protocol::{self, AgentMessage, AgentStatus, HelloOk, RelayPage};
 use crate::push::Notifier;
 use crate::sessions::SessionHost;
+use crate::terminal::TerminalHost;
 use crate::tools::{Dispatcher, Toolbox};
 
 /// Live state shown by `voxa status`.
@@ -49,6 +50,8 @@ pub struct AgentContext {
     pub notifier: Option<Notifier>,
     /// The coding-agent sessions; `None` when their store could not be opened.
     pub sessions: Option<SessionHost>,
+    /// The interactive terminals (`term_*`); `None` where the agent runs none.
+    pub terminals: Option<TerminalHost>,
 }
 
 impl AgentContext {
@@ -61,6 +64,7 @@ impl AgentContext {
             tasks,
             notifier: None,
             sessions: None,
+            terminals: None,
         }
     }
 
@@ -69,7 +73,8 @@ impl AgentContext {
         self.dispatcher.toolbox()
     }
 
-    /// `"hosted"` or `"self-hosted"`.
+    /// Who hosts voice calls (`hello_ok`'s `mode`): `"self-hosted"` when this laptop does,
+    /// `"hosted"` otherwise — a relay's `/live`, if it offers one (docs/PROTOCOL.md).
     pub fn mode(&self) -> &'static str {
         if self.gemini.is_some() {
             "self-hosted"
