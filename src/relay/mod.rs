@@ -24,6 +24,7 @@
 //! Scale-out: the relay keeps no state but the map of live codes, so a load balancer hashing on
 //! `code` (nginx `hash $arg_code consistent;`) spreads pairs over processes (deploy/).
 
+pub mod acme;
 mod codec;
 mod hub;
 mod live;
@@ -577,6 +578,9 @@ async fn serve_connection(
         result = handshake => result.context("TLS handshake timed out")?.context("TLS handshake failed")?,
         () = shared.cancel.cancelled() => return Ok(()),
     };
+    if acme::is_validation(stream.get_ref().1.alpn_protocol()) {
+        return Ok(());
+    }
     // Boxed: TLS state is large, and plain connections should not carry room for it.
     Box::pin(serve_stream(shared, stream, conn, guard, shard)).await
 }
@@ -880,12 +884,12 @@ mod tests {
         let broken = format!("{:#}", load_tls(&cert_path, &key_path).unwrap_err());
         assert!(broken.contains("TLS private key") && !broken.contains("c2VjcmV0"), "{broken}");
 
-        std::fs::write(&key_path, certified.key_pair.serialize_pem()).unwrap();
+        std::fs::write(&key_path, certified.signing_key.serialize_pem()).unwrap();
         let config = load_tls(&cert_path, &key_path).unwrap();
         assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]);
 
         let other = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-        std::fs::write(&key_path, other.key_pair.serialize_pem()).unwrap();
+        std::fs::write(&key_path, other.signing_key.serialize_pem()).unwrap();
         let mismatch = format!("{:#}", load_tls(&cert_path, &key_path).unwrap_err());
         assert!(mismatch.contains("do not match"), "{mismatch}");
     }
