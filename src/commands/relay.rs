@@ -14,7 +14,8 @@ use super::Settings;
 use crate::cli::RelayArgs;
 use crate::error::ConfigError;
 use crate::gemini::GeminiConfig;
-use crate::relay::{acme, bind_shared, load_tls, metrics, run_sharded, LiveConfig, RelayConfig};
+use crate::hosted::{Hosting, LiveConfig};
+use crate::relay::{acme, bind_shared, load_tls, metrics, run_sharded, RelayConfig};
 use crate::secret::Secret;
 
 /// File descriptors kept free for everything but client connections.
@@ -81,7 +82,7 @@ fn relay_config(settings: &Settings, args: &RelayArgs) -> anyhow::Result<RelayCo
         config.tls = Some(load_tls(cert, key).map_err(|err| ConfigError::new(format!("{err:#}")))?);
     }
     config.token = super::relay_token(args.relay_token.as_deref(), args.relay_token_file.as_deref())?;
-    config.live = live_config(args, settings.env_secrets.gemini_api_key.clone())?;
+    config.service = live_config(args, settings.env_secrets.gemini_api_key.clone())?.map(Hosting::service);
     if let Some(fds) = raise_fd_limit() {
         config.max_connections = config.max_connections.min(fds.saturating_sub(RESERVED_FDS).max(1) as usize);
     }
@@ -94,6 +95,7 @@ fn relay_config(settings: &Settings, args: &RelayArgs) -> anyhow::Result<RelayCo
 
 /// The certificate manager of `--domain`, its files in the home's `acme/` directory.
 fn acme_manager(settings: &Settings, args: &RelayArgs, domain: &str) -> anyhow::Result<acme::Acme> {
+    acme::check_domain(domain).map_err(|err| ConfigError::new(format!("{err:#}")))?;
     settings.home.ensure()?;
     acme::Acme::new(acme::AcmeConfig {
         domain: domain.to_owned(),
@@ -154,7 +156,7 @@ fn announce(
         None => format!("{scheme}://{local}"),
     };
     let token_note = if config.token.is_some() { " (relay token required)" } else { "" };
-    let live_note = if config.live.is_some() { "; hosting voice calls at /live" } else { "" };
+    let live_note = if config.service.is_some() { "; hosting voice calls at /live" } else { "" };
     settings.printer.event(
         "relay_listening",
         json!({
@@ -163,7 +165,7 @@ fn announce(
             "tls": config.tls.is_some(),
             "relay_token": config.token.is_some(),
             "metrics": metrics.map(|local| format!("http://{local}/metrics")),
-            "live": config.live.is_some(),
+            "live": config.service.is_some(),
         }),
         format_args!("relay listening on {url}{token_note}{live_note}"),
     );

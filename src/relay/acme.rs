@@ -388,7 +388,7 @@ fn parse_stored(chain: &[u8], key: &[u8]) -> anyhow::Result<Stored> {
 
 /// Refuses what cannot be a public DNS name for a certificate: IP addresses, wildcards, single
 /// labels, and anything but letters, digits, dots and hyphens.
-fn check_domain(domain: &str) -> anyhow::Result<()> {
+pub fn check_domain(domain: &str) -> anyhow::Result<()> {
     let labels: Vec<&str> = domain.split('.').collect();
     let label_ok = |label: &&str| {
         !label.is_empty()
@@ -399,10 +399,7 @@ fn check_domain(domain: &str) -> anyhow::Result<()> {
     };
     let all_digits = labels.last().is_some_and(|last| last.bytes().all(|byte| byte.is_ascii_digit()));
     if domain.len() > 253 || labels.len() < 2 || !labels.iter().all(label_ok) || all_digits {
-        return Err(crate::error::ConfigError::new(format!(
-            "--domain {domain:?} is not a DNS name like relay.example.com (lowercase; no IP address, no wildcard)"
-        ))
-        .into());
+        bail!("--domain {domain:?} is not a DNS name like relay.example.com (lowercase; no IP address, no wildcard)");
     }
     Ok(())
 }

@@ -293,19 +293,27 @@ async fn health(port: u16, root: &CertificateDer<'static>) -> String {
     text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned()
 }
 
+/// A WebSocket to the relay at `path`; an agent's (`/agent`) offers the relay framing.
 async fn websocket(port: u16, root: &CertificateDer<'static>, path: &str) -> WebSocketStream<TlsStream<TcpStream>> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
     let tls = relay_tls(port, root).await;
-    let url = format!("wss://{DOMAIN}:{port}{path}");
-    let (socket, _) = tokio::time::timeout(STEP, tokio_tungstenite::client_async(url, tls)).await.unwrap().unwrap();
+    let mut request = format!("wss://{DOMAIN}:{port}{path}").into_client_request().unwrap();
+    if path.starts_with("/agent") {
+        request.headers_mut().insert("sec-websocket-protocol", "voxa-relay.2".parse().unwrap());
+    }
+    let (socket, _) = tokio::time::timeout(STEP, tokio_tungstenite::client_async(request, tls)).await.unwrap().unwrap();
     socket
 }
 
-/// Reads frames until a text frame containing `needle` arrives.
+/// Reads frames until one carrying `needle` arrives (text, or binary in the agent's framing).
 async fn wait_for_text(socket: &mut WebSocketStream<TlsStream<TcpStream>>, needle: &str) {
     tokio::time::timeout(STEP, async {
         loop {
             match socket.next().await {
                 Some(Ok(Message::Text(text))) if text.contains(needle) => return,
+                Some(Ok(Message::Binary(bytes))) if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) => {
+                    return
+                }
                 Some(Ok(_)) => continue,
                 other => panic!("the socket ended before {needle:?} arrived: {other:?}"),
             }
