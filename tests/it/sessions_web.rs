@@ -2,8 +2,9 @@
 //! Code CLI (tests/agents) and only the model faked ([`crate::fake_model`]): a prompt starts a
 //! session, a Write approval tapped in the page happens, the answer's markdown renders and hostile
 //! HTML in it stays text, a follow-up streams and is interrupted, and a reloaded page shows the
-//! history once. Also the pictures docs/web-agent.png (light: the approval waiting) and
-//! docs/web-agent-dark.png (dark: the session reopened after the reload).
+//! history once. Also the pictures docs/web-agent.png (light: the approval waiting),
+//! docs/web-agent-list.png (the sessions) and docs/web-agent-dark.png (dark: the session
+//! reopened after the reload).
 
 use std::path::Path;
 
@@ -19,26 +20,27 @@ use crate::support::RunningVoxa;
 const ANSWER: &str = "## Notes written\n\nI wrote `notes.md` with:\n\n- a **greeting**\n- a list\n\n```sh\ncat notes.md\n```\n\nHostile: <img src=x onerror=\"window.__pwned=1\"> and <script>window.__pwned=2</script> end.";
 
 /// `voxa run --embedded-relay` whose coding agents are the real CLI against `model`.
-struct Laptop {
-    run: RunningVoxa,
-    link: String,
-    workspace: std::path::PathBuf,
+pub(crate) struct Laptop {
+    pub run: RunningVoxa,
+    pub link: String,
+    pub home: std::path::PathBuf,
+    pub workspace: std::path::PathBuf,
     _dirs: (tempfile::TempDir, tempfile::TempDir),
     _claude_home: tempfile::TempDir,
 }
 
 impl Laptop {
-    fn start(bin: &Path, model: &FakeModel) -> Laptop {
+    pub fn start(bin: &Path, model: &FakeModel) -> Laptop {
         let claude_home = tempfile::tempdir().unwrap();
         let env: Vec<(String, String)> = agent_env(bin, claude_home.path(), model)
             .into_iter()
             .map(|(key, value)| (key.to_string_lossy().into_owned(), value.to_string_lossy().into_owned()))
             .collect();
         let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (key.as_str(), value.as_str())).collect();
-        let (mut run, _home, dirs) = start_run_with_env(&["--embedded-relay"], &env);
+        let (mut run, home, dirs) = start_run_with_env(&["--embedded-relay"], &env);
         let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
         let workspace = dirs.1.path().canonicalize().unwrap();
-        Laptop { run, link, workspace, _dirs: dirs, _claude_home: claude_home }
+        Laptop { run, link, home, workspace, _dirs: dirs, _claude_home: claude_home }
     }
 }
 
@@ -130,6 +132,9 @@ async fn the_agent_view_streams_asks_renders_safely_and_shows_the_history_once_a
     browser.wait_connection("online").await;
     browser.press("Agent").await;
     browser.wait_text("#agent-sessions", "the session listed", |t| t.contains("idle")).await;
+    if std::env::var_os("VOXA_DOCS_SCREENSHOTS").is_some() {
+        picture(&browser, "web-agent-list.png").await;
+    }
     browser.press("Write a greeting to notes.md").await;
     let again = browser.wait_text(CONVERSATION, "the history", |t| t.contains("Still thinking")).await;
     for once in ["Write a greeting to notes.md", "Notes written", "Now the second step", "Still thinking", "Failed"] {
