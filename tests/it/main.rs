@@ -27,6 +27,7 @@ mod relay_limits;
 mod relay_serving;
 mod run;
 mod sealed;
+mod sealed_web;
 mod secrets;
 mod service;
 mod sessions;
