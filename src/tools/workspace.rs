@@ -141,6 +141,8 @@ impl Workspace {
     pub fn resolve_entry(&self, input: &str) -> Result<Resolved, ToolError> {
         let path = Path::new(input.trim_end_matches('/'));
         let (Some(parent), Some(Component::Normal(name))) = (path.parent(), path.components().next_back()) else {
+            // `..` and friends: outside when they lead out, else they name the root or a parent.
+            self.resolve(input)?;
             return Err(ToolError::new(
                 ErrorCode::InvalidArgs,
                 format!("{input} names no file or folder inside the workspace"),
