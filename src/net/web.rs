@@ -57,6 +57,7 @@ const ASSETS: &[Asset] = &[
     asset!("/js/shell/status.js", "text/javascript; charset=utf-8"),
     asset!("/js/notify/panel.js", "text/javascript; charset=utf-8"),
     asset!("/js/terminal/panel.js", "text/javascript; charset=utf-8"),
+    asset!("/js/terminal/output.js", "text/javascript; charset=utf-8"),
     asset!("/js/files/panel.js", "text/javascript; charset=utf-8"),
     asset!("/js/screen/panel.js", "text/javascript; charset=utf-8"),
     asset!("/js/agent/panel.js", "text/javascript; charset=utf-8"),
