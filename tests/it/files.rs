@@ -309,3 +309,142 @@ async fn measure_256_kib_of_output_in_the_page() {
     );
     scene.close().await;
 }
+
+/// Where the documentation's pictures go when `VOXA_DOCS_SCREENSHOTS` is set.
+fn picture(browser_png: Vec<u8>, name: &str) {
+    let info = png::Decoder::new(std::io::Cursor::new(&browser_png)).read_info().unwrap().info().clone();
+    assert_eq!((info.width, info.height), VIEWPORT, "{name}");
+    if std::env::var_os("VOXA_DOCS_SCREENSHOTS").is_some() {
+        std::fs::write(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs").join(name), browser_png).unwrap();
+    }
+}
+
+async fn value_of(browser: &Browser, role: &str, name: &str) -> String {
+    browser.control(role, name).await.prop("value").await.unwrap().unwrap_or_default()
+}
+
+async fn wait_status(browser: &Browser, what: &str, check: impl Fn(&str) -> bool) -> String {
+    browser.wait_text("#panel-files p.muted[role=status]", what, check).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_files_page_shows_both_versions_on_conflict_and_creates_moves_deletes_restores_uploads_downloads() {
+    let Some(scene) = Scene::start(Scheme::Light).await else { return };
+    let (browser, ws) = (&scene.browser, scene.ws().to_owned());
+    std::fs::write(ws.join("notes.md"), "buy milk\n").unwrap();
+    scene.open_online().await;
+    browser.press("Files").await;
+    browser.control("button", "notes.md").await.click().await.unwrap();
+    let editor = browser.control("textbox", "File content").await;
+    assert_eq!(editor.prop("value").await.unwrap().as_deref(), Some("buy milk\n"));
+    // A monospace editor at 16 px or more: code lines up and iOS does not zoom on focus.
+    let font = browser
+        .script("const s = getComputedStyle(document.getElementById('file-text')); return [s.fontSize, s.fontFamily];", vec![])
+        .await;
+    let size: f64 = font[0].as_str().unwrap().trim_end_matches("px").parse().unwrap();
+    assert!(size >= 16.0 && font[1].as_str().unwrap().contains("monospace"), "{font}");
+
+    // The laptop changes the file while the phone edits it: the save is refused and both are shown.
+    std::fs::write(ws.join("notes.md"), "buy bread\n").unwrap();
+    editor.clear().await.unwrap();
+    editor.send_keys("buy oat milk").await.unwrap();
+    browser.press("Save").await;
+    browser.wait_text("#file-saved", "the refused save", |t| t == "not saved").await;
+    assert_eq!(value_of(browser, "textbox", "Laptop's version").await, "buy bread\n");
+    assert_eq!(value_of(browser, "textbox", "File content").await, "buy oat milk");
+    assert_eq!(std::fs::read_to_string(ws.join("notes.md")).unwrap(), "buy bread\n", "nothing replaced");
+    picture(browser.screenshot().await, "web-files-conflict.png");
+    browser.press("Keep mine").await;
+    browser.wait_text("#file-saved", "the save", |t| t.starts_with("saved")).await;
+    assert_eq!(std::fs::read_to_string(ws.join("notes.md")).unwrap(), "buy oat milk");
+    // The size shown is the saved file's, not the one opened.
+    browser.wait_text("#file-meta", "the new size", |t| t == "12 B").await;
+
+    // Once more, and this time the laptop's version is taken.
+    std::fs::write(ws.join("notes.md"), "third\n").unwrap();
+    editor.send_keys(" and honey").await.unwrap();
+    browser.press("Save").await;
+    browser.control("textbox", "Laptop's version").await;
+    browser.press("Take the laptop's").await;
+    assert_eq!(value_of(browser, "textbox", "File content").await, "third\n");
+    browser.press("Save").await;
+    browser.wait_text("#file-saved", "the save of theirs", |t| t.starts_with("saved")).await;
+    assert_eq!(std::fs::read_to_string(ws.join("notes.md")).unwrap(), "third\n");
+
+    // Rename, refused outside the fence and done inside it.
+    browser.press("Rename").await;
+    let field = browser.control("textbox", "New path").await;
+    field.clear().await.unwrap();
+    field.send_keys("../escaped.md").await.unwrap();
+    browser.press("Move").await;
+    wait_status(browser, "the refusal", |t| t.contains("outside the workspace")).await;
+    field.clear().await.unwrap();
+    field.send_keys("renamed.md").await.unwrap();
+    browser.press("Move").await;
+    wait_status(browser, "the move", |t| t.starts_with("Moved notes.md to renamed.md")).await;
+    assert!(ws.join("renamed.md").is_file() && !ws.join("notes.md").exists());
+
+    // Download to the phone, in chunks.
+    let downloads = tempfile::tempdir().unwrap();
+    let big: Vec<u8> = (0..500_000u32).map(|n| (n % 253) as u8).collect();
+    std::fs::write(ws.join("data.bin"), &big).unwrap();
+    browser
+        .cdp("Page.setDownloadBehavior", json!({"behavior": "allow", "downloadPath": downloads.path()}))
+        .await;
+    browser.press("Refresh").await;
+    browser.control("button", "data.bin").await.click().await.unwrap();
+    browser.press("Download").await;
+    wait_status(browser, "the download", |t| t.starts_with("Downloaded data.bin")).await;
+    let saved = downloads.path().join("data.bin");
+    eventually("the downloaded file", || std::fs::read(&saved).is_ok_and(|bytes| bytes == big)).await;
+
+    // Delete goes to the trash: Undo brings it back, and so does the trash's Restore.
+    browser.press("Delete").await;
+    wait_status(browser, "the delete", |t| t == "Moved data.bin to the trash.").await;
+    assert!(!ws.join("data.bin").exists());
+    browser.press("Undo").await;
+    wait_status(browser, "the undo", |t| t == "Restored data.bin.").await;
+    assert_eq!(std::fs::read(ws.join("data.bin")).unwrap(), big);
+    browser.control("button", "data.bin").await.click().await.unwrap();
+    browser.press("Delete").await;
+    wait_status(browser, "the second delete", |t| t == "Moved data.bin to the trash.").await;
+    browser.press("Trash").await;
+    browser.press("Restore data.bin").await;
+    wait_status(browser, "the restore", |t| t == "Restored data.bin.").await;
+    assert_eq!(std::fs::read(ws.join("data.bin")).unwrap(), big);
+    browser.press("Close trash").await;
+
+    // Upload from the phone, in chunks, and a new empty file.
+    let phone_files = tempfile::tempdir().unwrap();
+    let photo: Vec<u8> = (0..450_000u32).map(|n| (n * 7 % 256) as u8).collect();
+    std::fs::write(phone_files.path().join("photo.raw"), &photo).unwrap();
+    let picker = browser.client.find(fantoccini::Locator::Css("#file-upload")).await.unwrap();
+    picker.send_keys(phone_files.path().join("photo.raw").to_str().unwrap()).await.unwrap();
+    wait_status(browser, "the upload", |t| t == "Uploaded photo.raw.").await;
+    assert_eq!(std::fs::read(ws.join("photo.raw")).unwrap(), photo);
+    browser.press("New file").await;
+    browser.type_into("New file name", "fresh.txt").await;
+    browser.press("Create").await;
+    wait_status(browser, "the new file", |t| t == "Created fresh.txt.").await;
+    assert_eq!(std::fs::read_to_string(ws.join("fresh.txt")).unwrap(), "");
+    scene.close().await;
+}
+
+/// The files view in the dark scheme, for the documentation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_files_view_in_the_dark_scheme() {
+    let Some(scene) = Scene::start(Scheme::Dark).await else { return };
+    let (browser, ws) = (&scene.browser, scene.ws().to_owned());
+    std::fs::create_dir(ws.join("src")).unwrap();
+    std::fs::write(ws.join("src/main.rs"), "fn main() {\n    println!(\"hello\");\n}\n").unwrap();
+    std::fs::write(ws.join("NOTES.md"), "# Notes\n\n- ship the files view\n").unwrap();
+    scene.open_online().await;
+    browser.press("Files").await;
+    browser.control("button", "NOTES.md").await.click().await.unwrap();
+    browser.control("textbox", "File content").await;
+    let dark = browser.script("return matchMedia('(prefers-color-scheme: dark)').matches;", vec![]).await;
+    assert_eq!(dark, json!(true));
+    browser.script("window.scrollTo(0, 0);", vec![]).await;
+    picture(browser.screenshot().await, "web-files-dark.png");
+    scene.close().await;
+}
