@@ -370,7 +370,10 @@ mod tests {
         // The marker line, and a line break before it when the head ended mid-line.
         let kept = output.len() - super::super::output::omitted_line(omitted).len();
         assert!(kept <= crate::protocol::OUTPUT_CAP + 1, "{kept}");
-        assert!([printed, printed + 1].contains(&(kept + omitted)), "every byte is kept or counted: {kept} + {omitted} vs {printed}");
+        assert!(
+            [printed, printed + 1].contains(&(kept + omitted)),
+            "every byte is kept or counted: {kept} + {omitted} vs {printed}"
+        );
     }
 
     #[tokio::test]

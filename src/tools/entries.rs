@@ -135,7 +135,8 @@ impl Trash {
         let id = format!("{:013}-{:08x}", now_ms(), rand::random::<u32>());
         let folder = self.dir.join(&id);
         std::fs::create_dir(&folder).map_err(|err| internal(anyhow::anyhow!("could not use the trash: {err}")))?;
-        let record = Record { path: workspace.display(&resolved.real), kind: kind.to_owned(), size, deleted_ms: now_ms() };
+        let record =
+            Record { path: workspace.display(&resolved.real), kind: kind.to_owned(), size, deleted_ms: now_ms() };
         let moved = (|| {
             std::fs::write(folder.join(RECORD), serde_json::to_vec(&record)?)?;
             let holder = open_own(&folder)?;
@@ -177,9 +178,9 @@ impl Trash {
         if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
             return Err(ToolError::new(ErrorCode::InvalidArgs, "field `id` is not a trash id (list_trash lists them)"));
         }
-        let record = self.record(id).map_err(|_| {
-            ToolError::new(ErrorCode::NotFound, format!("nothing in the trash has the id {id}"))
-        })?;
+        let record = self
+            .record(id)
+            .map_err(|_| ToolError::new(ErrorCode::NotFound, format!("nothing in the trash has the id {id}")))?;
         let path = to.unwrap_or(&record.path);
         let target = workspace.resolve_entry(path)?;
         if target.exists {

@@ -199,7 +199,8 @@ pub(crate) fn write_file(
         file.write_all(&bytes)?;
         Ok(file)
     })();
-    let outcome = written.map_err(|err| io_error(path, &err)).and_then(|file| target.commit(file, &tmp, expected, cancel));
+    let outcome =
+        written.map_err(|err| io_error(path, &err)).and_then(|file| target.commit(file, &tmp, expected, cancel));
     if outcome.is_err() {
         let _ = beneath::remove_file(&target.dir, &tmp);
     }
@@ -255,7 +256,9 @@ impl Target {
         match expected {
             Expected::Absent => beneath::rename_new(&self.dir, tmp, &self.dir, &self.name).map_err(|err| {
                 if err.kind() == ErrorKind::AlreadyExists {
-                    conflict(format!("{path} already exists on the laptop; read it to compare, or save with its version"))
+                    conflict(format!(
+                        "{path} already exists on the laptop; read it to compare, or save with its version"
+                    ))
                 } else {
                     io_error(path, &err)
                 }
@@ -332,7 +335,12 @@ fn decode_content(content: &str, encoding: Encoding) -> Result<Cow<'_, [u8]>, To
 }
 
 /// The directory the file goes in, opened beneath the workspace (and created with `create_dirs`).
-pub(crate) fn target_dir(workspace: &Workspace, parent: &Path, path: &str, create_dirs: bool) -> Result<OwnedFd, ToolError> {
+pub(crate) fn target_dir(
+    workspace: &Workspace,
+    parent: &Path,
+    path: &str,
+    create_dirs: bool,
+) -> Result<OwnedFd, ToolError> {
     match beneath::open_dir(workspace.handle(), parent) {
         Ok(dir) => Ok(dir),
         Err(err) if err.kind() == ErrorKind::NotFound && create_dirs => {
@@ -457,7 +465,10 @@ mod tests {
         assert_eq!(saved["version"], read_file(&workspace, &read("notes.txt")).unwrap()["version"]);
         let stale = write_file(&workspace, &with("three", Expected::Version(version)), &cancel).unwrap_err();
         assert_eq!(stale.code, ErrorCode::Conflict);
-        assert_eq!(write_file(&workspace, &with("x", Expected::Absent), &cancel).unwrap_err().code, ErrorCode::Conflict);
+        assert_eq!(
+            write_file(&workspace, &with("x", Expected::Absent), &cancel).unwrap_err().code,
+            ErrorCode::Conflict
+        );
         assert_eq!(std::fs::read_to_string(tmp.path().join("notes.txt")).unwrap(), "two");
         write_file(&workspace, &WriteRequest { expected: Expected::Absent, ..write("new.txt", "n") }, &cancel).unwrap();
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 2, "no temporary file left behind");

@@ -40,10 +40,10 @@ pub use declare::{gemini_declarations, ENV_ARG};
 pub use dispatch::{AgentSessions, Dispatcher, EnvRouter};
 pub use entries::MAX_TRASH_ITEMS;
 pub use files::{MAX_DIR_ENTRIES, MAX_WRITE_LEN};
-pub use upload::{MAX_UPLOAD_CHUNK, MAX_UPLOAD_LEN};
 pub use screenshot::{MAX_SCREENSHOT_LEN, SCREENSHOT_TIMEOUT};
 pub use sees::coding_agents_seen;
 pub use spec::{Effect, ParamSpec, ParamType, Runs, ToolKind, ToolSpec, FLEET_TOOL, TOOLS};
+pub use upload::{MAX_UPLOAD_CHUNK, MAX_UPLOAD_LEN};
 
 use crate::approvals::{self, Broker, BrokerOptions};
 use crate::audit::Audit;
@@ -455,9 +455,10 @@ impl Toolbox {
 
     /// The trash `delete_file` moves entries to.
     fn trash(&self) -> Result<entries::Trash, ToolError> {
-        self.inner.trash.clone().ok_or_else(|| {
-            ToolError::new(ErrorCode::Unavailable, "this agent keeps no trash, so it deletes nothing")
-        })
+        self.inner
+            .trash
+            .clone()
+            .ok_or_else(|| ToolError::new(ErrorCode::Unavailable, "this agent keeps no trash, so it deletes nothing"))
     }
 
     /// An existing directory inside the workspace; the root when `path` is absent.

@@ -215,7 +215,12 @@ pub const TOOLS: &[ToolSpec] = &[
             param("path", ParamType::String, true, "Path of the file, relative to the workspace."),
             param("max_bytes", ParamType::Integer, false, "Read at most this many bytes. Default and maximum 262144."),
             param("offset", ParamType::Integer, false, "Start at this byte, to read a large file in parts. Default 0."),
-            param("encoding", ParamType::String, false, "\"base64\" to get the bytes as base64 even when they are text."),
+            param(
+                "encoding",
+                ParamType::String,
+                false,
+                "\"base64\" to get the bytes as base64 even when they are text.",
+            ),
         ],
         effect: Effect::Reads,
         runs: Runs::Toolbox,
@@ -294,7 +299,12 @@ pub const TOOLS: &[ToolSpec] = &[
         params: &[
             param("path", ParamType::String, true, "Path of the file, relative to the workspace."),
             param("data", ParamType::String, true, "This chunk's bytes, base64, at most 1 MiB decoded."),
-            param("offset", ParamType::Integer, true, "Where this chunk starts in the file: 0, then the bytes sent so far."),
+            param(
+                "offset",
+                ParamType::Integer,
+                true,
+                "Where this chunk starts in the file: 0, then the bytes sent so far.",
+            ),
             param("done", ParamType::Boolean, false, "True on the last chunk: the file is put in place."),
             VERSION_PARAM,
         ],

@@ -279,7 +279,9 @@ async fn timed_run(browser: &Browser, command: &str) -> f64 {
         .await;
     browser.type_into("Command", command).await;
     browser.press("Run").await;
-    browser.wait_script("the command's end on screen", "return typeof window.__ran === 'number' && window.__ran > 0;").await;
+    browser
+        .wait_script("the command's end on screen", "return typeof window.__ran === 'number' && window.__ran > 0;")
+        .await;
     browser.script("return window.__ran;", vec![]).await.as_f64().unwrap()
 }
 
@@ -295,7 +297,12 @@ async fn measure_256_kib_of_output_in_the_page() {
     for _ in 0..5 {
         figures.push(timed_run(browser, command).await);
     }
-    let shown = browser.script("return document.getElementById('term-out').lastElementChild.querySelector('.out').textContent.length;", vec![]).await;
+    let shown = browser
+        .script(
+            "return document.getElementById('term-out').lastElementChild.querySelector('.out').textContent.length;",
+            vec![],
+        )
+        .await;
     assert_eq!(shown, json!(262144), "all of it is on the page");
     let small = timed_run(browser, "echo hello").await;
     figures.sort_by(f64::total_cmp);
@@ -339,7 +346,10 @@ async fn the_files_page_shows_both_versions_on_conflict_and_creates_moves_delete
     assert_eq!(editor.prop("value").await.unwrap().as_deref(), Some("buy milk\n"));
     // A monospace editor at 16 px or more: code lines up and iOS does not zoom on focus.
     let font = browser
-        .script("const s = getComputedStyle(document.getElementById('file-text')); return [s.fontSize, s.fontFamily];", vec![])
+        .script(
+            "const s = getComputedStyle(document.getElementById('file-text')); return [s.fontSize, s.fontFamily];",
+            vec![],
+        )
         .await;
     let size: f64 = font[0].as_str().unwrap().trim_end_matches("px").parse().unwrap();
     assert!(size >= 16.0 && font[1].as_str().unwrap().contains("monospace"), "{font}");
@@ -388,9 +398,7 @@ async fn the_files_page_shows_both_versions_on_conflict_and_creates_moves_delete
     let downloads = tempfile::tempdir().unwrap();
     let big: Vec<u8> = (0..500_000u32).map(|n| (n % 253) as u8).collect();
     std::fs::write(ws.join("data.bin"), &big).unwrap();
-    browser
-        .cdp("Page.setDownloadBehavior", json!({"behavior": "allow", "downloadPath": downloads.path()}))
-        .await;
+    browser.cdp("Page.setDownloadBehavior", json!({"behavior": "allow", "downloadPath": downloads.path()})).await;
     browser.press("Refresh").await;
     browser.control("button", "data.bin").await.click().await.unwrap();
     browser.press("Download").await;
