@@ -193,10 +193,10 @@ pub struct RelayArgs {
     #[arg(long, value_name = "FILE")]
     pub gemini_key_file: Option<PathBuf>,
     /// Hosted voice calls at once; more get call_error at-capacity
-    #[arg(long, default_value_t = crate::relay::DEFAULT_MAX_CALLS, value_name = "N")]
+    #[arg(long, default_value_t = crate::hosted::DEFAULT_MAX_CALLS, value_name = "N")]
     pub live_max_calls: usize,
     /// Longest hosted voice call, in minutes
-    #[arg(long, default_value_t = crate::relay::DEFAULT_MAX_CALL_TIME.as_secs() / 60, value_name = "MINUTES")]
+    #[arg(long, default_value_t = crate::hosted::DEFAULT_MAX_CALL_TIME.as_secs() / 60, value_name = "MINUTES")]
     pub live_max_minutes: u64,
     /// Gemini Live model for hosted calls
     #[arg(long = "live-model", value_name = "MODEL")]

@@ -4,16 +4,21 @@
 
 // Layers, top to bottom; a module imports only from its own layer or below, never in a circle
 // (tests/it/layers.rs checks it; docs/ARCHITECTURE.md describes each module):
-//   commands → cli (argument types) → agent, relay, environments, gemini, sessions → net, seal, tools, approvals
+//   commands → cli (argument types) → agent, hosted, environments, gemini, sessions → relay
+//   → net, seal, tools, approvals
 //   → protocol, state, secret, config, audit, error, logging
+// The relay is a leaf: it imports only net and protocol (and secret, text); hosted voice plugs
+// into it as its `PhoneService`.
 pub mod cli;
 pub mod commands;
 
 pub mod agent;
 pub mod environments;
 pub mod gemini;
-pub mod relay;
+pub mod hosted;
 pub mod sessions;
+
+pub mod relay;
 
 pub mod approvals;
 pub mod net;

@@ -38,7 +38,8 @@ async fn wait_for(socket: &mut ClientSocket, matches: impl Fn(&Value) -> bool) -
     loop {
         let frame = tokio::time::timeout(Duration::from_secs(30), socket.next()).await.unwrap().unwrap().unwrap();
         if let Message::Text(text) = frame {
-            let value: Value = serde_json::from_str(&text).unwrap();
+            // A relay notice is U+0001 and a JSON object.
+            let value: Value = serde_json::from_str(text.strip_prefix('\u{1}').unwrap_or(&text)).unwrap();
             if matches(&value) {
                 return value;
             }
@@ -156,7 +157,7 @@ pub fn run(report: &mut Report, measuring: bool) {
             relay = start_relay(listener).await;
             let url = format!("ws://{relay_addr}/ws?code={}", agent.code);
             let mut socket = voxa::net::dial::connect(&url, &DialOptions::default()).await.unwrap();
-            wait_for(&mut socket, |v| v["type"] == "__peer" && v["state"] == "joined").await;
+            wait_for(&mut socket, |v| v["type"] == "presence" && v["state"] == "joined").await;
             reconnects.push(restarted.elapsed().as_secs_f64() * 1000.0);
             // Let the connection prove healthy so the next restart starts from a reset backoff.
             tokio::time::sleep(healthy_wait).await;

@@ -55,7 +55,8 @@ async fn wait_for(socket: &mut ClientSocket, kind: &str) -> Value {
     loop {
         let frame = tokio::time::timeout(Duration::from_secs(30), socket.next()).await.unwrap().unwrap().unwrap();
         if let Message::Text(text) = frame {
-            let value: Value = serde_json::from_str(&text).unwrap();
+            // A relay notice is U+0001 and a JSON object.
+            let value: Value = serde_json::from_str(text.strip_prefix('\u{1}').unwrap_or(&text)).unwrap();
             if value["type"] == kind {
                 return value;
             }

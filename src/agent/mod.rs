@@ -4,8 +4,8 @@
 //!
 //! Inside: [`context`] (what sessions share, with the one task tracker), [`gate`] (hello
 //! admission), [`session`] (call table and dispatch), [`outbox`] (a socket's writer), [`link`]
-//! (the reconnect actor), [`loopback`] (the local server) and [`env_side`] (environment
-//! pairings).
+//! (the reconnect actor), [`peers`] (the phones on one relay connection), [`loopback`] (the local
+//! server) and [`env_side`] (environment pairings).
 
 pub mod context;
 pub mod env_side;
@@ -14,6 +14,7 @@ pub mod link;
 pub mod loopback;
 pub mod notify;
 pub mod outbox;
+pub mod peers;
 pub mod retired;
 pub mod session;
 

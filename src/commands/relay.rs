@@ -13,7 +13,8 @@ use super::Settings;
 use crate::cli::RelayArgs;
 use crate::error::ConfigError;
 use crate::gemini::GeminiConfig;
-use crate::relay::{bind_shared, load_tls, metrics, run_sharded, LiveConfig, RelayConfig};
+use crate::hosted::{Hosting, LiveConfig};
+use crate::relay::{bind_shared, load_tls, metrics, run_sharded, RelayConfig};
 use crate::secret::Secret;
 
 /// File descriptors kept free for everything but client connections.
@@ -64,7 +65,7 @@ fn relay_config(settings: &Settings, args: &RelayArgs) -> anyhow::Result<RelayCo
         config.tls = Some(load_tls(cert, key).map_err(|err| ConfigError::new(format!("{err:#}")))?);
     }
     config.token = super::relay_token(args.relay_token.as_deref(), args.relay_token_file.as_deref())?;
-    config.live = live_config(args, settings.env_secrets.gemini_api_key.clone())?;
+    config.service = live_config(args, settings.env_secrets.gemini_api_key.clone())?.map(Hosting::service);
     if let Some(fds) = raise_fd_limit() {
         config.max_connections = config.max_connections.min(fds.saturating_sub(RESERVED_FDS).max(1) as usize);
     }
@@ -93,7 +94,7 @@ fn bind_shards(addr: SocketAddr) -> anyhow::Result<(Vec<std::net::TcpListener>, 
 fn announce(settings: &Settings, config: &RelayConfig, local: SocketAddr, metrics: Option<SocketAddr>) {
     let scheme = if config.tls.is_some() { "wss" } else { "ws" };
     let token_note = if config.token.is_some() { " (relay token required)" } else { "" };
-    let live_note = if config.live.is_some() { "; hosting voice calls at /live" } else { "" };
+    let live_note = if config.service.is_some() { "; hosting voice calls at /live" } else { "" };
     settings.printer.event(
         "relay_listening",
         json!({
@@ -102,7 +103,7 @@ fn announce(settings: &Settings, config: &RelayConfig, local: SocketAddr, metric
             "tls": config.tls.is_some(),
             "relay_token": config.token.is_some(),
             "metrics": metrics.map(|local| format!("http://{local}/metrics")),
-            "live": config.live.is_some(),
+            "live": config.service.is_some(),
         }),
         format_args!("relay listening on {scheme}://{local}{token_note}{live_note}"),
     );

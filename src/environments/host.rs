@@ -26,8 +26,7 @@ use crate::net::client::{self, HelloCredential, HelloError, HelloStep, Opening};
 use crate::net::dial::{self, ClientSocket, DialOptions};
 use crate::net::liveness::{sleep_until, Heartbeat, Liveness, Pulse};
 use crate::protocol::{
-    self, AgentMessage, BearerFrame, ClientMessage, ErrorCode, Hello, PeerNotice, PeerRole, ToolCall, ToolError,
-    HOST_ROLE,
+    self, AgentMessage, BearerFrame, ClientMessage, ErrorCode, Hello, PeerRole, ToolCall, ToolError, HOST_ROLE,
 };
 use crate::secret::Secret;
 use crate::state::Home;
@@ -713,7 +712,7 @@ impl LinkActor {
     }
 
     async fn on_text(&mut self, text: &str) -> Step {
-        if let Some(notice) = PeerNotice::parse(text) {
+        if let Some(notice) = crate::net::relay_framing::Presence::parse(text) {
             // Any change of the agent side ends the session: whoever is there now has not proven
             // the envKey.
             if notice.peer == PeerRole::Agent {
@@ -819,8 +818,18 @@ mod tests {
         }
     }
 
+    /// Sends a JSON frame; a JSON string goes as the text it holds (a relay notice).
     async fn send_json(relay: &mut Relay, value: Value) {
-        relay.send(Message::text(value.to_string())).await.unwrap();
+        let text = match value {
+            Value::String(text) => text,
+            value => value.to_string(),
+        };
+        relay.send(Message::text(text)).await.unwrap();
+    }
+
+    /// The relay's notice that the agent side came or went.
+    fn presence(state: crate::protocol::PeerState) -> Value {
+        Value::String(crate::net::relay_framing::Presence::new(PeerRole::Agent, state).to_text())
     }
 
     async fn recv_json(relay: &mut Relay) -> Value {
@@ -833,7 +842,7 @@ mod tests {
     }
 
     fn joined() -> Value {
-        json!({"type":"__peer","peer":"agent","state":"joined"})
+        presence(crate::protocol::PeerState::Joined)
     }
 
     /// Runs the handshake against an environment that answers `answer(hello)` and then, should
@@ -1005,10 +1014,8 @@ mod tests {
         assert_eq!(error.code, ErrorCode::EnvironmentUnreachable);
         assert_eq!(started.elapsed(), ENV_HELLO_TIMEOUT);
 
-        let error = handshake_with(&identity, |_| Some(json!({"type":"__peer","peer":"agent","state":"left"})))
-            .await
-            .0
-            .unwrap_err();
+        let error =
+            handshake_with(&identity, |_| Some(presence(crate::protocol::PeerState::Left))).await.0.unwrap_err();
         assert_eq!(error.code, ErrorCode::EnvironmentUnreachable);
     }
 
@@ -1052,7 +1059,7 @@ mod tests {
         let (commands, mut relay, alive, _tmp) = actor().await;
         let answer = call(&commands, "h1").await;
         assert_eq!(recv_json(&mut relay).await["type"], "status");
-        send_json(&mut relay, json!({"type":"__peer","peer":"agent","state":"left"})).await;
+        send_json(&mut relay, presence(crate::protocol::PeerState::Left)).await;
         assert!(matches!(answer.await.unwrap(), Delivery::NotSent));
         alive.cancelled().await;
         // Nothing but the check was ever written.

@@ -19,8 +19,9 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::dial::ClientSocket;
+use super::relay_framing::Presence;
 use crate::error::Refused;
-use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Hello, HelloOk, PeerNotice, PeerRole, PeerState};
+use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Hello, HelloOk, PeerRole, PeerState};
 use crate::seal::handshake::{Initiator, Keys};
 use crate::secret::Secret;
 
@@ -207,9 +208,7 @@ async fn presence(socket: &mut ClientSocket, limit: Duration) -> Result<(), Hell
         while let Some(frame) = socket.next().await {
             match frame {
                 Ok(Message::Text(text)) => {
-                    if PeerNotice::parse(&text)
-                        .is_some_and(|n| n.peer == PeerRole::Agent && n.state == PeerState::Joined)
-                    {
+                    if Presence::parse(&text) == Some(Presence::new(PeerRole::Agent, PeerState::Joined)) {
                         return Ok(());
                     }
                 }
@@ -229,7 +228,7 @@ async fn next_agent_message(socket: &mut ClientSocket) -> Result<AgentMessage, H
         let Some(frame) = socket.next().await else { return Err(HelloError::Ended) };
         match frame.map_err(HelloError::Failed)? {
             Message::Text(text) => {
-                if let Some(notice) = PeerNotice::parse(&text) {
+                if let Some(notice) = Presence::parse(&text) {
                     if notice.peer == PeerRole::Agent && notice.state == PeerState::Left {
                         return Err(HelloError::AgentLeft);
                     }
@@ -403,8 +402,18 @@ mod tests {
         (crate::seal::Socket::plain(client), server.await.unwrap())
     }
 
+    /// Sends a JSON frame; a JSON string goes as the text it holds (a relay notice).
     async fn send(agent: &mut Agent, value: Value) {
-        agent.send(Message::text(value.to_string())).await.unwrap();
+        let text = match value {
+            Value::String(text) => text,
+            value => value.to_string(),
+        };
+        agent.send(Message::text(text)).await.unwrap();
+    }
+
+    /// The relay's notice that `peer` came or went, as the relay frames it.
+    async fn notice(agent: &mut Agent, peer: PeerRole, state: PeerState) {
+        agent.send(Message::text(Presence::new(peer, state).to_text())).await.unwrap();
     }
 
     /// The next text frame the client sent, or `None` once it closed.
@@ -428,7 +437,7 @@ mod tests {
         let (mut client, mut agent) = sockets().await;
         let agent_side = tokio::spawn(async move {
             let challenge = "c".repeat(32);
-            send(&mut agent, json!({"type":"__peer","peer":"phone","state":"joined"})).await;
+            notice(&mut agent, PeerRole::Phone, PeerState::Joined).await;
             send(&mut agent, json!({"type":"not_a_frame"})).await;
             send(&mut agent, json!({"type":"challenge","protocol":2,"nonce": challenge})).await;
             let hello = received(&mut agent).await.unwrap();
@@ -501,7 +510,7 @@ mod tests {
             json!({"type":"hello_ok","agent":"voxa/t","mode":"self-hosted","tools":[],"proof":"0".repeat(64)}),
             json!({"type":"error","code":"bearer-refused","message":"no"}),
             json!({"type":"challenge","protocol":2,"nonce":"d".repeat(32)}),
-            json!({"type":"__peer","peer":"agent","state":"left"}),
+            Value::String(Presence::new(PeerRole::Agent, PeerState::Left).to_text()),
         ];
         let expected = ["this is not your laptop", "bearer-refused", "started a new session", "left the relay"];
         for (answer, expected) in answers.into_iter().zip(expected) {
@@ -563,7 +572,7 @@ mod tests {
     async fn a_credential_leads_the_exchange_step_by_step() {
         let (mut client, mut agent) = sockets().await;
         let agent_side = tokio::spawn(async move {
-            send(&mut agent, json!({"type":"__peer","peer":"agent","state":"joined"})).await;
+            notice(&mut agent, PeerRole::Agent, PeerState::Joined).await;
             assert_eq!(received(&mut agent).await.unwrap()["type"], "hello");
             send(&mut agent, serde_json::to_value(AgentMessage::Status(Default::default())).unwrap()).await;
             assert_eq!(received(&mut agent).await.unwrap()["type"], "status");
@@ -584,7 +593,7 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::from_secs(5));
 
         let (mut client, mut agent) = sockets().await;
-        send(&mut agent, json!({"type":"__peer","peer":"agent","state":"joined"})).await;
+        notice(&mut agent, PeerRole::Agent, PeerState::Joined).await;
         let err = hello_with(&mut client, &mut TwoStep { replied: false }).await.unwrap_err();
         assert!(matches!(err, HelloError::TimedOut), "{err:?}");
     }

@@ -42,6 +42,9 @@ pub struct DialOptions {
     pub no_proxy: Vec<String>,
     /// Extra request headers.
     pub headers: Vec<(String, Secret)>,
+    /// The WebSocket subprotocol to ask for (the relay framing on `/agent`); the server must
+    /// choose it, or the connection fails.
+    pub subprotocol: Option<&'static str>,
 }
 
 impl std::fmt::Debug for DialOptions {
@@ -120,6 +123,9 @@ pub async fn connect(url: &str, options: &DialOptions) -> Result<ClientSocket> {
         if let Some(bearer) = &options.bearer {
             let value = HeaderValue::from_str(&format!("Bearer {}", bearer.expose())).context("invalid bearer")?;
             headers.insert("authorization", value);
+        }
+        if let Some(protocol) = options.subprotocol {
+            headers.insert("sec-websocket-protocol", HeaderValue::from_static(protocol));
         }
         for (name, value) in &options.headers {
             let name: tokio_tungstenite::tungstenite::http::HeaderName = name.parse().context("invalid header name")?;

@@ -218,10 +218,20 @@ async fn write_response<S: AsyncWrite + Unpin>(
 
 /// Answers `101 Switching Protocols` to an upgrade request the caller has checked.
 pub async fn write_upgrade<S: AsyncWrite + Unpin>(stream: &mut S, head: &RequestHead) -> std::io::Result<()> {
+    write_upgrade_with(stream, head, None).await
+}
+
+/// Answers `101 Switching Protocols`, naming the WebSocket subprotocol chosen, if any.
+pub async fn write_upgrade_with<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    head: &RequestHead,
+    protocol: Option<&str>,
+) -> std::io::Result<()> {
     let key = head.header("sec-websocket-key").unwrap_or_default();
     let accept = derive_accept_key(key.trim().as_bytes());
+    let protocol = protocol.map(|protocol| format!("sec-websocket-protocol: {protocol}\r\n")).unwrap_or_default();
     let response = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: {accept}\r\n\r\n"
+        "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: {accept}\r\n{protocol}\r\n"
     );
     stream.write_all(response.as_bytes()).await?;
     stream.flush().await

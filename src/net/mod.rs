@@ -8,4 +8,5 @@ pub mod dial;
 pub mod http;
 pub mod liveness;
 pub mod proxy;
+pub mod relay_framing;
 pub mod web;

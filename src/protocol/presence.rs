@@ -1,10 +1,8 @@
-//! The relay's presence notices (docs/PROTOCOL.md, "Relay"): which side of a pairing joined or left.
+//! The sides of a relay pairing and their presence (docs/PROTOCOL.md, "Relay"): the notice the
+//! relay sends a phone when its laptop comes or goes. The rest of the relay's own framing is
+//! `net::relay_framing`.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
-/// Marker type of the relay's presence frames.
-pub const PEER_TYPE: &str = "__peer";
 
 /// Which side of a relay pairing a socket is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,95 +30,72 @@ pub enum PeerState {
     Left,
 }
 
-/// The relay's control frame: `{"type":"__peer","peer":…,"state":…}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PeerNotice {
-    #[serde(rename = "type")]
-    pub kind: String,
+/// First character of a relay notice toward a phone.
+pub const NOTICE_MARK: char = '\u{1}';
+
+/// A presence notice toward a phone: `U+0001{"type":"presence","peer":…,"state":…}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Presence {
     pub peer: PeerRole,
     pub state: PeerState,
 }
 
-impl PeerNotice {
+#[derive(Serialize, Deserialize)]
+struct PresenceJson {
+    #[serde(rename = "type")]
+    kind: String,
+    peer: PeerRole,
+    state: PeerState,
+}
+
+/// `type` of a presence notice's JSON.
+const PRESENCE_TYPE: &str = "presence";
+
+impl Presence {
     pub fn new(peer: PeerRole, state: PeerState) -> Self {
-        Self { kind: PEER_TYPE.to_owned(), peer, state }
+        Presence { peer, state }
     }
 
-    /// The notice as a text frame payload.
-    pub fn to_json(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
+    /// The notice as a text frame.
+    pub fn to_text(self) -> String {
+        let json = PresenceJson { kind: PRESENCE_TYPE.into(), peer: self.peer, state: self.state };
+        format!("{NOTICE_MARK}{}", serde_json::to_string(&json).unwrap_or_default())
     }
 
-    /// Parses a text frame as a relay notice, if it is one.
-    pub fn parse(text: &str) -> Option<Self> {
-        if !is_peer_frame(text) {
-            return None;
-        }
-        serde_json::from_str(text).ok()
+    /// The notice a text frame carries, if it is one (it starts with [`NOTICE_MARK`]).
+    pub fn parse(text: &str) -> Option<Presence> {
+        let json: PresenceJson = serde_json::from_str(text.strip_prefix(NOTICE_MARK)?).ok()?;
+        (json.kind == PRESENCE_TYPE).then_some(Presence { peer: json.peer, state: json.state })
     }
 }
 
-/// True when a text frame is a JSON object whose `type` is `__peer` — the only frames a relay
-/// looks into. Decided as the most lenient JSON reader would: escapes are decoded
-/// (`"\u005f_peer"` is the marker), any of several `type` members counts, and a frame that
-/// mentions the marker but is not JSON serde accepts (a lone surrogate a JavaScript parser takes)
-/// counts too. Cheap pre-check first: most frames contain neither the marker nor a `\u` escape.
-pub fn is_peer_frame(text: &str) -> bool {
-    if !text.contains(PEER_TYPE) && !text.contains("\\u") {
-        return false;
-    }
-    match serde_json::from_str::<PeerMarker>(text) {
-        Ok(PeerMarker(found)) => found,
-        // Valid JSON that is not an object: no reader sees a `type` in it.
-        Err(err) if err.is_data() => false,
-        Err(_) => true,
-    }
-}
-
-/// Whether a JSON object has a top-level `type` member equal to [`PEER_TYPE`].
-struct PeerMarker(bool);
-
-impl<'de> Deserialize<'de> for PeerMarker {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        use serde::de::{IgnoredAny, MapAccess, Visitor};
-        struct Members;
-        impl<'de> Visitor<'de> for Members {
-            type Value = bool;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
-                let mut found = false;
-                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                    if key == "type" {
-                        found |= map.next_value::<Value>()?.as_str() == Some(PEER_TYPE);
-                    } else {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
-                Ok(found)
-            }
-        }
-        deserializer.deserialize_map(Members).map(PeerMarker)
-    }
+/// True when a text frame is a relay notice (its first byte is U+0001): only the relay sends one.
+pub fn is_notice(text: &[u8]) -> bool {
+    text.first() == Some(&(NOTICE_MARK as u8))
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::protocol::*;
+    use super::*;
 
     #[test]
-    fn peer_frames_are_recognised_only_by_their_type() {
-        assert!(is_peer_frame(r#"{"type":"__peer","peer":"agent","state":"joined"}"#));
-        assert!(is_peer_frame(r#"{ "state":"left", "type" : "__peer" }"#));
-        assert!(!is_peer_frame(r#"{"type":"say","text":"__peer"}"#));
-        assert!(is_peer_frame(r#"{"type":"\u005f_peer","peer":"agent","state":"left"}"#));
-        assert!(is_peer_frame(r#"{"type":"say","type":"__peer","peer":"agent","state":"left"}"#));
-        assert!(is_peer_frame(r#"{"type":"__peer","peer":"agent","state":"left","x":"\ud800"}"#));
-        assert!(!is_peer_frame(r#"["__peer"]"#));
-        assert!(is_peer_frame("not json __peer"), "unreadable frames that mention the marker are held back");
-        assert!(!is_peer_frame(r#"{"type":"say","text":"\u005f_peer"}"#));
-        let notice = PeerNotice::new(PeerRole::Phone, PeerState::Left);
-        assert_eq!(PeerNotice::parse(&notice.to_json()), Some(notice));
+    fn presence_notices_start_with_u0001_and_nothing_else_parses_as_one() {
+        let notice = Presence::new(PeerRole::Agent, PeerState::Joined);
+        let text = notice.to_text();
+        assert_eq!(text, "\u{1}{\"type\":\"presence\",\"peer\":\"agent\",\"state\":\"joined\"}");
+        assert!(is_notice(text.as_bytes()));
+        assert_eq!(Presence::parse(&text), Some(notice));
+        let left = Presence::new(PeerRole::Phone, PeerState::Left);
+        assert_eq!(Presence::parse(&left.to_text()), Some(left));
+        for other in [
+            r#"{"type":"presence","peer":"agent","state":"joined"}"#,
+            r#"{"type":"__peer","peer":"agent","state":"joined"}"#,
+            "\u{1}not json",
+            "\u{1}{\"type\":\"say\",\"peer\":\"agent\",\"state\":\"joined\"}",
+            r"C:\users\me",
+        ] {
+            assert_eq!(Presence::parse(other), None, "{other}");
+        }
+        assert!(!is_notice(br"C:\users\me") && !is_notice(b"") && !is_notice(b"{}"));
     }
 }

@@ -24,7 +24,7 @@ use crate::protocol::PeerRole;
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Statuses (HTTP) and close codes (WebSocket) the relay refuses or ends a client with.
-pub const REFUSALS: [u16; 13] = [400, 401, 404, 405, 426, 429, 431, 503, 1002, 1007, 1009, 1013, 4001];
+pub const REFUSALS: [u16; 15] = [400, 401, 404, 405, 426, 429, 431, 503, 1002, 1007, 1009, 1013, 4001, 4003, 4004];
 
 type Labels = [(&'static str, &'static str); 1];
 
@@ -152,10 +152,12 @@ impl RelayMetrics {
         self.pairs.dec();
     }
 
-    /// Counts a data frame `from` one side handed to the other.
-    pub(super) fn forwarded(&self, from: PeerRole, len: usize) {
+    /// Counts a part of a data frame `from` one side handed to the other (`fin`: its last part).
+    pub(super) fn forwarded(&self, from: PeerRole, len: usize, fin: bool) {
         let direction = role_index(from);
-        self.frames[direction].inc();
+        if fin {
+            self.frames[direction].inc();
+        }
         self.bytes[direction].inc_by(len as u64);
     }
 
@@ -167,7 +169,7 @@ impl RelayMetrics {
     }
 
     /// A hosted voice call started (`1`) or ended (`-1`).
-    pub(super) fn hosted_call(&self, change: i64) {
+    pub(crate) fn hosted_call(&self, change: i64) {
         self.hosted_calls.inc_by(change);
     }
 
@@ -214,6 +216,8 @@ fn reason_label(code: u16) -> &'static str {
         1009 => "1009",
         1013 => "1013",
         4001 => "4001",
+        4003 => "4003",
+        4004 => "4004",
         _ => "other",
     }
 }
@@ -281,9 +285,9 @@ mod tests {
     #[test]
     fn counts_show_up_in_the_text_format() {
         let metrics = RelayMetrics::new();
-        metrics.forwarded(PeerRole::Agent, 32);
-        metrics.forwarded(PeerRole::Agent, 8);
-        metrics.forwarded(PeerRole::Phone, 5);
+        metrics.forwarded(PeerRole::Agent, 32, true);
+        metrics.forwarded(PeerRole::Agent, 8, true);
+        metrics.forwarded(PeerRole::Phone, 5, true);
         metrics.refused(401);
         metrics.refused(4001);
         metrics.refused(4001);

@@ -1,6 +1,11 @@
-//! One upgraded socket: a reader that forwards the client's frames to the other side and watches
-//! for silence, and a writer that drains this socket's queue. Both run inside the connection's
-//! task, so a socket costs one task, one small read buffer and its queue.
+//! One upgraded socket: a reader that hands the client's messages on part by part as they arrive
+//! (cut-through) and watches for silence, and a writer that drains this socket's queue. Both run
+//! inside the connection's task, so a socket costs one task, one small read buffer, the part
+//! being read and its queue.
+//!
+//! A phone's parts go to the agent tagged with the phone's peer id (`PART`, then `TEXT` or
+//! `BINARY`); an agent's messages are read by their relay header and go to that one phone as
+//! WebSocket fragments. The relay looks at nothing else of what it carries.
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -13,15 +18,18 @@ use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::codec::{self, close, FrameReader, Message, Meter, OutFrame};
-use super::hub::{Action, End, Forward, Hub, Outbox, QueueLimits, Slot};
+use super::codec::{self, close, OutFrame};
+use super::hub::{Forward, Hub, Seat, Slot, TooManyPhones};
+use super::queue::{Action, End, QueueLimits, SendQueue};
+use super::reader::{close_code_allowed, Event, FrameReader, Meter, Part};
 use super::Limits;
-use crate::protocol::{is_peer_frame, PeerRole};
+use crate::net::relay_framing::{self, header, is_notice, Kind, PeerId, HEADER_LEN};
+use crate::protocol::PeerRole;
 
 /// Time the writer gets to finish its frame and send the close frame once the socket ends.
-pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// Time the reader gets afterwards to see the client's close frame or end of stream.
-pub(super) const CLOSE_LINGER: Duration = Duration::from_secs(2);
+pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(2);
 
 /// Most queued frames written in one system call.
 const MAX_BATCH_FRAMES: usize = 64;
@@ -29,16 +37,16 @@ const MAX_BATCH_FRAMES: usize = 64;
 const MAX_BATCH_BYTES: usize = 256 << 10;
 
 /// A client connection the relay serves: plain TCP or TLS.
-pub(super) trait RelayStream: AsyncRead + AsyncWrite + Unpin + Send + Sized {
+pub(crate) trait RelayStream: AsyncRead + AsyncWrite + Unpin + Send + Sized {
     /// Read and write halves for one task. Plain TCP splits without a lock; TLS needs one.
-    fn halves(&mut self) -> (impl AsyncRead + Unpin + '_, impl AsyncWrite + Unpin + '_);
+    fn halves(&mut self) -> (impl AsyncRead + Unpin + Send + '_, impl AsyncWrite + Unpin + Send + '_);
 
     /// The plain socket, for another thread to serve; a TLS stream cannot move (`Err(self)`).
     fn detach(self) -> Result<std::io::Result<std::net::TcpStream>, Self>;
 }
 
 impl RelayStream for TcpStream {
-    fn halves(&mut self) -> (impl AsyncRead + Unpin + '_, impl AsyncWrite + Unpin + '_) {
+    fn halves(&mut self) -> (impl AsyncRead + Unpin + Send + '_, impl AsyncWrite + Unpin + Send + '_) {
         self.split()
     }
 
@@ -48,7 +56,7 @@ impl RelayStream for TcpStream {
 }
 
 impl RelayStream for tokio_rustls::server::TlsStream<TcpStream> {
-    fn halves(&mut self) -> (impl AsyncRead + Unpin + '_, impl AsyncWrite + Unpin + '_) {
+    fn halves(&mut self) -> (impl AsyncRead + Unpin + Send + '_, impl AsyncWrite + Unpin + Send + '_) {
         tokio::io::split(self)
     }
 
@@ -58,53 +66,105 @@ impl RelayStream for tokio_rustls::server::TlsStream<TcpStream> {
 }
 
 /// Where a socket belongs: its pairing and its place in it.
-pub(super) struct Membership {
-    pub hub: Arc<Hub>,
-    pub code: u128,
-    pub role: PeerRole,
-    pub conn: u64,
+pub struct Membership {
+    pub(crate) hub: Arc<Hub>,
+    pub(crate) code: u128,
+    pub(crate) role: PeerRole,
+    pub(crate) conn: u64,
+}
+
+/// A socket seated in its pairing.
+pub(crate) struct Seated {
+    pub slot: Arc<Slot>,
+    pub seat: Seat,
 }
 
 impl Membership {
+    /// The relay's map of codes.
+    pub(crate) fn hub(&self) -> &Hub {
+        &self.hub
+    }
+
+    /// The relay code, as the log may name it once hashed.
+    pub fn code(&self) -> u128 {
+        self.code
+    }
+
     /// A send queue for this socket, within the limits and counted in the relay's ledger.
-    pub(super) fn outbox(&self, limits: &Limits) -> Arc<Outbox> {
+    pub(crate) fn queue(&self, limits: &Limits) -> Arc<SendQueue> {
         let queue = QueueLimits { frames: limits.send_queue_frames, bytes: limits.send_queue_bytes };
-        Arc::new(Outbox::new(queue, Arc::clone(&self.hub.ledger)))
+        Arc::new(SendQueue::new(queue, Arc::clone(&self.hub.ledger)))
     }
 
-    /// Takes this socket's place in its pairing; the peer's frames go to `outbox`.
-    pub(super) fn join(&self, outbox: &Arc<Outbox>) -> Arc<Slot> {
-        let slot = self.hub.join(self.code, self.role, self.conn, outbox);
-        self.hub.metrics().socket_joined(self.role);
-        slot
+    /// Takes this socket's place in its pairing; the other side's frames go to `queue`. A phone
+    /// finding every place taken is ended 4003 `too-many-phones`.
+    pub(crate) fn join(&self, queue: &Arc<SendQueue>) -> Option<Seated> {
+        match self.hub.join(self.code, self.role, self.conn, queue) {
+            Ok((slot, seat)) => {
+                self.hub.metrics().socket_joined(self.role);
+                Some(Seated { slot, seat })
+            }
+            Err(TooManyPhones) => {
+                debug!("refused a phone: the code has the most phones it may have");
+                queue.end(End::close(relay_framing::close::TOO_MANY_PHONES, "too-many-phones"));
+                None
+            }
+        }
     }
 
-    /// Gives the place back; the peer hears `left`.
-    pub(super) fn leave(&self, slot: &Arc<Slot>) {
-        self.hub.leave(self.code, slot, self.role, self.conn);
+    /// Gives the place back; the others hear of it.
+    pub(crate) fn leave(&self, seated: &Seated) {
+        self.hub.leave(self.code, &seated.slot, seated.seat);
         self.hub.metrics().socket_left(self.role);
     }
 }
 
-/// Runs an upgraded socket until it ends, then closes it within bounded time.
-pub(super) async fn serve<S: RelayStream>(
+impl Seated {
+    /// Sends one whole frame to the agent as this phone's (how a service speaks for its phone).
+    /// `own` is the service's queue: its end stops a wait for room.
+    pub(crate) async fn send_to_agent(&self, hub: &Hub, own: &SendQueue, stall_timeout: Duration, frame: OutFrame) {
+        let Seat::Phone { peer } = self.seat else { return };
+        let kind = if frame.opcode == codec::OP_TEXT { Kind::Text } else { Kind::Binary };
+        let agent = hub.agent_of(&self.slot);
+        let to = ToPeer { hub, slot: &self.slot, own, stall_timeout };
+        let frame = OutFrame::tagged(header(kind, peer), frame.payload);
+        to.forward(frame, |hub, slot, frame| hub.to_agent(slot, peer, agent, frame)).await;
+    }
+}
+
+/// Runs an upgraded `/agent` or `/ws` socket until it ends, then closes it within bounded time.
+pub(crate) async fn serve<S: RelayStream>(
     mut stream: S,
     leftover: Vec<u8>,
     member: Membership,
     limits: &Limits,
     cancel: &CancellationToken,
 ) {
-    let outbox = member.outbox(limits);
+    let queue = member.queue(limits);
     let (mut read_half, mut write_half) = stream.halves();
-    let frames = FrameReader::new(limits.max_frame_len, &leftover);
+    // The relay's header on an agent's messages does not count against the frame limit.
+    let max_message_len = match member.role {
+        PeerRole::Agent => limits.max_frame_len.saturating_add(HEADER_LEN),
+        PeerRole::Phone => limits.max_frame_len,
+    };
+    let frames = FrameReader::new(max_message_len, &leftover);
     drop(leftover);
-    let slot = member.join(&outbox);
+    let writer = write_side(&mut write_half, &queue).fuse();
+    tokio::pin!(writer);
+    let Some(seated) = member.join(&queue) else {
+        let _ = timeout(CLOSE_GRACE, &mut writer).await;
+        return;
+    };
     debug!("joined");
-
-    let to_peer = ToPeer { slot: &slot, member: &member, own: &outbox, stall_timeout: limits.stall_timeout };
-    let reader = read_side(&mut read_half, frames, &member, &outbox, limits, to_peer).fuse();
-    let writer = write_side(&mut write_half, &outbox).fuse();
-    tokio::pin!(reader, writer);
+    let to_peer = ToPeer { hub: &member.hub, slot: &seated.slot, own: &queue, stall_timeout: limits.stall_timeout };
+    let deliver = match seated.seat {
+        Seat::Phone { peer } => Parts::Phone(PhoneParts { to: to_peer, peer, agent: None }),
+        Seat::Agent { conn } => {
+            Parts::Agent(AgentMessages { to: to_peer, conn, state: Reading::Header([0; HEADER_LEN], 0) })
+        }
+    };
+    let reader = read_side(&mut read_half, frames, &member.hub, &queue, limits, deliver).fuse();
+    tokio::pin!(reader);
     tokio::select! {
         () = &mut reader => {}
         result = &mut writer => {
@@ -112,19 +172,19 @@ pub(super) async fn serve<S: RelayStream>(
                 debug!(%err, "write failed");
             }
         }
-        () = outbox.ending() => {}
-        () = cancel.cancelled() => outbox.end(End::Close { code: close::GOING_AWAY, reason: "relay shutting down" }),
+        () = queue.ending() => {}
+        () = cancel.cancelled() => queue.end(End::close(close::GOING_AWAY, "relay shutting down")),
     }
-    // Leave first, so the other side hears `left` at once even if this client is slow to close.
-    member.leave(&slot);
-    outbox.end(End::Abort);
-    debug!(end = ?outbox.ended(), "left");
+    // Leave first, so the others hear of it at once even if this client is slow to close.
+    member.leave(&seated);
+    queue.end(End::Abort);
+    debug!(end = ?queue.ended(), "left");
     wind_down(&mut writer, &mut reader).await;
 }
 
 /// After a socket left its pairing: the writer sends the close frame while the reader, which has
 /// dropped its buffers, waits for the client's close or end of stream — each within bounded time.
-pub(super) async fn wind_down<W, R>(writer: &mut W, reader: &mut R)
+pub(crate) async fn wind_down<W, R>(writer: &mut W, reader: &mut R)
 where
     W: FusedFuture + Unpin,
     R: FusedFuture + Unpin,
@@ -142,50 +202,228 @@ where
     tokio::join!(close, linger);
 }
 
-/// Where a socket's data frames go.
-pub(super) trait Deliver {
-    /// Takes one data frame; waiting here stops the socket from being read.
-    async fn deliver(&mut self, frame: OutFrame);
+/// Where a socket's data goes, part by part.
+pub(crate) trait Deliver {
+    /// Takes one part; waiting here stops the socket from being read. `Break` ends the socket
+    /// (its queue was ended with the reason).
+    async fn deliver(&mut self, part: Part) -> ControlFlow<()>;
 }
 
-/// The other side of the pairing.
-struct ToPeer<'a> {
-    slot: &'a Slot,
-    member: &'a Membership,
-    own: &'a Outbox,
-    stall_timeout: Duration,
+/// The parts of either kind of socket.
+enum Parts<'a> {
+    Phone(PhoneParts<'a>),
+    Agent(AgentMessages<'a>),
 }
 
-impl Deliver for ToPeer<'_> {
-    async fn deliver(&mut self, frame: OutFrame) {
-        forward(self.slot, self.member, self.own, frame, self.stall_timeout).await;
+impl Deliver for Parts<'_> {
+    async fn deliver(&mut self, part: Part) -> ControlFlow<()> {
+        match self {
+            Parts::Phone(phone) => phone.deliver(part).await,
+            Parts::Agent(agent) => agent.deliver(part).await,
+        }
     }
 }
 
-/// Reads the client's messages until the socket ends: data goes to `deliver`, pings are
-/// answered, silence is met with pings and, past the idle timeout, the end of the socket.
-pub(super) async fn read_side<R: AsyncRead + Unpin>(
+/// The other side of the pairing, as one socket's reader sees it.
+pub(crate) struct ToPeer<'a> {
+    pub hub: &'a Hub,
+    pub slot: &'a Slot,
+    /// The reading socket's own queue: its end stops a wait, and a waiting part is its bytes.
+    pub own: &'a SendQueue,
+    pub stall_timeout: Duration,
+}
+
+/// A phone's parts, to the agent, tagged with the phone's peer id.
+pub(crate) struct PhoneParts<'a> {
+    pub to: ToPeer<'a>,
+    pub peer: PeerId,
+    /// The agent that got the first part of the message being read: the rest goes to it only.
+    pub agent: Option<u64>,
+}
+
+impl Deliver for PhoneParts<'_> {
+    async fn deliver(&mut self, part: Part) -> ControlFlow<()> {
+        if part.first {
+            self.agent = self.to.hub.agent_of(self.to.slot);
+        }
+        let kind = match (part.fin, part.text) {
+            (false, _) => Kind::Part,
+            (true, true) => Kind::Text,
+            (true, false) => Kind::Binary,
+        };
+        let (peer, agent) = (self.peer, self.agent);
+        let frame = OutFrame::tagged(header(kind, peer), part.bytes);
+        self.to.forward(frame, |hub, slot, frame| hub.to_agent(slot, peer, agent, frame)).await;
+        ControlFlow::Continue(())
+    }
+}
+
+/// How far the agent's current message has been read.
+enum Reading {
+    /// The relay header so far.
+    Header([u8; HEADER_LEN], usize),
+    /// A frame for `peer`; `begun` once its first fragment went out.
+    Data { peer: PeerId, text: bool, begun: bool },
+    /// A `CLOSE_PEER` request and its payload so far.
+    ClosePeer { peer: PeerId, payload: Vec<u8> },
+    /// The rest of a message the relay drops.
+    Skip,
+}
+
+/// The agent's messages, each to the phone its header names, as fragments read as they arrive.
+pub(crate) struct AgentMessages<'a> {
+    to: ToPeer<'a>,
+    conn: u64,
+    state: Reading,
+}
+
+impl AgentMessages<'_> {
+    fn refuse(&self, why: &'static str) -> ControlFlow<()> {
+        debug!(why, "closing the agent's socket");
+        self.to.own.end(End::close(close::PROTOCOL_ERROR, why));
+        ControlFlow::Break(())
+    }
+}
+
+impl Deliver for AgentMessages<'_> {
+    async fn deliver(&mut self, part: Part) -> ControlFlow<()> {
+        if part.text {
+            return self.refuse("the agent's messages are binary (relay framing 2)");
+        }
+        let mut bytes = part.bytes;
+        if part.first {
+            self.state = Reading::Header([0; HEADER_LEN], 0);
+        }
+        if let Reading::Header(head, have) = &mut self.state {
+            let take = (HEADER_LEN - *have).min(bytes.len());
+            head[*have..*have + take].copy_from_slice(&bytes[..take]);
+            *have += take;
+            bytes.drain(..take);
+            if *have < HEADER_LEN {
+                return if part.fin {
+                    self.refuse("a message shorter than the relay header")
+                } else {
+                    ControlFlow::Continue(())
+                };
+            }
+            let Some((kind, peer, _)) = relay_framing::split(&head[..]) else {
+                return self.refuse("unknown relay message kind");
+            };
+            self.state = match kind {
+                Kind::Text | Kind::Binary => Reading::Data { peer, text: kind == Kind::Text, begun: false },
+                Kind::ClosePeer => Reading::ClosePeer { peer, payload: Vec::new() },
+                Kind::Part | Kind::Joined | Kind::Left => {
+                    return self.refuse("a relay message kind agents do not send")
+                }
+            };
+        }
+        match &mut self.state {
+            Reading::Header(..) | Reading::Skip => {}
+            Reading::Data { peer, text, begun } => {
+                if !*begun && bytes.is_empty() && !part.fin {
+                    return ControlFlow::Continue(());
+                }
+                if !*begun && *text && is_notice(&bytes) {
+                    debug!("dropped an agent frame posing as a relay notice");
+                    self.state = Reading::Skip;
+                    return ControlFlow::Continue(());
+                }
+                let opcode = match (*begun, *text) {
+                    (true, _) => codec::OP_CONTINUATION,
+                    (false, true) => codec::OP_TEXT,
+                    (false, false) => codec::OP_BINARY,
+                };
+                *begun = true;
+                let (peer, conn) = (*peer, self.conn);
+                let frame = OutFrame { opcode, fin: part.fin, tag: None, payload: bytes };
+                self.to.forward(frame, |hub, slot, frame| hub.to_phone(slot, conn, peer, frame)).await;
+            }
+            Reading::ClosePeer { peer, payload } => {
+                if payload.len() + bytes.len() > 2 + relay_framing::MAX_CLOSE_REASON {
+                    return self.refuse("a CLOSE_PEER reason longer than 123 bytes");
+                }
+                payload.extend_from_slice(&bytes);
+                if part.fin {
+                    match relay_framing::parse_close_peer(payload) {
+                        Some((code, reason)) if close_code_allowed(code) => {
+                            self.to.hub.close_phone(self.to.slot, self.conn, *peer, code, reason)
+                        }
+                        _ => return self.refuse("a malformed CLOSE_PEER"),
+                    }
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+impl ToPeer<'_> {
+    /// Hands a frame to the other side through `route`. While the receiver's queue is full this
+    /// socket is not read, so the sender slows to the receiver's pace, and the waiting frame
+    /// counts against the memory budget as this socket's; a receiver that writes nothing at all
+    /// for the stall timeout is closed with 1013 and its queue freed.
+    pub(crate) async fn forward(&self, mut frame: OutFrame, route: impl Fn(&Hub, &Slot, OutFrame) -> Forward) {
+        let len = frame.len();
+        let mut waiting = false;
+        loop {
+            let peer = match route(self.hub, self.slot, frame) {
+                Forward::Done => break,
+                Forward::Full(back, peer) => {
+                    frame = back;
+                    peer
+                }
+            };
+            if !waiting {
+                self.hub.metrics().queue_full();
+                if !self.own.grow(len) {
+                    // This socket is ending: the frame goes with it.
+                    return;
+                }
+                waiting = true;
+                self.hub.enforce_budget();
+            }
+            let reading = tokio::select! {
+                reading = peer.room_or_stall(len, self.stall_timeout) => reading,
+                () = self.own.ending() => return,
+            };
+            if !reading {
+                debug!("the other side stopped reading; closed it");
+                break;
+            }
+        }
+        if waiting {
+            self.own.shrink(len);
+        }
+        if self.hub.ledger.over() {
+            self.hub.enforce_budget();
+        }
+    }
+}
+
+/// Reads the client's frames until the socket ends: data goes to `deliver` part by part, pings
+/// are answered, silence is met with pings and, past the idle timeout, the end of the socket.
+pub(crate) async fn read_side<R: AsyncRead + Unpin>(
     io: &mut R,
     mut frames: FrameReader,
-    member: &Membership,
-    outbox: &Outbox,
+    hub: &Hub,
+    queue: &SendQueue,
     limits: &Limits,
     mut deliver: impl Deliver,
 ) {
     let mut silence = Silence { last_heard: Instant::now(), received: frames.received(), limits };
     let wake = tokio::time::sleep(limits.ping_interval);
-    let ending = outbox.ending();
+    let ending = queue.ending();
     tokio::pin!(wake, ending);
-    let meter = Budgeted { outbox, hub: &member.hub };
+    let meter = Budgeted { queue, hub };
     loop {
-        let message = tokio::select! {
-            message = frames.read_message(io, &meter) => message,
+        let event = tokio::select! {
+            event = frames.read_event(io, &meter) => event,
             () = &mut ending => {
                 frames.discard(io, &meter).await;
                 return;
             }
             () = &mut wake => {
-                match silence.check(frames.received(), outbox) {
+                match silence.check(frames.received(), queue) {
                     Some(next) => wake.as_mut().reset(next),
                     None => return,
                 }
@@ -193,52 +431,42 @@ pub(super) async fn read_side<R: AsyncRead + Unpin>(
             }
         };
         silence.last_heard = Instant::now();
-        match message {
-            Ok(Some(message)) => {
-                if take_message(message, outbox, &mut deliver).await.is_break() {
-                    return;
-                }
+        let flow = match event {
+            Ok(Some(Event::Data(part))) => deliver.deliver(part).await,
+            Ok(Some(Event::Ping(payload))) => {
+                queue.pong(payload);
+                ControlFlow::Continue(())
+            }
+            Ok(Some(Event::Pong)) => ControlFlow::Continue(()),
+            Ok(Some(Event::Close(code))) => {
+                queue.end(End::Echo(code));
+                return;
             }
             Ok(None) => {
-                outbox.end(End::Abort);
+                queue.end(End::Abort);
                 return;
             }
             Err(err) => {
                 debug!(%err, "closing the socket");
                 match err.close() {
                     Some((code, reason)) => {
-                        outbox.end(End::Close { code, reason });
-                        // Keep reading (and dropping) so the close frame is not lost to a reset
-                        // of a connection with unread data; the caller bounds this in time.
-                        frames.discard(io, &meter).await;
+                        queue.end(End::close(code, reason));
+                        ControlFlow::Break(())
                     }
-                    None => outbox.end(End::Abort),
+                    None => {
+                        queue.end(End::Abort);
+                        return;
+                    }
                 }
-                return;
             }
+        };
+        if flow.is_break() {
+            // Keep reading (and dropping) so the close frame is not lost to a reset of a
+            // connection with unread data; the caller bounds this in time.
+            frames.discard(io, &meter).await;
+            return;
         }
     }
-}
-
-/// Acts on one message from the client; `Break` once it closed the socket.
-async fn take_message(message: Message, outbox: &Outbox, deliver: &mut impl Deliver) -> ControlFlow<()> {
-    match message {
-        Message::Text(text) => {
-            if is_peer_frame(&text) {
-                debug!("dropped a client frame posing as a relay notice");
-            } else {
-                deliver.deliver(OutFrame::text(text)).await;
-            }
-        }
-        Message::Binary(payload) => deliver.deliver(OutFrame::binary(payload)).await,
-        Message::Ping(payload) => outbox.pong(payload),
-        Message::Pong => {}
-        Message::Close(code) => {
-            outbox.end(End::Echo(code));
-            return ControlFlow::Break(());
-        }
-    }
-    ControlFlow::Continue(())
 }
 
 /// How long a socket has been silent, checked whenever its ping timer fires.
@@ -252,7 +480,7 @@ struct Silence<'a> {
 impl Silence<'_> {
     /// Pings a socket silent for the ping interval and ends one silent for the idle timeout;
     /// gives the time of the next check, or `None` once the socket is ended.
-    fn check(&mut self, received: u64, outbox: &Outbox) -> Option<Instant> {
+    fn check(&mut self, received: u64, queue: &SendQueue) -> Option<Instant> {
         let now = Instant::now();
         // A slow upload of one large message is not silence.
         if received != self.received {
@@ -262,11 +490,11 @@ impl Silence<'_> {
         let silent = now.saturating_duration_since(self.last_heard);
         if silent >= self.limits.idle_timeout {
             debug!(silent_ms = silent.as_millis() as u64, "peer stopped answering");
-            outbox.end(End::Close { code: close::GOING_AWAY, reason: "idle timeout" });
+            queue.end(End::close(close::GOING_AWAY, "idle timeout"));
             return None;
         }
         if silent >= self.limits.ping_interval {
-            outbox.ping();
+            queue.ping();
             Some(now + self.limits.ping_interval.min(self.limits.idle_timeout - silent))
         } else {
             Some(self.last_heard + self.limits.ping_interval)
@@ -276,94 +504,47 @@ impl Silence<'_> {
 
 /// A reader's meter: its socket's share of the memory budget, enforced as it grows.
 struct Budgeted<'a> {
-    outbox: &'a Outbox,
+    queue: &'a SendQueue,
     hub: &'a Hub,
 }
 
 impl Meter for Budgeted<'_> {
     fn grow(&self, bytes: usize) -> bool {
-        if !self.outbox.grow(bytes) {
+        if !self.queue.grow(bytes) {
             return false;
         }
         if self.hub.ledger.over() {
             self.hub.enforce_budget();
         }
-        self.outbox.ended().is_none()
+        !self.queue.is_ended()
     }
 
     fn shrink(&self, bytes: usize) {
-        self.outbox.shrink(bytes);
-    }
-}
-
-/// Hands a frame to the other side. While its queue is full this socket is not read, so the
-/// sender slows to the receiver's pace, and the waiting frame counts against the memory budget as
-/// this socket's; a receiver that writes nothing at all for `stall_timeout` is closed with 1013
-/// and its queue freed.
-pub(super) async fn forward(
-    slot: &Slot,
-    member: &Membership,
-    own: &Outbox,
-    mut frame: OutFrame,
-    stall_timeout: Duration,
-) {
-    let len = frame.payload.len();
-    let mut waiting = false;
-    loop {
-        let peer = match member.hub.forward(slot, member.role, member.conn, frame) {
-            Forward::Done => break,
-            Forward::Full(back, peer) => {
-                frame = back;
-                peer
-            }
-        };
-        if !waiting {
-            member.hub.metrics().queue_full();
-            if !own.grow(len) {
-                // This socket is ending: the frame goes with it.
-                return;
-            }
-            waiting = true;
-            member.hub.enforce_budget();
-        }
-        let reading = tokio::select! {
-            reading = peer.room_or_stall(len, stall_timeout) => reading,
-            () = own.ending() => return,
-        };
-        if !reading {
-            debug!("the other side stopped reading; closed it");
-            break;
-        }
-    }
-    if waiting {
-        own.shrink(len);
-    }
-    if member.hub.ledger.over() {
-        member.hub.enforce_budget();
+        self.queue.shrink(bytes);
     }
 }
 
 /// Writes this socket's queue, control frames and finally its close frame.
-pub(super) async fn write_side<W: AsyncWrite + Unpin>(io: &mut W, outbox: &Outbox) -> std::io::Result<()> {
+pub(crate) async fn write_side<W: AsyncWrite + Unpin>(io: &mut W, queue: &SendQueue) -> std::io::Result<()> {
     loop {
-        let action = match outbox.try_next() {
+        let action = match queue.try_next() {
             Some(action) => action,
             None => {
                 // Flush only when the queue runs dry: TLS records then carry several frames.
                 io.flush().await?;
-                outbox.next().await
+                queue.next().await
             }
         };
         match action {
             Action::Frame(frame) => {
                 // Frames queued behind this one go out in the same write.
                 let mut batch = Vec::new();
-                outbox.take_more(&mut batch, MAX_BATCH_FRAMES, MAX_BATCH_BYTES);
+                queue.take_more(&mut batch, MAX_BATCH_FRAMES, MAX_BATCH_BYTES);
                 if batch.is_empty() {
-                    codec::write_data_frame(io, frame, |n| outbox.wrote(n)).await?;
+                    codec::write_data_frame(io, frame, |n| queue.wrote(n)).await?;
                 } else {
                     batch.insert(0, frame);
-                    codec::write_frames(io, &mut batch, |n| outbox.wrote(n)).await?;
+                    codec::write_frames(io, &mut batch, |n| queue.wrote(n)).await?;
                 }
             }
             Action::Pong(payload) => codec::write_frame(io, codec::OP_PONG, &payload, |_| {}).await?,

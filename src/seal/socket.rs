@@ -63,13 +63,10 @@ pub fn broken_close() -> Message {
 }
 
 /// A presence notice of the relay's own, which the relay may send to a client in any session
-/// (docs/PROTOCOL.md, "Relay"): a text frame starting with U+0001, or the older `__peer` frame.
-/// `Err` for a frame that starts like a notice but does not read as one.
-pub fn relay_notice(text: &str) -> Option<Result<protocol::PeerNotice, ()>> {
-    match text.strip_prefix('\u{1}') {
-        Some(json) => Some(serde_json::from_str(json).map_err(|_| ())),
-        None => protocol::PeerNotice::parse(text).map(Ok),
-    }
+/// (docs/PROTOCOL.md, "Relay"): a text frame starting with U+0001. `Err` for a frame that starts
+/// like a notice but does not read as one.
+pub fn relay_notice(text: &str) -> Option<Result<protocol::Presence, ()>> {
+    protocol::presence::is_notice(text.as_bytes()).then(|| protocol::Presence::parse(text).ok_or(()))
 }
 
 /// Whether a frame is a client's `hello` (or a control frame), which a socket whose sealed

@@ -231,7 +231,7 @@ async fn an_impostor_agent_on_the_code_learns_no_token_and_the_phone_refuses_it(
     // The impostor plays the agent as well as it can: challenge, then a hello_ok whose handshake
     // message it has to make up (here with a token of its own: the phone's message 1 does not
     // open under it, so it answers a handshake of its own).
-    recv_type(&mut impostor, "__peer").await;
+    recv_type(&mut impostor, "presence").await;
     let challenge = "0123456789abcdef0123456789abcdef";
     send(&mut impostor, json!({"type":"challenge","protocol":2,"protocols":[2,3],"nonce": challenge})).await;
     let hello = recv_type(&mut impostor, "hello").await;
@@ -255,7 +255,7 @@ async fn an_impostor_agent_on_the_code_learns_no_token_and_the_phone_refuses_it(
         match next_frame(&mut impostor).await {
             Some(tokio_tungstenite::tungstenite::Message::Text(text)) => {
                 let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-                assert_eq!(value["type"], "__peer", "the impostor received {value}");
+                assert_eq!(value["type"], "presence", "the impostor received {value}");
                 if value["state"] == "left" {
                     break;
                 }
@@ -427,9 +427,10 @@ async fn results_of_a_departed_phone_never_reach_the_next_one() {
         tokio::time::timeout_at(quiet_until, futures_util::StreamExt::next(&mut second)).await
     {
         if let tokio_tungstenite::tungstenite::Message::Text(text) = frame {
-            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+            // The relay's notices are U+0001 and a JSON object.
+            let value: serde_json::Value = serde_json::from_str(text.trim_start_matches('\u{1}')).unwrap();
             assert!(
-                value["type"] == "__peer" || value["type"] == "challenge",
+                value["type"] == "presence" || value["type"] == "challenge",
                 "leaked to an unauthenticated phone: {value}"
             );
         }

@@ -17,7 +17,6 @@ use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
 use crate::support::{raise_open_file_limit, voxa_cmd};
 
@@ -35,7 +34,7 @@ const BURST: usize = 3;
 const COMMITTED_CONF: &str = include_str!("../../deploy/nginx/voxa-relay.conf");
 const COMMITTED_UNIT: &str = include_str!("../../deploy/systemd/voxa-relay@.service");
 
-type Socket = WebSocketStream<tokio_rustls::client::TlsStream<TcpStream>>;
+type Socket = voxa::net::dial::ClientSocket;
 
 /// Finds a program on PATH or in the sbin directories, where Debian puts nginx.
 fn find_program(name: &str) -> Option<PathBuf> {
@@ -208,11 +207,21 @@ impl Dialer {
             .map_err(|_| "TLS handshake timed out".to_owned())?
             .map_err(|err| format!("TLS: {err}"))?;
         let url = format!("wss://localhost:{}{path}", self.port);
-        let (ws, _) = timeout(WAIT, tokio_tungstenite::client_async(url, tls))
+        let mut request = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(url)
+            .map_err(|err| format!("request: {err}"))?;
+        let agent = path.starts_with("/agent");
+        if agent {
+            let offer = voxa::net::relay_framing::SUBPROTOCOL.parse().unwrap();
+            request.headers_mut().insert("sec-websocket-protocol", offer);
+        }
+        let tls: Box<dyn voxa::net::dial::Io> = Box::new(tls);
+        let (ws, _) = timeout(WAIT, tokio_tungstenite::client_async(request, tls))
             .await
             .map_err(|_| "upgrade timed out".to_owned())?
             .map_err(|err| format!("upgrade: {err}"))?;
-        Ok(ws)
+        // The simulated agent plays one phone's agent; the relay framing is the harness's to speak.
+        let ws = voxa::seal::Socket::plain(ws);
+        Ok(if agent { crate::harness::agent_view_of(ws).await } else { ws })
     }
 }
 
@@ -233,10 +242,18 @@ where
 }
 
 async fn expect_joined(socket: &mut Socket, peer: &str) -> Result<(), String> {
-    let expected = format!(r#"{{"type":"__peer","peer":"{peer}","state":"joined"}}"#);
-    match next_text(socket).await? {
-        text if text == expected => Ok(()),
-        other => Err(format!("expected {peer} joined, got {other}")),
+    let text = next_text(socket).await?;
+    // What the relay tells a phone starts with U+0001; the agent's view of the relay framing
+    // shows the same notice as plain JSON.
+    let json = match peer {
+        "agent" => text.strip_prefix('\u{1}').ok_or_else(|| format!("expected a relay notice, got {text}"))?,
+        _ => text.as_str(),
+    };
+    let notice: serde_json::Value =
+        serde_json::from_str(json).map_err(|_| format!("expected {peer} joined, got {text}"))?;
+    match notice == serde_json::json!({"type": "presence", "peer": peer, "state": "joined"}) {
+        true => Ok(()),
+        false => Err(format!("expected {peer} joined, got {text}")),
     }
 }
 

@@ -357,11 +357,8 @@ async fn a_peer_that_does_not_complete_the_exchange_is_closed_executor_unauthent
     let started = Instant::now();
     assert_eq!(recv_json(&mut socket).await["code"], "executor-unauthenticated");
     assert!(started.elapsed() >= Duration::from_secs(4), "refused too early: {:?}", started.elapsed());
-    // The environment closed its side (1008) and dials again for the next host.
-    let left = recv_json(&mut socket).await;
-    assert_eq!((left["peer"].as_str(), left["state"].as_str()), (Some("agent"), Some("left")), "{left}");
-    wait_agent_joined(&mut socket).await;
-    drop(socket);
+    // The environment has the relay close this peer (1008); the next host starts afresh.
+    assert_eq!(recv_close(&mut socket).await, (1008, "executor-unauthenticated".into()));
     // A hello that is answered but never followed by a bearer is no better than silence.
     let (mut socket, nonce) = host_hello(&relay, &issued.line.code, &issued.line.env_key).await;
     let identity = recv_type(&mut socket, "identity").await;
@@ -436,7 +433,7 @@ async fn an_impostor_holding_the_code_but_not_the_key_is_caught() {
                 match next_frame(&mut impostor).await {
                     Some(tokio_tungstenite::tungstenite::Message::Text(text)) => {
                         let value: Value = serde_json::from_str(&text).unwrap();
-                        assert_eq!(value["type"], "__peer", "the impostor received {value}");
+                        assert_eq!(value["type"], "presence", "the impostor received {value}");
                         if value["state"] == "left" {
                             break;
                         }
@@ -612,8 +609,9 @@ async fn until_left(socket: &mut ClientSocket) -> Vec<Value> {
     loop {
         match next_frame(socket).await {
             Some(tokio_tungstenite::tungstenite::Message::Text(text)) => {
-                let value: Value = serde_json::from_str(&text).unwrap();
-                let left = value["type"] == "__peer" && value["state"] == "left";
+                // A relay notice is U+0001 and a JSON object.
+                let value: Value = serde_json::from_str(text.trim_start_matches('\u{1}')).unwrap();
+                let left = value["type"] == "presence" && value["state"] == "left";
                 heard.push(value);
                 if left {
                     return heard;

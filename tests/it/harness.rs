@@ -286,12 +286,131 @@ pub fn hello_for(token: &str, challenge: &str) -> Value {
     json!({"type":"hello","protocol":2,"nonce": nonce,"proof": proof,"client":"voxa-tests/1"})
 }
 
-/// Opens a WebSocket.
+/// Opens a WebSocket. A socket at a relay's `/agent` is seen through [`agent_view`].
 pub async fn connect(url: &str) -> ClientSocket {
+    if url.contains("/agent?") {
+        return agent_view(url).await;
+    }
     tokio::time::timeout(STEP, voxa::net::dial::connect(url, &DialOptions::default()))
         .await
         .expect("connect in time")
         .unwrap()
+}
+
+/// An agent's socket at a relay, seen as a test playing a one-phone agent sees it: the phone's
+/// frames as they are (its parts put together), `JOINED` and `LEFT` as JSON
+/// `{"type":"presence","peer":"phone","state":…}` text frames, and what the test sends going to
+/// the phone that joined last. The relay framing itself is exercised in `relay`; here a task
+/// translates between it and an in-memory socket the test holds.
+pub async fn agent_view(url: &str) -> ClientSocket {
+    let options = DialOptions { subprotocol: Some(voxa::net::relay_framing::SUBPROTOCOL), ..Default::default() };
+    let relay =
+        tokio::time::timeout(STEP, voxa::net::dial::connect(url, &options)).await.expect("connect in time").unwrap();
+    agent_view_of(relay).await
+}
+
+/// [`agent_view`] of an agent socket already open (with the relay framing) to a relay.
+pub async fn agent_view_of(relay: ClientSocket) -> ClientSocket {
+    use tokio_tungstenite::tungstenite::protocol::Role;
+    use tokio_tungstenite::WebSocketStream;
+    let (test_io, bridge_io) = tokio::io::duplex(1 << 20);
+    let config = voxa::net::http::websocket_config();
+    let test_io: Box<dyn voxa::net::dial::Io> = Box::new(test_io);
+    let test_side = WebSocketStream::from_raw_socket(test_io, Role::Client, Some(config)).await;
+    let bridge_side = WebSocketStream::from_raw_socket(bridge_io, Role::Server, Some(config)).await;
+    tokio::spawn(bridge_agent_view(relay, bridge_side));
+    voxa::seal::Socket::plain(test_side)
+}
+
+async fn bridge_agent_view<T>(relay: ClientSocket, test: tokio_tungstenite::WebSocketStream<T>)
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use voxa::net::relay_framing::{self, Kind};
+    let (mut relay_tx, mut relay_rx) = relay.split();
+    let (mut test_tx, mut test_rx) = test.split();
+    let (mut current, mut partial) = (None::<u32>, Vec::new());
+    // What the test sent before the relay's JOINED reached this task: it goes to that phone.
+    let mut early: Vec<Message> = Vec::new();
+    let presence = |state: &str| Message::text(json!({"type":"presence","peer":"phone","state":state}).to_string());
+    loop {
+        tokio::select! {
+            from_relay = relay_rx.next() => {
+                let data = match from_relay {
+                    Some(Ok(Message::Binary(data))) => data,
+                    Some(Ok(Message::Close(frame))) => {
+                        let _ = test_tx.send(Message::Close(frame)).await;
+                        return;
+                    }
+                    Some(Ok(_)) => continue,
+                    Some(Err(_)) | None => return,
+                };
+                let Some((kind, peer, payload)) = relay_framing::split(&data) else { return };
+                let message = match kind {
+                    Kind::Joined => {
+                        current = Some(peer);
+                        partial.clear();
+                        for message in early.drain(..) {
+                            let framed = match message {
+                                Message::Text(text) => relay_framing::message(Kind::Text, peer, text.as_bytes()),
+                                Message::Binary(data) => relay_framing::message(Kind::Binary, peer, &data),
+                                _ => continue,
+                            };
+                            if relay_tx.send(Message::binary(framed)).await.is_err() {
+                                return;
+                            }
+                        }
+                        presence("joined")
+                    }
+                    Kind::Left => {
+                        if current == Some(peer) {
+                            current = None;
+                        }
+                        presence("left")
+                    }
+                    Kind::Part => {
+                        partial.extend_from_slice(payload);
+                        continue;
+                    }
+                    Kind::Text | Kind::Binary => {
+                        let mut whole = std::mem::take(&mut partial);
+                        whole.extend_from_slice(payload);
+                        match kind {
+                            Kind::Text => Message::text(String::from_utf8_lossy(&whole).into_owned()),
+                            _ => Message::binary(whole),
+                        }
+                    }
+                    Kind::ClosePeer => continue,
+                };
+                if test_tx.send(message).await.is_err() {
+                    return;
+                }
+            }
+            from_test = test_rx.next() => {
+                let framed = match from_test {
+                    Some(Ok(message @ (Message::Text(_) | Message::Binary(_)))) if current.is_none() => {
+                        if early.len() < 256 {
+                            early.push(message);
+                        }
+                        continue;
+                    }
+                    Some(Ok(Message::Text(text))) => current.map(|peer| relay_framing::message(Kind::Text, peer, text.as_bytes())),
+                    Some(Ok(Message::Binary(data))) => current.map(|peer| relay_framing::message(Kind::Binary, peer, &data)),
+                    Some(Ok(Message::Close(frame))) => {
+                        let _ = relay_tx.send(Message::Close(frame)).await;
+                        continue;
+                    }
+                    Some(Ok(_)) => continue,
+                    Some(Err(_)) | None => return,
+                };
+                if let Some(framed) = framed {
+                    if relay_tx.send(Message::binary(framed)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The phone's socket at the relay for `code`.
@@ -318,11 +437,14 @@ pub async fn next_frame(socket: &mut ClientSocket) -> Option<Message> {
     .expect("a frame in time")
 }
 
-/// Next JSON text frame.
+/// Next JSON text frame. A relay notice (U+0001 and a JSON object) comes as its JSON object,
+/// whose `type` is `presence`.
 pub async fn recv_json(socket: &mut ClientSocket) -> Value {
     loop {
         match next_frame(socket).await {
-            Some(Message::Text(text)) => return serde_json::from_str(&text).unwrap(),
+            Some(Message::Text(text)) => {
+                return serde_json::from_str(text.strip_prefix('\u{1}').unwrap_or(&text)).unwrap()
+            }
             Some(Message::Binary(_)) => continue,
             other => panic!("expected a JSON frame, got {other:?}"),
         }
@@ -350,11 +472,11 @@ pub async fn recv_result(socket: &mut ClientSocket, id: &str) -> Value {
     }
 }
 
-/// Waits for `__peer agent joined`.
+/// Waits for the relay's notice that the agent joined.
 pub async fn wait_agent_joined(socket: &mut ClientSocket) {
     loop {
         let value = recv_json(socket).await;
-        if value["type"] == "__peer" && value["peer"] == "agent" && value["state"] == "joined" {
+        if value["type"] == "presence" && value["peer"] == "agent" && value["state"] == "joined" {
             return;
         }
     }
@@ -483,7 +605,19 @@ pub fn parse_response(response: &[u8]) -> (u16, String) {
 }
 
 /// A WebSocket upgrade request for `path` with `extra` header lines.
+///
+/// A request for `/agent` offers the relay framing, as every voxa agent does; see
+/// [`bare_upgrade_request`] for one that does not.
 pub fn upgrade_request(path: &str, extra: &str) -> String {
+    if path.starts_with("/agent") {
+        let offer = format!("Sec-WebSocket-Protocol: {}\r\n{extra}", voxa::net::relay_framing::SUBPROTOCOL);
+        return bare_upgrade_request(path, &offer);
+    }
+    bare_upgrade_request(path, extra)
+}
+
+/// A WebSocket upgrade request with only the headers given in `extra`.
+pub fn bare_upgrade_request(path: &str, extra: &str) -> String {
     format!(
         "GET {path} HTTP/1.1\r\nHost: relay\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n"

@@ -15,9 +15,9 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio_tungstenite::tungstenite::Message;
 use voxa::net::http::{self, HeadError, RequestHead};
+use voxa::net::relay_framing;
 use voxa::protocol::{
-    self, AgentMessage, BearerFrame, ClientMessage, ErrorCode, Hello, HelloOk, PeerNotice, ToolCall, ToolError,
-    ToolResult,
+    self, AgentMessage, BearerFrame, ClientMessage, ErrorCode, Hello, HelloOk, ToolCall, ToolError, ToolResult,
 };
 
 use crate::harness::*;
@@ -255,16 +255,12 @@ fn message_has_float(message: &ClientMessage) -> bool {
 /// together.
 fn decode_everything(text: &str) -> Result<(), TestCaseError> {
     let parsed = protocol::parse_client(text);
-    let peer = protocol::is_peer_frame(text);
-    let notice = PeerNotice::parse(text);
-    if notice.is_some() {
-        prop_assert!(peer, "a parsed notice must count as a peer frame: {text:?}");
+    // Only a text starting with U+0001 is a relay notice, and no JSON frame starts with it.
+    if relay_framing::Presence::parse(text).is_some() {
+        prop_assert!(relay_framing::is_notice(text.as_bytes()), "a notice without its mark: {text:?}");
     }
-    // What a lenient reader (a JavaScript phone) would take as presence must never pass the relay.
-    if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(text) {
-        if map.get("type").and_then(Value::as_str) == Some(protocol::PEER_TYPE) {
-            prop_assert!(peer, "a frame typed __peer was not recognised: {text:?}");
-        }
+    if serde_json::from_str::<Value>(text).is_ok() {
+        prop_assert!(!relay_framing::is_notice(text.as_bytes()), "a JSON frame taken for a notice: {text:?}");
     }
     if let Ok(message) = parsed {
         if !message_has_float(&message) {
@@ -305,7 +301,7 @@ proptest! {
     fn client_messages_round_trip(message in client_message()) {
         let text = serde_json::to_string(&message).unwrap();
         prop_assert_eq!(protocol::parse_client(&text).unwrap(), message);
-        prop_assert!(!protocol::is_peer_frame(&text), "a client message is not presence: {}", text);
+        prop_assert!(!relay_framing::is_notice(text.as_bytes()), "a client message is not presence: {}", text);
     }
 
     #[test]
@@ -347,7 +343,7 @@ fn peer_spelling() -> impl Strategy<Value = (String, Value)> {
     )
         .prop_map(|(value_escapes, key_escapes, peer, state, extra, decoy, decoy_first, space)| {
             let mut fields = vec![
-                (spelled("type", &key_escapes), spelled(protocol::PEER_TYPE, &value_escapes)),
+                (spelled("type", &key_escapes), spelled("__peer", &value_escapes)),
                 ("\"peer\"".to_owned(), format!("\"{peer}\"")),
                 ("\"state\"".to_owned(), format!("\"{state}\"")),
             ];
@@ -372,27 +368,19 @@ fn peer_spelling() -> impl Strategy<Value = (String, Value)> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
-    /// The relay drops client frames typed `__peer`: however the type is spelled (escapes, key
-    /// order, whitespace, a duplicate `type` member), the frame is recognised.
+    /// Presence is no longer spelled in JSON: a frame typed `__peer`, however it is spelled
+    /// (escapes, key order, whitespace, a duplicate `type` member), is an ordinary frame that
+    /// the relay passes on and no endpoint takes for a notice.
     #[test]
-    fn presence_is_recognised_however_it_is_spelled((text, _) in peer_spelling()) {
-        prop_assert!(protocol::is_peer_frame(&text), "forged presence passes: {}", text);
-    }
-
-    /// And frames that only mention the marker in other fields are ordinary frames.
-    #[test]
-    fn the_marker_elsewhere_is_not_presence(kind in "[a-z_]{1,12}", text in any::<String>(), nested in json_value()) {
-        prop_assume!(kind != protocol::PEER_TYPE);
-        let frame = json!({"type": kind, "text": format!("{text}{}", protocol::PEER_TYPE), "args": {"type": protocol::PEER_TYPE, "n": nested}});
-        prop_assert!(!protocol::is_peer_frame(&frame.to_string()));
-        let say = json!({"type": "say", "text": format!("\\u005f_peer {}", protocol::PEER_TYPE)});
-        prop_assert!(!protocol::is_peer_frame(&say.to_string()));
+    fn json_presence_however_it_is_spelled_is_an_ordinary_frame((text, _) in peer_spelling()) {
+        prop_assert!(!relay_framing::is_notice(text.as_bytes()), "{}", text);
+        prop_assert!(relay_framing::Presence::parse(&text).is_none(), "{}", text);
     }
 }
 
 #[test]
 fn spelled_peer_frames_are_well_formed_json_typed_peer() {
-    // Guards the generator above: its frames must really be presence frames to a JSON reader.
+    // Guards the generator above: its frames must really be JSON presence frames of old.
     let mut runner = TestRunner::default();
     for _ in 0..64 {
         let (text, expect) = peer_spelling().new_tree(&mut runner).unwrap().current();
@@ -401,7 +389,7 @@ fn spelled_peer_frames_are_well_formed_json_typed_peer() {
     }
     let escaped = r#"{"type":"\u005f_peer","peer":"agent","state":"left"}"#;
     assert_eq!(serde_json::from_str::<Value>(escaped).unwrap()["type"], "__peer");
-    assert!(protocol::is_peer_frame(escaped), "an escaped marker is still the marker");
+    assert!(relay_framing::Presence::parse(escaped).is_none());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -780,9 +768,7 @@ async fn hostile_session(
     let (mine, theirs) = if as_agent { ("agent", "ws") } else { ("ws", "agent") };
     let _peer = if with_peer { Some(connect(&format!("ws://{relay}/{theirs}?code={code}")).await) } else { None };
     let mut tcp = tokio::net::TcpStream::connect(relay).await.unwrap();
-    let request = format!(
-        "GET /{mine}?code={code} HTTP/1.1\r\nHost: {relay}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
-    );
+    let request = upgrade_request(&format!("/{mine}?code={code}"), "");
     tcp.write_all(request.as_bytes()).await.unwrap();
     let _ = tcp.write_all(&bytes).await;
     let _ = tcp.shutdown().await;

@@ -1,7 +1,7 @@
 //! The module layers point one way (docs/ARCHITECTURE.md): reads every `src/**/*.rs`, maps each
 //! `crate::…`, `super::…` and `self::…` path outside test code to the module it names, and fails
-//! on an import from a higher layer or on modules that import each other (directly or round a
-//! longer circle).
+//! on an import from a higher layer, on modules that import each other (directly or round a
+//! longer circle), or on a leaf (the relay) importing more than it may.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -13,6 +13,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("commands", 5),
     ("cli", 4),
     ("agent", 3),
+    ("hosted", 3),
     ("relay", 3),
     ("environments", 3),
     ("gemini", 3),
@@ -31,6 +32,13 @@ const LAYERS: &[(&str, u8)] = &[
     ("logging", 1),
     ("text", 1),
 ];
+
+/// Modules that may import only the modules listed (and their own children), whatever their layer.
+/// The relay is a leaf: pairing, forwarding, limits, budget and metrics need `net` (HTTP heads, the
+/// relay framing, the web client's files) and `protocol` (roles, limits, close codes), plus
+/// `secret` to compare the relay token in constant time and `text` to cut a close reason on a
+/// character boundary — nothing that knows what a session, a tool or a voice call is.
+const LEAVES: &[(&str, &[&str])] = &[("relay", &["net", "protocol", "secret", "text"])];
 
 #[test]
 fn imports_never_point_up_and_never_close_a_circle() {
@@ -66,6 +74,27 @@ fn the_checker_finds_an_upward_import_and_a_circle() {
     assert!(problems.iter().any(|p| p.contains("circle") && p.contains("agent::link")), "{problems:#?}");
     assert!(problems.iter().any(|p| p.contains("circle: agent → net → agent")), "{problems:#?}");
     assert!(!problems.iter().any(|p| p.starts_with("protocol")), "{problems:#?}");
+}
+
+#[test]
+fn the_checker_holds_the_relay_to_its_leaf_imports() {
+    let sources: BTreeMap<String, String> = [
+        ("lib.rs", "pub mod relay; pub mod gemini; pub mod net; pub mod protocol;"),
+        ("relay/mod.rs", "mod hub; use crate::net::http; use crate::protocol::PeerRole;"),
+        // Same layer, so no upward import: only the leaf rule catches it.
+        ("relay/hub.rs", "use super::super::gemini::GeminiConfig; use crate::net::relay_framing;"),
+        ("gemini/mod.rs", "use crate::net::dial;"),
+        ("net/mod.rs", "pub mod http; pub mod dial; pub mod relay_framing;"),
+        ("net/http.rs", ""),
+        ("net/dial.rs", ""),
+        ("net/relay_framing.rs", "use crate::protocol::PeerRole;"),
+        ("protocol.rs", ""),
+    ]
+    .into_iter()
+    .map(|(path, text)| (path.to_owned(), text.to_owned()))
+    .collect();
+    let problems = check(&sources);
+    assert_eq!(problems, ["relay::hub imports gemini, and relay may import only net, protocol, secret, text"]);
 }
 
 /// `path → text` of every `.rs` file under `dir`, paths relative to `root`.
@@ -116,6 +145,11 @@ fn check(sources: &BTreeMap<String, String>) -> Vec<String> {
             if let (Some(low), Some(high)) = (rank(from), rank(to)) {
                 if high > low {
                     problems.push(format!("{from} imports {to}, a higher layer"));
+                }
+            }
+            if let Some((leaf, allowed)) = LEAVES.iter().find(|(leaf, _)| top(from) == *leaf) {
+                if top(to) != *leaf && !to.is_empty() && !allowed.contains(&top(to)) {
+                    problems.push(format!("{from} imports {to}, and {leaf} may import only {}", allowed.join(", ")));
                 }
             }
             if rank(to).is_none() && !to.is_empty() {

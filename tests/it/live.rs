@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use voxa::agent::LinkEvent;
+use voxa::hosted::{Hosting, LiveConfig};
 use voxa::net::dial::DialOptions;
-use voxa::relay::{LiveConfig, RelayConfig};
+use voxa::relay::RelayConfig;
 use voxa::secret::Secret;
 
 use crate::fake_gemini::{FakeGemini, FakeOptions, Kind};
@@ -18,7 +19,7 @@ use crate::harness::*;
 async fn hosting_relay(fake: &FakeGemini, tweak: impl FnOnce(&mut LiveConfig)) -> TestRelay {
     let mut live = LiveConfig::new(fake.config(KEY));
     tweak(&mut live);
-    TestRelay::with_config(RelayConfig { live: Some(live), ..Default::default() }).await
+    TestRelay::with_config(RelayConfig { service: Some(Hosting::service(live)), ..Default::default() }).await
 }
 
 /// An agent in hosted mode (no Gemini key of its own) linked to `relay`.
@@ -339,7 +340,7 @@ async fn live_is_gated_by_the_proxy_token_or_else_the_relay_token_and_absent_wit
     let relay_token = Secret::from_string("relay-token-5d2e".into());
     let gated = TestRelay::with_config(RelayConfig {
         token: Some(relay_token.clone()),
-        live: Some(config.clone()),
+        service: Some(Hosting::service(config.clone())),
         ..Default::default()
     })
     .await;
@@ -356,7 +357,7 @@ async fn live_is_gated_by_the_proxy_token_or_else_the_relay_token_and_absent_wit
     config.proxy_token = Some(Secret::from_string("proxy-token-9a1b".into()));
     let proxied = TestRelay::with_config(RelayConfig {
         token: Some(relay_token.clone()),
-        live: Some(config),
+        service: Some(Hosting::service(config)),
         ..Default::default()
     })
     .await;
@@ -420,7 +421,7 @@ async fn voxa_relay_hosts_calls_with_a_key_file_and_its_log_holds_one_line_per_c
     drop(phone);
     let (_, stderr) = child.stop();
     let stderr = without_colours(&stderr);
-    let tag = voxa::relay::code_tag(agent.code());
+    let tag = voxa::hosted::code_tag(agent.code());
     let lines: Vec<_> = stderr.lines().filter(|line| !line.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "the call's summary is the relay's only line: {stderr}");
     for field in [
@@ -509,7 +510,12 @@ async fn a_hundred_hosted_calls_stream_audio_at_once() {
     let fake = FakeGemini::start(FakeOptions { echo_audio: true, ..FakeOptions::new(KEY) }).await;
     // Every laptop and phone comes from 127.0.0.1: no per-address limit, as behind a proxy.
     let live = Some(LiveConfig::new(fake.config(KEY)));
-    let relay = TestRelay::with_config(RelayConfig { live, max_connections_per_ip: 0, ..Default::default() }).await;
+    let relay = TestRelay::with_config(RelayConfig {
+        service: live.map(Hosting::service),
+        max_connections_per_ip: 0,
+        ..Default::default()
+    })
+    .await;
     let mut agents = Vec::with_capacity(CALLS);
     for _ in 0..CALLS {
         agents.push(hosted_agent(&relay).await);
@@ -755,12 +761,15 @@ async fn a_call_needs_challenge_hello_and_hello_ok_in_order_each_from_its_side()
 }
 
 #[tokio::test]
-async fn a_second_live_phone_on_a_code_replaces_the_first_and_ends_its_call() {
+async fn a_second_live_phone_on_a_code_joins_beside_the_first_with_a_call_of_its_own() {
     let Call { mut fake, relay, agent, mut phone, conn } = Call::start(|_| {}).await;
     let (mut second, _) = live_phone(&relay, &agent).await;
-    assert_eq!(recv_close(&mut phone.socket).await, (4001, "replaced".into()));
-    fake.expect_closed(conn).await;
     // The newcomer proved the token to the laptop itself; its call is its own.
     let (next, _) = start_call(&mut second, &mut fake).await;
     assert_ne!(next, conn);
+    // The first phone's call went on meanwhile: it ends when that phone ends it.
+    send(&mut phone.socket, json!({"type":"call_end"})).await;
+    fake.expect_closed(conn).await;
+    send(&mut second.socket, json!({"type":"call_end"})).await;
+    fake.expect_closed(next).await;
 }

@@ -11,7 +11,8 @@ use std::path::Path;
 use fantoccini::actions::{InputSource, MouseActions, PointerAction, MOUSE_BUTTON_LEFT};
 use serde_json::{json, Value};
 
-use voxa::relay::{LiveConfig, RelayConfig};
+use voxa::hosted::{Hosting, LiveConfig};
+use voxa::relay::RelayConfig;
 use voxa::secret::Secret;
 
 use crate::browser::{tone_wav, Browser, Scheme};
@@ -136,7 +137,8 @@ impl CallScene {
         let scratch = tempfile::tempdir().unwrap();
         let browser = browser_with_tone(&scratch, scheme).await?;
         let live = Some(LiveConfig::new(fake.config(RELAY_KEY)));
-        let relay = TestRelay::with_config(RelayConfig { live, ..Default::default() }).await;
+        let relay =
+            TestRelay::with_config(RelayConfig { service: live.map(Hosting::service), ..Default::default() }).await;
         let config = fake.config(KEY);
         let agent = TestAgent::start_with(Some(relay.url()), |options| options.gemini = Some(config)).await;
         let link = format!("http://{}/?code={}&token={}", relay.addr, agent.code(), agent.token());
@@ -428,7 +430,8 @@ async fn call_says_why_when_there_is_no_voice_and_hosted_refusals_are_sentences(
         // `/ws` and says why there is no voice.
         (Some(gated), "This relay hosts voice only for apps that send it a token", "proxy-token"),
     ] {
-        let relay = TestRelay::with_config(RelayConfig { live, ..Default::default() }).await;
+        let relay =
+            TestRelay::with_config(RelayConfig { service: live.map(Hosting::service), ..Default::default() }).await;
         let said = call_refusal(&browser, &relay).await;
         assert!(said.starts_with(sentence) && said.ends_with(&format!("({code})")), "{said}");
         relay.kill().await;

@@ -102,10 +102,18 @@ export const AGENT_FRAMES = /** @type {const} */ ([
   'push_subscribed',
 ]);
 
+/**
+ * `type` of the frames an agent sends outside its protocol enum: a session's events, forwarded
+ * as the store keeps them (docs/PROTOCOL.md, "Coding-agent sessions").
+ */
+export const SESSION_FRAMES = /** @type {const} */ ([
+  'agent_event',
+]);
+
 /** @typedef {typeof ERROR_CODES[number]} ErrorCode */
 /** @typedef {typeof CALL_ERROR_CODES[number]} CallErrorCode */
 /** @typedef {typeof CLIENT_FRAMES[number]} ClientFrameType */
-/** @typedef {typeof AGENT_FRAMES[number]} AgentFrameType */
+/** @typedef {typeof AGENT_FRAMES[number] | typeof SESSION_FRAMES[number]} AgentFrameType */
 
 /**
  * A frame as it arrived: its `type` checked against AGENT_FRAMES, every other member still
@@ -119,11 +127,11 @@ export const AGENT_FRAMES = /** @type {const} */ ([
  */
 
 /** @type {ReadonlySet<string>} */
-const AGENT_FRAME_SET = new Set(AGENT_FRAMES);
+const AGENT_FRAME_SET = new Set([...AGENT_FRAMES, ...SESSION_FRAMES]);
 
 /**
  * The frame in a text message from the agent, or `null` for anything that is not a JSON object
- * with a known `type` (dropped, as docs/PROTOCOL.md asks of unknown frames).
+ * with a known `type` (AGENT_FRAMES or SESSION_FRAMES; anything else is dropped, as docs/PROTOCOL.md asks of unknown frames).
  * @param {string} text
  * @returns {AgentFrame | null}
  */

@@ -34,6 +34,7 @@
  * @property {Environment[]} environments other machines this laptop routes calls to
  * @property {string} env the environment calls go to (`''`: the laptop itself)
  * @property {string} tab the tool panel shown (`terminal`, `files`, `screen`, `agent`, `status`)
+ * @property {string} agentSession the coding-agent session the agent view has open ('' for its list)
  * @property {string} notice an error the laptop reported outside any call ('' for none)
  * @property {ServerOffer} server what `/config` said
  */
@@ -55,6 +56,7 @@ export function initialState() {
     environments: [],
     env: '',
     tab: 'terminal',
+    agentSession: '',
     notice: '',
     server: {},
   };

@@ -59,14 +59,17 @@ export class Approvals {
       if (session) session.addEventListener('approval', this.onFrame);
       this.clear();
     });
+    // Each new connection follows again (the agent view sends the `follow`, agent/panel.js): the
+    // laptop then sends every approval still open.
     store.watch(['online'], ({ online }) => {
       this.online = online;
-      // Each new connection follows again: the laptop then sends every approval still open.
-      if (online && this.session) this.session.sendJson({ type: 'follow' });
       this.refresh();
     });
-    store.watch(['view'], ({ view }) => {
+    /** The coding-agent session the agent view shows: its approvals are answered there. */
+    this.shownSession = '';
+    store.watch(['view', 'tab', 'agentSession'], ({ view, tab, agentSession }) => {
       this.view = view;
+      this.shownSession = tab === 'agent' ? agentSession : '';
       this.refresh();
     });
   }
@@ -99,120 +102,22 @@ export class Approvals {
     const card = this.cards.get(frame.approval);
     if (!card) return;
     this.cards.delete(frame.approval);
-    const verdict = frame.decision === 'deny' ? 'Denied' : 'Allowed';
-    const by = DECIDERS[frame.by] || text(frame.by);
-    // A person's words are shown; the laptop's own (expiry, restart) are said by `by` already.
-    const words = ['phone', 'voice', 'cli'].includes(frame.by) && frame.message ? `: ${text(frame.message)}` : '';
-    const said = `${verdict}${by ? ` — ${by}` : ''}${words}`;
-    card.node.dataset.state = 'resolved';
-    for (const button of card.buttons) button.disabled = true;
-    card.message.disabled = true;
-    card.left.textContent = '';
-    card.status.textContent = said;
-    this.announce.textContent = `${text(card.frame.summary)}: ${said}`;
+    this.announce.textContent = `${text(card.frame.summary)}: ${settle(card, frame)}`;
     setTimeout(() => card.node.remove(), RESOLVED_LINGER_MS);
     this.refresh();
   }
 
-  /**
-   * @param {AgentFrame} frame
-   * @returns {Card}
-   */
+  /** @param {AgentFrame} frame */
   card(frame) {
-    const id = frame.approval;
-    const risk = typeof frame.risk === 'string' ? frame.risk : 'exec';
-    const summaryId = `${id}-summary`;
-    const left = el('span', { class: 'left', role: 'timer', 'aria-label': 'Time left' });
-    const message = el('input', {
-      type: 'text', 'aria-label': 'Message', placeholder: 'Why (optional, the asker reads it)', autocomplete: 'off',
-      maxlength: '4000',
+    return approvalCard(frame, (card, decision) => {
+      if (this.session) answer(this.session, card, decision);
     });
-    const status = el('p', { class: 'approval-status', role: 'status' });
-    /** @type {Card} */
-    const card = { frame, node: el('li'), left, buttons: [], message, status, answers: {} };
-    const button = (/** @type {string} */ name, /** @type {string} */ decision, /** @type {string} */ kind) => {
-      const node = el('button', {
-        type: 'button', class: kind, 'aria-describedby': summaryId, onclick: () => this.answer(card, decision),
-      }, name);
-      card.buttons.push(node);
-      return node;
-    };
-    const questions = Array.isArray(frame.questions) ? frame.questions : [];
-    const actions = el('div', { class: 'row approval-actions' },
-      questions.length === 0 ? button('Allow', 'allow', 'allow') : null,
-      frame.allow_session === true ? button('Allow for session', 'allow_session', 'secondary') : null,
-      button('Deny', 'deny', 'danger'));
-    card.node = el('li', { class: 'approval-card', 'data-risk': risk, 'aria-labelledby': summaryId },
-      el('div', { class: 'approval-head' },
-        el('span', { class: 'risk' }, RISKS[risk] || risk),
-        left),
-      el('p', { class: 'approval-summary', id: summaryId }, text(frame.summary) || text(frame.tool)),
-      el('p', { class: 'muted' }, `${text(frame.tool)} · ${source(frame.source)}`),
-      ...questions.map((/** @type {any} */ question) => this.question(card, question)),
-      detail(frame),
-      el('label', { class: 'approval-message' }, el('span', { class: 'sr-only' }, 'Message'), message),
-      actions,
-      status);
-    return card;
-  }
-
-  /**
-   * A question of a coding agent: its options are buttons named by their labels.
-   * @param {Card} card
-   * @param {any} question
-   */
-  question(card, question) {
-    const asked = text(question && question.question);
-    const options = Array.isArray(question && question.options) ? question.options : [];
-    return el('fieldset', { class: 'approval-question' },
-      el('legend', {}, asked),
-      ...options.map((/** @type {any} */ option) => {
-        const label = text(option && option.label);
-        const node = el('button', {
-          type: 'button', class: 'secondary', 'aria-pressed': 'false',
-          title: text(option && option.description) || undefined,
-          onclick: () => {
-            card.answers[asked] = label;
-            for (const other of node.parentElement ? node.parentElement.querySelectorAll('button') : []) {
-              other.setAttribute('aria-pressed', String(other === node));
-            }
-            const every = (Array.isArray(card.frame.questions) ? card.frame.questions : [])
-              .every((/** @type {any} */ q) => text(q && q.question) in card.answers);
-            if (every) this.answer(card, 'allow');
-          },
-        }, label);
-        card.buttons.push(node);
-        return node;
-      }));
-  }
-
-  /**
-   * Sends the user's decision; the card goes once the laptop says it was decided.
-   * @param {Card} card
-   * @param {string} decision
-   */
-  answer(card, decision) {
-    if (!this.session) return;
-    /** @type {import('../protocol.js').ClientFrame} */
-    const frame = { type: 'approve', approval: card.frame.approval, decision };
-    const message = card.message.value.trim();
-    if (message) frame.message = message;
-    if (Object.keys(card.answers).length > 0) frame.answers = { ...card.answers };
-    if (!this.session.sendJson(frame)) {
-      card.status.textContent = 'Not sent: the laptop is not connected. It stays open; answer once it is back.';
-      return;
-    }
-    for (const button of card.buttons) button.disabled = true;
-    card.status.textContent = 'Sending…';
   }
 
   /** Updates every card's time left, once a second while any waits. */
   tick() {
     const now = Date.now();
-    for (const card of this.cards.values()) {
-      const left = Math.max(0, Number(card.frame.expires_at) - now);
-      card.left.textContent = left > 0 ? `${clock(left)} left` : 'expiring…';
-    }
+    for (const card of this.cards.values()) showTimeLeft(card, now);
     if (this.cards.size > 0 && this.ticker === undefined) this.ticker = setInterval(() => this.tick(), 1000);
     if (this.cards.size === 0 && this.ticker !== undefined) {
       clearInterval(this.ticker);
@@ -231,7 +136,15 @@ export class Approvals {
 
   refresh() {
     const waiting = this.cards.size;
-    this.panel.hidden = this.view !== 'workspace' || this.list.childElementCount === 0;
+    let shown = 0;
+    for (const node of this.list.children) {
+      const card = [...this.cards.values()].find((c) => c.node === node);
+      const from = card && card.frame.source;
+      const inline = Boolean(this.shownSession) && Boolean(from) && from.session === this.shownSession;
+      /** @type {HTMLElement} */ (node).hidden = inline;
+      if (!inline) shown += 1;
+    }
+    this.panel.hidden = this.view !== 'workspace' || shown === 0;
     this.badge.hidden = waiting === 0;
     this.badge.textContent = waiting === 1 ? '1 approval waiting' : `${waiting} approvals waiting`;
     document.title = waiting > 0 ? `(${waiting}) Approval waiting — ${this.title}` : this.title;
@@ -293,4 +206,140 @@ function detail(frame) {
   }
   return el('details', { class: 'approval-more', open: shown.length <= 400 ? true : undefined },
     el('summary', {}, label), pre);
+}
+
+/**
+ * An approval's card: what it is, the full action, the time left, and Allow / Allow for session
+ * / Deny (or a question's options). `onAnswer` gets each decision the user makes; the approvals
+ * panel and the agent view's conversation (agent/conversation.js) both build theirs here.
+ * @param {AgentFrame} frame
+ * @param {(card: Card, decision: string) => void} onAnswer
+ * @returns {Card}
+ */
+export function approvalCard(frame, onAnswer) {
+  const id = frame.approval;
+  const risk = typeof frame.risk === 'string' ? frame.risk : 'exec';
+  const summaryId = `${id}-summary-${cardsMade += 1}`;
+  const left = el('span', { class: 'left', role: 'timer', 'aria-label': 'Time left' });
+  const message = el('input', {
+    type: 'text', 'aria-label': 'Message', placeholder: 'Why (optional, the asker reads it)', autocomplete: 'off',
+    maxlength: '4000',
+  });
+  const status = el('p', { class: 'approval-status', role: 'status' });
+  /** @type {Card} */
+  const card = { frame, node: el('li'), left, buttons: [], message, status, answers: {} };
+  const button = (/** @type {string} */ name, /** @type {string} */ decision, /** @type {string} */ kind) => {
+    const node = el('button', {
+      type: 'button', class: kind, 'aria-describedby': summaryId, onclick: () => onAnswer(card, decision),
+    }, name);
+    card.buttons.push(node);
+    return node;
+  };
+  const questions = Array.isArray(frame.questions) ? frame.questions : [];
+  const actions = el('div', { class: 'row approval-actions' },
+    questions.length === 0 ? button('Allow', 'allow', 'allow') : null,
+    frame.allow_session === true ? button('Allow for session', 'allow_session', 'secondary') : null,
+    button('Deny', 'deny', 'danger'));
+  card.node = el('li', { class: 'approval-card', 'data-risk': risk, 'aria-labelledby': summaryId },
+    el('div', { class: 'approval-head' },
+      el('span', { class: 'risk' }, RISKS[risk] || risk),
+      left),
+    el('p', { class: 'approval-summary', id: summaryId }, text(frame.summary) || text(frame.tool)),
+    el('p', { class: 'muted' }, `${text(frame.tool)} · ${source(frame.source)}`),
+    ...questions.map((/** @type {any} */ question) => questionOf(card, question, onAnswer)),
+    detail(frame),
+    el('label', { class: 'approval-message' }, el('span', { class: 'sr-only' }, 'Message'), message),
+    actions,
+    status);
+  return card;
+}
+/** Cards built so far: each card's ids are its own, even when two show the same approval. */
+let cardsMade = 0;
+
+/**
+ * A question of a coding agent: its options are buttons named by their labels.
+ * @param {Card} card
+ * @param {any} question
+ * @param {(card: Card, decision: string) => void} onAnswer
+ */
+function questionOf(card, question, onAnswer) {
+  const asked = text(question && question.question);
+  const options = Array.isArray(question && question.options) ? question.options : [];
+  return el('fieldset', { class: 'approval-question' },
+    el('legend', {}, asked),
+    ...options.map((/** @type {any} */ option) => {
+      const label = text(option && option.label);
+      const node = el('button', {
+        type: 'button', class: 'secondary', 'aria-pressed': 'false',
+        title: text(option && option.description) || undefined,
+        onclick: () => {
+          card.answers[asked] = label;
+          for (const other of node.parentElement ? node.parentElement.querySelectorAll('button') : []) {
+            other.setAttribute('aria-pressed', String(other === node));
+          }
+          const every = (Array.isArray(card.frame.questions) ? card.frame.questions : [])
+            .every((/** @type {any} */ q) => text(q && q.question) in card.answers);
+          if (every) onAnswer(card, 'allow');
+        },
+      }, label);
+      card.buttons.push(node);
+      return node;
+    }));
+}
+
+/**
+ * Sends the user's decision; the card goes once the laptop says it was decided.
+ * @param {Session} session
+ * @param {Card} card
+ * @param {string} decision
+ */
+export function answer(session, card, decision) {
+  /** @type {import('../protocol.js').ClientFrame} */
+  const frame = { type: 'approve', approval: card.frame.approval, decision };
+  const message = card.message.value.trim();
+  if (message) frame.message = message;
+  if (Object.keys(card.answers).length > 0) frame.answers = { ...card.answers };
+  if (!session.sendJson(frame)) {
+    card.status.textContent = 'Not sent: the laptop is not connected. It stays open; answer once it is back.';
+    return;
+  }
+  for (const button of card.buttons) button.disabled = true;
+  card.status.textContent = 'Sending…';
+}
+
+/**
+ * Marks a card decided (`approval_resolved`) and returns what it says, e.g. "Allowed — on a phone".
+ * @param {Card} card
+ * @param {AgentFrame} frame
+ */
+export function settle(card, frame) {
+  const said = verdict(frame);
+  card.node.dataset.state = 'resolved';
+  for (const button of card.buttons) button.disabled = true;
+  card.message.disabled = true;
+  card.left.textContent = '';
+  card.status.textContent = said;
+  return said;
+}
+
+/**
+ * How an approval was decided, in words.
+ * @param {Record<string, any>} resolved an `approval_resolved` frame or event
+ */
+export function verdict(resolved) {
+  const verdict = resolved.decision === 'deny' ? 'Denied' : 'Allowed';
+  const by = DECIDERS[resolved.by] || text(resolved.by);
+  // A person's words are shown; the laptop's own (expiry, restart) are said by `by` already.
+  const words = ['phone', 'voice', 'cli'].includes(resolved.by) && resolved.message ? `: ${text(resolved.message)}` : '';
+  return `${verdict}${by ? ` — ${by}` : ''}${words}`;
+}
+
+/**
+ * A card's time left, as shown: "4:59 left".
+ * @param {Card} card
+ * @param {number} now Unix ms
+ */
+export function showTimeLeft(card, now) {
+  const left = Math.max(0, Number(card.frame.expires_at) - now);
+  card.left.textContent = left > 0 ? `${clock(left)} left` : 'expiring…';
 }

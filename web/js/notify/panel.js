@@ -60,7 +60,8 @@ export class Notifications {
 
   /** @param {string} fragment what a notification opens, e.g. `#session=s-…` */
   open(fragment) {
-    if (new URLSearchParams(fragment.replace(/^#/, '')).has('session')) this.store.set({ tab: 'agent' });
+    const session = new URLSearchParams(fragment.replace(/^#/, '')).get('session');
+    if (session !== null) this.store.set({ tab: 'agent', agentSession: session });
   }
 
   /** The laptop's VAPID key from its hello, when it sends notifications. */

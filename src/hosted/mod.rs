@@ -1,0 +1,303 @@
+//! Hosted voice (docs/PROTOCOL.md, "Hosted voice"): `GET /live?code=` is a phone socket with voice
+//! added, served beside the relay as its [`PhoneService`]. The relay routes and admits the socket
+//! and seats it as a phone of its code; this module takes the phone's place there and passes the
+//! session through unchanged
+//! (the agent's challenge, the phone's hello, the agent's `hello_ok`: the relay never learns the
+//! token), except the voice frames (`call_start`, microphone audio, `say`, `audio_end`,
+//! `call_end`), which it answers itself by hosting the Gemini Live session with the operator's
+//! key. Gemini's function calls go to the agent as ordinary `tool_call` frames labelled
+//! [`HOSTED_CALLER`], so the laptop's policy and audit decide and record them.
+//!
+//! Decisions:
+//! - A call starts only after the agent's `hello_ok` in the current session, so only a phone
+//!   that proved the token to the laptop spends the operator's key.
+//! - Gemini is declared exactly the tools the agent listed in that `hello_ok`.
+//! - The relay's own calls use ids starting with [`CALL_ID_PREFIX`]. The phone may not use that
+//!   prefix (its `tool_call` is refused, its `cancel` dropped), and any `caller` field the phone
+//!   sends is removed, so the label on the laptop's audit is the relay's word alone.
+//! - Results, progress and images for those ids stay at the relay: the image goes to the phone
+//!   under Gemini's id (as in self-hosted mode), Gemini gets the text result, progress is dropped.
+
+mod agent;
+mod session;
+
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures_util::future::{BoxFuture, FusedFuture, FutureExt};
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+use tokio::time::timeout;
+use tracing::{debug, info};
+
+use self::session::LiveSession;
+use crate::gemini::{self, GeminiConfig};
+#[cfg(doc)]
+use crate::protocol::HOSTED_CALLER;
+use crate::relay::metrics::RelayMetrics;
+use crate::relay::service::{
+    read_side, wind_down, write_side, Deliver, End, FrameReader, OutFrame, Part, Seated, SendQueue, CLOSE_GRACE,
+    OP_TEXT,
+};
+use crate::relay::{Membership, PhoneService, ServiceSocket};
+use crate::secret::Secret;
+
+/// Hosted calls one relay runs at once unless its operator says otherwise.
+pub const DEFAULT_MAX_CALLS: usize = 100;
+/// Longest hosted call unless its operator says otherwise.
+pub const DEFAULT_MAX_CALL_TIME: Duration = Duration::from_secs(30 * 60);
+/// Start of the ids of the tool calls the relay makes for Gemini; the phone may not use it.
+pub const CALL_ID_PREFIX: &str = "gemini-hosted-";
+/// Characters of the code's SHA-256 (hex) that name a call in the log.
+pub const CODE_TAG_LEN: usize = 12;
+/// Most tool names of a `hello_ok` declared to Gemini; the rest are left out.
+pub const MAX_DECLARED_TOOLS: usize = 128;
+/// Frames from the phone waiting for the session; while they wait the phone is not read.
+const PHONE_QUEUE: usize = 64;
+/// Frames from the voice bridge waiting for the phone.
+const BRIDGE_QUEUE: usize = 64;
+/// `tool_call` and `cancel` frames waiting to go to the agent.
+const TO_AGENT_QUEUE: usize = 64;
+/// Time a call gets to send its last frames when the relay shuts down (within the relay's grace).
+const WIND_DOWN: Duration = Duration::from_secs(3);
+/// What the model hears when the laptop leaves during a call.
+const LAPTOP_OFFLINE_NOTE: &str = "(voxa) The laptop went offline: its tools cannot run until it reconnects. \
+                                   Tell the user briefly.";
+/// The error of every tool call the laptop can no longer answer.
+const LAPTOP_OFFLINE: &str = "the laptop is offline";
+
+/// What the relay needs to host voice calls.
+#[derive(Clone, Debug)]
+pub struct LiveConfig {
+    /// The operator's Gemini settings; the key never leaves the relay but in its header to Gemini.
+    pub gemini: Arc<GeminiConfig>,
+    /// Calls hosted at once; `call_start` beyond it gets `call_error` `at-capacity`.
+    pub max_calls: usize,
+    /// Longest call; it then ends with `call_ended`.
+    pub max_call_time: Duration,
+    /// Token `/live` requires instead of the relay token (`Authorization: Bearer`).
+    pub proxy_token: Option<Secret>,
+}
+
+impl LiveConfig {
+    /// Hosting with `gemini` and the default limits.
+    pub fn new(gemini: GeminiConfig) -> Self {
+        LiveConfig {
+            gemini: Arc::new(gemini),
+            max_calls: DEFAULT_MAX_CALLS,
+            max_call_time: DEFAULT_MAX_CALL_TIME,
+            proxy_token: None,
+        }
+    }
+}
+
+/// A relay's hosting: its settings and the calls it runs. Give it to the relay as its
+/// [`PhoneService`] (`RelayConfig::service`).
+pub struct Hosting {
+    config: LiveConfig,
+    running: Arc<AtomicUsize>,
+}
+
+impl Hosting {
+    pub fn new(config: LiveConfig) -> Self {
+        Hosting { config, running: Arc::default() }
+    }
+
+    /// The relay's service for this hosting.
+    pub fn service(config: LiveConfig) -> Arc<dyn PhoneService> {
+        Arc::new(Hosting::new(config))
+    }
+
+    /// A place for one more call, if the operator's limit allows it.
+    fn admit(&self, metrics: &Arc<RelayMetrics>) -> Option<CallGuard> {
+        let previous = self.running.fetch_add(1, Ordering::AcqRel);
+        if previous >= self.config.max_calls {
+            self.running.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        metrics.hosted_call(1);
+        Some(CallGuard { running: Arc::clone(&self.running), metrics: Arc::clone(metrics) })
+    }
+}
+
+impl PhoneService for Hosting {
+    fn path(&self) -> &'static str {
+        "/live"
+    }
+
+    /// `/live` takes the proxy token when one is set, else the relay token, as `/ws` does.
+    fn token(&self) -> Option<&Secret> {
+        self.config.proxy_token.as_ref()
+    }
+
+    fn serve(&self, socket: ServiceSocket) -> BoxFuture<'_, ()> {
+        Box::pin(serve(socket, self))
+    }
+}
+
+/// Counts a call against the limit (and in the metrics) until its Gemini session is closed.
+struct CallGuard {
+    running: Arc<AtomicUsize>,
+    metrics: Arc<RelayMetrics>,
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.running.fetch_sub(1, Ordering::AcqRel);
+        self.metrics.hosted_call(-1);
+    }
+}
+
+/// A code as the log names it: the first [`CODE_TAG_LEN`] hex characters of its SHA-256.
+pub fn code_tag(code: &str) -> String {
+    let digest = Sha256::digest(code.as_bytes());
+    hex::encode(digest)[..CODE_TAG_LEN].to_owned()
+}
+
+/// Serves an upgraded `/live` socket until the phone leaves, or the relay stops.
+async fn serve(socket: ServiceSocket, hosting: &Hosting) {
+    let ServiceSocket { stream, leftover, member, limits, metrics, cancel } = socket;
+    let phone = member.queue(&limits);
+    // What the agent sends the phone side lands here, for the session to pass on or answer.
+    let inbox = member.queue(&limits);
+    let (mut read_half, mut write_half) = tokio::io::split(stream);
+    let frames = FrameReader::new(limits.max_frame_len, &leftover);
+    drop(leftover);
+    let writer = write_side(&mut write_half, &phone).fuse();
+    tokio::pin!(writer);
+    let Some(seated) = member.join(&inbox) else {
+        // Every place of the code is taken: the phone hears why.
+        phone.end(inbox.ended().unwrap_or(End::Abort));
+        let _ = timeout(CLOSE_GRACE, &mut writer).await;
+        return;
+    };
+    debug!("joined for hosted voice");
+    let (phone_tx, phone_rx) = mpsc::channel(PHONE_QUEUE);
+    let place = Place { member: &member, seated: &seated, inbox: &inbox, stall_timeout: limits.stall_timeout };
+    let session = LiveSession::new(hosting, place, Arc::clone(&phone), &metrics, limits.max_frame_len);
+
+    let to_session = ToSession { frames: phone_tx, message: Vec::new() };
+    let reader = read_side(&mut read_half, frames, member.hub(), &phone, &limits, to_session).fuse();
+    let actor = session.run(phone_rx, &cancel).fuse();
+    tokio::pin!(reader, actor);
+    let calls = loop {
+        tokio::select! {
+            calls = &mut actor => break calls,
+            () = &mut reader, if !reader.is_terminated() => {}
+            result = &mut writer, if !writer.is_terminated() => {
+                if let Err(err) = result {
+                    debug!(%err, "write failed");
+                }
+                phone.end(End::Abort);
+            }
+        }
+    };
+    member.leave(&seated);
+    inbox.end(End::Abort);
+    phone.end(End::Abort);
+    debug!(end = ?phone.ended(), "left");
+    wind_down(&mut writer, &mut reader).await;
+    // The call ends on its own once the session is gone; waiting for it here lets the relay's
+    // shutdown see its log line written, unless Gemini is slower to close than the relay's
+    // shutdown grace.
+    if timeout(WIND_DOWN, calls.wait()).await.is_err() {
+        debug!("hosted call still ending; leaving it");
+    }
+}
+
+/// This socket's place in its pairing, as the session uses it to reach the agent.
+pub(crate) struct Place<'a> {
+    member: &'a Membership,
+    seated: &'a Seated,
+    /// Where the agent's frames to this phone land.
+    inbox: &'a SendQueue,
+    stall_timeout: Duration,
+}
+
+impl Place<'_> {
+    /// Sends one whole frame to the agent as this phone's.
+    async fn to_agent(&self, frame: OutFrame) {
+        self.seated.send_to_agent(self.member.hub(), self.inbox, self.stall_timeout, frame).await;
+    }
+}
+
+/// The phone's frames go to the session whole; once the phone stops, the channel closes.
+struct ToSession {
+    frames: mpsc::Sender<OutFrame>,
+    /// The message being put together (bounded by the relay's message limit).
+    message: Vec<u8>,
+}
+
+impl Deliver for ToSession {
+    async fn deliver(&mut self, part: Part) -> ControlFlow<()> {
+        if !part.fin {
+            self.message.extend_from_slice(&part.bytes);
+            return ControlFlow::Continue(());
+        }
+        let payload = if self.message.is_empty() {
+            part.bytes
+        } else {
+            self.message.extend_from_slice(&part.bytes);
+            std::mem::take(&mut self.message)
+        };
+        let frame = if part.text {
+            OutFrame { opcode: OP_TEXT, fin: true, tag: None, payload }
+        } else {
+            OutFrame::binary(payload)
+        };
+        let _ = self.frames.send(frame).await;
+        ControlFlow::Continue(())
+    }
+}
+
+/// The one log line of a hosted call.
+fn log_call(code: &str, started: SystemTime, summary: &gemini::CallSummary, failure: &str) {
+    let usage = summary.usage;
+    info!(
+        code,
+        start = %humantime::format_rfc3339_seconds(started),
+        end = %humantime::format_rfc3339_seconds(SystemTime::now()),
+        duration_s = summary.duration_s.unwrap_or(0.0),
+        prompt_tokens = usage.prompt_token_count,
+        response_tokens = usage.response_token_count,
+        total_tokens = usage.total_token_count,
+        failure,
+        "hosted call"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn code_tags_are_short_sha256_prefixes() {
+        let code = "0123456789abcdef0123456789abcdef";
+        let tag = code_tag(code);
+        assert_eq!(tag.len(), CODE_TAG_LEN);
+        assert_eq!(tag, hex::encode(Sha256::digest(code.as_bytes()))[..CODE_TAG_LEN]);
+        assert!(!code.contains(&tag));
+    }
+
+    #[test]
+    fn the_call_limit_admits_up_to_its_maximum_and_frees_on_drop() {
+        let gemini = GeminiConfig {
+            api_key: Secret::from_string("k".into()),
+            url: "ws://127.0.0.1:1".into(),
+            model: "m".into(),
+            voice: "Kore".into(),
+            heartbeat: gemini::HEARTBEAT,
+        };
+        let metrics = Arc::new(RelayMetrics::new());
+        let hosting = Hosting::new(LiveConfig { max_calls: 2, ..LiveConfig::new(gemini) });
+        let first = hosting.admit(&metrics).unwrap();
+        let _second = hosting.admit(&metrics).unwrap();
+        assert!(hosting.admit(&metrics).is_none());
+        assert!(metrics.encode().contains("voxa_relay_hosted_calls 2"), "{}", metrics.encode());
+        drop(first);
+        let _third = hosting.admit(&metrics).expect("the freed place");
+        assert!(metrics.encode().contains("voxa_relay_hosted_calls 2"), "{}", metrics.encode());
+    }
+}

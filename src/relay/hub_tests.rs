@@ -1,0 +1,266 @@
+use std::time::Duration;
+
+use futures_util::FutureExt as _;
+use tokio::sync::Notify;
+
+use super::super::queue::{Action, QueueLimits, MAX_PONGS, TOO_SLOW};
+use super::*;
+
+const LIMITS: QueueLimits = QueueLimits { frames: 4, bytes: 100 };
+
+fn ledger() -> Arc<Ledger> {
+    Arc::new(Ledger { budget: usize::MAX, metrics: Arc::default() })
+}
+
+fn queue() -> Arc<SendQueue> {
+    Arc::new(SendQueue::new(LIMITS, ledger()))
+}
+
+/// What the writer would send, as text: a phone's frames as they are, an agent's as
+/// `KIND peer payload`.
+fn drain(queue: &SendQueue) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Some(action) = queue.try_next() {
+        match action {
+            Action::Frame(frame) => out.push(match frame.tag {
+                Some(tag) => {
+                    let (kind, peer, _) = relay_framing::split(&tag).unwrap();
+                    format!("{kind:?} {peer} {}", String::from_utf8(frame.payload).unwrap())
+                }
+                None => String::from_utf8(frame.payload).unwrap(),
+            }),
+            Action::Close(end) => {
+                out.push(format!("close {end:?}"));
+                break;
+            }
+            Action::Ping => out.push("ping".into()),
+            Action::Pong(payload) => out.push(format!("pong {}", String::from_utf8(payload).unwrap())),
+        }
+    }
+    out
+}
+
+fn joined() -> String {
+    presence(PeerRole::Agent, PeerState::Joined).payload.into_iter().map(char::from).collect()
+}
+
+fn left() -> String {
+    presence(PeerRole::Agent, PeerState::Left).payload.into_iter().map(char::from).collect()
+}
+
+fn queued(queue: &SendQueue, frame: OutFrame) -> bool {
+    matches!(queue.push(frame), Push::Queued)
+}
+
+fn text(text: &str) -> OutFrame {
+    OutFrame::text(text.into())
+}
+
+#[test]
+fn queue_is_bounded_by_frames_and_bytes_and_ending_frees_it() {
+    let queue = queue();
+    for _ in 0..4 {
+        assert!(queued(&queue, OutFrame::binary(vec![0; 10])));
+    }
+    assert_eq!(queue.queued(), (4, 40));
+    assert!(matches!(queue.push(OutFrame::binary(vec![0; 10])), Push::Full(frame) if frame.payload.len() == 10));
+    assert_eq!(queue.queued(), (4, 40), "a full queue takes no more data");
+    for _ in 0..2 * MAX_PHONES_PER_CODE + 2 {
+        queue.push_notice(text("n"));
+    }
+    assert!(queue.ended().is_none(), "a few notices still fit");
+    queue.push_notice(text("n"));
+    assert_eq!(queue.ended(), Some(TOO_SLOW));
+    assert_eq!(queue.queued(), (0, 0), "ending frees the queue");
+    assert!(matches!(queue.push(OutFrame::binary(vec![0; 10])), Push::Dropped));
+
+    let queue = self::queue();
+    assert!(queued(&queue, OutFrame::binary(vec![0; 500])), "one large frame fits an empty queue");
+    assert!(matches!(queue.push(OutFrame::binary(vec![0; 1])), Push::Full(_)), "nothing queues behind it");
+    assert!(matches!(queue.try_next(), Some(Action::Frame(_))));
+    assert!(queued(&queue, OutFrame::binary(vec![0; 100])));
+}
+
+#[tokio::test]
+async fn a_full_queue_wakes_its_sender_when_a_frame_leaves_or_it_ends() {
+    let queue = queue();
+    for _ in 0..4 {
+        assert!(queued(&queue, OutFrame::binary(vec![0; 1])));
+    }
+    let mut waiting = Box::pin(queue.room_for(1));
+    assert!((&mut waiting).now_or_never().is_none(), "no room yet");
+    assert!(matches!(queue.try_next(), Some(Action::Frame(_))));
+    assert!(waiting.now_or_never().is_some(), "room after one frame left");
+
+    assert!(queued(&queue, OutFrame::binary(vec![0; 1])));
+    let mut waiting = Box::pin(queue.room_for(1));
+    assert!((&mut waiting).now_or_never().is_none());
+    queue.end(End::Abort);
+    assert!(waiting.now_or_never().is_some(), "an ending socket releases its senders");
+}
+
+#[tokio::test]
+async fn ending_wakes_a_task_that_polled_it_before_the_end() {
+    let queue = queue();
+    let poke = Arc::new(Notify::new());
+    let waiter = tokio::spawn({
+        let (queue, poke) = (Arc::clone(&queue), Arc::clone(&poke));
+        async move {
+            let ending = queue.ending();
+            tokio::pin!(ending);
+            loop {
+                tokio::select! {
+                    () = &mut ending => return,
+                    // Woken for something else: `ending` is polled again with the same waker.
+                    () = poke.notified() => {}
+                }
+            }
+        }
+    });
+    for _ in 0..3 {
+        poke.notify_one();
+        tokio::task::yield_now().await;
+    }
+    assert!(!waiter.is_finished(), "not ended yet");
+    queue.end(End::Abort);
+    tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("the end woke the waiter").unwrap();
+    assert!(queue.ending().now_or_never().is_some(), "an ended queue resolves at once");
+}
+
+#[test]
+fn batches_stop_at_their_limits_and_before_control_frames() {
+    let queue = SendQueue::new(QueueLimits { frames: 10, bytes: 1000 }, ledger());
+    for len in [10, 10, 10, 50, 10] {
+        assert!(queued(&queue, OutFrame::binary(vec![0; len])));
+    }
+    let mut batch = Vec::new();
+    queue.take_more(&mut batch, 2, 1000);
+    assert_eq!(batch.len(), 2, "frame limit");
+    batch.clear();
+    queue.take_more(&mut batch, 10, 40);
+    assert_eq!(batch.iter().map(|f| f.payload.len()).collect::<Vec<_>>(), [10], "byte limit");
+    batch.clear();
+    queue.ping();
+    queue.take_more(&mut batch, 10, 1000);
+    assert!(batch.is_empty(), "a waiting ping goes first");
+    assert!(matches!(queue.try_next(), Some(Action::Ping)));
+    queue.take_more(&mut batch, 10, 1000);
+    assert_eq!(batch.len(), 2);
+    assert_eq!(queue.queued(), (0, 0));
+}
+
+#[test]
+fn every_ping_gets_its_pong_in_order_and_the_end_goes_before_everything() {
+    let queue = queue();
+    assert!(queued(&queue, text("a")));
+    queue.ping();
+    for n in 0..10 {
+        queue.pong(n.to_string().into_bytes());
+    }
+    let expected: Vec<String> =
+        (0..10).map(|n| format!("pong {n}")).chain(["ping".to_owned(), "a".to_owned()]).collect();
+    assert_eq!(drain(&queue), expected, "ten pings, ten pongs");
+    for n in 0..MAX_PONGS + 3 {
+        queue.pong(n.to_string().into_bytes());
+    }
+    let pongs = drain(&queue);
+    assert_eq!(pongs.len(), MAX_PONGS, "a bounded number wait");
+    assert_eq!(pongs.last().map(String::as_str), Some(&*format!("pong {}", MAX_PONGS + 2)), "the latest kept");
+    assert!(queued(&queue, text("b")));
+    queue.end(End::Abort);
+    queue.end(End::Echo(None));
+    assert_eq!(drain(&queue), ["close Abort"]);
+}
+
+#[test]
+fn a_phone_in_the_middle_of_a_message_is_closed_when_its_agent_goes() {
+    let queue = queue();
+    let part = |opcode, fin| OutFrame { opcode, fin, tag: None, payload: b"x".to_vec() };
+    assert!(queued(&queue, part(super::super::codec::OP_TEXT, false)));
+    assert!(queued(&queue, part(super::super::codec::OP_CONTINUATION, true)));
+    queue.push_notice(presence(PeerRole::Agent, PeerState::Left));
+    assert!(queue.ended().is_none(), "the message was whole");
+    assert!(queued(&queue, part(super::super::codec::OP_BINARY, false)));
+    queue.push_notice(presence(PeerRole::Agent, PeerState::Left));
+    assert_eq!(
+        queue.ended().and_then(|end| end.close_frame().map(|(code, _)| code)),
+        Some(relay_framing::close::PEER_GONE_MID_MESSAGE)
+    );
+}
+
+#[test]
+fn phones_get_their_own_peer_ids_and_the_agent_hears_each_join_and_leave() {
+    let hub = Hub::new(ledger());
+    let agent = queue();
+    let (slot, seat) = hub.join(7, PeerRole::Agent, 1, &agent).unwrap();
+    assert_eq!(seat, Seat::Agent { conn: 1 });
+    assert!(drain(&agent).is_empty(), "alone: no notice");
+
+    let (phone_a, phone_b) = (queue(), queue());
+    let (_, Seat::Phone { peer: a }) = hub.join(7, PeerRole::Phone, 2, &phone_a).unwrap() else { panic!() };
+    let (_, Seat::Phone { peer: b }) = hub.join(7, PeerRole::Phone, 3, &phone_b).unwrap() else { panic!() };
+    assert_ne!(a, b);
+    assert_eq!(drain(&agent), [format!("Joined {a} "), format!("Joined {b} ")]);
+    assert_eq!(drain(&phone_a), [joined()]);
+    assert_eq!(drain(&phone_b), [joined()]);
+
+    let tagged = |kind, peer, body: &str| OutFrame::tagged(header(kind, peer), body.as_bytes().to_vec());
+    assert!(matches!(hub.to_agent(&slot, a, Some(1), tagged(Kind::Text, a, "hi")), Forward::Done));
+    assert_eq!(drain(&agent), [format!("Text {a} hi")]);
+    assert!(matches!(hub.to_phone(&slot, 1, b, text("for b")), Forward::Done));
+    assert_eq!((drain(&phone_a), drain(&phone_b)), (vec![], vec!["for b".to_owned()]), "only to that peer");
+    assert!(matches!(hub.to_agent(&slot, a, Some(99), tagged(Kind::Text, a, "x")), Forward::Done));
+    assert!(drain(&agent).is_empty(), "a message begun for another agent is dropped");
+
+    for i in 0..LIMITS.frames {
+        assert!(matches!(hub.to_phone(&slot, 1, a, text(&i.to_string())), Forward::Done));
+    }
+    match hub.to_phone(&slot, 1, a, text("one more")) {
+        Forward::Full(frame, queue) => assert!(frame.payload == b"one more" && Arc::ptr_eq(&queue, &phone_a)),
+        Forward::Done => panic!("a full queue must hand the frame back"),
+    }
+    hub.leave(7, &slot, Seat::Phone { peer: a });
+    assert_eq!(drain(&agent), [format!("Left {a} ")]);
+    assert!(matches!(hub.to_phone(&slot, 1, a, text("late")), Forward::Done), "a departed peer's frames are dropped");
+    let (_, Seat::Phone { peer: c }) = hub.join(7, PeerRole::Phone, 4, &queue()).unwrap() else { panic!() };
+    assert!(c != a && c != b, "ids are never reused");
+    assert!(matches!(hub.to_phone(&slot, 1, a, text("late")), Forward::Done));
+
+    let agent2 = queue();
+    hub.join(7, PeerRole::Agent, 5, &agent2).unwrap();
+    assert_eq!(agent.ended(), Some(End::close(4001, "replaced")));
+    assert_eq!(drain(&phone_b), [left(), joined()]);
+    assert_eq!(drain(&agent2), [format!("Joined {b} "), format!("Joined {c} ")]);
+    assert!(matches!(hub.to_phone(&slot, 1, b, text("stale")), Forward::Done));
+    assert!(drain(&phone_b).is_empty(), "a replaced agent's frames are dropped");
+    hub.leave(7, &slot, Seat::Agent { conn: 1 });
+    assert!(drain(&phone_b).is_empty(), "a replaced agent leaving says nothing");
+
+    assert!(matches!(hub.to_phone(&slot, 5, b, text("why")), Forward::Done));
+    hub.close_phone(&slot, 5, b, 1008, "executor-unauthenticated");
+    assert!(matches!(hub.to_phone(&slot, 5, b, text("after")), Forward::Done));
+    let closed = End::Close { code: 1008, reason: "executor-unauthenticated".into() };
+    assert_eq!(drain(&phone_b), ["why".to_owned(), format!("close {closed:?}")], "what came before, then the close");
+    assert_eq!(phone_b.ended(), Some(closed));
+    hub.leave(7, &slot, Seat::Phone { peer: b });
+    hub.leave(7, &slot, Seat::Phone { peer: c });
+    assert_eq!(drain(&agent2), [format!("Left {b} "), format!("Left {c} ")]);
+    assert_eq!(hub.codes(), 1);
+    hub.leave(7, &slot, Seat::Agent { conn: 5 });
+    assert_eq!(hub.codes(), 0, "an empty slot is removed");
+}
+
+#[test]
+fn a_code_takes_a_bounded_number_of_phones() {
+    let hub = Hub::new(ledger());
+    let phones: Vec<_> = (0..MAX_PHONES_PER_CODE).map(|_| queue()).collect();
+    let mut seats = Vec::new();
+    for (conn, phone) in phones.iter().enumerate() {
+        seats.push(hub.join(9, PeerRole::Phone, conn as u64, phone).unwrap());
+    }
+    assert!(hub.join(9, PeerRole::Phone, 100, &queue()).is_err(), "one more is refused");
+    assert!(hub.join(10, PeerRole::Phone, 101, &queue()).is_ok(), "another code is not full");
+    let (slot, seat) = seats.pop().unwrap();
+    hub.leave(9, &slot, seat);
+    assert!(hub.join(9, PeerRole::Phone, 102, &queue()).is_ok(), "a freed place is taken again");
+}

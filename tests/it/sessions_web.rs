@@ -1,0 +1,163 @@
+//! The web client's agent view in Chromium at 390×844, against `voxa run` with the real Claude
+//! Code CLI (tests/agents) and only the model faked ([`crate::fake_model`]): a prompt starts a
+//! session, a Write approval tapped in the page happens, the answer's markdown renders and hostile
+//! HTML in it stays text, a follow-up streams and is interrupted, and a reloaded page shows the
+//! history once. Also the pictures docs/web-agent.png (light: the approval waiting) and
+//! docs/web-agent-dark.png (dark: the session reopened after the reload).
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::browser::{Browser, Scheme};
+use crate::fake_model::{FakeModel, Reply};
+use crate::run::start_run_with_env;
+use crate::sessions::{agent_env, agents_bin};
+use crate::support::RunningVoxa;
+
+/// The answer the model gives once the file is written: markdown, and HTML meant to run.
+const ANSWER: &str = "## Notes written\n\nI wrote `notes.md` with:\n\n- a **greeting**\n- a list\n\n```sh\ncat notes.md\n```\n\nHostile: <img src=x onerror=\"window.__pwned=1\"> and <script>window.__pwned=2</script> end.";
+
+/// `voxa run --embedded-relay` whose coding agents are the real CLI against `model`.
+struct Laptop {
+    run: RunningVoxa,
+    link: String,
+    workspace: std::path::PathBuf,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+    _claude_home: tempfile::TempDir,
+}
+
+impl Laptop {
+    fn start(bin: &Path, model: &FakeModel) -> Laptop {
+        let claude_home = tempfile::tempdir().unwrap();
+        let env: Vec<(String, String)> = agent_env(bin, claude_home.path(), model)
+            .into_iter()
+            .map(|(key, value)| (key.to_string_lossy().into_owned(), value.to_string_lossy().into_owned()))
+            .collect();
+        let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (key.as_str(), value.as_str())).collect();
+        let (mut run, _home, dirs) = start_run_with_env(&["--embedded-relay"], &env);
+        let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
+        let workspace = dirs.1.path().canonicalize().unwrap();
+        Laptop { run, link, workspace, _dirs: dirs, _claude_home: claude_home }
+    }
+}
+
+/// Text of the open session's conversation.
+const CONVERSATION: &str = "#agent-conversation";
+
+/// The number of times `needle` occurs in `haystack`.
+fn count(haystack: &str, needle: &str) -> usize {
+    haystack.matches(needle).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_view_streams_asks_renders_safely_and_shows_the_history_once_after_a_reload() {
+    let Some(bin) = agents_bin("claude") else { return };
+    let Some(browser) = Browser::start().await else { return };
+    let model = FakeModel::start().await;
+    let laptop = Laptop::start(&bin, &model);
+    let notes = laptop.workspace.join("notes.md");
+    model.script([
+        Reply::tool("Write", json!({"file_path": notes.to_str().unwrap(), "content": "hello from the phone\n"})),
+        Reply::text(ANSWER),
+    ]);
+
+    browser.open(&laptop.link).await;
+    browser.wait_connection("online").await;
+    browser.press("Agent").await;
+    browser.type_into("Prompt", "Write a greeting to notes.md").await;
+    browser.press("Ask").await;
+
+    // The session opens on its conversation; the Write waits for the phone, with its diff.
+    let asked = browser.wait_text(CONVERSATION, "the Write approval", |t| t.contains("Allow")).await;
+    assert!(asked.contains("Write a greeting to notes.md"), "the prompt is shown: {asked}");
+    assert!(asked.contains("write notes.md"), "{asked}");
+    assert!(!notes.exists(), "written before anyone allowed it");
+    if std::env::var_os("VOXA_DOCS_SCREENSHOTS").is_some() {
+        picture(&browser, "web-agent.png").await;
+    }
+    browser.press("Allow").await;
+    let answered = browser.wait_text(CONVERSATION, "the turn's end", |t| t.contains("Done ·")).await;
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "hello from the phone\n");
+    assert!(answered.contains("Allowed — on a phone"), "{answered}");
+    assert!(answered.contains("+hello from the phone"), "the diff is on the tool card: {answered}");
+    // The answer once (its `turn_end` repeats it), with the turn's cost.
+    assert_eq!(count(&answered, "Notes written"), 1, "{answered}");
+    assert!(answered.contains('$'), "the cost: {answered}");
+
+    // Markdown became elements; the HTML in it stayed characters and ran nothing.
+    let rendered = browser
+        .script(
+            "const c = document.querySelector('#agent-conversation');
+             return {
+               heading: [...c.querySelectorAll('h4')].map((h) => h.textContent),
+               items: [...c.querySelectorAll('.md li')].map((li) => li.textContent),
+               strong: [...c.querySelectorAll('.md strong')].map((s) => s.textContent),
+               code: [...c.querySelectorAll('.md code')].map((s) => s.textContent),
+               block: [...c.querySelectorAll('.md pre.md-code')].map((s) => s.textContent),
+               imgs: c.querySelectorAll('img').length,
+               scripts: c.querySelectorAll('script').length,
+               pwned: window.__pwned === undefined ? null : window.__pwned,
+               text: c.textContent,
+             };",
+            vec![],
+        )
+        .await;
+    assert_eq!(rendered["heading"], json!(["Notes written"]), "{rendered}");
+    assert_eq!(rendered["items"], json!(["a greeting", "a list"]), "{rendered}");
+    assert_eq!(rendered["strong"], json!(["greeting"]), "{rendered}");
+    assert!(rendered["code"].as_array().unwrap().contains(&json!("notes.md")), "{rendered}");
+    assert_eq!(rendered["block"], json!(["cat notes.md"]), "{rendered}");
+    assert_eq!((rendered["imgs"].clone(), rendered["scripts"].clone()), (json!(0), json!(0)), "{rendered}");
+    assert_eq!(rendered["pwned"], Value::Null, "agent text ran in the page");
+    let text = rendered["text"].as_str().unwrap();
+    assert!(text.contains("<img src=x onerror=\"window.__pwned=1\">"), "{text}");
+    assert!(text.contains("<script>window.__pwned=2</script>"), "{text}");
+
+    // A follow-up streams: its text shows while the turn still runs, and Interrupt ends the turn.
+    model.script([Reply::Stall("Still thinking about the second step".into())]);
+    browser.type_into("Follow-up", "Now the second step").await;
+    browser.press("Send").await;
+    browser.wait_text(CONVERSATION, "the streamed text", |t| t.contains("Still thinking about the second step")).await;
+    let state = browser.wait_text("#agent-state", "working", |t| t == "working").await;
+    assert_eq!(state, "working");
+    browser.press("Interrupt").await;
+    let ended = browser.wait_text(CONVERSATION, "the interrupted turn", |t| count(t, "Failed") == 1).await;
+    browser.wait_text("#agent-state", "idle", |t| t == "idle").await;
+
+    // A reload holds nothing: the page gets every event again, and shows each once.
+    browser.open(&format!("{}/", laptop.link.split('#').next().unwrap().trim_end_matches('/'))).await;
+    browser.wait_connection("online").await;
+    browser.press("Agent").await;
+    browser.wait_text("#agent-sessions", "the session listed", |t| t.contains("idle")).await;
+    browser.press("Write a greeting to notes.md").await;
+    let again = browser.wait_text(CONVERSATION, "the history", |t| t.contains("Still thinking")).await;
+    for once in ["Write a greeting to notes.md", "Notes written", "Now the second step", "Still thinking", "Failed"] {
+        assert_eq!(
+            count(&again, once),
+            count(&ended, once),
+            "{once:?} after the reload:\n{again}\n---before:\n{ended}"
+        );
+        assert_eq!(count(&again, once), 1, "{once:?}: {again}");
+    }
+    browser.close().await;
+
+    if std::env::var_os("VOXA_DOCS_SCREENSHOTS").is_some() {
+        let Some(dark) = Browser::start_with(Scheme::Dark).await else { return };
+        dark.open(&laptop.link).await;
+        dark.wait_connection("online").await;
+        dark.press("Agent").await;
+        dark.press("Write a greeting to notes.md").await;
+        dark.wait_text(CONVERSATION, "the history", |t| t.contains("Still thinking")).await;
+        picture(&dark, "web-agent-dark.png").await;
+        dark.close().await;
+    }
+    laptop.run.stop();
+}
+
+/// Writes a picture of the page, scrolled to the top of the conversation, to docs/.
+async fn picture(browser: &Browser, name: &str) {
+    browser.script("window.scrollTo(0, 0);", vec![]).await;
+    let png = browser.screenshot().await;
+    std::fs::write(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs").join(name), png).unwrap();
+}
