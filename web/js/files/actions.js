@@ -37,7 +37,8 @@ export class Actions {
     const button = (/** @type {string} */ text, /** @type {() => void} */ onclick, secondary = true) =>
       el('button', { type: 'button', class: secondary ? 'secondary' : '', text, onclick });
     this.newButton = button('New file', () => this.ask('new'));
-    this.picker = el('input', { type: 'file', id: 'file-upload', class: 'sr-only', tabindex: '-1', 'aria-hidden': 'true' });
+    // Never shown: "Upload" opens it.
+    this.picker = el('input', { type: 'file', id: 'file-upload', hidden: true });
     this.picker.addEventListener('change', () => this.sendPicked());
     this.uploadButton = button('Upload', () => this.picker.click());
     this.trashButton = button('Trash', () => this.showTrash());
