@@ -13,6 +13,7 @@ use crate::gemini::GeminiConfig;
 use crate::protocol::{self, AgentMessage, AgentStatus, HelloOk};
 use crate::push::Notifier;
 use crate::sessions::SessionHost;
+use crate::terminal::TerminalHost;
 use crate::tools::{Dispatcher, Toolbox};
 
 /// Live state shown by `voxa status`.
@@ -45,6 +46,8 @@ pub struct AgentContext {
     pub notifier: Option<Notifier>,
     /// The coding-agent sessions; `None` when their store could not be opened.
     pub sessions: Option<SessionHost>,
+    /// The interactive terminals (`term_*`); `None` where the agent runs none.
+    pub terminals: Option<TerminalHost>,
 }
 
 impl AgentContext {
@@ -57,6 +60,7 @@ impl AgentContext {
             tasks,
             notifier: None,
             sessions: None,
+            terminals: None,
         }
     }
 
@@ -65,7 +69,8 @@ impl AgentContext {
         self.dispatcher.toolbox()
     }
 
-    /// `"hosted"` or `"self-hosted"`.
+    /// Who hosts voice calls (`hello_ok`'s `mode`): `"self-hosted"` when this laptop does,
+    /// `"hosted"` otherwise — a relay's `/live`, if it offers one (docs/PROTOCOL.md).
     pub fn mode(&self) -> &'static str {
         if self.gemini.is_some() {
             "self-hosted"

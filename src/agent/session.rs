@@ -153,6 +153,11 @@ impl Session {
                 };
                 self.send(answer).await;
             }
+            ClientMessage::TermAck(ack) => {
+                if let Some(terminals) = &self.ctx.terminals {
+                    terminals.ack(&ack, &self.out).await;
+                }
+            }
             ClientMessage::PushUnsubscribe { endpoint } => {
                 if let Some(notifier) = &self.ctx.notifier {
                     if let Err(err) = notifier.subscriptions().remove(&endpoint) {
@@ -328,7 +333,8 @@ impl CallTask {
         progress: mpsc::Sender<String>,
     ) -> Result<(Value, Option<AgentMessage>), ToolError> {
         let id = call.id.clone();
-        let request = ToolRequest::from_call(call, self.caller.clone(), Some(progress), self.cancel.clone());
+        let request = ToolRequest::from_call(call, self.caller.clone(), Some(progress), self.cancel.clone())
+            .with_viewer(self.out.clone());
         let output = self.ctx.dispatcher.dispatch(request).await?;
         let image = output.image.map(|shot| shot.image_frame(&id));
         Ok((output.result, image))

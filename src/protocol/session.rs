@@ -47,6 +47,8 @@ pub enum ClientMessage {
     PushUnsubscribe {
         endpoint: String,
     },
+    /// The client has a terminal's output up to `offset` (docs/PROTOCOL.md, "Terminal sessions").
+    TermAck(super::TermAck),
 }
 
 impl ClientMessage {
@@ -127,6 +129,10 @@ pub enum AgentMessage {
     ApprovalResolved(ApprovalResolved),
     /// The laptop keeps this browser's push subscription and will notify it.
     PushSubscribed,
+    /// Output of a terminal this client opened or attached.
+    TermOutput(super::TermOutput),
+    /// A terminal's program ended.
+    TermExit(super::TermExit),
 }
 
 impl AgentMessage {

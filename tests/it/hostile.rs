@@ -74,6 +74,8 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         Just(ClientMessage::CallEnd),
         Just(ClientMessage::AudioEnd),
         any::<String>().prop_map(|text| ClientMessage::Say { text }),
+        (any::<String>(), any::<u64>())
+            .prop_map(|(term, offset)| ClientMessage::TermAck(voxa::protocol::TermAck { term, offset })),
     ]
 }
 
@@ -604,7 +606,8 @@ impl Expected {
                 | ClientMessage::Cancel { .. }
                 | ClientMessage::Follow { .. }
                 | ClientMessage::Unfollow
-                | ClientMessage::PushUnsubscribe { .. },
+                | ClientMessage::PushUnsubscribe { .. }
+                | ClientMessage::TermAck(_),
             ) => {}
         }
     }

@@ -78,6 +78,7 @@ export const CLIENT_FRAMES = /** @type {const} */ ([
   'approve',
   'push_subscribe',
   'push_unsubscribe',
+  'term_ack',
 ]);
 
 /** `type` of the frames an agent (or a relay hosting a call) sends. */
@@ -100,6 +101,8 @@ export const AGENT_FRAMES = /** @type {const} */ ([
   'approval',
   'approval_resolved',
   'push_subscribed',
+  'term_output',
+  'term_exit',
 ]);
 
 /**
