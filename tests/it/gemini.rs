@@ -267,7 +267,9 @@ async fn a_call_bridges_audio_transcripts_turns_and_tool_calls() {
             "upload_file",
             "coding_agent",
             "agent_start",
-            "agent_send"
+            "agent_send",
+            "term_open",
+            "term_input"
         ]
     );
     let instruction = setup["systemInstruction"]["parts"][0]["text"].as_str().unwrap();
