@@ -110,6 +110,8 @@ pub struct SessionInfo {
     pub cost_usd: Option<f64>,
     /// Open approvals and questions.
     pub pending: usize,
+    /// The seq of its last event: a client that follows from here gets only what comes next.
+    pub last_seq: u64,
 }
 
 /// An `agent_start`.
@@ -322,6 +324,7 @@ impl SessionHost {
             turns: row.turns,
             cost_usd: row.cost_usd,
             pending,
+            last_seq: row.last_seq,
         }
     }
 

@@ -6,6 +6,7 @@ mod agent;
 mod approvals;
 mod browser;
 mod cli;
+mod cli_agent;
 mod codex;
 mod deploy;
 mod doctor;
