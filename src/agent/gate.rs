@@ -226,6 +226,16 @@ pub async fn admit_sealed_bearer(
     Ok(admission)
 }
 
+/// Message 1 of a protocol-3 hello; a missing or malformed one is refused `bearer-refused`.
+fn hello_noise(hello: &Hello) -> Result<Vec<u8>, ErrorCode> {
+    hello
+        .noise
+        .as_deref()
+        .filter(|noise| noise.len() <= MAX_HELLO_NOISE)
+        .and_then(|noise| base64::engine::general_purpose::STANDARD.decode(noise).ok())
+        .ok_or(ErrorCode::BearerRefused)
+}
+
 /// Longest `noise` field of a hello accepted (message 1 is 48 bytes, 64 in base64).
 const MAX_HELLO_NOISE: usize = 128;
 
@@ -246,12 +256,7 @@ impl TokenGate {
 
     /// A protocol-3 hello: message 1 of the handshake, keyed by the token, answering `challenge`.
     fn admit_sealed(&self, hello: &Hello, challenge: &str) -> Result<HelloVerdict, ErrorCode> {
-        let message = hello
-            .noise
-            .as_deref()
-            .filter(|noise| noise.len() <= MAX_HELLO_NOISE)
-            .and_then(|noise| base64::engine::general_purpose::STANDARD.decode(noise).ok())
-            .ok_or(ErrorCode::BearerRefused)?;
+        let message = hello_noise(hello)?;
         if !protocol::is_hello_nonce(challenge) {
             return Err(ErrorCode::BearerRefused);
         }
@@ -423,12 +428,7 @@ fn identify(state: &GateState, pairing_id: &str, hello: &Hello) -> Result<HelloV
     if hello.protocol == Some(protocol::PROTOCOL_SEALED) {
         // The handshake is keyed by the pairing's bearer hash: a host without the bearer (or a
         // relay holding the code) gets no signature.
-        let message = hello
-            .noise
-            .as_deref()
-            .filter(|noise| noise.len() <= MAX_HELLO_NOISE)
-            .and_then(|noise| base64::engine::general_purpose::STANDARD.decode(noise).ok())
-            .ok_or(ErrorCode::BearerRefused)?;
+        let message = hello_noise(hello)?;
         let psk = pairing_psk_input(&pairing.bearer_hash);
         let responder = Responder::accept(&psk, host_nonce, &message).map_err(|_| ErrorCode::BearerRefused)?;
         return Ok(HelloVerdict::AwaitSealedBearer(PairingSeal {

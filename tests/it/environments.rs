@@ -235,6 +235,18 @@ async fn a_call_named_for_an_environment_runs_there_and_returns_with_env() {
     phone.assert_never_saw(&[issued.line.bearer.expose(), issued.line.code.expose(), &host.host_token()]);
 }
 
+/// An environment and its host running against `relay`, their pairing's code reached through
+/// `pairing_relay` (a proxy in front of it).
+async fn paired_through(relay: &TestRelay, pairing_relay: &RelayUrl) -> (Machine, Machine, Issued) {
+    let (mut env, mut host) = (Machine::new(), Machine::new());
+    let issued = env.issue(pairing_relay);
+    host.add(&issued, "devbox");
+    env.start(relay).await;
+    host.start(relay).await;
+    wait_dialing(relay, &issued.line.code).await;
+    (env, host, issued)
+}
+
 /// A TCP proxy that counts the connections it carries.
 async fn counting_proxy(target: SocketAddr) -> (RelayUrl, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -293,13 +305,7 @@ async fn tapping_proxy(target: SocketAddr) -> (RelayUrl, Arc<std::sync::Mutex<Ve
 async fn the_relay_sees_neither_the_hosts_bearer_nor_the_calls_it_runs_on_an_environment() {
     let relay = TestRelay::start().await;
     let (pairing_relay, tapped) = tapping_proxy(relay.addr).await;
-    let mut env = Machine::new();
-    let mut host = Machine::new();
-    let issued = env.issue(&pairing_relay);
-    host.add(&issued, "devbox");
-    env.start(&relay).await;
-    host.start(&relay).await;
-    wait_dialing(&relay, &issued.line.code).await;
+    let (_env, host, issued) = paired_through(&relay, &pairing_relay).await;
     let mut phone = host.phone(&relay).await;
     let command = "echo output-only-the-host-may-read-4c1d";
     let result = phone.call("s1", "run_command", json!({"command": command}), Some("devbox")).await;
@@ -320,13 +326,7 @@ async fn the_relay_sees_neither_the_hosts_bearer_nor_the_calls_it_runs_on_an_env
 async fn sessions_to_an_environment_are_pooled_not_opened_per_call() {
     let relay = TestRelay::start().await;
     let (pairing_relay, connections) = counting_proxy(relay.addr).await;
-    let mut env = Machine::new();
-    let mut host = Machine::new();
-    let issued = env.issue(&pairing_relay);
-    host.add(&issued, "devbox");
-    env.start(&relay).await;
-    host.start(&relay).await;
-    wait_dialing(&relay, &issued.line.code).await;
+    let (_env, host, _issued) = paired_through(&relay, &pairing_relay).await;
     let before = connections.load(Ordering::SeqCst);
     let mut phone = host.phone(&relay).await;
     for index in 0..4 {
