@@ -30,6 +30,7 @@ mod sealed_web;
 mod secrets;
 mod service;
 mod sessions;
+mod sessions_hard;
 mod sessions_web;
 mod support;
 mod terminal;
