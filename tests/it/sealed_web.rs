@@ -323,9 +323,11 @@ async fn a_relay_hosting_voice_gets_a_plain_session_marked_so_unless_the_laptop_
     let Some(browser) = Browser::start().await else { return };
     let fake = FakeGemini::start(FakeOptions::new("relay-key")).await;
     let live = LiveConfig::new(fake.config("relay-key"));
-    let relay =
-        TestRelay::with_config(voxa::relay::RelayConfig { service: Some(Hosting::service(live)), ..Default::default() })
-            .await;
+    let relay = TestRelay::with_config(voxa::relay::RelayConfig {
+        service: Some(Hosting::service(live)),
+        ..Default::default()
+    })
+    .await;
     // The relay hosts calls, so the page's session is at `/live`, protocol 2: the mark says so.
     let agent = TestAgent::start(Some(relay.url())).await;
     browser.open(&format!("http://{}/#code={}&token={}", relay.addr, agent.code(), agent.token())).await;
