@@ -369,3 +369,30 @@ async fn a_hundred_megabytes_through_a_slow_reader_keep_the_agent_and_the_relay_
     assert!(growth.0 < GROWTH_LIMIT && growth.1 < GROWTH_LIMIT, "memory grew by {growth:?} bytes");
     tokio::task::block_in_place(|| agent.stop());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tmux_new_attach_reaches_the_same_session_after_the_terminal_closed() {
+    if !crate::support::installed("tmux", "tmux") {
+        return;
+    }
+    let (_relay, _agent, mut phone) = phone_and_agent().await;
+    // A server of this test's own, so the user's tmux sessions are left alone.
+    let socket = format!("voxa-test-{}", std::process::id());
+    let command = format!("tmux -L {socket} -f /dev/null new -A -s main");
+    let first = phone.open(Some(&command)).await;
+    phone.type_in(&first, "echo in-tmux-$((2*21))\r").await;
+    phone.until(&first, "in-tmux-42").await;
+    phone.call("term_close", json!({"term": first})).await;
+    phone.until_exit(&first).await;
+    let again = phone.open(Some(&command)).await;
+    let mut screen = String::new();
+    for _ in 0..200 {
+        screen = phone.call("term_screen", json!({"term": again})).await["text"].as_str().unwrap().to_owned();
+        if screen.contains("in-tmux-42") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = std::process::Command::new("tmux").args(["-L", &socket, "kill-server"]).status();
+    assert!(screen.contains("in-tmux-42"), "the tmux session kept its screen: {screen}");
+}
