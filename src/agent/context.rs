@@ -69,7 +69,8 @@ impl AgentContext {
         self.dispatcher.toolbox()
     }
 
-    /// `"hosted"` or `"self-hosted"`.
+    /// Who hosts voice calls (`hello_ok`'s `mode`): `"self-hosted"` when this laptop does,
+    /// `"hosted"` otherwise — a relay's `/live`, if it offers one (docs/PROTOCOL.md).
     pub fn mode(&self) -> &'static str {
         if self.gemini.is_some() {
             "self-hosted"

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, info_span, Instrument};
 
 use super::context::AgentContext;
-use super::gate::{Gate, HelloStep, TokenGate};
+use super::gate::{Gate, HelloVerdict, TokenGate};
 use super::link::{LinkEvent, RelayLink};
 use crate::protocol::{ErrorCode, Hello};
 use crate::state::RetiredCode;
@@ -28,7 +28,7 @@ pub struct RetiredGate {
 }
 
 impl Gate for RetiredGate {
-    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloStep, ErrorCode> {
+    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloVerdict, ErrorCode> {
         if self.current.admit(hello, challenge).is_ok() {
             info!("a client proved the current token on the retired relay code; refused: it must use the new link");
         }
