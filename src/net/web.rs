@@ -83,9 +83,18 @@ static ETAGS: LazyLock<Vec<String>> = LazyLock::new(|| {
     ASSETS.iter().map(|asset| format!("\"{}\"", hex::encode(&Sha256::digest(asset.body)[..12]))).collect()
 });
 
-/// Total size of the embedded client in bytes, uncompressed.
+/// Where the vendored libraries live: fetched only by the view that needs them (xterm.js by the
+/// shell tab), never by the page load.
+const VENDOR_PREFIX: &str = "/vendor/";
+
+/// Total size of the embedded client in bytes, uncompressed, the vendored libraries left out.
 pub fn page_weight() -> usize {
-    ASSETS.iter().map(|asset| asset.body.len()).sum()
+    ASSETS.iter().filter(|asset| !asset.path.starts_with(VENDOR_PREFIX)).map(|asset| asset.body.len()).sum()
+}
+
+/// Total size of the vendored libraries in bytes, uncompressed.
+pub fn vendored_weight() -> usize {
+    ASSETS.iter().filter(|asset| asset.path.starts_with(VENDOR_PREFIX)).map(|asset| asset.body.len()).sum()
 }
 
 /// What `GET /config` reports about the server that serves the page.
@@ -238,7 +247,9 @@ mod tests {
     #[test]
     fn the_client_is_small_and_loads_nothing_from_elsewhere() {
         assert!(page_weight() <= 256 << 10, "{} bytes", page_weight());
-        for asset in ASSETS {
+        assert!(vendored_weight() <= 512 << 10, "{} bytes vendored", vendored_weight());
+        // A vendored library's text names sites (its licence, its project) without loading them.
+        for asset in ASSETS.iter().filter(|asset| !asset.path.starts_with(VENDOR_PREFIX)) {
             let text = std::str::from_utf8(asset.body).unwrap();
             assert!(
                 !text.contains("http://") && !text.contains("https://") || asset.path == "/icon.svg",

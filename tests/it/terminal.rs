@@ -105,12 +105,13 @@ impl Watcher {
         String::from_utf8_lossy(self.output.get(term).map(Vec::as_slice).unwrap_or_default()).into_owned()
     }
 
-    /// Reads frames until the output of `term` contains `wanted`.
+    /// Reads frames until the output of `term` contains `wanted`. A deadline, not a measurement:
+    /// a login shell reading its profile on a loaded machine may take several steps to answer.
     pub async fn until(&mut self, term: &str, wanted: &str) {
-        let deadline = tokio::time::Instant::now() + STEP;
+        let deadline = tokio::time::Instant::now() + 3 * STEP;
         while !self.text(term).contains(wanted) {
-            assert!(tokio::time::Instant::now() < deadline, "no {wanted:?} from {term}; got:\n{}", self.text(term));
-            self.next_frame().await;
+            let next = tokio::time::timeout_at(deadline, self.next_frame()).await;
+            assert!(next.is_ok(), "no {wanted:?} from {term}; got:\n{}", self.text(term));
         }
     }
 
@@ -141,7 +142,8 @@ async fn a_program_that_asks_a_question_is_answered_from_the_phone() {
     phone.type_in(&term, "hello\r").await;
     phone.until(&term, "got-hello").await;
     // Ctrl-C reaches the program as a signal: the shell abandons the line it was given.
-    phone.type_in(&term, "sleep 600; echo not-interrupted\r").await;
+    phone.type_in(&term, "echo started-$((1+1)); sleep 600; echo not-interrupted\r").await;
+    phone.until(&term, "started-2").await;
     phone.type_in(&term, "\u{3}").await;
     phone.type_in(&term, "echo after-$((6*7))\r").await;
     phone.until(&term, "after-42").await;
@@ -479,7 +481,8 @@ async fn in_chromium_the_shell_shows_coloured_output_and_the_key_bar_sends_ctrl_
         .collect();
     assert!(rgb[0] > 150 && rgb[1] < 100 && rgb[2] < 100, "red-42 is drawn in red: {colour}");
     // Ctrl from the key bar, then c from the keyboard: the program is interrupted.
-    input.send_keys("sleep 600; echo not-interrupted\u{E007}").await.unwrap();
+    input.send_keys("echo started-$((1+1)); sleep 600; echo not-interrupted\u{E007}").await.unwrap();
+    browser.wait_text(ROWS, "the command to start", |text| text.contains("started-2")).await;
     browser.press("Control").await;
     input.send_keys("c").await.unwrap();
     input.send_keys("echo after-$((6*7))\u{E007}").await.unwrap();
