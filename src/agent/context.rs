@@ -10,7 +10,7 @@ use tokio_util::task::TaskTracker;
 
 use super::gate::{Admission, SessionCounts};
 use crate::gemini::GeminiConfig;
-use crate::protocol::{self, AgentMessage, AgentStatus, HelloOk};
+use crate::protocol::{self, AgentMessage, AgentStatus, HelloOk, RelayPage};
 use crate::push::Notifier;
 use crate::sessions::SessionHost;
 use crate::terminal::TerminalHost;
@@ -32,6 +32,10 @@ pub struct LiveStatus {
     pub followers: AtomicUsize,
     /// Open sessions, sealed (protocol 3) and plain (protocol 2).
     pub sessions: Arc<SessionCounts>,
+    /// What the last comparison of the relay's page with this voxa's found.
+    pub relay_page: Mutex<Option<RelayPage>>,
+    /// A comparison is running.
+    pub relay_page_checking: AtomicBool,
 }
 
 /// What every session of one agent shares.
@@ -108,6 +112,7 @@ impl AgentContext {
             calls_in_flight: self.status.calls_in_flight.load(Ordering::Relaxed),
             sealed_sessions: self.status.sessions.sealed(),
             plain_sessions: self.status.sessions.plain(),
+            relay_page: self.status.relay_page.lock().map(|page| page.clone()).unwrap_or_default(),
             workspace: self.toolbox().workspace().display().to_string(),
             sees: Some(self.toolbox().sees()),
         }

@@ -42,6 +42,7 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
             "calls_in_flight": live.as_ref().map(|l| l.calls_in_flight),
             "sealed_sessions": live.as_ref().map(|l| l.sealed_sessions),
             "plain_sessions": live.as_ref().map(|l| l.plain_sessions),
+            "relay_page": live.as_ref().and_then(|l| l.relay_page.clone()),
             "workspace": live.as_ref().map(|l| l.workspace.clone()),
             "relay": live.as_ref().map(|l| l.relay.clone()),
         })),
@@ -82,6 +83,9 @@ fn human_status(
             l.sealed_sessions,
             l.plain_sessions
         )),
+    }
+    if let Some(page) = live.and_then(|l| l.relay_page.as_ref()) {
+        human.push_str(&format!("relay page:      {}\n", page.describe()));
     }
     if let Some(until) = live.and_then(|l| l.retired_code_until) {
         let until = std::time::UNIX_EPOCH + std::time::Duration::from_secs(until);
