@@ -35,6 +35,7 @@
 //! Scale-out: the relay keeps no state but the map of live codes, so a load balancer hashing on
 //! `code` (nginx `hash $arg_code consistent;`) spreads pairs over processes (deploy/).
 
+pub mod acme;
 mod admission;
 mod codec;
 mod config;
@@ -42,6 +43,8 @@ mod hub;
 pub mod metrics;
 mod queue;
 mod reader;
+#[doc(hidden)]
+pub mod reader_check;
 mod route;
 mod shard;
 mod socket;
@@ -193,6 +196,9 @@ async fn serve_connection(
         result = handshake => result.context("TLS handshake timed out")?.context("TLS handshake failed")?,
         () = shared.cancel.cancelled() => return Ok(()),
     };
+    if acme::is_validation(stream.get_ref().1.alpn_protocol()) {
+        return Ok(());
+    }
     // Boxed: TLS state is large, and plain connections should not carry room for it.
     Box::pin(serve_stream(shared, stream, conn, guard, shard)).await
 }
@@ -293,9 +299,10 @@ async fn join<S: socket::RelayStream + 'static>(
     // An agent gets the relay framing it offered (the route checked that it did).
     let protocol = (role == PeerRole::Agent).then_some(SUBPROTOCOL);
     http::write_upgrade_with(&mut stream, &head, protocol).await.context("answering the upgrade")?;
+    let notices = head.query_param("presence") != Some("none");
     // Nothing of the request outlives the upgrade: a socket keeps only what it needs.
     drop(head);
-    let member = socket::Membership { hub: Arc::clone(&shared.hub), code, role, conn };
+    let member = socket::Membership { hub: Arc::clone(&shared.hub), code, role, conn, notices };
     match shared.service.as_ref().filter(|_| service) {
         Some(service) => {
             let socket = ServiceSocket {

@@ -1,6 +1,7 @@
 //! voxa's integration tests: the real binary, relay and agent on 127.0.0.1:0, driven as a phone or
 //! a script would drive them.
 
+mod acme;
 mod admission;
 mod agent;
 mod approvals;
