@@ -34,8 +34,30 @@ impl Agent {
 /// Starts `voxa <global> run --json --workspace W <run_args>` with `env` set, and returns once it
 /// has printed every event named in `wait_for`.
 pub fn start_agent(global: &[&str], run_args: &[&str], env: &[(&str, &str)], wait_for: &[&str]) -> Agent {
+    start_agent_configured(None, global, run_args, env, wait_for)
+}
+
+/// [`start_agent`] with `config` as the home's `config.toml`.
+pub fn start_agent_configured(
+    config: Option<&str>,
+    global: &[&str],
+    run_args: &[&str],
+    env: &[(&str, &str)],
+    wait_for: &[&str],
+) -> Agent {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
+    if let Some(config) = config {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        std::fs::DirBuilder::new().mode(0o700).create(&home).unwrap();
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(home.join("config.toml"))
+            .unwrap();
+        std::io::Write::write_all(&mut file, config.as_bytes()).unwrap();
+    }
     let workspace = dir.path().join("ws");
     std::fs::create_dir_all(&workspace).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_voxa"))

@@ -16,6 +16,7 @@ mod relay;
 mod relay_cpu;
 mod report;
 mod seal;
+mod sessions;
 mod voice;
 mod web;
 
@@ -53,6 +54,9 @@ fn main() {
     }
     if wanted("seal") {
         seal::run(&mut report, measuring);
+    }
+    if wanted("sessions") {
+        sessions::run(&mut report, measuring);
     }
     if wanted("web") {
         web::run(&mut report, runs(20));

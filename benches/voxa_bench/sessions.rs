@@ -1,0 +1,196 @@
+//! Coding-agent sessions: the time from an agent's stdout line to the phone's `agent_event`
+//! through the relay (beside the same line read straight from the agent's pipe), the replay of a
+//! long session to a phone that comes back, and the agent's memory with idle sessions.
+//!
+//! The agent is a configured stream-json agent (a shell loop), so the figures are voxa's: no
+//! model is involved.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+use voxa::net::dial::{ClientSocket, DialOptions};
+
+use crate::agent::rss_kib;
+use crate::child::{say_hello, start_agent_configured, Agent};
+use crate::report::{percentiles, Report};
+
+/// Lines of the latency turn, one every 5 ms, each carrying the time it was written.
+const TICK_SCRIPT: &str = r#"N=${0#N=}; i=0; while [ $i -lt "$N" ]; do printf '{"type":"stream_event","event":{"delta":{"type":"text_delta","text":"t%s "}}}\n' "$(date +%s%N)"; i=$((i+1)); sleep 0.005; done; echo '{"type":"result","subtype":"success","is_error":false,"result":"done"}'"#;
+
+/// A turn of `N` events as fast as the agent can write them.
+const BURST_SCRIPT: &str = r#"N=${0#N=}; i=0; while [ $i -lt "$N" ]; do echo '{"type":"assistant","message":{"content":[{"type":"tool_use","id":"u'$i'","name":"Read","input":{"file_path":"f'$i'"}}]}}'; i=$((i+1)); done; echo '{"type":"result","subtype":"success","is_error":false,"result":"done"}'"#;
+
+fn config() -> String {
+    let agent = |name: &str, script: &str| {
+        format!(
+            "[agents.{name}]\nprogram = \"/bin/sh\"\nargs = [\"-c\", {}, \"{{prompt}}\"]\nformat = \"stream-json\"\n",
+            toml::Value::String(script.to_owned())
+        )
+    };
+    format!("{}{}", agent("ticker", TICK_SCRIPT), agent("burst", BURST_SCRIPT))
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
+}
+
+/// Microseconds since each `t<ns>` stamp in `text`.
+fn ages_us(text: &str, now: u128, into: &mut Vec<f64>) {
+    for stamp in text.split_whitespace().filter_map(|word| word.strip_prefix('t')?.parse::<u128>().ok()) {
+        into.push(now.saturating_sub(stamp) as f64 / 1e3);
+    }
+}
+
+async fn phone(agent: &Agent) -> ClientSocket {
+    let relay = agent.embedded_relay.as_deref().unwrap();
+    let url = format!("ws://{relay}/ws?code={}", agent.code);
+    let mut socket = voxa::net::dial::connect(&url, &DialOptions::default()).await.unwrap();
+    say_hello(&mut socket, &agent.token).await;
+    socket
+}
+
+async fn next_json(socket: &mut ClientSocket) -> Value {
+    loop {
+        let frame = tokio::time::timeout(Duration::from_secs(60), socket.next()).await.unwrap().unwrap().unwrap();
+        if let Message::Text(text) = frame {
+            if let Ok(value) = serde_json::from_str::<Value>(text.strip_prefix('\u{1}').unwrap_or(&text)) {
+                return value;
+            }
+        }
+    }
+}
+
+async fn call(socket: &mut ClientSocket, id: &str, name: &str, args: Value) -> Value {
+    let frame = json!({"type":"tool_call","id": id,"name": name,"args": args});
+    socket.send(Message::text(frame.to_string())).await.unwrap();
+    loop {
+        let value = next_json(socket).await;
+        if value["type"] == "tool_result" && value["id"] == id {
+            assert_eq!(value["ok"], true, "{value}");
+            return value;
+        }
+    }
+}
+
+/// Starts a session of `agent` with `lines` and returns its id.
+async fn start(socket: &mut ClientSocket, id: &str, agent: &str, lines: usize) -> String {
+    let prompt = format!("N={lines}");
+    let result = call(socket, id, "agent_start", json!({"agent": agent, "prompt": prompt})).await;
+    result["result"]["session"].as_str().or(result["session"].as_str()).unwrap().to_owned()
+}
+
+/// Reads `agent_event`s of `session` until its turn ends; returns the highest seq seen.
+async fn until_turn_end(socket: &mut ClientSocket, session: &str, mut each: impl FnMut(&Value)) -> u64 {
+    let mut last = 0;
+    loop {
+        let value = next_json(socket).await;
+        if value["type"] != "agent_event" || value["session"] != session {
+            continue;
+        }
+        last = last.max(value["seq"].as_u64().unwrap_or(0));
+        each(&value);
+        if value["event"]["kind"] == "turn_end" {
+            return last;
+        }
+    }
+}
+
+pub fn run(report: &mut Report, measuring: bool) {
+    let ticks = if measuring { 400 } else { 20 };
+    let burst = if measuring { 10_000 } else { 200 };
+    let idle = if measuring { 10 } else { 2 };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+
+    // The floor: the same loop's lines read straight from its pipe.
+    let mut floor = Vec::new();
+    let mut child = Command::new("/bin/sh")
+        .args(["-c", TICK_SCRIPT, &format!("N={ticks}")])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        ages_us(&line.unwrap().replace('"', " "), now_ns(), &mut floor);
+    }
+    child.wait().unwrap();
+
+    let agent = start_agent_configured(
+        Some(&config()),
+        &[],
+        &["--embedded-relay"],
+        &[],
+        &["embedded_relay", "started", "relay_connected"],
+    );
+    runtime.block_on(async {
+        let mut socket = phone(&agent).await;
+        socket.send(Message::text(json!({"type":"follow"}).to_string())).await.unwrap();
+        let session = start(&mut socket, "t1", "ticker", ticks).await;
+        let mut ages = Vec::new();
+        until_turn_end(&mut socket, &session, |event| {
+            if let Some(text) = event["event"]["text"].as_str() {
+                ages_us(text, now_ns(), &mut ages);
+            }
+        })
+        .await;
+        let (p50, p99) = percentiles(&mut ages);
+        let (f50, f99) = percentiles(&mut floor);
+        report.add(
+            "sessions",
+            format!("agent stdout line → phone's agent_event via relay ({} lines)", ages.len()),
+            format!("median {p50:.0} µs, p99 {p99:.0} µs"),
+            "",
+        );
+        report.add(
+            "sessions",
+            format!("floor: the same lines read straight from the agent's pipe ({} lines)", floor.len()),
+            format!("median {f50:.0} µs, p99 {f99:.0} µs"),
+            "",
+        );
+
+        // A long session, then a phone that comes back and asks for all of it.
+        let session = start(&mut socket, "b1", "burst", burst).await;
+        let last = until_turn_end(&mut socket, &session, |_| {}).await;
+        drop(socket);
+        let mut back = phone(&agent).await;
+        let asked = Instant::now();
+        back.send(Message::text(json!({"type":"follow"}).to_string())).await.unwrap();
+        loop {
+            let value = next_json(&mut back).await;
+            if value["type"] == "agent_event" && value["session"] == session.as_str() && value["seq"] == last {
+                break;
+            }
+        }
+        let replay = asked.elapsed();
+        report.add(
+            "sessions",
+            format!("replay of a {last}-event session to a phone that comes back"),
+            format!(
+                "{:.0} ms ({:.1} µs per event)",
+                replay.as_secs_f64() * 1e3,
+                replay.as_secs_f64() * 1e6 / last as f64
+            ),
+            "",
+        );
+        drop(back);
+
+        // Memory: the agent before and after `idle` sessions that ran a turn and wait.
+        let before = rss_kib(agent.child.id());
+        let mut socket = phone(&agent).await;
+        socket.send(Message::text(json!({"type":"follow"}).to_string())).await.unwrap();
+        for n in 0..idle {
+            let session = start(&mut socket, &format!("i{n}"), "ticker", 1).await;
+            until_turn_end(&mut socket, &session, |_| {}).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let after = rss_kib(agent.child.id());
+        report.add(
+            "sessions",
+            format!("agent RSS with {idle} idle sessions"),
+            format!("{after} KiB ({} KiB more than before them)", after as i64 - before as i64),
+            "",
+        );
+    });
+}
