@@ -3,14 +3,17 @@
 //! task tracker every task the agent spawns goes through (so stopping the agent waits for calls in
 //! flight and voice bridges).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::calls::{CallBoards, ListenerId};
 use super::gate::{Admission, SessionCounts};
 use crate::gemini::GeminiConfig;
-use crate::protocol::{self, AgentMessage, AgentStatus, HelloOk};
+use crate::protocol::{self, AgentMessage, AgentStatus, ConnectedClient, HelloOk};
 use crate::push::Notifier;
 use crate::sessions::SessionHost;
 use crate::tools::{Dispatcher, Toolbox};
@@ -31,6 +34,8 @@ pub struct LiveStatus {
     pub followers: AtomicUsize,
     /// Open sessions, sealed (protocol 3) and plain (protocol 2).
     pub sessions: Arc<SessionCounts>,
+    /// Who has a session open, by session, in the order they came.
+    pub connected: Mutex<BTreeMap<ListenerId, ConnectedClient>>,
 }
 
 /// What every session of one agent shares.
@@ -45,6 +50,10 @@ pub struct AgentContext {
     pub notifier: Option<Notifier>,
     /// The coding-agent sessions; `None` when their store could not be opened.
     pub sessions: Option<SessionHost>,
+    /// Every pairing's tool calls, which outlive the sessions that started them.
+    pub calls: CallBoards,
+    /// Cancelled when the agent stops: it ends the calls still running.
+    pub shutdown: CancellationToken,
 }
 
 impl AgentContext {
@@ -57,6 +66,8 @@ impl AgentContext {
             tasks,
             notifier: None,
             sessions: None,
+            calls: CallBoards::default(),
+            shutdown: CancellationToken::new(),
         }
     }
 
@@ -101,6 +112,7 @@ impl AgentContext {
             phone_present: self.status.phone_present.load(Ordering::Relaxed),
             retired_code_until: self.status.retired_code_until.lock().map(|until| *until).unwrap_or_default(),
             calls_in_flight: self.status.calls_in_flight.load(Ordering::Relaxed),
+            connected: self.status.connected.lock().map(|c| c.values().cloned().collect()).unwrap_or_default(),
             sealed_sessions: self.status.sessions.sealed(),
             plain_sessions: self.status.sessions.plain(),
             workspace: self.toolbox().workspace().display().to_string(),

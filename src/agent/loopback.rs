@@ -448,7 +448,8 @@ async fn run_session(
     let revoked = admission.revoked.clone();
     let hello_ok = ctx.hello_ok(&admission);
     let mut io = start_session(&mut admission, hello_ok, outbox.begin_session().await, &ctx.status.sessions).await?;
-    let mut session = Session::new(ctx, admission.caller, io.out);
+    let shown = super::session::connected(&admission, io.input.is_sealed(), "loopback");
+    let mut session = Session::new(ctx, admission.caller, io.out).shown(shown);
     let mut liveness = Liveness::new(Heartbeat::PROTOCOL);
     loop {
         let revoked = revoked.clone();

@@ -3,10 +3,12 @@
 //! sessions they all serve.
 //!
 //! Inside: [`context`] (what sessions share, with the one task tracker), [`gate`] (hello
-//! admission), [`session`] (call table and dispatch), [`outbox`] (a socket's writer), [`link`]
+//! admission), [`session`] (one session's frames), [`calls`] (each pairing's tool calls, which
+//! outlive its sessions), [`outbox`] (a socket's writer), [`link`]
 //! (the reconnect actor), [`peers`] (the phones on one relay connection), [`loopback`] (the local
 //! server) and [`env_side`] (environment pairings).
 
+pub mod calls;
 pub mod context;
 pub mod env_side;
 pub mod gate;
@@ -135,6 +137,7 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
     toolbox.approvals().stop_with(shutdown.clone());
     let tasks = TaskTracker::new();
     let mut ctx = AgentContext::new(toolbox, tasks.clone());
+    ctx.shutdown = shutdown.clone();
     ctx.gemini = options.gemini.clone().map(Arc::new);
     // Notifications: a home whose VAPID key cannot be made or read still runs, without them.
     let pairing = crate::push::pairing_id(&options.secrets.relay_code);

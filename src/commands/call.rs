@@ -40,8 +40,9 @@ pub async fn connect_local(home: &Home) -> Result<(ClientSocket, HelloOk)> {
 pub async fn run_call(settings: &Settings, args: CallArgs) -> Result<Exit> {
     let tool_args = parse_call_args(&args.tool, &args.args)?;
     let (mut socket, _) = connect_local(&settings.home).await?;
-    let call =
-        ToolCall { id: "call-1".into(), name: args.tool.clone(), args: tool_args, env: args.env.clone(), caller: None };
+    // Calls belong to the pairing and outlive their connection: each needs an id of its own.
+    let id = format!("cli-{}", &protocol::new_nonce()?[..16]);
+    let call = ToolCall { id, name: args.tool.clone(), args: tool_args, env: args.env.clone(), caller: None };
     socket
         .send(Message::text(ClientMessage::ToolCall(call.clone()).to_json()))
         .await

@@ -67,6 +67,8 @@ export const CLIENT_FRAMES = /** @type {const} */ ([
   'bearer',
   'tool_call',
   'cancel',
+  'cancel_all',
+  'calls',
   'status',
   'call_start',
   'call_end',
@@ -99,6 +101,7 @@ export const AGENT_FRAMES = /** @type {const} */ ([
   'approval',
   'approval_resolved',
   'push_subscribed',
+  'calls',
 ]);
 
 /**
