@@ -6,6 +6,7 @@ mod agent;
 mod approvals;
 mod browser;
 mod cli;
+mod continuity;
 mod deploy;
 mod doctor;
 mod environments;

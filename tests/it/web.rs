@@ -228,21 +228,21 @@ fn every_file_of_the_web_client_is_served() {
 // In the browser
 
 /// A relay and an agent in this process, and a browser.
-struct Scene {
-    relay: TestRelay,
-    home: tempfile::TempDir,
-    workspace: tempfile::TempDir,
-    secrets: voxa::state::Secrets,
-    agent: Option<voxa::agent::RunningAgent>,
-    browser: Browser,
+pub(crate) struct Scene {
+    pub(crate) relay: TestRelay,
+    pub(crate) home: tempfile::TempDir,
+    pub(crate) workspace: tempfile::TempDir,
+    pub(crate) secrets: voxa::state::Secrets,
+    pub(crate) agent: Option<voxa::agent::RunningAgent>,
+    pub(crate) browser: Browser,
 }
 
 impl Scene {
-    async fn start() -> Option<Scene> {
+    pub(crate) async fn start() -> Option<Scene> {
         Self::start_with(Scheme::Light).await
     }
 
-    async fn start_with(scheme: Scheme) -> Option<Scene> {
+    pub(crate) async fn start_with(scheme: Scheme) -> Option<Scene> {
         let browser = Browser::start_with(scheme).await?;
         let relay = TestRelay::start().await;
         let (home, workspace) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -253,7 +253,7 @@ impl Scene {
     }
 
     /// Starts the agent on this scene's home, as `voxa run` after a laptop restart would.
-    async fn start_agent(&mut self) {
+    pub(crate) async fn start_agent(&mut self) {
         let (options, secrets) = options(&self.home, &self.workspace, Some(self.relay.url()));
         self.secrets = secrets;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -261,45 +261,45 @@ impl Scene {
         self.agent = Some(agent);
     }
 
-    async fn stop_agent(&mut self) {
+    pub(crate) async fn stop_agent(&mut self) {
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
     }
 
-    fn code(&self) -> &str {
+    pub(crate) fn code(&self) -> &str {
         self.secrets.relay_code.expose()
     }
 
-    fn token(&self) -> &str {
+    pub(crate) fn token(&self) -> &str {
         self.secrets.auth_token.expose()
     }
 
     /// The pairing link as voxa prints it: the secrets in the fragment, which the browser never sends.
-    fn link(&self) -> String {
+    pub(crate) fn link(&self) -> String {
         format!("http://{}/#code={}&token={}", self.relay.addr, self.code(), self.token())
     }
 
     /// The link older versions printed (and their QR codes still hold): the secrets in the query.
-    fn old_link(&self) -> String {
+    pub(crate) fn old_link(&self) -> String {
         format!("http://{}/?code={}&token={}", self.relay.addr, self.code(), self.token())
     }
 
-    fn loopback(&self) -> SocketAddr {
+    pub(crate) fn loopback(&self) -> SocketAddr {
         self.agent.as_ref().expect("the agent runs").loopback
     }
 
     /// Opens the pairing link and waits for "online".
-    async fn open_online(&self) {
+    pub(crate) async fn open_online(&self) {
         self.browser.open(&self.link()).await;
         self.browser.wait_connection("online").await;
     }
 
-    fn workspace(&self) -> &Path {
+    pub(crate) fn workspace(&self) -> &Path {
         self.workspace.path()
     }
 
-    async fn close(mut self) {
+    pub(crate) async fn close(mut self) {
         self.stop_agent().await;
         self.browser.close().await;
     }
@@ -325,7 +325,7 @@ impl Machine {
 }
 
 /// Text of the terminal output, as shown.
-const TERMINAL: &str = "#term-out";
+pub(crate) const TERMINAL: &str = "#term-out";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pairing_link_in_the_fragment_goes_online_and_leaves_no_token_in_the_address_bar() {

@@ -312,7 +312,7 @@ export class Session extends EventTarget {
       if (this.stopped || this.final) return;
       if (event.code === 4001) {
         this.finish('replaced', 'this laptop was opened in another window');
-      } else if (event.code === 1008 && event.reason === 'bearer-refused') {
+      } else if (event.code === 1008 && (event.reason === 'bearer-refused' || event.reason === 'pairing-revoked')) {
         this.finish('refused', 'this link is no longer valid — scan the new code');
       } else if (!opened && this.route === 'live') {
         this.checkLive();
@@ -382,7 +382,8 @@ export class Session extends EventTarget {
         await this.checkHelloOk(frame);
         return;
       case 'error':
-        if (frame.code === 'bearer-refused') {
+        // A refused proof, or the pairing rotated on the laptop (`voxa pair --rotate`).
+        if (frame.code === 'bearer-refused' || frame.code === 'pairing-revoked') {
           this.finish('refused', 'this link is no longer valid — scan the new code');
           return;
         }
