@@ -101,7 +101,9 @@ pub enum Refused {
 impl Refused {
     pub fn error(&self, id: &str) -> ToolError {
         match self {
-            Refused::Duplicate => ToolError::new(ErrorCode::DuplicateId, format!("a call with id {id:?} is still running")),
+            Refused::Duplicate => {
+                ToolError::new(ErrorCode::DuplicateId, format!("a call with id {id:?} is still running"))
+            }
             Refused::Busy(running) => {
                 ToolError::new(ErrorCode::Busy, format!("{running} calls are already running; wait for one to finish"))
             }

@@ -124,7 +124,8 @@ impl CurrentToken {
     pub fn rotate(&self, token: Secret) {
         let mut now = self.now.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         let gate = TokenGate::new(token, now.gate.caller, now.gate.sealed_only);
-        let previous = std::mem::replace(&mut *now, Generation { gate: Arc::new(gate), replaced: CancellationToken::new() });
+        let previous =
+            std::mem::replace(&mut *now, Generation { gate: Arc::new(gate), replaced: CancellationToken::new() });
         previous.replaced.cancel();
     }
 }

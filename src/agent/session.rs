@@ -248,12 +248,8 @@ impl Session {
             let result = ToolResult::failure(call.id.clone(), refused.error(&call.id));
             return self.send(AgentMessage::ToolResult(result)).await;
         }
-        let task = CallTask {
-            ctx: self.ctx.clone(),
-            caller: self.caller_of(&call),
-            board: self.board.clone(),
-            cancel: token,
-        };
+        let task =
+            CallTask { ctx: self.ctx.clone(), caller: self.caller_of(&call), board: self.board.clone(), cancel: token };
         self.ctx.tasks.spawn(task.run(call));
     }
 

@@ -27,8 +27,7 @@ pub use presence::{PeerRole, PeerState, Presence};
 pub use push::{push_endpoint_host, PushKeys, PushSubscription, MAX_PUSH_ENDPOINT_LEN};
 pub use session::{
     parse_client, AgentMessage, AgentSees, AgentStatus, CallEntry, CallsFrame, ClientMessage, CodingAgentSeen,
-    ConnectedClient, ToolActivityState,
-    TranscriptRole,
+    ConnectedClient, ToolActivityState, TranscriptRole,
 };
 pub use tools::{Image, ToolCall, ToolError, ToolResult, HOSTED_CALLER};
 
