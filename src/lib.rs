@@ -17,6 +17,7 @@ pub mod environments;
 pub mod gemini;
 pub mod hosted;
 pub mod sessions;
+pub mod terminal;
 
 pub mod relay;
 

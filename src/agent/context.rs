@@ -16,6 +16,7 @@ use crate::gemini::GeminiConfig;
 use crate::protocol::{self, AgentMessage, AgentStatus, ConnectedClient, HelloOk};
 use crate::push::Notifier;
 use crate::sessions::SessionHost;
+use crate::terminal::TerminalHost;
 use crate::tools::{Dispatcher, Toolbox};
 
 /// Live state shown by `voxa status`.
@@ -54,6 +55,8 @@ pub struct AgentContext {
     pub calls: CallBoards,
     /// Cancelled when the agent stops: it ends the calls still running.
     pub shutdown: CancellationToken,
+    /// The interactive terminals (`term_*`); `None` where the agent runs none.
+    pub terminals: Option<TerminalHost>,
 }
 
 impl AgentContext {
@@ -68,6 +71,7 @@ impl AgentContext {
             sessions: None,
             calls: CallBoards::default(),
             shutdown: CancellationToken::new(),
+            terminals: None,
         }
     }
 
@@ -76,7 +80,8 @@ impl AgentContext {
         self.dispatcher.toolbox()
     }
 
-    /// `"hosted"` or `"self-hosted"`.
+    /// Who hosts voice calls (`hello_ok`'s `mode`): `"self-hosted"` when this laptop does,
+    /// `"hosted"` otherwise — a relay's `/live`, if it offers one (docs/PROTOCOL.md).
     pub fn mode(&self) -> &'static str {
         if self.gemini.is_some() {
             "self-hosted"

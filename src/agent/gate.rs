@@ -30,9 +30,9 @@ pub trait Gate: Send + Sync {
     }
 
     /// Checks a hello that answers the session's challenge nonce (empty without one).
-    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloStep, ErrorCode>;
+    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloVerdict, ErrorCode>;
 
-    /// Checks the bearer a host presents after [`HelloStep::AwaitBearer`].
+    /// Checks the bearer a host presents after [`HelloVerdict::AwaitBearer`].
     fn admit_bearer(&self, _bearer: &str) -> Result<Admission, ErrorCode> {
         Err(ErrorCode::BearerRefused)
     }
@@ -49,7 +49,7 @@ pub trait Gate: Send + Sync {
 
 /// Where a good hello leads.
 #[derive(Debug)]
-pub enum HelloStep {
+pub enum HelloVerdict {
     /// The caller is in: answer `hello_ok`.
     Admitted(Admission),
     /// Answer with this frame (an environment's signature) and wait for the host's bearer.
@@ -189,7 +189,7 @@ impl TokenGate {
     }
 
     /// A protocol-3 hello: message 1 of the handshake, keyed by the token, answering `challenge`.
-    fn admit_sealed(&self, hello: &Hello, challenge: &str) -> Result<HelloStep, ErrorCode> {
+    fn admit_sealed(&self, hello: &Hello, challenge: &str) -> Result<HelloVerdict, ErrorCode> {
         let message = hello
             .noise
             .as_deref()
@@ -200,7 +200,7 @@ impl TokenGate {
             return Err(ErrorCode::BearerRefused);
         }
         let responder = Responder::accept(&self.token, challenge, &message).map_err(|_| ErrorCode::BearerRefused)?;
-        Ok(HelloStep::Admitted(Admission {
+        Ok(HelloVerdict::Admitted(Admission {
             caller: self.caller.to_owned(),
             seal: Some(Box::new(responder)),
             client: shown_client(hello),
@@ -210,7 +210,7 @@ impl TokenGate {
 }
 
 impl Gate for TokenGate {
-    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloStep, ErrorCode> {
+    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloVerdict, ErrorCode> {
         // A raw token (protocol 1) is refused whether it is right or not.
         if hello.token.is_some() {
             return Err(ErrorCode::BearerRefused);
@@ -229,7 +229,7 @@ impl Gate for TokenGate {
         {
             return Err(ErrorCode::BearerRefused);
         }
-        Ok(HelloStep::Admitted(Admission {
+        Ok(HelloVerdict::Admitted(Admission {
             caller: self.caller.to_owned(),
             proof: Some(protocol::agent_proof(&self.token, challenge, nonce)),
             client: shown_client(hello),
@@ -240,7 +240,7 @@ impl Gate for TokenGate {
 
 /// Checks a frame that should be the hello answering `challenge`. Anything but a hello is
 /// `unauthenticated-call`.
-pub fn admit_hello(gate: &dyn Gate, text: &str, challenge: &str) -> Result<HelloStep, ErrorCode> {
+pub fn admit_hello(gate: &dyn Gate, text: &str, challenge: &str) -> Result<HelloVerdict, ErrorCode> {
     match protocol::parse_client(text) {
         Ok(ClientMessage::Hello(hello)) => gate.admit(&hello, challenge),
         _ => Err(ErrorCode::UnauthenticatedCall),
@@ -331,7 +331,7 @@ impl Gate for PairingGate {
         false
     }
 
-    fn admit(&self, hello: &Hello, _challenge: &str) -> Result<HelloStep, ErrorCode> {
+    fn admit(&self, hello: &Hello, _challenge: &str) -> Result<HelloVerdict, ErrorCode> {
         let state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
         identify(&state, &self.pairing_id, hello)
     }
@@ -355,7 +355,7 @@ impl Gate for PairingGate {
 /// The host's hello on the pairing `pairing_id`: the envKey is resolved first, then this
 /// environment signs the pairing's code hash, the host's nonce and a fresh nonce of its own —
 /// only for the pairing whose code the hello arrived on.
-fn identify(state: &GateState, pairing_id: &str, hello: &Hello) -> Result<HelloStep, ErrorCode> {
+fn identify(state: &GateState, pairing_id: &str, hello: &Hello) -> Result<HelloVerdict, ErrorCode> {
     let Some(identity) = &state.identity else { return Err(ErrorCode::UnknownEnvironment) };
     let own_key = identity.env_key();
     if hello.env_key.as_deref() != Some(own_key.as_str()) {
@@ -369,7 +369,7 @@ fn identify(state: &GateState, pairing_id: &str, hello: &Hello) -> Result<HelloS
     let env_nonce = protocol::new_nonce().map_err(|_| ErrorCode::Internal)?;
     let binding = HelloBinding { code_hash: &pairing.code_hash, host_nonce, env_nonce: &env_nonce };
     let signature = identity.sign_hello(&binding);
-    Ok(HelloStep::AwaitBearer(AgentMessage::Identity { env_key: own_key, nonce: env_nonce, signature }))
+    Ok(HelloVerdict::AwaitBearer(AgentMessage::Identity { env_key: own_key, nonce: env_nonce, signature }))
 }
 
 /// The bearer, presented after the host verified this home's signature: revoked first, then right.
@@ -435,7 +435,7 @@ mod tests {
     fn a_hello_is_answered_with_a_signature_and_the_bearer_then_admits() {
         let (state, key) = state_with(BEARER);
         let nonce = new_nonce().unwrap();
-        let Ok(HelloStep::AwaitBearer(AgentMessage::Identity { env_key, nonce: env_nonce, signature })) =
+        let Ok(HelloVerdict::AwaitBearer(AgentMessage::Identity { env_key, nonce: env_nonce, signature })) =
             identify(&state, "p_1", &hello(&key, Some(&nonce)))
         else {
             panic!("no identity answer")

@@ -23,7 +23,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info_span, Instrument};
 
 use super::context::AgentContext;
-use super::gate::{admit_hello, start_session, Admission, Gate, HelloStep};
+use super::gate::{admit_hello, start_session, Admission, Gate, HelloVerdict};
 use super::outbox::Outbox;
 use super::session::Session;
 use crate::net::liveness::{cancelled, close_message, Heartbeat, Liveness, Pulse};
@@ -133,12 +133,12 @@ impl Unauthenticated {
     }
 
     /// Registers a connection; its token is cancelled if it is evicted.
-    fn enter(self: &Arc<Self>, id: u64) -> Pending {
+    fn enter(self: &Arc<Self>, id: u64) -> WaitingPlace {
         let evicted = CancellationToken::new();
         if let Ok(mut queue) = self.queue.lock() {
             queue.push_back((id, evicted.clone()));
         }
-        Pending { waiting: self.clone(), id, evicted }
+        WaitingPlace { waiting: self.clone(), id, evicted }
     }
 
     /// Closes the oldest waiting connection; false when none waits.
@@ -161,13 +161,13 @@ impl Unauthenticated {
 }
 
 /// One connection's place among the unauthenticated; it leaves when dropped.
-struct Pending {
+struct WaitingPlace {
     waiting: Arc<Unauthenticated>,
     id: u64,
     evicted: CancellationToken,
 }
 
-impl Drop for Pending {
+impl Drop for WaitingPlace {
     fn drop(&mut self) {
         self.waiting.leave(self.id);
     }
@@ -225,7 +225,7 @@ async fn serve(
     stream: TcpStream,
     ctx: Arc<AgentContext>,
     gate: Arc<dyn Gate>,
-    pending: Pending,
+    pending: WaitingPlace,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let evicted = pending.evicted.clone();
@@ -250,19 +250,19 @@ async fn serve(
     // Answered or refused: either way it no longer waits for a hello.
     drop(pending);
     let (mut socket, admission) = match opened {
-        Opening::Admitted(socket, admission) => (socket, admission),
-        Opening::Refused(mut socket, close) => {
+        LocalStart::Admitted(socket, admission) => (socket, admission),
+        LocalStart::Refused(mut socket, close) => {
             refuse(&mut socket, close).await;
             return Ok(());
         }
-        Opening::Answered => return Ok(()),
+        LocalStart::Answered => return Ok(()),
     };
     socket.get_mut().lift();
     run_session(socket, ctx, admission, shutdown).await
 }
 
 /// How the start of a local connection ended.
-enum Opening {
+enum LocalStart {
     /// A good hello: the session may start.
     Admitted(LocalSocket, Admission),
     /// Close the socket with this frame.
@@ -272,12 +272,12 @@ enum Opening {
 }
 
 /// The request head, the upgrade, the challenge and the hello, which must arrive by `deadline`.
-async fn open_session(mut stream: TcpStream, gate: &dyn Gate, deadline: tokio::time::Instant) -> Result<Opening> {
+async fn open_session(mut stream: TcpStream, gate: &dyn Gate, deadline: tokio::time::Instant) -> Result<LocalStart> {
     let (head, leftover) = match http::read_head(&mut stream, HEAD_TIMEOUT).await {
         Ok(read) => read,
         Err(http::HeadError::TimedOut) => {
             let _ = http::respond(&mut stream, 408, "Request Timeout", "no request in time\n").await;
-            return Ok(Opening::Answered);
+            return Ok(LocalStart::Answered);
         }
         Err(err) => {
             let _ = http::respond(&mut stream, 400, "Bad Request", "bad request\n").await;
@@ -288,7 +288,7 @@ async fn open_session(mut stream: TcpStream, gate: &dyn Gate, deadline: tokio::t
     // Exactly one `Host`, naming this socket; at most one `Origin`, this socket's own.
     if !head.single_header("host").is_some_and(|host| is_loopback_host_header(host, port)) {
         http::respond(&mut stream, 403, "Forbidden", "this socket answers only to a loopback Host\n").await?;
-        return Ok(Opening::Answered);
+        return Ok(LocalStart::Answered);
     }
     let origin_ok = match head.header("origin") {
         None => true,
@@ -296,27 +296,27 @@ async fn open_session(mut stream: TcpStream, gate: &dyn Gate, deadline: tokio::t
     };
     if !origin_ok {
         http::respond(&mut stream, 403, "Forbidden", "cross-origin requests are refused\n").await?;
-        return Ok(Opening::Answered);
+        return Ok(LocalStart::Answered);
     }
     if !head.is_websocket_upgrade() {
         if let Some(response) = web::answer(&head, web::Offer::default()) {
             response.write(&mut stream).await?;
-            return Ok(Opening::Answered);
+            return Ok(LocalStart::Answered);
         }
     }
     if head.path != "/" {
         http::respond(&mut stream, 404, "Not Found", "not found\n").await?;
-        return Ok(Opening::Answered);
+        return Ok(LocalStart::Answered);
     }
     if !head.is_websocket_upgrade() {
         http::respond(&mut stream, 426, "Upgrade Required", "this is a WebSocket endpoint\n").await?;
-        return Ok(Opening::Answered);
+        return Ok(LocalStart::Answered);
     }
     // The token never crosses the socket: a bearer header is refused whether it is right or not.
     if head.header("authorization").is_some() {
         let body = format!("{}\n", ErrorCode::BearerRefused);
         http::respond(&mut stream, 403, "Forbidden", &body).await?;
-        return Ok(Opening::Answered);
+        return Ok(LocalStart::Answered);
     }
     let _ = stream.set_nodelay(true);
     let stream = PreAuthLimit::new(stream, protocol::MAX_PREAUTH_LEN);
@@ -324,10 +324,10 @@ async fn open_session(mut stream: TcpStream, gate: &dyn Gate, deadline: tokio::t
     let challenge = protocol::new_nonce()?;
     socket.send(Message::text(AgentMessage::challenge(&challenge).to_json())).await?;
     Ok(match wait_for_hello(&mut socket, gate, &challenge, deadline).await {
-        Ok(admission) => Opening::Admitted(socket, admission),
-        Err(Refusal::Code(code)) => Opening::Refused(socket, close_message(CloseCode::Policy, code.as_str())),
+        Ok(admission) => LocalStart::Admitted(socket, admission),
+        Err(Refusal::Code(code)) => LocalStart::Refused(socket, close_message(CloseCode::Policy, code.as_str())),
         Err(Refusal::TooMuch) => {
-            Opening::Refused(socket, close_message(CloseCode::Size, "too much data before the hello"))
+            LocalStart::Refused(socket, close_message(CloseCode::Size, "too much data before the hello"))
         }
     })
 }
@@ -360,9 +360,9 @@ async fn wait_for_hello(
     .await
     .unwrap_or(Err(Refusal::Code(ErrorCode::UnauthenticatedCall)))?;
     match admit_hello(gate, &first, challenge).map_err(Refusal::Code)? {
-        HelloStep::Admitted(admission) => Ok(admission),
+        HelloVerdict::Admitted(admission) => Ok(admission),
         // The loopback gate has no second step.
-        HelloStep::AwaitBearer(_) => Err(Refusal::Code(ErrorCode::UnauthenticatedCall)),
+        HelloVerdict::AwaitBearer(_) => Err(Refusal::Code(ErrorCode::UnauthenticatedCall)),
     }
 }
 

@@ -191,6 +191,13 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
         }
         Err(err) => warn!("coding-agent sessions are unavailable: {err:#}"),
     }
+    let terminals = crate::terminal::TerminalHost::new(crate::terminal::TerminalHostOptions {
+        toolbox: ctx.toolbox().clone(),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+    });
+    ctx.dispatcher = ctx.dispatcher.clone().with_terminals(Arc::new(terminals.clone()));
+    ctx.terminals = Some(terminals);
     let router = HostRouter::new(HostOptions {
         home: options.home.clone(),
         dial: options.dial.clone(),

@@ -15,7 +15,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::gate::{admit_bearer, admit_hello, start_session, HelloStep, SessionInput};
+use super::gate::{admit_bearer, admit_hello, start_session, HelloVerdict, SessionInput};
 use super::link::{Ended, LinkEvent, RelayLink};
 use super::outbox::Outbox;
 use super::session::Session;
@@ -328,8 +328,8 @@ impl RelayLink {
     async fn on_text(&self, peer: Peer, text: &str, to: &ToPeer, slot: &mut PeerSlot) -> Peer {
         let admitted = match peer {
             Peer::AwaitingHello { deadline, challenge } => match admit_hello(self.gate.as_ref(), text, &challenge) {
-                Ok(HelloStep::Admitted(admission)) => Ok(admission),
-                Ok(HelloStep::AwaitBearer(answer)) => {
+                Ok(HelloVerdict::Admitted(admission)) => Ok(admission),
+                Ok(HelloVerdict::AwaitBearer(answer)) => {
                     to.send(answer).await;
                     return Peer::AwaitingBearer { deadline };
                 }

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, info_span, warn, Instrument};
 
 use super::context::AgentContext;
-use super::gate::{Gate, HelloStep, TokenGate};
+use super::gate::{Gate, HelloVerdict, TokenGate};
 use super::link::{LinkEvent, RelayLink};
 use crate::protocol::{ErrorCode, Hello};
 use crate::secret::Secret;
@@ -33,7 +33,7 @@ pub struct RetiredGate {
 }
 
 impl Gate for RetiredGate {
-    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloStep, ErrorCode> {
+    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloVerdict, ErrorCode> {
         if self.current.admit(hello, challenge).is_ok() {
             info!("a client proved the current token on the retired relay code; refused: it must use the new link");
         }
@@ -131,12 +131,12 @@ impl CurrentToken {
 }
 
 impl Gate for CurrentToken {
-    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloStep, ErrorCode> {
+    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloVerdict, ErrorCode> {
         let (gate, replaced) = self.current();
         match gate.admit(hello, challenge)? {
-            HelloStep::Admitted(mut admission) => {
+            HelloVerdict::Admitted(mut admission) => {
                 admission.revoked = Some(replaced);
-                Ok(HelloStep::Admitted(admission))
+                Ok(HelloVerdict::Admitted(admission))
             }
             other => Ok(other),
         }

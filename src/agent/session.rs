@@ -174,6 +174,11 @@ impl Session {
                 };
                 self.send(answer).await;
             }
+            ClientMessage::TermAck(ack) => {
+                if let Some(terminals) = &self.ctx.terminals {
+                    terminals.ack(&ack, &self.out).await;
+                }
+            }
             ClientMessage::PushUnsubscribe { endpoint } => {
                 if let Some(notifier) = &self.ctx.notifier {
                     if let Err(err) = notifier.subscriptions().remove(&endpoint) {
@@ -248,8 +253,13 @@ impl Session {
             let result = ToolResult::failure(call.id.clone(), refused.error(&call.id));
             return self.send(AgentMessage::ToolResult(result)).await;
         }
-        let task =
-            CallTask { ctx: self.ctx.clone(), caller: self.caller_of(&call), board: self.board.clone(), cancel: token };
+        let task = CallTask {
+            ctx: self.ctx.clone(),
+            caller: self.caller_of(&call),
+            board: self.board.clone(),
+            cancel: token,
+            viewer: self.out.downgrade(),
+        };
         self.ctx.tasks.spawn(task.run(call));
     }
 
@@ -299,6 +309,8 @@ struct CallTask {
     caller: String,
     board: Arc<CallBoard>,
     cancel: CancellationToken,
+    /// The session that asked, for the terminals the call opens; gone once that session ends.
+    viewer: mpsc::WeakSender<Frame>,
 }
 
 impl CallTask {
@@ -344,7 +356,11 @@ impl CallTask {
         progress: mpsc::Sender<String>,
     ) -> Result<(Value, Option<AgentMessage>), ToolError> {
         let id = call.id.clone();
-        let request = ToolRequest::from_call(call, self.caller.clone(), Some(progress), self.cancel.clone());
+        let mut request = ToolRequest::from_call(call, self.caller.clone(), Some(progress), self.cancel.clone());
+        // A terminal the call opens or attaches is watched by the session that asked, while it lasts.
+        if let Some(viewer) = self.viewer.upgrade() {
+            request = request.with_viewer(viewer);
+        }
         let output = self.ctx.dispatcher.dispatch(request).await?;
         let image = output.image.map(|shot| shot.image_frame(&id));
         Ok((output.result, image))

@@ -88,6 +88,11 @@ pub fn ask_rule(config: &Config, tool: &str, args: &Value, workspace: &Path, cha
             let prompt = text("prompt");
             Some(Ask { risk: Risk::Exec, summary: format!("Start {agent} without its permission prompts: {prompt}") })
         }
+        "term_open" => {
+            let command = args.get("command").and_then(Value::as_str).unwrap_or("the login shell");
+            let risk = command_risk(command, workspace).max(path_risk(args.get("cwd").and_then(Value::as_str)));
+            Some(Ask { risk, summary: format!("Open a terminal running {}", command.trim()) })
+        }
         other => {
             let risk = if changes_machine { Risk::Exec } else { Risk::Read };
             Some(Ask { risk, summary: format!("Use {other}") })

@@ -26,11 +26,11 @@ pub(super) struct AgentLink {
 pub(super) struct AgentState {
     /// The agent answered `hello_ok` and has not left since.
     pub present: bool,
-    pending: HashMap<String, Pending>,
+    pending: HashMap<String, AwaitedResult>,
 }
 
 /// A tool call sent to the agent and not answered yet.
-struct Pending {
+struct AwaitedResult {
     gemini_id: String,
     answer: oneshot::Sender<Result<ToolOutput, ToolError>>,
 }
@@ -49,7 +49,7 @@ impl AgentLink {
             if !state.present {
                 return Err(ToolError::new(ErrorCode::Unavailable, LAPTOP_OFFLINE));
             }
-            state.pending.insert(id.clone(), Pending { gemini_id: call.id.clone(), answer });
+            state.pending.insert(id.clone(), AwaitedResult { gemini_id: call.id.clone(), answer });
         }
         let frame = ClientMessage::ToolCall(ToolCall { id: id.clone(), caller: Some(HOSTED_CALLER.into()), ..call });
         if self.to_agent.send(frame.to_json()).await.is_err() {

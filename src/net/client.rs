@@ -5,7 +5,7 @@
 //! keyed by the token, and seals the socket once the agent's answer checks out (`voxa call`,
 //! `status`, `env list`, every test and bench client); [`hello_plain`] is protocol 2, for hosted
 //! voice, whose relay must read the session. The host's environment sessions bring their own
-//! credential (`environments/host.rs`).
+//! credential (`environments/host/handshake.rs`).
 
 use std::fmt;
 use std::ops::ControlFlow;
@@ -54,7 +54,7 @@ pub trait HelloCredential {
     /// How long the agent has to answer each frame sent; `None` waits as long as the caller does.
     fn answer_limit(&self) -> Option<Duration>;
     /// What to do with one answer of the agent's.
-    fn answer(&mut self, answer: AgentMessage, challenge: Option<&str>, nonce: &str) -> HelloStep;
+    fn answer(&mut self, answer: AgentMessage, challenge: Option<&str>, nonce: &str) -> AnswerStep;
     /// The hello of a sealed session answering `challenge`, for a credential that seals; `None`
     /// sends [`HelloCredential::hello`]'s.
     fn sealed_hello(&mut self, _challenge: &str) -> Option<Result<Hello, HelloError>> {
@@ -78,7 +78,7 @@ pub enum Opening {
 
 /// A credential's reading of an answer.
 #[derive(Debug)]
-pub enum HelloStep {
+pub enum AnswerStep {
     /// Send this frame next and wait for the answer to it.
     Reply(ClientMessage),
     /// The session is open.
@@ -183,10 +183,10 @@ async fn answer(
 ) -> Result<ControlFlow<HelloOk, ClientMessage>, HelloError> {
     loop {
         match credential.answer(next_agent_message(socket).await?, challenge, nonce) {
-            HelloStep::Reply(next) => return Ok(ControlFlow::Continue(next)),
-            HelloStep::Accept(ok) => return Ok(ControlFlow::Break(ok)),
-            HelloStep::Reject(failure) => return Err(failure),
-            HelloStep::Ignore => continue,
+            AnswerStep::Reply(next) => return Ok(ControlFlow::Continue(next)),
+            AnswerStep::Accept(ok) => return Ok(ControlFlow::Break(ok)),
+            AnswerStep::Reject(failure) => return Err(failure),
+            AnswerStep::Ignore => continue,
         }
     }
 }
@@ -266,17 +266,17 @@ impl<'a> TokenProof<'a> {
     }
 
     /// A sealed `hello_ok`: message 2 must check out, and its payload is the real `hello_ok`.
-    fn open_hello_ok(&mut self, initiator: Initiator, ok: &HelloOk) -> HelloStep {
+    fn open_hello_ok(&mut self, initiator: Initiator, ok: &HelloOk) -> AnswerStep {
         let message =
             ok.noise.as_deref().and_then(|noise| base64::engine::general_purpose::STANDARD.decode(noise).ok());
         let opened = message.and_then(|message| initiator.finish(&message).ok());
-        let Some((keys, payload)) = opened else { return HelloStep::Reject(HelloError::Impostor) };
+        let Some((keys, payload)) = opened else { return AnswerStep::Reject(HelloError::Impostor) };
         match serde_json::from_slice::<AgentMessage>(&payload) {
             Ok(AgentMessage::HelloOk(inner)) if inner.protocol == protocol::PROTOCOL_SEALED => {
                 self.keys = Some(keys);
-                HelloStep::Accept(inner)
+                AnswerStep::Accept(inner)
             }
-            _ => HelloStep::Reject(HelloError::Unexpected),
+            _ => AnswerStep::Reject(HelloError::Unexpected),
         }
     }
 }
@@ -319,11 +319,11 @@ impl HelloCredential for TokenProof<'_> {
         self.keys.take()
     }
 
-    fn answer(&mut self, answer: AgentMessage, challenge: Option<&str>, nonce: &str) -> HelloStep {
+    fn answer(&mut self, answer: AgentMessage, challenge: Option<&str>, nonce: &str) -> AnswerStep {
         match answer {
             AgentMessage::HelloOk(ok) if self.seals => match self.initiator.take() {
                 Some(initiator) => self.open_hello_ok(initiator, &ok),
-                None => HelloStep::Reject(HelloError::Unexpected),
+                None => AnswerStep::Reject(HelloError::Unexpected),
             },
             AgentMessage::HelloOk(ok) => {
                 let challenge = challenge.unwrap_or_default();
@@ -332,14 +332,14 @@ impl HelloCredential for TokenProof<'_> {
                     .as_deref()
                     .is_some_and(|proof| protocol::verify_agent_proof(self.token, challenge, nonce, proof));
                 if proven {
-                    HelloStep::Accept(ok)
+                    AnswerStep::Accept(ok)
                 } else {
-                    HelloStep::Reject(HelloError::Impostor)
+                    AnswerStep::Reject(HelloError::Impostor)
                 }
             }
             // A second challenge before hello_ok: a new phone session replaced ours.
-            AgentMessage::Challenge { .. } => HelloStep::Reject(HelloError::Restarted),
-            _ => HelloStep::Ignore,
+            AgentMessage::Challenge { .. } => AnswerStep::Reject(HelloError::Restarted),
+            _ => AnswerStep::Ignore,
         }
     }
 }
@@ -555,15 +555,15 @@ mod tests {
             Some(Duration::from_secs(5))
         }
 
-        fn answer(&mut self, answer: AgentMessage, _challenge: Option<&str>, _nonce: &str) -> HelloStep {
+        fn answer(&mut self, answer: AgentMessage, _challenge: Option<&str>, _nonce: &str) -> AnswerStep {
             match answer {
                 AgentMessage::Status(_) if !self.replied => {
                     self.replied = true;
-                    HelloStep::Reply(ClientMessage::Status)
+                    AnswerStep::Reply(ClientMessage::Status)
                 }
-                AgentMessage::HelloOk(ok) if self.replied => HelloStep::Accept(ok),
-                AgentMessage::HelloOk(_) => HelloStep::Reject(HelloError::Impostor),
-                _ => HelloStep::Ignore,
+                AgentMessage::HelloOk(ok) if self.replied => AnswerStep::Accept(ok),
+                AgentMessage::HelloOk(_) => AnswerStep::Reject(HelloError::Impostor),
+                _ => AnswerStep::Ignore,
             }
         }
     }

@@ -12,6 +12,7 @@ mod hello;
 pub mod presence;
 mod push;
 mod session;
+mod terminal;
 mod tools;
 
 pub use approvals::{
@@ -28,6 +29,10 @@ pub use push::{push_endpoint_host, PushKeys, PushSubscription, MAX_PUSH_ENDPOINT
 pub use session::{
     parse_client, AgentMessage, AgentSees, AgentStatus, CallEntry, CallsFrame, ClientMessage, CodingAgentSeen,
     ConnectedClient, ToolActivityState, TranscriptRole,
+};
+pub use terminal::{
+    TermAck, TermExit, TermOutput, MAX_TERMINALS, MAX_TERM_INPUT, MAX_TERM_SIZE, TERM_CHUNK, TERM_IDLE_LIMIT,
+    TERM_SCROLLBACK, TERM_WINDOW,
 };
 pub use tools::{Image, ToolCall, ToolError, ToolResult, HOSTED_CALLER};
 

@@ -56,6 +56,8 @@ pub enum ClientMessage {
     PushUnsubscribe {
         endpoint: String,
     },
+    /// The client has a terminal's output up to `offset` (docs/PROTOCOL.md, "Terminal sessions").
+    TermAck(super::TermAck),
 }
 
 impl ClientMessage {
@@ -139,6 +141,10 @@ pub enum AgentMessage {
     /// Tool calls of this session's pairing this client did not start: running, or finished and
     /// not yet seen. Their `tool_progress`, `image` and `tool_result` frames follow.
     Calls(CallsFrame),
+    /// Output of a terminal this client opened or attached.
+    TermOutput(super::TermOutput),
+    /// A terminal's program ended.
+    TermExit(super::TermExit),
 }
 
 /// The calls a `calls` frame names (docs/PROTOCOL.md, "Calls outlive the connection").

@@ -19,7 +19,7 @@ use super::spec::{Runs, ToolKind, ToolSpec, TOOLS};
 use super::{declare, ToolOutput, ToolRequest, Toolbox};
 use crate::approvals::{Ask, Request as ApprovalRequest};
 use crate::audit::CallRecord;
-use crate::protocol::{ApprovalSource, ErrorCode, ToolCall, ToolError};
+use crate::protocol::{ApprovalSource, ErrorCode, Frame, ToolCall, ToolError};
 
 /// Routes calls that name another environment (docs/PROTOCOL.md, "Environments") and runs the
 /// router's own tools ([`Runs::Router`], e.g. `fleet`). Implemented by the host side of
@@ -49,6 +49,17 @@ pub trait AgentSessions: Send + Sync {
     fn run_tool(&self, kind: ToolKind, args: Value, caller: &str) -> BoxFuture<'static, Result<Value, ToolError>>;
 }
 
+/// Runs the terminal tools ([`Runs::Terminals`]). Implemented by the terminal host.
+pub trait Terminals: Send + Sync {
+    /// Runs one terminal tool; a terminal it opens or attaches sends its output to `viewer`.
+    fn run_tool(
+        &self,
+        kind: ToolKind,
+        args: Value,
+        viewer: Option<mpsc::Sender<Frame>>,
+    ) -> BoxFuture<'static, Result<Value, ToolError>>;
+}
+
 /// Where a call runs, resolved from its name and `env` before anything else happens.
 enum Target<'a> {
     /// This machine's toolbox.
@@ -57,6 +68,8 @@ enum Target<'a> {
     Router(&'a dyn EnvRouter, ToolKind),
     /// A coding-agent session tool, on this machine's session host.
     Sessions(&'a dyn AgentSessions, ToolKind),
+    /// A terminal tool, on this machine's terminal host.
+    Terminals(&'a dyn Terminals, ToolKind),
     /// Another environment; the name may be one this build does not know (a newer environment's).
     Remote { router: &'a dyn EnvRouter, env: String, kind: Option<ToolKind> },
 }
@@ -68,6 +81,7 @@ impl Target<'_> {
             Target::Toolbox(kind)
             | Target::Router(_, kind)
             | Target::Sessions(_, kind)
+            | Target::Terminals(_, kind)
             | Target::Remote { kind: Some(kind), .. } => kind.spec().effect.changes_machine(args),
             Target::Remote { kind: None, .. } => true,
         }
@@ -77,7 +91,7 @@ impl Target<'_> {
     fn env(&self) -> Option<&str> {
         match self {
             Target::Remote { env, .. } => Some(env),
-            Target::Toolbox(_) | Target::Router(..) | Target::Sessions(..) => None,
+            Target::Toolbox(_) | Target::Router(..) | Target::Sessions(..) | Target::Terminals(..) => None,
         }
     }
 }
@@ -89,12 +103,13 @@ pub struct Dispatcher {
     toolbox: Toolbox,
     router: Option<Arc<dyn EnvRouter>>,
     sessions: Option<Arc<dyn AgentSessions>>,
+    terminals: Option<Arc<dyn Terminals>>,
 }
 
 impl Dispatcher {
     /// A dispatcher for this machine's tools only.
     pub fn new(toolbox: Toolbox) -> Self {
-        Dispatcher { toolbox, router: None, sessions: None }
+        Dispatcher { toolbox, router: None, sessions: None, terminals: None }
     }
 
     /// The same dispatcher, routing calls to environments through `router` and offering its tools.
@@ -106,6 +121,12 @@ impl Dispatcher {
     /// The same dispatcher, running the session tools on `sessions` and offering them.
     pub fn with_sessions(mut self, sessions: Arc<dyn AgentSessions>) -> Self {
         self.sessions = Some(sessions);
+        self
+    }
+
+    /// The same dispatcher, running the terminal tools on `terminals` and offering them.
+    pub fn with_terminals(mut self, terminals: Arc<dyn Terminals>) -> Self {
+        self.terminals = Some(terminals);
         self
     }
 
@@ -127,6 +148,7 @@ impl Dispatcher {
                 Runs::Toolbox => true,
                 Runs::Router => self.router.is_some(),
                 Runs::Sessions => self.sessions.is_some(),
+                Runs::Terminals => self.terminals.is_some(),
             };
             runs_here && policy::offers(&self.toolbox.config().policy, spec)
         })
@@ -146,7 +168,7 @@ impl Dispatcher {
     /// the tool, one audit line.
     pub async fn dispatch(&self, request: ToolRequest) -> Result<ToolOutput, ToolError> {
         let started = Instant::now();
-        let ToolRequest { id, name, args, env, caller, progress, cancel } = request;
+        let ToolRequest { id, name, args, env, caller, progress, cancel, viewer } = request;
         let target = self.resolve(&name, env);
         let mut refused_by = None;
         let routed_to = target.as_ref().ok().and_then(Target::env).map(str::to_owned);
@@ -155,7 +177,9 @@ impl Dispatcher {
             Ok(target) => {
                 // Only this machine's calls with good arguments can be held for the user.
                 let askable = match &target {
-                    Target::Toolbox(kind) => Args::check(kind.spec(), &args).ok().map(|checked| checked.value()),
+                    Target::Toolbox(kind) | Target::Terminals(_, kind) => {
+                        Args::check(kind.spec(), &args).ok().map(|checked| checked.value())
+                    }
                     Target::Router(..) | Target::Sessions(..) | Target::Remote { .. } => None,
                 };
                 let call = |args| ToolCall { id: id.clone(), name: name.clone(), args, env: None, caller: None };
@@ -166,9 +190,9 @@ impl Dispatcher {
                     workspace: self.toolbox.workspace(),
                 };
                 match policy::verdict(self.toolbox.config(), &judged) {
-                    Verdict::Allow => self.run(target, call(args), &caller, progress, cancel).await,
+                    Verdict::Allow => self.run(target, call(args), &caller, progress, cancel, viewer).await,
                     Verdict::Ask(ask) => match self.approval(ask, &id, &name, askable, &cancel).await {
-                        Ok(()) => self.run(target, call(args), &caller, progress, cancel).await,
+                        Ok(()) => self.run(target, call(args), &caller, progress, cancel, viewer).await,
                         Err(refused) => {
                             refused_by = Some(PolicyRule::Ask);
                             Err(refused)
@@ -222,11 +246,14 @@ impl Dispatcher {
             _ => {}
         }
         let Some(kind) = kind else { return Err(unknown_tool(name)) };
-        match (kind.spec().runs, router, self.sessions.as_deref()) {
+        match (kind.spec().runs, router, self.sessions.as_deref(), self.terminals.as_deref()) {
             (Runs::Toolbox, ..) => Ok(Target::Toolbox(kind)),
-            (Runs::Router, Some(router), _) => Ok(Target::Router(router, kind)),
-            (Runs::Sessions, _, Some(sessions)) => Ok(Target::Sessions(sessions, kind)),
-            (Runs::Router, None, _) | (Runs::Sessions, _, None) => Err(unknown_tool(name)),
+            (Runs::Router, Some(router), ..) => Ok(Target::Router(router, kind)),
+            (Runs::Sessions, _, Some(sessions), _) => Ok(Target::Sessions(sessions, kind)),
+            (Runs::Terminals, .., Some(terminals)) => Ok(Target::Terminals(terminals, kind)),
+            (Runs::Router, None, ..) | (Runs::Sessions, _, None, _) | (Runs::Terminals, .., None) => {
+                Err(unknown_tool(name))
+            }
         }
     }
 
@@ -268,12 +295,14 @@ impl Dispatcher {
         caller: &str,
         progress: Option<mpsc::Sender<String>>,
         cancel: CancellationToken,
+        viewer: Option<mpsc::Sender<Frame>>,
     ) -> Result<ToolOutput, ToolError> {
         let plain = |result| ToolOutput { result, image: None };
         match target {
             Target::Toolbox(kind) => self.toolbox.run(kind, call.args, caller, progress, cancel).await,
             Target::Router(router, kind) => router.run_tool(kind, call.args).await.map(plain),
             Target::Sessions(sessions, kind) => sessions.run_tool(kind, call.args, caller).await.map(plain),
+            Target::Terminals(terminals, kind) => terminals.run_tool(kind, call.args, viewer).await.map(plain),
             Target::Remote { router, env, .. } => {
                 call.env = Some(env.clone());
                 // Progress from an environment is sent without waiting; nobody listening drops it.

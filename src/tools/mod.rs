@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 pub use coding_agent::{default_claude, CODING_AGENT_TIMEOUT, DEFAULT_AGENT, MAX_PROMPT_LEN};
 pub use command::{MAX_COMMAND_LEN, MAX_COMMAND_TIMEOUT, SHELL};
 pub use declare::{gemini_declarations, ENV_ARG};
-pub use dispatch::{AgentSessions, Dispatcher, EnvRouter};
+pub use dispatch::{AgentSessions, Dispatcher, EnvRouter, Terminals};
 pub use files::{MAX_DIR_ENTRIES, MAX_WRITE_LEN};
 pub use screenshot::{MAX_SCREENSHOT_LEN, SCREENSHOT_TIMEOUT};
 pub use sees::coding_agents_seen;
@@ -104,6 +104,9 @@ pub struct ToolRequest {
     pub progress: Option<mpsc::Sender<String>>,
     /// Cancelled by `cancel`, the session ending, or Gemini's `toolCallCancellation`.
     pub cancel: CancellationToken,
+    /// Where a terminal this call opens or attaches sends its output: the session's socket queue.
+    /// `None` for callers that watch no terminal (the voice model reads one with `term_screen`).
+    pub viewer: Option<mpsc::Sender<crate::protocol::Frame>>,
 }
 
 impl ToolRequest {
@@ -115,7 +118,13 @@ impl ToolRequest {
         cancel: CancellationToken,
     ) -> Self {
         let ToolCall { id, name, args, env, caller: _ } = call;
-        ToolRequest { id, name, args, env, caller: caller.into(), progress, cancel }
+        ToolRequest { id, name, args, env, caller: caller.into(), progress, cancel, viewer: None }
+    }
+
+    /// The same request, a terminal it opens or attaches sending its output to `viewer`.
+    pub fn with_viewer(mut self, viewer: mpsc::Sender<crate::protocol::Frame>) -> Self {
+        self.viewer = Some(viewer);
+        self
     }
 }
 
@@ -330,7 +339,14 @@ impl Toolbox {
             | ToolKind::AgentInterrupt
             | ToolKind::AgentStop
             | ToolKind::AgentSessions
-            | ToolKind::AgentLog => Err(dispatch::unknown_tool(kind.name())),
+            | ToolKind::AgentLog
+            | ToolKind::TermOpen
+            | ToolKind::TermAttach
+            | ToolKind::TermInput
+            | ToolKind::TermResize
+            | ToolKind::TermClose
+            | ToolKind::TermList
+            | ToolKind::TermScreen => Err(dispatch::unknown_tool(kind.name())),
         }
     }
 

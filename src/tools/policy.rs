@@ -160,7 +160,12 @@ mod tests {
                 "agent_interrupt",
                 "agent_stop",
                 "agent_sessions",
-                "agent_log"
+                "agent_log",
+                "term_attach",
+                "term_resize",
+                "term_close",
+                "term_list",
+                "term_screen"
             ]
         );
         let refusal = PolicyRule::ReadOnly.refusal(&"x".repeat(100));

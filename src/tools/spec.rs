@@ -87,6 +87,8 @@ pub enum Runs {
     /// On the coding-agent session host ([`AgentSessions`](super::AgentSessions)); offered only
     /// where one runs.
     Sessions,
+    /// On the terminal host ([`Terminals`](super::Terminals)); offered only where one runs.
+    Terminals,
 }
 
 /// One tool: the single source for `hello_ok`, Gemini's declarations, argument checks and the
@@ -124,11 +126,18 @@ pub enum ToolKind {
     AgentStop,
     AgentSessions,
     AgentLog,
+    TermOpen,
+    TermAttach,
+    TermInput,
+    TermResize,
+    TermClose,
+    TermList,
+    TermScreen,
 }
 
 impl ToolKind {
     /// Every kind, in table order.
-    pub const ALL: [ToolKind; 15] = [
+    pub const ALL: [ToolKind; 22] = [
         ToolKind::RunCommand,
         ToolKind::ReadFile,
         ToolKind::WriteFile,
@@ -144,6 +153,13 @@ impl ToolKind {
         ToolKind::AgentStop,
         ToolKind::AgentSessions,
         ToolKind::AgentLog,
+        ToolKind::TermOpen,
+        ToolKind::TermAttach,
+        ToolKind::TermInput,
+        ToolKind::TermResize,
+        ToolKind::TermClose,
+        ToolKind::TermList,
+        ToolKind::TermScreen,
     ];
 
     /// The kind of a wire name; `None` for a name this build does not know.
@@ -364,7 +380,91 @@ pub const TOOLS: &[ToolSpec] = &[
         effect: Effect::Reads,
         runs: Runs::Sessions,
     },
+    ToolSpec {
+        kind: ToolKind::TermOpen,
+        name: "term_open",
+        description: "Open an interactive terminal on the computer, in the workspace, that the user sees and types \
+                      into on their phone. It keeps running until closed or its program ends.",
+        params: &[
+            param("cols", ParamType::Integer, true, "Width in characters, 1 to 1000."),
+            param("rows", ParamType::Integer, true, "Height in lines, 1 to 1000."),
+            param("cwd", ParamType::String, false, "Directory to start in, relative to the workspace."),
+            param(
+                "command",
+                ParamType::String,
+                false,
+                "Command line to run, for example: tmux new -A -s main. Default: the user's login shell.",
+            ),
+        ],
+        effect: Effect::Changes,
+        runs: Runs::Terminals,
+    },
+    ToolSpec {
+        kind: ToolKind::TermAttach,
+        name: "term_attach",
+        description: "Watch a terminal: its recent output is sent again, then what it writes from now on.",
+        params: &[TERM_PARAM],
+        effect: Effect::Reads,
+        runs: Runs::Terminals,
+    },
+    ToolSpec {
+        kind: ToolKind::TermInput,
+        name: "term_input",
+        description: "Type into a terminal: text, and keys as the characters a terminal sends (\"\\r\" is Enter, \
+                      \"\\u0003\" is Ctrl-C).",
+        params: &[TERM_PARAM, param("data", ParamType::String, true, "What to type.")],
+        effect: Effect::Changes,
+        runs: Runs::Terminals,
+    },
+    ToolSpec {
+        kind: ToolKind::TermResize,
+        name: "term_resize",
+        description: "Change a terminal's size; its program is told.",
+        params: &[
+            TERM_PARAM,
+            param("cols", ParamType::Integer, true, "Width in characters, 1 to 1000."),
+            param("rows", ParamType::Integer, true, "Height in lines, 1 to 1000."),
+        ],
+        effect: Effect::Reads,
+        runs: Runs::Terminals,
+    },
+    ToolSpec {
+        kind: ToolKind::TermClose,
+        name: "term_close",
+        description: "Close a terminal: its program and everything it started are stopped.",
+        params: &[TERM_PARAM],
+        effect: Effect::Reads,
+        runs: Runs::Terminals,
+    },
+    ToolSpec {
+        kind: ToolKind::TermList,
+        name: "term_list",
+        description: "List the open terminals: id, command, directory, size, when each started and whether it ended.",
+        params: &[],
+        effect: Effect::Reads,
+        runs: Runs::Terminals,
+    },
+    ToolSpec {
+        kind: ToolKind::TermScreen,
+        name: "term_screen",
+        description: "Read what a terminal shows right now, as text: its screen and the lines above it. Use it \
+                      to tell the user what a build, a test run or a server in a terminal is saying.",
+        params: &[
+            TERM_PARAM,
+            param(
+                "lines",
+                ParamType::Integer,
+                false,
+                "Lines above the screen to include too. Default 0, at most 1000.",
+            ),
+        ],
+        effect: Effect::Reads,
+        runs: Runs::Terminals,
+    },
 ];
+
+/// The `term` argument of the terminal tools.
+const TERM_PARAM: ParamSpec = param("term", ParamType::String, true, "The terminal's id (t-…), as term_list lists it.");
 
 /// The `session` argument of the session tools.
 const SESSION_PARAM: ParamSpec =

@@ -35,6 +35,7 @@ async fn call_until(toolbox: &Toolbox, name: &str, args: Value, cancel: Cancella
         caller: "loopback".into(),
         progress: None,
         cancel,
+        viewer: None,
     };
     Dispatcher::new(toolbox.clone()).dispatch(request).await.map(|output| output.result)
 }

@@ -76,6 +76,8 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         Just(ClientMessage::CallEnd),
         Just(ClientMessage::AudioEnd),
         any::<String>().prop_map(|text| ClientMessage::Say { text }),
+        (any::<String>(), any::<u64>())
+            .prop_map(|(term, offset)| ClientMessage::TermAck(voxa::protocol::TermAck { term, offset })),
     ]
 }
 
@@ -610,7 +612,8 @@ impl Expected {
                 | ClientMessage::CancelAll
                 | ClientMessage::Follow { .. }
                 | ClientMessage::Unfollow
-                | ClientMessage::PushUnsubscribe { .. },
+                | ClientMessage::PushUnsubscribe { .. }
+                | ClientMessage::TermAck(_),
             ) => {}
         }
     }

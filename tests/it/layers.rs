@@ -18,6 +18,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("environments", 3),
     ("gemini", 3),
     ("sessions", 3),
+    ("terminal", 3),
     ("net", 2),
     ("seal", 2),
     ("tools", 2),

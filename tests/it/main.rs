@@ -30,6 +30,7 @@ mod service;
 mod sessions;
 mod sessions_web;
 mod support;
+mod terminal;
 mod tools;
 mod web;
 mod web_voice;

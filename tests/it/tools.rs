@@ -114,6 +114,7 @@ fn request(name: &str, args: Value) -> ToolRequest {
         caller: "loopback".into(),
         progress: None,
         cancel: CancellationToken::new(),
+        viewer: None,
     }
 }
 

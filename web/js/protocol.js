@@ -79,6 +79,7 @@ export const CLIENT_FRAMES = /** @type {const} */ ([
   'approve',
   'push_subscribe',
   'push_unsubscribe',
+  'term_ack',
 ]);
 
 /** `type` of the frames an agent (or a relay hosting a call) sends. */
@@ -102,6 +103,8 @@ export const AGENT_FRAMES = /** @type {const} */ ([
   'approval_resolved',
   'push_subscribed',
   'calls',
+  'term_output',
+  'term_exit',
 ]);
 
 /**

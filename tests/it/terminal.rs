@@ -1,0 +1,371 @@
+//! Terminal sessions (docs/PROTOCOL.md, "Terminal sessions") driven as a phone drives them: a real
+//! agent and relay, a real PTY, the `term_*` tools and `term_output` frames acknowledged as read.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+use voxa::net::dial::ClientSocket;
+
+use crate::harness::*;
+
+/// A client watching terminals: the bytes each one sent, in order, acknowledged as they arrive.
+pub struct Watcher {
+    pub socket: ClientSocket,
+    /// Everything received per terminal since it was opened or last attached.
+    pub output: HashMap<String, Vec<u8>>,
+    /// The offset the next frame of each terminal must carry.
+    next: HashMap<String, u64>,
+    pub exits: HashMap<String, i64>,
+    calls: usize,
+    /// Acknowledge each frame once read (a client that never does is held at the window).
+    pub acking: bool,
+}
+
+impl Watcher {
+    pub fn new(socket: ClientSocket) -> Self {
+        Watcher { socket, output: HashMap::new(), next: HashMap::new(), exits: HashMap::new(), calls: 0, acking: true }
+    }
+
+    /// Calls a tool and returns its `tool_result`, taking in terminal frames on the way.
+    pub async fn call_raw(&mut self, name: &str, args: Value) -> Value {
+        self.calls += 1;
+        let id = format!("t{}", self.calls);
+        if name == "term_attach" {
+            let term = args["term"].as_str().unwrap_or_default().to_owned();
+            self.output.remove(&term);
+            self.next.remove(&term);
+        }
+        send(&mut self.socket, json!({"type":"tool_call","id":id,"name":name,"args":args})).await;
+        loop {
+            let frame = self.next_frame().await;
+            if frame["type"] == "tool_result" && frame["id"] == id.as_str() {
+                return frame;
+            }
+        }
+    }
+
+    /// Calls a tool that must succeed and returns its result.
+    pub async fn call(&mut self, name: &str, args: Value) -> Value {
+        let answer = self.call_raw(name, args).await;
+        assert_eq!(answer["ok"], true, "{name}: {answer}");
+        answer["result"].clone()
+    }
+
+    /// Opens a terminal of 80 × 24 running `command` (the login shell when `None`).
+    pub async fn open(&mut self, command: Option<&str>) -> String {
+        let mut args = json!({"cols": 80, "rows": 24});
+        if let Some(command) = command {
+            args["command"] = command.into();
+        }
+        self.call("term_open", args).await["term"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn type_in(&mut self, term: &str, data: &str) {
+        self.call("term_input", json!({"term": term, "data": data})).await;
+    }
+
+    /// The next JSON frame; a terminal frame is taken in (checked to be in order, acknowledged).
+    pub async fn next_frame(&mut self) -> Value {
+        loop {
+            let frame = match next_frame(&mut self.socket).await {
+                Some(Message::Text(text)) => serde_json::from_str::<Value>(&text).unwrap(),
+                Some(Message::Binary(_)) => continue,
+                other => panic!("the session ended: {other:?}"),
+            };
+            match frame["type"].as_str() {
+                Some("term_output") => self.take_output(&frame).await,
+                Some("term_exit") => {
+                    self.exits.insert(frame["term"].as_str().unwrap().to_owned(), frame["code"].as_i64().unwrap());
+                }
+                _ => {}
+            }
+            return frame;
+        }
+    }
+
+    async fn take_output(&mut self, frame: &Value) {
+        let term = frame["term"].as_str().unwrap().to_owned();
+        let offset = frame["offset"].as_u64().unwrap();
+        let data = base64::engine::general_purpose::STANDARD.decode(frame["data"].as_str().unwrap()).unwrap();
+        let expected = *self.next.entry(term.clone()).or_insert(offset);
+        assert_eq!(offset, expected, "output of {term} arrived out of order");
+        let next = offset + data.len() as u64;
+        self.next.insert(term.clone(), next);
+        self.output.entry(term.clone()).or_default().extend_from_slice(&data);
+        if self.acking {
+            send(&mut self.socket, json!({"type":"term_ack","term":term,"offset":next})).await;
+        }
+    }
+
+    /// The output of `term` so far, as text.
+    pub fn text(&self, term: &str) -> String {
+        String::from_utf8_lossy(self.output.get(term).map(Vec::as_slice).unwrap_or_default()).into_owned()
+    }
+
+    /// Reads frames until the output of `term` contains `wanted`.
+    pub async fn until(&mut self, term: &str, wanted: &str) {
+        let deadline = tokio::time::Instant::now() + STEP;
+        while !self.text(term).contains(wanted) {
+            assert!(tokio::time::Instant::now() < deadline, "no {wanted:?} from {term}; got:\n{}", self.text(term));
+            self.next_frame().await;
+        }
+    }
+
+    /// Reads frames until `term` reports its end; returns its exit code.
+    pub async fn until_exit(&mut self, term: &str) -> i64 {
+        loop {
+            if let Some(code) = self.exits.get(term) {
+                return *code;
+            }
+            self.next_frame().await;
+        }
+    }
+}
+
+async fn phone_and_agent() -> (TestRelay, TestAgent, Watcher) {
+    let relay = TestRelay::start().await;
+    let agent = TestAgent::start(Some(relay.url())).await;
+    let phone = Watcher::new(agent.phone(&relay).await);
+    (relay, agent, phone)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_asks_a_question_is_answered_from_the_phone() {
+    let (_relay, agent, mut phone) = phone_and_agent().await;
+    let term = phone.open(None).await;
+    assert!(term.starts_with("t-"), "{term}");
+    phone.type_in(&term, "read x; echo got-$x\r").await;
+    phone.type_in(&term, "hello\r").await;
+    phone.until(&term, "got-hello").await;
+    // Ctrl-C reaches the program as a signal: the shell abandons the line it was given.
+    phone.type_in(&term, "sleep 600; echo not-interrupted\r").await;
+    phone.type_in(&term, "\u{3}").await;
+    phone.type_in(&term, "echo after-$((6*7))\r").await;
+    phone.until(&term, "after-42").await;
+    assert!(!phone.text(&term).contains("\nnot-interrupted"), "{}", phone.text(&term));
+    let listed = phone.call("term_list", json!({})).await;
+    let entry = &listed["terminals"][0];
+    assert_eq!(
+        (entry["term"].as_str(), entry["cols"].as_u64(), entry["exited"].as_bool()),
+        (Some(&*term), Some(80), Some(false))
+    );
+    assert_eq!(entry["cwd"], ".");
+    phone.type_in(&term, "exit 3\r").await;
+    assert_eq!(phone.until_exit(&term).await, 3);
+    // Each call left one audit line, the keystrokes included.
+    let audit = std::fs::read_dir(agent.home.path().join("voxa").join("audit")).unwrap();
+    let lines: usize = audit
+        .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap())
+        .map(|text| text.lines().filter(|line| line.contains("\"tool\":\"term_")).count())
+        .sum();
+    assert_eq!(lines, 8, "one line per call");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vim_opens_takes_typed_text_and_saves_the_file() {
+    if !crate::support::installed("vim", "vim") {
+        return;
+    }
+    let (_relay, agent, mut phone) = phone_and_agent().await;
+    let term = phone.open(Some("vim -u NONE -N notes.txt")).await;
+    phone.until(&term, "notes.txt").await;
+    phone.type_in(&term, "ihello from the phone\u{1b}").await;
+    phone.type_in(&term, ":wq\r").await;
+    assert_eq!(phone.until_exit(&term).await, 0);
+    let saved = std::fs::read_to_string(agent.workspace.path().join("notes.txt")).unwrap();
+    assert_eq!(saved, "hello from the phone\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resize_reaches_the_program_and_the_screen_reads_as_text() {
+    let (_relay, _agent, mut phone) = phone_and_agent().await;
+    let term = phone.open(Some("sh")).await;
+    phone.call("term_resize", json!({"term": term, "cols": 123, "rows": 41})).await;
+    phone.type_in(&term, "echo size-$(tput cols)x$(tput lines)\r").await;
+    phone.until(&term, "size-123x41").await;
+    // Colour codes are applied by the emulator, not shown.
+    phone.type_in(&term, "printf '\\033[31mred-%s\\033[0m\\n' word\r").await;
+    phone.until(&term, "red-word").await;
+    let screen = phone.call("term_screen", json!({"term": term})).await;
+    let text = screen["text"].as_str().unwrap();
+    assert!(text.lines().any(|line| line == "red-word"), "{text}");
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    let refused = phone.call_raw("term_resize", json!({"term": term, "cols": 0, "rows": 24})).await;
+    assert_eq!(refused["error"]["code"], "invalid-args");
+    let unknown = phone.call_raw("term_input", json!({"term": "t-0", "data": "x"})).await;
+    assert_eq!(unknown["error"]["code"], "not-found");
+    let outside = phone.call_raw("term_open", json!({"cols": 80, "rows": 24, "cwd": "../.."})).await;
+    assert_eq!(outside["error"]["code"], "outside-workspace");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_outlives_the_phone_and_comes_back_with_its_scrollback() {
+    let (relay, agent, mut phone) = phone_and_agent().await;
+    let term = phone.open(Some("sh")).await;
+    phone.type_in(&term, "echo before-$((6*7))\r").await;
+    phone.until(&term, "before-42").await;
+    // Output while nobody is connected is kept too.
+    phone.type_in(&term, "sleep 1; echo meanwhile-$((5*5))\r").await;
+    drop(phone);
+    let mut laptop = Watcher::new(agent.local_client().await);
+    let mut screen = String::new();
+    while !screen.contains("meanwhile-25") {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        screen = laptop.call("term_screen", json!({"term": term})).await["text"].as_str().unwrap().to_owned();
+    }
+    let mut phone = Watcher::new(agent.phone(&relay).await);
+    let listed = phone.call("term_list", json!({})).await;
+    assert_eq!(listed["terminals"][0]["term"], term.as_str());
+    let attached = phone.call("term_attach", json!({"term": term})).await;
+    assert_eq!(attached["offset"], 0, "the whole (short) output is the scrollback");
+    let replayed = phone.text(&term);
+    assert!(replayed.contains("before-42") && replayed.contains("meanwhile-25"), "{replayed}");
+    // Two clients watch; what one types, both see.
+    laptop.call("term_attach", json!({"term": term})).await;
+    phone.type_in(&term, "echo after-$((7*7))\r").await;
+    phone.until(&term, "after-49").await;
+    laptop.until(&term, "after-49").await;
+    phone.call("term_close", json!({"term": term})).await;
+    phone.until_exit(&term).await;
+    laptop.until_exit(&term).await;
+    assert_eq!(phone.call("term_list", json!({})).await["terminals"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opening_a_terminal_asks_the_user_under_ask_and_is_refused_when_denied() {
+    let relay = TestRelay::start().await;
+    let agent = TestAgent::start_with(Some(relay.url()), |options| {
+        options.config.policy.ask = vec!["term_open".into()];
+    })
+    .await;
+    let mut phone = Watcher::new(agent.phone(&relay).await);
+    send(&mut phone.socket, json!({"type":"follow"})).await;
+    send(
+        &mut phone.socket,
+        json!({"type":"tool_call","id":"open","name":"term_open","args":{"cols":80,"rows":24,"command":"sh"}}),
+    )
+    .await;
+    let approval = loop {
+        let frame = phone.next_frame().await;
+        if frame["type"] == "approval" {
+            break frame;
+        }
+    };
+    assert!(approval["summary"].as_str().unwrap().contains("sh"), "{approval}");
+    let id = approval["approval"].as_str().unwrap();
+    send(&mut phone.socket, json!({"type":"approve","approval":id,"decision":"deny"})).await;
+    let answer = loop {
+        let frame = phone.next_frame().await;
+        if frame["type"] == "tool_result" {
+            break frame;
+        }
+    };
+    assert_eq!(answer["error"]["code"], "denied-by-policy", "{answer}");
+    assert_eq!(phone.call("term_list", json!({})).await["terminals"], json!([]));
+}
+
+/// Resident memory of process `pid`, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|line| line.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() << 10
+}
+
+/// What one `term_output` frame carried: its offset and its bytes.
+fn output_of(message: Message) -> Option<(u64, Vec<u8>)> {
+    let Message::Text(text) = message else { return None };
+    let frame: Value = serde_json::from_str(&text).unwrap();
+    (frame["type"] == "term_output").then(|| {
+        let data = base64::engine::general_purpose::STANDARD.decode(frame["data"].as_str().unwrap()).unwrap();
+        (frame["offset"].as_u64().unwrap(), data)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_megabytes_through_a_slow_reader_keep_the_agent_and_the_relay_small() {
+    use crate::support::{voxa, voxa_cmd, RunningVoxa};
+    use voxa::protocol::{TERM_CHUNK, TERM_WINDOW};
+    const FLOOD: u64 = 100_000_000;
+    const GROWTH_LIMIT: u64 = 48 << 20;
+    let relay = tokio::task::block_in_place(|| RunningVoxa::relay(0, "warn"));
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("voxa");
+    let workspace = tempfile::tempdir().unwrap();
+    let paired = voxa(&home, &["pair", "--json", "--relay", &relay.relay_url()]);
+    assert!(paired.status.success(), "{}", String::from_utf8_lossy(&paired.stderr));
+    let paired: Value = serde_json::from_slice(&paired.stdout).unwrap();
+    let (code, token) = (paired["code"].as_str().unwrap(), paired["token"].as_str().unwrap());
+    let mut cmd = voxa_cmd(&home);
+    cmd.env("RUST_LOG", "warn").args(["run", "--json", "--workspace"]).arg(workspace.path());
+    let agent = tokio::task::block_in_place(|| {
+        let mut agent = RunningVoxa::start(cmd);
+        agent.wait_event("relay_connected");
+        agent
+    });
+    let mut socket = connect(&format!("ws://127.0.0.1:{}/ws?code={code}", relay.port)).await;
+    say_hello(&mut socket, token).await;
+    let mut phone = Watcher::new(socket);
+    let term = phone.open(Some("sh")).await;
+    phone.type_in(&term, "echo ready-$((1+1))\r").await;
+    phone.until(&term, "ready-2").await;
+    let (agent_pid, relay_pid) = (agent.child.id(), relay.child.id());
+    let baseline = (rss(agent_pid), rss(relay_pid));
+
+    // A reader that acknowledges nothing: the agent stops at the window.
+    let mut acked = phone.next.get(&term).copied().unwrap_or(0);
+    let mut offset = acked;
+    let flood = format!("yes 0123456789abcdef | head -c {FLOOD}; echo; echo flood-$((40+2))\r");
+    send(
+        &mut phone.socket,
+        json!({"type":"tool_call","id":"flood","name":"term_input","args":{"term":term,"data":flood}}),
+    )
+    .await;
+    let mut tail = Vec::new();
+    let take = |offset: &mut u64, tail: &mut Vec<u8>, message: Message| {
+        if let Some((at, data)) = output_of(message) {
+            assert_eq!(at, *offset, "output in order");
+            *offset += data.len() as u64;
+            tail.extend_from_slice(&data);
+            let keep = tail.len().saturating_sub(64);
+            tail.drain(..keep);
+        }
+    };
+    while let Ok(Some(message)) = tokio::time::timeout(Duration::from_millis(500), next_frame(&mut phone.socket)).await
+    {
+        take(&mut offset, &mut tail, message);
+    }
+    assert!(offset - acked <= TERM_WINDOW + TERM_CHUNK as u64, "{} bytes unacknowledged", offset - acked);
+    let mut peak = (rss(agent_pid), rss(relay_pid));
+    // Then slowly, then as fast as it can: memory stays flat all the way through 100 MB.
+    let mut frames = 0u64;
+    while !String::from_utf8_lossy(&tail).contains("flood-42") {
+        if acked < offset {
+            acked = offset;
+            send(&mut phone.socket, json!({"type":"term_ack","term":term,"offset":acked})).await;
+        }
+        let message = next_frame(&mut phone.socket).await.expect("the session goes on");
+        take(&mut offset, &mut tail, message);
+        frames += 1;
+        if frames < 200 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if frames % 500 == 0 {
+            peak = (peak.0.max(rss(agent_pid)), peak.1.max(rss(relay_pid)));
+        }
+    }
+    peak = (peak.0.max(rss(agent_pid)), peak.1.max(rss(relay_pid)));
+    assert!(offset >= FLOOD, "only {offset} bytes arrived");
+    let growth = (peak.0.saturating_sub(baseline.0), peak.1.saturating_sub(baseline.1));
+    eprintln!(
+        "terminal flood: {offset} bytes; agent RSS {} → {} KiB, relay RSS {} → {} KiB",
+        baseline.0 >> 10,
+        peak.0 >> 10,
+        baseline.1 >> 10,
+        peak.1 >> 10
+    );
+    assert!(growth.0 < GROWTH_LIMIT && growth.1 < GROWTH_LIMIT, "memory grew by {growth:?} bytes");
+    tokio::task::block_in_place(|| agent.stop());
+}
