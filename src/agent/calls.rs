@@ -298,6 +298,11 @@ fn entry_of(call: &ToolCall) -> CallEntry {
         name: call.name.clone(),
         args: shown.then(|| call.args.clone()),
         env: call.env.clone(),
-        started: super::retired::unix_seconds(SystemTime::now()),
+        started: unix_now(),
     }
+}
+
+/// Now, in Unix seconds (0 on a clock before the epoch).
+pub fn unix_now() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }

@@ -290,12 +290,7 @@ impl Drop for Session {
 /// host driving an environment shows as `"host"`).
 pub fn connected(admission: &super::Admission, sealed: bool, via: &str) -> ConnectedClient {
     let via = if admission.caller.starts_with("host:") { "host" } else { via };
-    ConnectedClient {
-        client: admission.client.clone(),
-        via: via.to_owned(),
-        sealed,
-        since: super::retired::unix_seconds(std::time::SystemTime::now()),
-    }
+    ConnectedClient { client: admission.client.clone(), via: via.to_owned(), sealed, since: calls::unix_now() }
 }
 
 /// A sentence about a bad frame that never echoes the frame's content back in full.
