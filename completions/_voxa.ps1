@@ -39,6 +39,7 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             [CompletionResult]::new('call', 'call', [CompletionResultType]::ParameterValue, 'Run one tool through the running agent and print its result')
             [CompletionResult]::new('approvals', 'approvals', [CompletionResultType]::ParameterValue, 'List the approvals waiting for a decision in the running agent')
             [CompletionResult]::new('approve', 'approve', [CompletionResultType]::ParameterValue, 'Answer an approval: allow or deny it')
+            [CompletionResult]::new('agent', 'agent', [CompletionResultType]::ParameterValue, 'Coding-agent sessions of the running agent: start, send, log, list, interrupt, stop')
             [CompletionResult]::new('relay', 'relay', [CompletionResultType]::ParameterValue, 'Run a relay server')
             [CompletionResult]::new('env', 'env', [CompletionResultType]::ParameterValue, 'Drive other machines from this one (multi-environment pairing)')
             [CompletionResult]::new('open', 'open', [CompletionResultType]::ParameterValue, 'Open the web client of the running agent in the default browser')
@@ -151,6 +152,157 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'voxa;agent' {
+            [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
+            [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
+            [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON (one object per line for event streams) instead of text')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('start', 'start', [CompletionResultType]::ParameterValue, 'Start a session with PROMPT and follow its first turn until it ends')
+            [CompletionResult]::new('send', 'send', [CompletionResultType]::ParameterValue, 'Send SESSION a turn and follow it until it ends (an ended session is resumed first)')
+            [CompletionResult]::new('log', 'log', [CompletionResultType]::ParameterValue, 'Print SESSION''s events, oldest first')
+            [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'List the sessions, most recent first')
+            [CompletionResult]::new('interrupt', 'interrupt', [CompletionResultType]::ParameterValue, 'End SESSION''s running turn (the session stays)')
+            [CompletionResult]::new('stop', 'stop', [CompletionResultType]::ParameterValue, 'End SESSION''s agent process (the session stays listed and resumable)')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'voxa;agent;start' {
+            [CompletionResult]::new('--agent', '--agent', [CompletionResultType]::ParameterName, 'Which coding agent (claude, or one configured in config.toml [agents])')
+            [CompletionResult]::new('--cwd', '--cwd', [CompletionResultType]::ParameterName, 'Where it works, relative to the workspace [default: the workspace]')
+            [CompletionResult]::new('--title', '--title', [CompletionResultType]::ParameterName, 'The session''s title [default: the prompt''s first line]')
+            [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
+            [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
+            [CompletionResult]::new('--detach', '--detach', [CompletionResultType]::ParameterName, 'Print the session''s id and return at once')
+            [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON (one object per line for event streams) instead of text')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'voxa;agent;send' {
+            [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
+            [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
+            [CompletionResult]::new('--detach', '--detach', [CompletionResultType]::ParameterName, 'Return once it is sent')
+            [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON (one object per line for event streams) instead of text')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'voxa;agent;log' {
+            [CompletionResult]::new('--after', '--after', [CompletionResultType]::ParameterName, 'Only the events after this seq')
+            [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
+            [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
+            [CompletionResult]::new('-f', '-f', [CompletionResultType]::ParameterName, 'Then wait for more, until interrupted')
+            [CompletionResult]::new('--follow', '--follow', [CompletionResultType]::ParameterName, 'Then wait for more, until interrupted')
+            [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON (one object per line for event streams) instead of text')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'voxa;agent;list' {
+            [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
+            [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
+            [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON (one object per line for event streams) instead of text')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'voxa;agent;interrupt' {
+            [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
+            [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
+            [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON (one object per line for event streams) instead of text')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'voxa;agent;stop' {
+            [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
+            [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
+            [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON (one object per line for event streams) instead of text')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'voxa;agent;help' {
+            [CompletionResult]::new('start', 'start', [CompletionResultType]::ParameterValue, 'Start a session with PROMPT and follow its first turn until it ends')
+            [CompletionResult]::new('send', 'send', [CompletionResultType]::ParameterValue, 'Send SESSION a turn and follow it until it ends (an ended session is resumed first)')
+            [CompletionResult]::new('log', 'log', [CompletionResultType]::ParameterValue, 'Print SESSION''s events, oldest first')
+            [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'List the sessions, most recent first')
+            [CompletionResult]::new('interrupt', 'interrupt', [CompletionResultType]::ParameterValue, 'End SESSION''s running turn (the session stays)')
+            [CompletionResult]::new('stop', 'stop', [CompletionResultType]::ParameterValue, 'End SESSION''s agent process (the session stays listed and resumable)')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'voxa;agent;help;start' {
+            break
+        }
+        'voxa;agent;help;send' {
+            break
+        }
+        'voxa;agent;help;log' {
+            break
+        }
+        'voxa;agent;help;list' {
+            break
+        }
+        'voxa;agent;help;interrupt' {
+            break
+        }
+        'voxa;agent;help;stop' {
+            break
+        }
+        'voxa;agent;help;help' {
             break
         }
         'voxa;relay' {
@@ -514,6 +666,7 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             [CompletionResult]::new('call', 'call', [CompletionResultType]::ParameterValue, 'Run one tool through the running agent and print its result')
             [CompletionResult]::new('approvals', 'approvals', [CompletionResultType]::ParameterValue, 'List the approvals waiting for a decision in the running agent')
             [CompletionResult]::new('approve', 'approve', [CompletionResultType]::ParameterValue, 'Answer an approval: allow or deny it')
+            [CompletionResult]::new('agent', 'agent', [CompletionResultType]::ParameterValue, 'Coding-agent sessions of the running agent: start, send, log, list, interrupt, stop')
             [CompletionResult]::new('relay', 'relay', [CompletionResultType]::ParameterValue, 'Run a relay server')
             [CompletionResult]::new('env', 'env', [CompletionResultType]::ParameterValue, 'Drive other machines from this one (multi-environment pairing)')
             [CompletionResult]::new('open', 'open', [CompletionResultType]::ParameterValue, 'Open the web client of the running agent in the default browser')
@@ -540,6 +693,33 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             break
         }
         'voxa;help;approve' {
+            break
+        }
+        'voxa;help;agent' {
+            [CompletionResult]::new('start', 'start', [CompletionResultType]::ParameterValue, 'Start a session with PROMPT and follow its first turn until it ends')
+            [CompletionResult]::new('send', 'send', [CompletionResultType]::ParameterValue, 'Send SESSION a turn and follow it until it ends (an ended session is resumed first)')
+            [CompletionResult]::new('log', 'log', [CompletionResultType]::ParameterValue, 'Print SESSION''s events, oldest first')
+            [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'List the sessions, most recent first')
+            [CompletionResult]::new('interrupt', 'interrupt', [CompletionResultType]::ParameterValue, 'End SESSION''s running turn (the session stays)')
+            [CompletionResult]::new('stop', 'stop', [CompletionResultType]::ParameterValue, 'End SESSION''s agent process (the session stays listed and resumable)')
+            break
+        }
+        'voxa;help;agent;start' {
+            break
+        }
+        'voxa;help;agent;send' {
+            break
+        }
+        'voxa;help;agent;log' {
+            break
+        }
+        'voxa;help;agent;list' {
+            break
+        }
+        'voxa;help;agent;interrupt' {
+            break
+        }
+        'voxa;help;agent;stop' {
             break
         }
         'voxa;help;relay' {

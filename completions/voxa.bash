@@ -16,6 +16,9 @@ _voxa() {
             ",$1")
                 cmd="voxa"
                 ;;
+            voxa,agent)
+                cmd="voxa__subcmd__agent"
+                ;;
             voxa,approvals)
                 cmd="voxa__subcmd__approvals"
                 ;;
@@ -58,6 +61,48 @@ _voxa() {
             voxa,status)
                 cmd="voxa__subcmd__status"
                 ;;
+            voxa__subcmd__agent,help)
+                cmd="voxa__subcmd__agent__subcmd__help"
+                ;;
+            voxa__subcmd__agent,interrupt)
+                cmd="voxa__subcmd__agent__subcmd__interrupt"
+                ;;
+            voxa__subcmd__agent,list)
+                cmd="voxa__subcmd__agent__subcmd__list"
+                ;;
+            voxa__subcmd__agent,log)
+                cmd="voxa__subcmd__agent__subcmd__log"
+                ;;
+            voxa__subcmd__agent,send)
+                cmd="voxa__subcmd__agent__subcmd__send"
+                ;;
+            voxa__subcmd__agent,start)
+                cmd="voxa__subcmd__agent__subcmd__start"
+                ;;
+            voxa__subcmd__agent,stop)
+                cmd="voxa__subcmd__agent__subcmd__stop"
+                ;;
+            voxa__subcmd__agent__subcmd__help,help)
+                cmd="voxa__subcmd__agent__subcmd__help__subcmd__help"
+                ;;
+            voxa__subcmd__agent__subcmd__help,interrupt)
+                cmd="voxa__subcmd__agent__subcmd__help__subcmd__interrupt"
+                ;;
+            voxa__subcmd__agent__subcmd__help,list)
+                cmd="voxa__subcmd__agent__subcmd__help__subcmd__list"
+                ;;
+            voxa__subcmd__agent__subcmd__help,log)
+                cmd="voxa__subcmd__agent__subcmd__help__subcmd__log"
+                ;;
+            voxa__subcmd__agent__subcmd__help,send)
+                cmd="voxa__subcmd__agent__subcmd__help__subcmd__send"
+                ;;
+            voxa__subcmd__agent__subcmd__help,start)
+                cmd="voxa__subcmd__agent__subcmd__help__subcmd__start"
+                ;;
+            voxa__subcmd__agent__subcmd__help,stop)
+                cmd="voxa__subcmd__agent__subcmd__help__subcmd__stop"
+                ;;
             voxa__subcmd__env,add)
                 cmd="voxa__subcmd__env__subcmd__add"
                 ;;
@@ -93,6 +138,9 @@ _voxa() {
                 ;;
             voxa__subcmd__env__subcmd__help,revoke)
                 cmd="voxa__subcmd__env__subcmd__help__subcmd__revoke"
+                ;;
+            voxa__subcmd__help,agent)
+                cmd="voxa__subcmd__help__subcmd__agent"
                 ;;
             voxa__subcmd__help,approvals)
                 cmd="voxa__subcmd__help__subcmd__approvals"
@@ -135,6 +183,24 @@ _voxa() {
                 ;;
             voxa__subcmd__help,status)
                 cmd="voxa__subcmd__help__subcmd__status"
+                ;;
+            voxa__subcmd__help__subcmd__agent,interrupt)
+                cmd="voxa__subcmd__help__subcmd__agent__subcmd__interrupt"
+                ;;
+            voxa__subcmd__help__subcmd__agent,list)
+                cmd="voxa__subcmd__help__subcmd__agent__subcmd__list"
+                ;;
+            voxa__subcmd__help__subcmd__agent,log)
+                cmd="voxa__subcmd__help__subcmd__agent__subcmd__log"
+                ;;
+            voxa__subcmd__help__subcmd__agent,send)
+                cmd="voxa__subcmd__help__subcmd__agent__subcmd__send"
+                ;;
+            voxa__subcmd__help__subcmd__agent,start)
+                cmd="voxa__subcmd__help__subcmd__agent__subcmd__start"
+                ;;
+            voxa__subcmd__help__subcmd__agent,stop)
+                cmd="voxa__subcmd__help__subcmd__agent__subcmd__stop"
                 ;;
             voxa__subcmd__help__subcmd__env,add)
                 cmd="voxa__subcmd__help__subcmd__env__subcmd__add"
@@ -215,8 +281,290 @@ _voxa() {
 
     case "${cmd}" in
         voxa)
-            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version pair run status call approvals approve relay env open service doctor notify completions help"
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version pair run status call approvals approve agent relay env open service doctor notify completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__agent)
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version start send log list interrupt stop help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__agent__subcmd__help)
+            opts="start send log list interrupt stop help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__agent__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__agent__subcmd__help__subcmd__interrupt)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__agent__subcmd__help__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__agent__subcmd__help__subcmd__log)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__agent__subcmd__help__subcmd__send)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__agent__subcmd__help__subcmd__start)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__agent__subcmd__help__subcmd__stop)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__agent__subcmd__interrupt)
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__agent__subcmd__list)
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__agent__subcmd__log)
+            opts="-f -v -q -h -V --after --follow --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__agent__subcmd__send)
+            opts="-v -q -h -V --detach --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__agent__subcmd__start)
+            opts="-v -q -h -V --agent --cwd --title --detach --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --agent)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cwd)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --title)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__agent__subcmd__stop)
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -609,8 +957,106 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__help)
-            opts="pair run status call approvals approve relay env open service doctor notify completions help"
+            opts="pair run status call approvals approve agent relay env open service doctor notify completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__agent)
+            opts="start send log list interrupt stop"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__agent__subcmd__interrupt)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__agent__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__agent__subcmd__log)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__agent__subcmd__send)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__agent__subcmd__start)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__agent__subcmd__stop)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

@@ -36,6 +36,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand call 'Run one tool through the running agent and print its result'
             cand approvals 'List the approvals waiting for a decision in the running agent'
             cand approve 'Answer an approval: allow or deny it'
+            cand agent 'Coding-agent sessions of the running agent: start, send, log, list, interrupt, stop'
             cand relay 'Run a relay server'
             cand env 'Drive other machines from this one (multi-environment pairing)'
             cand open 'Open the web client of the running agent in the default browser'
@@ -142,6 +143,142 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'
             cand --version 'Print version'
+        }
+        &'voxa;agent'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand start 'Start a session with PROMPT and follow its first turn until it ends'
+            cand send 'Send SESSION a turn and follow it until it ends (an ended session is resumed first)'
+            cand log 'Print SESSION''s events, oldest first'
+            cand list 'List the sessions, most recent first'
+            cand interrupt 'End SESSION''s running turn (the session stays)'
+            cand stop 'End SESSION''s agent process (the session stays listed and resumable)'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'voxa;agent;start'= {
+            cand --agent 'Which coding agent (claude, or one configured in config.toml [agents])'
+            cand --cwd 'Where it works, relative to the workspace [default: the workspace]'
+            cand --title 'The session''s title [default: the prompt''s first line]'
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --detach 'Print the session''s id and return at once'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;agent;send'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --detach 'Return once it is sent'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;agent;log'= {
+            cand --after 'Only the events after this seq'
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand -f 'Then wait for more, until interrupted'
+            cand --follow 'Then wait for more, until interrupted'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;agent;list'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;agent;interrupt'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;agent;stop'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;agent;help'= {
+            cand start 'Start a session with PROMPT and follow its first turn until it ends'
+            cand send 'Send SESSION a turn and follow it until it ends (an ended session is resumed first)'
+            cand log 'Print SESSION''s events, oldest first'
+            cand list 'List the sessions, most recent first'
+            cand interrupt 'End SESSION''s running turn (the session stays)'
+            cand stop 'End SESSION''s agent process (the session stays listed and resumable)'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'voxa;agent;help;start'= {
+        }
+        &'voxa;agent;help;send'= {
+        }
+        &'voxa;agent;help;log'= {
+        }
+        &'voxa;agent;help;list'= {
+        }
+        &'voxa;agent;help;interrupt'= {
+        }
+        &'voxa;agent;help;stop'= {
+        }
+        &'voxa;agent;help;help'= {
         }
         &'voxa;relay'= {
             cand --listen 'Address to listen on'
@@ -471,6 +608,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand call 'Run one tool through the running agent and print its result'
             cand approvals 'List the approvals waiting for a decision in the running agent'
             cand approve 'Answer an approval: allow or deny it'
+            cand agent 'Coding-agent sessions of the running agent: start, send, log, list, interrupt, stop'
             cand relay 'Run a relay server'
             cand env 'Drive other machines from this one (multi-environment pairing)'
             cand open 'Open the web client of the running agent in the default browser'
@@ -491,6 +629,26 @@ set edit:completion:arg-completer[voxa] = {|@words|
         &'voxa;help;approvals'= {
         }
         &'voxa;help;approve'= {
+        }
+        &'voxa;help;agent'= {
+            cand start 'Start a session with PROMPT and follow its first turn until it ends'
+            cand send 'Send SESSION a turn and follow it until it ends (an ended session is resumed first)'
+            cand log 'Print SESSION''s events, oldest first'
+            cand list 'List the sessions, most recent first'
+            cand interrupt 'End SESSION''s running turn (the session stays)'
+            cand stop 'End SESSION''s agent process (the session stays listed and resumable)'
+        }
+        &'voxa;help;agent;start'= {
+        }
+        &'voxa;help;agent;send'= {
+        }
+        &'voxa;help;agent;log'= {
+        }
+        &'voxa;help;agent;list'= {
+        }
+        &'voxa;help;agent;interrupt'= {
+        }
+        &'voxa;help;agent;stop'= {
         }
         &'voxa;help;relay'= {
         }

@@ -51,6 +51,9 @@ pub enum Command {
     Approvals,
     /// Answer an approval: allow or deny it
     Approve(ApproveArgs),
+    /// Coding-agent sessions of the running agent: start, send, log, list, interrupt, stop
+    #[command(after_help = AGENT_EXIT_CODES)]
+    Agent(AgentArgs),
     /// Run a relay server
     Relay(RelayArgs),
     /// Drive other machines from this one (multi-environment pairing)
@@ -149,6 +152,64 @@ pub struct ApproveArgs {
     /// Why: the asker reads it (a coding agent, or the caller of a denied tool)
     #[arg(long, short)]
     pub message: Option<String>,
+}
+
+/// Exit statuses of `voxa agent`, shown in its help.
+pub const AGENT_EXIT_CODES: &str = "Exit status: 0 the turn ended well (or the command was done); 1 no agent running \
+or the connection failed; 2 usage; 3 the session tool failed (unknown session, agent not installed) or the session \
+failed or ended before its turn did; 4 refused; 5 the turn ended with an error or was interrupted.";
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    #[command(subcommand)]
+    pub command: AgentAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentAction {
+    /// Start a session with PROMPT and follow its first turn until it ends
+    Start {
+        /// What the coding agent should do
+        prompt: String,
+        /// Which coding agent (claude, or one configured in config.toml [agents])
+        #[arg(long)]
+        agent: Option<String>,
+        /// Where it works, relative to the workspace [default: the workspace]
+        #[arg(long)]
+        cwd: Option<String>,
+        /// The session's title [default: the prompt's first line]
+        #[arg(long)]
+        title: Option<String>,
+        /// Print the session's id and return at once
+        #[arg(long)]
+        detach: bool,
+    },
+    /// Send SESSION a turn and follow it until it ends (an ended session is resumed first)
+    Send {
+        /// The session's id (s-…), as `voxa agent list` shows it
+        session: String,
+        /// The turn's text
+        text: String,
+        /// Return once it is sent
+        #[arg(long)]
+        detach: bool,
+    },
+    /// Print SESSION's events, oldest first
+    Log {
+        session: String,
+        /// Only the events after this seq
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        /// Then wait for more, until interrupted
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// List the sessions, most recent first
+    List,
+    /// End SESSION's running turn (the session stays)
+    Interrupt { session: String },
+    /// End SESSION's agent process (the session stays listed and resumable)
+    Stop { session: String },
 }
 
 /// What `voxa approve` answers.

@@ -36,13 +36,18 @@ pub async fn connect_local(home: &Home) -> Result<(ClientSocket, HelloOk)> {
     Ok((socket, hello_ok))
 }
 
+/// A call id no other client of this pairing uses: calls belong to the pairing and outlive their
+/// connection, so two CLI runs at once (or one after an interrupted one) must not share ids.
+pub fn call_id(prefix: &str) -> Result<String> {
+    Ok(format!("{prefix}-{}", &protocol::new_nonce()?[..16]))
+}
+
 /// `voxa call TOOL [ARGS]`.
 pub async fn run_call(settings: &Settings, args: CallArgs) -> Result<Exit> {
     let tool_args = parse_call_args(&args.tool, &args.args)?;
     let (mut socket, _) = connect_local(&settings.home).await?;
-    // Calls belong to the pairing and outlive their connection: each needs an id of its own.
-    let id = format!("cli-{}", &protocol::new_nonce()?[..16]);
-    let call = ToolCall { id, name: args.tool.clone(), args: tool_args, env: args.env.clone(), caller: None };
+    let call =
+        ToolCall { id: call_id("cli")?, name: args.tool.clone(), args: tool_args, env: args.env.clone(), caller: None };
     socket
         .send(Message::text(ClientMessage::ToolCall(call.clone()).to_json()))
         .await

@@ -1,7 +1,8 @@
-//! One module per command (`voxa run`, `relay`, `pair`, `status`, `call`, `approvals`, `approve`, `env`, `open`, `service`,
+//! One module per command (`voxa run`, `relay`, `pair`, `status`, `call`, `approvals`, `approve`, `agent`, `env`, `open`, `service`,
 //! `doctor`, `notify`, `completions`): each validates its arguments, calls into the library and prints the human or
 //! JSON output.
 
+pub mod agent;
 pub mod approvals;
 pub mod call;
 pub mod completions;
@@ -118,6 +119,7 @@ pub fn execute(cli: Cli, env_secrets: EnvSecrets) -> Result<Exit> {
         Some(Command::Call(args)) => block_on(call::run_call(&settings, args)),
         Some(Command::Approvals) => block_on(approvals::run_approvals(&settings)),
         Some(Command::Approve(args)) => block_on(approvals::run_approve(&settings, args)),
+        Some(Command::Agent(args)) => block_on(agent::run_agent_command(&settings, args.command)),
         Some(Command::Relay(args)) => block_on(relay::run_relay(&settings, args)).map(|()| Exit::Ok),
         Some(Command::Run(args)) => block_on(run::run_agent(&settings, args)).map(|()| Exit::Ok),
         None => block_on(run::run_agent(&settings, RunArgs::default())).map(|()| Exit::Ok),

@@ -34,6 +34,9 @@ pub enum Output {
     TurnEnded,
     /// Lines to write to the agent (acknowledgements, follow-up requests).
     Write(Vec<String>),
+    /// The agent cannot go on (its handshake failed; an `error` event said why): its process
+    /// is ended and queued turns are dropped.
+    Fail,
 }
 
 /// A prompt as the agent identifies it.

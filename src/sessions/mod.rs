@@ -3,12 +3,13 @@
 //!
 //! Inside: [`host`](SessionHost) (the sessions by id and the tools' entry points), [`runner`]
 //! (one actor per session owning its process), [`adapter`] (the trait each agent's protocol sits
-//! behind: [`claude`], [`plain`] for configured agents), [`process`] (start, write, read, end),
+//! behind: [`claude`], [`codex`], [`plain`] for configured agents), [`process`] (start, write, read, end),
 //! [`store`] (the log on disk), [`follow`] (replay then live) and [`describe`] (summaries, risks
 //! and diffs). Prompts go to the approval broker (`crate::approvals`).
 
 pub mod adapter;
 pub mod claude;
+pub mod codex;
 pub mod describe;
 pub mod event;
 pub mod follow;
@@ -109,6 +110,8 @@ pub struct SessionInfo {
     pub cost_usd: Option<f64>,
     /// Open approvals and questions.
     pub pending: usize,
+    /// The seq of its last event: a client that follows from here gets only what comes next.
+    pub last_seq: u64,
 }
 
 /// An `agent_start`.
@@ -321,6 +324,7 @@ impl SessionHost {
             turns: row.turns,
             cost_usd: row.cost_usd,
             pending,
+            last_seq: row.last_seq,
         }
     }
 
@@ -358,7 +362,7 @@ impl SessionHost {
         handle
     }
 
-    /// The adapter of agent `name`: a configured one first, then the built-in `claude`.
+    /// The adapter of agent `name`: a configured one first, then the built-in `claude` and `codex`.
     fn adapter(
         &self,
         name: &str,
@@ -370,10 +374,10 @@ impl SessionHost {
         let configured: Option<&AgentCommand> = config.agents.get(name);
         let program_name = match (configured, name) {
             (Some(command), _) => command.program.clone(),
-            (None, DEFAULT_AGENT) => DEFAULT_AGENT.to_owned(),
+            (None, DEFAULT_AGENT | codex::CODEX_AGENT) => name.to_owned(),
             (None, _) => {
                 let mut known: Vec<&str> = config.agents.keys().map(String::as_str).collect();
-                known.push(DEFAULT_AGENT);
+                known.extend([DEFAULT_AGENT, codex::CODEX_AGENT]);
                 return Err(ToolError::new(
                     ErrorCode::InvalidArgs,
                     format!("field `agent`: no coding agent named {name:?} (known: {})", known.join(", ")),
@@ -401,6 +405,9 @@ impl SessionHost {
                     check_prompt_is_not_an_option(name, command, prompt)?;
                 }
                 Ok(Box::new(plain::Plain::new(program, command.clone(), session.to_owned(), cwd.to_path_buf())))
+            }
+            None if name == codex::CODEX_AGENT => {
+                Ok(Box::new(codex::Codex::new(program, session.to_owned(), cwd.to_path_buf())))
             }
             None => Ok(Box::new(claude::Claude::new(program, session.to_owned(), cwd.to_path_buf()))),
         }

@@ -154,6 +154,10 @@ impl Runner {
                     Step::Line(line) => {
                         let outputs = self.adapter.on_line(&line);
                         self.on_outputs(outputs).await;
+                        // A handshake that just finished lets a waiting turn go.
+                        if !self.adapter.per_turn() {
+                            self.take_next_turn().await;
+                        }
                     }
                     Step::Exited(ended) => self.on_exit(ended).await,
                 },
@@ -363,6 +367,12 @@ impl Runner {
                 Output::TurnEnded => self.end_turn().await,
                 Output::Write(lines) => {
                     let _ = self.write(&lines).await;
+                }
+                Output::Fail => {
+                    self.queue.clear();
+                    if let Some(process) = &mut self.process {
+                        process.kill();
+                    }
                 }
             }
         }

@@ -328,7 +328,12 @@ pub const TOOLS: &[ToolSpec] = &[
                       task. It keeps running after this returns: follow it, answer its questions, send follow-ups.",
         params: &[
             param("prompt", ParamType::String, true, "The first task in full sentences."),
-            param("agent", ParamType::String, false, "Which coding agent. Default \"claude\"."),
+            param(
+                "agent",
+                ParamType::String,
+                false,
+                "Which coding agent: \"claude\" (default), \"codex\" or a configured one.",
+            ),
             param("cwd", ParamType::String, false, "Directory to work in, relative to the workspace."),
             param("title", ParamType::String, false, "A short title for the session list."),
         ],

@@ -2,8 +2,12 @@
 //! /v1/messages` with `"stream": true` answered as server-sent events (`message_start`,
 //! `content_block_start` / `content_block_delta` (`text_delta`, `input_json_delta`) /
 //! `content_block_stop`, `message_delta` with the `stop_reason`, `message_stop`). The real Claude
-//! Code CLI talks to it through `ANTHROPIC_BASE_URL`. Tests queue the model's answers; requests
-//! that carry no tools (the CLI's side requests) get a short text. Every request is recorded.
+//! Code CLI talks to it through `ANTHROPIC_BASE_URL`. It also speaks OpenAI's published Responses
+//! API, `POST /v1/responses` streamed as server-sent events (`response.created`,
+//! `response.output_item.added` / `.done` with a `message` or a `function_call`,
+//! `response.output_text.delta`, `response.completed` with the usage), which the real Codex CLI
+//! reaches through a model provider's `base_url`. Tests queue the model's answers; requests that
+//! carry no tools (the CLI's side requests) get a short text. Every request is recorded.
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
@@ -115,7 +119,8 @@ impl FakeModel {
         let mut reader = BufReader::new(read);
         loop {
             let Some((path, body)) = read_request(&mut reader).await else { return };
-            if !path.starts_with("/v1/messages") || path.starts_with("/v1/messages/count_tokens") {
+            let responses = path.starts_with("/v1/responses");
+            if !responses && !path.starts_with("/v1/messages") || path.starts_with("/v1/messages/count_tokens") {
                 let answer = if path.starts_with("/v1/messages/count_tokens") {
                     json!({"input_tokens": 10}).to_string()
                 } else {
@@ -154,7 +159,8 @@ impl FakeModel {
                 state.tool_uses
             };
             let stalled = matches!(reply, Reply::Stall(_));
-            for event in events(&reply, id) {
+            let events = if responses { response_events(&reply, id) } else { events(&reply, id) };
+            for event in events {
                 if write_chunk(&mut write, &event).await.is_err() {
                     return;
                 }
@@ -226,6 +232,49 @@ fn events(reply: &Reply, n: usize) -> Vec<Value> {
     events
 }
 
+/// The server-sent events of one answer in the Responses API.
+fn response_events(reply: &Reply, n: usize) -> Vec<Value> {
+    let id = format!("resp_{n}");
+    let mut events = vec![json!({"type": "response.created", "response": {"id": id}})];
+    let message = |events: &mut Vec<Value>, deltas: Vec<String>, close: bool| {
+        let item = format!("msg_{n}");
+        events.push(json!({"type": "response.output_item.added", "output_index": 0,
+            "item": {"type": "message", "id": item, "role": "assistant", "content": []}}));
+        let mut text = String::new();
+        for delta in deltas {
+            text.push_str(&delta);
+            events.push(json!({"type": "response.output_text.delta", "output_index": 0, "content_index": 0,
+                "item_id": item, "delta": delta}));
+        }
+        if close {
+            events.push(json!({"type": "response.output_item.done", "output_index": 0,
+                "item": {"type": "message", "id": item, "role": "assistant",
+                         "content": [{"type": "output_text", "text": text}]}}));
+        }
+    };
+    match reply {
+        Reply::Text(text) => {
+            let mid = text.char_indices().nth(text.chars().count() / 2).map_or(0, |(at, _)| at);
+            message(&mut events, vec![text[..mid].to_owned(), text[mid..].to_owned()], true);
+        }
+        Reply::Flood { chunk, count } => message(&mut events, vec![chunk.clone(); *count], true),
+        Reply::Stall(text) => {
+            message(&mut events, vec![text.clone()], false);
+            return events;
+        }
+        Reply::Tool { name, input } => {
+            let item = json!({"type": "function_call", "id": format!("fc_{n}"), "call_id": format!("call_{n}"),
+                              "name": name, "arguments": input.to_string()});
+            events.push(json!({"type": "response.output_item.added", "output_index": 0, "item": item}));
+            events.push(json!({"type": "response.output_item.done", "output_index": 0, "item": item}));
+        }
+    }
+    events.push(json!({"type": "response.completed", "response": {"id": id, "usage": {
+        "input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15}}}));
+    events
+}
+
 /// One request: its path and JSON body; `None` at end of stream or on junk.
 async fn read_request(reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>) -> Option<(String, Value)> {
     let mut request_line = String::new();
@@ -255,9 +304,15 @@ async fn read_request(reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>) ->
     Some((path, serde_json::from_slice(&body).unwrap_or(Value::Null)))
 }
 
-/// The text of every `tool_result` the model was sent, in order.
+/// The text of every `tool_result` (Messages) or `function_call_output` (Responses) the model
+/// was sent, in order.
 pub fn tool_results(request: &Value) -> Vec<String> {
     let mut results = Vec::new();
+    for item in request["input"].as_array().into_iter().flatten() {
+        if item["type"] == "function_call_output" {
+            results.push(item["output"].as_str().map_or_else(|| item["output"].to_string(), str::to_owned));
+        }
+    }
     for message in request["messages"].as_array().into_iter().flatten() {
         for block in message["content"].as_array().into_iter().flatten() {
             if block["type"] == "tool_result" {
@@ -278,7 +333,9 @@ pub fn tool_results(request: &Value) -> Vec<String> {
 /// All the user text the model was sent.
 pub fn user_text(request: &Value) -> String {
     let mut text = String::new();
-    for message in request["messages"].as_array().into_iter().flatten().filter(|m| m["role"] == "user") {
+    let messages = request["messages"].as_array().into_iter().flatten();
+    let input = request["input"].as_array().into_iter().flatten();
+    for message in messages.chain(input).filter(|m| m["role"] == "user") {
         match &message["content"] {
             Value::String(content) => text.push_str(content),
             Value::Array(blocks) => {

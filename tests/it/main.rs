@@ -6,6 +6,8 @@ mod agent;
 mod approvals;
 mod browser;
 mod cli;
+mod cli_agent;
+mod codex;
 mod continuity;
 mod deploy;
 mod doctor;

@@ -19,7 +19,7 @@ use voxa::tools::{Toolbox, ToolboxOptions};
 use crate::fake_model::{tool_results, user_text, FakeModel, Reply};
 
 /// Longest wait for one event of a real agent.
-const WAIT: Duration = Duration::from_secs(90);
+pub const WAIT: Duration = Duration::from_secs(90);
 
 /// The installed CLIs' directory, or `None` (loudly) when they are not installed outside CI.
 pub fn agents_bin(program: &str) -> Option<PathBuf> {
@@ -46,17 +46,33 @@ pub fn agent_env(bin: &Path, home: &Path, model: &FakeModel) -> Vec<(std::ffi::O
         ("ANTHROPIC_API_KEY", "sk-ant-test".to_owned()),
         ("DISABLE_AUTOUPDATER", "1".to_owned()),
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_owned()),
+        ("VOXA_TEST_MODEL_KEY", "sk-test".to_owned()),
     ]
     .into_iter()
     .map(|(key, value)| (key.into(), value.into()))
     .collect()
 }
 
-struct Rig {
-    host: SessionHost,
-    model: FakeModel,
-    workspace: TempDir,
-    home: TempDir,
+/// A `CODEX_HOME` whose configuration names the fake model as the provider. It is made outside
+/// the system's temporary directory, where Codex refuses to put the helpers its sandbox runs.
+pub fn codex_home(model: &FakeModel) -> TempDir {
+    let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = home.path();
+    let config = format!(
+        "model = \"gpt-test\"\nmodel_provider = \"voxa-test\"\n\n[model_providers.voxa-test]\nname = \"voxa test\"\n\
+         base_url = \"{}/v1\"\nwire_api = \"responses\"\nenv_key = \"VOXA_TEST_MODEL_KEY\"\n",
+        model.url()
+    );
+    std::fs::write(dir.join("config.toml"), config).unwrap();
+    home
+}
+
+pub struct Rig {
+    pub host: SessionHost,
+    pub model: FakeModel,
+    pub workspace: TempDir,
+    pub home: TempDir,
+    _codex_home: TempDir,
     shutdown: CancellationToken,
     tasks: TaskTracker,
     env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
@@ -65,19 +81,26 @@ struct Rig {
 
 impl Rig {
     async fn new(config: Config) -> Option<Rig> {
-        let bin = agents_bin("claude")?;
+        Rig::for_agent(config, "claude").await
+    }
+
+    /// A host whose agents (`program` must be installed) talk to a fresh fake model.
+    pub async fn for_agent(config: Config, program: &str) -> Option<Rig> {
+        let bin = agents_bin(program)?;
         let model = FakeModel::start().await;
         let home = tempfile::tempdir().unwrap();
         let workspace = tempfile::tempdir().unwrap();
-        let env = agent_env(&bin, home.path(), &model);
+        let codex_home = codex_home(&model);
+        let mut env = agent_env(&bin, home.path(), &model);
+        env.push(("CODEX_HOME".into(), codex_home.path().into()));
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         let host = open_host(&home, &workspace, &config, &env, &shutdown, &tasks);
-        Some(Rig { host, model, workspace, home, shutdown, tasks, env, config })
+        Some(Rig { host, model, workspace, home, _codex_home: codex_home, shutdown, tasks, env, config })
     }
 
     /// The same home opened again, as a restarted agent would.
-    fn reopen(&self) -> SessionHost {
+    pub fn reopen(&self) -> SessionHost {
         open_host(&self.home, &self.workspace, &self.config, &self.env, &self.shutdown, &self.tasks)
     }
 
@@ -86,13 +109,13 @@ impl Rig {
         self.host.start(request).await.unwrap().session
     }
 
-    fn answer(&self, approval: &str, decision: Decision, message: Option<&str>, answers: Option<Value>) {
+    pub fn answer(&self, approval: &str, decision: Decision, message: Option<&str>, answers: Option<Value>) {
         let answered =
             self.host.approvals().decide(approval, decision, message.map(str::to_owned), answers, DecidedBy::Phone);
         assert!(answered.is_ok(), "approval {approval} was not open: {answered:?}");
     }
 
-    async fn stop(self) {
+    pub async fn stop(self) {
         self.shutdown.cancel();
         self.tasks.close();
         tokio::time::timeout(WAIT, self.tasks.wait()).await.expect("the sessions stopped");
@@ -124,7 +147,7 @@ fn open_host(
 }
 
 /// Reads events until one of `session` matches; panics after [`WAIT`].
-async fn until(follower: &mut Follower, session: &str, what: &str, check: impl Fn(&Event) -> bool) -> SessionEvent {
+pub async fn until(follower: &mut Follower, session: &str, what: &str, check: impl Fn(&Event) -> bool) -> SessionEvent {
     loop {
         let next = tokio::time::timeout(WAIT, follower.next()).await;
         let event = next.unwrap_or_else(|_| panic!("no {what} in time")).expect("the host is gone");
@@ -137,21 +160,31 @@ async fn until(follower: &mut Follower, session: &str, what: &str, check: impl F
     }
 }
 
-fn approval_id(event: &SessionEvent) -> String {
+pub fn approval_id(event: &SessionEvent) -> String {
     let Event::Approval { approval, .. } = &event.event else { panic!("not an approval: {event:?}") };
     approval.clone()
 }
 
-fn is_turn_end(event: &Event) -> bool {
+pub fn is_turn_end(event: &Event) -> bool {
     matches!(event, Event::TurnEnd { .. })
 }
 
-fn is_approval(tool: &'static str) -> impl Fn(&Event) -> bool {
+pub fn is_approval(tool: &'static str) -> impl Fn(&Event) -> bool {
     move |event| matches!(event, Event::Approval { tool: asked, .. } if asked == tool)
 }
 
+/// The agent's text as it streamed (the `partial` pieces), joined.
+pub fn streamed_text(log: &[SessionEvent]) -> String {
+    log.iter()
+        .filter_map(|e| match &e.event {
+            Event::Text { text, partial: true } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The whole log, checked to be numbered 1..n without a gap.
-fn whole_log(host: &SessionHost, session: &str) -> Vec<SessionEvent> {
+pub fn whole_log(host: &SessionHost, session: &str) -> Vec<SessionEvent> {
     let mut events = Vec::new();
     loop {
         let (page, next) = host.log(session, events.len() as u64, 1000).unwrap();
@@ -208,13 +241,7 @@ async fn a_write_approved_happens_and_a_command_denied_does_not() {
     assert!(
         matches!(&log[1].event, Event::User { text, by } if text == "Write a greeting to hello.txt" && by == "phone")
     );
-    let streamed: String = log
-        .iter()
-        .filter_map(|e| match &e.event {
-            Event::Text { text, partial: true } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
+    let streamed = streamed_text(&log);
     assert!(streamed.contains("I wrote hello.txt."), "partial text streamed: {streamed:?}");
 
     let denied = rig.workspace.path().join("denied.txt");

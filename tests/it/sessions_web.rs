@@ -2,8 +2,9 @@
 //! Code CLI (tests/agents) and only the model faked ([`crate::fake_model`]): a prompt starts a
 //! session, a Write approval tapped in the page happens, the answer's markdown renders and hostile
 //! HTML in it stays text, a follow-up streams and is interrupted, and a reloaded page shows the
-//! history once. Also the pictures docs/web-agent.png (light: the approval waiting) and
-//! docs/web-agent-dark.png (dark: the session reopened after the reload).
+//! history once; a page that was offline gets what the session did meanwhile, once. Also the pictures docs/web-agent.png (light: the approval waiting),
+//! docs/web-agent-list.png (the sessions) and docs/web-agent-dark.png (dark: the session
+//! reopened after the reload).
 
 use std::path::Path;
 
@@ -11,6 +12,7 @@ use serde_json::{json, Value};
 
 use crate::browser::{Browser, Scheme};
 use crate::fake_model::{FakeModel, Reply};
+use crate::harness::TestRelay;
 use crate::run::start_run_with_env;
 use crate::sessions::{agent_env, agents_bin};
 use crate::support::RunningVoxa;
@@ -19,26 +21,32 @@ use crate::support::RunningVoxa;
 const ANSWER: &str = "## Notes written\n\nI wrote `notes.md` with:\n\n- a **greeting**\n- a list\n\n```sh\ncat notes.md\n```\n\nHostile: <img src=x onerror=\"window.__pwned=1\"> and <script>window.__pwned=2</script> end.";
 
 /// `voxa run --embedded-relay` whose coding agents are the real CLI against `model`.
-struct Laptop {
-    run: RunningVoxa,
-    link: String,
-    workspace: std::path::PathBuf,
+pub(crate) struct Laptop {
+    pub run: RunningVoxa,
+    pub link: String,
+    pub home: std::path::PathBuf,
+    pub workspace: std::path::PathBuf,
     _dirs: (tempfile::TempDir, tempfile::TempDir),
     _claude_home: tempfile::TempDir,
 }
 
 impl Laptop {
-    fn start(bin: &Path, model: &FakeModel) -> Laptop {
+    pub fn start(bin: &Path, model: &FakeModel) -> Laptop {
+        Self::start_with(bin, model, &["--embedded-relay"])
+    }
+
+    /// The same, with `voxa run`'s arguments.
+    pub fn start_with(bin: &Path, model: &FakeModel, args: &[&str]) -> Laptop {
         let claude_home = tempfile::tempdir().unwrap();
         let env: Vec<(String, String)> = agent_env(bin, claude_home.path(), model)
             .into_iter()
             .map(|(key, value)| (key.to_string_lossy().into_owned(), value.to_string_lossy().into_owned()))
             .collect();
         let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (key.as_str(), value.as_str())).collect();
-        let (mut run, _home, dirs) = start_run_with_env(&["--embedded-relay"], &env);
+        let (mut run, home, dirs) = start_run_with_env(args, &env);
         let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
         let workspace = dirs.1.path().canonicalize().unwrap();
-        Laptop { run, link, workspace, _dirs: dirs, _claude_home: claude_home }
+        Laptop { run, link, home, workspace, _dirs: dirs, _claude_home: claude_home }
     }
 }
 
@@ -130,6 +138,9 @@ async fn the_agent_view_streams_asks_renders_safely_and_shows_the_history_once_a
     browser.wait_connection("online").await;
     browser.press("Agent").await;
     browser.wait_text("#agent-sessions", "the session listed", |t| t.contains("idle")).await;
+    if std::env::var_os("VOXA_DOCS_SCREENSHOTS").is_some() {
+        picture(&browser, "web-agent-list.png").await;
+    }
     browser.press("Write a greeting to notes.md").await;
     let again = browser.wait_text(CONVERSATION, "the history", |t| t.contains("Still thinking")).await;
     for once in ["Write a greeting to notes.md", "Notes written", "Now the second step", "Still thinking", "Failed"] {
@@ -140,6 +151,11 @@ async fn the_agent_view_streams_asks_renders_safely_and_shows_the_history_once_a
         );
         assert_eq!(count(&again, once), 1, "{once:?}: {again}");
     }
+    // Stop ends the agent's process; the session stays, ended.
+    browser.press("Stop").await;
+    browser.wait_text("#agent-state", "ended", |t| t == "ended").await;
+    browser.press("All sessions").await;
+    browser.wait_text("#agent-sessions", "the session listed as ended", |t| t.contains("ended")).await;
     browser.close().await;
 
     if std::env::var_os("VOXA_DOCS_SCREENSHOTS").is_some() {
@@ -160,4 +176,59 @@ async fn picture(browser: &Browser, name: &str) {
     browser.script("window.scrollTo(0, 0);", vec![]).await;
     let png = browser.screenshot().await;
     std::fs::write(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs").join(name), png).unwrap();
+}
+
+/// What the connection line says.
+async fn connection(browser: &Browser) -> String {
+    let said = browser.script("return document.getElementById('connection-text').textContent;", vec![]).await;
+    said.as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_that_was_offline_gets_what_the_session_did_meanwhile_once() {
+    let Some(bin) = agents_bin("claude") else { return };
+    let Some(browser) = Browser::start().await else { return };
+    let model = FakeModel::start().await;
+    let relay = TestRelay::start().await;
+    let addr = relay.addr;
+    let laptop = Laptop::start_with(&bin, &model, &["--relay", &format!("http://{addr}")]);
+    model.script([Reply::text("The first answer.")]);
+    browser.open(&laptop.link).await;
+    browser.wait_connection("online").await;
+    browser.press("Agent").await;
+    browser.type_into("Prompt", "First question").await;
+    browser.press("Ask").await;
+    browser.wait_text(CONVERSATION, "the first turn", |t| t.contains("Done ·")).await;
+
+    // The phone loses the relay; on the laptop, the session takes another turn meanwhile.
+    relay.kill().await;
+    browser.wait_connection("offline").await;
+    model.script([Reply::text("The second answer, written while the phone was away.")]);
+    let home = laptop.home.clone();
+    let sent = tokio::task::spawn_blocking(move || {
+        let listed = crate::support::voxa(&home, &["agent", "list", "--json"]);
+        let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+        let session = listed["sessions"][0]["session"].as_str().unwrap().to_owned();
+        crate::support::voxa(&home, &["agent", "send", &session, "Second question"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(sent.status.code(), Some(0), "{}", String::from_utf8_lossy(&sent.stderr));
+
+    // The relay comes back; the page reconnects and follows from the last seq it held.
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let relay = TestRelay::start_with(listener, voxa::relay::RelayConfig::default()).await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !connection(&browser).await.contains("online") {
+        assert!(tokio::time::Instant::now() < deadline, "the page never came back: {}", connection(&browser).await);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let shown = browser.wait_text(CONVERSATION, "the missed turn", |t| t.contains("while the phone was away")).await;
+    for once in ["First question", "The first answer.", "Second question", "while the phone was away"] {
+        assert_eq!(count(&shown, once), 1, "{once:?}: {shown}");
+    }
+    assert_eq!(count(&shown, "Done ·"), 2, "{shown}");
+    browser.close().await;
+    laptop.run.stop();
+    drop(relay);
 }

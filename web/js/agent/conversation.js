@@ -48,7 +48,10 @@ export class Conversation {
     this.lastText = '';
     /** @type {Map<string, ToolCard>} */
     this.tools = new Map();
-    /** @type {Map<string, {node: HTMLLIElement, note: HTMLElement, card: Card | null}>} approvals, open or decided */
+    /**
+     * Approvals, open or decided; `folded` is the tool card closed while the approval is open.
+     * @type {Map<string, {node: HTMLLIElement, note: HTMLElement, card: Card | null, folded: HTMLDetailsElement | null}>}
+     */
     this.approvals = new Map();
     /** @type {Map<string, AgentFrame>} open approvals the laptop sent before their event arrived */
     this.early = new Map();
@@ -196,7 +199,7 @@ export class Conversation {
     if (!id || this.approvals.has(id)) return;
     const note = el('p', { class: 'approval-note' }, `Asked: ${text(event.summary) || text(event.tool)}`);
     const node = el('li', { class: 'asked' }, note);
-    this.approvals.set(id, { node, note, card: null });
+    this.approvals.set(id, { node, note, card: null, folded: null });
     this.append(node);
     const early = this.early.get(id);
     if (early) {
@@ -211,6 +214,9 @@ export class Conversation {
     this.early.delete(text(event.approval));
     if (!known) return;
     known.note.textContent = `${known.note.textContent.replace(/ — .*$/, '')} — ${verdict(event)}`;
+    known.note.hidden = false;
+    if (known.folded) known.folded.open = true;
+    known.folded = null;
     if (known.card) {
       settle(known.card, /** @type {AgentFrame} */ (event));
       known.card.node.remove();
@@ -236,6 +242,17 @@ export class Conversation {
     const card = approvalCard(frame, this.onAnswer);
     card.node.classList.add('inline');
     known.card = card;
+    // While the card is open it says what is asked, with the diff or command: the tool's own
+    // card just above folds away, and opens again once it is decided.
+    known.note.hidden = true;
+    const tool = [...this.tools.values()].pop();
+    if (tool && tool.node.nextElementSibling === known.node) {
+      const details = tool.node.querySelector('details');
+      if (details && details.open) {
+        details.open = false;
+        known.folded = details;
+      }
+    }
     known.node.append(el('ol', { class: 'approval-list' }, card.node));
     showTimeLeft(card, Date.now());
   }
