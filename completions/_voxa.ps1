@@ -308,6 +308,9 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
         'voxa;relay' {
             [CompletionResult]::new('--listen', '--listen', [CompletionResultType]::ParameterName, 'Address to listen on')
             [CompletionResult]::new('--tls-cert', '--tls-cert', [CompletionResultType]::ParameterName, 'TLS certificate chain (PEM); serve wss:// with --tls-key')
+            [CompletionResult]::new('--domain', '--domain', [CompletionResultType]::ParameterName, 'Serve wss:// for this DNS name with a certificate the relay obtains and renews itself by ACME (TLS-ALPN-01: the name must resolve here and reach --listen on port 443); kept in the home')
+            [CompletionResult]::new('--acme-directory', '--acme-directory', [CompletionResultType]::ParameterName, 'ACME directory of the CA that issues the --domain certificate (a staging or company CA)')
+            [CompletionResult]::new('--acme-ca-file', '--acme-ca-file', [CompletionResultType]::ParameterName, 'Trust this PEM root for the ACME server''s own HTTPS (one not in the system roots)')
             [CompletionResult]::new('--tls-key', '--tls-key', [CompletionResultType]::ParameterName, 'TLS private key (PEM)')
             [CompletionResult]::new('--relay-token', '--relay-token', [CompletionResultType]::ParameterName, 'Require this token from both sides (Authorization: Bearer); prefer VOXA_RELAY_TOKEN or --relay-token-file, a flag''s value is visible to every user in `ps`')
             [CompletionResult]::new('--metrics-listen', '--metrics-listen', [CompletionResultType]::ParameterName, 'Serve Prometheus metrics at http://ADDR/metrics (keep it private: no authentication)')

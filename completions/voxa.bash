@@ -1535,7 +1535,7 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__relay)
-            opts="-v -q -h -V --listen --tls-cert --tls-key --relay-token --metrics-listen --max-connections-per-ip --memory-budget --relay-token-file --gemini-key-file --live-max-calls --live-max-minutes --live-model --home --relay --self-hosted --json --verbose --quiet --help --version"
+            opts="-v -q -h -V --listen --tls-cert --domain --acme-directory --acme-ca-file --tls-key --relay-token --metrics-listen --max-connections-per-ip --memory-budget --relay-token-file --gemini-key-file --live-max-calls --live-max-minutes --live-model --home --relay --self-hosted --json --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1546,6 +1546,18 @@ _voxa() {
                     return 0
                     ;;
                 --tls-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --domain)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --acme-directory)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --acme-ca-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

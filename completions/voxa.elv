@@ -283,6 +283,9 @@ set edit:completion:arg-completer[voxa] = {|@words|
         &'voxa;relay'= {
             cand --listen 'Address to listen on'
             cand --tls-cert 'TLS certificate chain (PEM); serve wss:// with --tls-key'
+            cand --domain 'Serve wss:// for this DNS name with a certificate the relay obtains and renews itself by ACME (TLS-ALPN-01: the name must resolve here and reach --listen on port 443); kept in the home'
+            cand --acme-directory 'ACME directory of the CA that issues the --domain certificate (a staging or company CA)'
+            cand --acme-ca-file 'Trust this PEM root for the ACME server''s own HTTPS (one not in the system roots)'
             cand --tls-key 'TLS private key (PEM)'
             cand --relay-token 'Require this token from both sides (Authorization: Bearer); prefer VOXA_RELAY_TOKEN or --relay-token-file, a flag''s value is visible to every user in `ps`'
             cand --metrics-listen 'Serve Prometheus metrics at http://ADDR/metrics (keep it private: no authentication)'

@@ -186,6 +186,9 @@ complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcomm
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l listen -d 'Address to listen on' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l tls-cert -d 'TLS certificate chain (PEM); serve wss:// with --tls-key' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l domain -d 'Serve wss:// for this DNS name with a certificate the relay obtains and renews itself by ACME (TLS-ALPN-01: the name must resolve here and reach --listen on port 443); kept in the home' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l acme-directory -d 'ACME directory of the CA that issues the --domain certificate (a staging or company CA)' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l acme-ca-file -d 'Trust this PEM root for the ACME server\'s own HTTPS (one not in the system roots)' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l tls-key -d 'TLS private key (PEM)' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay-token -d 'Require this token from both sides (Authorization: Bearer); prefer VOXA_RELAY_TOKEN or --relay-token-file, a flag\'s value is visible to every user in `ps`' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l metrics-listen -d 'Serve Prometheus metrics at http://ADDR/metrics (keep it private: no authentication)' -r

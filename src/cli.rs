@@ -229,8 +229,18 @@ pub struct RelayArgs {
     #[arg(long, default_value = "127.0.0.1:8787", value_name = "ADDR")]
     pub listen: String,
     /// TLS certificate chain (PEM); serve wss:// with --tls-key
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    #[arg(long, value_name = "FILE", requires = "tls_key", conflicts_with = "domain")]
     pub tls_cert: Option<PathBuf>,
+    /// Serve wss:// for this DNS name with a certificate the relay obtains and renews itself by
+    /// ACME (TLS-ALPN-01: the name must resolve here and reach --listen on port 443); kept in the home
+    #[arg(long, value_name = "NAME")]
+    pub domain: Option<String>,
+    /// ACME directory of the CA that issues the --domain certificate (a staging or company CA)
+    #[arg(long, value_name = "URL", requires = "domain", default_value = crate::relay::acme::LETS_ENCRYPT_DIRECTORY)]
+    pub acme_directory: String,
+    /// Trust this PEM root for the ACME server's own HTTPS (one not in the system roots)
+    #[arg(long, value_name = "FILE", requires = "domain")]
+    pub acme_ca_file: Option<PathBuf>,
     /// TLS private key (PEM)
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,

@@ -24,6 +24,13 @@ impl Drop for Agent {
     }
 }
 
+impl Agent {
+    /// The agent's workspace (`--workspace`).
+    pub fn workspace(&self) -> std::path::PathBuf {
+        self._dir.path().join("ws")
+    }
+}
+
 /// Starts `voxa <global> run --json --workspace W <run_args>` with `env` set, and returns once it
 /// has printed every event named in `wait_for`.
 pub fn start_agent(global: &[&str], run_args: &[&str], env: &[(&str, &str)], wait_for: &[&str]) -> Agent {

@@ -15,6 +15,7 @@ mod preauth;
 mod relay;
 mod relay_cpu;
 mod report;
+mod seal;
 mod voice;
 mod web;
 
@@ -49,6 +50,9 @@ fn main() {
     }
     if wanted("hosted") {
         hosted::run(&mut report, measuring);
+    }
+    if wanted("seal") {
+        seal::run(&mut report, measuring);
     }
     if wanted("web") {
         web::run(&mut report, runs(20));

@@ -5,7 +5,7 @@
 //! once by `voxa relay` at `/live`: the page's latency series, its CPU and bytes each way.
 
 #[path = "../../tests/it/browser.rs"]
-mod browser;
+pub(crate) mod browser;
 
 use std::time::{Duration, Instant};
 

@@ -13,7 +13,7 @@ use tokio_util::task::TaskTracker;
 use super::calls::{CallBoards, ListenerId};
 use super::gate::{Admission, SessionCounts};
 use crate::gemini::GeminiConfig;
-use crate::protocol::{self, AgentMessage, AgentStatus, ConnectedClient, HelloOk};
+use crate::protocol::{self, AgentMessage, AgentStatus, ConnectedClient, HelloOk, RelayPage};
 use crate::push::Notifier;
 use crate::sessions::SessionHost;
 use crate::terminal::TerminalHost;
@@ -37,6 +37,10 @@ pub struct LiveStatus {
     pub sessions: Arc<SessionCounts>,
     /// Who has a session open, by session, in the order they came.
     pub connected: Mutex<BTreeMap<ListenerId, ConnectedClient>>,
+    /// What the last comparison of the relay's page with this voxa's found.
+    pub relay_page: Mutex<Option<RelayPage>>,
+    /// A comparison is running.
+    pub relay_page_checking: AtomicBool,
 }
 
 /// What every session of one agent shares.
@@ -120,6 +124,7 @@ impl AgentContext {
             connected: self.status.connected.lock().map(|c| c.values().cloned().collect()).unwrap_or_default(),
             sealed_sessions: self.status.sessions.sealed(),
             plain_sessions: self.status.sessions.plain(),
+            relay_page: self.status.relay_page.lock().map(|page| page.clone()).unwrap_or_default(),
             workspace: self.toolbox().workspace().display().to_string(),
             sees: Some(self.toolbox().sees()),
         }

@@ -18,7 +18,7 @@ use crate::config::RelayUrl;
 use crate::net::dial::{self, DialOptions};
 use crate::net::liveness::Heartbeat;
 use crate::net::relay_framing::SUBPROTOCOL;
-use crate::protocol::ErrorCode;
+use crate::protocol::{ErrorCode, RelayPage};
 
 /// A 4001 this soon after an abandoned dial is taken for that dial arriving late, not for
 /// another agent: the link dials again without warning that its code is in use.
@@ -64,6 +64,8 @@ pub enum LinkEvent {
     PairingActive { pairing: String, relay: String },
     /// An environment pairing was revoked: its sessions were closed and it is no longer dialed.
     PairingEnded { pairing: String },
+    /// The relay's page and scripts were compared with this voxa's (after a connect).
+    RelayPage { page: RelayPage },
 }
 
 /// Sends a link's events; without receivers they are dropped.
@@ -191,6 +193,30 @@ impl RelayLink {
         }
     }
 
+    /// Compares the page the relay serves with this voxa's, in the background: after each connect
+    /// of a link that reports (an environment pairing's does not), one comparison at a time.
+    fn check_page(&self, shutdown: &CancellationToken) {
+        let status = &self.ctx.status;
+        if self.events.is_none() || status.relay_page_checking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (link, shutdown) = (self.clone(), shutdown.clone());
+        self.ctx.tasks.spawn(async move {
+            let page = tokio::select! {
+                page = crate::net::page_check::check(&link.relay, &link.dial) => page,
+                _ = shutdown.cancelled() => return,
+            };
+            if let RelayPage::Altered { paths } = &page {
+                warn!(files = %paths.join(", "), "the relay serves a web client that differs from this voxa's");
+            }
+            if let Ok(mut kept) = link.ctx.status.relay_page.lock() {
+                *kept = Some(page.clone());
+            }
+            link.ctx.status.relay_page_checking.store(false, Ordering::Release);
+            link.report(LinkEvent::RelayPage { page });
+        });
+    }
+
     /// One connection to the relay, served until it ends. The backoff starts over after a
     /// connection that proved healthy.
     async fn connection(
@@ -201,6 +227,7 @@ impl RelayLink {
     ) -> Ended {
         self.ctx.status.relay_connected.store(true, Ordering::Relaxed);
         self.report(LinkEvent::Connected { relay: self.relay.to_string() });
+        self.check_page(shutdown);
         let since = Instant::now();
         // A connection runs in its own task: should anything in it panic, the dialer notices,
         // reports it and dials again instead of going silent for good.

@@ -9,12 +9,13 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tracing::debug;
 
+use super::output::Printer;
 use super::Settings;
 use crate::cli::RelayArgs;
 use crate::error::ConfigError;
 use crate::gemini::GeminiConfig;
 use crate::hosted::{Hosting, LiveConfig};
-use crate::relay::{bind_shared, load_tls, metrics, run_sharded, RelayConfig};
+use crate::relay::{acme, bind_shared, load_tls, metrics, run_sharded, RelayConfig};
 use crate::secret::Secret;
 
 /// File descriptors kept free for everything but client connections.
@@ -23,7 +24,15 @@ const RESERVED_FDS: u64 = 64;
 /// `voxa relay`: binds `--listen` (one listener per core), announces the address, and relays
 /// until SIGINT or SIGTERM; with `--metrics-listen`, serves Prometheus metrics beside it.
 pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<()> {
-    let config = relay_config(settings, &args)?;
+    let mut config = relay_config(settings, &args)?;
+    let acme = match &args.domain {
+        Some(domain) => {
+            let acme = acme_manager(settings, &args, domain)?;
+            config.tls = Some(acme::server_config(acme.resolver())?);
+            Some(acme)
+        }
+        None => None,
+    };
     let addr = resolve_listen(&args.listen).await?;
     let (listeners, local) = bind_shards(addr)?;
     let metrics_listener = match &args.metrics_listen {
@@ -36,8 +45,13 @@ pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<(
         }
         None => None,
     };
-    announce(settings, &config, local, metrics_listener.as_ref().map(|(_, local)| *local));
+    announce(settings, &config, local, args.domain.as_deref(), metrics_listener.as_ref().map(|(_, local)| *local));
     let signal = super::shutdown::on_signal();
+    // Started once the listener is bound: the CA validates the domain through it.
+    let acme_task = acme.zip(args.domain.clone()).map(|(acme, domain)| {
+        let (printer, signal) = (settings.printer, signal.clone());
+        tokio::spawn(acme.run(signal, move |event| report_certificate(printer, &domain, event)))
+    });
     let metrics_task = metrics_listener.map(|(listener, _)| {
         let (metrics, signal) = (Arc::clone(&config.metrics), signal.clone());
         tokio::spawn(async move { metrics::serve(listener, metrics, signal.cancelled_owned()).await })
@@ -47,8 +61,11 @@ pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<(
         tokio::task::spawn_blocking(move || run_sharded(listeners, config, signal))
     };
     let result = relay.await.context("the relay stopped unexpectedly");
-    // Whatever ended the relay ends the metrics server too.
+    // Whatever ended the relay ends the metrics server and the certificate manager too.
     signal.cancel();
+    if let Some(task) = acme_task {
+        task.await.context("the certificate manager failed")?;
+    }
     result??;
     if let Some(task) = metrics_task {
         task.await.context("the metrics server failed")??;
@@ -76,6 +93,40 @@ fn relay_config(settings: &Settings, args: &RelayArgs) -> anyhow::Result<RelayCo
     Ok(config)
 }
 
+/// The certificate manager of `--domain`, its files in the home's `acme/` directory.
+fn acme_manager(settings: &Settings, args: &RelayArgs, domain: &str) -> anyhow::Result<acme::Acme> {
+    acme::check_domain(domain).map_err(|err| ConfigError::new(format!("{err:#}")))?;
+    settings.home.ensure()?;
+    acme::Acme::new(acme::AcmeConfig {
+        domain: domain.to_owned(),
+        directory: args.acme_directory.clone(),
+        ca_file: args.acme_ca_file.clone(),
+        state_dir: settings.home.dir().to_owned(),
+    })
+}
+
+/// Tells the operator what became of the `--domain` certificate.
+fn report_certificate(printer: Printer, domain: &str, event: acme::AcmeEvent) {
+    match event {
+        acme::AcmeEvent::Ready { serial, not_after, issued } => {
+            let until = humantime::format_rfc3339_seconds(not_after).to_string();
+            let how = if issued { "issued" } else { "loaded from the home" };
+            printer.event(
+                "certificate_ready",
+                json!({ "domain": domain, "serial": serial, "not_after": until, "issued": issued }),
+                format_args!("certificate for {domain} {how}, valid until {until}"),
+            );
+        }
+        acme::AcmeEvent::Failed { error, retry_in } => {
+            printer.event(
+                "certificate_failed",
+                json!({ "domain": domain, "error": error, "retry_in_secs": retry_in.as_secs() }),
+                format_args!("could not get a certificate for {domain}: {error}; retrying in {}s", retry_in.as_secs()),
+            );
+        }
+    }
+}
+
 /// One listener per core, all on the same address: the kernel spreads connections over them.
 /// Returns them and the address they listen on.
 fn bind_shards(addr: SocketAddr) -> anyhow::Result<(Vec<std::net::TcpListener>, SocketAddr)> {
@@ -91,21 +142,32 @@ fn bind_shards(addr: SocketAddr) -> anyhow::Result<(Vec<std::net::TcpListener>, 
 }
 
 /// Prints where the relay listens and what it offers.
-fn announce(settings: &Settings, config: &RelayConfig, local: SocketAddr, metrics: Option<SocketAddr>) {
+fn announce(
+    settings: &Settings,
+    config: &RelayConfig,
+    local: SocketAddr,
+    domain: Option<&str>,
+    metrics: Option<SocketAddr>,
+) {
     let scheme = if config.tls.is_some() { "wss" } else { "ws" };
+    let url = match domain {
+        Some(domain) if local.port() == 443 => format!("{scheme}://{domain}"),
+        Some(domain) => format!("{scheme}://{domain}:{}", local.port()),
+        None => format!("{scheme}://{local}"),
+    };
     let token_note = if config.token.is_some() { " (relay token required)" } else { "" };
     let live_note = if config.service.is_some() { "; hosting voice calls at /live" } else { "" };
     settings.printer.event(
         "relay_listening",
         json!({
             "listen": local.to_string(),
-            "url": format!("{scheme}://{local}"),
+            "url": url,
             "tls": config.tls.is_some(),
             "relay_token": config.token.is_some(),
             "metrics": metrics.map(|local| format!("http://{local}/metrics")),
             "live": config.service.is_some(),
         }),
-        format_args!("relay listening on {scheme}://{local}{token_note}{live_note}"),
+        format_args!("relay listening on {url}{token_note}{live_note}"),
     );
 }
 

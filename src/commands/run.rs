@@ -315,6 +315,7 @@ fn print_event(event: &LinkEvent, printer: Printer) {
             json!({"pairing": pairing, "relay": relay}),
             format!("environment pairing {pairing} active: dialing {relay} for its host"),
         ),
+        LinkEvent::RelayPage { page } => printer.event("relay_page", json!(page), page.describe()),
         LinkEvent::PairingEnded { pairing } => printer.event(
             "pairing_ended",
             json!({"pairing": pairing}),

@@ -43,6 +43,7 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
             "connected": live.as_ref().map(|l| l.connected.clone()),
             "sealed_sessions": live.as_ref().map(|l| l.sealed_sessions),
             "plain_sessions": live.as_ref().map(|l| l.plain_sessions),
+            "relay_page": live.as_ref().and_then(|l| l.relay_page.clone()),
             "workspace": live.as_ref().map(|l| l.workspace.clone()),
             "relay": live.as_ref().map(|l| l.relay.clone()),
         })),
@@ -86,6 +87,9 @@ fn human_status(
     }
     if let Some(live) = live {
         human.push_str(&connected_lines(&live.connected));
+    }
+    if let Some(page) = live.and_then(|l| l.relay_page.as_ref()) {
+        human.push_str(&format!("relay page:      {}\n", page.describe()));
     }
     if let Some(until) = live.and_then(|l| l.retired_code_until) {
         let until = std::time::UNIX_EPOCH + std::time::Duration::from_secs(until);

@@ -49,6 +49,8 @@ const ASSETS: &[Asset] = &[
     asset!("/js/store.js", "text/javascript; charset=utf-8"),
     asset!("/js/protocol.js", "text/javascript; charset=utf-8"),
     asset!("/js/session.js", "text/javascript; charset=utf-8"),
+    asset!("/js/seal/noise.js", "text/javascript; charset=utf-8"),
+    asset!("/js/seal/channel.js", "text/javascript; charset=utf-8"),
     asset!("/js/pairings.js", "text/javascript; charset=utf-8"),
     asset!("/js/dom.js", "text/javascript; charset=utf-8"),
     asset!("/js/shell/header.js", "text/javascript; charset=utf-8"),
@@ -73,6 +75,12 @@ const ASSETS: &[Asset] = &[
 static ETAGS: LazyLock<Vec<String>> = LazyLock::new(|| {
     ASSETS.iter().map(|asset| format!("\"{}\"", hex::encode(&Sha256::digest(asset.body)[..12]))).collect()
 });
+
+/// Every file of the client as served: its path and body. `/` serves `/index.html`'s body.
+pub fn assets() -> impl Iterator<Item = (&'static str, &'static [u8])> {
+    let index = ASSETS.iter().find(|asset| asset.path == "/index.html").map(|asset| asset.body).unwrap_or_default();
+    std::iter::once(("/", index)).chain(ASSETS.iter().map(|asset| (asset.path, asset.body)))
+}
 
 /// Total size of the embedded client in bytes, uncompressed.
 pub fn page_weight() -> usize {

@@ -207,6 +207,48 @@ pub enum ToolActivityState {
     Finished,
 }
 
+/// Whether the relay serves this voxa's web client, as `voxa run` found when it connected
+/// (src/net/page_check.rs compares every file's SHA-256 with the embedded copy).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum RelayPage {
+    /// Every file the relay serves is byte for byte this binary's.
+    Same { files: usize },
+    /// These paths differ (or were refused) at the relay.
+    Altered { paths: Vec<String> },
+    /// The comparison could not be made (the relay did not answer, or not as HTTP).
+    Unchecked { why: String },
+}
+
+impl RelayPage {
+    /// One line for people: `status`, `doctor` and `run` print it.
+    pub fn describe(&self) -> String {
+        match self {
+            RelayPage::Same { files } => format!("the relay serves this voxa's page ({files} files, hashes match)"),
+            RelayPage::Altered { paths } => format!(
+                "the relay serves a page that differs from this voxa's: {} — a changed script could take the pairing \
+                 token from the browser; open the page with `voxa open` or use a relay you run",
+                paths.join(", ")
+            ),
+            RelayPage::Unchecked { why } => format!("the relay's page was not compared: {why}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod relay_page_tests {
+    use super::RelayPage;
+
+    #[test]
+    fn what_is_said_names_the_altered_files_and_the_remedy() {
+        let altered = RelayPage::Altered { paths: vec!["/js/session.js".into()] }.describe();
+        assert!(altered.contains("/js/session.js") && altered.contains("voxa open"), "{altered}");
+        assert!(RelayPage::Same { files: 3 }.describe().contains("hashes match"));
+        let json = serde_json::to_value(RelayPage::Same { files: 3 }).unwrap();
+        assert_eq!(json, serde_json::json!({"state": "same", "files": 3}));
+    }
+}
+
 /// What a running agent reports to `voxa status`.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 pub struct AgentStatus {
@@ -232,6 +274,9 @@ pub struct AgentStatus {
     pub sealed_sessions: usize,
     #[serde(default)]
     pub plain_sessions: usize,
+    /// Whether the relay serves this voxa's page; absent before the first check and without a relay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay_page: Option<RelayPage>,
     pub workspace: String,
     /// What the agent's own environment offers its tools; `voxa doctor` reads it instead of its
     /// own shell's. Absent from agents older than this field.

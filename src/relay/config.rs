@@ -191,12 +191,12 @@ mod tests {
         let broken = format!("{:#}", load_tls(&cert_path, &key_path).unwrap_err());
         assert!(broken.contains("TLS private key") && !broken.contains("c2VjcmV0"), "{broken}");
 
-        std::fs::write(&key_path, certified.key_pair.serialize_pem()).unwrap();
+        std::fs::write(&key_path, certified.signing_key.serialize_pem()).unwrap();
         let config = load_tls(&cert_path, &key_path).unwrap();
         assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]);
 
         let other = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-        std::fs::write(&key_path, other.key_pair.serialize_pem()).unwrap();
+        std::fs::write(&key_path, other.signing_key.serialize_pem()).unwrap();
         let mismatch = format!("{:#}", load_tls(&cert_path, &key_path).unwrap_err());
         assert!(mismatch.contains("do not match"), "{mismatch}");
     }

@@ -35,6 +35,7 @@
 //! Scale-out: the relay keeps no state but the map of live codes, so a load balancer hashing on
 //! `code` (nginx `hash $arg_code consistent;`) spreads pairs over processes (deploy/).
 
+pub mod acme;
 mod admission;
 mod codec;
 mod config;
@@ -193,6 +194,9 @@ async fn serve_connection(
         result = handshake => result.context("TLS handshake timed out")?.context("TLS handshake failed")?,
         () = shared.cancel.cancelled() => return Ok(()),
     };
+    if acme::is_validation(stream.get_ref().1.alpn_protocol()) {
+        return Ok(());
+    }
     // Boxed: TLS state is large, and plain connections should not carry room for it.
     Box::pin(serve_stream(shared, stream, conn, guard, shard)).await
 }

@@ -497,7 +497,7 @@ async fn nginx_spreads_pairs_over_three_relays_and_a_killed_relay_costs_only_its
     let dir = tempfile::tempdir().unwrap();
     let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     std::fs::write(dir.path().join("relay.crt"), certified.cert.pem()).unwrap();
-    std::fs::write(dir.path().join("relay.key"), certified.key_pair.serialize_pem()).unwrap();
+    std::fs::write(dir.path().join("relay.key"), certified.signing_key.serialize_pem()).unwrap();
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from(certified.cert.der().to_vec())).unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());

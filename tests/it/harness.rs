@@ -84,7 +84,7 @@ pub async fn tls_relay_named(dir: &std::path::Path, names: &[&str]) -> (TestRela
     let cert = dir.join("relay.crt");
     let key = dir.join("relay.key");
     std::fs::write(&cert, certified.cert.pem()).unwrap();
-    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
+    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
     let config =
         voxa::relay::RelayConfig { tls: Some(voxa::relay::load_tls(&cert, &key).unwrap()), ..Default::default() };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -1,6 +1,7 @@
 //! voxa's integration tests: the real binary, relay and agent on 127.0.0.1:0, driven as a phone or
 //! a script would drive them.
 
+mod acme;
 mod admission;
 mod agent;
 mod approvals;
@@ -27,9 +28,11 @@ mod relay_limits;
 mod relay_serving;
 mod run;
 mod sealed;
+mod sealed_web;
 mod secrets;
 mod service;
 mod sessions;
+mod sessions_hard;
 mod sessions_web;
 mod support;
 mod terminal;

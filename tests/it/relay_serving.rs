@@ -97,7 +97,7 @@ fn test_cert() -> TestCert {
     let cert_path = dir.path().join("relay.crt");
     let key_path = dir.path().join("relay.key");
     std::fs::write(&cert_path, certified.cert.pem()).unwrap();
-    std::fs::write(&key_path, certified.key_pair.serialize_pem()).unwrap();
+    std::fs::write(&key_path, certified.signing_key.serialize_pem()).unwrap();
     TestCert { _dir: dir, cert_path, key_path, der: certified.cert.der().clone() }
 }
 

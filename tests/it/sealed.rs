@@ -18,7 +18,7 @@ use crate::harness::*;
 
 /// Which way a frame crosses the proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Way {
+pub enum Way {
     /// Phone to agent.
     Up,
     /// Agent to phone.
@@ -26,51 +26,82 @@ enum Way {
 }
 
 /// What the malicious relay does with each frame: the frames it passes on instead.
-type Hook = Box<dyn FnMut(Way, Message) -> Vec<Message> + Send>;
+pub type Hook = Box<dyn FnMut(Way, Message) -> Vec<Message> + Send>;
 
-/// A man in the middle in front of a relay's `/ws`: one phone connection, every frame both ways
-/// through `hook`, every frame as it arrived kept in `capture`.
-struct Mitm {
-    addr: SocketAddr,
-    capture: Arc<Mutex<Vec<(Way, Message)>>>,
+/// A man in the middle in front of a relay: every phone connection to `/ws` has every frame both
+/// ways through `hook` (all connections share it), and every frame as it arrived kept in
+/// `capture`. Any other request (the page and its scripts) passes through untouched, so a browser
+/// can load the page from it.
+pub struct Mitm {
+    pub addr: SocketAddr,
+    pub capture: Arc<Mutex<Vec<(Way, Message)>>>,
+}
+
+/// The first bytes of a request on `tcp`, left unread.
+async fn request_start(tcp: &TcpStream) -> Vec<u8> {
+    let mut head = [0u8; 8];
+    loop {
+        let Ok(n) = tcp.peek(&mut head).await else { return Vec::new() };
+        if n == 0 || n == head.len() {
+            return head[..n].to_vec();
+        }
+        tokio::task::yield_now().await;
+    }
 }
 
 impl Mitm {
-    async fn start(relay: SocketAddr, code: &str, mut hook: Hook) -> Mitm {
+    pub async fn start(relay: SocketAddr, code: &str, hook: Hook) -> Mitm {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let capture = Arc::new(Mutex::new(Vec::new()));
-        let kept = capture.clone();
-        let path = format!("/ws?code={code}");
+        let hook = Arc::new(Mutex::new(hook));
+        let (kept, path) = (capture.clone(), format!("/ws?code={code}"));
         tokio::spawn(async move {
-            let Ok((tcp, _)) = listener.accept().await else { return };
-            let Ok(phone) = tokio_tungstenite::accept_async(tcp).await else { return };
-            let Ok(upstream) = TcpStream::connect(relay).await else { return };
-            let Ok((relay_ws, _)) = tokio_tungstenite::client_async(format!("ws://{relay}{path}"), upstream).await
-            else {
-                return;
-            };
-            let (mut phone_tx, mut phone_rx) = phone.split();
-            let (mut relay_tx, mut relay_rx) = relay_ws.split();
-            loop {
-                let (way, message) = tokio::select! {
-                    Some(Ok(message)) = phone_rx.next() => (Way::Up, message),
-                    Some(Ok(message)) = relay_rx.next() => (Way::Down, message),
-                    else => break,
-                };
-                kept.lock().unwrap().push((way, message.clone()));
-                for out in hook(way, message) {
-                    let sent = match way {
-                        Way::Up => relay_tx.send(out).await,
-                        Way::Down => phone_tx.send(out).await,
-                    };
-                    if sent.is_err() {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (kept, hook, path) = (kept.clone(), hook.clone(), path.clone());
+                tokio::spawn(async move {
+                    let Ok(mut upstream) = TcpStream::connect(relay).await else { return };
+                    if request_start(&tcp).await != b"GET /ws?" {
+                        let mut tcp = tcp;
+                        let _ = tokio::io::copy_bidirectional(&mut tcp, &mut upstream).await;
                         return;
                     }
-                }
+                    Self::intercept(tcp, upstream, &format!("ws://{relay}{path}"), kept, hook).await;
+                });
             }
         });
         Mitm { addr, capture }
+    }
+
+    async fn intercept(
+        tcp: TcpStream,
+        upstream: TcpStream,
+        url: &str,
+        kept: Arc<Mutex<Vec<(Way, Message)>>>,
+        hook: Arc<Mutex<Hook>>,
+    ) {
+        let Ok(phone) = tokio_tungstenite::accept_async(tcp).await else { return };
+        let Ok((relay_ws, _)) = tokio_tungstenite::client_async(url, upstream).await else { return };
+        let (mut phone_tx, mut phone_rx) = phone.split();
+        let (mut relay_tx, mut relay_rx) = relay_ws.split();
+        loop {
+            let (way, message) = tokio::select! {
+                Some(Ok(message)) = phone_rx.next() => (Way::Up, message),
+                Some(Ok(message)) = relay_rx.next() => (Way::Down, message),
+                else => break,
+            };
+            kept.lock().unwrap().push((way, message.clone()));
+            let passed = (hook.lock().unwrap())(way, message);
+            for out in passed {
+                let sent = match way {
+                    Way::Up => relay_tx.send(out).await,
+                    Way::Down => phone_tx.send(out).await,
+                };
+                if sent.is_err() {
+                    return;
+                }
+            }
+        }
     }
 
     /// A phone through this proxy that completed the sealed hello.
@@ -85,7 +116,7 @@ impl Mitm {
 
 /// A hook that hands the `way` direction's binary frames (the sealed ones), numbered from 0, to
 /// `tamper`, and passes everything else on.
-fn on_sealed(way: Way, mut tamper: impl FnMut(usize, Message) -> Vec<Message> + Send + 'static) -> Hook {
+pub fn on_sealed(way: Way, mut tamper: impl FnMut(usize, Message) -> Vec<Message> + Send + 'static) -> Hook {
     let mut seen = 0;
     Box::new(move |through, message| {
         if through != way || !message.is_binary() {
@@ -96,14 +127,14 @@ fn on_sealed(way: Way, mut tamper: impl FnMut(usize, Message) -> Vec<Message> + 
     })
 }
 
-fn flip_one_bit(message: Message) -> Message {
+pub fn flip_one_bit(message: Message) -> Message {
     let mut data = message.into_data().to_vec();
     data[5] ^= 0x01;
     Message::binary(data)
 }
 
 /// Every audit line the agent wrote.
-fn audit_lines(agent: &TestAgent) -> Vec<Value> {
+pub fn audit_lines(agent: &TestAgent) -> Vec<Value> {
     let dir = agent.home.path().join("voxa").join("audit");
     let mut lines = Vec::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {

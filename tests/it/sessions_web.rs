@@ -2,9 +2,10 @@
 //! Code CLI (tests/agents) and only the model faked ([`crate::fake_model`]): a prompt starts a
 //! session, a Write approval tapped in the page happens, the answer's markdown renders and hostile
 //! HTML in it stays text, a follow-up streams and is interrupted, and a reloaded page shows the
-//! history once; a page that was offline gets what the session did meanwhile, once. Also the pictures docs/web-agent.png (light: the approval waiting),
-//! docs/web-agent-list.png (the sessions) and docs/web-agent-dark.png (dark: the session
-//! reopened after the reload).
+//! history once; a page that was offline gets what the session did meanwhile, once; a question
+//! is answered by its option's button. Also the pictures docs/web-agent.png (light: the approval
+//! waiting), docs/web-agent-list.png (the sessions) and docs/web-agent-dark.png (dark: the
+//! session reopened after the reload).
 
 use std::path::Path;
 
@@ -231,4 +232,35 @@ async fn a_page_that_was_offline_gets_what_the_session_did_meanwhile_once() {
     browser.close().await;
     laptop.run.stop();
     drop(relay);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_is_answered_by_its_options_button_in_the_conversation() {
+    let Some(bin) = agents_bin("claude") else { return };
+    let Some(browser) = Browser::start().await else { return };
+    let model = FakeModel::start().await;
+    let laptop = Laptop::start(&bin, &model);
+    let question = json!({"questions": [{
+        "question": "Which colour should the button be?", "header": "Colour", "multiSelect": false,
+        "options": [{"label": "Red", "description": "Warm"}, {"label": "Blue", "description": "Calm"}]
+    }]});
+    model.script([Reply::tool("AskUserQuestion", question), Reply::text("Blue it is.")]);
+    browser.open(&laptop.link).await;
+    browser.wait_connection("online").await;
+    browser.press("Agent").await;
+    browser.type_into("Prompt", "Style the button").await;
+    browser.press("Ask").await;
+    browser.wait_text(CONVERSATION, "the question", |t| t.contains("Which colour should the button be?")).await;
+    // The card is in the conversation only (the list above the tabs leaves it there).
+    let cards =
+        browser.script("return document.querySelectorAll('.approval-card:not([hidden])').length;", vec![]).await;
+    assert_eq!(cards, json!(1));
+    browser.press("Blue").await;
+    let shown = browser.wait_text(CONVERSATION, "the answer", |t| t.contains("Blue it is.")).await;
+    assert!(shown.contains("Allowed — on a phone"), "{shown}");
+    let asked = model.turn_requests().pop().unwrap();
+    let results = crate::fake_model::tool_results(&asked);
+    assert!(results.iter().any(|r| r.contains("Blue")), "the agent read the answer: {results:?}");
+    browser.close().await;
+    laptop.run.stop();
 }

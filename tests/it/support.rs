@@ -147,14 +147,21 @@ impl RunningVoxa {
 
     /// The earliest event named `name` not returned yet, waiting up to [`STEP`] for it.
     pub fn wait_event(&mut self, name: &str) -> Value {
-        if let Some(at) = self.pending.iter().position(|event| event["event"] == name) {
+        self.wait_event_within(&[name], STEP)
+    }
+
+    /// The earliest event named one of `names` not returned yet, waiting up to `limit` for it.
+    pub fn wait_event_within(&mut self, names: &[&str], limit: Duration) -> Value {
+        let named = |event: &Value| names.iter().any(|name| event["event"] == *name);
+        let name = names.join(" or ");
+        if let Some(at) = self.pending.iter().position(named) {
             return self.pending.remove(at).unwrap();
         }
-        let deadline = Instant::now() + STEP;
+        let deadline = Instant::now() + limit;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.events.recv_timeout(left) {
-                Ok(event) if event["event"] == name => return event,
+                Ok(event) if named(&event) => return event,
                 Ok(event) => self.pending.push_back(event),
                 Err(_) => panic!("no {name} event from voxa; stderr:\n{}", tail(&self.stderr.lock().unwrap(), 2000)),
             }

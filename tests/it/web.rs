@@ -970,7 +970,7 @@ async fn pictures_of_the_real_page_at_phone_size() {
     run.stop();
 }
 
-async fn save_picture(browser: &Browser, dir: &Path, name: &str) {
+pub async fn save_picture(browser: &Browser, dir: &Path, name: &str) {
     let png = browser.screenshot().await;
     let info = png::Decoder::new(std::io::Cursor::new(&png)).read_info().unwrap().info().clone();
     assert_eq!((info.width, info.height), VIEWPORT, "{name}");

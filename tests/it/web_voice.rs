@@ -191,7 +191,9 @@ impl CallScene {
         self.browser.control("button", "End call").await;
         self.browser.wait_script("the call to start", "return voxaVoice.state === 'live';").await;
         let shown = self.browser.wait_text("#call-host", "where the call runs", |t| !t.is_empty()).await;
-        assert_eq!(shown, if self.host_word() == "relay" { "via the relay" } else { "on the laptop" });
+        let said =
+            if self.host_word() == "relay" { "the relay runs the model and hears this call" } else { "on the laptop" };
+        assert_eq!(shown, said);
         conn
     }
 

@@ -147,13 +147,13 @@ export class App {
 
   /**
    * @param {Session} session
-   * @param {{state: import('./session.js').ConnectionState, text: string}} detail
+   * @param {{state: import('./session.js').ConnectionState, text: string, sealed: boolean}} detail
    */
-  onState(session, { state, text }) {
+  onState(session, { state, text, sealed }) {
     if (this.store.state.session !== session) return;
     const online = state === 'online';
     this.store.set({
-      connection: { state, text }, online, ...(online ? { notice: '' } : { hello: null }),
+      connection: { state, text, sealed }, online, ...(online ? { notice: '' } : { hello: null }),
     });
   }
 

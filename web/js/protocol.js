@@ -6,8 +6,11 @@
 // it is named here too. Keep each list in this form: `export const NAME = /** @type {const} */ ([`,
 // one quoted name per entry, `]);`.
 
-/** Version of the session start (challenge, hello, hello_ok) the page speaks. */
+/** Version of the challenge, and of the plain hello (a call the relay hosts, at `/live`). */
 export const PROTOCOL = 2;
+
+/** Version of the sealed hello the page says everywhere else (docs/PROTOCOL.md, "Sealed sessions"). */
+export const SEALED_PROTOCOL = 3;
 
 /** Prefix byte of an audio frame, both ways (docs/PROTOCOL.md, "Voice"). */
 export const AUDIO_PREFIX = 0x01;

@@ -1,12 +1,17 @@
 // @ts-check
-// One connection to one laptop: the socket, presence, the protocol-2 hello (both proofs, see
-// docs/PROTOCOL.md), tool calls matched by id, and reconnecting with backoff.
+// One connection to one laptop: the socket, presence, the hello, tool calls matched by id, and
+// reconnecting with backoff. On `/ws` (a relay's phone socket, or the loopback port) the session
+// is sealed (protocol 3, docs/PROTOCOL.md "Sealed sessions"): a Noise handshake rides in the hello
+// and every frame after it, both ways, is a sealed binary frame the relay can neither read nor
+// alter. A frame that does not open ends the session (`sealed-session-broken`).
 //
 // Through a relay that hosts voice, the session socket is the relay's `/live` (a phone socket with
 // voice added) unless the laptop hosts voice itself (`"mode":"self-hosted"`): then it is `/ws`, so
 // the laptop's own Gemini session answers `call_start` and the relay only passes frames on.
 
-import { PROTOCOL, parseAgentFrame, parseNotice } from './protocol.js';
+import { AUDIO_PREFIX, PROTOCOL, SEALED_PROTOCOL, parseAgentFrame, parseNotice } from './protocol.js';
+import { KIND_AUDIO, startHello } from './seal/channel.js';
+import { fromBase64, toBase64 } from './seal/noise.js';
 
 /**
  * @typedef {import('./protocol.js').AgentFrame} AgentFrame
@@ -25,7 +30,10 @@ import { PROTOCOL, parseAgentFrame, parseNotice } from './protocol.js';
 /**
  * Where the connection stands (see `Session`).
  * @typedef {'idle' | 'connecting' | 'relay' | 'hello' | 'online' | 'offline' | 'reconnecting' | 'refused'
- *   | 'impostor' | 'replaced' | 'insecure'} ConnectionState
+ *   | 'impostor' | 'replaced' | 'insecure' | 'broken'} ConnectionState
+ * @typedef {import('./seal/channel.js').Channel} Channel
+ * @typedef {import('./seal/channel.js').Bytes} Bytes
+ * @typedef {Awaited<ReturnType<typeof startHello>>} SealedHello
  */
 
 const CLIENT = 'voxa-web/1';
@@ -48,6 +56,7 @@ const VOICE_FRAMES = new Set(['call_started', 'call_error', 'call_ended', 'trans
 const LIVE_REFUSALS = { 401: 'proxy-token', 403: 'proxy-token', 404: 'no-voice-relay' };
 
 const encoder = new TextEncoder();
+const BROKEN_TEXT = 'the relay altered this session, so it was closed and nothing in it ran — Reconnect to start a new one';
 
 /** Finished calls this tab remembers having shown, so a reconnect does not show them again. */
 const SEEN_MAX = 64;
@@ -95,7 +104,8 @@ function sameText(a, b) {
  * Connection states, emitted as `state` events with `{state, text}`:
  * connecting, relay (relay reachable, laptop offline), hello (laptop present, proving),
  * online, offline, reconnecting, refused (token no longer valid), impostor (wrong proof),
- * replaced (opened elsewhere), insecure (no WebCrypto).
+ * replaced (opened elsewhere), insecure (no WebCrypto), broken (a sealed frame did not open).
+ * `sealed` (in every `state` event, and as a member) says whether the session is sealed.
  *
  * `live`: the relay hosts voice calls (`/config`). `route` is the socket's path, `ws` or `live`;
  * `liveRefused` says why `/live` was given up (`proxy-token`, `no-voice-relay`). A `route` event
@@ -129,8 +139,22 @@ export class Session extends EventTarget {
     this.hello = null;
     /** @type {CryptoKey | null} */
     this.key = null;
-    /** @type {{agentNonce: string, clientNonce: string, socket: WebSocket} | null} */
+    /** @type {{agentNonce: string, clientNonce: string, socket: WebSocket, sealing: SealedHello | null} | null} */
     this.challenge = null;
+    /** The sealed session's keys while it lasts (null: not sealed, or it ended). */
+    /** @type {Channel | null} */
+    this.channel = null;
+    /** The socket carried a sealed session whose agent left: until the next challenge only notices may come. */
+    this.sealEnded = false;
+    /** Sealed messages go out one after the other, in the order their frames were given. */
+    this.outbound = Promise.resolve();
+    /** Bytes handed to the seal and not yet on the socket. */
+    this.sealing = 0;
+    /**
+     * Sealed messages that came while message 2 was being read, opened once it is.
+     * @type {{message: Bytes, at: number}[] | null}
+     */
+    this.early = null;
     /** @type {ConnectionState} */
     this.state = 'idle';
     /** Bytes of every frame received and sent, for the call figures. */
@@ -251,7 +275,13 @@ export class Session extends EventTarget {
    */
   setState(state, text) {
     this.state = state;
-    this.dispatchEvent(new CustomEvent('state', { detail: { state, text, attempt: this.attempt } }));
+    const sealed = this.sealed;
+    this.dispatchEvent(new CustomEvent('state', { detail: { state, text, attempt: this.attempt, sealed } }));
+  }
+
+  /** Whether the session is sealed end to end (protocol 3) right now. */
+  get sealed() {
+    return this.channel !== null;
   }
 
   /**
@@ -290,10 +320,18 @@ export class Session extends EventTarget {
     socket.onmessage = (event) => {
       if (socket !== this.socket) return;
       if (typeof event.data !== 'string') {
-        // Binary frames carry call audio; nothing else is binary.
         const at = performance.now();
         this.bytesIn += event.data.byteLength;
-        if (this.online) this.dispatchEvent(new CustomEvent('audio', { detail: { data: event.data, at } }));
+        if (this.channel) {
+          this.openSealed(socket, this.channel, new Uint8Array(event.data), at);
+        } else if (this.early) {
+          this.early.push({ message: new Uint8Array(event.data), at });
+        } else if (this.sealEnded) {
+          this.breakSeal(socket);
+        } else if (this.online) {
+          // Binary frames of a plain session carry call audio; nothing else is binary.
+          this.dispatchEvent(new CustomEvent('audio', { detail: { data: event.data, at } }));
+        }
         return;
       }
       this.bytesIn += event.data.length;
@@ -303,6 +341,13 @@ export class Session extends EventTarget {
         return;
       }
       const frame = parseAgentFrame(event.data);
+      // Sealed, nothing but the relay's notices comes in the clear; after a sealed session, the
+      // next one's challenge.
+      if (this.channel || (this.sealEnded && !(frame && frame.type === 'challenge'))) {
+        this.breakSeal(socket);
+        return;
+      }
+      this.sealEnded = false;
       if (frame) this.onFrame(frame).catch(() => {});
     };
     socket.onclose = (event) => {
@@ -314,6 +359,8 @@ export class Session extends EventTarget {
         this.finish('replaced', 'this laptop was opened in another window');
       } else if (event.code === 1008 && (event.reason === 'bearer-refused' || event.reason === 'pairing-revoked')) {
         this.finish('refused', 'this link is no longer valid — scan the new code');
+      } else if (event.code === 1008 && event.reason === 'sealed-session-broken') {
+        this.finish('broken', BROKEN_TEXT);
       } else if (!opened && this.route === 'live') {
         this.checkLive();
       } else {
@@ -348,8 +395,93 @@ export class Session extends EventTarget {
   goOffline(error) {
     this.online = false;
     this.challenge = null;
+    this.early = null;
+    if (this.channel) this.sealEnded = true;
+    this.channel = null;
+    this.sealing = 0;
     this.askedCalls = false;
     if (this.stopped || this.final) this.failPending(error);
+  }
+
+  /**
+   * Opens one sealed message and hands its frame on, in arrival order.
+   * @param {WebSocket} socket
+   * @param {Channel} channel
+   * @param {Bytes} message
+   * @param {number} at when it arrived
+   */
+  openSealed(socket, channel, message, at) {
+    channel.open(message).then((plain) => {
+      if (socket !== this.socket || channel !== this.channel || !plain) return;
+      if (plain.kind === 'audio') {
+        const data = new Uint8Array(plain.data.length + 1);
+        data[0] = AUDIO_PREFIX;
+        data.set(plain.data, 1);
+        if (this.online) this.dispatchEvent(new CustomEvent('audio', { detail: { data: data.buffer, at } }));
+        return;
+      }
+      const frame = parseAgentFrame(plain.text);
+      // The session has started: a hello inside it means nothing.
+      if (frame && frame.type !== 'challenge' && frame.type !== 'hello_ok') this.onFrame(frame).catch(() => {});
+    }, () => {
+      if (socket === this.socket && channel === this.channel) this.breakSeal(socket);
+    });
+  }
+
+  /**
+   * A sealed session broke (a frame that did not open, or one that came unsealed): it ends at
+   * once, closed `sealed-session-broken`, and nothing more of it is read or sent.
+   * @param {WebSocket} socket
+   */
+  breakSeal(socket) {
+    if (socket !== this.socket) return;
+    this.channel = null;
+    this.sealEnded = false;
+    this.final = true;
+    clearTimeout(this.timer);
+    this.goOffline({ code: 'sealed-session-broken', message: BROKEN_TEXT });
+    this.setState('broken', BROKEN_TEXT);
+    this.socket = null;
+    // A page may close only with 1000 or 3000–4999: the reason says why (docs/PROTOCOL.md).
+    socket.close(1000, 'sealed-session-broken');
+  }
+
+  /**
+   * Sends one frame: sealed as `kind` when the session is, else as it is (`data`: JSON text, or
+   * the bytes of a binary frame with their prefix). False when nothing can be sent.
+   * @param {string | Bytes} data
+   */
+  transmit(data) {
+    const socket = this.socket;
+    if (!socket || socket.readyState !== WebSocket.OPEN) return false;
+    const channel = this.channel;
+    if (!channel) {
+      // A socket that carried a sealed session sends nothing in the clear but the next hello.
+      if (this.sealEnded) return false;
+      this.bytesOut += typeof data === 'string' ? data.length : data.byteLength;
+      socket.send(data);
+      return true;
+    }
+    let sealed;
+    try {
+      sealed = typeof data === 'string' ? channel.sealJson(data) : channel.seal(KIND_AUDIO, data.subarray(1));
+    } catch {
+      this.breakSeal(socket);
+      return false;
+    }
+    const size = typeof data === 'string' ? data.length : data.byteLength;
+    this.sealing += size;
+    this.outbound = this.outbound.then(async () => {
+      for (const message of sealed) {
+        const bytes = await message;
+        if (socket !== this.socket || channel !== this.channel || socket.readyState !== WebSocket.OPEN) return;
+        this.bytesOut += bytes.byteLength;
+        socket.send(bytes);
+      }
+    }).catch(() => this.breakSeal(socket)).finally(() => {
+      if (channel === this.channel) this.sealing = Math.max(0, this.sealing - size);
+    });
+    return true;
   }
 
   /** @param {CallFailure} error */
@@ -418,13 +550,49 @@ export class Session extends EventTarget {
     }
     // A new challenge starts a new session; the calls in flight are asked for again once it is open.
     this.goOffline({ code: 'offline', message: 'the laptop restarted the session' });
-    const clientNonce = randomHex(16);
+    this.sealEnded = false;
     const socket = this.socket;
     if (!socket || !this.key) return;
-    this.challenge = { agentNonce, clientNonce, socket };
-    const proof = await helloProof(this.key, 'client', agentNonce, clientNonce);
-    if (!this.challenge || this.challenge.socket !== this.socket || socket.readyState !== WebSocket.OPEN) return;
-    socket.send(JSON.stringify({ type: 'hello', protocol: PROTOCOL, nonce: clientNonce, proof, client: CLIENT }));
+    /** @type {{agentNonce: string, clientNonce: string, socket: WebSocket, sealing: SealedHello | null}} */
+    const challenge = { agentNonce, clientNonce: '', socket, sealing: null };
+    this.challenge = challenge;
+    let hello;
+    if (this.route === 'live') {
+      // The relay hosts this call and reads its session (docs/PROTOCOL.md, "Hosted voice"):
+      // protocol 2, its proofs made here.
+      challenge.clientNonce = randomHex(16);
+      const proof = await helloProof(this.key, 'client', agentNonce, challenge.clientNonce);
+      hello = { type: 'hello', protocol: PROTOCOL, nonce: challenge.clientNonce, proof, client: CLIENT };
+    } else {
+      // Sealed whatever the challenge offers: a relay cannot talk the page down to protocol 2.
+      challenge.sealing = await startHello(this.pairing.token, agentNonce);
+      hello = { type: 'hello', protocol: SEALED_PROTOCOL, noise: toBase64(challenge.sealing.message), client: CLIENT };
+    }
+    if (this.challenge !== challenge || challenge.socket !== this.socket || socket.readyState !== WebSocket.OPEN) return;
+    socket.send(JSON.stringify(hello));
+  }
+
+  /**
+   * The laptop's `hello_ok` checked: protocol 2's proof, or protocol 3's message 2 opened (its
+   * payload is the `hello_ok` itself) and the session's channel. `null` when it does not check
+   * out: this is not the paired laptop.
+   * @param {AgentFrame} frame
+   * @param {{agentNonce: string, clientNonce: string, sealing: SealedHello | null}} challenge
+   * @returns {Promise<{hello: AgentFrame, channel: Channel | null} | null>}
+   */
+  async checkAgent(frame, challenge) {
+    if (!challenge.sealing) {
+      const expected = await helloProof(/** @type {CryptoKey} */ (this.key), 'agent', challenge.agentNonce, challenge.clientNonce);
+      return sameText(frame.proof, expected) ? { hello: frame, channel: null } : null;
+    }
+    if (frame.protocol !== SEALED_PROTOCOL || typeof frame.noise !== 'string') return null;
+    try {
+      const { payload, channel } = await challenge.sealing.finish(fromBase64(frame.noise));
+      const hello = parseAgentFrame(payload);
+      return hello && hello.type === 'hello_ok' ? { hello, channel } : null;
+    } catch {
+      return null;
+    }
   }
 
   /** @param {AgentFrame} frame */
@@ -432,13 +600,22 @@ export class Session extends EventTarget {
     const challenge = this.challenge;
     if (!challenge || challenge.socket !== this.socket || !this.key) return;
     this.challenge = null;
-    const expected = await helloProof(this.key, 'agent', challenge.agentNonce, challenge.clientNonce);
-    if (!sameText(frame.proof, expected)) {
+    // The agent may seal its first frames before message 2 is read here: they wait.
+    this.early = challenge.sealing ? [] : null;
+    const checked = await this.checkAgent(frame, challenge);
+    const early = this.early || /** @type {{message: Bytes, at: number}[]} */ ([]);
+    this.early = null;
+    if (challenge.socket !== this.socket) return;
+    if (!checked) {
       this.finish('impostor', 'this is not your laptop — it could not prove it holds the pairing');
       return;
     }
-    const route = this.routeFor(frame.mode);
-    this.dispatchEvent(new CustomEvent('route', { detail: { mode: frame.mode } }));
+    const hello = checked.hello;
+    this.channel = checked.channel;
+    const socket = challenge.socket;
+    if (this.channel) for (const { message, at } of early) this.openSealed(socket, this.channel, message, at);
+    const route = this.routeFor(hello.mode);
+    this.dispatchEvent(new CustomEvent('route', { detail: { mode: hello.mode } }));
     if (route !== this.route) {
       // The laptop's mode wants the other socket: switch before anything is sent on this one.
       this.route = route;
@@ -447,10 +624,10 @@ export class Session extends EventTarget {
     }
     this.attempt = 0;
     this.online = true;
-    this.hello = frame;
+    this.hello = hello;
     performance.mark('voxa:online');
     this.setState('online', 'laptop online');
-    this.dispatchEvent(new CustomEvent('hello', { detail: frame }));
+    this.dispatchEvent(new CustomEvent('hello', { detail: hello }));
     // Every (re)connect asks for the calls of this pairing: those still running, those finished
     // while no page was there, and from now on those other devices start.
     this.askedCalls = this.sendJson({ type: 'calls', seen: this.seenCalls() });
@@ -559,11 +736,14 @@ export class Session extends EventTarget {
         reject({ code: 'offline', message: 'the laptop is not connected' });
         return;
       }
-      this.pending.set(id, { resolve, reject, onProgress, onImage });
       /** @type {import('./protocol.js').ClientFrame} */
       const frame = { type: 'tool_call', id, name, args };
       if (env) frame.env = env;
-      this.sendJson(frame);
+      if (!this.transmit(JSON.stringify(frame))) {
+        reject({ code: 'offline', message: 'the laptop is not connected' });
+        return;
+      }
+      this.pending.set(id, { resolve, reject, onProgress, onImage });
     });
     return { id, done };
   }
@@ -573,33 +753,24 @@ export class Session extends EventTarget {
    * @param {import('./protocol.js').ClientFrame} frame
    */
   sendJson(frame) {
-    if (!this.online || !this.socket || this.socket.readyState !== WebSocket.OPEN) return false;
-    const text = JSON.stringify(frame);
-    this.bytesOut += text.length;
-    this.socket.send(text);
-    return true;
+    if (!this.online) return false;
+    return this.transmit(JSON.stringify(frame));
   }
 
   /** Sends `call_end` while the socket is open, even after the laptop left: a call the relay hosts ends with the page's. */
   hangUp() {
-    if (this.socket && this.socket.readyState === WebSocket.OPEN) {
-      const text = JSON.stringify({ type: 'call_end' });
-      this.bytesOut += text.length;
-      this.socket.send(text);
-    }
+    this.transmit(JSON.stringify({ type: 'call_end' }));
   }
 
   /**
    * Sends one binary frame (call audio); false when the laptop is not connected.
-   * @param {Uint8Array} bytes
+   * @param {Bytes} bytes
    */
   sendAudio(bytes) {
-    if (!this.online || !this.socket || this.socket.readyState !== WebSocket.OPEN) return false;
+    if (!this.online || !this.socket || bytes[0] !== AUDIO_PREFIX) return false;
     // A slow uplink drops microphone frames instead of queueing seconds of stale audio.
-    if (this.socket.bufferedAmount > MAX_BUFFERED_AUDIO) return false;
-    this.bytesOut += bytes.byteLength;
-    this.socket.send(bytes);
-    return true;
+    if (this.socket.bufferedAmount + this.sealing > MAX_BUFFERED_AUDIO) return false;
+    return this.transmit(bytes);
   }
 
   /**
@@ -607,9 +778,7 @@ export class Session extends EventTarget {
    * @param {string} id
    */
   cancel(id) {
-    if (this.online && this.socket && this.pending.has(id)) {
-      this.socket.send(JSON.stringify({ type: 'cancel', id }));
-    }
+    if (this.online && this.pending.has(id)) this.transmit(JSON.stringify({ type: 'cancel', id }));
   }
 }
 

@@ -10,6 +10,7 @@ use crate::cli::DoctorArgs;
 use crate::commands::Settings;
 use crate::config::{Config, RelayUrl};
 use crate::net::dial::{DialOptions, Io};
+use crate::protocol::RelayPage;
 use crate::secret::Secret;
 
 /// Clock difference with the relay above which doctor warns.
@@ -121,6 +122,22 @@ pub(super) async fn check_relay(
     checks.push(Check::ok("relay health", format!("GET /healthz answered 200 ok in {took} ms")));
     checks.push(check_relay_token(&target, dial, args, home).await);
     checks.push(check_clock(health.date, health.received));
+    checks.push(check_page(relay, dial).await);
+}
+
+/// The page and scripts the relay serves against this voxa's own copy.
+pub(super) async fn check_page(relay: &RelayUrl, dial: &DialOptions) -> Check {
+    const NAME: &str = "relay page";
+    let page = crate::net::page_check::check(relay, dial).await;
+    match page {
+        RelayPage::Same { .. } => Check::ok(NAME, page.describe()),
+        RelayPage::Altered { .. } => Check::fail(
+            NAME,
+            page.describe(),
+            "pair through a relay you run (voxa relay, or voxa run --embedded-relay), use `voxa open` on this laptop, and run voxa pair --rotate",
+        ),
+        RelayPage::Unchecked { .. } => Check::warn(NAME, page.describe(), "run voxa doctor again"),
+    }
 }
 
 /// Asks `/agent` without a code: the relay checks its token before the code, so `401` means

@@ -31,11 +31,18 @@ export class ConnectionLine {
   constructor(root, { store, app }) {
     const text = part(root, 'connection-text', HTMLElement);
     const reconnect = part(root, 'reconnect', HTMLButtonElement);
+    const mark = part(root, 'seal-mark', HTMLElement);
     reconnect.addEventListener('click', () => app.reconnect());
     store.watch(['connection'], ({ connection }) => {
       root.dataset.state = connection.state;
       text.textContent = connection.text;
-      reconnect.hidden = !['replaced', 'reconnecting'].includes(connection.state);
+      reconnect.hidden = !['replaced', 'reconnecting', 'broken'].includes(connection.state);
+      // Sealed: the relay carries only ciphertext (docs/PROTOCOL.md, "Sealed sessions").
+      mark.hidden = connection.state !== 'online';
+      mark.dataset.sealed = String(connection.sealed === true);
+      mark.textContent = connection.sealed ? 'sealed' : 'not sealed';
+      mark.title = connection.sealed ? 'End to end: the relay carries only ciphertext it cannot read or change'
+        : 'The relay hosts voice for this laptop, so it reads this session';
     });
   }
 }

@@ -68,7 +68,8 @@ const RELAY_CALL_ERRORS = {
  * Where a call runs, as the call panel says it.
  * @type {Record<'laptop' | 'relay', string>}
  */
-const CALL_HOSTS = { laptop: 'on the laptop', relay: 'via the relay' };
+/** Who runs the call, said as it starts: a call the relay hosts is heard by the relay (not sealed). */
+const CALL_HOSTS = { laptop: 'on the laptop', relay: 'the relay runs the model and hears this call' };
 
 /** A call_error (or a page-side failure) as a sentence with its code; `host` is who runs the call. */
 /**

