@@ -459,7 +459,10 @@ async fn run_session(
                 break;
             }
             _ = cancelled(revoked) => {
-                let _ = out_tx.send(Message::text(AgentMessage::error(ErrorCode::PairingRevoked).to_json())).await;
+                // A sealed session hears it in the close alone (an unsealed frame would break it).
+                if !io.input.is_sealed() {
+                    let _ = out_tx.send(Message::text(AgentMessage::error(ErrorCode::PairingRevoked).to_json())).await;
+                }
                 let _ = out_tx.send(close_message(CloseCode::Policy, ErrorCode::PairingRevoked.as_str())).await;
                 break;
             }

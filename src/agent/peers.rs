@@ -171,9 +171,15 @@ impl RelayLink {
             .map(|(peer, _)| *peer)
             .collect();
         for peer in gone {
-            peers.remove(&peer);
+            let sealed = peers
+                .remove(&peer)
+                .is_some_and(|slot| matches!(&slot.state, Peer::Ready { inbound, .. } if inbound.is_sealed()));
             let to = ToPeer { peer, frames: out.clone() };
-            to.send(AgentMessage::error(ErrorCode::PairingRevoked)).await;
+            // A sealed session hears it in the close alone: an unsealed frame inside it reads as
+            // the relay tampering.
+            if !sealed {
+                to.send(AgentMessage::error(ErrorCode::PairingRevoked)).await;
+            }
             to.close(CloseCode::Policy, ErrorCode::PairingRevoked.as_str());
         }
     }
