@@ -539,6 +539,11 @@ export class Session extends EventTarget {
       case 'status':
         if (this.online) this.dispatchEvent(new CustomEvent('status', { detail: frame }));
         return;
+      case 'term_output':
+      case 'term_exit':
+        // The laptop's terminals this page watches, for the shell view (pty/panel.js).
+        if (this.online) this.dispatchEvent(new CustomEvent('term', { detail: frame }));
+        return;
       case 'agent_event':
         // The coding-agent sessions' events, for the agent view (agent/panel.js).
         if (this.online) this.dispatchEvent(new CustomEvent('agent_event', { detail: frame }));
