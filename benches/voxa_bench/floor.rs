@@ -1,7 +1,8 @@
 //! The floor for the relay CPU bench: a byte forwarder that pairs sockets by code like the relay
 //! but parses no WebSocket frame. It answers each upgrade, sends the presence notice the load
-//! generator waits for, then copies bytes between the two sockets of a pair (client frames stay
-//! masked; the generator masks with zeros and skips the key). Whatever it costs per round trip is
+//! generator waits for (the relay's form, docs/PROTOCOL.md "Relay"), then copies bytes between the
+//! two sockets of a pair (client frames stay masked; the generator masks with zeros and skips the
+//! key; no relay header is added, so the agent side sees the phone's frames themselves). Whatever it costs per round trip is
 //! what loopback TCP, the wake-ups and the runtime cost on this machine, below any relay.
 //!
 //! The bench binary runs it in a child process of its own: `voxa_bench --floor-relay`, which
@@ -12,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use voxa::protocol::presence::{PeerRole, PeerState, Presence};
 
 /// The argument that makes the bench binary the floor forwarder.
 pub const ARG: &str = "--floor-relay";
@@ -56,9 +58,9 @@ async fn pair(mut tcp: TcpStream, waiting: Waiting) -> anyhow::Result<()> {
         }
     };
     let mut first = first;
-    let notice = br#"{"type":"__peer","state":"joined"}"#;
+    let notice = Presence::new(PeerRole::Agent, PeerState::Joined).to_text();
     let mut frame = vec![0x81, notice.len() as u8];
-    frame.extend_from_slice(notice);
+    frame.extend_from_slice(notice.as_bytes());
     first.write_all(&frame).await?;
     tcp.write_all(&frame).await?;
     // Both sockets now stay in this task: the bytes cross without a queue or a wake-up between.

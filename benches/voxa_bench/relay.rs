@@ -15,6 +15,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::Message;
 
+use voxa::net::relay_framing::{self, Kind, PeerId, HEADER_LEN};
+
 use crate::report::{percentiles, Report};
 
 const AREA: &str = "relay";
@@ -166,16 +168,29 @@ fn code(n: usize) -> String {
 type Client = tokio_tungstenite::WebSocketStream<TcpStream>;
 
 async fn ws_client(addr: SocketAddr, path: &str) -> anyhow::Result<Client> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
-    let (ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}{path}"), tcp).await?;
+    let mut request = format!("ws://{addr}{path}").into_client_request()?;
+    if is_agent(path) {
+        request.headers_mut().insert("sec-websocket-protocol", relay_framing::SUBPROTOCOL.parse()?);
+    }
+    let (ws, _) = tokio_tungstenite::client_async(request, tcp).await?;
     Ok(ws)
 }
 
-/// Answers every binary frame with itself, as the laptop side of the relay path.
+/// The agent's side of a relay speaks the relay framing (docs/PROTOCOL.md, "Relay").
+fn is_agent(path: &str) -> bool {
+    path.starts_with("/agent")
+}
+
+/// Answers every phone's frame with itself, as the laptop side of the relay path: each message
+/// carries the relay's header (kind, peer), which goes back as it came.
 async fn echo(mut ws: Client) {
     while let Some(Ok(message)) = ws.next().await {
-        if message.is_binary() && ws.send(message).await.is_err() {
+        let Message::Binary(bytes) = &message else { continue };
+        let data = relay_framing::split(bytes).is_some_and(|(kind, _, _)| matches!(kind, Kind::Text | Kind::Binary));
+        if data && ws.send(message).await.is_err() {
             return;
         }
     }
@@ -267,9 +282,14 @@ async fn latency(report: &mut Report, relay: SocketAddr) -> anyhow::Result<()> {
 pub async fn raw_socket(addr: SocketAddr, path: &str) -> anyhow::Result<TcpStream> {
     let mut tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
+    let protocol = if is_agent(path) {
+        format!("Sec-WebSocket-Protocol: {}\r\n", relay_framing::SUBPROTOCOL)
+    } else {
+        String::new()
+    };
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: relay\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{protocol}\r\n"
     );
     tcp.write_all(request.as_bytes()).await?;
     let mut head = Vec::new();
@@ -284,19 +304,34 @@ pub async fn raw_socket(addr: SocketAddr, path: &str) -> anyhow::Result<TcpStrea
     Ok(tcp)
 }
 
-/// `count` masked binary frames of `size` bytes, back to back.
-fn masked_batch(size: usize, count: usize) -> Vec<u8> {
+/// `count` masked binary frames an agent sends phone `peer`, each `size` bytes of payload after
+/// the relay's header, back to back.
+fn masked_batch(peer: PeerId, size: usize, count: usize) -> Vec<u8> {
     let mask = [0x12, 0x34, 0x56, 0x78];
+    let len = HEADER_LEN + size;
     let mut frame = vec![0x82];
-    if size < 126 {
-        frame.push(0x80 | size as u8);
+    if len < 126 {
+        frame.push(0x80 | len as u8);
     } else {
         frame.push(0x80 | 126);
-        frame.extend_from_slice(&(size as u16).to_be_bytes());
+        frame.extend_from_slice(&(len as u16).to_be_bytes());
     }
     frame.extend_from_slice(&mask);
-    frame.extend((0..size).map(|i| 0x5A ^ mask[i % 4]));
+    let mut payload = relay_framing::header(Kind::Binary, peer).to_vec();
+    payload.resize(len, 0x5A);
+    frame.extend(payload.iter().enumerate().map(|(i, byte)| byte ^ mask[i % 4]));
     frame.repeat(count)
+}
+
+/// The peer id of the phone that just joined, from the relay's JOINED message on an agent's raw
+/// socket (an unmasked binary frame of just the header).
+async fn joined_peer(agent: &mut TcpStream) -> anyhow::Result<PeerId> {
+    let mut frame = [0u8; 2 + HEADER_LEN];
+    tokio::time::timeout(Duration::from_secs(10), agent.read_exact(&mut frame)).await??;
+    match relay_framing::split(&frame[2..]) {
+        Some((Kind::Joined, peer, _)) if frame[..2] == [0x82, HEADER_LEN as u8] => Ok(peer),
+        _ => anyhow::bail!("expected JOINED on the agent's socket, got {frame:?}"),
+    }
 }
 
 /// Counts the binary frames a relay writes to `tcp`.
@@ -356,16 +391,16 @@ async fn throughput(report: &mut Report, relay: SocketAddr) -> anyhow::Result<()
 async fn frames_per_second(relay: SocketAddr, sessions: usize, size: usize) -> anyhow::Result<f64> {
     let counter = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let batch = Arc::new(masked_batch(size, (16 << 10) / (size + 8)));
     // Senders start together once every session is paired, so setup does not compete with load.
     let (start, started_rx) = tokio::sync::watch::channel(false);
     let mut tasks = JoinSet::new();
     for n in 0..sessions {
         let code = code(1000 + n);
-        let laptop = raw_socket(relay, &format!("/agent?code={code}")).await?;
+        let mut laptop = raw_socket(relay, &format!("/agent?code={code}")).await?;
         let phone = raw_socket(relay, &format!("/ws?code={code}")).await?;
+        let batch = masked_batch(joined_peer(&mut laptop).await?, size, (16 << 10) / (size + 8 + HEADER_LEN));
         tasks.spawn(count_frames(phone, Arc::clone(&counter)));
-        let (batch, stop, mut go) = (Arc::clone(&batch), Arc::clone(&stop), started_rx.clone());
+        let (stop, mut go) = (Arc::clone(&stop), started_rx.clone());
         tasks.spawn(async move {
             let mut laptop = laptop;
             if go.wait_for(|go| *go).await.is_err() {
@@ -481,16 +516,15 @@ async fn half_sent_flood(report: &mut Report, relay: &RelayProcess) -> anyhow::R
 async fn unread_flood(report: &mut Report, relay: &RelayProcess) -> anyhow::Result<()> {
     const PAIRS: usize = 24;
     const FLOOD_FOR: Duration = Duration::from_secs(3);
-    let frame = Arc::new(masked_batch(60_000, 16));
     let mut held = Vec::new();
     let mut floods = JoinSet::new();
     let mut one_pair = 0;
     for n in 0..PAIRS {
         let code = code(300_000 + n);
-        let laptop = raw_socket(relay.addr, &format!("/agent?code={code}")).await?;
+        let mut laptop = raw_socket(relay.addr, &format!("/agent?code={code}")).await?;
         let phone = raw_socket(relay.addr, &format!("/ws?code={code}")).await?;
         held.push(phone);
-        let frame = Arc::clone(&frame);
+        let frame = masked_batch(joined_peer(&mut laptop).await?, 60_000, 16);
         floods.spawn(async move {
             let mut laptop = laptop;
             let until = Instant::now() + FLOOD_FOR;

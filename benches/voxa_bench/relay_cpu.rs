@@ -3,10 +3,12 @@
 //! WebSocket parsing, floor.rs), and a Node.js relay on `ws` (benches/node_relay.js, its `ws`
 //! installed by npm into a temporary directory; skipped with a note without npm). Each relay runs
 //! pinned to core 0 and the load generator to core 1; the figures are the relay process's own CPU
-//! time (utime + stime from /proc/<pid>/stat) per round trip of a 32 B binary frame, the
-//! round-trip p50/p99, and the relay's RSS once the load's pairs have joined, at 1 pair, 100 pairs
-//! × 4 frames in flight, and 1000 pairs. Each figure is the median of several runs, every relay
-//! measured in each run.
+//! time (utime + stime from /proc/<pid>/stat) per round trip of a 32 B frame, binary and text
+//! (voxa's sessions are JSON text), the round-trip p50/p99, and the relay's RSS once the load's
+//! pairs have joined, at 1 pair, 100 pairs × 4 frames in flight, and 1000 pairs. Each figure is
+//! the median of several runs, every relay measured in each run. voxa and the Node relay speak the
+//! relay framing to the agent side (docs/PROTOCOL.md, "Relay"); the floor forwards bytes as they
+//! are, so the generator's agent side echoes what each one sends.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -19,6 +21,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
+use voxa::net::relay_framing::{self, Kind};
+
 use crate::floor;
 use crate::relay::{raw_socket, RelayProcess};
 use crate::report::{percentiles, status_kib, Report};
@@ -27,6 +31,10 @@ const AREA: &str = "relay CPU";
 const FRAME: usize = 32;
 /// (pairs, frames in flight per pair)
 const LOADS: [(usize, usize); 3] = [(1, 1), (100, 4), (1000, 1)];
+/// The frame kinds measured: binary and text (WebSocket opcodes).
+const KINDS: [(u8, &str); 2] = [(OP_BINARY, "binary"), (OP_TEXT, "text")];
+const OP_TEXT: u8 = 0x1;
+const OP_BINARY: u8 = 0x2;
 const WARM_UP: Duration = Duration::from_millis(500);
 const MEASURE: Duration = Duration::from_secs(2);
 const RELAY_CORE: usize = 0;
@@ -37,6 +45,8 @@ struct Contender {
     name: String,
     command: Vec<String>,
     env: Vec<(String, String)>,
+    /// It speaks the relay framing on the agent's socket (the floor does not).
+    framed: bool,
 }
 
 /// One run's figures for one relay and load.
@@ -85,13 +95,16 @@ fn generate(measuring: bool) -> Vec<(String, String)> {
     // The smoke run (`cargo test`) leaves Node out: it would install `ws` from the network.
     let node_dir = if measuring { tempfile::tempdir().ok() } else { None };
     let contenders = contenders(node_dir.as_ref().map(|dir| dir.path()), measuring);
-    let runs = if measuring { 5 } else { 1 };
+    let runs = std::env::var("VOXA_BENCH_RUNS").ok().and_then(|runs| runs.parse().ok());
+    let runs = if measuring { runs.unwrap_or(5) } else { 1 };
     let loads: &[(usize, usize)] = if measuring { &LOADS } else { &LOADS[..1] };
-    for &(pairs, in_flight) in loads {
+    for (&(pairs, in_flight), &(opcode, kind)) in
+        loads.iter().flat_map(|load| KINDS.iter().map(move |kind| (load, kind)))
+    {
         let mut all: Vec<Vec<Figures>> = vec![Vec::new(); contenders.len()];
         for _ in 0..runs {
             for (contender, figures) in contenders.iter().zip(&mut all) {
-                match runtime.block_on(measure(contender, pairs, in_flight, measuring)) {
+                match runtime.block_on(measure(contender, Load { pairs, in_flight, opcode }, measuring)) {
                     Ok(run) => figures.push(run),
                     Err(err) => {
                         eprintln!("relay CPU bench failed for {}: {err:#}", contender.name);
@@ -123,7 +136,7 @@ fn generate(measuring: bool) -> Vec<(String, String)> {
                 )
             })
             .collect();
-        rows.push((format!("32 B round trip, {load}, relay on one core (median of {runs})"), cells.join("; ")));
+        rows.push((format!("32 B {kind} round trip, {load}, relay on one core (median of {runs})"), cells.join("; ")));
     }
     rows
 }
@@ -135,6 +148,7 @@ fn contenders(node_dir: Option<&Path>, measuring: bool) -> Vec<Contender> {
             .map(String::from)
             .to_vec(),
         env: Vec::new(),
+        framed: true,
     };
     let mut contenders = vec![voxa("voxa", env!("CARGO_BIN_EXE_voxa"))];
     if let Some(baseline) = std::env::var_os("VOXA_BENCH_BASELINE") {
@@ -145,6 +159,7 @@ fn contenders(node_dir: Option<&Path>, measuring: bool) -> Vec<Contender> {
             name: "floor".to_owned(),
             command: vec![bench.display().to_string(), floor::ARG.to_owned()],
             env: Vec::new(),
+            framed: false,
         }),
         Err(err) => eprintln!("relay CPU bench: no floor forwarder: {err}"),
     }
@@ -153,6 +168,7 @@ fn contenders(node_dir: Option<&Path>, measuring: bool) -> Vec<Contender> {
             name: "node+ws".to_owned(),
             command: vec!["node".to_owned(), node_script().display().to_string()],
             env: vec![("NODE_PATH".to_owned(), modules.display().to_string())],
+            framed: true,
         }),
         Some(Err(note)) => eprintln!("relay CPU bench: no Node relay: {note}"),
         None if measuring => eprintln!("relay CPU bench: no Node relay: no temporary directory"),
@@ -212,9 +228,9 @@ fn code(n: usize) -> String {
     format!("{:032x}", 0xc0de_0000_0000_0000_0000_0000_0000_0000u128 + n as u128)
 }
 
-/// Appends a client frame (binary, zero mask) carrying `payload`.
-fn push_frame(out: &mut Vec<u8>, payload: &[u8]) {
-    out.push(0x82);
+/// Appends a client frame (zero mask) carrying `payload`, under 126 bytes.
+fn push_frame(out: &mut Vec<u8>, opcode: u8, payload: &[u8]) {
+    out.push(0x80 | opcode);
     out.push(0x80 | payload.len() as u8);
     out.extend_from_slice(&[0, 0, 0, 0]);
     out.extend_from_slice(payload);
@@ -258,15 +274,25 @@ impl FrameSplitter {
     }
 }
 
-/// The laptop side: sends every binary frame back as it came.
-async fn echo(mut read: OwnedReadHalf, mut write: OwnedWriteHalf) -> anyhow::Result<()> {
+/// The laptop side: sends every phone's frame back as it came. Through a relay that speaks the
+/// relay framing each is a binary message with the relay's header (TEXT or BINARY and the phone),
+/// which goes back as it came; the floor hands over the phone's frames themselves (its notices,
+/// text starting with U+0001, are skipped).
+async fn echo(mut read: OwnedReadHalf, mut write: OwnedWriteHalf, framed: bool) -> anyhow::Result<()> {
     let mut frames = FrameSplitter::new();
     let mut out = Vec::with_capacity(4096);
     loop {
         frames
             .read(&mut read, |opcode, payload| {
-                if opcode == 0x2 {
-                    push_frame(&mut out, payload);
+                let data = if framed {
+                    opcode == OP_BINARY
+                        && relay_framing::split(payload)
+                            .is_some_and(|(kind, _, _)| matches!(kind, Kind::Text | Kind::Binary))
+                } else {
+                    opcode == OP_BINARY || (opcode == OP_TEXT && !relay_framing::is_notice(payload))
+                };
+                if data {
+                    push_frame(&mut out, opcode, payload);
                 }
             })
             .await?;
@@ -285,21 +311,37 @@ struct Tally {
     epoch: Instant,
 }
 
+/// A load: pairs, frames in flight per pair, and the frames' opcode.
+#[derive(Clone, Copy)]
+struct Load {
+    pairs: usize,
+    in_flight: usize,
+    opcode: u8,
+}
+
+/// The payload of a phone's frame: its send time in nanoseconds as 16 hex digits (text, so
+/// valid UTF-8 either way), padded to [`FRAME`] bytes.
+fn stamp(tally: &Tally) -> [u8; FRAME] {
+    let mut payload = [b'Z'; FRAME];
+    let nanos = tally.epoch.elapsed().as_nanos() as u64;
+    payload[..16].copy_from_slice(format!("{nanos:016x}").as_bytes());
+    payload
+}
+
+fn stamped(payload: &[u8]) -> Option<u64> {
+    u64::from_str_radix(std::str::from_utf8(payload.get(..16)?).ok()?, 16).ok()
+}
+
 /// The phone side: keeps `in_flight` frames going, each stamped with its send time.
 async fn phone(
     mut read: OwnedReadHalf,
     mut write: OwnedWriteHalf,
-    in_flight: usize,
+    load: Load,
     tally: Arc<Tally>,
 ) -> anyhow::Result<()> {
-    let stamp = |tally: &Tally| {
-        let mut payload = [0x5Au8; FRAME];
-        payload[..8].copy_from_slice(&(tally.epoch.elapsed().as_nanos() as u64).to_le_bytes());
-        payload
-    };
-    let mut out = Vec::with_capacity(64 * in_flight);
-    for _ in 0..in_flight {
-        push_frame(&mut out, &stamp(&tally));
+    let mut out = Vec::with_capacity(64 * load.in_flight);
+    for _ in 0..load.in_flight {
+        push_frame(&mut out, load.opcode, &stamp(&tally));
     }
     write.write_all(&out).await?;
     let mut frames = FrameSplitter::new();
@@ -309,14 +351,13 @@ async fn phone(
         rtts.clear();
         frames
             .read(&mut read, |opcode, payload| {
-                if opcode == 0x2 && payload.len() == FRAME {
-                    let sent = u64::from_le_bytes(payload[..8].try_into().unwrap_or_default());
+                if let (true, Some(sent)) = (opcode == load.opcode && payload.len() == FRAME, stamped(payload)) {
                     rtts.push((tally.epoch.elapsed().as_nanos() as u64).saturating_sub(sent) as f64 / 1000.0);
                 }
             })
             .await?;
         for _ in 0..rtts.len() {
-            push_frame(&mut out, &stamp(&tally));
+            push_frame(&mut out, load.opcode, &stamp(&tally));
         }
         if !rtts.is_empty() {
             tally.round_trips.fetch_add(rtts.len() as u64, Ordering::Relaxed);
@@ -336,7 +377,7 @@ async fn wait_joined(tcp: &mut TcpStream) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn measure(contender: &Contender, pairs: usize, in_flight: usize, measuring: bool) -> anyhow::Result<Figures> {
+async fn measure(contender: &Contender, load: Load, measuring: bool) -> anyhow::Result<Figures> {
     let mut relay = spawn_pinned(contender)?;
     let tally = Arc::new(Tally {
         round_trips: AtomicU64::new(0),
@@ -345,21 +386,21 @@ async fn measure(contender: &Contender, pairs: usize, in_flight: usize, measurin
         epoch: Instant::now(),
     });
     let mut tasks = JoinSet::new();
-    let mut phones = Vec::with_capacity(pairs);
-    for n in 0..pairs {
+    let mut phones = Vec::with_capacity(load.pairs);
+    for n in 0..load.pairs {
         let laptop = raw_socket(relay.addr, &format!("/agent?code={}", code(n))).await?;
         let mut handset = raw_socket(relay.addr, &format!("/ws?code={}", code(n))).await?;
         wait_joined(&mut handset).await?;
         let (read, write) = laptop.into_split();
-        // The laptop's own `joined` notice is skipped by the echo (it is text).
-        tasks.spawn(echo(read, write));
+        // The laptop's own notice (JOINED, or the floor's text) is skipped by the echo.
+        tasks.spawn(echo(read, write, contender.framed));
         phones.push(handset);
     }
     let pid = relay.child.id();
     let (rss_kib, anon_kib) = (status_kib(pid, "VmRSS") as f64, status_kib(pid, "RssAnon") as f64);
     for handset in phones {
         let (read, write) = handset.into_split();
-        tasks.spawn(phone(read, write, in_flight, Arc::clone(&tally)));
+        tasks.spawn(phone(read, write, load, Arc::clone(&tally)));
     }
     let (warm_up, window) =
         if measuring { (WARM_UP, MEASURE) } else { (Duration::from_millis(50), Duration::from_millis(200)) };

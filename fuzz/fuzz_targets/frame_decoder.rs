@@ -1,10 +1,12 @@
-//! Every text frame the relay and agent decode: `parse_client`, `is_peer_frame`,
-//! `PeerNotice::parse`, on arbitrary bytes read as UTF-8 (lossy, as a text frame must be valid).
+//! Every text frame the relay and agent decode: `parse_client` and the relay's presence notices
+//! (`Presence::parse`, `is_notice`), on arbitrary bytes read as UTF-8 (lossy, as a text frame must
+//! be valid).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use voxa::protocol::{self, ClientMessage, PeerNotice};
+use voxa::protocol::presence::{self, Presence};
+use voxa::protocol::{self, ClientMessage};
 
 fn has_float(value: &Value) -> bool {
     match value {
@@ -17,17 +19,13 @@ fn has_float(value: &Value) -> bool {
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
-    let peer = protocol::is_peer_frame(&text);
-    if PeerNotice::parse(&text).is_some() {
-        assert!(peer, "a parsed notice is a peer frame");
-    }
-    // Whatever a lenient JSON reader takes as presence must never pass the relay.
-    if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(&text) {
-        if map.get("type").and_then(Value::as_str) == Some(protocol::PEER_TYPE) {
-            assert!(peer, "a frame typed __peer was not recognised");
-        }
+    let notice = presence::is_notice(text.as_bytes());
+    if let Some(parsed) = Presence::parse(&text) {
+        assert!(notice, "a parsed notice starts with the notice mark");
+        assert_eq!(Presence::parse(&parsed.to_text()), Some(parsed), "a notice survives re-encoding");
     }
     if let Ok(message) = protocol::parse_client(&text) {
+        assert!(!notice, "a client message is never a notice");
         let floats = matches!(&message, ClientMessage::ToolCall(call) if has_float(&call.args));
         if !floats {
             let again = serde_json::to_string(&message).expect("client messages serialise");

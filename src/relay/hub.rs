@@ -23,6 +23,16 @@ struct Phone {
     peer: PeerId,
     conn: u64,
     queue: Arc<SendQueue>,
+    /// It hears the relay's presence notices (a phone may ask for none).
+    notices: bool,
+}
+
+impl Phone {
+    fn notify(&self, state: PeerState) {
+        if self.notices {
+            self.queue.push_notice(presence(PeerRole::Agent, state));
+        }
+    }
 }
 
 #[derive(Default)]
@@ -120,13 +130,14 @@ impl Hub {
     /// An agent replaces the agent before it, which is closed 4001 `replaced`; every phone hears
     /// `left` for the old one and `joined` for the new one, which hears `JOINED` for each phone.
     /// A phone takes a free place (of [`MAX_PHONES_PER_CODE`]) under a new peer id; the agent
-    /// hears `JOINED` and the phone hears `joined` if the agent is there.
+    /// hears `JOINED` and the phone hears `joined` if the agent is there (and `notices` is set).
     pub(crate) fn join(
         &self,
         code: u128,
         role: PeerRole,
         conn: u64,
         queue: &Arc<SendQueue>,
+        notices: bool,
     ) -> Result<(Arc<Slot>, Seat), TooManyPhones> {
         let mut slots = lock(&self.slots);
         let slot = Arc::clone(slots.entry(code).or_default());
@@ -142,9 +153,9 @@ impl Hub {
                 }
                 for phone in &members.phones {
                     if previous.is_some() {
-                        phone.queue.push_notice(presence(PeerRole::Agent, PeerState::Left));
+                        phone.notify(PeerState::Left);
                     }
-                    phone.queue.push_notice(presence(PeerRole::Agent, PeerState::Joined));
+                    phone.notify(PeerState::Joined);
                     queue.push_notice(agent_notice(Kind::Joined, phone.peer));
                 }
                 Seat::Agent { conn }
@@ -164,9 +175,12 @@ impl Hub {
                         self.metrics().pair_formed();
                     }
                     agent.queue.push_notice(agent_notice(Kind::Joined, peer));
-                    queue.push_notice(presence(PeerRole::Agent, PeerState::Joined));
                 }
-                members.phones.push(Phone { peer, conn, queue: Arc::clone(queue) });
+                let phone = Phone { peer, conn, queue: Arc::clone(queue), notices };
+                if members.agent.is_some() {
+                    phone.notify(PeerState::Joined);
+                }
+                members.phones.push(phone);
                 Seat::Phone { peer }
             }
         };
@@ -182,7 +196,7 @@ impl Hub {
             Seat::Agent { conn } if members.is_agent(conn) => {
                 members.agent = None;
                 for phone in &members.phones {
-                    phone.queue.push_notice(presence(PeerRole::Agent, PeerState::Left));
+                    phone.notify(PeerState::Left);
                 }
                 if !members.phones.is_empty() {
                     self.metrics().pair_broken();

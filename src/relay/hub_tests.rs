@@ -192,13 +192,13 @@ fn a_phone_in_the_middle_of_a_message_is_closed_when_its_agent_goes() {
 fn phones_get_their_own_peer_ids_and_the_agent_hears_each_join_and_leave() {
     let hub = Hub::new(ledger());
     let agent = queue();
-    let (slot, seat) = hub.join(7, PeerRole::Agent, 1, &agent).unwrap();
+    let (slot, seat) = hub.join(7, PeerRole::Agent, 1, &agent, true).unwrap();
     assert_eq!(seat, Seat::Agent { conn: 1 });
     assert!(drain(&agent).is_empty(), "alone: no notice");
 
     let (phone_a, phone_b) = (queue(), queue());
-    let (_, Seat::Phone { peer: a }) = hub.join(7, PeerRole::Phone, 2, &phone_a).unwrap() else { panic!() };
-    let (_, Seat::Phone { peer: b }) = hub.join(7, PeerRole::Phone, 3, &phone_b).unwrap() else { panic!() };
+    let (_, Seat::Phone { peer: a }) = hub.join(7, PeerRole::Phone, 2, &phone_a, true).unwrap() else { panic!() };
+    let (_, Seat::Phone { peer: b }) = hub.join(7, PeerRole::Phone, 3, &phone_b, true).unwrap() else { panic!() };
     assert_ne!(a, b);
     assert_eq!(drain(&agent), [format!("Joined {a} "), format!("Joined {b} ")]);
     assert_eq!(drain(&phone_a), [joined()]);
@@ -222,12 +222,12 @@ fn phones_get_their_own_peer_ids_and_the_agent_hears_each_join_and_leave() {
     hub.leave(7, &slot, Seat::Phone { peer: a });
     assert_eq!(drain(&agent), [format!("Left {a} ")]);
     assert!(matches!(hub.to_phone(&slot, 1, a, text("late")), Forward::Done), "a departed peer's frames are dropped");
-    let (_, Seat::Phone { peer: c }) = hub.join(7, PeerRole::Phone, 4, &queue()).unwrap() else { panic!() };
+    let (_, Seat::Phone { peer: c }) = hub.join(7, PeerRole::Phone, 4, &queue(), true).unwrap() else { panic!() };
     assert!(c != a && c != b, "ids are never reused");
     assert!(matches!(hub.to_phone(&slot, 1, a, text("late")), Forward::Done));
 
     let agent2 = queue();
-    hub.join(7, PeerRole::Agent, 5, &agent2).unwrap();
+    hub.join(7, PeerRole::Agent, 5, &agent2, true).unwrap();
     assert_eq!(agent.ended(), Some(End::close(4001, "replaced")));
     assert_eq!(drain(&phone_b), [left(), joined()]);
     assert_eq!(drain(&agent2), [format!("Joined {b} "), format!("Joined {c} ")]);
@@ -256,11 +256,25 @@ fn a_code_takes_a_bounded_number_of_phones() {
     let phones: Vec<_> = (0..MAX_PHONES_PER_CODE).map(|_| queue()).collect();
     let mut seats = Vec::new();
     for (conn, phone) in phones.iter().enumerate() {
-        seats.push(hub.join(9, PeerRole::Phone, conn as u64, phone).unwrap());
+        seats.push(hub.join(9, PeerRole::Phone, conn as u64, phone, true).unwrap());
     }
-    assert!(hub.join(9, PeerRole::Phone, 100, &queue()).is_err(), "one more is refused");
-    assert!(hub.join(10, PeerRole::Phone, 101, &queue()).is_ok(), "another code is not full");
+    assert!(hub.join(9, PeerRole::Phone, 100, &queue(), true).is_err(), "one more is refused");
+    assert!(hub.join(10, PeerRole::Phone, 101, &queue(), true).is_ok(), "another code is not full");
     let (slot, seat) = seats.pop().unwrap();
     hub.leave(9, &slot, seat);
-    assert!(hub.join(9, PeerRole::Phone, 102, &queue()).is_ok(), "a freed place is taken again");
+    assert!(hub.join(9, PeerRole::Phone, 102, &queue(), true).is_ok(), "a freed place is taken again");
+}
+
+#[test]
+fn a_phone_that_asks_for_no_notices_hears_none() {
+    let hub = Hub::new(ledger());
+    let agent = queue();
+    let (slot, _) = hub.join(11, PeerRole::Agent, 1, &agent, true).unwrap();
+    let quiet = queue();
+    let (_, Seat::Phone { peer }) = hub.join(11, PeerRole::Phone, 2, &quiet, false).unwrap() else { panic!() };
+    assert_eq!(drain(&agent), [format!("Joined {peer} ")], "the agent still hears of it");
+    hub.join(11, PeerRole::Agent, 3, &queue(), true).unwrap();
+    hub.leave(11, &slot, Seat::Agent { conn: 3 });
+    assert!(matches!(hub.to_phone(&slot, 3, peer, text("data")), Forward::Done));
+    assert!(drain(&quiet).is_empty(), "no joined, left or replaced notice: {:?}", drain(&quiet));
 }

@@ -43,6 +43,8 @@ mod hub;
 pub mod metrics;
 mod queue;
 mod reader;
+#[doc(hidden)]
+pub mod reader_check;
 mod route;
 mod shard;
 mod socket;
@@ -301,9 +303,10 @@ async fn join<S: socket::RelayStream + 'static>(
         _ => route::offers(&head, route::PHONE_SUBPROTOCOL).then_some(route::PHONE_SUBPROTOCOL),
     };
     http::write_upgrade_with(&mut stream, &head, protocol).await.context("answering the upgrade")?;
+    let notices = head.query_param("presence") != Some("none");
     // Nothing of the request outlives the upgrade: a socket keeps only what it needs.
     drop(head);
-    let member = socket::Membership { hub: Arc::clone(&shared.hub), code, role, conn };
+    let member = socket::Membership { hub: Arc::clone(&shared.hub), code, role, conn, notices };
     match shared.service.as_ref().filter(|_| service) {
         Some(service) => {
             let socket = ServiceSocket {

@@ -226,3 +226,28 @@ async fn utf8_is_checked_across_parts_and_fragments_and_fails_before_the_message
     let truncated = client_frame(true, OP_TEXT, &"é".as_bytes()[..1]);
     assert!(matches!(&read_all(&truncated, 100).await[..], [Err(err)] if err.contains("UTF-8")));
 }
+
+/// The `frame_reader` fuzz target's seeds, replayed: the relay's reader and tungstenite agree on
+/// each, whole and cut into reads of a few sizes, and the seeds reach every way a reader stops.
+#[tokio::test]
+async fn the_reader_agrees_with_tungstenite_on_the_fuzz_seeds() {
+    use super::super::reader_check::{compare, Stop};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/frame_reader");
+    let mut stops = std::collections::BTreeSet::new();
+    let mut seeds = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let seed = std::fs::read(&path).unwrap();
+        let (&split, data) = seed.split_first().unwrap();
+        let whole = compare(data, data.len()).await.unwrap_or_else(|differ| panic!("{}: {differ}", path.display()));
+        for size in [usize::from(split) + 1, 1, 3, 7] {
+            let cut = compare(data, size).await.unwrap_or_else(|differ| panic!("{}: {differ}", path.display()));
+            assert_eq!(cut, whole, "{}: the verdict depends on read sizes", path.display());
+        }
+        stops.insert(format!("{:?}", whole.stop));
+        seeds += 1;
+    }
+    assert!(seeds >= 20, "{seeds} seeds in {}", dir.display());
+    let all = [Stop::Ended, Stop::Closed, Stop::TooBig, Stop::Protocol, Stop::Utf8].map(|stop| format!("{stop:?}"));
+    assert_eq!(stops, all.into_iter().collect(), "the seeds reach every way of stopping");
+}

@@ -71,6 +71,8 @@ pub struct Membership {
     pub(crate) code: u128,
     pub(crate) role: PeerRole,
     pub(crate) conn: u64,
+    /// A phone hears the relay's presence notices (it may ask for none: `presence=none`).
+    pub(crate) notices: bool,
 }
 
 /// A socket seated in its pairing.
@@ -99,7 +101,7 @@ impl Membership {
     /// Takes this socket's place in its pairing; the other side's frames go to `queue`. A phone
     /// finding every place taken is ended 4003 `too-many-phones`.
     pub(crate) fn join(&self, queue: &Arc<SendQueue>) -> Option<Seated> {
-        match self.hub.join(self.code, self.role, self.conn, queue) {
+        match self.hub.join(self.code, self.role, self.conn, queue, self.notices) {
             Ok((slot, seat)) => {
                 self.hub.metrics().socket_joined(self.role);
                 Some(Seated { slot, seat })

@@ -15,6 +15,7 @@ mod environments;
 mod fake_gemini;
 mod fake_model;
 mod fence;
+mod files;
 mod gemini;
 mod harness;
 mod hostile;

@@ -316,6 +316,37 @@ async fn the_agent_compares_the_page_the_relay_serves_with_its_own() {
     assert_eq!(doctor(&format!("http://{}", relay.addr))["status"], "ok");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_hosting_voice_gets_a_plain_session_marked_so_unless_the_laptop_requires_sealing() {
+    use crate::fake_gemini::{FakeGemini, FakeOptions};
+    use voxa::hosted::{Hosting, LiveConfig};
+    let Some(browser) = Browser::start().await else { return };
+    let fake = FakeGemini::start(FakeOptions::new("relay-key")).await;
+    let live = LiveConfig::new(fake.config("relay-key"));
+    let relay = TestRelay::with_config(voxa::relay::RelayConfig {
+        service: Some(Hosting::service(live)),
+        ..Default::default()
+    })
+    .await;
+    // The relay hosts calls, so the page's session is at `/live`, protocol 2: the mark says so.
+    let agent = TestAgent::start(Some(relay.url())).await;
+    browser.open(&format!("http://{}/#code={}&token={}", relay.addr, agent.code(), agent.token())).await;
+    browser.wait_connection("online").await;
+    assert_eq!(seal_mark(&browser).await, "not sealed");
+    assert_eq!(session_counts(&agent).await, (1, 1), "the page's plain session and the status client");
+
+    // A laptop that requires sealing refuses that hello; the page takes `/ws`, sealed, without voice.
+    let strict = TestAgent::start_with(Some(relay.url()), |o| o.config.security.require_sealed = true).await;
+    browser.open(&format!("http://{}/#code={}&token={}", relay.addr, strict.code(), strict.token())).await;
+    browser.wait_connection("online").await;
+    assert_eq!(seal_mark(&browser).await, "sealed");
+    browser.press("Call").await;
+    let said = browser.wait_text("#call-error", "why there is no voice", |t| !t.is_empty()).await;
+    assert!(said.starts_with("This laptop accepts only sealed sessions"), "{said}");
+    assert!(fake.received().is_empty(), "no Gemini session was opened");
+    browser.close().await;
+}
+
 /// Pictures of the sealed mark in both schemes (`VOXA_DOCS_SCREENSHOTS=1` writes them to docs/).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pictures_of_the_sealed_mark_light_and_dark() {

@@ -102,7 +102,7 @@ function sameText(a, b) {
  * `sealed` (in every `state` event, and as a member) says whether the session is sealed.
  *
  * `live`: the relay hosts voice calls (`/config`). `route` is the socket's path, `ws` or `live`;
- * `liveRefused` says why `/live` was given up (`proxy-token`, `no-voice-relay`). A `route` event
+ * `liveRefused` says why `/live` was given up (`proxy-token`, `no-voice-relay`, `sealed-required`). A `route` event
  * tells which laptop mode the route was chosen for, so the next visit starts on the right one.
  */
 export class Session extends EventTarget {
@@ -474,6 +474,13 @@ export class Session extends EventTarget {
         await this.checkHelloOk(frame);
         return;
       case 'error':
+        if (frame.code === 'sealed-session-required' && this.route === 'live') {
+          // The laptop refuses sessions the relay can read: no hosted voice, the sealed socket.
+          this.liveRefused = 'sealed-required';
+          this.route = 'ws';
+          this.reconnectNow();
+          return;
+        }
         if (frame.code === 'bearer-refused') {
           this.finish('refused', 'this link is no longer valid — scan the new code');
           return;

@@ -28,7 +28,7 @@ function saidOf(line) {
  * What each call_error code means, as a sentence, when the laptop hosts the call: every code of
  * protocol.js (the type says so), and the page's own.
  * @type {Record<import('../protocol.js').CallErrorCode | 'mic-denied' | 'no-mic' | 'no-audio' | 'offline'
- *   | 'no-voice-laptop' | 'no-voice-relay' | 'proxy-token', string>}
+ *   | 'no-voice-laptop' | 'no-voice-relay' | 'proxy-token' | 'sealed-required', string>}
  */
 const CALL_ERRORS = {
   'bad-key': 'The laptop\'s Gemini API key was refused. Check GEMINI_API_KEY on the laptop.',
@@ -51,6 +51,8 @@ const CALL_ERRORS = {
     + 'Start the laptop with voxa --self-hosted and a GEMINI_API_KEY, or pair it through a relay that hosts voice.',
   'proxy-token': 'This relay hosts voice only for apps that send it a token, which a browser cannot do. '
     + 'Start the laptop with voxa --self-hosted and a GEMINI_API_KEY to call from here.',
+  'sealed-required': 'This laptop accepts only sealed sessions, and a call the relay hosts cannot be sealed. '
+    + 'Start the laptop with voxa --self-hosted and a GEMINI_API_KEY to call from here.',
 };
 
 // The same codes when the relay hosts the call (at `/live`): the key and the limits are its operator's.
@@ -65,10 +67,10 @@ const RELAY_CALL_ERRORS = {
 };
 
 /**
- * Where a call runs, as the call panel says it.
+ * Where a call runs, as the call panel says it when the call starts: a call the relay hosts is
+ * heard by the relay (it is not sealed).
  * @type {Record<'laptop' | 'relay', string>}
  */
-/** Who runs the call, said as it starts: a call the relay hosts is heard by the relay (not sealed). */
 const CALL_HOSTS = { laptop: 'on the laptop', relay: 'the relay runs the model and hears this call' };
 
 /** A call_error (or a page-side failure) as a sentence with its code; `host` is who runs the call. */
