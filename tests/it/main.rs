@@ -33,6 +33,7 @@ mod secrets;
 mod service;
 mod sessions;
 mod sessions_hard;
+mod sessions_voice;
 mod sessions_web;
 mod support;
 mod terminal;
