@@ -14,7 +14,7 @@ use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::environments::identity::{is_valid_nonce, HelloBinding, Identity};
+use crate::environments::identity::{is_valid_nonce, pairing_psk_input, HelloBinding, Identity};
 use crate::environments::store::{self, bearer_hash, stamp_of, Stamp};
 use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Frame, Hello};
 use crate::seal::{self, Inbound, Responder};
@@ -54,6 +54,10 @@ pub enum HelloVerdict {
     Admitted(Admission),
     /// Answer with this frame (an environment's signature) and wait for the host's bearer.
     AwaitBearer(AgentMessage),
+    /// A host's sealed hello (protocol 3): finish the handshake ([`PairingSeal::open`]), which
+    /// sends this environment's signature over the handshake hash inside the channel, and wait
+    /// for the host's bearer there.
+    AwaitSealedBearer(PairingSeal),
 }
 
 /// A caller the gate let in.
@@ -144,14 +148,7 @@ pub async fn start_session(
         out.send(Frame::from(hello_ok)).await.context("the session's socket closed")?;
         return Ok(SessionIo { out, input: SessionInput::new(Inbound::Plain, counts) });
     };
-    let inner = match hello_ok {
-        AgentMessage::HelloOk(mut ok) => {
-            ok.protocol = protocol::PROTOCOL_SEALED;
-            ok.proof = None;
-            AgentMessage::HelloOk(ok)
-        }
-        other => other,
-    };
+    let inner = sealed_hello_ok(hello_ok);
     let (keys, message) = responder.finish(inner.to_json().as_bytes())?;
     let noise = base64::engine::general_purpose::STANDARD.encode(message);
     let frame = serde_json::json!({"type": "hello_ok", "protocol": protocol::PROTOCOL_SEALED, "noise": noise});
@@ -160,6 +157,83 @@ pub async fn start_session(
         out: seal::seal_writer(keys.sealer, out),
         input: SessionInput::new(Inbound::Sealed(keys.opener), counts),
     })
+}
+
+/// `hello_ok` as a sealed session carries it: protocol 3, no proof (the handshake proved it).
+fn sealed_hello_ok(hello_ok: AgentMessage) -> AgentMessage {
+    match hello_ok {
+        AgentMessage::HelloOk(mut ok) => {
+            ok.protocol = protocol::PROTOCOL_SEALED;
+            ok.proof = None;
+            AgentMessage::HelloOk(ok)
+        }
+        other => other,
+    }
+}
+
+/// A host's sealed hello on a pairing, read: its handshake, and what this environment signs.
+pub struct PairingSeal {
+    responder: Box<Responder>,
+    identity: Arc<Identity>,
+    code_hash: [u8; 32],
+    host_nonce: String,
+}
+
+impl std::fmt::Debug for PairingSeal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PairingSeal(<handshake>)")
+    }
+}
+
+impl PairingSeal {
+    /// Finishes the handshake on `out` (the peer's writer queue): message 2 in a plain
+    /// `hello_ok` (protocol 3, empty payload), then, sealed, this environment's `identity` with
+    /// its signature over the pairing, both nonces and the handshake hash. Everything after is
+    /// sealed; the host's bearer comes back inside the channel.
+    pub async fn open(self, out: mpsc::Sender<Frame>, counts: &Arc<SessionCounts>) -> anyhow::Result<SessionIo> {
+        let (keys, message) = self.responder.finish(b"")?;
+        let noise = base64::engine::general_purpose::STANDARD.encode(message);
+        let frame = serde_json::json!({"type": "hello_ok", "protocol": protocol::PROTOCOL_SEALED, "noise": noise});
+        out.send(Frame::text(frame.to_string())).await.context("the session's socket closed")?;
+        let env_nonce = protocol::new_nonce()?;
+        let binding = HelloBinding {
+            code_hash: &self.code_hash,
+            host_nonce: &self.host_nonce,
+            env_nonce: &env_nonce,
+            handshake: Some(keys.handshake_hash()),
+        };
+        let identity = AgentMessage::Identity {
+            env_key: self.identity.env_key(),
+            nonce: env_nonce.clone(),
+            signature: self.identity.sign_hello(&binding),
+        };
+        let out = seal::seal_writer(keys.sealer, out);
+        out.send(Frame::from(identity)).await.context("the session's socket closed")?;
+        Ok(SessionIo { out, input: SessionInput::new(Inbound::Sealed(keys.opener), counts) })
+    }
+}
+
+/// The bearer a host presents inside a sealed pairing session, and the session it opens: on a
+/// good bearer `hello_ok` (protocol 3) goes out sealed first.
+pub async fn admit_sealed_bearer(
+    gate: &dyn Gate,
+    text: &str,
+    hello_ok: impl FnOnce(&Admission) -> AgentMessage,
+    out: &mpsc::Sender<Frame>,
+) -> Result<Admission, ErrorCode> {
+    let admission = admit_bearer(gate, text)?;
+    out.send(Frame::from(sealed_hello_ok(hello_ok(&admission)))).await.map_err(|_| ErrorCode::Internal)?;
+    Ok(admission)
+}
+
+/// Message 1 of a protocol-3 hello; a missing or malformed one is refused `bearer-refused`.
+fn hello_noise(hello: &Hello) -> Result<Vec<u8>, ErrorCode> {
+    hello
+        .noise
+        .as_deref()
+        .filter(|noise| noise.len() <= MAX_HELLO_NOISE)
+        .and_then(|noise| base64::engine::general_purpose::STANDARD.decode(noise).ok())
+        .ok_or(ErrorCode::BearerRefused)
 }
 
 /// Longest `noise` field of a hello accepted (message 1 is 48 bytes, 64 in base64).
@@ -182,12 +256,7 @@ impl TokenGate {
 
     /// A protocol-3 hello: message 1 of the handshake, keyed by the token, answering `challenge`.
     fn admit_sealed(&self, hello: &Hello, challenge: &str) -> Result<HelloVerdict, ErrorCode> {
-        let message = hello
-            .noise
-            .as_deref()
-            .filter(|noise| noise.len() <= MAX_HELLO_NOISE)
-            .and_then(|noise| base64::engine::general_purpose::STANDARD.decode(noise).ok())
-            .ok_or(ErrorCode::BearerRefused)?;
+        let message = hello_noise(hello)?;
         if !protocol::is_hello_nonce(challenge) {
             return Err(ErrorCode::BearerRefused);
         }
@@ -356,8 +425,21 @@ fn identify(state: &GateState, pairing_id: &str, hello: &Hello) -> Result<HelloV
     };
     // A pairing that ended while its link was still up signs nothing.
     let Some(pairing) = state.live.get(pairing_id) else { return Err(ErrorCode::BearerRefused) };
+    if hello.protocol == Some(protocol::PROTOCOL_SEALED) {
+        // The handshake is keyed by the pairing's bearer hash: a host without the bearer (or a
+        // relay holding the code) gets no signature.
+        let message = hello_noise(hello)?;
+        let psk = pairing_psk_input(&pairing.bearer_hash);
+        let responder = Responder::accept(&psk, host_nonce, &message).map_err(|_| ErrorCode::BearerRefused)?;
+        return Ok(HelloVerdict::AwaitSealedBearer(PairingSeal {
+            responder: Box::new(responder),
+            identity: identity.clone(),
+            code_hash: pairing.code_hash,
+            host_nonce: host_nonce.to_owned(),
+        }));
+    }
     let env_nonce = protocol::new_nonce().map_err(|_| ErrorCode::Internal)?;
-    let binding = HelloBinding { code_hash: &pairing.code_hash, host_nonce, env_nonce: &env_nonce };
+    let binding = HelloBinding { code_hash: &pairing.code_hash, host_nonce, env_nonce: &env_nonce, handshake: None };
     let signature = identity.sign_hello(&binding);
     Ok(HelloVerdict::AwaitBearer(AgentMessage::Identity { env_key: own_key, nonce: env_nonce, signature }))
 }
@@ -432,7 +514,7 @@ mod tests {
         };
         assert_eq!(env_key, key);
         let code = code_hash(CODE);
-        let binding = HelloBinding { code_hash: &code, host_nonce: &nonce, env_nonce: &env_nonce };
+        let binding = HelloBinding { code_hash: &code, host_nonce: &nonce, env_nonce: &env_nonce, handshake: None };
         assert!(verify_hello(&key, &binding, &signature));
         // Signed for this pairing's code only.
         let other = code_hash(&"f".repeat(32));

@@ -362,7 +362,9 @@ async fn wait_for_hello(
     match admit_hello(gate, &first, challenge).map_err(Refusal::Code)? {
         HelloVerdict::Admitted(admission) => Ok(admission),
         // The loopback gate has no second step.
-        HelloVerdict::AwaitBearer(_) => Err(Refusal::Code(ErrorCode::UnauthenticatedCall)),
+        HelloVerdict::AwaitBearer(_) | HelloVerdict::AwaitSealedBearer(_) => {
+            Err(Refusal::Code(ErrorCode::UnauthenticatedCall))
+        }
     }
 }
 

@@ -130,6 +130,7 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
         audit: Some(audit),
         env: None,
         approvals_store: Some(options.home.path(crate::approvals::STORE_FILE)),
+        trash: Some(options.home.path("trash")),
     })?;
     // Approvals open when the agent stops are ended by the stop and reported after the restart.
     toolbox.approvals().stop_with(shutdown.clone());

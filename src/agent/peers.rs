@@ -15,7 +15,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::gate::{admit_bearer, admit_hello, start_session, HelloVerdict, SessionInput};
+use super::gate::{
+    admit_bearer, admit_hello, admit_sealed_bearer, start_session, HelloVerdict, SessionInput, SessionIo,
+};
 use super::link::{Ended, LinkEvent, RelayLink};
 use super::outbox::Outbox;
 use super::session::Session;
@@ -26,6 +28,9 @@ use crate::protocol::{self, close, AgentMessage, ErrorCode, Frame, MAX_FRAME_LEN
 
 /// Peers one connection serves at once; the relay seats fewer, so more means a relay gone wrong.
 pub const MAX_PEERS: usize = 4 * relay_framing::MAX_PHONES_PER_CODE;
+
+/// Longest wait for a revoked session's last frames before its socket is closed.
+const REVOKED_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One phone (or host) on the relay code.
 struct PeerSlot {
@@ -56,9 +61,18 @@ enum Peer {
     AwaitingBearer {
         deadline: Instant,
     },
+    /// A host's sealed hello was answered and the signature sent inside the channel; waiting for
+    /// its bearer there.
+    AwaitingSealedBearer {
+        deadline: Instant,
+        io: SessionIo,
+    },
     Refused,
     Ready {
         session: Box<Session>,
+        /// The session's writer (sealing it when the session is sealed), for what the link
+        /// itself tells the peer.
+        writer: mpsc::Sender<Frame>,
         /// What opens the peer's frames (a sealed session) or passes them on (protocol 2).
         inbound: SessionInput,
         revoked: Option<CancellationToken>,
@@ -68,7 +82,9 @@ enum Peer {
 impl Peer {
     fn hello_deadline(&self) -> Option<Instant> {
         match self {
-            Peer::AwaitingHello { deadline, .. } | Peer::AwaitingBearer { deadline } => Some(*deadline),
+            Peer::AwaitingHello { deadline, .. }
+            | Peer::AwaitingBearer { deadline }
+            | Peer::AwaitingSealedBearer { deadline, .. } => Some(*deadline),
             _ => None,
         }
     }
@@ -163,7 +179,8 @@ impl RelayLink {
         ended
     }
 
-    /// The pairing was revoked: every session it admitted hears so and is closed 1008.
+    /// The pairing was revoked: every session it admitted hears so (inside the session, sealed
+    /// when it is) and is closed 1008 once that was written.
     async fn revoke(&self, peers: &mut HashMap<PeerId, PeerSlot>, out: &mpsc::Sender<Message>) {
         let gone: Vec<PeerId> = peers
             .iter()
@@ -171,9 +188,19 @@ impl RelayLink {
             .map(|(peer, _)| *peer)
             .collect();
         for peer in gone {
-            peers.remove(&peer);
+            let Some(mut slot) = peers.remove(&peer) else { continue };
             let to = ToPeer { peer, frames: out.clone() };
-            to.send(AgentMessage::error(ErrorCode::PairingRevoked)).await;
+            if let Peer::Ready { writer, .. } = std::mem::replace(&mut slot.state, Peer::Refused) {
+                let _ = writer.send(Frame::from(AgentMessage::error(ErrorCode::PairingRevoked))).await;
+            }
+            // The session and its writers are gone with the slot's state; its forwarder ends once
+            // it passed on what they wrote, and the close follows it.
+            let forwarder = slot.forwarder.take();
+            drop(slot);
+            // Every session of a link shares its pairing, so nothing else waits meanwhile.
+            if let Some(forwarder) = forwarder {
+                let _ = tokio::time::timeout(REVOKED_FLUSH, forwarder).await;
+            }
             to.close(CloseCode::Policy, ErrorCode::PairingRevoked.as_str());
         }
     }
@@ -187,9 +214,15 @@ impl RelayLink {
             if slot.state.hello_deadline().is_none_or(|deadline| deadline > now) {
                 continue;
             }
-            slot.state = Peer::Refused;
             let to = ToPeer { peer: *peer, frames: out.clone() };
-            to.send(AgentMessage::Error { code, message: Some("no hello in time".into()) }).await;
+            let refusal = AgentMessage::Error { code, message: Some("no hello in time".into()) };
+            match std::mem::replace(&mut slot.state, Peer::Refused) {
+                // A sealed host hears it inside its channel.
+                Peer::AwaitingSealedBearer { io, .. } => {
+                    let _ = io.out.send(Frame::from(refusal)).await;
+                }
+                _ => to.send(refusal).await,
+            }
             if code == ErrorCode::ExecutorUnauthenticated {
                 to.close(CloseCode::Policy, code.as_str());
             }
@@ -263,8 +296,11 @@ impl RelayLink {
                 };
                 let state = std::mem::replace(&mut slot.state, Peer::Refused);
                 slot.state = match (state, frame) {
-                    (Peer::Ready { session, inbound, revoked }, frame) => {
-                        self.on_session_frame(frame, session, inbound, revoked, &to).await
+                    (Peer::Ready { session, writer, inbound, revoked }, frame) => {
+                        self.on_session_frame(frame, session, writer, inbound, revoked, &to).await
+                    }
+                    (Peer::AwaitingSealedBearer { deadline, io }, frame) => {
+                        self.on_sealed_bearer(frame, deadline, io, &to).await
                     }
                     (state, Frame::Text(text)) => self.on_text(state, &text, &to, slot).await,
                     (state, Frame::Binary(_)) => state,
@@ -293,6 +329,44 @@ impl RelayLink {
         }
     }
 
+    /// A frame of a host's sealed pairing session before its bearer: opened, it must be the
+    /// bearer. Anything that does not open closes the session with nothing run.
+    async fn on_sealed_bearer(&self, frame: Frame, deadline: Instant, mut io: SessionIo, to: &ToPeer) -> Peer {
+        let text = match io.input.open(frame) {
+            Ok(Some(Frame::Text(text))) => text,
+            Ok(_) => return Peer::AwaitingSealedBearer { deadline, io },
+            Err(broken) => {
+                warn!("{broken}; the host's session is closed");
+                return self.break_sealed(to).await;
+            }
+        };
+        let hello_ok = |admission: &_| self.ctx.hello_ok(admission);
+        match admit_sealed_bearer(self.gate.as_ref(), &text, hello_ok, &io.out).await {
+            Ok(admission) => {
+                self.report(LinkEvent::PeerAdmitted);
+                let revoked = admission.revoked.clone();
+                let writer = io.out.clone();
+                let session = Session::new(self.ctx.clone(), admission.caller, io.out).relayed();
+                Peer::Ready { session: Box::new(session), writer, inbound: io.input, revoked }
+            }
+            Err(ErrorCode::UnauthenticatedCall) => Peer::AwaitingSealedBearer { deadline, io },
+            Err(code) => {
+                let _ = io.out.send(Frame::from(AgentMessage::error(code))).await;
+                self.report(LinkEvent::PeerRefused { code });
+                Peer::Refused
+            }
+        }
+    }
+
+    /// Ends a sealed session that received what it cannot open: the peer hears
+    /// `sealed-session-broken` and its socket is closed 1008.
+    async fn break_sealed(&self, to: &ToPeer) -> Peer {
+        to.send(AgentMessage::error(ErrorCode::SealedSessionBroken)).await;
+        to.close(CloseCode::Policy, ErrorCode::SealedSessionBroken.as_str());
+        self.report(LinkEvent::PeerRefused { code: ErrorCode::SealedSessionBroken });
+        Peer::Refused
+    }
+
     /// A frame of an admitted peer's session, opened first when the session is sealed. A sealed
     /// session that receives what it cannot open ends here with nothing run, and its socket is
     /// closed 1008 `sealed-session-broken`.
@@ -300,6 +374,7 @@ impl RelayLink {
         &self,
         frame: Frame,
         mut session: Box<Session>,
+        writer: mpsc::Sender<Frame>,
         mut inbound: SessionInput,
         revoked: Option<CancellationToken>,
         to: &ToPeer,
@@ -316,13 +391,10 @@ impl RelayLink {
             Err(broken) => {
                 warn!("{broken}; the phone's session is closed");
                 drop(session);
-                to.send(AgentMessage::error(ErrorCode::SealedSessionBroken)).await;
-                to.close(CloseCode::Policy, ErrorCode::SealedSessionBroken.as_str());
-                self.report(LinkEvent::PeerRefused { code: ErrorCode::SealedSessionBroken });
-                return Peer::Refused;
+                return self.break_sealed(to).await;
             }
         }
-        Peer::Ready { session, inbound, revoked }
+        Peer::Ready { session, writer, inbound, revoked }
     }
 
     async fn on_text(&self, peer: Peer, text: &str, to: &ToPeer, slot: &mut PeerSlot) -> Peer {
@@ -333,6 +405,18 @@ impl RelayLink {
                     to.send(answer).await;
                     return Peer::AwaitingBearer { deadline };
                 }
+                Ok(HelloVerdict::AwaitSealedBearer(seal)) => {
+                    let (session_out, forwarder) = to.forward();
+                    slot.forwarder = Some(forwarder);
+                    return match seal.open(session_out, &self.ctx.status.sessions).await {
+                        Ok(io) => Peer::AwaitingSealedBearer { deadline, io },
+                        Err(err) => {
+                            warn!("cannot answer the host's sealed hello: {err:#}");
+                            to.send(AgentMessage::error(ErrorCode::Internal)).await;
+                            Peer::Refused
+                        }
+                    };
+                }
                 // Anything but a hello is ignored until a good hello arrives.
                 Err(ErrorCode::UnauthenticatedCall) => return Peer::AwaitingHello { deadline, challenge },
                 Err(code) => Err(code),
@@ -342,7 +426,7 @@ impl RelayLink {
                 Err(ErrorCode::UnauthenticatedCall) => return Peer::AwaitingBearer { deadline },
                 Err(code) => Err(code),
             },
-            ready @ Peer::Ready { .. } => return ready,
+            other @ (Peer::Ready { .. } | Peer::AwaitingSealedBearer { .. }) => return other,
             Peer::Refused => return Peer::Refused,
         };
         match admitted {
@@ -360,8 +444,9 @@ impl RelayLink {
                 };
                 self.report(LinkEvent::PeerAdmitted);
                 let revoked = admission.revoked.clone();
+                let writer = io.out.clone();
                 let session = Session::new(self.ctx.clone(), admission.caller, io.out).relayed();
-                Peer::Ready { session: Box::new(session), inbound: io.input, revoked }
+                Peer::Ready { session: Box::new(session), writer, inbound: io.input, revoked }
             }
             Err(code) => {
                 to.send(AgentMessage::error(code)).await;

@@ -215,6 +215,16 @@ impl Session {
             approvals::voice_prompts(notice).map(VoiceInput::Text)
         });
         self.ctx.tasks.spawn(tell);
+        // And of every turn that ends or session that fails while the call runs.
+        if let Some(sessions) = &self.ctx.sessions {
+            let told = crate::sessions::voice::tell(
+                sessions.clone(),
+                voice.input.clone(),
+                voice.end.clone(),
+                VoiceInput::Text,
+            );
+            self.ctx.tasks.spawn(told);
+        }
         self.voice = Some(voice);
     }
 

@@ -6,7 +6,7 @@ use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use rand::TryRngCore;
 
 use crate::error::ConfigError;
-use crate::secret::is_lower_hex;
+use crate::secret::{is_lower_hex, Secret};
 use crate::state::{check_private, read_text_if_exists, Home};
 
 /// File holding the identity seed.
@@ -17,6 +17,8 @@ pub const ENV_KEY_HEX_LEN: usize = 64;
 pub const NONCE_HEX_LEN: std::ops::RangeInclusive<usize> = 32..=128;
 /// Prefix of every signed hello: the key signs nothing but voxa environment hellos.
 const HELLO_CONTEXT: &[u8] = b"voxa-env-hello/2\n";
+/// Prefix of a signed sealed hello (protocol 3), which also covers the session's handshake hash.
+const SEALED_HELLO_CONTEXT: &[u8] = b"voxa-env-hello/3\n";
 /// The role label in what the environment signs: the signature answers a host, never the reverse.
 pub const ENVIRONMENT_ROLE: &str = "environment";
 
@@ -32,6 +34,10 @@ pub struct HelloBinding<'a> {
     pub host_nonce: &'a str,
     /// The environment's nonce, sent beside the signature.
     pub env_nonce: &'a str,
+    /// A sealed session's Noise handshake hash (protocol 3): the signature then proves that
+    /// this environment holds the far end of exactly this channel, so no one in between (a
+    /// relay running two handshakes) can pass it on. `None` for a protocol-2 hello.
+    pub handshake: Option<&'a [u8; 32]>,
 }
 
 /// SHA-256 of a pairing's relay code, as both sides put it in [`HelloBinding`].
@@ -108,23 +114,34 @@ impl Identity {
     }
 }
 
-/// `voxa-env-hello/2\n` `role=environment\n` `code=<64 hex>\n` `host=<nonce>\n` `env=<nonce>`.
+/// `voxa-env-hello/2\n` `role=environment\n` `code=<64 hex>\n` `host=<nonce>\n` `env=<nonce>\n`;
+/// a sealed hello is `voxa-env-hello/3\n`, the same lines and `hash=<64 hex>\n`.
 fn hello_message(binding: &HelloBinding<'_>) -> Vec<u8> {
     let mut message =
-        Vec::with_capacity(HELLO_CONTEXT.len() + 128 + binding.host_nonce.len() + binding.env_nonce.len());
-    message.extend_from_slice(HELLO_CONTEXT);
-    for (label, value) in [
-        ("role", ENVIRONMENT_ROLE),
-        ("code", hex::encode(binding.code_hash).as_str()),
-        ("host", binding.host_nonce),
-        ("env", binding.env_nonce),
-    ] {
+        Vec::with_capacity(SEALED_HELLO_CONTEXT.len() + 200 + binding.host_nonce.len() + binding.env_nonce.len());
+    let hash = binding.handshake.map(hex::encode);
+    message.extend_from_slice(if hash.is_some() { SEALED_HELLO_CONTEXT } else { HELLO_CONTEXT });
+    let code = hex::encode(binding.code_hash);
+    let lines = [
+        ("role", Some(ENVIRONMENT_ROLE)),
+        ("code", Some(code.as_str())),
+        ("host", Some(binding.host_nonce)),
+        ("env", Some(binding.env_nonce)),
+        ("hash", hash.as_deref()),
+    ];
+    for (label, value) in lines.into_iter().filter_map(|(label, value)| Some((label, value?))) {
         message.extend_from_slice(label.as_bytes());
         message.push(b'=');
         message.extend_from_slice(value.as_bytes());
         message.push(b'\n');
     }
     message
+}
+
+/// The Noise pre-shared key's input on a pairing: the hash of the pairing's bearer, which the
+/// host holds and the environment stored, and a relay that knows the pairing's code does not.
+pub fn pairing_psk_input(bearer_hash: &[u8; 32]) -> Secret {
+    Secret::from_string(hex::encode(bearer_hash))
 }
 
 /// True when `nonce` has the shape an environment agrees to sign.
@@ -178,7 +195,7 @@ mod tests {
         let (host, env) = (crate::protocol::new_nonce().unwrap(), crate::protocol::new_nonce().unwrap());
         assert!(is_valid_nonce(&host));
         let code = code_hash(&"0".repeat(32));
-        let binding = HelloBinding { code_hash: &code, host_nonce: &host, env_nonce: &env };
+        let binding = HelloBinding { code_hash: &code, host_nonce: &host, env_nonce: &env, handshake: None };
         let signature = first.sign_hello(&binding);
         assert!(verify_hello(&first.env_key(), &binding, &signature));
         let other = Identity::generate().unwrap();
@@ -193,7 +210,7 @@ mod tests {
         let key = identity.env_key();
         let (host, env) = ("a".repeat(32), "b".repeat(32));
         let (code, other_code) = (code_hash(&"0".repeat(32)), code_hash(&"1".repeat(32)));
-        let signed = HelloBinding { code_hash: &code, host_nonce: &host, env_nonce: &env };
+        let signed = HelloBinding { code_hash: &code, host_nonce: &host, env_nonce: &env, handshake: None };
         let signature = identity.sign_hello(&signed);
         assert!(verify_hello(&key, &signed, &signature));
         let elsewhere = [

@@ -51,6 +51,8 @@ struct Call {
     input: mpsc::Sender<VoiceInput>,
     end: CancellationToken,
     deadline: Instant,
+    /// Unix ms at the start: session events from before it are not news.
+    started_ms: u64,
 }
 
 /// How far a session's hello has come, as far as the relay can tell: it cannot check the proofs
@@ -312,7 +314,8 @@ impl<'a> LiveSession<'a> {
             log_call(&code, started, &summary, failure);
         });
         let deadline = Instant::now() + self.hosting.config.max_call_time;
-        self.call = Some(Call { input, end, deadline });
+        let started_ms = crate::sessions::event::now_ms();
+        self.call = Some(Call { input, end, deadline, started_ms });
     }
 
     /// A fragment of the agent's frame to this phone: the frame is put together (within the
@@ -383,7 +386,25 @@ impl<'a> LiveSession<'a> {
                 self.to_phone_message(AgentMessage::Image(image)).await;
             }
             "tool_progress" if own => {}
+            "agent_event" => {
+                self.tell_call_of_session(&frame.payload);
+                self.to_phone(frame).await;
+            }
             _ => self.to_phone(frame).await,
+        }
+    }
+
+    /// A session event on its way to the phone: a turn that ended or a session that failed since
+    /// the call started is told to the call's model.
+    fn tell_call_of_session(&self, payload: &[u8]) {
+        let Some(call) = &self.call else { return };
+        let Ok(event) = serde_json::from_slice::<crate::sessions::SessionEvent>(payload) else { return };
+        if event.at < call.started_ms {
+            return;
+        }
+        if let Some(note) = crate::sessions::voice::voice_note(&event, None) {
+            // A full queue means the call is behind; the phone still shows the event.
+            let _ = call.input.try_send(VoiceInput::Text(note));
         }
     }
 

@@ -55,9 +55,10 @@ pub trait HelloCredential {
     fn answer_limit(&self) -> Option<Duration>;
     /// What to do with one answer of the agent's.
     fn answer(&mut self, answer: AgentMessage, challenge: Option<&str>, nonce: &str) -> AnswerStep;
-    /// The hello of a sealed session answering `challenge`, for a credential that seals; `None`
-    /// sends [`HelloCredential::hello`]'s.
-    fn sealed_hello(&mut self, _challenge: &str) -> Option<Result<Hello, HelloError>> {
+    /// The hello of a sealed session, for a credential that seals: given the agent's challenge
+    /// (after [`Opening::Challenge`]) and this client's fresh nonce. `None` sends
+    /// [`HelloCredential::hello`]'s.
+    fn sealed_hello(&mut self, _challenge: Option<&str>, _nonce: &str) -> Option<Result<Hello, HelloError>> {
         None
     }
     /// The keys of the sealed session, once an answer was accepted: the socket is sealed with
@@ -87,6 +88,9 @@ pub enum AnswerStep {
     Reject(HelloError),
     /// Not an answer to this step; keep waiting.
     Ignore,
+    /// The handshake is complete: seal the socket with these keys and keep reading (what
+    /// follows arrives sealed).
+    Seal(Keys),
 }
 
 /// How a hello failed. Each client words these its own way.
@@ -114,6 +118,9 @@ pub enum HelloError {
     Restarted,
     /// An answer that does not fit the step it answers.
     Unexpected,
+    /// The agent answered a sealed hello without sealing the session: it speaks an older
+    /// protocol, or something between rewrote the hello.
+    Unsealed,
     /// This machine could not make a nonce.
     Internal(anyhow::Error),
 }
@@ -150,7 +157,7 @@ async fn exchange(socket: &mut ClientSocket, credential: &mut impl HelloCredenti
         }
     };
     let nonce = protocol::new_nonce().map_err(HelloError::Internal)?;
-    let sealed = challenge.as_deref().and_then(|challenge| credential.sealed_hello(challenge)).transpose()?;
+    let sealed = credential.sealed_hello(challenge.as_deref(), &nonce).transpose()?;
     let hello = sealed.unwrap_or_else(|| credential.hello(challenge.as_deref(), &nonce));
     let mut frame = ClientMessage::Hello(hello);
     loop {
@@ -187,6 +194,7 @@ async fn answer(
             AnswerStep::Accept(ok) => return Ok(ControlFlow::Break(ok)),
             AnswerStep::Reject(failure) => return Err(failure),
             AnswerStep::Ignore => continue,
+            AnswerStep::Seal(keys) => socket.seal(keys),
         }
     }
 }
@@ -300,10 +308,8 @@ impl HelloCredential for TokenProof<'_> {
         None
     }
 
-    fn sealed_hello(&mut self, challenge: &str) -> Option<Result<Hello, HelloError>> {
-        if !self.seals {
-            return None;
-        }
+    fn sealed_hello(&mut self, challenge: Option<&str>, _nonce: &str) -> Option<Result<Hello, HelloError>> {
+        let challenge = challenge.filter(|_| self.seals)?;
         Some(Initiator::start(self.token, challenge).map_err(HelloError::Internal).map(|(initiator, message)| {
             self.initiator = Some(initiator);
             Hello {
@@ -372,6 +378,7 @@ async fn token_hello(socket: &mut ClientSocket, mut proof: TokenProof<'_>) -> Re
         HelloError::Absent | HelloError::TimedOut | HelloError::Unexpected => {
             anyhow!("the agent did not answer the hello")
         }
+        HelloError::Unsealed => anyhow!("the agent did not seal the session it was asked to seal"),
         HelloError::Internal(err) => err,
     })
 }

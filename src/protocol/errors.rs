@@ -85,10 +85,13 @@ pub enum ErrorCode {
     SealedSessionBroken,
     /// This agent accepts sealed sessions (protocol 3) only.
     SealedSessionRequired,
+    /// The file changed on the laptop since the caller read it (its `version` differs), or the
+    /// name a move, restore or new file wants is taken; nothing was changed.
+    Conflict,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 25] = [
+    pub const ALL: [ErrorCode; 26] = [
         ErrorCode::UnknownTool,
         ErrorCode::InvalidArgs,
         ErrorCode::OutsideWorkspace,
@@ -114,6 +117,7 @@ impl ErrorCode {
         ErrorCode::EnvironmentIdentityMismatch,
         ErrorCode::SealedSessionBroken,
         ErrorCode::SealedSessionRequired,
+        ErrorCode::Conflict,
     ];
 
     /// The code as it appears on the wire.
@@ -144,6 +148,7 @@ impl ErrorCode {
             ErrorCode::EnvironmentIdentityMismatch => "environment-identity-mismatch",
             ErrorCode::SealedSessionBroken => "sealed-session-broken",
             ErrorCode::SealedSessionRequired => "sealed-session-required",
+            ErrorCode::Conflict => "conflict",
         }
     }
 

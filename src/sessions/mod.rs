@@ -18,6 +18,7 @@ pub mod process;
 pub mod runner;
 pub mod store;
 pub mod tools;
+pub mod voice;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;

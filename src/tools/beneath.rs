@@ -111,6 +111,23 @@ pub(crate) fn rename(dir: impl AsFd, from: &OsStr, to: &OsStr) -> io::Result<()>
     Ok(rustix::fs::renameat(dir, from, dir, to)?)
 }
 
+/// Moves `from` in `from_dir` to `to` in `to_dir`, refusing (`AlreadyExists`) when `to` exists.
+/// Atomic on Linux (`RENAME_NOREPLACE`); elsewhere checked just before the rename.
+pub(crate) fn rename_new(from_dir: impl AsFd, from: &OsStr, to_dir: impl AsFd, to: &OsStr) -> io::Result<()> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use rustix::fs::RenameFlags;
+        match rustix::fs::renameat_with(&from_dir, from, &to_dir, to, RenameFlags::NOREPLACE) {
+            Err(rustix::io::Errno::NOSYS | rustix::io::Errno::INVAL) if stat(&to_dir, to).is_err() => {}
+            other => return Ok(other?),
+        }
+    }
+    if stat(&to_dir, to).is_ok() {
+        return Err(io::ErrorKind::AlreadyExists.into());
+    }
+    Ok(rustix::fs::renameat(from_dir, from, to_dir, to)?)
+}
+
 /// Removes the file `name` inside `dir`.
 pub(crate) fn remove_file(dir: impl AsFd, name: &OsStr) -> io::Result<()> {
     Ok(rustix::fs::unlinkat(dir, name, AtFlags::empty())?)

@@ -184,7 +184,7 @@ pub(crate) async fn run(
     output.flush_progress();
 
     let exit_code = exit_code(&status);
-    let mut text = if stream_json { answer.text() } else { output.text().to_owned() };
+    let mut text = if stream_json { answer.text() } else { output.text() };
     if text.trim().is_empty() && exit_code != 0 {
         text = suffix(String::from_utf8_lossy(&stderr).trim(), STDERR_KEEP).to_owned();
     }

@@ -12,6 +12,8 @@
 //!   as a terminal closing would: no process outlives its call.
 //! - A timeout or cancel kills the whole session and answers the `timeout` / `cancelled` error;
 //!   the message quotes the last ~2 KiB of output (everything before was streamed as progress).
+//! - Output past the cap keeps its first and its last 128 KiB; `omitted_bytes` counts what was
+//!   left out between, and a line in `output` says so where it was (see [`super::output`]).
 
 use std::ffi::OsString;
 use std::io::{ErrorKind, Read, Write};
@@ -99,11 +101,12 @@ fn answer(joined: Joined, started: Instant) -> Result<Value, ToolError> {
     let Some(status) = outcome.status else {
         return Err(internal(format!("lost track of the command{}", last_output(&outcome.output))));
     };
-    let (output, truncated) = outcome.output.into_text();
+    let (output, omitted) = outcome.output.into_text();
     let mut result = json!({
         "exit_code": status.exit_code(),
         "output": output,
-        "truncated": truncated,
+        "truncated": omitted > 0,
+        "omitted_bytes": omitted,
         // A command that runs out of time answers the `timeout` error instead of a result.
         "timed_out": false,
         "duration_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
@@ -347,6 +350,30 @@ mod tests {
         assert_eq!(result["output"], "green\ndumb\n");
         assert_eq!(result["exit_code"], 3);
         assert_eq!(result["truncated"], false);
+        assert_eq!(result["omitted_bytes"], 0);
+    }
+
+    #[tokio::test]
+    async fn long_output_keeps_its_head_and_its_tail_and_counts_the_middle() {
+        // 600,000 numbered lines' worth: far past the cap, the last line is the one that matters.
+        let command = "seq 1 100000; echo the-error-at-the-end";
+        let result = run_command(request(command, Duration::from_secs(60)), env(), None, CancellationToken::new())
+            .await
+            .unwrap();
+        let output = result["output"].as_str().unwrap();
+        let omitted = result["omitted_bytes"].as_u64().unwrap() as usize;
+        assert_eq!(result["truncated"], true);
+        assert!(output.starts_with("1\n2\n3\n"), "{}", &output[..20]);
+        assert!(output.ends_with("99999\n100000\nthe-error-at-the-end\n"), "{}", &output[output.len() - 40..]);
+        assert!(output.contains(&super::super::output::omitted_line(omitted)));
+        let printed: usize = (1..=100000).map(|n: usize| n.to_string().len() + 1).sum::<usize>() + 21;
+        // The marker line, and a line break before it when the head ended mid-line.
+        let kept = output.len() - super::super::output::omitted_line(omitted).len();
+        assert!(kept <= crate::protocol::OUTPUT_CAP + 1, "{kept}");
+        assert!(
+            [printed, printed + 1].contains(&(kept + omitted)),
+            "every byte is kept or counted: {kept} + {omitted} vs {printed}"
+        );
     }
 
     #[tokio::test]

@@ -438,6 +438,11 @@ mod tests {
             "read_file",
             "write_file",
             "list_dir",
+            "move_file",
+            "delete_file",
+            "list_trash",
+            "restore_file",
+            "upload_file",
             "screenshot",
             "coding_agent",
             "approve",
@@ -445,7 +450,10 @@ mod tests {
         ];
         assert_eq!(plain.tools.tool_names(), all);
         let host = Fixture::new(true, read_only());
-        assert_eq!(host.tools.tool_names(), ["read_file", "list_dir", "screenshot", "approve", "approvals", "fleet"]);
+        assert_eq!(
+            host.tools.tool_names(),
+            ["read_file", "list_dir", "list_trash", "screenshot", "approve", "approvals", "fleet"]
+        );
     }
 
     #[test]

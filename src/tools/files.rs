@@ -7,11 +7,19 @@
 //! file's permissions. Only regular files are read or written; FIFOs and devices are refused
 //! without being opened for blocking. Every operation starts from the workspace's directory
 //! handle and follows no link (see [`beneath`]).
+//!
+//! Versions: `read_file` answers the `version` of what it read whole — `sha256:` and the first
+//! 32 hex digits of the SHA-256 of the file's bytes. A write or an upload that carries it replaces
+//! the file only while it still has that content, else it is refused `conflict` and nothing
+//! changes; `"new"` asks for a file that does not exist yet. A content hash, not size and time: a
+//! same-size edit within one clock tick is still seen, and saving what is already there is no
+//! conflict. The check runs just before the rename that commits, so only a change landing in that
+//! instant can slip between.
 
 use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -20,6 +28,7 @@ use std::sync::OnceLock;
 use base64::Engine as _;
 use rustix::fs::{FileType, Mode, OFlags};
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use super::beneath;
@@ -51,29 +60,63 @@ impl Encoding {
     }
 }
 
-/// `read_file {path, max_bytes?}` → `{path, content, size, truncated, encoding}`.
-pub(crate) fn read_file(workspace: &Workspace, path: &str, max_bytes: Option<u64>) -> Result<Value, ToolError> {
+/// `version` that asks for a file that does not exist yet.
+pub(crate) const NEW_VERSION: &str = "new";
+
+/// The `version` of a file's whole content.
+pub(crate) fn version_of(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(&Sha256::digest(bytes)[..16]))
+}
+
+/// A validated `read_file` call.
+pub(crate) struct ReadRequest {
+    pub path: String,
+    pub max_bytes: Option<u64>,
+    /// Where to start, for a download in chunks.
+    pub offset: u64,
+    /// Base64 whatever the bytes are, so chunks never split a character.
+    pub base64: bool,
+}
+
+/// `read_file {path, max_bytes?, offset?, encoding?}` →
+/// `{path, content, size, offset, truncated, encoding, version?}`; `version` when the whole file was read.
+pub(crate) fn read_file(workspace: &Workspace, request: &ReadRequest) -> Result<Value, ToolError> {
+    let ReadRequest { path, max_bytes, offset, base64 } = request;
+    let path = path.as_str();
     let resolved = workspace.resolve(path)?;
     if !resolved.exists {
         return Err(ToolError::new(ErrorCode::NotFound, format!("{path} does not exist")));
     }
-    let file = open_regular(workspace, resolved.relative(workspace), path)?;
+    let mut file = open_regular(workspace, resolved.relative(workspace), path)?;
     let size = file.metadata().map_err(|err| io_error(path, &err))?.len();
+    if *offset > 0 {
+        file.seek(SeekFrom::Start(*offset)).map_err(|err| io_error(path, &err))?;
+    }
     let limit = max_bytes.unwrap_or(OUTPUT_CAP as u64).min(OUTPUT_CAP as u64);
     // One byte past the limit tells a full read from a truncated one even when the size lies
     // (files that grow, pseudo-files that report 0).
-    let mut bytes = Vec::with_capacity(size.min(limit + 1) as usize);
+    let mut bytes = Vec::with_capacity(size.saturating_sub(*offset).min(limit + 1) as usize);
     file.take(limit + 1).read_to_end(&mut bytes).map_err(|err| io_error(path, &err))?;
     let truncated = bytes.len() as u64 > limit;
     bytes.truncate(limit as usize);
-    let (content, encoding) = encode(bytes, truncated);
-    Ok(json!({
+    let version = (*offset == 0 && !truncated).then(|| version_of(&bytes));
+    let (content, encoding) = if *base64 {
+        (base64::engine::general_purpose::STANDARD.encode(&bytes), "base64")
+    } else {
+        encode(bytes, truncated)
+    };
+    let mut result = json!({
         "path": workspace.display(&resolved.real),
         "content": content,
         "size": size,
+        "offset": offset,
         "truncated": truncated,
         "encoding": encoding,
-    }))
+    });
+    if let Some(version) = version {
+        result["version"] = Value::String(version);
+    }
+    Ok(result)
 }
 
 /// Text when the bytes are UTF-8 (a character cut by truncation is dropped), else base64.
@@ -105,15 +148,37 @@ fn open_regular(workspace: &Workspace, relative: &Path, shown: &str) -> Result<F
     Ok(file)
 }
 
+/// What a write expects to find before it replaces the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Expected {
+    /// Whatever is there (no `version` given).
+    Anything,
+    /// No file yet (`"new"`).
+    Absent,
+    /// The file with this `version`.
+    Version(String),
+}
+
+impl Expected {
+    pub fn parse(version: Option<&str>) -> Self {
+        match version {
+            None => Expected::Anything,
+            Some(NEW_VERSION) => Expected::Absent,
+            Some(version) => Expected::Version(version.to_owned()),
+        }
+    }
+}
+
 /// A validated `write_file` call.
 pub(crate) struct WriteRequest {
     pub path: String,
     pub content: String,
     pub encoding: Encoding,
     pub create_dirs: bool,
+    pub expected: Expected,
 }
 
-/// `write_file {path, content, create_dirs?, encoding?}` → `{path, bytes_written}`.
+/// `write_file {path, content, create_dirs?, encoding?, version?}` → `{path, bytes_written, size, version}`.
 ///
 /// The new content goes to a temporary file created 0600 beside the target (relative to the same
 /// directory handle), gets the old file's mode (or the default for new files), and is renamed over
@@ -124,28 +189,132 @@ pub(crate) fn write_file(
     request: &WriteRequest,
     cancel: &CancellationToken,
 ) -> Result<Value, ToolError> {
-    let WriteRequest { path, content, encoding, create_dirs } = request;
+    let WriteRequest { path, content, encoding, create_dirs, expected } = request;
     let path = path.as_str();
     let bytes = decode_content(content, *encoding)?;
-    let resolved = workspace.resolve(path)?;
-    let relative = resolved.relative(workspace);
-    let (Some(parent), Some(name)) = (relative.parent(), relative.file_name()) else {
-        return Err(ToolError::new(ErrorCode::InvalidArgs, format!("{path} is the workspace directory")));
-    };
-    let dir = target_dir(workspace, parent, path, *create_dirs)?;
-    let mode = mode_for(&dir, name, path)?;
-    let tmp = OsString::from(format!(".{}.voxa-{:016x}.tmp", name.to_string_lossy(), rand::random::<u64>()));
-    match replace(&dir, &tmp, name, &bytes, mode, cancel) {
-        Ok(true) => Ok(json!({ "path": workspace.display(&resolved.real), "bytes_written": bytes.len() })),
-        Ok(false) => {
-            let _ = beneath::remove_file(&dir, &tmp);
-            Err(ToolError::new(ErrorCode::Cancelled, format!("cancelled; {path} was not changed")))
+    let target = Target::open(workspace, path, *create_dirs)?;
+    let tmp = OsString::from(format!(".{}.voxa-{:016x}.tmp", target.name.to_string_lossy(), rand::random::<u64>()));
+    let written = (|| {
+        let mut file = create_private(&target.dir, &tmp, true)?;
+        file.write_all(&bytes)?;
+        Ok(file)
+    })();
+    let outcome =
+        written.map_err(|err| io_error(path, &err)).and_then(|file| target.commit(file, &tmp, expected, cancel));
+    if outcome.is_err() {
+        let _ = beneath::remove_file(&target.dir, &tmp);
+    }
+    outcome?;
+    Ok(json!({
+        "path": workspace.display(&target.real),
+        "bytes_written": bytes.len(),
+        "size": bytes.len(),
+        "version": version_of(&bytes),
+    }))
+}
+
+/// The file a write or upload replaces: its directory handle, name and real path.
+pub(crate) struct Target {
+    pub dir: OwnedFd,
+    pub name: OsString,
+    pub real: std::path::PathBuf,
+    /// The path as given, for messages.
+    shown: String,
+}
+
+impl Target {
+    pub fn open(workspace: &Workspace, path: &str, create_dirs: bool) -> Result<Target, ToolError> {
+        let resolved = workspace.resolve(path)?;
+        let relative = resolved.relative(workspace);
+        let (Some(parent), Some(name)) = (relative.parent(), relative.file_name()) else {
+            return Err(ToolError::new(ErrorCode::InvalidArgs, format!("{path} is the workspace directory")));
+        };
+        let dir = target_dir(workspace, parent, path, create_dirs)?;
+        Ok(Target { name: name.to_owned(), dir, real: resolved.real.clone(), shown: path.to_owned() })
+    }
+
+    /// Gives the finished temporary file `tmp` the target's mode and renames it over the target,
+    /// if the target is still what `expected` says. `cancel` is looked at once, just before: a
+    /// cancelled call either wrote nothing or answers that it wrote. The caller removes `tmp` on error.
+    pub fn commit(
+        &self,
+        file: File,
+        tmp: &OsStr,
+        expected: &Expected,
+        cancel: &CancellationToken,
+    ) -> Result<(), ToolError> {
+        let path = self.shown.as_str();
+        let mode = mode_for(&self.dir, &self.name, path)?;
+        // Widened only now that the content is final, and before it takes the target's name.
+        rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).map_err(|errno| io_error(path, &errno.into()))?;
+        file.sync_all().map_err(|err| io_error(path, &err))?;
+        drop(file);
+        if cancel.is_cancelled() {
+            return Err(ToolError::new(ErrorCode::Cancelled, format!("cancelled; {path} was not changed")));
         }
-        Err(err) => {
-            let _ = beneath::remove_file(&dir, &tmp);
-            Err(io_error(path, &err))
+        // Both renames replace a symlink swapped in meanwhile instead of following it.
+        match expected {
+            Expected::Absent => beneath::rename_new(&self.dir, tmp, &self.dir, &self.name).map_err(|err| {
+                if err.kind() == ErrorKind::AlreadyExists {
+                    conflict(format!(
+                        "{path} already exists on the laptop; read it to compare, or save with its version"
+                    ))
+                } else {
+                    io_error(path, &err)
+                }
+            }),
+            Expected::Version(version) => {
+                let current = current_version(&self.dir, &self.name).map_err(|err| io_error(path, &err))?;
+                match current {
+                    Some(current) if current == *version => {}
+                    Some(current) => {
+                        return Err(conflict(format!(
+                            "{path} changed on the laptop since it was read (now {current}); nothing was saved"
+                        )))
+                    }
+                    None => {
+                        return Err(conflict(format!(
+                            "{path} was removed on the laptop since it was read; nothing was saved"
+                        )))
+                    }
+                }
+                beneath::rename(&self.dir, tmp, &self.name).map_err(|err| io_error(path, &err))
+            }
+            Expected::Anything => beneath::rename(&self.dir, tmp, &self.name).map_err(|err| io_error(path, &err)),
         }
     }
+}
+
+fn conflict(message: String) -> ToolError {
+    ToolError::new(ErrorCode::Conflict, message)
+}
+
+/// The `version` of `name` in `dir` as it is now; `None` when nothing is there. A file too large
+/// to have been read whole gets a version no read handed out.
+fn current_version(dir: &OwnedFd, name: &OsStr) -> std::io::Result<Option<String>> {
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let file = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+        Ok(fd) => File::from(fd),
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(errno) => return Err(errno.into()),
+    };
+    if !file.metadata()?.is_file() {
+        return Ok(Some("not-a-file".to_owned()));
+    }
+    let mut bytes = Vec::new();
+    file.take(OUTPUT_CAP as u64 + 1).read_to_end(&mut bytes)?;
+    if bytes.len() > OUTPUT_CAP {
+        return Ok(Some("too-large-to-compare".to_owned()));
+    }
+    Ok(Some(version_of(&bytes)))
+}
+
+/// A new file `name` in `dir`, 0600 from its first byte, never through a link; `fresh` refuses
+/// one that exists, else an existing one is opened for appending.
+pub(crate) fn create_private(dir: &OwnedFd, name: &OsStr, fresh: bool) -> std::io::Result<File> {
+    let base = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let flags = if fresh { base | OFlags::CREATE | OFlags::EXCL } else { base | OFlags::APPEND };
+    Ok(File::from(rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600))?))
 }
 
 /// The bytes to write, within [`MAX_WRITE_LEN`] (checked before and after decoding).
@@ -166,7 +335,12 @@ fn decode_content(content: &str, encoding: Encoding) -> Result<Cow<'_, [u8]>, To
 }
 
 /// The directory the file goes in, opened beneath the workspace (and created with `create_dirs`).
-fn target_dir(workspace: &Workspace, parent: &Path, path: &str, create_dirs: bool) -> Result<OwnedFd, ToolError> {
+pub(crate) fn target_dir(
+    workspace: &Workspace,
+    parent: &Path,
+    path: &str,
+    create_dirs: bool,
+) -> Result<OwnedFd, ToolError> {
     match beneath::open_dir(workspace.handle(), parent) {
         Ok(dir) => Ok(dir),
         Err(err) if err.kind() == ErrorKind::NotFound && create_dirs => {
@@ -182,7 +356,7 @@ fn target_dir(workspace: &Workspace, parent: &Path, path: &str, create_dirs: boo
 
 /// The mode the written file gets: the old file's, or the default for a new one. Anything but a
 /// regular file in the way is refused.
-fn mode_for(dir: &OwnedFd, name: &OsStr, path: &str) -> Result<u32, ToolError> {
+pub(crate) fn mode_for(dir: &OwnedFd, name: &OsStr, path: &str) -> Result<u32, ToolError> {
     match beneath::stat(dir, name) {
         Ok(stat) => match FileType::from_raw_mode(stat.st_mode) {
             FileType::Directory => Err(ToolError::new(ErrorCode::InvalidArgs, format!("{path} is a directory"))),
@@ -192,30 +366,6 @@ fn mode_for(dir: &OwnedFd, name: &OsStr, path: &str) -> Result<u32, ToolError> {
         Err(err) if err.kind() == ErrorKind::NotFound => Ok(0o666 & !umask()),
         Err(err) => Err(io_error(path, &err)),
     }
-}
-
-/// Writes `bytes` to a new 0600 file `tmp` in `dir`, gives it `mode` and renames it over `name`;
-/// `false` when `cancel` fired before the rename (the caller removes `tmp`).
-fn replace(
-    dir: &OwnedFd,
-    tmp: &OsStr,
-    name: &OsStr,
-    bytes: &[u8],
-    mode: u32,
-    cancel: &CancellationToken,
-) -> std::io::Result<bool> {
-    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let mut file = File::from(rustix::fs::openat(dir, tmp, flags, Mode::from_raw_mode(0o600))?);
-    file.write_all(bytes)?;
-    // Widened only now that the content is final, and before it takes the target's name.
-    rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))?;
-    file.sync_all()?;
-    if cancel.is_cancelled() {
-        return Ok(false);
-    }
-    // rename replaces a symlink swapped in meanwhile instead of following it.
-    beneath::rename(dir, tmp, name)?;
-    Ok(true)
 }
 
 /// This process's file creation mask, read without changing it (`umask(2)` can only swap it).
@@ -289,7 +439,44 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     fn write(path: &str, content: &str) -> WriteRequest {
-        WriteRequest { path: path.into(), content: content.into(), encoding: Encoding::Utf8, create_dirs: false }
+        WriteRequest {
+            path: path.into(),
+            content: content.into(),
+            encoding: Encoding::Utf8,
+            create_dirs: false,
+            expected: Expected::Anything,
+        }
+    }
+
+    fn read(path: &str) -> ReadRequest {
+        ReadRequest { path: path.into(), max_bytes: None, offset: 0, base64: false }
+    }
+
+    #[test]
+    fn a_write_with_the_version_read_replaces_and_one_with_an_old_version_is_a_conflict() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("notes.txt"), "one").unwrap();
+        let workspace = Workspace::new(tmp.path(), &[]).unwrap();
+        let cancel = CancellationToken::new();
+        let version = read_file(&workspace, &read("notes.txt")).unwrap()["version"].as_str().unwrap().to_owned();
+        let with = |content: &str, expected: Expected| WriteRequest { expected, ..write("notes.txt", content) };
+        let saved = write_file(&workspace, &with("two", Expected::Version(version.clone())), &cancel).unwrap();
+        assert_eq!(saved["size"], 3);
+        assert_eq!(saved["version"], read_file(&workspace, &read("notes.txt")).unwrap()["version"]);
+        let stale = write_file(&workspace, &with("three", Expected::Version(version)), &cancel).unwrap_err();
+        assert_eq!(stale.code, ErrorCode::Conflict);
+        assert_eq!(
+            write_file(&workspace, &with("x", Expected::Absent), &cancel).unwrap_err().code,
+            ErrorCode::Conflict
+        );
+        assert_eq!(std::fs::read_to_string(tmp.path().join("notes.txt")).unwrap(), "two");
+        write_file(&workspace, &WriteRequest { expected: Expected::Absent, ..write("new.txt", "n") }, &cancel).unwrap();
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 2, "no temporary file left behind");
+        // A part of a file comes with its offset and no version; base64 on request.
+        let part = ReadRequest { offset: 1, max_bytes: Some(1), base64: true, ..read("notes.txt") };
+        let part = read_file(&workspace, &part).unwrap();
+        assert_eq!((part["content"].as_str(), part["truncated"].as_bool()), (Some("dw=="), Some(true)));
+        assert!(part.get("version").is_none());
     }
 
     #[test]
@@ -308,7 +495,7 @@ mod tests {
         let status = std::process::Command::new("mkfifo").arg(tmp.path().join("pipe")).status().unwrap();
         assert!(status.success());
         let workspace = Workspace::new(tmp.path(), &[]).unwrap();
-        let err = read_file(&workspace, "pipe", None).unwrap_err();
+        let err = read_file(&workspace, &read("pipe")).unwrap_err();
         assert_eq!(err.code, ErrorCode::InvalidArgs);
         assert!(err.message.contains("not a regular file"), "{err}");
         let err = write_file(&workspace, &write("pipe", "x"), &CancellationToken::new()).unwrap_err();

@@ -14,6 +14,7 @@ pub(crate) mod coding_agent;
 mod command;
 pub mod declare;
 pub mod dispatch;
+mod entries;
 mod files;
 pub(crate) mod output;
 pub mod policy;
@@ -21,6 +22,7 @@ mod screenshot;
 mod sees;
 pub mod spec;
 pub(crate) mod supervise;
+mod upload;
 mod workspace;
 
 use std::ffi::{OsStr, OsString};
@@ -36,10 +38,12 @@ pub use coding_agent::{default_claude, CODING_AGENT_TIMEOUT, DEFAULT_AGENT, MAX_
 pub use command::{MAX_COMMAND_LEN, MAX_COMMAND_TIMEOUT, SHELL};
 pub use declare::{gemini_declarations, ENV_ARG};
 pub use dispatch::{AgentSessions, Dispatcher, EnvRouter, Terminals};
+pub use entries::MAX_TRASH_ITEMS;
 pub use files::{MAX_DIR_ENTRIES, MAX_WRITE_LEN};
 pub use screenshot::{MAX_SCREENSHOT_LEN, SCREENSHOT_TIMEOUT};
 pub use sees::coding_agents_seen;
 pub use spec::{Effect, ParamSpec, ParamType, Runs, ToolKind, ToolSpec, FLEET_TOOL, TOOLS};
+pub use upload::{MAX_UPLOAD_CHUNK, MAX_UPLOAD_LEN};
 
 use crate::approvals::{self, Broker, BrokerOptions};
 use crate::audit::Audit;
@@ -71,6 +75,8 @@ pub struct ToolboxOptions {
     pub env: Option<Vec<(OsString, OsString)>>,
     /// File that keeps the open approvals across a restart (`approvals.json` in the home).
     pub approvals_store: Option<PathBuf>,
+    /// Directory deleted files are moved to (`trash/` in the home); `None` refuses `delete_file`.
+    pub trash: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ToolboxOptions {
@@ -84,6 +90,7 @@ impl std::fmt::Debug for ToolboxOptions {
             .field("audit", &self.audit)
             .field("env", &env_names)
             .field("approvals_store", &self.approvals_store)
+            .field("trash", &self.trash)
             .finish()
     }
 }
@@ -180,6 +187,7 @@ struct Inner {
     config: Config,
     audit: Option<Audit>,
     approvals: Broker,
+    trash: Option<entries::Trash>,
     env: Arc<[(OsString, OsString)]>,
     calls: Arc<Semaphore>,
 }
@@ -211,6 +219,7 @@ impl Toolbox {
                 config: options.config,
                 audit: options.audit,
                 approvals,
+                trash: options.trash.map(entries::Trash::new),
                 env: env.into(),
                 calls: Arc::new(Semaphore::new(max_calls)),
             }),
@@ -288,9 +297,14 @@ impl Toolbox {
                 command::run_command(request, inner.env.clone(), progress, cancel).await.map(plain)
             }
             ToolKind::ReadFile => {
-                let path = args.str("path").unwrap_or_default().to_owned();
-                let max_bytes = args.u64("max_bytes");
-                self.blocking(cancel, move |ws| files::read_file(ws, &path, max_bytes)).await.map(plain)
+                let request = files::ReadRequest {
+                    path: args.str("path").unwrap_or_default().to_owned(),
+                    max_bytes: args.u64("max_bytes"),
+                    offset: args.u64("offset").unwrap_or(0),
+                    base64: args.str("encoding").map(files::Encoding::parse).transpose()?
+                        == Some(files::Encoding::Base64),
+                };
+                self.blocking(cancel, move |ws| files::read_file(ws, &request)).await.map(plain)
             }
             ToolKind::WriteFile => {
                 let request = files::WriteRequest {
@@ -302,14 +316,39 @@ impl Toolbox {
                         .map(files::Encoding::parse)
                         .transpose()?
                         .unwrap_or(files::Encoding::Utf8),
+                    expected: files::Expected::parse(args.str("version")),
                 };
-                // Not answered early on cancel: the write looks at the token before it commits,
-                // so the answer always tells whether the file changed.
-                let inner = self.inner.clone();
-                tokio::task::spawn_blocking(move || files::write_file(&inner.workspace, &request, &cancel))
-                    .await
-                    .unwrap_or_else(|err| Err(ToolError::new(ErrorCode::Internal, format!("tool failed: {err}"))))
-                    .map(plain)
+                self.committing(cancel, move |ws, cancel| files::write_file(ws, &request, cancel)).await
+            }
+            ToolKind::UploadFile => {
+                let request = upload::UploadRequest {
+                    path: args.str("path").unwrap_or_default().to_owned(),
+                    data: args.str("data").unwrap_or_default().to_owned(),
+                    offset: args.u64("offset").unwrap_or(0),
+                    done: args.bool("done").unwrap_or(false),
+                    expected: files::Expected::parse(args.str("version")),
+                };
+                self.committing(cancel, move |ws, cancel| upload::upload_file(ws, &request, cancel)).await
+            }
+            ToolKind::MoveFile => {
+                let from = args.str("from").unwrap_or_default().to_owned();
+                let to = args.str("to").unwrap_or_default().to_owned();
+                self.committing(cancel, move |ws, _| entries::move_file(ws, &from, &to)).await
+            }
+            ToolKind::DeleteFile => {
+                let path = args.str("path").unwrap_or_default().to_owned();
+                let trash = self.trash()?;
+                self.committing(cancel, move |ws, _| trash.delete(ws, &path)).await
+            }
+            ToolKind::ListTrash => {
+                let trash = self.trash()?;
+                self.blocking(cancel, move |_| trash.list()).await.map(plain)
+            }
+            ToolKind::RestoreFile => {
+                let id = args.str("id").unwrap_or_default().to_owned();
+                let to = args.str("to").map(str::to_owned);
+                let trash = self.trash()?;
+                self.committing(cancel, move |ws, _| trash.restore(ws, &id, to.as_deref())).await
             }
             ToolKind::ListDir => {
                 let path = args.str("path").map(str::to_owned);
@@ -414,6 +453,28 @@ impl Toolbox {
             joined = task => joined
                 .unwrap_or_else(|err| Err(ToolError::new(ErrorCode::Internal, format!("tool failed: {err}")))),
         }
+    }
+
+    /// Runs a file tool that changes the workspace off the async threads. Not answered early on
+    /// cancel: such a tool looks at the token before it commits (or is one short step), so the
+    /// answer always tells whether anything changed.
+    async fn committing<F>(&self, cancel: CancellationToken, work: F) -> Result<ToolOutput, ToolError>
+    where
+        F: FnOnce(&Workspace, &CancellationToken) -> Result<Value, ToolError> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || work(&inner.workspace, &cancel))
+            .await
+            .unwrap_or_else(|err| Err(ToolError::new(ErrorCode::Internal, format!("tool failed: {err}"))))
+            .map(plain)
+    }
+
+    /// The trash `delete_file` moves entries to.
+    fn trash(&self) -> Result<entries::Trash, ToolError> {
+        self.inner
+            .trash
+            .clone()
+            .ok_or_else(|| ToolError::new(ErrorCode::Unavailable, "this agent keeps no trash, so it deletes nothing"))
     }
 
     /// An existing directory inside the workspace; the root when `path` is absent.

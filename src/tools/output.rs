@@ -1,6 +1,7 @@
 //! Output of a running program: ANSI escapes stripped as the bytes stream in, the text capped at
-//! [`OUTPUT_CAP`], a short rolling tail kept for error messages, and progress chunks forwarded
-//! without ever blocking the reader.
+//! [`OUTPUT_CAP`] — the first half and the last half kept, with a line saying how much was left
+//! out between (the error at the end of a long build log is what matters most) — and progress
+//! chunks forwarded without ever blocking the reader.
 
 use tokio::sync::mpsc::{self, error::TrySendError};
 
@@ -77,17 +78,24 @@ impl AnsiStripper {
     }
 }
 
-/// Text collected from a program, bounded in memory whatever it prints.
+/// Text collected from a program, bounded in memory whatever it prints: the first `cap / 2`
+/// bytes and a rolling window of the last `cap / 2`.
 pub(crate) struct Output {
-    text: String,
-    cap: usize,
-    truncated: bool,
+    head: String,
+    head_cap: usize,
+    /// Set once a byte went past the head: from then on everything goes to the tail.
+    head_full: bool,
+    /// Everything after the head, cut back to its last `tail_cap` bytes whenever it doubles.
     tail: String,
+    tail_cap: usize,
+    /// Bytes pushed in all.
+    total: usize,
     progress: Option<mpsc::Sender<String>>,
     /// Progress not yet accepted by a full channel; sent with the next chunk.
     pending: String,
     /// Progress bytes accepted so far (pending included); never more than `cap`.
     progress_budget_used: usize,
+    cap: usize,
 }
 
 impl Output {
@@ -96,32 +104,45 @@ impl Output {
     }
 
     pub fn with_cap(progress: Option<mpsc::Sender<String>>, cap: usize) -> Self {
+        let head_cap = cap / 2;
         Output {
-            text: String::new(),
-            cap,
-            truncated: false,
+            head: String::new(),
+            head_cap,
+            head_full: false,
             tail: String::new(),
+            tail_cap: cap - head_cap,
+            total: 0,
             progress,
             pending: String::new(),
             progress_budget_used: 0,
+            cap,
         }
     }
 
-    /// Adds text: kept up to the cap, remembered in the tail, forwarded as progress.
+    /// Adds text: kept in the head or the tail, forwarded as progress.
     pub fn push(&mut self, chunk: &str) {
         if chunk.is_empty() {
             return;
         }
-        if !self.truncated {
-            let room = self.cap - self.text.len();
-            if chunk.len() <= room {
-                self.text.push_str(chunk);
+        self.total += chunk.len();
+        let mut rest = chunk;
+        if !self.head_full {
+            let part = prefix(chunk, self.head_cap - self.head.len());
+            self.head.push_str(part);
+            rest = &chunk[part.len()..];
+            self.head_full = !rest.is_empty();
+        }
+        if !rest.is_empty() {
+            if rest.len() >= self.tail_cap {
+                self.tail.clear();
+                self.tail.push_str(suffix(rest, self.tail_cap));
             } else {
-                self.text.push_str(prefix(chunk, room));
-                self.truncated = true;
+                self.tail.push_str(rest);
+                if self.tail.len() > 2 * self.tail_cap {
+                    self.tail = suffix(&self.tail, self.tail_cap).to_owned();
+                }
             }
         }
-        self.push_tail(chunk);
         if self.progress.is_some() {
             let room = self.cap - self.progress_budget_used;
             let part = prefix(chunk, room);
@@ -144,35 +165,55 @@ impl Output {
         }
     }
 
-    fn push_tail(&mut self, chunk: &str) {
-        if chunk.len() >= TAIL_LEN {
-            self.tail.clear();
-            self.tail.push_str(suffix(chunk, TAIL_LEN));
-        } else {
-            self.tail.push_str(chunk);
-            if self.tail.len() > 2 * TAIL_LEN {
-                self.tail = suffix(&self.tail, TAIL_LEN).to_owned();
-            }
-        }
+    /// The tail as it will be kept.
+    fn kept_tail(&self) -> &str {
+        suffix(&self.tail, self.tail_cap)
     }
 
-    pub fn text(&self) -> &str {
-        &self.text
-    }
-
-    #[cfg(test)]
-    pub fn truncated(&self) -> bool {
-        self.truncated
+    /// Bytes between the head and the kept tail that are not kept.
+    pub fn omitted(&self) -> usize {
+        self.total - self.head.len() - self.kept_tail().len()
     }
 
     /// The last [`TAIL_LEN`] bytes or so of everything pushed.
     pub fn tail(&self) -> &str {
-        suffix(&self.tail, TAIL_LEN)
+        if self.tail.is_empty() {
+            suffix(&self.head, TAIL_LEN)
+        } else {
+            suffix(&self.tail, TAIL_LEN)
+        }
     }
 
-    pub fn into_text(self) -> (String, bool) {
-        (self.text, self.truncated)
+    /// The text kept, as [`Output::into_text`] gives it.
+    pub fn text(&self) -> String {
+        let mut copy = String::with_capacity(self.head.len() + self.tail.len());
+        copy.push_str(&self.head);
+        Self::finish(copy, self.omitted(), self.kept_tail()).0
     }
+
+    /// The text kept: the head, then (when something was left out) a line saying how much, then
+    /// the tail; and the number of bytes left out.
+    pub fn into_text(self) -> (String, usize) {
+        let omitted = self.omitted();
+        let tail = suffix(&self.tail, self.tail_cap);
+        Self::finish(self.head, omitted, tail)
+    }
+
+    fn finish(mut text: String, omitted: usize, tail: &str) -> (String, usize) {
+        if omitted > 0 {
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&omitted_line(omitted));
+        }
+        text.push_str(tail);
+        (text, omitted)
+    }
+}
+
+/// The line that stands for the output left out: `[… 1234567 bytes left out …]`.
+pub(crate) fn omitted_line(bytes: usize) -> String {
+    format!("[\u{2026} {bytes} bytes left out \u{2026}]\n")
 }
 
 /// A sentence quoting the end of a program's output, or nothing when it printed nothing.
@@ -215,17 +256,23 @@ mod tests {
     }
 
     #[test]
-    fn output_is_capped_on_a_char_boundary_and_keeps_a_tail() {
+    fn output_keeps_the_head_and_the_tail_on_char_boundaries_and_counts_the_middle() {
         let mut output = Output::with_cap(None, 10);
-        output.push("123456789");
+        output.push("abcd");
         output.push("\u{e9}\u{e9}");
-        assert_eq!(output.text(), "123456789");
-        assert!(output.truncated());
+        assert_eq!(output.omitted(), 0);
         output.push(&"x".repeat(10_000));
         output.push("end");
-        assert_eq!(output.text().len(), 9);
         assert!(output.tail().ends_with("xxend"));
         assert!(output.tail().len() <= TAIL_LEN);
+        let total = 4 + 4 + 10_000 + 3;
+        let (text, omitted) = output.into_text();
+        // "abcd" fills the five-byte head as far as whole characters go; the rest goes to the tail side.
+        assert_eq!(text, format!("abcd\n{}xxend", omitted_line(omitted)));
+        assert_eq!(omitted, total - 4 - 5);
+        let mut short = Output::with_cap(None, 10);
+        short.push("abcdefghij");
+        assert_eq!(short.into_text(), ("abcdefghij".to_owned(), 0));
     }
 
     #[tokio::test]

@@ -153,6 +153,7 @@ mod tests {
             [
                 "read_file",
                 "list_dir",
+                "list_trash",
                 "screenshot",
                 "approve",
                 "approvals",

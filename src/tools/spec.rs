@@ -115,6 +115,11 @@ pub enum ToolKind {
     ReadFile,
     WriteFile,
     ListDir,
+    MoveFile,
+    DeleteFile,
+    ListTrash,
+    RestoreFile,
+    UploadFile,
     Screenshot,
     CodingAgent,
     Approve,
@@ -137,11 +142,16 @@ pub enum ToolKind {
 
 impl ToolKind {
     /// Every kind, in table order.
-    pub const ALL: [ToolKind; 22] = [
+    pub const ALL: [ToolKind; 27] = [
         ToolKind::RunCommand,
         ToolKind::ReadFile,
         ToolKind::WriteFile,
         ToolKind::ListDir,
+        ToolKind::MoveFile,
+        ToolKind::DeleteFile,
+        ToolKind::ListTrash,
+        ToolKind::RestoreFile,
+        ToolKind::UploadFile,
         ToolKind::Screenshot,
         ToolKind::CodingAgent,
         ToolKind::Approve,
@@ -220,6 +230,13 @@ pub const TOOLS: &[ToolSpec] = &[
         params: &[
             param("path", ParamType::String, true, "Path of the file, relative to the workspace."),
             param("max_bytes", ParamType::Integer, false, "Read at most this many bytes. Default and maximum 262144."),
+            param("offset", ParamType::Integer, false, "Start at this byte, to read a large file in parts. Default 0."),
+            param(
+                "encoding",
+                ParamType::String,
+                false,
+                "\"base64\" to get the bytes as base64 even when they are text.",
+            ),
         ],
         effect: Effect::Reads,
         runs: Runs::Toolbox,
@@ -233,6 +250,7 @@ pub const TOOLS: &[ToolSpec] = &[
             param("content", ParamType::String, true, "The complete new content of the file."),
             param("create_dirs", ParamType::Boolean, false, "Create missing parent directories. Default false."),
             param("encoding", ParamType::String, false, "\"utf-8\" (default) or \"base64\" for binary content."),
+            VERSION_PARAM,
         ],
         effect: Effect::Changes,
         runs: Runs::Toolbox,
@@ -248,6 +266,65 @@ pub const TOOLS: &[ToolSpec] = &[
             "Directory, relative to the workspace. Default: the workspace.",
         )],
         effect: Effect::Reads,
+        runs: Runs::Toolbox,
+    },
+    ToolSpec {
+        kind: ToolKind::MoveFile,
+        name: "move_file",
+        description: "Rename or move a file or folder inside the workspace. Never replaces: a name that is taken \
+                      is refused.",
+        params: &[
+            param("from", ParamType::String, true, "Path of the file or folder, relative to the workspace."),
+            param("to", ParamType::String, true, "Its new path, relative to the workspace."),
+        ],
+        effect: Effect::Changes,
+        runs: Runs::Toolbox,
+    },
+    ToolSpec {
+        kind: ToolKind::DeleteFile,
+        name: "delete_file",
+        description: "Delete a file or folder of the workspace by moving it to voxa's trash, from where \
+                      restore_file brings it back.",
+        params: &[param("path", ParamType::String, true, "Path of the file or folder, relative to the workspace.")],
+        effect: Effect::Changes,
+        runs: Runs::Toolbox,
+    },
+    ToolSpec {
+        kind: ToolKind::ListTrash,
+        name: "list_trash",
+        description: "List what was deleted and can be restored, newest first: id, original path, kind, size, when.",
+        params: &[],
+        effect: Effect::Reads,
+        runs: Runs::Toolbox,
+    },
+    ToolSpec {
+        kind: ToolKind::RestoreFile,
+        name: "restore_file",
+        description: "Bring a deleted file or folder back from the trash, to where it was or to a new path.",
+        params: &[
+            param("id", ParamType::String, true, "The trash entry's id, as list_trash gives it."),
+            param("to", ParamType::String, false, "Where to put it, relative to the workspace. Default: where it was."),
+        ],
+        effect: Effect::Changes,
+        runs: Runs::Toolbox,
+    },
+    ToolSpec {
+        kind: ToolKind::UploadFile,
+        name: "upload_file",
+        description: "Receive a file from the user's phone in chunks; the file appears whole with the last chunk.",
+        params: &[
+            param("path", ParamType::String, true, "Path of the file, relative to the workspace."),
+            param("data", ParamType::String, true, "This chunk's bytes, base64, at most 1 MiB decoded."),
+            param(
+                "offset",
+                ParamType::Integer,
+                true,
+                "Where this chunk starts in the file: 0, then the bytes sent so far.",
+            ),
+            param("done", ParamType::Boolean, false, "True on the last chunk: the file is put in place."),
+            VERSION_PARAM,
+        ],
+        effect: Effect::Changes,
         runs: Runs::Toolbox,
     },
     ToolSpec {
@@ -467,6 +544,15 @@ pub const TOOLS: &[ToolSpec] = &[
         runs: Runs::Terminals,
     },
 ];
+
+/// The `version` argument of the tools that replace a file's content.
+const VERSION_PARAM: ParamSpec = param(
+    "version",
+    ParamType::String,
+    false,
+    "The version read_file returned: the write is refused (conflict) if the file changed since. \"new\" for a \
+     file that must not exist yet.",
+);
 
 /// The `term` argument of the terminal tools.
 const TERM_PARAM: ParamSpec = param("term", ParamType::String, true, "The terminal's id (t-…), as term_list lists it.");

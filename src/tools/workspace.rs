@@ -133,6 +133,36 @@ impl Workspace {
         Ok(Resolved { real: current, exists })
     }
 
+    /// Resolves a path argument naming an entry to act on itself (delete, move, restore): its
+    /// parent is resolved as [`Workspace::resolve`] does, its last name is taken as written and
+    /// never followed, so a symlink is moved or deleted, not what it points at. The root itself,
+    /// a last name of `.` or `..`, an entry inside a protected directory and one that holds a
+    /// protected directory are refused.
+    pub fn resolve_entry(&self, input: &str) -> Result<Resolved, ToolError> {
+        let path = Path::new(input.trim_end_matches('/'));
+        let (Some(parent), Some(Component::Normal(name))) = (path.parent(), path.components().next_back()) else {
+            // `..` and friends: outside when they lead out, else they name the root or a parent.
+            self.resolve(input)?;
+            return Err(ToolError::new(
+                ErrorCode::InvalidArgs,
+                format!("{input} names no file or folder inside the workspace"),
+            ));
+        };
+        let parent = self.resolve(parent.to_str().unwrap_or_default())?;
+        if !parent.exists {
+            return Err(ToolError::new(ErrorCode::NotFound, format!("the folder of {input} does not exist")));
+        }
+        let real = parent.real.join(name);
+        if self.protected.iter().any(|dir| real.starts_with(dir) || dir.starts_with(&real)) {
+            return Err(ToolError::new(
+                ErrorCode::ProtectedPath,
+                format!("{input} is or holds voxa's own state directory, which no tool may touch"),
+            ));
+        }
+        let exists = std::fs::symlink_metadata(&real).is_ok();
+        Ok(Resolved { real, exists })
+    }
+
     fn strip_root(&self, path: &Path) -> Option<PathBuf> {
         [&self.root, &self.given].into_iter().find_map(|root| path.strip_prefix(root).ok().map(Path::to_path_buf))
     }

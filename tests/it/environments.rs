@@ -153,7 +153,7 @@ fn signed_for(identity: &Value, code: &Secret, env_key: &str, nonce: &str) -> bo
     use voxa::environments::identity::{code_hash, verify_hello, HelloBinding};
     let code = code_hash(code.expose());
     let env_nonce = identity["nonce"].as_str().unwrap_or_default();
-    let binding = HelloBinding { code_hash: &code, host_nonce: nonce, env_nonce };
+    let binding = HelloBinding { code_hash: &code, host_nonce: nonce, env_nonce, handshake: None };
     verify_hello(env_key, &binding, identity["signature"].as_str().unwrap_or_default())
 }
 
@@ -235,6 +235,18 @@ async fn a_call_named_for_an_environment_runs_there_and_returns_with_env() {
     phone.assert_never_saw(&[issued.line.bearer.expose(), issued.line.code.expose(), &host.host_token()]);
 }
 
+/// An environment and its host running against `relay`, their pairing's code reached through
+/// `pairing_relay` (a proxy in front of it).
+async fn paired_through(relay: &TestRelay, pairing_relay: &RelayUrl) -> (Machine, Machine, Issued) {
+    let (mut env, mut host) = (Machine::new(), Machine::new());
+    let issued = env.issue(pairing_relay);
+    host.add(&issued, "devbox");
+    env.start(relay).await;
+    host.start(relay).await;
+    wait_dialing(relay, &issued.line.code).await;
+    (env, host, issued)
+}
+
 /// A TCP proxy that counts the connections it carries.
 async fn counting_proxy(target: SocketAddr) -> (RelayUrl, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -254,17 +266,67 @@ async fn counting_proxy(target: SocketAddr) -> (RelayUrl, Arc<AtomicUsize>) {
     (RelayUrl::parse(&format!("http://{addr}")).unwrap(), count)
 }
 
+/// A TCP proxy in front of the relay that keeps every byte the relay sends on each connection:
+/// the frames it passes from one side of a pairing to the other, as a relay's operator sees them
+/// (server frames are not masked).
+async fn tapping_proxy(target: SocketAddr) -> (RelayUrl, Arc<std::sync::Mutex<Vec<u8>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tapped = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = tapped.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let kept = kept.clone();
+            tokio::spawn(async move {
+                let Ok(server) = tokio::net::TcpStream::connect(target).await else { return };
+                let (mut client_rx, mut client_tx) = client.into_split();
+                let (mut server_rx, mut server_tx) = server.into_split();
+                let up = async move {
+                    let _ = tokio::io::copy(&mut client_rx, &mut server_tx).await;
+                };
+                let down = async move {
+                    let mut buf = vec![0u8; 16 << 10];
+                    while let Ok(n) = server_rx.read(&mut buf).await {
+                        if n == 0 || client_tx.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                        kept.lock().unwrap().extend_from_slice(&buf[..n]);
+                    }
+                };
+                tokio::join!(up, down);
+            });
+        }
+    });
+    (RelayUrl::parse(&format!("http://{addr}")).unwrap(), tapped)
+}
+
+#[tokio::test]
+async fn the_relay_sees_neither_the_hosts_bearer_nor_the_calls_it_runs_on_an_environment() {
+    let relay = TestRelay::start().await;
+    let (pairing_relay, tapped) = tapping_proxy(relay.addr).await;
+    let (_env, host, issued) = paired_through(&relay, &pairing_relay).await;
+    let mut phone = host.phone(&relay).await;
+    let command = "echo output-only-the-host-may-read-4c1d";
+    let result = phone.call("s1", "run_command", json!({"command": command}), Some("devbox")).await;
+    assert!(succeeded(&result), "{result}");
+    assert!(result["result"]["output"].as_str().unwrap().contains("output-only-the-host-may-read-4c1d"));
+
+    let seen = tapped.lock().unwrap().clone();
+    let shows = |needle: &str| seen.windows(needle.len()).any(|w| w == needle.as_bytes());
+    // The tap is real: the host's hello crossed it in the clear, as the handshake's first step.
+    assert!(shows(r#""role":"host""#), "the tap saw the host's hello");
+    for secret in [issued.line.bearer.expose(), command, "output-only-the-host-may-read-4c1d", "run_command"] {
+        assert!(!shows(secret), "the relay saw {secret:?}");
+    }
+    phone.assert_never_saw(&[issued.line.bearer.expose()]);
+}
+
 #[tokio::test]
 async fn sessions_to_an_environment_are_pooled_not_opened_per_call() {
     let relay = TestRelay::start().await;
     let (pairing_relay, connections) = counting_proxy(relay.addr).await;
-    let mut env = Machine::new();
-    let mut host = Machine::new();
-    let issued = env.issue(&pairing_relay);
-    host.add(&issued, "devbox");
-    env.start(&relay).await;
-    host.start(&relay).await;
-    wait_dialing(&relay, &issued.line.code).await;
+    let (_env, host, _issued) = paired_through(&relay, &pairing_relay).await;
     let before = connections.load(Ordering::SeqCst);
     let mut phone = host.phone(&relay).await;
     for index in 0..4 {
@@ -423,6 +485,7 @@ async fn an_impostor_holding_the_code_but_not_the_key_is_caught() {
                     code_hash: &code,
                     host_nonce: &nonce,
                     env_nonce: &env_nonce,
+                    handshake: None,
                 };
                 (impostor_key.env_key(), impostor_key.sign_hello(&binding))
             };
@@ -454,7 +517,7 @@ async fn an_impostor_holding_the_code_but_not_the_key_is_caught() {
 /// code and hands the signed answer back. The signature names the pairing it was made on, so the
 /// host refuses it and never presents its bearer.
 #[tokio::test]
-async fn a_signature_relayed_from_another_pairing_of_the_environment_gets_no_bearer() {
+async fn a_hello_relayed_to_another_pairing_of_the_environment_gets_no_signature_and_no_bearer() {
     let relay = TestRelay::start().await;
     let mut env = Machine::new();
     let mut host = Machine::new();
@@ -485,12 +548,15 @@ async fn a_signature_relayed_from_another_pairing_of_the_environment_gets_no_bea
         let mut as_host = phone_socket(&relay, theirs.line.code.expose()).await;
         wait_agent_joined(&mut as_host).await;
         send(&mut as_host, hello).await;
-        let identity = recv_type(&mut as_host, "identity").await;
-        send(&mut as_agent, identity).await;
+        // The host's sealed hello is keyed by its own pairing's bearer: on the other pairing's
+        // code the environment cannot open it, so it signs nothing.
+        let answer = recv_json(&mut as_host).await;
+        assert_eq!(answer, json!({"type":"error","code":"bearer-refused"}), "the environment answered {answer}");
+        send(&mut as_agent, answer).await;
         until_left(&mut as_agent).await
     };
     let (result, heard) = tokio::join!(call, attack);
-    assert_eq!(code_of(&result), "environment-identity-mismatch", "{result}");
+    assert_eq!(code_of(&result), "bearer-refused", "{result}");
     let bearer = for_host.line.bearer.expose();
     assert!(!heard.iter().any(|frame| frame["type"] == "bearer" || frame.to_string().contains(bearer)), "{heard:?}");
     phone.assert_never_saw(&[bearer]);

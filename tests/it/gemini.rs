@@ -256,7 +256,22 @@ async fn a_call_bridges_audio_transcripts_turns_and_tool_calls() {
     // machine are declared BLOCKING, the others keep the model's default.
     let blocking: Vec<_> =
         declarations.iter().filter(|d| d["behavior"] == "BLOCKING").map(|d| d["name"].as_str().unwrap()).collect();
-    assert_eq!(blocking, ["run_command", "write_file", "coding_agent", "agent_start", "agent_send"]);
+    assert_eq!(
+        blocking,
+        [
+            "run_command",
+            "write_file",
+            "move_file",
+            "delete_file",
+            "restore_file",
+            "upload_file",
+            "coding_agent",
+            "agent_start",
+            "agent_send",
+            "term_open",
+            "term_input"
+        ]
+    );
     let instruction = setup["systemInstruction"]["parts"][0]["text"].as_str().unwrap();
     assert!(instruction.contains("confirm") && instruction.contains("phone"), "{instruction}");
 

@@ -321,7 +321,8 @@ async fn files_are_written_read_and_listed() {
     let fx = Fixture::new();
     let written =
         fx.ok("write_file", json!({"path": "src/lib.rs", "content": "pub fn f() {}\n", "create_dirs": true})).await;
-    assert_eq!(written, json!({"path": "src/lib.rs", "bytes_written": 14}));
+    assert_eq!((written["path"].as_str(), written["bytes_written"].as_u64()), (Some("src/lib.rs"), Some(14)));
+    assert_eq!(written["size"], 14);
     assert_eq!(std::fs::read_to_string(fx.ws().join("src/lib.rs")).unwrap(), "pub fn f() {}\n");
 
     let read = fx.ok("read_file", json!({"path": "src/lib.rs"})).await;
@@ -515,9 +516,17 @@ async fn output_is_capped_while_the_command_runs_to_the_end() {
         .await;
     assert_eq!(result["truncated"], true);
     assert_eq!(result["exit_code"], 4);
+    // The first and the last 128 KiB, with the line that counts what was left out between.
     let output = result["output"].as_str().unwrap();
-    assert_eq!(output.len(), OUTPUT_CAP);
-    assert!(output.bytes().all(|b| b == b'a'));
+    let omitted = result["omitted_bytes"].as_u64().unwrap() as usize;
+    let marker = format!("\n[\u{2026} {omitted} bytes left out \u{2026}]\n");
+    let (head, tail) = output.split_once(&marker).unwrap();
+    assert_eq!((head.len(), tail.len()), (OUTPUT_CAP / 2, OUTPUT_CAP / 2));
+    assert!(head.bytes().all(|b| b == b'a'));
+    // The end is what a build log's reader needs: here the line the command wrote last.
+    let tail = tail.strip_suffix("\nfinished\n").unwrap();
+    assert!(tail.bytes().all(|b| b == b'a'));
+    assert_eq!(OUTPUT_CAP + omitted, 3145728 + "\nfinished\n".len(), "every byte is kept or counted");
 }
 
 #[tokio::test]

@@ -122,6 +122,7 @@ const SENTENCES = {
   'sealed-session-broken': 'The sealed session was tampered with on the way and was closed; nothing in it ran. Reconnect.',
   'sealed-session-required': 'The laptop accepts sealed sessions only, and this client cannot seal.',
   'executor-unauthenticated': 'That environment refused the call.',
+  'conflict': 'That changed on the laptop meanwhile; nothing was replaced.',
   'offline': 'The laptop is offline.',
 };
 

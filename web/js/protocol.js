@@ -48,6 +48,7 @@ export const ERROR_CODES = /** @type {const} */ ([
   'environment-identity-mismatch',
   'sealed-session-broken',
   'sealed-session-required',
+  'conflict',
 ]);
 
 /** `code` of a `call_error` frame. */

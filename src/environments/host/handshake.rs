@@ -1,7 +1,12 @@
 //! Opening a session with an environment: the host's hello, the environment's signature checked
 //! before the bearer is sent, and what each failure tells the user.
 
+use base64::Engine;
+
 use super::*;
+use crate::environments::identity::pairing_psk_input;
+use crate::environments::store::bearer_hash;
+use crate::seal::Initiator;
 
 /// Opens the session: join the code as the phone side, wait for the environment, say hello,
 /// verify the answer. Bounded at every step.
@@ -22,18 +27,36 @@ pub(super) async fn hello_on(
     mut socket: ClientSocket,
     target: &Target,
 ) -> Result<(ClientSocket, Vec<String>), ToolError> {
-    let mut proof = HostProof { target, bearer_sent: false };
+    let mut proof = HostProof::new(target);
     match client::hello_with(&mut socket, &mut proof).await {
         Ok(ok) => Ok((socket, ok.tools)),
         Err(failure) => Err(hello_failure(failure, target)),
     }
 }
 
-/// The host's credential: it names the environment's key, checks the environment's signature
-/// over its nonce, and only then presents the pairing's bearer.
+/// The host's credential, sealed (protocol 3): its hello starts a Noise handshake keyed by the
+/// pairing's bearer hash; the environment finishes it and, inside the channel, signs the pairing,
+/// both nonces and the handshake hash with its key; only then does the host present the bearer,
+/// sealed. A relay in between sees neither the bearer nor anything after it, and cannot stand in
+/// for the environment: its own handshake would have another hash.
 pub(super) struct HostProof<'a> {
-    target: &'a Target,
-    bearer_sent: bool,
+    pub(super) target: &'a Target,
+    pub(super) bearer_sent: bool,
+    /// The handshake between the hello and the environment's answer.
+    pub(super) initiator: Option<Initiator>,
+    /// The sealed channel's handshake hash, once the handshake completed.
+    pub(super) handshake: Option<[u8; 32]>,
+}
+
+impl<'a> HostProof<'a> {
+    pub(super) fn new(target: &'a Target) -> Self {
+        HostProof { target, bearer_sent: false, initiator: None, handshake: None }
+    }
+}
+
+/// The pre-shared key's input of a host's sealed session: the hash of its bearer.
+fn psk_input(target: &Target) -> Secret {
+    pairing_psk_input(&bearer_hash(target.bearer.expose()))
 }
 
 impl HelloCredential for HostProof<'_> {
@@ -52,28 +75,57 @@ impl HelloCredential for HostProof<'_> {
         }
     }
 
+    fn sealed_hello(&mut self, _challenge: Option<&str>, nonce: &str) -> Option<Result<Hello, HelloError>> {
+        Some(Initiator::start(&psk_input(self.target), nonce).map_err(HelloError::Internal).map(
+            |(initiator, message)| {
+                self.initiator = Some(initiator);
+                Hello {
+                    protocol: Some(protocol::PROTOCOL_SEALED),
+                    noise: Some(base64::engine::general_purpose::STANDARD.encode(message)),
+                    ..self.hello(None, nonce)
+                }
+            },
+        ))
+    }
+
     fn answer_limit(&self) -> Option<Duration> {
         Some(ENV_HELLO_TIMEOUT)
     }
 
     fn answer(&mut self, answer: AgentMessage, _challenge: Option<&str>, nonce: &str) -> AnswerStep {
         let env_key = &self.target.env_key;
-        match answer {
-            AgentMessage::Identity { .. } if self.bearer_sent => AnswerStep::Reject(HelloError::Unexpected),
-            AgentMessage::Identity { env_key: claimed, nonce: env_nonce, signature } => {
-                // The signature must name the code this host dialled: one made on another pairing
-                // of the same environment (relayed by whoever holds both codes) does not count.
+        match (answer, self.handshake) {
+            // Message 2: the channel is up; the environment's signature comes through it.
+            (AgentMessage::HelloOk(ok), None) => {
+                let message =
+                    ok.noise.as_deref().and_then(|noise| base64::engine::general_purpose::STANDARD.decode(noise).ok());
+                let opened = self.initiator.take().zip(message).and_then(|(initiator, m)| initiator.finish(&m).ok());
+                let Some((keys, _)) = opened else { return AnswerStep::Reject(HelloError::Impostor) };
+                self.handshake = Some(*keys.handshake_hash());
+                AnswerStep::Seal(keys)
+            }
+            // An identity outside a sealed channel: an older environment, or a downgrade.
+            (AgentMessage::Identity { .. }, None) => AnswerStep::Reject(HelloError::Unsealed),
+            (AgentMessage::Identity { .. }, Some(_)) if self.bearer_sent => AnswerStep::Reject(HelloError::Unexpected),
+            (AgentMessage::Identity { env_key: claimed, nonce: env_nonce, signature }, Some(handshake)) => {
+                // The signature must name the code this host dialled (one made on another pairing
+                // of the same environment does not count) and this very channel.
                 let dialled = code_hash(self.target.code.expose());
-                let binding = HelloBinding { code_hash: &dialled, host_nonce: nonce, env_nonce: &env_nonce };
+                let binding = HelloBinding {
+                    code_hash: &dialled,
+                    host_nonce: nonce,
+                    env_nonce: &env_nonce,
+                    handshake: Some(&handshake),
+                };
                 if claimed != *env_key || !verify_hello(env_key, &binding, &signature) {
                     return AnswerStep::Reject(HelloError::Impostor);
                 }
                 self.bearer_sent = true;
                 AnswerStep::Reply(ClientMessage::Bearer(BearerFrame { bearer: self.target.bearer.expose().to_owned() }))
             }
-            AgentMessage::HelloOk(ok) if self.bearer_sent => AnswerStep::Accept(ok),
+            (AgentMessage::HelloOk(ok), Some(_)) if self.bearer_sent => AnswerStep::Accept(ok),
             // A session opened before the environment proved its key is not one to trust.
-            AgentMessage::HelloOk(_) => AnswerStep::Reject(HelloError::Impostor),
+            (AgentMessage::HelloOk(_), Some(_)) => AnswerStep::Reject(HelloError::Impostor),
             _ => AnswerStep::Ignore,
         }
     }
@@ -96,6 +148,11 @@ pub(super) fn hello_failure(failure: HelloError, target: &Target) -> ToolError {
         HelloError::Impostor => refusal(
             ErrorCode::EnvironmentIdentityMismatch,
             "the machine answering this pairing could not prove it holds the environment's key; nothing was sent to it",
+        ),
+        HelloError::Unsealed => refusal(
+            ErrorCode::EnvironmentIdentityMismatch,
+            "the environment answered without sealing the session: it runs an older voxa (update it), or something \
+             between rewrote the hello; its bearer was not sent",
         ),
         HelloError::Restarted | HelloError::Unexpected => {
             unreachable("the environment answered the bearer with something else than hello_ok")

@@ -1,11 +1,16 @@
 // @ts-check
-// Files: browse the workspace, open a text file (size and truncation shown), edit and save it,
-// view images. Refusals appear as sentences with their code.
+// Files: browse the workspace, open a text file (size and truncation shown), edit and save it
+// with the version it was read at (a change on the laptop meanwhile is shown beside yours, and
+// you choose), view images; new file, rename, delete to the trash and restore, upload and
+// download with progress. Refusals appear as sentences with their code.
 
 import { base64Bytes, el, formatBytes, part, refusalIn, sentence, show } from '../dom.js';
 import { showWithTab } from '../shell/workspace.js';
+import { Conflict } from './conflict.js';
+import { Actions, join, parent } from './actions.js';
 
 /** @typedef {import('../shell/header.js').Context} Context */
+/** @typedef {{path: string, truncated: boolean, editable: boolean, version: string | undefined, size: number}} OpenFile */
 
 /** @type {Record<string, string>} */
 const IMAGE_TYPES = {
@@ -15,20 +20,6 @@ const IMAGE_TYPES = {
 /** @type {Record<string, string>} */
 const KIND_MARK = { dir: '▸', file: '·', symlink: '↪' };
 
-/**
- * @param {string} dir
- * @param {string} name
- */
-function join(dir, name) {
-  return dir === '.' || dir === '' ? name : `${dir.replace(/\/+$/, '')}/${name}`;
-}
-
-/** @param {string} dir */
-function parent(dir) {
-  const cut = dir.replace(/\/+$/, '').lastIndexOf('/');
-  return cut <= 0 ? '.' : dir.slice(0, cut);
-}
-
 export class Files {
   /**
    * @param {HTMLElement} root `#panel-files`
@@ -37,7 +28,7 @@ export class Files {
   constructor(root, { store, app }) {
     this.app = app;
     this.dir = '.';
-    /** @type {{path: string, truncated: boolean, editable: boolean} | null} */
+    /** @type {OpenFile | null} */
     this.open = null;
     /** @type {string | null} */
     this.imageUrl = null;
@@ -57,6 +48,9 @@ export class Files {
     this.meta = part(root, 'file-meta', HTMLElement);
     this.note = part(root, 'file-note', HTMLElement);
     this.saved = part(root, 'file-saved', HTMLElement);
+    this.conflict = new Conflict(this);
+    this.text.after(this.conflict.root);
+    this.actions = new Actions(this, root);
     this.upButton.addEventListener('click', () => this.browse(parent(this.dir)));
     this.refreshButton.addEventListener('click', () => this.browse(this.dir));
     part(root, 'file-close', HTMLButtonElement).addEventListener('click', () => this.closeFile());
@@ -110,7 +104,7 @@ export class Files {
       onclick: () => (entry.kind === 'dir' ? this.browse(join(dir, entry.name)) : this.openFile(join(dir, entry.name))),
     }, el('span', { class: 'kind', text: KIND_MARK[entry.kind] || '·' }), el('span', { class: 'name', text: entry.name }),
     el('span', { class: 'size', text: entry.kind === 'dir' ? '' : formatBytes(entry.size) }))));
-    if (result.truncated) items.push(el('li', { class: 'empty', text: `…and ${result.truncated} more` }));
+    if (result.truncated) items.push(el('li', { class: 'empty', text: '…and more, not listed' }));
     if (items.length === 0) items.push(el('li', { class: 'empty', text: 'This folder is empty.' }));
     this.list.replaceChildren(...items);
   }
@@ -135,14 +129,20 @@ export class Files {
     const extension = (path.split('.').pop() || '').toLowerCase();
     const mime = IMAGE_TYPES[extension];
     const isText = result.encoding !== 'base64';
-    this.open = { path: result.path || path, truncated: !!result.truncated, editable: isText && !result.truncated };
+    this.open = {
+      path: result.path || path,
+      truncated: !!result.truncated,
+      editable: isText && !result.truncated,
+      version: typeof result.version === 'string' ? result.version : undefined,
+      size: Number(result.size) || 0,
+    };
     this.name.textContent = this.open.path;
-    this.meta.textContent = formatBytes(result.size);
+    this.meta.textContent = formatBytes(this.open.size);
     const bytes = isText ? null : base64Bytes(result.content);
     const shown = formatBytes(bytes ? bytes.length : new TextEncoder().encode(result.content).length);
     show(this.note, result.truncated
-      ? `Truncated: showing the first ${shown} of ${formatBytes(result.size)}. Saving is off so nothing is lost.` : '');
-    if (mime && bytes) {
+      ? `Truncated: showing the first ${shown} of ${formatBytes(result.size)}. Saving is off so nothing is lost; Download gets all of it.` : '');
+    if (mime && bytes && !result.truncated) {
       this.imageUrl = URL.createObjectURL(new Blob([bytes], { type: mime }));
       this.image.src = this.imageUrl;
       this.image.alt = `Image ${this.open.path}`;
@@ -151,7 +151,7 @@ export class Files {
       this.text.value = result.content;
       this.text.hidden = false;
     } else {
-      show(this.note, `This is a binary file (${formatBytes(result.size)}); it cannot be shown here.`);
+      show(this.note, `This is a binary file (${formatBytes(result.size)}); it cannot be shown here. Download gets it.`);
     }
     this.saveButton.hidden = !isText;
     this.refresh();
@@ -159,12 +159,49 @@ export class Files {
     this.view.scrollIntoView({ block: 'nearest' });
   }
 
-  async save() {
-    if (!this.open || !this.open.editable) return;
+  /**
+   * Saves the editor's text with the version it was read at (or `version`, the user's choice
+   * after a conflict). A change on the laptop meanwhile is refused and shown beside the edit.
+   * @param {string} [version]
+   */
+  async save(version) {
+    const open = this.open;
+    if (!open || !open.editable) return;
     show(this.saved, 'saving…');
-    const args = { path: this.open.path, content: this.text.value };
-    const outcome = await this.app.attempt('write_file', args, refusalIn(this.error)).done;
-    show(this.saved, outcome ? `saved ${formatBytes(outcome.result.bytes_written)}` : 'not saved');
+    /** @type {Record<string, unknown>} */
+    const args = { path: open.path, content: this.text.value };
+    const expected = version || open.version;
+    if (expected) args.version = expected;
+    let conflicted = false;
+    const outcome = await this.app.attempt('write_file', args, (text, error) => {
+      conflicted = error.code === 'conflict';
+      if (!conflicted) show(this.error, text);
+    }).done;
+    if (this.open !== open) return;
+    if (outcome) {
+      open.version = outcome.result.version;
+      open.size = Number(outcome.result.size) || 0;
+      this.meta.textContent = formatBytes(open.size);
+      this.conflict.hide();
+      show(this.error);
+      show(this.saved, `saved ${formatBytes(outcome.result.bytes_written)}`);
+    } else {
+      show(this.saved, 'not saved');
+      if (conflicted) await this.conflict.show(open.path);
+    }
+  }
+
+  /**
+   * Puts the laptop's copy in the editor, as if just opened.
+   * @param {Record<string, any>} theirs a `read_file` result
+   */
+  takeTheirs(theirs) {
+    if (!this.open) return;
+    this.text.value = theirs.content;
+    this.open.version = theirs.version;
+    this.open.size = Number(theirs.size) || 0;
+    this.meta.textContent = formatBytes(this.open.size);
+    show(this.saved, 'the laptop\'s version');
   }
 
   closeFile() {
@@ -175,6 +212,7 @@ export class Files {
     this.image.removeAttribute('src');
     this.text.hidden = true;
     this.text.value = '';
+    this.conflict.hide();
     show(this.saved);
     this.view.hidden = true;
     this.refresh();
@@ -189,5 +227,6 @@ export class Files {
   refresh() {
     this.refreshButton.disabled = !this.online;
     this.saveButton.disabled = !this.online || !(this.open && this.open.editable);
+    this.actions.refresh();
   }
 }

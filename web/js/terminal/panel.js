@@ -1,18 +1,35 @@
 // @ts-check
 // Terminal: one command at a time, output streamed as it arrives, exit code and duration,
-// Cancel, and the session's command history.
+// Cancel, a time limit the user picks (remembered), and the session's command history.
 
 import { atBottom, el, formatDuration, part } from '../dom.js';
 import { showWithTab } from '../shell/workspace.js';
+import { OutputView } from './output.js';
 
 /** @typedef {import('../shell/header.js').Context} Context */
 
 const HISTORY_KEY = 'voxa.history';
 const HISTORY_MAX = 50;
+const TIME_LIMIT_KEY = 'voxa.timeLimit';
+/** The time limits offered, in milliseconds, up to the tool's maximum (one hour); the first is the default. */
+const TIME_LIMITS = [[120000, '2 min'], [600000, '10 min'], [1800000, '30 min'], [3600000, '1 hour']];
 
 /** The first output is on screen at the next frame (the bench reads this mark). */
 function markFirstOutput() {
   requestAnimationFrame(() => performance.mark('voxa:first-output'));
+}
+
+/**
+ * What a command's end means, as a sentence.
+ * @param {unknown} code
+ * @param {unknown} signal
+ */
+function failure(code, signal) {
+  if (typeof signal === 'string' && signal) return `The command was stopped by ${signal}.`;
+  if (typeof code !== 'number') return 'The command ended without an exit code.';
+  if (code === 127) return 'The command failed with exit code 127: the program was not found.';
+  if (code === 126) return 'The command failed with exit code 126: the program could not be run.';
+  return `The command failed with exit code ${code}.`;
 }
 
 export class Terminal {
@@ -27,6 +44,11 @@ export class Terminal {
     this.runButton = part(root, 'run', HTMLButtonElement);
     this.cancelButton = part(root, 'cancel', HTMLButtonElement);
     this.list = part(root, 'history', HTMLElement);
+    this.limit = el('select', { id: 'time-limit', 'aria-label': 'Time limit', class: 'time-limit' },
+      ...TIME_LIMITS.map(([ms, label]) => el('option', { value: String(ms), text: `stop after ${label}` })));
+    this.limit.value = String(this.loadTimeLimit());
+    this.limit.addEventListener('change', () => localStorage.setItem(TIME_LIMIT_KEY, this.limit.value));
+    this.runButton.before(this.limit);
     this.historyBox = part(root, 'history-box', HTMLElement);
     /** @type {{id: string} | null} */
     this.running = null;
@@ -47,6 +69,12 @@ export class Terminal {
       this.online = online;
       this.refresh();
     });
+  }
+
+  /** The time limit chosen last on this device, else the default. */
+  loadTimeLimit() {
+    const stored = Number(localStorage.getItem(TIME_LIMIT_KEY));
+    return TIME_LIMITS.some(([ms]) => ms === stored) ? stored : TIME_LIMITS[0][0];
   }
 
   /** @returns {string[]} */
@@ -85,17 +113,6 @@ export class Terminal {
     this.input.value = this.history[this.cursor] || '';
   }
 
-  /**
-   * Appends to the output, following it when the reader was at the bottom.
-   * @param {HTMLElement} node
-   * @param {string} text
-   */
-  append(node, text) {
-    const follow = atBottom(this.out);
-    node.append(text);
-    if (follow) this.out.scrollTop = this.out.scrollHeight;
-  }
-
   /** @param {string} raw */
   run(raw) {
     const command = raw.trim();
@@ -104,29 +121,31 @@ export class Terminal {
     this.input.value = '';
     const follow = atBottom(this.out);
     const output = el('div', { class: 'out' });
+    const view = new OutputView(output, this.out, markFirstOutput);
     const end = el('div', { class: 'end', text: 'running…' });
     const block = el('div', { class: 'run' }, el('div', { class: 'cmd', text: `$ ${command}` }), output, end);
     this.out.append(block);
     if (follow) this.out.scrollTop = this.out.scrollHeight;
     let streamed = false;
+    const timeLimit = Number(this.limit.value) || TIME_LIMITS[0][0];
     performance.mark('voxa:run');
     const started = performance.now();
     /** @type {(text: string, error: import('../dom.js').Failure) => void} */
     const refused = (text, error) => {
+      view.flush();
       end.className = 'end failed';
       end.textContent = error.code === 'cancelled' ? `cancelled · ${formatDuration(performance.now() - started)}` : text;
     };
-    const call = this.app.attempt('run_command', { command }, refused, {
+    const call = this.app.attempt('run_command', { command, timeout_ms: timeLimit }, refused, {
       onProgress: (chunk) => {
-        if (!streamed) markFirstOutput();
         streamed = true;
-        this.append(output, chunk);
+        view.write(chunk);
       },
     });
     this.running = call;
     this.refresh();
     call.done.then((outcome) => {
-      if (outcome) this.showEnd(end, output, outcome.result, streamed, started);
+      if (outcome) this.showEnd(end, view, outcome.result, streamed, started);
     }).finally(() => {
       if (follow || atBottom(this.out)) this.out.scrollTop = this.out.scrollHeight;
       this.running = null;
@@ -135,23 +154,25 @@ export class Terminal {
   }
 
   /**
-   * A finished command: output not streamed yet, exit code, duration and notes.
+   * A finished command: its output when it was not all streamed (none was, or the middle was
+   * left out: then the head and the tail), exit code, duration and a sentence when it failed.
    * @param {HTMLElement} end
-   * @param {HTMLElement} output
+   * @param {OutputView} view
    * @param {Record<string, any>} result
    * @param {boolean} streamed
    * @param {number} started
    */
-  showEnd(end, output, result, streamed, started) {
-    if (!streamed && typeof result.output === 'string' && result.output) {
-      markFirstOutput();
-      this.append(output, result.output);
-    }
+  showEnd(end, view, result, streamed, started) {
+    const omitted = Number(result.omitted_bytes) || 0;
+    if (typeof result.output === 'string' && result.output && (!streamed || omitted > 0)) view.replace(result.output);
+    view.flush();
     const code = result.exit_code;
     const took = formatDuration(Number.isFinite(result.duration_ms) ? result.duration_ms : performance.now() - started);
-    const notes = [result.truncated ? 'output truncated' : '', result.timed_out ? 'timed out' : ''].filter(Boolean);
+    const notes = [omitted > 0 ? `${omitted} bytes left out in the middle` : '', result.timed_out ? 'timed out' : '']
+      .filter(Boolean);
     end.className = `end ${code === 0 ? 'ok' : 'failed'}`;
     end.textContent = [`exit ${code === null || code === undefined ? '?' : code}`, took, ...notes].join(' · ');
+    if (code !== 0) end.append(el('span', { class: 'why', text: failure(code, result.signal) }));
   }
 
   cancel() {

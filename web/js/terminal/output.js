@@ -1,0 +1,84 @@
+// @ts-check
+// One command's output on the page, fast at any size: text that arrives is gathered and written
+// once per animation frame (one layout and one scroll per frame, however many chunks came), into
+// blocks of about BLOCK characters cut at line ends. Blocks are laid out only near the screen
+// (`content-visibility: auto` in app.css), so 256 KiB costs about what one screenful costs.
+
+import { atBottom, el } from '../dom.js';
+
+/** Characters per block: a few screens of text. */
+const BLOCK = 8192;
+
+export class OutputView {
+  /**
+   * @param {HTMLElement} node the run's `.out` element
+   * @param {HTMLElement} scroller the terminal that scrolls
+   * @param {() => void} [onFirst] called at the frame that shows the first text
+   */
+  constructor(node, scroller, onFirst) {
+    this.node = node;
+    this.scroller = scroller;
+    this.onFirst = onFirst;
+    this.pending = '';
+    this.scheduled = false;
+    /** @type {Text | null} */
+    this.last = null;
+    this.lastLength = 0;
+    this.shown = false;
+  }
+
+  /** @param {string} text */
+  write(text) {
+    if (!text) return;
+    this.pending += text;
+    if (!this.scheduled) {
+      this.scheduled = true;
+      requestAnimationFrame(() => this.flush());
+    }
+  }
+
+  /**
+   * Replaces what was shown with `text` (the command's final output, head and tail).
+   * @param {string} text
+   */
+  replace(text) {
+    this.node.replaceChildren();
+    this.last = null;
+    this.lastLength = 0;
+    this.pending = '';
+    this.write(text);
+  }
+
+  /** Writes what is pending now, following the output when the reader was at the bottom. */
+  flush() {
+    this.scheduled = false;
+    if (!this.pending) return;
+    const follow = atBottom(this.scroller);
+    let text = this.pending;
+    this.pending = '';
+    /** @type {Node[]} */
+    const blocks = [];
+    while (text) {
+      if (!this.last || this.lastLength >= BLOCK) {
+        this.last = document.createTextNode('');
+        this.lastLength = 0;
+        blocks.push(el('div', { class: 'block' }, this.last));
+      }
+      let take = Math.min(text.length, BLOCK - this.lastLength);
+      if (take < text.length) {
+        // End the block at a line end when one is near, so a block's height is whole lines.
+        const cut = text.lastIndexOf('\n', take);
+        if (cut > take / 2) take = cut + 1;
+      }
+      this.last.appendData(text.slice(0, take));
+      this.lastLength += take;
+      text = text.slice(take);
+    }
+    if (blocks.length) this.node.append(...blocks);
+    if (follow) this.scroller.scrollTop = this.scroller.scrollHeight;
+    if (!this.shown) {
+      this.shown = true;
+      if (this.onFirst) this.onFirst();
+    }
+  }
+}
