@@ -32,6 +32,8 @@ pub struct Session {
     relayed: bool,
     /// Set while the client follows (`follow`): cancelling it stops the delivery.
     following: Option<CancellationToken>,
+    /// Keystrokes (`term_input`) run one after the other, in the order they came.
+    typing: Option<mpsc::Sender<(CallTask, ToolCall)>>,
 }
 
 impl Session {
@@ -46,6 +48,7 @@ impl Session {
             cancel: CancellationToken::new(),
             relayed: false,
             following: None,
+            typing: None,
         }
     }
 
@@ -259,6 +262,23 @@ impl Session {
             calls: self.calls.clone(),
             cancel: token,
         };
+        if call.name == TYPING_TOOL {
+            let lane = self.typing.get_or_insert_with(|| {
+                let (lane, mut queued) = mpsc::channel::<(CallTask, ToolCall)>(protocol::MAX_CALLS_IN_FLIGHT);
+                self.ctx.tasks.spawn(async move {
+                    while let Some((task, call)) = queued.recv().await {
+                        task.run(call).await;
+                    }
+                });
+                lane
+            });
+            // The call table holds at most as many calls as the lane does.
+            if let Err(err) = lane.try_send((task, call)) {
+                let (task, call) = err.into_inner();
+                self.ctx.tasks.spawn(task.run(call));
+            }
+            return;
+        }
         self.ctx.tasks.spawn(task.run(call));
     }
 
@@ -280,6 +300,9 @@ impl Drop for Session {
         }
     }
 }
+
+/// The tool whose calls keep their order: what is typed into a terminal.
+const TYPING_TOOL: &str = "term_input";
 
 /// A sentence about a bad frame that never echoes the frame's content back in full.
 fn bad_frame_reason(err: &serde_json::Error) -> String {

