@@ -59,7 +59,9 @@ fn the_checker_finds_an_upward_import_and_a_circle() {
         ("agent/mod.rs", "pub mod link; pub mod session;\npub use link::Link;"),
         ("agent/link.rs", "use super::session::Session;\nuse crate::net::dial;"),
         ("agent/session.rs", "use crate::{protocol, agent::link::Link};"),
-        ("net/mod.rs", "pub mod dial;"),
+        ("net/mod.rs", "pub mod dial;\n#[cfg(test)]\nmod tests;"),
+        // Test code in a file of its own.
+        ("net/tests.rs", "use crate::agent::session::Session;"),
         // An upward import, in a path inside code rather than a `use`.
         ("net/dial.rs", "fn f() { let _ = crate::agent::session::Session::new(); }"),
         // Not imports: comments, strings and test code.
@@ -76,6 +78,7 @@ fn the_checker_finds_an_upward_import_and_a_circle() {
     assert!(problems.iter().any(|p| p.contains("circle") && p.contains("agent::link")), "{problems:#?}");
     assert!(problems.iter().any(|p| p.contains("circle: agent → net → agent")), "{problems:#?}");
     assert!(!problems.iter().any(|p| p.starts_with("protocol")), "{problems:#?}");
+    assert!(!problems.iter().any(|p| p.contains("net::tests")), "{problems:#?}");
 }
 
 #[test]
@@ -127,8 +130,13 @@ fn module_of(file: &str) -> Option<String> {
 fn check(sources: &BTreeMap<String, String>) -> Vec<String> {
     let modules: BTreeSet<String> = sources.keys().filter_map(|f| module_of(f)).collect();
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let test_modules = test_modules(sources);
     for (file, text) in sources {
         let Some(module) = module_of(file) else { continue };
+        // A file that is a `#[cfg(test)] mod …;` holds tests only, like an inline test module.
+        if test_modules.contains(&module) {
+            continue;
+        }
         let targets = edges.entry(module.clone()).or_default();
         for path in paths(&strip_tests(&code_only(text))) {
             let Some(absolute) = resolve(&module, &path) else { continue };
@@ -320,6 +328,28 @@ fn code_only(text: &str) -> String {
 
 fn is_ident(c: Option<&char>) -> bool {
     c.is_some_and(|c| c.is_alphanumeric() || *c == '_')
+}
+
+/// Modules declared `#[cfg(test)] mod name;` in their parent's file: test code in a file of its own.
+fn test_modules(sources: &BTreeMap<String, String>) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for (file, text) in sources {
+        let Some(parent) = module_of(file) else { continue };
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("#[cfg(test)]") {
+            rest = &rest[at + "#[cfg(test)]".len()..];
+            let item = rest.trim_start();
+            let Some(name) =
+                item.strip_prefix("mod ").and_then(|tail| tail.split_once(';')).map(|(name, _)| name.trim())
+            else {
+                continue;
+            };
+            if name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                found.insert(if parent.is_empty() { name.to_owned() } else { format!("{parent}::{name}") });
+            }
+        }
+    }
+    found
 }
 
 /// The code without items marked `#[cfg(test)]` (their imports serve the tests only).
