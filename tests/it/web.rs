@@ -976,3 +976,47 @@ pub async fn save_picture(browser: &Browser, dir: &Path, name: &str) {
     assert_eq!((info.width, info.height), VIEWPORT, "{name}");
     std::fs::write(dir.join(name), png).unwrap();
 }
+
+/// A private relay (one with a relay token) works from a browser: the page carries the token from
+/// the link's fragment as a WebSocket subprotocol, the relay checks it and names back only
+/// `voxa.1`; a link without it gets nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_reaches_a_relay_that_asks_for_a_relay_token() {
+    const RELAY_TOKEN: &str = "team relay/token+7f3e";
+    let Some(browser) = Browser::start().await else { return };
+    let token = Some(voxa::secret::Secret::from_string(RELAY_TOKEN.into()));
+    let relay = TestRelay::with_config(voxa::relay::RelayConfig { token: token.clone(), ..Default::default() }).await;
+    let (home, workspace) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (mut options, secrets) = options(&home, &workspace, Some(relay.url()));
+    options.dial.bearer = token;
+    let agent = voxa::agent::start(options, TcpListener::bind("127.0.0.1:0").await.unwrap(), CancellationToken::new())
+        .await
+        .unwrap();
+    let (code, auth) = (secrets.relay_code.expose(), secrets.auth_token.expose());
+    let encoded = RELAY_TOKEN.replace(' ', "%20").replace('/', "%2F").replace('+', "%2B");
+
+    // Without the relay token the relay refuses the page's socket before the upgrade.
+    browser.open(&format!("http://{}/#code={code}&token={auth}", relay.addr)).await;
+    browser.wait_connection("reconnecting").await;
+    // With it, in the fragment only: online, and a tool call goes through.
+    browser.open(&format!("http://{}/#code={code}&token={auth}&relay_token={encoded}", relay.addr)).await;
+    browser.wait_connection("online").await;
+    let protocol = browser
+        .script(
+            "return new Promise((done) => { const s = new WebSocket(arguments[0], ['voxa.1', arguments[1]]); \
+             s.onopen = () => { done(s.protocol); s.close(); }; s.onerror = () => done('refused'); });",
+            vec![
+                json!(format!("ws://{}/ws?code={code}", relay.addr)),
+                json!(format!("voxa-relay-token.{}", base64_url(RELAY_TOKEN))),
+            ],
+        )
+        .await;
+    assert_eq!(protocol, "voxa.1");
+    agent.stop().await;
+    browser.close().await;
+}
+
+fn base64_url(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+}

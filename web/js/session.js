@@ -238,6 +238,19 @@ export class Session extends EventTarget {
   }
 
   /**
+   * Subprotocols to offer: a private relay's token as `voxa-relay-token.<base64url>` beside
+   * `voxa.1`, the one the relay names back (a browser cannot send `Authorization`).
+   * @returns {string[]}
+   */
+  protocols() {
+    const relayToken = this.pairing.kind === 'relay' ? this.pairing.relayToken : undefined;
+    if (!relayToken) return [];
+    const bytes = new TextEncoder().encode(relayToken);
+    const base64 = btoa(String.fromCharCode(...bytes)).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+    return ['voxa.1', `voxa-relay-token.${base64}`];
+  }
+
+  /**
    * The socket for a laptop in `mode`: the relay's `/live` unless the laptop hosts voice itself.
    * @param {string | undefined} mode
    * @returns {'ws' | 'live'}
@@ -303,7 +316,7 @@ export class Session extends EventTarget {
     this.setState('connecting', this.pairing.kind === 'relay' ? 'connecting to the relay…' : 'connecting…');
     let socket;
     try {
-      socket = new WebSocket(this.url());
+      socket = new WebSocket(this.url(), this.protocols());
     } catch {
       this.scheduleReconnect();
       return;
