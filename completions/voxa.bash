@@ -1535,7 +1535,7 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__relay)
-            opts="-v -q -h -V --listen --tls-cert --domain --acme-directory --acme-ca-file --tls-key --relay-token --metrics-listen --max-connections-per-ip --memory-budget --relay-token-file --gemini-key-file --live-max-calls --live-max-minutes --live-model --home --relay --self-hosted --json --verbose --quiet --help --version"
+            opts="-v -q -h -V --listen --tls-cert --domain --acme-directory --acme-ca-file --tls-key --relay-token --metrics-listen --max-connections-per-ip --memory-budget --relay-token-file --gemini-key-file --live-max-calls --live-max-minutes --live-model --open-live --home --relay --self-hosted --json --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

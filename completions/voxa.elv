@@ -298,6 +298,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand --live-model 'Gemini Live model for hosted calls'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
             cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --open-live 'Host /live for anyone who asks, without VOXA_PROXY_TOKEN or a relay token: every call spends your Gemini key (without it, a relay with a key and no token refuses to start)'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'

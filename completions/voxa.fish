@@ -201,6 +201,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-max-minutes -d 
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-model -d 'Gemini Live model for hosted calls' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l open-live -d 'Host /live for anyone who asks, without VOXA_PROXY_TOKEN or a relay token: every call spends your Gemini key (without it, a relay with a key and no token refuses to start)'
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'

@@ -272,6 +272,10 @@ pub struct RelayArgs {
     /// Gemini Live model for hosted calls
     #[arg(long = "live-model", value_name = "MODEL")]
     pub live_model: Option<String>,
+    /// Host /live for anyone who asks, without VOXA_PROXY_TOKEN or a relay token: every call spends
+    /// your Gemini key (without it, a relay with a key and no token refuses to start)
+    #[arg(long)]
+    pub open_live: bool,
 }
 
 #[derive(Debug, Args)]

@@ -44,6 +44,7 @@ impl HostingRelay {
                 "--listen",
                 "127.0.0.1:0",
                 "--json",
+                "--open-live",
                 "--live-max-calls",
                 "10000",
                 "--max-connections-per-ip",

@@ -3,14 +3,17 @@
 //! task tracker every task the agent spawns goes through (so stopping the agent waits for calls in
 //! flight and voice bridges).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::calls::{CallBoards, ListenerId};
 use super::gate::{Admission, SessionCounts};
 use crate::gemini::GeminiConfig;
-use crate::protocol::{self, AgentMessage, AgentStatus, HelloOk, RelayPage};
+use crate::protocol::{self, AgentMessage, AgentStatus, ConnectedClient, HelloOk, RelayPage};
 use crate::push::Notifier;
 use crate::sessions::SessionHost;
 use crate::terminal::TerminalHost;
@@ -32,6 +35,8 @@ pub struct LiveStatus {
     pub followers: AtomicUsize,
     /// Open sessions, sealed (protocol 3) and plain (protocol 2).
     pub sessions: Arc<SessionCounts>,
+    /// Who has a session open, by session, in the order they came.
+    pub connected: Mutex<BTreeMap<ListenerId, ConnectedClient>>,
     /// What the last comparison of the relay's page with this voxa's found.
     pub relay_page: Mutex<Option<RelayPage>>,
     /// A comparison is running.
@@ -50,6 +55,10 @@ pub struct AgentContext {
     pub notifier: Option<Notifier>,
     /// The coding-agent sessions; `None` when their store could not be opened.
     pub sessions: Option<SessionHost>,
+    /// Every pairing's tool calls, which outlive the sessions that started them.
+    pub calls: CallBoards,
+    /// Cancelled when the agent stops: it ends the calls still running.
+    pub shutdown: CancellationToken,
     /// The interactive terminals (`term_*`); `None` where the agent runs none.
     pub terminals: Option<TerminalHost>,
 }
@@ -64,6 +73,8 @@ impl AgentContext {
             tasks,
             notifier: None,
             sessions: None,
+            calls: CallBoards::default(),
+            shutdown: CancellationToken::new(),
             terminals: None,
         }
     }
@@ -110,6 +121,7 @@ impl AgentContext {
             phone_present: self.status.phone_present.load(Ordering::Relaxed),
             retired_code_until: self.status.retired_code_until.lock().map(|until| *until).unwrap_or_default(),
             calls_in_flight: self.status.calls_in_flight.load(Ordering::Relaxed),
+            connected: self.status.connected.lock().map(|c| c.values().cloned().collect()).unwrap_or_default(),
             sealed_sessions: self.status.sessions.sealed(),
             plain_sessions: self.status.sessions.plain(),
             relay_page: self.status.relay_page.lock().map(|page| page.clone()).unwrap_or_default(),

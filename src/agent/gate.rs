@@ -73,6 +73,14 @@ pub struct Admission {
     pub revoked: Option<CancellationToken>,
     /// A protocol-3 hello's handshake, read and waiting for the agent's answer.
     pub seal: Option<Box<Responder>>,
+    /// The hello's `client` name when printable (at most 64 characters), for `status`.
+    pub client: Option<String>,
+}
+
+/// A hello's `client` name as `status` may show it: printable and short, else nothing.
+pub fn shown_client(hello: &Hello) -> Option<String> {
+    let name = hello.client.as_deref()?.trim();
+    (!name.is_empty() && name.chars().count() <= 64 && !name.chars().any(char::is_control)).then(|| name.to_owned())
 }
 
 /// An admitted session's two ends: the queue the session writes to and how to read its peer's
@@ -264,6 +272,7 @@ impl TokenGate {
         Ok(HelloVerdict::Admitted(Admission {
             caller: self.caller.to_owned(),
             seal: Some(Box::new(responder)),
+            client: shown_client(hello),
             ..Default::default()
         }))
     }
@@ -292,6 +301,7 @@ impl Gate for TokenGate {
         Ok(HelloVerdict::Admitted(Admission {
             caller: self.caller.to_owned(),
             proof: Some(protocol::agent_proof(&self.token, challenge, nonce)),
+            client: shown_client(hello),
             ..Default::default()
         }))
     }

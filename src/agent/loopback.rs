@@ -450,7 +450,8 @@ async fn run_session(
     let revoked = admission.revoked.clone();
     let hello_ok = ctx.hello_ok(&admission);
     let mut io = start_session(&mut admission, hello_ok, outbox.begin_session().await, &ctx.status.sessions).await?;
-    let mut session = Session::new(ctx, admission.caller, io.out);
+    let shown = super::session::connected(&admission, io.input.is_sealed(), "loopback");
+    let mut session = Session::new(ctx, admission.caller, io.out).shown(shown);
     let mut liveness = Liveness::new(Heartbeat::PROTOCOL);
     loop {
         let revoked = revoked.clone();
@@ -460,7 +461,10 @@ async fn run_session(
                 break;
             }
             _ = cancelled(revoked) => {
-                let _ = out_tx.send(Message::text(AgentMessage::error(ErrorCode::PairingRevoked).to_json())).await;
+                // A sealed session hears it in the close alone (an unsealed frame would break it).
+                if !io.input.is_sealed() {
+                    let _ = out_tx.send(Message::text(AgentMessage::error(ErrorCode::PairingRevoked).to_json())).await;
+                }
                 let _ = out_tx.send(close_message(CloseCode::Policy, ErrorCode::PairingRevoked.as_str())).await;
                 break;
             }

@@ -3,10 +3,12 @@
 //! sessions they all serve.
 //!
 //! Inside: [`context`] (what sessions share, with the one task tracker), [`gate`] (hello
-//! admission), [`session`] (call table and dispatch), [`outbox`] (a socket's writer), [`link`]
+//! admission), [`session`] (one session's frames), [`calls`] (each pairing's tool calls, which
+//! outlive its sessions), [`outbox`] (a socket's writer), [`link`]
 //! (the reconnect actor), [`peers`] (the phones on one relay connection), [`loopback`] (the local
 //! server) and [`env_side`] (environment pairings).
 
+pub mod calls;
 pub mod context;
 pub mod env_side;
 pub mod gate;
@@ -98,7 +100,10 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
         events: options.events.clone(),
     };
     env_side::spawn_environment_side(environment_side, &ctx, shutdown.clone())?;
-    let gate: Arc<dyn Gate> = Arc::new(token_gate(&options, "loopback"));
+    // `pair --rotate` swaps the token under both gates while the agent runs.
+    let loopback_gate = Arc::new(retired::CurrentToken::new(token_gate(&options, "loopback")));
+    let phone_gate = Arc::new(retired::CurrentToken::new(token_gate(&options, "phone")));
+    let gate: Arc<dyn Gate> = loopback_gate.clone();
     ctx.tasks.spawn({
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
@@ -108,7 +113,16 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
             }
         }
     });
-    spawn_relay_links(options, &ctx, &shutdown);
+    let rotation = retired::Rotation {
+        home: options.home.clone(),
+        gates: vec![loopback_gate, phone_gate.clone()],
+        link: None,
+        window: options.retired_window,
+        token: options.secrets.auth_token.clone(),
+        code: options.secrets.relay_code.clone(),
+    };
+    let link = spawn_relay_links(options, phone_gate, &ctx, &shutdown);
+    retired::Rotation { link, ..rotation }.spawn(&ctx, &shutdown);
     Ok(RunningAgent { loopback, ctx, shutdown })
 }
 
@@ -136,6 +150,7 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
     toolbox.approvals().stop_with(shutdown.clone());
     let tasks = TaskTracker::new();
     let mut ctx = AgentContext::new(toolbox, tasks.clone());
+    ctx.shutdown = shutdown.clone();
     ctx.gemini = options.gemini.clone().map(Arc::new);
     // Notifications: a home whose VAPID key cannot be made or read still runs, without them.
     let pairing = crate::push::pairing_id(&options.secrets.relay_code);
@@ -196,11 +211,16 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
     Ok(ctx)
 }
 
-/// The relay link on this home's code and, for a while after `pair --rotate`, one on the code it
-/// replaced. Does nothing without a relay.
-fn spawn_relay_links(options: AgentOptions, ctx: &Arc<AgentContext>, shutdown: &CancellationToken) {
-    let Some(relay) = options.relay.clone() else { return };
-    let phone_gate = token_gate(&options, "phone");
+/// The relay link on this home's code (returned with the token that stops it, for a rotation to
+/// move) and, for a while after `pair --rotate`, one on the code it replaced. Does nothing
+/// without a relay.
+fn spawn_relay_links(
+    options: AgentOptions,
+    phone_gate: Arc<retired::CurrentToken>,
+    ctx: &Arc<AgentContext>,
+    shutdown: &CancellationToken,
+) -> Option<(RelayLink, CancellationToken)> {
+    let relay = options.relay.clone()?;
     let retired_gate = token_gate(&options, "phone");
     let link = RelayLink {
         url: relay.socket_url("/agent", options.secrets.relay_code.expose()),
@@ -208,7 +228,7 @@ fn spawn_relay_links(options: AgentOptions, ctx: &Arc<AgentContext>, shutdown: &
         dial: options.dial,
         heartbeat: options.heartbeat,
         backoff: options.backoff,
-        gate: Arc::new(phone_gate),
+        gate: phone_gate,
         ctx: ctx.clone(),
         events: Some(options.events),
     };
@@ -221,5 +241,7 @@ fn spawn_relay_links(options: AgentOptions, ctx: &Arc<AgentContext>, shutdown: &
         Ok(None) => {}
         Err(err) => warn!("the relay code replaced by `pair --rotate` is not answered: {err:#}"),
     }
-    ctx.tasks.spawn(link.run(shutdown.clone()).instrument(info_span!("relay_link")));
+    let stop = shutdown.child_token();
+    ctx.tasks.spawn(link.clone().run(stop.clone()).instrument(info_span!("relay_link")));
+    Some((link, stop))
 }

@@ -445,7 +445,8 @@ impl RelayLink {
                 self.report(LinkEvent::PeerAdmitted);
                 let revoked = admission.revoked.clone();
                 let writer = io.out.clone();
-                let session = Session::new(self.ctx.clone(), admission.caller, io.out).relayed();
+                let shown = super::session::connected(&admission, io.input.is_sealed(), "relay");
+                let session = Session::new(self.ctx.clone(), admission.caller, io.out).relayed().shown(shown);
                 Peer::Ready { session: Box::new(session), writer, inbound: io.input, revoked }
             }
             Err(code) => {

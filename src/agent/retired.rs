@@ -4,18 +4,23 @@
 //! is refused with `bearer-refused` (the web client then says the link is no longer valid). No
 //! session ever opens on a retired code, so nothing there can run a tool. After the window the
 //! code is no longer dialled.
+//!
+//! Also the rotation of a running agent ([`Rotation`]): it notices `pair --rotate` by the auth
+//! token file changing, ends the sessions proven with the old token, moves its relay link to the
+//! new code and answers the old one as above.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio_util::sync::CancellationToken;
-use tracing::{info, info_span, Instrument};
+use tracing::{info, info_span, warn, Instrument};
 
 use super::context::AgentContext;
 use super::gate::{Gate, HelloVerdict, TokenGate};
 use super::link::{LinkEvent, RelayLink};
 use crate::protocol::{ErrorCode, Hello};
-use crate::state::RetiredCode;
+use crate::secret::Secret;
+use crate::state::{Home, RetiredCode, Secrets};
 
 /// How long after `pair --rotate` the replaced relay code is still answered.
 pub const RETIRED_CODE_WINDOW: Duration = Duration::from_secs(7 * 24 * 60 * 60);
@@ -86,4 +91,129 @@ pub fn spawn_retired_link(
         }
     };
     ctx.tasks.spawn(task.instrument(info_span!("retired_relay_link")));
+}
+
+/// How often the running agent looks at the auth token file for a `pair --rotate`.
+pub const ROTATION_POLL: Duration = Duration::from_millis(500);
+
+/// The gate of this home's auth token as it is now. `pair --rotate` swaps the token underneath
+/// ([`CurrentToken::rotate`]): every session proven with the old one has its revocation token
+/// cancelled (the relay link and the loopback server end it `pairing-revoked`), and the next
+/// hello is checked against the new token.
+pub struct CurrentToken {
+    now: RwLock<Generation>,
+}
+
+struct Generation {
+    gate: Arc<TokenGate>,
+    /// Cancelled when this token is replaced.
+    replaced: CancellationToken,
+}
+
+impl CurrentToken {
+    pub fn new(gate: TokenGate) -> Self {
+        CurrentToken { now: RwLock::new(Generation { gate: Arc::new(gate), replaced: CancellationToken::new() }) }
+    }
+
+    fn current(&self) -> (Arc<TokenGate>, CancellationToken) {
+        let now = self.now.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        (now.gate.clone(), now.replaced.clone())
+    }
+
+    /// From now on `token` opens sessions; the sessions of the previous token are ended.
+    pub fn rotate(&self, token: Secret) {
+        let mut now = self.now.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let gate = TokenGate::new(token, now.gate.caller, now.gate.sealed_only);
+        let previous =
+            std::mem::replace(&mut *now, Generation { gate: Arc::new(gate), replaced: CancellationToken::new() });
+        previous.replaced.cancel();
+    }
+}
+
+impl Gate for CurrentToken {
+    fn admit(&self, hello: &Hello, challenge: &str) -> Result<HelloVerdict, ErrorCode> {
+        let (gate, replaced) = self.current();
+        match gate.admit(hello, challenge)? {
+            HelloVerdict::Admitted(mut admission) => {
+                admission.revoked = Some(replaced);
+                Ok(HelloVerdict::Admitted(admission))
+            }
+            other => Ok(other),
+        }
+    }
+}
+
+/// What a rotation needs to move the agent: the gates to swap and the relay link to move.
+pub struct Rotation {
+    pub home: Home,
+    pub gates: Vec<Arc<CurrentToken>>,
+    /// The link on the current code, and the token that stops it; `None` without a relay.
+    pub link: Option<(RelayLink, CancellationToken)>,
+    pub window: Duration,
+    pub token: Secret,
+    pub code: Secret,
+}
+
+impl Rotation {
+    /// Watches the auth token file until `shutdown`; when `pair --rotate` changed the secrets,
+    /// moves the agent to them at once: the old token's sessions end, the relay link dials the new
+    /// code, and the old code is answered ("scan the new code") for the retired window.
+    pub fn spawn(mut self, ctx: &Arc<AgentContext>, shutdown: &CancellationToken) {
+        let tasks = ctx.tasks.clone();
+        let ctx = ctx.clone();
+        let shutdown = shutdown.clone();
+        let task = async move {
+            let path = self.home.path(crate::state::AUTH_TOKEN_FILE);
+            let mut seen = file_identity(&path);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(ROTATION_POLL) => {}
+                }
+                let now = file_identity(&path);
+                if now == seen {
+                    continue;
+                }
+                seen = now;
+                match self.home.load_secrets() {
+                    Ok(Some(secrets)) if secrets.auth_token != self.token => self.apply(secrets, &ctx, &shutdown),
+                    Ok(_) => {}
+                    Err(err) => warn!("could not read the secrets after they changed: {err:#}"),
+                }
+            }
+        };
+        tasks.spawn(task.instrument(info_span!("rotation")));
+    }
+
+    /// Moves the agent to `secrets`.
+    fn apply(&mut self, secrets: Secrets, ctx: &Arc<AgentContext>, shutdown: &CancellationToken) {
+        for gate in &self.gates {
+            gate.rotate(secrets.auth_token.clone());
+        }
+        info!("the pairing was rotated: sessions of the old token ended, the new token is in use");
+        let old_code = std::mem::replace(&mut self.code, secrets.relay_code.clone());
+        self.token = secrets.auth_token.clone();
+        let Some((link, stop)) = self.link.take() else { return };
+        if old_code == secrets.relay_code {
+            self.link = Some((link, stop));
+            return;
+        }
+        // The old code's connection closes (its phones heard `pairing-revoked` first); the same
+        // gate, now on the new token, serves the new code.
+        stop.cancel();
+        let moved_stop = shutdown.child_token();
+        let moved = RelayLink { url: link.relay.socket_url("/agent", secrets.relay_code.expose()), ..link.clone() };
+        ctx.tasks.spawn(moved.clone().run(moved_stop.clone()).instrument(info_span!("relay_link")));
+        let current = TokenGate::new(secrets.auth_token.clone(), "phone", false);
+        let answering = RelayLink { gate: Arc::new(RetiredGate { current }), ..link };
+        let retired = RetiredCode { relay_code: old_code, rotated_at: SystemTime::now() };
+        spawn_retired_link(&answering, retired, self.window, ctx, shutdown);
+        self.link = Some((moved, moved_stop));
+    }
+}
+
+/// Identity of one version of a file (inode, size, mtime); `None` while it cannot be read.
+fn file_identity(path: &std::path::Path) -> Option<(u64, u64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
 }

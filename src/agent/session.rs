@@ -1,10 +1,9 @@
-//! One authenticated session, the same over the relay and the loopback socket: the call table
-//! (tool calls in flight by id), cancellation, progress, screenshots to the phone only, and the
-//! voice call. The frames are described in docs/PROTOCOL.md, "Session frames".
+//! One authenticated session, the same over the relay and the loopback socket: tool calls (kept
+//! in the pairing's table, [`super::calls`]), cancellation, progress, screenshots to the phone
+//! only, and the voice call. The frames are described in docs/PROTOCOL.md, "Session frames".
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use serde_json::Value;
@@ -12,20 +11,25 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use super::calls::{self, CallBoard, ListenerId};
 use super::context::AgentContext;
 use crate::approvals;
 use crate::gemini::{self, VoiceCall, VoiceInput, VoiceTools};
 use crate::protocol::{
-    self, AgentMessage, Bytes, CallErrorCode, ClientMessage, ErrorCode, Frame, ToolCall, ToolError, ToolResult,
+    self, AgentMessage, Bytes, CallErrorCode, ClientMessage, ConnectedClient, ErrorCode, Frame, ToolCall, ToolError,
+    ToolResult,
 };
 use crate::tools::{ToolOutput, ToolRequest};
 
-/// An authenticated session. Dropping it cancels its calls and ends its voice call.
+/// An authenticated session. Dropping it ends its voice call and its deliveries; its tool calls
+/// belong to its pairing and go on (docs/PROTOCOL.md, "Calls outlive the connection").
 pub struct Session {
     ctx: Arc<AgentContext>,
     caller: String,
     out: mpsc::Sender<Frame>,
-    calls: Arc<Mutex<HashMap<String, CancellationToken>>>,
+    /// The pairing's call table, and this session's place among its listeners.
+    board: Arc<CallBoard>,
+    listener: ListenerId,
     voice: Option<VoiceCall>,
     cancel: CancellationToken,
     /// The session came through the relay, whose `/live` labels the calls it makes.
@@ -39,17 +43,28 @@ pub struct Session {
 impl Session {
     /// A session that answers through `out` (the socket's bounded writer queue).
     pub fn new(ctx: Arc<AgentContext>, caller: String, out: mpsc::Sender<Frame>) -> Self {
+        let board = ctx.calls.board(&caller);
+        let listener = ctx.calls.listener();
         Session {
             ctx,
             caller,
             out,
-            calls: Arc::default(),
+            board,
+            listener,
             voice: None,
             cancel: CancellationToken::new(),
             relayed: false,
             following: None,
             typing: None,
         }
+    }
+
+    /// Shows this session in `status` (who is connected) until it ends.
+    pub fn shown(self, client: ConnectedClient) -> Self {
+        if let Ok(mut connected) = self.ctx.status.connected.lock() {
+            connected.insert(self.listener, client);
+        }
+        self
     }
 
     /// Marks a session that came through the relay: a `tool_call` there may carry the
@@ -100,11 +115,17 @@ impl Session {
     async fn on_message(&mut self, message: ClientMessage) {
         match message {
             ClientMessage::ToolCall(call) => self.start_call(call).await,
+            // Any call of the pairing, whichever session started it.
             ClientMessage::Cancel { id } => {
-                let token = self.calls.lock().ok().and_then(|calls| calls.get(&id).cloned());
-                if let Some(token) = token {
-                    token.cancel();
-                }
+                self.board.cancel(&id).await;
+            }
+            ClientMessage::CancelAll => {
+                let stopped = self.board.cancel_all().await;
+                debug!(stopped, "cancel_all");
+            }
+            ClientMessage::Calls { mut seen } => {
+                seen.truncate(calls::MAX_SEEN);
+                self.board.follow(self.listener, &self.out, &seen).await;
             }
             ClientMessage::Status => {
                 let status = self.ctx.status();
@@ -237,30 +258,20 @@ impl Session {
             let result = ToolResult::failure(call.id.chars().take(protocol::MAX_CALL_ID_LEN).collect(), error);
             return self.send(AgentMessage::ToolResult(result)).await;
         }
-        let token = self.cancel.child_token();
-        let refused = match self.calls.lock() {
-            Ok(calls) if calls.contains_key(&call.id) => {
-                Some(ToolError::new(ErrorCode::DuplicateId, format!("a call with id {:?} is still running", call.id)))
-            }
-            Ok(calls) if calls.len() >= self.ctx.toolbox().max_calls_in_flight() => Some(ToolError::new(
-                ErrorCode::Busy,
-                format!("{} calls are already running; wait for one to finish", calls.len()),
-            )),
-            Ok(mut calls) => {
-                calls.insert(call.id.clone(), token.clone());
-                None
-            }
-            Err(_) => Some(ToolError::new(ErrorCode::Internal, "the call table is unusable")),
-        };
-        if let Some(error) = refused {
-            return self.send(AgentMessage::ToolResult(ToolResult::failure(call.id, error))).await;
+        // A call belongs to the pairing: only the agent stopping (or a `cancel`) ends it early.
+        let token = self.ctx.shutdown.child_token();
+        self.board.listen(self.listener, &self.out, false);
+        let limit = self.ctx.toolbox().max_calls_in_flight();
+        if let Err(refused) = self.board.start(&call, self.listener, token.clone(), limit).await {
+            let result = ToolResult::failure(call.id.clone(), refused.error(&call.id));
+            return self.send(AgentMessage::ToolResult(result)).await;
         }
         let task = CallTask {
             ctx: self.ctx.clone(),
             caller: self.caller_of(&call),
-            out: self.out.clone(),
-            calls: self.calls.clone(),
+            board: self.board.clone(),
             cancel: token,
+            viewer: self.out.downgrade(),
         };
         if call.name == TYPING_TOOL {
             let lane = self.typing.get_or_insert_with(|| {
@@ -286,19 +297,30 @@ impl Session {
         let _ = self.out.send(Frame::from(message)).await;
     }
 
-    /// Calls still running.
-    pub fn calls_in_flight(&self) -> usize {
-        self.calls.lock().map(|c| c.len()).unwrap_or(0)
+    /// Calls of this session's pairing still running.
+    pub async fn calls_in_flight(&self) -> usize {
+        self.board.running().await
     }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
+        self.board.leave(self.listener);
+        if let Ok(mut connected) = self.ctx.status.connected.lock() {
+            connected.remove(&self.listener);
+        }
         self.cancel.cancel();
         if let Some(voice) = self.voice.take() {
             voice.end.cancel();
         }
     }
+}
+
+/// How `status` shows an admitted session that came `via` the relay or the loopback socket (a
+/// host driving an environment shows as `"host"`).
+pub fn connected(admission: &super::Admission, sealed: bool, via: &str) -> ConnectedClient {
+    let via = if admission.caller.starts_with("host:") { "host" } else { via };
+    ConnectedClient { client: admission.client.clone(), via: via.to_owned(), sealed, since: calls::unix_now() }
 }
 
 /// The tool whose calls keep their order: what is typed into a terminal.
@@ -309,13 +331,14 @@ fn bad_frame_reason(err: &serde_json::Error) -> String {
     crate::text::prefix(&err.to_string(), 200).to_owned()
 }
 
-/// One tool call, from start to its single `tool_result`.
+/// One tool call, from start to its single `tool_result`, delivered through its pairing's table.
 struct CallTask {
     ctx: Arc<AgentContext>,
     caller: String,
-    out: mpsc::Sender<Frame>,
-    calls: Arc<Mutex<HashMap<String, CancellationToken>>>,
+    board: Arc<CallBoard>,
     cancel: CancellationToken,
+    /// The session that asked, for the terminals the call opens; gone once that session ends.
+    viewer: mpsc::WeakSender<Frame>,
 }
 
 impl CallTask {
@@ -326,15 +349,13 @@ impl CallTask {
         let env = call.env.clone();
         let (progress_tx, mut progress_rx) = mpsc::channel::<String>(64);
         let forward = {
-            let out = self.out.clone();
+            let board = self.board.clone();
             let id = id.clone();
             let env = env.clone();
             self.ctx.tasks.spawn(async move {
                 while let Some(chunk) = progress_rx.recv().await {
-                    let message = AgentMessage::ToolProgress { id: id.clone(), chunk, env: env.clone() };
-                    if out.send(Frame::from(message)).await.is_err() {
-                        break;
-                    }
+                    let message = AgentMessage::ToolProgress { id: id.clone(), chunk: chunk.clone(), env: env.clone() };
+                    board.progress(&id, Frame::from(message), &chunk).await;
                 }
             })
         };
@@ -343,20 +364,17 @@ impl CallTask {
         if let Err(err) = forward.await {
             warn!(%err, "progress forwarder failed");
         }
+        let mut frames = Vec::with_capacity(2);
         let mut result = match outcome {
             Ok((value, image)) => {
-                if let Some(image) = image {
-                    let _ = self.out.send(Frame::from(image)).await;
-                }
+                frames.extend(image.map(Frame::from));
                 ToolResult::success(id.clone(), value)
             }
             Err(error) => ToolResult::failure(id.clone(), error),
         };
         result.env = env;
-        let _ = self.out.send(Frame::from(AgentMessage::ToolResult(result))).await;
-        if let Ok(mut calls) = self.calls.lock() {
-            calls.remove(&id);
-        }
+        frames.push(Frame::from(AgentMessage::ToolResult(result)));
+        self.board.finish(&id, frames).await;
         status.calls_in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
@@ -366,8 +384,11 @@ impl CallTask {
         progress: mpsc::Sender<String>,
     ) -> Result<(Value, Option<AgentMessage>), ToolError> {
         let id = call.id.clone();
-        let request = ToolRequest::from_call(call, self.caller.clone(), Some(progress), self.cancel.clone())
-            .with_viewer(self.out.clone());
+        let mut request = ToolRequest::from_call(call, self.caller.clone(), Some(progress), self.cancel.clone());
+        // A terminal the call opens or attaches is watched by the session that asked, while it lasts.
+        if let Some(viewer) = self.viewer.upgrade() {
+            request = request.with_viewer(viewer);
+        }
         let output = self.ctx.dispatcher.dispatch(request).await?;
         let image = output.image.map(|shot| shot.image_frame(&id));
         Ok((output.result, image))

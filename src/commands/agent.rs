@@ -136,7 +136,7 @@ impl Link {
     /// One tool call; its result. Events that arrive before it are held for [`Link::next_event`].
     async fn call(&mut self, tool: &str, args: Value) -> Result<ToolResult> {
         self.calls += 1;
-        let id = format!("agent-{}", self.calls);
+        let id = format!("{}-{}", super::call::call_id("agent")?, self.calls);
         let call = ToolCall { id: id.clone(), name: tool.into(), args, env: None, caller: None };
         self.send(ClientMessage::ToolCall(call).to_json()).await?;
         loop {

@@ -80,7 +80,7 @@ pub async fn run_approve(settings: &Settings, args: ApproveArgs) -> Result<Exit>
 /// One tool call through the running agent; its result.
 async fn call(settings: &Settings, tool: &str, args: Value) -> Result<ToolResult> {
     let (mut socket, _) = connect_local(&settings.home).await?;
-    let call = ToolCall { id: "approvals-1".into(), name: tool.into(), args, env: None, caller: None };
+    let call = ToolCall { id: super::call::call_id("approvals")?, name: tool.into(), args, env: None, caller: None };
     socket
         .send(Message::text(ClientMessage::ToolCall(call.clone()).to_json()))
         .await

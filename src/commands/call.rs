@@ -36,12 +36,18 @@ pub async fn connect_local(home: &Home) -> Result<(ClientSocket, HelloOk)> {
     Ok((socket, hello_ok))
 }
 
+/// A call id no other client of this pairing uses: calls belong to the pairing and outlive their
+/// connection, so two CLI runs at once (or one after an interrupted one) must not share ids.
+pub fn call_id(prefix: &str) -> Result<String> {
+    Ok(format!("{prefix}-{}", &protocol::new_nonce()?[..16]))
+}
+
 /// `voxa call TOOL [ARGS]`.
 pub async fn run_call(settings: &Settings, args: CallArgs) -> Result<Exit> {
     let tool_args = parse_call_args(&args.tool, &args.args)?;
     let (mut socket, _) = connect_local(&settings.home).await?;
     let call =
-        ToolCall { id: "call-1".into(), name: args.tool.clone(), args: tool_args, env: args.env.clone(), caller: None };
+        ToolCall { id: call_id("cli")?, name: args.tool.clone(), args: tool_args, env: args.env.clone(), caller: None };
     socket
         .send(Message::text(ClientMessage::ToolCall(call.clone()).to_json()))
         .await

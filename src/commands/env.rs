@@ -175,8 +175,9 @@ fn read_line_from_stdin() -> Result<String> {
 
 async fn fleet_from_running_agent(home: &Home) -> Option<Value> {
     let (mut socket, _) = super::call::connect_local(home).await.ok()?;
+    let id = super::call::call_id("env-list").ok()?;
     let call = ToolCall {
-        id: "env-list".into(),
+        id: id.clone(),
         name: host::FLEET_TOOL.into(),
         args: json!({"probe": true}),
         env: None,
@@ -187,7 +188,7 @@ async fn fleet_from_running_agent(home: &Home) -> Option<Value> {
         while let Some(Ok(frame)) = socket.next().await {
             let Message::Text(text) = frame else { continue };
             if let Ok(AgentMessage::ToolResult(result)) = serde_json::from_str::<AgentMessage>(&text) {
-                if result.id == "env-list" {
+                if result.id == id {
                     return result.result;
                 }
             }

@@ -105,7 +105,7 @@ pub fn secret_file(file: &Path, what: &str) -> Result<Secret> {
 pub fn execute(cli: Cli, env_secrets: EnvSecrets) -> Result<Exit> {
     let settings = Settings::from_cli(&cli, env_secrets)?;
     match cli.command {
-        Some(Command::Pair(args)) => pair::run_pair(&settings, &args).map(|()| Exit::Ok),
+        Some(Command::Pair(args)) => block_on(pair::run_pair(&settings, &args)).map(|()| Exit::Ok),
         Some(Command::Completions { shell }) => {
             completions::print_completions(shell, &mut std::io::stdout())?;
             Ok(Exit::Ok)

@@ -12,8 +12,11 @@ use crate::cli::PairArgs;
 use crate::config::RelayUrl;
 use crate::state::{Home, Secrets};
 
+/// How long `pair --rotate` waits for a running agent to take the new token.
+const PICKUP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Runs `voxa pair`.
-pub fn run_pair(settings: &Settings, args: &PairArgs) -> Result<()> {
+pub async fn run_pair(settings: &Settings, args: &PairArgs) -> Result<()> {
     let home = &settings.home;
     // Validate everything before creating or changing anything: a refused relay leaves no trace.
     home.check()?;
@@ -30,22 +33,77 @@ pub fn run_pair(settings: &Settings, args: &PairArgs) -> Result<()> {
         }
     }
     save_relay(home, &mut config, &relay)?;
+    let rotated = match args.rotate {
+        true => Some(rotation_outcome(home).await?),
+        false => None,
+    };
     let printer = settings.printer;
     let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose());
-    let value = json!({
+    let mut value = json!({
         "code": secrets.relay_code.expose(),
         "token": secrets.auth_token.expose(),
         "url": url,
         "relay": relay.as_str(),
     });
+    if let Some(rotated) = &rotated {
+        value["rotated"] = json!({"agent": rotated.agent, "picked_up": rotated.picked_up});
+    }
     // Encoding the QR code is most of this command's CPU time; `--json` never shows it.
     let human = if printer.is_json() {
         String::new()
     } else {
-        pairing_text(&relay, &secrets, !args.no_qr, printer.is_terminal())?
+        let mut text = pairing_text(&relay, &secrets, !args.no_qr, printer.is_terminal())?;
+        if let Some(rotated) = &rotated {
+            text.push_str(&rotated.sentence());
+        }
+        text
     };
     printer.result(&value, human)?;
     Ok(())
+}
+
+/// What `pair --rotate` did to a running agent.
+struct Rotated {
+    /// The running agent's pid, if one runs.
+    agent: Option<u32>,
+    /// It answered a hello proven with the new token.
+    picked_up: bool,
+}
+
+impl Rotated {
+    fn sentence(&self) -> String {
+        let done = "Rotated: the old link and its code no longer open anything; phones holding it are told to \
+                    scan the new code.";
+        match (self.agent, self.picked_up) {
+            (None, _) => format!("\n{done} No agent is running: `voxa run` starts on the new pairing.\n"),
+            (Some(pid), true) => format!(
+                "\n{done} The running agent (pid {pid}) took the new pairing at once: every session of the old \
+                 token was ended, and its relay link moved to the new code.\n"
+            ),
+            (Some(pid), false) => format!(
+                "\n{done} The running agent (pid {pid}) has not taken the new pairing yet; restart it \
+                 to be sure the old link is cut off.\n"
+            ),
+        }
+    }
+}
+
+/// Whether a running agent took the rotated token: a hello proven with it is answered within
+/// [`PICKUP_WAIT`].
+async fn rotation_outcome(home: &Home) -> Result<Rotated> {
+    let Some(agent) = home.running_agent()? else { return Ok(Rotated { agent: None, picked_up: false }) };
+    let deadline = tokio::time::Instant::now() + PICKUP_WAIT;
+    let picked_up = loop {
+        if let Ok((socket, _)) = super::call::connect_local(home).await {
+            drop(socket);
+            break true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            break false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    Ok(Rotated { agent: Some(agent.pid), picked_up })
 }
 
 /// Saves the relay the secrets were shown with, so `run` dials what the phone scanned.

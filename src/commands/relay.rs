@@ -82,7 +82,8 @@ fn relay_config(settings: &Settings, args: &RelayArgs) -> anyhow::Result<RelayCo
         config.tls = Some(load_tls(cert, key).map_err(|err| ConfigError::new(format!("{err:#}")))?);
     }
     config.token = super::relay_token(args.relay_token.as_deref(), args.relay_token_file.as_deref())?;
-    config.service = live_config(args, settings.env_secrets.gemini_api_key.clone())?.map(Hosting::service);
+    let gated = config.token.is_some();
+    config.service = live_config(args, settings.env_secrets.gemini_api_key.clone(), gated)?.map(Hosting::service);
     if let Some(fds) = raise_fd_limit() {
         config.max_connections = config.max_connections.min(fds.saturating_sub(RESERVED_FDS).max(1) as usize);
     }
@@ -172,8 +173,10 @@ fn announce(
 }
 
 /// Hosted voice: on with a key from `--gemini-key-file` (which wins) or `GEMINI_API_KEY`, off
-/// without one.
-fn live_config(args: &RelayArgs, env_key: Option<Secret>) -> anyhow::Result<Option<LiveConfig>> {
+/// without one. With a key, `/live` must ask for a token (`VOXA_PROXY_TOKEN`, else the relay
+/// token, `relay_gated`) unless the operator opens it with `--open-live`: a made-up relay code
+/// costs nothing, so an open `/live` is anyone's tap on the key.
+fn live_config(args: &RelayArgs, env_key: Option<Secret>, relay_gated: bool) -> anyhow::Result<Option<LiveConfig>> {
     let key = match &args.gemini_key_file {
         Some(path) => super::secret_file(path, "Gemini key file")?,
         None => match env_key {
@@ -186,6 +189,13 @@ fn live_config(args: &RelayArgs, env_key: Option<Secret>) -> anyhow::Result<Opti
     }
     let gemini = GeminiConfig::new(key, args.live_model.clone())?;
     let proxy_token = std::env::var("VOXA_PROXY_TOKEN").ok().filter(|token| !token.trim().is_empty());
+    if proxy_token.is_none() && !relay_gated && !args.open_live {
+        return Err(ConfigError::new(
+            "hosting /live with a Gemini key needs a token from callers: set VOXA_PROXY_TOKEN (or a relay \
+             token), or pass --open-live to let anyone's calls spend the key",
+        )
+        .into());
+    }
     Ok(Some(LiveConfig {
         gemini: Arc::new(gemini),
         max_calls: args.live_max_calls,

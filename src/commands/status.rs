@@ -8,7 +8,7 @@ use tokio_tungstenite::tungstenite::Message;
 use super::Settings;
 use crate::config::RelayUrl;
 use crate::error::Exit;
-use crate::protocol::{AgentMessage, AgentStatus, ClientMessage};
+use crate::protocol::{AgentMessage, AgentStatus, ClientMessage, ConnectedClient};
 use crate::state::AgentFile;
 
 /// `voxa status`.
@@ -40,6 +40,7 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
             "phone_present": live.as_ref().map(|l| l.phone_present),
             "retired_code_until": live.as_ref().and_then(|l| l.retired_code_until),
             "calls_in_flight": live.as_ref().map(|l| l.calls_in_flight),
+            "connected": live.as_ref().map(|l| l.connected.clone()),
             "sealed_sessions": live.as_ref().map(|l| l.sealed_sessions),
             "plain_sessions": live.as_ref().map(|l| l.plain_sessions),
             "relay_page": live.as_ref().and_then(|l| l.relay_page.clone()),
@@ -84,6 +85,9 @@ fn human_status(
             l.plain_sessions
         )),
     }
+    if let Some(live) = live {
+        human.push_str(&connected_lines(&live.connected));
+    }
     if let Some(page) = live.and_then(|l| l.relay_page.as_ref()) {
         human.push_str(&format!("relay page:      {}\n", page.describe()));
     }
@@ -95,6 +99,23 @@ fn human_status(
         ));
     }
     human
+}
+
+/// One line per open session: how it came, sealed or not, its client and since when. The
+/// `voxa status` asking is among them.
+fn connected_lines(connected: &[ConnectedClient]) -> String {
+    let mut lines = format!("connected:       {}\n", connected.len());
+    for client in connected {
+        let since = std::time::UNIX_EPOCH + std::time::Duration::from_secs(client.since);
+        lines.push_str(&format!(
+            "  {:<8} {:<9} {} since {}\n",
+            client.via,
+            if client.sealed { "sealed" } else { "plain" },
+            client.client.as_deref().unwrap_or("(unnamed client)"),
+            humantime::format_rfc3339_seconds(since)
+        ));
+    }
+    lines
 }
 
 fn relay_state(status: &AgentStatus) -> &'static str {

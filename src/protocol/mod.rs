@@ -27,8 +27,8 @@ pub use hello::{
 pub use presence::{PeerRole, PeerState, Presence};
 pub use push::{push_endpoint_host, PushKeys, PushSubscription, MAX_PUSH_ENDPOINT_LEN};
 pub use session::{
-    parse_client, AgentMessage, AgentSees, AgentStatus, ClientMessage, CodingAgentSeen, RelayPage, ToolActivityState,
-    TranscriptRole,
+    parse_client, AgentMessage, AgentSees, AgentStatus, CallEntry, CallsFrame, ClientMessage, CodingAgentSeen,
+    ConnectedClient, RelayPage, ToolActivityState, TranscriptRole,
 };
 pub use terminal::{
     TermAck, TermExit, TermOutput, MAX_TERMINALS, MAX_TERM_INPUT, MAX_TERM_SIZE, TERM_CHUNK, TERM_IDLE_LIMIT,

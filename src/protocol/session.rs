@@ -37,6 +37,15 @@ pub enum ClientMessage {
     },
     /// Stop what `follow` started.
     Unfollow,
+    /// From now on, send this client every tool call of its pairing: a `calls` frame naming the
+    /// ones running and the finished ones not in `seen`, then their output (docs/PROTOCOL.md,
+    /// "Calls outlive the connection").
+    Calls {
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        seen: Vec<String>,
+    },
+    /// Cancels every call of this pairing still running.
+    CancelAll,
     /// An answer to an open approval.
     Approve(Approve),
     /// Notifications: this browser's Web Push subscription (answered `push_subscribed`).
@@ -129,10 +138,37 @@ pub enum AgentMessage {
     ApprovalResolved(ApprovalResolved),
     /// The laptop keeps this browser's push subscription and will notify it.
     PushSubscribed,
+    /// Tool calls of this session's pairing this client did not start: running, or finished and
+    /// not yet seen. Their `tool_progress`, `image` and `tool_result` frames follow.
+    Calls(CallsFrame),
     /// Output of a terminal this client opened or attached.
     TermOutput(super::TermOutput),
     /// A terminal's program ended.
     TermExit(super::TermExit),
+}
+
+/// The calls a `calls` frame names (docs/PROTOCOL.md, "Calls outlive the connection").
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct CallsFrame {
+    pub running: Vec<CallEntry>,
+    pub finished: Vec<CallEntry>,
+    /// Finished calls dropped unseen since the agent started (the store is bounded).
+    #[serde(default)]
+    pub dropped: u64,
+}
+
+/// One call in a `calls` frame.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+pub struct CallEntry {
+    pub id: String,
+    pub name: String,
+    /// The call's arguments, when they are small (under 2 KiB as JSON); else absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+    /// When it started, in Unix seconds.
+    pub started: u64,
 }
 
 impl AgentMessage {
@@ -230,6 +266,9 @@ pub struct AgentStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retired_code_until: Option<u64>,
     pub calls_in_flight: usize,
+    /// Every client with a session open right now, the asker included.
+    #[serde(default)]
+    pub connected: Vec<ConnectedClient>,
     /// Open sessions that are sealed (protocol 3) and plain (protocol 2), this one included.
     #[serde(default)]
     pub sealed_sessions: usize,
@@ -243,6 +282,20 @@ pub struct AgentStatus {
     /// own shell's. Absent from agents older than this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sees: Option<AgentSees>,
+}
+
+/// A client with a session open on the agent, as `status` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct ConnectedClient {
+    /// Its hello's `client` (printable, at most 64 characters), or absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// `"relay"` (a phone), `"loopback"` (this machine) or `"host"` (a host driving this
+    /// environment).
+    pub via: String,
+    pub sealed: bool,
+    /// Since when, in Unix seconds.
+    pub since: u64,
 }
 
 /// The agent's `DISPLAY` (the screenshot tool's) and which coding agents its `PATH` holds.

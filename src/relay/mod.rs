@@ -296,8 +296,12 @@ async fn join<S: socket::RelayStream + 'static>(
     upgrade: Upgrade,
 ) -> anyhow::Result<()> {
     let Upgrade { head, leftover, role, code, service, conn } = upgrade;
-    // An agent gets the relay framing it offered (the route checked that it did).
-    let protocol = (role == PeerRole::Agent).then_some(SUBPROTOCOL);
+    // An agent gets the relay framing it offered (the route checked that it did); a phone the
+    // subprotocol it offered beside its relay token, never the token.
+    let protocol = match role {
+        PeerRole::Agent => Some(SUBPROTOCOL),
+        _ => route::offers(&head, route::PHONE_SUBPROTOCOL).then_some(route::PHONE_SUBPROTOCOL),
+    };
     http::write_upgrade_with(&mut stream, &head, protocol).await.context("answering the upgrade")?;
     let notices = head.query_param("presence") != Some("none");
     // Nothing of the request outlives the upgrade: a socket keeps only what it needs.

@@ -95,10 +95,37 @@ pub(super) fn route(head: &RequestHead, token: Option<&Secret>, service: Option<
     join_route(head, role, token)
 }
 
-/// True when the request offers the relay framing's subprotocol.
-fn offers_relay_framing(head: &RequestHead) -> bool {
-    head.header("sec-websocket-protocol")
-        .is_some_and(|offered| offered.split(',').any(|protocol| protocol.trim() == SUBPROTOCOL))
+/// The subprotocol a phone may offer, and the relay then names in its `101`: a browser that
+/// offers [`TOKEN_PROTOCOL_PREFIX`] must offer a real one beside it, as the relay never echoes
+/// the token.
+pub const PHONE_SUBPROTOCOL: &str = "voxa.1";
+/// A `Sec-WebSocket-Protocol` value `voxa-relay-token.<base64url of the relay token>` carries the
+/// relay token from a browser, whose WebSocket cannot send `Authorization`.
+pub const TOKEN_PROTOCOL_PREFIX: &str = "voxa-relay-token.";
+
+/// True when the request offers the WebSocket subprotocol `protocol`.
+pub(super) fn offers(head: &RequestHead, protocol: &str) -> bool {
+    offered_protocols(head).any(|offered| offered == protocol)
+}
+
+fn offered_protocols(head: &RequestHead) -> impl Iterator<Item = &str> {
+    head.header("sec-websocket-protocol").unwrap_or_default().split(',').map(str::trim)
+}
+
+/// True when the request presents `token`, as `Authorization: Bearer` or in a
+/// [`TOKEN_PROTOCOL_PREFIX`] subprotocol; both compared in constant time.
+fn presents(head: &RequestHead, token: &Secret) -> bool {
+    use base64::Engine as _;
+    if head.bearer().is_some_and(|presented| token.matches(presented)) {
+        return true;
+    }
+    offered_protocols(head).filter_map(|offered| offered.strip_prefix(TOKEN_PROTOCOL_PREFIX)).any(|encoded| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(encoded)
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .is_some_and(|presented| token.matches(&presented))
+    })
 }
 
 /// Decides a socket request for `role` from the rest of its head: method, token, code, upgrade.
@@ -107,7 +134,7 @@ pub(super) fn join_route(head: &RequestHead, role: PeerRole, token: Option<&Secr
         return Route::Refuse(METHOD_NOT_ALLOWED);
     }
     if let Some(token) = token {
-        if !head.bearer().is_some_and(|presented| token.matches(presented)) {
+        if !presents(head, token) {
             return Route::Refuse(UNAUTHORIZED);
         }
     }
@@ -121,7 +148,7 @@ pub(super) fn join_route(head: &RequestHead, role: PeerRole, token: Option<&Secr
     if head.header("sec-websocket-key").map(str::trim).map(str::len) != Some(24) {
         return Route::Refuse(BAD_KEY);
     }
-    if role == PeerRole::Agent && !offers_relay_framing(head) {
+    if role == PeerRole::Agent && !offers(head, SUBPROTOCOL) {
         return Route::Refuse(OLD_AGENT);
     }
     Route::Join { role, code }
@@ -212,5 +239,25 @@ mod tests {
         assert!(matches!(route_of(&right, Some(&token)), Route::Join { .. }));
         let no_code = upgrade("/agent", "");
         assert_eq!(route_of(&no_code, Some(&token)), Route::Refuse(UNAUTHORIZED));
+    }
+
+    #[test]
+    fn a_browser_presents_the_relay_token_as_a_subprotocol() {
+        let token = Secret::from_string("relay-secret".into());
+        let phone = format!("/ws?code={CODE}");
+        // base64url of "relay-secret", beside the subprotocol the relay names back.
+        let offered = |value: &str| upgrade(&phone, &format!("Sec-WebSocket-Protocol: {value}\r\n"));
+        let right = offered("voxa.1, voxa-relay-token.cmVsYXktc2VjcmV0");
+        assert!(matches!(route_of(&right, Some(&token)), Route::Join { role: PeerRole::Phone, .. }));
+        assert!(offers(&right, PHONE_SUBPROTOCOL));
+        for wrong in [
+            "voxa.1, voxa-relay-token.cmVsYXktc2VjcmVU",
+            "voxa.1, voxa-relay-token.cmVsYXktc2VjcmV0=",
+            "voxa.1, voxa-relay-token.!!",
+            "voxa.1, relay-secret",
+            "voxa.1",
+        ] {
+            assert_eq!(route_of(&offered(wrong), Some(&token)), Route::Refuse(UNAUTHORIZED), "{wrong}");
+        }
     }
 }

@@ -334,3 +334,33 @@ fn loopback(port: u16) -> SocketAddr {
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
+
+#[test]
+fn the_vps_unit_passes_systemds_own_checks_and_binds_443_with_one_capability() {
+    const UNIT: &str = include_str!("../../deploy/systemd/voxa-relay-domain.service");
+    if !installed("systemd-analyze", "systemd") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // systemd checks that ExecStart's program exists: point it at the built binary.
+    let unit = UNIT.replace("/usr/local/bin/voxa", env!("CARGO_BIN_EXE_voxa"));
+    assert_ne!(unit, UNIT, "the unit no longer runs /usr/local/bin/voxa");
+    let path = dir.path().join("voxa-relay-domain.service");
+    std::fs::write(&path, unit).unwrap();
+    let verify = Command::new("systemd-analyze").arg("verify").arg(&path).output().unwrap();
+    let complaints = String::from_utf8_lossy(&verify.stderr);
+    assert!(verify.status.success() && complaints.trim().is_empty(), "systemd-analyze verify:\n{complaints}");
+    for directive in [
+        "--listen [::]:443 --domain ${VOXA_DOMAIN}",
+        "AmbientCapabilities=CAP_NET_BIND_SERVICE",
+        "CapabilityBoundingSet=CAP_NET_BIND_SERVICE",
+        "StateDirectory=voxa-relay-domain",
+        "Environment=VOXA_HOME=%S/voxa-relay-domain",
+        "DynamicUser=yes",
+        "NoNewPrivileges=yes",
+    ] {
+        assert!(UNIT.contains(directive), "the unit lacks {directive}");
+    }
+    let script = include_str!("../../deploy/vps.sh");
+    assert!(script.contains("voxa-relay-domain.service") && script.contains("VOXA_DOMAIN="));
+}

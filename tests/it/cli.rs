@@ -127,6 +127,10 @@ fn pair_reuses_the_secrets_and_rotate_replaces_both() {
     for name in SECRET_FILES {
         assert_eq!(mode(&home.join(name)), 0o600, "{name}");
     }
+    // `--rotate` also says what happened to a running agent (none here).
+    let mut rotated = rotated;
+    let report = rotated.as_object_mut().unwrap().remove("rotated").expect("a rotation report");
+    assert_eq!(report, serde_json::json!({"agent": null, "picked_up": false}));
     assert_eq!(pair_json(&home, &["pair", "--json"]), rotated);
 }
 

@@ -69,6 +69,8 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         bearer,
         call,
         any::<String>().prop_map(|id| ClientMessage::Cancel { id }),
+        Just(ClientMessage::CancelAll),
+        proptest::collection::vec(any::<String>(), 0..3).prop_map(|seen| ClientMessage::Calls { seen }),
         Just(ClientMessage::Status),
         Just(ClientMessage::CallStart),
         Just(ClientMessage::CallEnd),
@@ -587,6 +589,8 @@ struct Expected {
     call_errors: usize,
     /// Answers to approvals nobody opened: `not-found` (or `invalid-args`) errors.
     approve_errors: usize,
+    /// `calls` asked, each answered by one `calls` frame naming what it replays.
+    calls: usize,
 }
 
 impl Expected {
@@ -595,6 +599,7 @@ impl Expected {
             Err(_) => self.bad_frames += 1,
             Ok(ClientMessage::ToolCall(_)) => self.results += 1,
             Ok(ClientMessage::Status) => self.statuses += 1,
+            Ok(ClientMessage::Calls { .. }) => self.calls += 1,
             Ok(
                 ClientMessage::CallStart | ClientMessage::CallEnd | ClientMessage::Say { .. } | ClientMessage::AudioEnd,
             ) => self.call_errors += 1,
@@ -604,6 +609,7 @@ impl Expected {
                 ClientMessage::Hello(_)
                 | ClientMessage::Bearer(_)
                 | ClientMessage::Cancel { .. }
+                | ClientMessage::CancelAll
                 | ClientMessage::Follow { .. }
                 | ClientMessage::Unfollow
                 | ClientMessage::PushUnsubscribe { .. }
@@ -624,7 +630,11 @@ async fn session_answers_every_frame(agent: &TestAgent, frames: Vec<String>) -> 
     client.send(Message::text(json!({"type":"status"}).to_string())).await.unwrap();
     expected.statuses += 1;
     let mut seen = Expected::default();
+    // Finished calls a `calls` frame replays (earlier cases' calls, kept for this pairing), in
+    // order and right after it.
+    let mut replayed = std::collections::VecDeque::new();
     while seen.bad_frames < expected.bad_frames
+        || seen.calls < expected.calls
         || seen.results < expected.results
         || seen.statuses < expected.statuses
         || seen.call_errors < expected.call_errors
@@ -650,6 +660,14 @@ async fn session_answers_every_frame(agent: &TestAgent, frames: Vec<String>) -> 
                 seen.bad_frames += 1;
             }
             Some("push_subscribed") => seen.approve_errors += 1,
+            Some("calls") => {
+                seen.calls += 1;
+                let finished = value["finished"].as_array().into_iter().flatten();
+                replayed.extend(finished.filter_map(|entry| entry["id"].as_str().map(str::to_owned)));
+            }
+            Some("tool_result") if replayed.front().is_some_and(|id: &String| value["id"] == id.as_str()) => {
+                replayed.pop_front();
+            }
             Some("tool_result") => seen.results += 1,
             Some("tool_progress") => {}
             Some("status") => seen.statuses += 1,

@@ -384,13 +384,18 @@ async fn voxa_relay_hosts_calls_with_a_key_file_and_its_log_holds_one_line_per_c
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
     };
     private(&key_file);
-    let relay_cmd = |key_file: &std::path::Path| {
+    let closed_relay_cmd = |key_file: &std::path::Path| {
         let mut cmd = std::process::Command::new(voxa_bin());
         cmd.env("RUST_LOG", "info").env("VOXA_GEMINI_URL", fake.url());
         for name in ["VOXA_RELAY_TOKEN", "VOXA_PROXY_TOKEN", "GEMINI_API_KEY"] {
             cmd.env_remove(name);
         }
         cmd.args(["relay", "--json", "--listen", "127.0.0.1:0", "--gemini-key-file"]).arg(key_file);
+        cmd
+    };
+    let relay_cmd = |key_file: &std::path::Path| {
+        let mut cmd = closed_relay_cmd(key_file);
+        cmd.arg("--open-live");
         cmd
     };
 
@@ -408,6 +413,19 @@ async fn voxa_relay_hosts_calls_with_a_key_file_and_its_log_holds_one_line_per_c
     let refused = relay_cmd(&open).output().unwrap();
     assert_eq!(refused.status.code(), Some(2), "{refused:?}");
     assert!(!String::from_utf8_lossy(&refused.stderr).contains(KEY), "{refused:?}");
+
+    // A key and no token asked of callers: the relay refuses to start rather than open a tap on
+    // the key; VOXA_PROXY_TOKEN (or a relay token) or an explicit --open-live is needed.
+    let refused = closed_relay_cmd(&key_file).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("VOXA_PROXY_TOKEN") && stderr.contains("--open-live"), "{stderr}");
+    assert!(!stderr.contains(KEY), "{stderr}");
+    let mut gated = closed_relay_cmd(&key_file);
+    gated.env("VOXA_PROXY_TOKEN", "proxy-token-7c2d");
+    let mut gated = RunningVoxa::spawn(gated);
+    assert_eq!(gated.wait_event("relay_listening")["live"], true);
+    gated.crash();
 
     let mut child = RunningVoxa::spawn(relay_cmd(&key_file));
     let listening = child.wait_event("relay_listening");

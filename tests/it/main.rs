@@ -9,6 +9,7 @@ mod browser;
 mod cli;
 mod cli_agent;
 mod codex;
+mod continuity;
 mod deploy;
 mod doctor;
 mod environments;

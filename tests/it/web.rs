@@ -228,21 +228,21 @@ fn every_file_of_the_web_client_is_served() {
 // In the browser
 
 /// A relay and an agent in this process, and a browser.
-struct Scene {
-    relay: TestRelay,
-    home: tempfile::TempDir,
-    workspace: tempfile::TempDir,
-    secrets: voxa::state::Secrets,
-    agent: Option<voxa::agent::RunningAgent>,
-    browser: Browser,
+pub(crate) struct Scene {
+    pub(crate) relay: TestRelay,
+    pub(crate) home: tempfile::TempDir,
+    pub(crate) workspace: tempfile::TempDir,
+    pub(crate) secrets: voxa::state::Secrets,
+    pub(crate) agent: Option<voxa::agent::RunningAgent>,
+    pub(crate) browser: Browser,
 }
 
 impl Scene {
-    async fn start() -> Option<Scene> {
+    pub(crate) async fn start() -> Option<Scene> {
         Self::start_with(Scheme::Light).await
     }
 
-    async fn start_with(scheme: Scheme) -> Option<Scene> {
+    pub(crate) async fn start_with(scheme: Scheme) -> Option<Scene> {
         let browser = Browser::start_with(scheme).await?;
         let relay = TestRelay::start().await;
         let (home, workspace) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -253,7 +253,7 @@ impl Scene {
     }
 
     /// Starts the agent on this scene's home, as `voxa run` after a laptop restart would.
-    async fn start_agent(&mut self) {
+    pub(crate) async fn start_agent(&mut self) {
         let (options, secrets) = options(&self.home, &self.workspace, Some(self.relay.url()));
         self.secrets = secrets;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -261,45 +261,45 @@ impl Scene {
         self.agent = Some(agent);
     }
 
-    async fn stop_agent(&mut self) {
+    pub(crate) async fn stop_agent(&mut self) {
         if let Some(agent) = self.agent.take() {
             agent.stop().await;
         }
     }
 
-    fn code(&self) -> &str {
+    pub(crate) fn code(&self) -> &str {
         self.secrets.relay_code.expose()
     }
 
-    fn token(&self) -> &str {
+    pub(crate) fn token(&self) -> &str {
         self.secrets.auth_token.expose()
     }
 
     /// The pairing link as voxa prints it: the secrets in the fragment, which the browser never sends.
-    fn link(&self) -> String {
+    pub(crate) fn link(&self) -> String {
         format!("http://{}/#code={}&token={}", self.relay.addr, self.code(), self.token())
     }
 
     /// The link older versions printed (and their QR codes still hold): the secrets in the query.
-    fn old_link(&self) -> String {
+    pub(crate) fn old_link(&self) -> String {
         format!("http://{}/?code={}&token={}", self.relay.addr, self.code(), self.token())
     }
 
-    fn loopback(&self) -> SocketAddr {
+    pub(crate) fn loopback(&self) -> SocketAddr {
         self.agent.as_ref().expect("the agent runs").loopback
     }
 
     /// Opens the pairing link and waits for "online".
-    async fn open_online(&self) {
+    pub(crate) async fn open_online(&self) {
         self.browser.open(&self.link()).await;
         self.browser.wait_connection("online").await;
     }
 
-    fn workspace(&self) -> &Path {
+    pub(crate) fn workspace(&self) -> &Path {
         self.workspace.path()
     }
 
-    async fn close(mut self) {
+    pub(crate) async fn close(mut self) {
         self.stop_agent().await;
         self.browser.close().await;
     }
@@ -325,7 +325,7 @@ impl Machine {
 }
 
 /// Text of the terminal output, as shown.
-const TERMINAL: &str = "#term-out";
+pub(crate) const TERMINAL: &str = "#term-out";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pairing_link_in_the_fragment_goes_online_and_leaves_no_token_in_the_address_bar() {
@@ -975,4 +975,48 @@ pub async fn save_picture(browser: &Browser, dir: &Path, name: &str) {
     let info = png::Decoder::new(std::io::Cursor::new(&png)).read_info().unwrap().info().clone();
     assert_eq!((info.width, info.height), VIEWPORT, "{name}");
     std::fs::write(dir.join(name), png).unwrap();
+}
+
+/// A private relay (one with a relay token) works from a browser: the page carries the token from
+/// the link's fragment as a WebSocket subprotocol, the relay checks it and names back only
+/// `voxa.1`; a link without it gets nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_reaches_a_relay_that_asks_for_a_relay_token() {
+    const RELAY_TOKEN: &str = "team relay/token+7f3e";
+    let Some(browser) = Browser::start().await else { return };
+    let token = Some(voxa::secret::Secret::from_string(RELAY_TOKEN.into()));
+    let relay = TestRelay::with_config(voxa::relay::RelayConfig { token: token.clone(), ..Default::default() }).await;
+    let (home, workspace) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (mut options, secrets) = options(&home, &workspace, Some(relay.url()));
+    options.dial.bearer = token;
+    let agent = voxa::agent::start(options, TcpListener::bind("127.0.0.1:0").await.unwrap(), CancellationToken::new())
+        .await
+        .unwrap();
+    let (code, auth) = (secrets.relay_code.expose(), secrets.auth_token.expose());
+    let encoded = RELAY_TOKEN.replace(' ', "%20").replace('/', "%2F").replace('+', "%2B");
+
+    // Without the relay token the relay refuses the page's socket before the upgrade.
+    browser.open(&format!("http://{}/#code={code}&token={auth}", relay.addr)).await;
+    browser.wait_connection("reconnecting").await;
+    // With it, in the fragment only: online, and a tool call goes through.
+    browser.open(&format!("http://{}/#code={code}&token={auth}&relay_token={encoded}", relay.addr)).await;
+    browser.wait_connection("online").await;
+    let protocol = browser
+        .script(
+            "return new Promise((done) => { const s = new WebSocket(arguments[0], ['voxa.1', arguments[1]]); \
+             s.onopen = () => { done(s.protocol); s.close(); }; s.onerror = () => done('refused'); });",
+            vec![
+                json!(format!("ws://{}/ws?code={code}", relay.addr)),
+                json!(format!("voxa-relay-token.{}", base64_url(RELAY_TOKEN))),
+            ],
+        )
+        .await;
+    assert_eq!(protocol, "voxa.1");
+    agent.stop().await;
+    browser.close().await;
+}
+
+fn base64_url(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
 }

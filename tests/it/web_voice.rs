@@ -123,7 +123,7 @@ fn hosting_relay(fake: &FakeGemini, dir: &Path) -> RunningVoxa {
     for name in ["VOXA_RELAY_TOKEN", "VOXA_PROXY_TOKEN", "GEMINI_API_KEY"] {
         cmd.env_remove(name);
     }
-    cmd.args(["relay", "--json", "--listen", "127.0.0.1:0", "--gemini-key-file"]).arg(&key_file);
+    cmd.args(["relay", "--json", "--listen", "127.0.0.1:0", "--open-live", "--gemini-key-file"]).arg(&key_file);
     let mut relay = RunningVoxa::spawn(cmd);
     let listening = relay.wait_event("relay_listening");
     assert_eq!(listening["live"], true, "{listening}");

@@ -14,6 +14,7 @@ const HEX32 = /^[0-9a-f]{32}$/;
  * @property {string} token the auth token: 32 lowercase hex characters
  * @property {string} [name] the laptop's host name, from its hello
  * @property {string} [mode] the laptop's mode from its last hello (`hosted`, `self-hosted`)
+ * @property {string} [relayToken] the token a private relay asks for (`relay_token` in the link's fragment)
  */
 /** @typedef {PairingBase & {kind: 'relay', code: string}} RelayPairing */
 /** @typedef {PairingBase & {kind: 'loopback'}} LoopbackPairing */
@@ -186,7 +187,12 @@ export function fromUrl(url) {
     if (!HEX32.test(code) || !HEX32.test(token)) {
       return new Error('This pairing link is damaged: scan the code again.');
     }
-    return { id: `relay:${code}`, kind: 'relay', code, token };
+    // Only from the fragment, which no request carries; sent as a WebSocket subprotocol.
+    const relayToken = carrier === fragment ? fragment.get('relay_token') : null;
+    if (relayToken !== null && (relayToken.length === 0 || relayToken.length > 512)) {
+      return new Error('This pairing link is damaged: scan the code again.');
+    }
+    return { id: `relay:${code}`, kind: 'relay', code, token, ...(relayToken ? { relayToken } : {}) };
   }
   const loopbackToken = fragment.get('token');
   if (loopbackToken !== null) {

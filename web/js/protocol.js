@@ -71,6 +71,8 @@ export const CLIENT_FRAMES = /** @type {const} */ ([
   'bearer',
   'tool_call',
   'cancel',
+  'cancel_all',
+  'calls',
   'status',
   'call_start',
   'call_end',
@@ -104,6 +106,7 @@ export const AGENT_FRAMES = /** @type {const} */ ([
   'approval',
   'approval_resolved',
   'push_subscribed',
+  'calls',
   'term_output',
   'term_exit',
 ]);

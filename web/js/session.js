@@ -21,7 +21,10 @@ import { fromBase64, toBase64 } from './seal/noise.js';
  * @typedef {{id: string, done: Promise<CallOutcome>}} RunningCall
  * @typedef {{env?: string, onProgress?: (chunk: string) => void, onImage?: (image: AgentFrame) => void}} CallOptions
  * @typedef {{resolve: (outcome: CallOutcome) => void, reject: (error: CallFailure) => void,
- *   onProgress?: (chunk: string) => void, onImage?: (image: AgentFrame) => void, image?: AgentFrame}} Pending
+ *   onProgress?: (chunk: string) => void, onImage?: (image: AgentFrame) => void, image?: AgentFrame,
+ *   onReplay?: () => void}} Pending
+ * @typedef {{id: string, name: string, args?: Record<string, unknown>, env?: string, started: number}} CallEntry
+ * @typedef {{entry: CallEntry, finished: boolean, call: RunningCall}} AdoptedCall
  */
 
 /**
@@ -54,6 +57,9 @@ const LIVE_REFUSALS = { 401: 'proxy-token', 403: 'proxy-token', 404: 'no-voice-r
 
 const encoder = new TextEncoder();
 const BROKEN_TEXT = 'the relay altered this session, so it was closed and nothing in it ran — Reconnect to start a new one';
+
+/** Finished calls this tab remembers having shown, so a reconnect does not show them again. */
+const SEEN_MAX = 64;
 
 /** @param {number} bytes */
 function randomHex(bytes) {
@@ -154,6 +160,38 @@ export class Session extends EventTarget {
     /** Bytes of every frame received and sent, for the call figures. */
     this.bytesIn = 0;
     this.bytesOut = 0;
+    /** This page's call ids: calls outlive the socket, so they must not collide with another tab's. */
+    this.idPrefix = `w${randomHex(4)}-`;
+    /** Waiting for the `calls` answer that names every call the laptop kept for this pairing. */
+    this.askedCalls = false;
+    /** @type {ReturnType<typeof setInterval> | undefined} */
+    this.ticker = undefined;
+  }
+
+  /** Where this tab keeps the ids of the finished calls it showed. */
+  seenKey() {
+    return `voxa.calls.seen.${this.pairing.kind === 'relay' ? this.pairing.code : 'local'}`;
+  }
+
+  /** @returns {string[]} */
+  seenCalls() {
+    try {
+      const stored = JSON.parse(sessionStorage.getItem(this.seenKey()) || '[]');
+      return Array.isArray(stored) ? stored.filter((id) => typeof id === 'string').slice(-SEEN_MAX) : [];
+    } catch {
+      return [];
+    }
+  }
+
+  /** @param {string} id */
+  rememberSeen(id) {
+    const seen = this.seenCalls().filter((other) => other !== id);
+    seen.push(id);
+    try {
+      sessionStorage.setItem(this.seenKey(), JSON.stringify(seen.slice(-SEEN_MAX)));
+    } catch {
+      // A full or disabled storage only means the call may be shown again after a reload.
+    }
   }
 
   /** Starts connecting; reconnects by itself until `stop()` or a final refusal. */
@@ -177,6 +215,7 @@ export class Session extends EventTarget {
   stop() {
     this.stopped = true;
     clearTimeout(this.timer);
+    clearInterval(this.ticker);
     this.failPending({ code: 'offline', message: 'the page left this laptop' });
     if (this.socket) this.socket.close(1000, 'bye');
     this.socket = null;
@@ -196,6 +235,19 @@ export class Session extends EventTarget {
     const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
     const path = this.pairing.kind === 'relay' ? `/${this.route}?code=${this.pairing.code}` : '/';
     return `${scheme}//${location.host}${path}`;
+  }
+
+  /**
+   * Subprotocols to offer: a private relay's token as `voxa-relay-token.<base64url>` beside
+   * `voxa.1`, the one the relay names back (a browser cannot send `Authorization`).
+   * @returns {string[]}
+   */
+  protocols() {
+    const relayToken = this.pairing.kind === 'relay' ? this.pairing.relayToken : undefined;
+    if (!relayToken) return [];
+    const bytes = new TextEncoder().encode(relayToken);
+    const base64 = btoa(String.fromCharCode(...bytes)).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+    return ['voxa.1', `voxa-relay-token.${base64}`];
   }
 
   /**
@@ -259,11 +311,12 @@ export class Session extends EventTarget {
   }
 
   connect() {
+    clearInterval(this.ticker);
     if (this.stopped) return;
     this.setState('connecting', this.pairing.kind === 'relay' ? 'connecting to the relay…' : 'connecting…');
     let socket;
     try {
-      socket = new WebSocket(this.url());
+      socket = new WebSocket(this.url(), this.protocols());
     } catch {
       this.scheduleReconnect();
       return;
@@ -317,7 +370,7 @@ export class Session extends EventTarget {
       if (this.stopped || this.final) return;
       if (event.code === 4001) {
         this.finish('replaced', 'this laptop was opened in another window');
-      } else if (event.code === 1008 && event.reason === 'bearer-refused') {
+      } else if (event.code === 1008 && (event.reason === 'bearer-refused' || event.reason === 'pairing-revoked')) {
         this.finish('refused', 'this link is no longer valid — scan the new code');
       } else if (event.code === 1008 && event.reason === 'sealed-session-broken') {
         this.finish('broken', BROKEN_TEXT);
@@ -333,13 +386,25 @@ export class Session extends EventTarget {
     const ceiling = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** Math.min(this.attempt, 16));
     const delay = Math.max(BACKOFF_FLOOR_MS, Math.random() * ceiling);
     this.attempt += 1;
-    const seconds = Math.max(1, Math.round(delay / 1000));
-    this.setState('reconnecting', `offline — reconnecting in ${seconds} s`);
+    const at = Date.now() + delay;
+    // The countdown counts: the words are said again every second until the attempt.
+    const say = () => {
+      const seconds = Math.max(1, Math.ceil((at - Date.now()) / 1000));
+      this.setState('reconnecting', `offline — reconnecting in ${seconds} s`);
+    };
+    say();
     clearTimeout(this.timer);
+    clearInterval(this.ticker);
+    this.ticker = setInterval(say, 1000);
     this.timer = setTimeout(() => this.connect(), delay);
   }
 
-  /** @param {CallFailure} error */
+  /**
+   * The session ended. Its calls go on on the laptop (they belong to the pairing): they stay
+   * pending and the next session's `calls` answer replays them. `error` is for when that will
+   * not happen (the page gave the laptop up).
+   * @param {CallFailure} error
+   */
   goOffline(error) {
     this.online = false;
     this.challenge = null;
@@ -347,7 +412,8 @@ export class Session extends EventTarget {
     if (this.channel) this.sealEnded = true;
     this.channel = null;
     this.sealing = 0;
-    this.failPending(error);
+    this.askedCalls = false;
+    if (this.stopped || this.final) this.failPending(error);
   }
 
   /**
@@ -468,7 +534,8 @@ export class Session extends EventTarget {
           this.reconnectNow();
           return;
         }
-        if (frame.code === 'bearer-refused') {
+        // A refused proof, or the pairing rotated on the laptop (`voxa pair --rotate`).
+        if (frame.code === 'bearer-refused' || frame.code === 'pairing-revoked') {
           this.finish('refused', 'this link is no longer valid — scan the new code');
           return;
         }
@@ -478,6 +545,12 @@ export class Session extends EventTarget {
       case 'approval_resolved':
         // Approvals the laptop holds, for whoever follows (approvals/panel.js).
         if (this.online) this.dispatchEvent(new CustomEvent('approval', { detail: frame }));
+        return;
+      case 'calls':
+        if (this.online) this.onCalls(frame);
+        return;
+      case 'status':
+        if (this.online) this.dispatchEvent(new CustomEvent('status', { detail: frame }));
         return;
       case 'term_output':
       case 'term_exit':
@@ -500,7 +573,7 @@ export class Session extends EventTarget {
       this.finish('impostor', 'this laptop speaks another protocol version — update voxa');
       return;
     }
-    // A new challenge starts a new session: whatever was in flight belongs to the old one.
+    // A new challenge starts a new session; the calls in flight are asked for again once it is open.
     this.goOffline({ code: 'offline', message: 'the laptop restarted the session' });
     this.sealEnded = false;
     const socket = this.socket;
@@ -580,6 +653,73 @@ export class Session extends EventTarget {
     performance.mark('voxa:online');
     this.setState('online', 'laptop online');
     this.dispatchEvent(new CustomEvent('hello', { detail: hello }));
+    // Every (re)connect asks for the calls of this pairing: those still running, those finished
+    // while no page was there, and from now on those other devices start.
+    this.askedCalls = this.sendJson({ type: 'calls', seen: this.seenCalls() });
+    this.sendJson({ type: 'status' });
+  }
+
+  /**
+   * The laptop names calls of this pairing (docs/PROTOCOL.md, "Calls outlive the connection").
+   * The first answer after `calls` names all it kept: a pending call it does not name is gone.
+   * Calls this page does not hold yet are adopted and handed out in a `calls` event.
+   * @param {AgentFrame} frame
+   */
+  onCalls(frame) {
+    const running = Array.isArray(frame.running) ? frame.running.filter(isEntry) : [];
+    const finished = Array.isArray(frame.finished) ? frame.finished.filter(isEntry) : [];
+    const named = new Set([...running, ...finished].map((entry) => entry.id));
+    if (this.askedCalls) {
+      this.askedCalls = false;
+      for (const [id, call] of this.pending) {
+        if (named.has(id)) continue;
+        this.pending.delete(id);
+        call.reject({ code: 'offline', message: 'the laptop no longer holds this call (it restarted, or its result was not kept)' });
+      }
+    }
+    /** @type {AdoptedCall[]} */
+    const adopted = [];
+    for (const [entries, done] of /** @type {const} */ ([[running, false], [finished, true]])) {
+      for (const entry of entries) {
+        const known = this.pending.get(entry.id);
+        if (known) {
+          // Replayed from the start: what this page showed before is shown again.
+          if (known.onReplay) known.onReplay();
+          continue;
+        }
+        adopted.push({ entry, finished: done, call: this.adopt(entry.id) });
+      }
+    }
+    if (adopted.length) this.dispatchEvent(new CustomEvent('calls', { detail: adopted }));
+  }
+
+  /**
+   * A call this page did not start (or started before a reload): its frames are matched by id
+   * like its own. Handlers go on the returned pending entry through `watch`.
+   * @param {string} id
+   * @returns {RunningCall}
+   */
+  adopt(id) {
+    /** @type {Promise<CallOutcome>} */
+    const done = new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+    });
+    return { id, done };
+  }
+
+  /**
+   * Sets the handlers of a pending call (an adopted one, mostly).
+   * @param {string} id
+   * @param {{onProgress?: (chunk: string) => void, onImage?: (image: AgentFrame) => void, onReplay?: () => void}} handlers
+   */
+  watch(id, handlers) {
+    const call = this.pending.get(id);
+    if (call) Object.assign(call, handlers);
+  }
+
+  /** Asks the laptop to stop every call of this pairing; false when it is not connected. */
+  cancelAll() {
+    return this.sendJson({ type: 'cancel_all' });
   }
 
   /** @param {AgentFrame} frame */
@@ -599,6 +739,7 @@ export class Session extends EventTarget {
       if (call.onImage) call.onImage(frame);
     } else if (frame.type === 'tool_result') {
       this.pending.delete(frame.id);
+      this.rememberSeen(frame.id);
       if (frame.ok) call.resolve({ result: frame.result || {}, image: call.image });
       else call.reject(frame.error || { code: 'internal', message: 'the call failed without a reason' });
     }
@@ -613,7 +754,7 @@ export class Session extends EventTarget {
    * @returns {RunningCall}
    */
   call(name, args, { env, onProgress, onImage } = {}) {
-    const id = `w${this.nextId++}`;
+    const id = `${this.idPrefix}${this.nextId++}`;
     /** @type {Promise<CallOutcome>} */
     const done = new Promise((resolve, reject) => {
       if (!this.online || !this.socket) {
@@ -664,4 +805,15 @@ export class Session extends EventTarget {
   cancel(id) {
     if (this.online && this.pending.has(id)) this.transmit(JSON.stringify({ type: 'cancel', id }));
   }
+}
+
+/**
+ * A `calls` entry as the page can use it; the rest of it stays unchecked.
+ * @param {unknown} entry
+ * @returns {entry is CallEntry}
+ */
+function isEntry(entry) {
+  if (!entry || typeof entry !== 'object') return false;
+  const { id, name } = /** @type {Record<string, unknown>} */ (entry);
+  return typeof id === 'string' && id.length > 0 && id.length <= 128 && typeof name === 'string';
 }

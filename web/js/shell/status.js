@@ -1,12 +1,29 @@
 // @ts-check
-// The status panel: what the laptop said in its hello, the tools it offers, and Forget / Add a
-// laptop.
+// The status panel: what the laptop said in its hello, the tools it offers, who is connected to
+// it (from its `status` answer), Stop everything, and Forget / Add a laptop.
 
 import { el, part } from '../dom.js';
 import * as pairings from '../pairings.js';
 import { showWithTab } from './workspace.js';
 
 /** @typedef {import('./header.js').Context} Context */
+
+/** How often the panel asks the laptop who is connected while it is shown. */
+const STATUS_EVERY_MS = 5000;
+
+/** How a connected client came, in words. */
+const VIA = { relay: 'phone or browser', loopback: 'this laptop', host: 'a host' };
+
+/**
+ * One connected client as a line.
+ * @param {Record<string, any>} client
+ */
+function connectedLine(client) {
+  const via = typeof client.via === 'string' && client.via in VIA ? VIA[/** @type {keyof VIA} */ (client.via)] : 'unknown';
+  const name = typeof client.client === 'string' ? client.client : 'unnamed client';
+  const since = Number.isFinite(client.since) ? new Date(client.since * 1000).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }) : '?';
+  return `${name} · ${via} · ${client.sealed === true ? 'sealed' : 'not sealed'} · since ${since}`;
+}
 
 /** Who hosts a call, as the status panel says it. */
 const VOICE_HOSTS = { laptop: 'hosted by the laptop', relay: 'hosted by the relay' };
@@ -48,6 +65,35 @@ export class Status {
       app.forgetCurrent();
     });
     part(root, 'add-laptop', HTMLButtonElement).addEventListener('click', () => app.showWelcome());
+    const connected = part(root, 'connected', HTMLElement);
+    const stopAll = part(root, 'stop-all', HTMLButtonElement);
+    const stopStatus = part(root, 'stop-all-status', HTMLElement);
+    /** @type {import('../session.js').Session | null} */
+    let session = null;
+    const onStatus = (/** @type {Event} */ event) => {
+      const status = /** @type {CustomEvent<Record<string, any>>} */ (event).detail;
+      const clients = Array.isArray(status.connected) ? status.connected.filter((c) => c && typeof c === 'object') : [];
+      connected.replaceChildren(...clients.map((client) => el('li', { text: connectedLine(client) })));
+    };
+    const askStatus = () => {
+      if (session && store.state.online && store.state.tab === 'status') session.sendJson({ type: 'status' });
+    };
+    setInterval(askStatus, STATUS_EVERY_MS);
+    store.watch(['session'], (state) => {
+      if (session) session.removeEventListener('status', onStatus);
+      session = state.session;
+      connected.replaceChildren();
+      if (session) session.addEventListener('status', onStatus);
+    });
+    store.watch(['online', 'tab'], ({ online }) => {
+      stopAll.disabled = !online;
+      askStatus();
+    });
+    stopAll.addEventListener('click', () => {
+      stopStatus.textContent = session && session.cancelAll()
+        ? 'Asked the laptop to stop every call of this pairing.'
+        : 'The laptop is not connected.';
+    });
     store.watch(['pairing', 'tab'], () => asking(false));
     showWithTab(root, store, 'status');
     store.watch(['pairing', 'connection', 'hello', 'voice', 'env', 'environments', 'server'], (state) => {

@@ -1,6 +1,9 @@
 // @ts-check
 // Terminal: one command at a time, output streamed as it arrives, exit code and duration,
-// Cancel, a time limit the user picks (remembered), and the session's command history.
+// Cancel, a time limit the user picks (remembered), and the session's command history. Commands
+// outlive the page: after a reload or a reconnect, the laptop's `calls` answer brings back the
+// ones still running and the ones that finished meanwhile, and commands another device runs on
+// this laptop show up here too.
 
 import { atBottom, el, formatDuration, part } from '../dom.js';
 import { showWithTab } from '../shell/workspace.js';
@@ -63,8 +66,19 @@ export class Terminal {
     this.input.addEventListener('keydown', (event) => this.onKey(event));
     this.renderHistory();
     showWithTab(root, store, 'terminal');
+    /** @type {import('../session.js').Session | null} */
+    this.session = null;
+    this.onCalls = (/** @type {Event} */ event) => {
+      const adopted = /** @type {CustomEvent<import('../session.js').AdoptedCall[]>} */ (event).detail;
+      for (const call of adopted) this.adopt(call);
+    };
     // Another laptop: its output is not this one's.
-    store.watch(['session'], () => this.out.replaceChildren());
+    store.watch(['session'], ({ session }) => {
+      this.out.replaceChildren();
+      if (this.session) this.session.removeEventListener('calls', this.onCalls);
+      this.session = session;
+      if (session) session.addEventListener('calls', this.onCalls);
+    });
     store.watch(['online'], ({ online }) => {
       this.online = online;
       this.refresh();
@@ -119,6 +133,42 @@ export class Terminal {
     if (!command || this.running) return;
     this.remember(command);
     this.input.value = '';
+    const timeLimit = Number(this.limit.value) || TIME_LIMITS[0][0];
+    performance.mark('voxa:run');
+    /** @type {ReturnType<Terminal['block']> | null} */
+    let view = null;
+    const call = this.app.attempt('run_command', { command, timeout_ms: timeLimit },
+      (text, error) => view && view.refused(text, error),
+      { onProgress: (chunk) => view && view.progress(chunk) });
+    view = this.block(command, call);
+    if (this.session) this.session.watch(call.id, { onReplay: view.replay });
+  }
+
+  /**
+   * A command the laptop named that this page did not start (or started before a reload).
+   * @param {import('../session.js').AdoptedCall} adopted
+   */
+  adopt({ entry, call }) {
+    if (entry.name !== 'run_command' || !this.session) return;
+    const command = entry.args && typeof entry.args.command === 'string' ? entry.args.command : '(a command)';
+    /** @type {(text: string, error: import('../dom.js').Failure) => void} */
+    let refused = () => {};
+    const done = call.done.catch((/** @type {import('../dom.js').Failure} */ error) => {
+      refused(error.message || 'the command failed', error);
+      return null;
+    });
+    const view = this.block(command, { id: call.id, done }, entry.started * 1000 - Date.now() + performance.now());
+    refused = view.refused;
+    this.session.watch(call.id, { onProgress: view.progress, onReplay: view.replay });
+  }
+
+  /**
+   * The block of one command: `$ command`, its output and how it ended.
+   * @param {string} command
+   * @param {{id: string, done: Promise<import('../session.js').CallOutcome | null>}} call
+   * @param {number} [started] when it started, on `performance.now()`'s clock
+   */
+  block(command, call, started = performance.now()) {
     const follow = atBottom(this.out);
     const output = el('div', { class: 'out' });
     const view = new OutputView(output, this.out, markFirstOutput);
@@ -127,30 +177,34 @@ export class Terminal {
     this.out.append(block);
     if (follow) this.out.scrollTop = this.out.scrollHeight;
     let streamed = false;
-    const timeLimit = Number(this.limit.value) || TIME_LIMITS[0][0];
-    performance.mark('voxa:run');
-    const started = performance.now();
-    /** @type {(text: string, error: import('../dom.js').Failure) => void} */
-    const refused = (text, error) => {
-      view.flush();
-      end.className = 'end failed';
-      end.textContent = error.code === 'cancelled' ? `cancelled · ${formatDuration(performance.now() - started)}` : text;
-    };
-    const call = this.app.attempt('run_command', { command, timeout_ms: timeLimit }, refused, {
-      onProgress: (chunk) => {
+    const handlers = {
+      /** @param {string} chunk */
+      progress: (chunk) => {
         streamed = true;
         view.write(chunk);
       },
-    });
-    this.running = call;
+      /** The laptop sends the output again from the start (after a reconnect). */
+      replay: () => {
+        streamed = false;
+        view.replace('');
+      },
+      /** @type {(text: string, error: import('../dom.js').Failure) => void} */
+      refused: (text, error) => {
+        view.flush();
+        end.className = 'end failed';
+        end.textContent = error.code === 'cancelled' ? `cancelled · ${formatDuration(performance.now() - started)}` : text;
+      },
+    };
+    if (!this.running) this.running = call;
     this.refresh();
     call.done.then((outcome) => {
       if (outcome) this.showEnd(end, view, outcome.result, streamed, started);
     }).finally(() => {
       if (follow || atBottom(this.out)) this.out.scrollTop = this.out.scrollHeight;
-      this.running = null;
+      if (this.running === call) this.running = null;
       this.refresh();
     });
+    return handlers;
   }
 
   /**
