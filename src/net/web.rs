@@ -262,8 +262,8 @@ mod tests {
 
     #[test]
     fn the_client_is_small_and_loads_nothing_from_elsewhere() {
-        // Every view of the client together (files, terminals, sessions, sealing, voice), not
-        // what the first screen loads; the views load when their tab opens.
+        // Every file of the client's own together (files, terminals, sessions, sealing, voice),
+        // whether or not the first screen loads it.
         assert!(page_weight() <= PAGE_BUDGET, "{} bytes", page_weight());
         assert!(vendored_weight() <= 512 << 10, "{} bytes vendored", vendored_weight());
         // A vendored library's text names sites (its licence, its project) without loading them.
