@@ -54,9 +54,16 @@ pub fn agent_env(bin: &Path, home: &Path, model: &FakeModel) -> Vec<(std::ffi::O
 }
 
 /// A `CODEX_HOME` whose configuration names the fake model as the provider. It is made outside
-/// the system's temporary directory, where Codex refuses to put the helpers its sandbox runs.
+/// the system's temporary directory, where Codex refuses to put the helpers its sandbox runs —
+/// under the user's cache directory, as the checkout (and so the build directory) may itself be
+/// under the temporary directory.
 pub fn codex_home(model: &FakeModel) -> TempDir {
-    let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let parent = match std::env::var_os("HOME") {
+        Some(home) => std::path::PathBuf::from(home).join(".cache").join("voxa-tests"),
+        None => std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
+    };
+    std::fs::create_dir_all(&parent).unwrap();
+    let home = tempfile::tempdir_in(&parent).unwrap();
     let dir = home.path();
     let config = format!(
         "model = \"gpt-test\"\nmodel_provider = \"voxa-test\"\n\n[model_providers.voxa-test]\nname = \"voxa test\"\n\
