@@ -132,7 +132,7 @@ impl Trash {
         let entry = Entry::open(workspace, &resolved, path)?;
         let (kind, size) = entry.kind()?;
         self.ensure().map_err(internal)?;
-        let id = format!("{:013}-{:08x}", now_ms(), rand::random::<u32>());
+        let id = format!("{:013}-{:08x}", delete_stamp(), rand::random::<u32>());
         let folder = self.dir.join(&id);
         std::fs::create_dir(&folder).map_err(|err| internal(anyhow::anyhow!("could not use the trash: {err}")))?;
         let record =
@@ -267,6 +267,19 @@ fn now_ms() -> u64 {
 
 fn internal(err: anyhow::Error) -> ToolError {
     ToolError::new(ErrorCode::Internal, format!("{err:#}"))
+}
+
+/// The time of a delete in milliseconds, later than every earlier one of this process, so ids
+/// sort in the order of their deletes even when two fall in one millisecond.
+fn delete_stamp() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = now_ms();
+    let previous = LAST.fetch_max(now, Ordering::AcqRel);
+    if previous < now {
+        return now;
+    }
+    LAST.fetch_add(1, Ordering::AcqRel) + 1
 }
 
 #[cfg(test)]
