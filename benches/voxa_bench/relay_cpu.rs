@@ -57,6 +57,11 @@ struct Figures {
     system_us_per_round_trip: f64,
     p50_us: f64,
     p99_us: f64,
+    /// Round trips of every pair that completed while one was in flight (itself included), over
+    /// the frames in flight: 1.0 when the relay serves its sockets in turn, whatever the machine's
+    /// load does to the wall-clock figures.
+    p50_rounds: f64,
+    p99_rounds: f64,
     round_trips_per_s: f64,
     /// Resident memory once every pair of the load has joined, and its anonymous part (heap,
     /// stacks; the rest is the binary's and libraries' pages), in KiB.
@@ -123,13 +128,15 @@ fn generate(measuring: bool) -> Vec<(String, String)> {
                     percentiles(&mut values).0
                 };
                 format!(
-                    "{}: {:.1} µs CPU ({:.1} in the kernel), p50 {:.0} µs, p99 {:.0} µs, {:.0}k rt/s, \
-                     RSS {:.1} MiB ({:.1} anonymous)",
+                    "{}: {:.1} µs CPU ({:.1} in the kernel), p50 {:.0} µs, p99 {:.0} µs, \
+                     rounds waited p50 {:.2} p99 {:.2}, {:.0}k rt/s, RSS {:.1} MiB ({:.1} anonymous)",
                     contender.name,
                     median(|f| f.cpu_us_per_round_trip),
                     median(|f| f.system_us_per_round_trip),
                     median(|f| f.p50_us),
                     median(|f| f.p99_us),
+                    median(|f| f.p50_rounds),
+                    median(|f| f.p99_rounds),
                     median(|f| f.round_trips_per_s) / 1000.0,
                     median(|f| f.rss_kib) / 1024.0,
                     median(|f| f.anon_kib) / 1024.0,
@@ -307,7 +314,8 @@ async fn echo(mut read: OwnedReadHalf, mut write: OwnedWriteHalf, framed: bool) 
 struct Tally {
     round_trips: AtomicU64,
     recording: AtomicBool,
-    samples: Mutex<Vec<f64>>,
+    /// Each recorded round trip: (microseconds, round trips completed meanwhile).
+    samples: Mutex<Vec<(f64, u64)>>,
     epoch: Instant,
 }
 
@@ -319,17 +327,21 @@ struct Load {
     opcode: u8,
 }
 
-/// The payload of a phone's frame: its send time in nanoseconds as 16 hex digits (text, so
-/// valid UTF-8 either way), padded to [`FRAME`] bytes.
+/// The payload of a phone's frame ([`FRAME`] bytes of hex digits, so valid UTF-8 either way): its
+/// send time in nanoseconds and the round trips every pair had completed by then.
 fn stamp(tally: &Tally) -> [u8; FRAME] {
-    let mut payload = [b'Z'; FRAME];
     let nanos = tally.epoch.elapsed().as_nanos() as u64;
-    payload[..16].copy_from_slice(format!("{nanos:016x}").as_bytes());
+    let done = tally.round_trips.load(Ordering::Relaxed);
+    let mut payload = [0u8; FRAME];
+    payload.copy_from_slice(format!("{nanos:016x}{done:016x}").as_bytes());
     payload
 }
 
-fn stamped(payload: &[u8]) -> Option<u64> {
-    u64::from_str_radix(std::str::from_utf8(payload.get(..16)?).ok()?, 16).ok()
+/// A returning frame's (send time, round trips completed before it left).
+fn stamped(payload: &[u8]) -> Option<(u64, u64)> {
+    let hex =
+        |range: std::ops::Range<usize>| u64::from_str_radix(std::str::from_utf8(payload.get(range)?).ok()?, 16).ok();
+    Some((hex(0..16)?, hex(16..32)?))
 }
 
 /// The phone side: keeps `in_flight` frames going, each stamped with its send time.
@@ -351,21 +363,25 @@ async fn phone(
         rtts.clear();
         frames
             .read(&mut read, |opcode, payload| {
-                if let (true, Some(sent)) = (opcode == load.opcode && payload.len() == FRAME, stamped(payload)) {
-                    rtts.push((tally.epoch.elapsed().as_nanos() as u64).saturating_sub(sent) as f64 / 1000.0);
+                if let (true, Some((sent, done))) = (opcode == load.opcode && payload.len() == FRAME, stamped(payload))
+                {
+                    let micros = (tally.epoch.elapsed().as_nanos() as u64).saturating_sub(sent) as f64 / 1000.0;
+                    rtts.push((micros, tally.round_trips.load(Ordering::Relaxed).saturating_sub(done)));
                 }
             })
             .await?;
+        if rtts.is_empty() {
+            continue;
+        }
+        // Counted before the next frames are stamped, so a frame's count starts after its own.
+        tally.round_trips.fetch_add(rtts.len() as u64, Ordering::Relaxed);
+        if tally.recording.load(Ordering::Relaxed) {
+            tally.samples.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(&rtts);
+        }
         for _ in 0..rtts.len() {
             push_frame(&mut out, load.opcode, &stamp(&tally));
         }
-        if !rtts.is_empty() {
-            tally.round_trips.fetch_add(rtts.len() as u64, Ordering::Relaxed);
-            if tally.recording.load(Ordering::Relaxed) {
-                tally.samples.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(&rtts);
-            }
-            write.write_all(&out).await?;
-        }
+        write.write_all(&out).await?;
     }
 }
 
@@ -414,14 +430,19 @@ async fn measure(contender: &Contender, load: Load, measuring: bool) -> anyhow::
     while tasks.join_next().await.is_some() {}
     relay.stop();
     let round_trips = count1.saturating_sub(count0).max(1);
-    let mut samples = std::mem::take(&mut *tally.samples.lock().unwrap_or_else(|e| e.into_inner()));
+    let samples = std::mem::take(&mut *tally.samples.lock().unwrap_or_else(|e| e.into_inner()));
     anyhow::ensure!(!samples.is_empty(), "no round trip completed through {}", contender.name);
-    let (p50_us, p99_us) = percentiles(&mut samples);
+    let (p50_us, p99_us) = percentiles(&mut samples.iter().map(|(micros, _)| *micros).collect::<Vec<_>>());
+    let in_flight = (load.pairs * load.in_flight) as f64;
+    let (p50_rounds, p99_rounds) =
+        percentiles(&mut samples.iter().map(|(_, done)| (*done + 1) as f64 / in_flight).collect::<Vec<_>>());
     Ok(Figures {
         cpu_us_per_round_trip: (cpu1.0 - cpu0.0) / round_trips as f64,
         system_us_per_round_trip: (cpu1.1 - cpu0.1) / round_trips as f64,
         p50_us,
         p99_us,
+        p50_rounds,
+        p99_rounds,
         round_trips_per_s: round_trips as f64 / elapsed.as_secs_f64(),
         rss_kib,
         anon_kib,
