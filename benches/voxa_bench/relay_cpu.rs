@@ -4,9 +4,11 @@
 //! installed by npm into a temporary directory; skipped with a note without npm). Each relay runs
 //! pinned to core 0 and the load generator to core 1; the figures are the relay process's own CPU
 //! time (utime + stime from /proc/<pid>/stat) per round trip of a 32 B frame, binary and text
-//! (voxa's sessions are JSON text), the round-trip p50/p99, and the relay's RSS once the load's
-//! pairs have joined, at 1 pair, 100 pairs × 4 frames in flight, and 1000 pairs. Each figure is
-//! the median of several runs, every relay measured in each run. voxa and the Node relay speak the
+//! (voxa's sessions are JSON text), the round-trip p50/p99, rounds waited (a fairness figure the
+//! machine's load does not move: see `Figures`), how often the relay and the generator were
+//! preempted, and the relay's RSS once the load's pairs have joined, at 1 pair, 100 pairs × 4
+//! frames in flight, and 1000 pairs. Each figure is the median of several runs, every relay
+//! measured in each run. voxa and the Node relay speak the
 //! relay framing to the agent side (docs/PROTOCOL.md, "Relay"); the floor forwards bytes as they
 //! are, so the generator's agent side echoes what each one sends.
 
@@ -63,6 +65,10 @@ struct Figures {
     p50_rounds: f64,
     p99_rounds: f64,
     round_trips_per_s: f64,
+    /// Times per second the kernel took the core from the relay's threads, and from the load
+    /// generator's, while they could still run (other processes wanting the core).
+    relay_preempted_per_s: f64,
+    generator_preempted_per_s: f64,
     /// Resident memory once every pair of the load has joined, and its anonymous part (heap,
     /// stacks; the rest is the binary's and libraries' pages), in KiB.
     rss_kib: f64,
@@ -129,7 +135,8 @@ fn generate(measuring: bool) -> Vec<(String, String)> {
                 };
                 format!(
                     "{}: {:.1} µs CPU ({:.1} in the kernel), p50 {:.0} µs, p99 {:.0} µs, \
-                     rounds waited p50 {:.2} p99 {:.2}, {:.0}k rt/s, RSS {:.1} MiB ({:.1} anonymous)",
+                     rounds waited p50 {:.2} p99 {:.2}, {:.0}k rt/s, preempted {:.0}/s (generator {:.0}/s), \
+                     RSS {:.1} MiB ({:.1} anonymous)",
                     contender.name,
                     median(|f| f.cpu_us_per_round_trip),
                     median(|f| f.system_us_per_round_trip),
@@ -138,6 +145,8 @@ fn generate(measuring: bool) -> Vec<(String, String)> {
                     median(|f| f.p50_rounds),
                     median(|f| f.p99_rounds),
                     median(|f| f.round_trips_per_s) / 1000.0,
+                    median(|f| f.relay_preempted_per_s),
+                    median(|f| f.generator_preempted_per_s),
                     median(|f| f.rss_kib) / 1024.0,
                     median(|f| f.anon_kib) / 1024.0,
                 )
@@ -229,6 +238,26 @@ fn cpu_us(relay: &RelayProcess) -> anyhow::Result<(f64, f64)> {
     let (user, system): (u64, u64) = (fields[11].parse()?, fields[12].parse()?);
     let per_tick = 1e6 / rustix::param::clock_ticks_per_second() as f64;
     Ok(((user + system) as f64 * per_tick, system as f64 * per_tick))
+}
+
+/// Involuntary context switches of every thread of a process so far.
+fn preempted(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks.flatten().map(|task| involuntary_switches(&task.path().join("status"))).sum()
+}
+
+/// Involuntary context switches of the calling thread (the load generator) so far.
+fn preempted_here() -> u64 {
+    involuntary_switches(Path::new("/proc/thread-self/status"))
+}
+
+fn involuntary_switches(status: &Path) -> u64 {
+    let status = std::fs::read_to_string(status).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 fn code(n: usize) -> String {
@@ -421,11 +450,13 @@ async fn measure(contender: &Contender, load: Load, measuring: bool) -> anyhow::
     let (warm_up, window) =
         if measuring { (WARM_UP, MEASURE) } else { (Duration::from_millis(50), Duration::from_millis(200)) };
     tokio::time::sleep(warm_up).await;
+    let preempted0 = (preempted(pid), preempted_here());
     let (count0, cpu0, started) = (tally.round_trips.load(Ordering::Relaxed), cpu_us(&relay)?, Instant::now());
     tally.recording.store(true, Ordering::Relaxed);
     tokio::time::sleep(window).await;
     tally.recording.store(false, Ordering::Relaxed);
     let (count1, cpu1, elapsed) = (tally.round_trips.load(Ordering::Relaxed), cpu_us(&relay)?, started.elapsed());
+    let preempted1 = (preempted(pid), preempted_here());
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
     relay.stop();
@@ -444,6 +475,8 @@ async fn measure(contender: &Contender, load: Load, measuring: bool) -> anyhow::
         p50_rounds,
         p99_rounds,
         round_trips_per_s: round_trips as f64 / elapsed.as_secs_f64(),
+        relay_preempted_per_s: preempted1.0.saturating_sub(preempted0.0) as f64 / elapsed.as_secs_f64(),
+        generator_preempted_per_s: preempted1.1.saturating_sub(preempted0.1) as f64 / elapsed.as_secs_f64(),
         rss_kib,
         anon_kib,
     })
