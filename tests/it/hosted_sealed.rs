@@ -134,14 +134,15 @@ async fn a_hosted_calls_tool_under_ask_waits_for_the_pages_approval_over_its_sea
     assert_eq!(response["id"], "fc-ask", "{response}");
     assert!(response["response"]["output"]["output"].as_str().is_some_and(|o| o.contains(secret)), "{response}");
     assert_eq!(std::fs::read_to_string(agent.workspace.path().join("asked.txt")).unwrap(), format!("{secret}\n"));
+    // Audited as hosted voice's call, allowed on the phone for that call.
+    let is_run = |line: &serde_json::Value| line["tool"] == "run_command" && line.get("caller").is_some();
+    eventually("the call audited", || audit(&agent).iter().any(is_run)).await;
     let audited = audit(&agent);
-    let ran = audited.iter().find(|line| line["tool"] == "run_command").expect("the call audited");
-    assert_eq!(
-        (ran["caller"].as_str(), ran["policy"].as_str(), ran["outcome"].as_str()),
-        (Some("gemini-hosted"), Some("ask"), Some("ok"))
-    );
-    let decided = audited.iter().find(|line| line.get("approval").is_some() && line.get("decision").is_some());
-    assert_eq!(decided.map(|line| line["by"].clone()), Some(json!("phone")), "{audited:?}");
+    let ran = audited.iter().find(|line| is_run(line)).unwrap();
+    assert_eq!((ran["caller"].as_str(), ran["outcome"].as_str()), (Some("gemini-hosted"), Some("ok")), "{ran}");
+    let allowed = audited.iter().find(|line| line["decision"] == "allow").expect("the approval audited");
+    assert_eq!(allowed["by"], "phone", "{allowed}");
+    assert_eq!(allowed["source"], format!("call:{}", ran["id"].as_str().unwrap()), "{allowed}");
 
     // "End call" closes the call socket; the sealed session goes on alone.
     browser.press("End call").await;
