@@ -194,6 +194,8 @@ impl CallScene {
         let said =
             if self.host_word() == "relay" { "the relay runs the model and hears this call" } else { "on the laptop" };
         assert_eq!(shown, said);
+        // Whoever hosts the call, the page's session stays sealed beside it.
+        assert_eq!(crate::sealed_web::seal_mark(&self.browser).await, "sealed");
         conn
     }
 
