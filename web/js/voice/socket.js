@@ -220,6 +220,10 @@ export class CallSocket extends EventTarget {
 
   /** Closes the socket for good; the relay's call ends with it. */
   close() {
+    const opening = this.opening;
+    this.opening = null;
+    // Closed while it opened (the session went offline, the page left): the call never starts.
+    if (opening) opening.reject({ code: 'call-socket', message: 'The call ended before its socket opened.' });
     this.closed = true;
     this.online = false;
     this.challenge = null;
