@@ -40,11 +40,11 @@ impl AddressRefusal {
     pub fn message(self) -> String {
         match self {
             AddressRefusal::Calls(max) => {
-                format!("this network already runs {max} calls on the relay, as many as its operator allows")
+                format!("this network already runs as many calls on the relay as its operator allows ({max} at once)")
             }
             AddressRefusal::Starts(max, wait) => format!(
-                "this network started {max} calls on the relay in the last minute, as many as its operator \
-                 allows; try again in {} s",
+                "this network started as many calls on the relay in the last minute as its operator allows \
+                 ({max} a minute); try again in {} s",
                 wait.as_secs().max(1)
             ),
         }

@@ -22,6 +22,7 @@ mod harness;
 mod hostile;
 mod layers;
 mod live;
+mod live_limits;
 mod proof;
 mod push;
 mod relay;
