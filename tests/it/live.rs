@@ -16,7 +16,7 @@ use crate::gemini::{capture_logs, expect_tool_responses, pcm, Phone, KEY};
 use crate::harness::*;
 
 /// A relay hosting voice with `KEY` against `fake`, with `tweak` applied to its hosting.
-async fn hosting_relay(fake: &FakeGemini, tweak: impl FnOnce(&mut LiveConfig)) -> TestRelay {
+pub(crate) async fn hosting_relay(fake: &FakeGemini, tweak: impl FnOnce(&mut LiveConfig)) -> TestRelay {
     let mut live = LiveConfig::new(fake.config(KEY));
     tweak(&mut live);
     TestRelay::with_config(RelayConfig { service: Some(Hosting::service(live)), ..Default::default() }).await
@@ -83,7 +83,7 @@ impl Call {
 }
 
 /// Every audit record the agent wrote.
-fn audit(agent: &TestAgent) -> Vec<Value> {
+pub(crate) fn audit(agent: &TestAgent) -> Vec<Value> {
     let mut lines = Vec::new();
     if let Ok(entries) = std::fs::read_dir(agent.home.path().join("voxa").join("audit")) {
         for entry in entries {
