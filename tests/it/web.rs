@@ -845,6 +845,7 @@ async fn pictures_of_the_real_page_at_phone_size() {
     browser.press("Files").await;
     browser.control("button", "NOTES.md").await.click().await.unwrap();
     browser.control("textbox", "File content").await;
+    browser.script("window.scrollTo(0, 0);", vec![]).await;
     save_picture(&browser, &out, "web-files.png").await;
 
     // No voice on this laptop: Call says so before it is pressed, and why once it is.
@@ -867,7 +868,7 @@ async fn pictures_of_the_real_page_at_phone_size() {
     save_picture(&browser, &out, "web-screenshot.png").await;
 
     // The machine sheet, Forget asking first.
-    machine_sheet(&browser, &out, "web-machines.png").await;
+    machine_sheet(&browser, &out, "web-machines.png", false).await;
 
     browser.press("Terminal").await;
     run.stop();
@@ -887,21 +888,27 @@ async fn pictures_of_the_real_page_at_phone_size() {
         dark.wait_script("the command's end", "return !document.getElementById('run').disabled;").await;
     }
     save_picture(&dark, &out, "web-dark.png").await;
-    machine_sheet(&dark, &out, "web-machines-dark.png").await;
+    machine_sheet(&dark, &out, "web-machines-dark.png", true).await;
     dark.close().await;
     run.stop();
 }
 
-/// The machine sheet opened from the header, its laptop asking "Forget …?", then closed again.
-async fn machine_sheet(browser: &Browser, out: &Path, name: &str) {
+/// The machine sheet opened from the header (its laptop asking "Forget …?" when `ask`), then
+/// closed again.
+async fn machine_sheet(browser: &Browser, out: &Path, name: &str, ask: bool) {
     browser.client.find(fantoccini::Locator::Css("#machine")).await.unwrap().click().await.unwrap();
-    let forget = browser
-        .script("return document.querySelector('#machine-list [aria-label^=\"Forget \"]').getAttribute('aria-label');", vec![])
-        .await;
-    browser.press(forget.as_str().unwrap()).await;
-    browser.wait_text(".forget-question", "the question", |t| !t.is_empty()).await;
+    browser.wait_script("the sheet to open", "return document.getElementById('machines').open;").await;
+    if ask {
+        let forget = browser
+            .script("return document.querySelector('#machine-list [aria-label^=\"Forget \"]').getAttribute('aria-label');", vec![])
+            .await;
+        browser.press(forget.as_str().unwrap()).await;
+        browser.wait_text(".forget-question", "the question", |t| !t.is_empty()).await;
+    }
     save_picture(browser, out, name).await;
-    browser.press("Keep it").await;
+    if ask {
+        browser.press("Keep it").await;
+    }
     browser.press("Done").await;
     browser.wait_script("the sheet to close", "return !document.getElementById('machines').open;").await;
 }

@@ -167,7 +167,7 @@ async fn the_machine_picker_switches_laptops_and_environments_and_keeps_the_name
     let question = browser.wait_text(".forget-question", "the question", |t| !t.is_empty()).await;
     assert!(question.starts_with("Forget build box? This browser will need its pairing link again"), "{question}");
     browser.press("Keep it").await;
-    assert_eq!(listed(browser).await, json!(["build box", host()]));
+    assert_eq!(listed(browser).await, json!([host(), "build box"]));
     browser.press("Forget build box").await;
     browser.press("Forget it").await;
     online_as(browser, &host()).await;

@@ -214,8 +214,10 @@ export class MachinePicker {
           type: 'button', class: 'danger', text: 'Forget it',
           onclick: () => {
             this.asking = '';
+            const inUse = this.store.state.pairing && this.store.state.pairing.id === pairing.id;
             this.app.forget(pairing.id);
-            if (this.store.state.pairings.length === 0) this.sheet.close();
+            // Forgetting the laptop in use moves to the next one (or to pairing): the sheet shows it.
+            if (inUse || this.store.state.pairings.length === 0) this.sheet.close();
             else this.render('choose-0');
           },
         }),
