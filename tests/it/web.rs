@@ -900,7 +900,10 @@ async fn machine_sheet(browser: &Browser, out: &Path, name: &str, ask: bool) {
     browser.wait_script("the sheet to open", "return document.getElementById('machines').open;").await;
     if ask {
         let forget = browser
-            .script("return document.querySelector('#machine-list [aria-label^=\"Forget \"]').getAttribute('aria-label');", vec![])
+            .script(
+                "return document.querySelector('#machine-list [aria-label^=\"Forget \"]').getAttribute('aria-label');",
+                vec![],
+            )
             .await;
         browser.press(forget.as_str().unwrap()).await;
         browser.wait_text(".forget-question", "the question", |t| !t.is_empty()).await;

@@ -252,7 +252,8 @@ async fn two_browsers_on_one_link_both_stay_online_and_both_see_a_command() {
     // And the other way round.
     first.type_into("Command", "echo from-the-first-browser").await;
     first.press("Run").await;
-    let seen = second.wait_text(TERMINAL, "the first browser's command", |t| t.contains("from-the-first-browser\n")).await;
+    let seen =
+        second.wait_text(TERMINAL, "the first browser's command", |t| t.contains("from-the-first-browser\n")).await;
     assert!(seen.contains("$ echo from-the-first-browser"), "{seen}");
     second.wait_connection("online").await;
     // Both are listed as connected.
