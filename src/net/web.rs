@@ -81,6 +81,7 @@ const ASSETS: &[Asset] = &[
     asset!("/js/approvals/panel.js", "text/javascript; charset=utf-8"),
     asset!("/js/voice/panel.js", "text/javascript; charset=utf-8"),
     asset!("/js/voice/call.js", "text/javascript; charset=utf-8"),
+    asset!("/js/voice/socket.js", "text/javascript; charset=utf-8"),
     asset!("/js/voice/resampler.js", "text/javascript; charset=utf-8"),
     asset!("/js/voice/audio-worklet.js", "text/javascript; charset=utf-8"),
 ];
