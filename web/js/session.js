@@ -223,7 +223,6 @@ export class Session extends EventTarget {
     return `${scheme}//${location.host}${path}`;
   }
 
-
   /**
    * @param {ConnectionState} state
    * @param {string} text

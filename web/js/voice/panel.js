@@ -217,7 +217,7 @@ export class Voice {
     const socket = new CallSocket(session.pairing, /** @type {CryptoKey} */ (session.key));
     this.listen(socket);
     socket.addEventListener('closed', () => {
-      if (this.call && this.call.link === socket) this.finish({ code: 'call-socket', message: 'the relay closed it' });
+      if (this.call && this.call.link === socket) this.finish({ code: 'call-socket', message: 'The relay closed it.' });
     });
     return socket;
   }
