@@ -23,6 +23,7 @@ mod hosted_sealed;
 mod hostile;
 mod layers;
 mod live;
+mod live_limits;
 mod proof;
 mod push;
 mod relay;
