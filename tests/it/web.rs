@@ -68,7 +68,7 @@ async fn check_served(addr: SocketAddr) {
     assert_eq!(status, 200);
     assert_eq!(headers["content-type"], "application/json");
     let config: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(config, json!({"version": voxa::VERSION, "live": false}));
+    assert_eq!(config, json!({"version": voxa::VERSION, "live": false, "relay_token": false}));
 
     let (status, _, _) = http_get(addr, "/js/nothing.js", "").await;
     assert_eq!(status, 404);
@@ -102,7 +102,10 @@ async fn a_relay_that_requires_a_token_still_serves_the_page_but_not_the_sockets
     let relay = TestRelay::start_with(listener, config).await;
     let (status, _, body) = http_get(relay.addr, "/config", "").await;
     assert_eq!(status, 200);
-    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap()["live"], true, "the relay's offer is reported");
+    let offer = serde_json::from_slice::<Value>(&body).unwrap();
+    assert_eq!(offer["live"], true, "the relay's offer is reported: {offer}");
+    assert_eq!(offer["relay_token"], true, "and that it asks for its token (never the token): {offer}");
+    assert!(!String::from_utf8_lossy(&body).contains("relay-secret"));
     let (status, _, _) = http_get(relay.addr, "/ws?code=0123456789abcdef0123456789abcdef", "").await;
     assert_eq!(status, 401);
 }
@@ -987,7 +990,8 @@ async fn the_link_voxa_run_prints_for_a_private_relay_goes_online_in_a_browser()
 
     let without: String = link.split("&relay_token=").next().unwrap().to_owned();
     browser.open(&without).await;
-    browser.wait_connection("reconnecting").await;
+    let said = browser.wait_connection("private relay: this link lacks its token").await;
+    assert!(said.contains("open the one voxa pair prints"), "{said}");
     browser.open(&link).await;
     browser.wait_connection("online").await;
     browser.close().await;

@@ -107,7 +107,7 @@ export class App {
     const previous = this.store.state.session;
     if (previous) previous.stop();
     pairings.select(pairing.id);
-    const session = new Session(pairing);
+    const session = new Session(pairing, { privateRelay: this.store.state.server.relay_token === true });
     const environments = pairing.environments || [];
     this.store.set({
       view: 'workspace', pairError: '', pairing, pairings: pairings.all(), session, online: false, hello: null,
