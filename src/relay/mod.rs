@@ -158,13 +158,14 @@ impl Shared {
         if let Some(service) = &config.service {
             service.report(&metrics);
         }
+        let offer = web::Offer { live: config.service.is_some(), relay_token: config.token.is_some() };
         let ledger = Arc::new(queue::Ledger { budget: config.memory_budget, metrics: Arc::clone(&metrics) });
         Ok(Arc::new(Shared {
             hub: Arc::new(hub::Hub::new(ledger)),
             token: config.token,
             limits: config.limits,
             tls: config.tls.map(tokio_rustls::TlsAcceptor::from),
-            offer: web::Offer { live: config.service.is_some() },
+            offer,
             service: config.service,
             max_connections: config.max_connections,
             open_connections: Arc::new(AtomicUsize::new(0)),

@@ -348,7 +348,10 @@ async fn live_is_gated_by_the_proxy_token_or_else_the_relay_token_and_absent_wit
     assert_eq!(http(gated.addr, &upgrade_request(&live, "Authorization: Bearer relay-token-5d2\r\n")).await.0, 401);
     let (status, body) = http(gated.addr, "GET /config HTTP/1.1\r\nHost: relay\r\n\r\n").await;
     assert_eq!(status, 200);
-    assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({"version": voxa::VERSION, "live": true}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"version": voxa::VERSION, "live": true, "relay_token": true})
+    );
     let options = DialOptions { bearer: Some(relay_token.clone()), ..Default::default() };
     let url = format!("ws://{}{live}", gated.addr);
     assert!(voxa::net::dial::connect(&url, &options).await.is_ok(), "the relay token opens /live");
