@@ -459,11 +459,16 @@ async fn call_says_why_when_there_is_no_voice_and_hosted_refusals_are_sentences(
     let capped = LiveConfig { max_calls: 0, ..LiveConfig::new(fake.config(RELAY_KEY)) };
     let token = Some(Secret::from_string("proxy-token-web".into()));
     let gated = LiveConfig { proxy_token: token, ..LiveConfig::new(fake.config(RELAY_KEY)) };
+    let none_left =
+        std::sync::Arc::new(voxa::hosted::budget::Budget::open(Some(std::time::Duration::ZERO), None).unwrap());
+    let spent = LiveConfig { budget: none_left, ..LiveConfig::new(fake.config(RELAY_KEY)) };
     for (live, sentence, code) in [
         // A relay without a key, a laptop without one: no voice, and the page says so.
         (None, "There is no voice on this relay", "no-voice-relay"),
         // A relay at its operator's limit.
         (Some(capped), "The relay is running as many calls as its operator allows", "at-capacity"),
+        // A relay whose operator's minutes for the day are spent.
+        (Some(spent), "The relay's voice minutes for today are spent", "budget-spent"),
         // A relay whose voice needs a proxy token a browser cannot send: the page works through
         // `/ws` and says why there is no voice.
         (Some(gated), "This relay hosts voice only for apps that send it a token", "proxy-token"),

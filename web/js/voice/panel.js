@@ -42,6 +42,8 @@ const CALL_ERRORS = {
   'unavailable': 'This laptop does not host voice calls. Start it with voxa --self-hosted and a GEMINI_API_KEY.',
   'no-call': 'No call is running on the laptop.',
   'at-capacity': 'As many calls as allowed are running; try again later.',
+  'too-many-calls': 'This network runs or just started as many relay calls as its operator allows; try again in a minute.',
+  'budget-spent': 'The relay\'s voice minutes for today are spent; they come back at midnight UTC.',
   'mic-denied': 'The microphone is blocked. Allow it for this page in the browser\'s site settings.',
   'no-mic': 'No microphone was found.',
   'no-audio': 'This browser cannot run a voice call here (it needs https and Web Audio).',
