@@ -54,6 +54,7 @@ const ASSETS: &[Asset] = &[
     asset!("/js/pairings.js", "text/javascript; charset=utf-8"),
     asset!("/js/dom.js", "text/javascript; charset=utf-8"),
     asset!("/js/shell/header.js", "text/javascript; charset=utf-8"),
+    asset!("/js/shell/picker.js", "text/javascript; charset=utf-8"),
     asset!("/js/shell/welcome.js", "text/javascript; charset=utf-8"),
     asset!("/js/shell/workspace.js", "text/javascript; charset=utf-8"),
     asset!("/js/shell/status.js", "text/javascript; charset=utf-8"),

@@ -43,4 +43,5 @@ mod support;
 mod terminal;
 mod tools;
 mod web;
+mod web_picker;
 mod web_voice;
