@@ -24,6 +24,7 @@ mod hostile;
 mod layers;
 mod live;
 mod live_limits;
+mod private_relay;
 mod proof;
 mod push;
 mod relay;
