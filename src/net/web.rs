@@ -274,7 +274,8 @@ mod tests {
         assert!(vendored_weight() <= 512 << 10, "{} bytes vendored", vendored_weight());
         // A vendored library's text names sites (its licence, its project) without loading them.
         for asset in ASSETS.iter().filter(|asset| !asset.path.starts_with(VENDOR_PREFIX)) {
-            let text = std::str::from_utf8(asset.body).unwrap();
+            // The SVG namespace (in the stylesheet's inline icons) names XML, not a site to load.
+            let text = std::str::from_utf8(asset.body).unwrap().replace("http://www.w3.org/2000/svg", "");
             assert!(
                 !text.contains("http://") && !text.contains("https://") || asset.path == "/icon.svg",
                 "{}",
