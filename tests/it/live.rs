@@ -16,25 +16,25 @@ use crate::gemini::{capture_logs, expect_tool_responses, pcm, Phone, KEY};
 use crate::harness::*;
 
 /// A relay hosting voice with `KEY` against `fake`, with `tweak` applied to its hosting.
-async fn hosting_relay(fake: &FakeGemini, tweak: impl FnOnce(&mut LiveConfig)) -> TestRelay {
+pub(crate) async fn hosting_relay(fake: &FakeGemini, tweak: impl FnOnce(&mut LiveConfig)) -> TestRelay {
     let mut live = LiveConfig::new(fake.config(KEY));
     tweak(&mut live);
     TestRelay::with_config(RelayConfig { service: Some(Hosting::service(live)), ..Default::default() }).await
 }
 
 /// An agent in hosted mode (no Gemini key of its own) linked to `relay`.
-async fn hosted_agent(relay: &TestRelay) -> TestAgent {
+pub(crate) async fn hosted_agent(relay: &TestRelay) -> TestAgent {
     let mut agent = TestAgent::start(Some(relay.url())).await;
     agent.wait_event("the relay link", |event| matches!(event, LinkEvent::Connected { .. })).await;
     agent
 }
 
 /// A phone at `/live` that completed the hello with the agent through the relay.
-async fn live_phone(relay: &TestRelay, agent: &TestAgent) -> (Phone, Value) {
+pub(crate) async fn live_phone(relay: &TestRelay, agent: &TestAgent) -> (Phone, Value) {
     live_phone_with(relay, agent, DialOptions::default()).await
 }
 
-async fn live_phone_with(relay: &TestRelay, agent: &TestAgent, options: DialOptions) -> (Phone, Value) {
+pub(crate) async fn live_phone_with(relay: &TestRelay, agent: &TestAgent, options: DialOptions) -> (Phone, Value) {
     let url = format!("ws://{}/live?code={}", relay.addr, agent.code());
     let mut socket = tokio::time::timeout(STEP, voxa::net::dial::connect(&url, &options)).await.unwrap().unwrap();
     // The agent's proof in hello_ok checks out: the relay passed challenge, hello and hello_ok on
@@ -54,7 +54,7 @@ async fn recv_type_or_error(socket: &mut voxa::net::dial::ClientSocket) -> Value
 }
 
 /// Starts a hosted call; returns Gemini's connection number and its setup.
-async fn start_call(phone: &mut Phone, fake: &mut FakeGemini) -> (usize, Value) {
+pub(crate) async fn start_call(phone: &mut Phone, fake: &mut FakeGemini) -> (usize, Value) {
     phone.send(json!({"type":"call_start"})).await;
     let setup = fake.expect_setup().await;
     phone.expect("call_started").await;
@@ -83,7 +83,7 @@ impl Call {
 }
 
 /// Every audit record the agent wrote.
-fn audit(agent: &TestAgent) -> Vec<Value> {
+pub(crate) fn audit(agent: &TestAgent) -> Vec<Value> {
     let mut lines = Vec::new();
     if let Ok(entries) = std::fs::read_dir(agent.home.path().join("voxa").join("audit")) {
         for entry in entries {
@@ -348,7 +348,10 @@ async fn live_is_gated_by_the_proxy_token_or_else_the_relay_token_and_absent_wit
     assert_eq!(http(gated.addr, &upgrade_request(&live, "Authorization: Bearer relay-token-5d2\r\n")).await.0, 401);
     let (status, body) = http(gated.addr, "GET /config HTTP/1.1\r\nHost: relay\r\n\r\n").await;
     assert_eq!(status, 200);
-    assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({"version": voxa::VERSION, "live": true}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"version": voxa::VERSION, "live": true, "relay_token": true})
+    );
     let options = DialOptions { bearer: Some(relay_token.clone()), ..Default::default() };
     let url = format!("ws://{}{live}", gated.addr);
     assert!(voxa::net::dial::connect(&url, &options).await.is_ok(), "the relay token opens /live");
@@ -386,7 +389,8 @@ async fn voxa_relay_hosts_calls_with_a_key_file_and_its_log_holds_one_line_per_c
     private(&key_file);
     let closed_relay_cmd = |key_file: &std::path::Path| {
         let mut cmd = std::process::Command::new(voxa_bin());
-        cmd.env("RUST_LOG", "info").env("VOXA_GEMINI_URL", fake.url());
+        // The relay counts its daily budget in its home.
+        cmd.env("RUST_LOG", "info").env("VOXA_GEMINI_URL", fake.url()).env("VOXA_HOME", dir.path().join("home"));
         for name in ["VOXA_RELAY_TOKEN", "VOXA_PROXY_TOKEN", "GEMINI_API_KEY"] {
             cmd.env_remove(name);
         }
@@ -527,7 +531,8 @@ async fn a_hundred_hosted_calls_stream_audio_at_once() {
     const FRAMES: u8 = 5;
     let fake = FakeGemini::start(FakeOptions { echo_audio: true, ..FakeOptions::new(KEY) }).await;
     // Every laptop and phone comes from 127.0.0.1: no per-address limit, as behind a proxy.
-    let live = Some(LiveConfig::new(fake.config(KEY)));
+    let live =
+        Some(LiveConfig { calls_per_address: CALLS, starts_per_minute: CALLS, ..LiveConfig::new(fake.config(KEY)) });
     let relay = TestRelay::with_config(RelayConfig {
         service: live.map(Hosting::service),
         max_connections_per_ip: 0,

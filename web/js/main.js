@@ -16,7 +16,8 @@
 import { root } from './dom.js';
 import { App } from './app.js';
 import { Store } from './store.js';
-import { ConnectionLine, EnvironmentPicker, LaptopPicker, Notice, shareHeight } from './shell/header.js';
+import { ConnectionLine, Notice, shareHeight } from './shell/header.js';
+import { MachinePicker } from './shell/picker.js';
 import { Welcome } from './shell/welcome.js';
 import { Workspace } from './shell/workspace.js';
 import { Status } from './shell/status.js';
@@ -35,8 +36,7 @@ const context = { store, app };
 
 shareHeight(root('bar'));
 new ConnectionLine(root('connection'), context);
-new LaptopPicker(root('laptop-pick'), context);
-new EnvironmentPicker(root('env-pick'), context);
+new MachinePicker(root('machine-pick'), context);
 new Notice(root('notice'), context);
 new Welcome(root('welcome'), context);
 new Workspace(root('workspace'), context);
