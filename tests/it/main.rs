@@ -40,4 +40,5 @@ mod support;
 mod terminal;
 mod tools;
 mod web;
+mod web_delivery;
 mod web_voice;
