@@ -14,18 +14,26 @@ use tokio::net::TcpStream;
 use crate::harness::*;
 use crate::web::Scene;
 
-/// Status, headers (lowercase names) and body of one answer read off `stream`.
+/// Status, headers (lowercase names) and body of one answer read off `stream`: the head byte by
+/// byte, then `Content-Length` bytes, so the next answer stays unread.
 async fn answer_on(stream: &mut TcpStream) -> (u16, HashMap<String, String>, Vec<u8>) {
-    let response = tokio::time::timeout(STEP, read_response(stream)).await.expect("an answer in time");
-    let split = response.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete head");
-    let head = String::from_utf8(response[..split].to_vec()).unwrap();
-    let mut lines = head.lines();
-    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let headers = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
-        .collect();
-    (status, headers, response[split + 4..].to_vec())
+    let read = async {
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            head.push(stream.read_u8().await.expect("an answer's head"));
+        }
+        let head = String::from_utf8(head).unwrap();
+        let mut lines = head.lines();
+        let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+        let headers: HashMap<String, String> = lines
+            .filter_map(|line| line.split_once(':'))
+            .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+            .collect();
+        let mut body = vec![0u8; headers["content-length"].parse().unwrap()];
+        stream.read_exact(&mut body).await.expect("the answer's body");
+        (status, headers, body)
+    };
+    tokio::time::timeout(STEP, read).await.expect("an answer in time")
 }
 
 async fn get_on(stream: &mut TcpStream, target: &str, extra: &str) -> (u16, HashMap<String, String>, Vec<u8>) {
