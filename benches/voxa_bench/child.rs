@@ -48,15 +48,7 @@ pub fn start_agent_configured(
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     if let Some(config) = config {
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        std::fs::DirBuilder::new().mode(0o700).create(&home).unwrap();
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(home.join("config.toml"))
-            .unwrap();
-        std::io::Write::write_all(&mut file, config.as_bytes()).unwrap();
+        crate::hosted::harness::write_home_config(&home, config);
     }
     let workspace = dir.path().join("ws");
     std::fs::create_dir_all(&workspace).unwrap();

@@ -19,7 +19,7 @@ use voxa::config::RelayUrl;
 use voxa::net::dial::{ClientSocket, DialOptions};
 
 #[path = "../../tests/it/harness.rs"]
-mod harness;
+pub(crate) mod harness;
 
 use self::harness::{recv_type, say_hello_plain, send, TestAgent};
 use crate::report::{percentiles, Report};

@@ -1,5 +1,9 @@
 //! The agent as a hosted call's tools see it: Gemini's function calls go out as `tool_call`
 //! frames with the relay's own ids, and the answers come back matched by id.
+//!
+//! The laptop keeps calls per pairing beyond the socket that made them (a call still running when
+//! a `/live` session ends goes on), so each session's ids carry a random part of their own:
+//! `gemini-hosted-<8 hex>-<n>` never meets a call an earlier session left on the laptop.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,11 +19,16 @@ use crate::gemini::VoiceTools;
 use crate::protocol::{ClientMessage, ErrorCode, ToolCall, ToolError, ToolResult, HOSTED_CALLER};
 use crate::tools::ToolOutput;
 
+/// Random bytes in the ids of one session's calls (hex in the id).
+const SESSION_ID_BYTES: usize = 4;
+
 /// The agent as the voice bridge's tools see it: tool calls out, answers matched by id.
 pub(super) struct AgentLink {
     pub state: Mutex<AgentState>,
-    pub next_id: AtomicU64,
-    pub to_agent: mpsc::Sender<String>,
+    /// [`CALL_ID_PREFIX`], then this session's random part: the start of each of its call ids.
+    id_prefix: String,
+    next_id: AtomicU64,
+    to_agent: mpsc::Sender<String>,
 }
 
 #[derive(Default)]
@@ -36,13 +45,24 @@ struct AwaitedResult {
 }
 
 impl AgentLink {
+    /// The link of one `/live` session, whose calls go to the agent through `to_agent`.
+    pub(super) fn new(to_agent: mpsc::Sender<String>) -> Self {
+        let random = hex::encode(rand::random::<[u8; SESSION_ID_BYTES]>());
+        AgentLink {
+            state: Mutex::default(),
+            id_prefix: format!("{CALL_ID_PREFIX}{random}-"),
+            next_id: AtomicU64::new(1),
+            to_agent,
+        }
+    }
+
     pub(super) fn state(&self) -> std::sync::MutexGuard<'_, AgentState> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Sends one of Gemini's calls to the agent and waits for its `tool_result`.
     pub(super) async fn call(&self, call: ToolCall, cancel: CancellationToken) -> Result<ToolOutput, ToolError> {
-        let id = format!("{CALL_ID_PREFIX}{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        let id = format!("{}{}", self.id_prefix, self.next_id.fetch_add(1, Ordering::Relaxed));
         let (answer, answered) = oneshot::channel();
         {
             let mut state = self.state();
@@ -125,7 +145,7 @@ mod tests {
     #[tokio::test]
     async fn calls_go_out_labelled_and_are_answered_offline_when_the_laptop_leaves() {
         let (to_agent, mut sent) = mpsc::channel(4);
-        let link = Arc::new(AgentLink { state: Mutex::default(), next_id: AtomicU64::new(1), to_agent });
+        let link = Arc::new(AgentLink::new(to_agent));
         let refused = link.call(call("g0"), CancellationToken::new()).await.unwrap_err();
         assert_eq!((refused.code, refused.message.as_str()), (ErrorCode::Unavailable, LAPTOP_OFFLINE));
 
@@ -148,9 +168,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn each_session_numbers_its_calls_under_a_random_part_of_its_own() {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..2 {
+            let (to_agent, mut sent) = mpsc::channel(4);
+            let link = Arc::new(AgentLink::new(to_agent));
+            link.state().present = true;
+            for gemini in ["g1", "g2"] {
+                tokio::spawn({
+                    let link = Arc::clone(&link);
+                    async move { link.call(call(gemini), CancellationToken::new()).await }
+                });
+                let frame: Value = serde_json::from_str(&sent.recv().await.unwrap()).unwrap();
+                let id = frame["id"].as_str().unwrap().to_owned();
+                let rest = id.strip_prefix(CALL_ID_PREFIX).unwrap();
+                let (random, n) = rest.split_once('-').unwrap();
+                assert_eq!(random.len(), 2 * SESSION_ID_BYTES, "{id}");
+                assert!(random.bytes().all(|b| b.is_ascii_hexdigit()) && n.parse::<u64>().is_ok(), "{id}");
+                assert!(seen.insert(id.clone()), "{id} came twice");
+            }
+        }
+    }
+
+    #[tokio::test]
     async fn a_cancelled_call_asks_the_agent_to_cancel_and_takes_its_answer() {
         let (to_agent, mut sent) = mpsc::channel(4);
-        let link = Arc::new(AgentLink { state: Mutex::default(), next_id: AtomicU64::new(1), to_agent });
+        let link = Arc::new(AgentLink::new(to_agent));
         link.state().present = true;
         let cancel = CancellationToken::new();
         let running = tokio::spawn({

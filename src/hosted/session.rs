@@ -1,8 +1,7 @@
 //! One `/live` socket's session: the frames between phone and agent pass through, the hello is
 //! followed (never checked: the relay holds no token), and the voice frames are answered here.
 
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde::Deserialize;
@@ -139,7 +138,7 @@ impl<'a> LiveSession<'a> {
             from_agent: None,
             max_frame_len,
             handshake: Handshake::Waiting,
-            agent: Arc::new(AgentLink { state: Mutex::default(), next_id: AtomicU64::new(1), to_agent: agent_tx }),
+            agent: Arc::new(AgentLink::new(agent_tx)),
             call: None,
             bridge_tx,
             bridge_rx,

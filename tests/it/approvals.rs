@@ -371,15 +371,7 @@ mod cli {
     }
 
     fn prepare(home: &Path) {
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        std::fs::DirBuilder::new().mode(0o700).create(home).unwrap();
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(home.join("config.toml"))
-            .unwrap();
-        std::io::Write::write_all(&mut file, b"[policy]\nask = [\"run_command\"]\n").unwrap();
+        crate::harness::write_home_config(home, "[policy]\nask = [\"run_command\"]\n");
     }
 
     async fn client(home: &Path, port: u16) -> ClientSocket {

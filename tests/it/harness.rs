@@ -18,6 +18,16 @@ use voxa::net::dial::{ClientSocket, DialOptions};
 use voxa::net::liveness::Heartbeat;
 use voxa::state::{Home, Secrets};
 
+/// Creates the home `home` (0700) holding `config` as its `config.toml` (0600), the modes voxa
+/// asks of files that may hold secrets.
+pub fn write_home_config(home: &std::path::Path, config: &str) {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new().mode(0o700).create(home).unwrap();
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(home.join("config.toml")).unwrap();
+    std::io::Write::write_all(&mut file, config.as_bytes()).unwrap();
+}
+
 /// Longest any single step of a test may take before it fails.
 pub const STEP: Duration = Duration::from_secs(10);
 

@@ -16,21 +16,21 @@ use crate::gemini::{capture_logs, expect_tool_responses, pcm, Phone, KEY};
 use crate::harness::*;
 
 /// A relay hosting voice with `KEY` against `fake`, with `tweak` applied to its hosting.
-async fn hosting_relay(fake: &FakeGemini, tweak: impl FnOnce(&mut LiveConfig)) -> TestRelay {
+pub(crate) async fn hosting_relay(fake: &FakeGemini, tweak: impl FnOnce(&mut LiveConfig)) -> TestRelay {
     let mut live = LiveConfig::new(fake.config(KEY));
     tweak(&mut live);
     TestRelay::with_config(RelayConfig { service: Some(Hosting::service(live)), ..Default::default() }).await
 }
 
 /// An agent in hosted mode (no Gemini key of its own) linked to `relay`.
-async fn hosted_agent(relay: &TestRelay) -> TestAgent {
+pub(crate) async fn hosted_agent(relay: &TestRelay) -> TestAgent {
     let mut agent = TestAgent::start(Some(relay.url())).await;
     agent.wait_event("the relay link", |event| matches!(event, LinkEvent::Connected { .. })).await;
     agent
 }
 
 /// A phone at `/live` that completed the hello with the agent through the relay.
-async fn live_phone(relay: &TestRelay, agent: &TestAgent) -> (Phone, Value) {
+pub(crate) async fn live_phone(relay: &TestRelay, agent: &TestAgent) -> (Phone, Value) {
     live_phone_with(relay, agent, DialOptions::default()).await
 }
 
@@ -54,7 +54,7 @@ async fn recv_type_or_error(socket: &mut voxa::net::dial::ClientSocket) -> Value
 }
 
 /// Starts a hosted call; returns Gemini's connection number and its setup.
-async fn start_call(phone: &mut Phone, fake: &mut FakeGemini) -> (usize, Value) {
+pub(crate) async fn start_call(phone: &mut Phone, fake: &mut FakeGemini) -> (usize, Value) {
     phone.send(json!({"type":"call_start"})).await;
     let setup = fake.expect_setup().await;
     phone.expect("call_started").await;
@@ -83,7 +83,7 @@ impl Call {
 }
 
 /// Every audit record the agent wrote.
-fn audit(agent: &TestAgent) -> Vec<Value> {
+pub(crate) fn audit(agent: &TestAgent) -> Vec<Value> {
     let mut lines = Vec::new();
     if let Ok(entries) = std::fs::read_dir(agent.home.path().join("voxa").join("audit")) {
         for entry in entries {

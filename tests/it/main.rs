@@ -19,6 +19,7 @@ mod fence;
 mod files;
 mod gemini;
 mod harness;
+mod hosted_sealed;
 mod hostile;
 mod layers;
 mod live;

@@ -500,6 +500,19 @@ pub(crate) fn frame_header(fin: bool, opcode: u8, len: usize) -> Vec<u8> {
 /// One server frame: FIN, opcode, payload.
 pub(crate) type ServerFrame = (bool, u8, Vec<u8>);
 
+/// The first complete server frame of `bytes` (server frames are unmasked) and the bytes it took,
+/// or `None` while it is incomplete.
+pub(crate) fn parse_server_frame(bytes: &[u8]) -> Option<(ServerFrame, usize)> {
+    let (&b0, &b1) = (bytes.first()?, bytes.get(1)?);
+    let (len, at) = match b1 & 0x7F {
+        126 => (u16::from_be_bytes(bytes.get(2..4)?.try_into().ok()?) as usize, 4),
+        127 => (u64::from_be_bytes(bytes.get(2..10)?.try_into().ok()?) as usize, 10),
+        short => (short as usize, 2),
+    };
+    let payload = bytes.get(at..at + len)?;
+    Some(((b0 & 0x80 != 0, b0 & 0x0F, payload.to_vec()), at + len))
+}
+
 /// Reads the relay's frames on a raw socket until `enough` says so, or the connection ends.
 pub(crate) async fn read_server_frames(
     tcp: &mut TcpStream,
@@ -513,18 +526,9 @@ pub(crate) async fn read_server_frames(
             break;
         }
         bytes.extend_from_slice(&chunk[..n]);
-        while let Some(&[b0, b1]) = bytes.get(..2) {
-            let (len, at) = match b1 & 0x7F {
-                126 if bytes.len() >= 4 => (u16::from_be_bytes([bytes[2], bytes[3]]) as usize, 4),
-                127 if bytes.len() >= 10 => (u64::from_be_bytes(bytes[2..10].try_into().unwrap()) as usize, 10),
-                126 | 127 => break,
-                short => (short as usize, 2),
-            };
-            if bytes.len() < at + len {
-                break;
-            }
-            frames.push((b0 & 0x80 != 0, b0 & 0x0F, bytes[at..at + len].to_vec()));
-            bytes.drain(..at + len);
+        while let Some((frame, used)) = parse_server_frame(&bytes) {
+            frames.push(frame);
+            bytes.drain(..used);
         }
     }
     frames

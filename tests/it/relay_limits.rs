@@ -74,14 +74,19 @@ async fn frames_up_to_16_mib_pass_and_larger_ones_close_1009() {
     let _ = timeout(WAIT, sending).await;
 }
 
-#[tokio::test]
-async fn a_peer_that_stops_answering_pings_is_dropped_within_the_idle_timeout() {
+/// A relay that pings every 200 ms and drops a socket silent for 800 ms, with those limits.
+async fn short_ping_relay() -> (TestRelay, Limits) {
     let limits = Limits {
         ping_interval: Duration::from_millis(200),
         idle_timeout: Duration::from_millis(800),
         ..Limits::default()
     };
-    let relay = TestRelay::with_config(RelayConfig { limits, ..Default::default() }).await;
+    (TestRelay::with_config(RelayConfig { limits, ..Default::default() }).await, limits)
+}
+
+#[tokio::test]
+async fn a_peer_that_stops_answering_pings_is_dropped_within_the_idle_timeout() {
+    let (relay, limits) = short_ping_relay().await;
     let code = new_code();
     let mut handset = phone(&relay, &code).await;
 
@@ -135,14 +140,9 @@ async fn answer_pings<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut Client<S>, cou
 /// Splits what a relay wrote into (opcode, payload) frames; server frames are unmasked.
 fn server_frames(mut bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
     let mut frames = Vec::new();
-    while bytes.len() >= 2 {
-        let (len, at) = match bytes[1] & 0x7F {
-            126 => (u16::from_be_bytes([bytes[2], bytes[3]]) as usize, 4),
-            127 => (u64::from_be_bytes(bytes[2..10].try_into().unwrap()) as usize, 10),
-            short => (short as usize, 2),
-        };
-        frames.push((bytes[0] & 0x0F, bytes[at..at + len].to_vec()));
-        bytes = &bytes[at + len..];
+    while let Some(((_, opcode, payload), used)) = parse_server_frame(bytes) {
+        frames.push((opcode, payload));
+        bytes = &bytes[used..];
     }
     assert!(bytes.is_empty(), "trailing bytes {bytes:?}");
     frames
@@ -150,12 +150,7 @@ fn server_frames(mut bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
 
 #[tokio::test]
 async fn a_slow_upload_of_one_large_message_is_not_taken_for_silence() {
-    let limits = Limits {
-        ping_interval: Duration::from_millis(200),
-        idle_timeout: Duration::from_millis(800),
-        ..Limits::default()
-    };
-    let relay = TestRelay::with_config(RelayConfig { limits, ..Default::default() }).await;
+    let (relay, _) = short_ping_relay().await;
     let code = new_code();
     let mut handset = phone(&relay, &code).await;
     let mut laptop = raw_upgraded(relay.addr, &format!("/agent?code={code}")).await;
@@ -200,34 +195,10 @@ async fn serve_metrics(metrics: Arc<voxa::relay::metrics::RelayMetrics>) -> Sock
 
 /// The code of the relay's close frame on a raw socket, or `None` if the connection ends first.
 async fn raw_close(tcp: &mut TcpStream) -> Option<u16> {
-    let mut bytes = Vec::new();
-    let mut chunk = vec![0u8; 64 << 10];
-    loop {
-        let n = timeout(WAIT, tcp.read(&mut chunk)).await.expect("a close frame in time").unwrap_or(0);
-        if n == 0 {
-            return None;
-        }
-        bytes.extend_from_slice(&chunk[..n]);
-        // Complete frames only: stop at the first close frame.
-        let mut at = 0;
-        while bytes.len() >= at + 2 {
-            let (len, header) = match bytes[at + 1] & 0x7F {
-                126 if bytes.len() >= at + 4 => (u16::from_be_bytes([bytes[at + 2], bytes[at + 3]]) as usize, 4),
-                127 if bytes.len() >= at + 10 => {
-                    (u64::from_be_bytes(bytes[at + 2..at + 10].try_into().unwrap()) as usize, 10)
-                }
-                126 | 127 => break,
-                short => (short as usize, 2),
-            };
-            if bytes.len() < at + header + len {
-                break;
-            }
-            if bytes[at] & 0x0F == 0x8 {
-                return Some(u16::from_be_bytes([bytes[at + header], bytes[at + header + 1]]));
-            }
-            at += header + len;
-        }
-    }
+    let is_close = |frame: &ServerFrame| frame.1 == 0x8;
+    let frames = read_server_frames(tcp, |frames| frames.iter().any(is_close)).await;
+    let (_, _, payload) = frames.into_iter().find(is_close)?;
+    Some(u16::from_be_bytes(payload.get(..2)?.try_into().ok()?))
 }
 
 #[tokio::test]

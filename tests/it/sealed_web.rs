@@ -107,13 +107,13 @@ async fn the_page_reproduces_the_published_noise_vectors_and_the_documented_fram
 }
 
 /// The connection's seal mark, as shown (empty when hidden).
-async fn seal_mark(browser: &Browser) -> String {
+pub(crate) async fn seal_mark(browser: &Browser) -> String {
     let shown = "const mark = document.getElementById('seal-mark'); return mark.hidden ? '' : mark.textContent;";
     browser.script(shown, vec![]).await.as_str().unwrap_or_default().to_owned()
 }
 
 /// Sealed and plain sessions the agent holds, as its `status` says.
-async fn session_counts(agent: &TestAgent) -> (u64, u64) {
+pub(crate) async fn session_counts(agent: &TestAgent) -> (u64, u64) {
     let mut local = agent.local_client().await;
     send(&mut local, json!({"type":"status"})).await;
     let status = recv_type(&mut local, "status").await;
@@ -319,7 +319,7 @@ async fn the_agent_compares_the_page_the_relay_serves_with_its_own() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_relay_hosting_voice_gets_a_plain_session_marked_so_unless_the_laptop_requires_sealing() {
+async fn a_relay_hosting_voice_leaves_the_pages_session_sealed_and_a_strict_laptop_refuses_only_the_call() {
     use crate::fake_gemini::{FakeGemini, FakeOptions};
     use voxa::hosted::{Hosting, LiveConfig};
     let Some(browser) = Browser::start().await else { return };
@@ -330,21 +330,31 @@ async fn a_relay_hosting_voice_gets_a_plain_session_marked_so_unless_the_laptop_
         ..Default::default()
     })
     .await;
-    // The relay hosts calls, so the page's session is at `/live`, protocol 2: the mark says so.
+    // The relay hosts calls, yet the page's session is `/ws`, sealed: only a call opens `/live`.
     let agent = TestAgent::start(Some(relay.url())).await;
     browser.open(&format!("http://{}/#code={}&token={}", relay.addr, agent.code(), agent.token())).await;
     browser.wait_connection("online").await;
-    assert_eq!(seal_mark(&browser).await, "not sealed");
-    assert_eq!(session_counts(&agent).await, (1, 1), "the page's plain session and the status client");
+    assert_eq!(seal_mark(&browser).await, "sealed");
+    assert_eq!(session_counts(&agent).await, (2, 0), "the page's session and the status client");
 
-    // A laptop that requires sealing refuses that hello; the page takes `/ws`, sealed, without voice.
+    // A laptop that requires sealing refuses the call socket's protocol-2 hello: "Call" says why,
+    // and the sealed session beside it goes on.
     let strict = TestAgent::start_with(Some(relay.url()), |o| o.config.security.require_sealed = true).await;
     browser.open(&format!("http://{}/#code={}&token={}", relay.addr, strict.code(), strict.token())).await;
     browser.wait_connection("online").await;
     assert_eq!(seal_mark(&browser).await, "sealed");
     browser.press("Call").await;
     let said = browser.wait_text("#call-error", "why there is no voice", |t| !t.is_empty()).await;
-    assert!(said.starts_with("This laptop accepts only sealed sessions"), "{said}");
+    assert!(
+        said.starts_with("This laptop accepts only sealed sessions") && said.ends_with("(sealed-required)"),
+        "{said}"
+    );
+    browser.wait_script("the note", "return !document.getElementById('call-note').hidden;").await;
+    assert_eq!(seal_mark(&browser).await, "sealed", "the session is not lost");
+    assert_eq!(session_counts(&strict).await, (2, 0), "the refused call socket is gone");
+    browser.type_into("Command", "echo still-sealed-9d1c").await;
+    browser.press("Run").await;
+    browser.wait_text(TERMINAL, "the command's output", |t| t.contains("still-sealed-9d1c\n")).await;
     assert!(fake.received().is_empty(), "no Gemini session was opened");
     browser.close().await;
 }

@@ -77,16 +77,31 @@ fn environ_of(pid: u32) -> Option<String> {
     }
 }
 
+/// A test relay that requires [`RELAY_TOKEN`] from agents.
+async fn token_relay() -> TestRelay {
+    let config = voxa::relay::RelayConfig {
+        token: Some(voxa::secret::Secret::from_string(RELAY_TOKEN.into())),
+        ..Default::default()
+    };
+    TestRelay::start_with(TcpListener::bind("127.0.0.1:0").await.unwrap(), config).await
+}
+
+/// An environment block read from `/proc` (none when this user may not read it) holds neither
+/// secret nor the names of their variables.
+fn assert_holds_no_secret(environ: Option<String>, whose: &str) {
+    let Some(environ) = environ else { return };
+    assert!(environ.contains("PATH="), "not the environment block: {environ}");
+    for secret in [GEMINI_KEY, RELAY_TOKEN, "GEMINI_API_KEY", "VOXA_RELAY_TOKEN"] {
+        assert!(!environ.contains(secret), "{secret} is in the environment block of {whose}");
+    }
+}
+
 /// The secret variables are gone from the block the kernel keeps for `/proc/<pid>/environ` of a
 /// running `voxa run` and `voxa relay`, and still do their work: the agent gets through a relay
 /// that requires the token, and the relay requires it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secret_variables_are_not_in_the_environment_block_of_a_running_voxa() {
-    let config = voxa::relay::RelayConfig {
-        token: Some(voxa::secret::Secret::from_string(RELAY_TOKEN.into())),
-        ..Default::default()
-    };
-    let relay = TestRelay::start_with(TcpListener::bind("127.0.0.1:0").await.unwrap(), config).await;
+    let relay = token_relay().await;
     let (_dir, home) = fresh_home();
     let workspace = tempfile::tempdir().unwrap();
     let mut command = voxa_cmd(&home);
@@ -103,12 +118,7 @@ async fn secret_variables_are_not_in_the_environment_block_of_a_running_voxa() {
     })
     .await
     .unwrap();
-    if let Some(environ) = environ {
-        assert!(environ.contains("PATH="), "not the environment block: {environ}");
-        for secret in [GEMINI_KEY, RELAY_TOKEN, "GEMINI_API_KEY", "VOXA_RELAY_TOKEN"] {
-            assert!(!environ.contains(secret), "{secret} is in the environment block of voxa run");
-        }
-    }
+    assert_holds_no_secret(environ, "voxa run");
     drop(run);
 
     let (_dir, home) = fresh_home();
@@ -120,12 +130,7 @@ async fn secret_variables_are_not_in_the_environment_block_of_a_running_voxa() {
     let mut relay = RunningVoxa::spawn(command);
     let listening = relay.wait_event("relay_listening");
     let addr: std::net::SocketAddr = listening["listen"].as_str().unwrap().parse().unwrap();
-    if let Some(environ) = environ_of(relay.child.id()) {
-        assert!(environ.contains("PATH="), "not the environment block: {environ}");
-        for secret in [GEMINI_KEY, RELAY_TOKEN, "GEMINI_API_KEY", "VOXA_RELAY_TOKEN"] {
-            assert!(!environ.contains(secret), "{secret} is in the environment block of voxa relay");
-        }
-    }
+    assert_holds_no_secret(environ_of(relay.child.id()), "voxa relay");
     // The token still reached the relay: an agent without it is refused, one with it is not.
     let code = "00112233445566778899aabbccddeeff";
     let (status, _) = http(addr, &upgrade_request(&format!("/agent?code={code}"), "")).await;
@@ -155,11 +160,7 @@ async fn the_relay_token_comes_from_a_private_file() {
     std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
 
     // A relay that requires the token admits an agent that read it from the file.
-    let config = voxa::relay::RelayConfig {
-        token: Some(voxa::secret::Secret::from_string(RELAY_TOKEN.into())),
-        ..Default::default()
-    };
-    let relay = TestRelay::start_with(TcpListener::bind("127.0.0.1:0").await.unwrap(), config).await;
+    let relay = token_relay().await;
     let (_dir, home) = fresh_home();
     let workspace = tempfile::tempdir().unwrap();
     let mut command = voxa_cmd(&home);

@@ -5,8 +5,6 @@
 //! of 100,000 event lines keeps voxa's memory bounded.
 
 use std::collections::VecDeque;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -259,18 +257,11 @@ async fn a_flood_of_event_lines_keeps_voxas_memory_bounded() {
     let line = json!({"type": "stream_event", "event": {"delta": {"type": "text_delta", "text": chunk}}});
     let result = json!({"type": "result", "subtype": "success", "is_error": false, "result": "flooded"});
     let script = format!("yes '{line}' | head -n 100000; echo '{result}'");
-    std::fs::DirBuilder::new().mode(0o700).create(laptop.home()).unwrap();
     let config = format!(
         "[agents.flood]\nprogram = \"/bin/sh\"\nargs = [\"-c\", {}, \"{{prompt}}\"]\nformat = \"stream-json\"\n",
         toml::Value::String(script)
     );
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(laptop.home().join("config.toml"))
-        .unwrap();
-    file.write_all(config.as_bytes()).unwrap();
+    crate::harness::write_home_config(&laptop.home(), &config);
     let run = laptop.run(None);
     let mut phone = run.loopback().await;
     // One follower reads everything; one never reads at all.

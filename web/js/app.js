@@ -37,7 +37,7 @@ export class App {
     });
     if (carried instanceof Error) this.showWelcome(carried.message);
     else if (carried) pairings.remember(carried);
-    // What the relay offers decides the socket (`/live` when it hosts voice), so it comes first.
+    // What the relay offers decides who hosts calls (the relay when it hosts voice), so it comes first.
     await this.loadConfig();
     const pairing = pairings.current();
     if (pairing) this.use(pairing);
@@ -105,16 +105,13 @@ export class App {
     const previous = this.store.state.session;
     if (previous) previous.stop();
     pairings.select(pairing.id);
-    const session = new Session(pairing, { live: this.store.state.server.live === true });
+    const session = new Session(pairing);
     this.store.set({
       view: 'workspace', pairError: '', pairing, pairings: pairings.all(), session, online: false, hello: null,
       voice: null, environments: [], env: '', notice: '',
     });
     session.addEventListener('state', (event) => this.onState(session, /** @type {CustomEvent} */ (event).detail));
     session.addEventListener('hello', (event) => this.onHello(session, /** @type {CustomEvent} */ (event).detail));
-    session.addEventListener('route', (event) => {
-      pairings.update(pairing.id, { mode: /** @type {CustomEvent} */ (event).detail.mode });
-    });
     session.addEventListener('error', (event) => {
       if (this.store.state.session === session) this.store.set({ notice: sentence(/** @type {CustomEvent} */ (event).detail) });
     });
@@ -180,9 +177,10 @@ export class App {
    */
   voiceOffer(session, hello) {
     if (hello.mode === 'self-hosted') return { host: 'laptop' };
-    if (session.route === 'live') return { host: 'relay' };
     if (session.pairing.kind !== 'relay') return { reason: 'no-voice-laptop' };
-    return { reason: session.liveRefused || 'no-voice-relay' };
+    if (session.liveRefused) return { reason: session.liveRefused };
+    // The relay hosts the call on a socket of its own (voice/socket.js); this session stays sealed.
+    return this.store.state.server.live === true ? { host: 'relay' } : { reason: 'no-voice-relay' };
   }
 
   /** @param {Session} session */

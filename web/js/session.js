@@ -5,9 +5,8 @@
 // and every frame after it, both ways, is a sealed binary frame the relay can neither read nor
 // alter. A frame that does not open ends the session (`sealed-session-broken`).
 //
-// Through a relay that hosts voice, the session socket is the relay's `/live` (a phone socket with
-// voice added) unless the laptop hosts voice itself (`"mode":"self-hosted"`): then it is `/ws`, so
-// the laptop's own Gemini session answers `call_start` and the relay only passes frames on.
+// The session is always `/ws`, sealed, whoever hosts voice. A call the relay hosts speaks on a
+// second socket of its own, to the relay's `/live`, only while it runs (voice/socket.js).
 
 import { AUDIO_PREFIX, PROTOCOL, SEALED_PROTOCOL, parseAgentFrame, parseNotice } from './protocol.js';
 import { KIND_AUDIO, startHello } from './seal/channel.js';
@@ -36,7 +35,7 @@ import { fromBase64, toBase64 } from './seal/noise.js';
  * @typedef {Awaited<ReturnType<typeof startHello>>} SealedHello
  */
 
-const CLIENT = 'voxa-web/1';
+export const CLIENT = 'voxa-web/1';
 /** First reconnect delay ceiling and largest delay (exponential backoff with full jitter). */
 const BACKOFF_BASE_MS = 1000;
 const BACKOFF_CAP_MS = 30000;
@@ -45,15 +44,9 @@ const BACKOFF_FLOOR_MS = 250;
 
 /** Bytes queued on the socket beyond which microphone frames are dropped (about 1.5 s of audio). */
 const MAX_BUFFERED_AUDIO = 48 * 1024;
-/** Frames of a voice call, handed to whoever speaks on this session (see voice.js). */
-const VOICE_FRAMES = new Set(['call_started', 'call_error', 'call_ended', 'transcript', 'turn_complete',
+/** Frames of a voice call, handed to whoever speaks on the socket (voice/panel.js). */
+export const VOICE_FRAMES = new Set(['call_started', 'call_error', 'call_ended', 'transcript', 'turn_complete',
   'interrupted', 'tool_activity']);
-
-/**
- * Why the relay's `/live` cannot be used, by the HTTP status a plain request to it gets.
- * @type {Record<number, string>}
- */
-const LIVE_REFUSALS = { 401: 'proxy-token', 403: 'proxy-token', 404: 'no-voice-relay' };
 
 const encoder = new TextEncoder();
 const BROKEN_TEXT = 'the relay altered this session, so it was closed and nothing in it ran — Reconnect to start a new one';
@@ -62,7 +55,7 @@ const BROKEN_TEXT = 'the relay altered this session, so it was closed and nothin
 const SEEN_MAX = 64;
 
 /** @param {number} bytes */
-function randomHex(bytes) {
+export function randomHex(bytes) {
   const buf = crypto.getRandomValues(new Uint8Array(bytes));
   return Array.from(buf, (b) => b.toString(16).padStart(2, '0')).join('');
 }
@@ -93,7 +86,7 @@ export async function helloProof(key, direction, agentNonce, clientNonce) {
  * @param {unknown} a
  * @param {unknown} b
  */
-function sameText(a, b) {
+export function sameText(a, b) {
   if (typeof a !== 'string' || typeof b !== 'string' || a.length !== b.length) return false;
   let diff = 0;
   for (let i = 0; i < a.length; i += 1) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
@@ -107,23 +100,16 @@ function sameText(a, b) {
  * replaced (opened elsewhere), insecure (no WebCrypto), broken (a sealed frame did not open).
  * `sealed` (in every `state` event, and as a member) says whether the session is sealed.
  *
- * `live`: the relay hosts voice calls (`/config`). `route` is the socket's path, `ws` or `live`;
- * `liveRefused` says why `/live` was given up (`proxy-token`, `no-voice-relay`, `sealed-required`). A `route` event
- * tells which laptop mode the route was chosen for, so the next visit starts on the right one.
+ * `liveRefused` says why the relay's hosted voice cannot serve this laptop (`proxy-token`,
+ * `no-voice-relay`, `sealed-required`), once a call learnt it (voice/panel.js).
  */
 export class Session extends EventTarget {
-  /**
-   * @param {Pairing} pairing
-   * @param {{live?: boolean}} [options]
-   */
-  constructor(pairing, { live = false } = {}) {
+  /** @param {Pairing} pairing */
+  constructor(pairing) {
     super();
     this.pairing = pairing;
-    this.live = live && pairing.kind === 'relay';
     /** @type {string | null} */
     this.liveRefused = null;
-    /** @type {'ws' | 'live'} */
-    this.route = this.routeFor(pairing.mode);
     /** @type {WebSocket | null} */
     this.socket = null;
     /** @type {Map<string, Pending>} */
@@ -139,7 +125,7 @@ export class Session extends EventTarget {
     this.hello = null;
     /** @type {CryptoKey | null} */
     this.key = null;
-    /** @type {{agentNonce: string, clientNonce: string, socket: WebSocket, sealing: SealedHello | null} | null} */
+    /** @type {{socket: WebSocket, sealing: SealedHello | null} | null} */
     this.challenge = null;
     /** The sealed session's keys while it lasts (null: not sealed, or it ended). */
     /** @type {Channel | null} */
@@ -233,54 +219,10 @@ export class Session extends EventTarget {
 
   url() {
     const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
-    const path = this.pairing.kind === 'relay' ? `/${this.route}?code=${this.pairing.code}` : '/';
+    const path = this.pairing.kind === 'relay' ? `/ws?code=${this.pairing.code}` : '/';
     return `${scheme}//${location.host}${path}`;
   }
 
-  /**
-   * Subprotocols to offer: a private relay's token as `voxa-relay-token.<base64url>` beside
-   * `voxa.1`, the one the relay names back (a browser cannot send `Authorization`).
-   * @returns {string[]}
-   */
-  protocols() {
-    const relayToken = this.pairing.kind === 'relay' ? this.pairing.relayToken : undefined;
-    if (!relayToken) return [];
-    const bytes = new TextEncoder().encode(relayToken);
-    const base64 = btoa(String.fromCharCode(...bytes)).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
-    return ['voxa.1', `voxa-relay-token.${base64}`];
-  }
-
-  /**
-   * The socket for a laptop in `mode`: the relay's `/live` unless the laptop hosts voice itself.
-   * @param {string | undefined} mode
-   * @returns {'ws' | 'live'}
-   */
-  routeFor(mode) {
-    return this.live && !this.liveRefused && mode !== 'self-hosted' ? 'live' : 'ws';
-  }
-
-  /**
-   * `/live` failed before it opened: a plain request says whether the relay refuses it (a proxy
-   * token a browser cannot send, or no hosting any more). Then `/ws` at once; else the usual backoff.
-   */
-  async checkLive() {
-    if (this.pairing.kind !== 'relay') return;
-    let status = 0;
-    try {
-      const response = await fetch(`/live?code=${this.pairing.code}`, { cache: 'no-store', credentials: 'omit' });
-      status = response.status;
-    } catch {
-      status = 0;
-    }
-    if (this.stopped || this.final || this.socket) return;
-    if (LIVE_REFUSALS[status]) {
-      this.liveRefused = LIVE_REFUSALS[status];
-      this.route = 'ws';
-      this.connect();
-    } else {
-      this.scheduleReconnect();
-    }
-  }
 
   /**
    * @param {ConnectionState} state
@@ -316,17 +258,15 @@ export class Session extends EventTarget {
     this.setState('connecting', this.pairing.kind === 'relay' ? 'connecting to the relay…' : 'connecting…');
     let socket;
     try {
-      socket = new WebSocket(this.url(), this.protocols());
+      socket = new WebSocket(this.url(), relayProtocols(this.pairing));
     } catch {
       this.scheduleReconnect();
       return;
     }
     this.socket = socket;
     socket.binaryType = 'arraybuffer';
-    let opened = false;
     socket.onopen = () => {
       if (socket !== this.socket) return;
-      opened = true;
       if (this.pairing.kind === 'relay') this.setState('relay', 'relay reachable — laptop offline');
       else this.setState('hello', 'saying hello…');
     };
@@ -374,8 +314,6 @@ export class Session extends EventTarget {
         this.finish('refused', 'this link is no longer valid — scan the new code');
       } else if (event.code === 1008 && event.reason === 'sealed-session-broken') {
         this.finish('broken', BROKEN_TEXT);
-      } else if (!opened && this.route === 'live') {
-        this.checkLive();
       } else {
         this.scheduleReconnect();
       }
@@ -527,13 +465,6 @@ export class Session extends EventTarget {
         await this.checkHelloOk(frame);
         return;
       case 'error':
-        if (frame.code === 'sealed-session-required' && this.route === 'live') {
-          // The laptop refuses sessions the relay can read: no hosted voice, the sealed socket.
-          this.liveRefused = 'sealed-required';
-          this.route = 'ws';
-          this.reconnectNow();
-          return;
-        }
         // A refused proof, or the pairing rotated on the laptop (`voxa pair --rotate`).
         if (frame.code === 'bearer-refused' || frame.code === 'pairing-revoked') {
           this.finish('refused', 'this link is no longer valid — scan the new code');
@@ -578,38 +509,26 @@ export class Session extends EventTarget {
     this.sealEnded = false;
     const socket = this.socket;
     if (!socket || !this.key) return;
-    /** @type {{agentNonce: string, clientNonce: string, socket: WebSocket, sealing: SealedHello | null}} */
-    const challenge = { agentNonce, clientNonce: '', socket, sealing: null };
+    /** @type {{socket: WebSocket, sealing: SealedHello | null}} */
+    const challenge = { socket, sealing: null };
     this.challenge = challenge;
-    let hello;
-    if (this.route === 'live') {
-      // The relay hosts this call and reads its session (docs/PROTOCOL.md, "Hosted voice"):
-      // protocol 2, its proofs made here.
-      challenge.clientNonce = randomHex(16);
-      const proof = await helloProof(this.key, 'client', agentNonce, challenge.clientNonce);
-      hello = { type: 'hello', protocol: PROTOCOL, nonce: challenge.clientNonce, proof, client: CLIENT };
-    } else {
-      // Sealed whatever the challenge offers: a relay cannot talk the page down to protocol 2.
-      challenge.sealing = await startHello(this.pairing.token, agentNonce);
-      hello = { type: 'hello', protocol: SEALED_PROTOCOL, noise: toBase64(challenge.sealing.message), client: CLIENT };
-    }
+    // Sealed whatever the challenge offers: a relay cannot talk the page down to protocol 2.
+    challenge.sealing = await startHello(this.pairing.token, agentNonce);
+    const hello = { type: 'hello', protocol: SEALED_PROTOCOL, noise: toBase64(challenge.sealing.message), client: CLIENT };
     if (this.challenge !== challenge || challenge.socket !== this.socket || socket.readyState !== WebSocket.OPEN) return;
     socket.send(JSON.stringify(hello));
   }
 
   /**
-   * The laptop's `hello_ok` checked: protocol 2's proof, or protocol 3's message 2 opened (its
-   * payload is the `hello_ok` itself) and the session's channel. `null` when it does not check
-   * out: this is not the paired laptop.
+   * The laptop's `hello_ok` checked: protocol 3's message 2 opened (its payload is the `hello_ok`
+   * itself) and the session's channel. `null` when it does not check out: this is not the paired
+   * laptop.
    * @param {AgentFrame} frame
-   * @param {{agentNonce: string, clientNonce: string, sealing: SealedHello | null}} challenge
-   * @returns {Promise<{hello: AgentFrame, channel: Channel | null} | null>}
+   * @param {{sealing: SealedHello | null}} challenge
+   * @returns {Promise<{hello: AgentFrame, channel: Channel} | null>}
    */
   async checkAgent(frame, challenge) {
-    if (!challenge.sealing) {
-      const expected = await helloProof(/** @type {CryptoKey} */ (this.key), 'agent', challenge.agentNonce, challenge.clientNonce);
-      return sameText(frame.proof, expected) ? { hello: frame, channel: null } : null;
-    }
+    if (!challenge.sealing) return null;
     if (frame.protocol !== SEALED_PROTOCOL || typeof frame.noise !== 'string') return null;
     try {
       const { payload, channel } = await challenge.sealing.finish(fromBase64(frame.noise));
@@ -626,7 +545,7 @@ export class Session extends EventTarget {
     if (!challenge || challenge.socket !== this.socket || !this.key) return;
     this.challenge = null;
     // The agent may seal its first frames before message 2 is read here: they wait.
-    this.early = challenge.sealing ? [] : null;
+    this.early = [];
     const checked = await this.checkAgent(frame, challenge);
     const early = this.early || /** @type {{message: Bytes, at: number}[]} */ ([]);
     this.early = null;
@@ -639,14 +558,6 @@ export class Session extends EventTarget {
     this.channel = checked.channel;
     const socket = challenge.socket;
     if (this.channel) for (const { message, at } of early) this.openSealed(socket, this.channel, message, at);
-    const route = this.routeFor(hello.mode);
-    this.dispatchEvent(new CustomEvent('route', { detail: { mode: hello.mode } }));
-    if (route !== this.route) {
-      // The laptop's mode wants the other socket: switch before anything is sent on this one.
-      this.route = route;
-      this.reconnectNow();
-      return;
-    }
     this.attempt = 0;
     this.online = true;
     this.hello = hello;
@@ -782,7 +693,7 @@ export class Session extends EventTarget {
     return this.transmit(JSON.stringify(frame));
   }
 
-  /** Sends `call_end` while the socket is open, even after the laptop left: a call the relay hosts ends with the page's. */
+  /** Sends `call_end` while the socket is open, even after the laptop left: the laptop's call ends with the page's. */
   hangUp() {
     this.transmit(JSON.stringify({ type: 'call_end' }));
   }
@@ -805,6 +716,20 @@ export class Session extends EventTarget {
   cancel(id) {
     if (this.online && this.pending.has(id)) this.transmit(JSON.stringify({ type: 'cancel', id }));
   }
+}
+
+/**
+ * Subprotocols to offer a relay: a private relay's token as `voxa-relay-token.<base64url>` beside
+ * `voxa.1`, the one the relay names back (a browser cannot send `Authorization`).
+ * @param {Pairing} pairing
+ * @returns {string[]}
+ */
+export function relayProtocols(pairing) {
+  const relayToken = pairing.kind === 'relay' ? pairing.relayToken : undefined;
+  if (!relayToken) return [];
+  const bytes = new TextEncoder().encode(relayToken);
+  const base64 = btoa(String.fromCharCode(...bytes)).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+  return ['voxa.1', `voxa-relay-token.${base64}`];
 }
 
 /**

@@ -42,7 +42,7 @@ export class ConnectionLine {
       mark.dataset.sealed = String(connection.sealed === true);
       mark.textContent = connection.sealed ? 'sealed' : 'not sealed';
       mark.title = connection.sealed ? 'End to end: the relay carries only ciphertext it cannot read or change'
-        : 'The relay hosts voice for this laptop, so it reads this session';
+        : 'Not sealed: the relay can read this session';
     });
   }
 }

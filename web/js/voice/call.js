@@ -85,7 +85,8 @@ export function freshStats() {
 export class Call {
   /**
    * @param {Speaker} voice the panel the call reports to
-   * @param {import('../session.js').Session} link the socket the call speaks on
+   * @param {import('../session.js').Session | import('./socket.js').CallSocket} link the socket the
+   *   call speaks on: the sealed session (the laptop hosts the call), or the call socket (the relay does)
    */
   constructor(voice, link) {
     this.voice = voice;
@@ -118,8 +119,12 @@ export class Call {
     this.bytesAtStart = { in: link.bytesIn, out: link.bytesOut };
   }
 
-  /** Must run inside the tap's handler: iOS Safari starts audio only there. */
-  begin() {
+  /**
+   * Must run inside the tap's handler: iOS Safari starts audio only there. `call_start` goes out
+   * once the microphone is ready and `ready` (the link opening) resolved.
+   * @param {Promise<void>} [ready]
+   */
+  begin(ready = Promise.resolve()) {
     /** @type {typeof AudioContext | undefined} */
     const AudioContextClass = globalThis.AudioContext || /** @type {any} */ (globalThis).webkitAudioContext;
     if (!AudioContextClass || !navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
@@ -130,7 +135,13 @@ export class Call {
     context.resume().catch(() => {});
     this.clock = new ClockMap(context);
     this.stats.sampleRate = context.sampleRate;
-    return this.setUp(context);
+    // When both fail, the link's refusal says more than the microphone's: it is the one reported.
+    const audio = this.setUp(context).catch((error) => ready.then(() => Promise.reject(error)));
+    return Promise.all([audio, ready]).then(() => {
+      if (this.ended) return;
+      this.stats.state = 'starting';
+      this.link.sendJson({ type: 'call_start' });
+    });
   }
 
   /** @param {AudioContext} context */
@@ -144,7 +155,11 @@ export class Call {
       const name = error instanceof Error || error instanceof DOMException ? error.name : '';
       throw { code: name === 'NotFoundError' || name === 'OverconstrainedError' ? 'no-mic' : 'mic-denied' };
     }
-    if (this.ended) return;
+    if (this.ended) {
+      // The call ended while the microphone was being opened: it is released at once.
+      for (const track of this.stream.getTracks()) track.stop();
+      return;
+    }
     await context.audioWorklet.addModule('/js/voice/audio-worklet.js');
     if (this.ended) return;
     const capture = new AudioWorkletNode(context, 'voxa-capture', {
@@ -161,8 +176,6 @@ export class Call {
     // The capture node writes silence; connecting it keeps it pulled on every browser.
     capture.connect(context.destination);
     player.connect(context.destination);
-    this.stats.state = 'starting';
-    this.link.sendJson({ type: 'call_start' });
   }
 
   onStarted() {

@@ -4,12 +4,13 @@
 // screenshots, mute, typed `say`, and push-to-talk (`audio_end` on release).
 //
 // A call speaks on a *link*: any EventTarget with `sendJson(frame)`, `sendAudio(bytes)`, `online`,
-// `bytesIn`/`bytesOut`, that dispatches `voice` (call frames), `audio` (binary frames) and `state`
-// events: the session socket, whether it reaches a self-hosted laptop or the relay's `/live`,
-// which hosts the call itself with the same frames.
+// `bytesIn`/`bytesOut`, that dispatches `voice` (call frames) and `audio` (binary frames): the
+// sealed session when the laptop hosts the call, else a call socket to the relay's `/live`
+// (socket.js), opened for the call and closed when it ends. The session stays sealed beside it.
 
 import { atBottom, base64Bytes, el, part, sentence, show } from '../dom.js';
 import { Call, freshStats } from './call.js';
+import { CallSocket } from './socket.js';
 
 /** Transcript lines, tool lines and pictures kept on screen during one call. */
 const MAX_LOG_ITEMS = 300;
@@ -51,7 +52,8 @@ const CALL_ERRORS = {
     + 'Start the laptop with voxa --self-hosted and a GEMINI_API_KEY, or pair it through a relay that hosts voice.',
   'proxy-token': 'This relay hosts voice only for apps that send it a token, which a browser cannot do. '
     + 'Start the laptop with voxa --self-hosted and a GEMINI_API_KEY to call from here.',
-  'sealed-required': 'This laptop accepts only sealed sessions, and a call the relay hosts cannot be sealed. '
+  'sealed-required': 'This laptop accepts only sealed sessions, and a call the relay hosts cannot be sealed '
+    + '(the relay runs the model, so it must hear the call); this session stays sealed. '
     + 'Start the laptop with voxa --self-hosted and a GEMINI_API_KEY to call from here.',
 };
 
@@ -81,6 +83,9 @@ const CALL_HOSTS = { laptop: 'on the laptop', relay: 'the relay runs the model a
 export const callSentence = (error, host = 'laptop') =>
   sentence(error, host === 'relay' ? RELAY_CALL_ERRORS : CALL_ERRORS);
 
+/** The refusals that say the relay's hosted voice cannot serve this laptop at all. */
+const UNHOSTED = new Set(['proxy-token', 'no-voice-relay', 'sealed-required']);
+
 /** "1:05" for 65 s; "1:02:03" past an hour. */
 /** @param {number} seconds */
 function clockText(seconds) {
@@ -104,6 +109,7 @@ export class Voice {
    * @param {Context} context
    */
   constructor({ buttons, panel }, { store }) {
+    this.store = store;
     /** @type {Link | null} */
     this.link = null;
     /** @type {Call | null} */
@@ -174,20 +180,55 @@ export class Voice {
     this.offer = null;
     this.refresh();
     if (!link) return;
-    link.addEventListener('voice', (event) => this.onFrame(/** @type {CustomEvent} */ (event).detail));
-    link.addEventListener('audio', (event) => {
-      const { detail } = /** @type {CustomEvent} */ (event);
-      if (this.call) this.call.onAudio(detail.data, detail.at);
-    });
+    this.listen(link);
     link.addEventListener('state', (event) => {
       if (/** @type {CustomEvent} */ (event).detail.state !== 'online' && this.call) {
         // A call the relay hosts would outlive the laptop's session: it is ended there too.
-        link.hangUp();
+        this.call.link.hangUp();
         this.finish({ code: 'offline' });
       }
       this.refresh();
     });
     this.refresh();
+  }
+
+  /**
+   * Takes the call's frames and voice from `link` while the running call speaks on it (or, for
+   * a `call_error` out of a call, while none runs).
+   * @param {Link | CallSocket} link
+   */
+  listen(link) {
+    const ours = () => !this.call || this.call.link === link;
+    link.addEventListener('voice', (event) => {
+      if (ours()) this.onFrame(/** @type {CustomEvent} */ (event).detail);
+    });
+    link.addEventListener('audio', (event) => {
+      const { detail } = /** @type {CustomEvent} */ (event);
+      if (this.call && this.call.link === link) this.call.onAudio(detail.data, detail.at);
+    });
+  }
+
+  /**
+   * A socket of its own for a call the relay hosts, beside the sealed session (socket.js).
+   * @param {Link} session
+   */
+  callSocket(session) {
+    const socket = new CallSocket(session.pairing, /** @type {CryptoKey} */ (session.key));
+    this.listen(socket);
+    socket.addEventListener('closed', () => {
+      if (this.call && this.call.link === socket) this.finish({ code: 'offline' });
+    });
+    return socket;
+  }
+
+  /**
+   * The relay's hosted voice cannot serve this laptop: "Call" says why from now on.
+   * @param {Link} session
+   * @param {string} reason a code of UNHOSTED
+   */
+  refuseHosting(session, reason) {
+    session.liveRefused = reason;
+    if (this.link === session) this.store.set({ voice: { reason } });
   }
 
   /**
@@ -245,13 +286,18 @@ export class Voice {
     this.hostLine.textContent = CALL_HOSTS[this.offer.host];
     show(this.error);
     this.setMuted(false);
-    const call = new Call(this, this.link);
+    const session = this.link;
+    // A call the relay hosts speaks on a socket of its own; the session stays sealed.
+    const socket = this.offer.host === 'relay' ? this.callSocket(session) : null;
+    const call = new Call(this, socket || session);
     this.call = call;
     this.panel.hidden = false;
     this.setStatus('Starting the call…');
     this.refresh();
-    call.begin().catch((error) => {
-      if (this.call === call) this.finish(error && error.code ? error : { code: 'no-audio' });
+    call.begin(socket ? socket.open() : undefined).catch((error) => {
+      if (this.call !== call) return;
+      this.finish(error && error.code ? error : { code: 'no-audio' });
+      if (socket && error && UNHOSTED.has(error.code)) this.refuseHosting(session, error.code);
     });
   }
 
@@ -264,8 +310,8 @@ export class Voice {
 
   /** "End call": the laptop closes the Gemini session; the page stops at once. */
   end() {
-    if (!this.call || !this.link) return;
-    this.link.sendJson({ type: 'call_end' });
+    if (!this.call) return;
+    this.call.link.sendJson({ type: 'call_end' });
     this.finish();
   }
 
@@ -279,6 +325,8 @@ export class Voice {
     if (!call) return;
     const seconds = duration ?? call.seconds();
     call.tearDown();
+    // The call socket lives as long as its call.
+    if (call.link instanceof CallSocket) call.link.close();
     this.last = call.stats;
     this.call = null;
     this.talking = false;
@@ -398,8 +446,8 @@ export class Voice {
     if (talking === this.talking) return;
     this.talking = talking;
     this.talkButton.setAttribute('aria-pressed', String(talking));
-    if (!talking && this.call && this.call.live && this.link) {
-      this.link.sendJson({ type: 'audio_end' });
+    if (!talking && this.call && this.call.live) {
+      this.call.link.sendJson({ type: 'audio_end' });
       this.call.stats.audioEnds += 1;
     }
     this.showSpeaking(false);
@@ -408,8 +456,8 @@ export class Voice {
   say() {
     const field = this.sayField;
     const text = field.value.trim();
-    if (!text || !this.call || !this.call.live || !this.link) return;
-    if (this.link.sendJson({ type: 'say', text })) {
+    if (!text || !this.call || !this.call.live) return;
+    if (this.call.link.sendJson({ type: 'say', text })) {
       field.value = '';
       this.addLine('user', text, true, 'typed');
     }
