@@ -1,7 +1,7 @@
 //! How the web client travels (see docs/PROTOCOL.md, "Web client"): hashed names kept for a year,
 //! entry points revalidated, brotli and gzip by `Accept-Encoding`, kept-alive connections on the
 //! relay and the loopback port (an upgrade still works on one), and in Chromium: the first screen
-//! fetches no voice, shell, files or agent module, and a reload fetches no hashed file.
+//! fetches no voice, shell or files module, and a reload fetches no hashed file.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -186,7 +186,8 @@ async fn the_first_screen_loads_no_lazy_view_and_a_reload_fetches_no_hashed_file
     let browser = &scene.browser;
     browser.open(&format!("http://{front}/#code={}&token={}", scene.code(), scene.token())).await;
     browser.wait_connection("online").await;
-    let lazy = ["/js/voice/", "/js/pty/", "/js/agent/", "/js/files/", "/vendor/"];
+    // (The agent view comes right after "online": it follows the laptop's sessions.)
+    let lazy = ["/js/voice/", "/js/pty/", "/js/files/", "/vendor/"];
     let loaded = browser
         .script("return performance.getEntriesByType('resource').map((e) => new URL(e.name).pathname);", vec![])
         .await;

@@ -6,8 +6,8 @@
 //
 // Loading: index.html preloads every module this file imports statically (build.rs reads the
 // imports below), so the first screen arrives in one round trip. The views a first screen does
-// not show — the shell, files and agent tabs, and voice — are imported when first needed (their
-// tab is chosen, a call is offered), so a page without voice never fetches it.
+// not show are imported when first needed: the shell and files tabs when chosen, voice when a
+// call is offered (a page without voice never fetches it), the agent view once online.
 //
 // Adding a panel (a feature folder such as `approvals/`):
 //   1. its markup in index.html: a `<section id="panel-NAME" class="panel" hidden>` in #workspace
@@ -87,8 +87,12 @@ loadWhen(['tab'], ({ tab }) => tab === 'files', lazy(async () => {
   const { Files } = await import('./files/panel.js');
   new Files(root('panel-files'), context);
 }));
-// A tapped notification opens a session of the agent tab.
-loadWhen(['tab', 'agentSession'], ({ tab, agentSession }) => tab === 'agent' || !!agentSession, lazy(async () => {
+// The agent view follows the laptop's sessions and approvals (its `follow`), so it comes as soon as
+// the page is online, behind the first screen; or at once when its tab or a tapped notification
+// asks for it.
+const agentWanted = (/** @type {Readonly<State>} */ { online, tab, agentSession }) =>
+  online || tab === 'agent' || !!agentSession;
+loadWhen(['online', 'tab', 'agentSession'], agentWanted, lazy(async () => {
   const { Coder } = await import('./agent/panel.js');
   new Coder(root('panel-agent'), context);
 }));
