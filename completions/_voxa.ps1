@@ -51,6 +51,8 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             break
         }
         'voxa;pair' {
+            [CompletionResult]::new('--relay-token', '--relay-token', [CompletionResultType]::ParameterName, 'Token the relay requires, put in the link''s fragment for the page to present (else the one saved in the home); prefer VOXA_RELAY_TOKEN or --relay-token-file')
+            [CompletionResult]::new('--relay-token-file', '--relay-token-file', [CompletionResultType]::ParameterName, 'Read the relay token for the link from this file (first line; not readable by others)')
             [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
             [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
             [CompletionResult]::new('--rotate', '--rotate', [CompletionResultType]::ParameterName, 'Replace both secrets (the phone must scan the new code)')
@@ -320,6 +322,10 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             [CompletionResult]::new('--gemini-key-file', '--gemini-key-file', [CompletionResultType]::ParameterName, 'Host voice calls at /live with the Gemini API key in this file (else GEMINI_API_KEY)')
             [CompletionResult]::new('--live-max-calls', '--live-max-calls', [CompletionResultType]::ParameterName, 'Hosted voice calls at once; more get call_error at-capacity')
             [CompletionResult]::new('--live-max-minutes', '--live-max-minutes', [CompletionResultType]::ParameterName, 'Longest hosted voice call, in minutes')
+            [CompletionResult]::new('--live-calls-per-address', '--live-calls-per-address', [CompletionResultType]::ParameterName, 'Hosted voice calls one client address runs at once; more get call_error too-many-calls')
+            [CompletionResult]::new('--live-starts-per-minute', '--live-starts-per-minute', [CompletionResultType]::ParameterName, 'Hosted voice calls one client address starts per minute; more get call_error too-many-calls')
+            [CompletionResult]::new('--live-client-header', '--live-client-header', [CompletionResultType]::ParameterName, 'Take a /live client''s address from this request header (e.g. X-Forwarded-For), set by a trusted proxy in front of the relay; only when clients cannot reach the relay but through it')
+            [CompletionResult]::new('--live-minutes-per-day', '--live-minutes-per-day', [CompletionResultType]::ParameterName, 'Minutes of hosted calls per UTC day on your Gemini key (0 for no limit); counted in the home')
             [CompletionResult]::new('--live-model', '--live-model', [CompletionResultType]::ParameterName, 'Gemini Live model for hosted calls')
             [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
             [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')

@@ -1513,12 +1513,20 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__pair)
-            opts="-v -q -h -V --rotate --no-qr --home --relay --self-hosted --json --verbose --quiet --help --version"
+            opts="-v -q -h -V --rotate --no-qr --relay-token --relay-token-file --home --relay --self-hosted --json --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --relay-token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay-token-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --home)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1535,7 +1543,7 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__relay)
-            opts="-v -q -h -V --listen --tls-cert --domain --acme-directory --acme-ca-file --tls-key --relay-token --metrics-listen --max-connections-per-ip --memory-budget --relay-token-file --gemini-key-file --live-max-calls --live-max-minutes --live-model --open-live --home --relay --self-hosted --json --verbose --quiet --help --version"
+            opts="-v -q -h -V --listen --tls-cert --domain --acme-directory --acme-ca-file --tls-key --relay-token --metrics-listen --max-connections-per-ip --memory-budget --relay-token-file --gemini-key-file --live-max-calls --live-max-minutes --live-calls-per-address --live-starts-per-minute --live-client-header --live-minutes-per-day --live-model --open-live --home --relay --self-hosted --json --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1594,6 +1602,22 @@ _voxa() {
                     return 0
                     ;;
                 --live-max-minutes)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --live-calls-per-address)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --live-starts-per-minute)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --live-client-header)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --live-minutes-per-day)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

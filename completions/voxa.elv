@@ -47,6 +47,8 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'voxa;pair'= {
+            cand --relay-token 'Token the relay requires, put in the link''s fragment for the page to present (else the one saved in the home); prefer VOXA_RELAY_TOKEN or --relay-token-file'
+            cand --relay-token-file 'Read the relay token for the link from this file (first line; not readable by others)'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
             cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
             cand --rotate 'Replace both secrets (the phone must scan the new code)'
@@ -295,6 +297,10 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand --gemini-key-file 'Host voice calls at /live with the Gemini API key in this file (else GEMINI_API_KEY)'
             cand --live-max-calls 'Hosted voice calls at once; more get call_error at-capacity'
             cand --live-max-minutes 'Longest hosted voice call, in minutes'
+            cand --live-calls-per-address 'Hosted voice calls one client address runs at once; more get call_error too-many-calls'
+            cand --live-starts-per-minute 'Hosted voice calls one client address starts per minute; more get call_error too-many-calls'
+            cand --live-client-header 'Take a /live client''s address from this request header (e.g. X-Forwarded-For), set by a trusted proxy in front of the relay; only when clients cannot reach the relay but through it'
+            cand --live-minutes-per-day 'Minutes of hosted calls per UTC day on your Gemini key (0 for no limit); counted in the home'
             cand --live-model 'Gemini Live model for hosted calls'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
             cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'

@@ -47,6 +47,8 @@ complete -c voxa -n "__fish_voxa_needs_command" -f -a "doctor" -d 'Check this se
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "notify" -d 'Phone notifications (Web Push): send a test to every subscribed browser'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c voxa -n "__fish_voxa_using_subcommand pair" -l relay-token -d 'Token the relay requires, put in the link\'s fragment for the page to present (else the one saved in the home); prefer VOXA_RELAY_TOKEN or --relay-token-file' -r
+complete -c voxa -n "__fish_voxa_using_subcommand pair" -l relay-token-file -d 'Read the relay token for the link from this file (first line; not readable by others)' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand pair" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand pair" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand pair" -l rotate -d 'Replace both secrets (the phone must scan the new code)'
@@ -198,6 +200,10 @@ complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay-token-file -d 
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l gemini-key-file -d 'Host voice calls at /live with the Gemini API key in this file (else GEMINI_API_KEY)' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-max-calls -d 'Hosted voice calls at once; more get call_error at-capacity' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-max-minutes -d 'Longest hosted voice call, in minutes' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-calls-per-address -d 'Hosted voice calls one client address runs at once; more get call_error too-many-calls' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-starts-per-minute -d 'Hosted voice calls one client address starts per minute; more get call_error too-many-calls' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-client-header -d 'Take a /live client\'s address from this request header (e.g. X-Forwarded-For), set by a trusted proxy in front of the relay; only when clients cannot reach the relay but through it' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-minutes-per-day -d 'Minutes of hosted calls per UTC day on your Gemini key (0 for no limit); counted in the home' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-model -d 'Gemini Live model for hosted calls' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r

@@ -55,7 +55,7 @@ pub enum Command {
     #[command(after_help = AGENT_EXIT_CODES)]
     Agent(AgentArgs),
     /// Run a relay server
-    Relay(RelayArgs),
+    Relay(Box<RelayArgs>),
     /// Drive other machines from this one (multi-environment pairing)
     Env(EnvArgs),
     /// Open the web client of the running agent in the default browser
@@ -81,6 +81,13 @@ pub struct PairArgs {
     /// Print the URL without the QR code
     #[arg(long)]
     pub no_qr: bool,
+    /// Token the relay requires, put in the link's fragment for the page to present (else the one
+    /// saved in the home); prefer VOXA_RELAY_TOKEN or --relay-token-file
+    #[arg(long, env = "VOXA_RELAY_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    pub relay_token: Option<String>,
+    /// Read the relay token for the link from this file (first line; not readable by others)
+    #[arg(long, value_name = "FILE")]
+    pub relay_token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -269,6 +276,19 @@ pub struct RelayArgs {
     /// Longest hosted voice call, in minutes
     #[arg(long, default_value_t = crate::hosted::DEFAULT_MAX_CALL_TIME.as_secs() / 60, value_name = "MINUTES")]
     pub live_max_minutes: u64,
+    /// Hosted voice calls one client address runs at once; more get call_error too-many-calls
+    #[arg(long, default_value_t = crate::hosted::limits::DEFAULT_CALLS_PER_ADDRESS, value_name = "N")]
+    pub live_calls_per_address: usize,
+    /// Hosted voice calls one client address starts per minute; more get call_error too-many-calls
+    #[arg(long, default_value_t = crate::hosted::limits::DEFAULT_STARTS_PER_MINUTE, value_name = "N")]
+    pub live_starts_per_minute: usize,
+    /// Take a /live client's address from this request header (e.g. X-Forwarded-For), set by a
+    /// trusted proxy in front of the relay; only when clients cannot reach the relay but through it
+    #[arg(long, value_name = "NAME")]
+    pub live_client_header: Option<String>,
+    /// Minutes of hosted calls per UTC day on your Gemini key (0 for no limit); counted in the home
+    #[arg(long, default_value_t = crate::hosted::budget::DEFAULT_MINUTES_PER_DAY, value_name = "MINUTES")]
+    pub live_minutes_per_day: u64,
     /// Gemini Live model for hosted calls
     #[arg(long = "live-model", value_name = "MODEL")]
     pub live_model: Option<String>,

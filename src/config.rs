@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
+use crate::secret::Secret;
 
 /// Relay used when neither flag, environment nor saved config names one.
 pub const DEFAULT_RELAY: &str = "https://api.voxa.space";
@@ -79,11 +80,17 @@ impl RelayUrl {
         format!("{scheme}://{rest}{endpoint}?code={code}")
     }
 
-    /// The pairing link the phone scans: `{relay}/#code=<code>&token=<token>`. The secrets sit in
-    /// the fragment, which a browser never sends: the relay (and any front end logging request
-    /// lines) sees only `GET /`.
-    pub fn pairing_url(&self, code: &str, token: &str) -> String {
-        format!("{}/#code={code}&token={token}", self.base)
+    /// The pairing link the phone scans: `{relay}/#code=<code>&token=<token>`, and
+    /// `&relay_token=<percent-encoded>` for a relay that asks for one. The secrets sit in the
+    /// fragment, which a browser never sends: the relay (and any front end logging request lines)
+    /// sees only `GET /`; the page presents the relay token as a WebSocket subprotocol.
+    pub fn pairing_url(&self, code: &str, token: &str, relay_token: Option<&Secret>) -> String {
+        let mut url = format!("{}/#code={code}&token={token}", self.base);
+        if let Some(relay_token) = relay_token {
+            url.push_str("&relay_token=");
+            url.extend(url::form_urlencoded::byte_serialize(relay_token.expose().as_bytes()));
+        }
+        url
     }
 }
 
@@ -327,7 +334,13 @@ mod tests {
         let relay = RelayUrl::parse("https://relay.example.com/").unwrap();
         assert_eq!(relay.as_str(), "https://relay.example.com");
         assert_eq!(relay.socket_url("/agent", "ab"), "wss://relay.example.com/agent?code=ab");
-        assert_eq!(relay.pairing_url("c", "t"), "https://relay.example.com/#code=c&token=t");
+        assert_eq!(relay.pairing_url("c", "t", None), "https://relay.example.com/#code=c&token=t");
+        let team = Secret::from_string("team relay/token+7f3e&x=1".into());
+        let link = relay.pairing_url("c", "t", Some(&team));
+        assert_eq!(link, "https://relay.example.com/#code=c&token=t&relay_token=team+relay%2Ftoken%2B7f3e%26x%3D1");
+        let fragment = url::Url::parse(&link).unwrap().fragment().unwrap().to_owned();
+        let read: Vec<_> = url::form_urlencoded::parse(fragment.as_bytes()).collect();
+        assert_eq!(read[2], ("relay_token".into(), team.expose().into()), "it reads back as it was");
         let relay = RelayUrl::parse("wss://relay.example.com:8443/base").unwrap();
         assert_eq!(relay.socket_url("/ws", "ab"), "wss://relay.example.com:8443/base/ws?code=ab");
     }

@@ -1,7 +1,8 @@
-//! A `voxa run --json` child process with its own home and workspace, for the sections that
-//! measure the agent as a separate process.
+//! A `voxa run --json` child process with its own home and workspace, and a `voxa relay` one, for
+//! the sections that measure them as separate processes.
 
 use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
@@ -84,6 +85,45 @@ pub fn start_agent_configured(
     std::thread::spawn(move || for _ in lines.lines() {});
     let read = |name: &str| std::fs::read_to_string(home.join(name)).unwrap().trim().to_owned();
     Agent { child, port, token: read("auth_token"), code: read("relay_code"), embedded_relay, _dir: dir }
+}
+
+/// A running `voxa relay` on a loopback port; killed when dropped.
+pub struct Relay {
+    pub child: Child,
+    pub addr: SocketAddr,
+    /// Its `relay_listening` event.
+    pub listening: Value,
+}
+
+impl Relay {
+    /// Starts `voxa relay --listen 127.0.0.1:0 --json <args>` with `env` set, and returns once it
+    /// listens.
+    pub fn start(args: &[&str], env: &[(&str, &str)]) -> Relay {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_voxa"))
+            .args(["relay", "--listen", "127.0.0.1:0", "--json"])
+            .args(args)
+            .envs(env.iter().copied())
+            .env_remove("VOXA_RELAY_TOKEN")
+            .env_remove("VOXA_PROXY_TOKEN")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let listening: Value = serde_json::from_str(&line).unwrap();
+        let addr = listening["listen"].as_str().unwrap_or_else(|| panic!("no address in {line}")).parse().unwrap();
+        Relay { child, addr, listening }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// The session start of every client: answers the agent's challenge, checks its proof.

@@ -4,9 +4,7 @@
 //! phone at `/live` streams 50 frames/s, and hears as many back. Figures per call: the relay's
 //! resident memory while the calls stream, over the same pairings without calls, and its CPU.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,52 +29,18 @@ pub(crate) const KEY: &str = "AIzaSy-bench-hosted-key";
 const FRAME_EVERY: Duration = Duration::from_millis(20);
 
 /// `voxa relay` hosting voice with the fake's URL and `KEY`.
-pub(crate) struct HostingRelay {
-    child: Child,
-    pub(crate) addr: SocketAddr,
-}
+pub(crate) use crate::child::Relay as HostingRelay;
 
 impl HostingRelay {
     pub(crate) fn spawn(gemini_url: &str) -> HostingRelay {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_voxa"))
-            .args([
-                "relay",
-                "--listen",
-                "127.0.0.1:0",
-                "--json",
-                "--open-live",
-                "--live-max-calls",
-                "10000",
-                "--max-connections-per-ip",
-                "0",
-            ])
-            .env("GEMINI_API_KEY", KEY)
-            .env("VOXA_GEMINI_URL", gemini_url)
-            .env_remove("VOXA_RELAY_TOKEN")
-            .env_remove("VOXA_PROXY_TOKEN")
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let event: serde_json::Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(event["live"], true, "{line}");
-        let addr = event["listen"].as_str().unwrap().parse().unwrap();
-        HostingRelay { child, addr }
+        let args = ["--open-live", "--live-max-calls", "10000", "--max-connections-per-ip", "0"];
+        let relay = HostingRelay::start(&args, &[("GEMINI_API_KEY", KEY), ("VOXA_GEMINI_URL", gemini_url)]);
+        assert_eq!(relay.listening["live"], true, "{}", relay.listening);
+        relay
     }
 
     fn rss_kib(&self) -> u64 {
         crate::report::status_kib(self.child.id(), "VmRSS")
-    }
-}
-
-impl Drop for HostingRelay {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

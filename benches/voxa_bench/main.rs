@@ -17,6 +17,7 @@ mod relay_cpu;
 mod report;
 mod seal;
 mod sessions;
+mod terminal;
 mod voice;
 mod web;
 
@@ -57,6 +58,9 @@ fn main() {
     }
     if wanted("sessions") {
         sessions::run(&mut report, measuring);
+    }
+    if wanted("terminal") {
+        terminal::run(&mut report, measuring);
     }
     if wanted("web") {
         web::run(&mut report, runs(20));

@@ -39,6 +39,22 @@ fn handshake_us(runs: usize) -> Vec<f64> {
         .collect()
 }
 
+/// The floor of a handshake: protocol 2's hello proofs, each made and checked once, in microseconds.
+fn proofs_us(runs: usize) -> Vec<f64> {
+    use voxa::protocol::{agent_proof, client_proof, verify_agent_proof, verify_client_proof};
+    let client_nonce = "fedcba9876543210fedcba9876543210";
+    (0..runs)
+        .map(|_| {
+            let started = Instant::now();
+            let proof = client_proof(&token(), CHALLENGE, client_nonce);
+            assert!(verify_client_proof(&token(), CHALLENGE, client_nonce, &proof));
+            let proof = agent_proof(&token(), CHALLENGE, client_nonce);
+            assert!(verify_agent_proof(&token(), CHALLENGE, client_nonce, &proof));
+            started.elapsed().as_secs_f64() * 1e6
+        })
+        .collect()
+}
+
 /// Sealing and opening one frame of `kind` and `len` bytes, in nanoseconds per frame (a median
 /// over batches of 1,000).
 fn seal_and_open_ns(kind: u8, len: usize, batches: usize) -> f64 {
@@ -162,6 +178,13 @@ pub fn run(report: &mut Report, measuring: bool) {
     let runs = if measuring { 2000 } else { 3 };
     let (p50, p99) = percentiles(&mut handshake_us(runs));
     report.add("seal", "Noise handshake, both ends, in process", format!("p50 {p50:.0} µs, p99 {p99:.0} µs"), "");
+    let (p50, p99) = percentiles(&mut proofs_us(runs));
+    report.add(
+        "seal",
+        "floor: protocol 2 hello proofs (HMAC-SHA256), both ends, in process",
+        format!("p50 {p50:.1} µs, p99 {p99:.1} µs"),
+        "",
+    );
     let batches = if measuring { 50 } else { 1 };
     let json_ns = seal_and_open_ns(KIND_JSON, 200, batches);
     report.add("seal", "seal + open a 200 B JSON frame (CPU)", format!("{:.2} µs", json_ns / 1000.0), "");

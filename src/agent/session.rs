@@ -222,8 +222,8 @@ impl Session {
         let Some(config) = self.ctx.gemini.clone() else {
             let message = AgentMessage::CallError {
                 code: CallErrorCode::Unavailable,
-                message: "this agent runs in hosted mode; start it with --self-hosted and GEMINI_API_KEY to \
-                          host voice calls"
+                message: "this laptop hosts no voice calls itself (a relay that offers them hosts them at /live); \
+                          start it with --self-hosted and GEMINI_API_KEY to host them here"
                     .into(),
             };
             return self.send(message).await;

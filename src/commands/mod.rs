@@ -120,7 +120,7 @@ pub fn execute(cli: Cli, env_secrets: EnvSecrets) -> Result<Exit> {
         Some(Command::Approvals) => block_on(approvals::run_approvals(&settings)),
         Some(Command::Approve(args)) => block_on(approvals::run_approve(&settings, args)),
         Some(Command::Agent(args)) => block_on(agent::run_agent_command(&settings, args.command)),
-        Some(Command::Relay(args)) => block_on(relay::run_relay(&settings, args)).map(|()| Exit::Ok),
+        Some(Command::Relay(args)) => block_on(relay::run_relay(&settings, *args)).map(|()| Exit::Ok),
         Some(Command::Run(args)) => block_on(run::run_agent(&settings, args)).map(|()| Exit::Ok),
         None => block_on(run::run_agent(&settings, RunArgs::default())).map(|()| Exit::Ok),
     }

@@ -1,6 +1,7 @@
 //! `voxa pair`: the secrets, the pairing URL and a QR code a phone camera reads off a terminal.
 
 use std::fmt::Write as _;
+use std::path::Path;
 
 use anyhow::Result;
 use qrcode::render::unicode::Dense1x2;
@@ -10,6 +11,7 @@ use serde_json::json;
 use super::Settings;
 use crate::cli::PairArgs;
 use crate::config::RelayUrl;
+use crate::secret::Secret;
 use crate::state::{Home, Secrets};
 
 /// How long `pair --rotate` waits for a running agent to take the new token.
@@ -38,12 +40,14 @@ pub async fn run_pair(settings: &Settings, args: &PairArgs) -> Result<()> {
         false => None,
     };
     let printer = settings.printer;
-    let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose());
+    let relay_token = link_relay_token(home, args.relay_token.as_deref(), args.relay_token_file.as_deref())?;
+    let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose(), relay_token.as_ref());
     let mut value = json!({
         "code": secrets.relay_code.expose(),
         "token": secrets.auth_token.expose(),
         "url": url,
         "relay": relay.as_str(),
+        "relay_token_in_link": relay_token.is_some(),
     });
     if let Some(rotated) = &rotated {
         value["rotated"] = json!({"agent": rotated.agent, "picked_up": rotated.picked_up});
@@ -52,7 +56,7 @@ pub async fn run_pair(settings: &Settings, args: &PairArgs) -> Result<()> {
     let human = if printer.is_json() {
         String::new()
     } else {
-        let mut text = pairing_text(&relay, &secrets, !args.no_qr, printer.is_terminal())?;
+        let mut text = pairing_text(&relay, &secrets, relay_token.as_ref(), !args.no_qr, printer.is_terminal())?;
         if let Some(rotated) = &rotated {
             text.push_str(&rotated.sentence());
         }
@@ -115,10 +119,25 @@ pub fn save_relay(home: &Home, config: &mut crate::config::Config, relay: &Relay
     Ok(())
 }
 
+/// The relay token a link carries: the one the agent dials with (`--relay-token(-file)`,
+/// `VOXA_RELAY_TOKEN`), else the one saved in the home for a service.
+pub fn link_relay_token(home: &Home, value: Option<&str>, file: Option<&Path>) -> Result<Option<Secret>> {
+    match super::relay_token(value, file)? {
+        Some(token) => Ok(Some(token)),
+        None => home.load_relay_token(),
+    }
+}
+
 /// The block `pair` and a first `run` print: QR (optional, and only for a link a phone can open),
-/// the URL, and what it reaches.
-pub fn pairing_text(relay: &RelayUrl, secrets: &Secrets, qr: bool, ansi: bool) -> Result<String> {
-    let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose());
+/// the URL (with the relay token, when the relay asks for one), and what it reaches.
+pub fn pairing_text(
+    relay: &RelayUrl,
+    secrets: &Secrets,
+    relay_token: Option<&Secret>,
+    qr: bool,
+    ansi: bool,
+) -> Result<String> {
+    let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose(), relay_token);
     let reach = super::reach::Reach::of(relay);
     let qr = qr && reach.wants_qr();
     let mut text = String::new();
@@ -128,6 +147,9 @@ pub fn pairing_text(relay: &RelayUrl, secrets: &Secrets, qr: bool, ansi: bool) -
     }
     let _ = writeln!(text, "{}", reach.intro(qr));
     let _ = writeln!(text, "{url}");
+    if relay_token.is_some() {
+        text.push_str("The link carries the relay's token as well (in its fragment, never sent in a request).\n");
+    }
     text.push_str(&super::reach::note(relay));
     Ok(text)
 }

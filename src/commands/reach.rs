@@ -60,8 +60,8 @@ pub fn note(relay: &RelayUrl) -> String {
         Reach::ThisMachine => format!(
             "Relay: {relay}, on loopback: this link works in this machine's browser only. To reach a phone, \
              use a relay the phone can reach over https:\n\
-             \x20 - your own relay on a server with a name: `voxa relay --listen 0.0.0.0:443 --tls-cert … \
-             --tls-key …`, then `voxa --relay https://<its name> run` (docs/OPERATIONS.md);\n\
+             \x20 - your own relay on a server with a name: `voxa relay --domain <its name> --listen [::]:443` \
+             (it gets its own certificate), then `voxa --relay https://<its name> run` (docs/OPERATIONS.md);\n\
              \x20 - your tailnet: `voxa relay` and `tailscale serve --bg 8787` on this machine, then \
              `voxa --relay https://<machine>.<tailnet>.ts.net run`;\n\
              \x20 - the default relay: `voxa run` dials {DEFAULT_RELAY}, run by voxa's publisher, not by you: it \
@@ -92,7 +92,8 @@ mod tests {
         }
         let text = note(&relay("http://127.0.0.1:8787"));
         assert!(text.contains("this machine's browser only"), "{text}");
-        assert!(text.contains("tailscale serve") && text.contains("voxa relay --listen"), "{text}");
+        assert!(text.contains("tailscale serve") && text.contains("voxa relay --domain"), "{text}");
+        assert!(!text.contains("--tls-cert"), "the relay gets its own certificate: {text}");
         assert!(text.contains(DEFAULT_RELAY) && text.contains("run by voxa's publisher"), "{text}");
         assert!(!Reach::ThisMachine.wants_qr());
     }

@@ -14,6 +14,7 @@ use super::Settings;
 use crate::cli::RelayArgs;
 use crate::error::ConfigError;
 use crate::gemini::GeminiConfig;
+use crate::hosted::budget::{Budget, BUDGET_FILE};
 use crate::hosted::{Hosting, LiveConfig};
 use crate::relay::{acme, bind_shared, load_tls, metrics, run_sharded, RelayConfig};
 use crate::secret::Secret;
@@ -83,7 +84,7 @@ fn relay_config(settings: &Settings, args: &RelayArgs) -> anyhow::Result<RelayCo
     }
     config.token = super::relay_token(args.relay_token.as_deref(), args.relay_token_file.as_deref())?;
     let gated = config.token.is_some();
-    config.service = live_config(args, settings.env_secrets.gemini_api_key.clone(), gated)?.map(Hosting::service);
+    config.service = live_config(settings, args, gated)?.map(Hosting::service);
     if let Some(fds) = raise_fd_limit() {
         config.max_connections = config.max_connections.min(fds.saturating_sub(RESERVED_FDS).max(1) as usize);
     }
@@ -176,16 +177,29 @@ fn announce(
 /// without one. With a key, `/live` must ask for a token (`VOXA_PROXY_TOKEN`, else the relay
 /// token, `relay_gated`) unless the operator opens it with `--open-live`: a made-up relay code
 /// costs nothing, so an open `/live` is anyone's tap on the key.
-fn live_config(args: &RelayArgs, env_key: Option<Secret>, relay_gated: bool) -> anyhow::Result<Option<LiveConfig>> {
+///
+/// The daily budget (`--live-minutes-per-day`) is counted in the home's [`BUDGET_FILE`].
+fn live_config(settings: &Settings, args: &RelayArgs, relay_gated: bool) -> anyhow::Result<Option<LiveConfig>> {
     let key = match &args.gemini_key_file {
         Some(path) => super::secret_file(path, "Gemini key file")?,
-        None => match env_key {
+        None => match settings.env_secrets.gemini_api_key.clone() {
             Some(key) => key,
             None => return Ok(None),
         },
     };
-    if args.live_max_calls == 0 || args.live_max_minutes == 0 {
-        return Err(ConfigError::new("--live-max-calls and --live-max-minutes must be at least 1").into());
+    let limits = [args.live_max_calls, args.live_calls_per_address, args.live_starts_per_minute];
+    if limits.contains(&0) || args.live_max_minutes == 0 {
+        return Err(ConfigError::new(
+            "--live-max-calls, --live-max-minutes, --live-calls-per-address and --live-starts-per-minute must be \
+             at least 1",
+        )
+        .into());
+    }
+    let client_header = args.live_client_header.as_deref().map(str::trim).filter(|name| !name.is_empty());
+    if let Some(name) = client_header {
+        if !name.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_') {
+            return Err(ConfigError::new(format!("--live-client-header {name:?} is not a header name")).into());
+        }
     }
     let gemini = GeminiConfig::new(key, args.live_model.clone())?;
     let proxy_token = std::env::var("VOXA_PROXY_TOKEN").ok().filter(|token| !token.trim().is_empty());
@@ -196,11 +210,19 @@ fn live_config(args: &RelayArgs, env_key: Option<Secret>, relay_gated: bool) -> 
         )
         .into());
     }
+    settings.home.ensure()?;
+    let daily =
+        (args.live_minutes_per_day > 0).then(|| Duration::from_secs(args.live_minutes_per_day.saturating_mul(60)));
+    let budget = Budget::open(daily, Some(settings.home.dir().join(BUDGET_FILE)))?;
     Ok(Some(LiveConfig {
         gemini: Arc::new(gemini),
         max_calls: args.live_max_calls,
         max_call_time: Duration::from_secs(args.live_max_minutes.saturating_mul(60)),
         proxy_token: proxy_token.map(|token| Secret::from_string(token.trim().to_owned())),
+        calls_per_address: args.live_calls_per_address,
+        starts_per_minute: args.live_starts_per_minute,
+        client_header: client_header.map(str::to_owned),
+        budget: Arc::new(budget),
     }))
 }
 

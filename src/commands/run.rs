@@ -21,7 +21,7 @@ use crate::error::ConfigError;
 use crate::gemini::GeminiConfig;
 use crate::net::dial::DialOptions;
 use crate::net::liveness::Heartbeat;
-use crate::secret::EnvSecrets;
+use crate::secret::{EnvSecrets, Secret};
 use crate::state::{Home, Secrets};
 
 /// `voxa run`.
@@ -41,7 +41,7 @@ pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
     warn_if_home_in_workspace(home, &workspace, printer);
     let shutdown = super::shutdown::on_signal();
     let tasks = TaskTracker::new();
-    let (relay, secrets) = relay_and_secrets(settings, &args, &mut config, &tasks, &shutdown).await?;
+    let (relay, secrets) = relay_and_secrets(settings, &args, &mut config, &dial, &tasks, &shutdown).await?;
     let listener = TcpListener::bind(("127.0.0.1", args.port))
         .await
         .with_context(|| format!("could not listen on 127.0.0.1:{}", args.port))?;
@@ -66,7 +66,12 @@ pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
     printer.event(
         "started",
         json!({"port": port, "pid": std::process::id(), "workspace": workspace.display().to_string(), "mode": agent.ctx.mode(), "relay": relay.as_str()}),
-        format!("voxa {} running ({} mode), workspace {}, local port {port}", crate::VERSION, agent.ctx.mode(), workspace.display()),
+        format!(
+            "voxa {} running, workspace {}, local port {port}; voice calls: {}",
+            crate::VERSION,
+            workspace.display(),
+            voice_host(agent.ctx.mode())
+        ),
     );
     agent.wait().await;
     drop(agent);
@@ -81,6 +86,14 @@ pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// Who hosts this agent's voice calls, as the first line says it (`mode` is `hello_ok`'s word).
+fn voice_host(mode: &str) -> &'static str {
+    match mode {
+        "self-hosted" => "hosted here (Gemini, with this machine's key)",
+        _ => "hosted by the relay, if it offers them",
+    }
+}
+
 /// The relay this agent dials — the embedded one, or the configured one (saved as the home's
 /// relay) — with this home's secrets, created on first run. The pairing is printed when the
 /// secrets are new or the relay is embedded.
@@ -88,6 +101,7 @@ async fn relay_and_secrets(
     settings: &Settings,
     args: &RunArgs,
     config: &mut Config,
+    dial: &DialOptions,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> Result<(RelayUrl, Secrets)> {
@@ -102,7 +116,9 @@ async fn relay_and_secrets(
         super::pair::save_relay(home, config, &relay)?;
     }
     if created || args.embedded_relay.is_some() {
-        print_pairing(&relay, &secrets, printer)?;
+        // The embedded relay asks for no token; another one gets the token this agent dials with.
+        let relay_token = dial.bearer.as_ref().filter(|_| args.embedded_relay.is_none());
+        print_pairing(&relay, &secrets, relay_token, printer)?;
     }
     Ok((relay, secrets))
 }
@@ -176,13 +192,14 @@ async fn start_embedded_relay(
 }
 
 /// The pairing URL (`--json`) or the QR code and URL.
-fn print_pairing(relay: &RelayUrl, secrets: &Secrets, printer: Printer) -> Result<()> {
+fn print_pairing(relay: &RelayUrl, secrets: &Secrets, relay_token: Option<&Secret>, printer: Printer) -> Result<()> {
     if printer.is_json() {
-        let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose());
+        let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose(), relay_token);
         let reaches = super::reach::Reach::of(relay).as_str();
-        printer.event("pairing", json!({"url": url, "relay": relay.as_str(), "reaches": reaches}), "");
+        let fields = json!({"url": url, "relay": relay.as_str(), "reaches": reaches, "relay_token_in_link": relay_token.is_some()});
+        printer.event("pairing", fields, "");
     } else {
-        let text = super::pair::pairing_text(relay, secrets, true, printer.is_terminal())?;
+        let text = super::pair::pairing_text(relay, secrets, relay_token, true, printer.is_terminal())?;
         printer.event("pairing", json!({}), text.trim_end());
     }
     Ok(())

@@ -19,8 +19,11 @@
 //!   under Gemini's id (as in self-hosted mode), Gemini gets the text result, progress is dropped.
 
 mod agent;
+pub mod budget;
+pub mod limits;
 mod session;
 
+use std::net::IpAddr;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -32,10 +35,13 @@ use tokio::sync::mpsc;
 use tokio::time::timeout;
 use tracing::{debug, info};
 
+use self::budget::Budget;
+use self::limits::{AddressLimits, AddressRefusal, AddressSlot};
 use self::session::LiveSession;
 use crate::gemini::{self, GeminiConfig};
 #[cfg(doc)]
 use crate::protocol::HOSTED_CALLER;
+use crate::protocol::{AgentMessage, CallErrorCode};
 use crate::relay::metrics::RelayMetrics;
 use crate::relay::service::{
     read_side, wind_down, write_side, Deliver, End, FrameReader, OutFrame, Part, Seated, SendQueue, CLOSE_GRACE,
@@ -79,16 +85,28 @@ pub struct LiveConfig {
     pub max_call_time: Duration,
     /// Token `/live` requires instead of the relay token (`Authorization: Bearer`).
     pub proxy_token: Option<Secret>,
+    /// Calls one client address runs at once; more get `call_error` `too-many-calls`.
+    pub calls_per_address: usize,
+    /// Calls one client address starts per minute; more get `call_error` `too-many-calls`.
+    pub starts_per_minute: usize,
+    /// The request header a trusted proxy sets to the client's address; `None`: the TCP peer's.
+    pub client_header: Option<String>,
+    /// The operator's daily call time; when spent, calls are refused and running ones end.
+    pub budget: Arc<Budget>,
 }
 
 impl LiveConfig {
-    /// Hosting with `gemini` and the default limits.
+    /// Hosting with `gemini`, the default limits and no daily budget.
     pub fn new(gemini: GeminiConfig) -> Self {
         LiveConfig {
             gemini: Arc::new(gemini),
             max_calls: DEFAULT_MAX_CALLS,
             max_call_time: DEFAULT_MAX_CALL_TIME,
             proxy_token: None,
+            calls_per_address: limits::DEFAULT_CALLS_PER_ADDRESS,
+            starts_per_minute: limits::DEFAULT_STARTS_PER_MINUTE,
+            client_header: None,
+            budget: Arc::new(Budget::unlimited()),
         }
     }
 }
@@ -98,11 +116,45 @@ impl LiveConfig {
 pub struct Hosting {
     config: LiveConfig,
     running: Arc<AtomicUsize>,
+    per_address: Arc<AddressLimits>,
 }
+
+/// Why a `call_start` was refused.
+#[derive(Debug)]
+enum Refusal {
+    AtCapacity,
+    Address(AddressRefusal),
+    BudgetSpent,
+}
+
+impl Refusal {
+    /// The `reason` label of the relay's `live_refusals` metric.
+    fn metric(&self) -> &'static str {
+        match self {
+            Refusal::AtCapacity => "at-capacity",
+            Refusal::Address(refusal) => refusal.metric(),
+            Refusal::BudgetSpent => "budget-spent",
+        }
+    }
+
+    /// The `call_error` the phone gets.
+    fn to_message(&self) -> AgentMessage {
+        let (code, message) = match self {
+            Refusal::AtCapacity => (CallErrorCode::AtCapacity, "the relay is at capacity; try again later".to_owned()),
+            Refusal::Address(refusal) => (CallErrorCode::TooManyCalls, refusal.message()),
+            Refusal::BudgetSpent => (CallErrorCode::BudgetSpent, BUDGET_SPENT.to_owned()),
+        };
+        AgentMessage::CallError { code, message }
+    }
+}
+
+/// What the phone hears when the day's call time is spent.
+const BUDGET_SPENT: &str = "the relay's voice minutes for today are spent (they come back at midnight UTC)";
 
 impl Hosting {
     pub fn new(config: LiveConfig) -> Self {
-        Hosting { config, running: Arc::default() }
+        let per_address = AddressLimits::new(config.calls_per_address, config.starts_per_minute);
+        Hosting { config, running: Arc::default(), per_address }
     }
 
     /// The relay's service for this hosting.
@@ -110,15 +162,25 @@ impl Hosting {
         Arc::new(Hosting::new(config))
     }
 
-    /// A place for one more call, if the operator's limit allows it.
-    fn admit(&self, metrics: &Arc<RelayMetrics>) -> Option<CallGuard> {
+    /// A place for one more call from `client`, if the day's budget, the limits of its address
+    /// and the relay's limit allow it.
+    fn admit(&self, metrics: &Arc<RelayMetrics>, client: IpAddr) -> Result<CallGuard, Refusal> {
+        if self.config.budget.spent() {
+            return Err(Refusal::BudgetSpent);
+        }
+        let address = self.per_address.admit(client).map_err(Refusal::Address)?;
         let previous = self.running.fetch_add(1, Ordering::AcqRel);
         if previous >= self.config.max_calls {
             self.running.fetch_sub(1, Ordering::AcqRel);
-            return None;
+            return Err(Refusal::AtCapacity);
         }
         metrics.hosted_call(1);
-        Some(CallGuard { running: Arc::clone(&self.running), metrics: Arc::clone(metrics) })
+        Ok(CallGuard { running: Arc::clone(&self.running), metrics: Arc::clone(metrics), _address: address })
+    }
+
+    /// Calls running now.
+    fn running(&self) -> usize {
+        self.running.load(Ordering::Acquire)
     }
 }
 
@@ -135,12 +197,29 @@ impl PhoneService for Hosting {
     fn serve(&self, socket: ServiceSocket) -> BoxFuture<'_, ()> {
         Box::pin(serve(socket, self))
     }
+
+    fn client_header(&self) -> Option<&str> {
+        self.config.client_header.as_deref()
+    }
+
+    fn report(&self, metrics: &RelayMetrics) {
+        let config = &self.config;
+        metrics.set_limit("live_max_calls", config.max_calls);
+        metrics.set_limit("live_max_call_seconds", config.max_call_time.as_secs() as usize);
+        metrics.set_limit("live_calls_per_address", self.per_address.calls());
+        metrics.set_limit("live_call_starts_per_minute", self.per_address.starts());
+        let daily = config.budget.daily().map_or(0, |daily| daily.as_secs() as usize);
+        metrics.set_limit("live_budget_seconds_per_day", daily);
+        let (used, left) = config.budget.state();
+        metrics.live_budget(used, left);
+    }
 }
 
-/// Counts a call against the limit (and in the metrics) until its Gemini session is closed.
+/// Counts a call against the limits (and in the metrics) until its Gemini session is closed.
 struct CallGuard {
     running: Arc<AtomicUsize>,
     metrics: Arc<RelayMetrics>,
+    _address: AddressSlot,
 }
 
 impl Drop for CallGuard {
@@ -158,7 +237,7 @@ pub fn code_tag(code: &str) -> String {
 
 /// Serves an upgraded `/live` socket until the phone leaves, or the relay stops.
 async fn serve(socket: ServiceSocket, hosting: &Hosting) {
-    let ServiceSocket { stream, leftover, member, limits, metrics, cancel } = socket;
+    let ServiceSocket { stream, leftover, member, client, limits, metrics, cancel } = socket;
     let phone = member.queue(&limits);
     // What the agent sends the phone side lands here, for the session to pass on or answer.
     let inbox = member.queue(&limits);
@@ -176,7 +255,7 @@ async fn serve(socket: ServiceSocket, hosting: &Hosting) {
     debug!("joined for hosted voice");
     let (phone_tx, phone_rx) = mpsc::channel(PHONE_QUEUE);
     let place = Place { member: &member, seated: &seated, inbox: &inbox, stall_timeout: limits.stall_timeout };
-    let session = LiveSession::new(hosting, place, Arc::clone(&phone), &metrics, limits.max_frame_len);
+    let session = LiveSession::new(hosting, place, client, Arc::clone(&phone), &metrics, limits.max_frame_len);
 
     let to_session = ToSession { frames: phone_tx, message: Vec::new() };
     let reader = read_side(&mut read_half, frames, member.hub(), &phone, &limits, to_session).fuse();
@@ -291,13 +370,14 @@ mod tests {
             heartbeat: gemini::HEARTBEAT,
         };
         let metrics = Arc::new(RelayMetrics::new());
-        let hosting = Hosting::new(LiveConfig { max_calls: 2, ..LiveConfig::new(gemini) });
-        let first = hosting.admit(&metrics).unwrap();
-        let _second = hosting.admit(&metrics).unwrap();
-        assert!(hosting.admit(&metrics).is_none());
+        let hosting = Hosting::new(LiveConfig { max_calls: 2, calls_per_address: 9, ..LiveConfig::new(gemini) });
+        let client = IpAddr::from([127, 0, 0, 1]);
+        let first = hosting.admit(&metrics, client).unwrap();
+        let _second = hosting.admit(&metrics, client).unwrap();
+        assert!(matches!(hosting.admit(&metrics, client), Err(Refusal::AtCapacity)));
         assert!(metrics.encode().contains("voxa_relay_hosted_calls 2"), "{}", metrics.encode());
         drop(first);
-        let _third = hosting.admit(&metrics).expect("the freed place");
+        let _third = hosting.admit(&metrics, client).expect("the freed place");
         assert!(metrics.encode().contains("voxa_relay_hosted_calls 2"), "{}", metrics.encode());
     }
 }

@@ -1,8 +1,9 @@
 //! One `/live` socket's session: the frames between phone and agent pass through, the hello is
 //! followed (never checked: the relay holds no token), and the voice frames are answered here.
 
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -13,9 +14,10 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info_span};
 
 use super::agent::{AgentLink, HostedTools};
+use super::budget::{Budget, CHARGE_EVERY};
 use super::{
-    code_tag, log_call, Hosting, Place, BRIDGE_QUEUE, CALL_ID_PREFIX, LAPTOP_OFFLINE_NOTE, MAX_DECLARED_TOOLS,
-    TO_AGENT_QUEUE, WIND_DOWN,
+    code_tag, log_call, Hosting, Place, BRIDGE_QUEUE, BUDGET_SPENT, CALL_ID_PREFIX, LAPTOP_OFFLINE_NOTE,
+    MAX_DECLARED_TOOLS, TO_AGENT_QUEUE, WIND_DOWN,
 };
 use crate::gemini::{self, CallLog, VoiceCall, VoiceInput};
 use crate::net::relay_framing::{is_notice, Presence};
@@ -29,6 +31,8 @@ pub(super) struct LiveSession<'a> {
     hosting: &'a Hosting,
     code_tag: String,
     place: Place<'a>,
+    /// The phone's address, as the per-address limits count it.
+    client: IpAddr,
     phone: Arc<SendQueue>,
     metrics: &'a Arc<RelayMetrics>,
     /// The agent's frame being put together from its fragments, and its opcode.
@@ -52,7 +56,45 @@ struct Call {
     deadline: Instant,
     /// Unix ms at the start: session events from before it are not news.
     started_ms: u64,
+    /// Charges the call's time to the daily budget.
+    meter: Meter,
+    /// When the meter charges next.
+    budget_check: Instant,
 }
+
+/// A running call's time, charged to the operator's daily budget as it goes and at its end.
+struct Meter {
+    budget: Arc<Budget>,
+    metrics: Arc<RelayMetrics>,
+    since: Instant,
+}
+
+impl Meter {
+    /// Charges the time since the last charge; returns the time left today (`None`: no limit).
+    fn charge(&mut self, end: bool) -> Option<Duration> {
+        let now = Instant::now();
+        let (used, left) = self.budget.charge(now - self.since, end);
+        self.since = now;
+        self.metrics.live_budget(used, left);
+        left
+    }
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        self.charge(true);
+    }
+}
+
+/// When a call that leaves `left` of the day's budget, one of `running` calls spending it, charges
+/// next: before its share could run out, and at least every [`CHARGE_EVERY`].
+fn next_check(left: Option<Duration>, running: usize) -> Instant {
+    let wait = left.map_or(CHARGE_EVERY, |left| (left / running.max(1) as u32).clamp(MIN_CHECK, CHARGE_EVERY));
+    Instant::now() + wait
+}
+
+/// Shortest wait between two charges of a call near the end of the budget.
+const MIN_CHECK: Duration = Duration::from_millis(20);
 
 /// How far a session's hello has come, as far as the relay can tell: it cannot check the proofs
 /// (it never holds the token), only that the frames came in their order, each from its side.
@@ -123,6 +165,7 @@ impl<'a> LiveSession<'a> {
     pub(super) fn new(
         hosting: &'a Hosting,
         place: Place<'a>,
+        client: IpAddr,
         phone: Arc<SendQueue>,
         metrics: &'a Arc<RelayMetrics>,
         max_frame_len: usize,
@@ -133,6 +176,7 @@ impl<'a> LiveSession<'a> {
             hosting,
             code_tag: code_tag(&format!("{:032x}", place.member.code())),
             place,
+            client,
             phone,
             metrics,
             from_agent: None,
@@ -155,6 +199,7 @@ impl<'a> LiveSession<'a> {
     ) -> TaskTracker {
         let ending = loop {
             let deadline = self.call.as_ref().map(|call| call.deadline);
+            let budget_check = self.call.as_ref().map(|call| call.budget_check);
             let call_end = self.call.as_ref().map(|call| call.end.clone());
             tokio::select! {
                 biased;
@@ -184,6 +229,7 @@ impl<'a> LiveSession<'a> {
                         call.end.cancel();
                     }
                 }
+                () = crate::net::liveness::sleep_until(budget_check) => self.check_budget().await,
             }
         };
         self.finish(ending).await
@@ -263,6 +309,24 @@ impl<'a> LiveSession<'a> {
         }
     }
 
+    /// Charges the running call's time; ends the call when the day's budget is spent.
+    async fn check_budget(&mut self) {
+        let Some(call) = &mut self.call else { return };
+        let left = call.meter.charge(false);
+        if left != Some(Duration::ZERO) {
+            call.budget_check = next_check(left, self.hosting.running());
+            return;
+        }
+        debug!("hosted call reached the daily budget");
+        self.metrics.live_budget_cutoff();
+        // `call_error` first, then the bridge's `call_ended`, as for any failure during a call.
+        let spent = AgentMessage::CallError { code: CallErrorCode::BudgetSpent, message: BUDGET_SPENT.into() };
+        self.to_phone_message(spent).await;
+        if let Some(call) = self.call.take() {
+            call.end.cancel();
+        }
+    }
+
     /// `say` or `audio_end` for the running call, or `no-call`.
     async fn give_call(&mut self, input: VoiceInput) {
         let answer = match &self.call {
@@ -283,13 +347,13 @@ impl<'a> LiveSession<'a> {
             let refused = AgentMessage::CallError { code: CallErrorCode::Unavailable, message: message.into() };
             return self.to_phone_message(refused).await;
         };
-        let Some(guard) = self.hosting.admit(self.metrics) else {
-            debug!("hosted call refused: at capacity");
-            let refused = AgentMessage::CallError {
-                code: CallErrorCode::AtCapacity,
-                message: "the relay is at capacity; try again later".into(),
-            };
-            return self.to_phone_message(refused).await;
+        let guard = match self.hosting.admit(self.metrics, self.client) {
+            Ok(guard) => guard,
+            Err(refusal) => {
+                debug!(reason = refusal.metric(), "hosted call refused");
+                self.metrics.live_refused(refusal.metric());
+                return self.to_phone_message(refusal.to_message()).await;
+            }
         };
         let voice_tools =
             Arc::new(HostedTools { agent: Arc::clone(&self.agent), declarations: hosted_declarations(tools) });
@@ -314,7 +378,10 @@ impl<'a> LiveSession<'a> {
         });
         let deadline = Instant::now() + self.hosting.config.max_call_time;
         let started_ms = crate::sessions::event::now_ms();
-        self.call = Some(Call { input, end, deadline, started_ms });
+        let budget = Arc::clone(&self.hosting.config.budget);
+        let budget_check = next_check(budget.state().1, self.hosting.running());
+        let meter = Meter { budget, metrics: Arc::clone(self.metrics), since: Instant::now() };
+        self.call = Some(Call { input, end, deadline, started_ms, meter, budget_check });
     }
 
     /// A fragment of the agent's frame to this phone: the frame is put together (within the

@@ -100,6 +100,8 @@ pub fn vendored_weight() -> usize {
 pub struct Offer {
     /// Hosted voice calls are available at `/live`.
     pub live: bool,
+    /// The relay asks for its relay token: a page whose link lacks it cannot connect.
+    pub relay_token: bool,
 }
 
 /// A complete answer to a web request.
@@ -229,7 +231,9 @@ pub fn answer(head: &RequestHead, offer: Offer) -> Option<Response> {
         return Some(response);
     }
     let mut response = if head.path == "/config" {
-        let body = serde_json::json!({ "version": crate::VERSION, "live": offer.live }).to_string();
+        let body =
+            serde_json::json!({ "version": crate::VERSION, "live": offer.live, "relay_token": offer.relay_token })
+                .to_string();
         let mut response = Response::new(200, "OK", "application/json", body.into_bytes());
         response.headers.push(("cache-control", "no-store".to_owned()));
         response
@@ -306,9 +310,9 @@ mod tests {
 
     #[test]
     fn config_reports_version_and_the_offer_and_other_paths_are_not_ours() {
-        let config = answer(&get("/config", ""), Offer { live: true }).unwrap();
+        let config = answer(&get("/config", ""), Offer { live: true, relay_token: false }).unwrap();
         let value: serde_json::Value = serde_json::from_slice(config.body()).unwrap();
-        assert_eq!(value, serde_json::json!({"version": crate::VERSION, "live": true}));
+        assert_eq!(value, serde_json::json!({"version": crate::VERSION, "live": true, "relay_token": false}));
         for path in ["/ws", "/agent", "/healthz", "/js/../index.html", "/index.html/", "/nope"] {
             assert!(answer(&get(path, ""), Offer::default()).is_none(), "{path}");
         }

@@ -14,9 +14,11 @@ use serde::{Deserialize, Serialize};
 /// | `gemini-unreachable` | no connection, TLS failure, or no `setupComplete` in time |
 /// | `gemini-closed` | the connection ended otherwise and could not be resumed |
 /// | `busy` | the voice call is not keeping up with `say` |
-/// | `unavailable` | the agent runs in hosted mode and hosts no voice calls |
+/// | `unavailable` | the laptop hosts no voice calls itself (a relay offering them hosts them at `/live`) |
 /// | `no-call` | `say` or `call_end` without a running call |
 /// | `at-capacity` | the relay hosting voice runs as many calls as its operator allows |
+/// | `too-many-calls` | the caller's address runs, or started in the last minute, as many relay-hosted calls as allowed |
+/// | `budget-spent` | the relay's daily minutes of hosted calls are spent (refused, or the running call ended) |
 ///
 /// A failure before `call_started` sends only `call_error`; one during the call sends
 /// `call_error` and then `call_ended`.
@@ -33,6 +35,8 @@ pub enum CallErrorCode {
     Unavailable,
     NoCall,
     AtCapacity,
+    TooManyCalls,
+    BudgetSpent,
 }
 
 impl CallErrorCode {
@@ -49,6 +53,8 @@ impl CallErrorCode {
             CallErrorCode::Unavailable => "unavailable",
             CallErrorCode::NoCall => "no-call",
             CallErrorCode::AtCapacity => "at-capacity",
+            CallErrorCode::TooManyCalls => "too-many-calls",
+            CallErrorCode::BudgetSpent => "budget-spent",
         }
     }
 }

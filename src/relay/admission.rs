@@ -60,7 +60,7 @@ const TOO_MANY_FROM_IP: AcceptRefusal = AcceptRefusal {
 /// A client address as the per-address limit sees it: IPv4 whole, IPv6 by its /64 (what one
 /// subscriber is usually given).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(super) enum ClientKey {
+pub(crate) enum ClientKey {
     V4(u32),
     V6(u64),
 }
@@ -104,6 +104,8 @@ impl PerIp {
 
 /// Counts a connection against the limits (and in the metrics) for as long as it lives.
 pub(super) struct ConnectionGuard {
+    /// The TCP peer's address.
+    pub peer: IpAddr,
     open: Arc<AtomicUsize>,
     client: Option<(Arc<PerIp>, ClientKey)>,
     metrics: Arc<metrics::RelayMetrics>,
@@ -124,7 +126,7 @@ impl ConnectionGuard {
         // From here on, dropping the guard gives back what was taken.
         let metrics = Arc::clone(&shared.hub.ledger.metrics);
         metrics.connection_opened();
-        let guard = ConnectionGuard { open: Arc::clone(&shared.open_connections), client, metrics };
+        let guard = ConnectionGuard { peer: ip, open: Arc::clone(&shared.open_connections), client, metrics };
         if shared.open_connections.fetch_add(1, Ordering::AcqRel) >= shared.max_connections {
             return Err(RELAY_FULL);
         }

@@ -26,7 +26,11 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Statuses (HTTP) and close codes (WebSocket) the relay refuses or ends a client with.
 pub const REFUSALS: [u16; 15] = [400, 401, 404, 405, 426, 429, 431, 503, 1002, 1007, 1009, 1013, 4001, 4003, 4004];
 
+/// Why `/live` refused a `call_start` (the `reason` label of `live_refusals`).
+pub const LIVE_REFUSALS: [&str; 4] = ["at-capacity", "address-calls", "address-starts", "budget-spent"];
+
 type Labels = [(&'static str, &'static str); 1];
+type Seconds = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 /// Counters and gauges of one relay, and the registry that prints them.
 pub struct RelayMetrics {
@@ -40,6 +44,10 @@ pub struct RelayMetrics {
     queue_full: Counter,
     buffered: Gauge,
     hosted_calls: Gauge,
+    live_refusals: [Counter; LIVE_REFUSALS.len()],
+    budget_used: Seconds,
+    budget_left: Seconds,
+    budget_cutoffs: Counter,
     limits: Family<Labels, Gauge>,
 }
 
@@ -106,6 +114,27 @@ impl RelayMetrics {
         );
         let hosted_calls = Gauge::default();
         registry.register("hosted_calls", "Voice calls the relay hosts at /live", hosted_calls.clone());
+        let live_family = Family::<Labels, Counter>::default();
+        registry.register("live_refusals", "Hosted calls refused at call_start, by reason", live_family.clone());
+        let live_refusals = LIVE_REFUSALS.map(|reason| live_family.get_or_create(&[("reason", reason)]).clone());
+        let budget_used = Seconds::default();
+        registry.register(
+            "live_budget_used_seconds",
+            "Call time hosted today (UTC) against the daily budget",
+            budget_used.clone(),
+        );
+        let budget_left = Seconds::default();
+        registry.register(
+            "live_budget_left_seconds",
+            "Call time left today (UTC); -1 without a daily budget",
+            budget_left.clone(),
+        );
+        let budget_cutoffs = Counter::default();
+        registry.register(
+            "live_budget_cutoffs",
+            "Hosted calls ended because the daily budget was spent",
+            budget_cutoffs.clone(),
+        );
         let limits = Family::<Labels, Gauge>::default();
         registry.register("limit", "The limits this relay runs with", limits.clone());
         RelayMetrics {
@@ -119,12 +148,16 @@ impl RelayMetrics {
             queue_full,
             buffered,
             hosted_calls,
+            live_refusals,
+            budget_used,
+            budget_left,
+            budget_cutoffs,
             limits,
         }
     }
 
     /// Records one of the relay's limits (its name is the caller's constant).
-    pub(super) fn set_limit(&self, name: &'static str, value: usize) {
+    pub(crate) fn set_limit(&self, name: &'static str, value: usize) {
         self.limits.get_or_create(&[("limit", name)]).set(i64::try_from(value).unwrap_or(i64::MAX));
     }
 
@@ -171,6 +204,24 @@ impl RelayMetrics {
     /// A hosted voice call started (`1`) or ended (`-1`).
     pub(crate) fn hosted_call(&self, change: i64) {
         self.hosted_calls.inc_by(change);
+    }
+
+    /// Counts a refused `call_start`; `reason` is one of [`LIVE_REFUSALS`].
+    pub(crate) fn live_refused(&self, reason: &'static str) {
+        if let Some(index) = LIVE_REFUSALS.iter().position(|known| *known == reason) {
+            self.live_refusals[index].inc();
+        }
+    }
+
+    /// The daily budget's state: time used today and time left (`None`: no budget).
+    pub(crate) fn live_budget(&self, used: std::time::Duration, left: Option<std::time::Duration>) {
+        self.budget_used.set(used.as_secs_f64());
+        self.budget_left.set(left.map_or(-1.0, |left| left.as_secs_f64()));
+    }
+
+    /// A hosted call was ended because the daily budget was spent.
+    pub(crate) fn live_budget_cutoff(&self) {
+        self.budget_cutoffs.inc();
     }
 
     pub(super) fn queue_full(&self) {
@@ -294,6 +345,12 @@ mod tests {
         metrics.refused(1234);
         metrics.socket_joined(PeerRole::Phone);
         metrics.set_limit("max_connections", 7);
+        metrics.live_refused("address-calls");
+        metrics.live_refused("budget-spent");
+        metrics.live_refused("budget-spent");
+        metrics.live_refused("made-up");
+        metrics.live_budget(std::time::Duration::from_millis(90_500), Some(std::time::Duration::from_secs(30)));
+        metrics.live_budget_cutoff();
         let text = metrics.encode();
         for line in [
             r#"voxa_relay_frames_forwarded_total{direction="agent_to_phone"} 2"#,
@@ -305,6 +362,12 @@ mod tests {
             r#"voxa_relay_sockets{role="phone"} 1"#,
             r#"voxa_relay_sockets{role="agent"} 0"#,
             r#"voxa_relay_limit{limit="max_connections"} 7"#,
+            r#"voxa_relay_live_refusals_total{reason="address-calls"} 1"#,
+            r#"voxa_relay_live_refusals_total{reason="budget-spent"} 2"#,
+            r#"voxa_relay_live_refusals_total{reason="at-capacity"} 0"#,
+            "voxa_relay_live_budget_used_seconds 90.5",
+            "voxa_relay_live_budget_left_seconds 30.0",
+            "voxa_relay_live_budget_cutoffs_total 1",
         ] {
             assert!(text.lines().any(|got| got == line), "{line} missing from\n{text}");
         }

@@ -53,6 +53,7 @@ pub use self::config::*;
 pub use self::shard::{bind_shared, run, run_sharded};
 pub use self::socket::Membership;
 
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 
@@ -76,6 +77,7 @@ pub(crate) use self::shard::ACCEPT_BACKOFF;
 
 /// What a [`PhoneService`] builds its socket from: the relay's reader, writer and send queues.
 pub(crate) mod service {
+    pub(crate) use super::admission::ClientKey;
     pub(crate) use super::codec::close::GOING_AWAY;
     pub(crate) use super::codec::{OutFrame, OP_BINARY, OP_CONTINUATION, OP_TEXT};
     pub(crate) use super::queue::{Action, End, Push, SendQueue};
@@ -94,6 +96,13 @@ pub trait PhoneService: Send + Sync + 'static {
     fn token(&self) -> Option<&Secret>;
     /// Serves one upgraded socket until it ends.
     fn serve(&self, socket: ServiceSocket) -> BoxFuture<'_, ()>;
+    /// The request header a trusted proxy in front of the relay sets to the client's address
+    /// (its last comma-separated entry is taken); `None` takes the TCP peer's address.
+    fn client_header(&self) -> Option<&str> {
+        None
+    }
+    /// Records the service's limits and state in the relay's metrics, once at start.
+    fn report(&self, _metrics: &metrics::RelayMetrics) {}
 }
 
 /// Any byte stream a service's socket runs over: plain TCP or TLS.
@@ -107,6 +116,8 @@ pub struct ServiceSocket {
     pub leftover: Vec<u8>,
     /// Its place as a phone of its code, not taken yet.
     pub member: Membership,
+    /// The client's address: the TCP peer's, or the one the service's trusted header names.
+    pub client: IpAddr,
     pub limits: Limits,
     pub metrics: Arc<metrics::RelayMetrics>,
     /// Cancelled when the relay shuts down.
@@ -144,13 +155,17 @@ impl Shared {
         metrics.set_limit("max_message_bytes", config.limits.max_frame_len);
         metrics.set_limit("send_queue_frames", config.limits.send_queue_frames);
         metrics.set_limit("send_queue_bytes", config.limits.send_queue_bytes);
+        if let Some(service) = &config.service {
+            service.report(&metrics);
+        }
+        let offer = web::Offer { live: config.service.is_some(), relay_token: config.token.is_some() };
         let ledger = Arc::new(queue::Ledger { budget: config.memory_budget, metrics: Arc::clone(&metrics) });
         Ok(Arc::new(Shared {
             hub: Arc::new(hub::Hub::new(ledger)),
             token: config.token,
             limits: config.limits,
             tls: config.tls.map(tokio_rustls::TlsAcceptor::from),
-            offer: web::Offer { live: config.service.is_some() },
+            offer,
             service: config.service,
             max_connections: config.max_connections,
             open_connections: Arc::new(AtomicUsize::new(0)),
@@ -177,6 +192,8 @@ struct Upgrade {
     /// A socket of the [`PhoneService`], which serves it.
     service: bool,
     conn: u64,
+    /// The client's address (see [`ServiceSocket::client`]).
+    client: IpAddr,
 }
 
 async fn serve_connection(
@@ -247,15 +264,25 @@ async fn serve_stream<S: socket::RelayStream + 'static>(
                 .context("answering a refused request")
         }
         Route::Join { role, code } => {
-            let upgrade = Upgrade { head, leftover, role, code, service: false, conn };
+            let upgrade = Upgrade { head, leftover, role, code, service: false, conn, client: guard.peer };
             join_on_shard(shared, stream, upgrade, guard, shard).await
         }
         // A service's socket holds a phone's place and is routed as one, to the shard of its code.
         Route::Service { code } => {
-            let upgrade = Upgrade { head, leftover, role: PeerRole::Phone, code, service: true, conn };
+            let header = shared.service.as_deref().and_then(PhoneService::client_header);
+            let client = header.and_then(|name| forwarded_client(&head, name)).unwrap_or(guard.peer);
+            let upgrade = Upgrade { head, leftover, role: PeerRole::Phone, code, service: true, conn, client };
             join_on_shard(shared, stream, upgrade, guard, shard).await
         }
     }
+}
+
+/// The client's address as a trusted proxy names it in `header`: its last comma-separated entry
+/// (the one the nearest proxy added), an IP address with or without a port; `None` when the
+/// header is missing, repeated or names no address.
+fn forwarded_client(head: &RequestHead, header: &str) -> Option<IpAddr> {
+    let last = head.single_header(header)?.rsplit(',').next()?.trim();
+    last.parse().ok().or_else(|| last.parse::<std::net::SocketAddr>().ok().map(|addr| addr.ip()))
 }
 
 /// Reads the request head; answers and gives `None` for one that is too large, malformed, or
@@ -322,7 +349,7 @@ async fn join<S: socket::RelayStream + 'static>(
     mut stream: S,
     upgrade: Upgrade,
 ) -> anyhow::Result<()> {
-    let Upgrade { head, leftover, role, code, service, conn } = upgrade;
+    let Upgrade { head, leftover, role, code, service, conn, client } = upgrade;
     // An agent gets the relay framing it offered (the route checked that it did); a phone the
     // subprotocol it offered beside its relay token, never the token.
     let protocol = match role {
@@ -340,6 +367,7 @@ async fn join<S: socket::RelayStream + 'static>(
                 stream: Box::new(stream),
                 leftover,
                 member,
+                client,
                 limits: shared.limits,
                 metrics: Arc::clone(&shared.hub.ledger.metrics),
                 cancel: shared.cancel.clone(),

@@ -38,7 +38,8 @@ pub struct Browser {
     pub client: Client,
     driver: Child,
     _profile: tempfile::TempDir,
-    _turn: tokio::sync::MutexGuard<'static, ()>,
+    /// The one-browser turn; `None` for a second browser started beside one that holds it.
+    _turn: Option<tokio::sync::MutexGuard<'static, ()>>,
 }
 
 fn on_path(names: &[&str]) -> Option<PathBuf> {
@@ -60,6 +61,16 @@ impl Browser {
 
     /// A browser with extra Chromium switches (fake media devices, for instance).
     pub async fn start_with_args(scheme: Scheme, extra: &[String]) -> Option<Browser> {
+        Self::launch(scheme, extra, true).await
+    }
+
+    /// A second, separate browser (its own Chromium and profile: another device, not another
+    /// tab) beside this one, within this one's turn.
+    pub async fn another(&self, scheme: Scheme) -> Browser {
+        Self::launch(scheme, &[], false).await.expect("a browser starts where one already runs")
+    }
+
+    async fn launch(scheme: Scheme, extra: &[String], take_turn: bool) -> Option<Browser> {
         let chromium = on_path(&["chromium", "chromium-browser", "google-chrome"]);
         let driver = on_path(&["chromedriver"]);
         let (Some(chromium), Some(driver)) = (chromium, driver) else {
@@ -71,7 +82,7 @@ impl Browser {
             eprintln!("skipped: {advice}");
             return None;
         };
-        let turn = ONE_BROWSER.lock().await;
+        let turn = if take_turn { Some(ONE_BROWSER.lock().await) } else { None };
         let mut child = Command::new(driver)
             .arg("--port=0")
             .stdin(Stdio::null())

@@ -98,7 +98,8 @@ fn pair_json_creates_private_secrets_and_the_pairing_url() {
     let object = value.as_object().unwrap();
     let mut keys: Vec<_> = object.keys().map(String::as_str).collect();
     keys.sort();
-    assert_eq!(keys, ["code", "relay", "token", "url"]);
+    assert_eq!(keys, ["code", "relay", "relay_token_in_link", "token", "url"]);
+    assert_eq!(value["relay_token_in_link"], false, "no relay token here: {value}");
     let (code, token) = (field(&value, "code"), field(&value, "token"));
     assert!(is_secret(code) && is_secret(token), "{value}");
     assert_ne!(code, token);
@@ -168,6 +169,39 @@ fn human_output_without_a_terminal_is_plain_text_with_a_scannable_qr() {
     assert!(!text.contains(['▀', '▄', '█']), "--no-qr prints no blocks: {text}");
 }
 
+/// A private relay's token rides in the link's fragment (percent-encoded), never in its query, and
+/// the output says so: from the flag's file, from the environment, or from the home.
+#[test]
+fn pair_puts_a_private_relays_token_in_the_links_fragment() {
+    const TOKEN: &str = "team relay/token+7f3e&x";
+    let (tmp, home) = fresh_home();
+    let token_file = tmp.path().join("relay.token");
+    fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    fs::set_permissions(&token_file, fs::Permissions::from_mode(0o600)).unwrap();
+    let file_arg = token_file.to_str().unwrap();
+    let value =
+        pair_json(&home, &["pair", "--json", "--relay", "https://relay.example.com", "--relay-token-file", file_arg]);
+    assert_eq!(value["relay_token_in_link"], true, "{value}");
+    let url = url::Url::parse(field(&value, "url")).unwrap();
+    assert_eq!(url.query(), None, "nothing in the query: {url}");
+    let fragment: Vec<(String, String)> =
+        url::form_urlencoded::parse(url.fragment().unwrap().as_bytes()).into_owned().collect();
+    assert!(fragment.contains(&("relay_token".to_owned(), TOKEN.to_owned())), "{fragment:?}");
+    assert!(!field(&value, "url").contains(TOKEN), "percent-encoded: {value}");
+
+    let text = stdout(&voxa_cmd(&home).env("VOXA_RELAY_TOKEN", TOKEN).args(["pair", "--no-qr"]).output().unwrap());
+    assert!(text.contains("The link carries the relay's token as well"), "{text}");
+    assert!(text.contains("&relay_token=team+relay%2Ftoken%2B7f3e%26x"), "{text}");
+
+    // A service's token, saved in the home, is the one a plain `pair` puts in the link.
+    fs::write(home.join("relay_token"), format!("{TOKEN}\n")).unwrap();
+    fs::set_permissions(home.join("relay_token"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(pair_json(&home, &["pair", "--json"])["relay_token_in_link"], true);
+    fs::remove_file(home.join("relay_token")).unwrap();
+    let plain = pair_json(&home, &["pair", "--json"]);
+    assert!(!field(&plain, "url").contains("relay_token"), "{plain}");
+}
+
 #[test]
 fn pair_says_what_the_link_reaches_and_who_runs_the_relay() {
     // The default relay: a phone opens the link; the output names who runs the relay.
@@ -188,7 +222,7 @@ fn pair_says_what_the_link_reaches_and_who_runs_the_relay() {
     assert!(text.contains("Open this link in a browser on this machine"), "{text}");
     assert!(text.contains("this machine's browser only"), "{text}");
     for way in
-        ["voxa relay --listen 0.0.0.0:443", "tailscale serve --bg 8787", "`voxa run` dials https://api.voxa.space"]
+        ["voxa relay --domain <its name>", "tailscale serve --bg 8787", "`voxa run` dials https://api.voxa.space"]
     {
         assert!(text.contains(way), "{way:?} missing from {text}");
     }

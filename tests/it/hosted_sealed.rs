@@ -5,7 +5,10 @@
 //! while a passive capture of `/ws` holds none of it. The relay's call ids never meet a call an
 //! earlier `/live` session left running on the laptop.
 
+use std::sync::Arc;
+
 use serde_json::json;
+use tokio::sync::Notify;
 use tokio_tungstenite::tungstenite::Message;
 use voxa::hosted::{Hosting, LiveConfig};
 
@@ -182,4 +185,69 @@ async fn counts_become(agent: &TestAgent, want: (u64, u64)) {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(session_counts(agent).await, want);
+}
+
+/// A front for a relay that passes everything on, and cuts every `/live` connection through it
+/// once `cut` is notified.
+async fn cutting_front(relay: std::net::SocketAddr, cut: Arc<Notify>) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let cut = cut.clone();
+            tokio::spawn(async move {
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(relay).await else { return };
+                let mut head = [0u8; 10];
+                let live = loop {
+                    match tcp.peek(&mut head).await {
+                        Ok(n) if n == head.len() => break &head == b"GET /live?",
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => tokio::task::yield_now().await,
+                    }
+                };
+                let pass = tokio::io::copy_bidirectional(&mut tcp, &mut upstream);
+                if live {
+                    tokio::select! {
+                        _ = pass => {}
+                        () = cut.notified() => {}
+                    }
+                } else {
+                    let _ = pass.await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_socket_that_closes_ends_the_call_with_its_sentence_and_the_sealed_session_goes_on() {
+    let scratch = tempfile::tempdir().unwrap();
+    let wav = scratch.path().join("microphone.wav");
+    tone_wav(&wav, 48000, 440.0, 0.5, 0.5);
+    let Some(browser) = Browser::with_microphone(&wav, Scheme::Light).await else { return };
+    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
+    let relay = hosting_relay(&fake, |_| {}).await;
+    let agent = hosted_agent(&relay).await;
+    let cut = Arc::new(Notify::new());
+    let front = cutting_front(relay.addr, cut.clone()).await;
+    browser.open(&format!("http://{front}/#code={}&token={}", agent.code(), agent.token())).await;
+    browser.wait_connection("online").await;
+    browser.press("Call").await;
+    let (conn, _) = fake.expect_setup().await;
+    browser.wait_script("the call to start", "return voxaVoice.state === 'live';").await;
+
+    // The call socket is cut: the relay ends the call, the page says why, the session is still on.
+    cut.notify_waiters();
+    fake.expect_closed(conn).await;
+    let said = browser.wait_text("#call-error", "why the call ended", |t| !t.is_empty()).await;
+    assert!(said.starts_with("The relay's socket for this call did not open, or closed"), "{said}");
+    assert!(said.ends_with("The relay closed it. (call-socket)"), "{said}");
+    browser.control("button", "Call").await;
+    assert_eq!(seal_mark(&browser).await, "sealed");
+    counts_become(&agent, (2, 0)).await;
+    browser.type_into("Command", "echo after-the-call-3e8a").await;
+    browser.press("Run").await;
+    browser.wait_text("#term-out", "the command's output", |t| t.contains("after-the-call-3e8a\n")).await;
+    browser.close().await;
 }

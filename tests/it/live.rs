@@ -34,7 +34,7 @@ pub(crate) async fn live_phone(relay: &TestRelay, agent: &TestAgent) -> (Phone, 
     live_phone_with(relay, agent, DialOptions::default()).await
 }
 
-async fn live_phone_with(relay: &TestRelay, agent: &TestAgent, options: DialOptions) -> (Phone, Value) {
+pub(crate) async fn live_phone_with(relay: &TestRelay, agent: &TestAgent, options: DialOptions) -> (Phone, Value) {
     let url = format!("ws://{}/live?code={}", relay.addr, agent.code());
     let mut socket = tokio::time::timeout(STEP, voxa::net::dial::connect(&url, &options)).await.unwrap().unwrap();
     // The agent's proof in hello_ok checks out: the relay passed challenge, hello and hello_ok on
@@ -348,7 +348,10 @@ async fn live_is_gated_by_the_proxy_token_or_else_the_relay_token_and_absent_wit
     assert_eq!(http(gated.addr, &upgrade_request(&live, "Authorization: Bearer relay-token-5d2\r\n")).await.0, 401);
     let (status, body) = http(gated.addr, "GET /config HTTP/1.1\r\nHost: relay\r\n\r\n").await;
     assert_eq!(status, 200);
-    assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({"version": voxa::VERSION, "live": true}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"version": voxa::VERSION, "live": true, "relay_token": true})
+    );
     let options = DialOptions { bearer: Some(relay_token.clone()), ..Default::default() };
     let url = format!("ws://{}{live}", gated.addr);
     assert!(voxa::net::dial::connect(&url, &options).await.is_ok(), "the relay token opens /live");
@@ -386,7 +389,8 @@ async fn voxa_relay_hosts_calls_with_a_key_file_and_its_log_holds_one_line_per_c
     private(&key_file);
     let closed_relay_cmd = |key_file: &std::path::Path| {
         let mut cmd = std::process::Command::new(voxa_bin());
-        cmd.env("RUST_LOG", "info").env("VOXA_GEMINI_URL", fake.url());
+        // The relay counts its daily budget in its home.
+        cmd.env("RUST_LOG", "info").env("VOXA_GEMINI_URL", fake.url()).env("VOXA_HOME", dir.path().join("home"));
         for name in ["VOXA_RELAY_TOKEN", "VOXA_PROXY_TOKEN", "GEMINI_API_KEY"] {
             cmd.env_remove(name);
         }
@@ -527,7 +531,8 @@ async fn a_hundred_hosted_calls_stream_audio_at_once() {
     const FRAMES: u8 = 5;
     let fake = FakeGemini::start(FakeOptions { echo_audio: true, ..FakeOptions::new(KEY) }).await;
     // Every laptop and phone comes from 127.0.0.1: no per-address limit, as behind a proxy.
-    let live = Some(LiveConfig::new(fake.config(KEY)));
+    let live =
+        Some(LiveConfig { calls_per_address: CALLS, starts_per_minute: CALLS, ..LiveConfig::new(fake.config(KEY)) });
     let relay = TestRelay::with_config(RelayConfig {
         service: live.map(Hosting::service),
         max_connections_per_ip: 0,

@@ -141,8 +141,10 @@ async fn a_program_that_asks_a_question_is_answered_from_the_phone() {
     phone.type_in(&term, "read x; echo got-$x\r").await;
     phone.type_in(&term, "hello\r").await;
     phone.until(&term, "got-hello").await;
-    // Ctrl-C reaches the program as a signal: the shell abandons the line it was given.
-    phone.type_in(&term, "echo started-$((1+1)); sleep 600; echo not-interrupted\r").await;
+    // Ctrl-C reaches the program as a signal: the shell abandons the line it was given. The mark is
+    // printed by the job itself, so the job holds the terminal when Ctrl-C comes (a Ctrl-C between
+    // an `echo` of the shell's own and the start of `sleep` would reach only the shell).
+    phone.type_in(&term, "sh -c 'echo started-$((1+1)); exec sleep 600'; echo not-interrupted\r").await;
     phone.until(&term, "started-2").await;
     phone.type_in(&term, "\u{3}").await;
     phone.type_in(&term, "echo after-$((6*7))\r").await;
@@ -481,7 +483,8 @@ async fn in_chromium_the_shell_shows_coloured_output_and_the_key_bar_sends_ctrl_
         .collect();
     assert!(rgb[0] > 150 && rgb[1] < 100 && rgb[2] < 100, "red-42 is drawn in red: {colour}");
     // Ctrl from the key bar, then c from the keyboard: the program is interrupted.
-    input.send_keys("echo started-$((1+1)); sleep 600; echo not-interrupted\u{E007}").await.unwrap();
+    // The job prints the mark itself, so it holds the terminal when Ctrl-C comes.
+    input.send_keys("sh -c 'echo started-$((1+1)); exec sleep 600'; echo not-interrupted\u{E007}").await.unwrap();
     browser.wait_text(ROWS, "the command to start", |text| text.contains("started-2")).await;
     browser.press("Control").await;
     input.send_keys("c").await.unwrap();

@@ -67,7 +67,7 @@ async fn check_served(addr: SocketAddr) {
     assert_eq!(status, 200);
     assert_eq!(headers["content-type"], "application/json");
     let config: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(config, json!({"version": voxa::VERSION, "live": false}));
+    assert_eq!(config, json!({"version": voxa::VERSION, "live": false, "relay_token": false}));
 
     let (status, _, _) = http_get(addr, "/js/nothing.js", "").await;
     assert_eq!(status, 404);
@@ -101,7 +101,10 @@ async fn a_relay_that_requires_a_token_still_serves_the_page_but_not_the_sockets
     let relay = TestRelay::start_with(listener, config).await;
     let (status, _, body) = http_get(relay.addr, "/config", "").await;
     assert_eq!(status, 200);
-    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap()["live"], true, "the relay's offer is reported");
+    let offer = serde_json::from_slice::<Value>(&body).unwrap();
+    assert_eq!(offer["live"], true, "the relay's offer is reported: {offer}");
+    assert_eq!(offer["relay_token"], true, "and that it asks for its token (never the token): {offer}");
+    assert!(!String::from_utf8_lossy(&body).contains("relay-secret"));
     let (status, _, _) = http_get(relay.addr, "/ws?code=0123456789abcdef0123456789abcdef", "").await;
     assert_eq!(status, 401);
 }
@@ -305,15 +308,15 @@ impl Scene {
 }
 
 /// Another machine's agent on the same relay, with one file in its workspace.
-struct Machine {
-    home: tempfile::TempDir,
+pub(crate) struct Machine {
+    pub(crate) home: tempfile::TempDir,
     _workspace: tempfile::TempDir,
-    secrets: voxa::state::Secrets,
-    agent: voxa::agent::RunningAgent,
+    pub(crate) secrets: voxa::state::Secrets,
+    pub(crate) agent: voxa::agent::RunningAgent,
 }
 
 impl Machine {
-    async fn start(relay: &TestRelay, file: &str) -> Machine {
+    pub(crate) async fn start(relay: &TestRelay, file: &str) -> Machine {
         let (home, workspace) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         std::fs::write(workspace.path().join(file), file).unwrap();
         let (options, secrets) = options(&home, &workspace, Some(relay.url()));
@@ -450,7 +453,7 @@ async fn every_control_has_the_accessible_name_of_the_contract() {
 
 /// Displayed controls smaller than a fingertip (44 × 44 CSS px): "id-or-text width×height".
 /// A checkbox counts by its label, which is what takes the tap.
-const SMALL_CONTROLS: &str = "const small = [];
+pub(crate) const SMALL_CONTROLS: &str = "const small = [];
     for (const el of document.querySelectorAll('button, a[href], select, input, textarea, summary')) {
       const target = el.matches('input[type=checkbox]') ? el.closest('label') : el;
       if (!target || target.getClientRects().length === 0) continue;
@@ -506,6 +509,17 @@ async fn every_control_is_big_enough_for_a_finger_and_the_tabs_stay_in_reach() {
         )
         .await;
     assert_eq!(reach, json!([true, true]), "scrolled, the tabs left the screen");
+    // Every tab is on screen whole at phone width: none scrolled away, none cut.
+    let cut = browser
+        .script(
+            "return [...document.querySelectorAll('#tabs button')].filter((b) => {
+               const r = b.getBoundingClientRect();
+               return r.left < 0 || r.right > innerWidth || b.scrollWidth > b.clientWidth;
+             }).map((b) => b.textContent);",
+            vec![],
+        )
+        .await;
+    assert_eq!(cut, json!([]), "tabs off screen or cut at {}px", VIEWPORT.0);
     browser.control("button", "Terminal").await;
     scene.close().await;
 }
@@ -700,97 +714,6 @@ async fn a_laptop_that_cannot_prove_the_pairing_is_not_your_laptop() {
     browser.close().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_laptops_are_remembered_switched_and_one_forgotten() {
-    let Some(first) = Scene::start().await else { return };
-    std::fs::write(first.workspace().join("on-the-first.txt"), "1").unwrap();
-    let second = Machine::start(&first.relay, "on-the-second.txt").await;
-    let (code, token) = (second.secrets.relay_code.expose(), second.secrets.auth_token.expose());
-    let second_link = format!("http://{}/#code={code}&token={token}", first.relay.addr);
-    let browser = &first.browser;
-    first.open_online().await;
-    browser.open(&second_link).await;
-    browser.wait_connection("online").await;
-    browser.press("Files").await;
-    browser.control("button", "on-the-second.txt").await;
-
-    let picker = browser.control("combobox", "Laptop").await;
-    let host = rustix::system::uname().nodename().to_string_lossy().into_owned();
-    let first_label = format!("{host} · {}", &first.code()[..4]);
-    picker.select_by_label(&first_label).await.unwrap();
-    browser.wait_connection("online").await;
-    browser.press("Files").await;
-    browser.control("button", "on-the-first.txt").await;
-
-    browser.press("Status").await;
-    // Forgetting asks first, and "Keep it" keeps it.
-    browser.press("Forget this laptop").await;
-    let question = browser.wait_text("#forget-question", "the question", |t| !t.is_empty()).await;
-    assert!(
-        question.starts_with(&format!("Forget {first_label}?")) || question.starts_with(&format!("Forget {host}?")),
-        "{question}"
-    );
-    browser.press("Keep it").await;
-    browser.press("Forget this laptop").await;
-    browser.press("Forget it").await;
-    browser.wait_connection("online").await;
-    browser.press("Files").await;
-    browser.control("button", "on-the-second.txt").await;
-    browser.wait_script("the picker to go", "return document.getElementById('laptop-pick').hidden;").await;
-    second.agent.stop().await;
-    first.close().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_an_environment_paired_the_picker_sends_calls_there() {
-    use voxa::environments::{self, store};
-    use voxa::state::Home;
-    let Some(scene) = Scene::start().await else { return };
-    std::fs::write(scene.workspace().join("on-the-laptop.txt"), "laptop").unwrap();
-    // A second machine issues a pairing; this laptop (the host) records it as "devbox".
-    let devbox = Machine::start(&scene.relay, "on-the-devbox.txt").await;
-    let env_home = Home::at(devbox.home.path().join("voxa"));
-    let env_token = store::load_or_create_host_token(&env_home).unwrap();
-    let issued = environments::issue(&env_home, &scene.relay.url(), env_token.expose()).unwrap();
-    let host_home = Home::at(scene.home.path().join("voxa"));
-    let host_token = store::load_or_create_host_token(&host_home).unwrap();
-    environments::add(&host_home, &issued.line.encode(), Some("devbox"), host_token.expose()).unwrap();
-    let mut probe = phone_socket(&scene.relay, issued.line.code.expose()).await;
-    wait_agent_joined(&mut probe).await;
-    drop(probe);
-
-    // Two laptops known to the page, and environments behind this one.
-    let (code, token) = (devbox.secrets.relay_code.expose(), devbox.secrets.auth_token.expose());
-    scene.browser.open(&format!("http://{}/#code={code}&token={token}", scene.relay.addr)).await;
-    scene.browser.wait_connection("online").await;
-    scene.open_online().await;
-    let browser = &scene.browser;
-    browser.press("Files").await;
-    browser.control("button", "on-the-laptop.txt").await;
-    let picker = browser.control("combobox", "Environment").await;
-    browser.control("combobox", "Laptop").await;
-    // The header stays one line at phone width: pickers, Call and all.
-    let line = browser
-        .script(
-            "const bar = document.querySelector('.bar-top');
-             const tops = [...bar.children].filter((c) => c.getClientRects().length)
-               .map((c) => Math.round(c.getBoundingClientRect().top + c.getBoundingClientRect().height / 2));
-             return {rows: new Set(tops).size, fits: bar.scrollWidth <= bar.clientWidth, shown: tops.length};",
-            vec![],
-        )
-        .await;
-    assert_eq!(line, json!({"rows": 1, "fits": true, "shown": 4}), "the header wrapped or overflowed");
-    picker.select_by_label("devbox").await.unwrap();
-    browser.control("button", "on-the-devbox.txt").await;
-    browser.press("Terminal").await;
-    browser.type_into("Command", "ls").await;
-    browser.press("Run").await;
-    let shown = browser.wait_text(TERMINAL, "the listing", |t| t.contains("exit 0")).await;
-    assert!(shown.contains("on-the-devbox.txt") && !shown.contains("on-the-laptop.txt"), "{shown}");
-    devbox.agent.stop().await;
-    scene.close().await;
-}
-
 // ---------------------------------------------------------------------------------------------
 // The binary, as a user runs it
 
@@ -924,16 +847,15 @@ async fn pictures_of_the_real_page_at_phone_size() {
     browser.press("Files").await;
     browser.control("button", "NOTES.md").await.click().await.unwrap();
     browser.control("textbox", "File content").await;
+    browser.script("window.scrollTo(0, 0);", vec![]).await;
     save_picture(&browser, &out, "web-files.png").await;
 
-    // No voice on this laptop: Call says so before it is pressed, and why once it is; Forget asks first.
+    // No voice on this laptop: Call says so before it is pressed, and why once it is.
     browser.press("Status").await;
-    browser.press("Forget this laptop").await;
     browser.press("Call").await;
     browser.wait_text("#call-error", "why there is no voice", |t| !t.is_empty()).await;
     browser.script("window.scrollTo(0, 0);", vec![]).await;
     save_picture(&browser, &out, "web-status.png").await;
-    browser.press("Keep it").await;
     browser.press("Close").await;
     browser.wait_script("the call panel to close", "return document.getElementById('call-panel').hidden;").await;
 
@@ -946,6 +868,9 @@ async fn pictures_of_the_real_page_at_phone_size() {
         )
         .await;
     save_picture(&browser, &out, "web-screenshot.png").await;
+
+    // The machine sheet, Forget asking first.
+    machine_sheet(&browser, &out, "web-machines.png", false).await;
 
     browser.press("Terminal").await;
     run.stop();
@@ -965,8 +890,32 @@ async fn pictures_of_the_real_page_at_phone_size() {
         dark.wait_script("the command's end", "return !document.getElementById('run').disabled;").await;
     }
     save_picture(&dark, &out, "web-dark.png").await;
+    machine_sheet(&dark, &out, "web-machines-dark.png", true).await;
     dark.close().await;
     run.stop();
+}
+
+/// The machine sheet opened from the header (its laptop asking "Forget …?" when `ask`), then
+/// closed again.
+async fn machine_sheet(browser: &Browser, out: &Path, name: &str, ask: bool) {
+    browser.client.find(fantoccini::Locator::Css("#machine")).await.unwrap().click().await.unwrap();
+    browser.wait_script("the sheet to open", "return document.getElementById('machines').open;").await;
+    if ask {
+        let forget = browser
+            .script(
+                "return document.querySelector('#machine-list [aria-label^=\"Forget \"]').getAttribute('aria-label');",
+                vec![],
+            )
+            .await;
+        browser.press(forget.as_str().unwrap()).await;
+        browser.wait_text(".forget-question", "the question", |t| !t.is_empty()).await;
+    }
+    save_picture(browser, out, name).await;
+    if ask {
+        browser.press("Keep it").await;
+    }
+    browser.press("Done").await;
+    browser.wait_script("the sheet to close", "return !document.getElementById('machines').open;").await;
 }
 
 pub async fn save_picture(browser: &Browser, dir: &Path, name: &str) {

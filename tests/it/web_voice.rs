@@ -194,6 +194,8 @@ impl CallScene {
         let said =
             if self.host_word() == "relay" { "the relay runs the model and hears this call" } else { "on the laptop" };
         assert_eq!(shown, said);
+        // Whoever hosts the call, the page's session stays sealed beside it.
+        assert_eq!(crate::sealed_web::seal_mark(&self.browser).await, "sealed");
         conn
     }
 
@@ -399,7 +401,41 @@ async fn a_call_the_relay_hosts_carries_the_microphone_both_ways_and_ends() {
     a_whole_call(&scene, &mut fake).await;
     browser.press("Status").await;
     browser.wait_text("#facts", "who hosts voice", |t| t.contains("Voice\nhosted by the relay")).await;
+
+    // `voxa status` on the laptop tells the page's two sockets apart while a call runs: its sealed
+    // session, and the call socket the relay reads; once the call ends only the sealed one is left.
+    let Backend::Hosted { home, .. } = &scene.backend else { unreachable!() };
+    let home = home.path().join("voxa");
+    let status = || {
+        let home = home.clone();
+        async move {
+            let out = tokio::task::spawn_blocking(move || crate::support::voxa(&home, &["status"])).await.unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
+    let sealed_line = connected_line("relay", "sealed", "voxa-web/1 since");
+    let call_line = connected_line("relay", "plain", "voxa-web/1 hosted-call since");
+    let conn = scene.call(&mut fake).await;
+    let during = status().await;
+    assert!(during.contains(&sealed_line) && during.contains(&call_line), "{during}");
+    assert!(during.contains(" sealed, 1 plain (protocol 2: the relay can read those)"), "{during}");
+    end_call_closes_gemini(browser, &mut fake, conn).await;
+    let mut after = status().await;
+    for _ in 0..100 {
+        if !after.contains("hosted-call") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        after = status().await;
+    }
+    assert!(after.contains(&sealed_line) && !after.contains("hosted-call"), "{after}");
+    assert!(after.contains(" sealed, 0 plain"), "{after}");
     scene.close().await;
+}
+
+/// A line of `voxa status`'s connected list, as it starts: `via`, `seal`, then the client.
+fn connected_line(via: &str, seal: &str, client: &str) -> String {
+    format!("  {via:<8} {seal:<9} {client}")
 }
 
 /// Opens the pairing link of a hosted-mode agent on `relay` and presses "Call"; returns the sentence.
@@ -423,11 +459,16 @@ async fn call_says_why_when_there_is_no_voice_and_hosted_refusals_are_sentences(
     let capped = LiveConfig { max_calls: 0, ..LiveConfig::new(fake.config(RELAY_KEY)) };
     let token = Some(Secret::from_string("proxy-token-web".into()));
     let gated = LiveConfig { proxy_token: token, ..LiveConfig::new(fake.config(RELAY_KEY)) };
+    let none_left =
+        std::sync::Arc::new(voxa::hosted::budget::Budget::open(Some(std::time::Duration::ZERO), None).unwrap());
+    let spent = LiveConfig { budget: none_left, ..LiveConfig::new(fake.config(RELAY_KEY)) };
     for (live, sentence, code) in [
         // A relay without a key, a laptop without one: no voice, and the page says so.
         (None, "There is no voice on this relay", "no-voice-relay"),
         // A relay at its operator's limit.
         (Some(capped), "The relay is running as many calls as its operator allows", "at-capacity"),
+        // A relay whose operator's minutes for the day are spent.
+        (Some(spent), "The relay's voice minutes for today are spent", "budget-spent"),
         // A relay whose voice needs a proxy token a browser cannot send: the page works through
         // `/ws` and says why there is no voice.
         (Some(gated), "This relay hosts voice only for apps that send it a token", "proxy-token"),

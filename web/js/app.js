@@ -98,17 +98,20 @@ export class App {
   }
 
   /**
-   * Connects to a pairing, leaving the previous laptop.
+   * Connects to a pairing, leaving the previous laptop; calls go to `envKey` (one of the
+   * environments the laptop listed last time) until the laptop's own list says otherwise.
    * @param {Pairing} pairing
+   * @param {string} [envKey]
    */
-  use(pairing) {
+  use(pairing, envKey = '') {
     const previous = this.store.state.session;
     if (previous) previous.stop();
     pairings.select(pairing.id);
-    const session = new Session(pairing);
+    const session = new Session(pairing, { privateRelay: this.store.state.server.relay_token === true });
+    const environments = pairing.environments || [];
     this.store.set({
       view: 'workspace', pairError: '', pairing, pairings: pairings.all(), session, online: false, hello: null,
-      voice: null, environments: [], env: '', notice: '',
+      voice: null, environments, env: environments.some((e) => e.envKey === envKey) ? envKey : '', notice: '',
     });
     session.addEventListener('state', (event) => this.onState(session, /** @type {CustomEvent} */ (event).detail));
     session.addEventListener('hello', (event) => this.onHello(session, /** @type {CustomEvent} */ (event).detail));
@@ -118,16 +121,48 @@ export class App {
     session.start();
   }
 
-  /** @param {string} id */
-  switchTo(id) {
+  /**
+   * Switches to a known laptop, and to one of its environments (`''`: the laptop itself).
+   * @param {string} id
+   * @param {string} [envKey]
+   */
+  switchTo(id, envKey = '') {
     const pairing = pairings.all().find((p) => p.id === id);
     const { pairing: now } = this.store.state;
-    if (pairing && (!now || pairing.id !== now.id)) this.use(pairing);
+    if (!pairing) return;
+    if (now && pairing.id === now.id) {
+      // Chosen from the welcome view ("Add a laptop"), the laptop in use comes back as it was.
+      this.store.set({ view: 'workspace', pairError: '' });
+      this.chooseEnv(envKey);
+    } else {
+      this.use(pairing, envKey);
+    }
   }
 
-  forgetCurrent() {
+  /**
+   * Gives a laptop the name the user chose (`''`: its host name again), in this browser.
+   * @param {string} id
+   * @param {string} alias
+   */
+  rename(id, alias) {
+    pairings.update(id, { alias: pairings.cleanAlias(alias) });
+    const list = pairings.all();
+    const { pairing } = this.store.state;
+    const renamed = pairing && list.find((p) => p.id === pairing.id);
+    this.store.set({ pairings: list, ...(renamed ? { pairing: renamed } : {}) });
+  }
+
+  /**
+   * Forgets a laptop; forgetting the one in use moves to the next (or to pairing again).
+   * @param {string} id
+   */
+  forget(id) {
     const { pairing, session } = this.store.state;
-    if (!pairing) return;
+    if (!pairing || pairing.id !== id) {
+      pairings.forget(id);
+      this.store.set({ pairings: pairings.all() });
+      return;
+    }
     if (session) session.stop();
     pairings.forget(pairing.id);
     const next = pairings.current();
@@ -167,6 +202,7 @@ export class App {
     if (named !== pairing) pairings.update(pairing.id, { name });
     this.store.set({ pairing: named, pairings: pairings.all(), hello, voice: this.voiceOffer(session, hello) });
     if (Array.isArray(hello.tools) && hello.tools.includes(FLEET)) this.loadEnvironments(session);
+    else this.keepEnvironments(session, []);
   }
 
   /**
@@ -195,9 +231,26 @@ export class App {
     } catch {
       environments = [];
     }
-    if (this.store.state.session !== session) return;
-    const { env } = this.store.state;
-    this.store.set({ environments, env: environments.some((e) => e.envKey === env) ? env : '' });
+    this.keepEnvironments(session, environments);
+  }
+
+  /**
+   * Shows the laptop's environments and remembers them with its pairing (the picker lists them
+   * while another laptop is in use).
+   * @param {Session} session
+   * @param {import('./store.js').Environment[]} listed
+   */
+  keepEnvironments(session, listed) {
+    const { pairing, env } = this.store.state;
+    if (this.store.state.session !== session || !pairing) return;
+    const environments = pairings.cleanEnvironments(listed);
+    pairings.update(pairing.id, { environments });
+    const stored = pairings.all().find((p) => p.id === pairing.id);
+    const updated = stored && JSON.stringify(stored) !== JSON.stringify(pairing) ? stored : pairing;
+    this.store.set({
+      pairing: updated, pairings: pairings.all(), environments,
+      env: environments.some((e) => e.envKey === env) ? env : '',
+    });
   }
 
   /**

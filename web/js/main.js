@@ -15,13 +15,14 @@
 //   2. `web/js/NAME/panel.js` exporting a class whose constructor takes `(root, {store, app})`,
 //      calls `showWithTab(root, store, 'NAME')`, and watches `session` to forget the previous
 //      laptop's content and `online` to enable its controls;
-//   3. one line below: an import and a `new` for the first screen, or a `later` for a view loaded
+//   3. one line below: an import and a `new` for the first screen, or a `loadWhen` for a view loaded
 //      on demand (build.rs serves every file under web/).
 
 import { root } from './dom.js';
 import { App } from './app.js';
 import { Store } from './store.js';
-import { ConnectionLine, EnvironmentPicker, LaptopPicker, Notice, shareHeight } from './shell/header.js';
+import { ConnectionLine, Notice, shareHeight } from './shell/header.js';
+import { MachinePicker } from './shell/picker.js';
 import { Welcome } from './shell/welcome.js';
 import { Workspace } from './shell/workspace.js';
 import { Status } from './shell/status.js';
@@ -69,8 +70,7 @@ function loadWhen(keys, wanted, load) {
 
 shareHeight(root('bar'));
 new ConnectionLine(root('connection'), context);
-new LaptopPicker(root('laptop-pick'), context);
-new EnvironmentPicker(root('env-pick'), context);
+new MachinePicker(root('machine-pick'), context);
 new Notice(root('notice'), context);
 new Welcome(root('welcome'), context);
 new Workspace(root('workspace'), context);

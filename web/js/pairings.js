@@ -7,12 +7,19 @@
 
 const KEY = 'voxa.pairings';
 const HEX32 = /^[0-9a-f]{32}$/;
+/** Longest name a user may give a laptop, in characters. */
+export const ALIAS_MAX = 40;
+/** Most environments remembered per laptop (the picker lists them all). */
+const ENVIRONMENTS_MAX = 32;
 
 /**
  * @typedef {object} PairingBase
  * @property {string} id `relay:<code>` or `loopback`
  * @property {string} token the auth token: 32 lowercase hex characters
  * @property {string} [name] the laptop's host name, from its hello
+ * @property {string} [alias] the name the user gave the laptop in this browser, shown instead of `name`
+ * @property {{envKey: string, name: string}[]} [environments] the environments the laptop listed when
+ *   last online, so the machine picker shows them before it is chosen again
  * @property {string} [mode] the laptop's mode from its last hello (`hosted`, `self-hosted`)
  * @property {string} [relayToken] the token a private relay asks for (`relay_token` in the link's fragment)
  */
@@ -38,11 +45,50 @@ function valid(pairing) {
     && typeof p.code === 'string' && HEX32.test(p.code) && p.id === `relay:${p.code}`;
 }
 
+/**
+ * A stored pairing with its optional parts kept only when well formed (what storage holds is
+ * read back as untrusted: an older page, or a hand edit, may have written anything).
+ * @param {RelayPairing} pairing
+ * @returns {RelayPairing}
+ */
+function tidy(pairing) {
+  const { alias, environments, ...rest } = pairing;
+  /** @type {RelayPairing} */
+  const tidied = rest;
+  const named = cleanAlias(alias);
+  if (named) tidied.alias = named;
+  const listed = cleanEnvironments(environments);
+  if (listed.length) tidied.environments = listed;
+  return tidied;
+}
+
+/**
+ * A name typed by the user, trimmed and bounded; `''` for none.
+ * @param {unknown} alias
+ */
+export function cleanAlias(alias) {
+  if (typeof alias !== 'string') return '';
+  return [...alias.replace(/\s+/g, ' ').trim()].slice(0, ALIAS_MAX).join('');
+}
+
+/**
+ * Environments as the picker lists them: well-formed entries only, a bounded number.
+ * @param {unknown} environments
+ * @returns {{envKey: string, name: string}[]}
+ */
+export function cleanEnvironments(environments) {
+  if (!Array.isArray(environments)) return [];
+  return environments
+    .filter((e) => e && typeof e === 'object' && typeof e.envKey === 'string' && e.envKey && typeof e.name === 'string')
+    .slice(0, ENVIRONMENTS_MAX)
+    .map((e) => ({ envKey: e.envKey.slice(0, 128), name: e.name.slice(0, 80) || e.envKey.slice(0, 12) }));
+}
+
 /** @returns {Stored} */
 function read() {
   try {
     const stored = JSON.parse(localStorage.getItem(KEY) || '{}');
-    const list = Array.isArray(stored.list) ? stored.list.filter(valid) : [];
+    const list = Array.isArray(stored.list) ? stored.list.filter(valid).map(tidy) : [];
     return { list, current: typeof stored.current === 'string' ? stored.current : undefined };
   } catch {
     return { list: [], current: undefined };
@@ -94,7 +140,8 @@ export function current() {
  */
 export function remember(pairing) {
   if (pairing.kind === 'loopback') {
-    loopback = { ...pairing, name: pairing.name || (loopback && loopback.name) || undefined };
+    loopback = { ...pairing, name: pairing.name || (loopback && loopback.name) || undefined,
+      alias: pairing.alias || (loopback && loopback.alias) || undefined };
     loopbackCurrent = true;
     return loopback;
   }
@@ -126,19 +173,22 @@ export function select(id) {
 }
 
 /**
- * Changes one known pairing (its name, its mode).
+ * Changes one known pairing (its host name, the name the user gave it, its mode, its environments).
+ * An empty `alias` removes the user's name: the host name shows again.
  * @param {string} id
- * @param {{name?: string, mode?: string}} change
+ * @param {{name?: string, alias?: string, mode?: string, environments?: {envKey: string, name: string}[]}} change
  */
 export function update(id, change) {
   if (loopback && id === loopback.id) {
-    loopback = { ...loopback, ...change };
+    const { alias, environments, ...rest } = { ...loopback, ...change };
+    loopback = { ...rest, ...(cleanAlias(alias) ? { alias: cleanAlias(alias) } : {}),
+      ...(environments ? { environments: cleanEnvironments(environments) } : {}) };
     return;
   }
   const state = read();
   const index = state.list.findIndex((p) => p.id === id);
   if (index < 0) return;
-  const updated = { ...state.list[index], ...change };
+  const updated = tidy({ ...state.list[index], ...change });
   if (JSON.stringify(updated) === JSON.stringify(state.list[index])) return;
   state.list[index] = updated;
   write(state);
@@ -161,10 +211,12 @@ export function forget(id) {
 }
 
 /**
- * A label for pickers: the laptop's name, else a short form of its code.
+ * A label for pickers: the name the user gave the laptop, else its host name, else a short form
+ * of its code.
  * @param {Pairing} pairing
  */
 export function label(pairing) {
+  if (pairing.alias) return pairing.alias;
   if (pairing.name) return pairing.name;
   return pairing.kind === 'loopback' ? 'this machine' : `laptop ${pairing.code.slice(0, 6)}`;
 }

@@ -63,6 +63,8 @@ export const CALL_ERROR_CODES = /** @type {const} */ ([
   'unavailable',
   'no-call',
   'at-capacity',
+  'too-many-calls',
+  'budget-spent',
 ]);
 
 /** `type` of the frames a client sends to an agent. */

@@ -104,10 +104,15 @@ export function sameText(a, b) {
  * `no-voice-relay`, `sealed-required`), once a call learnt it (voice/panel.js).
  */
 export class Session extends EventTarget {
-  /** @param {Pairing} pairing */
-  constructor(pairing) {
+  /**
+   * @param {Pairing} pairing
+   * @param {{privateRelay?: boolean}} [offer] the relay that served the page asks for its relay token
+   */
+  constructor(pairing, offer = {}) {
     super();
     this.pairing = pairing;
+    /** The relay refuses a socket without its token, which this link does not carry. */
+    this.tokenMissing = pairing.kind === 'relay' && !pairing.relayToken && offer.privateRelay === true;
     /** @type {string | null} */
     this.liveRefused = null;
     /** @type {WebSocket | null} */
@@ -223,7 +228,6 @@ export class Session extends EventTarget {
     return `${scheme}//${location.host}${path}`;
   }
 
-
   /**
    * @param {ConnectionState} state
    * @param {string} text
@@ -328,7 +332,8 @@ export class Session extends EventTarget {
     // The countdown counts: the words are said again every second until the attempt.
     const say = () => {
       const seconds = Math.max(1, Math.ceil((at - Date.now()) / 1000));
-      this.setState('reconnecting', `offline — reconnecting in ${seconds} s`);
+      const why = this.tokenMissing ? 'private relay: this link lacks its token (open the one voxa pair prints) — ' : 'offline — ';
+      this.setState('reconnecting', `${why}reconnecting in ${seconds} s`);
     };
     say();
     clearTimeout(this.timer);

@@ -1,9 +1,8 @@
 // @ts-check
-// The header: the connection line (with Reconnect), the laptop and environment pickers, and the
-// notice an error outside any call shows.
+// The header: the connection line (with Reconnect) and the notice an error outside any call
+// shows. The machine picker in it is picker.js.
 
-import { el, part, show } from '../dom.js';
-import * as pairings from '../pairings.js';
+import { part, show } from '../dom.js';
 
 /**
  * @typedef {import('../store.js').Store} Store
@@ -43,45 +42,6 @@ export class ConnectionLine {
       mark.textContent = connection.sealed ? 'sealed' : 'not sealed';
       mark.title = connection.sealed ? 'End to end: the relay carries only ciphertext it cannot read or change'
         : 'Not sealed: the relay can read this session';
-    });
-  }
-}
-
-/** The laptop picker, shown once two or more laptops are paired. */
-export class LaptopPicker {
-  /**
-   * @param {HTMLElement} root `#laptop-pick`
-   * @param {Context} context
-   */
-  constructor(root, { store, app }) {
-    const select = part(root, 'laptop', HTMLSelectElement);
-    select.addEventListener('change', () => app.switchTo(select.value));
-    store.watch(['pairings', 'pairing'], ({ pairings: list, pairing }) => {
-      const labels = list.map((p) => pairings.label(p));
-      // Two laptops with one name are told apart by their codes.
-      const shown = list.map((p, i) => (labels.indexOf(labels[i]) !== labels.lastIndexOf(labels[i]) && p.kind === 'relay'
-        ? `${labels[i]} · ${p.code.slice(0, 4)}` : labels[i]));
-      select.replaceChildren(...list.map((p, i) => el('option', { value: p.id, text: shown[i] })));
-      if (pairing) select.value = pairing.id;
-      root.hidden = list.length < 2;
-    });
-  }
-}
-
-/** The environment picker, shown when the laptop routes calls to other machines. */
-export class EnvironmentPicker {
-  /**
-   * @param {HTMLElement} root `#env-pick`
-   * @param {Context} context
-   */
-  constructor(root, { store, app }) {
-    const select = part(root, 'env', HTMLSelectElement);
-    select.addEventListener('change', () => app.chooseEnv(select.value));
-    store.watch(['environments', 'env'], ({ environments, env }) => {
-      select.replaceChildren(el('option', { value: '', text: 'This laptop' }),
-        ...environments.map((e) => el('option', { value: e.envKey, text: e.name })));
-      select.value = env;
-      root.hidden = environments.length === 0;
     });
   }
 }

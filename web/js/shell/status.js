@@ -1,6 +1,7 @@
 // @ts-check
 // The status panel: what the laptop said in its hello, the tools it offers, who is connected to
-// it (from its `status` answer), Stop everything, and Forget / Add a laptop.
+// it (from its `status` answer) and Stop everything. Renaming, forgetting and adding a laptop are
+// the machine picker's (picker.js).
 
 import { el, part } from '../dom.js';
 import * as pairings from '../pairings.js';
@@ -33,38 +34,9 @@ export class Status {
    * @param {HTMLElement} root `#panel-status`
    * @param {Context} context
    */
-  constructor(root, { store, app }) {
+  constructor(root, { store }) {
     const facts = part(root, 'facts', HTMLElement);
     const tools = part(root, 'tools', HTMLElement);
-    const forget = part(root, 'forget', HTMLButtonElement);
-    const actions = forget.parentElement;
-    const ask = part(root, 'forget-ask', HTMLElement);
-    const question = part(root, 'forget-question', HTMLElement);
-    const keep = part(root, 'forget-no', HTMLButtonElement);
-    /** @param {boolean} asking */
-    const asking = (asking) => {
-      ask.hidden = !asking;
-      if (actions) actions.hidden = asking;
-    };
-    // Forgetting cannot be undone from the phone (the link is needed again): it asks first.
-    forget.addEventListener('click', () => {
-      const { pairing } = store.state;
-      if (!pairing) return;
-      question.textContent = `Forget ${pairings.label(pairing)}? This browser will need its pairing link again`
-        + ' (on the laptop: voxa pair).';
-      asking(true);
-      keep.focus();
-      ask.scrollIntoView({ block: 'nearest' });
-    });
-    keep.addEventListener('click', () => {
-      asking(false);
-      forget.focus();
-    });
-    part(root, 'forget-yes', HTMLButtonElement).addEventListener('click', () => {
-      asking(false);
-      app.forgetCurrent();
-    });
-    part(root, 'add-laptop', HTMLButtonElement).addEventListener('click', () => app.showWelcome());
     const connected = part(root, 'connected', HTMLElement);
     const stopAll = part(root, 'stop-all', HTMLButtonElement);
     const stopStatus = part(root, 'stop-all-status', HTMLElement);
@@ -94,7 +66,6 @@ export class Status {
         ? 'Asked the laptop to stop every call of this pairing.'
         : 'The laptop is not connected.';
     });
-    store.watch(['pairing', 'tab'], () => asking(false));
     showWithTab(root, store, 'status');
     store.watch(['pairing', 'connection', 'hello', 'voice', 'env', 'environments', 'server'], (state) => {
       const { pairing, hello, voice, server } = state;
@@ -112,7 +83,6 @@ export class Status {
       facts.replaceChildren(...shown.flatMap(([name, value]) => [el('dt', { text: name }), el('dd', { text: value })]));
       const offered = hello && Array.isArray(hello.tools) ? hello.tools.filter((t) => typeof t === 'string') : [];
       tools.replaceChildren(...offered.map((tool) => el('li', { text: tool })));
-      forget.hidden = !pairing;
     });
   }
 }

@@ -125,6 +125,8 @@ export class Call {
    * @param {Promise<void>} [ready]
    */
   begin(ready = Promise.resolve()) {
+    // A refusal of the link after the call already failed here is nobody's news.
+    ready.catch(() => {});
     /** @type {typeof AudioContext | undefined} */
     const AudioContextClass = globalThis.AudioContext || /** @type {any} */ (globalThis).webkitAudioContext;
     if (!AudioContextClass || !navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {

@@ -29,7 +29,7 @@ function saidOf(line) {
  * What each call_error code means, as a sentence, when the laptop hosts the call: every code of
  * protocol.js (the type says so), and the page's own.
  * @type {Record<import('../protocol.js').CallErrorCode | 'mic-denied' | 'no-mic' | 'no-audio' | 'offline'
- *   | 'no-voice-laptop' | 'no-voice-relay' | 'proxy-token' | 'sealed-required', string>}
+ *   | 'call-socket' | 'no-voice-laptop' | 'no-voice-relay' | 'proxy-token' | 'sealed-required', string>}
  */
 const CALL_ERRORS = {
   'bad-key': 'The laptop\'s Gemini API key was refused. Check GEMINI_API_KEY on the laptop.',
@@ -42,10 +42,13 @@ const CALL_ERRORS = {
   'unavailable': 'This laptop does not host voice calls. Start it with voxa --self-hosted and a GEMINI_API_KEY.',
   'no-call': 'No call is running on the laptop.',
   'at-capacity': 'As many calls as allowed are running; try again later.',
+  'too-many-calls': 'This network runs or just started as many relay calls as its operator allows; try again in a minute.',
+  'budget-spent': 'The relay\'s voice minutes for today are spent; they come back at midnight UTC.',
   'mic-denied': 'The microphone is blocked. Allow it for this page in the browser\'s site settings.',
   'no-mic': 'No microphone was found.',
   'no-audio': 'This browser cannot run a voice call here (it needs https and Web Audio).',
   'offline': 'The call ended: the laptop went offline.',
+  'call-socket': 'The relay\'s socket for this call did not open, or closed; try the call again.',
   'no-voice-laptop': 'There is no voice on this laptop: it does not host calls itself. '
     + 'Start it with voxa --self-hosted and a GEMINI_API_KEY.',
   'no-voice-relay': 'There is no voice on this relay, and this laptop does not host calls itself. '
@@ -216,7 +219,7 @@ export class Voice {
     const socket = new CallSocket(session.pairing, /** @type {CryptoKey} */ (session.key));
     this.listen(socket);
     socket.addEventListener('closed', () => {
-      if (this.call && this.call.link === socket) this.finish({ code: 'offline' });
+      if (this.call && this.call.link === socket) this.finish({ code: 'call-socket', message: 'The relay closed it.' });
     });
     return socket;
   }

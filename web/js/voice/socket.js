@@ -61,7 +61,7 @@ export class CallSocket extends EventTarget {
    */
   open() {
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => this.fail({ code: 'offline', message: 'the relay did not open the call in time' }),
+      const timer = setTimeout(() => this.fail({ code: 'call-socket', message: 'The relay did not open it in time.' }),
         OPEN_TIMEOUT_MS);
       this.opening = {
         resolve: () => { clearTimeout(timer); resolve(); },
@@ -76,7 +76,7 @@ export class CallSocket extends EventTarget {
       try {
         socket = new WebSocket(`${scheme}//${location.host}/live?code=${this.pairing.code}`, relayProtocols(this.pairing));
       } catch {
-        this.fail({ code: 'offline', message: 'the relay could not be reached' });
+        this.fail({ code: 'call-socket', message: 'The relay could not be reached.' });
         return;
       }
       this.socket = socket;
@@ -87,7 +87,7 @@ export class CallSocket extends EventTarget {
       socket.onclose = () => {
         this.online = false;
         if (this.opening) {
-          if (opened) this.fail({ code: 'offline', message: 'the relay closed the call socket' });
+          if (opened) this.fail({ code: 'call-socket', message: 'The relay closed it before the laptop answered.' });
           else this.refusal().then((error) => this.fail(error));
         } else if (!this.closed) {
           this.closed = true;
@@ -112,7 +112,7 @@ export class CallSocket extends EventTarget {
       status = 0;
     }
     const code = LIVE_REFUSALS[status];
-    return code ? { code } : { code: 'offline', message: 'the relay could not open the call' };
+    return code ? { code } : { code: 'call-socket', message: 'The relay refused it.' };
   }
 
   /** @param {Failure} error */
@@ -135,7 +135,7 @@ export class CallSocket extends EventTarget {
     const frame = parseAgentFrame(data);
     if (!frame) return;
     if (this.opening) {
-      this.hello(frame).catch(() => this.fail({ code: 'offline', message: 'the hello failed' }));
+      this.hello(frame).catch(() => this.fail({ code: 'call-socket', message: 'Its hello failed.' }));
     } else if (VOICE_FRAMES.has(frame.type) || frame.type === 'image') {
       this.dispatchEvent(new CustomEvent('voice', { detail: frame }));
     }
@@ -151,7 +151,7 @@ export class CallSocket extends EventTarget {
     if (frame.type === 'challenge') {
       const agentNonce = typeof frame.nonce === 'string' ? frame.nonce : '';
       if (frame.protocol !== PROTOCOL || !/^[0-9a-f]{32}$/.test(agentNonce)) {
-        this.fail({ code: 'offline', message: 'this laptop speaks another protocol version — update voxa' });
+        this.fail({ code: 'call-socket', message: 'This laptop speaks another protocol version: update voxa.' });
         return;
       }
       const challenge = { agentNonce, clientNonce: randomHex(16) };
@@ -164,7 +164,7 @@ export class CallSocket extends EventTarget {
       this.challenge = null;
       const expected = await helloProof(this.key, 'agent', agentNonce, clientNonce);
       if (!sameText(frame.proof, expected)) {
-        this.fail({ code: 'offline', message: 'this is not your laptop — it could not prove it holds the pairing' });
+        this.fail({ code: 'call-socket', message: 'This is not your laptop: it could not prove it holds the pairing.' });
         return;
       }
       const opening = this.opening;
@@ -173,8 +173,12 @@ export class CallSocket extends EventTarget {
       if (opening) opening.resolve();
     } else if (frame.type === 'error') {
       // A laptop with `[security] require_sealed` refuses every hello the relay can read.
-      const code = frame.code === 'sealed-session-required' ? 'sealed-required' : 'offline';
-      this.fail(code === 'offline' ? { code, message: 'the laptop refused the call socket' } : { code });
+      if (frame.code === 'sealed-session-required') {
+        this.fail({ code: 'sealed-required' });
+        return;
+      }
+      const why = typeof frame.code === 'string' && /^[a-z-]{1,40}$/.test(frame.code) ? ` (${frame.code})` : '';
+      this.fail({ code: 'call-socket', message: `The laptop refused its hello${why}.` });
     }
   }
 
@@ -216,6 +220,10 @@ export class CallSocket extends EventTarget {
 
   /** Closes the socket for good; the relay's call ends with it. */
   close() {
+    const opening = this.opening;
+    this.opening = null;
+    // Closed while it opened (the session went offline, the page left): the call never starts.
+    if (opening) opening.reject({ code: 'call-socket', message: 'The call ended before its socket opened.' });
     this.closed = true;
     this.online = false;
     this.challenge = null;
