@@ -42,7 +42,12 @@ async fn main() -> Result<()> {
     let socket_url = format!("{scheme}://{host}{port}{base}/ws?code={code}");
 
     // voxa's dialer adds TLS and proxy support; any WebSocket client works here.
-    let mut socket = voxa::net::dial::connect(&socket_url, &Default::default()).await?;
+    // A private relay's token rides in the link too; a client that can send headers sends it so.
+    let options = voxa::net::dial::DialOptions {
+        bearer: param("relay_token").map(voxa::secret::Secret::from_string),
+        ..Default::default()
+    };
+    let mut socket = voxa::net::dial::connect(&socket_url, &options).await?;
     eprintln!("connected to the relay; waiting for the laptop");
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);

@@ -213,6 +213,25 @@ mod tests {
     }
 
     #[test]
+    fn the_qr_code_and_the_link_carry_a_private_relays_token_and_the_text_says_so() {
+        let relay = RelayUrl::parse("https://relay.example.com").unwrap();
+        let secrets = Secrets {
+            relay_code: Secret::from_string("00112233445566778899aabbccddeeff".into()),
+            auth_token: Secret::from_string("ffeeddccbbaa99887766554433221100".into()),
+        };
+        let token = Secret::from_string("team/token 1".into());
+        let text = pairing_text(&relay, &secrets, Some(&token), true, false).unwrap();
+        let link = "https://relay.example.com/#code=00112233445566778899aabbccddeeff\
+                    &token=ffeeddccbbaa99887766554433221100&relay_token=team%2Ftoken+1";
+        let art: String = text.lines().take_while(|line| !line.starts_with("Scan")).collect::<Vec<_>>().join("\n");
+        assert_eq!(decode(&art), link, "the phone's camera reads the token too");
+        assert!(text.lines().any(|line| line == link), "{text}");
+        assert!(text.contains("The link carries the relay's token as well"), "{text}");
+        let plain = pairing_text(&relay, &secrets, None, false, false).unwrap();
+        assert!(!plain.contains("relay_token") && !plain.contains("relay's token"), "{plain}");
+    }
+
+    #[test]
     fn ansi_qr_wraps_every_line_in_explicit_colours() {
         let art = render_qr("https://x.example/#code=a&token=b", true).unwrap();
         assert!(art.lines().all(|l| l.starts_with("\x1b[30;107m") && l.ends_with("\x1b[0m")));

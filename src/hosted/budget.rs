@@ -97,10 +97,27 @@ impl Budget {
     /// Charges `elapsed` call time to today; saves when it is time to (`end`: a call ended, save
     /// now). Returns time used today and time left.
     pub fn charge(&self, elapsed: Duration, end: bool) -> (Duration, Option<Duration>) {
-        self.charge_on(today(), elapsed, end)
+        self.charge_on(today(), elapsed, end, |_, _| {})
     }
 
-    fn charge_on(&self, day: u64, elapsed: Duration, end: bool) -> (Duration, Option<Duration>) {
+    /// [`Budget::charge`], telling `report` the new state while no other charge can come between
+    /// (so gauges fed from it never go back to an older count).
+    pub fn charge_reporting(
+        &self,
+        elapsed: Duration,
+        end: bool,
+        report: impl FnOnce(Duration, Option<Duration>),
+    ) -> Option<Duration> {
+        self.charge_on(today(), elapsed, end, report).1
+    }
+
+    fn charge_on(
+        &self,
+        day: u64,
+        elapsed: Duration,
+        end: bool,
+        report: impl FnOnce(Duration, Option<Duration>),
+    ) -> (Duration, Option<Duration>) {
         let mut ledger = self.ledger();
         ledger.roll(day);
         ledger.used = ledger.used.saturating_add(elapsed);
@@ -116,7 +133,9 @@ impl Budget {
                 Err(err) => warn!(err = %format_args!("{err:#}"), "could not save the hosted voice budget"),
             }
         }
-        (ledger.used, self.left(&ledger))
+        let state = (ledger.used, self.left(&ledger));
+        report(state.0, state.1);
+        state
     }
 
     fn left(&self, ledger: &Ledger) -> Option<Duration> {
@@ -193,12 +212,16 @@ mod tests {
         let budget = Budget::open(Some(Duration::from_secs(60)), None).unwrap();
         let day = today();
         assert_eq!(
-            budget.charge_on(day, Duration::from_secs(45), false),
+            budget.charge_on(day, Duration::from_secs(45), false, |_, _| {}),
             (Duration::from_secs(45), Some(Duration::from_secs(15)))
         );
-        assert_eq!(budget.charge_on(day, Duration::from_secs(30), false).1, Some(Duration::ZERO), "never below zero");
+        assert_eq!(
+            budget.charge_on(day, Duration::from_secs(30), false, |_, _| {}).1,
+            Some(Duration::ZERO),
+            "never below zero"
+        );
         assert!(budget.spent());
-        let (used, left) = budget.charge_on(day + 1, Duration::from_secs(5), false);
+        let (used, left) = budget.charge_on(day + 1, Duration::from_secs(5), false, |_, _| {});
         assert_eq!((used, left), (Duration::from_secs(5), Some(Duration::from_secs(55))), "midnight starts anew");
         assert_eq!(Budget::unlimited().charge(Duration::from_secs(9), true), (Duration::from_secs(9), None));
     }

@@ -73,9 +73,9 @@ impl Meter {
     /// Charges the time since the last charge; returns the time left today (`None`: no limit).
     fn charge(&mut self, end: bool) -> Option<Duration> {
         let now = Instant::now();
-        let (used, left) = self.budget.charge(now - self.since, end);
+        let metrics = &self.metrics;
+        let left = self.budget.charge_reporting(now - self.since, end, |used, left| metrics.live_budget(used, left));
         self.since = now;
-        self.metrics.live_budget(used, left);
         left
     }
 }

@@ -262,3 +262,45 @@ async fn two_browsers_on_one_link_both_stay_online_and_both_see_a_command() {
     second.close().await;
     scene.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_and_environments_read_back_from_storage_are_bounded_and_shown_as_text() {
+    let Some(scene) = Scene::start().await else { return };
+    let browser = &scene.browser;
+    scene.open_online().await;
+    // Storage written by anything else on the origin: a long name with markup, environments of
+    // every wrong shape, one right.
+    let planted = browser
+        .script(
+            "const stored = JSON.parse(localStorage.getItem('voxa.pairings'));
+             stored.list[0].alias = '<img src=x onerror=\"window.ran = 1\">' + 'x'.repeat(500);
+             stored.list[0].environments = [null, 7, {envKey: 3, name: 'n'}, {envKey: '', name: 'empty'},
+               {envKey: 'k'.repeat(300), name: 'kept'}];
+             localStorage.setItem('voxa.pairings', JSON.stringify(stored));
+             return stored.list.length;",
+            vec![],
+        )
+        .await;
+    assert_eq!(planted, json!(1));
+    browser.client.refresh().await.unwrap();
+    browser.wait_connection("online").await;
+    open_machines(browser).await;
+    let shown = browser
+        .script(
+            "const label = document.querySelector('#machine-list .machine-label').textContent;
+             return [label.length, label.startsWith('<img src=x'), document.querySelectorAll('#machines img').length,
+                     window.ran === undefined, localStorage.getItem('voxa.pairings').includes('x'.repeat(41))];",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        shown,
+        json!([40, true, 0, true, false]),
+        "the name is cut to 40 characters, kept as text, stored back cut"
+    );
+    // The laptop's own answer (no `fleet` here) replaces what storage said about environments.
+    let environments =
+        browser.script("return document.querySelectorAll('#machine-list .machine-envs button').length;", vec![]).await;
+    assert_eq!(environments, json!(0));
+    scene.close().await;
+}
