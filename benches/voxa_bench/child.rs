@@ -87,13 +87,12 @@ pub fn start_agent_configured(
     Agent { child, port, token: read("auth_token"), code: read("relay_code"), embedded_relay, _dir: dir }
 }
 
-/// A running `voxa relay` on a loopback port; killed when dropped.
+/// A running `voxa relay` on a loopback port, with a home of its own; killed when dropped.
 pub struct Relay {
     pub child: Child,
     pub addr: SocketAddr,
     /// Its `relay_listening` event.
     pub listening: Value,
-    /// Its home (a hosting relay keeps its daily budget there), never the user's.
     _home: tempfile::TempDir,
 }
 
