@@ -3,6 +3,7 @@
 //! output on screen. Both times are read from the page's own performance marks, so WebDriver's
 //! polling adds nothing to them. Then a call from the page, once hosted by a self-hosted laptop and
 //! once by `voxa relay` at `/live`: the page's latency series, its CPU and bytes each way.
+//! `web-network` loads the page over an emulated phone network, cold and reloaded.
 
 #[path = "../../tests/it/browser.rs"]
 pub(crate) mod browser;
