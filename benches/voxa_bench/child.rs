@@ -87,22 +87,25 @@ pub fn start_agent_configured(
     Agent { child, port, token: read("auth_token"), code: read("relay_code"), embedded_relay, _dir: dir }
 }
 
-/// A running `voxa relay` on a loopback port; killed when dropped.
+/// A running `voxa relay` on a loopback port, with a home of its own; killed when dropped.
 pub struct Relay {
     pub child: Child,
     pub addr: SocketAddr,
     /// Its `relay_listening` event.
     pub listening: Value,
+    _home: tempfile::TempDir,
 }
 
 impl Relay {
     /// Starts `voxa relay --listen 127.0.0.1:0 --json <args>` with `env` set, and returns once it
     /// listens.
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> Relay {
+        let home = tempfile::tempdir().unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_voxa"))
             .args(["relay", "--listen", "127.0.0.1:0", "--json"])
             .args(args)
             .envs(env.iter().copied())
+            .env("VOXA_HOME", home.path().join("home"))
             .env_remove("VOXA_RELAY_TOKEN")
             .env_remove("VOXA_PROXY_TOKEN")
             .env_remove("RUST_LOG")
@@ -115,7 +118,7 @@ impl Relay {
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
         let listening: Value = serde_json::from_str(&line).unwrap();
         let addr = listening["listen"].as_str().unwrap_or_else(|| panic!("no address in {line}")).parse().unwrap();
-        Relay { child, addr, listening }
+        Relay { child, addr, listening, _home: home }
     }
 }
 

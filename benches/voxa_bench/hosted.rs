@@ -33,7 +33,20 @@ pub(crate) use crate::child::Relay as HostingRelay;
 
 impl HostingRelay {
     pub(crate) fn spawn(gemini_url: &str) -> HostingRelay {
-        let args = ["--open-live", "--live-max-calls", "10000", "--max-connections-per-ip", "0"];
+        // Every call comes from 127.0.0.1: no per-address limits, no daily budget.
+        let args = [
+            "--open-live",
+            "--live-max-calls",
+            "10000",
+            "--live-calls-per-address",
+            "10000",
+            "--live-starts-per-minute",
+            "10000",
+            "--live-minutes-per-day",
+            "0",
+            "--max-connections-per-ip",
+            "0",
+        ];
         let relay = HostingRelay::start(&args, &[("GEMINI_API_KEY", KEY), ("VOXA_GEMINI_URL", gemini_url)]);
         assert_eq!(relay.listening["live"], true, "{}", relay.listening);
         relay

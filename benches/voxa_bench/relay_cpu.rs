@@ -4,9 +4,11 @@
 //! installed by npm into a temporary directory; skipped with a note without npm). Each relay runs
 //! pinned to core 0 and the load generator to core 1; the figures are the relay process's own CPU
 //! time (utime + stime from /proc/<pid>/stat) per round trip of a 32 B frame, binary and text
-//! (voxa's sessions are JSON text), the round-trip p50/p99, and the relay's RSS once the load's
-//! pairs have joined, at 1 pair, 100 pairs × 4 frames in flight, and 1000 pairs. Each figure is
-//! the median of several runs, every relay measured in each run. voxa and the Node relay speak the
+//! (voxa's sessions are JSON text), the round-trip p50/p99, rounds waited (a fairness figure the
+//! machine's load does not move: see `Figures`), how often the relay and the generator were
+//! preempted, and the relay's RSS once the load's pairs have joined, at 1 pair, 100 pairs × 4
+//! frames in flight, and 1000 pairs. Each figure is the median of several runs, every relay
+//! measured in each run. voxa and the Node relay speak the
 //! relay framing to the agent side (docs/PROTOCOL.md, "Relay"); the floor forwards bytes as they
 //! are, so the generator's agent side echoes what each one sends.
 
@@ -57,7 +59,16 @@ struct Figures {
     system_us_per_round_trip: f64,
     p50_us: f64,
     p99_us: f64,
+    /// Round trips of every pair that completed while one was in flight (itself included), over
+    /// the frames in flight: 1.0 when the relay serves its sockets in turn, whatever the machine's
+    /// load does to the wall-clock figures.
+    p50_rounds: f64,
+    p99_rounds: f64,
     round_trips_per_s: f64,
+    /// Times per second the kernel took the core from the relay's threads, and from the load
+    /// generator's, while they could still run (other processes wanting the core).
+    relay_preempted_per_s: f64,
+    generator_preempted_per_s: f64,
     /// Resident memory once every pair of the load has joined, and its anonymous part (heap,
     /// stacks; the rest is the binary's and libraries' pages), in KiB.
     rss_kib: f64,
@@ -123,14 +134,19 @@ fn generate(measuring: bool) -> Vec<(String, String)> {
                     percentiles(&mut values).0
                 };
                 format!(
-                    "{}: {:.1} µs CPU ({:.1} in the kernel), p50 {:.0} µs, p99 {:.0} µs, {:.0}k rt/s, \
+                    "{}: {:.1} µs CPU ({:.1} in the kernel), p50 {:.0} µs, p99 {:.0} µs, \
+                     rounds waited p50 {:.2} p99 {:.2}, {:.0}k rt/s, preempted {:.0}/s (generator {:.0}/s), \
                      RSS {:.1} MiB ({:.1} anonymous)",
                     contender.name,
                     median(|f| f.cpu_us_per_round_trip),
                     median(|f| f.system_us_per_round_trip),
                     median(|f| f.p50_us),
                     median(|f| f.p99_us),
+                    median(|f| f.p50_rounds),
+                    median(|f| f.p99_rounds),
                     median(|f| f.round_trips_per_s) / 1000.0,
+                    median(|f| f.relay_preempted_per_s),
+                    median(|f| f.generator_preempted_per_s),
                     median(|f| f.rss_kib) / 1024.0,
                     median(|f| f.anon_kib) / 1024.0,
                 )
@@ -224,6 +240,26 @@ fn cpu_us(relay: &RelayProcess) -> anyhow::Result<(f64, f64)> {
     Ok(((user + system) as f64 * per_tick, system as f64 * per_tick))
 }
 
+/// Involuntary context switches of every thread of a process so far.
+fn preempted(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks.flatten().map(|task| involuntary_switches(&task.path().join("status"))).sum()
+}
+
+/// Involuntary context switches of the calling thread (the load generator) so far.
+fn preempted_here() -> u64 {
+    involuntary_switches(Path::new("/proc/thread-self/status"))
+}
+
+fn involuntary_switches(status: &Path) -> u64 {
+    let status = std::fs::read_to_string(status).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 fn code(n: usize) -> String {
     format!("{:032x}", 0xc0de_0000_0000_0000_0000_0000_0000_0000u128 + n as u128)
 }
@@ -307,7 +343,8 @@ async fn echo(mut read: OwnedReadHalf, mut write: OwnedWriteHalf, framed: bool) 
 struct Tally {
     round_trips: AtomicU64,
     recording: AtomicBool,
-    samples: Mutex<Vec<f64>>,
+    /// Each recorded round trip: (microseconds, round trips completed meanwhile).
+    samples: Mutex<Vec<(f64, u64)>>,
     epoch: Instant,
 }
 
@@ -319,17 +356,21 @@ struct Load {
     opcode: u8,
 }
 
-/// The payload of a phone's frame: its send time in nanoseconds as 16 hex digits (text, so
-/// valid UTF-8 either way), padded to [`FRAME`] bytes.
+/// The payload of a phone's frame ([`FRAME`] bytes of hex digits, so valid UTF-8 either way): its
+/// send time in nanoseconds and the round trips every pair had completed by then.
 fn stamp(tally: &Tally) -> [u8; FRAME] {
-    let mut payload = [b'Z'; FRAME];
     let nanos = tally.epoch.elapsed().as_nanos() as u64;
-    payload[..16].copy_from_slice(format!("{nanos:016x}").as_bytes());
+    let done = tally.round_trips.load(Ordering::Relaxed);
+    let mut payload = [0u8; FRAME];
+    payload.copy_from_slice(format!("{nanos:016x}{done:016x}").as_bytes());
     payload
 }
 
-fn stamped(payload: &[u8]) -> Option<u64> {
-    u64::from_str_radix(std::str::from_utf8(payload.get(..16)?).ok()?, 16).ok()
+/// A returning frame's (send time, round trips completed before it left).
+fn stamped(payload: &[u8]) -> Option<(u64, u64)> {
+    let hex =
+        |range: std::ops::Range<usize>| u64::from_str_radix(std::str::from_utf8(payload.get(range)?).ok()?, 16).ok();
+    Some((hex(0..16)?, hex(16..32)?))
 }
 
 /// The phone side: keeps `in_flight` frames going, each stamped with its send time.
@@ -351,21 +392,25 @@ async fn phone(
         rtts.clear();
         frames
             .read(&mut read, |opcode, payload| {
-                if let (true, Some(sent)) = (opcode == load.opcode && payload.len() == FRAME, stamped(payload)) {
-                    rtts.push((tally.epoch.elapsed().as_nanos() as u64).saturating_sub(sent) as f64 / 1000.0);
+                if let (true, Some((sent, done))) = (opcode == load.opcode && payload.len() == FRAME, stamped(payload))
+                {
+                    let micros = (tally.epoch.elapsed().as_nanos() as u64).saturating_sub(sent) as f64 / 1000.0;
+                    rtts.push((micros, tally.round_trips.load(Ordering::Relaxed).saturating_sub(done)));
                 }
             })
             .await?;
+        if rtts.is_empty() {
+            continue;
+        }
+        // Counted before the next frames are stamped, so a frame's count starts after its own.
+        tally.round_trips.fetch_add(rtts.len() as u64, Ordering::Relaxed);
+        if tally.recording.load(Ordering::Relaxed) {
+            tally.samples.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(&rtts);
+        }
         for _ in 0..rtts.len() {
             push_frame(&mut out, load.opcode, &stamp(&tally));
         }
-        if !rtts.is_empty() {
-            tally.round_trips.fetch_add(rtts.len() as u64, Ordering::Relaxed);
-            if tally.recording.load(Ordering::Relaxed) {
-                tally.samples.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(&rtts);
-            }
-            write.write_all(&out).await?;
-        }
+        write.write_all(&out).await?;
     }
 }
 
@@ -405,24 +450,33 @@ async fn measure(contender: &Contender, load: Load, measuring: bool) -> anyhow::
     let (warm_up, window) =
         if measuring { (WARM_UP, MEASURE) } else { (Duration::from_millis(50), Duration::from_millis(200)) };
     tokio::time::sleep(warm_up).await;
+    let preempted0 = (preempted(pid), preempted_here());
     let (count0, cpu0, started) = (tally.round_trips.load(Ordering::Relaxed), cpu_us(&relay)?, Instant::now());
     tally.recording.store(true, Ordering::Relaxed);
     tokio::time::sleep(window).await;
     tally.recording.store(false, Ordering::Relaxed);
     let (count1, cpu1, elapsed) = (tally.round_trips.load(Ordering::Relaxed), cpu_us(&relay)?, started.elapsed());
+    let preempted1 = (preempted(pid), preempted_here());
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
     relay.stop();
     let round_trips = count1.saturating_sub(count0).max(1);
-    let mut samples = std::mem::take(&mut *tally.samples.lock().unwrap_or_else(|e| e.into_inner()));
+    let samples = std::mem::take(&mut *tally.samples.lock().unwrap_or_else(|e| e.into_inner()));
     anyhow::ensure!(!samples.is_empty(), "no round trip completed through {}", contender.name);
-    let (p50_us, p99_us) = percentiles(&mut samples);
+    let (p50_us, p99_us) = percentiles(&mut samples.iter().map(|(micros, _)| *micros).collect::<Vec<_>>());
+    let in_flight = (load.pairs * load.in_flight) as f64;
+    let (p50_rounds, p99_rounds) =
+        percentiles(&mut samples.iter().map(|(_, done)| (*done + 1) as f64 / in_flight).collect::<Vec<_>>());
     Ok(Figures {
         cpu_us_per_round_trip: (cpu1.0 - cpu0.0) / round_trips as f64,
         system_us_per_round_trip: (cpu1.1 - cpu0.1) / round_trips as f64,
         p50_us,
         p99_us,
+        p50_rounds,
+        p99_rounds,
         round_trips_per_s: round_trips as f64 / elapsed.as_secs_f64(),
+        relay_preempted_per_s: preempted1.0.saturating_sub(preempted0.0) as f64 / elapsed.as_secs_f64(),
+        generator_preempted_per_s: preempted1.1.saturating_sub(preempted0.1) as f64 / elapsed.as_secs_f64(),
         rss_kib,
         anon_kib,
     })
