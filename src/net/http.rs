@@ -315,6 +315,32 @@ mod tests {
         assert!(!format!("{head:?}").contains("abc"));
     }
 
+    #[test]
+    fn keep_alive_follows_the_version_and_connection_and_never_survives_a_body() {
+        let head = |text: &str| RequestHead::parse(text.as_bytes()).unwrap().0;
+        assert!(head("GET / HTTP/1.1\r\nHost: h\r\n\r\n").keeps_alive());
+        assert!(!head("GET / HTTP/1.1\r\nConnection: Close\r\n\r\n").keeps_alive());
+        assert!(!head("GET / HTTP/1.0\r\n\r\n").keeps_alive());
+        assert!(head("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").keeps_alive());
+        assert!(!head("GET / HTTP/1.1\r\nContent-Length: 4\r\n\r\n").keeps_alive());
+        assert!(head("GET / HTTP/1.1\r\nContent-Length: 0\r\n\r\n").keeps_alive());
+        assert!(!head("GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").keeps_alive());
+    }
+
+    #[tokio::test]
+    async fn the_next_head_starts_with_the_bytes_carried_from_the_last() {
+        let two = b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\nGE";
+        let (first, carried) = read_head(&mut &two[..], HEAD_TIMEOUT).await.unwrap();
+        assert_eq!(first.path, "/a");
+        // The second head is whole in what was carried: nothing more is read for it.
+        let (second, rest) = read_next_head(&mut &b""[..], HEAD_TIMEOUT, carried).await.unwrap();
+        assert_eq!((second.path.as_str(), rest.as_slice()), ("/b", &b"GE"[..]));
+        let (third, _) = read_next_head(&mut &b"T /c HTTP/1.1\r\n\r\n"[..], HEAD_TIMEOUT, rest).await.unwrap();
+        assert_eq!(third.path, "/c");
+        let carried = vec![b'a'; MAX_HEAD_LEN + 1];
+        assert!(matches!(read_next_head(&mut &b""[..], HEAD_TIMEOUT, carried).await, Err(HeadError::TooLarge)));
+    }
+
     #[tokio::test]
     async fn read_head_keeps_bytes_after_the_head_and_bounds_size() {
         let mut input = UPGRADE.to_vec();
