@@ -65,5 +65,8 @@ fn main() {
     if wanted("web") {
         web::run(&mut report, runs(20));
     }
+    if wanted("web-network") {
+        web::run_network(&mut report, runs(10));
+    }
     report.print();
 }

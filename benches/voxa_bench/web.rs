@@ -3,6 +3,7 @@
 //! output on screen. Both times are read from the page's own performance marks, so WebDriver's
 //! polling adds nothing to them. Then a call from the page, once hosted by a self-hosted laptop and
 //! once by `voxa relay` at `/live`: the page's latency series, its CPU and bytes each way.
+//! `web-network` loads the page over an emulated phone network, cold and reloaded.
 
 #[path = "../../tests/it/browser.rs"]
 pub(crate) mod browser;
@@ -225,6 +226,89 @@ async fn measure(report: &mut Report, samples: usize) {
         "",
     );
     browser.close().await;
+}
+
+/// The emulated phone network: a 150 ms round trip and 1.6 Mbit/s each way.
+const NETWORK: (f64, f64) = (150.0, 1.6e6 / 8.0);
+
+/// The page over an emulated phone network (Chromium's DevTools network conditions: each request
+/// waits the round trip, bodies flow at the throughput): the pairing link opened with nothing
+/// cached (cache and the origin's storage cleared before each load) and the page reloaded with
+/// everything a first visit left, each to "online", and the bytes that crossed the wire.
+pub fn run_network(report: &mut Report, samples: usize) {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("web-network bench skipped: no runtime: {err}");
+            return;
+        }
+    };
+    runtime.block_on(measure_network(report, samples));
+}
+
+async fn measure_network(report: &mut Report, samples: usize) {
+    let Some(browser) = Browser::start().await else { return };
+    let agent = start_agent(&[], &["--embedded-relay"], &[], &["embedded_relay", "started"]);
+    let relay = agent.embedded_relay.clone().expect("the embedded relay's address");
+    let origin = format!("http://{relay}");
+    let link = format!("{origin}/?code={}&token={}", agent.code, agent.token);
+    let (latency, throughput) = NETWORK;
+    browser.cdp("Network.enable", serde_json::json!({})).await;
+    let conditions = serde_json::json!({
+        "offline": false, "latency": latency, "downloadThroughput": throughput, "uploadThroughput": throughput,
+    });
+    browser.cdp("Network.emulateNetworkConditions", conditions).await;
+
+    let (mut cold, mut cold_bytes, mut cold_requests) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut warm, mut warm_bytes, mut warm_requests) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..samples {
+        browser.open("about:blank").await;
+        browser.cdp("Network.clearBrowserCache", serde_json::json!({})).await;
+        browser.cdp("Storage.clearDataForOrigin", serde_json::json!({"origin": origin, "storageTypes": "all"})).await;
+        browser.open(&link).await;
+        browser.wait_connection("online").await;
+        cold.push(mark(&browser, "voxa:online").await);
+        let (bytes, requests) = wire(&browser).await;
+        cold_bytes.push(bytes);
+        cold_requests.push(requests);
+        // What a first visit leaves (the worker's copy, the HTTP cache) is in place for the reload.
+        browser.wait_script("the service worker", "return !!navigator.serviceWorker.controller;").await;
+        browser.client.refresh().await.expect("reload");
+        browser.wait_connection("online").await;
+        warm.push(mark(&browser, "voxa:online").await);
+        let (bytes, requests) = wire(&browser).await;
+        warm_bytes.push(bytes);
+        warm_requests.push(requests);
+    }
+    let rows = [
+        ("open the pairing link → \"online\", nothing cached", &mut cold, &mut cold_bytes, &mut cold_requests),
+        ("reload → \"online\", after a first visit", &mut warm, &mut warm_bytes, &mut warm_requests),
+    ];
+    for (what, times, bytes, requests) in rows {
+        let (median, _) = percentiles(times);
+        let (median_bytes, _) = percentiles(bytes);
+        let (median_requests, _) = percentiles(requests);
+        report.add(
+            AREA,
+            format!("{what}, Chromium at {latency:.0} ms round trip and 1.6 Mbit/s (median of {samples})"),
+            format!(
+                "{median:.0} ms; {:.1} KiB on the wire in {median_requests:.0} HTTP requests",
+                median_bytes / 1024.0
+            ),
+            "",
+        );
+    }
+    browser.close().await;
+}
+
+/// Bytes the page's HTTP requests moved on the wire (headers and bodies, as Chromium counts them;
+/// answers from a cache count 0) and how many went to the network, up to now.
+async fn wire(browser: &Browser) -> (f64, f64) {
+    let script = "const entries = [...performance.getEntriesByType('navigation'), ...performance.getEntriesByType('resource')]; \
+                  const sent = entries.filter((e) => e.transferSize > 0); \
+                  return [sent.reduce((sum, e) => sum + e.transferSize, 0), sent.length];";
+    let value = browser.script(script, vec![]).await;
+    (value[0].as_f64().unwrap_or(f64::NAN), value[1].as_f64().unwrap_or(f64::NAN))
 }
 
 /// Time of a performance mark, in ms since the page's navigation started.

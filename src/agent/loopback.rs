@@ -273,37 +273,52 @@ enum LocalStart {
 
 /// The request head, the upgrade, the challenge and the hello, which must arrive by `deadline`.
 async fn open_session(mut stream: TcpStream, gate: &dyn Gate, deadline: tokio::time::Instant) -> Result<LocalStart> {
-    let (head, leftover) = match http::read_head(&mut stream, HEAD_TIMEOUT).await {
-        Ok(read) => read,
-        Err(http::HeadError::TimedOut) => {
-            let _ = http::respond(&mut stream, 408, "Request Timeout", "no request in time\n").await;
+    // Web answers keep the connection for the page's next request, a bounded number of times and
+    // only until the hello deadline: a connection that waits holds a waiting place.
+    let (mut carried, mut served) = (Vec::new(), 0);
+    let (head, leftover) = loop {
+        let wait =
+            if served == 0 { HEAD_TIMEOUT } else { deadline.saturating_duration_since(tokio::time::Instant::now()) };
+        let (head, leftover) = match http::read_next_head(&mut stream, wait, carried).await {
+            Ok(read) => read,
+            // A kept-alive connection the page no longer needs.
+            Err(http::HeadError::TimedOut) if served > 0 => return Ok(LocalStart::Answered),
+            Err(http::HeadError::Io(err)) if served > 0 && err.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Ok(LocalStart::Answered)
+            }
+            Err(http::HeadError::TimedOut) => {
+                let _ = http::respond(&mut stream, 408, "Request Timeout", "no request in time\n").await;
+                return Ok(LocalStart::Answered);
+            }
+            Err(err) => {
+                let _ = http::respond(&mut stream, 400, "Bad Request", "bad request\n").await;
+                return Err(err.into());
+            }
+        };
+        let port = stream.local_addr()?.port();
+        // Exactly one `Host`, naming this socket; at most one `Origin`, this socket's own.
+        if !head.single_header("host").is_some_and(|host| is_loopback_host_header(host, port)) {
+            http::respond(&mut stream, 403, "Forbidden", "this socket answers only to a loopback Host\n").await?;
             return Ok(LocalStart::Answered);
         }
-        Err(err) => {
-            let _ = http::respond(&mut stream, 400, "Bad Request", "bad request\n").await;
-            return Err(err.into());
-        }
-    };
-    let port = stream.local_addr()?.port();
-    // Exactly one `Host`, naming this socket; at most one `Origin`, this socket's own.
-    if !head.single_header("host").is_some_and(|host| is_loopback_host_header(host, port)) {
-        http::respond(&mut stream, 403, "Forbidden", "this socket answers only to a loopback Host\n").await?;
-        return Ok(LocalStart::Answered);
-    }
-    let origin_ok = match head.header("origin") {
-        None => true,
-        Some(_) => head.single_header("origin").is_some_and(|origin| is_own_origin(origin, port)),
-    };
-    if !origin_ok {
-        http::respond(&mut stream, 403, "Forbidden", "cross-origin requests are refused\n").await?;
-        return Ok(LocalStart::Answered);
-    }
-    if !head.is_websocket_upgrade() {
-        if let Some(response) = web::answer(&head, web::Offer::default()) {
-            response.write(&mut stream).await?;
+        let origin_ok = match head.header("origin") {
+            None => true,
+            Some(_) => head.single_header("origin").is_some_and(|origin| is_own_origin(origin, port)),
+        };
+        if !origin_ok {
+            http::respond(&mut stream, 403, "Forbidden", "cross-origin requests are refused\n").await?;
             return Ok(LocalStart::Answered);
         }
-    }
+        let response = if head.is_websocket_upgrade() { None } else { web::answer(&head, web::Offer::default()) };
+        let Some(response) = response else { break (head, leftover) };
+        served += 1;
+        let keep_alive = served < web::KEEP_ALIVE_REQUESTS && head.keeps_alive();
+        response.write(&mut stream, keep_alive).await?;
+        if !keep_alive {
+            return Ok(LocalStart::Answered);
+        }
+        carried = leftover;
+    };
     if head.path != "/" {
         http::respond(&mut stream, 404, "Not Found", "not found\n").await?;
         return Ok(LocalStart::Answered);

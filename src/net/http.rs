@@ -24,6 +24,8 @@ pub struct RequestHead {
     pub path: String,
     query: Option<String>,
     headers: Vec<(String, String)>,
+    /// The minor version of `HTTP/1.x`.
+    minor: u8,
 }
 
 // Query strings and headers carry codes and tokens: never print them.
@@ -73,7 +75,8 @@ impl RequestHead {
                     .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into_owned()))
                     .collect();
                 let method = request.method.ok_or(HeadError::Malformed)?.to_owned();
-                Ok((RequestHead { method, path, query, headers }, len))
+                let minor = request.version.ok_or(HeadError::Malformed)?;
+                Ok((RequestHead { method, path, query, headers, minor }, len))
             }
             Ok(httparse::Status::Partial) => Err(HeadError::Malformed),
             Err(httparse::Error::TooManyHeaders) => Err(HeadError::TooLarge),
@@ -110,6 +113,22 @@ impl RequestHead {
         scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
     }
 
+    /// Whether the client may send another request on this connection after the answer: HTTP/1.1
+    /// unless it said `Connection: close`, HTTP/1.0 only if it said `keep-alive`; never after a
+    /// request with a body (voxa reads none, so its bytes would be taken for the next request).
+    pub fn keeps_alive(&self) -> bool {
+        let said = |token: &str| {
+            self.headers
+                .iter()
+                .filter(|(n, _)| n == "connection")
+                .any(|(_, v)| v.split(',').any(|part| part.trim().eq_ignore_ascii_case(token)))
+        };
+        let bodiless = self.header("transfer-encoding").is_none()
+            && self.headers.iter().filter(|(n, _)| n == "content-length").all(|(_, v)| v.trim() == "0");
+        let wanted = if self.minor >= 1 { !said("close") } else { said("keep-alive") };
+        wanted && bodiless
+    }
+
     /// True for a well-formed WebSocket upgrade request.
     pub fn is_websocket_upgrade(&self) -> bool {
         let has_token = |name: &str, token: &str| {
@@ -129,16 +148,22 @@ pub async fn read_head<S: AsyncRead + Unpin>(
     stream: &mut S,
     limit: Duration,
 ) -> Result<(RequestHead, Vec<u8>), HeadError> {
+    read_next_head(stream, limit, Vec::new()).await
+}
+
+/// Reads the next request head of a kept-alive connection, starting with the bytes read past the
+/// previous one (a client may send requests before their answers).
+pub async fn read_next_head<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    limit: Duration,
+    carried: Vec<u8>,
+) -> Result<(RequestHead, Vec<u8>), HeadError> {
     let read = async {
-        let mut buf = Vec::with_capacity(1024);
+        let mut buf = carried;
+        buf.reserve(1024);
         let mut chunk = [0u8; 1024];
+        let mut scan_from = 0;
         loop {
-            let n = stream.read(&mut chunk).await.map_err(HeadError::Io)?;
-            if n == 0 {
-                return Err(HeadError::Io(std::io::ErrorKind::UnexpectedEof.into()));
-            }
-            let scan_from = buf.len().saturating_sub(3);
-            buf.extend_from_slice(&chunk[..n]);
             if let Some(pos) = buf[scan_from..].windows(4).position(|w| w == b"\r\n\r\n") {
                 let end = scan_from + pos + 4;
                 // The limit applies to the head itself, whatever the reads that brought it.
@@ -155,6 +180,12 @@ pub async fn read_head<S: AsyncRead + Unpin>(
             if buf.len() > MAX_HEAD_LEN {
                 return Err(HeadError::TooLarge);
             }
+            let n = stream.read(&mut chunk).await.map_err(HeadError::Io)?;
+            if n == 0 {
+                return Err(HeadError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+            }
+            scan_from = buf.len().saturating_sub(3);
+            buf.extend_from_slice(&chunk[..n]);
         }
     };
     tokio::time::timeout(limit, read).await.map_err(|_| HeadError::TimedOut)?
@@ -282,6 +313,32 @@ mod tests {
         assert_eq!(head.bearer(), Some("tok"));
         assert!(head.is_websocket_upgrade());
         assert!(!format!("{head:?}").contains("abc"));
+    }
+
+    #[test]
+    fn keep_alive_follows_the_version_and_connection_and_never_survives_a_body() {
+        let head = |text: &str| RequestHead::parse(text.as_bytes()).unwrap().0;
+        assert!(head("GET / HTTP/1.1\r\nHost: h\r\n\r\n").keeps_alive());
+        assert!(!head("GET / HTTP/1.1\r\nConnection: Close\r\n\r\n").keeps_alive());
+        assert!(!head("GET / HTTP/1.0\r\n\r\n").keeps_alive());
+        assert!(head("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").keeps_alive());
+        assert!(!head("GET / HTTP/1.1\r\nContent-Length: 4\r\n\r\n").keeps_alive());
+        assert!(head("GET / HTTP/1.1\r\nContent-Length: 0\r\n\r\n").keeps_alive());
+        assert!(!head("GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").keeps_alive());
+    }
+
+    #[tokio::test]
+    async fn the_next_head_starts_with_the_bytes_carried_from_the_last() {
+        let two = b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\nGE";
+        let (first, carried) = read_head(&mut &two[..], HEAD_TIMEOUT).await.unwrap();
+        assert_eq!(first.path, "/a");
+        // The second head is whole in what was carried: nothing more is read for it.
+        let (second, rest) = read_next_head(&mut &b""[..], HEAD_TIMEOUT, carried).await.unwrap();
+        assert_eq!((second.path.as_str(), rest.as_slice()), ("/b", &b"GE"[..]));
+        let (third, _) = read_next_head(&mut &b"T /c HTTP/1.1\r\n\r\n"[..], HEAD_TIMEOUT, rest).await.unwrap();
+        assert_eq!(third.path, "/c");
+        let carried = vec![b'a'; MAX_HEAD_LEN + 1];
+        assert!(matches!(read_next_head(&mut &b""[..], HEAD_TIMEOUT, carried).await, Err(HeadError::TooLarge)));
     }
 
     #[tokio::test]

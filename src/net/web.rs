@@ -1,19 +1,25 @@
 //! The web client (see docs/PROTOCOL.md, "Web client"): static files embedded in the binary and
 //! served by the relay at `/` and by the agent on its loopback port, with the security headers
-//! every answer carries and `ETag` revalidation.
+//! every answer carries. build.rs prepares them: each file but the entry points also under a name
+//! carrying its content hash (served `immutable`), brotli and gzip bodies chosen by
+//! `Accept-Encoding`, and the page with its import map and `modulepreload` links. Plain names
+//! stay served, revalidated by `ETag`, so a page from an older build still loads.
 
-use std::sync::LazyLock;
+use std::borrow::Cow;
+use std::time::Duration;
 
-use sha2::{Digest, Sha256};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::http::RequestHead;
 
 /// Content-Security-Policy of every answer: scripts and styles from this origin only (no inline
-/// script), sockets to this origin only, never framed.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-     img-src 'self' blob: data:; connect-src 'self'; manifest-src 'self'; base-uri 'none'; \
-     form-action 'none'; frame-ancestors 'none'";
+/// script but the page's import map, named by its hash), sockets to this origin only, never framed.
+pub const CONTENT_SECURITY_POLICY: &str = concat!(
+    "default-src 'none'; script-src 'self' '",
+    env!("VOXA_IMPORT_MAP_CSP"),
+    "'; style-src 'self'; img-src 'self' blob: data:; connect-src 'self'; manifest-src 'self'; \
+     base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+);
 
 /// Headers sent with every web answer, whatever its status.
 const SECURITY_HEADERS: [(&str, &str); 5] = [
@@ -24,77 +30,51 @@ const SECURITY_HEADERS: [(&str, &str); 5] = [
     ("cross-origin-opener-policy", "same-origin"),
 ];
 
-/// One embedded file.
+/// How an answer under a hashed name may be kept: its name changes whenever its bytes do.
+const IMMUTABLE: &str = "public, max-age=31536000, immutable";
+/// How an answer under a plain name may be kept: revalidated every time, so a new voxa build is
+/// never mixed with cached files.
+const REVALIDATE: &str = "no-cache";
+
+/// Requests one kept-alive connection may carry (web answers only; an upgrade ends the count).
+pub const KEEP_ALIVE_REQUESTS: usize = 100;
+/// Time a kept-alive connection may wait for its next request.
+pub const KEEP_ALIVE_IDLE: Duration = Duration::from_secs(10);
+
+/// One embedded file, as build.rs prepared it.
 struct Asset {
+    /// Its plain path, such as `/js/dom.js`.
     path: &'static str,
+    /// The path carrying its content hash; `None` for the entry points.
+    hashed: Option<&'static str>,
     mime: &'static str,
     body: &'static [u8],
+    /// Hex prefix of the SHA-256 of `body`: its `ETag`, with a suffix per encoding.
+    hash: &'static str,
+    brotli: Option<&'static [u8]>,
+    gzip: Option<&'static [u8]>,
 }
 
-macro_rules! asset {
-    ($path:literal, $mime:literal) => {
-        Asset { path: $path, mime: $mime, body: include_bytes!(concat!("../../web", $path)) }
-    };
+/// Every file of the client (everything under `web/`), in path order. `/` answers `index.html`
+/// whatever its query.
+const ASSETS: &[Asset] = include!(concat!(env!("OUT_DIR"), "/web_assets.rs"));
+
+fn asset(path: &str) -> Option<&'static Asset> {
+    ASSETS.iter().find(|asset| asset.path == path)
 }
 
-/// Every file of the client. `/` answers `index.html` whatever its query.
-const ASSETS: &[Asset] = &[
-    asset!("/index.html", "text/html; charset=utf-8"),
-    asset!("/app.css", "text/css; charset=utf-8"),
-    asset!("/icon.svg", "image/svg+xml"),
-    asset!("/manifest.webmanifest", "application/manifest+json"),
-    asset!("/sw.js", "text/javascript; charset=utf-8"),
-    asset!("/js/main.js", "text/javascript; charset=utf-8"),
-    asset!("/js/app.js", "text/javascript; charset=utf-8"),
-    asset!("/js/store.js", "text/javascript; charset=utf-8"),
-    asset!("/js/protocol.js", "text/javascript; charset=utf-8"),
-    asset!("/js/session.js", "text/javascript; charset=utf-8"),
-    asset!("/js/seal/noise.js", "text/javascript; charset=utf-8"),
-    asset!("/js/seal/channel.js", "text/javascript; charset=utf-8"),
-    asset!("/js/pairings.js", "text/javascript; charset=utf-8"),
-    asset!("/js/dom.js", "text/javascript; charset=utf-8"),
-    asset!("/js/shell/header.js", "text/javascript; charset=utf-8"),
-    asset!("/js/shell/picker.js", "text/javascript; charset=utf-8"),
-    asset!("/js/shell/welcome.js", "text/javascript; charset=utf-8"),
-    asset!("/js/shell/workspace.js", "text/javascript; charset=utf-8"),
-    asset!("/js/shell/status.js", "text/javascript; charset=utf-8"),
-    asset!("/js/notify/panel.js", "text/javascript; charset=utf-8"),
-    asset!("/js/terminal/panel.js", "text/javascript; charset=utf-8"),
-    asset!("/js/terminal/output.js", "text/javascript; charset=utf-8"),
-    asset!("/js/pty/panel.js", "text/javascript; charset=utf-8"),
-    asset!("/js/pty/keys.js", "text/javascript; charset=utf-8"),
-    asset!("/js/pty/styles.js", "text/javascript; charset=utf-8"),
-    // xterm.js and its fit addon, vendored at a pinned version (tests/it/terminal.rs checks them).
-    asset!("/vendor/xterm/xterm.mjs", "text/javascript; charset=utf-8"),
-    asset!("/vendor/xterm/addon-fit.mjs", "text/javascript; charset=utf-8"),
-    asset!("/vendor/xterm/xterm.css", "text/css; charset=utf-8"),
-    asset!("/vendor/xterm/LICENSE", "text/plain; charset=utf-8"),
-    asset!("/vendor/xterm/addon-fit.LICENSE", "text/plain; charset=utf-8"),
-    asset!("/js/files/panel.js", "text/javascript; charset=utf-8"),
-    asset!("/js/files/actions.js", "text/javascript; charset=utf-8"),
-    asset!("/js/files/conflict.js", "text/javascript; charset=utf-8"),
-    asset!("/js/files/transfer.js", "text/javascript; charset=utf-8"),
-    asset!("/js/screen/panel.js", "text/javascript; charset=utf-8"),
-    asset!("/js/agent/panel.js", "text/javascript; charset=utf-8"),
-    asset!("/js/agent/conversation.js", "text/javascript; charset=utf-8"),
-    asset!("/js/agent/markdown.js", "text/javascript; charset=utf-8"),
-    asset!("/js/approvals/panel.js", "text/javascript; charset=utf-8"),
-    asset!("/js/voice/panel.js", "text/javascript; charset=utf-8"),
-    asset!("/js/voice/call.js", "text/javascript; charset=utf-8"),
-    asset!("/js/voice/socket.js", "text/javascript; charset=utf-8"),
-    asset!("/js/voice/resampler.js", "text/javascript; charset=utf-8"),
-    asset!("/js/voice/audio-worklet.js", "text/javascript; charset=utf-8"),
-];
+/// Every file of the client as the page loads it: `/`, the entry points, and every other file
+/// under its hashed name. Each with its plain name and the body served to
+/// `Accept-Encoding: identity`.
+pub fn assets() -> impl Iterator<Item = (&'static str, &'static str, &'static [u8])> {
+    let index = asset("/index.html").map(|asset| asset.body).unwrap_or_default();
+    let files = ASSETS.iter().map(|asset| (asset.hashed.unwrap_or(asset.path), asset.path, asset.body));
+    std::iter::once(("/", "/", index)).chain(files)
+}
 
-/// Strong validators, one per asset in [`ASSETS`] order: a prefix of the SHA-256 of the body.
-static ETAGS: LazyLock<Vec<String>> = LazyLock::new(|| {
-    ASSETS.iter().map(|asset| format!("\"{}\"", hex::encode(&Sha256::digest(asset.body)[..12]))).collect()
-});
-
-/// Every file of the client as served: its path and body. `/` serves `/index.html`'s body.
-pub fn assets() -> impl Iterator<Item = (&'static str, &'static [u8])> {
-    let index = ASSETS.iter().find(|asset| asset.path == "/index.html").map(|asset| asset.body).unwrap_or_default();
-    std::iter::once(("/", index)).chain(ASSETS.iter().map(|asset| (asset.path, asset.body)))
+/// The hashed name of the file at a plain path, if it has one.
+pub fn hashed_path(path: &str) -> Option<&'static str> {
+    asset(path)?.hashed
 }
 
 /// Where the vendored libraries live: fetched only by the view that needs them (xterm.js by the
@@ -130,17 +110,17 @@ pub struct Response {
     pub status: u16,
     reason: &'static str,
     headers: Vec<(&'static str, String)>,
-    body: Vec<u8>,
+    body: Cow<'static, [u8]>,
     /// Answer to `HEAD`: headers as for `GET`, no body.
     head_only: bool,
 }
 
 impl Response {
-    fn new(status: u16, reason: &'static str, mime: &'static str, body: Vec<u8>) -> Response {
+    fn new(status: u16, reason: &'static str, mime: &'static str, body: impl Into<Cow<'static, [u8]>>) -> Response {
         let mut headers: Vec<(&'static str, String)> =
             SECURITY_HEADERS.iter().map(|(name, value)| (*name, (*value).to_owned())).collect();
         headers.push(("content-type", mime.to_owned()));
-        Response { status, reason, headers, body, head_only: false }
+        Response { status, reason, headers, body: body.into(), head_only: false }
     }
 
     /// Value of a header of this answer.
@@ -152,19 +132,28 @@ impl Response {
         &self.body
     }
 
-    /// Writes the answer and ends the exchange (`connection: close`).
-    pub async fn write<S: AsyncWrite + Unpin>(&self, stream: &mut S) -> std::io::Result<()> {
+    /// Writes the answer. With `keep_alive` the connection stays open for the next request
+    /// (the caller counts them and bounds the wait); otherwise the exchange ends
+    /// (`connection: close`).
+    pub async fn write<S: AsyncWrite + Unpin>(&self, stream: &mut S, keep_alive: bool) -> std::io::Result<()> {
         let mut head = format!("HTTP/1.1 {} {}\r\n", self.status, self.reason);
         for (name, value) in &self.headers {
             head.push_str(&format!("{name}: {value}\r\n"));
         }
-        head.push_str(&format!("content-length: {}\r\nconnection: close\r\n\r\n", self.body.len()));
+        let connection = if keep_alive {
+            format!("keep-alive\r\nkeep-alive: timeout={}", KEEP_ALIVE_IDLE.as_secs())
+        } else {
+            "close".to_owned()
+        };
+        head.push_str(&format!("content-length: {}\r\nconnection: {connection}\r\n\r\n", self.body.len()));
         stream.write_all(head.as_bytes()).await?;
         if !self.head_only {
             stream.write_all(&self.body).await?;
         }
         stream.flush().await?;
-        let _ = stream.shutdown().await;
+        if !keep_alive {
+            let _ = stream.shutdown().await;
+        }
         Ok(())
     }
 }
@@ -172,11 +161,64 @@ impl Response {
 /// True for the paths this module answers; the caller routes everything else (`/ws`, `/agent`,
 /// `/healthz`, WebSocket upgrades) itself.
 pub fn is_web_path(path: &str) -> bool {
-    path == "/" || path == "/config" || ASSETS.iter().any(|asset| asset.path == path)
+    path == "/" || path == "/config" || find(path).is_some()
+}
+
+/// The file a path names, and whether the name carries its hash.
+fn find(path: &str) -> Option<(&'static Asset, bool)> {
+    let path = if path == "/" { "/index.html" } else { path };
+    ASSETS.iter().find_map(|asset| {
+        if asset.path == path {
+            Some((asset, false))
+        } else {
+            (asset.hashed == Some(path)).then_some((asset, true))
+        }
+    })
+}
+
+/// A body encoding a client may be sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Encoding {
+    Brotli,
+    Gzip,
+    Identity,
+}
+
+/// The best encoding `Accept-Encoding` allows among those the file has: brotli, then gzip, else
+/// identity. A coding listed with `q=0` is refused; `*` stands for every coding not listed.
+fn negotiate(header: Option<&str>, asset: &Asset) -> Encoding {
+    let Some(header) = header else { return Encoding::Identity };
+    let quality = |coding: &str| -> Option<bool> {
+        let mut star = None;
+        for item in header.split(',') {
+            let mut parts = item.split(';').map(str::trim);
+            let name = parts.next().unwrap_or_default();
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .or_else(|| p.strip_prefix("Q="))
+                    .is_some_and(|q| q.parse::<f32>().is_ok_and(|q| q <= 0.0))
+            });
+            if name.eq_ignore_ascii_case(coding) {
+                return Some(!refused);
+            }
+            if name == "*" {
+                star = Some(!refused);
+            }
+        }
+        star
+    };
+    if asset.brotli.is_some() && quality("br") == Some(true) {
+        Encoding::Brotli
+    } else if asset.gzip.is_some() && quality("gzip") == Some(true) {
+        Encoding::Gzip
+    } else {
+        Encoding::Identity
+    }
 }
 
 /// Answers a request for one of the client's paths, or `None` when the path is not one of them.
-/// `GET` and `HEAD` only; `If-None-Match` with the current `ETag` gets `304`.
+/// `GET` and `HEAD` only; `If-None-Match` with the current `ETag` (of the encoding chosen) gets
+/// `304`.
 pub fn answer(head: &RequestHead, offer: Offer) -> Option<Response> {
     if !is_web_path(&head.path) {
         return None;
@@ -184,7 +226,7 @@ pub fn answer(head: &RequestHead, offer: Offer) -> Option<Response> {
     let head_only = head.method == "HEAD";
     if head.method != "GET" && !head_only {
         let mut response =
-            Response::new(405, "Method Not Allowed", "text/plain; charset=utf-8", b"method not allowed".to_vec());
+            Response::new(405, "Method Not Allowed", "text/plain; charset=utf-8", b"method not allowed".as_slice());
         response.headers.push(("allow", "GET, HEAD".to_owned()));
         return Some(response);
     }
@@ -196,18 +238,27 @@ pub fn answer(head: &RequestHead, offer: Offer) -> Option<Response> {
         response.headers.push(("cache-control", "no-store".to_owned()));
         response
     } else {
-        let path = if head.path == "/" { "/index.html" } else { head.path.as_str() };
-        let index = ASSETS.iter().position(|asset| asset.path == path)?;
-        let (asset, etag) = (&ASSETS[index], &ETAGS[index]);
-        let fresh = head.header("if-none-match").is_some_and(|tags| matches_etag(tags, etag));
+        let (asset, immutable) = find(&head.path)?;
+        let encoding = negotiate(head.header("accept-encoding"), asset);
+        let (body, coding, etag) = match encoding {
+            Encoding::Brotli => (asset.brotli.unwrap_or_default(), Some("br"), format!("\"{}-br\"", asset.hash)),
+            Encoding::Gzip => (asset.gzip.unwrap_or_default(), Some("gzip"), format!("\"{}-gz\"", asset.hash)),
+            Encoding::Identity => (asset.body, None, format!("\"{}\"", asset.hash)),
+        };
+        let fresh = head.header("if-none-match").is_some_and(|tags| matches_etag(tags, &etag));
         let mut response = if fresh {
             Response::new(304, "Not Modified", asset.mime, Vec::new())
         } else {
-            Response::new(200, "OK", asset.mime, asset.body.to_vec())
+            Response::new(200, "OK", asset.mime, body)
         };
-        response.headers.push(("etag", etag.clone()));
-        // Revalidate every time: a new voxa build must never be mixed with cached files.
-        response.headers.push(("cache-control", "no-cache".to_owned()));
+        if let (Some(coding), false) = (coding, fresh) {
+            response.headers.push(("content-encoding", coding.to_owned()));
+        }
+        if asset.brotli.is_some() || asset.gzip.is_some() {
+            response.headers.push(("vary", "accept-encoding".to_owned()));
+        }
+        response.headers.push(("etag", etag));
+        response.headers.push(("cache-control", if immutable { IMMUTABLE } else { REVALIDATE }.to_owned()));
         response
     };
     response.head_only = head_only;
@@ -221,6 +272,9 @@ fn matches_etag(header: &str, etag: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use base64::Engine as _;
+    use sha2::{Digest, Sha256};
+
     use super::*;
 
     fn get(target: &str, extra: &str) -> RequestHead {
@@ -273,20 +327,103 @@ mod tests {
         assert!(page_weight() <= PAGE_BUDGET, "{} bytes", page_weight());
         assert!(vendored_weight() <= 512 << 10, "{} bytes vendored", vendored_weight());
         // A vendored library's text names sites (its licence, its project) without loading them.
+        // The SVG namespace (in icon.svg, and in the tab icons app.css draws from `data:` URLs)
+        // is a name, never fetched.
         for asset in ASSETS.iter().filter(|asset| !asset.path.starts_with(VENDOR_PREFIX)) {
-            // The SVG namespace (in the stylesheet's inline icons) names XML, not a site to load.
             let text = std::str::from_utf8(asset.body).unwrap().replace("http://www.w3.org/2000/svg", "");
-            assert!(
-                !text.contains("http://") && !text.contains("https://") || asset.path == "/icon.svg",
-                "{}",
-                asset.path
-            );
+            assert!(!text.contains("http://") && !text.contains("https://"), "{}", asset.path);
         }
-        let index = std::str::from_utf8(ASSETS[0].body).unwrap();
+        let index = std::str::from_utf8(asset("/index.html").unwrap().body).unwrap();
         let handler = index.split(" on").skip(1).any(|rest| {
             let name: String = rest.chars().take_while(char::is_ascii_lowercase).collect();
             !name.is_empty() && rest[name.len()..].starts_with('=')
         });
-        assert!(!index.contains("<script>") && !index.contains(" style=") && !handler, "inline code in index.html");
+        // The one inline script is the import map, allowed by its hash alone.
+        let scripts: Vec<&str> = index.split("<script").skip(1).collect();
+        assert_eq!(scripts.len(), 2, "the import map and main.js");
+        assert!(scripts[0].starts_with(" type=\"importmap\">") && scripts[1].starts_with(" type=\"module\" src="));
+        assert!(!index.contains(" style=") && !handler, "inline code in index.html");
+    }
+
+    /// The import map as the page carries it.
+    fn import_map(index: &str) -> serde_json::Value {
+        let start = index.find("<script type=\"importmap\">").unwrap() + "<script type=\"importmap\">".len();
+        let end = start + index[start..].find("</script>").unwrap();
+        let text = &index[start..end];
+        let digest = Sha256::digest(text.as_bytes());
+        let expected = format!("'sha256-{}'", base64::engine::general_purpose::STANDARD.encode(digest));
+        assert!(CONTENT_SECURITY_POLICY.contains(&expected), "the CSP allows this import map and no other");
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn every_file_but_the_entry_points_has_a_hashed_immutable_name_the_page_uses() {
+        let index = String::from_utf8(answer(&get("/", ""), Offer::default()).unwrap().body().to_vec()).unwrap();
+        let map = import_map(&index);
+        for file in ASSETS {
+            let entry = ["/index.html", "/sw.js", "/manifest.webmanifest"].contains(&file.path);
+            assert_eq!(file.hashed.is_none(), entry, "{}", file.path);
+            let plain = answer(&get(file.path, ""), Offer::default()).unwrap();
+            assert_eq!((plain.status, plain.header("cache-control")), (200, Some(REVALIDATE)), "{}", file.path);
+            let Some(hashed) = file.hashed else { continue };
+            assert!(hashed.contains(&hex::encode(&Sha256::digest(file.body)[..6])), "{hashed}");
+            let response = answer(&get(hashed, ""), Offer::default()).unwrap();
+            assert_eq!((response.status, response.header("cache-control")), (200, Some(IMMUTABLE)), "{hashed}");
+            assert_eq!(response.body(), plain.body());
+            if file.mime.starts_with("text/javascript") {
+                assert_eq!(map["imports"][file.path], hashed, "{} in the import map", file.path);
+            }
+        }
+        // The page names the hashed files, and preloads the first screen's modules.
+        let main = hashed_path("/js/main.js").unwrap();
+        assert!(index.contains(&format!("<script type=\"module\" src=\"{main}\">")));
+        assert!(index.contains(&format!("href=\"{}\"", hashed_path("/app.css").unwrap())));
+        let preload =
+            |path: &str| index.contains(&format!("rel=\"modulepreload\" href=\"{}\"", hashed_path(path).unwrap()));
+        assert!(preload("/js/app.js") && preload("/js/session.js") && preload("/js/seal/noise.js"));
+        for lazy in
+            ["/js/voice/panel.js", "/js/voice/call.js", "/js/pty/panel.js", "/js/agent/panel.js", "/js/files/panel.js"]
+        {
+            assert!(!preload(lazy), "{lazy} is preloaded");
+        }
+    }
+
+    #[test]
+    fn brotli_and_gzip_bodies_decompress_to_the_file_and_are_chosen_by_accept_encoding() {
+        use std::io::Read;
+        for file in ASSETS {
+            let brotli = file.brotli.unwrap_or_else(|| panic!("{} has no brotli body", file.path));
+            let mut unpacked = Vec::new();
+            brotli::Decompressor::new(brotli, 4096).read_to_end(&mut unpacked).unwrap();
+            assert_eq!(unpacked, file.body, "{} (brotli)", file.path);
+            let gzip = file.gzip.unwrap_or_else(|| panic!("{} has no gzip body", file.path));
+            let mut unpacked = Vec::new();
+            flate2::read::GzDecoder::new(gzip).read_to_end(&mut unpacked).unwrap();
+            assert_eq!(unpacked, file.body, "{} (gzip)", file.path);
+        }
+        let file = asset("/js/session.js").unwrap();
+        let cases = [
+            ("Accept-Encoding: gzip, deflate, br, zstd\r\n", Some("br"), file.brotli.unwrap()),
+            ("Accept-Encoding: gzip\r\n", Some("gzip"), file.gzip.unwrap()),
+            ("Accept-Encoding: br;q=0, gzip;q=0.5\r\n", Some("gzip"), file.gzip.unwrap()),
+            ("Accept-Encoding: *\r\n", Some("br"), file.brotli.unwrap()),
+            ("Accept-Encoding: *;q=0, identity\r\n", None, file.body),
+            ("Accept-Encoding: identity\r\n", None, file.body),
+            ("", None, file.body),
+        ];
+        let mut etags = std::collections::BTreeSet::new();
+        for (header, coding, body) in cases {
+            let response = answer(&get(file.hashed.unwrap(), header), Offer::default()).unwrap();
+            assert_eq!(response.header("content-encoding"), coding, "{header}");
+            assert_eq!(response.body(), body, "{header}");
+            assert_eq!(response.header("vary"), Some("accept-encoding"));
+            etags.insert(response.header("etag").unwrap().to_owned());
+            // Its own validator revalidates it; another encoding's does not.
+            let again = format!("{header}If-None-Match: {}\r\n", response.header("etag").unwrap());
+            assert_eq!(answer(&get(file.path, &again), Offer::default()).unwrap().status, 304, "{header}");
+        }
+        assert_eq!(etags.len(), 3, "one ETag per encoding: {etags:?}");
+        let br = format!("Accept-Encoding: gzip\r\nIf-None-Match: \"{}-br\"\r\n", file.hash);
+        assert_eq!(answer(&get(file.path, &br), Offer::default()).unwrap().status, 200);
     }
 }

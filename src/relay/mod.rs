@@ -227,13 +227,34 @@ async fn serve_stream<S: socket::RelayStream + 'static>(
     guard: ConnectionGuard,
     shard: usize,
 ) -> anyhow::Result<()> {
-    let Some((head, leftover)) = read_request(shared, &mut stream).await? else { return Ok(()) };
-    match route(&head, shared.token.as_ref(), shared.service.as_deref()) {
+    // Web answers keep the connection for the page's next request, a bounded number of times;
+    // anything else (an upgrade, a refusal) is the connection's last request.
+    let (mut carried, mut served) = (Vec::new(), 0);
+    let (head, leftover, route) = loop {
+        let wait = if served == 0 { http::HEAD_TIMEOUT } else { web::KEEP_ALIVE_IDLE };
+        let Some((head, leftover)) = read_request(shared, &mut stream, wait, carried, served > 0).await? else {
+            return Ok(());
+        };
+        let route = route(&head, shared.token.as_ref(), shared.service.as_deref());
+        if !matches!(route, Route::Web) {
+            break (head, leftover, route);
+        }
+        served += 1;
+        let keep_alive = served < web::KEEP_ALIVE_REQUESTS && head.keeps_alive();
+        match web::answer(&head, shared.offer) {
+            Some(response) => response.write(&mut stream, keep_alive).await.context("serving the web client")?,
+            None => {
+                return http::respond(&mut stream, 404, "Not Found", "not found").await.context("answering a request")
+            }
+        }
+        if !keep_alive {
+            return Ok(());
+        }
+        carried = leftover;
+    };
+    match route {
         Route::Health => http::respond(&mut stream, 200, "OK", "ok").await.context("answering /healthz"),
-        Route::Web => match web::answer(&head, shared.offer) {
-            Some(response) => response.write(&mut stream).await.context("serving the web client"),
-            None => http::respond(&mut stream, 404, "Not Found", "not found").await.context("answering a request"),
-        },
+        Route::Web => Ok(()),
         Route::Refuse(refusal) => {
             let path = printable_path(&head, shared.service.as_deref());
             debug!(status = refusal.status, path, "request refused");
@@ -266,16 +287,22 @@ fn forwarded_client(head: &RequestHead, header: &str) -> Option<IpAddr> {
 
 /// Reads the request head; answers and gives `None` for one that is too large, malformed, or
 /// not sent in time, or when the relay shuts down first.
+/// `carried` holds the bytes read past the previous request of a kept-alive connection, whose
+/// client may close it instead of sending another (`kept`).
 async fn read_request<S: socket::RelayStream + 'static>(
     shared: &Shared,
     stream: &mut S,
+    wait: std::time::Duration,
+    carried: Vec<u8>,
+    kept: bool,
 ) -> anyhow::Result<Option<(RequestHead, Vec<u8>)>> {
     let read = tokio::select! {
-        read = http::read_head(stream, http::HEAD_TIMEOUT) => read,
+        read = http::read_next_head(stream, wait, carried) => read,
         () = shared.cancel.cancelled() => return Ok(None),
     };
     match read {
         Ok(read) => Ok(Some(read)),
+        Err(HeadError::Io(err)) if kept && err.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
         Err(HeadError::Io(err)) => Err(err).context("reading the request"),
         Err(HeadError::TimedOut) => Ok(None),
         Err(err @ HeadError::TooLarge) => {

@@ -599,12 +599,36 @@ impl TestAgent {
 
 /// Sends a raw request and reads the whole plain-HTTP answer: status and body.
 pub async fn http(addr: SocketAddr, request: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     tcp.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    tokio::time::timeout(STEP, tcp.read_to_end(&mut response)).await.expect("response in time").unwrap();
+    let response = tokio::time::timeout(STEP, read_response(&mut tcp)).await.expect("response in time");
     parse_response(&response)
+}
+
+/// Reads one answer, head and body: `Content-Length` bytes of body, else up to the close (a
+/// kept-alive connection stays open after its answer).
+pub async fn read_response<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut response = Vec::new();
+    let mut chunk = [0u8; 16 << 10];
+    loop {
+        if let Some(end) = response.windows(4).position(|w| w == b"\r\n\r\n").map(|at| at + 4) {
+            let head = String::from_utf8_lossy(&response[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length:"))
+                .map(|v| v.trim().parse::<usize>().unwrap());
+            if length.is_some_and(|length| response.len() >= end + length) {
+                response.truncate(end + length.unwrap_or_default());
+                return response;
+            }
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return response,
+            Ok(n) => response.extend_from_slice(&chunk[..n]),
+        }
+    }
 }
 
 pub fn parse_response(response: &[u8]) -> (u16, String) {

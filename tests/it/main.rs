@@ -43,5 +43,6 @@ mod support;
 mod terminal;
 mod tools;
 mod web;
+mod web_delivery;
 mod web_picker;
 mod web_voice;

@@ -286,7 +286,9 @@ async fn the_agent_compares_the_page_the_relay_serves_with_its_own() {
     assert!(matches!(check(&url, &dial).await, RelayPage::Unchecked { .. }));
 
     // A relay serving one script altered (the agent's socket passes through it untouched).
-    let front = altering_front(relay.addr, "/js/session.js").await;
+    // The page loads it under its hashed name; the finding names the file as in web/.
+    let served = voxa::net::web::hashed_path("/js/session.js").expect("a hashed name");
+    let front = altering_front(relay.addr, served).await;
     let url = voxa::config::RelayUrl::parse(&format!("http://{front}")).unwrap();
     let altered = RelayPage::Altered { paths: vec!["/js/session.js".into()] };
     assert_eq!(check(&url, &dial).await, altered);

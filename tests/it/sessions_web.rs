@@ -251,10 +251,13 @@ async fn a_question_is_answered_by_its_options_button_in_the_conversation() {
     browser.type_into("Prompt", "Style the button").await;
     browser.press("Ask").await;
     browser.wait_text(CONVERSATION, "the question", |t| t.contains("Which colour should the button be?")).await;
-    // The card is in the conversation only (the list above the tabs leaves it there).
-    let cards =
-        browser.script("return document.querySelectorAll('.approval-card:not([hidden])').length;", vec![]).await;
-    assert_eq!(cards, json!(1));
+    // The card ends up in the conversation only (the list above the tabs leaves it there once the
+    // conversation shows it; the question's text may be drawn a moment before either).
+    let only_in_conversation = format!(
+        "return document.querySelectorAll('.approval-card:not([hidden])').length === 1 \
+         && document.querySelectorAll('{CONVERSATION} .approval-card:not([hidden])').length === 1;"
+    );
+    browser.wait_script("the question's card in the conversation only", &only_in_conversation).await;
     browser.press("Blue").await;
     let shown = browser.wait_text(CONVERSATION, "the answer", |t| t.contains("Blue it is.")).await;
     assert!(shown.contains("Allowed — on a phone"), "{shown}");

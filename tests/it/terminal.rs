@@ -456,7 +456,7 @@ async fn in_chromium_the_shell_shows_coloured_output_and_the_key_bar_sends_ctrl_
     browser.open(&link).await;
     browser.wait_connection("online").await;
     // The emulator is not part of the page until the tab opens.
-    let loaded = "return [...document.scripts].length + performance.getEntriesByType('resource')\
+    let loaded = "return document.querySelectorAll('script[src]').length + performance.getEntriesByType('resource')\
                   .filter((r) => r.name.includes('/vendor/xterm/')).length;";
     let before = browser.script(loaded, vec![]).await;
     browser.press("Shell").await;

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
@@ -26,8 +26,7 @@ async fn http_get(addr: SocketAddr, target: &str, extra: &str) -> (u16, HashMap<
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let request = format!("GET {target} HTTP/1.1\r\nHost: {addr}\r\n{extra}\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    tokio::time::timeout(STEP, stream.read_to_end(&mut response)).await.expect("an answer in time").unwrap();
+    let response = tokio::time::timeout(STEP, read_response(&mut stream)).await.expect("an answer in time");
     let split = response.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete head");
     let head = String::from_utf8(response[..split].to_vec()).unwrap();
     let mut lines = head.lines();

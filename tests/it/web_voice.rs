@@ -119,7 +119,8 @@ fn hosting_relay(fake: &FakeGemini, dir: &Path) -> RunningVoxa {
     std::fs::write(&key_file, format!("{RELAY_KEY}\n")).unwrap();
     std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let mut cmd = std::process::Command::new(voxa_bin());
-    cmd.env("VOXA_GEMINI_URL", fake.url());
+    // The relay keeps its daily budget in its home: this test's, not the user's.
+    cmd.env("VOXA_GEMINI_URL", fake.url()).env("VOXA_HOME", dir.join("relay-home"));
     for name in ["VOXA_RELAY_TOKEN", "VOXA_PROXY_TOKEN", "GEMINI_API_KEY"] {
         cmd.env_remove(name);
     }

@@ -4,14 +4,19 @@
 // watches in the store, and runs tools through `app.attempt`. Nothing outside a panel touches its
 // controls.
 //
+// Loading: index.html preloads every module this file imports statically (build.rs reads the
+// imports below), so the first screen arrives in one round trip. The views a first screen does
+// not show are imported when first needed: the shell and files tabs when chosen, voice when a
+// call is offered (a page without voice never fetches it), the agent view once online.
+//
 // Adding a panel (a feature folder such as `approvals/`):
 //   1. its markup in index.html: a `<section id="panel-NAME" class="panel" hidden>` in #workspace
 //      and a tab button `id="tab-NAME"` in #tabs (or another root of its own);
 //   2. `web/js/NAME/panel.js` exporting a class whose constructor takes `(root, {store, app})`,
 //      calls `showWithTab(root, store, 'NAME')`, and watches `session` to forget the previous
 //      laptop's content and `online` to enable its controls;
-//   3. one line below, and its files in the embedded list of src/net/web.rs (a test fails when a
-//      file under web/ is not served).
+//   3. one line below: an import and a `new` for the first screen, or a `loadWhen` for a view loaded
+//      on demand (build.rs serves every file under web/).
 
 import { root } from './dom.js';
 import { App } from './app.js';
@@ -22,17 +27,46 @@ import { Welcome } from './shell/welcome.js';
 import { Workspace } from './shell/workspace.js';
 import { Status } from './shell/status.js';
 import { Terminal } from './terminal/panel.js';
-import { Pty } from './pty/panel.js';
-import { Files } from './files/panel.js';
 import { Screenshot } from './screen/panel.js';
-import { Coder } from './agent/panel.js';
-import { Voice } from './voice/panel.js';
 import { Notifications, registerWorker } from './notify/panel.js';
 import { Approvals } from './approvals/panel.js';
+
+/** @typedef {import('./store.js').State} State */
 
 const store = new Store();
 const app = new App(store);
 const context = { store, app };
+
+/**
+ * A view built from its module on first use: the returned function imports and builds it once.
+ * A module that fails to load (the network dropped) says so and is tried again on the next use.
+ * @param {() => Promise<unknown>} build imports the module and builds the view
+ * @returns {() => Promise<unknown>}
+ */
+function lazy(build) {
+  /** @type {Promise<unknown> | null} */
+  let loading = null;
+  return () => {
+    loading ||= build().catch((error) => {
+      loading = null;
+      store.set({ notice: 'This view could not be loaded; check the connection and try again.' });
+      throw error;
+    });
+    return loading;
+  };
+}
+
+/**
+ * Loads a view whenever `wanted(state)` holds (once: later calls are answered by the first).
+ * @param {ReadonlyArray<keyof State>} keys what `wanted` reads
+ * @param {(state: Readonly<State>) => boolean} wanted
+ * @param {() => Promise<unknown>} load
+ */
+function loadWhen(keys, wanted, load) {
+  store.watch(keys, (state) => {
+    if (wanted(state)) load().catch(() => {});
+  });
+}
 
 shareHeight(root('bar'));
 new ConnectionLine(root('connection'), context);
@@ -41,14 +75,48 @@ new Notice(root('notice'), context);
 new Welcome(root('welcome'), context);
 new Workspace(root('workspace'), context);
 new Terminal(root('panel-terminal'), context);
-new Pty(root('panel-pty'), context);
-new Files(root('panel-files'), context);
 new Screenshot(root('panel-screen'), context);
-new Coder(root('panel-agent'), context);
 new Status(root('panel-status'), context);
-new Voice({ buttons: root('voice'), panel: root('call-panel') }, context);
 new Notifications(root('notify'), context);
 new Approvals({ panel: root('approvals'), badge: root('approvals-badge') }, context);
+loadWhen(['tab'], ({ tab }) => tab === 'pty', lazy(async () => {
+  const { Pty } = await import('./pty/panel.js');
+  new Pty(root('panel-pty'), context);
+}));
+loadWhen(['tab'], ({ tab }) => tab === 'files', lazy(async () => {
+  const { Files } = await import('./files/panel.js');
+  new Files(root('panel-files'), context);
+}));
+// The agent view follows the laptop's sessions and approvals (its `follow`), so it comes as soon as
+// the page is online, behind the first screen; or at once when its tab or a tapped notification
+// asks for it.
+const agentWanted = (/** @type {Readonly<State>} */ { online, tab, agentSession }) =>
+  online || tab === 'agent' || !!agentSession;
+loadWhen(['online', 'tab', 'agentSession'], agentWanted, lazy(async () => {
+  const { Coder } = await import('./agent/panel.js');
+  new Coder(root('panel-agent'), context);
+}));
+
+// Voice is loaded as soon as a call is possible. Where there is none, the Call button stands in
+// as the voice panel shows it then ("no voice") and a tap loads the panel, which says why.
+let voiceBuilt = false;
+const loadVoice = lazy(async () => {
+  const { Voice } = await import('./voice/panel.js');
+  new Voice({ buttons: root('voice'), panel: root('call-panel') }, context);
+  voiceBuilt = true;
+});
+loadWhen(['voice'], ({ voice }) => !!voice && 'host' in voice, loadVoice);
+const callButton = root('call');
+store.watch(['voice'], ({ voice }) => {
+  if (voiceBuilt) return;
+  const none = !!voice && !('host' in voice);
+  root('voice').hidden = !none;
+  root('call-note').hidden = !none;
+  callButton.classList.toggle('none', none);
+});
+callButton.addEventListener('click', () => {
+  if (!voiceBuilt) loadVoice().then(() => callButton.click(), () => {});
+});
 
 app.boot();
 // The service worker shows notifications with the page closed and keeps the app's files at hand.
