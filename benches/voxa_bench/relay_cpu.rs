@@ -64,6 +64,10 @@ struct Figures {
     /// load does to the wall-clock figures.
     p50_rounds: f64,
     p99_rounds: f64,
+    /// Round trips of the pair that completed fewest in the window, over the median pair's: a
+    /// few sockets held back on every frame complete few round trips, so no percentile of the
+    /// round trips shows them, but this does.
+    slowest_pair: f64,
     round_trips_per_s: f64,
     /// Times per second the kernel took the core from the relay's threads, and from the load
     /// generator's, while they could still run (other processes wanting the core).
@@ -135,7 +139,7 @@ fn generate(measuring: bool) -> Vec<(String, String)> {
                 };
                 format!(
                     "{}: {:.1} µs CPU ({:.1} in the kernel), p50 {:.0} µs, p99 {:.0} µs, \
-                     rounds waited p50 {:.2} p99 {:.2}, {:.0}k rt/s, preempted {:.0}/s (generator {:.0}/s), \
+                     rounds waited p50 {:.2} p99 {:.2}, slowest pair {:.2} of the median, {:.0}k rt/s, preempted {:.0}/s (generator {:.0}/s), \
                      RSS {:.1} MiB ({:.1} anonymous)",
                     contender.name,
                     median(|f| f.cpu_us_per_round_trip),
@@ -144,6 +148,7 @@ fn generate(measuring: bool) -> Vec<(String, String)> {
                     median(|f| f.p99_us),
                     median(|f| f.p50_rounds),
                     median(|f| f.p99_rounds),
+                    median(|f| f.slowest_pair),
                     median(|f| f.round_trips_per_s) / 1000.0,
                     median(|f| f.relay_preempted_per_s),
                     median(|f| f.generator_preempted_per_s),
@@ -345,6 +350,8 @@ struct Tally {
     recording: AtomicBool,
     /// Each recorded round trip: (microseconds, round trips completed meanwhile).
     samples: Mutex<Vec<(f64, u64)>>,
+    /// Round trips each pair completed while recording.
+    per_pair: Vec<AtomicU64>,
     epoch: Instant,
 }
 
@@ -379,6 +386,7 @@ async fn phone(
     mut write: OwnedWriteHalf,
     load: Load,
     tally: Arc<Tally>,
+    pair: usize,
 ) -> anyhow::Result<()> {
     let mut out = Vec::with_capacity(64 * load.in_flight);
     for _ in 0..load.in_flight {
@@ -406,6 +414,7 @@ async fn phone(
         tally.round_trips.fetch_add(rtts.len() as u64, Ordering::Relaxed);
         if tally.recording.load(Ordering::Relaxed) {
             tally.samples.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(&rtts);
+            tally.per_pair[pair].fetch_add(rtts.len() as u64, Ordering::Relaxed);
         }
         for _ in 0..rtts.len() {
             push_frame(&mut out, load.opcode, &stamp(&tally));
@@ -428,6 +437,7 @@ async fn measure(contender: &Contender, load: Load, measuring: bool) -> anyhow::
         round_trips: AtomicU64::new(0),
         recording: AtomicBool::new(false),
         samples: Mutex::new(Vec::new()),
+        per_pair: (0..load.pairs).map(|_| AtomicU64::new(0)).collect(),
         epoch: Instant::now(),
     });
     let mut tasks = JoinSet::new();
@@ -443,9 +453,9 @@ async fn measure(contender: &Contender, load: Load, measuring: bool) -> anyhow::
     }
     let pid = relay.child.id();
     let (rss_kib, anon_kib) = (status_kib(pid, "VmRSS") as f64, status_kib(pid, "RssAnon") as f64);
-    for handset in phones {
+    for (pair, handset) in phones.into_iter().enumerate() {
         let (read, write) = handset.into_split();
-        tasks.spawn(phone(read, write, load, Arc::clone(&tally)));
+        tasks.spawn(phone(read, write, load, Arc::clone(&tally), pair));
     }
     let (warm_up, window) =
         if measuring { (WARM_UP, MEASURE) } else { (Duration::from_millis(50), Duration::from_millis(200)) };
@@ -465,6 +475,9 @@ async fn measure(contender: &Contender, load: Load, measuring: bool) -> anyhow::
     anyhow::ensure!(!samples.is_empty(), "no round trip completed through {}", contender.name);
     let (p50_us, p99_us) = percentiles(&mut samples.iter().map(|(micros, _)| *micros).collect::<Vec<_>>());
     let in_flight = (load.pairs * load.in_flight) as f64;
+    let mut per_pair: Vec<f64> = tally.per_pair.iter().map(|count| count.load(Ordering::Relaxed) as f64).collect();
+    let median_pair = percentiles(&mut per_pair).0;
+    let slowest_pair = per_pair.first().map_or(0.0, |slowest| slowest / median_pair.max(1.0));
     let (p50_rounds, p99_rounds) =
         percentiles(&mut samples.iter().map(|(_, done)| (*done + 1) as f64 / in_flight).collect::<Vec<_>>());
     Ok(Figures {
@@ -474,6 +487,7 @@ async fn measure(contender: &Contender, load: Load, measuring: bool) -> anyhow::
         p99_us,
         p50_rounds,
         p99_rounds,
+        slowest_pair,
         round_trips_per_s: round_trips as f64 / elapsed.as_secs_f64(),
         relay_preempted_per_s: preempted1.0.saturating_sub(preempted0.0) as f64 / elapsed.as_secs_f64(),
         generator_preempted_per_s: preempted1.1.saturating_sub(preempted0.1) as f64 / elapsed.as_secs_f64(),
