@@ -20,6 +20,7 @@ mod sessions;
 mod terminal;
 mod voice;
 mod web;
+mod web_floor;
 
 fn main() {
     if std::env::args().nth(1).as_deref() == Some(floor::ARG) {

@@ -16,6 +16,7 @@ use crate::hosted::HostingRelay;
 use crate::report::{percentiles, Report};
 use crate::voice::cpu_time;
 use crate::voice::fake_gemini::{FakeGemini, FakeOptions, Kind};
+use crate::web_floor;
 
 const AREA: &str = "web client";
 
@@ -280,9 +281,40 @@ async fn measure_network(report: &mut Report, samples: usize) {
         warm_bytes.push(bytes);
         warm_requests.push(requests);
     }
+    // The floor: as many bytes in one document and one script, then one WebSocket echo.
+    let (median_cold_bytes, _) = percentiles(&mut cold_bytes.clone());
+    let floor_origin = format!("http://{}", web_floor::serve(median_cold_bytes as usize).await);
+    let (mut floor_cold, mut floor_cold_bytes, mut floor_cold_requests) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut floor_warm, mut floor_warm_bytes, mut floor_warm_requests) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..samples {
+        browser.open("about:blank").await;
+        browser.cdp("Network.clearBrowserCache", serde_json::json!({})).await;
+        browser.open(&format!("{floor_origin}/")).await;
+        floor_cold.push(mark(&browser, web_floor::MARK).await);
+        let (bytes, requests) = wire(&browser).await;
+        floor_cold_bytes.push(bytes);
+        floor_cold_requests.push(requests);
+        browser.client.refresh().await.expect("reload");
+        floor_warm.push(mark(&browser, web_floor::MARK).await);
+        let (bytes, requests) = wire(&browser).await;
+        floor_warm_bytes.push(bytes);
+        floor_warm_requests.push(requests);
+    }
     let rows = [
         ("open the pairing link → \"online\", nothing cached", &mut cold, &mut cold_bytes, &mut cold_requests),
         ("reload → \"online\", after a first visit", &mut warm, &mut warm_bytes, &mut warm_requests),
+        (
+            "floor: a page of as many bytes in one document and one script → one WebSocket echo, nothing cached",
+            &mut floor_cold,
+            &mut floor_cold_bytes,
+            &mut floor_cold_requests,
+        ),
+        (
+            "floor: that page reloaded (document revalidated, script cached) → one WebSocket echo",
+            &mut floor_warm,
+            &mut floor_warm_bytes,
+            &mut floor_warm_requests,
+        ),
     ];
     for (what, times, bytes, requests) in rows {
         let (median, _) = percentiles(times);

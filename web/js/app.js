@@ -37,11 +37,13 @@ export class App {
     });
     if (carried instanceof Error) this.showWelcome(carried.message);
     else if (carried) pairings.remember(carried);
-    // What the relay offers decides who hosts calls (the relay when it hosts voice), so it comes first.
-    await this.loadConfig();
+    // The socket opens at once, beside `/config`: what the relay offers (voice, whether it asks
+    // for its token) is read when a call starts or a connection fails, never before connecting.
+    const config = this.loadConfig();
     const pairing = pairings.current();
     if (pairing) this.use(pairing);
     else if (!(carried instanceof Error)) this.showWelcome();
+    await config;
   }
 
   /**
@@ -65,7 +67,13 @@ export class App {
     } catch {
       server = {};
     }
-    this.store.set({ server: server && typeof server === 'object' ? server : {} });
+    const offer = server && typeof server === 'object' ? server : {};
+    this.store.set({ server: offer });
+    const { session, hello } = this.store.state;
+    if (!session) return;
+    session.offered(offer);
+    // A hello that came first was told of no relay-hosted voice: tell it again.
+    if (hello) this.store.set({ voice: this.voiceOffer(session, hello) });
   }
 
   /** @param {string} [error] why the last link was not taken */
@@ -107,7 +115,8 @@ export class App {
     const previous = this.store.state.session;
     if (previous) previous.stop();
     pairings.select(pairing.id);
-    const session = new Session(pairing, { privateRelay: this.store.state.server.relay_token === true });
+    const session = new Session(pairing);
+    session.offered(this.store.state.server);
     const environments = pairing.environments || [];
     this.store.set({
       view: 'workspace', pairError: '', pairing, pairings: pairings.all(), session, online: false, hello: null,

@@ -106,13 +106,12 @@ export function sameText(a, b) {
 export class Session extends EventTarget {
   /**
    * @param {Pairing} pairing
-   * @param {{privateRelay?: boolean}} [offer] the relay that served the page asks for its relay token
    */
-  constructor(pairing, offer = {}) {
+  constructor(pairing) {
     super();
     this.pairing = pairing;
-    /** The relay refuses a socket without its token, which this link does not carry. */
-    this.tokenMissing = pairing.kind === 'relay' && !pairing.relayToken && offer.privateRelay === true;
+    /** The relay refuses a socket without its token, which this link does not carry (set by `offered`). */
+    this.tokenMissing = false;
     /** @type {string | null} */
     this.liveRefused = null;
     /** @type {WebSocket | null} */
@@ -322,6 +321,14 @@ export class Session extends EventTarget {
         this.scheduleReconnect();
       }
     };
+  }
+
+  /**
+   * What the server that served the page offers (`/config`), which may come after the socket opened.
+   * @param {{relay_token?: boolean}} offer
+   */
+  offered(offer) {
+    this.tokenMissing = this.pairing.kind === 'relay' && !this.pairing.relayToken && offer.relay_token === true;
   }
 
   scheduleReconnect() {
