@@ -65,11 +65,11 @@ pub fn note(relay: &RelayUrl) -> String {
              \x20 - your tailnet: `voxa relay` and `tailscale serve --bg 8787` on this machine, then \
              `voxa --relay https://<machine>.<tailnet>.ts.net run`;\n\
              \x20 - the default relay: `voxa run` dials {DEFAULT_RELAY}, run by voxa's publisher, not by you: it \
-             carries your sessions' frames, never your token.\n"
+             carries your sessions sealed end to end (it cannot read them), never your token.\n"
         ),
         Reach::Phones if relay.as_str() == DEFAULT_RELAY => format!(
-            "Relay: {relay}, the default relay, run by voxa's publisher, not by you: it carries your sessions' \
-             frames, never your token. Your own relay: docs/OPERATIONS.md.\n"
+            "Relay: {relay}, the default relay, run by voxa's publisher, not by you: it carries your sessions \
+             sealed end to end (it cannot read them), never your token. Your own relay: docs/OPERATIONS.md.\n"
         ),
         Reach::Phones => format!("Relay: {relay}; the phone must be able to reach it.\n"),
     };
@@ -102,6 +102,7 @@ mod tests {
     fn the_default_relay_says_who_runs_it_and_another_says_nothing_it_cannot_know() {
         let default = note(&relay(DEFAULT_RELAY));
         assert!(default.contains("run by voxa's publisher, not by you"), "{default}");
+        assert!(default.contains("sealed end to end") && default.contains("never your token"), "{default}");
         let own = note(&relay("https://relay.example.com"));
         assert!(own.contains("the phone must be able to reach it") && !own.contains("publisher"), "{own}");
         assert_eq!(Reach::of(&relay("https://relay.example.com")), Reach::Phones);
