@@ -9,16 +9,16 @@ use std::sync::Arc;
 
 use serde_json::json;
 use tokio::sync::Notify;
-use tokio_tungstenite::tungstenite::Message;
 use voxa::hosted::{Hosting, LiveConfig};
 
-use crate::browser::{tone_wav, Browser, Scheme};
+use crate::browser::Scheme;
 use crate::fake_gemini::{FakeGemini, FakeOptions, Kind};
 use crate::gemini::{expect_tool_responses, KEY};
 use crate::harness::*;
 use crate::live::{audit, hosted_agent, hosting_relay, live_phone, start_call};
 use crate::sealed::{Mitm, Way};
-use crate::sealed_web::{seal_mark, session_counts};
+use crate::sealed_web::{assert_sealed_after_hello, seal_mark, session_counts};
+use crate::web_voice::browser_with_tone;
 
 /// The audited calls of `tool` that hosted voice made, as (id, outcome).
 fn hosted_runs(agent: &TestAgent, tool: &str) -> Vec<(String, String)> {
@@ -90,9 +90,7 @@ async fn connected(agent: &TestAgent) -> Vec<(String, bool)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hosted_calls_tool_under_ask_waits_for_the_pages_approval_over_its_sealed_session() {
     let scratch = tempfile::tempdir().unwrap();
-    let wav = scratch.path().join("microphone.wav");
-    tone_wav(&wav, 48000, 440.0, 0.5, 0.5);
-    let Some(browser) = Browser::with_microphone(&wav, Scheme::Light).await else { return };
+    let Some(browser) = browser_with_tone(&scratch, Scheme::Light).await else { return };
     let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
     let live = LiveConfig::new(fake.config(KEY));
     let relay = TestRelay::with_config(voxa::relay::RelayConfig {
@@ -155,22 +153,7 @@ async fn a_hosted_calls_tool_under_ask_waits_for_the_pages_approval_over_its_sea
 
     // The relay's view of `/ws`: none of the call's tool, its approval or its output.
     let capture = mitm.capture.lock().unwrap().clone();
-    let plaintexts = [secret, "asked.txt", "run_command", "approval", "fc-ask", agent.token()];
-    let mut hello_ok = false;
-    for (way, message) in &capture {
-        let bytes = message.clone().into_data();
-        for plain in plaintexts {
-            assert!(!bytes.windows(plain.len()).any(|w| w == plain.as_bytes()), "{way:?} frame shows {plain:?}");
-        }
-        match message {
-            Message::Text(text) if hello_ok => {
-                assert!(voxa::seal::socket::relay_notice(text).is_some(), "unsealed after the hello: {text}")
-            }
-            Message::Text(text) => hello_ok = text.contains("\"hello_ok\""),
-            _ => {}
-        }
-    }
-    assert!(hello_ok, "the page's sealed hello_ok crossed `/ws`");
+    assert_sealed_after_hello(&capture, &[secret, "asked.txt", "run_command", "approval", "fc-ask", agent.token()]);
     let down = capture.iter().filter(|(way, m)| *way == Way::Down && m.is_binary()).count();
     assert!(down >= 2, "the approval and its end came sealed: {down} sealed frames down");
     browser.close().await;
@@ -223,9 +206,7 @@ async fn cutting_front(relay: std::net::SocketAddr, cut: Arc<Notify>) -> std::ne
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_socket_that_closes_ends_the_call_with_its_sentence_and_the_sealed_session_goes_on() {
     let scratch = tempfile::tempdir().unwrap();
-    let wav = scratch.path().join("microphone.wav");
-    tone_wav(&wav, 48000, 440.0, 0.5, 0.5);
-    let Some(browser) = Browser::with_microphone(&wav, Scheme::Light).await else { return };
+    let Some(browser) = browser_with_tone(&scratch, Scheme::Light).await else { return };
     let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
     let relay = hosting_relay(&fake, |_| {}).await;
     let agent = hosted_agent(&relay).await;

@@ -106,6 +106,26 @@ async fn the_page_reproduces_the_published_noise_vectors_and_the_documented_fram
     browser.close().await;
 }
 
+/// What a relay saw of a page's session: a `hello_ok` in the clear, then only sealed frames and
+/// the relay's own notices, and none of `plaintexts` anywhere.
+pub(crate) fn assert_sealed_after_hello(capture: &[(Way, Message)], plaintexts: &[&str]) {
+    let mut hello_ok = false;
+    for (way, message) in capture {
+        let bytes = message.clone().into_data();
+        for plain in plaintexts {
+            assert!(!bytes.windows(plain.len()).any(|w| w == plain.as_bytes()), "{way:?} frame shows {plain:?}");
+        }
+        match message {
+            Message::Text(text) if hello_ok => {
+                assert!(voxa::seal::socket::relay_notice(text).is_some(), "unsealed after the hello: {text}")
+            }
+            Message::Text(text) => hello_ok = text.contains("\"hello_ok\""),
+            _ => {}
+        }
+    }
+    assert!(hello_ok, "the page's hello_ok crossed the relay");
+}
+
 /// The connection's seal mark, as shown (empty when hidden).
 pub(crate) async fn seal_mark(browser: &Browser) -> String {
     let shown = "const mark = document.getElementById('seal-mark'); return mark.hidden ? '' : mark.textContent;";
@@ -146,22 +166,10 @@ async fn the_page_seals_its_session_with_the_real_agent_through_the_real_relay_a
     .await;
 
     let capture = mitm.capture.lock().unwrap().clone();
-    let plaintexts = [secret, "typed-on-the-phone-8c2f", "run_command", "tool_result", agent.token()];
-    let mut hello_ok = false;
-    for (way, message) in &capture {
-        let bytes = message.clone().into_data();
-        for plain in plaintexts {
-            assert!(!bytes.windows(plain.len()).any(|w| w == plain.as_bytes()), "{way:?} frame shows {plain:?}");
-        }
-        match message {
-            Message::Text(text) if hello_ok => {
-                assert!(voxa::seal::socket::relay_notice(text).is_some(), "unsealed after the hello: {text}")
-            }
-            Message::Text(text) => hello_ok = text.contains("\"hello_ok\""),
-            _ => {}
-        }
-    }
-    assert!(hello_ok, "the page's hello_ok crossed the relay");
+    assert_sealed_after_hello(
+        &capture,
+        &[secret, "typed-on-the-phone-8c2f", "run_command", "tool_result", agent.token()],
+    );
     let hello = capture.iter().find_map(|(way, m)| match m {
         Message::Text(text) if *way == Way::Up && text.contains("\"hello\"") => Some(text.to_string()),
         _ => None,

@@ -106,7 +106,7 @@ struct CallScene {
 }
 
 /// Chromium whose microphone is the tone, then silence; `None` where Chromium is not installed.
-async fn browser_with_tone(scratch: &tempfile::TempDir, scheme: Scheme) -> Option<Browser> {
+pub(crate) async fn browser_with_tone(scratch: &tempfile::TempDir, scheme: Scheme) -> Option<Browser> {
     let wav = scratch.path().join("microphone.wav");
     tone_wav(&wav, 48000, TONE_HZ, 1.5, 1.5);
     Browser::with_microphone(&wav, scheme).await
