@@ -260,66 +260,45 @@ async fn measure_network(report: &mut Report, samples: usize) {
     });
     browser.cdp("Network.emulateNetworkConditions", conditions).await;
 
-    let (mut cold, mut cold_bytes, mut cold_requests) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut warm, mut warm_bytes, mut warm_requests) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cold, mut warm) = (Loads::default(), Loads::default());
     for _ in 0..samples {
         browser.open("about:blank").await;
         browser.cdp("Network.clearBrowserCache", serde_json::json!({})).await;
         browser.cdp("Storage.clearDataForOrigin", serde_json::json!({"origin": origin, "storageTypes": "all"})).await;
         browser.open(&link).await;
         browser.wait_connection("online").await;
-        cold.push(mark(&browser, "voxa:online").await);
-        let (bytes, requests) = wire(&browser).await;
-        cold_bytes.push(bytes);
-        cold_requests.push(requests);
+        cold.add(&browser, "voxa:online").await;
         // What a first visit leaves (the worker's copy, the HTTP cache) is in place for the reload.
         browser.wait_script("the service worker", "return !!navigator.serviceWorker.controller;").await;
         browser.client.refresh().await.expect("reload");
         browser.wait_connection("online").await;
-        warm.push(mark(&browser, "voxa:online").await);
-        let (bytes, requests) = wire(&browser).await;
-        warm_bytes.push(bytes);
-        warm_requests.push(requests);
+        warm.add(&browser, "voxa:online").await;
     }
     // The floor: as many bytes in one document and one script, then one WebSocket echo.
-    let (median_cold_bytes, _) = percentiles(&mut cold_bytes.clone());
+    let (median_cold_bytes, _) = percentiles(&mut cold.bytes.clone());
     let floor_origin = format!("http://{}", web_floor::serve(median_cold_bytes as usize).await);
-    let (mut floor_cold, mut floor_cold_bytes, mut floor_cold_requests) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut floor_warm, mut floor_warm_bytes, mut floor_warm_requests) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut floor_cold, mut floor_warm) = (Loads::default(), Loads::default());
     for _ in 0..samples {
         browser.open("about:blank").await;
         browser.cdp("Network.clearBrowserCache", serde_json::json!({})).await;
         browser.open(&format!("{floor_origin}/")).await;
-        floor_cold.push(mark(&browser, web_floor::MARK).await);
-        let (bytes, requests) = wire(&browser).await;
-        floor_cold_bytes.push(bytes);
-        floor_cold_requests.push(requests);
+        floor_cold.add(&browser, web_floor::MARK).await;
         browser.client.refresh().await.expect("reload");
-        floor_warm.push(mark(&browser, web_floor::MARK).await);
-        let (bytes, requests) = wire(&browser).await;
-        floor_warm_bytes.push(bytes);
-        floor_warm_requests.push(requests);
+        floor_warm.add(&browser, web_floor::MARK).await;
     }
     let rows = [
-        ("open the pairing link → \"online\", nothing cached", &mut cold, &mut cold_bytes, &mut cold_requests),
-        ("reload → \"online\", after a first visit", &mut warm, &mut warm_bytes, &mut warm_requests),
+        ("open the pairing link → \"online\", nothing cached", cold),
+        ("reload → \"online\", after a first visit", warm),
         (
             "floor: a page of as many bytes in one document and one script → one WebSocket echo, nothing cached",
-            &mut floor_cold,
-            &mut floor_cold_bytes,
-            &mut floor_cold_requests,
+            floor_cold,
         ),
-        (
-            "floor: that page reloaded (document revalidated, script cached) → one WebSocket echo",
-            &mut floor_warm,
-            &mut floor_warm_bytes,
-            &mut floor_warm_requests,
-        ),
+        ("floor: that page reloaded (document revalidated, script cached) → one WebSocket echo", floor_warm),
     ];
-    for (what, times, bytes, requests) in rows {
-        let (median, _) = percentiles(times);
-        let (median_bytes, _) = percentiles(bytes);
-        let (median_requests, _) = percentiles(requests);
+    for (what, mut loads) in rows {
+        let (median, _) = percentiles(&mut loads.times);
+        let (median_bytes, _) = percentiles(&mut loads.bytes);
+        let (median_requests, _) = percentiles(&mut loads.requests);
         report.add(
             AREA,
             format!("{what}, Chromium at {latency:.0} ms round trip and 1.6 Mbit/s (median of {samples})"),
@@ -331,6 +310,24 @@ async fn measure_network(report: &mut Report, samples: usize) {
         );
     }
     browser.close().await;
+}
+
+/// One kind of page load, sample by sample: the time to its mark and what crossed the wire.
+#[derive(Default)]
+struct Loads {
+    times: Vec<f64>,
+    bytes: Vec<f64>,
+    requests: Vec<f64>,
+}
+
+impl Loads {
+    /// The load just made, once the page has set `mark`.
+    async fn add(&mut self, browser: &Browser, mark_name: &str) {
+        self.times.push(mark(browser, mark_name).await);
+        let (bytes, requests) = wire(browser).await;
+        self.bytes.push(bytes);
+        self.requests.push(requests);
+    }
 }
 
 /// Bytes the page's HTTP requests moved on the wire (headers and bodies, as Chromium counts them;

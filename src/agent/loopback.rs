@@ -312,7 +312,7 @@ async fn open_session(mut stream: TcpStream, gate: &dyn Gate, deadline: tokio::t
         let response = if head.is_websocket_upgrade() { None } else { web::answer(&head, web::Offer::default()) };
         let Some(response) = response else { break (head, leftover) };
         served += 1;
-        let keep_alive = served < web::KEEP_ALIVE_REQUESTS && head.keeps_alive();
+        let keep_alive = web::keep_alive(served, &head);
         response.write(&mut stream, keep_alive).await?;
         if !keep_alive {
             return Ok(LocalStart::Answered);

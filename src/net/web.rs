@@ -41,6 +41,12 @@ pub const KEEP_ALIVE_REQUESTS: usize = 100;
 /// Time a kept-alive connection may wait for its next request.
 pub const KEEP_ALIVE_IDLE: Duration = Duration::from_secs(10);
 
+/// Whether the connection stays open after answering `head`, the `served`-th web request on it:
+/// while the client allows it and below [`KEEP_ALIVE_REQUESTS`].
+pub fn keep_alive(served: usize, head: &RequestHead) -> bool {
+    served < KEEP_ALIVE_REQUESTS && head.keeps_alive()
+}
+
 /// One embedded file, as build.rs prepared it.
 struct Asset {
     /// Its plain path, such as `/js/dom.js`.

@@ -240,7 +240,7 @@ async fn serve_stream<S: socket::RelayStream + 'static>(
             break (head, leftover, route);
         }
         served += 1;
-        let keep_alive = served < web::KEEP_ALIVE_REQUESTS && head.keeps_alive();
+        let keep_alive = web::keep_alive(served, &head);
         match web::answer(&head, shared.offer) {
             Some(response) => response.write(&mut stream, keep_alive).await.context("serving the web client")?,
             None => {

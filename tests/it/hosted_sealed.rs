@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use serde_json::json;
 use tokio::sync::Notify;
-use voxa::hosted::{Hosting, LiveConfig};
 
 use crate::browser::Scheme;
 use crate::fake_gemini::{FakeGemini, FakeOptions, Kind};
@@ -92,12 +91,7 @@ async fn a_hosted_calls_tool_under_ask_waits_for_the_pages_approval_over_its_sea
     let scratch = tempfile::tempdir().unwrap();
     let Some(browser) = browser_with_tone(&scratch, Scheme::Light).await else { return };
     let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
-    let live = LiveConfig::new(fake.config(KEY));
-    let relay = TestRelay::with_config(voxa::relay::RelayConfig {
-        service: Some(Hosting::service(live)),
-        ..Default::default()
-    })
-    .await;
+    let relay = hosting_relay(&fake, |_| {}).await;
     let agent = TestAgent::start_with(Some(relay.url()), |options| {
         options.config.policy.ask = vec!["run_command".into()];
     })
