@@ -88,7 +88,7 @@ async fn echo(relay: &str, code: &str, ready: &mpsc::UnboundedSender<String>) ->
                 let _ = ready.send(format!("ready {code}\n"));
             }
             Kind::Left => break,
-            Kind::ClosePeer => bail!("the relay sent CLOSE_PEER"),
+            Kind::ClosePeer | Kind::Proven => bail!("the relay sent a message only agents send"),
         }
     }
     let _ = socket.close(None).await;

@@ -16,7 +16,7 @@ use voxa::agent::LinkEvent;
 use voxa::config::RelayUrl;
 use voxa::net::dial::{ClientSocket, DialOptions};
 
-#[path = "../../tests/it/harness.rs"]
+#[path = "../../tests/it/support/harness.rs"]
 pub(crate) mod harness;
 
 use self::harness::{recv_type, say_hello_plain, send, TestAgent};

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 use voxa::net::dial::{ClientSocket, DialOptions};
 
-#[path = "../../tests/it/fake_gemini.rs"]
+#[path = "../../tests/it/support/fake_gemini.rs"]
 pub(crate) mod fake_gemini;
 
 use self::fake_gemini::{FakeGemini, FakeOptions, Kind};

@@ -5,7 +5,7 @@
 //! once by `voxa relay` at `/live`: the page's latency series, its CPU and bytes each way.
 //! `web-network` loads the page over an emulated phone network, cold and reloaded.
 
-#[path = "../../tests/it/browser.rs"]
+#[path = "../../tests/it/support/browser.rs"]
 pub(crate) mod browser;
 
 use std::time::{Duration, Instant};

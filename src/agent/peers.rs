@@ -306,7 +306,7 @@ impl RelayLink {
                     (state, Frame::Binary(_)) => state,
                 };
             }
-            Kind::ClosePeer => debug!("dropped a relay message only agents send"),
+            Kind::ClosePeer | Kind::Proven => debug!("dropped a relay message only agents send"),
         }
         Ok(())
     }

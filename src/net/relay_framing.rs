@@ -46,6 +46,9 @@ pub enum Kind {
     Left,
     /// Close that phone's socket (agent to relay): u16 close code, then a UTF-8 reason.
     ClosePeer,
+    /// That phone proved the pairing's token (agent to relay; empty payload): a relay whose code
+    /// is full makes room for a new phone by closing the oldest peer not proven, never a proven one.
+    Proven,
 }
 
 impl Kind {
@@ -57,6 +60,7 @@ impl Kind {
             Kind::Joined => 0x10,
             Kind::Left => 0x11,
             Kind::ClosePeer => 0x12,
+            Kind::Proven => 0x13,
         }
     }
 
@@ -68,6 +72,7 @@ impl Kind {
             0x10 => Kind::Joined,
             0x11 => Kind::Left,
             0x12 => Kind::ClosePeer,
+            0x13 => Kind::Proven,
             _ => return None,
         })
     }

@@ -314,7 +314,7 @@ impl Deliver for AgentMessages<'_> {
             self.state = match kind {
                 Kind::Text | Kind::Binary => Reading::Data { peer, text: kind == Kind::Text, begun: false },
                 Kind::ClosePeer => Reading::ClosePeer { peer, payload: Vec::new() },
-                Kind::Part | Kind::Joined | Kind::Left => {
+                Kind::Part | Kind::Joined | Kind::Left | Kind::Proven => {
                     return self.refuse("a relay message kind agents do not send")
                 }
             };

@@ -20,7 +20,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
-use crate::harness::STEP;
+use crate::support::harness::STEP;
 use crate::support::{installed, voxa_cmd, RunningVoxa};
 
 const DOMAIN: &str = "relay.voxa.test";

@@ -5,8 +5,8 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::harness::*;
 use crate::run::fresh_home;
+use crate::support::harness::*;
 use crate::support::voxa;
 
 /// Every `http(s)://…` link in `text`.

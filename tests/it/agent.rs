@@ -9,7 +9,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::harness::*;
+use crate::support::harness::*;
 use voxa::agent::LinkEvent;
 
 #[tokio::test]

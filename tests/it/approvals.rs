@@ -8,8 +8,8 @@ use voxa::net::dial::ClientSocket;
 
 use serde_json::{json, Value};
 
-use crate::fake_gemini::{FakeGemini, FakeOptions, Kind};
-use crate::harness::*;
+use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind};
+use crate::support::harness::*;
 
 /// An agent config where every `run_command` asks, except `echo hello`.
 fn asking(timeout_secs: u64) -> voxa::config::Config {
@@ -371,7 +371,7 @@ mod cli {
     }
 
     fn prepare(home: &Path) {
-        crate::harness::write_home_config(home, "[policy]\nask = [\"run_command\"]\n");
+        crate::support::harness::write_home_config(home, "[policy]\nask = [\"run_command\"]\n");
     }
 
     async fn client(home: &Path, port: u16) -> ClientSocket {
@@ -485,7 +485,7 @@ mod cards {
     //! reload; pictures in light and dark.
 
     use super::*;
-    use crate::browser::{Browser, Scheme, VIEWPORT};
+    use crate::support::browser::{Browser, Scheme, VIEWPORT};
 
     struct Page {
         relay: TestRelay,

@@ -10,8 +10,8 @@ use voxa::config::Config;
 use voxa::protocol::{Decision, Risk};
 use voxa::sessions::{Event, SessionState, StartRequest};
 
-use crate::fake_model::{tool_results, user_text, Reply};
 use crate::sessions::{approval_id, is_approval, is_turn_end, streamed_text, until, whole_log, Rig};
+use crate::support::fake_model::{tool_results, user_text, Reply};
 
 /// Codex's shell tool as 0.171 offers it to the model.
 fn shell(command: &str) -> Reply {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use crate::harness::*;
+use crate::support::harness::*;
 use crate::web::{Scene, TERMINAL};
 
 /// Waits until the agent runs exactly `n` calls.
@@ -193,7 +193,7 @@ async fn cli_json(home: &std::path::Path, args: &[&str]) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotation_with_the_page_open_cuts_it_off_and_the_cli_works_at_once() {
-    let Some(browser) = crate::browser::Browser::start().await else { return };
+    let Some(browser) = crate::support::browser::Browser::start().await else { return };
     let relay = crate::support::RunningVoxa::relay(0, "warn");
     let relay_url = format!("http://127.0.0.1:{}", relay.port);
     let (_dir, home) = crate::run::fresh_home();

@@ -221,7 +221,7 @@ impl Dialer {
             .map_err(|err| format!("upgrade: {err}"))?;
         // The simulated agent plays one phone's agent; the relay framing is the harness's to speak.
         let ws = voxa::seal::Socket::plain(ws);
-        Ok(if agent { crate::harness::agent_view_of(ws).await } else { ws })
+        Ok(if agent { crate::support::harness::agent_view_of(ws).await } else { ws })
     }
 }
 

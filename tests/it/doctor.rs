@@ -8,7 +8,7 @@ use std::process::Output;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
-use crate::harness::*;
+use crate::support::harness::*;
 use crate::support::{voxa_cmd, RunningVoxa};
 
 const RELAY_TOKEN: &str = "relay-token-5f1c9a0e7d3b";

@@ -17,8 +17,8 @@ use voxa::net::dial::ClientSocket;
 use voxa::secret::Secret;
 use voxa::state::{Home, Secrets};
 
-use crate::fake_gemini::{FakeGemini, FakeOptions};
-use crate::harness::*;
+use crate::support::fake_gemini::{FakeGemini, FakeOptions};
+use crate::support::harness::*;
 use crate::support::voxa;
 
 /// One machine: a voxa home, a workspace and, while started, its agent.

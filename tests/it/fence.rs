@@ -12,7 +12,7 @@ use voxa::config::{AgentCommand, Config, Limits};
 use voxa::protocol::{ErrorCode, ToolError};
 use voxa::tools::{Dispatcher, ToolRequest, Toolbox, ToolboxOptions};
 
-use crate::harness::*;
+use crate::support::harness::*;
 
 /// Symlink swaps (and file tool rounds) the race test runs at least.
 const SWAPS: usize = 3000;

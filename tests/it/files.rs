@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::browser::{Browser, Scheme, VIEWPORT};
-use crate::harness::*;
+use crate::support::browser::{Browser, Scheme, VIEWPORT};
+use crate::support::harness::*;
 use voxa::net::dial::ClientSocket;
 
 /// One tool call from `socket`, answered by its result frame.

@@ -9,10 +9,10 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 use voxa::net::dial::ClientSocket;
 
-use crate::fake_gemini::{
+use crate::support::fake_gemini::{
     FakeGemini, FakeOptions, Kind, SetupReply, BAD_KEY_REASON, DEADLINE_REASON, NOT_FOUND_REASON, STILL_OPEN_REASON,
 };
-use crate::harness::*;
+use crate::support::harness::*;
 use crate::support::voxa_cmd;
 
 /// A key shaped like a real one, so a leak anywhere is easy to spot.

@@ -10,13 +10,13 @@ use std::sync::Arc;
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::browser::Scheme;
-use crate::fake_gemini::{FakeGemini, FakeOptions, Kind};
 use crate::gemini::{expect_tool_responses, KEY};
-use crate::harness::*;
 use crate::live::{audit, hosted_agent, hosting_relay, live_phone, start_call};
 use crate::sealed::{Mitm, Way};
 use crate::sealed_web::{assert_sealed_after_hello, seal_mark, session_counts};
+use crate::support::browser::Scheme;
+use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind};
+use crate::support::harness::*;
 use crate::web_voice::browser_with_tone;
 
 /// The audited calls of `tool` that hosted voice made, as (id, outcome).

@@ -20,7 +20,7 @@ use voxa::protocol::{
     self, AgentMessage, BearerFrame, ClientMessage, ErrorCode, Hello, HelloOk, ToolCall, ToolError, ToolResult,
 };
 
-use crate::harness::*;
+use crate::support::harness::*;
 
 // ---------------------------------------------------------------------------------------------
 // Strategies

@@ -11,9 +11,9 @@ use voxa::net::dial::DialOptions;
 use voxa::relay::RelayConfig;
 use voxa::secret::Secret;
 
-use crate::fake_gemini::{FakeGemini, FakeOptions, Kind};
 use crate::gemini::{capture_logs, expect_tool_responses, pcm, Phone, KEY};
-use crate::harness::*;
+use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind};
+use crate::support::harness::*;
 
 /// A relay hosting voice with `KEY` against `fake`, with `tweak` applied to its hosting.
 pub(crate) async fn hosting_relay(fake: &FakeGemini, tweak: impl FnOnce(&mut LiveConfig)) -> TestRelay {
@@ -579,13 +579,13 @@ async fn hosted_call_running_a_gated_tool(handle: &str, id: &str, gate: &str) ->
 }
 
 /// Gemini asks connection `conn` for `list_dir` as call `id`; the laptop's answer, as Gemini got it.
-async fn list_dir_on(fake: &mut FakeGemini, conn: usize, id: &str) -> crate::fake_gemini::Event {
+async fn list_dir_on(fake: &mut FakeGemini, conn: usize, id: &str) -> crate::support::fake_gemini::Event {
     fake.send(conn, json!({"toolCall":{"functionCalls":[{"id":id,"name":"list_dir","args":{}}]}}));
     fake.wait_for("the laptop's answer", |e| matches!(&e.kind, Kind::ToolResponse(r) if r["id"] == id)).await
 }
 
 /// The entry names of a `list_dir` answer Gemini got.
-fn listed(event: &crate::fake_gemini::Event) -> Vec<String> {
+fn listed(event: &crate::support::fake_gemini::Event) -> Vec<String> {
     let Kind::ToolResponse(response) = &event.kind else { panic!("not a tool response: {event:?}") };
     let entries = response["response"]["output"]["entries"].as_array().unwrap_or_else(|| panic!("{response}"));
     entries.iter().map(|entry| entry["name"].as_str().unwrap().to_owned()).collect()

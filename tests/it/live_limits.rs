@@ -14,10 +14,10 @@ use voxa::relay::metrics::RelayMetrics;
 use voxa::relay::RelayConfig;
 use voxa::secret::Secret;
 
-use crate::fake_gemini::{FakeGemini, FakeOptions, Kind};
 use crate::gemini::{Phone, KEY};
-use crate::harness::*;
 use crate::live::{hosted_agent, live_phone, live_phone_with, start_call};
+use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind};
+use crate::support::harness::*;
 
 /// A relay hosting voice against `fake` with `tweak` applied, and the metrics it counts in.
 async fn relay_with(fake: &FakeGemini, tweak: impl FnOnce(&mut LiveConfig)) -> (TestRelay, Arc<RelayMetrics>) {

@@ -18,8 +18,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tracing_subscriber::layer::SubscriberExt;
 use voxa::net::dial::ClientSocket;
 
-use crate::fake_gemini::{FakeGemini, FakeOptions, Kind};
-use crate::harness::*;
+use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind};
+use crate::support::harness::*;
 use crate::support::{raise_open_file_limit, voxa, voxa_cmd, wait_with_deadline, RunningVoxa};
 
 // ---------------------------------------------------------------------------------------------

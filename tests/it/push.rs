@@ -365,7 +365,7 @@ mod agent {
     use serde_json::json;
 
     use super::*;
-    use crate::harness::*;
+    use crate::support::harness::*;
 
     async fn asking_agent() -> TestAgent {
         TestAgent::start_with(None, |options| {
@@ -493,8 +493,8 @@ mod page {
     use serde_json::json;
 
     use super::*;
-    use crate::browser::Browser as Chromium;
-    use crate::harness::*;
+    use crate::support::browser::Browser as Chromium;
+    use crate::support::harness::*;
 
     /// Runs before the page's scripts: `PushManager.subscribe` hands back a subscription to the
     /// test's push service, with a P-256 key pair and auth secret made here (kept for the test).

@@ -18,7 +18,7 @@ use voxa::net::relay_framing::{self, Kind, Presence, MAX_PHONES_PER_CODE, SUBPRO
 use voxa::protocol::{PeerRole, PeerState};
 use voxa::relay::RelayConfig;
 
-use crate::harness::{bare_upgrade_request, http, upgrade_request, TestRelay, STEP as WAIT};
+use crate::support::harness::{bare_upgrade_request, http, upgrade_request, TestRelay, STEP as WAIT};
 use voxa::secret::Secret;
 
 pub(crate) fn new_code() -> String {
@@ -144,7 +144,7 @@ where
             }
             Kind::Text => FromRelay::Frame(peer, Message::text(String::from_utf8(whole()).expect("UTF-8 text"))),
             Kind::Binary => FromRelay::Frame(peer, Message::binary(whole())),
-            Kind::ClosePeer => panic!("the relay never sends CLOSE_PEER"),
+            Kind::ClosePeer | Kind::Proven => panic!("the relay never sends what only agents send"),
         };
     }
 }

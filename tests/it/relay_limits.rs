@@ -15,9 +15,9 @@ use voxa::net::relay_framing::{self, Kind};
 use voxa::protocol::PeerState;
 use voxa::relay::{Limits, RelayConfig};
 
-use crate::harness::{http, parse_response, upgrade_request, TestRelay, STEP as WAIT};
 use crate::relay::*;
 use crate::relay_serving::RelayCommand;
+use crate::support::harness::{http, parse_response, upgrade_request, TestRelay, STEP as WAIT};
 use voxa::secret::Secret;
 
 #[tokio::test]

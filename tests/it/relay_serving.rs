@@ -13,8 +13,8 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use voxa::protocol::PeerState;
 use voxa::relay::RelayConfig;
 
-use crate::harness::{http, parse_response, upgrade_request, TestRelay, STEP as WAIT};
 use crate::relay::*;
+use crate::support::harness::{http, parse_response, upgrade_request, TestRelay, STEP as WAIT};
 use voxa::secret::Secret;
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::harness::*;
+use crate::support::harness::*;
 use crate::support::{voxa, voxa_bin, voxa_cmd, voxa_cmd_of, RunningVoxa};
 
 /// `voxa run --json` in a fresh home and workspace, waited on until it printed `started`.

@@ -14,7 +14,7 @@ use tokio_tungstenite::tungstenite::Message;
 use voxa::agent::LinkEvent;
 use voxa::protocol::ErrorCode;
 
-use crate::harness::*;
+use crate::support::harness::*;
 
 /// Which way a frame crosses the proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,9 +12,9 @@ use tokio_tungstenite::tungstenite::Message;
 use voxa::agent::LinkEvent;
 use voxa::protocol::ErrorCode;
 
-use crate::browser::{Browser, Scheme};
-use crate::harness::*;
 use crate::sealed::{audit_lines, flip_one_bit, Mitm, Way};
+use crate::support::browser::{Browser, Scheme};
+use crate::support::harness::*;
 
 /// Text of the terminal output, as shown.
 const TERMINAL: &str = "#term-out";
@@ -328,7 +328,7 @@ async fn the_agent_compares_the_page_the_relay_serves_with_its_own() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_hosting_voice_leaves_the_pages_session_sealed_and_a_strict_laptop_refuses_only_the_call() {
-    use crate::fake_gemini::{FakeGemini, FakeOptions};
+    use crate::support::fake_gemini::{FakeGemini, FakeOptions};
     use voxa::hosted::{Hosting, LiveConfig};
     let Some(browser) = Browser::start().await else { return };
     let fake = FakeGemini::start(FakeOptions::new("relay-key")).await;

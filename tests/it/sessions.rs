@@ -1,5 +1,5 @@
 //! Coding-agent sessions against the real Claude Code CLI (pinned in tests/agents/, installed by
-//! `npm ci`), only the model faked ([`crate::fake_model`]): approvals that let a write happen and
+//! `npm ci`), only the model faked ([`crate::support::fake_model`]): approvals that let a write happen and
 //! keep a command from running, a question answered, an interrupt, resuming with context, two
 //! followers, and a flood that stays bounded.
 
@@ -16,7 +16,7 @@ use voxa::protocol::{DecidedBy, Decision, Risk};
 use voxa::sessions::{Event, Follower, SessionEvent, SessionHost, SessionHostOptions, SessionState, StartRequest};
 use voxa::tools::{Toolbox, ToolboxOptions};
 
-use crate::fake_model::{tool_results, user_text, FakeModel, Reply};
+use crate::support::fake_model::{tool_results, user_text, FakeModel, Reply};
 
 /// Longest wait for one event of a real agent.
 pub const WAIT: Duration = Duration::from_secs(90);

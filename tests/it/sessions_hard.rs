@@ -11,11 +11,11 @@ use std::process::Command;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-use crate::fake_model::{user_text, FakeModel, Reply};
+use crate::support::fake_model::{user_text, FakeModel, Reply};
 use voxa::net::dial::ClientSocket;
 
-use crate::harness::{connect, recv_json, say_hello, send};
 use crate::sessions::{agent_env, agents_bin};
+use crate::support::harness::{connect, recv_json, say_hello, send};
 use crate::support::{voxa_cmd, RunningVoxa};
 
 /// A laptop's home and workspace that outlive one `voxa run`.
@@ -261,7 +261,7 @@ async fn a_flood_of_event_lines_keeps_voxas_memory_bounded() {
         "[agents.flood]\nprogram = \"/bin/sh\"\nargs = [\"-c\", {}, \"{{prompt}}\"]\nformat = \"stream-json\"\n",
         toml::Value::String(script)
     );
-    crate::harness::write_home_config(&laptop.home(), &config);
+    crate::support::harness::write_home_config(&laptop.home(), &config);
     let run = laptop.run(None);
     let mut phone = run.loopback().await;
     // One follower reads everything; one never reads at all.

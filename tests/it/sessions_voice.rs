@@ -8,9 +8,9 @@ use voxa::config::AgentCommand;
 use voxa::hosted::{Hosting, LiveConfig};
 use voxa::relay::RelayConfig;
 
-use crate::fake_gemini::{FakeGemini, FakeOptions, Kind};
 use crate::gemini::{Phone, KEY};
-use crate::harness::{say_hello_plain, TestAgent, TestRelay, STEP};
+use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind};
+use crate::support::harness::{say_hello_plain, TestAgent, TestRelay, STEP};
 
 /// A configured agent that answers every turn with the same line, or fails it.
 fn with_agents(config: &mut voxa::config::Config) {

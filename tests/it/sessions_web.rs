@@ -1,5 +1,5 @@
 //! The web client's agent view in Chromium at 390×844, against `voxa run` with the real Claude
-//! Code CLI (tests/agents) and only the model faked ([`crate::fake_model`]): a prompt starts a
+//! Code CLI (tests/agents) and only the model faked ([`crate::support::fake_model`]): a prompt starts a
 //! session, a Write approval tapped in the page happens, the answer's markdown renders and hostile
 //! HTML in it stays text, a follow-up streams and is interrupted, and a reloaded page shows the
 //! history once; a page that was offline gets what the session did meanwhile, once; a question
@@ -11,11 +11,11 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::browser::{Browser, Scheme};
-use crate::fake_model::{FakeModel, Reply};
-use crate::harness::TestRelay;
 use crate::run::start_run_with_env;
 use crate::sessions::{agent_env, agents_bin};
+use crate::support::browser::{Browser, Scheme};
+use crate::support::fake_model::{FakeModel, Reply};
+use crate::support::harness::TestRelay;
 use crate::support::RunningVoxa;
 
 /// The answer the model gives once the file is written: markdown, and HTML meant to run.
@@ -262,7 +262,7 @@ async fn a_question_is_answered_by_its_options_button_in_the_conversation() {
     let shown = browser.wait_text(CONVERSATION, "the answer", |t| t.contains("Blue it is.")).await;
     assert!(shown.contains("Allowed — on a phone"), "{shown}");
     let asked = model.turn_requests().pop().unwrap();
-    let results = crate::fake_model::tool_results(&asked);
+    let results = crate::support::fake_model::tool_results(&asked);
     assert!(results.iter().any(|r| r.contains("Blue")), "the agent read the answer: {results:?}");
     browser.close().await;
     laptop.run.stop();

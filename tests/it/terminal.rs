@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 use voxa::net::dial::ClientSocket;
 
-use crate::harness::*;
+use crate::support::harness::*;
 
 /// A client watching terminals: the bytes each one sent, in order, acknowledged as they arrive.
 pub struct Watcher {
@@ -448,7 +448,7 @@ const ROWS: &str = "#pty-screen .xterm-rows";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_chromium_the_shell_shows_coloured_output_and_the_key_bar_sends_ctrl_c() {
-    use crate::browser::{Browser, Scheme};
+    use crate::support::browser::{Browser, Scheme};
     let Some(browser) = Browser::start().await else { return };
     let relay = TestRelay::start().await;
     let agent = TestAgent::start(Some(relay.url())).await;
@@ -520,7 +520,7 @@ async fn in_chromium_the_shell_shows_coloured_output_and_the_key_bar_sends_ctrl_
     agent.agent.stop().await;
 }
 
-async fn save_picture(browser: &crate::browser::Browser, name: &str) {
+async fn save_picture(browser: &crate::support::browser::Browser, name: &str) {
     browser.script("window.scrollTo(0, 0);", vec![]).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let png = browser.screenshot().await;

@@ -13,9 +13,9 @@ use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
-use crate::browser::{Browser, Scheme, VIEWPORT};
-use crate::harness::*;
 use crate::run::start_run_with_env;
+use crate::support::browser::{Browser, Scheme, VIEWPORT};
+use crate::support::harness::*;
 use crate::support::voxa_cmd;
 
 // ---------------------------------------------------------------------------------------------

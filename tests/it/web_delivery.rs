@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::harness::*;
+use crate::support::harness::*;
 use crate::web::Scene;
 
 /// Status, headers (lowercase names) and body of one answer read off `stream`: the head byte by

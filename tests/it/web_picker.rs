@@ -8,8 +8,8 @@ use fantoccini::Locator;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use crate::browser::{Browser, Scheme};
-use crate::harness::*;
+use crate::support::browser::{Browser, Scheme};
+use crate::support::harness::*;
 use crate::web::{Machine, Scene, SMALL_CONTROLS, TERMINAL};
 
 /// How long a test waits for the page to come back by itself after a relay restart: its backoff

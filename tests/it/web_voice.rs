@@ -15,11 +15,11 @@ use voxa::hosted::{Hosting, LiveConfig};
 use voxa::relay::RelayConfig;
 use voxa::secret::Secret;
 
-use crate::browser::{tone_wav, Browser, Scheme};
-use crate::fake_gemini::{FakeGemini, FakeOptions, Kind, SetupReply, BAD_KEY_REASON};
 use crate::gemini::expect_tool_responses;
-use crate::harness::*;
 use crate::run::start_run_with_env;
+use crate::support::browser::{tone_wav, Browser, Scheme};
+use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind, SetupReply, BAD_KEY_REASON};
+use crate::support::harness::*;
 use crate::support::{voxa_bin, RunningVoxa};
 
 /// The laptop's Gemini key (self-hosted mode).
@@ -374,7 +374,7 @@ async fn a_call_in_the_browser_carries_the_microphone_both_ways_and_ends() {
     microphone_audio(&mut fake, conn, 0.2).await;
     let release = MouseActions::new("finger".into()).then(PointerAction::Up { button: MOUSE_BUTTON_LEFT });
     browser.client.perform_actions(release).await.unwrap();
-    let is_end = |e: &crate::fake_gemini::Event| e.conn == conn && e.kind == Kind::AudioStreamEnd;
+    let is_end = |e: &crate::support::fake_gemini::Event| e.conn == conn && e.kind == Kind::AudioStreamEnd;
     fake.wait_for("audioStreamEnd", is_end).await;
     // Ten more frames captured after the release: none of them went out either.
     let sent = stat(browser, "framesSent").await.as_u64().unwrap();

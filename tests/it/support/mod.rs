@@ -2,6 +2,11 @@
 //! whose JSON events are read with a deadline.
 #![allow(dead_code)]
 
+pub mod browser;
+pub mod fake_gemini;
+pub mod fake_model;
+pub mod harness;
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -10,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::harness::STEP;
+use crate::support::harness::STEP;
 
 /// Path of the built `voxa` binary.
 pub fn voxa_bin() -> PathBuf {

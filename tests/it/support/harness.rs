@@ -390,7 +390,7 @@ where
                             _ => Message::binary(whole),
                         }
                     }
-                    Kind::ClosePeer => continue,
+                    Kind::ClosePeer | Kind::Proven => continue,
                 };
                 if test_tx.send(message).await.is_err() {
                     return;
