@@ -17,7 +17,7 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
-use voxa::net::relay_framing::{self, Kind, PeerId};
+use voxa::protocol::relay::{self as relay_framing, Kind, PeerId};
 
 #[tokio::main]
 async fn main() -> Result<()> {

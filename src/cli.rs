@@ -230,6 +230,9 @@ pub enum ApproveDecision {
     Deny,
 }
 
+/// The CA `--domain` uses unless `--acme-directory` names another.
+pub const LETS_ENCRYPT_DIRECTORY: &str = "https://acme-v02.api.letsencrypt.org/directory";
+
 #[derive(Debug, Args)]
 pub struct RelayArgs {
     /// Address to listen on
@@ -243,7 +246,7 @@ pub struct RelayArgs {
     #[arg(long, value_name = "NAME")]
     pub domain: Option<String>,
     /// ACME directory of the CA that issues the --domain certificate (a staging or company CA)
-    #[arg(long, value_name = "URL", requires = "domain", default_value = crate::relay::acme::LETS_ENCRYPT_DIRECTORY)]
+    #[arg(long, value_name = "URL", requires = "domain", default_value = LETS_ENCRYPT_DIRECTORY)]
     pub acme_directory: String,
     /// Trust this PEM root for the ACME server's own HTTPS (one not in the system roots)
     #[arg(long, value_name = "FILE", requires = "domain")]

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use voxa::protocol::presence::{PeerRole, PeerState, Presence};
+use voxa::protocol::relay::{PeerRole, PeerState, Presence};
 
 /// The argument that makes the bench binary the floor forwarder.
 pub const ARG: &str = "--floor-relay";

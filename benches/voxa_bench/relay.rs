@@ -15,7 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::Message;
 
-use voxa::net::relay_framing::{self, Kind, PeerId, HEADER_LEN};
+use voxa::protocol::relay::{self as relay_framing, Kind, PeerId, HEADER_LEN};
 
 use crate::report::{percentiles, Report};
 

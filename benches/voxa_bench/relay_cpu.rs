@@ -23,7 +23,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
-use voxa::net::relay_framing::{self, Kind};
+use voxa::protocol::relay::{self as relay_framing, Kind};
 
 use crate::floor;
 use crate::relay::{raw_socket, RelayProcess};

@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use voxa::protocol::presence::{self, Presence};
+use voxa::protocol::relay::{self as presence, Presence};
 use voxa::protocol::{self, ClientMessage};
 
 fn has_float(value: &Value) -> bool {

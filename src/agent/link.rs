@@ -17,7 +17,7 @@ use super::gate::Gate;
 use crate::config::RelayUrl;
 use crate::net::dial::{self, DialOptions};
 use crate::net::liveness::Heartbeat;
-use crate::net::relay_framing::SUBPROTOCOL;
+use crate::protocol::relay::SUBPROTOCOL;
 use crate::protocol::{ErrorCode, RelayPage};
 
 /// A 4001 this soon after an abandoned dial is taken for that dial arriving late, not for

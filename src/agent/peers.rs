@@ -23,7 +23,7 @@ use super::outbox::Outbox;
 use super::session::Session;
 use crate::net::dial;
 use crate::net::liveness::{cancelled, close_message, sleep_until, Liveness, Pulse};
-use crate::net::relay_framing::{self, Kind, PeerId};
+use crate::protocol::relay::{self as relay_framing, Kind, PeerId};
 use crate::protocol::{self, close, AgentMessage, ErrorCode, Frame, MAX_FRAME_LEN, SEND_QUEUE_FRAMES};
 
 /// Peers one connection serves at once; the relay seats fewer, so more means a relay gone wrong.

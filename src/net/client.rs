@@ -19,8 +19,8 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::dial::ClientSocket;
-use super::relay_framing::Presence;
 use crate::error::Refused;
+use crate::protocol::relay::Presence;
 use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Hello, HelloOk, PeerRole, PeerState};
 use crate::seal::handshake::{Initiator, Keys};
 use crate::secret::Secret;

@@ -1,7 +1,8 @@
 //! The wire protocol (docs/PROTOCOL.md): every frame voxa sends or accepts, and the limits that
 //! bound them. One enum per direction, tagged by `type`; one folder file per frame family:
-//! [`frame`] (the one frame type inside the agent), [`presence`] (pairing sides), [`hello`]
-//! (session start), [`session`] (session frames), [`tools`] (tool frames) and [`errors`] (codes).
+//! [`frame`] (the one frame type inside the agent), [`relay`] (the relay's wire: pairing sides,
+//! presence notices, relay framing), [`hello`] (session start), [`session`] (session frames),
+//! [`tools`] (tool frames) and [`errors`] (codes).
 
 use std::time::Duration;
 
@@ -9,8 +10,8 @@ mod approvals;
 mod errors;
 mod frame;
 mod hello;
-pub mod presence;
 mod push;
+pub mod relay;
 mod session;
 mod terminal;
 mod tools;
@@ -24,8 +25,8 @@ pub use hello::{
     agent_proof, client_proof, is_hello_nonce, is_hello_proof, new_nonce, verify_agent_proof, verify_client_proof,
     BearerFrame, Hello, HelloOk, HOST_ROLE,
 };
-pub use presence::{PeerRole, PeerState, Presence};
 pub use push::{push_endpoint_host, PushKeys, PushSubscription, MAX_PUSH_ENDPOINT_LEN};
+pub use relay::{PeerRole, PeerState, Presence};
 pub use session::{
     parse_client, AgentMessage, AgentSees, AgentStatus, CallEntry, CallsFrame, ClientMessage, CodingAgentSeen,
     ConnectedClient, RelayPage, ToolActivityState, TranscriptRole,

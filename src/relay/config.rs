@@ -1,4 +1,5 @@
-//! How a relay runs: its settings, the limits every socket gets, and its TLS certificate.
+//! How a relay runs: its settings (the edge's admission limits, the core's socket limits and
+//! budget, the service beside them) and its TLS certificate.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,26 +9,15 @@ use anyhow::{bail, Context as _};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::metrics;
-use super::PhoneService;
+use super::core::{metrics, SocketLimits, MEMORY_BUDGET};
+use super::service::PhoneService;
 use crate::net::http;
-use crate::protocol::{IDLE_TIMEOUT, MAX_FRAME_LEN, PING_INTERVAL, SEND_QUEUE_FRAMES};
 use crate::secret::Secret;
 
-/// Bytes queued for one socket's writer before its senders wait. Messages go through in parts of
-/// at most 16 KiB, so this bounds what one socket holds of any message; a single frame (the
-/// relay's own, or a hosted call's) always fits an empty queue.
-pub const SEND_QUEUE_BYTES: usize = 64 << 10;
-pub use crate::net::relay_framing::MAX_PHONES_PER_CODE;
-/// Time a receiver whose queue is full may write nothing before it is closed 1013.
-pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections (upgraded or not) one relay process serves at once; more are refused.
 pub const MAX_CONNECTIONS: usize = 50_000;
 /// Connections one client address (an IPv4 address, an IPv6 /64) may hold at once.
 pub const MAX_CONNECTIONS_PER_IP: usize = 128;
-/// Bytes of messages the whole process may hold in queues and partial reads; over it, the oldest
-/// socket holding more than its share is closed 1013.
-pub const MEMORY_BUDGET: usize = 256 << 20;
 /// Time a client has to finish its TLS handshake.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = http::HEAD_TIMEOUT;
 
@@ -39,7 +29,7 @@ pub struct RelayConfig {
     /// Token both sides must present as `Authorization: Bearer`; open relay when `None`.
     pub token: Option<Secret>,
     /// Per-socket timing and size limits.
-    pub limits: Limits,
+    pub limits: SocketLimits,
     /// Connections served at once; further ones are refused (`503` on plain HTTP).
     pub max_connections: usize,
     /// Connections one client address may hold (`429` beyond it); 0 for no limit, as behind a
@@ -47,7 +37,7 @@ pub struct RelayConfig {
     pub max_connections_per_ip: usize,
     /// Bytes of messages held at once across all sockets (at least two largest messages).
     pub memory_budget: usize,
-    /// Where the relay counts what it does; serve them with [`metrics::serve`].
+    /// Where the relay counts what it does; serve them with [`super::serve_metrics`].
     pub metrics: Arc<metrics::RelayMetrics>,
     /// A socket kind served beside `/agent` and `/ws` (hosted voice at `/live`, docs/PROTOCOL.md,
     /// "Hosted voice"); its path is 404 when `None`. The web client's `GET /config` reports
@@ -55,55 +45,12 @@ pub struct RelayConfig {
     pub service: Option<Arc<dyn PhoneService>>,
 }
 
-/// Timing and size limits of one relayed socket.
-#[derive(Clone, Copy, Debug)]
-pub struct Limits {
-    /// Silence after which a socket is pinged.
-    pub ping_interval: Duration,
-    /// Silence after which a socket is dropped.
-    pub idle_timeout: Duration,
-    /// Frames queued for a socket; while they are queued, the sender waits.
-    pub send_queue_frames: usize,
-    /// Bytes queued for a socket; while they are queued, the sender waits.
-    pub send_queue_bytes: usize,
-    /// Time a socket with a full queue may write nothing before it is closed 1013 (slow reader).
-    pub stall_timeout: Duration,
-    /// Largest message accepted; larger ones close the socket with 1009.
-    pub max_frame_len: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            ping_interval: PING_INTERVAL,
-            idle_timeout: IDLE_TIMEOUT,
-            send_queue_frames: SEND_QUEUE_FRAMES,
-            send_queue_bytes: SEND_QUEUE_BYTES,
-            stall_timeout: STALL_TIMEOUT,
-            max_frame_len: MAX_FRAME_LEN,
-        }
-    }
-}
-
-impl Limits {
-    /// Refuses limits that would spin (zero intervals) or could never pass a frame.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        if self.ping_interval.is_zero() || self.idle_timeout < self.ping_interval {
-            bail!("relay limits: the ping interval must be non-zero and no longer than the idle timeout");
-        }
-        if self.stall_timeout.is_zero() || self.send_queue_frames == 0 || self.max_frame_len == 0 {
-            bail!("relay limits: stall timeout, queue length and frame size must be non-zero");
-        }
-        Ok(())
-    }
-}
-
 impl Default for RelayConfig {
     fn default() -> Self {
         RelayConfig {
             tls: None,
             token: None,
-            limits: Limits::default(),
+            limits: SocketLimits::default(),
             max_connections: MAX_CONNECTIONS,
             max_connections_per_ip: MAX_CONNECTIONS_PER_IP,
             memory_budget: MEMORY_BUDGET,
@@ -162,14 +109,6 @@ fn pem_error(err: rustls_pki_types::pem::Error, what: &str, path: &Path) -> anyh
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn limits_that_would_spin_are_refused() {
-        assert!(Limits::default().validate().is_ok());
-        assert!(Limits { ping_interval: Duration::ZERO, ..Limits::default() }.validate().is_err());
-        assert!(Limits { idle_timeout: Duration::from_secs(1), ..Limits::default() }.validate().is_err());
-        assert!(Limits { send_queue_frames: 0, ..Limits::default() }.validate().is_err());
-    }
 
     #[test]
     fn config_debug_hides_the_token() {

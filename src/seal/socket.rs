@@ -66,7 +66,7 @@ pub fn broken_close() -> Message {
 /// (docs/PROTOCOL.md, "Relay"): a text frame starting with U+0001. `Err` for a frame that starts
 /// like a notice but does not read as one.
 pub fn relay_notice(text: &str) -> Option<Result<protocol::Presence, ()>> {
-    protocol::presence::is_notice(text.as_bytes()).then(|| protocol::Presence::parse(text).ok_or(()))
+    protocol::relay::is_notice(text.as_bytes()).then(|| protocol::Presence::parse(text).ok_or(()))
 }
 
 /// Whether a frame is a client's `hello` (or a control frame), which a socket whose sealed

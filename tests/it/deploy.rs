@@ -211,7 +211,7 @@ impl Dialer {
             .map_err(|err| format!("request: {err}"))?;
         let agent = path.starts_with("/agent");
         if agent {
-            let offer = voxa::net::relay_framing::SUBPROTOCOL.parse().unwrap();
+            let offer = voxa::protocol::relay::SUBPROTOCOL.parse().unwrap();
             request.headers_mut().insert("sec-websocket-protocol", offer);
         }
         let tls: Box<dyn voxa::net::dial::Io> = Box::new(tls);

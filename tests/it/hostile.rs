@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio_tungstenite::tungstenite::Message;
 use voxa::net::http::{self, HeadError, RequestHead};
-use voxa::net::relay_framing;
+use voxa::protocol::relay as relay_framing;
 use voxa::protocol::{
     self, AgentMessage, BearerFrame, ClientMessage, ErrorCode, Hello, HelloOk, ToolCall, ToolError, ToolResult,
 };

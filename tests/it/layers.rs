@@ -1,7 +1,8 @@
 //! The module layers point one way (docs/ARCHITECTURE.md): reads every `src/**/*.rs`, maps each
 //! `crate::…`, `super::…` and `self::…` path outside test code to the module it names, and fails
 //! on an import from a higher layer, on modules that import each other (directly or round a
-//! longer circle), or on a leaf (the relay) importing more than it may.
+//! longer circle), on a leaf (the relay, its core) importing more than it may, or on the relay's
+//! core naming a crate of HTTP, TLS or ACME.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -35,12 +36,17 @@ const LAYERS: &[(&str, u8)] = &[
 ];
 
 /// Modules that may import only the modules listed (and their own children), whatever their layer.
-/// The relay is a leaf: pairing, forwarding, limits, budget and metrics need `net` (HTTP heads, the
-/// relay framing, the web client's files) and `protocol` (roles, limits, close codes), plus
-/// `secret` to compare the relay token in constant time, `text` to cut a close reason on a
-/// character boundary and `state` to keep its ACME account and certificate 0600 — nothing that
-/// knows what a session, a tool or a voice call is.
-const LEAVES: &[(&str, &[&str])] = &[("relay", &["net", "protocol", "secret", "state", "text"])];
+/// The relay is a leaf: its edge needs `net` (HTTP heads, the web client's files) and `secret` to
+/// compare the relay token in constant time; its core, which moves frames between the sockets of a
+/// code, only `protocol` (the relay's wire, roles, limits, close codes) and `text` to cut a close
+/// reason on a character boundary — nothing that knows what a session, a tool or a voice call is,
+/// and the core not even what HTTP is. The relay's certificate (ACME) is the relay command's.
+const LEAVES: &[(&str, &[&str])] =
+    &[("relay", &["net", "protocol", "secret", "text"]), ("relay::core", &["protocol", "secret", "text"])];
+
+/// Crates a module (and its children) never names: the relay's core sees no HTTP, TLS or ACME.
+const FORBIDDEN_CRATES: &[(&str, &[&str])] =
+    &[("relay::core", &["rustls", "tokio_rustls", "rustls_pki_types", "instant_acme", "rcgen", "hyper", "http"])];
 
 #[test]
 fn imports_never_point_up_and_never_close_a_circle() {
@@ -60,10 +66,11 @@ fn the_checker_finds_an_upward_import_and_a_circle() {
         ("agent/link.rs", "use super::session::Session;\nuse crate::net::dial;"),
         ("agent/session.rs", "use crate::{protocol, agent::link::Link};"),
         ("net/mod.rs", "pub mod dial;\n#[cfg(test)]\nmod tests;"),
-        // Test code in a file of its own.
+        // Test code in a file of its own, by its module's name or by a path beside its parent.
         ("net/tests.rs", "use crate::agent::session::Session;"),
+        ("net/dial_tests.rs", "use crate::agent::session::Session;"),
         // An upward import, in a path inside code rather than a `use`.
-        ("net/dial.rs", "fn f() { let _ = crate::agent::session::Session::new(); }"),
+        ("net/dial.rs", "fn f() { let _ = crate::agent::session::Session::new(); }\n#[cfg(test)]\n#[path = \"dial_tests.rs\"]\nmod tests;"),
         // Not imports: comments, strings and test code.
         (
             "protocol.rs",
@@ -78,28 +85,40 @@ fn the_checker_finds_an_upward_import_and_a_circle() {
     assert!(problems.iter().any(|p| p.contains("circle") && p.contains("agent::link")), "{problems:#?}");
     assert!(problems.iter().any(|p| p.contains("circle: agent → net → agent")), "{problems:#?}");
     assert!(!problems.iter().any(|p| p.starts_with("protocol")), "{problems:#?}");
-    assert!(!problems.iter().any(|p| p.contains("net::tests")), "{problems:#?}");
+    assert!(!problems.iter().any(|p| p.contains("net::tests") || p.contains("dial_tests")), "{problems:#?}");
 }
 
 #[test]
-fn the_checker_holds_the_relay_to_its_leaf_imports() {
+fn the_checker_holds_the_relay_and_its_core_to_their_leaf_imports() {
     let sources: BTreeMap<String, String> = [
         ("lib.rs", "pub mod relay; pub mod gemini; pub mod net; pub mod protocol;"),
-        ("relay/mod.rs", "mod hub; use crate::net::http; use crate::protocol::PeerRole;"),
+        ("relay/mod.rs", "mod core; mod edge; mod web; use crate::net::http; use crate::protocol::PeerRole;"),
         // Same layer, so no upward import: only the leaf rule catches it.
-        ("relay/hub.rs", "use super::super::gemini::GeminiConfig; use crate::net::relay_framing;"),
+        ("relay/edge.rs", "use super::super::gemini::GeminiConfig; use super::core::Core; use crate::net::http;"),
+        // Inside the relay, but the core may not reach its edge, HTTP or TLS.
+        ("relay/core/mod.rs", "mod hub; use crate::protocol::relay; use super::web::WebApp;"),
+        ("relay/web.rs", "use crate::net::web;"),
+        ("relay/core/hub.rs", "use crate::net::http::RequestHead; fn f() { let _ = rustls::ServerConfig::builder(); }"),
         ("gemini/mod.rs", "use crate::net::dial;"),
-        ("net/mod.rs", "pub mod http; pub mod dial; pub mod relay_framing;"),
+        ("net/mod.rs", "pub mod http; pub mod dial;"),
         ("net/http.rs", ""),
         ("net/dial.rs", ""),
-        ("net/relay_framing.rs", "use crate::protocol::PeerRole;"),
-        ("protocol.rs", ""),
+        ("protocol/mod.rs", "pub mod relay;"),
+        ("protocol/relay.rs", ""),
     ]
     .into_iter()
     .map(|(path, text)| (path.to_owned(), text.to_owned()))
     .collect();
     let problems = check(&sources);
-    assert_eq!(problems, ["relay::hub imports gemini, and relay may import only net, protocol, secret, state, text"]);
+    assert_eq!(
+        problems,
+        [
+            "relay::core::hub names the crate rustls, which relay::core never uses",
+            "relay::core imports relay::web, and relay::core may import only protocol, secret, text",
+            "relay::core::hub imports net::http, and relay::core may import only protocol, secret, text",
+            "relay::edge imports gemini, and relay may import only net, protocol, secret, text",
+        ]
+    );
 }
 
 /// `path → text` of every `.rs` file under `dir`, paths relative to `root`.
@@ -131,14 +150,21 @@ fn check(sources: &BTreeMap<String, String>) -> Vec<String> {
     let modules: BTreeSet<String> = sources.keys().filter_map(|f| module_of(f)).collect();
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let test_modules = test_modules(sources);
+    let mut problems = Vec::new();
     for (file, text) in sources {
         let Some(module) = module_of(file) else { continue };
         // A file that is a `#[cfg(test)] mod …;` holds tests only, like an inline test module.
         if test_modules.contains(&module) {
             continue;
         }
+        let code = strip_tests(&code_only(text));
+        for (holder, crates) in FORBIDDEN_CRATES.iter().filter(|(holder, _)| is_at_or_within(&module, holder)) {
+            for name in crates_named(&code).into_iter().filter(|name| crates.contains(&name.as_str())) {
+                problems.push(format!("{module} names the crate {name}, which {holder} never uses"));
+            }
+        }
         let targets = edges.entry(module.clone()).or_default();
-        for path in paths(&strip_tests(&code_only(text))) {
+        for path in paths(&code) {
             let Some(absolute) = resolve(&module, &path) else { continue };
             if let Some(target) = longest_module(&modules, &absolute) {
                 // A module owns its children: naming them (`mod`, `pub use`) is not a dependency.
@@ -148,7 +174,6 @@ fn check(sources: &BTreeMap<String, String>) -> Vec<String> {
             }
         }
     }
-    let mut problems = Vec::new();
     let rank = |module: &str| LAYERS.iter().find(|(name, _)| *name == top(module)).map(|(_, rank)| *rank);
     for (from, targets) in &edges {
         for to in targets {
@@ -157,8 +182,8 @@ fn check(sources: &BTreeMap<String, String>) -> Vec<String> {
                     problems.push(format!("{from} imports {to}, a higher layer"));
                 }
             }
-            if let Some((leaf, allowed)) = LEAVES.iter().find(|(leaf, _)| top(from) == *leaf) {
-                if top(to) != *leaf && !to.is_empty() && !allowed.contains(&top(to)) {
+            for (leaf, allowed) in LEAVES.iter().filter(|(leaf, _)| is_at_or_within(from, leaf)) {
+                if !is_at_or_within(to, leaf) && !to.is_empty() && !allowed.contains(&top(to)) {
                     problems.push(format!("{from} imports {to}, and {leaf} may import only {}", allowed.join(", ")));
                 }
             }
@@ -195,6 +220,25 @@ fn top(module: &str) -> &str {
 
 fn is_within(inner: &str, outer: &str) -> bool {
     outer.is_empty() || inner.starts_with(&format!("{outer}::"))
+}
+
+fn is_at_or_within(inner: &str, outer: &str) -> bool {
+    inner == outer || is_within(inner, outer)
+}
+
+/// Every name that starts a path outside the crate (`rustls::…`, `use rustls;`), once each.
+fn crates_named(code: &str) -> BTreeSet<String> {
+    let tokens = tokenize(code);
+    let mut found = BTreeSet::new();
+    for (i, token) in tokens.iter().enumerate() {
+        let after_colons = i > 0 && tokens[i - 1] == "::";
+        let starts_path = tokens.get(i + 1).map(String::as_str) == Some("::") && !after_colons;
+        let used_whole = i > 0 && tokens[i - 1] == "use" && tokens.get(i + 1).map(String::as_str) == Some(";");
+        if (starts_path || used_whole) && is_ident(token.chars().next().as_ref()) {
+            found.insert(token.clone());
+        }
+    }
+    found
 }
 
 /// The longest known module that `path` starts with (`""` for the crate root).
@@ -330,7 +374,8 @@ fn is_ident(c: Option<&char>) -> bool {
     c.is_some_and(|c| c.is_alphanumeric() || *c == '_')
 }
 
-/// Modules declared `#[cfg(test)] mod name;` in their parent's file: test code in a file of its own.
+/// Modules declared `#[cfg(test)] mod name;` in their parent's file: test code in a file of its own,
+/// named by the module (`hub/tests.rs`) or by a `#[path = "hub_tests.rs"]` beside the file.
 fn test_modules(sources: &BTreeMap<String, String>) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     for (file, text) in sources {
@@ -338,14 +383,30 @@ fn test_modules(sources: &BTreeMap<String, String>) -> BTreeSet<String> {
         let mut rest = text.as_str();
         while let Some(at) = rest.find("#[cfg(test)]") {
             rest = &rest[at + "#[cfg(test)]".len()..];
-            let item = rest.trim_start();
+            let mut item = rest.trim_start();
+            let mut path = None;
+            while let Some(attribute) = item.strip_prefix("#[") {
+                let Some((inside, after)) = attribute.split_once(']') else { break };
+                path = inside.strip_prefix("path = \"").and_then(|tail| tail.strip_suffix('"')).or(path);
+                item = after.trim_start();
+            }
             let Some(name) =
                 item.strip_prefix("mod ").and_then(|tail| tail.split_once(';')).map(|(name, _)| name.trim())
             else {
                 continue;
             };
-            if name.chars().all(|c| c.is_alphanumeric() || c == '_') {
-                found.insert(if parent.is_empty() { name.to_owned() } else { format!("{parent}::{name}") });
+            if !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                continue;
+            }
+            match path {
+                Some(path) => {
+                    let dir = file.rsplit_once('/').map_or("", |(dir, _)| dir);
+                    let beside = if dir.is_empty() { path.to_owned() } else { format!("{dir}/{path}") };
+                    found.extend(module_of(&beside));
+                }
+                None => {
+                    found.insert(if parent.is_empty() { name.to_owned() } else { format!("{parent}::{name}") });
+                }
             }
         }
     }

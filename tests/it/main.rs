@@ -25,6 +25,7 @@ mod proof;
 mod push;
 mod relay;
 mod relay_limits;
+mod relay_proven;
 mod relay_serving;
 mod run;
 mod sealed;

@@ -14,7 +14,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::WebSocketStream;
-use voxa::net::relay_framing::{self, Kind, Presence, MAX_PHONES_PER_CODE, SUBPROTOCOL};
+use voxa::protocol::relay::{self as relay_framing, Kind, Presence, MAX_PHONES_PER_CODE, SUBPROTOCOL};
 use voxa::protocol::{PeerRole, PeerState};
 use voxa::relay::RelayConfig;
 

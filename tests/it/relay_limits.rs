@@ -11,9 +11,9 @@ use tokio::net::TcpStream;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message;
-use voxa::net::relay_framing::{self, Kind};
+use voxa::protocol::relay::{self as relay_framing, Kind};
 use voxa::protocol::PeerState;
-use voxa::relay::{Limits, RelayConfig};
+use voxa::relay::{RelayConfig, SocketLimits};
 
 use crate::relay::*;
 use crate::relay_serving::RelayCommand;
@@ -75,11 +75,11 @@ async fn frames_up_to_16_mib_pass_and_larger_ones_close_1009() {
 }
 
 /// A relay that pings every 200 ms and drops a socket silent for 800 ms, with those limits.
-async fn short_ping_relay() -> (TestRelay, Limits) {
-    let limits = Limits {
+async fn short_ping_relay() -> (TestRelay, SocketLimits) {
+    let limits = SocketLimits {
         ping_interval: Duration::from_millis(200),
         idle_timeout: Duration::from_millis(800),
-        ..Limits::default()
+        ..SocketLimits::default()
     };
     (TestRelay::with_config(RelayConfig { limits, ..Default::default() }).await, limits)
 }
@@ -189,7 +189,7 @@ async fn scrape(addr: SocketAddr) -> String {
 async fn serve_metrics(metrics: Arc<voxa::relay::metrics::RelayMetrics>) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(voxa::relay::metrics::serve(listener, metrics, std::future::pending()));
+    tokio::spawn(voxa::relay::serve_metrics(listener, metrics, std::future::pending()));
     addr
 }
 
@@ -207,7 +207,7 @@ async fn metrics_count_what_clients_did_and_never_show_a_code_or_token() {
     const FRAMES: usize = 40;
     const PHONE_FRAME: usize = 100;
     let token = "metrics-relay-token-5b1f0c";
-    let limits = Limits { max_frame_len: 64 << 10, ..Limits::default() };
+    let limits = SocketLimits { max_frame_len: 64 << 10, ..SocketLimits::default() };
     let config = RelayConfig { token: Some(Secret::from_string(token.into())), limits, ..Default::default() };
     let metrics_addr = serve_metrics(Arc::clone(&config.metrics)).await;
     let relay = TestRelay::with_config(config).await;
@@ -341,7 +341,8 @@ async fn flood_until_left(laptop: Client, handset: &mut Client, peer: u32, frame
 async fn a_reader_that_falls_behind_is_closed_1013_and_its_queue_stays_bounded() {
     const QUEUE: usize = 8;
     const FRAME: usize = 64 << 10;
-    let limits = Limits { send_queue_frames: QUEUE, stall_timeout: Duration::from_millis(300), ..Limits::default() };
+    let limits =
+        SocketLimits { send_queue_frames: QUEUE, stall_timeout: Duration::from_millis(300), ..SocketLimits::default() };
     let relay = TestRelay::with_config(RelayConfig { limits, ..Default::default() }).await;
     let (laptop, mut handset, code, peer) = pair(&relay).await;
 
@@ -364,11 +365,11 @@ async fn over_the_memory_budget_the_oldest_heavy_socket_is_closed_1013_and_the_r
     const BUDGET: usize = 2 << 20;
     // Queues long enough to pass the budget, and no stall timeout to rescue the relay: only the
     // memory budget bounds what readers that read nothing make it hold.
-    let limits = Limits {
+    let limits = SocketLimits {
         max_frame_len: 1 << 20,
         send_queue_bytes: 4 << 20,
         stall_timeout: Duration::from_secs(3600),
-        ..Limits::default()
+        ..SocketLimits::default()
     };
     let config = RelayConfig { limits, memory_budget: BUDGET, ..Default::default() };
     let metrics = Arc::clone(&config.metrics);

@@ -175,7 +175,7 @@ impl LinkActor {
     }
 
     async fn on_text(&mut self, text: &str) -> Step {
-        if let Some(notice) = crate::net::relay_framing::Presence::parse(text) {
+        if let Some(notice) = crate::protocol::relay::Presence::parse(text) {
             // Any change of the agent side ends the session: whoever is there now has not proven
             // the envKey.
             if notice.peer == PeerRole::Agent {

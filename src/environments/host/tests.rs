@@ -60,7 +60,7 @@ async fn send_sealed(relay: &mut Relay, sealer: &mut crate::seal::Sealer, value:
 
 /// The relay's notice that the agent side came or went.
 fn presence(state: crate::protocol::PeerState) -> Value {
-    Value::String(crate::net::relay_framing::Presence::new(PeerRole::Agent, state).to_text())
+    Value::String(crate::protocol::relay::Presence::new(PeerRole::Agent, state).to_text())
 }
 
 async fn recv_json(relay: &mut Relay) -> Value {

@@ -313,7 +313,7 @@ pub async fn connect(url: &str) -> ClientSocket {
 /// the phone that joined last. The relay framing itself is exercised in `relay`; here a task
 /// translates between it and an in-memory socket the test holds.
 pub async fn agent_view(url: &str) -> ClientSocket {
-    let options = DialOptions { subprotocol: Some(voxa::net::relay_framing::SUBPROTOCOL), ..Default::default() };
+    let options = DialOptions { subprotocol: Some(voxa::protocol::relay::SUBPROTOCOL), ..Default::default() };
     let relay =
         tokio::time::timeout(STEP, voxa::net::dial::connect(url, &options)).await.expect("connect in time").unwrap();
     agent_view_of(relay).await
@@ -336,7 +336,7 @@ async fn bridge_agent_view<T>(relay: ClientSocket, test: tokio_tungstenite::WebS
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    use voxa::net::relay_framing::{self, Kind};
+    use voxa::protocol::relay::{self as relay_framing, Kind};
     let (mut relay_tx, mut relay_rx) = relay.split();
     let (mut test_tx, mut test_rx) = test.split();
     let (mut current, mut partial) = (None::<u32>, Vec::new());
@@ -644,7 +644,7 @@ pub fn parse_response(response: &[u8]) -> (u16, String) {
 /// [`bare_upgrade_request`] for one that does not.
 pub fn upgrade_request(path: &str, extra: &str) -> String {
     if path.starts_with("/agent") {
-        let offer = format!("Sec-WebSocket-Protocol: {}\r\n{extra}", voxa::net::relay_framing::SUBPROTOCOL);
+        let offer = format!("Sec-WebSocket-Protocol: {}\r\n{extra}", voxa::protocol::relay::SUBPROTOCOL);
         return bare_upgrade_request(path, &offer);
     }
     bare_upgrade_request(path, extra)

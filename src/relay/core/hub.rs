@@ -8,14 +8,17 @@ use std::sync::{Arc, Mutex};
 use super::codec::OutFrame;
 use super::metrics::RelayMetrics;
 use super::queue::{lock, End, Ledger, Push, SendQueue};
-use super::MAX_PHONES_PER_CODE;
-use crate::net::relay_framing::{self, header, Kind, PeerId, Presence};
+use super::{Claim, MAX_PHONES_PER_CODE};
+use crate::protocol::relay::{self, close as relay_close, header, Framing, Kind, PeerId, Presence};
 use crate::protocol::{self, PeerRole, PeerState};
 
 /// The agent of a relay code.
 struct Agent {
     conn: u64,
     queue: Arc<SendQueue>,
+    /// It speaks relay framing 3, so it marks the phones that proved the token (`PROVEN`) and the
+    /// others may be closed to make room.
+    marks_proven: bool,
 }
 
 /// One of the phones of a relay code.
@@ -25,6 +28,8 @@ struct Phone {
     queue: Arc<SendQueue>,
     /// It hears the relay's presence notices (a phone may ask for none).
     notices: bool,
+    /// The agent said it proved the pairing's token (`PROVEN`): it is never closed to make room.
+    proven: bool,
 }
 
 impl Phone {
@@ -46,6 +51,24 @@ impl Members {
         self.phones.iter().find(|phone| phone.peer == peer)
     }
 
+    /// Closes the oldest phone not proven (4003, it made room) and takes it out at once, the
+    /// agent hearing `LEFT`; false when every phone is proven, or when no agent is there to say
+    /// which are (none, or one of relay framing 2).
+    fn make_room(&mut self) -> bool {
+        if !self.agent.as_ref().is_some_and(|agent| agent.marks_proven) {
+            return false;
+        }
+        // Phones are kept in the order they joined.
+        let Some(oldest) = self.phones.iter().position(|phone| !phone.proven) else { return false };
+        let phone = self.phones.remove(oldest);
+        tracing::debug!("the code is full: closing its oldest phone not proven to make room");
+        phone.queue.end(End::close(relay_close::TOO_MANY_PHONES, relay_close::MADE_ROOM_REASON));
+        if let Some(agent) = &self.agent {
+            agent.queue.push_notice(agent_notice(Kind::Left, phone.peer));
+        }
+        true
+    }
+
     fn is_agent(&self, conn: u64) -> bool {
         self.agent.as_ref().is_some_and(|agent| agent.conn == conn)
     }
@@ -64,7 +87,7 @@ pub(crate) enum Seat {
     Phone { peer: PeerId },
 }
 
-/// A slot that already holds [`MAX_PHONES_PER_CODE`] phones.
+/// A slot that already holds [`MAX_PHONES_PER_CODE`] phones, every one of them proven.
 #[derive(Debug)]
 pub(crate) struct TooManyPhones;
 
@@ -129,27 +152,28 @@ impl Hub {
     ///
     /// An agent replaces the agent before it, which is closed 4001 `replaced`; every phone hears
     /// `left` for the old one and `joined` for the new one, which hears `JOINED` for each phone.
-    /// A phone takes a free place (of [`MAX_PHONES_PER_CODE`]) under a new peer id; the agent
-    /// hears `JOINED` and the phone hears `joined` if the agent is there (and `notices` is set).
-    pub(crate) fn join(
-        &self,
-        code: u128,
-        role: PeerRole,
-        conn: u64,
-        queue: &Arc<SendQueue>,
-        notices: bool,
-    ) -> Result<(Arc<Slot>, Seat), TooManyPhones> {
+    /// A phone takes a free place (of [`MAX_PHONES_PER_CODE`]), or that of the oldest phone not
+    /// proven when the agent speaks relay framing 3, under a new peer id; the agent hears `JOINED`
+    /// and the phone hears `joined` if the agent is there (and `notices` is set). A new agent's
+    /// phones start unproven.
+    pub(crate) fn join(&self, claim: &Claim, queue: &Arc<SendQueue>) -> Result<(Arc<Slot>, Seat), TooManyPhones> {
+        let Claim { code, role, conn, notices, framing } = *claim;
         let mut slots = lock(&self.slots);
         let slot = Arc::clone(slots.entry(code).or_default());
         let mut members = lock(&slot.members);
         let seat = match role {
             PeerRole::Agent => {
-                let previous = members.agent.replace(Agent { conn, queue: Arc::clone(queue) });
+                let marks_proven = framing == Framing::V3;
+                let previous = members.agent.replace(Agent { conn, queue: Arc::clone(queue), marks_proven });
                 if previous.is_none() && !members.phones.is_empty() {
                     self.metrics().pair_formed();
                 }
                 if let Some(previous) = &previous {
                     previous.queue.end(End::close(protocol::close::REPLACED, "replaced"));
+                }
+                for phone in &mut members.phones {
+                    // Marks are the word of the agent that gave them.
+                    phone.proven = false;
                 }
                 for phone in &members.phones {
                     if previous.is_some() {
@@ -161,7 +185,7 @@ impl Hub {
                 Seat::Agent { conn }
             }
             PeerRole::Phone => {
-                if members.phones.len() >= MAX_PHONES_PER_CODE {
+                if members.phones.len() >= MAX_PHONES_PER_CODE && !members.make_room() {
                     let empty = members.agent.is_none() && members.phones.is_empty();
                     drop(members);
                     if empty {
@@ -176,7 +200,7 @@ impl Hub {
                     }
                     agent.queue.push_notice(agent_notice(Kind::Joined, peer));
                 }
-                let phone = Phone { peer, conn, queue: Arc::clone(queue), notices };
+                let phone = Phone { peer, conn, queue: Arc::clone(queue), notices, proven: false };
                 if members.agent.is_some() {
                     phone.notify(PeerState::Joined);
                 }
@@ -269,6 +293,18 @@ impl Hub {
         }
     }
 
+    /// Marks phone `peer` proven, as the agent `conn` said (`PROVEN`); a mark from a replaced
+    /// agent, or for a phone that is not there, is dropped.
+    pub(crate) fn prove(&self, slot: &Slot, conn: u64, peer: PeerId) {
+        let mut members = lock(&slot.members);
+        if !members.is_agent(conn) {
+            return;
+        }
+        if let Some(phone) = members.phones.iter_mut().find(|phone| phone.peer == peer) {
+            phone.proven = true;
+        }
+    }
+
     /// Closes phone `peer` as the agent `conn` asked (a code the relay may send, and a reason),
     /// once the frames the agent sent it before are written.
     pub(crate) fn close_phone(&self, slot: &Slot, conn: u64, peer: PeerId, code: u16, reason: &str) {
@@ -277,7 +313,7 @@ impl Hub {
             return;
         }
         if let Some(phone) = members.phone(peer) {
-            let reason = crate::text::prefix(reason, relay_framing::MAX_CLOSE_REASON).to_owned();
+            let reason = crate::text::prefix(reason, relay::MAX_CLOSE_REASON).to_owned();
             phone.queue.end_when_sent(End::Close { code, reason: reason.into() });
         }
     }

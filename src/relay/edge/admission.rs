@@ -10,28 +10,30 @@ use tokio::net::TcpStream;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, Instrument as _};
 
-use super::{metrics, serve_connection, Shared};
+use super::{serve_connection, Edge};
+use crate::relay::core::metrics;
+use crate::relay::service::ClientKey;
 
 /// Serves an accepted connection on its own task, or refuses it when a connection limit is
 /// reached.
-pub(super) fn admit(shared: &Arc<Shared>, tracker: &TaskTracker, tcp: TcpStream, ip: IpAddr, shard: usize) {
-    let guard = match ConnectionGuard::admit(shared, ip) {
+pub(super) fn admit(edge: &Arc<Edge>, tracker: &TaskTracker, tcp: TcpStream, ip: IpAddr, shard: usize) {
+    let guard = match ConnectionGuard::admit(edge, ip) {
         Ok(guard) => guard,
         Err(refusal) => {
             debug!(status = refusal.status, "connection refused: {}", refusal.body);
-            shared.hub.metrics().refused(refusal.status);
-            if shared.tls.is_none() {
+            edge.core.metrics().refused(refusal.status);
+            if edge.tls.is_none() {
                 let _ = tcp.try_write(refusal.response.as_bytes());
             }
             return;
         }
     };
-    let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+    let conn = edge.next_conn.fetch_add(1, Ordering::Relaxed);
     let span = tracing::debug_span!("relay", conn, role = tracing::field::Empty);
-    let shared = Arc::clone(shared);
+    let edge = Arc::clone(edge);
     tracker.spawn(
         async move {
-            if let Err(err) = serve_connection(&shared, tcp, conn, guard, shard).await {
+            if let Err(err) = serve_connection(&edge, tcp, conn, guard, shard).await {
                 debug!(err = %format_args!("{err:#}"), "connection ended with an error");
             }
         }
@@ -56,23 +58,6 @@ const TOO_MANY_FROM_IP: AcceptRefusal = AcceptRefusal {
     body: "too many connections from one address",
     response: "HTTP/1.1 429 Too Many Requests\r\ncontent-length: 0\r\nretry-after: 5\r\nconnection: close\r\n\r\n",
 };
-
-/// A client address as the per-address limit sees it: IPv4 whole, IPv6 by its /64 (what one
-/// subscriber is usually given).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum ClientKey {
-    V4(u32),
-    V6(u64),
-}
-
-impl From<IpAddr> for ClientKey {
-    fn from(ip: IpAddr) -> Self {
-        match ip.to_canonical() {
-            IpAddr::V4(v4) => ClientKey::V4(v4.into()),
-            IpAddr::V6(v6) => ClientKey::V6((u128::from(v6) >> 64) as u64),
-        }
-    }
-}
 
 /// Connections held per client address.
 pub(super) struct PerIp {
@@ -112,8 +97,8 @@ pub(super) struct ConnectionGuard {
 }
 
 impl ConnectionGuard {
-    fn admit(shared: &Shared, ip: IpAddr) -> Result<Self, AcceptRefusal> {
-        let per_ip = &shared.per_ip;
+    fn admit(edge: &Edge, ip: IpAddr) -> Result<Self, AcceptRefusal> {
+        let per_ip = &edge.per_ip;
         let client = if per_ip.max == 0 {
             None
         } else {
@@ -124,10 +109,10 @@ impl ConnectionGuard {
             Some((Arc::clone(per_ip), key))
         };
         // From here on, dropping the guard gives back what was taken.
-        let metrics = Arc::clone(&shared.hub.ledger.metrics);
+        let metrics = Arc::clone(edge.core.metrics());
         metrics.connection_opened();
-        let guard = ConnectionGuard { peer: ip, open: Arc::clone(&shared.open_connections), client, metrics };
-        if shared.open_connections.fetch_add(1, Ordering::AcqRel) >= shared.max_connections {
+        let guard = ConnectionGuard { peer: ip, open: Arc::clone(&edge.open_connections), client, metrics };
+        if edge.open_connections.fetch_add(1, Ordering::AcqRel) >= edge.max_connections {
             return Err(RELAY_FULL);
         }
         Ok(guard)

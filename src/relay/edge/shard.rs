@@ -15,12 +15,13 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, warn, Instrument as _};
 
 use super::admission::{admit, ConnectionGuard};
-use super::{join, RelayConfig, Shared, Upgrade};
+use super::{upgrade_and_hand_on, Edge, Upgrade};
+use crate::relay::config::RelayConfig;
 
 /// Time connections get to close after shutdown is asked for, before `run` returns anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Pause after an accept error such as running out of file descriptors.
-pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+pub(super) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Sockets waiting to be taken over by the shard that serves their code.
 const HANDOFF_QUEUE: usize = 1024;
 /// Pending connections a listener keeps before the kernel refuses more.
@@ -52,8 +53,8 @@ pub async fn run(
     config: RelayConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
-    let shared = Shared::new(config, Vec::new())?;
-    serve_shard(&shared, listener, None, 0, shutdown).await
+    let edge = Edge::new(config, Vec::new())?;
+    serve_shard(&edge, listener, None, 0, shutdown).await
 }
 
 /// Serves the relay on several listeners bound to one address (`SO_REUSEPORT`), each on its own
@@ -67,15 +68,15 @@ pub fn run_sharded(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let (senders, receivers): (Vec<_>, Vec<_>) = listeners.iter().map(|_| mpsc::channel(HANDOFF_QUEUE)).unzip();
-    let shared = Shared::new(config, if listeners.len() > 1 { senders } else { Vec::new() })?;
+    let edge = Edge::new(config, if listeners.len() > 1 { senders } else { Vec::new() })?;
     let mut shards: Vec<_> = listeners.into_iter().zip(receivers).enumerate().collect();
     let Some((last, (listener, handoffs))) = shards.pop() else { return Ok(()) };
     let threads = shards
         .into_iter()
         .map(|(index, (listener, handoffs))| {
-            let (shared, shutdown) = (Arc::clone(&shared), shutdown.clone());
+            let (edge, shutdown) = (Arc::clone(&edge), shutdown.clone());
             std::thread::Builder::new().name(format!("relay-{index}")).spawn(move || {
-                let ended = run_shard(&shared, listener, handoffs, index, &shutdown);
+                let ended = run_shard(&edge, listener, handoffs, index, &shutdown);
                 if let Err(err) = &ended {
                     // Its codes would find no shard: stop the relay rather than serve part of it.
                     tracing::error!("relay shard {index} stopped: {err:#}");
@@ -87,7 +88,7 @@ pub fn run_sharded(
         .collect::<std::io::Result<Vec<_>>>()
         .context("could not start the relay threads")?;
     // The calling thread serves a shard too rather than only waiting: one thread fewer.
-    let mut result = run_shard(&shared, listener, handoffs, last, &shutdown);
+    let mut result = run_shard(&edge, listener, handoffs, last, &shutdown);
     if result.is_err() {
         shutdown.cancel();
     }
@@ -104,7 +105,7 @@ pub fn run_sharded(
 
 /// Runs one shard on the calling thread, on a single-threaded runtime of its own.
 fn run_shard(
-    shared: &Arc<Shared>,
+    edge: &Arc<Edge>,
     listener: std::net::TcpListener,
     handoffs: mpsc::Receiver<Handoff>,
     index: usize,
@@ -117,13 +118,13 @@ fn run_shard(
     runtime.block_on(async {
         listener.set_nonblocking(true).context("could not make the listener non-blocking")?;
         let listener = TcpListener::from_std(listener).context("could not register the listener")?;
-        serve_shard(shared, listener, Some(handoffs), index, shutdown.clone().cancelled_owned()).await
+        serve_shard(edge, listener, Some(handoffs), index, shutdown.clone().cancelled_owned()).await
     })
 }
 
 /// One shard: accepts on its listener and serves what it accepted or was handed, until shutdown.
 async fn serve_shard(
-    shared: &Arc<Shared>,
+    edge: &Arc<Edge>,
     listener: TcpListener,
     mut handoffs: Option<mpsc::Receiver<Handoff>>,
     shard: usize,
@@ -136,7 +137,7 @@ async fn serve_shard(
             () = &mut shutdown => break,
             Some(handoff) = async { handoffs.as_mut()?.recv().await } => {
                 let span = handoff.span.clone();
-                tracker.spawn(serve_handoff(Arc::clone(shared), handoff).instrument(span));
+                tracker.spawn(serve_handoff(Arc::clone(edge), handoff).instrument(span));
                 continue;
             }
             accepted = listener.accept() => accepted,
@@ -155,11 +156,11 @@ async fn serve_shard(
                 }
             }
         };
-        admit(shared, &tracker, tcp, peer.ip(), shard);
+        admit(edge, &tracker, tcp, peer.ip(), shard);
     }
     drop(listener);
     drop(handoffs);
-    shared.cancel.cancel();
+    edge.core.shut_down();
     tracker.close();
     if tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait()).await.is_err() {
         warn!(connections = tracker.len(), "connections still closing after the shutdown grace; leaving them");
@@ -168,14 +169,14 @@ async fn serve_shard(
 }
 
 /// Serves a socket another shard accepted and routed here.
-async fn serve_handoff(shared: Arc<Shared>, handoff: Handoff) {
+async fn serve_handoff(edge: Arc<Edge>, handoff: Handoff) {
     let Handoff { tcp, upgrade, guard, .. } = handoff;
     let _guard = guard;
     let stream = match TcpStream::from_std(tcp) {
         Ok(stream) => stream,
         Err(err) => return debug!(%err, "could not take over a socket"),
     };
-    if let Err(err) = join(&shared, stream, upgrade).await {
+    if let Err(err) = upgrade_and_hand_on(&edge, stream, upgrade).await {
         debug!(err = %format_args!("{err:#}"), "connection ended with an error");
     }
 }

@@ -36,8 +36,6 @@ use crate::state::{check_private, read_if_exists, write_atomic};
 
 /// The ALPN protocol of a TLS-ALPN-01 validation handshake (RFC 8737).
 pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
-/// The CA `--domain` uses unless `--acme-directory` names another.
-pub const LETS_ENCRYPT_DIRECTORY: &str = "https://acme-v02.api.letsencrypt.org/directory";
 /// The first pause after a failed order; it doubles up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_secs(30);
 const MAX_RETRY: Duration = Duration::from_secs(3600);
@@ -342,12 +340,6 @@ pub fn server_config(resolver: Arc<CertResolver>) -> anyhow::Result<Arc<rustls::
     Ok(Arc::new(config))
 }
 
-/// True for a connection that only came to validate a TLS-ALPN-01 challenge: it has nothing more
-/// to say and the relay closes it after the handshake.
-pub fn is_validation(alpn: Option<&[u8]>) -> bool {
-    alpn == Some(ACME_TLS_ALPN)
-}
-
 /// A self-signed certificate for `name` carrying the key authorization's digest in the
 /// `acmeIdentifier` extension (RFC 8737 §3).
 fn challenge_certificate(name: &str, digest: &[u8]) -> anyhow::Result<Arc<CertifiedKey>> {
@@ -436,7 +428,7 @@ mod tests {
     #[test]
     fn each_directory_has_its_own_tag() {
         let staging = directory_tag("https://acme-staging-v02.api.letsencrypt.org/directory");
-        let production = directory_tag(LETS_ENCRYPT_DIRECTORY);
+        let production = directory_tag(crate::cli::LETS_ENCRYPT_DIRECTORY);
         assert!(staging.starts_with("acme-staging-v02.api.letsencrypt.org-"), "{staging}");
         assert_ne!(staging, production);
         assert_eq!(directory_tag("https://127.0.0.1:1/../x"), directory_tag("https://127.0.0.1:1/../x"));
@@ -451,12 +443,5 @@ mod tests {
         let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let stored = Stored { not_before: start, not_after: start + Duration::from_secs(90 * 86400), ..stored };
         assert_eq!(stored.renew_at(), start + Duration::from_secs(60 * 86400));
-    }
-
-    #[test]
-    fn a_validation_handshake_is_told_apart() {
-        assert!(is_validation(Some(b"acme-tls/1")));
-        assert!(!is_validation(Some(b"http/1.1")));
-        assert!(!is_validation(None));
     }
 }

@@ -1,23 +1,14 @@
-//! The relay's Prometheus metrics, served on `--metrics-listen` as `GET /metrics`.
+//! The relay's Prometheus metrics; the edge serves them on `--metrics-listen` as `GET /metrics`.
 //!
 //! Every label value is one of the relay's own constants (a role, a direction, a status code, a
 //! limit's name): nothing a client sends ever becomes a label or a value. Per-frame counters are
 //! resolved once at start, so counting a frame is an atomic add and no lookup.
 
-use std::future::Future;
-use std::sync::Arc;
-
-use anyhow::Context as _;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use tracing::debug;
 
-use crate::net::http::{self, HeadError};
 use crate::protocol::PeerRole;
 
 /// Media type of the Prometheus text exposition format.
@@ -161,11 +152,11 @@ impl RelayMetrics {
         self.limits.get_or_create(&[("limit", name)]).set(i64::try_from(value).unwrap_or(i64::MAX));
     }
 
-    pub(super) fn connection_opened(&self) {
+    pub(crate) fn connection_opened(&self) {
         self.connections.inc();
     }
 
-    pub(super) fn connection_closed(&self) {
+    pub(crate) fn connection_closed(&self) {
         self.connections.dec();
     }
 
@@ -195,7 +186,7 @@ impl RelayMetrics {
     }
 
     /// Counts a refusal or an ending by its status or close code.
-    pub(super) fn refused(&self, code: u16) {
+    pub(crate) fn refused(&self, code: u16) {
         if let Some((_, counter)) = self.refusals.iter().find(|(known, _)| *known == code) {
             counter.inc();
         }
@@ -271,62 +262,6 @@ fn reason_label(code: u16) -> &'static str {
         4004 => "4004",
         _ => "other",
     }
-}
-
-/// Serves `GET /metrics` on an already-bound listener until `shutdown` resolves.
-pub async fn serve(
-    listener: TcpListener,
-    metrics: Arc<RelayMetrics>,
-    shutdown: impl Future<Output = ()> + Send,
-) -> anyhow::Result<()> {
-    let cancel = CancellationToken::new();
-    let tracker = TaskTracker::new();
-    tokio::pin!(shutdown);
-    loop {
-        let accepted = tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => accepted,
-        };
-        let tcp = match accepted {
-            Ok((tcp, _)) => tcp,
-            Err(err) => {
-                debug!(%err, "metrics: accept failed");
-                tokio::select! {
-                    () = &mut shutdown => break,
-                    () = tokio::time::sleep(super::ACCEPT_BACKOFF) => continue,
-                }
-            }
-        };
-        let metrics = Arc::clone(&metrics);
-        let cancel = cancel.clone();
-        tracker.spawn(async move {
-            tokio::select! {
-                result = answer(tcp, &metrics) => if let Err(err) = result {
-                    debug!(err = %format_args!("{err:#}"), "metrics request failed");
-                },
-                () = cancel.cancelled() => {}
-            }
-        });
-    }
-    cancel.cancel();
-    tracker.close();
-    tracker.wait().await;
-    Ok(())
-}
-
-async fn answer(mut tcp: TcpStream, metrics: &RelayMetrics) -> anyhow::Result<()> {
-    let head = match http::read_head(&mut tcp, http::HEAD_TIMEOUT).await {
-        Ok((head, _)) => head,
-        Err(HeadError::Io(err)) => return Err(err).context("reading a metrics request"),
-        Err(HeadError::TimedOut) => return Ok(()),
-        Err(_) => return http::respond(&mut tcp, 400, "Bad Request", "bad request").await.context("answering"),
-    };
-    let answered = match (head.method.as_str(), head.path.as_str()) {
-        ("GET", "/metrics") => http::respond_typed(&mut tcp, 200, "OK", CONTENT_TYPE, &metrics.encode()).await,
-        (_, "/metrics") => http::respond_with(&mut tcp, 405, "Method Not Allowed", &[("allow", "GET")], "").await,
-        _ => http::respond(&mut tcp, 404, "Not Found", "not found").await,
-    };
-    answered.context("answering a metrics request")
 }
 
 #[cfg(test)]

@@ -12,6 +12,11 @@ fn ledger() -> Arc<Ledger> {
     Arc::new(Ledger { budget: usize::MAX, metrics: Arc::default() })
 }
 
+/// A place in code `code`; an agent speaks relay framing 3.
+fn claim(code: u128, role: PeerRole, conn: u64, notices: bool) -> Claim {
+    Claim { code, role, conn, notices, framing: Framing::V3 }
+}
+
 fn queue() -> Arc<SendQueue> {
     Arc::new(SendQueue::new(LIMITS, ledger()))
 }
@@ -24,7 +29,7 @@ fn drain(queue: &SendQueue) -> Vec<String> {
         match action {
             Action::Frame(frame) => out.push(match frame.tag {
                 Some(tag) => {
-                    let (kind, peer, _) = relay_framing::split(&tag).unwrap();
+                    let (kind, peer, _) = relay::split(&tag).unwrap();
                     format!("{kind:?} {peer} {}", String::from_utf8(frame.payload).unwrap())
                 }
                 None => String::from_utf8(frame.payload).unwrap(),
@@ -184,7 +189,7 @@ fn a_phone_in_the_middle_of_a_message_is_closed_when_its_agent_goes() {
     queue.push_notice(presence(PeerRole::Agent, PeerState::Left));
     assert_eq!(
         queue.ended().and_then(|end| end.close_frame().map(|(code, _)| code)),
-        Some(relay_framing::close::PEER_GONE_MID_MESSAGE)
+        Some(relay::close::PEER_GONE_MID_MESSAGE)
     );
 }
 
@@ -192,13 +197,17 @@ fn a_phone_in_the_middle_of_a_message_is_closed_when_its_agent_goes() {
 fn phones_get_their_own_peer_ids_and_the_agent_hears_each_join_and_leave() {
     let hub = Hub::new(ledger());
     let agent = queue();
-    let (slot, seat) = hub.join(7, PeerRole::Agent, 1, &agent, true).unwrap();
+    let (slot, seat) = hub.join(&claim(7, PeerRole::Agent, 1, true), &agent).unwrap();
     assert_eq!(seat, Seat::Agent { conn: 1 });
     assert!(drain(&agent).is_empty(), "alone: no notice");
 
     let (phone_a, phone_b) = (queue(), queue());
-    let (_, Seat::Phone { peer: a }) = hub.join(7, PeerRole::Phone, 2, &phone_a, true).unwrap() else { panic!() };
-    let (_, Seat::Phone { peer: b }) = hub.join(7, PeerRole::Phone, 3, &phone_b, true).unwrap() else { panic!() };
+    let (_, Seat::Phone { peer: a }) = hub.join(&claim(7, PeerRole::Phone, 2, true), &phone_a).unwrap() else {
+        panic!()
+    };
+    let (_, Seat::Phone { peer: b }) = hub.join(&claim(7, PeerRole::Phone, 3, true), &phone_b).unwrap() else {
+        panic!()
+    };
     assert_ne!(a, b);
     assert_eq!(drain(&agent), [format!("Joined {a} "), format!("Joined {b} ")]);
     assert_eq!(drain(&phone_a), [joined()]);
@@ -222,12 +231,14 @@ fn phones_get_their_own_peer_ids_and_the_agent_hears_each_join_and_leave() {
     hub.leave(7, &slot, Seat::Phone { peer: a });
     assert_eq!(drain(&agent), [format!("Left {a} ")]);
     assert!(matches!(hub.to_phone(&slot, 1, a, text("late")), Forward::Done), "a departed peer's frames are dropped");
-    let (_, Seat::Phone { peer: c }) = hub.join(7, PeerRole::Phone, 4, &queue(), true).unwrap() else { panic!() };
+    let (_, Seat::Phone { peer: c }) = hub.join(&claim(7, PeerRole::Phone, 4, true), &queue()).unwrap() else {
+        panic!()
+    };
     assert!(c != a && c != b, "ids are never reused");
     assert!(matches!(hub.to_phone(&slot, 1, a, text("late")), Forward::Done));
 
     let agent2 = queue();
-    hub.join(7, PeerRole::Agent, 5, &agent2, true).unwrap();
+    hub.join(&claim(7, PeerRole::Agent, 5, true), &agent2).unwrap();
     assert_eq!(agent.ended(), Some(End::close(4001, "replaced")));
     assert_eq!(drain(&phone_b), [left(), joined()]);
     assert_eq!(drain(&agent2), [format!("Joined {b} "), format!("Joined {c} ")]);
@@ -251,29 +262,91 @@ fn phones_get_their_own_peer_ids_and_the_agent_hears_each_join_and_leave() {
 }
 
 #[test]
-fn a_code_takes_a_bounded_number_of_phones() {
+fn a_full_code_makes_room_by_closing_its_oldest_phone_not_proven_and_never_a_proven_one() {
+    let hub = Hub::new(ledger());
+    let agent = queue();
+    let (slot, _) = hub.join(&claim(9, PeerRole::Agent, 1, true), &agent).unwrap();
+    let phones: Vec<_> = (0..MAX_PHONES_PER_CODE).map(|_| queue()).collect();
+    let mut peers = Vec::new();
+    for (n, phone) in phones.iter().enumerate() {
+        let (_, Seat::Phone { peer }) = hub.join(&claim(9, PeerRole::Phone, 10 + n as u64, true), phone).unwrap()
+        else {
+            panic!()
+        };
+        peers.push(peer);
+    }
+    hub.prove(&slot, 1, peers[0]);
+    hub.prove(&slot, 1, peers[2]);
+    hub.prove(&slot, 99, peers[1]);
+    drain(&agent);
+
+    let made_room = End::close(4003, "made-room-for-a-new-phone");
+    let newcomer = queue();
+    let (_, Seat::Phone { peer: new }) = hub.join(&claim(9, PeerRole::Phone, 100, true), &newcomer).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        phones[1].ended(),
+        Some(made_room.clone()),
+        "the oldest phone not proven (another agent's mark counts not)"
+    );
+    assert!(phones[0].ended().is_none() && phones[2].ended().is_none(), "proven phones stay");
+    assert_eq!(drain(&agent), [format!("Left {} ", peers[1]), format!("Joined {new} ")]);
+    hub.leave(9, &slot, Seat::Phone { peer: peers[1] });
+    assert!(drain(&agent).is_empty(), "the phone that made room left already");
+    assert!(matches!(hub.to_phone(&slot, 1, peers[1], text("late")), Forward::Done));
+    assert_eq!(drain(&phones[1]), [format!("close {made_room:?}")], "nothing reaches it after its close");
+
+    hub.join(&claim(9, PeerRole::Phone, 101, true), &queue()).unwrap();
+    assert_eq!(phones[3].ended(), Some(made_room.clone()), "then the next oldest");
+    for peer in &peers[4..] {
+        hub.prove(&slot, 1, *peer);
+    }
+    hub.prove(&slot, 1, new);
+    let (_, Seat::Phone { peer: last }) = hub.join(&claim(9, PeerRole::Phone, 102, true), &queue()).unwrap() else {
+        panic!()
+    };
+    assert!(phones.iter().enumerate().all(|(n, phone)| (n == 1 || n == 3) == phone.ended().is_some()));
+    hub.prove(&slot, 1, last);
+    assert!(
+        hub.join(&claim(9, PeerRole::Phone, 103, true), &queue()).is_err(),
+        "every phone proven: the newcomer is refused"
+    );
+    assert!(hub.join(&claim(10, PeerRole::Phone, 104, true), &queue()).is_ok(), "another code is not full");
+    hub.leave(9, &slot, Seat::Phone { peer: peers[7] });
+    assert!(hub.join(&claim(9, PeerRole::Phone, 105, true), &queue()).is_ok(), "a freed place is taken again");
+
+    hub.join(&claim(9, PeerRole::Agent, 2, true), &queue()).unwrap();
+    hub.join(&claim(9, PeerRole::Phone, 106, true), &queue()).unwrap();
+    assert_eq!(phones[0].ended(), Some(made_room), "a new agent's phones start unproven");
+}
+
+#[test]
+fn without_an_agent_that_marks_proven_phones_a_full_code_refuses_the_newcomer() {
     let hub = Hub::new(ledger());
     let phones: Vec<_> = (0..MAX_PHONES_PER_CODE).map(|_| queue()).collect();
-    let mut seats = Vec::new();
-    for (conn, phone) in phones.iter().enumerate() {
-        seats.push(hub.join(9, PeerRole::Phone, conn as u64, phone, true).unwrap());
+    for (n, phone) in phones.iter().enumerate() {
+        hub.join(&claim(12, PeerRole::Phone, 10 + n as u64, true), phone).unwrap();
     }
-    assert!(hub.join(9, PeerRole::Phone, 100, &queue(), true).is_err(), "one more is refused");
-    assert!(hub.join(10, PeerRole::Phone, 101, &queue(), true).is_ok(), "another code is not full");
-    let (slot, seat) = seats.pop().unwrap();
-    hub.leave(9, &slot, seat);
-    assert!(hub.join(9, PeerRole::Phone, 102, &queue(), true).is_ok(), "a freed place is taken again");
+    assert!(hub.join(&claim(12, PeerRole::Phone, 100, true), &queue()).is_err(), "no agent: nobody says who proved");
+    let old_agent = Claim { framing: Framing::V2, ..claim(12, PeerRole::Agent, 1, true) };
+    hub.join(&old_agent, &queue()).unwrap();
+    assert!(hub.join(&claim(12, PeerRole::Phone, 101, true), &queue()).is_err(), "relay framing 2 marks nothing");
+    assert!(phones.iter().all(|phone| phone.ended().is_none()), "nobody was closed to make room");
+    hub.join(&claim(12, PeerRole::Agent, 2, true), &queue()).unwrap();
+    assert!(hub.join(&claim(12, PeerRole::Phone, 102, true), &queue()).is_ok(), "an agent of relay framing 3 does");
+    assert!(phones[0].ended().is_some());
 }
 
 #[test]
 fn a_phone_that_asks_for_no_notices_hears_none() {
     let hub = Hub::new(ledger());
     let agent = queue();
-    let (slot, _) = hub.join(11, PeerRole::Agent, 1, &agent, true).unwrap();
+    let (slot, _) = hub.join(&claim(11, PeerRole::Agent, 1, true), &agent).unwrap();
     let quiet = queue();
-    let (_, Seat::Phone { peer }) = hub.join(11, PeerRole::Phone, 2, &quiet, false).unwrap() else { panic!() };
+    let (_, Seat::Phone { peer }) = hub.join(&claim(11, PeerRole::Phone, 2, false), &quiet).unwrap() else { panic!() };
     assert_eq!(drain(&agent), [format!("Joined {peer} ")], "the agent still hears of it");
-    hub.join(11, PeerRole::Agent, 3, &queue(), true).unwrap();
+    hub.join(&claim(11, PeerRole::Agent, 3, true), &queue()).unwrap();
     hub.leave(11, &slot, Seat::Agent { conn: 3 });
     assert!(matches!(hub.to_phone(&slot, 3, peer, text("data")), Forward::Done));
     assert!(drain(&quiet).is_empty(), "no joined, left or replaced notice: {:?}", drain(&quiet));

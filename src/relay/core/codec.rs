@@ -11,7 +11,7 @@ use std::io::{self, IoSlice};
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use crate::net::relay_framing::HEADER_LEN;
+use crate::protocol::relay::HEADER_LEN;
 
 pub(crate) const OP_CONTINUATION: u8 = 0x0;
 pub(crate) const OP_TEXT: u8 = 0x1;

@@ -1,4 +1,7 @@
-//! `voxa relay`: run a relay server until SIGINT or SIGTERM.
+//! `voxa relay`: run a relay server until SIGINT or SIGTERM; `acme.rs` obtains and renews its
+//! certificate for `--domain`.
+
+pub mod acme;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,7 +19,7 @@ use crate::error::ConfigError;
 use crate::gemini::GeminiConfig;
 use crate::hosted::budget::{Budget, BUDGET_FILE};
 use crate::hosted::{Hosting, LiveConfig};
-use crate::relay::{acme, bind_shared, load_tls, metrics, run_sharded, RelayConfig};
+use crate::relay::{bind_shared, load_tls, run_sharded, serve_metrics, RelayConfig};
 use crate::secret::Secret;
 
 /// File descriptors kept free for everything but client connections.
@@ -55,7 +58,7 @@ pub async fn run_relay(settings: &Settings, args: RelayArgs) -> anyhow::Result<(
     });
     let metrics_task = metrics_listener.map(|(listener, _)| {
         let (metrics, signal) = (Arc::clone(&config.metrics), signal.clone());
-        tokio::spawn(async move { metrics::serve(listener, metrics, signal.cancelled_owned()).await })
+        tokio::spawn(async move { serve_metrics(listener, metrics, signal.cancelled_owned()).await })
     });
     let relay = {
         let signal = signal.clone();

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use futures_util::future::{FusedFuture, FutureExt};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -22,8 +21,8 @@ use super::codec::{self, close, OutFrame};
 use super::hub::{Forward, Hub, Seat, Slot, TooManyPhones};
 use super::queue::{Action, End, QueueLimits, SendQueue};
 use super::reader::{close_code_allowed, Event, FrameReader, Meter, Part};
-use super::Limits;
-use crate::net::relay_framing::{self, header, is_notice, Kind, PeerId, HEADER_LEN};
+use super::{Claim, RelayStream, SocketLimits};
+use crate::protocol::relay::{self, close as relay_close, header, is_notice, Framing, Kind, PeerId, HEADER_LEN};
 use crate::protocol::PeerRole;
 
 /// Time the writer gets to finish its frame and send the close frame once the socket ends.
@@ -36,43 +35,10 @@ const MAX_BATCH_FRAMES: usize = 64;
 /// Most queued bytes written in one system call (a larger single frame still goes alone).
 const MAX_BATCH_BYTES: usize = 256 << 10;
 
-/// A client connection the relay serves: plain TCP or TLS.
-pub(crate) trait RelayStream: AsyncRead + AsyncWrite + Unpin + Send + Sized {
-    /// Read and write halves for one task. Plain TCP splits without a lock; TLS needs one.
-    fn halves(&mut self) -> (impl AsyncRead + Unpin + Send + '_, impl AsyncWrite + Unpin + Send + '_);
-
-    /// The plain socket, for another thread to serve; a TLS stream cannot move (`Err(self)`).
-    fn detach(self) -> Result<std::io::Result<std::net::TcpStream>, Self>;
-}
-
-impl RelayStream for TcpStream {
-    fn halves(&mut self) -> (impl AsyncRead + Unpin + Send + '_, impl AsyncWrite + Unpin + Send + '_) {
-        self.split()
-    }
-
-    fn detach(self) -> Result<std::io::Result<std::net::TcpStream>, Self> {
-        Ok(self.into_std())
-    }
-}
-
-impl RelayStream for tokio_rustls::server::TlsStream<TcpStream> {
-    fn halves(&mut self) -> (impl AsyncRead + Unpin + Send + '_, impl AsyncWrite + Unpin + Send + '_) {
-        tokio::io::split(self)
-    }
-
-    fn detach(self) -> Result<std::io::Result<std::net::TcpStream>, Self> {
-        Err(self)
-    }
-}
-
 /// Where a socket belongs: its pairing and its place in it.
 pub struct Membership {
     pub(crate) hub: Arc<Hub>,
-    pub(crate) code: u128,
-    pub(crate) role: PeerRole,
-    pub(crate) conn: u64,
-    /// A phone hears the relay's presence notices (it may ask for none: `presence=none`).
-    pub(crate) notices: bool,
+    pub(crate) claim: Claim,
 }
 
 /// A socket seated in its pairing.
@@ -89,11 +55,11 @@ impl Membership {
 
     /// The relay code, as the log may name it once hashed.
     pub fn code(&self) -> u128 {
-        self.code
+        self.claim.code
     }
 
     /// A send queue for this socket, within the limits and counted in the relay's ledger.
-    pub(crate) fn queue(&self, limits: &Limits) -> Arc<SendQueue> {
+    pub(crate) fn queue(&self, limits: &SocketLimits) -> Arc<SendQueue> {
         let queue = QueueLimits { frames: limits.send_queue_frames, bytes: limits.send_queue_bytes };
         Arc::new(SendQueue::new(queue, Arc::clone(&self.hub.ledger)))
     }
@@ -101,14 +67,14 @@ impl Membership {
     /// Takes this socket's place in its pairing; the other side's frames go to `queue`. A phone
     /// finding every place taken is ended 4003 `too-many-phones`.
     pub(crate) fn join(&self, queue: &Arc<SendQueue>) -> Option<Seated> {
-        match self.hub.join(self.code, self.role, self.conn, queue, self.notices) {
+        match self.hub.join(&self.claim, queue) {
             Ok((slot, seat)) => {
-                self.hub.metrics().socket_joined(self.role);
+                self.hub.metrics().socket_joined(self.claim.role);
                 Some(Seated { slot, seat })
             }
             Err(TooManyPhones) => {
                 debug!("refused a phone: the code has the most phones it may have");
-                queue.end(End::close(relay_framing::close::TOO_MANY_PHONES, "too-many-phones"));
+                queue.end(End::close(relay_close::TOO_MANY_PHONES, relay_close::TOO_MANY_PHONES_REASON));
                 None
             }
         }
@@ -116,8 +82,8 @@ impl Membership {
 
     /// Gives the place back; the others hear of it.
     pub(crate) fn leave(&self, seated: &Seated) {
-        self.hub.leave(self.code, &seated.slot, seated.seat);
-        self.hub.metrics().socket_left(self.role);
+        self.hub.leave(self.claim.code, &seated.slot, seated.seat);
+        self.hub.metrics().socket_left(self.claim.role);
     }
 }
 
@@ -128,7 +94,7 @@ impl Seated {
         let Seat::Phone { peer } = self.seat else { return };
         let kind = if frame.opcode == codec::OP_TEXT { Kind::Text } else { Kind::Binary };
         let agent = hub.agent_of(&self.slot);
-        let to = ToPeer { hub, slot: &self.slot, own, stall_timeout };
+        let to = Forwarder { hub, slot: &self.slot, own, stall_timeout };
         let frame = OutFrame::tagged(header(kind, peer), frame.payload);
         to.forward(frame, |hub, slot, frame| hub.to_agent(slot, peer, agent, frame)).await;
     }
@@ -139,13 +105,13 @@ pub(crate) async fn serve<S: RelayStream>(
     mut stream: S,
     leftover: Vec<u8>,
     member: Membership,
-    limits: &Limits,
+    limits: &SocketLimits,
     cancel: &CancellationToken,
 ) {
     let queue = member.queue(limits);
     let (mut read_half, mut write_half) = stream.halves();
     // The relay's header on an agent's messages does not count against the frame limit.
-    let max_message_len = match member.role {
+    let max_message_len = match member.claim.role {
         PeerRole::Agent => limits.max_frame_len.saturating_add(HEADER_LEN),
         PeerRole::Phone => limits.max_frame_len,
     };
@@ -158,12 +124,15 @@ pub(crate) async fn serve<S: RelayStream>(
         return;
     };
     debug!("joined");
-    let to_peer = ToPeer { hub: &member.hub, slot: &seated.slot, own: &queue, stall_timeout: limits.stall_timeout };
+    let to_peer = Forwarder { hub: &member.hub, slot: &seated.slot, own: &queue, stall_timeout: limits.stall_timeout };
     let deliver = match seated.seat {
         Seat::Phone { peer } => Parts::Phone(PhoneParts { to: to_peer, peer, agent: None }),
-        Seat::Agent { conn } => {
-            Parts::Agent(AgentMessages { to: to_peer, conn, state: Reading::Header([0; HEADER_LEN], 0) })
-        }
+        Seat::Agent { conn } => Parts::Agent(AgentMessages {
+            to: to_peer,
+            conn,
+            framing: member.claim.framing,
+            state: Reading::Header([0; HEADER_LEN], 0),
+        }),
     };
     let reader = read_side(&mut read_half, frames, &member.hub, &queue, limits, deliver).fuse();
     tokio::pin!(reader);
@@ -227,7 +196,7 @@ impl Deliver for Parts<'_> {
 }
 
 /// The other side of the pairing, as one socket's reader sees it.
-pub(crate) struct ToPeer<'a> {
+pub(crate) struct Forwarder<'a> {
     pub hub: &'a Hub,
     pub slot: &'a Slot,
     /// The reading socket's own queue: its end stops a wait, and a waiting part is its bytes.
@@ -237,7 +206,7 @@ pub(crate) struct ToPeer<'a> {
 
 /// A phone's parts, to the agent, tagged with the phone's peer id.
 pub(crate) struct PhoneParts<'a> {
-    pub to: ToPeer<'a>,
+    pub to: Forwarder<'a>,
     pub peer: PeerId,
     /// The agent that got the first part of the message being read: the rest goes to it only.
     pub agent: Option<u64>,
@@ -268,14 +237,18 @@ enum Reading {
     Data { peer: PeerId, text: bool, begun: bool },
     /// A `CLOSE_PEER` request and its payload so far.
     ClosePeer { peer: PeerId, payload: Vec<u8> },
+    /// A `PROVEN` mark, which carries nothing.
+    Proven { peer: PeerId },
     /// The rest of a message the relay drops.
     Skip,
 }
 
 /// The agent's messages, each to the phone its header names, as fragments read as they arrive.
 pub(crate) struct AgentMessages<'a> {
-    to: ToPeer<'a>,
+    to: Forwarder<'a>,
     conn: u64,
+    /// The relay framing agreed in the upgrade: the kinds this agent may send.
+    framing: Framing,
     state: Reading,
 }
 
@@ -308,16 +281,19 @@ impl Deliver for AgentMessages<'_> {
                     ControlFlow::Continue(())
                 };
             }
-            let Some((kind, peer, _)) = relay_framing::split(&head[..]) else {
+            let Some((kind, peer, _)) = relay::split(&head[..]) else {
                 return self.refuse("unknown relay message kind");
             };
-            self.state = match kind {
-                Kind::Text | Kind::Binary => Reading::Data { peer, text: kind == Kind::Text, begun: false },
-                Kind::ClosePeer => Reading::ClosePeer { peer, payload: Vec::new() },
-                Kind::Part | Kind::Joined | Kind::Left | Kind::Proven => {
-                    return self.refuse("a relay message kind agents do not send")
-                }
+            let next = match kind {
+                Kind::Text | Kind::Binary => Some(Reading::Data { peer, text: kind == Kind::Text, begun: false }),
+                Kind::ClosePeer => Some(Reading::ClosePeer { peer, payload: Vec::new() }),
+                Kind::Proven => Some(Reading::Proven { peer }),
+                Kind::Part | Kind::Joined | Kind::Left => None,
             };
+            match next.filter(|_| self.framing.agent_sends(kind)) {
+                Some(next) => self.state = next,
+                None => return self.refuse("a relay message kind agents do not send (in this relay framing)"),
+            }
         }
         match &mut self.state {
             Reading::Header(..) | Reading::Skip => {}
@@ -341,12 +317,12 @@ impl Deliver for AgentMessages<'_> {
                 self.to.forward(frame, |hub, slot, frame| hub.to_phone(slot, conn, peer, frame)).await;
             }
             Reading::ClosePeer { peer, payload } => {
-                if payload.len() + bytes.len() > 2 + relay_framing::MAX_CLOSE_REASON {
+                if payload.len() + bytes.len() > 2 + relay::MAX_CLOSE_REASON {
                     return self.refuse("a CLOSE_PEER reason longer than 123 bytes");
                 }
                 payload.extend_from_slice(&bytes);
                 if part.fin {
-                    match relay_framing::parse_close_peer(payload) {
+                    match relay::parse_close_peer(payload) {
                         Some((code, reason)) if close_code_allowed(code) => {
                             self.to.hub.close_phone(self.to.slot, self.conn, *peer, code, reason)
                         }
@@ -354,12 +330,20 @@ impl Deliver for AgentMessages<'_> {
                     }
                 }
             }
+            Reading::Proven { peer } => {
+                if !bytes.is_empty() {
+                    return self.refuse("a PROVEN that carries a payload");
+                }
+                if part.fin {
+                    self.to.hub.prove(self.to.slot, self.conn, *peer);
+                }
+            }
         }
         ControlFlow::Continue(())
     }
 }
 
-impl ToPeer<'_> {
+impl Forwarder<'_> {
     /// Hands a frame to the other side through `route`. While the receiver's queue is full this
     /// socket is not read, so the sender slows to the receiver's pace, and the waiting frame
     /// counts against the memory budget as this socket's; a receiver that writes nothing at all
@@ -409,7 +393,7 @@ pub(crate) async fn read_side<R: AsyncRead + Unpin>(
     mut frames: FrameReader,
     hub: &Hub,
     queue: &SendQueue,
-    limits: &Limits,
+    limits: &SocketLimits,
     mut deliver: impl Deliver,
 ) {
     let mut silence = Silence { last_heard: Instant::now(), received: frames.received(), limits };
@@ -476,7 +460,7 @@ struct Silence<'a> {
     last_heard: Instant,
     /// Bytes the reader had received at the last check.
     received: u64,
-    limits: &'a Limits,
+    limits: &'a SocketLimits,
 }
 
 impl Silence<'_> {

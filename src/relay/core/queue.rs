@@ -14,8 +14,8 @@ use tokio::sync::Notify;
 use super::codec::{close, OutFrame};
 use super::metrics::RelayMetrics;
 use super::reader::Meter;
-use crate::net::relay_framing;
 use crate::protocol;
+use crate::protocol::relay;
 
 /// The process-wide memory budget and the metrics every socket reports to.
 ///
@@ -206,10 +206,7 @@ impl SendQueue {
         }
         if state.open_message {
             drop(state);
-            self.end(End::close(
-                relay_framing::close::PEER_GONE_MID_MESSAGE,
-                "the agent left in the middle of a message",
-            ));
+            self.end(End::close(relay::close::PEER_GONE_MID_MESSAGE, "the agent left in the middle of a message"));
             return;
         }
         if state.frames.len() >= self.limits.frames + NOTICE_ALLOWANCE {

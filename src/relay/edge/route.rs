@@ -1,11 +1,11 @@
 //! Deciding a request from its head alone: the relay's paths, the relay token, the code, the
-//! upgrade, and the relay framing an agent must speak.
+//! upgrade, and the relay framing an agent speaks (the newest it offers that the relay knows).
 
-use super::PhoneService;
 use crate::net::http::RequestHead;
-use crate::net::relay_framing::{OLD_AGENT_REFUSAL, SUBPROTOCOL};
-use crate::net::web;
+use crate::protocol::relay::{Framing, AGENT_SUBPROTOCOLS, OLD_AGENT_REFUSAL, TOKEN_PROTOCOL_PREFIX};
 use crate::protocol::PeerRole;
+use crate::relay::service::PhoneService;
+use crate::relay::web::WebApp;
 use crate::secret::{is_lower_hex, Secret, SECRET_HEX_LEN};
 
 /// The path for a log line: only the relay's own paths are named, never what a client sent.
@@ -15,7 +15,7 @@ pub(super) fn printable_path(head: &RequestHead, service: Option<&dyn PhoneServi
         "/ws" => "/ws",
         "/healthz" => "/healthz",
         path if service.is_some_and(|service| service.path() == path) => "<service>",
-        path if web::is_web_path(path) => "<web client>",
+        path if WebApp::serves(path) => "<web client>",
         _ => "<other>",
     }
 }
@@ -27,8 +27,13 @@ pub(super) enum Route {
     /// The web client's page, files and `/config` (never behind the relay token: a browser cannot
     /// send one, and nothing served is secret).
     Web,
-    Join {
-        role: PeerRole,
+    /// An agent's socket, in the relay framing picked from its offer.
+    Agent {
+        code: u128,
+        framing: Framing,
+    },
+    /// A phone's socket.
+    Phone {
         code: u128,
     },
     /// The [`PhoneService`]'s path: a phone socket the service serves.
@@ -47,7 +52,7 @@ pub(super) struct Refusal {
     pub body: &'static str,
 }
 
-pub(super) const NOT_FOUND: Refusal = Refusal { status: 404, reason: "Not Found", headers: &[], body: "not found" };
+const NOT_FOUND: Refusal = Refusal { status: 404, reason: "Not Found", headers: &[], body: "not found" };
 const METHOD_NOT_ALLOWED: Refusal =
     Refusal { status: 405, reason: "Method Not Allowed", headers: &[("allow", "GET")], body: "method not allowed" };
 const UNAUTHORIZED: Refusal = Refusal {
@@ -59,11 +64,11 @@ const UNAUTHORIZED: Refusal = Refusal {
 const BAD_CODE: Refusal =
     Refusal { status: 400, reason: "Bad Request", headers: &[], body: "code must be 32 lowercase hex characters" };
 const BAD_KEY: Refusal = Refusal { status: 400, reason: "Bad Request", headers: &[], body: "bad sec-websocket-key" };
-/// An agent that does not speak the relay framing of this relay.
+/// An agent that speaks no relay framing this relay knows.
 const OLD_AGENT: Refusal = Refusal {
     status: 426,
     reason: "Upgrade Required",
-    headers: &[("upgrade", "websocket"), ("sec-websocket-protocol", SUBPROTOCOL)],
+    headers: &[("upgrade", "websocket"), ("sec-websocket-protocol", AGENT_SUBPROTOCOLS)],
     body: OLD_AGENT_REFUSAL,
 };
 const UPGRADE_REQUIRED: Refusal = Refusal {
@@ -79,13 +84,13 @@ pub(super) fn route(head: &RequestHead, token: Option<&Secret>, service: Option<
     let role = match head.path.as_str() {
         "/healthz" if head.method == "GET" => return Route::Health,
         "/healthz" => return Route::Refuse(METHOD_NOT_ALLOWED),
-        path if web::is_web_path(path) => return Route::Web,
+        path if WebApp::serves(path) => return Route::Web,
         "/agent" => PeerRole::Agent,
         "/ws" => PeerRole::Phone,
         path => match service.filter(|service| service.path() == path) {
             Some(service) => {
                 return match join_route(head, PeerRole::Phone, service.token().or(token)) {
-                    Route::Join { code, .. } => Route::Service { code },
+                    Route::Phone { code } => Route::Service { code },
                     other => other,
                 }
             }
@@ -94,14 +99,6 @@ pub(super) fn route(head: &RequestHead, token: Option<&Secret>, service: Option<
     };
     join_route(head, role, token)
 }
-
-/// The subprotocol a phone may offer, and the relay then names in its `101`: a browser that
-/// offers [`TOKEN_PROTOCOL_PREFIX`] must offer a real one beside it, as the relay never echoes
-/// the token.
-pub const PHONE_SUBPROTOCOL: &str = "voxa.1";
-/// A `Sec-WebSocket-Protocol` value `voxa-relay-token.<base64url of the relay token>` carries the
-/// relay token from a browser, whose WebSocket cannot send `Authorization`.
-pub const TOKEN_PROTOCOL_PREFIX: &str = "voxa-relay-token.";
 
 /// True when the request offers the WebSocket subprotocol `protocol`.
 pub(super) fn offers(head: &RequestHead, protocol: &str) -> bool {
@@ -148,10 +145,13 @@ pub(super) fn join_route(head: &RequestHead, role: PeerRole, token: Option<&Secr
     if head.header("sec-websocket-key").map(str::trim).map(str::len) != Some(24) {
         return Route::Refuse(BAD_KEY);
     }
-    if role == PeerRole::Agent && !offers(head, SUBPROTOCOL) {
-        return Route::Refuse(OLD_AGENT);
+    match role {
+        PeerRole::Agent => match Framing::pick(offered_protocols(head)) {
+            Some(framing) => Route::Agent { code, framing },
+            None => Route::Refuse(OLD_AGENT),
+        },
+        PeerRole::Phone => Route::Phone { code },
     }
-    Route::Join { role, code }
 }
 
 /// A relay code: exactly 32 lowercase hex characters, nothing around them.
@@ -165,6 +165,7 @@ fn parse_code(text: &str) -> Option<u128> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::relay::PHONE_SUBPROTOCOL;
 
     const CODE: &str = "0123456789abcdef0123456789abcdef";
 
@@ -195,17 +196,22 @@ mod tests {
 
     #[test]
     fn routes_paths_codes_and_upgrades() {
+        let code = parse_code(CODE).unwrap();
         let agent = upgrade(&format!("/agent?code={CODE}"), "Sec-WebSocket-Protocol: voxa-relay.2\r\n");
-        assert_eq!(route_of(&agent, None), Route::Join { role: PeerRole::Agent, code: parse_code(CODE).unwrap() });
+        assert_eq!(route_of(&agent, None), Route::Agent { code, framing: Framing::V2 });
         let offered = upgrade(&format!("/agent?code={CODE}"), "Sec-WebSocket-Protocol: other, voxa-relay.2\r\n");
-        assert!(matches!(route_of(&offered, None), Route::Join { role: PeerRole::Agent, .. }));
+        assert_eq!(route_of(&offered, None), Route::Agent { code, framing: Framing::V2 });
+        let newer = upgrade(&format!("/agent?code={CODE}"), "Sec-WebSocket-Protocol: voxa-relay.3, voxa-relay.2\r\n");
+        assert_eq!(route_of(&newer, None), Route::Agent { code, framing: Framing::V3 }, "the newest it offers");
+        let only_3 = upgrade(&format!("/agent?code={CODE}"), "Sec-WebSocket-Protocol: voxa-relay.3\r\n");
+        assert_eq!(route_of(&only_3, None), Route::Agent { code, framing: Framing::V3 });
         let old = upgrade(&format!("/agent?code={CODE}"), "");
         assert_eq!(route_of(&old, None), Route::Refuse(OLD_AGENT), "an agent without the relay framing");
         assert!(OLD_AGENT.body.contains("newer voxa agent"));
         let older = upgrade(&format!("/agent?code={CODE}"), "Sec-WebSocket-Protocol: voxa-relay.1\r\n");
         assert_eq!(route_of(&older, None), Route::Refuse(OLD_AGENT));
         let phone = upgrade(&format!("/ws?v=1&code={CODE}"), "");
-        assert!(matches!(route_of(&phone, None), Route::Join { role: PeerRole::Phone, .. }));
+        assert_eq!(route_of(&phone, None), Route::Phone { code });
 
         assert_eq!(route_of(&head("GET /healthz HTTP/1.1\r\n\r\n"), None), Route::Health);
         assert_eq!(route_of(&head("POST /healthz HTTP/1.1\r\n\r\n"), None), Route::Refuse(METHOD_NOT_ALLOWED));
@@ -236,7 +242,7 @@ mod tests {
         let basic = upgrade(&path, "Authorization: Basic relay-secret\r\n");
         assert_eq!(route_of(&basic, Some(&token)), Route::Refuse(UNAUTHORIZED));
         let right = upgrade(&path, "Authorization: Bearer relay-secret\r\nSec-WebSocket-Protocol: voxa-relay.2\r\n");
-        assert!(matches!(route_of(&right, Some(&token)), Route::Join { .. }));
+        assert!(matches!(route_of(&right, Some(&token)), Route::Agent { .. }));
         let no_code = upgrade("/agent", "");
         assert_eq!(route_of(&no_code, Some(&token)), Route::Refuse(UNAUTHORIZED));
     }
@@ -248,7 +254,7 @@ mod tests {
         // base64url of "relay-secret", beside the subprotocol the relay names back.
         let offered = |value: &str| upgrade(&phone, &format!("Sec-WebSocket-Protocol: {value}\r\n"));
         let right = offered("voxa.1, voxa-relay-token.cmVsYXktc2VjcmV0");
-        assert!(matches!(route_of(&right, Some(&token)), Route::Join { role: PeerRole::Phone, .. }));
+        assert!(matches!(route_of(&right, Some(&token)), Route::Phone { .. }));
         assert!(offers(&right, PHONE_SUBPROTOCOL));
         for wrong in [
             "voxa.1, voxa-relay-token.cmVsYXktc2VjcmVU",

@@ -117,7 +117,7 @@ struct Header {
 }
 
 /// A data frame whose payload is being read.
-struct Frame {
+struct InFrame {
     header: Header,
     /// Payload bytes read so far (the mask's phase).
     read: usize,
@@ -139,7 +139,7 @@ pub(crate) struct FrameReader {
     buf: Box<[u8]>,
     start: usize,
     end: usize,
-    frame: Option<Frame>,
+    frame: Option<InFrame>,
     message: Option<Open>,
     /// The part being read.
     part: Vec<u8>,
@@ -269,7 +269,7 @@ impl FrameReader {
             if let Some(open) = self.message.as_mut() {
                 open.len += header.len;
             }
-            self.frame = Some(Frame { header, read: 0 });
+            self.frame = Some(InFrame { header, read: 0 });
         }
     }
 

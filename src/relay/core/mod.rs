@@ -1,0 +1,203 @@
+//! The relay's core: it moves frames between the sockets of one relay code and never sees HTTP,
+//! TLS or ACME. Its one entry point is [`Core::accept`]: a stream already upgraded to a
+//! WebSocket, and the place it claims (a code, a side). Pairing ([`hub`]: one agent and up to
+//! [`MAX_PHONES_PER_CODE`] phones per code), forwarding ([`socket`]), queues and the memory
+//! ledger ([`queue`]), limits ([`SocketLimits`]) and the relay's metrics ([`metrics`]) live here.
+//!
+//! Decisions the protocol leaves to the relay:
+//! - A replaced agent is closed 4001 `replaced`; the phones hear `left` and then `joined`, so
+//!   they start their sessions (hello) again.
+//! - A phone past [`MAX_PHONES_PER_CODE`] takes the place of the oldest phone the agent has not
+//!   marked proven (`PROVEN`, relay framing 3), which is closed 4003 `made-room-for-a-new-phone`;
+//!   when every phone is proven, the newcomer is closed 4003 `too-many-phones` right after the
+//!   upgrade. Marks are the word of the agent seated when they were given: a new agent starts
+//!   with none.
+//! - Cut-through: a message goes on in parts as its bytes arrive (at most 16 KiB each), never
+//!   held whole; toward an agent each part is a `PART` message, toward a phone a WebSocket
+//!   fragment. A sender that fails in the middle of a message ends it for its receiver: the agent
+//!   hears `LEFT` for that phone, a phone is closed 4004. Messages over 16 MiB close the socket
+//!   with 1009, bad framing with 1002, text that is not UTF-8 with 1007; shutdown and idle
+//!   sockets get 1001.
+//! - Slow readers: while a receiver's queue is full, the sender's socket is not read (so TCP slows
+//!   the sender down); a receiver that writes nothing at all for [`STALL_TIMEOUT`] is closed 1013
+//!   and its queue freed at once. One agent socket carries every phone of its code, so a phone
+//!   that stops reading holds the agent's messages back until it is closed.
+//! - A socket silent for the ping interval is pinged and one silent for the idle timeout is
+//!   dropped, so a vanished peer is gone within 45 s and the others hear of it. Every ping is
+//!   answered (a bounded number of pongs wait).
+//! - Memory: one budget for the process counts queued parts, parts being read and parts waiting
+//!   for room; over it the oldest socket holding more than an even share is closed 1013.
+
+pub(crate) mod codec;
+pub(crate) mod hub;
+pub mod metrics;
+pub(crate) mod queue;
+pub(crate) mod reader;
+#[doc(hidden)]
+pub mod reader_check;
+pub(crate) mod socket;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::bail;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use self::hub::Hub;
+use self::metrics::RelayMetrics;
+use self::queue::Ledger;
+use self::socket::Membership;
+use crate::protocol::relay::Framing;
+pub use crate::protocol::relay::MAX_PHONES_PER_CODE;
+use crate::protocol::{PeerRole, IDLE_TIMEOUT, MAX_FRAME_LEN, PING_INTERVAL, SEND_QUEUE_FRAMES};
+
+/// Bytes queued for one socket's writer before its senders wait. Messages go through in parts of
+/// at most 16 KiB, so this bounds what one socket holds of any message; a single frame (the
+/// relay's own, or a hosted call's) always fits an empty queue.
+pub const SEND_QUEUE_BYTES: usize = 64 << 10;
+/// Time a receiver whose queue is full may write nothing before it is closed 1013.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes of messages the whole process may hold in queues and partial reads; over it, the oldest
+/// socket holding more than its share is closed 1013.
+pub const MEMORY_BUDGET: usize = 256 << 20;
+
+/// Timing and size limits of one relayed socket.
+#[derive(Clone, Copy, Debug)]
+pub struct SocketLimits {
+    /// Silence after which a socket is pinged.
+    pub ping_interval: Duration,
+    /// Silence after which a socket is dropped.
+    pub idle_timeout: Duration,
+    /// Frames queued for a socket; while they are queued, the sender waits.
+    pub send_queue_frames: usize,
+    /// Bytes queued for a socket; while they are queued, the sender waits.
+    pub send_queue_bytes: usize,
+    /// Time a socket with a full queue may write nothing before it is closed 1013 (slow reader).
+    pub stall_timeout: Duration,
+    /// Largest message accepted; larger ones close the socket with 1009.
+    pub max_frame_len: usize,
+}
+
+impl Default for SocketLimits {
+    fn default() -> Self {
+        SocketLimits {
+            ping_interval: PING_INTERVAL,
+            idle_timeout: IDLE_TIMEOUT,
+            send_queue_frames: SEND_QUEUE_FRAMES,
+            send_queue_bytes: SEND_QUEUE_BYTES,
+            stall_timeout: STALL_TIMEOUT,
+            max_frame_len: MAX_FRAME_LEN,
+        }
+    }
+}
+
+impl SocketLimits {
+    /// Refuses limits that would spin (zero intervals) or could never pass a frame.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.ping_interval.is_zero() || self.idle_timeout < self.ping_interval {
+            bail!("relay limits: the ping interval must be non-zero and no longer than the idle timeout");
+        }
+        if self.stall_timeout.is_zero() || self.send_queue_frames == 0 || self.max_frame_len == 0 {
+            bail!("relay limits: stall timeout, queue length and frame size must be non-zero");
+        }
+        Ok(())
+    }
+}
+
+/// A byte stream the core relays a WebSocket over: plain TCP, or whatever the edge wrapped it in.
+pub(crate) trait RelayStream: AsyncRead + AsyncWrite + Unpin + Send + Sized {
+    /// Read and write halves for one task. Plain TCP splits without a lock; TLS needs one.
+    fn halves(&mut self) -> (impl AsyncRead + Unpin + Send + '_, impl AsyncWrite + Unpin + Send + '_);
+}
+
+impl RelayStream for TcpStream {
+    fn halves(&mut self) -> (impl AsyncRead + Unpin + Send + '_, impl AsyncWrite + Unpin + Send + '_) {
+        self.split()
+    }
+}
+
+/// The place an accepted stream claims: a side of the pairing of one relay code.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Claim {
+    pub code: u128,
+    pub role: PeerRole,
+    /// The connection's id, unique for the relay's lifetime: the older of two sockets has the
+    /// smaller one.
+    pub conn: u64,
+    /// A phone hears the relay's presence notices (it may ask for none: `presence=none`).
+    pub notices: bool,
+    /// The relay framing the agent agreed to in its upgrade (a phone's is never read).
+    pub framing: Framing,
+}
+
+/// The core of one relay: the map of codes, the memory ledger, the limits every socket gets and
+/// the signal that closes them all. Shared by every shard.
+pub(crate) struct Core {
+    hub: Arc<Hub>,
+    limits: SocketLimits,
+    cancel: CancellationToken,
+}
+
+impl Core {
+    /// A core within `limits` that holds at most `memory_budget` bytes of messages and counts
+    /// what it does in `metrics`.
+    pub(crate) fn new(limits: SocketLimits, memory_budget: usize, metrics: Arc<RelayMetrics>) -> anyhow::Result<Core> {
+        limits.validate()?;
+        if memory_budget < limits.max_frame_len.saturating_mul(2) {
+            bail!("relay limits: the memory budget must hold at least two of the largest messages");
+        }
+        metrics.set_limit("memory_budget_bytes", memory_budget);
+        metrics.set_limit("max_message_bytes", limits.max_frame_len);
+        metrics.set_limit("send_queue_frames", limits.send_queue_frames);
+        metrics.set_limit("send_queue_bytes", limits.send_queue_bytes);
+        let ledger = Arc::new(Ledger { budget: memory_budget, metrics });
+        Ok(Core { hub: Arc::new(Hub::new(ledger)), limits, cancel: CancellationToken::new() })
+    }
+
+    /// Relays one upgraded WebSocket in the place it claims until it ends (or the core shuts
+    /// down), then closes it within bounded time. `leftover` holds the bytes read past the
+    /// request head: the client's first frames.
+    pub(crate) async fn accept<S: RelayStream>(&self, stream: S, leftover: Vec<u8>, claim: Claim) {
+        socket::serve(stream, leftover, self.membership(claim), &self.limits, &self.cancel).await;
+    }
+
+    /// The place `claim` names, not taken yet: what a service's socket joins its pairing with.
+    pub(crate) fn membership(&self, claim: Claim) -> Membership {
+        Membership { hub: Arc::clone(&self.hub), claim }
+    }
+
+    pub(crate) fn limits(&self) -> SocketLimits {
+        self.limits
+    }
+
+    pub(crate) fn metrics(&self) -> &Arc<RelayMetrics> {
+        &self.hub.ledger.metrics
+    }
+
+    /// Cancelled once the core shuts down.
+    pub(crate) fn cancel(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Closes every socket (1001) and refuses none that come after: they close at once.
+    pub(crate) fn shut_down(&self) {
+        self.cancel.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_that_would_spin_are_refused() {
+        assert!(SocketLimits::default().validate().is_ok());
+        assert!(SocketLimits { ping_interval: Duration::ZERO, ..SocketLimits::default() }.validate().is_err());
+        assert!(SocketLimits { idle_timeout: Duration::from_secs(1), ..SocketLimits::default() }.validate().is_err());
+        assert!(SocketLimits { send_queue_frames: 0, ..SocketLimits::default() }.validate().is_err());
+        let metrics = Arc::default();
+        assert!(Core::new(SocketLimits::default(), MAX_FRAME_LEN, metrics).is_err(), "a budget of one message");
+    }
+}
