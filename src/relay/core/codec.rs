@@ -10,6 +10,7 @@
 use std::io::{self, IoSlice};
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use crate::protocol::relay::HEADER_LEN;
 
@@ -19,6 +20,9 @@ pub(crate) const OP_BINARY: u8 = 0x2;
 pub(crate) const OP_CLOSE: u8 = 0x8;
 pub(crate) const OP_PING: u8 = 0x9;
 pub(crate) const OP_PONG: u8 = 0xA;
+/// Not an opcode: the payload is a frame already encoded, headers and all (the rest of one whose
+/// first bytes a reader wrote at once), and goes out as it is.
+const ENCODED: u8 = 0xF0;
 
 /// Spare room a part is given for its server header and the relay's header (toward an agent),
 /// so the writer moves both in front and sends one plain write.
@@ -58,6 +62,43 @@ impl OutFrame {
     /// Bytes this frame counts in queues: its payload and the relay's header.
     pub(crate) fn len(&self) -> usize {
         self.payload.len() + self.tag.map_or(0, |tag| tag.len())
+    }
+
+    /// The last bytes of an encoded frame, to be written as they are.
+    fn encoded(fin: bool, bytes: Vec<u8>) -> Self {
+        OutFrame { opcode: ENCODED, fin, tag: None, payload: bytes }
+    }
+
+    /// Writes the frame to `sink` at once, without waiting: the bytes written, and what is left
+    /// to write when the socket took less (or none: the frame itself, or the rest of its bytes).
+    pub(crate) fn try_write(mut self, sink: &TcpStream) -> (usize, Option<OutFrame>) {
+        let fin = self.fin;
+        let written = match self.frame_in_place() {
+            None => sink.try_write(&self.payload),
+            Some((head, head_len)) => {
+                let written = sink.try_write_vectored(&[IoSlice::new(&head[..head_len]), IoSlice::new(&self.payload)]);
+                match written {
+                    Ok(n) if n == head_len + self.payload.len() => return (n, None),
+                    Ok(n) => {
+                        let mut rest = head[n.min(head_len)..head_len].to_vec();
+                        rest.extend_from_slice(&self.payload[n.saturating_sub(head_len)..]);
+                        return (n, Some(OutFrame::encoded(fin, rest)));
+                    }
+                    // Nothing went: the frame goes to the queue as it was.
+                    Err(_) => return (0, Some(self)),
+                }
+            }
+        };
+        // Framed in place: the payload is the whole frame now.
+        let mut bytes = self.payload;
+        match written {
+            Ok(n) if n == bytes.len() => (n, None),
+            Ok(n) => {
+                bytes.drain(..n);
+                (n, Some(OutFrame::encoded(fin, bytes)))
+            }
+            Err(_) => (0, Some(OutFrame::encoded(fin, bytes))),
+        }
     }
 }
 
@@ -122,6 +163,9 @@ impl OutFrame {
     /// room to spare (as the reader leaves it), so headers and payload are one slice; otherwise
     /// gives the headers back, to be written beside the payload.
     fn frame_in_place(&mut self) -> Option<([u8; MAX_HEAD], usize)> {
+        if self.opcode == ENCODED {
+            return None;
+        }
         let (head, head_len) = self.head();
         let payload = &mut self.payload;
         if payload.len() > MAX_INLINE_PAYLOAD || payload.capacity() - payload.len() < head_len {

@@ -132,6 +132,132 @@ async fn ending_wakes_a_task_that_polled_it_before_the_end() {
     assert!(queue.ending().now_or_never().is_some(), "an ended queue resolves at once");
 }
 
+#[tokio::test]
+async fn a_writer_woken_for_other_reasons_still_hears_of_its_next_frame() {
+    let queue = queue();
+    let poke = Arc::new(Notify::new());
+    let writer = tokio::spawn({
+        let (queue, poke) = (Arc::clone(&queue), Arc::clone(&poke));
+        async move {
+            let next = queue.next();
+            tokio::pin!(next);
+            loop {
+                tokio::select! {
+                    action = &mut next => return action,
+                    // Woken for its socket's reads: the wait is polled again with the same waker.
+                    () = poke.notified() => {}
+                }
+            }
+        }
+    });
+    for _ in 0..3 {
+        poke.notify_one();
+        tokio::task::yield_now().await;
+    }
+    assert!(!writer.is_finished(), "nothing to write yet");
+    assert!(queued(&queue, text("late")));
+    let action = tokio::time::timeout(Duration::from_secs(10), writer).await.expect("the frame woke the writer");
+    assert!(matches!(action.unwrap(), Action::Frame(frame) if frame.payload == b"late"));
+}
+
+/// The server frames in `bytes`: (opcode and fin byte, payload).
+fn server_frames(mut bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut frames = Vec::new();
+    while let [b0, b1, rest @ ..] = bytes {
+        let (len, rest) = match b1 {
+            126 => (usize::from(u16::from_be_bytes([rest[0], rest[1]])), &rest[2..]),
+            127 => (u64::from_be_bytes(rest[..8].try_into().unwrap()) as usize, &rest[8..]),
+            short => (usize::from(*short), rest),
+        };
+        frames.push((*b0, rest[..len].to_vec()));
+        bytes = &rest[len..];
+    }
+    frames
+}
+
+#[tokio::test]
+async fn a_frame_goes_straight_into_an_idle_socket_and_behind_whatever_waits_in_order() {
+    use tokio::io::AsyncReadExt;
+
+    use super::super::socket::write_side;
+    use super::super::stream::RelayStream;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+    let (server, _) = listener.accept().await.unwrap();
+    let (_read, mut write, sink) = server.into_halves();
+    let limits = QueueLimits { frames: 4096, bytes: 1 << 30 };
+    let queue = Arc::new(SendQueue::with_sink(limits, ledger(), sink));
+    // A frame of a small payload with room for its header (as the reader leaves it), then a large one.
+    let numbered = |n: u32| {
+        let len = if n % 2 == 0 { 100 } else { 4000 };
+        let mut payload = Vec::with_capacity(len + super::super::codec::HEADER_ROOM);
+        payload.extend_from_slice(&n.to_be_bytes());
+        payload.resize(len, n as u8);
+        OutFrame::binary(payload)
+    };
+
+    assert!(queued(&queue, numbered(0)));
+    assert!(queue.try_next().is_none(), "written at once: nothing waits for the writer");
+    let mut first = vec![0u8; 102];
+    client.read_exact(&mut first).await.unwrap();
+    assert_eq!(server_frames(&first), [(0x82, numbered(0).payload)]);
+
+    // A pong waiting for the writer: the next frame waits behind it.
+    queue.pong(b"p".to_vec());
+    assert!(queued(&queue, numbered(1)));
+    assert!(matches!(queue.try_next(), Some(Action::Pong(_))));
+    assert!(matches!(queue.try_next(), Some(Action::Frame(frame)) if frame.payload == numbered(1).payload));
+
+    // Nobody reads the client for a while: the socket's buffers fill, the rest queues, and the
+    // writer sends it once the client reads, every frame whole and in order.
+    const FRAMES: u32 = 4000;
+    for n in 2..FRAMES {
+        assert!(queued(&queue, numbered(n)));
+    }
+    assert!(queue.queued().0 > 0, "a full socket leaves frames for the writer");
+    let writer = tokio::spawn({
+        let queue = Arc::clone(&queue);
+        async move { write_side(&mut write, &queue).await }
+    });
+    let mut received = Vec::new();
+    let mut frames = Vec::new();
+    while frames.len() < (FRAMES - 2) as usize {
+        let mut chunk = vec![0u8; 64 << 10];
+        let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut chunk)).await.unwrap().unwrap();
+        received.extend_from_slice(&chunk[..n]);
+        frames = server_frames_complete(&received);
+    }
+    for (n, (head, payload)) in (2..FRAMES).zip(frames) {
+        assert_eq!((head, payload), (0x82, numbered(n).payload), "frame {n}");
+    }
+    queue.end(End::close(1000, "done"));
+    writer.await.unwrap().unwrap();
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).await.unwrap();
+    assert_eq!(server_frames(&rest), [(0x88, vec![0x03, 0xe8, b'd', b'o', b'n', b'e'])], "the close, then FIN");
+}
+
+/// The whole server frames at the start of `bytes`.
+fn server_frames_complete(bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut whole = 0;
+    let mut at = bytes;
+    while let [_, b1, rest @ ..] = at {
+        let (len, header) = match b1 {
+            126 if rest.len() >= 2 => (usize::from(u16::from_be_bytes([rest[0], rest[1]])), 4),
+            127 if rest.len() >= 8 => (u64::from_be_bytes(rest[..8].try_into().unwrap()) as usize, 10),
+            126 | 127 => break,
+            short => (usize::from(*short), 2),
+        };
+        if at.len() < header + len {
+            break;
+        }
+        whole += header + len;
+        at = &at[header + len..];
+    }
+    server_frames(&bytes[..whole])
+}
+
 #[test]
 fn batches_stop_at_their_limits_and_before_control_frames() {
     let queue = SendQueue::new(QueueLimits { frames: 10, bytes: 1000 }, ledger());

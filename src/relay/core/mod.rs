@@ -36,19 +36,20 @@ pub(crate) mod reader;
 #[doc(hidden)]
 pub mod reader_check;
 pub(crate) mod socket;
+pub(crate) mod stream;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::bail;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use self::hub::Hub;
 use self::metrics::RelayMetrics;
 use self::queue::Ledger;
 use self::socket::Membership;
+pub(crate) use self::stream::RelayStream;
 use crate::protocol::relay::Framing;
 pub use crate::protocol::relay::MAX_PHONES_PER_CODE;
 use crate::protocol::{PeerRole, IDLE_TIMEOUT, MAX_FRAME_LEN, PING_INTERVAL, SEND_QUEUE_FRAMES};
@@ -106,18 +107,6 @@ impl SocketLimits {
     }
 }
 
-/// A byte stream the core relays a WebSocket over: plain TCP, or whatever the edge wrapped it in.
-pub(crate) trait RelayStream: AsyncRead + AsyncWrite + Unpin + Send + Sized {
-    /// Read and write halves for one task. Plain TCP splits without a lock; TLS needs one.
-    fn halves(&mut self) -> (impl AsyncRead + Unpin + Send + '_, impl AsyncWrite + Unpin + Send + '_);
-}
-
-impl RelayStream for TcpStream {
-    fn halves(&mut self) -> (impl AsyncRead + Unpin + Send + '_, impl AsyncWrite + Unpin + Send + '_) {
-        self.split()
-    }
-}
-
 /// The place an accepted stream claims: a side of the pairing of one relay code.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Claim {
@@ -137,7 +126,21 @@ pub(crate) struct Claim {
 pub(crate) struct Core {
     hub: Arc<Hub>,
     limits: SocketLimits,
-    cancel: CancellationToken,
+    shutdown: Shutdown,
+}
+
+/// The signal that closes every socket: a flag each socket's wait looks at on its wake-ups, and
+/// the token that wakes them (and what a service listens to).
+pub(crate) struct Shutdown {
+    closing: AtomicBool,
+    token: CancellationToken,
+}
+
+impl Shutdown {
+    /// Resolves once the core shuts down.
+    pub(crate) async fn wait(&self) {
+        queue::wait_until(self.token.cancelled(), || self.closing.load(Ordering::Acquire)).await
+    }
 }
 
 impl Core {
@@ -153,14 +156,15 @@ impl Core {
         metrics.set_limit("send_queue_frames", limits.send_queue_frames);
         metrics.set_limit("send_queue_bytes", limits.send_queue_bytes);
         let ledger = Arc::new(Ledger { budget: memory_budget, metrics });
-        Ok(Core { hub: Arc::new(Hub::new(ledger)), limits, cancel: CancellationToken::new() })
+        let shutdown = Shutdown { closing: AtomicBool::new(false), token: CancellationToken::new() };
+        Ok(Core { hub: Arc::new(Hub::new(ledger)), limits, shutdown })
     }
 
     /// Relays one upgraded WebSocket in the place it claims until it ends (or the core shuts
     /// down), then closes it within bounded time. `leftover` holds the bytes read past the
     /// request head: the client's first frames.
     pub(crate) async fn accept<S: RelayStream>(&self, stream: S, leftover: Vec<u8>, claim: Claim) {
-        socket::serve(stream, leftover, self.membership(claim), &self.limits, &self.cancel).await;
+        socket::serve(stream, leftover, self.membership(claim), &self.limits, &self.shutdown).await;
     }
 
     /// The place `claim` names, not taken yet: what a service's socket joins its pairing with.
@@ -178,12 +182,13 @@ impl Core {
 
     /// Cancelled once the core shuts down.
     pub(crate) fn cancel(&self) -> &CancellationToken {
-        &self.cancel
+        &self.shutdown.token
     }
 
-    /// Closes every socket (1001) and refuses none that come after: they close at once.
+    /// Closes every socket (1001); sockets accepted after it close at once.
     pub(crate) fn shut_down(&self) {
-        self.cancel.cancel();
+        self.shutdown.closing.store(true, Ordering::Release);
+        self.shutdown.token.cancel();
     }
 }
 

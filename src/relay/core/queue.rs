@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
-use std::future::Future as _;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 use super::codec::{close, OutFrame};
 use super::metrics::RelayMetrics;
 use super::reader::Meter;
+use super::stream::DirectSink;
 use crate::protocol;
 use crate::protocol::relay;
 
@@ -116,6 +117,10 @@ struct State {
     room_wanted: bool,
     /// Bytes this socket's reader holds (the part being read, a part waiting for room).
     reader_bytes: usize,
+    /// The socket's plain TCP write side, which a sender may write to at once; let go of at the end.
+    sink: Option<DirectSink>,
+    /// The writer holds something it took from the queue and has not finished writing.
+    writing: bool,
 }
 
 impl State {
@@ -123,12 +128,21 @@ impl State {
         // A frame always fits an empty queue, however large: the byte budget bounds a backlog.
         self.frames.len() < limits.frames && (self.bytes == 0 || self.bytes.saturating_add(len) <= limits.bytes)
     }
+
+    /// The socket a frame may be written to now, by whoever hands it over: only while nothing is
+    /// queued or being written before it, so bytes never interleave and order holds.
+    fn sink_now(&self) -> Option<&DirectSink> {
+        let idle = self.frames.is_empty() && !self.writing && self.pongs.is_empty() && !self.ping;
+        self.sink.as_ref().filter(|_| idle && self.end.is_none() && self.end_when_sent.is_none())
+    }
 }
 
 /// A socket's send queue.
 pub(crate) struct SendQueue {
     state: Mutex<State>,
     writer_wake: Notify,
+    /// Raised before `writer_wake` is notified: the writer's wait polls the notifier only then.
+    writer_signal: AtomicBool,
     end_wake: Notify,
     room: Notify,
     /// Bytes written to the socket so far: a stalled reader is one whose count stands still.
@@ -147,10 +161,18 @@ const NOTICE_ALLOWANCE: usize = 2 * super::MAX_PHONES_PER_CODE + 2;
 pub(crate) const MAX_PONGS: usize = 16;
 
 impl SendQueue {
+    #[cfg(test)]
     pub(crate) fn new(limits: QueueLimits, ledger: Arc<Ledger>) -> Self {
+        Self::with_sink(limits, ledger, None)
+    }
+
+    /// A queue whose frames may go straight into `sink` (the socket's plain TCP write side) when
+    /// nothing waits before them: the sender writes them, and this socket's task is not woken.
+    pub(crate) fn with_sink(limits: QueueLimits, ledger: Arc<Ledger>, sink: Option<DirectSink>) -> Self {
         SendQueue {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State { sink, ..State::default() }),
             writer_wake: Notify::new(),
+            writer_signal: AtomicBool::new(false),
             end_wake: Notify::new(),
             room: Notify::new(),
             written: AtomicU64::new(0),
@@ -179,10 +201,11 @@ impl SendQueue {
         self.ledger.charge(frame.len());
         state.frames.push_back(frame);
         drop(state);
-        self.writer_wake.notify_one();
+        self.wake_writer();
     }
 
-    /// Queues a data frame if there is room for it.
+    /// Queues a data frame if there is room for it, or, when nothing waits before it, writes it to
+    /// the socket at once (what the socket does not take at once is queued for its writer).
     pub(crate) fn push(&self, frame: OutFrame) -> Push {
         let mut state = self.state();
         if state.end.is_some() || state.end_when_sent.is_some() {
@@ -192,6 +215,19 @@ impl SendQueue {
             state.room_wanted = true;
             return Push::Full(frame);
         }
+        let frame = match state.sink_now() {
+            Some(sink) => {
+                let open_message = frame.tag.is_none().then_some(!frame.fin);
+                let (written, rest) = frame.try_write((**sink).as_ref());
+                self.wrote(written);
+                let Some(rest) = rest else {
+                    state.open_message = open_message.unwrap_or(state.open_message);
+                    return Push::Queued;
+                };
+                rest
+            }
+            None => frame,
+        };
         self.enqueue(state, frame);
         Push::Queued
     }
@@ -280,7 +316,7 @@ impl SendQueue {
             }
             state.pongs.push_back(payload);
             drop(state);
-            self.writer_wake.notify_one();
+            self.wake_writer();
         }
     }
 
@@ -290,7 +326,7 @@ impl SendQueue {
         if state.end.is_none() {
             state.ping = true;
             drop(state);
-            self.writer_wake.notify_one();
+            self.wake_writer();
         }
     }
 
@@ -300,7 +336,7 @@ impl SendQueue {
         if state.end.is_none() && state.end_when_sent.is_none() {
             state.end_when_sent = Some(end);
             drop(state);
-            self.writer_wake.notify_one();
+            self.wake_writer();
         }
     }
 
@@ -317,6 +353,8 @@ impl SendQueue {
         }
         state.end = Some(end);
         self.is_ended.store(true, Ordering::Release);
+        // The writer's shutdown sends FIN once it holds the socket alone.
+        let sink = state.sink.take();
         state.pongs.clear();
         state.ping = false;
         self.ledger.release(state.bytes + state.reader_bytes);
@@ -324,8 +362,8 @@ impl SendQueue {
         state.reader_bytes = 0;
         let dropped = std::mem::take(&mut state.frames);
         drop(state);
-        drop(dropped);
-        self.writer_wake.notify_one();
+        drop((dropped, sink));
+        self.wake_writer();
         // Several tasks may wait (the socket, its reader, a sender waiting for room): wake all.
         self.end_wake.notify_waiters();
         self.room.notify_waiters();
@@ -345,37 +383,27 @@ impl SendQueue {
     /// wake-up, so polling it again costs one atomic load: the registration is renewed only when
     /// the waker changes, never under the notifier's lock.
     pub(crate) async fn ending(&self) {
+        // Only `end` wakes this notifier, and it marks the queue ended first.
         let notified = self.end_wake.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let mut registered: Option<Waker> = None;
-        std::future::poll_fn(|cx| {
-            if self.is_ended() {
-                return Poll::Ready(());
-            }
-            if registered.as_ref().is_some_and(|waker| waker.will_wake(cx.waker())) {
-                return Poll::Pending;
-            }
-            // Only `end` wakes this notifier, and it marks the queue ended first.
-            let polled = notified.as_mut().poll(cx);
-            if polled.is_pending() {
-                registered = Some(cx.waker().clone());
-            }
-            polled
-        })
-        .await
+        wait_until(notified, || self.is_ended()).await
     }
 
-    /// The writer's next action without waiting.
+    /// The writer's next action without waiting. The writer asks once it has written what it took
+    /// before: until then, nobody else writes to the socket.
     pub(crate) fn try_next(&self) -> Option<Action> {
         let mut state = self.state();
+        state.writing = false;
         if let Some(end) = &state.end {
             return Some(Action::Close(end.clone()));
         }
         if let Some(payload) = state.pongs.pop_front() {
+            state.writing = true;
             return Some(Action::Pong(payload));
         }
         if std::mem::take(&mut state.ping) {
+            state.writing = true;
             return Some(Action::Ping);
         }
         let Some(frame) = state.frames.pop_front() else {
@@ -385,6 +413,7 @@ impl SendQueue {
             return Some(Action::Close(end));
         };
         state.bytes -= frame.len();
+        state.writing = true;
         self.ledger.release(frame.len());
         self.after_pop(state);
         Some(Action::Frame(frame))
@@ -427,13 +456,22 @@ impl SendQueue {
     pub(crate) async fn next(&self) -> Action {
         loop {
             // `notify_one` leaves a permit when nobody waits yet, so no wake-up is lost between
-            // the check and the await.
+            // the check and the wait; every `notify_one` raises the signal first.
             let notified = self.writer_wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            self.writer_signal.store(false, Ordering::Relaxed);
             if let Some(action) = self.try_next() {
                 return action;
             }
-            notified.await;
+            wait_until(notified, || self.writer_signal.load(Ordering::Acquire)).await;
         }
+    }
+
+    /// Wakes the writer.
+    fn wake_writer(&self) {
+        self.writer_signal.store(true, Ordering::Release);
+        self.writer_wake.notify_one();
     }
 
     #[cfg(test)]
@@ -468,4 +506,28 @@ impl Meter for SendQueue {
 /// they guard stays consistent between statements.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Waits for `wait` or for `ready()`, whichever comes first. A socket's task polls every wait it
+/// is in on every wake-up, and polling a notifier takes its lock: this polls `wait` only when the
+/// task's waker changed, and otherwise looks at `ready()` alone, which whoever wakes the wait makes
+/// true first. A notifier must be enabled before it is handed over, so that nothing notified
+/// between the first look at `ready()` and the first poll is lost.
+pub(crate) async fn wait_until(wait: impl Future<Output = ()>, ready: impl Fn() -> bool) {
+    tokio::pin!(wait);
+    let mut registered: Option<Waker> = None;
+    std::future::poll_fn(|cx| {
+        if ready() {
+            return Poll::Ready(());
+        }
+        if registered.as_ref().is_some_and(|waker| waker.will_wake(cx.waker())) {
+            return Poll::Pending;
+        }
+        let polled = wait.as_mut().poll(cx);
+        if polled.is_pending() {
+            registered = Some(cx.waker().clone());
+        }
+        polled
+    })
+    .await
 }

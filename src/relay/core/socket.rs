@@ -14,14 +14,14 @@ use std::time::Duration;
 use futures_util::future::{FusedFuture, FutureExt};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::{timeout, Instant};
-use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::codec::{self, close, OutFrame};
 use super::hub::{Forward, Hub, Seat, Slot, TooManyPhones};
 use super::queue::{Action, End, QueueLimits, SendQueue};
 use super::reader::{close_code_allowed, Event, FrameReader, Meter, Part};
-use super::{Claim, RelayStream, SocketLimits};
+use super::stream::DirectSink;
+use super::{Claim, RelayStream, Shutdown, SocketLimits};
 use crate::protocol::relay::{self, close as relay_close, header, is_notice, Framing, Kind, PeerId, HEADER_LEN};
 use crate::protocol::PeerRole;
 
@@ -60,8 +60,13 @@ impl Membership {
 
     /// A send queue for this socket, within the limits and counted in the relay's ledger.
     pub(crate) fn queue(&self, limits: &SocketLimits) -> Arc<SendQueue> {
+        self.queue_into(limits, None)
+    }
+
+    /// A send queue whose frames may go straight into `sink` when nothing waits before them.
+    fn queue_into(&self, limits: &SocketLimits, sink: Option<DirectSink>) -> Arc<SendQueue> {
         let queue = QueueLimits { frames: limits.send_queue_frames, bytes: limits.send_queue_bytes };
-        Arc::new(SendQueue::new(queue, Arc::clone(&self.hub.ledger)))
+        Arc::new(SendQueue::with_sink(queue, Arc::clone(&self.hub.ledger), sink))
     }
 
     /// Takes this socket's place in its pairing; the other side's frames go to `queue`. A phone
@@ -102,14 +107,14 @@ impl Seated {
 
 /// Runs an upgraded `/agent` or `/ws` socket until it ends, then closes it within bounded time.
 pub(crate) async fn serve<S: RelayStream>(
-    mut stream: S,
+    stream: S,
     leftover: Vec<u8>,
     member: Membership,
     limits: &SocketLimits,
-    cancel: &CancellationToken,
+    shutdown: &Shutdown,
 ) {
-    let queue = member.queue(limits);
-    let (mut read_half, mut write_half) = stream.halves();
+    let (mut read_half, mut write_half, sink) = stream.into_halves();
+    let queue = member.queue_into(limits, sink);
     // The relay's header on an agent's messages does not count against the frame limit.
     let max_message_len = match member.claim.role {
         PeerRole::Agent => limits.max_frame_len.saturating_add(HEADER_LEN),
@@ -144,7 +149,7 @@ pub(crate) async fn serve<S: RelayStream>(
             }
         }
         () = queue.ending() => {}
-        () = cancel.cancelled() => queue.end(End::close(close::GOING_AWAY, "relay shutting down")),
+        () = shutdown.wait() => queue.end(End::close(close::GOING_AWAY, "relay shutting down")),
     }
     // Leave first, so the others hear of it at once even if this client is slow to close.
     member.leave(&seated);

@@ -27,6 +27,7 @@ use self::admission::{ConnectionGuard, PerIp};
 use self::route::{printable_path, route, Route};
 use self::shard::Handoff;
 use super::config::{RelayConfig, TLS_HANDSHAKE_TIMEOUT};
+use super::core::stream::DirectSink;
 use super::core::{Claim, Core, RelayStream};
 use super::service::{PhoneService, ServiceSocket};
 use super::web::{WebApp, KEEP_ALIVE_IDLE};
@@ -84,7 +85,7 @@ impl Edge {
 }
 
 /// A stream the edge serves: plain TCP, which may move to another shard, or TLS, which may not.
-trait EdgeStream: RelayStream + 'static {
+trait EdgeStream: RelayStream + AsyncRead + AsyncWrite + Unpin + 'static {
     /// The plain socket, for another thread to serve; a TLS stream cannot move (`Err(self)`).
     fn detach(self) -> Result<std::io::Result<std::net::TcpStream>, Self>;
 }
@@ -95,13 +96,20 @@ impl EdgeStream for TcpStream {
     }
 }
 
-impl RelayStream for tokio_rustls::server::TlsStream<TcpStream> {
-    fn halves(&mut self) -> (impl AsyncRead + Unpin + Send + '_, impl AsyncWrite + Unpin + Send + '_) {
-        tokio::io::split(self)
+type TlsStream = tokio_rustls::server::TlsStream<TcpStream>;
+
+impl RelayStream for TlsStream {
+    type Read = tokio::io::ReadHalf<TlsStream>;
+    type Write = tokio::io::WriteHalf<TlsStream>;
+
+    /// Split behind a lock, and written by its own task only.
+    fn into_halves(self) -> (Self::Read, Self::Write, Option<DirectSink>) {
+        let (read, write) = tokio::io::split(self);
+        (read, write, None)
     }
 }
 
-impl EdgeStream for tokio_rustls::server::TlsStream<TcpStream> {
+impl EdgeStream for TlsStream {
     fn detach(self) -> Result<std::io::Result<std::net::TcpStream>, Self> {
         Err(self)
     }
@@ -268,11 +276,7 @@ async fn join_on_shard<S: EdgeStream>(
 }
 
 /// Completes the upgrade and hands the socket to the core (or to the service) until it ends.
-async fn upgrade_and_hand_on<S: RelayStream + 'static>(
-    edge: &Edge,
-    mut stream: S,
-    upgrade: Upgrade,
-) -> anyhow::Result<()> {
+async fn upgrade_and_hand_on<S: EdgeStream>(edge: &Edge, mut stream: S, upgrade: Upgrade) -> anyhow::Result<()> {
     let Upgrade { head, leftover, claim, service, client } = upgrade;
     // An agent gets the relay framing picked from its offer; a phone the subprotocol it offered
     // beside its relay token, never the token.
