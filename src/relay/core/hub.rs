@@ -266,6 +266,18 @@ impl Hub {
         self.push(&target.queue, frame, PeerRole::Phone)
     }
 
+    /// Hands the first part of a message from phone `peer` to the agent there now, as
+    /// [`Hub::to_agent`] does; also gives that agent's connection id (`None`: no agent), to which
+    /// the message's other parts go.
+    pub(crate) fn to_current_agent(&self, slot: &Slot, peer: PeerId, frame: OutFrame) -> (Forward, Option<u64>) {
+        let members = lock(&slot.members);
+        let Some(target) = members.agent.as_ref() else { return (Forward::Done, None) };
+        if members.phone(peer).is_none() {
+            return (Forward::Done, Some(target.conn));
+        }
+        (self.push(&target.queue, frame, PeerRole::Phone), Some(target.conn))
+    }
+
     /// Hands part of a message from the agent `conn` to phone `peer`. Frames of a replaced agent
     /// and frames for a phone that is not there are dropped: a frame for a peer id only ever
     /// reaches that one socket.

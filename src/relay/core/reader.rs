@@ -286,16 +286,19 @@ impl FrameReader {
         if want > 0 {
             if self.part.capacity() - self.part.len() < want {
                 self.part.reserve_exact(want + HEADER_ROOM);
-                self.settle(meter)?;
             }
             let from = self.part.len();
             let available = self.end - self.start;
             let n = if available > 0 {
+                // Handed out before anything is awaited: the part is counted where it waits (in a
+                // queue, or as this socket's while the receiver has no room), not here.
                 let n = available.min(want);
                 self.part.extend_from_slice(&self.buf[self.start..self.start + n]);
                 self.start += n;
                 n
             } else {
+                // While the stream is awaited, the part counts against the budget.
+                self.settle(meter)?;
                 let n = (&mut *io).take(want as u64).read_buf(&mut self.part).await.map_err(ReadError::Io)?;
                 if n == 0 {
                     return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));

@@ -219,17 +219,26 @@ pub(crate) struct PhoneParts<'a> {
 
 impl Deliver for PhoneParts<'_> {
     async fn deliver(&mut self, part: Part) -> ControlFlow<()> {
-        if part.first {
-            self.agent = self.to.hub.agent_of(self.to.slot);
-        }
         let kind = match (part.fin, part.text) {
             (false, _) => Kind::Part,
             (true, true) => Kind::Text,
             (true, false) => Kind::Binary,
         };
-        let (peer, agent) = (self.peer, self.agent);
+        let peer = self.peer;
         let frame = OutFrame::tagged(header(kind, peer), part.bytes);
-        self.to.forward(frame, |hub, slot, frame| hub.to_agent(slot, peer, agent, frame)).await;
+        // A message's first part goes to the agent there now, and the rest to that one only.
+        let mut first = part.first;
+        let agent = &mut self.agent;
+        let route = |hub: &Hub, slot: &Slot, frame| {
+            if std::mem::take(&mut first) {
+                let (forward, to) = hub.to_current_agent(slot, peer, frame);
+                *agent = to;
+                forward
+            } else {
+                hub.to_agent(slot, peer, *agent, frame)
+            }
+        };
+        self.to.forward(frame, route).await;
         ControlFlow::Continue(())
     }
 }
@@ -353,7 +362,7 @@ impl Forwarder<'_> {
     /// socket is not read, so the sender slows to the receiver's pace, and the waiting frame
     /// counts against the memory budget as this socket's; a receiver that writes nothing at all
     /// for the stall timeout is closed with 1013 and its queue freed.
-    pub(crate) async fn forward(&self, mut frame: OutFrame, route: impl Fn(&Hub, &Slot, OutFrame) -> Forward) {
+    pub(crate) async fn forward(&self, mut frame: OutFrame, mut route: impl FnMut(&Hub, &Slot, OutFrame) -> Forward) {
         let len = frame.len();
         let mut waiting = false;
         loop {
