@@ -17,8 +17,14 @@ use super::gate::Gate;
 use crate::config::RelayUrl;
 use crate::net::dial::{self, DialOptions};
 use crate::net::liveness::Heartbeat;
-use crate::net::relay_framing::SUBPROTOCOL;
 use crate::protocol::{ErrorCode, RelayPage};
+
+/// The relay framing whose relays take `PROVEN` (docs/PROTOCOL.md, "Relay"): a relay that chose
+/// it hears which peers proved the token, and makes room on a full code by closing an unproven one.
+pub const FRAMING_WITH_PROVEN: &str = "voxa-relay.3";
+/// The relay framings the agent offers on `/agent`, newest first: a relay picks the newest it
+/// speaks, and one that picks `voxa-relay.2` is sent no `PROVEN`.
+pub const OFFERED_FRAMINGS: &str = "voxa-relay.3, voxa-relay.2";
 
 /// A 4001 this soon after an abandoned dial is taken for that dial arriving late, not for
 /// another agent: the link dials again without warning that its code is in use.
@@ -159,26 +165,29 @@ impl RelayLink {
     pub async fn run(self, shutdown: CancellationToken) {
         let mut backoff = Backoff::new(self.backoff);
         // The relay carries several phones on this socket in its own framing.
-        let dial = DialOptions { subprotocol: Some(SUBPROTOCOL), ..self.dial.clone() };
+        let dial = DialOptions { subprotocol: Some(OFFERED_FRAMINGS), ..self.dial.clone() };
         // When this agent gave up on a dial, its request may still reach the relay later (a relay
         // that was frozen, a slow network) and take the code over from the live connection.
         let mut last_abandoned_dial: Option<Instant> = None;
         loop {
             let connected = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                result = dial::connect(&self.url, &dial) => result,
+                result = dial::connect_negotiated(&self.url, &dial) => result,
             };
             match connected {
-                Ok(socket) => match self.connection(socket, &shutdown, &mut backoff).await {
-                    Ended::Shutdown => return,
-                    Ended::Replaced if last_abandoned_dial.is_some_and(|at| at.elapsed() < STALE_DIAL_WINDOW) => {
-                        // Most likely our own abandoned dial arriving late: it is dead, so dial again.
-                        last_abandoned_dial = None;
-                        self.report(LinkEvent::ReplacedByLateDial);
+                Ok((socket, framing)) => {
+                    let tells_proven = framing.as_deref() == Some(FRAMING_WITH_PROVEN);
+                    match self.connection(socket, tells_proven, &shutdown, &mut backoff).await {
+                        Ended::Shutdown => return,
+                        Ended::Replaced if last_abandoned_dial.is_some_and(|at| at.elapsed() < STALE_DIAL_WINDOW) => {
+                            // Most likely our own abandoned dial arriving late: it is dead, so dial again.
+                            last_abandoned_dial = None;
+                            self.report(LinkEvent::ReplacedByLateDial);
+                        }
+                        Ended::Replaced => self.on_replaced(),
+                        Ended::Lost(reason) => self.report(LinkEvent::Lost { reason }),
                     }
-                    Ended::Replaced => self.on_replaced(),
-                    Ended::Lost(reason) => self.report(LinkEvent::Lost { reason }),
-                },
+                }
                 Err(err) => {
                     last_abandoned_dial = Some(Instant::now());
                     self.report(LinkEvent::Unreachable { reason: format!("{err:#}") });
@@ -222,6 +231,7 @@ impl RelayLink {
     async fn connection(
         &self,
         socket: dial::ClientSocket,
+        tells_proven: bool,
         shutdown: &CancellationToken,
         backoff: &mut Backoff,
     ) -> Ended {
@@ -234,7 +244,7 @@ impl RelayLink {
         let mut connection = self.ctx.tasks.spawn({
             let link = self.clone();
             let shutdown = shutdown.clone();
-            async move { link.serve(socket, &shutdown).await }
+            async move { link.serve(socket, tells_proven, &shutdown).await }
         });
         let joined = tokio::select! {
             joined = &mut connection => joined,
@@ -286,6 +296,12 @@ impl RelayLink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_offer_names_the_proven_framing_first_and_the_older_one_after() {
+        let offered: Vec<&str> = OFFERED_FRAMINGS.split(',').map(str::trim).collect();
+        assert_eq!(offered, [FRAMING_WITH_PROVEN, crate::net::relay_framing::SUBPROTOCOL]);
+    }
 
     #[test]
     fn backoff_grows_to_the_cap_with_jitter_and_resets() {
