@@ -28,6 +28,7 @@ mod relay_limits;
 mod relay_serving;
 mod run;
 mod sealed;
+mod sealed_ticks;
 mod sealed_web;
 mod secrets;
 mod service;

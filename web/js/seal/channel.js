@@ -28,7 +28,7 @@ export const STALL_AFTER_MS = 25_000;
 /** The tick, as sealed. */
 export const TICK = '{"type":"tick"}';
 /** How often the clocks are looked at. */
-const TICK_CHECK_MS = 1_000;
+const TICK_CHECK_MS = 500;
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder('utf-8', { fatal: true });
