@@ -207,6 +207,7 @@ export class Session extends EventTarget {
     clearTimeout(this.timer);
     clearInterval(this.ticker);
     this.failPending({ code: 'offline', message: 'the page left this laptop' });
+    if (this.channel) this.channel.stop();
     if (this.socket) this.socket.close(1000, 'bye');
     this.socket = null;
   }
