@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::calls::{CallBoards, ListenerId};
-use super::gate::{Admission, SessionCounts};
+use super::gate::Admission;
+use super::start::SessionCounts;
 use crate::gemini::GeminiConfig;
 use crate::protocol::{self, AgentMessage, AgentStatus, ConnectedClient, HelloOk, RelayPage};
 use crate::push::Notifier;

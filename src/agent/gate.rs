@@ -1,23 +1,22 @@
 //! Hello admission, in one place: who may open a session, by the machine's auth token (phone and
 //! loopback clients, who prove it without sending it) or by an environment pairing's bearer (a
 //! host driving this machine, which presents it only after this machine proved its identity).
-//! A protocol-3 hello opens a sealed session ([`start_session`]). See docs/PROTOCOL.md, "Session
-//! start (protocol 2)" and "Sealed sessions (protocol 3)".
+//! A protocol-3 hello opens a sealed session. What the agent does with a verdict — the frames it
+//! sends, when it gives up — is [`super::start`]'s. See docs/PROTOCOL.md, "Session start
+//! (protocol 2)" and "Sealed sessions (protocol 3)".
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use anyhow::Context;
 use base64::Engine;
 use subtle::ConstantTimeEq;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::environments::identity::{is_valid_nonce, pairing_psk_input, HelloBinding, Identity};
 use crate::environments::store::{self, bearer_hash, stamp_of, Stamp};
 use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Frame, Hello};
-use crate::seal::{self, Inbound, Responder};
+use crate::seal::handshake::Keys;
+use crate::seal::Responder;
 use crate::secret::Secret;
 use crate::state::Home;
 
@@ -54,9 +53,9 @@ pub enum HelloVerdict {
     Admitted(Admission),
     /// Answer with this frame (an environment's signature) and wait for the host's bearer.
     AwaitBearer(AgentMessage),
-    /// A host's sealed hello (protocol 3): finish the handshake ([`PairingSeal::open`]), which
-    /// sends this environment's signature over the handshake hash inside the channel, and wait
-    /// for the host's bearer there.
+    /// A host's sealed hello (protocol 3): finish the handshake ([`PairingSeal::finish`]), send
+    /// this environment's signature over the handshake hash inside the channel, and wait for the
+    /// host's bearer there.
     AwaitSealedBearer(PairingSeal),
 }
 
@@ -83,102 +82,6 @@ pub fn shown_client(hello: &Hello) -> Option<String> {
     (!name.is_empty() && name.chars().count() <= 64 && !name.chars().any(char::is_control)).then(|| name.to_owned())
 }
 
-/// An admitted session's two ends: the queue the session writes to and how to read its peer's
-/// frames. Sealed when the hello was protocol 3.
-pub struct SessionIo {
-    pub out: mpsc::Sender<Frame>,
-    pub input: SessionInput,
-}
-
-/// Open sessions by kind, for `status`.
-#[derive(Debug, Default)]
-pub struct SessionCounts {
-    sealed: AtomicUsize,
-    plain: AtomicUsize,
-}
-
-impl SessionCounts {
-    pub fn sealed(&self) -> usize {
-        self.sealed.load(Ordering::Relaxed)
-    }
-
-    pub fn plain(&self) -> usize {
-        self.plain.load(Ordering::Relaxed)
-    }
-
-    fn of(&self, sealed: bool) -> &AtomicUsize {
-        if sealed {
-            &self.sealed
-        } else {
-            &self.plain
-        }
-    }
-}
-
-/// How an admitted session reads its peer; counted in `status` while it lives.
-pub struct SessionInput {
-    inbound: Inbound,
-    counts: Arc<SessionCounts>,
-}
-
-impl SessionInput {
-    fn new(inbound: Inbound, counts: &Arc<SessionCounts>) -> Self {
-        counts.of(inbound.is_sealed()).fetch_add(1, Ordering::Relaxed);
-        SessionInput { inbound, counts: counts.clone() }
-    }
-
-    pub fn is_sealed(&self) -> bool {
-        self.inbound.is_sealed()
-    }
-
-    /// One frame from the peer as the session sees it ([`Inbound::open`]).
-    pub fn open(&mut self, frame: Frame) -> Result<Option<Frame>, seal::Broken> {
-        self.inbound.open(frame)
-    }
-}
-
-impl Drop for SessionInput {
-    fn drop(&mut self) {
-        self.counts.of(self.inbound.is_sealed()).fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Starts an admitted session on `out` (the session's writer queue): sends `hello_ok` (the
-/// agent's answer in protocol 2's form) first. For a sealed session, message 2 of the handshake
-/// carries `hello_ok` (protocol 3, without proof) and everything the session sends is sealed.
-pub async fn start_session(
-    admission: &mut Admission,
-    hello_ok: AgentMessage,
-    out: mpsc::Sender<Frame>,
-    counts: &Arc<SessionCounts>,
-) -> anyhow::Result<SessionIo> {
-    let Some(responder) = admission.seal.take() else {
-        out.send(Frame::from(hello_ok)).await.context("the session's socket closed")?;
-        return Ok(SessionIo { out, input: SessionInput::new(Inbound::Plain, counts) });
-    };
-    let inner = sealed_hello_ok(hello_ok);
-    let (keys, message) = responder.finish(inner.to_json().as_bytes())?;
-    let noise = base64::engine::general_purpose::STANDARD.encode(message);
-    let frame = serde_json::json!({"type": "hello_ok", "protocol": protocol::PROTOCOL_SEALED, "noise": noise});
-    out.send(Frame::text(frame.to_string())).await.context("the session's socket closed")?;
-    Ok(SessionIo {
-        out: seal::seal_writer(keys.sealer, out),
-        input: SessionInput::new(Inbound::Sealed(keys.opener), counts),
-    })
-}
-
-/// `hello_ok` as a sealed session carries it: protocol 3, no proof (the handshake proved it).
-fn sealed_hello_ok(hello_ok: AgentMessage) -> AgentMessage {
-    match hello_ok {
-        AgentMessage::HelloOk(mut ok) => {
-            ok.protocol = protocol::PROTOCOL_SEALED;
-            ok.proof = None;
-            AgentMessage::HelloOk(ok)
-        }
-        other => other,
-    }
-}
-
 /// A host's sealed hello on a pairing, read: its handshake, and what this environment signs.
 pub struct PairingSeal {
     responder: Box<Responder>,
@@ -194,15 +97,14 @@ impl std::fmt::Debug for PairingSeal {
 }
 
 impl PairingSeal {
-    /// Finishes the handshake on `out` (the peer's writer queue): message 2 in a plain
-    /// `hello_ok` (protocol 3, empty payload), then, sealed, this environment's `identity` with
-    /// its signature over the pairing, both nonces and the handshake hash. Everything after is
-    /// sealed; the host's bearer comes back inside the channel.
-    pub async fn open(self, out: mpsc::Sender<Frame>, counts: &Arc<SessionCounts>) -> anyhow::Result<SessionIo> {
+    /// Finishes the handshake: message 2 in a plain `hello_ok` (protocol 3, empty payload), the
+    /// session's keys, and this environment's `identity` with its signature over the pairing,
+    /// both nonces and the handshake hash — the first frame to send sealed. The host's bearer
+    /// comes back inside the channel.
+    pub fn finish(self) -> anyhow::Result<(Frame, AgentMessage, Keys)> {
         let (keys, message) = self.responder.finish(b"")?;
         let noise = base64::engine::general_purpose::STANDARD.encode(message);
         let frame = serde_json::json!({"type": "hello_ok", "protocol": protocol::PROTOCOL_SEALED, "noise": noise});
-        out.send(Frame::text(frame.to_string())).await.context("the session's socket closed")?;
         let env_nonce = protocol::new_nonce()?;
         let binding = HelloBinding {
             code_hash: &self.code_hash,
@@ -215,23 +117,8 @@ impl PairingSeal {
             nonce: env_nonce.clone(),
             signature: self.identity.sign_hello(&binding),
         };
-        let out = seal::seal_writer(keys.sealer, out);
-        out.send(Frame::from(identity)).await.context("the session's socket closed")?;
-        Ok(SessionIo { out, input: SessionInput::new(Inbound::Sealed(keys.opener), counts) })
+        Ok((Frame::text(frame.to_string()), identity, keys))
     }
-}
-
-/// The bearer a host presents inside a sealed pairing session, and the session it opens: on a
-/// good bearer `hello_ok` (protocol 3) goes out sealed first.
-pub async fn admit_sealed_bearer(
-    gate: &dyn Gate,
-    text: &str,
-    hello_ok: impl FnOnce(&Admission) -> AgentMessage,
-    out: &mpsc::Sender<Frame>,
-) -> Result<Admission, ErrorCode> {
-    let admission = admit_bearer(gate, text)?;
-    out.send(Frame::from(sealed_hello_ok(hello_ok(&admission)))).await.map_err(|_| ErrorCode::Internal)?;
-    Ok(admission)
 }
 
 /// Message 1 of a protocol-3 hello; a missing or malformed one is refused `bearer-refused`.

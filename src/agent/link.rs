@@ -17,7 +17,7 @@ use super::gate::Gate;
 use crate::config::RelayUrl;
 use crate::net::dial::{self, DialOptions};
 use crate::net::liveness::Heartbeat;
-use crate::protocol::relay::SUBPROTOCOL;
+use crate::protocol::relay::{AGENT_SUBPROTOCOLS, SUBPROTOCOL_3};
 use crate::protocol::{ErrorCode, RelayPage};
 
 /// A 4001 this soon after an abandoned dial is taken for that dial arriving late, not for
@@ -159,26 +159,29 @@ impl RelayLink {
     pub async fn run(self, shutdown: CancellationToken) {
         let mut backoff = Backoff::new(self.backoff);
         // The relay carries several phones on this socket in its own framing.
-        let dial = DialOptions { subprotocol: Some(SUBPROTOCOL), ..self.dial.clone() };
+        let dial = DialOptions { subprotocol: Some(AGENT_SUBPROTOCOLS), ..self.dial.clone() };
         // When this agent gave up on a dial, its request may still reach the relay later (a relay
         // that was frozen, a slow network) and take the code over from the live connection.
         let mut last_abandoned_dial: Option<Instant> = None;
         loop {
             let connected = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                result = dial::connect(&self.url, &dial) => result,
+                result = dial::connect_negotiated(&self.url, &dial) => result,
             };
             match connected {
-                Ok(socket) => match self.connection(socket, &shutdown, &mut backoff).await {
-                    Ended::Shutdown => return,
-                    Ended::Replaced if last_abandoned_dial.is_some_and(|at| at.elapsed() < STALE_DIAL_WINDOW) => {
-                        // Most likely our own abandoned dial arriving late: it is dead, so dial again.
-                        last_abandoned_dial = None;
-                        self.report(LinkEvent::ReplacedByLateDial);
+                Ok((socket, framing)) => {
+                    let tells_proven = framing.as_deref() == Some(SUBPROTOCOL_3);
+                    match self.connection(socket, tells_proven, &shutdown, &mut backoff).await {
+                        Ended::Shutdown => return,
+                        Ended::Replaced if last_abandoned_dial.is_some_and(|at| at.elapsed() < STALE_DIAL_WINDOW) => {
+                            // Most likely our own abandoned dial arriving late: it is dead, so dial again.
+                            last_abandoned_dial = None;
+                            self.report(LinkEvent::ReplacedByLateDial);
+                        }
+                        Ended::Replaced => self.on_replaced(),
+                        Ended::Lost(reason) => self.report(LinkEvent::Lost { reason }),
                     }
-                    Ended::Replaced => self.on_replaced(),
-                    Ended::Lost(reason) => self.report(LinkEvent::Lost { reason }),
-                },
+                }
                 Err(err) => {
                     last_abandoned_dial = Some(Instant::now());
                     self.report(LinkEvent::Unreachable { reason: format!("{err:#}") });
@@ -222,6 +225,7 @@ impl RelayLink {
     async fn connection(
         &self,
         socket: dial::ClientSocket,
+        tells_proven: bool,
         shutdown: &CancellationToken,
         backoff: &mut Backoff,
     ) -> Ended {
@@ -234,7 +238,7 @@ impl RelayLink {
         let mut connection = self.ctx.tasks.spawn({
             let link = self.clone();
             let shutdown = shutdown.clone();
-            async move { link.serve(socket, &shutdown).await }
+            async move { link.serve(socket, tells_proven, &shutdown).await }
         });
         let joined = tokio::select! {
             joined = &mut connection => joined,
@@ -286,6 +290,12 @@ impl RelayLink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_offer_names_the_proven_framing_first_and_the_older_one_after() {
+        let offered: Vec<&str> = AGENT_SUBPROTOCOLS.split(',').map(str::trim).collect();
+        assert_eq!(offered, [SUBPROTOCOL_3, crate::protocol::relay::SUBPROTOCOL]);
+    }
 
     #[test]
     fn backoff_grows_to_the_cap_with_jitter_and_resets() {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -23,10 +23,11 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info_span, Instrument};
 
 use super::context::AgentContext;
-use super::gate::{admit_hello, start_session, Admission, Gate, HelloVerdict};
+use super::gate::Gate;
 use super::outbox::Outbox;
 use super::session::Session;
-use crate::net::liveness::{cancelled, close_message, Heartbeat, Liveness, Pulse};
+use super::start::{Admitted, Carrier, Next, Refusal, SessionStart};
+use crate::net::liveness::{cancelled, close_message, sleep_until, Heartbeat, Liveness, Pulse};
 use crate::net::{http, web};
 use crate::protocol::{self, AgentMessage, ErrorCode, Frame};
 use crate::seal;
@@ -238,7 +239,7 @@ async fn serve(
             return Ok(());
         }
         // A safety net only: every step inside has its own, shorter bound.
-        opened = tokio::time::timeout_at(deadline + Duration::from_secs(1), open_session(stream, gate.as_ref(), deadline)) => opened,
+        opened = tokio::time::timeout_at(deadline + Duration::from_secs(1), open_session(stream, &ctx, gate, deadline)) => opened,
     };
     let opened = match opened {
         Ok(opened) => opened?,
@@ -249,30 +250,35 @@ async fn serve(
     };
     // Answered or refused: either way it no longer waits for a hello.
     drop(pending);
-    let (mut socket, admission) = match opened {
-        LocalStart::Admitted(socket, admission) => (socket, admission),
-        LocalStart::Refused(mut socket, close) => {
-            refuse(&mut socket, close).await;
+    let (mut socket, admitted) = match opened {
+        LocalStart::Admitted(socket, admitted) => (socket, admitted),
+        LocalStart::Refused(mut socket, refusal) => {
+            refuse(&mut socket, close_message(refusal.close, refusal.reason)).await;
             return Ok(());
         }
         LocalStart::Answered => return Ok(()),
     };
     socket.get_mut().lift();
-    run_session(socket, ctx, admission, shutdown).await
+    run_session(socket, ctx, *admitted, shutdown).await
 }
 
 /// How the start of a local connection ended.
 enum LocalStart {
     /// A good hello: the session may start.
-    Admitted(LocalSocket, Admission),
-    /// Close the socket with this frame.
-    Refused(LocalSocket, Message),
+    Admitted(LocalSocket, Box<Admitted>),
+    /// Close the socket as the refusal says.
+    Refused(LocalSocket, Refusal),
     /// Answered over plain HTTP (or dropped); nothing more to do.
     Answered,
 }
 
 /// The request head, the upgrade, the challenge and the hello, which must arrive by `deadline`.
-async fn open_session(mut stream: TcpStream, gate: &dyn Gate, deadline: tokio::time::Instant) -> Result<LocalStart> {
+async fn open_session(
+    mut stream: TcpStream,
+    ctx: &AgentContext,
+    gate: Arc<dyn Gate>,
+    deadline: tokio::time::Instant,
+) -> Result<LocalStart> {
     // Web answers keep the connection for the page's next request, a bounded number of times and
     // only until the hello deadline: a connection that waits holds a waiting place.
     let (mut carried, mut served) = (Vec::new(), 0);
@@ -336,49 +342,39 @@ async fn open_session(mut stream: TcpStream, gate: &dyn Gate, deadline: tokio::t
     let _ = stream.set_nodelay(true);
     let stream = PreAuthLimit::new(stream, protocol::MAX_PREAUTH_LEN);
     let mut socket = http::accept_websocket(stream, &head, leftover, http::websocket_config()).await?;
-    let challenge = protocol::new_nonce()?;
-    socket.send(Message::text(AgentMessage::challenge(&challenge).to_json())).await?;
-    Ok(match wait_for_hello(&mut socket, gate, &challenge, deadline).await {
-        Ok(admission) => LocalStart::Admitted(socket, admission),
-        Err(Refusal::Code(code)) => LocalStart::Refused(socket, close_message(CloseCode::Policy, code.as_str())),
-        Err(Refusal::TooMuch) => {
-            LocalStart::Refused(socket, close_message(CloseCode::Size, "too much data before the hello"))
-        }
-    })
-}
-
-/// Why a connection is closed before its hello is accepted.
-enum Refusal {
-    Code(ErrorCode),
-    /// The client sent more than [`protocol::MAX_PREAUTH_LEN`] before its hello.
-    TooMuch,
-}
-
-async fn wait_for_hello(
-    socket: &mut LocalSocket,
-    gate: &dyn Gate,
-    challenge: &str,
-    deadline: tokio::time::Instant,
-) -> Result<Admission, Refusal> {
-    let first = tokio::time::timeout_at(deadline, async {
-        loop {
-            match socket.next().await {
-                Some(Ok(Message::Text(text))) => return Ok(text),
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+    let (mut start, opening) = SessionStart::new(gate, Carrier::Loopback, deadline)?;
+    for frame in opening {
+        socket.send(Message::from(frame)).await?;
+    }
+    let hello_ok = |admission: &_| ctx.hello_ok(admission);
+    loop {
+        let next = tokio::select! {
+            _ = sleep_until(start.deadline()) => match start.on_timeout(tokio::time::Instant::now()) {
+                Some(refusal) => Next::Refused(refusal),
+                None => Next::Wait,
+            },
+            message = socket.next() => match message {
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => Next::Wait,
+                Some(Ok(message)) => match Frame::from_message(message) {
+                    Ok(frame) => start.on_frame(frame, &hello_ok),
+                    // A close (or a raw frame) before the hello.
+                    Err(_) => Next::Refused(start.refuse(ErrorCode::UnauthenticatedCall)),
+                },
                 Some(Err(tokio_tungstenite::tungstenite::Error::Io(err))) if is_over_budget(&err) => {
-                    return Err(Refusal::TooMuch)
+                    Next::Refused(start.too_much())
                 }
-                _ => return Err(Refusal::Code(ErrorCode::UnauthenticatedCall)),
+                Some(Err(_)) | None => Next::Refused(start.refuse(ErrorCode::UnauthenticatedCall)),
+            },
+        };
+        match next {
+            Next::Wait => {}
+            Next::Send(frames) => {
+                for frame in frames {
+                    socket.send(Message::from(frame)).await?;
+                }
             }
-        }
-    })
-    .await
-    .unwrap_or(Err(Refusal::Code(ErrorCode::UnauthenticatedCall)))?;
-    match admit_hello(gate, &first, challenge).map_err(Refusal::Code)? {
-        HelloVerdict::Admitted(admission) => Ok(admission),
-        // The loopback gate has no second step.
-        HelloVerdict::AwaitBearer(_) | HelloVerdict::AwaitSealedBearer(_) => {
-            Err(Refusal::Code(ErrorCode::UnauthenticatedCall))
+            Next::Admitted(admitted) => return Ok(LocalStart::Admitted(socket, admitted)),
+            Next::Refused(refusal) => return Ok(LocalStart::Refused(socket, refusal)),
         }
     }
 }
@@ -456,15 +452,19 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for PreAuthLimit<S> {
 async fn run_session(
     socket: LocalSocket,
     ctx: Arc<AgentContext>,
-    mut admission: Admission,
+    admitted: Admitted,
     shutdown: CancellationToken,
 ) -> Result<()> {
+    let Admitted { admission, frames, ends } = admitted;
     let (sink, mut stream) = socket.split();
     let outbox = Outbox::spawn(sink);
     let out_tx = outbox.frames.clone();
     let revoked = admission.revoked.clone();
-    let hello_ok = ctx.hello_ok(&admission);
-    let mut io = start_session(&mut admission, hello_ok, outbox.begin_session().await, &ctx.status.sessions).await?;
+    let queue = outbox.begin_session().await;
+    for frame in frames {
+        queue.send(frame).await.context("the session's socket closed")?;
+    }
+    let mut io = ends.open(queue, &ctx.status.sessions);
     let shown = super::session::connected(&admission, io.input.is_sealed(), "loopback");
     let mut session = Session::new(ctx, admission.caller, io.out).shown(shown);
     let mut liveness = Liveness::new(Heartbeat::PROTOCOL);
@@ -473,6 +473,11 @@ async fn run_session(
         tokio::select! {
             _ = shutdown.cancelled() => {
                 let _ = out_tx.send(close_message(CloseCode::Away, "agent shutting down")).await;
+                break;
+            }
+            _ = sleep_until(io.input.stall_deadline()) => {
+                debug!("sealed session stalled: nothing sealed from the client in time");
+                let _ = out_tx.send(seal::stalled_close()).await;
                 break;
             }
             _ = cancelled(revoked) => {

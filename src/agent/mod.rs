@@ -2,8 +2,9 @@
 //! keeps this machine reachable from the phone, one link per environment pairing, and the
 //! sessions they all serve.
 //!
-//! Inside: [`context`] (what sessions share, with the one task tracker), [`gate`] (hello
-//! admission), [`session`] (one session's frames), [`calls`] (each pairing's tool calls, which
+//! Inside: [`context`] (what sessions share, with the one task tracker), [`gate`] (who a hello
+//! admits), [`start`] (the one sans-IO session start both drivers run), [`session`] (one
+//! session's frames), [`calls`] (each pairing's tool calls, which
 //! outlive its sessions), [`outbox`] (a socket's writer), [`link`]
 //! (the reconnect actor), [`peers`] (the phones on one relay connection), [`loopback`] (the local
 //! server) and [`env_side`] (environment pairings).
@@ -19,6 +20,7 @@ pub mod outbox;
 pub mod peers;
 pub mod retired;
 pub mod session;
+pub mod start;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

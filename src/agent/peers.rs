@@ -15,22 +15,52 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::gate::{
-    admit_bearer, admit_hello, admit_sealed_bearer, start_session, HelloVerdict, SessionInput, SessionIo,
-};
 use super::link::{Ended, LinkEvent, RelayLink};
 use super::outbox::Outbox;
 use super::session::Session;
+use super::start::{Admitted, Carrier, Next, Refusal, SessionInput, SessionStart, HELLO_TIMEOUT};
 use crate::net::dial;
 use crate::net::liveness::{cancelled, close_message, sleep_until, Liveness, Pulse};
 use crate::protocol::relay::{self as relay_framing, Kind, PeerId};
-use crate::protocol::{self, close, AgentMessage, ErrorCode, Frame, MAX_FRAME_LEN, SEND_QUEUE_FRAMES};
+use crate::protocol::{close, AgentMessage, ErrorCode, Frame, MAX_FRAME_LEN, SEND_QUEUE_FRAMES};
 
 /// Peers one connection serves at once; the relay seats fewer, so more means a relay gone wrong.
 pub const MAX_PEERS: usize = 4 * relay_framing::MAX_PHONES_PER_CODE;
 
 /// Longest wait for a revoked session's last frames before its socket is closed.
 const REVOKED_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The peers of one relay connection, and how to reach the socket.
+pub(super) struct Peers {
+    slots: HashMap<PeerId, PeerSlot>,
+    /// The socket's writer queue (relay-framed messages).
+    out: mpsc::Sender<Message>,
+    /// The relay chose a framing that takes `PROVEN` (`voxa-relay.3`): it hears which peers
+    /// proved the token, so a full code makes room by closing an unproven one.
+    tells_proven: bool,
+}
+
+impl Peers {
+    pub(super) fn new(out: mpsc::Sender<Message>, tells_proven: bool) -> Self {
+        Peers { slots: HashMap::new(), out, tells_proven }
+    }
+
+    fn sender(&self, peer: PeerId) -> PeerSender {
+        PeerSender { peer, frames: self.out.clone() }
+    }
+
+    /// The earliest moment a peer needs the clock: a start's deadline or a sealed session's stall.
+    fn deadline(&self) -> Option<Instant> {
+        self.slots.values().filter_map(|slot| slot.state.deadline()).min()
+    }
+
+    #[cfg(test)]
+    /// Bytes the peers that have not completed their hello make the agent hold (their frames in
+    /// parts); at most [`MAX_PEERS`] × [`MAX_RELAYED_PREAUTH_LEN`](super::start::MAX_RELAYED_PREAUTH_LEN).
+    pub(super) fn held_before_hello(&self) -> usize {
+        self.slots.values().filter(|slot| matches!(slot.state, Peer::Starting(_))).map(|slot| slot.partial.len()).sum()
+    }
+}
 
 /// One phone (or host) on the relay code.
 struct PeerSlot {
@@ -52,22 +82,8 @@ impl Drop for PeerSlot {
 
 /// How far a peer's session has come.
 enum Peer {
-    /// Challenged (with this nonce, empty on a pairing); waiting for the hello.
-    AwaitingHello {
-        deadline: Instant,
-        challenge: String,
-    },
-    /// A host's hello was answered with this environment's signature; waiting for its bearer.
-    AwaitingBearer {
-        deadline: Instant,
-    },
-    /// A host's sealed hello was answered and the signature sent inside the channel; waiting for
-    /// its bearer there.
-    AwaitingSealedBearer {
-        deadline: Instant,
-        io: SessionIo,
-    },
-    Refused,
+    /// Its session start, until it is admitted or refused.
+    Starting(Box<SessionStart>),
     Ready {
         session: Box<Session>,
         /// The session's writer (sealing it when the session is sealed), for what the link
@@ -77,15 +93,16 @@ enum Peer {
         inbound: SessionInput,
         revoked: Option<CancellationToken>,
     },
+    /// Refused or ended and closed: what it still sends is dropped until the relay says it left.
+    Closed,
 }
 
 impl Peer {
-    fn hello_deadline(&self) -> Option<Instant> {
+    fn deadline(&self) -> Option<Instant> {
         match self {
-            Peer::AwaitingHello { deadline, .. }
-            | Peer::AwaitingBearer { deadline }
-            | Peer::AwaitingSealedBearer { deadline, .. } => Some(*deadline),
-            _ => None,
+            Peer::Starting(start) => start.deadline(),
+            Peer::Ready { inbound, .. } => inbound.stall_deadline(),
+            Peer::Closed => None,
         }
     }
 
@@ -99,20 +116,31 @@ impl Peer {
 
 /// A peer's frames toward the socket: relay-framed binary messages.
 #[derive(Clone)]
-struct ToPeer {
+struct PeerSender {
     peer: PeerId,
     frames: mpsc::Sender<Message>,
 }
 
-impl ToPeer {
-    async fn send(&self, message: AgentMessage) {
-        let framed = relay_framing::message(Kind::Text, self.peer, message.to_json().as_bytes());
-        let _ = self.frames.send(Message::binary(framed)).await;
+impl PeerSender {
+    async fn send(&self, frame: Frame) {
+        let _ = self.frames.send(Message::binary(self.framed(&frame))).await;
     }
 
-    /// Asks the relay to close this peer's socket.
-    fn close(&self, code: CloseCode, reason: &str) {
-        let _ = self.frames.try_send(Message::binary(relay_framing::close_peer(self.peer, code.into(), reason)));
+    fn framed(&self, frame: &Frame) -> Vec<u8> {
+        match frame {
+            Frame::Text(text) => relay_framing::message(Kind::Text, self.peer, text.as_bytes()),
+            Frame::Binary(data) => relay_framing::message(Kind::Binary, self.peer, data),
+        }
+    }
+
+    /// Asks the relay to close this peer's socket, after what was queued for it.
+    async fn close(&self, code: CloseCode, reason: &str) {
+        let _ = self.frames.send(Message::binary(relay_framing::close_peer(self.peer, code.into(), reason))).await;
+    }
+
+    /// Tells the relay this peer proved the pairing's token.
+    async fn proven(&self) {
+        let _ = self.frames.send(Message::binary(relay_framing::message(Kind::Proven, self.peer, &[]))).await;
     }
 
     /// Starts copying a session's frames to this peer; the returned sender is the session's.
@@ -121,11 +149,7 @@ impl ToPeer {
         let to = self.clone();
         let task = tokio::spawn(async move {
             while let Some(frame) = rx.recv().await {
-                let framed = match &frame {
-                    Frame::Text(text) => relay_framing::message(Kind::Text, to.peer, text.as_bytes()),
-                    Frame::Binary(data) => relay_framing::message(Kind::Binary, to.peer, data),
-                };
-                if to.frames.send(Message::binary(framed)).await.is_err() {
+                if to.frames.send(Message::binary(to.framed(&frame))).await.is_err() {
                     return;
                 }
             }
@@ -136,29 +160,34 @@ impl ToPeer {
 
 impl RelayLink {
     /// Serves one relay connection: its phones, the heartbeat, shutdown and revocation.
-    pub(super) async fn serve(&self, socket: dial::ClientSocket, shutdown: &CancellationToken) -> Ended {
+    /// `tells_proven`: the relay chose the framing that takes `PROVEN`.
+    pub(super) async fn serve(
+        &self,
+        socket: dial::ClientSocket,
+        tells_proven: bool,
+        shutdown: &CancellationToken,
+    ) -> Ended {
         let (sink, mut stream) = socket.split();
         let outbox = Outbox::spawn(sink);
-        let out_tx = outbox.frames.clone();
-        let mut peers: HashMap<PeerId, PeerSlot> = HashMap::new();
+        let mut peers = Peers::new(outbox.frames.clone(), tells_proven);
         let mut liveness = Liveness::new(self.heartbeat);
         let ended = loop {
-            let deadline = peers.values().filter_map(|slot| slot.state.hello_deadline()).min();
+            let deadline = peers.deadline();
             // Every session a link admits passes one gate, so they share its revocation.
-            let revoked = peers.values().find_map(|slot| slot.state.revoked()).cloned();
+            let revoked = peers.slots.values().find_map(|slot| slot.state.revoked()).cloned();
             tokio::select! {
                 // A revocation outranks a shutdown that arrives with it: the host must hear why.
                 biased;
-                _ = cancelled(revoked) => self.revoke(&mut peers, &out_tx).await,
+                _ = cancelled(revoked) => self.revoke(&mut peers).await,
                 _ = shutdown.cancelled() => {
-                    let _ = out_tx.try_send(close_message(CloseCode::Away, "agent shutting down"));
+                    let _ = peers.out.try_send(close_message(CloseCode::Away, "agent shutting down"));
                     break Ended::Shutdown;
                 }
                 pulse = liveness.tick() => match pulse {
                     Pulse::Silent(silent) => break Ended::Lost(format!("no answer from the relay for {} s", silent.as_secs())),
-                    Pulse::Ping => { let _ = out_tx.try_send(Message::Ping(Default::default())); }
+                    Pulse::Ping => { let _ = peers.out.try_send(Message::Ping(Default::default())); }
                 },
-                _ = sleep_until(deadline) => self.refuse_silent_peers(&mut peers, &out_tx).await,
+                _ = sleep_until(deadline) => self.on_clock(&mut peers, Instant::now()).await,
                 frame = stream.next() => {
                     let frame = match frame {
                         None => break Ended::Lost("relay closed the connection".into()),
@@ -166,31 +195,31 @@ impl RelayLink {
                         Some(Ok(frame)) => frame,
                     };
                     liveness.heard();
-                    if let Err(ended) = self.on_frame(frame, &mut peers, &out_tx).await {
+                    if let Err(ended) = self.on_frame(frame, &mut peers).await {
                         break ended;
                     }
-                    self.ctx.status.phone_present.store(!peers.is_empty(), Ordering::Relaxed);
+                    self.ctx.status.phone_present.store(!peers.slots.is_empty(), Ordering::Relaxed);
                 }
             }
         };
         drop(peers);
-        drop(out_tx);
         outbox.finish().await;
         ended
     }
 
     /// The pairing was revoked: every session it admitted hears so (inside the session, sealed
     /// when it is) and is closed 1008 once that was written.
-    async fn revoke(&self, peers: &mut HashMap<PeerId, PeerSlot>, out: &mpsc::Sender<Message>) {
+    async fn revoke(&self, peers: &mut Peers) {
         let gone: Vec<PeerId> = peers
+            .slots
             .iter()
             .filter(|(_, slot)| slot.state.revoked().is_some_and(CancellationToken::is_cancelled))
             .map(|(peer, _)| *peer)
             .collect();
         for peer in gone {
-            let Some(mut slot) = peers.remove(&peer) else { continue };
-            let to = ToPeer { peer, frames: out.clone() };
-            if let Peer::Ready { writer, .. } = std::mem::replace(&mut slot.state, Peer::Refused) {
+            let Some(mut slot) = peers.slots.remove(&peer) else { continue };
+            let to = peers.sender(peer);
+            if let Peer::Ready { writer, .. } = std::mem::replace(&mut slot.state, Peer::Closed) {
                 let _ = writer.send(Frame::from(AgentMessage::error(ErrorCode::PairingRevoked))).await;
             }
             // The session and its writers are gone with the slot's state; its forwarder ends once
@@ -201,42 +230,41 @@ impl RelayLink {
             if let Some(forwarder) = forwarder {
                 let _ = tokio::time::timeout(REVOKED_FLUSH, forwarder).await;
             }
-            to.close(CloseCode::Policy, ErrorCode::PairingRevoked.as_str());
+            to.close(CloseCode::Policy, ErrorCode::PairingRevoked.as_str()).await;
         }
     }
 
-    /// Refuses the peers that sent no hello in time. On a pairing's code they are also closed
-    /// (1008): a host that does not authenticate has no business on it.
-    async fn refuse_silent_peers(&self, peers: &mut HashMap<PeerId, PeerSlot>, out: &mpsc::Sender<Message>) {
-        let now = Instant::now();
-        let code = self.gate.timeout_code();
-        for (peer, slot) in peers.iter_mut() {
-            if slot.state.hello_deadline().is_none_or(|deadline| deadline > now) {
-                continue;
-            }
-            let to = ToPeer { peer: *peer, frames: out.clone() };
-            let refusal = AgentMessage::Error { code, message: Some("no hello in time".into()) };
-            match std::mem::replace(&mut slot.state, Peer::Refused) {
-                // A sealed host hears it inside its channel.
-                Peer::AwaitingSealedBearer { io, .. } => {
-                    let _ = io.out.send(Frame::from(refusal)).await;
+    /// The clock reached a peer's deadline: a peer whose hello did not complete in time is
+    /// refused and closed (on a phone's code as on a pairing's: a stranger that holds a seat
+    /// locks the owner out), and a sealed session that heard nothing sealed for too long ends
+    /// `sealed-session-stalled`.
+    async fn on_clock(&self, peers: &mut Peers, now: Instant) {
+        let due: Vec<PeerId> = peers
+            .slots
+            .iter()
+            .filter(|(_, slot)| slot.state.deadline().is_some_and(|deadline| deadline <= now))
+            .map(|(peer, _)| *peer)
+            .collect();
+        for peer in due {
+            let to = peers.sender(peer);
+            let Some(slot) = peers.slots.get_mut(&peer) else { continue };
+            match std::mem::replace(&mut slot.state, Peer::Closed) {
+                Peer::Starting(mut start) => match start.on_timeout(now) {
+                    Some(refusal) => self.refuse(slot, refusal, &to).await,
+                    None => slot.state = Peer::Starting(start),
+                },
+                Peer::Ready { .. } => {
+                    debug!("a sealed session heard nothing sealed in time; closing it");
+                    self.end_session(slot, ErrorCode::SealedSessionStalled, &to).await;
                 }
-                _ => to.send(refusal).await,
-            }
-            if code == ErrorCode::ExecutorUnauthenticated {
-                to.close(CloseCode::Policy, code.as_str());
+                Peer::Closed => {}
             }
         }
     }
 
     /// One message from the relay: a peer joining or leaving, a peer's frame (or part of one), or
     /// the relay's close.
-    async fn on_frame(
-        &self,
-        frame: Message,
-        peers: &mut HashMap<PeerId, PeerSlot>,
-        out: &mpsc::Sender<Message>,
-    ) -> Result<(), Ended> {
+    pub(super) async fn on_frame(&self, frame: Message, peers: &mut Peers) -> Result<(), Ended> {
         let data = match frame {
             Message::Binary(data) => data,
             Message::Close(frame) if frame.as_ref().is_some_and(|f| u16::from(f.code) == close::REPLACED) => {
@@ -246,36 +274,35 @@ impl RelayLink {
             _ => return Ok(()),
         };
         let Some((kind, peer, payload)) = relay_framing::split(&data) else {
-            debug!("dropped a relay message that is not relay framing 2");
+            debug!("dropped a relay message that is not relay framing");
             return Ok(());
         };
+        let to = peers.sender(peer);
         match kind {
-            Kind::Joined if peers.len() >= MAX_PEERS => debug!("more peers than the relay seats; ignored"),
+            Kind::Joined if peers.slots.len() >= MAX_PEERS => debug!("more peers than the relay seats; ignored"),
             Kind::Joined => {
-                let to = ToPeer { peer, frames: out.clone() };
                 let state = self.on_joined(&to).await;
                 // A peer id is never reused: a second JOINED replaces nothing but a stale slot.
-                peers.insert(peer, PeerSlot { state, partial: Vec::new(), forwarder: None });
+                peers.slots.insert(peer, PeerSlot { state, partial: Vec::new(), forwarder: None });
                 self.report(LinkEvent::PeerJoined);
             }
             Kind::Left => {
                 // Its session ends here: its calls are cancelled and its unsent output dropped.
-                if peers.remove(&peer).is_some() {
+                if peers.slots.remove(&peer).is_some() {
                     self.report(LinkEvent::PeerLeft);
                 }
             }
             Kind::Part => {
-                let Some(slot) = peers.get_mut(&peer) else { return Ok(()) };
-                if slot.partial.len() + payload.len() > MAX_FRAME_LEN {
-                    debug!("a peer's frame is over the frame limit; closing it");
-                    slot.partial = Vec::new();
-                    ToPeer { peer, frames: out.clone() }.close(CloseCode::Size, "message too big");
-                    return Ok(());
+                let Some(slot) = peers.slots.get_mut(&peer) else { return Ok(()) };
+                if self.take_bytes(slot, payload.len(), &to).await {
+                    slot.partial.extend_from_slice(payload);
                 }
-                slot.partial.extend_from_slice(payload);
             }
             Kind::Text | Kind::Binary => {
-                let Some(slot) = peers.get_mut(&peer) else { return Ok(()) };
+                let Some(slot) = peers.slots.get_mut(&peer) else { return Ok(()) };
+                if !self.take_bytes(slot, payload.len(), &to).await {
+                    return Ok(());
+                }
                 let whole = if slot.partial.is_empty() {
                     payload.to_vec()
                 } else {
@@ -283,7 +310,6 @@ impl RelayLink {
                     whole.extend_from_slice(payload);
                     whole
                 };
-                let to = ToPeer { peer, frames: out.clone() };
                 let frame = match kind {
                     Kind::Binary => Frame::binary(whole),
                     _ => match String::from_utf8(whole) {
@@ -294,91 +320,149 @@ impl RelayLink {
                         }
                     },
                 };
-                let state = std::mem::replace(&mut slot.state, Peer::Refused);
-                slot.state = match (state, frame) {
-                    (Peer::Ready { session, writer, inbound, revoked }, frame) => {
-                        self.on_session_frame(frame, session, writer, inbound, revoked, &to).await
+                let tells_proven = peers.tells_proven;
+                match std::mem::replace(&mut slot.state, Peer::Closed) {
+                    Peer::Ready { session, writer, inbound, revoked } => {
+                        self.on_session_frame(frame, slot, session, writer, inbound, revoked, &to).await
                     }
-                    (Peer::AwaitingSealedBearer { deadline, io }, frame) => {
-                        self.on_sealed_bearer(frame, deadline, io, &to).await
+                    Peer::Starting(mut start) => {
+                        let next = start.on_frame(frame, &|admission| self.ctx.hello_ok(admission));
+                        self.on_start(next, start, slot, tells_proven, &to).await;
                     }
-                    (state, Frame::Text(text)) => self.on_text(state, &text, &to, slot).await,
-                    (state, Frame::Binary(_)) => state,
-                };
+                    Peer::Closed => {}
+                }
             }
             Kind::ClosePeer | Kind::Proven => debug!("dropped a relay message only agents send"),
         }
         Ok(())
     }
 
-    /// A peer joined: it gets its own challenge (none on a pairing's code).
-    async fn on_joined(&self, to: &ToPeer) -> Peer {
-        let deadline = Instant::now() + protocol::HELLO_TIMEOUT;
-        if !self.gate.challenges() {
-            return Peer::AwaitingHello { deadline, challenge: String::new() };
+    /// `len` more bytes from a peer: whether to keep them. Before its hello a peer has its
+    /// start's budget (one byte over closes it 1009); after it, a frame may grow to the frame
+    /// limit; a closed peer keeps nothing.
+    async fn take_bytes(&self, slot: &mut PeerSlot, len: usize, to: &PeerSender) -> bool {
+        match &mut slot.state {
+            Peer::Closed => false,
+            Peer::Starting(start) => match start.on_bytes(len) {
+                None => true,
+                Some(refusal) => {
+                    debug!("a peer sent too much before its hello; closing it");
+                    self.refuse(slot, refusal, to).await;
+                    false
+                }
+            },
+            Peer::Ready { .. } if slot.partial.len() + len > MAX_FRAME_LEN => {
+                debug!("a peer's frame is over the frame limit; closing it");
+                slot.partial = Vec::new();
+                to.close(CloseCode::Size, "message too big").await;
+                false
+            }
+            Peer::Ready { .. } => true,
         }
-        match protocol::new_nonce() {
-            Ok(challenge) => {
-                to.send(AgentMessage::challenge(&challenge)).await;
-                Peer::AwaitingHello { deadline, challenge }
+    }
+
+    /// A peer joined: it gets its own session start, and its challenge (none on a pairing's code).
+    async fn on_joined(&self, to: &PeerSender) -> Peer {
+        match SessionStart::new(self.gate.clone(), Carrier::Relay, Instant::now() + HELLO_TIMEOUT) {
+            Ok((start, opening)) => {
+                for frame in opening {
+                    to.send(frame).await;
+                }
+                Peer::Starting(Box::new(start))
             }
             Err(err) => {
                 warn!("cannot challenge the phone: {err:#}");
-                Peer::Refused
+                to.close(CloseCode::Error, ErrorCode::Internal.as_str()).await;
+                Peer::Closed
             }
         }
     }
 
-    /// A frame of a host's sealed pairing session before its bearer: opened, it must be the
-    /// bearer. Anything that does not open closes the session with nothing run.
-    async fn on_sealed_bearer(&self, frame: Frame, deadline: Instant, mut io: SessionIo, to: &ToPeer) -> Peer {
-        let text = match io.input.open(frame) {
-            Ok(Some(Frame::Text(text))) => text,
-            Ok(_) => return Peer::AwaitingSealedBearer { deadline, io },
-            Err(broken) => {
-                warn!("{broken}; the host's session is closed");
-                return self.break_sealed(to).await;
+    /// What a step of a peer's session start asks for.
+    async fn on_start(
+        &self,
+        next: Next,
+        start: Box<SessionStart>,
+        slot: &mut PeerSlot,
+        tells_proven: bool,
+        to: &PeerSender,
+    ) {
+        slot.state = match next {
+            Next::Wait => Peer::Starting(start),
+            Next::Send(frames) => {
+                for frame in frames {
+                    to.send(frame).await;
+                }
+                Peer::Starting(start)
             }
+            Next::Refused(refusal) => return self.refuse(slot, refusal, to).await,
+            Next::Admitted(admitted) => self.admit(*admitted, slot, tells_proven, to).await,
         };
-        let hello_ok = |admission: &_| self.ctx.hello_ok(admission);
-        match admit_sealed_bearer(self.gate.as_ref(), &text, hello_ok, &io.out).await {
-            Ok(admission) => {
-                self.report(LinkEvent::PeerAdmitted);
-                let revoked = admission.revoked.clone();
-                let writer = io.out.clone();
-                let session = Session::new(self.ctx.clone(), admission.caller, io.out).relayed();
-                Peer::Ready { session: Box::new(session), writer, inbound: io.input, revoked }
-            }
-            Err(ErrorCode::UnauthenticatedCall) => Peer::AwaitingSealedBearer { deadline, io },
-            Err(code) => {
-                let _ = io.out.send(Frame::from(AgentMessage::error(code))).await;
-                self.report(LinkEvent::PeerRefused { code });
-                Peer::Refused
-            }
-        }
     }
 
-    /// Ends a sealed session that received what it cannot open: the peer hears
-    /// `sealed-session-broken` and its socket is closed 1008.
-    async fn break_sealed(&self, to: &ToPeer) -> Peer {
-        to.send(AgentMessage::error(ErrorCode::SealedSessionBroken)).await;
-        to.close(CloseCode::Policy, ErrorCode::SealedSessionBroken.as_str());
-        self.report(LinkEvent::PeerRefused { code: ErrorCode::SealedSessionBroken });
-        Peer::Refused
+    /// An admitted peer: its session's queue (with `hello_ok` first), its session, and — when the
+    /// relay takes it — the relay's word that this peer proved the token.
+    async fn admit(&self, admitted: Admitted, slot: &mut PeerSlot, tells_proven: bool, to: &PeerSender) -> Peer {
+        let Admitted { admission, frames, ends } = admitted;
+        let (queue, forwarder) = to.forward();
+        slot.forwarder = Some(forwarder);
+        for frame in frames {
+            let _ = queue.send(frame).await;
+        }
+        let io = ends.open(queue, &self.ctx.status.sessions);
+        if tells_proven {
+            to.proven().await;
+        }
+        self.report(LinkEvent::PeerAdmitted);
+        let revoked = admission.revoked.clone();
+        let writer = io.out.clone();
+        let shown = super::session::connected(&admission, io.input.is_sealed(), "relay");
+        let session = Session::new(self.ctx.clone(), admission.caller, io.out).relayed().shown(shown);
+        Peer::Ready { session: Box::new(session), writer, inbound: io.input, revoked }
+    }
+
+    /// Refuses a peer: it hears why, then the relay closes it; what it sent is dropped.
+    async fn refuse(&self, slot: &mut PeerSlot, refusal: Refusal, to: &PeerSender) {
+        slot.state = Peer::Closed;
+        slot.partial = Vec::new();
+        for frame in refusal.frames {
+            to.send(frame).await;
+        }
+        to.close(refusal.close, refusal.reason).await;
+        self.report(LinkEvent::PeerRefused { code: refusal.code });
+    }
+
+    /// Ends an admitted peer's session with `code` (its seal broke, or it went silent): the
+    /// session goes (its unsent output with it; its calls go on) and the relay closes the peer
+    /// 1008 with the code as the reason. A broken seal is also answered with the code unsealed
+    /// (docs/PROTOCOL.md), which a peer expecting sealed frames takes as the end too.
+    async fn end_session(&self, slot: &mut PeerSlot, code: ErrorCode, to: &PeerSender) {
+        slot.state = Peer::Closed;
+        slot.partial = Vec::new();
+        if let Some(forwarder) = slot.forwarder.take() {
+            forwarder.abort();
+        }
+        if code == ErrorCode::SealedSessionBroken {
+            to.send(Frame::from(AgentMessage::error(code))).await;
+        }
+        to.close(CloseCode::Policy, code.as_str()).await;
+        self.report(LinkEvent::PeerRefused { code });
     }
 
     /// A frame of an admitted peer's session, opened first when the session is sealed. A sealed
     /// session that receives what it cannot open ends here with nothing run, and its socket is
     /// closed 1008 `sealed-session-broken`.
+    #[allow(clippy::too_many_arguments)]
     async fn on_session_frame(
         &self,
         frame: Frame,
+        slot: &mut PeerSlot,
         mut session: Box<Session>,
         writer: mpsc::Sender<Frame>,
         mut inbound: SessionInput,
         revoked: Option<CancellationToken>,
-        to: &ToPeer,
-    ) -> Peer {
+        to: &PeerSender,
+    ) {
         match inbound.open(frame) {
             Ok(Some(frame)) => {
                 // A revocation written a moment ago ends the session before this frame runs.
@@ -391,69 +475,162 @@ impl RelayLink {
             Err(broken) => {
                 warn!("{broken}; the phone's session is closed");
                 drop(session);
-                return self.break_sealed(to).await;
+                return self.end_session(slot, ErrorCode::SealedSessionBroken, to).await;
             }
         }
-        Peer::Ready { session, writer, inbound, revoked }
+        slot.state = Peer::Ready { session, writer, inbound, revoked };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::agent::context::AgentContext;
+    use crate::agent::gate::TokenGate;
+    use crate::agent::start::MAX_RELAYED_PREAUTH_LEN;
+    use crate::secret::Secret;
+    use crate::tools::{Toolbox, ToolboxOptions};
+    use tokio_util::task::TaskTracker;
+
+    fn link(workspace: &std::path::Path) -> RelayLink {
+        let options = ToolboxOptions { workspace: workspace.to_owned(), ..Default::default() };
+        let ctx = AgentContext::new(Toolbox::new(options).unwrap(), TaskTracker::new());
+        let token = Secret::parse_hex128("00112233445566778899aabbccddeeff").unwrap();
+        RelayLink {
+            url: "ws://127.0.0.1:9/agent".into(),
+            relay: crate::config::RelayUrl::parse("http://127.0.0.1:9").unwrap(),
+            dial: Default::default(),
+            heartbeat: Default::default(),
+            backoff: Default::default(),
+            gate: Arc::new(TokenGate::new(token, "phone", false)),
+            ctx: Arc::new(ctx),
+            events: None,
+        }
     }
 
-    async fn on_text(&self, peer: Peer, text: &str, to: &ToPeer, slot: &mut PeerSlot) -> Peer {
-        let admitted = match peer {
-            Peer::AwaitingHello { deadline, challenge } => match admit_hello(self.gate.as_ref(), text, &challenge) {
-                Ok(HelloVerdict::Admitted(admission)) => Ok(admission),
-                Ok(HelloVerdict::AwaitBearer(answer)) => {
-                    to.send(answer).await;
-                    return Peer::AwaitingBearer { deadline };
-                }
-                Ok(HelloVerdict::AwaitSealedBearer(seal)) => {
-                    let (session_out, forwarder) = to.forward();
-                    slot.forwarder = Some(forwarder);
-                    return match seal.open(session_out, &self.ctx.status.sessions).await {
-                        Ok(io) => Peer::AwaitingSealedBearer { deadline, io },
-                        Err(err) => {
-                            warn!("cannot answer the host's sealed hello: {err:#}");
-                            to.send(AgentMessage::error(ErrorCode::Internal)).await;
-                            Peer::Refused
-                        }
-                    };
-                }
-                // Anything but a hello is ignored until a good hello arrives.
-                Err(ErrorCode::UnauthenticatedCall) => return Peer::AwaitingHello { deadline, challenge },
-                Err(code) => Err(code),
-            },
-            Peer::AwaitingBearer { deadline } => match admit_bearer(self.gate.as_ref(), text) {
-                Ok(admission) => Ok(admission),
-                Err(ErrorCode::UnauthenticatedCall) => return Peer::AwaitingBearer { deadline },
-                Err(code) => Err(code),
-            },
-            other @ (Peer::Ready { .. } | Peer::AwaitingSealedBearer { .. }) => return other,
-            Peer::Refused => return Peer::Refused,
-        };
-        match admitted {
-            Ok(mut admission) => {
-                let (session_out, forwarder) = to.forward();
-                slot.forwarder = Some(forwarder);
-                let hello_ok = self.ctx.hello_ok(&admission);
-                let io = match start_session(&mut admission, hello_ok, session_out, &self.ctx.status.sessions).await {
-                    Ok(io) => io,
-                    Err(err) => {
-                        warn!("cannot answer the phone's hello: {err:#}");
-                        to.send(AgentMessage::error(ErrorCode::Internal)).await;
-                        return Peer::Refused;
-                    }
-                };
-                self.report(LinkEvent::PeerAdmitted);
-                let revoked = admission.revoked.clone();
-                let writer = io.out.clone();
-                let shown = super::session::connected(&admission, io.input.is_sealed(), "relay");
-                let session = Session::new(self.ctx.clone(), admission.caller, io.out).relayed().shown(shown);
-                Peer::Ready { session: Box::new(session), writer, inbound: io.input, revoked }
+    /// Every `CLOSE_PEER` the link asked for: peer, code and reason.
+    fn closes(sent: &mut mpsc::Receiver<Message>) -> Vec<(PeerId, u16, String)> {
+        let mut found = Vec::new();
+        while let Ok(message) = sent.try_recv() {
+            let data = message.into_data();
+            if let Some((Kind::ClosePeer, peer, payload)) = relay_framing::split(&data) {
+                let (code, reason) = relay_framing::parse_close_peer(payload).unwrap();
+                found.push((peer, code, reason.to_owned()));
             }
-            Err(code) => {
-                to.send(AgentMessage::error(code)).await;
-                self.report(LinkEvent::PeerRefused { code });
-                Peer::Refused
+        }
+        found
+    }
+
+    /// A relay that makes up peer ids and has each send 128 KiB before any hello: each seated
+    /// peer is closed 1009 once past 64 KiB, at most `MAX_PEERS` are seated, and the agent never
+    /// holds more than `MAX_PEERS` × 64 KiB for them.
+    #[tokio::test]
+    async fn strangers_before_their_hello_hold_at_most_their_budget_each_and_the_peer_limit_in_all() {
+        let workspace = tempfile::tempdir().unwrap();
+        let link = link(workspace.path());
+        let (out, mut sent) = mpsc::channel(16 * MAX_PEERS);
+        let mut peers = Peers::new(out, false);
+        let part = vec![b'{'; 16 << 10];
+        let bound = MAX_PEERS * MAX_RELAYED_PREAUTH_LEN;
+        let mut most = 0;
+        for peer in 0..1000u32 {
+            link.on_frame(Message::binary(relay_framing::header(Kind::Joined, peer).to_vec()), &mut peers)
+                .await
+                .unwrap();
+        }
+        for _ in 0..8 {
+            for peer in 0..1000u32 {
+                let message = Message::binary(relay_framing::message(Kind::Part, peer, &part));
+                link.on_frame(message, &mut peers).await.unwrap();
+                most = most.max(peers.held_before_hello());
+                assert!(peers.held_before_hello() <= bound, "{} bytes held", peers.held_before_hello());
             }
+        }
+        assert_eq!(most, MAX_PEERS * 4 * part.len(), "each seated peer held 64 KiB at the most");
+        assert_eq!(peers.held_before_hello(), 0, "every stranger was closed and its bytes dropped");
+        let closed = closes(&mut sent);
+        assert_eq!(closed.len(), MAX_PEERS, "{closed:?}");
+        assert!(closed.iter().all(|(peer, code, reason)| (*peer as usize) < MAX_PEERS
+            && *code == 1009
+            && reason == crate::agent::start::TOO_MUCH_BEFORE_HELLO));
+        assert_eq!(bound, 2 << 20);
+    }
+
+    /// A hello refused through the relay is told and then closed; so is a peer silent past its
+    /// deadline: neither keeps its seat at the relay.
+    #[tokio::test(start_paused = true)]
+    async fn refused_and_silent_peers_are_closed_not_kept() {
+        let workspace = tempfile::tempdir().unwrap();
+        let link = link(workspace.path());
+        let (out, mut sent) = mpsc::channel(64);
+        let mut peers = Peers::new(out, true);
+        for peer in [1, 2] {
+            link.on_frame(Message::binary(relay_framing::header(Kind::Joined, peer).to_vec()), &mut peers)
+                .await
+                .unwrap();
+        }
+        let hello = r#"{"type":"hello","protocol":3,"noise":"AAAA"}"#;
+        link.on_frame(Message::binary(relay_framing::message(Kind::Text, 1, hello.as_bytes())), &mut peers)
+            .await
+            .unwrap();
+        assert_eq!(closes(&mut sent), [(1, 1008, "bearer-refused".to_owned())]);
+        assert_eq!(peers.deadline(), Some(Instant::now() + HELLO_TIMEOUT), "peer 2 still has its time");
+        tokio::time::advance(HELLO_TIMEOUT).await;
+        link.on_clock(&mut peers, Instant::now()).await;
+        assert_eq!(closes(&mut sent), [(2, 1008, "unauthenticated-call".to_owned())]);
+        assert_eq!(peers.deadline(), None);
+        // Frames of a closed peer are dropped; no PROVEN was ever sent.
+        link.on_frame(Message::binary(relay_framing::message(Kind::Part, 1, &[0; 1024])), &mut peers).await.unwrap();
+        assert_eq!(peers.held_before_hello(), 0);
+        while let Ok(message) = sent.try_recv() {
+            let data = message.into_data();
+            assert_ne!(relay_framing::split(&data).map(|(kind, ..)| kind), Some(Kind::Proven));
+        }
+    }
+
+    /// The challenge the link sent `peer`.
+    fn challenge_of(sent: &mut mpsc::Receiver<Message>, peer: PeerId) -> String {
+        while let Ok(message) = sent.try_recv() {
+            let data = message.into_data();
+            if let Some((Kind::Text, to, payload)) = relay_framing::split(&data) {
+                let frame: serde_json::Value = serde_json::from_slice(payload).unwrap();
+                if to == peer && frame["type"] == "challenge" {
+                    return frame["nonce"].as_str().unwrap().to_owned();
+                }
+            }
+        }
+        panic!("no challenge for peer {peer}")
+    }
+
+    /// After admission the link tells the relay `PROVEN` for that peer — only on a relay that
+    /// chose the framing that takes it.
+    #[tokio::test]
+    async fn an_admitted_peer_is_told_proven_to_a_relay_that_takes_it_and_only_then() {
+        use base64::Engine;
+        let workspace = tempfile::tempdir().unwrap();
+        let link = link(workspace.path());
+        let token = Secret::parse_hex128("00112233445566778899aabbccddeeff").unwrap();
+        for tells_proven in [true, false] {
+            let (out, mut sent) = mpsc::channel(64);
+            let mut peers = Peers::new(out, tells_proven);
+            link.on_frame(Message::binary(relay_framing::header(Kind::Joined, 7).to_vec()), &mut peers).await.unwrap();
+            let challenge = challenge_of(&mut sent, 7);
+            let (_, one) = crate::seal::Initiator::start(&token, &challenge).unwrap();
+            let noise = base64::engine::general_purpose::STANDARD.encode(one);
+            let hello = serde_json::json!({"type":"hello","protocol":3,"noise": noise}).to_string();
+            link.on_frame(Message::binary(relay_framing::message(Kind::Text, 7, hello.as_bytes())), &mut peers)
+                .await
+                .unwrap();
+            assert!(matches!(peers.slots[&7].state, Peer::Ready { .. }));
+            let proven: Vec<PeerId> = std::iter::from_fn(|| sent.try_recv().ok())
+                .filter_map(|message| match relay_framing::split(&message.into_data()) {
+                    Some((Kind::Proven, peer, payload)) if payload.is_empty() => Some(peer),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(proven, if tells_proven { vec![7] } else { vec![] });
         }
     }
 }

@@ -131,8 +131,9 @@ impl Session {
                 let status = self.ctx.status();
                 self.send(AgentMessage::Status(status)).await;
             }
-            // Already authenticated; a repeated hello or bearer changes nothing.
-            ClientMessage::Hello(_) | ClientMessage::Bearer(_) => {}
+            // Already authenticated; a repeated hello or bearer changes nothing. A tick (consumed
+            // by the seal in a sealed session) says nothing either.
+            ClientMessage::Hello(_) | ClientMessage::Bearer(_) | ClientMessage::Tick => {}
             ClientMessage::CallStart => self.start_voice().await,
             ClientMessage::Say { text } => match self.voice.as_ref().filter(|voice| voice.is_live()) {
                 Some(voice) => {

@@ -213,7 +213,9 @@ impl<'a> LiveSession<'a> {
                 action = self.place.inbox.next() => match action {
                     Action::Frame(frame) => self.on_agent_part(frame).await,
                     Action::Close(end) => {
-                        // Too slow a reader, or closed at the agent's request: the phone hears why.
+                        // Too slow a reader, or closed at the agent's request: the phone hears
+                        // what the agent sent it before (a refusal), then why.
+                        let _ = timeout(WIND_DOWN, self.phone.drained()).await;
                         self.phone.end(end);
                         break Ending::PhoneGone;
                     }

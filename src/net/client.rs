@@ -383,12 +383,28 @@ async fn token_hello(socket: &mut ClientSocket, mut proof: TokenProof<'_>) -> Re
     })
 }
 
-/// A close frame as an error: a refusal code in its reason becomes [`Refused`].
+/// A close frame as an error: a refusal code in its reason becomes [`Refused`], with a sentence
+/// for the ends of a sealed session, which a person must be able to read.
 pub fn close_error(frame: Option<CloseFrame>) -> anyhow::Error {
     let reason = frame.as_ref().map(|f| f.reason.to_string()).unwrap_or_default();
     match ErrorCode::ALL.iter().find(|code| code.as_str() == reason) {
-        Some(code) => Refused { code: *code, message: String::new() }.into(),
+        Some(code) => Refused { code: *code, message: ended_sealed(*code).unwrap_or_default().to_owned() }.into(),
         None => anyhow!("the agent closed the connection ({reason})"),
+    }
+}
+
+/// What ended a sealed session, said for a person.
+pub fn ended_sealed(code: ErrorCode) -> Option<&'static str> {
+    match code {
+        ErrorCode::SealedSessionBroken => Some(
+            "the sealed session was closed because a frame was altered, replayed or dropped on the way; nothing \
+             altered ran, but what was sent last may not have reached the other side",
+        ),
+        ErrorCode::SealedSessionStalled => Some(
+            "the sealed session was closed because nothing came through it for 25 s; the connection or the relay \
+             stopped passing its frames",
+        ),
+        _ => None,
     }
 }
 

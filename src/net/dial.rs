@@ -42,8 +42,8 @@ pub struct DialOptions {
     pub no_proxy: Vec<String>,
     /// Extra request headers.
     pub headers: Vec<(String, Secret)>,
-    /// The WebSocket subprotocol to ask for (the relay framing on `/agent`); the server must
-    /// choose it, or the connection fails.
+    /// The WebSocket subprotocols to offer, comma-separated, preferred first (the relay framing
+    /// on `/agent`); the server must choose one of them, or the connection fails.
     pub subprotocol: Option<&'static str>,
 }
 
@@ -105,6 +105,12 @@ pub fn tls_client_config(extra_roots: &[CertificateDer<'static>]) -> Result<Arc<
 
 /// Opens a WebSocket to `url` (`ws://` or `wss://`). Errors name the host, never the query.
 pub async fn connect(url: &str, options: &DialOptions) -> Result<ClientSocket> {
+    connect_negotiated(url, options).await.map(|(socket, _)| socket)
+}
+
+/// [`connect`], and the subprotocol the server chose among those offered (`None` when none was
+/// offered).
+pub async fn connect_negotiated(url: &str, options: &DialOptions) -> Result<(ClientSocket, Option<String>)> {
     let parsed = url::Url::parse(url).map_err(|err| anyhow!("invalid WebSocket URL: {err}"))?;
     let host = parsed.host_str().ok_or_else(|| anyhow!("WebSocket URL has no host"))?.to_owned();
     let bare_host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
@@ -131,11 +137,16 @@ pub async fn connect(url: &str, options: &DialOptions) -> Result<ClientSocket> {
             let name: tokio_tungstenite::tungstenite::http::HeaderName = name.parse().context("invalid header name")?;
             headers.insert(name, HeaderValue::from_str(value.expose()).context("invalid header value")?);
         }
-        let (socket, _response) =
+        let (socket, response) =
             tokio_tungstenite::client_async_with_config(request, stream, Some(super::http::websocket_config()))
                 .await
                 .map_err(describe_handshake_error)?;
-        Ok::<_, anyhow::Error>(crate::seal::Socket::plain(socket))
+        let chosen = response
+            .headers()
+            .get("sec-websocket-protocol")
+            .and_then(|value| value.to_str().ok())
+            .map(|value| value.trim().to_owned());
+        Ok::<_, anyhow::Error>((crate::seal::Socket::plain(socket), chosen))
     };
     tokio::time::timeout(CONNECT_TIMEOUT, attempt)
         .await

@@ -89,6 +89,8 @@ pub enum ErrorCode {
     EnvironmentIdentityMismatch,
     /// A sealed session's frame failed to open, came out of order, repeated or was not sealed.
     SealedSessionBroken,
+    /// A sealed session heard nothing sealed from its peer for 25 s (no frame, not even a tick).
+    SealedSessionStalled,
     /// This agent accepts sealed sessions (protocol 3) only.
     SealedSessionRequired,
     /// The file changed on the laptop since the caller read it (its `version` differs), or the
@@ -97,7 +99,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 26] = [
+    pub const ALL: [ErrorCode; 27] = [
         ErrorCode::UnknownTool,
         ErrorCode::InvalidArgs,
         ErrorCode::OutsideWorkspace,
@@ -122,6 +124,7 @@ impl ErrorCode {
         ErrorCode::EnvironmentUnreachable,
         ErrorCode::EnvironmentIdentityMismatch,
         ErrorCode::SealedSessionBroken,
+        ErrorCode::SealedSessionStalled,
         ErrorCode::SealedSessionRequired,
         ErrorCode::Conflict,
     ];
@@ -153,6 +156,7 @@ impl ErrorCode {
             ErrorCode::EnvironmentUnreachable => "environment-unreachable",
             ErrorCode::EnvironmentIdentityMismatch => "environment-identity-mismatch",
             ErrorCode::SealedSessionBroken => "sealed-session-broken",
+            ErrorCode::SealedSessionStalled => "sealed-session-stalled",
             ErrorCode::SealedSessionRequired => "sealed-session-required",
             ErrorCode::Conflict => "conflict",
         }
@@ -172,6 +176,7 @@ impl ErrorCode {
                 | ErrorCode::EnvironmentUnreachable
                 | ErrorCode::EnvironmentIdentityMismatch
                 | ErrorCode::SealedSessionBroken
+                | ErrorCode::SealedSessionStalled
                 | ErrorCode::SealedSessionRequired
                 | ErrorCode::DeniedByPolicy
         )

@@ -58,6 +58,8 @@ pub enum ClientMessage {
     },
     /// The client has a terminal's output up to `offset` (docs/PROTOCOL.md, "Terminal sessions").
     TermAck(super::TermAck),
+    /// A sealed session's sign of life (docs/PROTOCOL.md, "Ticks"); the seal consumes it.
+    Tick,
 }
 
 impl ClientMessage {
@@ -145,6 +147,8 @@ pub enum AgentMessage {
     TermOutput(super::TermOutput),
     /// A terminal's program ended.
     TermExit(super::TermExit),
+    /// A sealed session's sign of life (docs/PROTOCOL.md, "Ticks"); the seal consumes it.
+    Tick,
 }
 
 /// The calls a `calls` frame names (docs/PROTOCOL.md, "Calls outlive the connection").

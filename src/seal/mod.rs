@@ -7,9 +7,11 @@
 //! - [`transport`]: a session frame ⇄ Noise transport messages (kind byte, parts).
 //! - [`socket`]: the client's socket wrapper and the agent's writer and reader, which sit between
 //!   the socket and the session so neither the session nor its callers see the seal.
+//! - [`ticks`]: the sealed ticks that make a dropped frame or a dead socket noticed.
 
 pub mod handshake;
 pub mod socket;
+pub mod ticks;
 pub mod transport;
 
 use sha2::{Digest, Sha256};
@@ -17,7 +19,7 @@ use sha2::{Digest, Sha256};
 use crate::secret::Secret;
 
 pub use handshake::{Initiator, Responder};
-pub use socket::{broken_close, seal_writer, Inbound, Socket};
+pub use socket::{broken_close, seal_writer, stalled_close, Inbound, Socket};
 pub use transport::{Opener, Plain, Sealer};
 
 /// The Noise protocol name.

@@ -8,6 +8,7 @@ use futures_util::SinkExt;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
 
 use crate::support::harness::*;
 use voxa::agent::LinkEvent;
@@ -101,7 +102,7 @@ async fn junk_frames_get_bad_frame_and_the_session_goes_on() {
     let agent = TestAgent::start(None).await;
     let mut client = agent.local_client().await;
     for junk in ["not json", "{\"type\":\"no_such_type\"}", "[1,2]", "{\"type\":\"tool_call\",\"id\":5}"] {
-        client.send(tokio_tungstenite::tungstenite::Message::text(junk)).await.unwrap();
+        client.send(Message::text(junk)).await.unwrap();
         let error = recv_json(&mut client).await;
         assert_eq!(error["type"], "error", "{junk}");
         assert_eq!(error["code"], "bad-frame", "{junk}");
@@ -136,9 +137,10 @@ async fn wrong_token_through_the_relay_is_refused_and_nothing_runs() {
     send(&mut phone, hello_for("0123456789abcdef0123456789abcdef", &challenge)).await;
     let refused = recv_json(&mut phone).await;
     assert_eq!(refused, json!({"type":"error","code":"bearer-refused"}));
-    send(&mut phone, json!({"type":"tool_call","id":"late","name":"list_dir"})).await;
-    send(&mut phone, hello_for(agent.token(), &challenge)).await;
-    assert_silent(&mut phone, Duration::from_millis(500)).await;
+    // Then the agent has the relay close it: a refused phone keeps no seat on the code.
+    let _ = phone.send(Message::text(json!({"type":"tool_call","id":"late","name":"list_dir"}).to_string())).await;
+    let _ = phone.send(Message::text(hello_for(agent.token(), &challenge).to_string())).await;
+    assert_eq!(recv_close(&mut phone).await, (1008, "bearer-refused".into()));
 
     // A new connection with the right token works.
     let mut phone = agent.phone(&relay).await;
@@ -160,7 +162,7 @@ async fn frames_before_the_hello_are_ignored() {
 }
 
 #[tokio::test]
-async fn phone_that_never_says_hello_is_told_so() {
+async fn phone_that_never_says_hello_is_told_so_and_closed() {
     let relay = TestRelay::start().await;
     let agent = TestAgent::start(Some(relay.url())).await;
     let mut phone = phone_socket(&relay, agent.code()).await;
@@ -168,6 +170,10 @@ async fn phone_that_never_says_hello_is_told_so() {
     let error = recv_json(&mut phone).await;
     assert_eq!(error["type"], "error");
     assert_eq!(error["code"], "unauthenticated-call");
+    let started = std::time::Instant::now();
+    // A stranger that says nothing keeps no seat on the code (docs/PROTOCOL.md, "Refusals").
+    assert_eq!(recv_close(&mut phone).await, (1008, "unauthenticated-call".into()));
+    assert!(started.elapsed() < Duration::from_secs(1), "closed right after the refusal");
 }
 
 #[tokio::test]
@@ -253,14 +259,14 @@ async fn an_impostor_agent_on_the_code_learns_no_token_and_the_phone_refuses_it(
     assert!(hello.get("token").is_none());
     loop {
         match next_frame(&mut impostor).await {
-            Some(tokio_tungstenite::tungstenite::Message::Text(text)) => {
+            Some(Message::Text(text)) => {
                 let value: serde_json::Value = serde_json::from_str(&text).unwrap();
                 assert_eq!(value["type"], "presence", "the impostor received {value}");
                 if value["state"] == "left" {
                     break;
                 }
             }
-            None | Some(tokio_tungstenite::tungstenite::Message::Close(_)) => break,
+            None | Some(Message::Close(_)) => break,
             Some(_) => {}
         }
     }
@@ -426,7 +432,7 @@ async fn results_of_a_departed_phone_never_reach_the_next_one() {
     while let Ok(Some(Ok(frame))) =
         tokio::time::timeout_at(quiet_until, futures_util::StreamExt::next(&mut second)).await
     {
-        if let tokio_tungstenite::tungstenite::Message::Text(text) = frame {
+        if let Message::Text(text) = frame {
             // The relay's notices are U+0001 and a JSON object.
             let value: serde_json::Value = serde_json::from_str(text.trim_start_matches('\u{1}')).unwrap();
             assert!(
@@ -544,15 +550,13 @@ async fn a_frame_over_8_kib_before_the_hello_closes_the_loopback_socket_1009() {
         // Sent from a task: the agent stops reading long before a large frame is through.
         let (mut sink, mut stream) = futures_util::StreamExt::split(client);
         let sending = tokio::spawn(async move {
-            let _ = sink.send(tokio_tungstenite::tungstenite::Message::binary(vec![0u8; size])).await;
+            let _ = sink.send(Message::binary(vec![0u8; size])).await;
             sink
         });
         let closed = loop {
             match tokio::time::timeout(STEP, futures_util::StreamExt::next(&mut stream)).await.expect("closed in time")
             {
-                Some(Ok(tokio_tungstenite::tungstenite::Message::Close(frame))) => {
-                    break frame.map(|f| (u16::from(f.code), f.reason.to_string()))
-                }
+                Some(Ok(Message::Close(frame))) => break frame.map(|f| (u16::from(f.code), f.reason.to_string())),
                 Some(Ok(_)) => continue,
                 Some(Err(_)) | None => break None,
             }
@@ -694,10 +698,9 @@ async fn the_code_replaced_by_rotation_challenges_and_refuses_the_old_and_the_ne
         send(&mut phone, hello_for(token, &challenge)).await;
         let refused = recv_error(&mut phone).await;
         assert_eq!(refused["code"], "bearer-refused", "{refused}");
-        send(&mut phone, call).await;
-        send(&mut phone, hello_for(token, &challenge)).await;
-        assert_silent(&mut phone, Duration::from_millis(300)).await;
-        let _ = phone.close(None).await;
+        let _ = phone.send(Message::text(call.to_string())).await;
+        let _ = phone.send(Message::text(hello_for(token, &challenge).to_string())).await;
+        assert_eq!(recv_close(&mut phone).await, (1008, "bearer-refused".into()), "closed, not kept");
     }
     assert!(!marker.exists(), "a tool ran on the retired code");
 

@@ -75,6 +75,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         Just(ClientMessage::CallStart),
         Just(ClientMessage::CallEnd),
         Just(ClientMessage::AudioEnd),
+        Just(ClientMessage::Tick),
         any::<String>().prop_map(|text| ClientMessage::Say { text }),
         (any::<String>(), any::<u64>())
             .prop_map(|(term, offset)| ClientMessage::TermAck(voxa::protocol::TermAck { term, offset })),
@@ -133,6 +134,7 @@ fn agent_message() -> impl Strategy<Value = AgentMessage> {
             chunk,
             env
         }),
+        Just(AgentMessage::Tick),
     ]
 }
 
@@ -613,7 +615,8 @@ impl Expected {
                 | ClientMessage::Follow { .. }
                 | ClientMessage::Unfollow
                 | ClientMessage::PushUnsubscribe { .. }
-                | ClientMessage::TermAck(_),
+                | ClientMessage::TermAck(_)
+                | ClientMessage::Tick,
             ) => {}
         }
     }

@@ -253,14 +253,19 @@ async fn a_call_needs_the_agents_hello_ok_first() {
     let relay = hosting_relay(&fake, |_| {}).await;
     let agent = hosted_agent(&relay).await;
     let url = format!("ws://{}/live?code={}", relay.addr, agent.code());
+    // Before any hello: no call.
     let mut socket = connect(&url).await;
-    let challenge = recv_challenge(&mut socket).await;
-    send(&mut socket, hello_for(&"0".repeat(32), &challenge)).await;
-    assert_eq!(recv_type_or_error(&mut socket).await["code"], "bearer-refused");
+    recv_challenge(&mut socket).await;
     send(&mut socket, json!({"type":"call_start"})).await;
     let mut phone = Phone::over(socket);
     let refused = phone.expect("call_error").await;
     assert_eq!(refused["code"], "unavailable", "{refused}");
+    // A refused hello: the laptop has the relay close the socket (it keeps no seat on the code).
+    let mut socket = connect(&url).await;
+    let challenge = recv_challenge(&mut socket).await;
+    send(&mut socket, hello_for(&"0".repeat(32), &challenge)).await;
+    assert_eq!(recv_type_or_error(&mut socket).await["code"], "bearer-refused");
+    assert_eq!(recv_close(&mut socket).await, (1008, "bearer-refused".to_owned()));
     assert!(fake.drain().iter().all(|e| !matches!(e.kind, Kind::Connected { .. })), "no Gemini session was opened");
 }
 

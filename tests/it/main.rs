@@ -30,6 +30,7 @@ mod relay_proven;
 mod relay_serving;
 mod run;
 mod sealed;
+mod sealed_ticks;
 mod sealed_web;
 mod secrets;
 mod service;

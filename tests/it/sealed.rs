@@ -105,7 +105,7 @@ impl Mitm {
     }
 
     /// A phone through this proxy that completed the sealed hello.
-    async fn phone(&self, agent: &TestAgent) -> voxa::net::dial::ClientSocket {
+    pub(crate) async fn phone(&self, agent: &TestAgent) -> voxa::net::dial::ClientSocket {
         let mut phone = connect(&format!("ws://{}/ws?code={}", self.addr, agent.code())).await;
         let ok = say_hello(&mut phone, agent.token()).await;
         assert_eq!(ok["protocol"], 3, "{ok}");

@@ -222,7 +222,7 @@ async fn a_relay_that_flips_one_bit_of_the_pages_frames_ends_the_session_and_not
         })
         .await;
     let said = browser.wait_connection("altered").await;
-    assert!(said.contains("nothing in it ran"), "{said}");
+    assert!(said.contains("nothing altered ran"), "{said}");
     assert_eq!(seal_mark(&browser).await, "", "no mark on a session that ended");
     browser.control("button", "Reconnect").await;
     assert!(!workspace.join("altered.txt").exists());
@@ -246,6 +246,46 @@ async fn a_relay_that_flips_one_bit_of_the_pages_frames_ends_the_session_and_not
         })
     })
     .await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_drops_the_pages_cancel_ends_the_session_within_one_tick_and_the_page_says_so() {
+    use std::sync::atomic::AtomicUsize;
+    let Some(browser) = Browser::start().await else { return };
+    let relay = TestRelay::start().await;
+    let mut agent = TestAgent::start(Some(relay.url())).await;
+    let status = agent.agent.ctx.status.clone();
+    let (armed, dropped) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let hook = crate::sealed_ticks::drop_next_up(armed.clone(), dropped.clone());
+    let mitm = Mitm::start(relay.addr, agent.code(), hook).await;
+    browser.open(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
+    browser.wait_connection("online").await;
+    browser.type_into("Command", "sleep 40").await;
+    browser.press("Run").await;
+    eventually("the command runs", || status.calls_in_flight.load(Ordering::Relaxed) == 1).await;
+    armed.store(true, Ordering::SeqCst);
+    let cancelled_at = std::time::Instant::now();
+    browser.press("Cancel").await;
+    let said = browser.wait_connection("dropped").await;
+    let took = cancelled_at.elapsed();
+    eprintln!("the page noticed its dropped cancel after {took:?} and says: {said}");
+    assert_eq!(dropped.load(Ordering::SeqCst), 1);
+    assert!(said.contains("may not have reached the laptop"), "{said}");
+    let tick = voxa::seal::ticks::TICK_INTERVAL;
+    assert!(took > tick - std::time::Duration::from_secs(1), "it was the tick that told: {took:?}");
+    assert!(took < tick + std::time::Duration::from_secs(5), "noticed within one interval: {took:?}");
+    agent
+        .wait_event("the agent ends the session", |event| {
+            matches!(event, LinkEvent::PeerRefused { code: ErrorCode::SealedSessionBroken })
+        })
+        .await;
+    // The command's own line says it was not stopped, and it was not.
+    browser.wait_text(TERMINAL, "the command's end", |t| t.contains("goes on on the laptop")).await;
+    assert_eq!(status.calls_in_flight.load(Ordering::Relaxed), 1, "the dropped cancel stopped nothing");
+    browser.press("Reconnect").await;
+    browser.wait_connection("online").await;
+    assert_eq!(seal_mark(&browser).await, "sealed");
     browser.close().await;
 }
 

@@ -47,6 +47,7 @@ export const ERROR_CODES = /** @type {const} */ ([
   'environment-unreachable',
   'environment-identity-mismatch',
   'sealed-session-broken',
+  'sealed-session-stalled',
   'sealed-session-required',
   'conflict',
 ]);
@@ -86,6 +87,7 @@ export const CLIENT_FRAMES = /** @type {const} */ ([
   'push_subscribe',
   'push_unsubscribe',
   'term_ack',
+  'tick',
 ]);
 
 /** `type` of the frames an agent (or a relay hosting a call) sends. */
@@ -111,6 +113,7 @@ export const AGENT_FRAMES = /** @type {const} */ ([
   'calls',
   'term_output',
   'term_exit',
+  'tick',
 ]);
 
 /**

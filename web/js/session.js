@@ -49,7 +49,7 @@ export const VOICE_FRAMES = new Set(['call_started', 'call_error', 'call_ended',
   'interrupted', 'tool_activity']);
 
 const encoder = new TextEncoder();
-const BROKEN_TEXT = 'the relay altered this session, so it was closed and nothing in it ran — Reconnect to start a new one';
+const BROKEN_TEXT = 'the relay altered or dropped part of this session, so it was closed: nothing altered ran, but what you sent last may not have reached the laptop — Reconnect to start a new one';
 
 /** Finished calls this tab remembers having shown, so a reconnect does not show them again. */
 const SEEN_MAX = 64;
@@ -207,6 +207,7 @@ export class Session extends EventTarget {
     clearTimeout(this.timer);
     clearInterval(this.ticker);
     this.failPending({ code: 'offline', message: 'the page left this laptop' });
+    if (this.channel) this.channel.stop();
     if (this.socket) this.socket.close(1000, 'bye');
     this.socket = null;
   }
@@ -360,6 +361,7 @@ export class Session extends EventTarget {
     this.challenge = null;
     this.early = null;
     if (this.channel) this.sealEnded = true;
+    if (this.channel) this.channel.stop();
     this.channel = null;
     this.sealing = 0;
     this.askedCalls = false;
@@ -392,12 +394,26 @@ export class Session extends EventTarget {
   }
 
   /**
+   * A sealed session heard nothing sealed for too long (`sealed-session-stalled`): it ends and a
+   * new one is started.
+   * @param {WebSocket} socket
+   */
+  restart(socket) {
+    if (socket !== this.socket) return;
+    this.socket = null;
+    socket.close(1000, 'sealed-session-stalled');
+    this.goOffline({ code: 'offline', message: 'the laptop stopped answering' });
+    this.scheduleReconnect();
+  }
+
+  /**
    * A sealed session broke (a frame that did not open, or one that came unsealed): it ends at
    * once, closed `sealed-session-broken`, and nothing more of it is read or sent.
    * @param {WebSocket} socket
    */
   breakSeal(socket) {
     if (socket !== this.socket) return;
+    if (this.channel) this.channel.stop();
     this.channel = null;
     this.sealEnded = false;
     this.final = true;
@@ -570,6 +586,8 @@ export class Session extends EventTarget {
     this.channel = checked.channel;
     const socket = challenge.socket;
     if (this.channel) for (const { message, at } of early) this.openSealed(socket, this.channel, message, at);
+    // Ticks (seal/channel.js): a dropped frame or a dead socket ends the session; a stall starts a new one.
+    if (this.channel) this.channel.keepTicks({ send: (text) => this.transmit(text), stalled: () => this.restart(socket) });
     this.attempt = 0;
     this.online = true;
     this.hello = hello;

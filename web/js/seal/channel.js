@@ -2,7 +2,10 @@
 // Sealed sessions as voxa speaks them (docs/PROTOCOL.md, "Sealed sessions (protocol 3)"): the
 // pre-shared key and prologue from the pairing's token and the agent's challenge, the client's
 // side of the handshake, and then every session frame as Noise transport messages, one per binary
-// WebSocket frame, each starting with a kind byte (JSON, audio, or a non-final part).
+// WebSocket frame, each starting with a kind byte (JSON, audio, or a non-final part). The channel
+// keeps the session's ticks: a tick when nothing was sealed for a while, the agent's ticks
+// consumed, and the end when nothing opened for too long — so a frame the relay drops, or a socket
+// that died, is noticed.
 
 import { CipherState, Handshake, MAX_NOISE_MESSAGE, TAG_LEN, concat, sha256 } from './noise.js';
 
@@ -18,6 +21,14 @@ export const KIND_PART = 0x02;
 export const MAX_PART = MAX_NOISE_MESSAGE - TAG_LEN - 1;
 /** Largest frame once its parts are joined (the protocol's `MAX_FRAME_LEN`, 16 MiB). */
 export const MAX_FRAME_LEN = 16 * 1024 * 1024;
+/** A side that sealed nothing for this long sends a tick (the protocol's `TICK_INTERVAL`). */
+export const TICK_INTERVAL_MS = 10_000;
+/** A side that opened nothing for this long ends the session (`sealed-session-stalled`). */
+export const STALL_AFTER_MS = 25_000;
+/** The tick, as sealed. */
+export const TICK = '{"type":"tick"}';
+/** How often the clocks are looked at. */
+const TICK_CHECK_MS = 500;
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder('utf-8', { fatal: true });
@@ -45,6 +56,20 @@ export function prologue(challenge) {
 
 /** Why a sealed session ended: a message did not open, or did not read as a frame. */
 export class Broken extends Error {}
+
+/**
+ * Whether an opened JSON frame is a tick, which the channel consumes.
+ * @param {string} text
+ */
+export function isTick(text) {
+  if (text.length > 64) return false;
+  try {
+    const frame = JSON.parse(text);
+    return frame !== null && typeof frame === 'object' && frame.type === 'tick';
+  } catch {
+    return false;
+  }
+}
 
 /**
  * The client's side of the handshake: message 1 for the hello, then `finish` with message 2.
@@ -87,6 +112,38 @@ export class Channel {
     /** Frames are joined in arrival order, one after the other. */
     this.inbound = Promise.resolve();
     this.broken = false;
+    /** When this side last sealed a message, and last opened one of the peer's. */
+    this.sentAt = Date.now();
+    this.heardAt = Date.now();
+    /** @type {ReturnType<typeof setInterval> | undefined} */
+    this.clock = undefined;
+  }
+
+  /**
+   * Keeps the session's ticks until `stop`: `send` gets a tick to send (as a JSON frame's text)
+   * whenever nothing was sealed for `TICK_INTERVAL_MS`, and `stalled` is called once when nothing
+   * opened for `STALL_AFTER_MS`.
+   * @param {{send: (text: string) => void, stalled: () => void}} on
+   */
+  keepTicks(on) {
+    this.stop();
+    this.sentAt = Date.now();
+    this.heardAt = Date.now();
+    this.clock = setInterval(() => {
+      const now = Date.now();
+      if (now - this.heardAt >= STALL_AFTER_MS) {
+        this.stop();
+        on.stalled();
+      } else if (now - this.sentAt >= TICK_INTERVAL_MS) {
+        on.send(TICK);
+      }
+    }, TICK_CHECK_MS);
+  }
+
+  /** Stops the ticks: the session ended. */
+  stop() {
+    clearInterval(this.clock);
+    this.clock = undefined;
   }
 
   /**
@@ -97,6 +154,7 @@ export class Channel {
    * @returns {Promise<Bytes>[]}
    */
   seal(kind, body) {
+    this.sentAt = Date.now();
     const messages = [];
     let at = 0;
     do {
@@ -120,7 +178,7 @@ export class Channel {
 
   /**
    * Opens the next transport message; call it in arrival order. Resolves in that order too: a
-   * whole frame, or `null` after a non-final part. Rejects with `Broken` for a message that does
+   * whole frame, or `null` after a non-final part or a tick. Rejects with `Broken` for a message that does
    * not open (altered, replayed, reordered, after a dropped one) or read as a frame, and so does
    * every message after it.
    * @param {Bytes} message
@@ -151,6 +209,7 @@ export class Channel {
    */
   frame(plain) {
     if (this.broken) throw new Broken('a frame after a broken one');
+    this.heardAt = Date.now();
     if (plain.length === 0) throw new Broken('an empty sealed message');
     const kind = plain[0];
     const body = plain.subarray(1);
@@ -165,10 +224,12 @@ export class Channel {
     this.partialLength = 0;
     if (kind === KIND_AUDIO) return { kind: 'audio', data: whole };
     if (kind !== KIND_JSON) throw new Broken('a sealed message of unknown kind');
+    let text;
     try {
-      return { kind: 'json', text: decoder.decode(whole) };
+      text = decoder.decode(whole);
     } catch {
       throw new Broken('a sealed JSON frame that is not UTF-8');
     }
+    return isTick(text) ? null : { kind: 'json', text };
   }
 }
