@@ -346,7 +346,7 @@ impl RelayLink {
                 self.report(LinkEvent::PeerAdmitted);
                 let revoked = admission.revoked.clone();
                 let writer = io.out.clone();
-                let session = Session::new(self.ctx.clone(), admission.caller, io.out).relayed();
+                let session = Session::new(self.ctx.clone(), admission.caller, io.out);
                 Peer::Ready { session: Box::new(session), writer, inbound: io.input, revoked }
             }
             Err(ErrorCode::UnauthenticatedCall) => Peer::AwaitingSealedBearer { deadline, io },
@@ -446,7 +446,7 @@ impl RelayLink {
                 let revoked = admission.revoked.clone();
                 let writer = io.out.clone();
                 let shown = super::session::connected(&admission, io.input.is_sealed(), "relay");
-                let session = Session::new(self.ctx.clone(), admission.caller, io.out).relayed().shown(shown);
+                let session = Session::new(self.ctx.clone(), admission.caller, io.out).shown(shown);
                 Peer::Ready { session: Box::new(session), writer, inbound: io.input, revoked }
             }
             Err(code) => {

@@ -687,9 +687,8 @@ async fn a_hosted_call_with_env_runs_on_the_environment() {
     let fleet = declarations.iter().find(|d| d["name"] == "fleet").expect("fleet is declared");
     assert!(fleet["description"].as_str().unwrap().contains("env"), "{fleet}");
     // Every tool an environment can run takes `env`; the router's and the session host's run here.
-    let on_environments = |name: &serde_json::Value| {
-        voxa::tools::TOOLS.iter().any(|spec| spec.name == name && spec.runs == voxa::tools::Runs::Toolbox)
-    };
+    let on_environments =
+        |name: &serde_json::Value| voxa::tools::TOOLS.iter().any(|spec| spec.name == name && spec.runs.routable());
     for declaration in declarations.iter().filter(|d| on_environments(&d["name"])) {
         assert_eq!(declaration.pointer("/parameters/properties/env/type"), Some(&json!("STRING")), "{declaration}");
     }

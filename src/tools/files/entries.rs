@@ -21,10 +21,10 @@ use rustix::fs::{FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::beneath;
-use super::files::create_private;
-use super::workspace::{io_error, Resolved, Workspace};
+use super::content::create_private;
 use crate::protocol::{ErrorCode, ToolError};
+use crate::tools::beneath;
+use crate::tools::workspace::{io_error, Resolved, Workspace};
 
 /// Entries the trash keeps; deleting one more removes the oldest for good.
 pub const MAX_TRASH_ITEMS: usize = 100;
