@@ -135,6 +135,9 @@ fn token_gate(options: &AgentOptions, caller: &'static str) -> TokenGate {
 /// What the agent's sessions share: the toolbox (its tools kept out of the home), the voice
 /// settings, the relay shown in status, and the router to environments.
 fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result<AgentContext> {
+    if let Some(advice) = crate::tools::policy::exec_advice(&options.config.policy) {
+        warn!("{advice}");
+    }
     let audit = crate::audit::Audit::new(options.home.audit_dir()?);
     let toolbox = Toolbox::new(ToolboxOptions {
         workspace: options.workspace.clone(),

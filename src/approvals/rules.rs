@@ -49,7 +49,8 @@ const BYPASS_MARKERS: &[&str] = &[
 /// Whether a call of voxa's own tool `tool`, which the policy's `ask` lists, must wait for the
 /// user after the `[approvals]` rules: `run_command` asks unless the command is on the allow list;
 /// `write_file` asks outside the allowed paths; `coding_agent` and `agent_start` ask when the agent
-/// would run in a mode that skips its own permission prompts; any other listed tool always asks.
+/// would run without permission prompts voxa can show (see [`Unprompted`]); any other listed tool
+/// always asks.
 /// `approve` and `approvals` never wait. `workspace` is the root relative paths resolve in;
 /// `changes_machine` is the tool's own word on whether it can change something (the risk of a
 /// tool without a rule of its own).
@@ -61,7 +62,7 @@ pub fn ask_for(config: &Config, tool: &str, args: &Value, workspace: &Path, chan
         "approve" | "approvals" => true,
         "run_command" => settings.allow_commands.iter().any(|entry| command_matches(text("command"), entry)),
         "write_file" => settings.allow_paths.iter().any(|allowed| path_within(text("path"), allowed)),
-        "coding_agent" | "agent_start" => !skips_prompts(config, args),
+        "coding_agent" | "agent_start" => unprompted(config, args).is_none(),
         _ => false,
     };
     (!let_through).then(|| describe(config, tool, args, workspace, changes_machine))
@@ -86,7 +87,11 @@ pub fn describe(config: &Config, tool: &str, args: &Value, workspace: &Path, cha
         }
         "coding_agent" | "agent_start" => {
             let agent = args.get("agent").and_then(Value::as_str).unwrap_or("claude");
-            let how = if skips_prompts(config, args) { " without its permission prompts" } else { "" };
+            let how = match unprompted(config, args) {
+                Some(Unprompted::Bypass) => " without its permission prompts",
+                Some(Unprompted::Configured) => " (a configured agent: it asks no permission)",
+                None => "",
+            };
             Ask { risk: Risk::Exec, summary: format!("Start {agent}{how}: {}", text("prompt")) }
         }
         "agent_send" => Ask { risk: Risk::Exec, summary: format!("Tell {}: {}", text("session"), text("text")) },
@@ -106,13 +111,29 @@ pub fn describe(config: &Config, tool: &str, args: &Value, workspace: &Path, cha
     }
 }
 
-/// True when the coding agent of this `coding_agent` or `agent_start` call would run in a mode
-/// that skips its own permission prompts: in the call's `mode` or the configured agent's args.
-fn skips_prompts(config: &Config, args: &Value) -> bool {
+/// Why a coding agent would act without permission prompts voxa can show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unprompted {
+    /// A mode or flag that skips its prompts (`bypassPermissions`, `--dangerously-skip-permissions`,
+    /// …), in the call's `mode` or the configured agent's args.
+    Bypass,
+    /// An agent configured in `[agents]`: voxa runs it as a plain program, and whatever it asks for
+    /// never reaches an approval.
+    Configured,
+}
+
+/// Whether the coding agent of this `coding_agent` or `agent_start` call would act without
+/// prompts voxa can show; `None` for the built-in Claude Code and Codex in their usual modes.
+fn unprompted(config: &Config, args: &Value) -> Option<Unprompted> {
     let text = |field: &str| args.get(field).and_then(Value::as_str).unwrap_or_default();
     let agent = args.get("agent").and_then(Value::as_str).unwrap_or("claude");
-    let configured = config.agents.get(agent).map(|command| command.args.join(" ")).unwrap_or_default();
-    bypasses(&[text("mode"), text("permission_mode"), &configured].join(" "))
+    let configured = config.agents.get(agent);
+    let configured_args = configured.map(|command| command.args.join(" ")).unwrap_or_default();
+    if bypasses(&[text("mode"), text("permission_mode"), &configured_args].join(" ")) {
+        Some(Unprompted::Bypass)
+    } else {
+        configured.map(|_| Unprompted::Configured)
+    }
 }
 
 /// True when `command` is the command `entry` names: the same words, or, for an entry ending in
@@ -307,10 +328,21 @@ mod tests {
     }
 
     #[test]
-    fn coding_agents_ask_only_in_bypass_modes() {
+    fn coding_agents_ask_only_when_they_would_act_without_prompts_voxa_can_show() {
         let mut config = config(&["coding_agent", "agent_start"], ApprovalSettings::default());
         let ws = Path::new("/ws");
         assert_eq!(ask_for(&config, "coding_agent", &json!({"prompt": "fix it"}), ws, true), None);
+        assert_eq!(ask_for(&config, "agent_start", &json!({"prompt": "fix it", "agent": "codex"}), ws, true), None);
+        config.agents.insert(
+            "script".into(),
+            crate::config::AgentCommand {
+                program: "/bin/sh".into(),
+                args: vec!["-c".into(), "{prompt}".into()],
+                format: "text".into(),
+            },
+        );
+        let plain = ask_for(&config, "agent_start", &json!({"prompt": "make", "agent": "script"}), ws, true).unwrap();
+        assert_eq!(plain.summary, "Start script (a configured agent: it asks no permission): make");
         let bypass =
             ask_for(&config, "agent_start", &json!({"prompt": "fix it", "mode": "bypassPermissions"}), ws, true);
         assert_eq!(bypass.unwrap().risk, Risk::Exec);

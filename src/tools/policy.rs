@@ -186,6 +186,29 @@ pub fn offers(policy: &Policy, spec: &ToolSpec) -> bool {
     refusal(policy, spec.name, family_of(spec.name), !spec.effect.can_only_read()).is_none()
 }
 
+/// A sentence for the log when the policy refuses `run_command` but lets other tools that run
+/// programs through (a shell in `term_open`, a coding agent): those are not refused by the name
+/// `run_command`, and the family `@exec` would refuse them all.
+pub fn exec_advice(policy: &Policy) -> Option<String> {
+    let exec = Some(Family::Exec);
+    if !listed(&policy.deny, "run_command", exec) || listed(&policy.deny, "@exec", None) {
+        return None;
+    }
+    let open: Vec<&str> = FAMILIES
+        .iter()
+        .filter(|(name, family)| *family == Family::Exec && *name != "run_command")
+        .filter(|(name, _)| refusal(policy, name, exec, true).is_none())
+        .map(|(name, _)| *name)
+        .filter(|name| matches!(*name, "term_open" | "term_input" | "agent_start" | "agent_send" | "coding_agent"))
+        .collect();
+    (!open.is_empty()).then(|| {
+        format!(
+            "[policy] deny lists run_command, but {} run programs too; deny \"@exec\" to refuse every tool that does",
+            open.join(", ")
+        )
+    })
+}
+
 /// What a session frame does, as the policy judges it: each is the question of the tools it
 /// stands for (one row of docs/SECURITY.md's table). A frame that only stops, lists or removes
 /// something (`cancel`, `calls`, `status`, `unfollow`, `push_unsubscribe`) asks nothing.
@@ -360,6 +383,16 @@ mod tests {
         let args = json!({"from": "a", "to": "b"});
         assert!(matches!(judge(&asking, "move_file", true, Some(&args)), Verdict::Ask(_)));
         assert_eq!(judge(&asking, "run_command", true, Some(&json!({"command": "ls"}))), Verdict::Allow);
+    }
+
+    #[test]
+    fn denying_run_command_alone_is_told_to_deny_the_family() {
+        let advice = exec_advice(&config(&[], &["run_command"], false).policy).unwrap();
+        assert!(advice.contains("term_open, term_input, agent_start, agent_send, coding_agent"), "{advice}");
+        assert_eq!(exec_advice(&config(&[], &["@exec"], false).policy), None);
+        assert_eq!(exec_advice(&config(&[], &["read_file"], false).policy), None);
+        let all = ["run_command", "term_open", "term_input", "agent_start", "agent_send", "coding_agent"];
+        assert_eq!(exec_advice(&config(&[], &all, false).policy), None);
     }
 
     #[test]

@@ -216,6 +216,11 @@ fn check_vapid(request: &Received, origin: &str, contact: &str, public_key: &str
     key.verify(format!("{}.{}", parts[0], parts[1]).as_bytes(), &signature).expect("the JWT's signature verifies");
 }
 
+/// A well-formed subscription to `endpoint`, as a page sends it in `push_subscribe`.
+pub(crate) fn sample_subscription(endpoint: &str) -> Value {
+    serde_json::to_value(Browser::new().subscription(endpoint.into())).unwrap()
+}
+
 /// The test push service listens on loopback, which a laptop sends to only when told to.
 fn private_endpoints() -> PushSettings {
     PushSettings { allow_private_endpoints: true }
