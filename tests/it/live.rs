@@ -22,9 +22,14 @@ pub(crate) async fn hosting_relay(fake: &FakeGemini, tweak: impl FnOnce(&mut Liv
     TestRelay::with_config(RelayConfig { service: Some(Hosting::service(live)), ..Default::default() }).await
 }
 
-/// An agent in hosted mode (no Gemini key of its own) linked to `relay`.
+/// An agent in hosted mode (no Gemini key of its own) linked to `relay`. It trusts hosted calls
+/// with commands too (`[policy.hosted] trust`), so these tests see the hosting itself; what the
+/// hosted door asks by default is tests/it/policy.rs's.
 pub(crate) async fn hosted_agent(relay: &TestRelay) -> TestAgent {
-    let mut agent = TestAgent::start(Some(relay.url())).await;
+    let mut agent = TestAgent::start_with(Some(relay.url()), |options| {
+        options.config.policy.hosted.trust = vec!["@read".into(), "@exec".into()];
+    })
+    .await;
     agent.wait_event("the relay link", |event| matches!(event, LinkEvent::Connected { .. })).await;
     agent
 }
