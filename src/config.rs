@@ -146,8 +146,8 @@ pub struct Config {
     /// Self-hosted voice settings.
     pub gemini: GeminiSettings,
     /// Resource limits of the processes tools start.
-    #[serde(skip_serializing_if = "Limits::is_default")]
-    pub limits: Limits,
+    #[serde(skip_serializing_if = "ProcessLimits::is_default")]
+    pub limits: ProcessLimits,
     /// Session security (docs/PROTOCOL.md, "Sealed sessions (protocol 3)").
     #[serde(skip_serializing_if = "Security::is_default")]
     pub security: Security,
@@ -157,6 +157,26 @@ pub struct Config {
     /// Which events reach the phone as Web Push notifications.
     #[serde(skip_serializing_if = "NotificationSettings::is_default")]
     pub notifications: NotificationSettings,
+    /// Which push endpoints the laptop sends to.
+    #[serde(skip_serializing_if = "PushSettings::is_default")]
+    pub push: PushSettings,
+}
+
+/// `[push]`: where a `push_subscribe` may make the laptop send requests.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PushSettings {
+    /// Accept push endpoints on loopback, private, link-local, unique-local and CGNAT addresses
+    /// (and plain `http://` to loopback): for a push service of your own on your network. Off, an
+    /// endpoint must be `https://` on a public address, checked when it is subscribed and again
+    /// before every push.
+    pub allow_private_endpoints: bool,
+}
+
+impl PushSettings {
+    fn is_default(&self) -> bool {
+        *self == PushSettings::default()
+    }
 }
 
 /// `[notifications]`: which events notify a phone that is not following, and the contact the
@@ -211,9 +231,10 @@ impl Security {
 pub struct ApprovalSettings {
     /// Seconds an approval waits for an answer before it is denied.
     pub timeout_secs: u64,
-    /// `run_command` lines that run without asking: an entry matches the command itself or the
-    /// command followed by more words (`"git status"` matches `git status -s`), never a line
-    /// with shell operators (`;`, `&`, `|`, `$`, redirections, …).
+    /// `run_command` lines that run without asking: an entry matches the whole command, word for
+    /// word (`"git status"` is `git status` and nothing else); an entry ending in ` *` also matches
+    /// the command followed by more words (`"cargo test *"`), handing over whatever that program's
+    /// options can do. Never a line with shell operators (`;`, `&`, `|`, `$`, redirections, …).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub allow_commands: Vec<String>,
     /// Workspace directories (or files) `write_file` writes to without asking.
@@ -245,7 +266,7 @@ impl ApprovalSettings {
 /// this process already has that is stricter stays.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Limits {
+pub struct ProcessLimits {
     /// Most processes (and threads) this user may have while a tool process forks (`RLIMIT_NPROC`):
     /// stops a fork bomb. Not enforced by the kernel for root.
     pub max_processes: u64,
@@ -254,26 +275,64 @@ pub struct Limits {
     pub max_address_space_mb: u64,
 }
 
-/// Default of [`Limits::max_processes`].
+/// Default of [`ProcessLimits::max_processes`].
 pub const DEFAULT_MAX_PROCESSES: u64 = 8192;
-/// Default of [`Limits::max_address_space_mb`]: 256 GiB. JIT and WebAssembly runtimes (Node, Bun,
+/// Default of [`ProcessLimits::max_address_space_mb`]: 256 GiB. JIT and WebAssembly runtimes (Node, Bun,
 /// which coding agents run on) reserve tens of GiB of address space they never touch; a lower
 /// default would break them. It stops runaway mappings, not memory use.
 pub const DEFAULT_MAX_ADDRESS_SPACE_MB: u64 = 256 << 10;
 
-impl Default for Limits {
+impl Default for ProcessLimits {
     fn default() -> Self {
-        Limits { max_processes: DEFAULT_MAX_PROCESSES, max_address_space_mb: DEFAULT_MAX_ADDRESS_SPACE_MB }
+        ProcessLimits { max_processes: DEFAULT_MAX_PROCESSES, max_address_space_mb: DEFAULT_MAX_ADDRESS_SPACE_MB }
     }
 }
 
-impl Limits {
+impl ProcessLimits {
     fn is_default(&self) -> bool {
-        *self == Limits::default()
+        *self == ProcessLimits::default()
     }
 }
 
-/// Tool policy: `denied-by-policy` for what it excludes.
+/// A family of tools, as `[policy]` lists name it (`deny = ["@exec"]`). Which tool is in which
+/// family is one table, `tools::policy::FAMILIES`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// Runs programs: `run_command`, `coding_agent`, the `term_*` and `agent_*` tools.
+    Exec,
+    /// Changes files: `write_file`, `upload_file`, `move_file`, `delete_file`, `restore_file`.
+    Write,
+    /// Only reads: `read_file`, `list_dir`, `list_trash`, `screenshot`, `approvals`.
+    Read,
+    /// Reaches other machines: `fleet`.
+    Network,
+    /// Makes the laptop send requests to an endpoint a client names: `push_subscribe`.
+    Notify,
+}
+
+impl Family {
+    /// Every family, in the order the docs list them.
+    pub const ALL: [Family; 5] = [Family::Exec, Family::Write, Family::Read, Family::Network, Family::Notify];
+
+    /// The name a policy list uses: `@exec`, `@write`, `@read`, `@network`, `@notify`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Exec => "@exec",
+            Family::Write => "@write",
+            Family::Read => "@read",
+            Family::Network => "@network",
+            Family::Notify => "@notify",
+        }
+    }
+
+    /// The family a policy entry names, if it names one.
+    pub fn parse(entry: &str) -> Option<Family> {
+        Family::ALL.into_iter().find(|family| family.name() == entry)
+    }
+}
+
+/// Tool policy: `denied-by-policy` for what it excludes. Every list names tools (`run_command`)
+/// or families (`@exec`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Policy {
@@ -289,6 +348,34 @@ pub struct Policy {
     /// of `[approvals]`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ask: Vec<String>,
+    /// What a voice call hosted by the relay may do (`[policy.hosted]`), on top of all the above.
+    #[serde(skip_serializing_if = "HostedPolicy::is_default")]
+    pub hosted: HostedPolicy,
+}
+
+/// `[policy.hosted]`: the calls a relay-hosted voice call makes (`caller:"gemini-hosted"`). The
+/// relay runs that model and writes its transcript, so by default only what reads runs at once;
+/// every other tool waits for the phone's yes, and the call can never answer an approval.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HostedPolicy {
+    /// Tools (or families) a hosted call runs without asking the phone; default `["@read"]`.
+    pub trust: Vec<String>,
+    /// Tools (or families) a hosted call may never run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+}
+
+impl Default for HostedPolicy {
+    fn default() -> Self {
+        HostedPolicy { trust: vec![Family::Read.name().to_owned()], deny: Vec::new() }
+    }
+}
+
+impl HostedPolicy {
+    fn is_default(&self) -> bool {
+        *self == HostedPolicy::default()
+    }
 }
 
 /// How to start a coding agent. `{prompt}` in `args` is replaced by the prompt.
@@ -317,7 +404,45 @@ pub struct GeminiSettings {
 
 impl Config {
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|err| ConfigError::new(format!("config.toml is not valid: {err}")))
+        let config: Config =
+            toml::from_str(text).map_err(|err| ConfigError::new(format!("config.toml is not valid: {err}")))?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Refuses what would quietly weaken the policy: a family name that names no family (a
+    /// misspelt `deny = ["@exce"]` would deny nothing), an `allow_commands` entry that is empty or
+    /// only `*`.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let policy = &self.policy;
+        let lists = [
+            ("[policy] allow", &policy.allow),
+            ("[policy] deny", &policy.deny),
+            ("[policy] ask", &policy.ask),
+            ("[policy.hosted] trust", &policy.hosted.trust),
+            ("[policy.hosted] deny", &policy.hosted.deny),
+        ];
+        for (list, entries) in lists {
+            if let Some(entry) = entries.iter().find(|entry| entry.starts_with('@') && Family::parse(entry).is_none()) {
+                let known: Vec<&str> = Family::ALL.iter().map(|family| family.name()).collect();
+                return Err(ConfigError::new(format!(
+                    "config.toml: {list} names {:?}, which is no family (families: {})",
+                    crate::text::prefix(entry, 32),
+                    known.join(", ")
+                )));
+            }
+        }
+        for entry in &self.approvals.allow_commands {
+            let words: Vec<&str> = entry.split_whitespace().collect();
+            if words.is_empty() || words == ["*"] {
+                return Err(ConfigError::new(format!(
+                    "config.toml: [approvals] allow_commands holds {:?}, which names no command; list each command \
+                     (\"git status\"), or a program with ` *` for any arguments (\"cargo test *\")",
+                    crate::text::prefix(entry, 32)
+                )));
+            }
+        }
+        Ok(())
     }
 
     pub fn to_toml(&self) -> String {

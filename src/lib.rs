@@ -5,7 +5,7 @@
 // Layers, top to bottom; a module imports only from its own layer or below, never in a circle
 // (tests/it/layers.rs checks it; docs/ARCHITECTURE.md describes each module):
 //   commands → cli (argument types) → agent, hosted, environments, gemini, sessions → relay
-//   → net, seal, tools, approvals
+//   → net, seal, tools, approvals, push, process
 //   → protocol, state, secret, config, audit, error, logging
 // The relay is a leaf: it imports only net and protocol (and secret, text); hosted voice plugs
 // into it as its `PhoneService`.
@@ -23,6 +23,7 @@ pub mod relay;
 
 pub mod approvals;
 pub mod net;
+pub mod process;
 pub mod push;
 pub mod seal;
 pub mod tools;

@@ -1,7 +1,7 @@
-//! What every session of one agent shares: the tool dispatcher (this machine's tools and the
-//! router to environments), the voice settings, the live status `voxa status` shows, and the one
-//! task tracker every task the agent spawns goes through (so stopping the agent waits for calls in
-//! flight and voice bridges).
+//! What every session of one agent shares: the approval broker and the audit trail, the tool
+//! dispatcher (this machine's tools and the router to environments, under the one policy), the
+//! voice settings, the live status `voxa status` shows, and the one task tracker every task the
+//! agent spawns goes through (so stopping the agent waits for calls in flight and voice bridges).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -13,6 +13,8 @@ use tokio_util::task::TaskTracker;
 use super::calls::{CallBoards, ListenerId};
 use super::gate::Admission;
 use super::start::SessionCounts;
+use crate::approvals::Broker;
+use crate::audit::Audit;
 use crate::gemini::GeminiConfig;
 use crate::protocol::{self, AgentMessage, AgentStatus, ConnectedClient, HelloOk, RelayPage};
 use crate::push::Notifier;
@@ -46,6 +48,10 @@ pub struct LiveStatus {
 
 /// What every session of one agent shares.
 pub struct AgentContext {
+    /// Every action that waits for the user: calls under `ask`, the coding agents' prompts.
+    pub approvals: Broker,
+    /// Where every call, approval and refused frame is recorded; `None` records nothing.
+    pub audit: Option<Audit>,
     /// Every tool call of every session goes through it.
     pub dispatcher: Dispatcher,
     pub gemini: Option<Arc<GeminiConfig>>,
@@ -65,10 +71,13 @@ pub struct AgentContext {
 }
 
 impl AgentContext {
-    /// A context for this machine's tools only, whose tasks go through `tasks`.
-    pub fn new(toolbox: Toolbox, tasks: TaskTracker) -> Self {
+    /// A context for this machine's tools only, waiting in `approvals`, recording to `audit`,
+    /// whose tasks go through `tasks`.
+    pub fn new(toolbox: Toolbox, approvals: Broker, audit: Option<Audit>, tasks: TaskTracker) -> Self {
         AgentContext {
-            dispatcher: Dispatcher::new(toolbox),
+            dispatcher: Dispatcher::new(toolbox, approvals.clone(), audit.clone()),
+            approvals,
+            audit,
             gemini: None,
             status: Arc::default(),
             tasks,
@@ -78,6 +87,12 @@ impl AgentContext {
             shutdown: CancellationToken::new(),
             terminals: None,
         }
+    }
+
+    /// A context for another link of the same agent (an environment pairing, a retired relay
+    /// code): this machine's tools only, the same broker, audit trail and tasks, a status of its own.
+    pub fn beside(&self) -> Self {
+        AgentContext::new(self.toolbox().clone(), self.approvals.clone(), self.audit.clone(), self.tasks.clone())
     }
 
     /// This machine's tools.

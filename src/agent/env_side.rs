@@ -28,7 +28,6 @@ use crate::environments::store::{self, stamp_of, IssuedPairing, Pairings, Stamp}
 use crate::net::dial::DialOptions;
 use crate::net::liveness::Heartbeat;
 use crate::state::Home;
-use crate::tools::Toolbox;
 
 /// How often the running agent looks at `.pairings.json` for issued or revoked pairings.
 pub const PAIRINGS_POLL: Duration = Duration::from_millis(50);
@@ -57,7 +56,7 @@ pub fn spawn_environment_side(
     let gate = Arc::new(GateShared::watching(options.home.clone()));
     let mut side = EnvSide {
         options,
-        toolbox: ctx.toolbox().clone(),
+        agent: ctx.clone(),
         gate,
         dialers: HashMap::new(),
         tasks: ctx.tasks.clone(),
@@ -70,7 +69,8 @@ pub fn spawn_environment_side(
 
 struct EnvSide {
     options: EnvSideOptions,
-    toolbox: Toolbox,
+    /// The agent whose tools, approvals and audit trail each pairing's sessions share.
+    agent: Arc<AgentContext>,
     gate: Arc<GateShared>,
     /// Stop token of each running pairing link, by pairing id.
     dialers: HashMap<String, CancellationToken>,
@@ -167,7 +167,7 @@ impl EnvSide {
             }
         };
         let stop = self.shutdown.child_token();
-        let ctx = AgentContext::new(self.toolbox.clone(), self.tasks.clone());
+        let ctx = self.agent.beside();
         if let Ok(mut shown) = ctx.status.relay.lock() {
             *shown = relay.to_string();
         }

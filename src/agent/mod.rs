@@ -38,6 +38,7 @@ pub use gate::{Admission, Gate, TokenGate};
 pub use link::{link_events, BackoffPolicy, LinkEvent, LinkEvents, RelayLink};
 pub use session::Session;
 
+use crate::approvals::{Broker, BrokerOptions};
 use crate::config::{Config, RelayUrl};
 use crate::environments::{HostOptions, HostRouter};
 use crate::gemini::GeminiConfig;
@@ -136,6 +137,9 @@ fn token_gate(options: &AgentOptions, caller: &'static str) -> TokenGate {
 /// What the agent's sessions share: the toolbox (its tools kept out of the home), the voice
 /// settings, the relay shown in status, and the router to environments.
 fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result<AgentContext> {
+    if let Some(advice) = crate::tools::policy::exec_advice(&options.config.policy) {
+        warn!("{advice}");
+    }
     let audit = crate::audit::Audit::new(options.home.audit_dir()?);
     let toolbox = Toolbox::new(ToolboxOptions {
         workspace: options.workspace.clone(),
@@ -143,24 +147,28 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
         // holds the home (as it does when `run` starts in the home directory).
         protected: vec![options.home.dir().to_path_buf()],
         config: options.config.clone(),
-        audit: Some(audit),
         env: None,
-        approvals_store: Some(options.home.path(crate::approvals::STORE_FILE)),
         trash: Some(options.home.path("trash")),
     })?;
+    let approvals = Broker::new(BrokerOptions {
+        timeout: Duration::from_secs(options.config.approvals.timeout_secs),
+        audit: Some(audit.clone()),
+        store: Some(options.home.path(crate::approvals::STORE_FILE)),
+    });
     // Approvals open when the agent stops are ended by the stop and reported after the restart.
-    toolbox.approvals().stop_with(shutdown.clone());
+    approvals.stop_with(shutdown.clone());
     let tasks = TaskTracker::new();
-    let mut ctx = AgentContext::new(toolbox, tasks.clone());
+    let mut ctx = AgentContext::new(toolbox, approvals, Some(audit), tasks.clone());
     ctx.shutdown = shutdown.clone();
     ctx.gemini = options.gemini.clone().map(Arc::new);
     // Notifications: a home whose VAPID key cannot be made or read still runs, without them.
     let pairing = crate::push::pairing_id(&options.secrets.relay_code);
-    match Notifier::new(&options.home, pairing, options.config.notifications.clone(), options.dial.clone()) {
+    let push = options.config.push.clone();
+    match Notifier::new(&options.home, pairing, options.config.notifications.clone(), push, options.dial.clone()) {
         Ok((notifier, queue)) => {
             tasks.spawn(queue.run(notifier.clone(), shutdown.clone()));
             tasks.spawn(notify::watch_approvals(
-                ctx.toolbox().approvals().clone(),
+                ctx.approvals.clone(),
                 notifier.clone(),
                 ctx.status.clone(),
                 shutdown.clone(),
@@ -179,6 +187,7 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
     let sessions = SessionHost::open(SessionHostOptions {
         store_dir: options.home.path(SESSIONS_DIR),
         toolbox: ctx.toolbox().clone(),
+        approvals: ctx.approvals.clone(),
         tasks: tasks.clone(),
         shutdown: shutdown.clone(),
     });

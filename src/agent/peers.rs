@@ -417,7 +417,7 @@ impl RelayLink {
         let revoked = admission.revoked.clone();
         let writer = io.out.clone();
         let shown = super::session::connected(&admission, io.input.is_sealed(), "relay");
-        let session = Session::new(self.ctx.clone(), admission.caller, io.out).relayed().shown(shown);
+        let session = Session::new(self.ctx.clone(), admission.caller, io.out).shown(shown);
         Peer::Ready { session: Box::new(session), writer, inbound: io.input, revoked }
     }
 
@@ -496,7 +496,12 @@ mod tests {
 
     fn link(workspace: &std::path::Path) -> RelayLink {
         let options = ToolboxOptions { workspace: workspace.to_owned(), ..Default::default() };
-        let ctx = AgentContext::new(Toolbox::new(options).unwrap(), TaskTracker::new());
+        let ctx = AgentContext::new(
+            Toolbox::new(options).unwrap(),
+            crate::approvals::Broker::new(Default::default()),
+            None,
+            TaskTracker::new(),
+        );
         let token = Secret::parse_hex128("00112233445566778899aabbccddeeff").unwrap();
         RelayLink {
             url: "ws://127.0.0.1:9/agent".into(),

@@ -59,7 +59,7 @@ pub fn spawn_retired_link(
     let Ok(left) = until.duration_since(SystemTime::now()) else { return };
     let events = template.events.clone();
     // Its own context: the retired link's connection state is not the live link's.
-    let own = AgentContext::new(ctx.toolbox().clone(), ctx.tasks.clone());
+    let own = ctx.beside();
     let link = RelayLink {
         url: template.relay.socket_url("/agent", retired.relay_code.expose()),
         ctx: Arc::new(own),

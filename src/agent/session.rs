@@ -1,6 +1,8 @@
 //! One authenticated session, the same over the relay and the loopback socket: tool calls (kept
 //! in the pairing's table, [`super::calls`]), cancellation, progress, screenshots to the phone
 //! only, and the voice call. The frames are described in docs/PROTOCOL.md, "Session frames".
+//! Every frame that acts asks the agent's one policy first, as its tools would
+//! ([`crate::tools::FrameAction`]; docs/SECURITY.md, "One policy, every door").
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -19,7 +21,7 @@ use crate::protocol::{
     self, AgentMessage, Bytes, CallErrorCode, ClientMessage, ConnectedClient, ErrorCode, Frame, ToolCall, ToolError,
     ToolResult,
 };
-use crate::tools::{ToolOutput, ToolRequest};
+use crate::tools::{FrameAction, ToolOutput, ToolRequest, Verdict};
 
 /// An authenticated session. Dropping it ends its voice call and its deliveries; its tool calls
 /// belong to its pairing and go on (docs/PROTOCOL.md, "Calls outlive the connection").
@@ -32,8 +34,6 @@ pub struct Session {
     listener: ListenerId,
     voice: Option<VoiceCall>,
     cancel: CancellationToken,
-    /// The session came through the relay, whose `/live` labels the calls it makes.
-    relayed: bool,
     /// Set while the client follows (`follow`): cancelling it stops the delivery.
     following: Option<CancellationToken>,
     /// Keystrokes (`term_input`) run one after the other, in the order they came.
@@ -53,7 +53,6 @@ impl Session {
             listener,
             voice: None,
             cancel: CancellationToken::new(),
-            relayed: false,
             following: None,
             typing: None,
         }
@@ -67,21 +66,24 @@ impl Session {
         self
     }
 
-    /// Marks a session that came through the relay: a `tool_call` there may carry the
-    /// [`protocol::HOSTED_CALLER`] label of a relay-hosted voice call. Only the audit name changes;
-    /// elsewhere (loopback) the label is ignored.
-    pub fn relayed(mut self) -> Self {
-        self.relayed = true;
-        self
-    }
-
-    /// Audit name for `call`: the hosted-voice label when this session may carry it, else the
-    /// session's own caller.
+    /// Who asks for `call`: a relay-hosted voice call when the page marked it so
+    /// ([`protocol::HOSTED_CALLER`]), else the session's own caller. The mark only ever narrows
+    /// what a call may do (`[policy.hosted]`), so it is taken from any session.
     fn caller_of(&self, call: &ToolCall) -> String {
         match call.caller.as_deref() {
-            Some(protocol::HOSTED_CALLER) if self.relayed => protocol::HOSTED_CALLER.to_owned(),
+            Some(protocol::HOSTED_CALLER) => protocol::HOSTED_CALLER.to_owned(),
             _ => self.caller.clone(),
         }
+    }
+
+    /// The policy's word on a frame that acts; a refusal is answered `denied-by-policy` here.
+    async fn judged(&self, action: &FrameAction) -> Verdict {
+        let verdict = self.ctx.dispatcher.judge_frame(&self.caller, action);
+        if let Verdict::Deny(rule) = &verdict {
+            let message = rule.refusal(action.frame()).message;
+            self.send(AgentMessage::Error { code: ErrorCode::DeniedByPolicy, message: Some(message) }).await;
+        }
+        verdict
     }
 
     /// Handles one frame from the socket.
@@ -154,31 +156,25 @@ impl Session {
                 Some(voice) => voice.end.cancel(),
                 None => self.send(gemini::no_call_error()).await,
             },
-            ClientMessage::Follow { after } => self.follow(after.as_ref()),
+            ClientMessage::Follow { after } => self.follow(after).await,
             ClientMessage::Unfollow => {
                 if let Some(following) = self.following.take() {
                     following.cancel();
                 }
             }
             ClientMessage::Approve(approve) => {
-                if let Err(err) = approvals::answer(self.ctx.toolbox().approvals(), approve, &self.caller) {
+                if let Verdict::Deny(_) = self.judged(&FrameAction::Approve).await {
+                    return;
+                }
+                if let Err(err) = approvals::answer(&self.ctx.approvals, approve, &self.caller) {
                     self.send(AgentMessage::Error { code: err.code, message: Some(err.message) }).await;
                 }
             }
-            ClientMessage::PushSubscribe { subscription } => {
-                let answer = match self.ctx.notifier.as_ref().map(|n| n.subscribe(subscription)) {
-                    Some(Ok(())) => AgentMessage::PushSubscribed,
-                    Some(Err(err)) => {
-                        AgentMessage::Error { code: ErrorCode::InvalidArgs, message: Some(format!("{err:#}")) }
-                    }
-                    None => AgentMessage::Error {
-                        code: ErrorCode::Unavailable,
-                        message: Some("this agent sends no notifications".into()),
-                    },
-                };
-                self.send(answer).await;
-            }
+            ClientMessage::PushSubscribe { subscription } => self.push_subscribe(subscription).await,
             ClientMessage::TermAck(ack) => {
+                if let Verdict::Deny(_) = self.judged(&FrameAction::TermAck).await {
+                    return;
+                }
                 if let Some(terminals) = &self.ctx.terminals {
                     terminals.ack(&ack, &self.out).await;
                 }
@@ -193,30 +189,93 @@ impl Session {
         }
     }
 
-    /// Starts (or restarts) the delivery of approvals to this client: the open ones, then each change.
-    /// With sessions, also every session's `agent_event`s after the `after` marks, then live.
-    fn follow(&mut self, after: Option<&Value>) {
+    /// Starts (or restarts) the delivery of approvals to this client: the open ones, then each
+    /// change — when the policy lets it both list and answer them. With sessions, also every
+    /// session's `agent_event`s after the `after` marks, then live — when it lets it read them
+    /// (`agent_log`; under `ask`, once the user allowed it).
+    async fn follow(&mut self, after: Option<Value>) {
         if let Some(previous) = self.following.take() {
             previous.cancel();
         }
         let following = self.cancel.child_token();
         self.following = Some(following.clone());
-        let broker = self.ctx.toolbox().approvals().clone();
-        let status = self.ctx.status.clone();
-        let out = self.out.clone();
-        let approvals_following = following.clone();
+        let approvals = self.ctx.dispatcher.judge_frame(&self.caller, &FrameAction::FollowApprovals);
+        let sessions = match &self.ctx.sessions {
+            Some(_) => self.ctx.dispatcher.judge_frame(&self.caller, &FrameAction::FollowSessions),
+            None => Verdict::Allow,
+        };
+        if let (Verdict::Deny(rule), Verdict::Deny(_)) = (&approvals, &sessions) {
+            let message = rule.refusal("follow").message;
+            return self.send(AgentMessage::Error { code: ErrorCode::DeniedByPolicy, message: Some(message) }).await;
+        }
+        if !matches!(approvals, Verdict::Deny(_)) {
+            let broker = self.ctx.approvals.clone();
+            let status = self.ctx.status.clone();
+            let out = self.out.clone();
+            let following = following.clone();
+            self.ctx.tasks.spawn(async move {
+                // Counted while it runs: notifications wait for a moment nobody follows.
+                let _following = crate::push::CountedFollower::hold(&status.followers);
+                approvals::forward(broker, out, following, |notice| Some(Frame::from(&notice))).await
+            });
+        }
+        let Some(host) = self.ctx.sessions.clone() else { return };
+        let ask = match sessions {
+            Verdict::Deny(_) => return,
+            Verdict::Ask(ask) => Some(ask),
+            Verdict::Allow => None,
+        };
+        let (ctx, out) = (self.ctx.clone(), self.out.clone());
         self.ctx.tasks.spawn(async move {
-            // Counted while it runs: notifications wait for a moment nobody follows.
-            let _following = crate::push::Presence::hold(&status.followers);
-            approvals::forward(broker, out, approvals_following, |notice| Some(Frame::from(&notice))).await
-        });
-        if let Some(sessions) = &self.ctx.sessions {
-            let follower = sessions.follow(&crate::sessions::follow::after_marks(after));
-            let events = crate::sessions::follow::forward(follower, self.out.clone(), following, |event| {
+            if let Some(ask) = ask {
+                let input = serde_json::json!({ "after": after });
+                let action = FrameAction::FollowSessions;
+                if let Err(refused) = ctx.dispatcher.frame_approval(&action, ask, input, &following).await {
+                    let message = AgentMessage::Error { code: refused.code, message: Some(refused.message) };
+                    let _ = out.send(Frame::from(message)).await;
+                    return;
+                }
+            }
+            let follower = host.follow(&crate::sessions::follow::after_marks(after.as_ref()));
+            let forward = crate::sessions::follow::forward(follower, out, following, |event| {
                 Frame::text(event.to_frame().to_string())
             });
-            self.ctx.tasks.spawn(events);
-        }
+            forward.await
+        });
+    }
+
+    /// Keeps the browser's push subscription, if the policy lets this client make the laptop send
+    /// to that endpoint (under `ask`, once the user allowed it) and the endpoint is one the
+    /// laptop may send to; answered `push_subscribed` or an error.
+    async fn push_subscribe(&self, subscription: crate::protocol::PushSubscription) {
+        let Some(notifier) = self.ctx.notifier.clone() else {
+            let message = Some("this agent sends no notifications".into());
+            return self.send(AgentMessage::Error { code: ErrorCode::Unavailable, message }).await;
+        };
+        let action = FrameAction::PushSubscribe { host: subscription.host() };
+        let ask = match self.judged(&action).await {
+            Verdict::Deny(_) => return,
+            Verdict::Ask(ask) => Some(ask),
+            Verdict::Allow => None,
+        };
+        let (ctx, out, cancel) = (self.ctx.clone(), self.out.clone(), self.cancel.clone());
+        let subscribing = async move {
+            if let Some(ask) = ask {
+                let input = serde_json::json!({ "endpoint_host": subscription.host() });
+                if let Err(refused) = ctx.dispatcher.frame_approval(&action, ask, input, &cancel).await {
+                    return AgentMessage::Error { code: refused.code, message: Some(refused.message) };
+                }
+            }
+            match notifier.subscribe(subscription).await {
+                Ok(()) => AgentMessage::PushSubscribed,
+                Err(err) => AgentMessage::Error { code: ErrorCode::InvalidArgs, message: Some(format!("{err:#}")) },
+            }
+        };
+        // Resolving the endpoint (and an approval) may take a while: the session goes on meanwhile.
+        self.ctx.tasks.spawn(async move {
+            let answer = subscribing.await;
+            let _ = out.send(Frame::from(answer)).await;
+        });
     }
 
     async fn start_voice(&mut self) {
@@ -234,14 +293,19 @@ impl Session {
         }
         let tools = Arc::new(SessionTools(self.ctx.clone()));
         let voice = gemini::start(config, tools, self.out.clone(), &self.ctx.tasks);
-        // The model is told of every open approval, so the user can answer by voice.
-        let broker = self.ctx.toolbox().approvals().clone();
-        let tell = approvals::forward(broker, voice.input.clone(), voice.end.clone(), |notice| {
-            approvals::voice_prompts(notice).map(VoiceInput::Text)
-        });
-        self.ctx.tasks.spawn(tell);
-        // And of every turn that ends or session that fails while the call runs.
-        if let Some(sessions) = &self.ctx.sessions {
+        // The model is told of every open approval, so the user can answer by voice — when the
+        // policy lets the call list and answer them, as a follower would.
+        if let Verdict::Allow = self.ctx.dispatcher.judge_frame("gemini", &FrameAction::FollowApprovals) {
+            let broker = self.ctx.approvals.clone();
+            let tell = approvals::forward(broker, voice.input.clone(), voice.end.clone(), |notice| {
+                approvals::voice_prompts(notice).map(VoiceInput::Text)
+            });
+            self.ctx.tasks.spawn(tell);
+        }
+        // And of every turn that ends or session that fails while the call runs, when it may read
+        // the sessions without asking.
+        let narrated = self.ctx.dispatcher.judge_frame("gemini", &FrameAction::FollowSessions) == Verdict::Allow;
+        if let Some(sessions) = self.ctx.sessions.as_ref().filter(|_| narrated) {
             let told = crate::sessions::voice::tell(
                 sessions.clone(),
                 voice.input.clone(),
@@ -421,7 +485,8 @@ mod tests {
     async fn a_bad_frame_with_multibyte_text_is_answered_not_panicked_on() {
         let workspace = tempfile::tempdir().unwrap();
         let options = crate::tools::ToolboxOptions { workspace: workspace.path().to_owned(), ..Default::default() };
-        let ctx = AgentContext::new(Toolbox::new(options).unwrap(), TaskTracker::new());
+        let broker = crate::approvals::Broker::new(Default::default());
+        let ctx = AgentContext::new(Toolbox::new(options).unwrap(), broker, None, TaskTracker::new());
         let (out, mut frames) = mpsc::channel(4);
         let mut session = Session::new(Arc::new(ctx), "test".into(), out);
         let frame = format!("{{\"type\":\"{}\"}}", "é".repeat(300));

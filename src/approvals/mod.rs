@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use answer::{answer, approve_from_args, decided_by};
 pub use deliver::{forward, voice_prompt, voice_prompts};
-pub use rules::{ask_rule, coding_agent_risk, command_risk, Ask};
+pub use rules::{ask_for, coding_agent_risk, command_risk, describe, Ask};
 pub use summary::{one_line, redact_secrets, MAX_SUMMARY_LEN};
 
 use crate::audit::{ApprovalRecord, Audit};

@@ -46,70 +46,117 @@ const BYPASS_MARKERS: &[&str] = &[
     "--dangerously-bypass-approvals-and-sandbox",
 ];
 
-/// Whether this call of voxa's own tool `tool` must wait for the user, under the policy's `ask`
-/// list and the `[approvals]` rules: `run_command` asks unless the command is on the allow list;
+/// Whether a call of voxa's own tool `tool`, which the policy's `ask` lists, must wait for the
+/// user after the `[approvals]` rules: `run_command` asks unless the command is on the allow list;
 /// `write_file` asks outside the allowed paths; `coding_agent` and `agent_start` ask when the agent
-/// would run in a mode that skips its own permission prompts; any other listed tool always asks.
-/// `workspace` is the root relative paths resolve in; `changes_machine` is the tool's own word on
-/// whether it can change something (the risk of a tool without a rule of its own).
-pub fn ask_rule(config: &Config, tool: &str, args: &Value, workspace: &Path, changes_machine: bool) -> Option<Ask> {
-    // Answering an approval never waits for one.
-    if matches!(tool, "approve" | "approvals") || !config.policy.ask.iter().any(|listed| listed == tool) {
-        return None;
-    }
+/// would run without permission prompts voxa can show (see [`Unprompted`]); any other listed tool
+/// always asks.
+/// `approve` and `approvals` never wait. `workspace` is the root relative paths resolve in;
+/// `changes_machine` is the tool's own word on whether it can change something (the risk of a
+/// tool without a rule of its own).
+pub fn ask_for(config: &Config, tool: &str, args: &Value, workspace: &Path, changes_machine: bool) -> Option<Ask> {
     let text = |field: &str| args.get(field).and_then(Value::as_str).unwrap_or_default();
     let settings = &config.approvals;
+    let let_through = match tool {
+        // Answering an approval never waits for one.
+        "approve" | "approvals" => true,
+        "run_command" => settings.allow_commands.iter().any(|entry| command_matches(text("command"), entry)),
+        "write_file" => settings.allow_paths.iter().any(|allowed| path_within(text("path"), allowed)),
+        "coding_agent" | "agent_start" => unprompted(config, args).is_none(),
+        _ => false,
+    };
+    (!let_through).then(|| describe(config, tool, args, workspace, changes_machine))
+}
+
+/// What an approval for this call shows: its one-line summary and its risk, for any tool.
+pub fn describe(config: &Config, tool: &str, args: &Value, workspace: &Path, changes_machine: bool) -> Ask {
+    let text = |field: &str| args.get(field).and_then(Value::as_str).unwrap_or_default();
+    let cwd = args.get("cwd").and_then(Value::as_str);
     match tool {
         "run_command" => {
             let command = text("command");
-            if settings.allow_commands.iter().any(|entry| command_matches(command, entry)) {
-                return None;
-            }
-            let place = args.get("cwd").and_then(Value::as_str).map(|cwd| format!(" (in {cwd})")).unwrap_or_default();
-            let risk = command_risk(command, workspace).max(path_risk(args.get("cwd").and_then(Value::as_str)));
-            Some(Ask { risk, summary: format!("Run: {}{place}", command.trim()) })
+            let place = cwd.map(|cwd| format!(" (in {cwd})")).unwrap_or_default();
+            let risk = command_risk(command, workspace).max(path_risk(cwd));
+            Ask { risk, summary: format!("Run: {}{place}", command.trim()) }
         }
         "write_file" => {
             let path = text("path");
-            if settings.allow_paths.iter().any(|allowed| path_within(path, allowed)) {
-                return None;
-            }
             let bytes = text("content").len();
             let risk = path_risk(Some(path)).max(Risk::Write);
-            Some(Ask { risk, summary: format!("Write {bytes} bytes to {path}") })
+            Ask { risk, summary: format!("Write {bytes} bytes to {path}") }
         }
         "coding_agent" | "agent_start" => {
             let agent = args.get("agent").and_then(Value::as_str).unwrap_or("claude");
-            let configured = config.agents.get(agent).map(|command| command.args.join(" ")).unwrap_or_default();
-            let requested = [text("mode"), text("permission_mode"), &configured].join(" ");
-            if !bypasses(&requested) {
-                return None;
-            }
-            let prompt = text("prompt");
-            Some(Ask { risk: Risk::Exec, summary: format!("Start {agent} without its permission prompts: {prompt}") })
+            let how = match unprompted(config, args) {
+                Some(Unprompted::Bypass) => " without its permission prompts",
+                Some(Unprompted::Configured) => " (a configured agent: it asks no permission)",
+                None => "",
+            };
+            Ask { risk: Risk::Exec, summary: format!("Start {agent}{how}: {}", text("prompt")) }
         }
+        "agent_send" => Ask { risk: Risk::Exec, summary: format!("Tell {}: {}", text("session"), text("text")) },
         "term_open" => {
             let command = args.get("command").and_then(Value::as_str).unwrap_or("the login shell");
-            let risk = command_risk(command, workspace).max(path_risk(args.get("cwd").and_then(Value::as_str)));
-            Some(Ask { risk, summary: format!("Open a terminal running {}", command.trim()) })
+            let risk = command_risk(command, workspace).max(path_risk(cwd));
+            Ask { risk, summary: format!("Open a terminal running {}", command.trim()) }
+        }
+        "term_input" => Ask { risk: Risk::Exec, summary: format!("Type into {}: {}", text("term"), text("data")) },
+        "read_file" | "list_dir" => {
+            Ask { risk: path_risk(Some(text("path"))), summary: format!("Use {tool} on {}", text("path")) }
         }
         other => {
             let risk = if changes_machine { Risk::Exec } else { Risk::Read };
-            Some(Ask { risk, summary: format!("Use {other}") })
+            Ask { risk, summary: format!("Use {other}") }
         }
     }
 }
 
-/// True when `command` is `entry` or `entry` followed by more words, and has no shell operator.
+/// Why a coding agent would act without permission prompts voxa can show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unprompted {
+    /// A mode or flag that skips its prompts (`bypassPermissions`, `--dangerously-skip-permissions`,
+    /// …), in the call's `mode` or the configured agent's args.
+    Bypass,
+    /// An agent configured in `[agents]`: voxa runs it as a plain program, and whatever it asks for
+    /// never reaches an approval.
+    Configured,
+}
+
+/// Whether the coding agent of this `coding_agent` or `agent_start` call would act without
+/// prompts voxa can show; `None` for the built-in Claude Code and Codex in their usual modes.
+fn unprompted(config: &Config, args: &Value) -> Option<Unprompted> {
+    let text = |field: &str| args.get(field).and_then(Value::as_str).unwrap_or_default();
+    let agent = args.get("agent").and_then(Value::as_str).unwrap_or("claude");
+    let configured = config.agents.get(agent);
+    let configured_args = configured.map(|command| command.args.join(" ")).unwrap_or_default();
+    if bypasses(&[text("mode"), text("permission_mode"), &configured_args].join(" ")) {
+        Some(Unprompted::Bypass)
+    } else {
+        configured.map(|_| Unprompted::Configured)
+    }
+}
+
+/// True when `command` is the command `entry` names: the same words, or, for an entry ending in
+/// ` *`, its words followed by any more. A line with a shell operator never matches, nor does an
+/// entry that names no command.
 fn command_matches(command: &str, entry: &str) -> bool {
-    let command = command.trim();
-    let entry = entry.trim();
-    if entry.is_empty() || command.contains(SHELL_OPERATORS) {
+    if command.contains(SHELL_OPERATORS) {
         return false;
     }
     let words: Vec<&str> = command.split_whitespace().collect();
-    let wanted: Vec<&str> = entry.split_whitespace().collect();
-    words.len() >= wanted.len() && words[..wanted.len()] == wanted[..]
+    let mut wanted: Vec<&str> = entry.split_whitespace().collect();
+    let open = wanted.last() == Some(&"*");
+    if open {
+        wanted.pop();
+    }
+    if wanted.is_empty() || wanted.iter().any(|word| word.contains(SHELL_OPERATORS)) {
+        return false;
+    }
+    if open {
+        words.len() >= wanted.len() && words[..wanted.len()] == wanted[..]
+    } else {
+        words == wanted
+    }
 }
 
 /// The risk of a shell command line: `network` for programs that reach the network, `outside`
@@ -220,24 +267,44 @@ mod tests {
     }
 
     #[test]
-    fn run_command_asks_unless_the_plain_command_is_allowed() {
-        let settings =
-            ApprovalSettings { allow_commands: vec!["git status".into(), "ls".into()], ..Default::default() };
+    fn run_command_asks_unless_the_whole_command_is_allowed() {
+        let entries = ["git status", "git diff", "cargo test", "ls *", "npm run build *"];
+        let settings = ApprovalSettings { allow_commands: entries.map(String::from).to_vec(), ..Default::default() };
         let config = config(&["run_command"], settings);
         let ws = Path::new("/home/u/ws");
-        let ask = |command: &str| ask_rule(&config, "run_command", &json!({ "command": command }), ws, true);
-        assert_eq!(ask("git status"), None);
-        assert_eq!(ask("  git   status -s"), None);
-        assert_eq!(ask("ls -la"), None);
-        for asked in ["git statusx", "git status; rm -rf ~", "ls $(rm -rf /)", "ls > out", "lsblk", "git", "git push"] {
+        let ask = |command: &str| ask_for(&config, "run_command", &json!({ "command": command }), ws, true);
+        for allowed in
+            ["git status", "  git   status ", "git diff", "cargo test", "ls", "ls -la", "npm run build --prod"]
+        {
+            assert_eq!(ask(allowed), None, "{allowed}");
+        }
+        // An entry without ` *` is the whole command: no option of the program gets through.
+        for asked in [
+            "git status -s",
+            "git diff --no-index /etc/passwd ws",
+            "git diff --output=/home/u/.bashrc",
+            "cargo test --config target.x86_64-unknown-linux-gnu.runner=\"sh -c id\"",
+            "git statusx",
+            "git status; rm -rf ~",
+            "ls $(rm -rf /)",
+            "ls > out",
+            "ls *.txt",
+            "lsblk",
+            "git",
+            "git push",
+            "FOO=1 git status",
+            "npm run",
+        ] {
             assert!(ask(asked).is_some(), "{asked}");
         }
         let asked = ask("npm test").unwrap();
         assert_eq!(asked, Ask { risk: Risk::Exec, summary: "Run: npm test".into() });
-        let cwd = ask_rule(&config, "run_command", &json!({"command": "make", "cwd": "app"}), ws, true).unwrap();
+        let cwd = ask_for(&config, "run_command", &json!({"command": "make", "cwd": "app"}), ws, true).unwrap();
         assert_eq!(cwd.summary, "Run: make (in app)");
-        // A tool not under `ask` never asks.
-        assert_eq!(ask_rule(&config, "write_file", &json!({"path": "x", "content": ""}), ws, true), None);
+        // An entry that names no command matches nothing.
+        let star = ApprovalSettings { allow_commands: vec!["*".into(), "".into()], ..Default::default() };
+        let star = self::config(&["run_command"], star);
+        assert!(ask_for(&star, "run_command", &json!({ "command": "ls" }), ws, true).is_some());
     }
 
     #[test]
@@ -246,7 +313,7 @@ mod tests {
             ApprovalSettings { allow_paths: vec!["notes".into(), "docs/drafts/".into()], ..Default::default() };
         let config = config(&["write_file"], settings);
         let ws = Path::new("/ws");
-        let ask = |path: &str| ask_rule(&config, "write_file", &json!({ "path": path, "content": "hello" }), ws, true);
+        let ask = |path: &str| ask_for(&config, "write_file", &json!({ "path": path, "content": "hello" }), ws, true);
         assert_eq!(ask("notes/today.md"), None);
         assert_eq!(ask("./notes/a/b.md"), None);
         assert_eq!(ask("docs/drafts/x"), None);
@@ -261,12 +328,23 @@ mod tests {
     }
 
     #[test]
-    fn coding_agents_ask_only_in_bypass_modes() {
+    fn coding_agents_ask_only_when_they_would_act_without_prompts_voxa_can_show() {
         let mut config = config(&["coding_agent", "agent_start"], ApprovalSettings::default());
         let ws = Path::new("/ws");
-        assert_eq!(ask_rule(&config, "coding_agent", &json!({"prompt": "fix it"}), ws, true), None);
+        assert_eq!(ask_for(&config, "coding_agent", &json!({"prompt": "fix it"}), ws, true), None);
+        assert_eq!(ask_for(&config, "agent_start", &json!({"prompt": "fix it", "agent": "codex"}), ws, true), None);
+        config.agents.insert(
+            "script".into(),
+            crate::config::AgentCommand {
+                program: "/bin/sh".into(),
+                args: vec!["-c".into(), "{prompt}".into()],
+                format: "text".into(),
+            },
+        );
+        let plain = ask_for(&config, "agent_start", &json!({"prompt": "make", "agent": "script"}), ws, true).unwrap();
+        assert_eq!(plain.summary, "Start script (a configured agent: it asks no permission): make");
         let bypass =
-            ask_rule(&config, "agent_start", &json!({"prompt": "fix it", "mode": "bypassPermissions"}), ws, true);
+            ask_for(&config, "agent_start", &json!({"prompt": "fix it", "mode": "bypassPermissions"}), ws, true);
         assert_eq!(bypass.unwrap().risk, Risk::Exec);
         config.agents.insert(
             "claude".into(),
@@ -276,8 +354,11 @@ mod tests {
                 format: "stream-json".into(),
             },
         );
-        let ask = ask_rule(&config, "coding_agent", &json!({"prompt": "fix it"}), ws, true).unwrap();
+        let ask = ask_for(&config, "coding_agent", &json!({"prompt": "fix it"}), ws, true).unwrap();
         assert_eq!(ask.summary, "Start claude without its permission prompts: fix it");
+        // Session tools ask like any other listed tool.
+        let send = ask_for(&config, "agent_send", &json!({"session": "s-1", "text": "use SQLite"}), ws, true).unwrap();
+        assert_eq!(send, Ask { risk: Risk::Exec, summary: "Tell s-1: use SQLite".into() });
     }
 
     #[test]

@@ -26,7 +26,7 @@ async fn test(settings: &Settings) -> Result<Exit> {
     let config = home.load_config()?;
     let dial = DialOptions::default().with_proxy_from_env()?;
     let pairing = home.load_secrets()?.map(|s| crate::push::pairing_id(&s.relay_code)).unwrap_or_default();
-    let (notifier, _queue) = Notifier::new(home, pairing, config.notifications, dial)?;
+    let (notifier, _queue) = Notifier::new(home, pairing, config.notifications, config.push, dial)?;
     let notice = Notice {
         event: NotifyEvent::Test,
         topic: "voxa-notify-test".into(),

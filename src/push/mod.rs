@@ -7,6 +7,7 @@
 //! [`Notifier::notify`] never blocks: notices go to a bounded queue that one task drains, retrying
 //! 429 and 5xx answers with backoff and forgetting subscriptions the service calls gone (404/410).
 
+pub mod endpoint;
 mod send;
 mod subscriptions;
 mod vapid;
@@ -30,7 +31,7 @@ pub use subscriptions::{
 };
 pub use vapid::{VapidKey, VAPID_KEY_FILE};
 
-use crate::config::NotificationSettings;
+use crate::config::{NotificationSettings, PushSettings};
 use crate::net::dial::DialOptions;
 use crate::state::Home;
 
@@ -148,6 +149,7 @@ struct Inner {
     pairing: String,
     subscriptions: Subscriptions,
     settings: NotificationSettings,
+    push: PushSettings,
     dial: DialOptions,
     first_retry_wait: Duration,
 }
@@ -160,22 +162,28 @@ impl std::fmt::Debug for Notifier {
 
 impl Notifier {
     /// A notifier for `home` (its VAPID key made on first use) whose new subscriptions belong to
-    /// `pairing`, and the queue its sender drains.
+    /// `pairing`, sending to the endpoints `push` allows, and the queue its sender drains.
     pub fn new(
         home: &Home,
         pairing: String,
         settings: NotificationSettings,
+        push: PushSettings,
         dial: DialOptions,
     ) -> Result<(Self, NoticeQueue)> {
         let key = VapidKey::load_or_create(home)?;
         let (queue, receiver) = mpsc::channel(NOTIFY_QUEUE);
         let subscriptions = Subscriptions::new(home.clone());
-        let inner = Arc::new(Inner { key, pairing, subscriptions, settings, dial, first_retry_wait: FIRST_RETRY_WAIT });
+        let first_retry_wait = FIRST_RETRY_WAIT;
+        let inner = Arc::new(Inner { key, pairing, subscriptions, settings, push, dial, first_retry_wait });
         Ok((Notifier { inner, queue }, NoticeQueue { receiver }))
     }
 
-    /// Keeps a browser's subscription (from `push_subscribe`), checked first.
-    pub fn subscribe(&self, subscription: Subscription) -> Result<()> {
+    /// Keeps a browser's subscription (from `push_subscribe`), checked first: well formed, and an
+    /// endpoint the laptop may send to ([`endpoint::check`]: `https://` on public addresses unless
+    /// `[push] allow_private_endpoints`).
+    pub async fn subscribe(&self, subscription: Subscription) -> Result<()> {
+        subscription.validate().map_err(|reason| anyhow!(reason))?;
+        endpoint::check(&subscription.endpoint, self.inner.push.allow_private_endpoints).await?;
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         self.inner.subscriptions.add(&self.inner.pairing, subscription, now)
     }
@@ -234,6 +242,7 @@ impl Notifier {
             let result = self.send_once(subscription, notice).await;
             let retry_after = match &result {
                 Ok(Outcome::Later { retry_after, .. }) => *retry_after,
+                Err(err) if err.downcast_ref::<endpoint::NotAllowed>().is_some() => return result,
                 Err(_) => None,
                 Ok(_) => return result,
             };
@@ -250,7 +259,7 @@ impl Notifier {
 
     async fn send_once(&self, subscription: &Subscription, notice: &Notice) -> Result<Outcome> {
         let request = self.build(subscription, notice)?;
-        send::post(&request, &self.inner.dial).await
+        send::post(&request, &self.inner.dial, self.inner.push.allow_private_endpoints).await
     }
 
     fn build(&self, subscription: &Subscription, notice: &Notice) -> Result<http::Request<Vec<u8>>> {
@@ -285,16 +294,16 @@ fn origin_of(endpoint: &str) -> Result<String> {
 }
 
 /// Counts one follower for as long as it lives (`followers` goes back down when it is dropped).
-pub struct Presence<'a>(&'a std::sync::atomic::AtomicUsize);
+pub struct CountedFollower<'a>(&'a std::sync::atomic::AtomicUsize);
 
-impl<'a> Presence<'a> {
+impl<'a> CountedFollower<'a> {
     pub fn hold(followers: &'a std::sync::atomic::AtomicUsize) -> Self {
         followers.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Presence(followers)
+        CountedFollower(followers)
     }
 }
 
-impl Drop for Presence<'_> {
+impl Drop for CountedFollower<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
@@ -354,7 +363,8 @@ mod tests {
         home.ensure().unwrap();
         let settings =
             NotificationSettings { events: events.iter().map(|e| e.to_string()).collect(), ..Default::default() };
-        let (n, q) = Notifier::new(&home, "p".into(), settings, DialOptions::default()).unwrap();
+        let (n, q) =
+            Notifier::new(&home, "p".into(), settings, PushSettings::default(), DialOptions::default()).unwrap();
         (n, q, dir)
     }
 

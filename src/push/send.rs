@@ -1,14 +1,16 @@
 //! One push, sent straight to the push service (RFC 8030): a `POST` of the encrypted payload to the
-//! subscription's endpoint with its VAPID `Authorization`, `TTL`, `Topic` and `Urgency`, over the
-//! same dialer as the relay link (so `HTTPS_PROXY` applies). Only the status line and headers of
-//! the answer are read.
+//! subscription's endpoint with its VAPID `Authorization`, `TTL`, `Topic` and `Urgency`. The
+//! endpoint is checked again first ([`super::endpoint`]) and the connection goes to an address
+//! that was checked; through `HTTPS_PROXY`, as the relay link goes, the proxy resolves the name
+//! itself. Only the status line and headers of the answer are read.
 
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::net::dial::{self, DialOptions};
+use super::endpoint::{self, Checked};
+use crate::net::dial::{self, DialOptions, Io};
 
 /// Time allowed for one push: connect, send and the answer's head.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(20);
@@ -47,19 +49,15 @@ impl Outcome {
     }
 }
 
-/// Sends `request` (built by web-push-native, with the headers voxa adds) and reads the status.
-pub async fn post(request: &http::Request<Vec<u8>>, options: &DialOptions) -> Result<Outcome> {
+/// Sends `request` (built by web-push-native, with the headers voxa adds) and reads the status;
+/// the endpoint must pass [`endpoint::check`] again first.
+pub async fn post(request: &http::Request<Vec<u8>>, options: &DialOptions, allow_private: bool) -> Result<Outcome> {
     let uri = request.uri();
     let host = uri.host().ok_or_else(|| anyhow!("the push endpoint has no host"))?.to_owned();
-    let bare = host.trim_start_matches('[').trim_end_matches(']').to_owned();
-    let tls = match uri.scheme_str() {
-        Some("https") => true,
-        Some("http") if crate::config::is_loopback_host(&host) => false,
-        _ => bail!("the push endpoint must be https://"),
-    };
-    let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
     let attempt = async {
-        let mut stream = dial::open_stream(&bare, port, tls, options).await?;
+        let checked = endpoint::check(&uri.to_string(), allow_private).await?;
+        let (tls, port) = (checked.tls, checked.port);
+        let mut stream = connect(&checked, options).await?;
         stream.write_all(&request_bytes(request, &host, port, tls)).await.context("could not send the push")?;
         stream.flush().await.context("could not send the push")?;
         read_outcome(&mut stream).await
@@ -69,6 +67,22 @@ pub async fn post(request: &http::Request<Vec<u8>>, options: &DialOptions) -> Re
         .map_err(|_| anyhow!("timed out after {} s", SEND_TIMEOUT.as_secs()))
         .and_then(|r| r)
         .with_context(|| format!("could not push to {host}"))
+}
+
+/// A connection to the checked endpoint: to one of its checked addresses, or through the proxy.
+async fn connect(checked: &Checked, options: &DialOptions) -> Result<Box<dyn Io>> {
+    if checked.tls && options.proxy.is_some() && !options.bypasses_proxy(&checked.host) {
+        return dial::open_stream(&checked.host, checked.port, checked.tls, options).await;
+    }
+    let tcp = tokio::net::TcpStream::connect(&checked.addrs[..]).await.context("TCP connect failed")?;
+    let _ = tcp.set_nodelay(true);
+    if !checked.tls {
+        return Ok(Box::new(tcp));
+    }
+    let config = dial::tls_client_config(&options.extra_roots)?;
+    let name = rustls_pki_types::ServerName::try_from(checked.host.clone()).context("invalid TLS server name")?;
+    let tls = tokio_rustls::TlsConnector::from(config).connect(name, tcp).await.context("TLS handshake failed")?;
+    Ok(Box::new(tls))
 }
 
 /// The request as HTTP/1.1 bytes (`Connection: close`).

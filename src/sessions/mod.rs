@@ -37,7 +37,7 @@ pub use event::{Event, SessionEvent, SessionState};
 pub use follow::Follower;
 
 use crate::approvals::Broker;
-use crate::config::{AgentCommand, Limits};
+use crate::config::{AgentCommand, ProcessLimits};
 use crate::protocol::{ErrorCode, ToolError};
 use crate::tools::coding_agent::{check_prompt_is_not_an_option, find_program, DEFAULT_AGENT, MAX_PROMPT_LEN};
 use crate::tools::Toolbox;
@@ -58,6 +58,8 @@ pub struct SessionHostOptions {
     pub store_dir: PathBuf,
     /// Workspace, agents, limits and environment come from here.
     pub toolbox: Toolbox,
+    /// The agent's broker, where the coding agents' permission prompts and questions wait.
+    pub approvals: Broker,
     pub tasks: TaskTracker,
     /// Stops every session's process (they stay resumable).
     pub shutdown: CancellationToken,
@@ -69,7 +71,7 @@ pub struct Shared {
     live: broadcast::Sender<SessionEvent>,
     approvals: Broker,
     env: Arc<[(OsString, OsString)]>,
-    limits: Limits,
+    limits: ProcessLimits,
     tasks: TaskTracker,
     shutdown: CancellationToken,
     runners: Mutex<HashMap<String, RunnerHandle>>,
@@ -150,7 +152,7 @@ impl SessionHost {
         let shared = Arc::new(Shared {
             store,
             live,
-            approvals: options.toolbox.approvals().clone(),
+            approvals: options.approvals,
             env: options.toolbox.child_env(),
             limits: options.toolbox.config().limits.clone(),
             tasks: options.tasks,

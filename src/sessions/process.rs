@@ -14,9 +14,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::adapter::Launch;
-use crate::config::Limits;
-use crate::tools::coding_agent::{exit_code, read_capped, GroupGuard, LineReader};
-use crate::tools::supervise::{exited, ulimit_lines, DRAIN_GRACE, KILL_GRACE};
+use crate::config::ProcessLimits;
+use crate::process::{exit_code, exited, read_capped, ulimit_lines, GroupGuard, LineReader, DRAIN_GRACE, KILL_GRACE};
 use crate::tools::SHELL;
 
 /// Bytes of the agent's stderr kept to explain a failure.
@@ -50,7 +49,12 @@ pub struct Ended {
 
 impl Process {
     /// Starts `launch` in `cwd`, with `env` (plus the launch's own variables) and `limits`.
-    pub fn start(launch: &Launch, cwd: &Path, env: &[(OsString, OsString)], limits: &Limits) -> std::io::Result<Self> {
+    pub fn start(
+        launch: &Launch,
+        cwd: &Path,
+        env: &[(OsString, OsString)],
+        limits: &ProcessLimits,
+    ) -> std::io::Result<Self> {
         let lines = ulimit_lines(limits);
         let mut command = if lines.is_empty() {
             Command::new(&launch.program)
@@ -217,7 +221,7 @@ mod tests {
     async fn lines_go_in_and_come_out_and_the_end_is_reported_with_stderr() {
         let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
         let script = "read line; echo \"$GREETING $line\"; echo oops >&2; exit 3";
-        let mut process = Process::start(&launch(script), Path::new("/"), &env, &Limits::default()).unwrap();
+        let mut process = Process::start(&launch(script), Path::new("/"), &env, &ProcessLimits::default()).unwrap();
         process.write(&["there".into()]).await.unwrap();
         let Step::Line(line) = process.next().await else { panic!("no line") };
         assert_eq!(line, b"hi there");
@@ -228,13 +232,17 @@ mod tests {
     #[tokio::test]
     async fn closing_input_ends_an_agent_and_one_that_ignores_it_is_killed() {
         let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-        let mut polite = Process::start(&launch("cat"), Path::new("/"), &env, &Limits::default()).unwrap();
+        let mut polite = Process::start(&launch("cat"), Path::new("/"), &env, &ProcessLimits::default()).unwrap();
         polite.close_input();
         let Step::Exited(ended) = polite.next().await else { panic!("no end") };
         assert_eq!(ended.exit_code, 0);
-        let mut stubborn =
-            Process::start(&launch("trap '' TERM; exec 0<&-; sleep 60"), Path::new("/"), &env, &Limits::default())
-                .unwrap();
+        let mut stubborn = Process::start(
+            &launch("trap '' TERM; exec 0<&-; sleep 60"),
+            Path::new("/"),
+            &env,
+            &ProcessLimits::default(),
+        )
+        .unwrap();
         stubborn.close_input();
         let Step::Exited(ended) = stubborn.next().await else { panic!("no end") };
         assert_eq!(ended.exit_code, 128 + 9);

@@ -288,10 +288,10 @@ impl Terminal {
         match self.pid {
             Some(pid) => {
                 tokio::select! {
-                    _ = crate::tools::supervise::exited(pid) => {}
+                    _ = crate::process::exited(pid) => {}
                     _ = self.closed.cancelled() => {}
                 }
-                crate::tools::supervise::kill_tree(pid, true);
+                crate::process::kill_tree(pid, true);
             }
             None => self.closed.cancelled().await,
         }

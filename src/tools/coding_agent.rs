@@ -18,19 +18,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::io::{AsyncBufRead, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::args::{check_text, Args};
 use super::command::SHELL;
 use super::output::{last_output, AnsiStripper, Output};
-use super::supervise::{
-    drain_done, exited, kill_tree, output_waiting, supervise, ulimit_lines, Stop, DRAIN_GRACE, KILL_GRACE,
+use super::Toolbox;
+use crate::config::{AgentCommand, Config, ProcessLimits};
+use crate::process::{
+    drain_done, exit_code, exited, output_waiting, read_capped, supervise, ulimit_lines, GroupGuard, LineReader, Stop,
+    DRAIN_GRACE, KILL_GRACE,
 };
-use crate::config::{AgentCommand, Config, Limits};
 use crate::protocol::{ErrorCode, ToolError, OUTPUT_CAP};
 use crate::text::{prefix, suffix};
 
@@ -42,8 +45,6 @@ pub const MAX_PROMPT_LEN: usize = 100_000;
 pub const CODING_AGENT_TIMEOUT: Duration = Duration::from_secs(2 * 60 * 60);
 /// Placeholder in an agent's `args` replaced by the prompt.
 pub const PROMPT_PLACEHOLDER: &str = "{prompt}";
-/// A stream-json line longer than this is skipped rather than buffered.
-const MAX_LINE_LEN: usize = 4 << 20;
 /// Bytes of the agent's stderr kept to explain a failure.
 const STDERR_KEEP: usize = 8 << 10;
 /// How often the output is looked at again, once the grace after the agent's exit has passed
@@ -59,7 +60,36 @@ pub(crate) struct AgentRequest {
     pub command: AgentCommand,
     pub program: PathBuf,
     /// Resource limits set before the agent runs.
-    pub limits: Limits,
+    pub limits: ProcessLimits,
+}
+
+impl AgentRequest {
+    /// A `coding_agent` call's checked prompt and directory, with the agent's command and program.
+    pub(crate) fn parse(args: &Args<'_>, toolbox: &Toolbox) -> Result<Self, ToolError> {
+        let prompt = args.str("prompt").unwrap_or_default();
+        check_text("prompt", prompt, MAX_PROMPT_LEN)?;
+        let agent = args.str("agent").unwrap_or(DEFAULT_AGENT);
+        let command = agent_command(toolbox.config(), agent)?;
+        check_prompt_is_not_an_option(agent, &command, prompt)?;
+        let cwd = toolbox.directory(args.str("cwd"))?;
+        let program = find_program(&command.program, toolbox.env_var("PATH")).ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::Unavailable,
+                format!(
+                    "coding agent {agent:?} is not available: `{}` is not installed or not on PATH",
+                    command.program
+                ),
+            )
+        })?;
+        Ok(AgentRequest {
+            prompt: prompt.to_owned(),
+            agent: agent.to_owned(),
+            cwd,
+            command,
+            program,
+            limits: toolbox.config().limits.clone(),
+        })
+    }
 }
 
 /// The built-in Claude Code command.
@@ -378,113 +408,10 @@ impl Answer {
     }
 }
 
-/// Splits a stream into `\n`-terminated lines, each at most [`MAX_LINE_LEN`] bytes (longer lines
-/// are dropped as they arrive). Cancel-safe: a partial line survives a dropped `next` future.
-pub(crate) struct LineReader<R> {
-    pub(crate) reader: R,
-    line: Vec<u8>,
-    overlong: bool,
-}
-
-impl<R: AsyncBufRead + Unpin> LineReader<R> {
-    pub(crate) fn new(reader: R) -> Self {
-        LineReader { reader, line: Vec::new(), overlong: false }
-    }
-
-    /// The next line without its `\n` (or `\r\n`); `None` at end of stream.
-    pub(crate) async fn next(&mut self) -> std::io::Result<Option<Vec<u8>>> {
-        loop {
-            let available = self.reader.fill_buf().await?;
-            if available.is_empty() {
-                let last = std::mem::take(&mut self.line);
-                let overlong = std::mem::take(&mut self.overlong);
-                return Ok((!last.is_empty() && !overlong).then_some(last));
-            }
-            let (chunk, used, done) = match available.iter().position(|&byte| byte == b'\n') {
-                Some(end) => (&available[..end], end + 1, true),
-                None => (available, available.len(), false),
-            };
-            if self.overlong || self.line.len() + chunk.len() > MAX_LINE_LEN {
-                self.overlong = true;
-                self.line = Vec::new();
-            } else {
-                self.line.extend_from_slice(chunk);
-            }
-            self.reader.consume(used);
-            if done {
-                let mut line = std::mem::take(&mut self.line);
-                if std::mem::take(&mut self.overlong) {
-                    continue;
-                }
-                if line.last() == Some(&b'\r') {
-                    line.pop();
-                }
-                return Ok(Some(line));
-            }
-        }
-    }
-}
-
-/// Keeps the first `keep` bytes of a stream and drains the rest, so the writer never blocks.
-pub(crate) async fn read_capped(mut stream: impl AsyncRead + Unpin, keep: usize) -> Vec<u8> {
-    let mut kept = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => return kept,
-            Ok(n) => {
-                let room = keep.saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
-            }
-        }
-    }
-}
-
-pub(crate) fn exit_code(status: &std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status.code().or_else(|| status.signal().map(|signal| 128 + signal)).unwrap_or(-1)
-}
-
-/// Kills the agent's process group when dropped, unless disarmed after the agent was reaped and
-/// its group cleared.
-pub(crate) struct GroupGuard(pub(crate) Option<u32>);
-
-impl GroupGuard {
-    pub(crate) fn kill(&self) {
-        if let Some(pid) = self.0 {
-            kill_tree(pid, false);
-        }
-    }
-
-    pub(crate) fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::future::Future;
-
-    #[tokio::test]
-    async fn lines_are_split_bounded_and_crlf_trimmed() {
-        let long = vec![b'x'; MAX_LINE_LEN + 10];
-        let mut input = b"one\r\ntwo\n".to_vec();
-        input.extend_from_slice(&long);
-        input.extend_from_slice(b"\nthree");
-        let mut lines = LineReader::new(BufReader::with_capacity(64, input.as_slice()));
-        assert_eq!(lines.next().await.unwrap().unwrap(), b"one");
-        assert_eq!(lines.next().await.unwrap().unwrap(), b"two");
-        // The overlong line is skipped entirely.
-        assert_eq!(lines.next().await.unwrap().unwrap(), b"three");
-        assert_eq!(lines.next().await.unwrap(), None);
-    }
 
     #[tokio::test]
     async fn a_late_reader_still_reads_what_the_agent_wrote_before_it_exited() {
@@ -498,7 +425,7 @@ mod tests {
                 format: "text".into(),
             },
             program: SHELL.into(),
-            limits: Limits::default(),
+            limits: ProcessLimits::default(),
         };
         let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
         let (mut run, _stderr) = Running::start(&request, &env, None).unwrap();

@@ -28,10 +28,12 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::args::{check_text, invalid, Args};
 use super::output::{last_output, AnsiStripper, Output};
-use super::supervise::{drain_done, has_exited, kill_tree, supervise, ulimit_lines, Stop, DRAIN_GRACE, KILL_GRACE};
-use crate::config::Limits;
-use crate::protocol::{ErrorCode, ToolError};
+use super::Toolbox;
+use crate::config::ProcessLimits;
+use crate::process::{drain_done, has_exited, kill_tree, supervise, ulimit_lines, Stop, DRAIN_GRACE, KILL_GRACE};
+use crate::protocol::{ErrorCode, ToolError, DEFAULT_COMMAND_TIMEOUT};
 
 /// The shell every command runs in.
 pub const SHELL: &str = "/bin/sh";
@@ -53,7 +55,27 @@ pub(crate) struct CommandRequest {
     pub cwd: PathBuf,
     pub timeout: Duration,
     /// Resource limits the shell sets on itself before the command runs.
-    pub limits: Limits,
+    pub limits: ProcessLimits,
+}
+
+impl CommandRequest {
+    /// The checked command, directory and timeout of a `run_command` call.
+    pub(crate) fn parse(args: &Args<'_>, toolbox: &Toolbox) -> Result<Self, ToolError> {
+        let command = args.str("command").unwrap_or_default();
+        check_text("command", command, MAX_COMMAND_LEN)?;
+        let timeout = match args.u64("timeout_ms") {
+            None => DEFAULT_COMMAND_TIMEOUT,
+            Some(ms) if (1..=MAX_COMMAND_TIMEOUT.as_millis() as u64).contains(&ms) => Duration::from_millis(ms),
+            Some(_) => {
+                return Err(invalid(format!(
+                    "field `timeout_ms` must be between 1 and {}",
+                    MAX_COMMAND_TIMEOUT.as_millis()
+                )))
+            }
+        };
+        let cwd = toolbox.directory(args.str("cwd"))?;
+        Ok(CommandRequest { command: command.to_owned(), cwd, timeout, limits: toolbox.config().limits.clone() })
+    }
 }
 
 /// Runs the command and answers `{exit_code, output, truncated, timed_out, duration_ms}`.
@@ -334,7 +356,7 @@ mod tests {
     }
 
     fn request(command: &str, timeout: Duration) -> CommandRequest {
-        CommandRequest { command: command.into(), cwd: std::env::temp_dir(), timeout, limits: Limits::default() }
+        CommandRequest { command: command.into(), cwd: std::env::temp_dir(), timeout, limits: ProcessLimits::default() }
     }
 
     #[tokio::test]
@@ -411,7 +433,7 @@ mod tests {
         call.abort();
         let _ = call.await;
         let deadline = Instant::now() + Duration::from_secs(10);
-        while super::super::supervise::is_running(pid) {
+        while crate::process::is_running(pid) {
             assert!(Instant::now() < deadline, "pid {pid} still running after the call was dropped");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -30,7 +30,7 @@ pub fn gemini_declarations<S: AsRef<str>>(names: &[S]) -> Value {
                 Some(spec) => declaration(spec),
                 None => json!({ "name": name, "description": format!("The laptop's {name} tool.") }),
             };
-            if routes && spec.is_none_or(|spec| spec.runs == Runs::Toolbox) {
+            if routes && spec.is_none_or(|spec| spec.runs.routable()) {
                 add_env_argument(&mut declaration);
             }
             declaration
@@ -90,7 +90,7 @@ mod tests {
     #[test]
     fn the_table_drives_the_declarations() {
         let all: Vec<&str> =
-            ToolKind::ALL.into_iter().filter(|k| k.spec().runs == Runs::Toolbox).map(ToolKind::name).collect();
+            ToolKind::ALL.into_iter().filter(|k| k.spec().runs.routable()).map(ToolKind::name).collect();
         let declarations = gemini_declarations(&all);
         assert_eq!(names(&declarations), all);
         let run = &declarations[0];

@@ -1,9 +1,10 @@
 //! The one dispatcher of tool calls. Every call — from a phone or local session, self-hosted or
-//! hosted voice, a host driving this machine as an environment — goes through
+//! hosted voice, a host driving this machine as an environment, the CLI — goes through
 //! [`Dispatcher::dispatch`], which in this order resolves where it runs (this machine's toolbox,
-//! the environment router's own tool, or another environment), asks the policy (and, under `ask`,
-//! waits for the user's approval), runs it and writes its one audit line. Nothing else checks the
-//! policy or writes a call to the audit trail.
+//! the approval broker, the session or terminal host, the environment router's own tool, or
+//! another environment), asks the policy (and, under `ask`, waits for the user's approval), runs
+//! it and writes its one audit line. A session frame that acts asks the same policy through
+//! [`Dispatcher::judge_frame`]. Nothing else checks the policy or writes a call to the audit trail.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,13 +14,14 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::approve::ApprovalCall;
 use super::args::Args;
-use super::policy::{self, Judged, PolicyRule, Verdict};
-use super::spec::{Runs, ToolKind, ToolSpec, TOOLS};
-use super::{declare, ToolOutput, ToolRequest, Toolbox};
-use crate::approvals::{Ask, Request as ApprovalRequest};
-use crate::audit::CallRecord;
-use crate::protocol::{ApprovalSource, ErrorCode, Frame, ToolCall, ToolError};
+use super::policy::{self, FrameAction, Judged, PolicyRule, Verdict};
+use super::spec::{ApprovalTool, Runs, ToolKind, ToolSpec, TOOLS};
+use super::{declare, plain, ToolOutput, ToolRequest, Toolbox};
+use crate::approvals::{Ask, Broker, Request as ApprovalRequest};
+use crate::audit::{Audit, CallRecord, EventRecord};
+use crate::protocol::{ApprovalSource, ErrorCode, Frame, ToolCall, ToolError, HOSTED_CALLER};
 
 /// Routes calls that name another environment (docs/PROTOCOL.md, "Environments") and runs the
 /// router's own tools ([`Runs::Router`], e.g. `fleet`). Implemented by the host side of
@@ -64,6 +66,8 @@ pub trait Terminals: Send + Sync {
 enum Target<'a> {
     /// This machine's toolbox.
     Toolbox(ToolKind),
+    /// The agent's approval broker.
+    Approvals(ToolKind, ApprovalTool),
     /// The environment router's own tool, on this machine.
     Router(&'a dyn EnvRouter, ToolKind),
     /// A coding-agent session tool, on this machine's session host.
@@ -79,6 +83,7 @@ impl Target<'_> {
     fn changes_machine(&self, args: &Value) -> bool {
         match self {
             Target::Toolbox(kind)
+            | Target::Approvals(kind, _)
             | Target::Router(_, kind)
             | Target::Sessions(_, kind)
             | Target::Terminals(_, kind)
@@ -91,25 +96,33 @@ impl Target<'_> {
     fn env(&self) -> Option<&str> {
         match self {
             Target::Remote { env, .. } => Some(env),
-            Target::Toolbox(_) | Target::Router(..) | Target::Sessions(..) | Target::Terminals(..) => None,
+            Target::Toolbox(_)
+            | Target::Approvals(..)
+            | Target::Router(..)
+            | Target::Sessions(..)
+            | Target::Terminals(..) => None,
         }
     }
 }
 
 /// The tools of this agent, the router to other environments and the session host, behind one
-/// entry point.
+/// entry point, with the approval broker a call under `ask` waits in and the audit trail every
+/// call is written to (both the agent's, handed over by its context).
 #[derive(Clone)]
 pub struct Dispatcher {
     toolbox: Toolbox,
+    approvals: Broker,
+    audit: Option<Audit>,
     router: Option<Arc<dyn EnvRouter>>,
     sessions: Option<Arc<dyn AgentSessions>>,
     terminals: Option<Arc<dyn Terminals>>,
 }
 
 impl Dispatcher {
-    /// A dispatcher for this machine's tools only.
-    pub fn new(toolbox: Toolbox) -> Self {
-        Dispatcher { toolbox, router: None, sessions: None, terminals: None }
+    /// A dispatcher for this machine's tools only, waiting in `approvals` and writing to `audit`
+    /// (`None` records nothing: benchmarks).
+    pub fn new(toolbox: Toolbox, approvals: Broker, audit: Option<Audit>) -> Self {
+        Dispatcher { toolbox, approvals, audit, router: None, sessions: None, terminals: None }
     }
 
     /// The same dispatcher, routing calls to environments through `router` and offering its tools.
@@ -135,6 +148,11 @@ impl Dispatcher {
         &self.toolbox
     }
 
+    /// The approval broker calls under `ask` wait in.
+    pub fn approvals(&self) -> &Broker {
+        &self.approvals
+    }
+
     /// True when calls can go to other environments.
     pub fn has_router(&self) -> bool {
         self.router.is_some()
@@ -145,7 +163,7 @@ impl Dispatcher {
     pub fn offered(&self) -> impl Iterator<Item = &'static ToolSpec> + '_ {
         TOOLS.iter().filter(|spec| {
             let runs_here = match spec.runs {
-                Runs::Toolbox => true,
+                Runs::Toolbox(_) | Runs::Approvals(_) => true,
                 Runs::Router => self.router.is_some(),
                 Runs::Sessions => self.sessions.is_some(),
                 Runs::Terminals => self.terminals.is_some(),
@@ -175,23 +193,29 @@ impl Dispatcher {
         let outcome = match target {
             Err(err) => Err(err),
             Ok(target) => {
-                // Only this machine's calls with good arguments can be held for the user.
+                // Only this machine's calls with good arguments can be held by `[policy] ask`.
                 let askable = match &target {
-                    Target::Toolbox(kind) | Target::Terminals(_, kind) => {
-                        Args::check(kind.spec(), &args).ok().map(|checked| checked.value())
-                    }
-                    Target::Router(..) | Target::Sessions(..) | Target::Remote { .. } => None,
+                    Target::Toolbox(kind)
+                    | Target::Approvals(kind, _)
+                    | Target::Sessions(_, kind)
+                    | Target::Terminals(_, kind) => Args::check(kind.spec(), &args).ok().map(|checked| checked.value()),
+                    Target::Router(..) | Target::Remote { .. } => None,
                 };
                 let call = |args| ToolCall { id: id.clone(), name: name.clone(), args, env: None, caller: None };
                 let judged = Judged {
                     name: &name,
                     changes_machine: target.changes_machine(&args),
+                    args: &args,
                     askable: askable.as_ref(),
+                    hosted: caller == HOSTED_CALLER,
                     workspace: self.toolbox.workspace(),
                 };
                 match policy::verdict(self.toolbox.config(), &judged) {
                     Verdict::Allow => self.run(target, call(args), &caller, progress, cancel, viewer).await,
-                    Verdict::Ask(ask) => match self.approval(ask, &id, &name, askable, &cancel).await {
+                    Verdict::Ask(ask) => match self
+                        .approval(ask, &id, &name, Some(askable.unwrap_or_else(|| args.clone())), &cancel)
+                        .await
+                    {
                         Ok(()) => self.run(target, call(args), &caller, progress, cancel, viewer).await,
                         Err(refused) => {
                             refused_by = Some(PolicyRule::Ask);
@@ -247,7 +271,8 @@ impl Dispatcher {
         }
         let Some(kind) = kind else { return Err(unknown_tool(name)) };
         match (kind.spec().runs, router, self.sessions.as_deref(), self.terminals.as_deref()) {
-            (Runs::Toolbox, ..) => Ok(Target::Toolbox(kind)),
+            (Runs::Toolbox(_), ..) => Ok(Target::Toolbox(kind)),
+            (Runs::Approvals(tool), ..) => Ok(Target::Approvals(kind, tool)),
             (Runs::Router, Some(router), ..) => Ok(Target::Router(router, kind)),
             (Runs::Sessions, _, Some(sessions), _) => Ok(Target::Sessions(sessions, kind)),
             (Runs::Terminals, .., Some(terminals)) => Ok(Target::Terminals(terminals, kind)),
@@ -277,7 +302,7 @@ impl Dispatcher {
             questions: None,
             offers_session: false,
         };
-        let answer = self.toolbox.approvals().request(request).wait(cancel).await;
+        let answer = self.approvals.request(request).wait(cancel).await;
         if answer.decision.allows() {
             return Ok(());
         }
@@ -297,9 +322,12 @@ impl Dispatcher {
         cancel: CancellationToken,
         viewer: Option<mpsc::Sender<Frame>>,
     ) -> Result<ToolOutput, ToolError> {
-        let plain = |result| ToolOutput { result, image: None };
         match target {
-            Target::Toolbox(kind) => self.toolbox.run(kind, call.args, caller, progress, cancel).await,
+            Target::Toolbox(kind) => self.toolbox.run(kind, call.args, progress, cancel).await,
+            Target::Approvals(kind, tool) => {
+                let args = Args::check(kind.spec(), &call.args)?;
+                ApprovalCall::parse(tool, &args, &self.approvals)?.run(&self.approvals, caller).map(plain)
+            }
             Target::Router(router, kind) => router.run_tool(kind, call.args).await.map(plain),
             Target::Sessions(sessions, kind) => sessions.run_tool(kind, call.args, caller).await.map(plain),
             Target::Terminals(terminals, kind) => terminals.run_tool(kind, call.args, viewer).await.map(plain),
@@ -315,18 +343,49 @@ impl Dispatcher {
 
     /// The audit line of a call, if this agent keeps a trail: the only place a call is recorded.
     fn record(&self, record: CallRecord) {
-        if let Some(audit) = self.toolbox.audit() {
+        if let Some(audit) = &self.audit {
             if let Err(err) = audit.record_call(&record) {
                 tracing::warn!(err = format!("{err:#}"), "could not write the audit trail");
             }
         }
+    }
+
+    /// The policy's verdict on a session frame that acts, from `caller`'s session: the same
+    /// question its tools ask ([`policy::frame_verdict`]). A refusal is written to the audit trail.
+    pub fn judge_frame(&self, caller: &str, action: &FrameAction) -> Verdict {
+        let verdict = policy::frame_verdict(self.toolbox.config(), action);
+        if let (Verdict::Deny(rule), Some(audit)) = (&verdict, &self.audit) {
+            let record = EventRecord {
+                caller: caller.to_owned(),
+                event: action.frame().to_owned(),
+                outcome: ErrorCode::DeniedByPolicy.as_str().to_owned(),
+                rule: Some(rule.as_str().to_owned()),
+                subject: None,
+            };
+            if let Err(err) = audit.record_event(&record) {
+                tracing::warn!(err = format!("{err:#}"), "could not write the audit trail");
+            }
+        }
+        verdict
+    }
+
+    /// Holds a frame the policy holds under `ask` until the user decides; a denial or the expiry is
+    /// `denied-by-policy` with the user's message.
+    pub async fn frame_approval(
+        &self,
+        action: &FrameAction,
+        ask: Ask,
+        input: Value,
+        cancel: &CancellationToken,
+    ) -> Result<(), ToolError> {
+        self.approval(ask, action.frame(), action.frame(), Some(input), cancel).await
     }
 }
 
 /// The answer to a call of a tool this agent does not have.
 pub fn unknown_tool(name: &str) -> ToolError {
     let shown = crate::text::prefix(name, 64);
-    let known = TOOLS.iter().filter(|spec| spec.runs == Runs::Toolbox).map(|spec| spec.name).collect::<Vec<_>>();
+    let known = TOOLS.iter().filter(|spec| spec.runs.routable()).map(|spec| spec.name).collect::<Vec<_>>();
     ToolError::new(ErrorCode::UnknownTool, format!("no tool named {shown:?} (tools: {})", known.join(", ")))
 }
 
@@ -376,11 +435,11 @@ mod tests {
             let toolbox = Toolbox::new(ToolboxOptions {
                 workspace: workspace.path().to_owned(),
                 config: Config { policy, ..Default::default() },
-                audit: Some(crate::audit::Audit::new(workspace.path().join("audit"))),
                 ..Default::default()
             })
             .unwrap();
-            let mut tools = Dispatcher::new(toolbox);
+            let audit = Some(crate::audit::Audit::new(workspace.path().join("audit")));
+            let mut tools = Dispatcher::new(toolbox, Broker::new(Default::default()), audit);
             if router {
                 tools = tools.with_router(Arc::new(OneEnvRouter));
             }
@@ -555,7 +614,7 @@ mod tests {
         };
         for (id, decision) in [("yes", Decision::Allow), ("no", Decision::Deny)] {
             let running = write(id);
-            let broker = host.tools.toolbox().approvals().clone();
+            let broker = host.tools.approvals().clone();
             let open = loop {
                 if let Some(open) = broker.open().into_iter().next() {
                     break open;

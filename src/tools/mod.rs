@@ -1,36 +1,37 @@
-//! The tools (docs/PROTOCOL.md, "Tools"): [`spec`] is the one table that names them and
-//! describes their arguments, [`declare`] builds Gemini's declarations from it, [`dispatch`] is
-//! the one way a call runs, and [`Toolbox`] runs this machine's tools under the workspace.
+//! The tools (docs/PROTOCOL.md, "Tools"): [`spec`] is the one table that names them, describes
+//! their arguments and says which code runs each; [`declare`] builds Gemini's declarations from
+//! it; [`policy`] is the one policy boundary every door asks; [`dispatch`] is the one way a call
+//! runs; and [`Toolbox`] runs this machine's tools under the workspace, each group of tools in a
+//! file of its own that parses its arguments and runs them ([`files`], [`command`],
+//! [`screenshot`], [`coding_agent`]; [`approve`] runs on the agent's approval broker).
 //!
 //! Every call goes through the same gate, in this order: where it runs (another environment, or
-//! else a name the table lacks → `unknown-tool`); policy (deny list, allow list, read-only) →
-//! `denied-by-policy`; on this machine the agent-wide concurrency limit → `busy` at once, never
-//! queued, and argument checks against the table → `invalid-args` naming the field; then the
-//! tool. Each call, refused or not, leaves one line in the audit trail.
+//! else a name the table lacks → `unknown-tool`); policy (deny list, allow list, read-only, and
+//! `[policy.hosted]` for a relay-hosted voice call) → `denied-by-policy`, or under `ask` a wait
+//! for the user's decision; on this machine the agent-wide concurrency limit → `busy` at once,
+//! never queued, and argument checks against the table → `invalid-args` naming the field; then
+//! the tool. Each call, refused or not, leaves one line in the audit trail.
 
+mod approve;
 pub(crate) mod args;
 mod beneath;
 pub(crate) mod coding_agent;
 mod command;
 pub mod declare;
 pub mod dispatch;
-mod entries;
 mod files;
 pub(crate) mod output;
 pub mod policy;
 mod screenshot;
 mod sees;
 pub mod spec;
-pub(crate) mod supervise;
-mod upload;
 mod workspace;
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -38,19 +39,18 @@ pub use coding_agent::{default_claude, CODING_AGENT_TIMEOUT, DEFAULT_AGENT, MAX_
 pub use command::{MAX_COMMAND_LEN, MAX_COMMAND_TIMEOUT, SHELL};
 pub use declare::{gemini_declarations, ENV_ARG};
 pub use dispatch::{AgentSessions, Dispatcher, EnvRouter, Terminals};
-pub use entries::MAX_TRASH_ITEMS;
-pub use files::{MAX_DIR_ENTRIES, MAX_WRITE_LEN};
+pub use files::{MAX_DIR_ENTRIES, MAX_TRASH_ITEMS, MAX_UPLOAD_CHUNK, MAX_UPLOAD_LEN, MAX_WRITE_LEN};
+pub use policy::{Family, FrameAction, Verdict};
 pub use screenshot::{MAX_SCREENSHOT_LEN, SCREENSHOT_TIMEOUT};
 pub use sees::coding_agents_seen;
-pub use spec::{Effect, ParamSpec, ParamType, Runs, ToolKind, ToolSpec, FLEET_TOOL, TOOLS};
-pub use upload::{MAX_UPLOAD_CHUNK, MAX_UPLOAD_LEN};
+pub use spec::{
+    ApprovalTool, Effect, FileTool, Local, ParamSpec, ParamType, Runs, ToolKind, ToolSpec, FLEET_TOOL, TOOLS,
+};
 
-use crate::approvals::{self, Broker, BrokerOptions};
-use crate::audit::Audit;
 use crate::config::Config;
 use crate::error::ConfigError;
-use crate::protocol::{AgentMessage, ErrorCode, ToolCall, ToolError, DEFAULT_COMMAND_TIMEOUT};
-use args::{check_text, invalid, Args};
+use crate::protocol::{AgentMessage, ErrorCode, ToolCall, ToolError};
+use args::{invalid, Args};
 use workspace::Workspace;
 
 /// Tool calls running at once across the agent when `max_concurrent_calls` is not set.
@@ -68,13 +68,9 @@ pub struct ToolboxOptions {
     pub protected: Vec<PathBuf>,
     /// Policy, coding agents, concurrency.
     pub config: Config,
-    /// Where every call is recorded; `None` records nothing (benchmarks).
-    pub audit: Option<Audit>,
     /// Environment of the programs tools start, and where `PATH` and `DISPLAY` are looked up;
     /// `None` takes this process's. [`PRIVATE_ENV`] is removed either way.
     pub env: Option<Vec<(OsString, OsString)>>,
-    /// File that keeps the open approvals across a restart (`approvals.json` in the home).
-    pub approvals_store: Option<PathBuf>,
     /// Directory deleted files are moved to (`trash/` in the home); `None` refuses `delete_file`.
     pub trash: Option<PathBuf>,
 }
@@ -87,9 +83,7 @@ impl std::fmt::Debug for ToolboxOptions {
             .field("workspace", &self.workspace)
             .field("protected", &self.protected)
             .field("config", &self.config)
-            .field("audit", &self.audit)
             .field("env", &env_names)
-            .field("approvals_store", &self.approvals_store)
             .field("trash", &self.trash)
             .finish()
     }
@@ -104,7 +98,8 @@ pub struct ToolRequest {
     pub args: Value,
     /// Environment to run it on (`tool_call.env`); `None` for this machine.
     pub env: Option<String>,
-    /// Who asked: `phone`, `loopback`, `gemini`, `host:<envKey>` (audit only).
+    /// Who asked: `phone`, `loopback`, `gemini`, `gemini-hosted`, `host:<envKey>`. The audit
+    /// records it; the policy judges a `gemini-hosted` call by `[policy.hosted]` too.
     pub caller: String,
     /// Output chunks as they happen (`tool_progress`); `None` when nobody listens. Best effort:
     /// when the channel is full, chunks are merged and sent later, never waited for.
@@ -185,9 +180,7 @@ pub struct Toolbox {
 struct Inner {
     workspace: Workspace,
     config: Config,
-    audit: Option<Audit>,
-    approvals: Broker,
-    trash: Option<entries::Trash>,
+    trash: Option<files::entries::Trash>,
     env: Arc<[(OsString, OsString)]>,
     calls: Arc<Semaphore>,
 }
@@ -208,18 +201,11 @@ impl Toolbox {
         }
         let mut env = options.env.unwrap_or_else(|| std::env::vars_os().collect());
         env.retain(|(key, _)| !PRIVATE_ENV.iter().any(|private| key == private));
-        let approvals = Broker::new(BrokerOptions {
-            timeout: Duration::from_secs(options.config.approvals.timeout_secs),
-            audit: options.audit.clone(),
-            store: options.approvals_store,
-        });
         Ok(Toolbox {
             inner: Arc::new(Inner {
                 workspace,
                 config: options.config,
-                audit: options.audit,
-                approvals,
-                trash: options.trash.map(entries::Trash::new),
+                trash: options.trash.map(files::entries::Trash::new),
                 env: env.into(),
                 calls: Arc::new(Semaphore::new(max_calls)),
             }),
@@ -252,26 +238,18 @@ impl Toolbox {
         self.max_calls_in_flight().saturating_sub(self.inner.calls.available_permits())
     }
 
-    /// The approval broker every call under `ask`, and every coding agent's prompt, waits in.
-    pub fn approvals(&self) -> &Broker {
-        &self.inner.approvals
-    }
-
-    /// The audit trail; only the dispatcher writes to it.
-    pub(super) fn audit(&self) -> Option<&Audit> {
-        self.inner.audit.as_ref()
-    }
-
-    /// Runs a call the dispatcher resolved to this machine and the policy allowed: the
-    /// agent-wide concurrency limit (`busy` at once, never queued), the argument checks, the tool.
-    pub(crate) async fn run(
+    /// Runs a call of one of this machine's tools that the dispatcher resolved and the policy
+    /// allowed: the agent-wide concurrency limit (`busy` at once, never queued), the argument
+    /// checks, then the tool's own file parses its arguments and runs it. A tool that runs
+    /// elsewhere (an approval, session, terminal or router tool) is `unknown-tool` here.
+    pub async fn run(
         &self,
         kind: ToolKind,
         args: Value,
-        caller: &str,
         progress: Option<mpsc::Sender<String>>,
         cancel: CancellationToken,
     ) -> Result<ToolOutput, ToolError> {
+        let Runs::Toolbox(local) = kind.spec().runs else { return Err(dispatch::unknown_tool(kind.name())) };
         let Ok(_permit) = self.inner.calls.clone().try_acquire_owned() else {
             return Err(ToolError::new(ErrorCode::Busy, "too many tool calls are running; try again shortly"));
         };
@@ -279,169 +257,12 @@ impl Toolbox {
         if cancel.is_cancelled() {
             return Err(ToolError::new(ErrorCode::Cancelled, "cancelled before it started"));
         }
-        self.execute(kind, &args, caller, progress, cancel).await
-    }
-
-    async fn execute(
-        &self,
-        kind: ToolKind,
-        args: &Args<'_>,
-        caller: &str,
-        progress: Option<mpsc::Sender<String>>,
-        cancel: CancellationToken,
-    ) -> Result<ToolOutput, ToolError> {
-        let inner = &self.inner;
-        match kind {
-            ToolKind::RunCommand => {
-                let request = self.command_request(args)?;
-                command::run_command(request, inner.env.clone(), progress, cancel).await.map(plain)
-            }
-            ToolKind::ReadFile => {
-                let request = files::ReadRequest {
-                    path: args.str("path").unwrap_or_default().to_owned(),
-                    max_bytes: args.u64("max_bytes"),
-                    offset: args.u64("offset").unwrap_or(0),
-                    base64: args.str("encoding").map(files::Encoding::parse).transpose()?
-                        == Some(files::Encoding::Base64),
-                };
-                self.blocking(cancel, move |ws| files::read_file(ws, &request)).await.map(plain)
-            }
-            ToolKind::WriteFile => {
-                let request = files::WriteRequest {
-                    path: args.str("path").unwrap_or_default().to_owned(),
-                    content: args.str("content").unwrap_or_default().to_owned(),
-                    create_dirs: args.bool("create_dirs").unwrap_or(false),
-                    encoding: args
-                        .str("encoding")
-                        .map(files::Encoding::parse)
-                        .transpose()?
-                        .unwrap_or(files::Encoding::Utf8),
-                    expected: files::Expected::parse(args.str("version")),
-                };
-                self.committing(cancel, move |ws, cancel| files::write_file(ws, &request, cancel)).await
-            }
-            ToolKind::UploadFile => {
-                let request = upload::UploadRequest {
-                    path: args.str("path").unwrap_or_default().to_owned(),
-                    data: args.str("data").unwrap_or_default().to_owned(),
-                    offset: args.u64("offset").unwrap_or(0),
-                    done: args.bool("done").unwrap_or(false),
-                    expected: files::Expected::parse(args.str("version")),
-                };
-                self.committing(cancel, move |ws, cancel| upload::upload_file(ws, &request, cancel)).await
-            }
-            ToolKind::MoveFile => {
-                let from = args.str("from").unwrap_or_default().to_owned();
-                let to = args.str("to").unwrap_or_default().to_owned();
-                self.committing(cancel, move |ws, _| entries::move_file(ws, &from, &to)).await
-            }
-            ToolKind::DeleteFile => {
-                let path = args.str("path").unwrap_or_default().to_owned();
-                let trash = self.trash()?;
-                self.committing(cancel, move |ws, _| trash.delete(ws, &path)).await
-            }
-            ToolKind::ListTrash => {
-                let trash = self.trash()?;
-                self.blocking(cancel, move |_| trash.list()).await.map(plain)
-            }
-            ToolKind::RestoreFile => {
-                let id = args.str("id").unwrap_or_default().to_owned();
-                let to = args.str("to").map(str::to_owned);
-                let trash = self.trash()?;
-                self.committing(cancel, move |ws, _| trash.restore(ws, &id, to.as_deref())).await
-            }
-            ToolKind::ListDir => {
-                let path = args.str("path").map(str::to_owned);
-                self.blocking(cancel, move |ws| files::list_dir(ws, path.as_deref())).await.map(plain)
-            }
-            ToolKind::Screenshot => {
-                let display = args.str("display").map(str::to_owned);
-                let env_display = self.env_var("DISPLAY").map(|value| value.to_string_lossy().into_owned());
-                let shot = screenshot::take(display, env_display, cancel).await?;
-                let result =
-                    json!({ "width": shot.width, "height": shot.height, "mime": shot.mime, "bytes": shot.bytes.len() });
-                Ok(ToolOutput { result, image: Some(shot) })
-            }
-            ToolKind::CodingAgent => {
-                let request = self.agent_request(args)?;
-                coding_agent::run(request, inner.env.clone(), progress, cancel).await.map(plain)
-            }
-            ToolKind::Approve => {
-                let approve = approvals::approve_from_args(&inner.approvals, &args.value())?;
-                approvals::answer(&inner.approvals, approve, caller).map(|()| plain(json!({})))
-            }
-            ToolKind::Approvals => Ok(plain(json!({ "approvals": inner.approvals.open() }))),
-            // The dispatcher sends router and session tools where they run; one reaching here has none.
-            ToolKind::Fleet
-            | ToolKind::AgentStart
-            | ToolKind::AgentSend
-            | ToolKind::AgentInterrupt
-            | ToolKind::AgentStop
-            | ToolKind::AgentSessions
-            | ToolKind::AgentLog
-            | ToolKind::TermOpen
-            | ToolKind::TermAttach
-            | ToolKind::TermInput
-            | ToolKind::TermResize
-            | ToolKind::TermClose
-            | ToolKind::TermList
-            | ToolKind::TermScreen => Err(dispatch::unknown_tool(kind.name())),
-        }
-    }
-
-    /// A `run_command` call's checked command, directory and timeout.
-    fn command_request(&self, args: &Args<'_>) -> Result<command::CommandRequest, ToolError> {
-        let command = args.str("command").unwrap_or_default();
-        check_text("command", command, MAX_COMMAND_LEN)?;
-        let timeout = match args.u64("timeout_ms") {
-            None => DEFAULT_COMMAND_TIMEOUT,
-            Some(ms) if (1..=MAX_COMMAND_TIMEOUT.as_millis() as u64).contains(&ms) => Duration::from_millis(ms),
-            Some(_) => {
-                return Err(invalid(format!(
-                    "field `timeout_ms` must be between 1 and {}",
-                    MAX_COMMAND_TIMEOUT.as_millis()
-                )))
-            }
-        };
-        let cwd = self.directory(args.str("cwd"))?;
-        Ok(command::CommandRequest {
-            command: command.to_owned(),
-            cwd,
-            timeout,
-            limits: self.inner.config.limits.clone(),
-        })
-    }
-
-    /// A `coding_agent` call's checked prompt and directory, with the agent's command and program.
-    fn agent_request(&self, args: &Args<'_>) -> Result<coding_agent::AgentRequest, ToolError> {
-        let prompt = args.str("prompt").unwrap_or_default();
-        check_text("prompt", prompt, MAX_PROMPT_LEN)?;
-        let agent = args.str("agent").unwrap_or(DEFAULT_AGENT);
-        let command = coding_agent::agent_command(&self.inner.config, agent)?;
-        coding_agent::check_prompt_is_not_an_option(agent, &command, prompt)?;
-        let cwd = self.directory(args.str("cwd"))?;
-        let program = coding_agent::find_program(&command.program, self.env_var("PATH")).ok_or_else(|| {
-            ToolError::new(
-                ErrorCode::Unavailable,
-                format!(
-                    "coding agent {agent:?} is not available: `{}` is not installed or not on PATH",
-                    command.program
-                ),
-            )
-        })?;
-        Ok(coding_agent::AgentRequest {
-            prompt: prompt.to_owned(),
-            agent: agent.to_owned(),
-            cwd,
-            command,
-            program,
-            limits: self.inner.config.limits.clone(),
-        })
+        LocalCall::parse(local, &args, self)?.run(self, progress, cancel).await
     }
 
     /// Runs a file tool off the async threads; a cancel answers at once (the file operation
     /// itself is short and bounded, and finishes on its own).
-    async fn blocking<F>(&self, cancel: CancellationToken, work: F) -> Result<Value, ToolError>
+    pub(crate) async fn blocking<F>(&self, cancel: CancellationToken, work: F) -> Result<Value, ToolError>
     where
         F: FnOnce(&Workspace) -> Result<Value, ToolError> + Send + 'static,
     {
@@ -458,7 +279,7 @@ impl Toolbox {
     /// Runs a file tool that changes the workspace off the async threads. Not answered early on
     /// cancel: such a tool looks at the token before it commits (or is one short step), so the
     /// answer always tells whether anything changed.
-    async fn committing<F>(&self, cancel: CancellationToken, work: F) -> Result<ToolOutput, ToolError>
+    pub(crate) async fn committing<F>(&self, cancel: CancellationToken, work: F) -> Result<ToolOutput, ToolError>
     where
         F: FnOnce(&Workspace, &CancellationToken) -> Result<Value, ToolError> + Send + 'static,
     {
@@ -470,7 +291,7 @@ impl Toolbox {
     }
 
     /// The trash `delete_file` moves entries to.
-    fn trash(&self) -> Result<entries::Trash, ToolError> {
+    pub(crate) fn trash(&self) -> Result<files::entries::Trash, ToolError> {
         self.inner
             .trash
             .clone()
@@ -495,20 +316,55 @@ impl Toolbox {
     }
 }
 
-fn plain(result: Value) -> ToolOutput {
+pub(crate) fn plain(result: Value) -> ToolOutput {
     ToolOutput { result, image: None }
+}
+
+/// One call of this machine's own tools, its arguments read by its group's file: the dispatcher
+/// routes, each group parses and runs its own.
+enum LocalCall {
+    Files(files::FileCall),
+    Command(command::CommandRequest),
+    Screenshot(screenshot::ScreenshotRequest),
+    CodingAgent(coding_agent::AgentRequest),
+}
+
+impl LocalCall {
+    fn parse(local: Local, args: &Args<'_>, toolbox: &Toolbox) -> Result<Self, ToolError> {
+        Ok(match local {
+            Local::Files(tool) => LocalCall::Files(files::FileCall::parse(tool, args)?),
+            Local::Command => LocalCall::Command(command::CommandRequest::parse(args, toolbox)?),
+            Local::Screenshot => LocalCall::Screenshot(screenshot::ScreenshotRequest::parse(args, toolbox)),
+            Local::CodingAgent => LocalCall::CodingAgent(coding_agent::AgentRequest::parse(args, toolbox)?),
+        })
+    }
+
+    async fn run(
+        self,
+        toolbox: &Toolbox,
+        progress: Option<mpsc::Sender<String>>,
+        cancel: CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
+        let env = toolbox.child_env();
+        match self {
+            LocalCall::Files(call) => call.run(toolbox, cancel).await,
+            LocalCall::Command(request) => command::run_command(request, env, progress, cancel).await.map(plain),
+            LocalCall::Screenshot(request) => request.run(cancel).await,
+            LocalCall::CodingAgent(request) => coding_agent::run(request, env, progress, cancel).await.map(plain),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn make(config: Config) -> (tempfile::TempDir, Toolbox) {
         let tmp = tempfile::tempdir().unwrap();
         let toolbox = Toolbox::new(ToolboxOptions {
             workspace: tmp.path().to_path_buf(),
             config,
-            audit: None,
             env: Some(vec![("GEMINI_API_KEY".into(), "secret".into()), ("PATH".into(), "/usr/bin:/bin".into())]),
             ..Default::default()
         })

@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::Screenshot;
+use serde_json::json;
+
+use super::args::Args;
+use super::{Screenshot, ToolOutput, Toolbox};
 use crate::protocol::{ErrorCode, ToolError};
 
 /// Largest encoded screenshot; its base64 must still fit one 16 MiB frame.
@@ -18,6 +21,27 @@ pub const MAX_SCREENSHOT_LEN: usize = 11 << 20;
 pub const SCREENSHOT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Raw bytes requested from the X server per `GetImage`.
 const BAND_BYTES: usize = 4 << 20;
+
+/// A `screenshot` call: the display it names, and the one the tools' environment names.
+pub(crate) struct ScreenshotRequest {
+    display: Option<String>,
+    env_display: Option<String>,
+}
+
+impl ScreenshotRequest {
+    pub(crate) fn parse(args: &Args<'_>, toolbox: &Toolbox) -> Self {
+        let env_display = toolbox.env_var("DISPLAY").map(|value| value.to_string_lossy().into_owned());
+        ScreenshotRequest { display: args.str("display").map(str::to_owned), env_display }
+    }
+
+    /// Takes it: the image goes to the phone only, the model learns its size.
+    pub(crate) async fn run(self, cancel: CancellationToken) -> Result<ToolOutput, ToolError> {
+        let shot = take(self.display, self.env_display, cancel).await?;
+        let result =
+            json!({ "width": shot.width, "height": shot.height, "mime": shot.mime, "bytes": shot.bytes.len() });
+        Ok(ToolOutput { result, image: Some(shot) })
+    }
+}
 
 /// Takes a screenshot of `display` (an argument) or else the environment's display.
 pub(crate) async fn take(

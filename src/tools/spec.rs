@@ -77,11 +77,14 @@ impl Effect {
     }
 }
 
-/// Where a tool runs when the call names no other environment.
+/// Where a tool runs when the call names no other environment, and which code parses its
+/// arguments and runs it: the dispatcher only routes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Runs {
-    /// On this machine's [`Toolbox`](super::Toolbox).
-    Toolbox,
+    /// On this machine's [`Toolbox`](super::Toolbox), by the file of `tools/` its group names.
+    Toolbox(Local),
+    /// On the agent's approval broker (`tools/approve.rs`).
+    Approvals(ApprovalTool),
     /// On the environment router of a host ([`EnvRouter`](super::EnvRouter)); offered only where there is one.
     Router,
     /// On the coding-agent session host ([`AgentSessions`](super::AgentSessions)); offered only
@@ -89,6 +92,49 @@ pub enum Runs {
     Sessions,
     /// On the terminal host ([`Terminals`](super::Terminals)); offered only where one runs.
     Terminals,
+}
+
+impl Runs {
+    /// A tool every machine runs itself (its toolbox or its approval broker): a call of it may
+    /// name another environment, and Gemini is told so.
+    pub fn routable(self) -> bool {
+        matches!(self, Runs::Toolbox(_) | Runs::Approvals(_))
+    }
+}
+
+/// This machine's own tools, by the file of `tools/` that parses their arguments and runs them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Local {
+    /// `tools/files.rs`: the workspace's files.
+    Files(FileTool),
+    /// `tools/command.rs`: `run_command`.
+    Command,
+    /// `tools/screenshot.rs`: `screenshot`.
+    Screenshot,
+    /// `tools/coding_agent.rs`: `coding_agent`.
+    CodingAgent,
+}
+
+/// The file tools (`tools/files.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileTool {
+    Read,
+    Write,
+    List,
+    Move,
+    Delete,
+    ListTrash,
+    Restore,
+    Upload,
+}
+
+/// The approval tools (`tools/approve.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApprovalTool {
+    /// `approve`: answers one.
+    Approve,
+    /// `approvals`: lists the open ones.
+    List,
 }
 
 /// One tool: the single source for `hello_ok`, Gemini's declarations, argument checks and the
@@ -220,7 +266,7 @@ pub const TOOLS: &[ToolSpec] = &[
             ),
         ],
         effect: Effect::Changes,
-        runs: Runs::Toolbox,
+        runs: Runs::Toolbox(Local::Command),
     },
     ToolSpec {
         kind: ToolKind::ReadFile,
@@ -239,7 +285,7 @@ pub const TOOLS: &[ToolSpec] = &[
             ),
         ],
         effect: Effect::Reads,
-        runs: Runs::Toolbox,
+        runs: Runs::Toolbox(Local::Files(FileTool::Read)),
     },
     ToolSpec {
         kind: ToolKind::WriteFile,
@@ -253,7 +299,7 @@ pub const TOOLS: &[ToolSpec] = &[
             VERSION_PARAM,
         ],
         effect: Effect::Changes,
-        runs: Runs::Toolbox,
+        runs: Runs::Toolbox(Local::Files(FileTool::Write)),
     },
     ToolSpec {
         kind: ToolKind::ListDir,
@@ -266,7 +312,7 @@ pub const TOOLS: &[ToolSpec] = &[
             "Directory, relative to the workspace. Default: the workspace.",
         )],
         effect: Effect::Reads,
-        runs: Runs::Toolbox,
+        runs: Runs::Toolbox(Local::Files(FileTool::List)),
     },
     ToolSpec {
         kind: ToolKind::MoveFile,
@@ -278,7 +324,7 @@ pub const TOOLS: &[ToolSpec] = &[
             param("to", ParamType::String, true, "Its new path, relative to the workspace."),
         ],
         effect: Effect::Changes,
-        runs: Runs::Toolbox,
+        runs: Runs::Toolbox(Local::Files(FileTool::Move)),
     },
     ToolSpec {
         kind: ToolKind::DeleteFile,
@@ -287,7 +333,7 @@ pub const TOOLS: &[ToolSpec] = &[
                       restore_file brings it back.",
         params: &[param("path", ParamType::String, true, "Path of the file or folder, relative to the workspace.")],
         effect: Effect::Changes,
-        runs: Runs::Toolbox,
+        runs: Runs::Toolbox(Local::Files(FileTool::Delete)),
     },
     ToolSpec {
         kind: ToolKind::ListTrash,
@@ -295,7 +341,7 @@ pub const TOOLS: &[ToolSpec] = &[
         description: "List what was deleted and can be restored, newest first: id, original path, kind, size, when.",
         params: &[],
         effect: Effect::Reads,
-        runs: Runs::Toolbox,
+        runs: Runs::Toolbox(Local::Files(FileTool::ListTrash)),
     },
     ToolSpec {
         kind: ToolKind::RestoreFile,
@@ -306,7 +352,7 @@ pub const TOOLS: &[ToolSpec] = &[
             param("to", ParamType::String, false, "Where to put it, relative to the workspace. Default: where it was."),
         ],
         effect: Effect::Changes,
-        runs: Runs::Toolbox,
+        runs: Runs::Toolbox(Local::Files(FileTool::Restore)),
     },
     ToolSpec {
         kind: ToolKind::UploadFile,
@@ -325,7 +371,7 @@ pub const TOOLS: &[ToolSpec] = &[
             VERSION_PARAM,
         ],
         effect: Effect::Changes,
-        runs: Runs::Toolbox,
+        runs: Runs::Toolbox(Local::Files(FileTool::Upload)),
     },
     ToolSpec {
         kind: ToolKind::Screenshot,
@@ -334,7 +380,7 @@ pub const TOOLS: &[ToolSpec] = &[
                       size only.",
         params: &[param("display", ParamType::String, false, "X display such as \":0\". Default: the user's display.")],
         effect: Effect::Reads,
-        runs: Runs::Toolbox,
+        runs: Runs::Toolbox(Local::Screenshot),
     },
     ToolSpec {
         kind: ToolKind::CodingAgent,
@@ -357,7 +403,7 @@ pub const TOOLS: &[ToolSpec] = &[
             ),
         ],
         effect: Effect::Changes,
-        runs: Runs::Toolbox,
+        runs: Runs::Toolbox(Local::CodingAgent),
     },
     ToolSpec {
         kind: ToolKind::Approve,
@@ -378,7 +424,7 @@ pub const TOOLS: &[ToolSpec] = &[
             ),
         ],
         effect: Effect::Reads,
-        runs: Runs::Toolbox,
+        runs: Runs::Approvals(ApprovalTool::Approve),
     },
     ToolSpec {
         kind: ToolKind::Approvals,
@@ -386,7 +432,7 @@ pub const TOOLS: &[ToolSpec] = &[
         description: "List the approvals waiting for the user's decision: id, summary, risk and expiry of each.",
         params: &[],
         effect: Effect::Reads,
-        runs: Runs::Toolbox,
+        runs: Runs::Approvals(ApprovalTool::List),
     },
     ToolSpec {
         kind: ToolKind::Fleet,

@@ -320,7 +320,7 @@ async fn a_voice_call_is_told_of_the_approval_and_approves_it_by_a_function_call
 #[tokio::test]
 async fn by_voice_a_risky_action_cannot_be_allowed_for_the_session() {
     let agent = asking_agent(None, 600).await;
-    let broker = agent.agent.ctx.toolbox().approvals().clone();
+    let broker = agent.agent.ctx.approvals.clone();
     let pending = broker.request(voxa::approvals::Request {
         source: voxa::protocol::ApprovalSource::Session("s-1".into()),
         tool: "Bash".into(),
@@ -595,7 +595,7 @@ mod cards {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_coding_agents_edit_shows_its_diff_and_can_be_allowed_for_the_session_in_dark_mode() {
         let Some(page) = Page::open(Scheme::Dark).await else { return };
-        let broker = page.agent.agent.ctx.toolbox().approvals().clone();
+        let broker = page.agent.agent.ctx.approvals.clone();
         let diff = "--- a/src/app.rs\n+++ b/src/app.rs\n@@ -1,3 +1,3 @@\n fn main() {\n-    println!(\"hi\");\n+    println!(\"hello\");\n }\n";
         let pending = broker.request(voxa::approvals::Request {
             source: voxa::protocol::ApprovalSource::Session("s-7".into()),
@@ -628,7 +628,7 @@ mod cards {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_question_is_answered_by_the_button_of_its_option() {
         let Some(page) = Page::open(Scheme::Light).await else { return };
-        let broker = page.agent.agent.ctx.toolbox().approvals().clone();
+        let broker = page.agent.agent.ctx.approvals.clone();
         let questions = json!([{"question": "Which database?", "header": "DB", "multiSelect": false,
             "options": [{"label": "Postgres", "description": "the server"}, {"label": "SQLite", "description": "a file"}]}]);
         let pending = broker.request(voxa::approvals::Request {

@@ -846,9 +846,8 @@ async fn a_host_declares_fleet_and_env_within_the_schema_gemini_accepts() {
     let fleet = declarations.iter().find(|d| d["name"] == "fleet").expect("fleet is declared on a host");
     assert!(fleet.get("parameters").is_none(), "fleet takes no arguments: {fleet}");
     // Every tool an environment can run takes `env`; the router's and the session host's run here.
-    let on_environments = |name: &serde_json::Value| {
-        voxa::tools::TOOLS.iter().any(|spec| spec.name == name && spec.runs == voxa::tools::Runs::Toolbox)
-    };
+    let on_environments =
+        |name: &serde_json::Value| voxa::tools::TOOLS.iter().any(|spec| spec.name == name && spec.runs.routable());
     for declaration in declarations.iter().filter(|d| on_environments(&d["name"])) {
         assert_eq!(declaration.pointer("/parameters/properties/env/type"), Some(&json!("STRING")), "{declaration}");
     }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
-use voxa::config::{AgentCommand, Config, Limits};
+use voxa::approvals::Broker;
+use voxa::config::{AgentCommand, Config, ProcessLimits};
 use voxa::protocol::{ErrorCode, ToolError};
 use voxa::tools::{Dispatcher, ToolRequest, Toolbox, ToolboxOptions};
 
@@ -37,7 +38,10 @@ async fn call_until(toolbox: &Toolbox, name: &str, args: Value, cancel: Cancella
         cancel,
         viewer: None,
     };
-    Dispatcher::new(toolbox.clone()).dispatch(request).await.map(|output| output.result)
+    Dispatcher::new(toolbox.clone(), Broker::new(Default::default()), None)
+        .dispatch(request)
+        .await
+        .map(|output| output.result)
 }
 
 /// Names in a directory, sorted.
@@ -262,7 +266,8 @@ fn limit(limits: &str, name: &str) -> (String, String) {
 #[tokio::test]
 async fn tool_processes_run_under_the_configured_limits() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut config = Config { limits: Limits { max_processes: 321, max_address_space_mb: 1234 }, ..Default::default() };
+    let mut config =
+        Config { limits: ProcessLimits { max_processes: 321, max_address_space_mb: 1234 }, ..Default::default() };
     config.agents.insert(
         "limits".into(),
         AgentCommand {

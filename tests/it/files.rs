@@ -456,3 +456,93 @@ async fn the_files_view_in_the_dark_scheme() {
     picture(browser.screenshot().await, "web-files-dark.png");
     scene.close().await;
 }
+
+/// Every file and directory voxa makes for itself is its user's alone: 0600 and 0700 from the
+/// system call on (seen under `strace` where it is installed), whatever the umask, and still so
+/// afterwards — the home (audit, approvals, sessions, push subscriptions, VAPID key, the trash and
+/// each entry in it) and the temporary parts of writes and uploads in the workspace. What a deleted
+/// entry was stays as it was inside its 0700 entry (so restoring gives it back), and files the
+/// tools write into the workspace take the user's umask, as an editor's would.
+#[test]
+fn everything_voxa_creates_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, home) = crate::run::fresh_home();
+    let workspace = tempfile::tempdir().unwrap();
+    write_home_config(&home, "[policy]\nask = [\"move_file\"]\n\n[push]\nallow_private_endpoints = true\n");
+    let trace = dir.path().join("trace");
+    let traced = crate::support::installed("strace", "strace");
+    let wrapper =
+        ["strace", "-f", "-qq", "-e", "trace=openat,openat2,mkdir,mkdirat,creat", "-o", trace.to_str().unwrap()];
+    let mut command =
+        if traced { crate::support::voxa_cmd_via(&home, &wrapper) } else { crate::support::voxa_cmd(&home) };
+    command.args(["run", "--json", "--relay", "http://127.0.0.1:1", "--workspace"]).arg(workspace.path());
+    let mut run = crate::support::RunningVoxa::start(command);
+    let agent_file: Value = serde_json::from_slice(&std::fs::read(home.join("agent.json")).unwrap()).unwrap();
+    let agent_pid = agent_file["pid"].as_i64().unwrap();
+    let token = std::fs::read_to_string(home.join("auth_token")).unwrap();
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let mut socket = connect(&format!("ws://127.0.0.1:{}/", run.port)).await;
+        say_hello(&mut socket, token.trim()).await;
+        let args = json!({"path": "made/by/voxa.txt", "content": "hi", "create_dirs": true});
+        ok(&call(&mut socket, "w", "write_file", args).await);
+        let upload = json!({"path": "made/upload.bin", "data": b64(b"bytes"), "offset": 0, "done": true});
+        ok(&call(&mut socket, "u", "upload_file", upload).await);
+        ok(&call(&mut socket, "d", "delete_file", json!({"path": "made/by/voxa.txt"})).await);
+        let subscription = crate::push::sample_subscription("http://127.0.0.1:9/push/modes");
+        send(&mut socket, json!({"type":"push_subscribe","subscription":subscription})).await;
+        recv_type(&mut socket, "push_subscribed").await;
+        send(&mut socket, json!({"type":"follow"})).await;
+        send(&mut socket, json!({"type":"tool_call","id":"m","name":"move_file","args":{"from":"made","to":"moved"}}))
+            .await;
+        let shown = recv_type(&mut socket, "approval").await;
+        send(&mut socket, json!({"type":"approve","approval":shown["approval"],"decision":"deny"})).await;
+        assert_eq!(refused(&recv_result(&mut socket, "m").await), "denied-by-policy");
+    });
+    let pid = rustix::process::Pid::from_raw(agent_pid as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    assert!(crate::support::wait_with_deadline(&mut run.child, STEP).success());
+
+    let mode = |path: &Path| std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777;
+    let mut seen = Vec::new();
+    let mut stack = vec![home.clone()];
+    while let Some(dir) = stack.pop() {
+        assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let shown = path.strip_prefix(&home).unwrap().display().to_string();
+            seen.push(shown.clone());
+            if shown.starts_with("trash/") && shown.ends_with("/item") {
+                continue;
+            }
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                assert_eq!(mode(&path), 0o600, "{}", path.display());
+            }
+        }
+    }
+    for kept in ["audit", "agent.lock", "sessions", "push_subscriptions.json", "vapid_key", "trash", "config.toml"] {
+        assert!(seen.iter().any(|path| path == kept), "{kept} in {seen:?}");
+    }
+    assert!(seen.iter().any(|path| path.starts_with("trash/") && path.ends_with("entry.json")), "{seen:?}");
+    if traced {
+        let trace = std::fs::read_to_string(trace).unwrap();
+        // The workspace's own directories (`create_dirs`) are the user's, made with the umask.
+        let creates: Vec<&str> = trace
+            .lines()
+            .filter(|line| line.contains("O_CREAT") || line.contains("mkdir(") || line.contains("mkdirat("))
+            .filter(|line| !(line.contains("mkdirat(") && (line.contains("\"made\"") || line.contains("\"by\""))))
+            .collect();
+        assert!(creates.len() > 10, "{trace}");
+        // A create of a path made private before it keeps that mode (SQLite opens the store the
+        // agent made 0600 with its own default).
+        let private = |line: &str| line.contains(", 0600)") || line.contains(", 0700)");
+        let path_of = |line: &str| line.split('"').nth(1).unwrap_or_default().to_owned();
+        let made: Vec<String> = creates.iter().filter(|line| private(line)).map(|line| path_of(line)).collect();
+        let loose: Vec<&&str> =
+            creates.iter().filter(|line| !private(line) && !made.contains(&path_of(line))).collect();
+        assert!(loose.is_empty(), "not created private: {loose:#?}\n{creates:#?}");
+    }
+}

@@ -25,6 +25,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("tools", 2),
     ("approvals", 2),
     ("push", 2),
+    ("process", 2),
     ("protocol", 1),
     ("state", 1),
     ("secret", 1),

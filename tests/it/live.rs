@@ -22,9 +22,14 @@ pub(crate) async fn hosting_relay(fake: &FakeGemini, tweak: impl FnOnce(&mut Liv
     TestRelay::with_config(RelayConfig { service: Some(Hosting::service(live)), ..Default::default() }).await
 }
 
-/// An agent in hosted mode (no Gemini key of its own) linked to `relay`.
+/// An agent in hosted mode (no Gemini key of its own) linked to `relay`. It trusts hosted calls
+/// with commands too (`[policy.hosted] trust`), so these tests see the hosting itself; what the
+/// hosted door asks by default is tests/it/policy.rs's.
 pub(crate) async fn hosted_agent(relay: &TestRelay) -> TestAgent {
-    let mut agent = TestAgent::start(Some(relay.url())).await;
+    let mut agent = TestAgent::start_with(Some(relay.url()), |options| {
+        options.config.policy.hosted.trust = vec!["@read".into(), "@exec".into()];
+    })
+    .await;
     agent.wait_event("the relay link", |event| matches!(event, LinkEvent::Connected { .. })).await;
     agent
 }
@@ -692,9 +697,8 @@ async fn a_hosted_call_with_env_runs_on_the_environment() {
     let fleet = declarations.iter().find(|d| d["name"] == "fleet").expect("fleet is declared");
     assert!(fleet["description"].as_str().unwrap().contains("env"), "{fleet}");
     // Every tool an environment can run takes `env`; the router's and the session host's run here.
-    let on_environments = |name: &serde_json::Value| {
-        voxa::tools::TOOLS.iter().any(|spec| spec.name == name && spec.runs == voxa::tools::Runs::Toolbox)
-    };
+    let on_environments =
+        |name: &serde_json::Value| voxa::tools::TOOLS.iter().any(|spec| spec.name == name && spec.runs.routable());
     for declaration in declarations.iter().filter(|d| on_environments(&d["name"])) {
         assert_eq!(declaration.pointer("/parameters/properties/env/type"), Some(&json!("STRING")), "{declaration}");
     }

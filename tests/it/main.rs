@@ -21,6 +21,7 @@ mod hostile;
 mod layers;
 mod live;
 mod live_limits;
+mod policy;
 mod private_relay;
 mod proof;
 mod push;

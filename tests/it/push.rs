@@ -18,7 +18,7 @@ use serde_json::Value;
 use sha2::Sha256;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use voxa::config::NotificationSettings;
+use voxa::config::{Config, NotificationSettings, PushSettings};
 use voxa::net::dial::DialOptions;
 use voxa::push::{Notice, Notifier, NotifyEvent, Outcome, Subscription, SubscriptionKeys, Subscriptions, Urgency};
 use voxa::state::Home;
@@ -42,6 +42,8 @@ struct PushService {
     port: u16,
     received: Arc<Mutex<Vec<Received>>>,
     script: Script,
+    /// Connections it accepted, whatever came on them.
+    connections: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl PushService {
@@ -51,8 +53,11 @@ impl PushService {
         let received = Arc::new(Mutex::new(Vec::new()));
         let script: Script = Arc::new(Mutex::new(VecDeque::new()));
         let (kept, answers) = (received.clone(), script.clone());
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let accepted = connections.clone();
         tokio::spawn(async move {
             while let Ok((mut socket, _)) = listener.accept().await {
+                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let (kept, answers) = (kept.clone(), answers.clone());
                 tokio::spawn(async move {
                     let Some(request) = read_request(&mut socket).await else { return };
@@ -64,7 +69,11 @@ impl PushService {
                 });
             }
         });
-        PushService { port, received, script }
+        PushService { port, received, script, connections }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn endpoint(&self, name: &str) -> String {
@@ -207,6 +216,16 @@ fn check_vapid(request: &Received, origin: &str, contact: &str, public_key: &str
     key.verify(format!("{}.{}", parts[0], parts[1]).as_bytes(), &signature).expect("the JWT's signature verifies");
 }
 
+/// A well-formed subscription to `endpoint`, as a page sends it in `push_subscribe`.
+pub(crate) fn sample_subscription(endpoint: &str) -> Value {
+    serde_json::to_value(Browser::new().subscription(endpoint.into())).unwrap()
+}
+
+/// The test push service listens on loopback, which a laptop sends to only when told to.
+fn private_endpoints() -> PushSettings {
+    PushSettings { allow_private_endpoints: true }
+}
+
 fn home() -> (tempfile::TempDir, Home) {
     let dir = tempfile::tempdir().unwrap();
     let home = Home::at(dir.path().join("home"));
@@ -216,7 +235,8 @@ fn home() -> (tempfile::TempDir, Home) {
 
 /// The agent's notifier for `home`, with the default settings, and its queue.
 fn notifier_of(home: &Home) -> (Notifier, voxa::push::NoticeQueue) {
-    Notifier::new(home, "p".into(), NotificationSettings::default(), DialOptions::default()).unwrap()
+    Notifier::new(home, "p".into(), NotificationSettings::default(), private_endpoints(), DialOptions::default())
+        .unwrap()
 }
 
 /// A home with one browser subscribed to `service` at `name`.
@@ -341,6 +361,7 @@ async fn notify_test_reports_each_endpoints_answer_and_names_no_path() {
     let service = PushService::start().await;
     let browser = Browser::new();
     Subscriptions::new(home.clone()).add("p", browser.subscription(service.endpoint("secret-capability")), 1).unwrap();
+    home.save_config(&Config { push: private_endpoints(), ..Default::default() }).unwrap();
     let home_dir = home.dir().to_owned();
     let output = tokio::task::spawn_blocking(move || voxa(&home_dir, &["notify", "test"])).await.unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -370,6 +391,7 @@ mod agent {
     async fn asking_agent() -> TestAgent {
         TestAgent::start_with(None, |options| {
             options.config.policy.ask = vec!["run_command".into()];
+            options.config.push = private_endpoints();
         })
         .await
     }
@@ -396,6 +418,7 @@ mod agent {
     #[tokio::test]
     async fn a_turn_that_ends_while_nobody_follows_is_pushed_with_its_answer() {
         let agent = TestAgent::start_with(None, |options| {
+            options.config.push = private_endpoints();
             options.config.agents.insert(
                 "echo".into(),
                 voxa::config::AgentCommand {
@@ -447,6 +470,53 @@ mod agent {
         assert_eq!(answer["code"], "invalid-args", "{answer}");
         assert!(Subscriptions::new(home_of(&agent)).load().unwrap().is_empty(), "nothing hostile was kept");
         agent.agent.stop().await;
+    }
+
+    #[tokio::test]
+    async fn push_subscribe_takes_only_https_endpoints_on_public_addresses() {
+        let agent = TestAgent::start(None).await;
+        let service = PushService::start().await;
+        let browser = Browser::new();
+        let port = service.port;
+        for (endpoint, word) in [
+            (format!("http://127.0.0.1:{port}/push/x"), "https://"),
+            (format!("https://127.0.0.1:{port}/push/x"), "127.0.0.1, which is not a public address"),
+            (format!("https://localhost:{port}/push/x"), "which is not a public address"),
+            (format!("https://[::ffff:127.0.0.1]:{port}/push/x"), "which is not a public address"),
+            (format!("https://[::1]:{port}/push/x"), "which is not a public address"),
+            ("https://169.254.169.254/latest/meta-data".to_owned(), "169.254.169.254, which is not"),
+            ("https://10.0.0.1/push".to_owned(), "10.0.0.1, which is not"),
+            ("https://100.64.0.1/push".to_owned(), "100.64.0.1, which is not"),
+        ] {
+            let answer = subscribe(&agent, &browser.subscription(endpoint.clone())).await;
+            assert_eq!((answer["type"].as_str(), answer["code"].as_str()), (Some("error"), Some("invalid-args")));
+            let message = answer["message"].as_str().unwrap();
+            assert!(message.contains(word), "{endpoint}: {message}");
+            assert!(!message.contains("/push") && !message.contains("meta-data"), "no path: {message}");
+        }
+        assert!(Subscriptions::new(home_of(&agent)).load().unwrap().is_empty(), "nothing was kept");
+        assert_eq!(service.connections(), 0, "the laptop sent nothing");
+        agent.agent.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_kept_subscription_is_checked_again_before_each_push() {
+        // Kept while its name pointed elsewhere (DNS changes), it now points at this machine.
+        let (_dir, home) = home();
+        let service = PushService::start().await;
+        let browser = Browser::new();
+        let endpoint = format!("https://localhost:{}/push/rebound", service.port);
+        Subscriptions::new(home.clone()).add("p", browser.subscription(endpoint), 1).unwrap();
+        let settings = NotificationSettings::default();
+        let (notifier, _queue) =
+            Notifier::new(&home, "p".into(), settings, PushSettings::default(), DialOptions::default()).unwrap();
+        let started = std::time::Instant::now();
+        let deliveries = notifier.send_to_all(&notice("s-1")).await.unwrap();
+        let err = format!("{:#}", deliveries[0].result.as_ref().unwrap_err());
+        assert!(err.contains("not a public address"), "{err}");
+        assert!(started.elapsed() < voxa::push::FIRST_RETRY_WAIT, "a refused endpoint is not tried again");
+        assert_eq!(service.connections(), 0, "the laptop sent nothing");
+        assert_eq!(Subscriptions::new(home).load().unwrap().len(), 1, "kept, and refused again next time");
     }
 
     #[tokio::test]
@@ -515,7 +585,7 @@ mod page {
     #[tokio::test]
     async fn the_page_subscribes_and_its_service_worker_shows_the_laptops_notification() {
         let Some(chromium) = Chromium::start().await else { return };
-        let agent = TestAgent::start(None).await;
+        let agent = TestAgent::start_with(None, |options| options.config.push = private_endpoints()).await;
         let service = PushService::start().await;
         let page = agent.loopback_url().replace("ws://", "http://");
         let origin = page.trim_end_matches('/').to_owned();

@@ -235,6 +235,11 @@ fn install_twice_is_harmless_and_uninstall_stops_the_service_before_removing_it(
     assert_eq!(std::fs::read_to_string(&saved).unwrap().trim(), relay_token);
     assert_eq!(std::fs::metadata(&saved).unwrap().permissions().mode() & 0o777, 0o600);
     assert!(!std::fs::read_to_string(user.unit_file()).unwrap().contains(relay_token));
+    // What voxa makes is its user's alone: the unit, and the directories it made for it.
+    assert_eq!(std::fs::metadata(user.unit_file()).unwrap().permissions().mode() & 0o777, 0o600);
+    for dir in [".config", ".config/systemd", ".config/systemd/user"] {
+        assert_eq!(std::fs::metadata(user.home.join(dir)).unwrap().permissions().mode() & 0o777, 0o700, "{dir}");
+    }
     assert_eq!(first["changed"], true);
     assert_eq!(first["started"], true);
     assert_eq!(first["linger"], false);

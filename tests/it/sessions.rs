@@ -147,6 +147,7 @@ fn open_host(
     SessionHost::open(SessionHostOptions {
         store_dir: home.path().join("voxa/sessions"),
         toolbox,
+        approvals: voxa::approvals::Broker::new(Default::default()),
         tasks: tasks.clone(),
         shutdown: shutdown.clone(),
     })

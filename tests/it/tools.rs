@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use voxa::approvals::Broker;
 use voxa::audit::Audit;
 use voxa::config::{AgentCommand, Config, Policy};
 use voxa::protocol::{ErrorCode, ToolError, OUTPUT_CAP};
@@ -41,12 +42,12 @@ impl Fixture {
         let toolbox = Toolbox::new(ToolboxOptions {
             workspace: tmp.path().join("ws"),
             config,
-            audit: Some(Audit::new(tmp.path().join("audit"))),
             env: Some(env),
             ..Default::default()
         })
         .unwrap();
-        Fixture { tmp, tools: Dispatcher::new(toolbox) }
+        let audit = Some(Audit::new(tmp.path().join("audit")));
+        Fixture { tmp, tools: Dispatcher::new(toolbox, Broker::new(Default::default()), audit) }
     }
 
     fn ws(&self) -> PathBuf {

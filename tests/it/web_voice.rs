@@ -16,7 +16,7 @@ use voxa::relay::RelayConfig;
 use voxa::secret::Secret;
 
 use crate::gemini::expect_tool_responses;
-use crate::run::start_run_with_env;
+use crate::run::start_run_with_config;
 use crate::support::browser::{tone_wav, Browser, Scheme};
 use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind, SetupReply, BAD_KEY_REASON};
 use crate::support::harness::*;
@@ -153,7 +153,11 @@ impl CallScene {
         let scratch = tempfile::tempdir().unwrap();
         let browser = browser_with_tone(&scratch, scheme).await?;
         let relay = hosting_relay(fake, scratch.path());
-        let (mut agent, _, (home, workspace)) = start_run_with_env(&["--relay", &relay.relay_url()], &[]);
+        // The call's commands run without a tap (`[policy.hosted] trust`): this is the call itself.
+        let (mut agent, _, (home, workspace)) = start_run_with_config(
+            &["--relay", &relay.relay_url()],
+            "[policy.hosted]\ntrust = [\"@read\", \"@exec\"]\n",
+        );
         let link = agent.wait_event("pairing")["url"].as_str().unwrap().to_owned();
         browser.open(&link).await;
         browser.wait_connection("online").await;

@@ -112,7 +112,9 @@ pub(super) fn launchd_domain() -> String {
 #[cfg(target_os = "macos")]
 pub(super) fn launchd_start(file: &Path, log_file: &Path, changed: bool) -> Result<bool> {
     if let Some(dir) = log_file.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("could not create {}", dir.display()))?;
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(dir)
+            .with_context(|| format!("could not create {}", dir.display()))?;
     }
     let target = format!("{}/{LAUNCHD_LABEL}", launchd_domain());
     let loaded = run_tool("launchctl", &["print", &target]).is_ok();

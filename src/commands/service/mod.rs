@@ -149,7 +149,10 @@ fn install(
         return Ok(Exit::Ok);
     }
     if let Some(parent) = file.parent() {
-        std::fs::create_dir_all(parent).with_context(|| format!("could not create {}", parent.display()))?;
+        // Directories voxa makes are its user's alone, like the home.
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(parent)
+            .with_context(|| format!("could not create {}", parent.display()))?;
     }
     if changed {
         crate::state::write_atomic(file, content.as_bytes())?;

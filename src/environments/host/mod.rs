@@ -283,7 +283,7 @@ impl Inner {
         let Some(kind) = ToolKind::parse(&call.name) else {
             return Err(crate::tools::dispatch::unknown_tool(&call.name));
         };
-        Ok(toolbox.run(kind, call.args, "self", Some(progress), cancel).await?.result)
+        Ok(toolbox.run(kind, call.args, Some(progress), cancel).await?.result)
     }
 
     fn slot(&self, env_key: &str) -> Arc<tokio::sync::Mutex<Option<Link>>> {

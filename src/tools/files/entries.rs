@@ -12,8 +12,9 @@
 
 use std::ffi::OsStr;
 use std::fs::File;
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Write as _};
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -21,10 +22,10 @@ use rustix::fs::{FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::beneath;
-use super::files::create_private;
-use super::workspace::{io_error, Resolved, Workspace};
+use super::content::create_private;
 use crate::protocol::{ErrorCode, ToolError};
+use crate::tools::beneath;
+use crate::tools::workspace::{io_error, Resolved, Workspace};
 
 /// Entries the trash keeps; deleting one more removes the oldest for good.
 pub const MAX_TRASH_ITEMS: usize = 100;
@@ -118,7 +119,6 @@ impl Trash {
     }
 
     fn ensure(&self) -> anyhow::Result<()> {
-        use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -134,12 +134,15 @@ impl Trash {
         self.ensure().map_err(internal)?;
         let id = format!("{:013}-{:08x}", delete_stamp(), rand::random::<u32>());
         let folder = self.dir.join(&id);
-        std::fs::create_dir(&folder).map_err(|err| internal(anyhow::anyhow!("could not use the trash: {err}")))?;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&folder)
+            .map_err(|err| internal(anyhow::anyhow!("could not use the trash: {err}")))?;
         let record =
             Record { path: workspace.display(&resolved.real), kind: kind.to_owned(), size, deleted_ms: now_ms() };
         let moved = (|| {
-            std::fs::write(folder.join(RECORD), serde_json::to_vec(&record)?)?;
             let holder = open_own(&folder)?;
+            create_private(&holder, OsStr::new(RECORD), true)?.write_all(&serde_json::to_vec(&record)?)?;
             move_across(&entry.dir, &entry.name, &holder, OsStr::new(ITEM), kind)
         })();
         if let Err(err) = moved {

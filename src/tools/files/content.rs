@@ -31,9 +31,9 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-use super::beneath;
-use super::workspace::{io_error, Workspace};
 use crate::protocol::{ErrorCode, ToolError, OUTPUT_CAP};
+use crate::tools::beneath;
+use crate::tools::workspace::{io_error, Workspace};
 
 /// Largest `write_file` content.
 pub const MAX_WRITE_LEN: usize = 16 << 20;

@@ -1,8 +1,7 @@
-//! Supervising the processes tools start (`run_command`, `coding_agent`): their resource limits,
-//! one loop that lets a process run until it finishes, the call is cancelled or its time is up,
-//! the grace periods around its end, and stopping everything it started (the process group, and
-//! on Linux the rest of the session) while its leader is not yet reaped — a reaped leader's pid,
-//! and with it the group id, can be handed to an unrelated process.
+//! The supervision loop: a process runs until it finishes, the call is cancelled or its time is
+//! up; the grace periods around its end; its resource limits; and stopping everything it started
+//! (the process group, and on Linux the rest of the session) while its leader is not yet reaped —
+//! a reaped leader's pid, and with it the group id, can be handed to an unrelated process.
 
 use std::future::Future;
 use std::time::Duration;
@@ -10,7 +9,7 @@ use std::time::Duration;
 use rustix::process::{kill_process_group, Pid, Signal, WaitId, WaitIdOptions};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Limits;
+use crate::config::ProcessLimits;
 use crate::protocol::ErrorCode;
 
 /// How often a child's exit is checked for while it runs.
@@ -72,7 +71,7 @@ pub(crate) fn output_waiting(fd: std::os::fd::RawFd) -> bool {
 /// Shell lines that lower the resource limits of the shell running them, soft and hard (so
 /// nothing it starts can raise them again), to `limits` — never above what this process has.
 /// `ulimit -u` is bash's name for the process limit and `-p` dash's; whichever the shell knows.
-pub(crate) fn ulimit_lines(limits: &Limits) -> String {
+pub(crate) fn ulimit_lines(limits: &ProcessLimits) -> String {
     use rustix::process::{getrlimit, Resource};
     let lowered = |resource: Resource, wanted: u64| {
         let current = getrlimit(resource).maximum;
@@ -227,9 +226,9 @@ mod tests {
 
     #[test]
     fn limits_become_ulimit_lines_and_zero_means_none() {
-        let lines = ulimit_lines(&Limits { max_processes: 50, max_address_space_mb: 2 });
+        let lines = ulimit_lines(&ProcessLimits { max_processes: 50, max_address_space_mb: 2 });
         assert!(lines.contains("ulimit -v 2048\n"), "{lines}");
         assert!(lines.contains("ulimit -u 50 2>/dev/null || ulimit -p 50\n"), "{lines}");
-        assert_eq!(ulimit_lines(&Limits { max_processes: 0, max_address_space_mb: 0 }), "");
+        assert_eq!(ulimit_lines(&ProcessLimits { max_processes: 0, max_address_space_mb: 0 }), "");
     }
 }

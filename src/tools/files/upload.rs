@@ -17,10 +17,10 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::beneath;
-use super::files::{create_private, Expected, Target};
-use super::workspace::{io_error, Workspace};
+use super::content::{create_private, Expected, Target};
 use crate::protocol::{ErrorCode, ToolError};
+use crate::tools::beneath;
+use crate::tools::workspace::{io_error, Workspace};
 
 /// Largest chunk of an upload, decoded.
 pub const MAX_UPLOAD_CHUNK: usize = 1 << 20;
@@ -135,7 +135,7 @@ mod tests {
         upload_file(&workspace, &chunk("up.bin", b"again", 0, false, Expected::Absent), &cancel).unwrap();
         let refused = upload_file(&workspace, &chunk("up.bin", b"", 5, true, Expected::Absent), &cancel).unwrap_err();
         assert_eq!(refused.code, ErrorCode::Conflict);
-        let version = Expected::Version(super::super::files::version_of(b"hello world"));
+        let version = Expected::Version(super::super::content::version_of(b"hello world"));
         upload_file(&workspace, &chunk("up.bin", b"", 5, true, version), &cancel).unwrap();
         assert_eq!(std::fs::read(tmp.path().join("up.bin")).unwrap(), b"again");
     }
