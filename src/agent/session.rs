@@ -193,7 +193,8 @@ impl Session {
     }
 
     /// Starts (or restarts) the delivery of approvals to this client: the open ones, then each change.
-    /// With sessions, also every session's `agent_event`s after the `after` marks, then live.
+    /// With sessions, also every session's `agent_event`s after the `after` marks, then live; and
+    /// what the comparison of the relay's page found.
     fn follow(&mut self, after: Option<&Value>) {
         if let Some(previous) = self.following.take() {
             previous.cancel();
@@ -209,6 +210,7 @@ impl Session {
             let _following = crate::push::Presence::hold(&status.followers);
             approvals::forward(broker, out, approvals_following, |notice| Some(Frame::from(&notice))).await
         });
+        self.ctx.tasks.spawn(tell_relay_page(self.ctx.status.relay_page.subscribe(), self.out.clone(), following.clone()));
         if let Some(sessions) = &self.ctx.sessions {
             let follower = sessions.follow(&crate::sessions::follow::after_marks(after));
             let events = crate::sessions::follow::forward(follower, self.out.clone(), following, |event| {
@@ -312,6 +314,27 @@ impl Drop for Session {
         self.cancel.cancel();
         if let Some(voice) = self.voice.take() {
             voice.end.cancel();
+        }
+    }
+}
+
+/// Tells a follower what the comparison of the relay's page found (docs/SECURITY.md, "The page
+/// the relay serves"): the last finding at once, then each new one, until it stops following.
+async fn tell_relay_page(
+    mut findings: tokio::sync::watch::Receiver<Option<protocol::RelayPage>>,
+    out: mpsc::Sender<Frame>,
+    following: CancellationToken,
+) {
+    loop {
+        let found = findings.borrow_and_update().clone();
+        if let Some(page) = found {
+            if out.send(Frame::from(AgentMessage::RelayPage(page))).await.is_err() {
+                return;
+            }
+        }
+        tokio::select! {
+            _ = following.cancelled() => return,
+            changed = findings.changed() => if changed.is_err() { return },
         }
     }
 }

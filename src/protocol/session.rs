@@ -145,6 +145,12 @@ pub enum AgentMessage {
     TermOutput(super::TermOutput),
     /// A terminal's program ended.
     TermExit(super::TermExit),
+    /// One event of a coding-agent session, to a client that follows (docs/PROTOCOL.md,
+    /// "Coding-agent sessions").
+    AgentEvent(super::SessionEvent),
+    /// What the comparison of the page the relay serves with this voxa's found, to a client that
+    /// follows: at once, then at each new finding (docs/SECURITY.md, "The page the relay serves").
+    RelayPage(RelayPage),
 }
 
 /// The calls a `calls` frame names (docs/PROTOCOL.md, "Calls outlive the connection").

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use super::event::Event;
+use crate::protocol::Event;
 use crate::approvals::{Answer, Request};
 
 /// How to start the agent's process.

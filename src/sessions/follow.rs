@@ -12,7 +12,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::event::SessionEvent;
+use crate::protocol::SessionEvent;
 use super::store::Store;
 
 /// Live events buffered for followers before a slow one falls back to the store.

@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::adapter::{Adapter, Ask, Output};
-use super::event::{now_ms, Event, SessionState, MAX_TEXT_LEN};
+use super::event::{now_ms, MAX_TEXT_LEN};
+use crate::protocol::{Event, SessionState};
 use super::process::{Process, Step};
 use super::Shared;
 use crate::approvals::Answer;

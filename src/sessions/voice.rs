@@ -7,7 +7,8 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{Event, SessionEvent, SessionHost};
+use super::SessionHost;
+use crate::protocol::{Event, SessionEvent};
 use crate::approvals::{one_line, redact_secrets};
 
 /// Error codes that mean the session itself failed, not one turn.

@@ -202,7 +202,7 @@ async fn rotation_with_the_page_open_cuts_it_off_and_the_cli_works_at_once() {
     let mut cmd = crate::support::voxa_cmd(&home);
     cmd.args(["run", "--json", "--relay", &relay_url, "--workspace"]).arg(workspace.path());
     let run = tokio::task::spawn_blocking(move || crate::support::RunningVoxa::start(cmd)).await.unwrap();
-    browser.open(paired["url"].as_str().unwrap()).await;
+    browser.pair(paired["url"].as_str().unwrap()).await;
     browser.wait_connection("online").await;
 
     let rotated = cli_json(&home, &["pair", "--rotate", "--json", "--relay", &relay_url]).await;
@@ -215,7 +215,7 @@ async fn rotation_with_the_page_open_cuts_it_off_and_the_cli_works_at_once() {
     assert!(status["agent"]["error"].is_null(), "{status}");
     assert_eq!(status["agent"]["mode"], "hosted", "{status}");
     // The relay link moved: the new link opens the laptop.
-    browser.open(rotated["url"].as_str().unwrap()).await;
+    browser.pair(rotated["url"].as_str().unwrap()).await;
     browser.wait_connection("online").await;
     browser.close().await;
     run.stop();

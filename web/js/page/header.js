@@ -4,11 +4,7 @@
 
 import { part, show } from '../dom.js';
 
-/**
- * @typedef {import('../store.js').Store} Store
- * @typedef {import('../app.js').App} App
- * @typedef {{store: Store, app: App}} Context
- */
+/** @typedef {import('../app.js').Context} Context */
 
 /**
  * Keeps `--bar-height` (on the document) at the header's height, so what sticks below it (the
@@ -54,5 +50,29 @@ export class Notice {
    */
   constructor(root, { store }) {
     store.watch(['notice'], ({ notice }) => show(root, notice));
+  }
+}
+
+/**
+ * The laptop's word that the relay serves a page that is not voxa's (its `relay_page` frame,
+ * inside the sealed session): said above everything until the laptop finds the page unaltered.
+ */
+export class RelayPageAlarm {
+  /**
+   * @param {HTMLElement} root `#relay-page`
+   * @param {Context} context
+   */
+  constructor(root, { store }) {
+    store.watch(['relayPage'], ({ relayPage }) => {
+      if (!relayPage || relayPage.state !== 'altered') {
+        show(root, '');
+        return;
+      }
+      const paths = relayPage.paths || [];
+      const files = paths.length === 1 ? `1 file differs: ${paths[0]}` : `${paths.length} files differ: ${paths.join(', ')}`;
+      show(root, `Your laptop checked the page this relay serves, and it is not voxa's (${files}). A changed page `
+        + 'can take this pairing\'s secrets. Stop using this relay: on the laptop, run voxa open, or pair through a '
+        + 'relay you run, then voxa pair --rotate.');
+    });
   }
 }
