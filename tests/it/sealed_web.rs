@@ -353,8 +353,8 @@ async fn an_altered_page_is_told_to_the_phone_inside_the_sealed_session() {
     browser.pair(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
     browser.wait_connection("online").await;
     let alarm = browser.wait_text("#relay-page", "the alarm", |t| !t.is_empty()).await;
-    assert!(alarm.starts_with("Your laptop checked the page this relay serves, and it is not voxa's"), "{alarm}");
-    assert!(alarm.contains("1 file differs: /js/files/panel.js"), "{alarm}");
+    assert!(alarm.starts_with("This relay changed the page. Your laptop compared it with its own copy"), "{alarm}");
+    assert!(alarm.contains("(1 file differs: /js/files/panel.js)"), "{alarm}");
     // It came sealed: the relay saw none of it.
     assert_sealed_after_hello(&mitm.capture.lock().unwrap(), &["relay_page", "/js/files/panel.js"]);
     let scratch = tempfile::tempdir().unwrap();

@@ -747,7 +747,7 @@ async fn a_laptop_that_cannot_prove_the_pairing_is_not_your_laptop() {
     send(&mut impostor, forged).await;
     // A laptop the page does not know is asked about, never made the one in use: the question
     // says why it cannot be added, and Add cannot be tapped.
-    let said = browser.wait_text("#ask-state", "the refusal", |t| t.contains("not your laptop")).await;
+    let said = browser.wait_text("#new-laptop-state", "the refusal", |t| t.contains("not your laptop")).await;
     assert!(said.starts_with("It cannot be added: this is not your laptop"), "{said}");
     let add = browser.control("button", "Add").await;
     assert!(!add.is_enabled().await.unwrap(), "Add stays disabled for an impostor");

@@ -4,7 +4,7 @@
 //
 // A link to a laptop this browser does not know is asked about before anything is sent to that
 // laptop (`ask`): a held session runs the sealed handshake to learn its name, the page asks "Add
-// this laptop?" (page/ask.js), and only "Add" makes it a pairing of this browser and the one in
+// this laptop?" (page/new-laptop.js), and only "Add" makes it a pairing of this browser and the one in
 // use. Until then the laptop in use stays as it was.
 
 import { sentence } from './dom.js';

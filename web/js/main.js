@@ -21,7 +21,7 @@
 import { part, root } from './dom.js';
 import { App } from './app.js';
 import { Store } from './store.js';
-import { AskPairing } from './page/ask.js';
+import { NewLaptop } from './page/new-laptop.js';
 import { ConnectionLine, Notice, RelayPageAlarm, shareHeight } from './page/header.js';
 import { MachinePicker } from './page/picker.js';
 import { Welcome } from './page/welcome.js';
@@ -74,7 +74,7 @@ new ConnectionLine(root('connection'), context);
 new MachinePicker(root('machine-pick'), context);
 new Notice(root('notice'), context);
 new RelayPageAlarm(root('relay-page'), context);
-new AskPairing(part(document, 'ask', HTMLDialogElement), context);
+new NewLaptop(part(document, 'new-laptop', HTMLDialogElement), context);
 new Welcome(root('welcome'), context);
 new Workspace(root('workspace'), context);
 new Commands(root('panel-commands'), context);

@@ -20,7 +20,7 @@
 
 /**
  * A laptop a link pairs with that this browser does not know, while the page asks "Add this
- * laptop?" (page/ask.js): the pairing, the name its hello gave (`''` until it proved the pairing),
+ * laptop?" (page/new-laptop.js): the pairing, the name its hello gave (`''` until it proved the pairing),
  * how its held session stands, and the label it would have without a name.
  * @typedef {{pairing: Pairing, name: string, state: string, text: string, label: string}} Asking
  */

@@ -2,7 +2,7 @@
 // The header: the connection line (with Reconnect) and the notice an error outside any call
 // shows. The machine picker in it is picker.js.
 
-import { part, show } from '../dom.js';
+import { el, part, show } from '../dom.js';
 
 /** @typedef {import('../app.js').Context} Context */
 
@@ -64,15 +64,15 @@ export class RelayPageAlarm {
    */
   constructor(root, { store }) {
     store.watch(['relayPage'], ({ relayPage }) => {
-      if (!relayPage || relayPage.state !== 'altered') {
-        show(root, '');
-        return;
-      }
+      root.hidden = !relayPage || relayPage.state !== 'altered';
+      if (root.hidden || !relayPage) return;
       const paths = relayPage.paths || [];
       const files = paths.length === 1 ? `1 file differs: ${paths[0]}` : `${paths.length} files differ: ${paths.join(', ')}`;
-      show(root, `Your laptop checked the page this relay serves, and it is not voxa's (${files}). A changed page `
-        + 'can take this pairing\'s secrets. Stop using this relay: on the laptop, run voxa open, or pair through a '
-        + 'relay you run, then voxa pair --rotate.');
+      root.replaceChildren(
+        el('strong', {}, 'This relay changed the page.'),
+        ` Your laptop compared it with its own copy (${files}). A changed page can take this pairing's secrets. `
+          + 'Stop using this relay: on the laptop run ', el('code', {}, 'voxa open'), ', or pair through a relay you run, then ',
+        el('code', {}, 'voxa pair --rotate'), '.');
     });
   }
 }

@@ -12,17 +12,17 @@ import * as pairings from '../pairings.js';
 /** States of the held session in which adding it could never work. */
 const DEAD_ENDS = ['refused', 'impostor', 'insecure', 'broken', 'replaced'];
 
-export class AskPairing {
+export class NewLaptop {
   /**
-   * @param {HTMLDialogElement} root `#ask`
+   * @param {HTMLDialogElement} root `#new-laptop`
    * @param {Context} context
    */
   constructor(root, { store, app }) {
-    const name = part(root, 'ask-name', HTMLElement);
-    const twin = part(root, 'ask-twin', HTMLElement);
-    const state = part(root, 'ask-state', HTMLElement);
-    const add = part(root, 'ask-add', HTMLButtonElement);
-    part(root, 'ask-no', HTMLButtonElement).addEventListener('click', () => app.dismiss());
+    const name = part(root, 'new-laptop-name', HTMLElement);
+    const twin = part(root, 'new-laptop-twin', HTMLElement);
+    const state = part(root, 'new-laptop-state', HTMLElement);
+    const add = part(root, 'new-laptop-add', HTMLButtonElement);
+    part(root, 'new-laptop-no', HTMLButtonElement).addEventListener('click', () => app.dismiss());
     add.addEventListener('click', () => app.add());
     // Escape (or the phone's back gesture) is "Not now".
     root.addEventListener('cancel', (event) => {
@@ -36,8 +36,10 @@ export class AskPairing {
       }
       name.textContent = asking.name || asking.label;
       const known = pairings.all().filter((p) => p.id !== asking.pairing.id).map((p) => pairings.label(p).toLowerCase());
-      show(twin, asking.name && known.includes(asking.name.toLowerCase())
-        ? `You already have a laptop named ${asking.name}. This is a different one.` : '');
+      const named = Boolean(asking.name) && known.includes(asking.name.toLowerCase());
+      show(twin, named ? `You already have a laptop named ${asking.name}. This is a different one.` : '');
+      // Named like one of yours: adding it takes a second look, not the obvious tap.
+      add.classList.toggle('danger', named);
       const dead = DEAD_ENDS.includes(asking.state);
       state.textContent = asking.state === 'introduced' ? 'It proved it holds this pairing.'
         : dead ? `It cannot be added: ${asking.text}.` : `Not online yet (${asking.text}); its name shows once it is.`;
@@ -45,7 +47,7 @@ export class AskPairing {
       if (!root.open) {
         root.showModal();
         // The safe choice has the focus: "Add" takes a deliberate tap.
-        part(root, 'ask-no', HTMLButtonElement).focus();
+        part(root, 'new-laptop-no', HTMLButtonElement).focus();
       }
     });
   }
