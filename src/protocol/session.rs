@@ -252,6 +252,11 @@ mod relay_page_tests {
         assert!(RelayPage::Same { files: 3 }.describe().contains("hashes match"));
         let json = serde_json::to_value(RelayPage::Same { files: 3 }).unwrap();
         assert_eq!(json, serde_json::json!({"state": "same", "files": 3}));
+        // The frame a follower gets carries the finding flat beside its type.
+        let frame = super::AgentMessage::RelayPage(RelayPage::Altered { paths: vec!["/js/dom.js".into()] });
+        let json = serde_json::json!({"type": "relay_page", "state": "altered", "paths": ["/js/dom.js"]});
+        assert_eq!(serde_json::to_value(&frame).unwrap(), json);
+        assert_eq!(serde_json::from_value::<super::AgentMessage>(json).unwrap(), frame);
     }
 }
 

@@ -52,7 +52,9 @@ async fn two_pages_on_one_link_both_stay_online_and_both_see_a_command() {
     let first = browser.client.window().await.unwrap();
     let second = browser.client.new_window(true).await.unwrap().handle;
     browser.client.switch_to_window(second.clone()).await.unwrap();
-    scene.open_online().await;
+    // The same browser knows the laptop now: its link asks nothing.
+    browser.open(&scene.link()).await;
+    browser.wait_connection("online").await;
     browser.type_into("Command", "echo begun; sleep 2; echo from-the-second-page").await;
     browser.press("Run").await;
     browser.wait_text(TERMINAL, "the command's end", |t| t.contains("exit 0")).await;

@@ -256,6 +256,85 @@ fn the_protocol_check_reads_what_it_claims() {
     assert!(names.contains(&"tool_call".to_owned()) && names.contains(&"hello".to_owned()), "{names:?}");
 }
 
+/// Most lines a module of the web client may have (voice's, split by their own owner, aside).
+const MAX_MODULE_LINES: usize = 450;
+/// The folders of `web/js/` that are one panel each; a panel imports none of another's.
+const PANEL_FOLDERS: [&str; 10] =
+    ["agent", "approvals", "commands", "files", "notify", "page", "screen", "status", "terminal", "voice"];
+
+/// Every module under `web/js/`, as its path from `web/js/` and its text.
+fn web_modules() -> Vec<(String, String)> {
+    let root = web_dir().join("js");
+    let mut found = Vec::new();
+    let mut pending = vec![root.clone()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "js") {
+                let name = path.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/");
+                found.push((name, std::fs::read_to_string(&path).unwrap()));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// What a module names with `from '…'`, `import('…')` or `import '…'` (JSDoc types included),
+/// resolved against its own folder: paths from `web/js/`.
+fn imports_of(module: &str, text: &str) -> Vec<String> {
+    let dir: Vec<&str> = module.split('/').collect::<Vec<_>>()[..module.matches('/').count()].to_vec();
+    let mut found = Vec::new();
+    for opening in ["from '", "import('", "import '"] {
+        for rest in text.split(opening).skip(1) {
+            let Some(specifier) = rest.split('\'').next().filter(|s| s.starts_with('.')) else { continue };
+            let mut parts = dir.clone();
+            for part in specifier.split('/') {
+                match part {
+                    "." => {}
+                    ".." => {
+                        parts.pop();
+                    }
+                    part => parts.push(part),
+                }
+            }
+            found.push(parts.join("/"));
+        }
+    }
+    found
+}
+
+#[test]
+fn web_modules_stay_small_and_no_panel_imports_another_panels_module() {
+    let modules = web_modules();
+    assert!(modules.len() > 30, "only {} modules", modules.len());
+    let long: Vec<String> = modules
+        .iter()
+        .filter(|(name, text)| !name.starts_with("voice/") && text.lines().count() > MAX_MODULE_LINES)
+        .map(|(name, text)| format!("{name}: {} lines", text.lines().count()))
+        .collect();
+    assert!(long.is_empty(), "modules over {MAX_MODULE_LINES} lines: {long:?}");
+    let mut crossing = Vec::new();
+    for (name, text) in &modules {
+        let Some(folder) = name.split_once('/').map(|(folder, _)| folder) else { continue };
+        if !PANEL_FOLDERS.contains(&folder) {
+            continue;
+        }
+        for imported in imports_of(name, text) {
+            let into = imported.split_once('/').map(|(folder, _)| folder);
+            if into.is_some_and(|into| into != folder && PANEL_FOLDERS.contains(&into)) {
+                crossing.push(format!("{name} imports {imported}"));
+            }
+        }
+    }
+    assert!(crossing.is_empty(), "a panel imports another panel's module: {crossing:?}");
+    // The readers read what they claim: a crossing import is seen, resolved from its folder.
+    let sample = "import { a } from '../approvals/panel.js';\n/** @type {import('./x.js').T} */";
+    assert_eq!(imports_of("agent/panel.js", sample), ["approvals/panel.js", "agent/x.js"]);
+}
+
 #[test]
 fn every_file_of_the_web_client_is_served() {
     let root = web_dir();

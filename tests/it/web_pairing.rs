@@ -187,15 +187,14 @@ async fn the_links_secrets_leave_the_address_before_the_page_has_a_body() {
     browser.pair(&scene.link()).await;
     browser.wait_connection("online").await;
     assert_eq!(browser.script(at_body, vec![]).await, json!(format!("http://{}/", scene.relay.addr)));
-    // The loopback page too, whose link `voxa open` hands to this machine's browser.
+    // The loopback page too, whose link `voxa open` hands to this machine's browser; what the
+    // link carries beside the secrets (a notification's session) stays for the page to read.
     let page = format!("http://{}/", scene.loopback());
-    browser.open(&format!("{page}#token={}", scene.token())).await;
+    browser.open(&format!("{page}#token={}&session=s-1", scene.token())).await;
     browser.wait_connection("online").await;
-    assert_eq!(browser.script(at_body, vec![]).await, json!(page));
-    // A fragment that is not a pairing (a notification's, a route) stays where it is.
-    browser.open(&format!("http://{}/#session=s-1", scene.relay.addr)).await;
-    browser.wait_connection("online").await;
-    assert_eq!(browser.script(at_body, vec![]).await, json!(format!("http://{}/#session=s-1", scene.relay.addr)));
+    assert_eq!(browser.script(at_body, vec![]).await, json!(format!("{page}#session=s-1")));
+    let agent_tab = "return document.getElementById('tab-agent').getAttribute('aria-pressed') === 'true';";
+    browser.wait_script("the notification's session opened", agent_tab).await;
     scene.close().await;
 }
 

@@ -36,8 +36,10 @@ export class App {
 
   /** Reads the pairing the page was opened with and connects to the laptop in use. */
   async boot() {
-    // address.js took the link out of the address before the page was drawn.
+    // address.js took the link's secrets out of the address before the page was drawn; what the
+    // panels read from it (a notification's `session=`) goes now.
     const carried = pairings.fromUrl(new URL(pairings.openedAt()));
+    pairings.scrubAddressBar();
     pairings.clean();
     // A link opened on this very page changes only the fragment: the page is not loaded again.
     addEventListener('hashchange', () => {

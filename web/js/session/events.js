@@ -6,6 +6,8 @@
 // Events (their `detail`):
 //   state       {state, text, attempt, sealed}  where the connection stands (session.js)
 //   hello       the laptop's `hello_ok`, each time a session goes online
+//   introduced  the `hello_ok` of a held session, whose laptop proved the pairing (app.js asks
+//               "Add this laptop?" with its name)
 //   error       an `error` frame outside any call
 //   approval    `approval`, `approval_resolved` (for whoever follows)
 //   status      the laptop's `status` answer
@@ -19,7 +21,7 @@
 /**
  * @typedef {import('../store.js').Store} Store
  * @typedef {import('../session.js').Session} Session
- * @typedef {'state' | 'hello' | 'error' | 'approval' | 'status' | 'term' | 'agent_event' | 'relay_page' | 'calls'
+ * @typedef {'state' | 'hello' | 'introduced' | 'error' | 'approval' | 'status' | 'term' | 'agent_event' | 'relay_page' | 'calls'
  *   | 'voice' | 'audio'} SessionEventName
  */
 
