@@ -5,15 +5,57 @@
 // page and the files its first screen loads, see docs/PROTOCOL.md "Web client") so a reload
 // opens at once, even on a slow network. Nothing it caches holds a secret: the pairing lives in
 // the page's storage, never in a response.
+//
+// A file under a hashed name is served only once its bytes are checked against that name (the
+// first 12 hex digits of their SHA-256): a server that alters one, once, cannot have the altered
+// copy kept and served for a year. It cannot vouch for the page itself, nor for plain names —
+// whoever serves the page serves those (docs/SECURITY.md, "The page the relay serves").
 
 const sw = /** @type {ServiceWorkerGlobalScope} */ (/** @type {unknown} */ (self));
 
 /** The cache of the app's files; a new name drops the old copy. */
-const CACHE = 'voxa-app-2';
+const CACHE = 'voxa-app-3';
 /** Requests the cache never answers: the laptop's live data and the WebSocket endpoints. */
 const LIVE = ['/config', '/ws', '/agent', '/live', '/healthz', '/metrics'];
 /** A file name carrying its content hash (`/js/dom.0123456789ab.js`): its bytes never change. */
-const HASHED = /\.[0-9a-f]{12}(?=\.[a-z]+$|$)/;
+const HASHED = /\.([0-9a-f]{12})(?=\.[a-z]+$|$)/;
+
+/**
+ * Whether a response's bytes are what its hashed name says (the body as the page reads it, its
+ * content coding undone).
+ * @param {Response} response
+ * @param {string} url
+ */
+async function matchesName(response, url) {
+  const named = new URL(url).pathname.match(HASHED);
+  if (!named) return false;
+  const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', await response.clone().arrayBuffer()));
+  const hex = Array.from(digest.subarray(0, 6), (b) => b.toString(16).padStart(2, '0')).join('');
+  return hex === named[1];
+}
+
+/**
+ * What a hashed name gets when the bytes served under it are not that file's.
+ * @param {string} url
+ */
+function altered(url) {
+  return new Response(`voxa: ${new URL(url).pathname} is not the file its name says; the server altered it\n`, {
+    status: 502, headers: { 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' },
+  });
+}
+
+/**
+ * Fetches a hashed file and keeps it, only when its bytes match its name; false when they do not
+ * (or it could not be fetched).
+ * @param {Cache} cache
+ * @param {string} url
+ */
+async function keepChecked(cache, url) {
+  const response = await fetch(url, { credentials: 'omit' });
+  if (!response.ok || response.type !== 'basic' || !(await matchesName(response, url))) return false;
+  await cache.put(url, response);
+  return true;
+}
 
 /**
  * What the laptop pushes (encrypted end to end; the push service reads none of it).
@@ -35,7 +77,11 @@ async function refreshPage(cache) {
   const text = await response.clone().text();
   /** @param {RegExp} pattern */
   const named = (pattern) => [...new Set([...text.matchAll(pattern)].map((m) => m[1]).filter((p) => HASHED.test(p)))];
-  await cache.addAll(named(/(?:href|src)="(\/[^"]+)"/g));
+  // A page whose files do not all check out is not kept: the copy kept before stays.
+  for (const path of named(/(?:href|src)="(\/[^"]+)"/g)) {
+    const url = new URL(path, sw.location.origin).href;
+    if (!(await cache.match(url)) && !(await keepChecked(cache, url))) return response;
+  }
   await cache.put('/', response.clone());
   // What this build names anywhere (its import map names every module) stays; older builds go.
   const current = new Set(['/', ...named(/"(\/[^"]+)"/g)].map((p) => new URL(p, sw.location.origin).href));
@@ -59,21 +105,21 @@ sw.addEventListener('activate', (event) => {
 });
 
 /**
- * A file under its hashed name: the kept copy, else the network's (then kept). A name an older
- * page asks for that this build no longer has is answered by the file's plain name.
+ * A file under its hashed name, its bytes checked against the name: the kept copy, else the
+ * network's (then kept). Bytes that do not match are never served nor kept. A name this build no
+ * longer has (an older page's lazy view, after an upgrade) is not answered by another file: the
+ * view says it could not load, and a reload opens the new build.
  * @param {Request} request
- * @param {string} path
  */
-async function hashedFile(request, path) {
+async function hashedFile(request) {
   const cache = await caches.open(CACHE);
   const kept = await cache.match(request.url);
-  if (kept) return kept;
+  if (kept && (await matchesName(kept, request.url))) return kept;
+  if (kept) await cache.delete(request.url);
   const response = await fetch(request);
-  if (response.ok && response.type === 'basic') {
-    await cache.put(request.url, response.clone());
-    return response;
-  }
-  if (response.status === 404) return fetch(path.replace(HASHED, ''), { cache: 'no-cache' });
+  if (!response.ok || response.type !== 'basic') return response;
+  if (!(await matchesName(response, request.url))) return altered(request.url);
+  await cache.put(request.url, response.clone());
   return response;
 }
 
@@ -98,7 +144,7 @@ sw.addEventListener('fetch', (event) => {
   if (request.mode === 'navigate' && (url.pathname === '/' || url.pathname === '/index.html')) {
     event.respondWith(page(event));
   } else if (HASHED.test(url.pathname)) {
-    event.respondWith(hashedFile(request, url.pathname));
+    event.respondWith(hashedFile(request));
   }
   // Anything else (plain names, the manifest, this worker) goes to the network as it would.
 });

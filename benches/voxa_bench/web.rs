@@ -97,7 +97,7 @@ async fn measure_call(report: &mut Report, length: Duration, host: CallHost) {
     };
     let mut fake = FakeGemini::start(FakeOptions::new(key)).await;
     let side = start_call_side(host, &fake.url());
-    browser.open(&side.link).await;
+    browser.pair(&side.link).await;
     browser.wait_connection("online").await;
     browser.press("Call").await;
     let conn = fake.wait_for("the call's setup", |e| matches!(e.kind, Kind::Setup(_))).await.conn;
@@ -197,6 +197,9 @@ async fn measure(report: &mut Report, samples: usize) {
     let relay = agent.embedded_relay.clone().expect("the embedded relay's address");
     let link = format!("http://{relay}/?code={}&token={}", agent.code, agent.token);
 
+    // The first visit asks "Add this laptop?"; every sample is a visit of a laptop the page knows.
+    browser.pair(&link).await;
+    browser.wait_connection("online").await;
     let mut online = Vec::with_capacity(samples);
     for _ in 0..samples {
         browser.open(&link).await;
@@ -265,9 +268,11 @@ async fn measure_network(report: &mut Report, samples: usize) {
         browser.open("about:blank").await;
         browser.cdp("Network.clearBrowserCache", serde_json::json!({})).await;
         browser.cdp("Storage.clearDataForOrigin", serde_json::json!({"origin": origin, "storageTypes": "all"})).await;
+        // A first visit: the page proves the laptop and shows its name for "Add this laptop?".
         browser.open(&link).await;
+        cold.add(&browser, "voxa:introduced").await;
+        browser.add_laptop().await;
         browser.wait_connection("online").await;
-        cold.add(&browser, "voxa:online").await;
         // What a first visit leaves (the worker's copy, the HTTP cache) is in place for the reload.
         browser.wait_script("the service worker", "return !!navigator.serviceWorker.controller;").await;
         browser.client.refresh().await.expect("reload");

@@ -40,8 +40,9 @@ pub struct LiveStatus {
     pub sessions: Arc<SessionCounts>,
     /// Who has a session open, by session, in the order they came.
     pub connected: Mutex<BTreeMap<ListenerId, ConnectedClient>>,
-    /// What the last comparison of the relay's page with this voxa's found.
-    pub relay_page: Mutex<Option<RelayPage>>,
+    /// What the last comparison of the relay's page with this voxa's found; followers hear each
+    /// new finding (`relay_page` frames).
+    pub relay_page: tokio::sync::watch::Sender<Option<RelayPage>>,
     /// A comparison is running.
     pub relay_page_checking: AtomicBool,
 }
@@ -140,7 +141,7 @@ impl AgentContext {
             connected: self.status.connected.lock().map(|c| c.values().cloned().collect()).unwrap_or_default(),
             sealed_sessions: self.status.sessions.sealed(),
             plain_sessions: self.status.sessions.plain(),
-            relay_page: self.status.relay_page.lock().map(|page| page.clone()).unwrap_or_default(),
+            relay_page: self.status.relay_page.borrow().clone(),
             workspace: self.toolbox().workspace().display().to_string(),
             sees: Some(self.toolbox().sees()),
         }

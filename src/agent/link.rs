@@ -212,9 +212,7 @@ impl RelayLink {
             if let RelayPage::Altered { paths } = &page {
                 warn!(files = %paths.join(", "), "the relay serves a web client that differs from this voxa's");
             }
-            if let Ok(mut kept) = link.ctx.status.relay_page.lock() {
-                *kept = Some(page.clone());
-            }
+            link.ctx.status.relay_page.send_replace(Some(page.clone()));
             link.ctx.status.relay_page_checking.store(false, Ordering::Release);
             link.report(LinkEvent::RelayPage { page });
         });

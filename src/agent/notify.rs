@@ -11,8 +11,9 @@ use tokio_util::sync::CancellationToken;
 use super::context::LiveStatus;
 use crate::approvals::Broker;
 use crate::protocol::{AgentMessage, ApprovalFrame};
+use crate::protocol::{Event, SessionEvent};
 use crate::push::{Notice, Notifier, NotifyEvent, Urgency};
-use crate::sessions::{Event, SessionEvent, SessionHost};
+use crate::sessions::SessionHost;
 
 /// Pushes every approval that opens while nobody follows, until `cancel`.
 pub async fn watch_approvals(broker: Broker, notifier: Notifier, status: Arc<LiveStatus>, cancel: CancellationToken) {

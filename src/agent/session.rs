@@ -192,13 +192,19 @@ impl Session {
     /// Starts (or restarts) the delivery of approvals to this client: the open ones, then each
     /// change — when the policy lets it both list and answer them. With sessions, also every
     /// session's `agent_event`s after the `after` marks, then live — when it lets it read them
-    /// (`agent_log`; under `ask`, once the user allowed it).
+    /// (`agent_log`; under `ask`, once the user allowed it). And, always, what the comparison of the
+    /// relay's page found.
     async fn follow(&mut self, after: Option<Value>) {
         if let Some(previous) = self.following.take() {
             previous.cancel();
         }
         let following = self.cancel.child_token();
         self.following = Some(following.clone());
+        self.ctx.tasks.spawn(tell_relay_page(
+            self.ctx.status.relay_page.subscribe(),
+            self.out.clone(),
+            following.clone(),
+        ));
         let approvals = self.ctx.dispatcher.judge_frame(&self.caller, &FrameAction::FollowApprovals);
         let sessions = match &self.ctx.sessions {
             Some(_) => self.ctx.dispatcher.judge_frame(&self.caller, &FrameAction::FollowSessions),
@@ -377,6 +383,27 @@ impl Drop for Session {
         self.cancel.cancel();
         if let Some(voice) = self.voice.take() {
             voice.end.cancel();
+        }
+    }
+}
+
+/// Tells a follower what the comparison of the relay's page found (docs/SECURITY.md, "The page
+/// the relay serves"): the last finding at once, then each new one, until it stops following.
+async fn tell_relay_page(
+    mut findings: tokio::sync::watch::Receiver<Option<protocol::RelayPage>>,
+    out: mpsc::Sender<Frame>,
+    following: CancellationToken,
+) {
+    loop {
+        let found = findings.borrow_and_update().clone();
+        if let Some(page) = found {
+            if out.send(Frame::from(AgentMessage::RelayPage(page))).await.is_err() {
+                return;
+            }
+        }
+        tokio::select! {
+            _ = following.cancelled() => return,
+            changed = findings.changed() => if changed.is_err() { return },
         }
     }
 }

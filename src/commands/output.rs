@@ -41,6 +41,21 @@ impl Printer {
         }
     }
 
+    /// An event the user must not miss: as [`Printer::event`], with `"alarm": true` in JSON, and
+    /// its human text printed even under `--quiet`.
+    pub fn alarm(&self, name: &str, fields: Value, human: impl std::fmt::Display) {
+        let mut fields = match fields {
+            Value::Object(map) => map,
+            _ => Default::default(),
+        };
+        fields.insert("alarm".into(), Value::Bool(true));
+        if self.json {
+            self.event(name, Value::Object(fields), human);
+        } else {
+            self.line(&human.to_string());
+        }
+    }
+
     /// A command's one result: the JSON value, or the human text.
     pub fn result(&self, json: &Value, human: impl std::fmt::Display) -> std::io::Result<()> {
         let mut out = std::io::stdout().lock();

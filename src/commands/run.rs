@@ -21,6 +21,7 @@ use crate::error::ConfigError;
 use crate::gemini::GeminiConfig;
 use crate::net::dial::DialOptions;
 use crate::net::liveness::Heartbeat;
+use crate::protocol::RelayPage;
 use crate::secret::{EnvSecrets, Secret};
 use crate::state::{Home, Secrets};
 
@@ -278,6 +279,19 @@ async fn print_events(mut events: broadcast::Receiver<LinkEvent>, printer: Print
     }
 }
 
+/// What `voxa run` says, loud and on its own lines, when the relay's page is not this voxa's.
+fn altered_page_warning(paths: &[String]) -> String {
+    format!(
+        "WARNING: the relay serves a web page that is not this voxa's ({}: {}).\n  \
+         A phone that opens the pairing link there runs whatever that relay sent, and a changed \
+         script can take the pairing's token.\n  Do not open the link on that relay. On this \
+         machine use `voxa open`; for a phone, use a relay you run (`voxa relay`, `voxa run \
+         --embedded-relay`) or a tailnet, then `voxa pair --rotate`.",
+        if paths.len() == 1 { "1 file differs".to_owned() } else { format!("{} files differ", paths.len()) },
+        paths.join(", ")
+    )
+}
+
 /// One link event as a line of output (`--json`: one object).
 fn print_event(event: &LinkEvent, printer: Printer) {
     match event {
@@ -332,6 +346,9 @@ fn print_event(event: &LinkEvent, printer: Printer) {
             json!({"pairing": pairing, "relay": relay}),
             format!("environment pairing {pairing} active: dialing {relay} for its host"),
         ),
+        LinkEvent::RelayPage { page: page @ RelayPage::Altered { paths } } => {
+            printer.alarm("relay_page", json!(page), altered_page_warning(paths))
+        }
         LinkEvent::RelayPage { page } => printer.event("relay_page", json!(page), page.describe()),
         LinkEvent::PairingEnded { pairing } => printer.event(
             "pairing_ended",

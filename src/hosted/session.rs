@@ -466,7 +466,7 @@ impl<'a> LiveSession<'a> {
     /// the call started is told to the call's model.
     fn tell_call_of_session(&self, payload: &[u8]) {
         let Some(call) = &self.call else { return };
-        let Ok(event) = serde_json::from_slice::<crate::sessions::SessionEvent>(payload) else { return };
+        let Ok(event) = serde_json::from_slice::<crate::protocol::SessionEvent>(payload) else { return };
         if event.at < call.started_ms {
             return;
         }

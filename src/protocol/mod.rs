@@ -2,10 +2,13 @@
 //! bound them. One enum per direction, tagged by `type`; one folder file per frame family:
 //! [`frame`] (the one frame type inside the agent), [`relay`] (the relay's wire: pairing sides,
 //! presence notices, relay framing), [`hello`] (session start), [`session`] (session frames),
-//! [`tools`] (tool frames) and [`errors`] (codes).
+//! [`tools`] (tool frames), [`approvals`], [`agent_event`] (coding-agent session events),
+//! [`terminal`], [`push`] and [`errors`] (codes). The web client names the same frames and codes
+//! in `web/js/protocol.js`, which a test (tests/it/web.rs) holds against these enums.
 
 use std::time::Duration;
 
+mod agent_event;
 mod approvals;
 mod errors;
 mod frame;
@@ -16,6 +19,7 @@ mod session;
 mod terminal;
 mod tools;
 
+pub use agent_event::{Event, SessionEvent, SessionState};
 pub use approvals::{
     ApprovalFrame, ApprovalResolved, ApprovalSource, Approve, DecidedBy, Decision, Risk, MAX_APPROVAL_TEXT_LEN,
 };

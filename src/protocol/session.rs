@@ -149,6 +149,12 @@ pub enum AgentMessage {
     TermExit(super::TermExit),
     /// A sealed session's sign of life (docs/PROTOCOL.md, "Ticks"); the seal consumes it.
     Tick,
+    /// One event of a coding-agent session, to a client that follows (docs/PROTOCOL.md,
+    /// "Coding-agent sessions").
+    AgentEvent(super::SessionEvent),
+    /// What the comparison of the page the relay serves with this voxa's found, to a client that
+    /// follows: at once, then at each new finding (docs/SECURITY.md, "The page the relay serves").
+    RelayPage(RelayPage),
 }
 
 /// The calls a `calls` frame names (docs/PROTOCOL.md, "Calls outlive the connection").
@@ -250,6 +256,11 @@ mod relay_page_tests {
         assert!(RelayPage::Same { files: 3 }.describe().contains("hashes match"));
         let json = serde_json::to_value(RelayPage::Same { files: 3 }).unwrap();
         assert_eq!(json, serde_json::json!({"state": "same", "files": 3}));
+        // The frame a follower gets carries the finding flat beside its type.
+        let frame = super::AgentMessage::RelayPage(RelayPage::Altered { paths: vec!["/js/dom.js".into()] });
+        let json = serde_json::json!({"type": "relay_page", "state": "altered", "paths": ["/js/dom.js"]});
+        assert_eq!(serde_json::to_value(&frame).unwrap(), json);
+        assert_eq!(serde_json::from_value::<super::AgentMessage>(json).unwrap(), frame);
     }
 }
 

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use super::event::Event;
 use crate::approvals::{Answer, Request};
+use crate::protocol::Event;
 
 /// How to start the agent's process.
 #[derive(Clone, Debug, PartialEq)]

@@ -8,8 +8,9 @@ use serde_json::{json, Value};
 
 use super::adapter::{line, Adapter, Ask, Launch, Output};
 use super::describe::{edit_diff, risk, summary};
-use super::event::{bounded_input, capped, Event, MAX_TEXT_LEN, MAX_TOOL_OUTPUT};
+use super::event::{bounded_input, capped, MAX_TEXT_LEN, MAX_TOOL_OUTPUT};
 use crate::approvals::{Answer, Request};
+use crate::protocol::Event;
 use crate::protocol::{ApprovalSource, Decision};
 
 /// What the CLI says when it has no credentials.

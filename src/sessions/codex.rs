@@ -16,8 +16,9 @@ use serde_json::{json, Value};
 
 use super::adapter::{line, Adapter, Ask, Launch, Output};
 use super::describe::{summary, unified};
-use super::event::{bounded_input, capped, Event, MAX_DIFF_LEN, MAX_TEXT_LEN, MAX_TOOL_OUTPUT};
+use super::event::{bounded_input, capped, MAX_DIFF_LEN, MAX_TEXT_LEN, MAX_TOOL_OUTPUT};
 use crate::approvals::{command_risk, Answer, Request};
+use crate::protocol::Event;
 use crate::protocol::{ApprovalSource, Decision, Risk};
 use crate::text::prefix;
 

@@ -12,8 +12,8 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::event::SessionEvent;
 use super::store::Store;
+use crate::protocol::SessionEvent;
 
 /// Live events buffered for followers before a slow one falls back to the store.
 pub const LIVE_BUFFER: usize = 1024;

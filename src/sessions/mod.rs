@@ -33,12 +33,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::warn;
 
-pub use event::{Event, SessionEvent, SessionState};
 pub use follow::Follower;
 
 use crate::approvals::Broker;
 use crate::config::{AgentCommand, ProcessLimits};
-use crate::protocol::{ErrorCode, ToolError};
+use crate::protocol::{ErrorCode, Event, SessionEvent, SessionState, ToolError};
 use crate::tools::coding_agent::{check_prompt_is_not_an_option, find_program, DEFAULT_AGENT, MAX_PROMPT_LEN};
 use crate::tools::Toolbox;
 use adapter::Adapter;

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 
 use super::adapter::{Adapter, Ask, Launch, Output};
 use super::claude::Claude;
-use super::event::{capped, Event, MAX_TEXT_LEN};
+use super::event::{capped, MAX_TEXT_LEN};
 use crate::approvals::Answer;
 use crate::config::AgentCommand;
+use crate::protocol::Event;
 use crate::tools::coding_agent::PROMPT_PLACEHOLDER;
 use crate::tools::output::AnsiStripper;
 

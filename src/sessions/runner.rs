@@ -14,12 +14,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::adapter::{Adapter, Ask, Output};
-use super::event::{now_ms, Event, SessionState, MAX_TEXT_LEN};
+use super::event::{now_ms, MAX_TEXT_LEN};
 use super::process::{Process, Step};
 use super::Shared;
 use crate::approvals::Answer;
 use crate::protocol::{DecidedBy, Decision};
 use crate::protocol::{ErrorCode, ToolError};
+use crate::protocol::{Event, SessionState};
 
 /// Longest one turn may run before it is interrupted.
 pub const TURN_TIMEOUT: Duration = crate::tools::CODING_AGENT_TIMEOUT;

@@ -15,7 +15,8 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::event::{now_ms, Event, SessionEvent, SessionState};
+use super::event::now_ms;
+use crate::protocol::{Event, SessionEvent, SessionState};
 
 /// Sessions whose last event is older than this are deleted.
 pub const MAX_AGE: Duration = Duration::from_secs(30 * 24 * 60 * 60);

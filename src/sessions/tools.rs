@@ -49,7 +49,7 @@ async fn run(host: &SessionHost, kind: ToolKind, args: &Value, caller: &str) -> 
             let limit =
                 args.u64("limit").map_or(DEFAULT_LOG_LIMIT, |limit| usize::try_from(limit).unwrap_or(usize::MAX));
             let (events, next) = host.log(session, after, limit)?;
-            let events: Vec<Value> = events.iter().map(super::SessionEvent::to_frame).collect();
+            let events: Vec<Value> = events.iter().map(crate::protocol::SessionEvent::to_frame).collect();
             Ok(json!({ "events": events, "next": next }))
         }
         other => Err(crate::tools::dispatch::unknown_tool(other.name())),

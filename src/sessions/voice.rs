@@ -7,8 +7,9 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{Event, SessionEvent, SessionHost};
+use super::SessionHost;
 use crate::approvals::{one_line, redact_secrets};
+use crate::protocol::{Event, SessionEvent};
 
 /// Error codes that mean the session itself failed, not one turn.
 const FAILURES: &[&str] = &["agent-exited", "unavailable", "stuck", "timeout"];

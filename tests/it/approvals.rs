@@ -500,7 +500,7 @@ mod cards {
             let agent = asking_agent(Some(&relay), 600).await;
             let page = Page { relay, agent, browser };
             page.browser
-                .open(&format!("http://{}/#code={}&token={}", page.relay.addr, page.agent.code(), page.agent.token()))
+                .pair(&format!("http://{}/#code={}&token={}", page.relay.addr, page.agent.code(), page.agent.token()))
                 .await;
             page.browser.wait_connection("online").await;
             Some(page)

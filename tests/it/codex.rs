@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use serde_json::json;
 use voxa::config::Config;
 use voxa::protocol::{Decision, Risk};
-use voxa::sessions::{Event, SessionState, StartRequest};
+use voxa::protocol::{Event, SessionState};
+use voxa::sessions::StartRequest;
 
 use crate::sessions::{approval_id, is_approval, is_turn_end, streamed_text, until, whole_log, Rig};
 use crate::support::fake_model::{tool_results, user_text, Reply};

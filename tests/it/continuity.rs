@@ -52,7 +52,9 @@ async fn two_pages_on_one_link_both_stay_online_and_both_see_a_command() {
     let first = browser.client.window().await.unwrap();
     let second = browser.client.new_window(true).await.unwrap().handle;
     browser.client.switch_to_window(second.clone()).await.unwrap();
-    scene.open_online().await;
+    // The same browser knows the laptop now: its link asks nothing.
+    browser.open(&scene.link()).await;
+    browser.wait_connection("online").await;
     browser.type_into("Command", "echo begun; sleep 2; echo from-the-second-page").await;
     browser.press("Run").await;
     browser.wait_text(TERMINAL, "the command's end", |t| t.contains("exit 0")).await;
@@ -202,7 +204,7 @@ async fn rotation_with_the_page_open_cuts_it_off_and_the_cli_works_at_once() {
     let mut cmd = crate::support::voxa_cmd(&home);
     cmd.args(["run", "--json", "--relay", &relay_url, "--workspace"]).arg(workspace.path());
     let run = tokio::task::spawn_blocking(move || crate::support::RunningVoxa::start(cmd)).await.unwrap();
-    browser.open(paired["url"].as_str().unwrap()).await;
+    browser.pair(paired["url"].as_str().unwrap()).await;
     browser.wait_connection("online").await;
 
     let rotated = cli_json(&home, &["pair", "--rotate", "--json", "--relay", &relay_url]).await;
@@ -215,7 +217,7 @@ async fn rotation_with_the_page_open_cuts_it_off_and_the_cli_works_at_once() {
     assert!(status["agent"]["error"].is_null(), "{status}");
     assert_eq!(status["agent"]["mode"], "hosted", "{status}");
     // The relay link moved: the new link opens the laptop.
-    browser.open(rotated["url"].as_str().unwrap()).await;
+    browser.pair(rotated["url"].as_str().unwrap()).await;
     browser.wait_connection("online").await;
     browser.close().await;
     run.stop();

@@ -242,7 +242,7 @@ impl Scene {
             self.secrets.relay_code.expose(),
             self.secrets.auth_token.expose()
         );
-        self.browser.open(&link).await;
+        self.browser.pair(&link).await;
         self.browser.wait_connection("online").await;
     }
 
@@ -262,7 +262,7 @@ impl Scene {
 async fn timed_run(browser: &Browser, command: &str) -> f64 {
     browser
         .script(
-            "window.__ran = null; const out = document.getElementById('term-out');
+            "window.__ran = null; const out = document.getElementById('commands-out');
              const seen = new MutationObserver(() => {
                const end = out.lastElementChild && out.lastElementChild.querySelector('.end');
                if (end && /exit/.test(end.textContent) && window.__ran === null) {
@@ -299,7 +299,7 @@ async fn measure_256_kib_of_output_in_the_page() {
     }
     let shown = browser
         .script(
-            "return document.getElementById('term-out').lastElementChild.querySelector('.out').textContent.length;",
+            "return document.getElementById('commands-out').lastElementChild.querySelector('.out').textContent.length;",
             vec![],
         )
         .await;

@@ -99,7 +99,7 @@ async fn a_hosted_calls_tool_under_ask_waits_for_the_pages_approval_over_its_sea
     // A relay that only watches `/ws`: every frame of the page's session is kept. `/live` and the
     // page's files pass through it untouched.
     let mitm = Mitm::start(relay.addr, agent.code(), Box::new(|_, m| vec![m])).await;
-    browser.open(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
+    browser.pair(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
     browser.wait_connection("online").await;
     assert_eq!(seal_mark(&browser).await, "sealed");
     assert_eq!(session_counts(&agent).await, (2, 0), "the page's session and the status client, both sealed");
@@ -206,7 +206,7 @@ async fn a_call_socket_that_closes_ends_the_call_with_its_sentence_and_the_seale
     let agent = hosted_agent(&relay).await;
     let cut = Arc::new(Notify::new());
     let front = cutting_front(relay.addr, cut.clone()).await;
-    browser.open(&format!("http://{front}/#code={}&token={}", agent.code(), agent.token())).await;
+    browser.pair(&format!("http://{front}/#code={}&token={}", agent.code(), agent.token())).await;
     browser.wait_connection("online").await;
     browser.press("Call").await;
     let (conn, _) = fake.expect_setup().await;
@@ -223,6 +223,6 @@ async fn a_call_socket_that_closes_ends_the_call_with_its_sentence_and_the_seale
     counts_become(&agent, (2, 0)).await;
     browser.type_into("Command", "echo after-the-call-3e8a").await;
     browser.press("Run").await;
-    browser.wait_text("#term-out", "the command's output", |t| t.contains("after-the-call-3e8a\n")).await;
+    browser.wait_text("#commands-out", "the command's output", |t| t.contains("after-the-call-3e8a\n")).await;
     browser.close().await;
 }

@@ -44,5 +44,6 @@ mod terminal;
 mod tools;
 mod web;
 mod web_delivery;
+mod web_pairing;
 mod web_picker;
 mod web_voice;

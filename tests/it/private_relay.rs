@@ -24,7 +24,7 @@ async fn the_link_voxa_run_prints_for_a_private_relay_goes_online_in_a_browser()
     run.wait_event("relay_connected");
 
     let without: String = link.split("&relay_token=").next().unwrap().to_owned();
-    browser.open(&without).await;
+    browser.pair(&without).await;
     let said = browser.wait_connection("private relay: this link lacks its token").await;
     assert!(said.contains("open the one voxa pair prints"), "{said}");
     browser.open(&link).await;

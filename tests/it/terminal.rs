@@ -444,7 +444,7 @@ fn the_vendored_xterm_is_the_pinned_package_byte_for_byte_with_its_licences() {
 }
 
 /// The text xterm.js shows in its rows.
-const ROWS: &str = "#pty-screen .xterm-rows";
+const ROWS: &str = "#shell-screen .xterm-rows";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_chromium_the_shell_shows_coloured_output_and_the_key_bar_sends_ctrl_c() {
@@ -453,21 +453,21 @@ async fn in_chromium_the_shell_shows_coloured_output_and_the_key_bar_sends_ctrl_
     let relay = TestRelay::start().await;
     let agent = TestAgent::start(Some(relay.url())).await;
     let link = format!("http://{}/#code={}&token={}", relay.addr, agent.code(), agent.token());
-    browser.open(&link).await;
+    browser.pair(&link).await;
     browser.wait_connection("online").await;
     // The emulator is not part of the page until the tab opens.
     let loaded = "return document.querySelectorAll('script[src]').length + performance.getEntriesByType('resource')\
                   .filter((r) => r.name.includes('/vendor/xterm/')).length;";
     let before = browser.script(loaded, vec![]).await;
     browser.press("Shell").await;
-    browser.wait_text("#pty-status", "the terminal to open", |text| text.starts_with("t-")).await;
-    assert_eq!(before, json!(1), "only main.js was loaded before the shell tab opened");
-    let input = browser.client.find(fantoccini::Locator::Css("#pty-screen textarea")).await.unwrap();
+    browser.wait_text("#shell-status", "the terminal to open", |text| text.starts_with("t-")).await;
+    assert_eq!(before, json!(2), "only address.js and main.js were loaded before the shell tab opened");
+    let input = browser.client.find(fantoccini::Locator::Css("#shell-screen textarea")).await.unwrap();
     input.send_keys("printf '\\033[31m%s\\033[0m\\n' red-$((40+2))\u{E007}").await.unwrap();
     browser.wait_text(ROWS, "the coloured line", |text| text.contains("red-42")).await;
     let colour = browser
         .script(
-            "const span = [...document.querySelectorAll('#pty-screen .xterm-rows span')]
+            "const span = [...document.querySelectorAll('#shell-screen .xterm-rows span')]
                .find((s) => s.textContent === 'red-42');
              return span ? getComputedStyle(span).color : null;",
             vec![],
@@ -509,7 +509,7 @@ async fn in_chromium_the_shell_shows_coloured_output_and_the_key_bar_sends_ctrl_
     browser.close().await;
     if pictures {
         let Some(dark) = Browser::start_with(Scheme::Dark).await else { return };
-        dark.open(&link).await;
+        dark.pair(&link).await;
         dark.wait_connection("online").await;
         dark.press("Shell").await;
         // The page comes back to the same terminal, its scrollback replayed.

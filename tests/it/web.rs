@@ -179,19 +179,74 @@ fn sorted(mut names: Vec<String>) -> Vec<String> {
     names
 }
 
+/// The names of every `export const` of protocol.js, in order.
+fn js_exports(source: &str) -> Vec<String> {
+    source
+        .lines()
+        .filter_map(|line| line.strip_prefix("export const "))
+        .map(|rest| rest.split([' ', '=']).next().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// The text of `export const NAME = '…';` in protocol.js, its `\uXXXX` escapes read.
+fn js_string(source: &str, name: &str) -> String {
+    let opening = format!("export const {name} = '");
+    let from = source.find(&opening).unwrap_or_else(|| panic!("protocol.js has no string {name}")) + opening.len();
+    let quoted = &source[from..from + source[from..].find("';").unwrap()];
+    let mut text = String::new();
+    let mut rest = quoted;
+    while let Some(at) = rest.find("\\u") {
+        text.push_str(&rest[..at]);
+        let code = u32::from_str_radix(&rest[at + 2..at + 6], 16).expect("a \\uXXXX escape");
+        text.push(char::from_u32(code).unwrap());
+        rest = &rest[at + 6..];
+    }
+    text + rest
+}
+
 #[test]
 fn protocol_js_names_what_the_rust_protocol_names() {
     use voxa::protocol::{AgentMessage, CallErrorCode, ClientMessage, ErrorCode};
     let source = std::fs::read_to_string(web_dir().join("js/protocol.js")).unwrap();
     let codes: Vec<String> = ErrorCode::ALL.iter().map(|code| code.as_str().to_owned()).collect();
-    assert_eq!(sorted(js_list(&source, "ERROR_CODES")), sorted(codes.clone()), "ERROR_CODES against ErrorCode::ALL");
     // ALL itself holds every variant serde knows.
-    assert_eq!(sorted(wire_names::<ErrorCode>(false)), sorted(codes));
-    assert_eq!(sorted(js_list(&source, "CALL_ERROR_CODES")), sorted(wire_names::<CallErrorCode>(false)));
-    assert_eq!(sorted(js_list(&source, "CLIENT_FRAMES")), sorted(wire_names::<ClientMessage>(true)));
-    assert_eq!(sorted(js_list(&source, "AGENT_FRAMES")), sorted(wire_names::<AgentMessage>(true)));
-    assert_eq!(js_number(&source, "PROTOCOL"), u64::from(voxa::protocol::PROTOCOL_VERSION));
-    assert_eq!(js_number(&source, "AUDIO_PREFIX"), u64::from(voxa::protocol::AUDIO_PREFIX));
+    assert_eq!(sorted(wire_names::<ErrorCode>(false)), sorted(codes.clone()));
+    // Every list of protocol.js against the Rust names it stands for, both ways (equal sets).
+    let lists = [
+        ("ERROR_CODES", codes),
+        ("CALL_ERROR_CODES", wire_names::<CallErrorCode>(false)),
+        ("CLIENT_FRAMES", wire_names::<ClientMessage>(true)),
+        ("AGENT_FRAMES", wire_names::<AgentMessage>(true)),
+    ];
+    for (name, rust) in &lists {
+        let js = sorted(js_list(&source, name));
+        let missing: Vec<&String> = rust.iter().filter(|n| !js.contains(n)).collect();
+        let unknown: Vec<&String> = js.iter().filter(|n| !rust.contains(n)).collect();
+        assert!(
+            missing.is_empty() && unknown.is_empty(),
+            "{name}: not in protocol.js {missing:?}, not in Rust {unknown:?}"
+        );
+    }
+    // Every number and mark against its constant.
+    let numbers = [
+        ("PROTOCOL", u64::from(voxa::protocol::PROTOCOL_VERSION)),
+        ("SEALED_PROTOCOL", u64::from(voxa::protocol::PROTOCOL_SEALED)),
+        ("AUDIO_PREFIX", u64::from(voxa::protocol::AUDIO_PREFIX)),
+    ];
+    for (name, rust) in numbers {
+        assert_eq!(js_number(&source, name), rust, "{name}");
+    }
+    assert_eq!(js_string(&source, "NOTICE_PREFIX"), voxa::protocol::relay::NOTICE_MARK.to_string());
+    // And nothing else: a constant protocol.js adds must be held against Rust here too.
+    let checked: Vec<&str> = lists
+        .iter()
+        .map(|(name, _)| *name)
+        .chain(numbers.iter().map(|(name, _)| *name))
+        .chain(["NOTICE_PREFIX"])
+        .collect();
+    for export in js_exports(&source) {
+        assert!(checked.contains(&export.as_str()), "protocol.js exports {export}, which no Rust name is held against");
+    }
 }
 
 #[test]
@@ -202,8 +257,89 @@ fn the_protocol_check_reads_what_it_claims() {
     assert_eq!(js_number(source, "N"), 1);
     assert!(std::panic::catch_unwind(|| js_list("export const A = /** @type {const} */ ([one]);", "A")).is_err());
     assert!(std::panic::catch_unwind(|| js_list(source, "B")).is_err());
+    assert_eq!(js_exports(source), ["A", "N"]);
+    assert_eq!(js_string("export const M = 'a\\u0001b';", "M"), "a\u{1}b");
     let names = wire_names::<voxa::protocol::ClientMessage>(true);
     assert!(names.contains(&"tool_call".to_owned()) && names.contains(&"hello".to_owned()), "{names:?}");
+}
+
+/// Most lines a module of the web client may have (voice's, split by their own owner, aside).
+const MAX_MODULE_LINES: usize = 450;
+/// The folders of `web/js/` that are one panel each; a panel imports none of another's.
+const PANEL_FOLDERS: [&str; 10] =
+    ["agent", "approvals", "commands", "files", "notify", "page", "screen", "status", "terminal", "voice"];
+
+/// Every module under `web/js/`, as its path from `web/js/` and its text.
+fn web_modules() -> Vec<(String, String)> {
+    let root = web_dir().join("js");
+    let mut found = Vec::new();
+    let mut pending = vec![root.clone()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "js") {
+                let name = path.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/");
+                found.push((name, std::fs::read_to_string(&path).unwrap()));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// What a module names with `from '…'`, `import('…')` or `import '…'` (JSDoc types included),
+/// resolved against its own folder: paths from `web/js/`.
+fn imports_of(module: &str, text: &str) -> Vec<String> {
+    let dir: Vec<&str> = module.split('/').collect::<Vec<_>>()[..module.matches('/').count()].to_vec();
+    let mut found = Vec::new();
+    for opening in ["from '", "import('", "import '"] {
+        for rest in text.split(opening).skip(1) {
+            let Some(specifier) = rest.split('\'').next().filter(|s| s.starts_with('.')) else { continue };
+            let mut parts = dir.clone();
+            for part in specifier.split('/') {
+                match part {
+                    "." => {}
+                    ".." => {
+                        parts.pop();
+                    }
+                    part => parts.push(part),
+                }
+            }
+            found.push(parts.join("/"));
+        }
+    }
+    found
+}
+
+#[test]
+fn web_modules_stay_small_and_no_panel_imports_another_panels_module() {
+    let modules = web_modules();
+    assert!(modules.len() > 30, "only {} modules", modules.len());
+    let long: Vec<String> = modules
+        .iter()
+        .filter(|(name, text)| !name.starts_with("voice/") && text.lines().count() > MAX_MODULE_LINES)
+        .map(|(name, text)| format!("{name}: {} lines", text.lines().count()))
+        .collect();
+    assert!(long.is_empty(), "modules over {MAX_MODULE_LINES} lines: {long:?}");
+    let mut crossing = Vec::new();
+    for (name, text) in &modules {
+        let Some(folder) = name.split_once('/').map(|(folder, _)| folder) else { continue };
+        if !PANEL_FOLDERS.contains(&folder) {
+            continue;
+        }
+        for imported in imports_of(name, text) {
+            let into = imported.split_once('/').map(|(folder, _)| folder);
+            if into.is_some_and(|into| into != folder && PANEL_FOLDERS.contains(&into)) {
+                crossing.push(format!("{name} imports {imported}"));
+            }
+        }
+    }
+    assert!(crossing.is_empty(), "a panel imports another panel's module: {crossing:?}");
+    // The readers read what they claim: a crossing import is seen, resolved from its folder.
+    let sample = "import { a } from '../approvals/panel.js';\n/** @type {import('./x.js').T} */";
+    assert_eq!(imports_of("agent/panel.js", sample), ["approvals/panel.js", "agent/x.js"]);
 }
 
 #[test]
@@ -291,9 +427,9 @@ impl Scene {
         self.agent.as_ref().expect("the agent runs").loopback
     }
 
-    /// Opens the pairing link and waits for "online".
+    /// Opens the pairing link, adds the laptop, and waits for "online".
     pub(crate) async fn open_online(&self) {
-        self.browser.open(&self.link()).await;
+        self.browser.pair(&self.link()).await;
         self.browser.wait_connection("online").await;
     }
 
@@ -327,7 +463,7 @@ impl Machine {
 }
 
 /// Text of the terminal output, as shown.
-pub(crate) const TERMINAL: &str = "#term-out";
+pub(crate) const TERMINAL: &str = "#commands-out";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pairing_link_in_the_fragment_goes_online_and_leaves_no_token_in_the_address_bar() {
@@ -361,7 +497,7 @@ async fn stored(browser: &Browser) -> String {
 async fn an_old_query_link_still_pairs_and_leaves_the_address_bar() {
     let Some(scene) = Scene::start().await else { return };
     let browser = &scene.browser;
-    browser.open(&scene.old_link()).await;
+    browser.pair(&scene.old_link()).await;
     browser.wait_connection("online").await;
     let address = browser.address().await;
     assert_eq!(address, format!("http://{}/", scene.relay.addr), "the secrets stay out of the address bar");
@@ -421,7 +557,7 @@ async fn the_page_computes_the_hello_proofs_of_the_documented_worked_example() {
         found.unwrap_or_else(|| panic!("no {name:?} in the worked example"))
     };
     let script = "const [token, agentNonce, clientNonce, done] = arguments;
-        import('/js/session.js').then(async (session) => {
+        import('/js/session/hello.js').then(async (session) => {
             const key = await session.importToken(token);
             done([await session.helloProof(key, 'client', agentNonce, clientNonce),
                   await session.helloProof(key, 'agent', agentNonce, clientNonce)]);
@@ -668,7 +804,7 @@ async fn after_pair_rotate_the_old_link_says_scan_the_new_code_and_the_new_link_
     drop(laptop);
     // The new link from `pair --rotate` goes online.
     scene.start_agent().await;
-    scene.browser.open(paired["url"].as_str().unwrap()).await;
+    scene.browser.pair(paired["url"].as_str().unwrap()).await;
     scene.browser.wait_connection("online").await;
     scene.close().await;
 }
@@ -695,8 +831,13 @@ async fn a_laptop_that_cannot_prove_the_pairing_is_not_your_laptop() {
     let forged = json!({"type":"hello_ok","protocol":2,"agent":"voxa/0.1.0","mode":"hosted",
         "tools":["run_command"],"proof": "0".repeat(64)});
     send(&mut impostor, forged).await;
-    let said = browser.wait_connection("not your laptop").await;
-    assert!(said.starts_with("this is not your laptop"), "{said}");
+    // A laptop the page does not know is asked about, never made the one in use: the question
+    // says why it cannot be added, and Add cannot be tapped.
+    let said = browser.wait_text("#new-laptop-state", "the refusal", |t| t.contains("not your laptop")).await;
+    assert!(said.starts_with("It cannot be added: this is not your laptop"), "{said}");
+    let add = browser.control("button", "Add").await;
+    assert!(!add.is_enabled().await.unwrap(), "Add stays disabled for an impostor");
+    assert!(!stored(&browser).await.contains(code.expose()), "the impostor's pairing was kept");
     // The page closed the connection and sent nothing after its hello.
     loop {
         match next_frame(&mut impostor).await {
@@ -723,7 +864,7 @@ async fn embedded_relay_link_opens_the_client_and_a_screenshot_is_shown_at_its_s
     let Some(browser) = Browser::start().await else { return };
     let (mut run, _home, _dirs) = start_run_with_env(&["--embedded-relay"], &[("DISPLAY", &xvfb.display)]);
     let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
-    browser.open(&link).await;
+    browser.pair(&link).await;
     browser.wait_connection("online").await;
     browser.press("Screen").await;
     browser.press("Screenshot").await;
@@ -830,7 +971,7 @@ async fn pictures_of_the_real_page_at_phone_size() {
     let relay_flag = format!("http://{}", relay.addr);
     let (mut run, _home, _dirs) = start_run_with_env(&["--relay", &relay_flag], &[("DISPLAY", &xvfb.display)]);
     let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
-    browser.open(&link).await;
+    browser.pair(&link).await;
     browser.wait_connection("online").await;
 
     for command in [
@@ -881,7 +1022,7 @@ async fn pictures_of_the_real_page_at_phone_size() {
     let Some(dark) = Browser::start_with(Scheme::Dark).await else { return };
     let (mut run, _home, _dirs) = start_run_with_env(&["--relay", &relay_flag], &[]);
     let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
-    dark.open(&link).await;
+    dark.pair(&link).await;
     dark.wait_connection("online").await;
     assert_eq!(dark.script("return matchMedia('(prefers-color-scheme: dark)').matches;", vec![]).await, json!(true));
     for command in ["echo 'dark mode follows the system setting'", "ls -a"] {
@@ -944,7 +1085,7 @@ async fn a_browser_reaches_a_relay_that_asks_for_a_relay_token() {
     let encoded = RELAY_TOKEN.replace(' ', "%20").replace('/', "%2F").replace('+', "%2B");
 
     // Without the relay token the relay refuses the page's socket before the upgrade.
-    browser.open(&format!("http://{}/#code={code}&token={auth}", relay.addr)).await;
+    browser.pair(&format!("http://{}/#code={code}&token={auth}", relay.addr)).await;
     browser.wait_connection("reconnecting").await;
     // With it, in the fragment only: online, and a tool call goes through.
     browser.open(&format!("http://{}/#code={code}&token={auth}&relay_token={encoded}", relay.addr)).await;

@@ -184,10 +184,10 @@ async fn the_first_screen_loads_no_lazy_view_and_a_reload_fetches_no_hashed_file
     let Some(scene) = Scene::start().await else { return };
     let (front, seen) = recording_front(scene.relay.addr).await;
     let browser = &scene.browser;
-    browser.open(&format!("http://{front}/#code={}&token={}", scene.code(), scene.token())).await;
+    browser.pair(&format!("http://{front}/#code={}&token={}", scene.code(), scene.token())).await;
     browser.wait_connection("online").await;
     // (The agent view comes right after "online": it follows the laptop's sessions.)
-    let lazy = ["/js/voice/", "/js/pty/", "/js/files/", "/vendor/"];
+    let lazy = ["/js/voice/", "/js/terminal/", "/js/files/", "/vendor/"];
     let loaded = browser
         .script("return performance.getEntriesByType('resource').map((e) => new URL(e.name).pathname);", vec![])
         .await;
@@ -212,8 +212,8 @@ async fn the_first_screen_loads_no_lazy_view_and_a_reload_fetches_no_hashed_file
 
     // A lazy view arrives when its tab opens.
     browser.press("Shell").await;
-    eventually("the shell module", || !fetched_under(&seen.lock().unwrap(), &["/js/pty/panel."]).is_empty()).await;
-    browser.wait_script("the terminal", "return !document.getElementById('panel-pty').hidden;").await;
+    eventually("the shell module", || !fetched_under(&seen.lock().unwrap(), &["/js/terminal/panel."]).is_empty()).await;
+    browser.wait_script("the terminal", "return !document.getElementById('panel-shell').hidden;").await;
     scene.close().await;
 }
 
@@ -222,4 +222,51 @@ fn is_hashed(line: &str) -> bool {
     let path = line.split(' ').nth(1).unwrap_or_default();
     path.split('.')
         .any(|part| part.len() == 12 && part.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
+}
+
+/// What the page's `fetch` of `url` gets through its service worker: the status and the body.
+const FETCH_THROUGH_WORKER: &str = "const [url, done] = arguments;
+    fetch(url).then(async (r) => done([r.status, await r.text()]), (e) => done([0, String(e)]));";
+
+/// Whether the worker's cache holds `url`.
+const KEPT: &str = "const [url, done] = arguments;
+    caches.match(url).then((r) => done(!!r), () => done(false));";
+
+/// The service worker serves a hashed name only after checking the bytes against it: a relay
+/// that alters a file under its hashed name gets it neither served nor kept, and a kept copy that
+/// no longer matches is dropped and fetched again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_worker_serves_a_hashed_file_only_when_its_bytes_match_its_name() {
+    let Some(browser) = crate::support::browser::Browser::start().await else { return };
+    let relay = TestRelay::start().await;
+    let altered = hashed("/js/files/panel.js");
+    let front = crate::sealed_web::altering_front(relay.addr, altered).await;
+    browser.open(&format!("http://{front}/")).await;
+    browser.wait_script("the service worker in control", "return !!navigator.serviceWorker.controller;").await;
+    let fetch = |path: &str| {
+        let args = vec![serde_json::json!(path)];
+        let client = browser.client.clone();
+        async move { client.execute_async(FETCH_THROUGH_WORKER, args).await.unwrap() }
+    };
+    let kept = |path: &str| {
+        let args = vec![serde_json::json!(path)];
+        let client = browser.client.clone();
+        async move { client.execute_async(KEPT, args).await.unwrap() }
+    };
+    // Altered under its hashed name: refused, and not kept.
+    let answer = fetch(altered).await;
+    assert_eq!(answer[0], 502, "{answer}");
+    assert!(answer[1].as_str().unwrap().contains("is not the file its name says"), "{answer}");
+    assert_eq!(kept(altered).await, serde_json::json!(false));
+    // A file as built: served and kept.
+    let genuine = hashed("/js/agent/markdown.js");
+    let body = String::from_utf8(voxa::net::web::assets().find(|(p, ..)| *p == genuine).unwrap().2.to_vec()).unwrap();
+    assert_eq!(fetch(genuine).await, serde_json::json!([200, body]));
+    assert_eq!(kept(genuine).await, serde_json::json!(true));
+    // A kept copy whose bytes no longer match its name is dropped and fetched again.
+    let spoil = "const [url, done] = arguments;
+        caches.keys().then(async ([name]) => { await (await caches.open(name)).put(url, new Response('bad')); done(true); });";
+    browser.client.execute_async(spoil, vec![serde_json::json!(genuine)]).await.unwrap();
+    assert_eq!(fetch(genuine).await, serde_json::json!([200, body]));
+    browser.close().await;
 }

@@ -68,7 +68,7 @@ async fn the_machine_picker_switches_laptops_and_environments_and_keeps_the_name
 
     let browser = &scene.browser;
     let (code, token) = (devbox.secrets.relay_code.expose(), devbox.secrets.auth_token.expose());
-    browser.open(&format!("http://{}/#code={code}&token={token}", scene.relay.addr)).await;
+    browser.pair(&format!("http://{}/#code={code}&token={token}", scene.relay.addr)).await;
     browser.wait_connection("online").await;
     // One laptop: the header names it, and that is all it adds.
     assert_eq!(header_names(browser).await, host());
@@ -237,7 +237,7 @@ async fn two_browsers_on_one_link_both_stay_online_and_both_see_a_command() {
     scene.open_online().await;
     // Another device: its own Chromium, its own profile and storage.
     let second = first.another(Scheme::Dark).await;
-    second.open(&scene.link()).await;
+    second.pair(&scene.link()).await;
     second.wait_connection("online").await;
     let command = "echo begun; sleep 2; echo from-the-second-browser";
     second.type_into("Command", command).await;

@@ -143,7 +143,7 @@ impl CallScene {
         let config = fake.config(KEY);
         let agent = TestAgent::start_with(Some(relay.url()), |options| options.gemini = Some(config)).await;
         let link = format!("http://{}/?code={}&token={}", relay.addr, agent.code(), agent.token());
-        browser.open(&link).await;
+        browser.pair(&link).await;
         browser.wait_connection("online").await;
         Some(CallScene { backend: Backend::SelfHosted { relay, agent }, browser, _scratch: scratch })
     }
@@ -159,7 +159,7 @@ impl CallScene {
             "[policy.hosted]\ntrust = [\"@read\", \"@exec\"]\n",
         );
         let link = agent.wait_event("pairing")["url"].as_str().unwrap().to_owned();
-        browser.open(&link).await;
+        browser.pair(&link).await;
         browser.wait_connection("online").await;
         Some(CallScene { backend: Backend::Hosted { relay, agent, home, workspace }, browser, _scratch: scratch })
     }
@@ -446,7 +446,7 @@ fn connected_line(via: &str, seal: &str, client: &str) -> String {
 /// Opens the pairing link of a hosted-mode agent on `relay` and presses "Call"; returns the sentence.
 async fn call_refusal(browser: &Browser, relay: &TestRelay) -> String {
     let agent = TestAgent::start(Some(relay.url())).await;
-    browser.open(&format!("http://{}/?code={}&token={}", relay.addr, agent.code(), agent.token())).await;
+    browser.pair(&format!("http://{}/?code={}&token={}", relay.addr, agent.code(), agent.token())).await;
     browser.wait_connection("online").await;
     browser.press("Call").await;
     let said = browser.wait_text("#call-error", "the sentence", |t| !t.is_empty()).await;

@@ -1,6 +1,11 @@
 // @ts-check
 // The app: which laptop the page talks to, its session, and the one way panels run tools. It
 // writes the shared store (store.js); it never touches a panel's controls.
+//
+// A link to a laptop this browser does not know is asked about before anything is sent to that
+// laptop (`ask`): a held session runs the sealed handshake to learn its name, the page asks "Add
+// this laptop?" (page/new-laptop.js), and only "Add" makes it a pairing of this browser and the one in
+// use. Until then the laptop in use stays as it was.
 
 import { sentence } from './dom.js';
 import * as pairings from './pairings.js';
@@ -10,10 +15,12 @@ import { Session } from './session.js';
  * @typedef {import('./store.js').Store} Store
  * @typedef {import('./store.js').VoiceOffer} VoiceOffer
  * @typedef {import('./pairings.js').Pairing} Pairing
- * @typedef {import('./session.js').CallOptions} CallOptions
- * @typedef {import('./session.js').CallOutcome} CallOutcome
+ * @typedef {import('./session/calls.js').CallOptions} CallOptions
+ * @typedef {import('./session/calls.js').CallOutcome} CallOutcome
  * @typedef {import('./dom.js').Failure} Failure
  */
+
+/** What every panel is handed beside its root element (main.js). @typedef {{store: Store, app: App}} Context */
 
 const FLEET = 'fleet';
 /** How long the page waits for the relay's `/config` before connecting without it. */
@@ -23,37 +30,100 @@ export class App {
   /** @param {Store} store */
   constructor(store) {
     this.store = store;
+    /** The held session of the laptop asked about, if any. @type {Session | null} */
+    this.asking = null;
   }
 
-  /** Reads a pairing from the address (then scrubs it) and connects to the current laptop. */
+  /** Reads the pairing the page was opened with and connects to the laptop in use. */
   async boot() {
-    const carried = this.fromAddress();
+    // address.js took the link's secrets out of the address before the page was drawn; what the
+    // panels read from it (a notification's `session=`) goes now.
+    const carried = pairings.fromUrl(new URL(pairings.openedAt()));
+    pairings.scrubAddressBar();
     pairings.clean();
     // A link opened on this very page changes only the fragment: the page is not loaded again.
     addEventListener('hashchange', () => {
-      const opened = this.fromAddress();
+      const opened = pairings.fromUrl(new URL(location.href));
+      pairings.scrubAddressBar();
       if (opened instanceof Error) this.showWelcome(opened.message);
-      else if (opened) this.use(pairings.remember(opened));
+      else if (opened) this.open(opened);
     });
-    if (carried instanceof Error) this.showWelcome(carried.message);
-    else if (carried) pairings.remember(carried);
     // The socket opens at once, beside `/config`: what the relay offers (voice, whether it asks
     // for its token) is read when a call starts or a connection fails, never before connecting.
     const config = this.loadConfig();
-    const pairing = pairings.current();
-    if (pairing) this.use(pairing);
-    else if (!(carried instanceof Error)) this.showWelcome();
+    const opened = carried instanceof Error ? null : carried;
+    if (opened && this.knows(opened)) {
+      this.use(pairings.remember(opened));
+    } else {
+      const pairing = pairings.current();
+      if (pairing) this.use(pairing);
+      else this.showWelcome(carried instanceof Error ? carried.message : '');
+      if (opened) this.ask(opened);
+    }
     await config;
   }
 
   /**
-   * The pairing the address carries, if any; the secrets leave the address bar at once.
-   * @returns {Pairing | Error | null}
+   * Whether a link names a laptop this browser already uses, with the same token: only then is
+   * it used without a question. The loopback page's own link is this machine's.
+   * @param {Pairing} pairing
    */
-  fromAddress() {
-    const carried = pairings.fromUrl(new URL(location.href));
-    pairings.scrubAddressBar();
-    return carried;
+  knows(pairing) {
+    return pairing.kind === 'loopback'
+      || pairings.all().some((p) => p.id === pairing.id && p.token === pairing.token);
+  }
+
+  /**
+   * Opens a pairing from a link: a known laptop at once, any other after the question.
+   * @param {Pairing} pairing
+   */
+  open(pairing) {
+    if (this.knows(pairing)) this.use(pairings.remember(pairing));
+    else this.ask(pairing);
+  }
+
+  /**
+   * Asks before pairing with a laptop this browser does not know: a held session proves the
+   * laptop and learns its name, and sends it nothing more until the user says "Add".
+   * @param {Pairing} pairing
+   */
+  ask(pairing) {
+    this.dismiss();
+    const session = new Session(pairing, { held: true });
+    session.offered(this.store.state.server);
+    this.asking = session;
+    const label = pairings.label(pairing);
+    this.store.set({ asking: { pairing, name: '', state: 'connecting', text: 'connecting…', label } });
+    session.addEventListener('state', (event) => {
+      const { asking } = this.store.state;
+      const { state, text } = /** @type {CustomEvent} */ (event).detail;
+      if (this.asking === session && asking) this.store.set({ asking: { ...asking, state, text } });
+    });
+    session.addEventListener('introduced', (event) => {
+      const { asking } = this.store.state;
+      const name = hostName(/** @type {CustomEvent} */ (event).detail);
+      if (this.asking === session && asking) this.store.set({ asking: { ...asking, name, state: 'introduced' } });
+    });
+    session.start();
+  }
+
+  /** "Add": the laptop asked about becomes a pairing of this browser and the one in use. */
+  add() {
+    const session = this.asking;
+    const { asking } = this.store.state;
+    if (!session || !asking) return;
+    this.asking = null;
+    this.store.set({ asking: null });
+    const pairing = pairings.remember(asking.name ? { ...asking.pairing, name: asking.name } : asking.pairing);
+    this.use(pairing, '', session);
+    session.admit();
+  }
+
+  /** "Not now": the laptop asked about is left, and nothing was sent to it. */
+  dismiss() {
+    if (this.asking) this.asking.stop();
+    this.asking = null;
+    if (this.store.state.asking) this.store.set({ asking: null });
   }
 
   async loadConfig() {
@@ -102,7 +172,8 @@ export class App {
       this.store.set({ pairError: `That link is for the relay at ${url.host}; open it there.` });
       return;
     }
-    this.use(pairings.remember(pairing));
+    this.store.set({ pairError: '' });
+    this.open(pairing);
   }
 
   /**
@@ -110,24 +181,31 @@ export class App {
    * environments the laptop listed last time) until the laptop's own list says otherwise.
    * @param {Pairing} pairing
    * @param {string} [envKey]
+   * @param {Session} [held] the session of a laptop just added, already proved
    */
-  use(pairing, envKey = '') {
+  use(pairing, envKey = '', held) {
     const previous = this.store.state.session;
     if (previous) previous.stop();
     pairings.select(pairing.id);
-    const session = new Session(pairing);
+    const session = held || new Session(pairing);
     session.offered(this.store.state.server);
     const environments = pairing.environments || [];
     this.store.set({
       view: 'workspace', pairError: '', pairing, pairings: pairings.all(), session, online: false, hello: null,
       voice: null, environments, env: environments.some((e) => e.envKey === envKey) ? envKey : '', notice: '',
+      relayPage: null,
+    });
+    session.addEventListener('relay_page', (event) => {
+      const finding = relayPageFinding(/** @type {CustomEvent} */ (event).detail);
+      if (this.store.state.session === session && finding) this.store.set({ relayPage: finding });
     });
     session.addEventListener('state', (event) => this.onState(session, /** @type {CustomEvent} */ (event).detail));
     session.addEventListener('hello', (event) => this.onHello(session, /** @type {CustomEvent} */ (event).detail));
     session.addEventListener('error', (event) => {
       if (this.store.state.session === session) this.store.set({ notice: sentence(/** @type {CustomEvent} */ (event).detail) });
     });
-    session.start();
+    if (held) this.onState(session, { state: held.state, text: held.text, sealed: held.sealed });
+    else session.start();
   }
 
   /**
@@ -205,8 +283,7 @@ export class App {
   onHello(session, hello) {
     const { pairing } = this.store.state;
     if (this.store.state.session !== session || !pairing) return;
-    const name = typeof hello.host === 'string' && hello.host ? hello.host
-      : typeof hello.name === 'string' && hello.name ? hello.name : '';
+    const name = hostName(hello);
     const named = name && name !== pairing.name ? { ...pairing, name } : pairing;
     if (named !== pairing) pairings.update(pairing.id, { name });
     this.store.set({ pairing: named, pairings: pairings.all(), hello, voice: this.voiceOffer(session, hello) });
@@ -280,7 +357,7 @@ export class App {
    * @param {string} name
    * @param {Record<string, unknown>} args
    * @param {CallOptions} [options]
-   * @returns {import('./session.js').RunningCall}
+   * @returns {import('./session/calls.js').RunningCall}
    */
   call(name, args, options = {}) {
     const { session, env } = this.store.state;
@@ -312,4 +389,28 @@ export class App {
     const { session } = this.store.state;
     if (session) session.cancel(id);
   }
+}
+
+/**
+ * The name a laptop gives itself in its hello: its host name, else its name; `''` for none.
+ * @param {Record<string, any>} hello
+ */
+function hostName(hello) {
+  if (typeof hello.host === 'string' && hello.host) return hello.host.slice(0, 80);
+  return typeof hello.name === 'string' && hello.name ? hello.name.slice(0, 80) : '';
+}
+
+/** Most files of an altered page the banner names. */
+const MAX_ALTERED_SHOWN = 8;
+
+/**
+ * The laptop's `relay_page` frame as the banner reads it; `null` for one that does not read.
+ * @param {Record<string, any>} frame
+ * @returns {import('./store.js').RelayPageFinding | null}
+ */
+function relayPageFinding(frame) {
+  if (frame.state === 'same' || frame.state === 'unchecked') return { state: frame.state };
+  if (frame.state !== 'altered') return null;
+  const paths = Array.isArray(frame.paths) ? frame.paths.filter((p) => typeof p === 'string') : [];
+  return { state: 'altered', paths: paths.slice(0, MAX_ALTERED_SHOWN).map((p) => p.slice(0, 200)) };
 }

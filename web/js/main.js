@@ -18,15 +18,16 @@
 //   3. one line below: an import and a `new` for the first screen, or a `loadWhen` for a view loaded
 //      on demand (build.rs serves every file under web/).
 
-import { root } from './dom.js';
+import { part, root } from './dom.js';
 import { App } from './app.js';
 import { Store } from './store.js';
-import { ConnectionLine, Notice, shareHeight } from './shell/header.js';
-import { MachinePicker } from './shell/picker.js';
-import { Welcome } from './shell/welcome.js';
-import { Workspace } from './shell/workspace.js';
-import { Status } from './shell/status.js';
-import { Terminal } from './terminal/panel.js';
+import { NewLaptop } from './page/new-laptop.js';
+import { ConnectionLine, Notice, RelayPageAlarm, shareHeight } from './page/header.js';
+import { MachinePicker } from './page/picker.js';
+import { Welcome } from './page/welcome.js';
+import { Workspace } from './page/workspace.js';
+import { Status } from './status/panel.js';
+import { Commands } from './commands/panel.js';
 import { Screenshot } from './screen/panel.js';
 import { Notifications, registerWorker } from './notify/panel.js';
 import { Approvals } from './approvals/panel.js';
@@ -72,16 +73,18 @@ shareHeight(root('bar'));
 new ConnectionLine(root('connection'), context);
 new MachinePicker(root('machine-pick'), context);
 new Notice(root('notice'), context);
+new RelayPageAlarm(root('relay-page'), context);
+new NewLaptop(part(document, 'new-laptop', HTMLDialogElement), context);
 new Welcome(root('welcome'), context);
 new Workspace(root('workspace'), context);
-new Terminal(root('panel-terminal'), context);
+new Commands(root('panel-commands'), context);
 new Screenshot(root('panel-screen'), context);
 new Status(root('panel-status'), context);
 new Notifications(root('notify'), context);
 new Approvals({ panel: root('approvals'), badge: root('approvals-badge') }, context);
-loadWhen(['tab'], ({ tab }) => tab === 'pty', lazy(async () => {
-  const { Pty } = await import('./pty/panel.js');
-  new Pty(root('panel-pty'), context);
+loadWhen(['tab'], ({ tab }) => tab === 'shell', lazy(async () => {
+  const { Terminal } = await import('./terminal/panel.js');
+  new Terminal(root('panel-shell'), context);
 }));
 loadWhen(['tab'], ({ tab }) => tab === 'files', lazy(async () => {
   const { Files } = await import('./files/panel.js');

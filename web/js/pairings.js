@@ -254,6 +254,16 @@ export function fromUrl(url) {
   return null;
 }
 
+/**
+ * The address the page was opened at: what address.js kept of a pairing link before it took it
+ * out of the address bar (handed out once), else the address as it is.
+ */
+export function openedAt() {
+  const opened = /** @type {{voxaOpenedAt?: unknown}} */ (globalThis).voxaOpenedAt;
+  delete (/** @type {{voxaOpenedAt?: unknown}} */ (globalThis)).voxaOpenedAt;
+  return typeof opened === 'string' ? opened : location.href;
+}
+
 /** Removes the query and fragment (code and token) from the address bar and from history. */
 export function scrubAddressBar() {
   if (location.search || location.hash) history.replaceState(null, '', location.pathname);

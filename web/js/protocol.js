@@ -1,10 +1,12 @@
 // @ts-check
 // The wire protocol's names as the page knows them (docs/PROTOCOL.md): the error codes, the
-// call_error codes and the `type` of every JSON frame in each direction. A Rust test
-// (tests/it/web.rs, `protocol_js_names_what_the_rust_protocol_names`) reads these lists and
-// compares them with src/protocol's enums, so a code or frame added there fails the build until
-// it is named here too. Keep each list in this form: `export const NAME = /** @type {const} */ ([`,
-// one quoted name per entry, `]);`.
+// call_error codes, the `type` of every JSON frame in each direction, and the numbers and marks of
+// the wire. A Rust test (tests/it/web.rs, `protocol_js_names_what_the_rust_protocol_names`) reads
+// every `export const` of this file and holds each against src/protocol — a list against its enum
+// in both directions, a number against its constant — so a code or frame added on either side,
+// or a constant added here that names nothing there, fails the build until the other says it
+// too. Keep each list in this form: `export const NAME = /** @type {const} */ ([`, one quoted name
+// per entry, `]);`.
 
 /** Version of the challenge, and of the plain hello (a call the relay hosts, at `/live`). */
 export const PROTOCOL = 2;
@@ -114,20 +116,14 @@ export const AGENT_FRAMES = /** @type {const} */ ([
   'term_output',
   'term_exit',
   'tick',
-]);
-
-/**
- * `type` of the frames an agent sends outside its protocol enum: a session's events, forwarded
- * as the store keeps them (docs/PROTOCOL.md, "Coding-agent sessions").
- */
-export const SESSION_FRAMES = /** @type {const} */ ([
   'agent_event',
+  'relay_page',
 ]);
 
 /** @typedef {typeof ERROR_CODES[number]} ErrorCode */
 /** @typedef {typeof CALL_ERROR_CODES[number]} CallErrorCode */
 /** @typedef {typeof CLIENT_FRAMES[number]} ClientFrameType */
-/** @typedef {typeof AGENT_FRAMES[number] | typeof SESSION_FRAMES[number]} AgentFrameType */
+/** @typedef {typeof AGENT_FRAMES[number]} AgentFrameType */
 
 /**
  * A frame as it arrived: its `type` checked against AGENT_FRAMES, every other member still
@@ -141,11 +137,11 @@ export const SESSION_FRAMES = /** @type {const} */ ([
  */
 
 /** @type {ReadonlySet<string>} */
-const AGENT_FRAME_SET = new Set([...AGENT_FRAMES, ...SESSION_FRAMES]);
+const AGENT_FRAME_SET = new Set(AGENT_FRAMES);
 
 /**
  * The frame in a text message from the agent, or `null` for anything that is not a JSON object
- * with a known `type` (AGENT_FRAMES or SESSION_FRAMES; anything else is dropped, as docs/PROTOCOL.md asks of unknown frames).
+ * with a known `type` (AGENT_FRAMES; anything else is dropped, as docs/PROTOCOL.md asks of unknown frames).
  * @param {string} text
  * @returns {AgentFrame | null}
  */

@@ -1,104 +1,49 @@
 // @ts-check
-// One connection to one laptop: the socket, presence, the hello, tool calls matched by id, and
-// reconnecting with backoff. On `/ws` (a relay's phone socket, or the loopback port) the session
-// is sealed (protocol 3, docs/PROTOCOL.md "Sealed sessions"): a Noise handshake rides in the hello
-// and every frame after it, both ways, is a sealed binary frame the relay can neither read nor
-// alter. A frame that does not open ends the session (`sealed-session-broken`).
+// One connection to one laptop, always sealed on `/ws` (protocol 3, docs/PROTOCOL.md "Sealed
+// sessions"): a Noise handshake rides in the hello, and every frame after it is a sealed binary
+// frame the relay can neither read nor alter; one that does not open ends the session
+// (`sealed-session-broken`). Its parts: the socket and reconnects (session/transport.js), the
+// session start (session/hello.js), the sealed frames (session/sealed.js), the tool calls
+// (session/calls.js) and the frames handed on as events (session/events.js). A call the relay
+// hosts speaks on a socket of its own, to `/live` (voice/socket.js).
 //
-// The session is always `/ws`, sealed, whoever hosts voice. A call the relay hosts speaks on a
-// second socket of its own, to the relay's `/live`, only while it runs (voice/socket.js).
+// A session may start *held* (a laptop the page does not know yet, app.js): it runs the handshake,
+// which tells the laptop's name, then sends nothing — no `calls`, `status`, tool call or follow —
+// until `admit()`.
 
-import { AUDIO_PREFIX, PROTOCOL, SEALED_PROTOCOL, parseAgentFrame, parseNotice } from './protocol.js';
-import { KIND_AUDIO, startHello } from './seal/channel.js';
-import { fromBase64, toBase64 } from './seal/noise.js';
+import { AUDIO_PREFIX, parseAgentFrame, parseNotice } from './protocol.js';
+import { Calls } from './session/calls.js';
+import { handOn } from './session/events.js';
+import { SessionStart, answerable, importToken } from './session/hello.js';
+import { Sealed } from './session/sealed.js';
+import { BROKEN_TEXT, REFUSED_TEXT, Retry, finalClose, relayProtocols, socketUrl } from './session/transport.js';
 
 /**
  * @typedef {import('./protocol.js').AgentFrame} AgentFrame
+ * @typedef {import('./protocol.js').ClientFrame} ClientFrame
  * @typedef {import('./pairings.js').Pairing} Pairing
- * @typedef {{code: string, message: string}} CallFailure
- * @typedef {{result: Record<string, any>, image: AgentFrame | undefined}} CallOutcome
- * @typedef {{id: string, done: Promise<CallOutcome>}} RunningCall
- * @typedef {{env?: string, onProgress?: (chunk: string) => void, onImage?: (image: AgentFrame) => void}} CallOptions
- * @typedef {{resolve: (outcome: CallOutcome) => void, reject: (error: CallFailure) => void,
- *   onProgress?: (chunk: string) => void, onImage?: (image: AgentFrame) => void, image?: AgentFrame,
- *   onReplay?: () => void}} Pending
- * @typedef {{id: string, name: string, args?: Record<string, unknown>, env?: string, started: number}} CallEntry
- * @typedef {{entry: CallEntry, finished: boolean, call: RunningCall}} AdoptedCall
+ * @typedef {import('./session/calls.js').CallFailure} CallFailure
+ * @typedef {import('./session/calls.js').CallOptions} CallOptions
+ * @typedef {import('./session/calls.js').RunningCall} RunningCall
+ * @typedef {import('./session/calls.js').CallHandlers} CallHandlers
+ * @typedef {import('./seal/channel.js').Bytes} Bytes
  */
 
 /**
  * Where the connection stands (see `Session`).
  * @typedef {'idle' | 'connecting' | 'relay' | 'hello' | 'online' | 'offline' | 'reconnecting' | 'refused'
  *   | 'impostor' | 'replaced' | 'insecure' | 'broken'} ConnectionState
- * @typedef {import('./seal/channel.js').Channel} Channel
- * @typedef {import('./seal/channel.js').Bytes} Bytes
- * @typedef {Awaited<ReturnType<typeof startHello>>} SealedHello
  */
-
-export const CLIENT = 'voxa-web/1';
-/** First reconnect delay ceiling and largest delay (exponential backoff with full jitter). */
-const BACKOFF_BASE_MS = 1000;
-const BACKOFF_CAP_MS = 30000;
-/** Shortest wait between two attempts, so a failing relay is never hammered. */
-const BACKOFF_FLOOR_MS = 250;
 
 /** Bytes queued on the socket beyond which microphone frames are dropped (about 1.5 s of audio). */
 const MAX_BUFFERED_AUDIO = 48 * 1024;
-/** Frames of a voice call, handed to whoever speaks on the socket (voice/panel.js). */
-export const VOICE_FRAMES = new Set(['call_started', 'call_error', 'call_ended', 'transcript', 'turn_complete',
-  'interrupted', 'tool_activity']);
-
-const encoder = new TextEncoder();
-const BROKEN_TEXT = 'the relay altered or dropped part of this session, so it was closed: nothing altered ran, but what you sent last may not have reached the laptop — Reconnect to start a new one';
-
-/** Finished calls this tab remembers having shown, so a reconnect does not show them again. */
-const SEEN_MAX = 64;
-
-/** @param {number} bytes */
-export function randomHex(bytes) {
-  const buf = crypto.getRandomValues(new Uint8Array(bytes));
-  return Array.from(buf, (b) => b.toString(16).padStart(2, '0')).join('');
-}
 
 /**
- * The auth token as an HMAC-SHA256 key.
- * @param {string} token
- */
-export function importToken(token) {
-  return crypto.subtle.importKey('raw', encoder.encode(token), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
-}
-
-/**
- * One direction's hello proof, lowercase hex (see docs/PROTOCOL.md).
- * @param {CryptoKey} key
- * @param {'client' | 'agent'} direction
- * @param {string} agentNonce
- * @param {string} clientNonce
- */
-export async function helloProof(key, direction, agentNonce, clientNonce) {
-  const message = `voxa-hello/2 ${direction}\n${agentNonce}\n${clientNonce}`;
-  const mac = await crypto.subtle.sign('HMAC', key, encoder.encode(message));
-  return Array.from(new Uint8Array(mac), (b) => b.toString(16).padStart(2, '0')).join('');
-}
-
-/**
- * Compares two strings in time that does not depend on where they differ.
- * @param {unknown} a
- * @param {unknown} b
- */
-export function sameText(a, b) {
-  if (typeof a !== 'string' || typeof b !== 'string' || a.length !== b.length) return false;
-  let diff = 0;
-  for (let i = 0; i < a.length; i += 1) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
-  return diff === 0;
-}
-
-/**
- * Connection states, emitted as `state` events with `{state, text}`:
+ * Connection states, emitted as `state` events with `{state, text, attempt, sealed}`:
  * connecting, relay (relay reachable, laptop offline), hello (laptop present, proving),
  * online, offline, reconnecting, refused (token no longer valid), impostor (wrong proof),
  * replaced (opened elsewhere), insecure (no WebCrypto), broken (a sealed frame did not open).
- * `sealed` (in every `state` event, and as a member) says whether the session is sealed.
+ * A held session that proved the laptop stays in `hello` and emits `introduced` with its hello.
  *
  * `liveRefused` says why the relay's hosted voice cannot serve this laptop (`proxy-token`,
  * `no-voice-relay`, `sealed-required`), once a call learnt it (voice/panel.js).
@@ -106,22 +51,23 @@ export function sameText(a, b) {
 export class Session extends EventTarget {
   /**
    * @param {Pairing} pairing
+   * @param {{held?: boolean}} [options] held: prove the laptop, then send nothing until `admit()`
    */
-  constructor(pairing) {
+  constructor(pairing, { held = false } = {}) {
     super();
     this.pairing = pairing;
+    this.held = held;
     /** The relay refuses a socket without its token, which this link does not carry (set by `offered`). */
     this.tokenMissing = false;
     /** @type {string | null} */
     this.liveRefused = null;
     /** @type {WebSocket | null} */
     this.socket = null;
-    /** @type {Map<string, Pending>} */
-    this.pending = new Map();
-    this.nextId = 1;
-    this.attempt = 0;
-    /** @type {ReturnType<typeof setTimeout> | undefined} */
-    this.timer = undefined;
+    this.calls = new Calls(pairing);
+    this.retry = new Retry((seconds) => {
+      const why = this.tokenMissing ? 'private relay: this link lacks its token (open the one voxa pair prints) — ' : 'offline — ';
+      this.setState('reconnecting', `${why}reconnecting in ${seconds} s`);
+    }, () => this.connect());
     this.stopped = false;
     this.final = false;
     this.online = false;
@@ -129,59 +75,18 @@ export class Session extends EventTarget {
     this.hello = null;
     /** @type {CryptoKey | null} */
     this.key = null;
-    /** @type {{socket: WebSocket, sealing: SealedHello | null} | null} */
-    this.challenge = null;
-    /** The sealed session's keys while it lasts (null: not sealed, or it ended). */
-    /** @type {Channel | null} */
-    this.channel = null;
+    /** The session start in progress on the socket, if any. @type {SessionStart | null} */
+    this.starting = null;
+    /** The sealed session while it lasts (null: not sealed, or it ended). @type {Sealed | null} */
+    this.seal = null;
     /** The socket carried a sealed session whose agent left: until the next challenge only notices may come. */
     this.sealEnded = false;
-    /** Sealed messages go out one after the other, in the order their frames were given. */
-    this.outbound = Promise.resolve();
-    /** Bytes handed to the seal and not yet on the socket. */
-    this.sealing = 0;
-    /**
-     * Sealed messages that came while message 2 was being read, opened once it is.
-     * @type {{message: Bytes, at: number}[] | null}
-     */
-    this.early = null;
     /** @type {ConnectionState} */
     this.state = 'idle';
+    this.text = '';
     /** Bytes of every frame received and sent, for the call figures. */
     this.bytesIn = 0;
     this.bytesOut = 0;
-    /** This page's call ids: calls outlive the socket, so they must not collide with another tab's. */
-    this.idPrefix = `w${randomHex(4)}-`;
-    /** Waiting for the `calls` answer that names every call the laptop kept for this pairing. */
-    this.askedCalls = false;
-    /** @type {ReturnType<typeof setInterval> | undefined} */
-    this.ticker = undefined;
-  }
-
-  /** Where this tab keeps the ids of the finished calls it showed. */
-  seenKey() {
-    return `voxa.calls.seen.${this.pairing.kind === 'relay' ? this.pairing.code : 'local'}`;
-  }
-
-  /** @returns {string[]} */
-  seenCalls() {
-    try {
-      const stored = JSON.parse(sessionStorage.getItem(this.seenKey()) || '[]');
-      return Array.isArray(stored) ? stored.filter((id) => typeof id === 'string').slice(-SEEN_MAX) : [];
-    } catch {
-      return [];
-    }
-  }
-
-  /** @param {string} id */
-  rememberSeen(id) {
-    const seen = this.seenCalls().filter((other) => other !== id);
-    seen.push(id);
-    try {
-      sessionStorage.setItem(this.seenKey(), JSON.stringify(seen.slice(-SEEN_MAX)));
-    } catch {
-      // A full or disabled storage only means the call may be shown again after a reload.
-    }
   }
 
   /** Starts connecting; reconnects by itself until `stop()` or a final refusal. */
@@ -204,10 +109,9 @@ export class Session extends EventTarget {
   /** Closes the socket for good. */
   stop() {
     this.stopped = true;
-    clearTimeout(this.timer);
-    clearInterval(this.ticker);
-    this.failPending({ code: 'offline', message: 'the page left this laptop' });
-    if (this.channel) this.channel.stop();
+    this.retry.cancel();
+    this.calls.failAll({ code: 'offline', message: 'the page left this laptop' });
+    if (this.seal) this.seal.end();
     if (this.socket) this.socket.close(1000, 'bye');
     this.socket = null;
   }
@@ -216,16 +120,20 @@ export class Session extends EventTarget {
   reconnectNow() {
     if (this.stopped) return;
     this.final = false;
-    this.attempt = 0;
-    clearTimeout(this.timer);
+    this.retry.attempt = 0;
+    this.retry.cancel();
     if (this.socket) this.socket.close(1000, 'reconnect');
     this.connect();
   }
 
-  url() {
-    const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
-    const path = this.pairing.kind === 'relay' ? `/ws?code=${this.pairing.code}` : '/';
-    return `${scheme}//${location.host}${path}`;
+  /**
+   * The user added the laptop of a held session: it goes online now (at once when the laptop
+   * already proved itself, else when it does).
+   */
+  admit() {
+    if (!this.held) return;
+    this.held = false;
+    if (this.seal && this.hello && !this.online) this.goOnline(this.hello);
   }
 
   /**
@@ -234,13 +142,14 @@ export class Session extends EventTarget {
    */
   setState(state, text) {
     this.state = state;
+    this.text = text;
     const sealed = this.sealed;
-    this.dispatchEvent(new CustomEvent('state', { detail: { state, text, attempt: this.attempt, sealed } }));
+    this.dispatchEvent(new CustomEvent('state', { detail: { state, text, attempt: this.retry.attempt, sealed } }));
   }
 
   /** Whether the session is sealed end to end (protocol 3) right now. */
   get sealed() {
-    return this.channel !== null;
+    return this.seal !== null;
   }
 
   /**
@@ -250,21 +159,21 @@ export class Session extends EventTarget {
    */
   finish(state, text) {
     this.final = true;
-    clearTimeout(this.timer);
+    this.retry.cancel();
     this.goOffline({ code: 'offline', message: text });
     this.setState(state, text);
     if (this.socket) this.socket.close(1000, state);
   }
 
   connect() {
-    clearInterval(this.ticker);
+    this.retry.cancel();
     if (this.stopped) return;
     this.setState('connecting', this.pairing.kind === 'relay' ? 'connecting to the relay…' : 'connecting…');
     let socket;
     try {
-      socket = new WebSocket(this.url(), relayProtocols(this.pairing));
+      socket = new WebSocket(socketUrl(this.pairing), relayProtocols(this.pairing));
     } catch {
-      this.scheduleReconnect();
+      this.retry.schedule();
       return;
     }
     this.socket = socket;
@@ -276,52 +185,56 @@ export class Session extends EventTarget {
     };
     socket.onmessage = (event) => {
       if (socket !== this.socket) return;
-      if (typeof event.data !== 'string') {
-        const at = performance.now();
-        this.bytesIn += event.data.byteLength;
-        if (this.channel) {
-          this.openSealed(socket, this.channel, new Uint8Array(event.data), at);
-        } else if (this.early) {
-          this.early.push({ message: new Uint8Array(event.data), at });
-        } else if (this.sealEnded) {
-          this.breakSeal(socket);
-        } else if (this.online) {
-          // Binary frames of a plain session carry call audio; nothing else is binary.
-          this.dispatchEvent(new CustomEvent('audio', { detail: { data: event.data, at } }));
-        }
-        return;
-      }
-      this.bytesIn += event.data.length;
-      const notice = parseNotice(event.data);
-      if (notice) {
-        this.onNotice(notice);
-        return;
-      }
-      const frame = parseAgentFrame(event.data);
-      // Sealed, nothing but the relay's notices comes in the clear; after a sealed session, the
-      // next one's challenge.
-      if (this.channel || (this.sealEnded && !(frame && frame.type === 'challenge'))) {
-        this.breakSeal(socket);
-        return;
-      }
-      this.sealEnded = false;
-      if (frame) this.onFrame(frame).catch(() => {});
+      if (typeof event.data !== 'string') this.onBinary(socket, event.data);
+      else this.onText(socket, event.data);
     };
     socket.onclose = (event) => {
       if (socket !== this.socket) return;
       this.socket = null;
       this.goOffline({ code: 'offline', message: 'the connection closed' });
       if (this.stopped || this.final) return;
-      if (event.code === 4001) {
-        this.finish('replaced', 'this laptop was opened in another window');
-      } else if (event.code === 1008 && (event.reason === 'bearer-refused' || event.reason === 'pairing-revoked')) {
-        this.finish('refused', 'this link is no longer valid — scan the new code');
-      } else if (event.code === 1008 && event.reason === 'sealed-session-broken') {
-        this.finish('broken', BROKEN_TEXT);
-      } else {
-        this.scheduleReconnect();
-      }
+      const final = finalClose(event);
+      if (final) this.finish(final.state, final.text);
+      else this.retry.schedule();
     };
+  }
+
+  /**
+   * @param {WebSocket} socket
+   * @param {ArrayBuffer} data
+   */
+  onBinary(socket, data) {
+    const at = performance.now();
+    this.bytesIn += data.byteLength;
+    if (this.seal) {
+      this.seal.open(new Uint8Array(data), at);
+    } else if (this.starting && this.starting.hold(new Uint8Array(data), at)) {
+      // Opened once `hello_ok` is read.
+    } else if (this.sealEnded) {
+      this.breakSeal(socket);
+    }
+  }
+
+  /**
+   * @param {WebSocket} socket
+   * @param {string} text
+   */
+  onText(socket, text) {
+    this.bytesIn += text.length;
+    const notice = parseNotice(text);
+    if (notice) {
+      this.onNotice(notice);
+      return;
+    }
+    const frame = parseAgentFrame(text);
+    // Sealed, nothing but the relay's notices comes in the clear; after a sealed session, the
+    // next one's challenge.
+    if (this.seal || (this.sealEnded && !(frame && frame.type === 'challenge'))) {
+      this.breakSeal(socket);
+      return;
+    }
+    this.sealEnded = false;
+    if (frame) this.onFrame(frame).catch(() => {});
   }
 
   /**
@@ -332,24 +245,6 @@ export class Session extends EventTarget {
     this.tokenMissing = this.pairing.kind === 'relay' && !this.pairing.relayToken && offer.relay_token === true;
   }
 
-  scheduleReconnect() {
-    const ceiling = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** Math.min(this.attempt, 16));
-    const delay = Math.max(BACKOFF_FLOOR_MS, Math.random() * ceiling);
-    this.attempt += 1;
-    const at = Date.now() + delay;
-    // The countdown counts: the words are said again every second until the attempt.
-    const say = () => {
-      const seconds = Math.max(1, Math.ceil((at - Date.now()) / 1000));
-      const why = this.tokenMissing ? 'private relay: this link lacks its token (open the one voxa pair prints) — ' : 'offline — ';
-      this.setState('reconnecting', `${why}reconnecting in ${seconds} s`);
-    };
-    say();
-    clearTimeout(this.timer);
-    clearInterval(this.ticker);
-    this.ticker = setInterval(say, 1000);
-    this.timer = setTimeout(() => this.connect(), delay);
-  }
-
   /**
    * The session ended. Its calls go on on the laptop (they belong to the pairing): they stay
    * pending and the next session's `calls` answer replays them. `error` is for when that will
@@ -358,39 +253,15 @@ export class Session extends EventTarget {
    */
   goOffline(error) {
     this.online = false;
-    this.challenge = null;
-    this.early = null;
-    if (this.channel) this.sealEnded = true;
-    if (this.channel) this.channel.stop();
-    this.channel = null;
-    this.sealing = 0;
-    this.askedCalls = false;
-    if (this.stopped || this.final) this.failPending(error);
-  }
-
-  /**
-   * Opens one sealed message and hands its frame on, in arrival order.
-   * @param {WebSocket} socket
-   * @param {Channel} channel
-   * @param {Bytes} message
-   * @param {number} at when it arrived
-   */
-  openSealed(socket, channel, message, at) {
-    channel.open(message).then((plain) => {
-      if (socket !== this.socket || channel !== this.channel || !plain) return;
-      if (plain.kind === 'audio') {
-        const data = new Uint8Array(plain.data.length + 1);
-        data[0] = AUDIO_PREFIX;
-        data.set(plain.data, 1);
-        if (this.online) this.dispatchEvent(new CustomEvent('audio', { detail: { data: data.buffer, at } }));
-        return;
-      }
-      const frame = parseAgentFrame(plain.text);
-      // The session has started: a hello inside it means nothing.
-      if (frame && frame.type !== 'challenge' && frame.type !== 'hello_ok') this.onFrame(frame).catch(() => {});
-    }, () => {
-      if (socket === this.socket && channel === this.channel) this.breakSeal(socket);
-    });
+    if (this.starting) this.starting.abandon();
+    this.starting = null;
+    if (this.seal) {
+      this.seal.end();
+      this.sealEnded = true;
+    }
+    this.seal = null;
+    this.calls.asked = false;
+    if (this.stopped || this.final) this.calls.failAll(error);
   }
 
   /**
@@ -403,7 +274,7 @@ export class Session extends EventTarget {
     this.socket = null;
     socket.close(1000, 'sealed-session-stalled');
     this.goOffline({ code: 'offline', message: 'the laptop stopped answering' });
-    this.scheduleReconnect();
+    this.retry.schedule();
   }
 
   /**
@@ -413,11 +284,11 @@ export class Session extends EventTarget {
    */
   breakSeal(socket) {
     if (socket !== this.socket) return;
-    if (this.channel) this.channel.stop();
-    this.channel = null;
+    if (this.seal) this.seal.end();
+    this.seal = null;
     this.sealEnded = false;
     this.final = true;
-    clearTimeout(this.timer);
+    this.retry.cancel();
     this.goOffline({ code: 'sealed-session-broken', message: BROKEN_TEXT });
     this.setState('broken', BROKEN_TEXT);
     this.socket = null;
@@ -426,47 +297,12 @@ export class Session extends EventTarget {
   }
 
   /**
-   * Sends one frame: sealed as `kind` when the session is, else as it is (`data`: JSON text, or
-   * the bytes of a binary frame with their prefix). False when nothing can be sent.
+   * Sends one frame, sealed (`data`: JSON text, or the bytes of an audio frame with their prefix).
+   * False when nothing can be sent: the page sends nothing unsealed but its hello.
    * @param {string | Bytes} data
    */
   transmit(data) {
-    const socket = this.socket;
-    if (!socket || socket.readyState !== WebSocket.OPEN) return false;
-    const channel = this.channel;
-    if (!channel) {
-      // A socket that carried a sealed session sends nothing in the clear but the next hello.
-      if (this.sealEnded) return false;
-      this.bytesOut += typeof data === 'string' ? data.length : data.byteLength;
-      socket.send(data);
-      return true;
-    }
-    let sealed;
-    try {
-      sealed = typeof data === 'string' ? channel.sealJson(data) : channel.seal(KIND_AUDIO, data.subarray(1));
-    } catch {
-      this.breakSeal(socket);
-      return false;
-    }
-    const size = typeof data === 'string' ? data.length : data.byteLength;
-    this.sealing += size;
-    this.outbound = this.outbound.then(async () => {
-      for (const message of sealed) {
-        const bytes = await message;
-        if (socket !== this.socket || channel !== this.channel || socket.readyState !== WebSocket.OPEN) return;
-        this.bytesOut += bytes.byteLength;
-        socket.send(bytes);
-      }
-    }).catch(() => this.breakSeal(socket)).finally(() => {
-      if (channel === this.channel) this.sealing = Math.max(0, this.sealing - size);
-    });
-    return true;
-  }
-
-  /** @param {CallFailure} error */
-  failPending(error) {
-    for (const [, call] of this.pending) call.reject(error);
-    this.pending.clear();
+    return this.seal !== null && this.socket !== null && this.seal.send(data);
   }
 
   /**
@@ -485,205 +321,84 @@ export class Session extends EventTarget {
 
   /** @param {AgentFrame} frame */
   async onFrame(frame) {
-    switch (frame.type) {
-      case 'challenge':
-        await this.answerChallenge(frame);
-        return;
-      case 'hello_ok':
-        await this.checkHelloOk(frame);
-        return;
-      case 'error':
-        // A refused proof, or the pairing rotated on the laptop (`voxa pair --rotate`).
-        if (frame.code === 'bearer-refused' || frame.code === 'pairing-revoked') {
-          this.finish('refused', 'this link is no longer valid — scan the new code');
-          return;
-        }
-        if (this.online) this.dispatchEvent(new CustomEvent('error', { detail: frame }));
-        return;
-      case 'approval':
-      case 'approval_resolved':
-        // Approvals the laptop holds, for whoever follows (approvals/panel.js).
-        if (this.online) this.dispatchEvent(new CustomEvent('approval', { detail: frame }));
-        return;
-      case 'calls':
-        if (this.online) this.onCalls(frame);
-        return;
-      case 'status':
-        if (this.online) this.dispatchEvent(new CustomEvent('status', { detail: frame }));
-        return;
-      case 'term_output':
-      case 'term_exit':
-        // The laptop's terminals this page watches, for the shell view (pty/panel.js).
-        if (this.online) this.dispatchEvent(new CustomEvent('term', { detail: frame }));
-        return;
-      case 'agent_event':
-        // The coding-agent sessions' events, for the agent view (agent/panel.js).
-        if (this.online) this.dispatchEvent(new CustomEvent('agent_event', { detail: frame }));
-        return;
-      default:
-        if (this.online) this.onCallFrame(frame);
+    if (frame.type === 'challenge') {
+      await this.answerChallenge(frame);
+    } else if (frame.type === 'hello_ok') {
+      await this.checkHelloOk(frame);
+    } else if (frame.type === 'error' && (frame.code === 'bearer-refused' || frame.code === 'pairing-revoked')) {
+      // A refused proof, or the pairing rotated on the laptop (`voxa pair --rotate`).
+      this.finish('refused', REFUSED_TEXT);
+    } else if (this.online) {
+      // Nothing of a session that is not online (or is held) reaches the page.
+      handOn(this, frame);
     }
   }
 
   /** @param {AgentFrame} frame */
   async answerChallenge(frame) {
-    const agentNonce = typeof frame.nonce === 'string' ? frame.nonce : '';
-    if (frame.protocol !== PROTOCOL || !/^[0-9a-f]{32}$/.test(agentNonce)) {
+    if (!answerable(frame)) {
       this.finish('impostor', 'this laptop speaks another protocol version — update voxa');
       return;
     }
     // A new challenge starts a new session; the calls in flight are asked for again once it is open.
     this.goOffline({ code: 'offline', message: 'the laptop restarted the session' });
     this.sealEnded = false;
-    const socket = this.socket;
-    if (!socket || !this.key) return;
-    /** @type {{socket: WebSocket, sealing: SealedHello | null}} */
-    const challenge = { socket, sealing: null };
-    this.challenge = challenge;
-    // Sealed whatever the challenge offers: a relay cannot talk the page down to protocol 2.
-    challenge.sealing = await startHello(this.pairing.token, agentNonce);
-    const hello = { type: 'hello', protocol: SEALED_PROTOCOL, noise: toBase64(challenge.sealing.message), client: CLIENT };
-    if (this.challenge !== challenge || challenge.socket !== this.socket || socket.readyState !== WebSocket.OPEN) return;
-    socket.send(JSON.stringify(hello));
-  }
-
-  /**
-   * The laptop's `hello_ok` checked: protocol 3's message 2 opened (its payload is the `hello_ok`
-   * itself) and the session's channel. `null` when it does not check out: this is not the paired
-   * laptop.
-   * @param {AgentFrame} frame
-   * @param {{sealing: SealedHello | null}} challenge
-   * @returns {Promise<{hello: AgentFrame, channel: Channel} | null>}
-   */
-  async checkAgent(frame, challenge) {
-    if (!challenge.sealing) return null;
-    if (frame.protocol !== SEALED_PROTOCOL || typeof frame.noise !== 'string') return null;
-    try {
-      const { payload, channel } = await challenge.sealing.finish(fromBase64(frame.noise));
-      const hello = parseAgentFrame(payload);
-      return hello && hello.type === 'hello_ok' ? { hello, channel } : null;
-    } catch {
-      return null;
-    }
+    if (!this.socket || !this.key) return;
+    this.starting = new SessionStart(this.pairing.token, this.socket);
+    await this.starting.answer(frame);
   }
 
   /** @param {AgentFrame} frame */
   async checkHelloOk(frame) {
-    const challenge = this.challenge;
-    if (!challenge || challenge.socket !== this.socket || !this.key) return;
-    this.challenge = null;
-    // The agent may seal its first frames before message 2 is read here: they wait.
-    this.early = [];
-    const checked = await this.checkAgent(frame, challenge);
-    const early = this.early || /** @type {{message: Bytes, at: number}[]} */ ([]);
-    this.early = null;
-    if (challenge.socket !== this.socket) return;
+    const starting = this.starting;
+    if (!starting || starting.socket !== this.socket) return;
+    const checked = await starting.check(frame);
+    if (checked === undefined || starting !== this.starting) return;
+    this.starting = null;
     if (!checked) {
       this.finish('impostor', 'this is not your laptop — it could not prove it holds the pairing');
       return;
     }
-    const hello = checked.hello;
-    this.channel = checked.channel;
-    const socket = challenge.socket;
-    if (this.channel) for (const { message, at } of early) this.openSealed(socket, this.channel, message, at);
+    const socket = starting.socket;
+    this.seal = new Sealed(socket, checked.channel, {
+      text: (text) => {
+        const inner = parseAgentFrame(text);
+        // The session has started: a hello inside it means nothing.
+        if (inner && inner.type !== 'challenge' && inner.type !== 'hello_ok') this.onFrame(inner).catch(() => {});
+      },
+      audio: (data, at) => {
+        if (this.online) this.dispatchEvent(new CustomEvent('audio', { detail: { data, at } }));
+      },
+      broken: () => this.breakSeal(socket),
+      sent: (bytes) => { this.bytesOut += bytes; },
+    });
+    for (const { message, at } of checked.early) this.seal.open(message, at);
     // Ticks (seal/channel.js): a dropped frame or a dead socket ends the session; a stall starts a new one.
-    if (this.channel) this.channel.keepTicks({ send: (text) => this.transmit(text), stalled: () => this.restart(socket) });
-    this.attempt = 0;
+    checked.channel.keepTicks({ send: (text) => this.transmit(text), stalled: () => this.restart(socket) });
+    this.retry.attempt = 0;
+    this.hello = checked.hello;
+    if (this.held) {
+      performance.mark('voxa:introduced');
+      this.setState('hello', 'laptop answered — waiting for you to add it');
+      this.dispatchEvent(new CustomEvent('introduced', { detail: checked.hello }));
+      return;
+    }
+    this.goOnline(checked.hello);
+  }
+
+  /**
+   * The session is open: calls can be made, and the laptop is asked for its calls and status.
+   * @param {AgentFrame} hello
+   */
+  goOnline(hello) {
     this.online = true;
-    this.hello = hello;
     performance.mark('voxa:online');
     this.setState('online', 'laptop online');
     this.dispatchEvent(new CustomEvent('hello', { detail: hello }));
     // Every (re)connect asks for the calls of this pairing: those still running, those finished
     // while no page was there, and from now on those other devices start.
-    this.askedCalls = this.sendJson({ type: 'calls', seen: this.seenCalls() });
+    this.calls.asked = this.sendJson({ type: 'calls', seen: this.calls.seen() });
     this.sendJson({ type: 'status' });
-  }
-
-  /**
-   * The laptop names calls of this pairing (docs/PROTOCOL.md, "Calls outlive the connection").
-   * The first answer after `calls` names all it kept: a pending call it does not name is gone.
-   * Calls this page does not hold yet are adopted and handed out in a `calls` event.
-   * @param {AgentFrame} frame
-   */
-  onCalls(frame) {
-    const running = Array.isArray(frame.running) ? frame.running.filter(isEntry) : [];
-    const finished = Array.isArray(frame.finished) ? frame.finished.filter(isEntry) : [];
-    const named = new Set([...running, ...finished].map((entry) => entry.id));
-    if (this.askedCalls) {
-      this.askedCalls = false;
-      for (const [id, call] of this.pending) {
-        if (named.has(id)) continue;
-        this.pending.delete(id);
-        call.reject({ code: 'offline', message: 'the laptop no longer holds this call (it restarted, or its result was not kept)' });
-      }
-    }
-    /** @type {AdoptedCall[]} */
-    const adopted = [];
-    for (const [entries, done] of /** @type {const} */ ([[running, false], [finished, true]])) {
-      for (const entry of entries) {
-        const known = this.pending.get(entry.id);
-        if (known) {
-          // Replayed from the start: what this page showed before is shown again.
-          if (known.onReplay) known.onReplay();
-          continue;
-        }
-        adopted.push({ entry, finished: done, call: this.adopt(entry.id) });
-      }
-    }
-    if (adopted.length) this.dispatchEvent(new CustomEvent('calls', { detail: adopted }));
-  }
-
-  /**
-   * A call this page did not start (or started before a reload): its frames are matched by id
-   * like its own. Handlers go on the returned pending entry through `watch`.
-   * @param {string} id
-   * @returns {RunningCall}
-   */
-  adopt(id) {
-    /** @type {Promise<CallOutcome>} */
-    const done = new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-    });
-    return { id, done };
-  }
-
-  /**
-   * Sets the handlers of a pending call (an adopted one, mostly).
-   * @param {string} id
-   * @param {{onProgress?: (chunk: string) => void, onImage?: (image: AgentFrame) => void, onReplay?: () => void}} handlers
-   */
-  watch(id, handlers) {
-    const call = this.pending.get(id);
-    if (call) Object.assign(call, handlers);
-  }
-
-  /** Asks the laptop to stop every call of this pairing; false when it is not connected. */
-  cancelAll() {
-    return this.sendJson({ type: 'cancel_all' });
-  }
-
-  /** @param {AgentFrame} frame */
-  onCallFrame(frame) {
-    const call = this.pending.get(frame.id);
-    if (!call) {
-      // Voice frames, and pictures a voice call's tools took (their ids are not ours).
-      if (VOICE_FRAMES.has(frame.type) || frame.type === 'image') {
-        this.dispatchEvent(new CustomEvent('voice', { detail: frame }));
-      }
-      return;
-    }
-    if (frame.type === 'tool_progress') {
-      if (call.onProgress && typeof frame.chunk === 'string') call.onProgress(frame.chunk);
-    } else if (frame.type === 'image') {
-      call.image = frame;
-      if (call.onImage) call.onImage(frame);
-    } else if (frame.type === 'tool_result') {
-      this.pending.delete(frame.id);
-      this.rememberSeen(frame.id);
-      if (frame.ok) call.resolve({ result: frame.result || {}, image: call.image });
-      else call.reject(frame.error || { code: 'internal', message: 'the call failed without a reason' });
-    }
   }
 
   /**
@@ -694,29 +409,27 @@ export class Session extends EventTarget {
    * @param {CallOptions} [options]
    * @returns {RunningCall}
    */
-  call(name, args, { env, onProgress, onImage } = {}) {
-    const id = `${this.idPrefix}${this.nextId++}`;
-    /** @type {Promise<CallOutcome>} */
-    const done = new Promise((resolve, reject) => {
-      if (!this.online || !this.socket) {
-        reject({ code: 'offline', message: 'the laptop is not connected' });
-        return;
-      }
-      /** @type {import('./protocol.js').ClientFrame} */
-      const frame = { type: 'tool_call', id, name, args };
-      if (env) frame.env = env;
-      if (!this.transmit(JSON.stringify(frame))) {
-        reject({ code: 'offline', message: 'the laptop is not connected' });
-        return;
-      }
-      this.pending.set(id, { resolve, reject, onProgress, onImage });
-    });
-    return { id, done };
+  call(name, args, options = {}) {
+    return this.calls.start(name, args, options, (frame) => this.sendJson(frame));
+  }
+
+  /**
+   * Sets the handlers of a pending call (an adopted one, mostly).
+   * @param {string} id
+   * @param {CallHandlers} handlers
+   */
+  watch(id, handlers) {
+    this.calls.watch(id, handlers);
+  }
+
+  /** Asks the laptop to stop every call of this pairing; false when it is not connected. */
+  cancelAll() {
+    return this.sendJson({ type: 'cancel_all' });
   }
 
   /**
    * Sends one JSON frame; false when the laptop is not connected.
-   * @param {import('./protocol.js').ClientFrame} frame
+   * @param {ClientFrame} frame
    */
   sendJson(frame) {
     if (!this.online) return false;
@@ -725,7 +438,7 @@ export class Session extends EventTarget {
 
   /** Sends `call_end` while the socket is open, even after the laptop left: the laptop's call ends with the page's. */
   hangUp() {
-    this.transmit(JSON.stringify({ type: 'call_end' }));
+    if (!this.held) this.transmit(JSON.stringify({ type: 'call_end' }));
   }
 
   /**
@@ -735,7 +448,8 @@ export class Session extends EventTarget {
   sendAudio(bytes) {
     if (!this.online || !this.socket || bytes[0] !== AUDIO_PREFIX) return false;
     // A slow uplink drops microphone frames instead of queueing seconds of stale audio.
-    if (this.socket.bufferedAmount + this.sealing > MAX_BUFFERED_AUDIO) return false;
+    const queued = this.seal ? this.seal.queued : 0;
+    if (this.socket.bufferedAmount + queued > MAX_BUFFERED_AUDIO) return false;
     return this.transmit(bytes);
   }
 
@@ -744,31 +458,6 @@ export class Session extends EventTarget {
    * @param {string} id
    */
   cancel(id) {
-    if (this.online && this.pending.has(id)) this.transmit(JSON.stringify({ type: 'cancel', id }));
+    if (this.online && this.calls.has(id)) this.transmit(JSON.stringify({ type: 'cancel', id }));
   }
-}
-
-/**
- * Subprotocols to offer a relay: a private relay's token as `voxa-relay-token.<base64url>` beside
- * `voxa.1`, the one the relay names back (a browser cannot send `Authorization`).
- * @param {Pairing} pairing
- * @returns {string[]}
- */
-export function relayProtocols(pairing) {
-  const relayToken = pairing.kind === 'relay' ? pairing.relayToken : undefined;
-  if (!relayToken) return [];
-  const bytes = new TextEncoder().encode(relayToken);
-  const base64 = btoa(String.fromCharCode(...bytes)).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
-  return ['voxa.1', `voxa-relay-token.${base64}`];
-}
-
-/**
- * A `calls` entry as the page can use it; the rest of it stays unchecked.
- * @param {unknown} entry
- * @returns {entry is CallEntry}
- */
-function isEntry(entry) {
-  if (!entry || typeof entry !== 'object') return false;
-  const { id, name } = /** @type {Record<string, unknown>} */ (entry);
-  return typeof id === 'string' && id.length > 0 && id.length <= 128 && typeof name === 'string';
 }

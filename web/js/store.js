@@ -18,6 +18,19 @@
 
 /** @typedef {{envKey: string, name: string}} Environment */
 
+/**
+ * A laptop a link pairs with that this browser does not know, while the page asks "Add this
+ * laptop?" (page/new-laptop.js): the pairing, the name its hello gave (`''` until it proved the pairing),
+ * how its held session stands, and the label it would have without a name.
+ * @typedef {{pairing: Pairing, name: string, state: string, text: string, label: string}} Asking
+ */
+
+/**
+ * What the laptop found comparing the page the relay serves with its own (docs/SECURITY.md, "The
+ * page the relay serves"): `altered` names the files that differ.
+ * @typedef {{state: 'same' | 'altered' | 'unchecked', paths?: string[]}} RelayPageFinding
+ */
+
 /** What the server that served the page offers (`GET /config`). @typedef {{version?: string, live?: boolean, relay_token?: boolean}} ServerOffer */
 
 /**
@@ -34,10 +47,12 @@
  * @property {VoiceOffer | null} voice who hosts calls, once the laptop answered
  * @property {Environment[]} environments other machines this laptop routes calls to
  * @property {string} env the environment calls go to (`''`: the laptop itself)
- * @property {string} tab the tool panel shown (`terminal`, `files`, `screen`, `agent`, `status`)
+ * @property {string} tab the tool panel shown (`commands`, `shell`, `files`, `screen`, `agent`, `status`)
  * @property {string} agentSession the coding-agent session the agent view has open ('' for its list)
  * @property {string} notice an error the laptop reported outside any call ('' for none)
  * @property {ServerOffer} server what `/config` said
+ * @property {Asking | null} asking a laptop a link pairs with, while the page asks before adding it
+ * @property {RelayPageFinding | null} relayPage the laptop's word on the relay's page, this session
  */
 
 /** @typedef {keyof State} Key */
@@ -56,10 +71,12 @@ export function initialState() {
     voice: null,
     environments: [],
     env: '',
-    tab: 'terminal',
+    tab: 'commands',
     agentSession: '',
     notice: '',
     server: {},
+    asking: null,
+    relayPage: null,
   };
 }
 

@@ -37,7 +37,8 @@ pub enum Scheme {
 pub struct Browser {
     pub client: Client,
     driver: Child,
-    _profile: tempfile::TempDir,
+    /// The browser's profile (`--user-data-dir`); `None` once [`Browser::quit`] handed it out.
+    profile: Option<tempfile::TempDir>,
     /// The one-browser turn; `None` for a second browser started beside one that holds it.
     _turn: Option<tokio::sync::MutexGuard<'static, ()>>,
 }
@@ -142,7 +143,7 @@ impl Browser {
         .await
         .expect("Chromium starts in time")
         .expect("a WebDriver session");
-        let browser = Browser { client, driver: child, _profile: profile, _turn: turn };
+        let browser = Browser { client, driver: child, profile: Some(profile), _turn: turn };
         if scheme == Scheme::Dark {
             browser
                 .cdp(
@@ -167,7 +168,8 @@ impl Browser {
     /// Process ids of this browser's Chromium processes whose command line holds `kind`
     /// (`--type=renderer`, the audio service, …), read from /proc.
     pub fn processes(&self, kind: &str) -> Vec<u32> {
-        let profile = format!("--user-data-dir={}", self._profile.path().display());
+        let Some(profile) = &self.profile else { return Vec::new() };
+        let profile = format!("--user-data-dir={}", profile.path().display());
         let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
         entries
             .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
@@ -185,8 +187,35 @@ impl Browser {
         let _ = self.driver.kill().await;
     }
 
+    /// Ends the session as a person quits the browser (Chromium writes its profile on the way
+    /// out), waits until its last process has gone, and hands over the profile to read.
+    pub async fn quit(mut self) -> tempfile::TempDir {
+        let _ = self.client.clone().close().await;
+        let deadline = tokio::time::Instant::now() + PAGE_STEP;
+        while !self.processes("").is_empty() {
+            assert!(tokio::time::Instant::now() < deadline, "Chromium did not quit in time");
+            tokio::time::sleep(POLL).await;
+        }
+        let _ = self.driver.kill().await;
+        self.profile.take().expect("a profile")
+    }
+
     pub async fn open(&self, url: &str) {
         self.client.goto(url).await.expect("navigate");
+    }
+
+    /// Opens a pairing link to a laptop this browser does not know yet and answers the page's
+    /// "Add this laptop?" with Add, as a person who just ran `voxa pair` on it does. (A link to a
+    /// laptop the browser knows, or a loopback link, asks nothing: open it with [`Browser::open`].)
+    pub async fn pair(&self, link: &str) {
+        self.open(link).await;
+        self.add_laptop().await;
+    }
+
+    /// Taps Add on the page's "Add this laptop?".
+    pub async fn add_laptop(&self) {
+        self.control("dialog", "Add this laptop?").await;
+        self.press("Add").await;
     }
 
     /// The page's address as the address bar shows it.
@@ -222,7 +251,7 @@ impl Browser {
             let mut found = Vec::new();
             let candidates = self
                 .client
-                .find_all(Locator::Css("button, input, textarea, select, a, [role], img"))
+                .find_all(Locator::Css("button, input, textarea, select, a, [role], img, dialog"))
                 .await
                 .unwrap_or_default();
             for element in candidates {

@@ -198,6 +198,11 @@ impl RunningVoxa {
         let _ = self.child.wait();
     }
 
+    /// What the process printed on stdout so far, while it runs.
+    pub fn stdout_so_far(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
     /// Output collected so far, once the reader threads saw the end of both pipes.
     pub fn drain(&self) -> (String, String) {
         let deadline = Instant::now() + STEP;

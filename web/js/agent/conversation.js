@@ -5,12 +5,12 @@
 // Built from the session's `agent_event`s in seq order, each applied once (docs/PROTOCOL.md,
 // "Coding-agent sessions"); every field is hostile input and goes in as text.
 
+import { approvalCard, settle, showTimeLeft, verdict } from '../approval-card.js';
 import { el, formatDuration } from '../dom.js';
-import { approvalCard, settle, showTimeLeft, verdict } from '../approvals/panel.js';
 import { renderMarkdown } from './markdown.js';
 
 /**
- * @typedef {import('../approvals/panel.js').Card} Card
+ * @typedef {import('../approval-card.js').Card} Card
  * @typedef {import('../protocol.js').AgentFrame} AgentFrame
  * @typedef {{session: string, seq: number, at: number, event: Record<string, any>}} SessionEvent
  * @typedef {{node: HTMLLIElement, mark: HTMLElement, output: HTMLElement}} ToolCard

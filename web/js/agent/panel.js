@@ -7,12 +7,13 @@
 // nothing and gets every session's events from the start, each once.
 
 import { el, part, refusalIn, show } from '../dom.js';
-import { showWithTab } from '../shell/workspace.js';
-import { answer } from '../approvals/panel.js';
+import { answer } from '../approval-card.js';
+import { onSession } from '../session/events.js';
+import { showWithTab } from '../tabs.js';
 import { Conversation } from './conversation.js';
 
 /**
- * @typedef {import('../shell/header.js').Context} Context
+ * @typedef {import('../app.js').Context} Context
  * @typedef {import('../session.js').Session} Session
  * @typedef {import('../protocol.js').AgentFrame} AgentFrame
  * @typedef {{session: string, agent?: string, title?: string, state?: string, cwd?: string,
@@ -75,20 +76,13 @@ export class Coder {
     this.interrupt.addEventListener('click', () => this.act('agent_interrupt'));
     this.stop.addEventListener('click', () => this.act('agent_stop'));
 
-    this.onEvent = (/** @type {Event} */ event) => this.event(/** @type {CustomEvent} */ (event).detail);
-    this.onApproval = (/** @type {Event} */ event) => this.approval(/** @type {CustomEvent} */ (event).detail);
     showWithTab(root, store, 'agent');
-    store.watch(['session'], ({ session }) => {
-      const previous = this.session;
-      if (previous) {
-        previous.removeEventListener('agent_event', this.onEvent);
-        previous.removeEventListener('approval', this.onApproval);
-      }
+    const handlers = {
+      agent_event: (/** @type {any} */ frame) => this.event(frame),
+      approval: (/** @type {AgentFrame} */ frame) => this.approval(frame),
+    };
+    onSession(store, handlers, (session, previous) => {
       this.session = session;
-      if (session) {
-        session.addEventListener('agent_event', this.onEvent);
-        session.addEventListener('approval', this.onApproval);
-      }
       // Another laptop: its sessions are others. (The first one keeps a session a tapped
       // notification asked for.)
       this.reset(previous !== null);

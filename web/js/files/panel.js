@@ -5,11 +5,11 @@
 // download with progress. Refusals appear as sentences with their code.
 
 import { base64Bytes, el, formatBytes, part, refusalIn, sentence, show } from '../dom.js';
-import { showWithTab } from '../shell/workspace.js';
+import { showWithTab } from '../tabs.js';
 import { Conflict } from './conflict.js';
 import { Actions, join, parent } from './actions.js';
 
-/** @typedef {import('../shell/header.js').Context} Context */
+/** @typedef {import('../app.js').Context} Context */
 /** @typedef {{path: string, truncated: boolean, editable: boolean, version: string | undefined, size: number}} OpenFile */
 
 /** @type {Record<string, string>} */

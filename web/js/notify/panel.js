@@ -5,7 +5,7 @@
 
 import { part } from '../dom.js';
 
-/** @typedef {import('../shell/header.js').Context} Context */
+/** @typedef {import('../app.js').Context} Context */
 
 /** The service worker that shows notifications and caches the app (served at the site's root). */
 const WORKER = '/sw.js';

@@ -2,9 +2,9 @@
 // Screenshot: one button; the image frame is shown, zoomable and downloadable.
 
 import { base64Bytes, part, refusalIn, sentence, show } from '../dom.js';
-import { showWithTab } from '../shell/workspace.js';
+import { showWithTab } from '../tabs.js';
 
-/** @typedef {import('../shell/header.js').Context} Context */
+/** @typedef {import('../app.js').Context} Context */
 
 export class Screenshot {
   /**

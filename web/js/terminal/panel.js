@@ -1,240 +1,326 @@
 // @ts-check
-// Terminal: one command at a time, output streamed as it arrives, exit code and duration,
-// Cancel, a time limit the user picks (remembered), and the session's command history. Commands
-// outlive the page: after a reload or a reconnect, the laptop's `calls` answer brings back the
-// ones still running and the ones that finished meanwhile, and commands another device runs on
-// this laptop show up here too.
+// The Shell tab: an interactive terminal on the laptop (docs/PROTOCOL.md, "Terminal sessions"),
+// drawn by the vendored xterm.js, which is loaded only when this tab first opens. Output is
+// acknowledged once the emulator has drawn it, so a flood never outruns the phone. The terminal
+// outlives the page: coming back (a reconnect, a reload) attaches to it again and replays its
+// scrollback. A key bar types what a phone keyboard lacks; Copy and Paste use the clipboard.
 
-import { atBottom, el, formatDuration, part } from '../dom.js';
-import { showWithTab } from '../shell/workspace.js';
-import { OutputView } from './output.js';
-
-/** @typedef {import('../shell/header.js').Context} Context */
-
-const HISTORY_KEY = 'voxa.history';
-const HISTORY_MAX = 50;
-const TIME_LIMIT_KEY = 'voxa.timeLimit';
-/** The time limits offered, in milliseconds, up to the tool's maximum (one hour); the first is the default. */
-const TIME_LIMITS = [[120000, '2 min'], [600000, '10 min'], [1800000, '30 min'], [3600000, '1 hour']];
-
-/** The first output is on screen at the next frame (the bench reads this mark). */
-function markFirstOutput() {
-  requestAnimationFrame(() => performance.mark('voxa:first-output'));
-}
+import { base64Bytes, el, part, show } from '../dom.js';
+import { onSession } from '../session/events.js';
+import { showWithTab } from '../tabs.js';
+import { BAR, arrowKey, withModifiers } from './keys.js';
+import { mirrorStyles } from './styles.js';
 
 /**
- * What a command's end means, as a sentence.
- * @param {unknown} code
- * @param {unknown} signal
+ * @typedef {import('../app.js').Context} Context
+ * @typedef {import('../session.js').Session} Session
+ * @typedef {{write(data: Uint8Array | string, done?: () => void): void, reset(): void, focus(): void,
+ *   open(parent: HTMLElement): void, loadAddon(addon: any): void, onData(listener: (data: string) => void): void,
+ *   onResize(listener: (size: {cols: number, rows: number}) => void): void, getSelection(): string,
+ *   paste(text: string): void, cols: number, rows: number, options: Record<string, any>,
+ *   modes: {applicationCursorKeysMode: boolean}}} XTerm
  */
-function failure(code, signal) {
-  if (typeof signal === 'string' && signal) return `The command was stopped by ${signal}.`;
-  if (typeof code !== 'number') return 'The command ended without an exit code.';
-  if (code === 127) return 'The command failed with exit code 127: the program was not found.';
-  if (code === 126) return 'The command failed with exit code 126: the program could not be run.';
-  return `The command failed with exit code ${code}.`;
+
+const VENDOR = '/vendor/xterm';
+/** Resizes are sent once the screen has stopped changing for this long (a rotation is several). */
+const RESIZE_SETTLE_MS = 150;
+/** Output frames of a terminal this page is still opening, kept until its id is known. */
+const EARLY_FRAMES = 64;
+
+const LIGHT = { background: '#fbfbfd', foreground: '#1d232f', cursor: '#1d232f', selectionBackground: '#b6d1ff' };
+const DARK = { background: '#0a0c10', foreground: '#e6e9ef', cursor: '#e6e9ef', selectionBackground: '#334a73' };
+
+/** @type {Promise<{Terminal: any, FitAddon: any}> | null} */
+let loading = null;
+
+/** Loads the emulator and its stylesheet, once. */
+function loadXterm() {
+  if (!loading) {
+    document.head.append(el('link', { rel: 'stylesheet', href: `${VENDOR}/xterm.css` }));
+    const core = `${VENDOR}/xterm.mjs`;
+    const fit = `${VENDOR}/addon-fit.mjs`;
+    loading = Promise.all([import(core), import(fit)]).then(([xterm, addon]) => ({
+      Terminal: xterm.Terminal, FitAddon: addon.FitAddon,
+    }));
+  }
+  return loading;
 }
 
 export class Terminal {
   /**
-   * @param {HTMLElement} root `#panel-terminal`
+   * @param {HTMLElement} root `#panel-shell`
    * @param {Context} context
    */
-  constructor(root, { store, app }) {
-    this.app = app;
-    this.out = part(root, 'term-out', HTMLElement);
-    this.input = part(root, 'command', HTMLInputElement);
-    this.runButton = part(root, 'run', HTMLButtonElement);
-    this.cancelButton = part(root, 'cancel', HTMLButtonElement);
-    this.list = part(root, 'history', HTMLElement);
-    this.limit = el('select', { id: 'time-limit', 'aria-label': 'Time limit', class: 'time-limit' },
-      ...TIME_LIMITS.map(([ms, label]) => el('option', { value: String(ms), text: `stop after ${label}` })));
-    this.limit.value = String(this.loadTimeLimit());
-    this.limit.addEventListener('change', () => localStorage.setItem(TIME_LIMIT_KEY, this.limit.value));
-    this.runButton.before(this.limit);
-    this.historyBox = part(root, 'history-box', HTMLElement);
-    /** @type {{id: string} | null} */
-    this.running = null;
-    this.online = false;
-    this.history = this.loadHistory();
-    this.cursor = this.history.length;
-    part(root, 'term-form', HTMLFormElement).addEventListener('submit', (event) => {
-      event.preventDefault();
-      this.run(this.input.value);
-    });
-    this.cancelButton.addEventListener('click', () => this.cancel());
-    this.input.addEventListener('keydown', (event) => this.onKey(event));
-    this.renderHistory();
-    showWithTab(root, store, 'terminal');
-    /** @type {import('../session.js').Session | null} */
+  constructor(root, { store }) {
+    this.store = store;
+    this.screen = part(root, 'shell-screen', HTMLElement);
+    this.status = part(root, 'shell-status', HTMLElement);
+    this.error = part(root, 'shell-error', HTMLElement);
+    this.newButton = part(root, 'shell-new', HTMLButtonElement);
+    this.closeButton = part(root, 'shell-close', HTMLButtonElement);
+    this.bar = part(root, 'keybar', HTMLElement);
+    /** @type {XTerm | null} */
+    this.term = null;
+    /** @type {any} */
+    this.fit = null;
+    /** @type {Session | null} */
     this.session = null;
-    this.onCalls = (/** @type {Event} */ event) => {
-      const adopted = /** @type {CustomEvent<import('../session.js').AdoptedCall[]>} */ (event).detail;
-      for (const call of adopted) this.adopt(call);
-    };
-    // Another laptop: its output is not this one's.
-    store.watch(['session'], ({ session }) => {
-      this.out.replaceChildren();
-      if (this.session) this.session.removeEventListener('calls', this.onCalls);
+    this.online = false;
+    this.shown = false;
+    /** The terminal on screen ('' for none) and the offset its next output frame must carry. */
+    this.id = '';
+    this.next = -1;
+    this.opening = false;
+    /** @type {Record<string, any>[]} */
+    this.early = [];
+    this.held = { ctrl: false, alt: false };
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    this.resizeTimer = undefined;
+    this.buildBar();
+    this.newButton.addEventListener('click', () => this.openNew());
+    this.closeButton.addEventListener('click', () => this.closeCurrent());
+    showWithTab(root, store, 'shell');
+    store.watch(['tab'], ({ tab }) => {
+      this.shown = tab === 'shell';
+      if (this.shown) this.start();
+    });
+    onSession(store, { term: (frame) => this.take(frame) }, (session) => {
       this.session = session;
-      if (session) session.addEventListener('calls', this.onCalls);
+      this.forget();
     });
     store.watch(['online'], ({ online }) => {
       this.online = online;
       this.refresh();
+      if (online && this.term) this.resume();
     });
+    matchMedia('(prefers-color-scheme: dark)').addEventListener('change', () => this.applyTheme());
   }
 
-  /** The time limit chosen last on this device, else the default. */
-  loadTimeLimit() {
-    const stored = Number(localStorage.getItem(TIME_LIMIT_KEY));
-    return TIME_LIMITS.some(([ms]) => ms === stored) ? stored : TIME_LIMITS[0][0];
+  buildBar() {
+    for (const key of BAR) {
+      const button = el('button', { type: 'button', class: 'key secondary', text: key.label, 'aria-label': key.name });
+      if ('hold' in key) button.setAttribute('aria-pressed', 'false');
+      // The emulator keeps the keyboard: a tap on the bar must not take the focus from it.
+      button.addEventListener('pointerdown', (event) => event.preventDefault());
+      button.addEventListener('click', () => this.pressKey(key, button));
+      this.bar.append(button);
+    }
+    const copy = el('button', { type: 'button', class: 'key secondary', text: 'Copy' });
+    copy.addEventListener('click', () => this.copy());
+    const paste = el('button', { type: 'button', class: 'key secondary', text: 'Paste' });
+    paste.addEventListener('click', () => this.paste());
+    this.bar.append(copy, paste);
   }
 
-  /** @returns {string[]} */
-  loadHistory() {
+  /**
+   * @param {typeof BAR[number]} key
+   * @param {HTMLButtonElement} button
+   */
+  pressKey(key, button) {
+    if ('hold' in key) {
+      this.held[key.hold] = !this.held[key.hold];
+      button.setAttribute('aria-pressed', String(this.held[key.hold]));
+      return;
+    }
+    const application = this.term ? this.term.modes.applicationCursorKeysMode : false;
+    this.type('arrow' in key ? arrowKey(key.arrow, application) : key.send);
+    if (this.term) this.term.focus();
+  }
+
+  /** Creates the emulator the first time the tab opens, then connects it. */
+  async start() {
+    if (this.term) {
+      this.fitNow();
+      return;
+    }
     try {
-      const stored = JSON.parse(sessionStorage.getItem(HISTORY_KEY) || '[]');
-      return Array.isArray(stored) ? stored.filter((c) => typeof c === 'string').slice(-HISTORY_MAX) : [];
-    } catch {
-      return [];
+      const { Terminal, FitAddon } = await loadXterm();
+      if (this.term) return;
+      mirrorStyles(this.screen);
+      /** @type {XTerm} */
+      const term = new Terminal({
+        fontFamily: 'ui-monospace, "SF Mono", Menlo, Consolas, "DejaVu Sans Mono", monospace',
+        fontSize: 14, cursorBlink: true, scrollback: 5000, allowProposedApi: false,
+      });
+      this.fit = new FitAddon();
+      term.loadAddon(this.fit);
+      term.open(this.screen);
+      term.onData((data) => this.type(data));
+      term.onResize(({ cols, rows }) => this.sendSize(cols, rows));
+      this.term = term;
+      this.applyTheme();
+      new ResizeObserver(() => this.fitNow()).observe(this.screen);
+      addEventListener('orientationchange', () => this.fitNow());
+      this.fitNow();
+      if (this.online) this.resume();
+    } catch (error) {
+      show(this.error, `The terminal could not be loaded: ${error}`);
     }
   }
 
-  /** @param {string} command */
-  remember(command) {
-    this.history = this.history.filter((c) => c !== command);
-    this.history.push(command);
-    this.history = this.history.slice(-HISTORY_MAX);
-    this.cursor = this.history.length;
-    sessionStorage.setItem(HISTORY_KEY, JSON.stringify(this.history));
-    this.renderHistory();
+  applyTheme() {
+    if (this.term) this.term.options.theme = matchMedia('(prefers-color-scheme: dark)').matches ? DARK : LIGHT;
   }
 
-  renderHistory() {
-    const items = [...this.history].reverse().map((command) => el('li', {},
-      el('button', { type: 'button', text: command, onclick: () => { this.input.value = command; this.input.focus(); } })));
-    this.list.replaceChildren(...items);
-    this.historyBox.hidden = items.length === 0;
-  }
-
-  /** @param {KeyboardEvent} event */
-  onKey(event) {
-    if (event.key !== 'ArrowUp' && event.key !== 'ArrowDown') return;
-    if (this.history.length === 0) return;
-    event.preventDefault();
-    this.cursor = Math.max(0, Math.min(this.history.length, this.cursor + (event.key === 'ArrowUp' ? -1 : 1)));
-    this.input.value = this.history[this.cursor] || '';
-  }
-
-  /** @param {string} raw */
-  run(raw) {
-    const command = raw.trim();
-    if (!command || this.running) return;
-    this.remember(command);
-    this.input.value = '';
-    const timeLimit = Number(this.limit.value) || TIME_LIMITS[0][0];
-    performance.mark('voxa:run');
-    /** @type {ReturnType<Terminal['block']> | null} */
-    let view = null;
-    const call = this.app.attempt('run_command', { command, timeout_ms: timeLimit },
-      (text, error) => view && view.refused(text, error),
-      { onProgress: (chunk) => view && view.progress(chunk) });
-    view = this.block(command, call);
-    if (this.session) this.session.watch(call.id, { onReplay: view.replay });
-  }
-
-  /**
-   * A command the laptop named that this page did not start (or started before a reload).
-   * @param {import('../session.js').AdoptedCall} adopted
-   */
-  adopt({ entry, call }) {
-    if (entry.name !== 'run_command' || !this.session) return;
-    const command = entry.args && typeof entry.args.command === 'string' ? entry.args.command : '(a command)';
-    /** @type {(text: string, error: import('../dom.js').Failure) => void} */
-    let refused = () => {};
-    const done = call.done.catch((/** @type {import('../dom.js').Failure} */ error) => {
-      refused(error.message || 'the command failed', error);
-      return null;
-    });
-    const view = this.block(command, { id: call.id, done }, entry.started * 1000 - Date.now() + performance.now());
-    refused = view.refused;
-    this.session.watch(call.id, { onProgress: view.progress, onReplay: view.replay });
-  }
-
-  /**
-   * The block of one command: `$ command`, its output and how it ended.
-   * @param {string} command
-   * @param {{id: string, done: Promise<import('../session.js').CallOutcome | null>}} call
-   * @param {number} [started] when it started, on `performance.now()`'s clock
-   */
-  block(command, call, started = performance.now()) {
-    const follow = atBottom(this.out);
-    const output = el('div', { class: 'out' });
-    const view = new OutputView(output, this.out, markFirstOutput);
-    const end = el('div', { class: 'end', text: 'running…' });
-    const block = el('div', { class: 'run' }, el('div', { class: 'cmd', text: `$ ${command}` }), output, end);
-    this.out.append(block);
-    if (follow) this.out.scrollTop = this.out.scrollHeight;
-    let streamed = false;
-    const handlers = {
-      /** @param {string} chunk */
-      progress: (chunk) => {
-        streamed = true;
-        view.write(chunk);
-      },
-      /** The laptop sends the output again from the start (after a reconnect). */
-      replay: () => {
-        streamed = false;
-        view.replace('');
-      },
-      /** @type {(text: string, error: import('../dom.js').Failure) => void} */
-      refused: (text, error) => {
-        view.flush();
-        end.className = 'end failed';
-        end.textContent = error.code === 'cancelled' ? `cancelled · ${formatDuration(performance.now() - started)}` : text;
-      },
-    };
-    if (!this.running) this.running = call;
-    this.refresh();
-    call.done.then((outcome) => {
-      if (outcome) this.showEnd(end, view, outcome.result, streamed, started);
-    }).finally(() => {
-      if (follow || atBottom(this.out)) this.out.scrollTop = this.out.scrollHeight;
-      if (this.running === call) this.running = null;
-      this.refresh();
-    });
-    return handlers;
-  }
-
-  /**
-   * A finished command: its output when it was not all streamed (none was, or the middle was
-   * left out: then the head and the tail), exit code, duration and a sentence when it failed.
-   * @param {HTMLElement} end
-   * @param {OutputView} view
-   * @param {Record<string, any>} result
-   * @param {boolean} streamed
-   * @param {number} started
-   */
-  showEnd(end, view, result, streamed, started) {
-    const omitted = Number(result.omitted_bytes) || 0;
-    if (typeof result.output === 'string' && result.output && (!streamed || omitted > 0)) view.replace(result.output);
-    view.flush();
-    const code = result.exit_code;
-    const took = formatDuration(Number.isFinite(result.duration_ms) ? result.duration_ms : performance.now() - started);
-    const notes = [omitted > 0 ? `${omitted} bytes left out in the middle` : '', result.timed_out ? 'timed out' : '']
-      .filter(Boolean);
-    end.className = `end ${code === 0 ? 'ok' : 'failed'}`;
-    end.textContent = [`exit ${code === null || code === undefined ? '?' : code}`, took, ...notes].join(' · ');
-    if (code !== 0) end.append(el('span', { class: 'why', text: failure(code, result.signal) }));
-  }
-
-  cancel() {
-    if (this.running) this.app.cancel(this.running.id);
+  fitNow() {
+    if (this.fit && this.shown && this.screen.clientWidth > 0) this.fit.fit();
   }
 
   refresh() {
-    this.runButton.disabled = !this.online || !!this.running;
-    this.cancelButton.disabled = !this.running;
+    this.newButton.disabled = !this.online;
+    this.closeButton.disabled = !this.online || !this.id;
+    for (const button of this.bar.querySelectorAll('button')) button.disabled = !this.online;
+  }
+
+  /** Another laptop: nothing of the previous one's terminal stays. */
+  forget() {
+    this.id = '';
+    this.next = -1;
+    this.early = [];
+    if (this.term) this.term.reset();
+    this.refresh();
+  }
+
+  /**
+   * Runs a terminal tool; a refusal is shown as a sentence.
+   * @param {string} name
+   * @param {Record<string, unknown>} args
+   */
+  async call(name, args) {
+    if (!this.session) return null;
+    try {
+      const { result } = await this.session.call(name, args).done;
+      return result;
+    } catch (/** @type {any} */ error) {
+      show(this.error, error && error.message ? `${name.replace('term_', '')}: ${error.message}` : String(error));
+      return null;
+    }
+  }
+
+  /** Online again (or for the first time): back to the terminal on screen, else the newest running one, else a new one. */
+  async resume() {
+    show(this.error);
+    const listed = await this.call('term_list', {});
+    const terminals = listed && Array.isArray(listed.terminals) ? listed.terminals : [];
+    const running = terminals.filter((/** @type {any} */ t) => !t.exited);
+    const same = terminals.find((/** @type {any} */ t) => t.term === this.id);
+    const pick = same || running[running.length - 1];
+    if (pick) await this.attach(pick.term);
+    else await this.openNew();
+  }
+
+  /** @param {string} id */
+  async attach(id) {
+    if (!this.term) return;
+    this.term.reset();
+    this.id = id;
+    this.next = -1;
+    show(this.status, `attaching to ${id}…`);
+    const result = await this.call('term_attach', { term: id });
+    if (result) show(this.status, id);
+    this.sendSize(this.term.cols, this.term.rows);
+    this.refresh();
+  }
+
+  async openNew() {
+    if (!this.term || this.opening) return;
+    this.opening = true;
+    this.term.reset();
+    this.id = '';
+    this.next = -1;
+    show(this.status, 'opening a terminal…');
+    const result = await this.call('term_open', { cols: this.term.cols, rows: this.term.rows });
+    this.opening = false;
+    if (result && typeof result.term === 'string') {
+      this.id = result.term;
+      show(this.status, this.id);
+      const early = this.early.filter((frame) => frame.term === this.id);
+      this.early = [];
+      for (const frame of early) this.take(frame);
+    }
+    this.refresh();
+    this.term.focus();
+  }
+
+  async closeCurrent() {
+    if (!this.id) return;
+    const id = this.id;
+    await this.call('term_close', { term: id });
+  }
+
+  /**
+   * A `term_output` or `term_exit` frame.
+   * @param {Record<string, any>} frame
+   */
+  take(frame) {
+    if (!this.term) return;
+    if (frame.term !== this.id) {
+      if (this.opening && this.early.length < EARLY_FRAMES) this.early.push(frame);
+      return;
+    }
+    if (frame.type === 'term_exit') {
+      this.term.write(`\r\n[the program ended with code ${frame.code}]\r\n`);
+      show(this.status, `${this.id} ended`);
+      this.id = '';
+      this.refresh();
+      return;
+    }
+    if (typeof frame.offset !== 'number' || typeof frame.data !== 'string') return;
+    if (this.next >= 0 && frame.offset !== this.next) return;
+    const bytes = base64Bytes(frame.data);
+    const end = frame.offset + bytes.length;
+    this.next = end;
+    const term = frame.term;
+    // Acknowledged once drawn: the laptop sends more only as fast as the phone shows it.
+    this.term.write(bytes, () => {
+      if (this.session) this.session.sendJson({ type: 'term_ack', term, offset: end });
+    });
+  }
+
+  /** @param {string} data what the keyboard (or the bar) typed */
+  type(data) {
+    if (!this.id || !this.session) return;
+    const typed = withModifiers(data, this.held);
+    if (this.held.ctrl || this.held.alt) {
+      this.held = { ctrl: false, alt: false };
+      for (const button of this.bar.querySelectorAll('[aria-pressed]')) button.setAttribute('aria-pressed', 'false');
+    }
+    this.session.call('term_input', { term: this.id, data: typed }).done.catch((/** @type {any} */ error) => {
+      show(this.error, `typing: ${error && error.message ? error.message : error}`);
+    });
+  }
+
+  /**
+   * @param {number} cols
+   * @param {number} rows
+   */
+  sendSize(cols, rows) {
+    clearTimeout(this.resizeTimer);
+    this.resizeTimer = setTimeout(() => {
+      if (this.id) this.call('term_resize', { term: this.id, cols, rows });
+    }, RESIZE_SETTLE_MS);
+  }
+
+  async copy() {
+    const text = this.term ? this.term.getSelection() : '';
+    if (!text) {
+      show(this.status, 'select text in the terminal first');
+      return;
+    }
+    try {
+      await navigator.clipboard.writeText(text);
+      show(this.status, 'copied');
+    } catch {
+      show(this.error, 'this browser did not allow copying');
+    }
+  }
+
+  async paste() {
+    try {
+      const text = await navigator.clipboard.readText();
+      if (text && this.term) this.term.paste(text);
+    } catch {
+      show(this.error, 'this browser did not allow pasting');
+    }
   }
 }

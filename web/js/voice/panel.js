@@ -101,7 +101,7 @@ function clockText(seconds) {
 /**
  * @typedef {import('../session.js').Session} Link
  * @typedef {import('../store.js').VoiceOffer} VoiceOffer
- * @typedef {import('../shell/header.js').Context} Context
+ * @typedef {import('../app.js').Context} Context
  * @typedef {import('../dom.js').Failure} Failure
  */
 

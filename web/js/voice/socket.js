@@ -8,7 +8,9 @@
 // session. It opens when a call starts and closes when the call ends.
 
 import { AUDIO_PREFIX, PROTOCOL, parseAgentFrame, parseNotice } from '../protocol.js';
-import { CLIENT, VOICE_FRAMES, helloProof, randomHex, relayProtocols, sameText } from '../session.js';
+import { VOICE_FRAMES } from '../session/events.js';
+import { CLIENT, helloProof, randomHex, sameText } from '../session/hello.js';
+import { relayProtocols } from '../session/transport.js';
 
 /**
  * @typedef {import('../dom.js').Failure} Failure

@@ -8,7 +8,7 @@ import { el, part } from '../dom.js';
 import * as pairings from '../pairings.js';
 
 /**
- * @typedef {import('./header.js').Context} Context
+ * @typedef {import('../app.js').Context} Context
  * @typedef {import('../pairings.js').Pairing} Pairing
  * @typedef {import('../store.js').State} State
  */

@@ -3,7 +3,7 @@
 
 import { part, show } from '../dom.js';
 
-/** @typedef {import('./header.js').Context} Context */
+/** @typedef {import('../app.js').Context} Context */
 
 export class Welcome {
   /**

@@ -2,13 +2,9 @@
 // The header: the connection line (with Reconnect) and the notice an error outside any call
 // shows. The machine picker in it is picker.js.
 
-import { part, show } from '../dom.js';
+import { el, part, show } from '../dom.js';
 
-/**
- * @typedef {import('../store.js').Store} Store
- * @typedef {import('../app.js').App} App
- * @typedef {{store: Store, app: App}} Context
- */
+/** @typedef {import('../app.js').Context} Context */
 
 /**
  * Keeps `--bar-height` (on the document) at the header's height, so what sticks below it (the
@@ -54,5 +50,29 @@ export class Notice {
    */
   constructor(root, { store }) {
     store.watch(['notice'], ({ notice }) => show(root, notice));
+  }
+}
+
+/**
+ * The laptop's word that the relay serves a page that is not voxa's (its `relay_page` frame,
+ * inside the sealed session): said above everything until the laptop finds the page unaltered.
+ */
+export class RelayPageAlarm {
+  /**
+   * @param {HTMLElement} root `#relay-page`
+   * @param {Context} context
+   */
+  constructor(root, { store }) {
+    store.watch(['relayPage'], ({ relayPage }) => {
+      root.hidden = !relayPage || relayPage.state !== 'altered';
+      if (root.hidden || !relayPage) return;
+      const paths = relayPage.paths || [];
+      const files = paths.length === 1 ? `1 file differs: ${paths[0]}` : `${paths.length} files differ: ${paths.join(', ')}`;
+      root.replaceChildren(
+        el('strong', {}, 'This relay changed the page.'),
+        ` Your laptop compared it with its own copy (${files}). A changed page can take this pairing's secrets. `
+          + 'Stop using this relay: on the laptop run ', el('code', {}, 'voxa open'), ', or pair through a relay you run, then ',
+        el('code', {}, 'voxa pair --rotate'), '.');
+    });
   }
 }

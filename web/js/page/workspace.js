@@ -4,7 +4,7 @@
 
 import { part } from '../dom.js';
 
-/** @typedef {import('./header.js').Context} Context */
+/** @typedef {import('../app.js').Context} Context */
 
 export class Workspace {
   /**
@@ -20,14 +20,4 @@ export class Workspace {
       for (const button of tabs) button.setAttribute('aria-pressed', String(button.id === `tab-${tab}`));
     });
   }
-}
-
-/**
- * Shows `root` only while its tab is chosen.
- * @param {HTMLElement} root
- * @param {import('../store.js').Store} store
- * @param {string} tab
- */
-export function showWithTab(root, store, tab) {
-  store.watch(['tab'], (state) => { root.hidden = state.tab !== tab; });
 }

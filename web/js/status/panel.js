@@ -5,9 +5,10 @@
 
 import { el, part } from '../dom.js';
 import * as pairings from '../pairings.js';
-import { showWithTab } from './workspace.js';
+import { onSession } from '../session/events.js';
+import { showWithTab } from '../tabs.js';
 
-/** @typedef {import('./header.js').Context} Context */
+/** @typedef {import('../app.js').Context} Context */
 
 /** How often the panel asks the laptop who is connected while it is shown. */
 const STATUS_EVERY_MS = 5000;
@@ -42,8 +43,7 @@ export class Status {
     const stopStatus = part(root, 'stop-all-status', HTMLElement);
     /** @type {import('../session.js').Session | null} */
     let session = null;
-    const onStatus = (/** @type {Event} */ event) => {
-      const status = /** @type {CustomEvent<Record<string, any>>} */ (event).detail;
+    const onStatus = (/** @type {Record<string, any>} */ status) => {
       const clients = Array.isArray(status.connected) ? status.connected.filter((c) => c && typeof c === 'object') : [];
       connected.replaceChildren(...clients.map((client) => el('li', { text: connectedLine(client) })));
     };
@@ -51,11 +51,9 @@ export class Status {
       if (session && store.state.online && store.state.tab === 'status') session.sendJson({ type: 'status' });
     };
     setInterval(askStatus, STATUS_EVERY_MS);
-    store.watch(['session'], (state) => {
-      if (session) session.removeEventListener('status', onStatus);
-      session = state.session;
+    onSession(store, { status: onStatus }, (now) => {
+      session = now;
       connected.replaceChildren();
-      if (session) session.addEventListener('status', onStatus);
     });
     store.watch(['online', 'tab'], ({ online }) => {
       stopAll.disabled = !online;

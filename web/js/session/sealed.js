@@ -1,0 +1,96 @@
+// @ts-check
+// A sealed session on its socket (docs/PROTOCOL.md, "Frames of a sealed session"): every frame
+// out is sealed and sent in the order it was given, every message in is opened in arrival order,
+// and the first one that does not open breaks the session. What the frames say is the session's
+// business (session.js); this only carries them.
+
+import { AUDIO_PREFIX } from '../protocol.js';
+import { KIND_AUDIO } from '../seal/channel.js';
+
+/**
+ * @typedef {import('../seal/channel.js').Channel} Channel
+ * @typedef {import('../seal/channel.js').Bytes} Bytes
+ * @typedef {{text: (text: string) => void, audio: (data: ArrayBuffer, at: number) => void, broken: () => void,
+ *   sent: (bytes: number) => void}} Receiver
+ */
+
+export class Sealed {
+  /**
+   * @param {WebSocket} socket
+   * @param {Channel} channel the keys the handshake gave
+   * @param {Receiver} receiver where opened frames go, and who hears that the seal broke
+   */
+  constructor(socket, channel, receiver) {
+    this.socket = socket;
+    this.channel = channel;
+    this.receiver = receiver;
+    /** Sealed messages go out one after the other, in the order their frames were given. */
+    this.outbound = Promise.resolve();
+    /** Bytes handed to the seal and not yet on the socket. */
+    this.queued = 0;
+    /** Set once the session ended: nothing more is read or sent. */
+    this.ended = false;
+  }
+
+  /** Ends the session here: what is still being opened or sealed is dropped. */
+  end() {
+    this.channel.stop();
+    this.ended = true;
+    this.queued = 0;
+  }
+
+  /**
+   * Opens one sealed message and hands its frame on, in arrival order.
+   * @param {Bytes} message
+   * @param {number} at when it arrived
+   */
+  open(message, at) {
+    this.channel.open(message).then((plain) => {
+      if (this.ended || !plain) return;
+      if (plain.kind === 'audio') {
+        const data = new Uint8Array(plain.data.length + 1);
+        data[0] = AUDIO_PREFIX;
+        data.set(plain.data, 1);
+        this.receiver.audio(data.buffer, at);
+      } else {
+        this.receiver.text(plain.text);
+      }
+    }, () => this.breaks());
+  }
+
+  /**
+   * Seals and sends one frame (JSON text, or audio bytes with their prefix); false when the
+   * socket cannot take it.
+   * @param {string | Bytes} data
+   */
+  send(data) {
+    const socket = this.socket;
+    if (this.ended || socket.readyState !== WebSocket.OPEN) return false;
+    let sealed;
+    try {
+      sealed = typeof data === 'string' ? this.channel.sealJson(data) : this.channel.seal(KIND_AUDIO, data.subarray(1));
+    } catch {
+      this.breaks();
+      return false;
+    }
+    const size = typeof data === 'string' ? data.length : data.byteLength;
+    this.queued += size;
+    this.outbound = this.outbound.then(async () => {
+      for (const message of sealed) {
+        const bytes = await message;
+        if (this.ended || socket.readyState !== WebSocket.OPEN) return;
+        this.receiver.sent(bytes.byteLength);
+        socket.send(bytes);
+      }
+    }).catch(() => this.breaks()).finally(() => {
+      if (!this.ended) this.queued = Math.max(0, this.queued - size);
+    });
+    return true;
+  }
+
+  breaks() {
+    if (this.ended) return;
+    this.end();
+    this.receiver.broken();
+  }
+}

@@ -1,0 +1,93 @@
+// @ts-check
+// The session's socket (docs/PROTOCOL.md, "Web client"): where it connects (`/ws?code=` on the
+// relay's own origin, or the loopback port), the relay token a private relay asks for, the waits
+// between attempts, and what a close tells the page.
+
+/** @typedef {import('../pairings.js').Pairing} Pairing */
+
+/** First reconnect delay ceiling and largest delay (exponential backoff with full jitter). */
+const BACKOFF_BASE_MS = 1000;
+const BACKOFF_CAP_MS = 30000;
+/** Shortest wait between two attempts, so a failing relay is never hammered. */
+const BACKOFF_FLOOR_MS = 250;
+
+/** What the page says when a sealed session broke. */
+export const BROKEN_TEXT = 'the relay altered or dropped part of this session, so it was closed: nothing altered ran, but what you sent last may not have reached the laptop — Reconnect to start a new one';
+/** What the page says when the laptop no longer accepts this link's token. */
+export const REFUSED_TEXT = 'this link is no longer valid — scan the new code';
+
+/**
+ * The session socket's address, on the page's own origin.
+ * @param {Pairing} pairing
+ */
+export function socketUrl(pairing) {
+  const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
+  const path = pairing.kind === 'relay' ? `/ws?code=${pairing.code}` : '/';
+  return `${scheme}//${location.host}${path}`;
+}
+
+/**
+ * Subprotocols to offer a relay: a private relay's token as `voxa-relay-token.<base64url>` beside
+ * `voxa.1`, the one the relay names back (a browser cannot send `Authorization`).
+ * @param {Pairing} pairing
+ * @returns {string[]}
+ */
+export function relayProtocols(pairing) {
+  const relayToken = pairing.kind === 'relay' ? pairing.relayToken : undefined;
+  if (!relayToken) return [];
+  const bytes = new TextEncoder().encode(relayToken);
+  const base64 = btoa(String.fromCharCode(...bytes)).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+  return ['voxa.1', `voxa-relay-token.${base64}`];
+}
+
+/**
+ * The next attempt after a socket closed: waits by exponential backoff with full jitter (never
+ * below a floor), counting the seconds left aloud once a second until it fires.
+ */
+export class Retry {
+  /**
+   * @param {(seconds: number) => void} say told the seconds left, at once and every second
+   * @param {() => void} fire the attempt
+   */
+  constructor(say, fire) {
+    this.say = say;
+    this.fire = fire;
+    /** Attempts since the last session that went online. */
+    this.attempt = 0;
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    this.timer = undefined;
+    /** @type {ReturnType<typeof setInterval> | undefined} */
+    this.ticker = undefined;
+  }
+
+  schedule() {
+    const ceiling = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** Math.min(this.attempt, 16));
+    const delay = Math.max(BACKOFF_FLOOR_MS, Math.random() * ceiling);
+    this.attempt += 1;
+    const at = Date.now() + delay;
+    const tell = () => this.say(Math.max(1, Math.ceil((at - Date.now()) / 1000)));
+    this.cancel();
+    tell();
+    this.ticker = setInterval(tell, 1000);
+    this.timer = setTimeout(this.fire, delay);
+  }
+
+  cancel() {
+    clearTimeout(this.timer);
+    clearInterval(this.ticker);
+  }
+}
+
+/**
+ * What a close of the session socket means when it leaves the user nothing to wait for: a state
+ * of its own and its words; `null` when reconnecting may help.
+ * @param {CloseEvent} event
+ * @returns {{state: 'replaced' | 'refused' | 'broken', text: string} | null}
+ */
+export function finalClose(event) {
+  if (event.code === 4001) return { state: 'replaced', text: 'this laptop was opened in another window' };
+  if (event.code !== 1008) return null;
+  if (event.reason === 'bearer-refused' || event.reason === 'pairing-revoked') return { state: 'refused', text: REFUSED_TEXT };
+  if (event.reason === 'sealed-session-broken') return { state: 'broken', text: BROKEN_TEXT };
+  return null;
+}
