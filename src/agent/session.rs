@@ -19,6 +19,7 @@ use crate::protocol::{
     self, AgentMessage, Bytes, CallErrorCode, ClientMessage, ConnectedClient, ErrorCode, Frame, ToolCall, ToolError,
     ToolResult,
 };
+use crate::sessions::voice::{Host, Narrator, Told};
 use crate::tools::{ToolOutput, ToolRequest};
 
 /// An authenticated session. Dropping it ends its voice call and its deliveries; its tool calls
@@ -36,6 +37,8 @@ pub struct Session {
     relayed: bool,
     /// Set while the client follows (`follow`): cancelling it stops the delivery.
     following: Option<CancellationToken>,
+    /// Set while the client's call is hosted by the relay (`narration`): its notes go to the client.
+    narrating: Option<CancellationToken>,
     /// Keystrokes (`term_input`) run one after the other, in the order they came.
     typing: Option<mpsc::Sender<(CallTask, ToolCall)>>,
 }
@@ -55,6 +58,7 @@ impl Session {
             cancel: CancellationToken::new(),
             relayed: false,
             following: None,
+            narrating: None,
             typing: None,
         }
     }
@@ -153,6 +157,7 @@ impl Session {
                 Some(voice) => voice.end.cancel(),
                 None => self.send(gemini::no_call_error()).await,
             },
+            ClientMessage::Narration { on } => self.narrate_hosted(on),
             ClientMessage::Follow { after } => self.follow(after.as_ref()),
             ClientMessage::Unfollow => {
                 if let Some(following) = self.following.take() {
@@ -233,23 +238,36 @@ impl Session {
         }
         let tools = Arc::new(SessionTools(self.ctx.clone()));
         let voice = gemini::start(config, tools, self.out.clone(), &self.ctx.tasks);
-        // The model is told of every open approval, so the user can answer by voice.
-        let broker = self.ctx.toolbox().approvals().clone();
-        let tell = approvals::forward(broker, voice.input.clone(), voice.end.clone(), |notice| {
-            approvals::voice_prompts(notice).map(VoiceInput::Text)
-        });
-        self.ctx.tasks.spawn(tell);
-        // And of every turn that ends or session that fails while the call runs.
-        if let Some(sessions) = &self.ctx.sessions {
-            let told = crate::sessions::voice::tell(
-                sessions.clone(),
-                voice.input.clone(),
-                voice.end.clone(),
-                VoiceInput::Text,
-            );
-            self.ctx.tasks.spawn(told);
-        }
+        // The model is told of the approvals (so the user can answer by voice) and of the sessions.
+        let narrator = self.narrator(Host::Laptop);
+        let wrap = |told: Told| VoiceInput::Note(gemini::Note { text: told.text, approval: told.approval });
+        self.ctx.tasks.spawn(narrator.run(voice.input.clone(), voice.end.clone(), wrap));
         self.voice = Some(voice);
+    }
+
+    /// What narrates a call hosted by `host`, as `[voice] narrate` says.
+    fn narrator(&self, host: Host) -> Narrator {
+        Narrator {
+            broker: self.ctx.toolbox().approvals().clone(),
+            sessions: self.ctx.sessions.clone(),
+            mode: self.ctx.toolbox().config().voice.narrate,
+            host,
+        }
+    }
+
+    /// The client's call is hosted by the relay (`on`) or ended: while it runs the client gets the
+    /// notes for its model as `narrate` frames, which it passes to the relay.
+    fn narrate_hosted(&mut self, on: bool) {
+        if let Some(previous) = self.narrating.take() {
+            previous.cancel();
+        }
+        if !on {
+            return;
+        }
+        let narrating = self.cancel.child_token();
+        self.narrating = Some(narrating.clone());
+        let wrap = |told: Told| Frame::from(AgentMessage::Narrate { text: told.text });
+        self.ctx.tasks.spawn(self.narrator(Host::Relay).run(self.out.clone(), narrating, wrap));
     }
 
     async fn start_call(&mut self, call: ToolCall) {

@@ -1,7 +1,8 @@
 //! The wire protocol (docs/PROTOCOL.md): every frame voxa sends or accepts, and the limits that
 //! bound them. One enum per direction, tagged by `type`; one folder file per frame family:
 //! [`frame`] (the one frame type inside the agent), [`presence`] (pairing sides), [`hello`]
-//! (session start), [`session`] (session frames), [`tools`] (tool frames) and [`errors`] (codes).
+//! (session start), [`session`] (session frames), [`tools`] (tool frames), [`live`] (a page and the
+//! relay hosting its call) and [`errors`] (codes).
 
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ mod approvals;
 mod errors;
 mod frame;
 mod hello;
+mod live;
 pub mod presence;
 mod push;
 mod session;
@@ -24,6 +26,7 @@ pub use hello::{
     agent_proof, client_proof, is_hello_nonce, is_hello_proof, new_nonce, verify_agent_proof, verify_client_proof,
     BearerFrame, Hello, HelloOk, HOST_ROLE,
 };
+pub use live::{LiveMessage, LIVE_CALL_PREFIX};
 pub use presence::{PeerRole, PeerState, Presence};
 pub use push::{push_endpoint_host, PushKeys, PushSubscription, MAX_PUSH_ENDPOINT_LEN};
 pub use session::{

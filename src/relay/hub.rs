@@ -221,6 +221,12 @@ impl Hub {
         }
     }
 
+    /// Whether an agent holds `code` now.
+    pub(crate) fn has_agent(&self, code: u128) -> bool {
+        let slot = lock(&self.slots).get(&code).cloned();
+        slot.is_some_and(|slot| lock(&slot.members).agent.is_some())
+    }
+
     /// The connection id of the agent on this slot now.
     pub(crate) fn agent_of(&self, slot: &Slot) -> Option<u64> {
         lock(&slot.members).agent.as_ref().map(|agent| agent.conn)

@@ -79,10 +79,10 @@ pub(crate) use self::shard::ACCEPT_BACKOFF;
 pub(crate) mod service {
     pub(crate) use super::admission::ClientKey;
     pub(crate) use super::codec::close::GOING_AWAY;
-    pub(crate) use super::codec::{OutFrame, OP_BINARY, OP_CONTINUATION, OP_TEXT};
-    pub(crate) use super::queue::{Action, End, Push, SendQueue};
+    pub(crate) use super::codec::{OutFrame, OP_BINARY, OP_TEXT};
+    pub(crate) use super::queue::{End, Push, SendQueue};
     pub(crate) use super::reader::{FrameReader, Part};
-    pub(crate) use super::socket::{read_side, wind_down, write_side, Deliver, Seated, CLOSE_GRACE};
+    pub(crate) use super::socket::{read_side, wind_down, write_side, Deliver};
 }
 
 /// A kind of phone socket served beside `/agent` and `/ws` by code outside the relay (hosted

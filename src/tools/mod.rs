@@ -379,6 +379,7 @@ impl Toolbox {
             | ToolKind::AgentStop
             | ToolKind::AgentSessions
             | ToolKind::AgentLog
+            | ToolKind::Brief
             | ToolKind::TermOpen
             | ToolKind::TermAttach
             | ToolKind::TermInput

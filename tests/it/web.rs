@@ -190,6 +190,8 @@ fn protocol_js_names_what_the_rust_protocol_names() {
     assert_eq!(sorted(js_list(&source, "CALL_ERROR_CODES")), sorted(wire_names::<CallErrorCode>(false)));
     assert_eq!(sorted(js_list(&source, "CLIENT_FRAMES")), sorted(wire_names::<ClientMessage>(true)));
     assert_eq!(sorted(js_list(&source, "AGENT_FRAMES")), sorted(wire_names::<AgentMessage>(true)));
+    let live = wire_names::<voxa::protocol::LiveMessage>(true);
+    assert_eq!(sorted(js_list(&source, "LIVE_FRAMES")), sorted(live), "LIVE_FRAMES against LiveMessage");
     assert_eq!(js_number(&source, "PROTOCOL"), u64::from(voxa::protocol::PROTOCOL_VERSION));
     assert_eq!(js_number(&source, "AUDIO_PREFIX"), u64::from(voxa::protocol::AUDIO_PREFIX));
 }

@@ -18,7 +18,8 @@ import { fromBase64, toBase64 } from './seal/noise.js';
  * @typedef {{code: string, message: string}} CallFailure
  * @typedef {{result: Record<string, any>, image: AgentFrame | undefined}} CallOutcome
  * @typedef {{id: string, done: Promise<CallOutcome>}} RunningCall
- * @typedef {{env?: string, onProgress?: (chunk: string) => void, onImage?: (image: AgentFrame) => void}} CallOptions
+ * @typedef {{env?: string, onProgress?: (chunk: string) => void, onImage?: (image: AgentFrame) => void,
+ *   id?: string, caller?: string}} CallOptions `id` and `caller`: a call carried for the relay's model (voice/socket.js)
  * @typedef {{resolve: (outcome: CallOutcome) => void, reject: (error: CallFailure) => void,
  *   onProgress?: (chunk: string) => void, onImage?: (image: AgentFrame) => void, image?: AgentFrame,
  *   onReplay?: () => void}} Pending
@@ -44,9 +45,9 @@ const BACKOFF_FLOOR_MS = 250;
 
 /** Bytes queued on the socket beyond which microphone frames are dropped (about 1.5 s of audio). */
 const MAX_BUFFERED_AUDIO = 48 * 1024;
-/** Frames of a voice call, handed to whoever speaks on the socket (voice/panel.js). */
+/** Frames of a voice call, handed to whoever speaks on the socket (voice/panel.js, voice/socket.js). */
 export const VOICE_FRAMES = new Set(['call_started', 'call_error', 'call_ended', 'transcript', 'turn_complete',
-  'interrupted', 'tool_activity']);
+  'interrupted', 'tool_activity', 'narrate']);
 
 const encoder = new TextEncoder();
 const BROKEN_TEXT = 'the relay altered this session, so it was closed and nothing in it ran — Reconnect to start a new one';
@@ -101,7 +102,7 @@ export function sameText(a, b) {
  * `sealed` (in every `state` event, and as a member) says whether the session is sealed.
  *
  * `liveRefused` says why the relay's hosted voice cannot serve this laptop (`proxy-token`,
- * `no-voice-relay`, `sealed-required`), once a call learnt it (voice/panel.js).
+ * `no-voice-relay`), once a call learnt it (voice/panel.js).
  */
 export class Session extends EventTarget {
   /**
@@ -676,8 +677,7 @@ export class Session extends EventTarget {
    * @param {CallOptions} [options]
    * @returns {RunningCall}
    */
-  call(name, args, { env, onProgress, onImage } = {}) {
-    const id = `${this.idPrefix}${this.nextId++}`;
+  call(name, args, { env, onProgress, onImage, id = `${this.idPrefix}${this.nextId++}`, caller } = {}) {
     /** @type {Promise<CallOutcome>} */
     const done = new Promise((resolve, reject) => {
       if (!this.online || !this.socket) {
@@ -687,6 +687,7 @@ export class Session extends EventTarget {
       /** @type {import('./protocol.js').ClientFrame} */
       const frame = { type: 'tool_call', id, name, args };
       if (env) frame.env = env;
+      if (caller) frame.caller = caller;
       if (!this.transmit(JSON.stringify(frame))) {
         reject({ code: 'offline', message: 'the laptop is not connected' });
         return;
