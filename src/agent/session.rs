@@ -33,7 +33,7 @@ pub struct Session {
     listener: ListenerId,
     voice: Option<VoiceCall>,
     cancel: CancellationToken,
-    /// The session came through the relay, whose `/live` labels the calls it makes.
+    /// The session came through the relay: its page may carry the calls of a call the relay hosts.
     relayed: bool,
     /// Set while the client follows (`follow`): cancelling it stops the delivery.
     following: Option<CancellationToken>,
@@ -72,8 +72,8 @@ impl Session {
     }
 
     /// Marks a session that came through the relay: a `tool_call` there may carry the
-    /// [`protocol::HOSTED_CALLER`] label of a relay-hosted voice call. Only the audit name changes;
-    /// elsewhere (loopback) the label is ignored.
+    /// [`protocol::HOSTED_CALLER`] label, a call the page carries for the model of a call the relay
+    /// hosts. Elsewhere (loopback) the label is ignored.
     pub fn relayed(mut self) -> Self {
         self.relayed = true;
         self
