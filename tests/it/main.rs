@@ -10,6 +10,7 @@ mod cli_agent;
 mod codex;
 mod continuity;
 mod deploy;
+mod docs;
 mod doctor;
 mod environments;
 mod fence;
