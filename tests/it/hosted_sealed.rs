@@ -402,6 +402,8 @@ async fn injecting_front(relay: SocketAddr, injected: Vec<serde_json::Value>) ->
                 }
                 let uri = Arc::new(Mutex::new(String::new()));
                 let seen = uri.clone();
+                // The handshake's own signature: its error is the HTTP response.
+                #[allow(clippy::result_large_err)]
                 let callback = move |request: &tokio_tungstenite::tungstenite::handshake::server::Request, response| {
                     *seen.lock().unwrap() = request.uri().to_string();
                     Ok(response)
