@@ -160,6 +160,9 @@ pub struct Config {
     /// Which push endpoints the laptop sends to.
     #[serde(skip_serializing_if = "PushSettings::is_default")]
     pub push: PushSettings,
+    /// What a voice call's model is told as it happens.
+    #[serde(skip_serializing_if = "VoiceSettings::is_default")]
+    pub voice: VoiceSettings,
 }
 
 /// `[push]`: where a `push_subscribe` may make the laptop send requests.
@@ -177,6 +180,34 @@ impl PushSettings {
     fn is_default(&self) -> bool {
         *self == PushSettings::default()
     }
+}
+
+/// `[voice]`: how a call supervises (docs/GUIDE.md, "What you can say").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct VoiceSettings {
+    /// What the model is told without asking.
+    pub narrate: Narrate,
+}
+
+impl VoiceSettings {
+    fn is_default(&self) -> bool {
+        *self == VoiceSettings::default()
+    }
+}
+
+/// `[voice] narrate`: which events a call's model is told of as text turns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Narrate {
+    /// A session's turn that ended, a session that failed, and every approval (opened, with its
+    /// read-back, or decided elsewhere).
+    #[default]
+    Changes,
+    /// Approvals only.
+    Approvals,
+    /// Nothing: the model learns only what it asks for (`brief`, `approvals`, `agent_sessions`).
+    Off,
 }
 
 /// `[notifications]`: which events notify a phone that is not following, and the contact the
@@ -211,12 +242,18 @@ impl NotificationSettings {
 }
 
 /// `[security]`: which sessions the agent accepts.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Security {
-    /// Refuse protocol-2 sessions (`sealed-session-required`): every client must seal (protocol 3).
-    /// Hosted voice, whose relay must read the session, then cannot start.
+    /// Refuse protocol-2 sessions through the relay (`sealed-session-required`): every client
+    /// there must seal (protocol 3). The loopback socket keeps protocol 2 for local scripts.
     pub require_sealed: bool,
+}
+
+impl Default for Security {
+    fn default() -> Self {
+        Security { require_sealed: true }
+    }
 }
 
 impl Security {

@@ -1,7 +1,8 @@
 //! Hosted voice: the built `voxa relay` (its own process, so its memory and CPU are its own)
 //! hosting many calls at once against the fake Gemini Live server, which echoes the microphone
-//! back as model audio. Real agents (in this process) run in hosted mode behind each pairing; each
-//! phone at `/live` streams 50 frames/s, and hears as many back. Figures per call: the relay's
+//! back as model audio. Real agents (in this process) run in hosted mode behind each pairing (the
+//! relay hosts calls only for codes a laptop holds); each page's call socket at `/live` streams
+//! 50 frames/s, and hears as many back. Figures per call: the relay's
 //! resident memory while the calls stream, over the same pairings without calls, and its CPU.
 
 use std::net::SocketAddr;
@@ -19,7 +20,7 @@ use voxa::net::dial::{ClientSocket, DialOptions};
 #[path = "../../tests/it/support/harness.rs"]
 pub(crate) mod harness;
 
-use self::harness::{recv_type, say_hello_plain, send, TestAgent};
+use self::harness::{recv_type, send, TestAgent};
 use crate::report::{percentiles, Report};
 use crate::voice::fake_gemini::{FakeGemini, FakeOptions};
 use crate::voice::{cpu_time, frame};
@@ -57,13 +58,11 @@ impl HostingRelay {
     }
 }
 
-/// A phone at `/live` after the hello.
+/// A page's call socket at `/live` (no session of the pairing: it says no hello). The calls run
+/// no tool, so no sealed session stands beside it.
 async fn live_phone(relay: SocketAddr, agent: &TestAgent) -> ClientSocket {
     let url = format!("ws://{relay}/live?code={}", agent.code());
-    let mut socket = voxa::net::dial::connect(&url, &DialOptions::default()).await.unwrap();
-    // A call the relay hosts is a plain (protocol 2) session: the relay runs the model and reads it.
-    say_hello_plain(&mut socket, agent.token()).await;
-    socket
+    voxa::net::dial::connect(&url, &DialOptions::default()).await.unwrap()
 }
 
 pub fn run(report: &mut Report, measuring: bool) {

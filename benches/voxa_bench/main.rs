@@ -51,6 +51,9 @@ fn main() {
     if wanted("voice") {
         voice::run(&mut report, measuring);
     }
+    if wanted("voice-page") {
+        voice::run_page(&mut report, measuring);
+    }
     if wanted("hosted") {
         hosted::run(&mut report, measuring);
     }

@@ -245,3 +245,304 @@ pub fn run(report: &mut Report, measuring: bool) {
         );
     });
 }
+
+/// The voice path in a browser: headless Chromium whose microphone is a looped WAV, in a call to
+/// the test Gemini server that echoes every microphone frame back as the model's voice. Per frame,
+/// on the system clock: from the frame leaving the capture worklet (its last sample, on the audio
+/// clock mapped to the page's) to Gemini's socket, and from Gemini sending its echo to the player
+/// worklet queueing it (its word back). Beside each, the floor: the same audio, the same worklets
+/// and the same page, through one bare WebSocket to an echo server behind the same front. Once on
+/// loopback and once with 150 ms of round trip added by a delaying front (75 ms each way), for a
+/// call the laptop hosts (sealed session → embedded relay → agent → Gemini) and one the relay
+/// hosts (call socket → `voxa relay` → Gemini).
+pub fn run_page(report: &mut Report, measuring: bool) {
+    let stream_for = if measuring { Duration::from_secs(12) } else { Duration::from_secs(2) };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        for host in [page::Host::Laptop, page::Host::Relay] {
+            for one_way in [Duration::ZERO, Duration::from_millis(75)] {
+                if !page::measure(report, host, one_way, stream_for).await {
+                    return;
+                }
+            }
+        }
+    });
+}
+
+mod page {
+    use std::net::SocketAddr;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, SystemTime};
+
+    use futures_util::{SinkExt, StreamExt};
+    use serde_json::Value;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio_tungstenite::tungstenite::Message;
+
+    use super::fake_gemini::{FakeGemini, FakeOptions, Kind};
+    use crate::child::start_agent;
+    use crate::hosted::HostingRelay;
+    use crate::report::{percentiles, Report};
+    use crate::web::browser::{tone_wav, Browser, Scheme};
+
+    /// Frames left out at the start of each stream (worklets and sockets warming up).
+    const WARM_UP: usize = 25;
+
+    #[derive(Clone, Copy, PartialEq)]
+    pub(super) enum Host {
+        Laptop,
+        Relay,
+    }
+
+    /// Unix ms of a system time.
+    fn unix_ms(at: SystemTime) -> f64 {
+        at.duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    }
+
+    /// A front that adds `one_way` to every byte each way, and sends `GET /floor-echo` to `floor`,
+    /// everything else to `relay` (so the floor's socket is of the page's own origin).
+    async fn delaying_front(relay: SocketAddr, floor: SocketAddr, one_way: Duration) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let _ = tcp.set_nodelay(true);
+                tokio::spawn(async move {
+                    let mut head = [0u8; 15];
+                    let to_floor = loop {
+                        match tcp.peek(&mut head).await {
+                            Ok(n) if n == head.len() => break &head == b"GET /floor-echo",
+                            Ok(0) | Err(_) => return,
+                            Ok(_) => tokio::task::yield_now().await,
+                        }
+                    };
+                    let Ok(upstream) = TcpStream::connect(if to_floor { floor } else { relay }).await else { return };
+                    let _ = upstream.set_nodelay(true);
+                    let (from_client, to_client) = tcp.into_split();
+                    let (from_server, to_server) = upstream.into_split();
+                    tokio::spawn(delayed(from_client, to_server, one_way));
+                    tokio::spawn(delayed(from_server, to_client, one_way));
+                });
+            }
+        });
+        addr
+    }
+
+    /// Copies `from` to `to`, each piece `delay` after it was read.
+    async fn delayed(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        delay: Duration,
+    ) {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+        let writer = tokio::spawn(async move {
+            while let Some((due, bytes)) = rx.recv().await {
+                tokio::time::sleep_until(due).await;
+                if to.write_all(&bytes).await.is_err() {
+                    break;
+                }
+            }
+            let _ = to.shutdown().await;
+        });
+        let mut buffer = vec![0u8; 64 << 10];
+        while let Ok(n) = from.read(&mut buffer).await {
+            if n == 0 || tx.send((tokio::time::Instant::now() + delay, buffer[..n].to_vec())).is_err() {
+                break;
+            }
+        }
+        drop(tx);
+        let _ = writer.await;
+    }
+
+    /// A bare WebSocket echo: every binary frame straight back, its arrival kept (system clock).
+    async fn echo_server() -> (SocketAddr, Arc<Mutex<Vec<SystemTime>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let heard: Arc<Mutex<Vec<SystemTime>>> = Arc::default();
+        let kept = heard.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let _ = tcp.set_nodelay(true);
+                let kept = kept.clone();
+                tokio::spawn(async move {
+                    let Ok(socket) = tokio_tungstenite::accept_async(tcp).await else { return };
+                    let (mut tx, mut rx) = socket.split();
+                    while let Some(Ok(message)) = rx.next().await {
+                        if let Message::Binary(data) = message {
+                            kept.lock().unwrap().push(SystemTime::now());
+                            if tx.send(Message::Binary(data)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (addr, heard)
+    }
+
+    /// The page's clock against the system's: Unix ms to add to `performance.timeOrigin + now()`.
+    async fn clock_offset(browser: &Browser) -> f64 {
+        let script = "const o = []; for (let i = 0; i < 41; i += 1) \
+                      o.push(Date.now() - (performance.timeOrigin + performance.now())); return o;";
+        let mut offsets: Vec<f64> =
+            browser.script(script, vec![]).await.as_array().unwrap().iter().filter_map(Value::as_f64).collect();
+        percentiles(&mut offsets).0
+    }
+
+    /// A page series (`sentAt`, `queuedAt`) of `stats`, on the system clock.
+    fn series(stats: &Value, name: &str, offset: f64) -> Vec<f64> {
+        stats[name]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_f64).map(|t| t + offset).collect())
+            .unwrap_or_default()
+    }
+
+    /// `to[k] - from[k]` in ms, frame by frame, the warm-up left out.
+    fn one_way(from: &[f64], to: &[f64]) -> Vec<f64> {
+        from.iter().zip(to).skip(WARM_UP).map(|(from, to)| to - from).collect()
+    }
+
+    /// The floor: the page's own call code (the same worklets) over one bare WebSocket echo.
+    const FLOOR: &str = r#"
+        const done = arguments[arguments.length - 1];
+        (async () => {
+          const { Call } = await import('/js/voice/call.js');
+          const ws = new WebSocket(`ws://${location.host}/floor-echo`);
+          ws.binaryType = 'arraybuffer';
+          await new Promise((resolve) => { ws.onopen = resolve; });
+          const link = Object.assign(new EventTarget(), {
+            online: true, bytesIn: 0, bytesOut: 0,
+            sendJson: () => true,
+            sendAudio: (bytes) => {
+              if (ws.bufferedAmount > 48 * 1024) return false;
+              ws.send(bytes);
+              return true;
+            },
+          });
+          const speaker = { muted: false, sending: () => true, showLevel() {}, showSpeaking() {} };
+          const call = new Call(speaker, link);
+          ws.onmessage = (event) => call.onAudio(event.data, performance.now());
+          await call.begin();
+          call.onStarted();
+          globalThis.voxaFloor = { call, ws };
+          done(true);
+        })().catch((error) => done(String(error)));
+    "#;
+
+    /// One measured run; false when no browser can run here.
+    pub(super) async fn measure(
+        report: &mut Report,
+        host: Host,
+        one_way_delay: Duration,
+        stream_for: Duration,
+    ) -> bool {
+        let scratch = tempfile::tempdir().unwrap();
+        let wav = scratch.path().join("microphone.wav");
+        tone_wav(&wav, 48000, 440.0, 1.0, 0.5);
+        let Some(browser) = Browser::with_microphone(&wav, Scheme::Light).await else { return false };
+        let key = match host {
+            Host::Laptop => super::KEY,
+            Host::Relay => crate::hosted::KEY,
+        };
+        let mut fake = FakeGemini::start(FakeOptions { echo_audio: true, ..FakeOptions::new(key) }).await;
+        let (floor, floor_heard) = echo_server().await;
+        // Whoever hosts the call; the page reaches its relay through the front.
+        let gemini_url = fake.url();
+        let (agent, relay, backend) = match host {
+            Host::Laptop => {
+                let url = gemini_url.clone();
+                let agent = tokio::task::spawn_blocking(move || {
+                    let env = [("GEMINI_API_KEY", key), ("VOXA_GEMINI_URL", url.as_str())];
+                    start_agent(&["--self-hosted"], &["--embedded-relay"], &env, &["embedded_relay", "started"])
+                })
+                .await
+                .unwrap();
+                let relay: SocketAddr = agent.embedded_relay.clone().unwrap().parse().unwrap();
+                (agent, None, relay)
+            }
+            Host::Relay => {
+                let relay = HostingRelay::spawn(&gemini_url);
+                let url = format!("http://{}", relay.addr);
+                let agent =
+                    tokio::task::spawn_blocking(move || start_agent(&["--relay", &url], &[], &[], &["started"]))
+                        .await
+                        .unwrap();
+                let addr = relay.addr;
+                (agent, Some(relay), addr)
+            }
+        };
+        let front = delaying_front(backend, floor, one_way_delay).await;
+        browser.open(&format!("http://{front}/#code={}&token={}", agent.code, agent.token)).await;
+        browser.wait_connection("online").await;
+        let offset = clock_offset(&browser).await;
+
+        browser.press("Call").await;
+        let conn = fake.wait_for("the call's setup", |e| matches!(e.kind, Kind::Setup(_))).await.conn;
+        browser.wait_script("the call to start", "return voxaVoice.state === 'live';").await;
+        tokio::time::sleep(stream_for).await;
+        let stats = browser.script("return voxaVoice;", vec![]).await;
+        browser.press("End call").await;
+        let heard: Vec<f64> = fake
+            .received()
+            .iter()
+            .filter(|e| e.conn == conn && matches!(e.kind, Kind::Audio { .. }))
+            .map(|e| unix_ms(e.wall))
+            .collect();
+        let (sent, queued) = (series(&stats, "sentAt", offset), series(&stats, "queuedAt", offset));
+        let mut voxa_up = one_way(&sent, &heard);
+        let mut voxa_down = one_way(&heard, &queued);
+
+        let ready = browser.client.execute_async(FLOOR, vec![]).await.unwrap();
+        assert_eq!(ready, Value::Bool(true), "the floor call did not start: {ready}");
+        tokio::time::sleep(stream_for).await;
+        let floor_stats = browser.script("return voxaFloor.call.stats;", vec![]).await;
+        browser.script("voxaFloor.call.tearDown(); voxaFloor.ws.close();", vec![]).await;
+        let echoed: Vec<f64> = floor_heard.lock().unwrap().iter().copied().map(unix_ms).collect();
+        let (floor_sent, floor_queued) =
+            (series(&floor_stats, "sentAt", offset), series(&floor_stats, "queuedAt", offset));
+        let mut floor_up = one_way(&floor_sent, &echoed);
+        let mut floor_down = one_way(&echoed, &floor_queued);
+
+        let path = match host {
+            Host::Laptop => "call the laptop hosts",
+            Host::Relay => "call the relay hosts",
+        };
+        let network = if one_way_delay.is_zero() {
+            "loopback".to_owned()
+        } else {
+            format!("{} ms RTT", one_way_delay.as_millis() * 2)
+        };
+        for (direction, voxa, floor) in [
+            ("frame leaves the capture worklet → Gemini's socket", &mut voxa_up, &mut floor_up),
+            ("Gemini sends its voice → the player worklet queues it", &mut voxa_down, &mut floor_down),
+        ] {
+            let (count, floor_count) = (voxa.len(), floor.len());
+            let (p50, p95) = p50_p95(voxa);
+            let (floor_p50, floor_p95) = p50_p95(floor);
+            report.add(
+                "voice path",
+                format!("{path}, {network}: {direction} (p50 / p95 of {count} frames; floor of {floor_count})"),
+                format!(
+                    "{p50:.1} / {p95:.1} ms; floor {floor_p50:.1} / {floor_p95:.1} ms; +{:.1} ms at p50",
+                    p50 - floor_p50
+                ),
+                "≤ +60 ms over the floor at p50",
+            );
+        }
+        browser.close().await;
+        drop((agent, relay));
+        true
+    }
+
+    /// Median and 95th percentile, in the series' unit.
+    fn p50_p95(values: &mut [f64]) -> (f64, f64) {
+        if values.is_empty() {
+            return (f64::NAN, f64::NAN);
+        }
+        values.sort_by(f64::total_cmp);
+        let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize];
+        (at(0.5), at(0.95))
+    }
+}

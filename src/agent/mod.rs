@@ -104,8 +104,10 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
     };
     env_side::spawn_environment_side(environment_side, &ctx, shutdown.clone())?;
     // `pair --rotate` swaps the token under both gates while the agent runs.
-    let loopback_gate = Arc::new(retired::CurrentToken::new(token_gate(&options, "loopback")));
-    let phone_gate = Arc::new(retired::CurrentToken::new(token_gate(&options, "phone")));
+    // Protocol 2 stays open to local scripts; through the relay `[security] require_sealed` decides.
+    let loopback_gate = Arc::new(retired::CurrentToken::new(token_gate(&options, "loopback", false)));
+    let sealed_only = options.config.security.require_sealed;
+    let phone_gate = Arc::new(retired::CurrentToken::new(token_gate(&options, "phone", sealed_only)));
     let gate: Arc<dyn Gate> = loopback_gate.clone();
     ctx.tasks.spawn({
         let ctx = ctx.clone();
@@ -129,9 +131,9 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
     Ok(RunningAgent { loopback, ctx, shutdown })
 }
 
-/// The gate of this home's auth token, refusing protocol 2 when `config.toml` says so.
-fn token_gate(options: &AgentOptions, caller: &'static str) -> TokenGate {
-    TokenGate::new(options.secrets.auth_token.clone(), caller, options.config.security.require_sealed)
+/// The gate of this home's auth token, refusing protocol 2 when `sealed_only`.
+fn token_gate(options: &AgentOptions, caller: &'static str, sealed_only: bool) -> TokenGate {
+    TokenGate::new(options.secrets.auth_token.clone(), caller, sealed_only)
 }
 
 /// What the agent's sessions share: the toolbox (its tools kept out of the home), the voice
@@ -232,7 +234,7 @@ fn spawn_relay_links(
     shutdown: &CancellationToken,
 ) -> Option<(RelayLink, CancellationToken)> {
     let relay = options.relay.clone()?;
-    let retired_gate = token_gate(&options, "phone");
+    let retired_gate = token_gate(&options, "phone", options.config.security.require_sealed);
     let link = RelayLink {
         url: relay.socket_url("/agent", options.secrets.relay_code.expose()),
         relay,

@@ -21,6 +21,7 @@ use crate::protocol::{
     self, AgentMessage, Bytes, CallErrorCode, ClientMessage, ConnectedClient, ErrorCode, Frame, ToolCall, ToolError,
     ToolResult,
 };
+use crate::sessions::voice::{Host, Narrator, Told};
 use crate::tools::{FrameAction, ToolOutput, ToolRequest, Verdict};
 
 /// An authenticated session. Dropping it ends its voice call and its deliveries; its tool calls
@@ -36,6 +37,8 @@ pub struct Session {
     cancel: CancellationToken,
     /// Set while the client follows (`follow`): cancelling it stops the delivery.
     following: Option<CancellationToken>,
+    /// Set while the client's call is hosted by the relay (`narration`): its notes go to the client.
+    narrating: Option<CancellationToken>,
     /// Keystrokes (`term_input`) run one after the other, in the order they came.
     typing: Option<mpsc::Sender<(CallTask, ToolCall)>>,
 }
@@ -54,6 +57,7 @@ impl Session {
             voice: None,
             cancel: CancellationToken::new(),
             following: None,
+            narrating: None,
             typing: None,
         }
     }
@@ -156,6 +160,7 @@ impl Session {
                 Some(voice) => voice.end.cancel(),
                 None => self.send(gemini::no_call_error()).await,
             },
+            ClientMessage::Narration { on } => self.narrate_hosted(on),
             ClientMessage::Follow { after } => self.follow(after).await,
             ClientMessage::Unfollow => {
                 if let Some(following) = self.following.take() {
@@ -299,28 +304,44 @@ impl Session {
         }
         let tools = Arc::new(SessionTools(self.ctx.clone()));
         let voice = gemini::start(config, tools, self.out.clone(), &self.ctx.tasks);
-        // The model is told of every open approval, so the user can answer by voice — when the
-        // policy lets the call list and answer them, as a follower would.
-        if let Verdict::Allow = self.ctx.dispatcher.judge_frame("gemini", &FrameAction::FollowApprovals) {
-            let broker = self.ctx.approvals.clone();
-            let tell = approvals::forward(broker, voice.input.clone(), voice.end.clone(), |notice| {
-                approvals::voice_prompts(notice).map(VoiceInput::Text)
-            });
-            self.ctx.tasks.spawn(tell);
-        }
-        // And of every turn that ends or session that fails while the call runs, when it may read
-        // the sessions without asking.
-        let narrated = self.ctx.dispatcher.judge_frame("gemini", &FrameAction::FollowSessions) == Verdict::Allow;
-        if let Some(sessions) = self.ctx.sessions.as_ref().filter(|_| narrated) {
-            let told = crate::sessions::voice::tell(
-                sessions.clone(),
-                voice.input.clone(),
-                voice.end.clone(),
-                VoiceInput::Text,
-            );
-            self.ctx.tasks.spawn(told);
-        }
+        // The model is told of the approvals (so the user can answer by voice) and of the sessions,
+        // as far as the policy lets the call follow them, as a follower would.
+        let narrator = self.narrator(Host::Laptop, "gemini");
+        let wrap = |told: Told| VoiceInput::Note(gemini::Note { text: told.text, approval: told.approval });
+        self.ctx.tasks.spawn(narrator.run(voice.input.clone(), voice.end.clone(), wrap));
         self.voice = Some(voice);
+    }
+
+    /// What narrates a call hosted by `host`, as `[voice] narrate` says.
+    /// The approvals are told when the policy lets `caller` follow them, the sessions when it
+    /// lets it read them without asking — what a `follow` from it would get.
+    fn narrator(&self, host: Host, caller: &str) -> Narrator {
+        let allowed = |action| self.ctx.dispatcher.judge_frame(caller, &action) == Verdict::Allow;
+        Narrator {
+            broker: allowed(FrameAction::FollowApprovals).then(|| self.ctx.approvals.clone()),
+            sessions: self.ctx.sessions.clone().filter(|_| allowed(FrameAction::FollowSessions)),
+            mode: self.ctx.toolbox().config().voice.narrate,
+            host,
+        }
+    }
+
+    /// The client's call is hosted by the relay (`on`) or ended: while it runs the client gets the
+    /// notes for its model as `narrate` frames, which it passes to the relay.
+    fn narrate_hosted(&mut self, on: bool) {
+        if let Some(previous) = self.narrating.take() {
+            previous.cancel();
+        }
+        if !on {
+            return;
+        }
+        let narrating = self.cancel.child_token();
+        self.narrating = Some(narrating.clone());
+        let wrap = |told: Told| Frame::from(AgentMessage::Narrate { text: told.text });
+        self.ctx.tasks.spawn(self.narrator(Host::Relay, protocol::HOSTED_CALLER).run(
+            self.out.clone(),
+            narrating,
+            wrap,
+        ));
     }
 
     async fn start_call(&mut self, call: ToolCall) {

@@ -12,20 +12,22 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info_span, warn, Instrument};
+use tracing::{debug, warn};
 
+use super::consent::Ledger;
+use super::notes::{Floor, Note};
 use super::socket::{self, GeminiSocket};
-use super::wire::{self, FunctionCall, ServerEvent, Usage};
+use super::wire::{self, ServerEvent, Usage};
 use super::{
     CallErrorCode, CallFailure, CallLog, CallSummary, GeminiConfig, VoiceInput, VoiceTools, GAP_AUDIO_BYTES, GAP_TEXTS,
     GEMINI_SEND_TIMEOUT, GO_AWAY_DEFAULT, GO_AWAY_MARGIN, MAX_AUDIO_CHUNK, MAX_SAY_LEN, MAX_TRANSCRIPT_LEN,
-    MAX_UNSETTLED, RESUME_ATTEMPTS,
+    RESUME_ATTEMPTS,
 };
 use crate::net::dial::DialOptions;
 use crate::net::liveness::{Liveness, Pulse};
-use crate::protocol::{self, ErrorCode, ToolActivityState, TranscriptRole};
+use crate::protocol::{self, TranscriptRole};
 use crate::protocol::{AgentMessage, Bytes, Frame, ToolError};
-use crate::tools::{ToolOutput, ENV_ARG};
+use crate::tools::ToolOutput;
 
 /// Logs at `$loud` for a narrated call, at `debug` for a summarised one.
 macro_rules! call_note {
@@ -45,7 +47,7 @@ fn is_transient(code: CallErrorCode) -> bool {
 type Connecting = Pin<Box<dyn Future<Output = Result<GeminiSocket, CallFailure>> + Send>>;
 
 /// The Gemini side of a call: ready, or being opened.
-enum Conn {
+pub(super) enum Conn {
     Connecting {
         attempt: Connecting,
         /// The attempt resumes the newest handle.
@@ -68,7 +70,7 @@ impl Conn {
     }
 
     /// The ready connection, if any.
-    fn link(&self) -> Option<&GeminiSocket> {
+    pub(super) fn link(&self) -> Option<&GeminiSocket> {
         match self {
             Conn::Ready(link) => Some(link),
             Conn::Connecting { .. } => None,
@@ -88,24 +90,26 @@ impl Conn {
 }
 
 /// A running tool call started by Gemini.
-struct Running {
-    cancel: CancellationToken,
+pub(super) struct Running {
+    pub cancel: CancellationToken,
     /// The connection generation that asked; a later one only hears of the outcome as a note.
-    generation: u64,
+    pub generation: u64,
+    /// The approval an `approve` call answers.
+    pub approval: Option<String>,
 }
 
 /// A finished tool call.
-struct ToolDone {
-    id: String,
-    name: String,
-    outcome: Result<ToolOutput, ToolError>,
+pub(super) struct ToolDone {
+    pub id: String,
+    pub name: String,
+    pub outcome: Result<ToolOutput, ToolError>,
 }
 
 /// A tool answer the newest resumable handle does not cover yet.
-struct Unsettled {
-    id: String,
-    name: String,
-    response: Value,
+pub(super) struct Unsettled {
+    pub id: String,
+    pub name: String,
+    pub response: Value,
 }
 
 /// Microphone input held while Gemini is being (re)connected.
@@ -127,9 +131,9 @@ pub(super) struct Bridge {
     config: Arc<GeminiConfig>,
     dial: DialOptions,
     declarations: Value,
-    voice_tools: Arc<dyn VoiceTools>,
+    pub(super) voice_tools: Arc<dyn VoiceTools>,
     phone: mpsc::Sender<Frame>,
-    end: CancellationToken,
+    pub(super) end: CancellationToken,
     /// Newest resumable session handle.
     handle: Option<String>,
     /// After `goAway`: when the old connection must be left at the latest.
@@ -139,16 +143,20 @@ pub(super) struct Bridge {
     /// Pings and silence of the ready connection.
     liveness: Liveness,
     /// Counts connections that became ready.
-    generation: u64,
+    pub(super) generation: u64,
     /// When `call_started` was sent.
     started: Option<Instant>,
     gap: VecDeque<Held>,
     gap_audio_bytes: usize,
     gap_texts: VecDeque<String>,
-    running: HashMap<String, Running>,
+    pub(super) running: HashMap<String, Running>,
     /// Answers sent since the newest resumable handle, oldest first.
-    unsettled: VecDeque<Unsettled>,
-    tools: JoinSet<ToolDone>,
+    pub(super) unsettled: VecDeque<Unsettled>,
+    pub(super) tools: JoinSet<ToolDone>,
+    /// Who holds the floor, and the notes waiting for it.
+    floor: Floor,
+    /// What the user said since each approval was read back.
+    pub(super) consent: Ledger,
     /// Running transcript text of the user and of the model.
     transcripts: [String; 2],
     /// Newest token counts.
@@ -193,6 +201,8 @@ impl Bridge {
             running: HashMap::new(),
             unsettled: VecDeque::new(),
             tools: JoinSet::new(),
+            floor: Floor::default(),
+            consent: Ledger::default(),
             transcripts: [String::new(), String::new()],
             usage: Usage::default(),
             dropped_audio: 0,
@@ -220,6 +230,7 @@ impl Bridge {
                     }
                 }
                 _ = crate::net::liveness::sleep_until(deadline) => self.go_away_due(&mut conn),
+                _ = crate::net::liveness::sleep_until(self.floor.due()) => self.turn_over(conn.link()).await,
                 item = input.recv() => match item {
                     Some(item) => self.on_input(item, conn.link()).await,
                     None => break Ending::Hangup,
@@ -334,7 +345,7 @@ impl Bridge {
     }
 
     /// After `goAway`: resume once no call is pending and a resumable handle covers every answer.
-    fn resume_when_settled(&mut self, conn: &mut Conn) {
+    pub(super) fn resume_when_settled(&mut self, conn: &mut Conn) {
         if self.going_away.is_none() || conn.link().is_none() || self.handle.is_none() {
             return;
         }
@@ -357,7 +368,7 @@ impl Bridge {
     }
 
     /// Keeps a note for the next connection (the oldest goes when too many wait).
-    fn hold_text(&mut self, text: String) {
+    pub(super) fn hold_text(&mut self, text: String) {
         if self.gap_texts.len() == GAP_TEXTS {
             self.gap_texts.pop_front();
         }
@@ -400,10 +411,40 @@ impl Bridge {
                     }
                 }
             },
-            VoiceInput::Text(text) => match link {
-                Some(link) => self.say(link, &text).await,
-                None => self.hold_text(text),
-            },
+            VoiceInput::Text(text) => {
+                // Typed words are the user's own, as spoken ones are; the model answers them.
+                self.consent.heard(&text);
+                self.consent.pause();
+                self.floor.activity();
+                match link {
+                    Some(link) => self.say(link, &text).await,
+                    None => self.hold_text(text),
+                }
+            }
+            VoiceInput::Note(note) => {
+                if let Some(note) = self.floor.offer(note) {
+                    self.send_note(note, link).await;
+                }
+            }
+        }
+    }
+
+    /// A note leaves for the model (now, or with the next connection): an approval it reads back
+    /// is announced from here on.
+    async fn send_note(&mut self, note: Note, link: Option<&GeminiSocket>) {
+        if let Some(approval) = &note.approval {
+            self.consent.announced(approval);
+        }
+        match link {
+            Some(link) => self.say(link, &note.text).await,
+            None => self.hold_text(note.text),
+        }
+    }
+
+    /// The floor is free: the notes that waited go, oldest first.
+    async fn turn_over(&mut self, link: Option<&GeminiSocket>) {
+        for note in self.floor.turn_over() {
+            self.send_note(note, link).await;
         }
     }
 
@@ -469,16 +510,26 @@ impl Bridge {
                 self.on_transcript(speaker, text, is_final).await;
             }
             ServerEvent::Interrupted => {
+                // The user barged in: they hold the floor now.
+                self.floor.activity();
                 self.to_phone(AgentMessage::Interrupted).await;
                 self.finish_transcript(TranscriptRole::Model).await;
             }
-            ServerEvent::GenerationComplete => self.finish_transcript(TranscriptRole::Model).await,
-            ServerEvent::TurnComplete { reason } => self.on_turn_complete(reason).await,
+            ServerEvent::GenerationComplete => {
+                self.finish_transcript(TranscriptRole::Model).await;
+                self.turn_over(conn.link()).await;
+            }
+            ServerEvent::TurnComplete { reason } => {
+                self.on_turn_complete(reason).await;
+                self.turn_over(conn.link()).await;
+            }
             ServerEvent::ToolCalls(calls) => {
                 self.finish_transcript(TranscriptRole::User).await;
                 for call in calls {
                     self.start_tool(call, conn.link()).await;
                 }
+                // The model waits for its calls: an approval one of them opens is read to it now.
+                self.turn_over(conn.link()).await;
             }
             ServerEvent::ToolCancellation(ids) => {
                 for id in ids {
@@ -508,6 +559,7 @@ impl Bridge {
 
     /// The model's voice, to the phone. The model answers: what the user said is complete.
     async fn play(&mut self, pcm: &[u8]) {
+        self.floor.activity();
         self.finish_transcript(TranscriptRole::User).await;
         let mut frame = Vec::with_capacity(pcm.len() + 1);
         frame.push(protocol::AUDIO_PREFIX);
@@ -531,8 +583,10 @@ impl Bridge {
 
     /// A piece of transcript: sent on as a partial, or (`finished`) with the whole utterance.
     async fn on_transcript(&mut self, speaker: TranscriptRole, text: String, finished: bool) {
-        if speaker == TranscriptRole::Model {
-            self.finish_transcript(TranscriptRole::User).await;
+        self.floor.activity();
+        match speaker {
+            TranscriptRole::Model => self.finish_transcript(TranscriptRole::User).await,
+            TranscriptRole::User => self.consent.heard(&text),
         }
         let running = &mut self.transcripts[speaker as usize];
         let room = MAX_TRANSCRIPT_LEN.saturating_sub(running.len());
@@ -554,83 +608,10 @@ impl Bridge {
     /// The running transcript of `speaker` as a final frame, if there is one; it starts anew.
     fn take_final(&mut self, speaker: TranscriptRole) -> Option<AgentMessage> {
         let text = std::mem::take(&mut self.transcripts[speaker as usize]);
+        if speaker == TranscriptRole::User && !text.is_empty() {
+            self.consent.pause();
+        }
         (!text.is_empty()).then_some(AgentMessage::Transcript { role: speaker, text, is_final: true })
-    }
-
-    /// Runs one of Gemini's function calls at once, beside any others.
-    async fn start_tool(&mut self, call: FunctionCall, link: Option<&GeminiSocket>) {
-        let FunctionCall { id, name, args } = call;
-        if self.running.contains_key(&id) {
-            debug!(%id, "ignored a repeated tool call id that is still running");
-            return;
-        }
-        if self.running.len() >= protocol::MAX_CALLS_IN_FLIGHT {
-            let error = ToolError::new(ErrorCode::Busy, "too many tool calls are running; try again shortly");
-            if let Some(link) = link {
-                self.to_gemini(link, wire::tool_response(&id, &name, wire::tool_result(&Err(error)))).await;
-            }
-            return;
-        }
-        let cancel = self.end.child_token();
-        self.running.insert(id.clone(), Running { cancel: cancel.clone(), generation: self.generation });
-        self.to_phone(AgentMessage::ToolActivity {
-            id: id.clone(),
-            name: name.clone(),
-            state: ToolActivityState::Started,
-            ok: None,
-        })
-        .await;
-        let call = self.voice_tools.run(tool_call(id.clone(), name.clone(), args), cancel.clone());
-        let span = info_span!("gemini_tool", %id, tool = %name);
-        self.tools.spawn(
-            async move {
-                tokio::pin!(call);
-                let outcome = tokio::select! {
-                    outcome = &mut call => outcome,
-                    _ = cancel.cancelled() => match tokio::time::timeout(protocol::CANCEL_GRACE, &mut call).await {
-                        Ok(outcome) => outcome,
-                        Err(_) => Err(ToolError::new(ErrorCode::Cancelled, "the call was cancelled")),
-                    },
-                };
-                ToolDone { id, name, outcome }
-            }
-            .instrument(span),
-        );
-    }
-
-    /// A tool finished: the image to the phone, `tool_activity`, and Gemini's answer unless it
-    /// cancelled the call. A call from an earlier connection is told to the current session as a
-    /// note (held until one is ready).
-    async fn on_tool_done(&mut self, done: ToolDone, conn: &mut Conn) {
-        let ToolDone { id, name, outcome } = done;
-        if let Ok(ToolOutput { image: Some(shot), .. }) = &outcome {
-            self.to_phone(shot.image_frame(&id)).await;
-        }
-        let ok = outcome.is_ok();
-        self.to_phone(AgentMessage::ToolActivity {
-            id: id.clone(),
-            name: name.clone(),
-            state: ToolActivityState::Finished,
-            ok: Some(ok),
-        })
-        .await;
-        let Some(running) = self.running.remove(&id) else { return };
-        let response = wire::tool_result(&outcome);
-        match conn.link() {
-            Some(link) if running.generation == self.generation => {
-                self.to_gemini(link, wire::tool_response(&id, &name, response.clone())).await;
-                if self.unsettled.len() == MAX_UNSETTLED {
-                    self.unsettled.pop_front();
-                }
-                self.unsettled.push_back(Unsettled { id, name, response });
-                self.resume_when_settled(conn);
-            }
-            Some(link) => {
-                debug!(%id, "tool finished after its Gemini connection was replaced; told as a note");
-                self.say(link, &wire::late_outcome(&id, &name, &response)).await;
-            }
-            None => self.hold_text(wire::late_outcome(&id, &name, &response)),
-        }
     }
 
     async fn finish(mut self, ending: Ending, conn: Conn) {
@@ -682,7 +663,7 @@ impl Bridge {
     }
 
     /// Sends a control frame to the phone, giving up if the call ends meanwhile.
-    async fn to_phone(&self, message: AgentMessage) {
+    pub(super) async fn to_phone(&self, message: AgentMessage) {
         tokio::select! {
             _ = self.end.cancelled() => {}
             _ = self.phone.send(Frame::from(message)) => {}
@@ -696,11 +677,11 @@ impl Bridge {
 
     /// Queues a message Gemini must get, giving up if the call ends meanwhile.
     /// Sends text as the user's words, cut to [`MAX_SAY_LEN`] like a held note.
-    async fn say(&self, link: &GeminiSocket, text: &str) {
+    pub(super) async fn say(&self, link: &GeminiSocket, text: &str) {
         self.to_gemini(link, wire::text(crate::text::prefix(text, MAX_SAY_LEN))).await;
     }
 
-    async fn to_gemini(&self, link: &GeminiSocket, text: String) {
+    pub(super) async fn to_gemini(&self, link: &GeminiSocket, text: String) {
         // A link that takes no message for this long is stalled: drop this one and let the
         // heartbeat notice the silence and resume, instead of freezing the whole bridge.
         tokio::select! {
@@ -711,29 +692,5 @@ impl Bridge {
                 }
             }
         }
-    }
-}
-
-/// A Gemini function call as a `tool_call` (docs/PROTOCOL.md): an `env` argument routes it to another environment.
-fn tool_call(id: String, name: String, mut args: Value) -> protocol::ToolCall {
-    let env = match args.as_object_mut().and_then(|map| map.remove(ENV_ARG)) {
-        Some(Value::String(env)) if !env.is_empty() => Some(env),
-        _ => None,
-    };
-    protocol::ToolCall { id, name, args, env, caller: None }
-}
-
-#[cfg(test)]
-mod routing_tests {
-    use super::*;
-
-    #[test]
-    fn an_env_argument_becomes_the_calls_environment() {
-        let call = tool_call("1".into(), "run_command".into(), serde_json::json!({"command": "ls", "env": "devbox"}));
-        assert_eq!(call.env.as_deref(), Some("devbox"));
-        assert_eq!(call.args, serde_json::json!({"command": "ls"}));
-        let call = tool_call("2".into(), "run_command".into(), serde_json::json!({"command": "ls", "env": ""}));
-        assert_eq!(call.env, None);
-        assert_eq!(call.args, serde_json::json!({"command": "ls"}));
     }
 }

@@ -16,13 +16,21 @@
 //! the oldest is dropped first) and sent once `setupComplete` arrives, so speech during a
 //! `goAway` reconnect reaches the resumed session.
 //!
+//! Notes for the model (narration, approvals read back: [`VoiceInput::Note`]) wait while the user
+//! speaks or the model answers ([`notes`]). An `approve` with `allow` from the model runs only when
+//! the user's own words since that approval was read back say yes ([`consent`]); otherwise the
+//! model is answered `no-spoken-consent` and the approval stays open for a tap.
+//!
 //! Inside: [`config`] (where and how to reach the service), [`failure`] (why a call failed, without
-//! the key), [`socket`] (one Gemini Live connection), [`bridge`] (the actor of one call) and
-//! [`wire`] (the service's JSON).
+//! the key), [`socket`] (one Gemini Live connection), [`bridge`] (the actor of one call), [`calls`]
+//! (the model's function calls), [`consent`], [`notes`] and [`wire`] (the service's JSON).
 
 mod bridge;
+mod calls;
 pub mod config;
+pub mod consent;
 pub mod failure;
+mod notes;
 mod socket;
 pub mod wire;
 
@@ -38,6 +46,7 @@ use tracing::{info_span, Instrument};
 
 pub use self::config::{check_url, live_url, GeminiConfig, GEMINI_LIVE_URL, HEARTBEAT};
 pub use self::failure::CallFailure;
+pub use self::notes::{Note, MAX_HELD_NOTES, TURN_STALE};
 pub use self::socket::CLOSE_WAIT;
 pub use self::wire::Usage;
 pub use crate::protocol::CallErrorCode;
@@ -110,10 +119,12 @@ pub const MAX_UNSETTLED: usize = 32;
 pub enum VoiceInput {
     /// PCM16LE mono 16 kHz, without the 0x01 prefix (a slice of the phone's frame, not a copy).
     Audio(Bytes),
-    /// Typed text (`say`).
+    /// Typed text (`say`): the user's own words.
     Text(String),
     /// The end of a push-to-talk utterance (`audio_end`).
     AudioEnd,
+    /// A note from voxa for the model, held while the user or the model holds the floor.
+    Note(Note),
 }
 
 /// A running voice call; dropping it ends the call.

@@ -26,7 +26,11 @@ destructive or hard to undo (deleting or overwriting files, force-pushing, killi
 software, sending anything off the machine) say what you are about to do and wait for the user to confirm. Summarise \
 command output and file contents in a sentence (the outcome, errors, counts) instead of reading them out verbatim; \
 read exact text only when asked. A screenshot is shown on the user's phone, not to you: tell the user it is on their \
-phone. If a tool fails, say why in a few words and suggest what to try next.";
+phone. If a tool fails, say why in a few words and suggest what to try next. You also supervise the user's coding \
+sessions: text turns starting with [voxa] are voxa telling you what happened; say them in a sentence when the user is \
+not speaking. When the user asks what happened or what they missed, call brief. To pass something on to a session call \
+agent_send; to stop its turn, agent_interrupt. Allow an approval only after reading it to the user and hearing their own \
+clear yes to it; voxa checks their words, and when they hesitate the approval waits for a tap on their phone.";
 
 /// Whether the model must wait for a tool: one that changes the machine ([`Effect::Changes`]), so
 /// it may not talk on as if it had run. Declared `BLOCKING` on models whose calls default to
@@ -492,7 +496,7 @@ mod tests {
         let fitted = json!([{"name":"list_dir","description":"d"}]);
         assert_eq!(setup["tools"], json!([{"functionDeclarations": fitted}]), "no parameters without properties");
         let instruction = setup["systemInstruction"]["parts"][0]["text"].as_str().unwrap();
-        for needle in ["confirm", "Summarise", "phone", "short"] {
+        for needle in ["confirm", "Summarise", "phone", "short", "brief", "agent_send", "agent_interrupt", "own"] {
             assert!(instruction.contains(needle), "instruction lacks {needle:?}");
         }
 

@@ -1,26 +1,22 @@
-//! Hosted voice (docs/PROTOCOL.md, "Hosted voice"): `GET /live?code=` is a phone socket with voice
-//! added, served beside the relay as its [`PhoneService`]. The relay routes and admits the socket
-//! and seats it as a phone of its code; this module takes the phone's place there and passes the
-//! session through unchanged
-//! (the agent's challenge, the phone's hello, the agent's `hello_ok`: the relay never learns the
-//! token), except the voice frames (`call_start`, microphone audio, `say`, `audio_end`,
-//! `call_end`), which it answers itself by hosting the Gemini Live session with the operator's
-//! key. Gemini's function calls go to the agent as ordinary `tool_call` frames labelled
-//! [`HOSTED_CALLER`], so the laptop's policy and audit decide and record them.
+//! Hosted voice (docs/PROTOCOL.md, "Hosted voice"): `GET /live?code=` is a page's call socket,
+//! served beside the relay as its [`PhoneService`]. The relay talks to the page only: nothing of
+//! the pairing crosses this socket (no challenge, no hello, no session frame), and the relay never
+//! takes a place in the pairing. It hosts the Gemini Live session with the operator's key and
+//! sends the model's function calls to the page as `tool_call` frames; the page runs each inside
+//! its own sealed session, labelled [`HOSTED_CALLER`] (so the laptop's `[policy] hosted` and audit
+//! decide and record them), and answers with the laptop's `tool_result`.
 //!
 //! Decisions:
-//! - A call starts only after the agent's `hello_ok` in the current session, so only a phone
-//!   that proved the token to the laptop spends the operator's key.
-//! - Gemini is declared exactly the tools the agent listed in that `hello_ok`.
-//! - The relay's own calls use ids starting with [`CALL_ID_PREFIX`]. The phone may not use that
-//!   prefix (its `tool_call` is refused, its `cancel` dropped), and any `caller` field the phone
-//!   sends is removed, so the label on the laptop's audit is the relay's word alone.
-//! - Results, progress and images for those ids stay at the relay: the image goes to the phone
-//!   under Gemini's id (as in self-hosted mode), Gemini gets the text result, progress is dropped.
+//! - A call starts only while a laptop holds the code at this relay, so the operator's key serves
+//!   paired laptops; the page's `call_start` names the tools (its sealed `hello_ok` list), and
+//!   exactly those, but `approve`, are declared.
+//! - The relay's calls use ids starting with [`CALL_ID_PREFIX`] and a random part per socket.
+//! - What the page does not answer, the relay never learns: a stranger holding a code reaches no
+//!   tool, since its calls go to its own page, which has no session with the laptop.
 
-mod agent;
 pub mod budget;
 pub mod limits;
+mod page;
 mod session;
 
 use std::net::IpAddr;
@@ -41,38 +37,30 @@ use self::session::LiveSession;
 use crate::gemini::{self, GeminiConfig};
 #[cfg(doc)]
 use crate::protocol::HOSTED_CALLER;
-use crate::protocol::{AgentMessage, CallErrorCode};
+use crate::protocol::{AgentMessage, CallErrorCode, LIVE_CALL_PREFIX};
 use crate::relay::metrics::RelayMetrics;
-use crate::relay::service::{
-    read_side, wind_down, write_side, Deliver, End, FrameReader, OutFrame, Part, Seated, SendQueue, CLOSE_GRACE,
-    OP_TEXT,
-};
-use crate::relay::{Membership, PhoneService, ServiceSocket};
+use crate::relay::service::{read_side, wind_down, write_side, Deliver, End, FrameReader, OutFrame, Part, OP_TEXT};
+use crate::relay::{PhoneService, ServiceSocket};
 use crate::secret::Secret;
 
 /// Hosted calls one relay runs at once unless its operator says otherwise.
 pub const DEFAULT_MAX_CALLS: usize = 100;
 /// Longest hosted call unless its operator says otherwise.
 pub const DEFAULT_MAX_CALL_TIME: Duration = Duration::from_secs(30 * 60);
-/// Start of the ids of the tool calls the relay makes for Gemini; the phone may not use it.
-pub const CALL_ID_PREFIX: &str = "gemini-hosted-";
+/// Start of the ids of the tool calls the relay makes for Gemini.
+pub const CALL_ID_PREFIX: &str = LIVE_CALL_PREFIX;
 /// Characters of the code's SHA-256 (hex) that name a call in the log.
 pub const CODE_TAG_LEN: usize = 12;
 /// Most tool names of a `hello_ok` declared to Gemini; the rest are left out.
 pub const MAX_DECLARED_TOOLS: usize = 128;
-/// Frames from the phone waiting for the session; while they wait the phone is not read.
+/// Frames from the page waiting for the session; while they wait the page is not read.
 const PHONE_QUEUE: usize = 64;
-/// Frames from the voice bridge waiting for the phone.
+/// Frames from the voice bridge waiting for the page.
 const BRIDGE_QUEUE: usize = 64;
-/// `tool_call` and `cancel` frames waiting to go to the agent.
-const TO_AGENT_QUEUE: usize = 64;
+/// The model's `tool_call` and `cancel` frames waiting to go to the page.
+const TO_PAGE_QUEUE: usize = 64;
 /// Time a call gets to send its last frames when the relay shuts down (within the relay's grace).
 const WIND_DOWN: Duration = Duration::from_secs(3);
-/// What the model hears when the laptop leaves during a call.
-const LAPTOP_OFFLINE_NOTE: &str = "(voxa) The laptop went offline: its tools cannot run until it reconnects. \
-                                   Tell the user briefly.";
-/// The error of every tool call the laptop can no longer answer.
-const LAPTOP_OFFLINE: &str = "the laptop is offline";
 
 /// What the relay needs to host voice calls.
 #[derive(Clone, Debug)]
@@ -235,27 +223,18 @@ pub fn code_tag(code: &str) -> String {
     hex::encode(digest)[..CODE_TAG_LEN].to_owned()
 }
 
-/// Serves an upgraded `/live` socket until the phone leaves, or the relay stops.
+/// Serves an upgraded `/live` socket until the page leaves, or the relay stops.
 async fn serve(socket: ServiceSocket, hosting: &Hosting) {
     let ServiceSocket { stream, leftover, member, client, limits, metrics, cancel } = socket;
     let phone = member.queue(&limits);
-    // What the agent sends the phone side lands here, for the session to pass on or answer.
-    let inbox = member.queue(&limits);
     let (mut read_half, mut write_half) = tokio::io::split(stream);
     let frames = FrameReader::new(limits.max_frame_len, &leftover);
     drop(leftover);
     let writer = write_side(&mut write_half, &phone).fuse();
     tokio::pin!(writer);
-    let Some(seated) = member.join(&inbox) else {
-        // Every place of the code is taken: the phone hears why.
-        phone.end(inbox.ended().unwrap_or(End::Abort));
-        let _ = timeout(CLOSE_GRACE, &mut writer).await;
-        return;
-    };
-    debug!("joined for hosted voice");
+    debug!("a page opened /live");
     let (phone_tx, phone_rx) = mpsc::channel(PHONE_QUEUE);
-    let place = Place { member: &member, seated: &seated, inbox: &inbox, stall_timeout: limits.stall_timeout };
-    let session = LiveSession::new(hosting, place, client, Arc::clone(&phone), &metrics, limits.max_frame_len);
+    let session = LiveSession::new(hosting, &member, client, Arc::clone(&phone), &metrics, limits.stall_timeout);
 
     let to_session = ToSession { frames: phone_tx, message: Vec::new() };
     let reader = read_side(&mut read_half, frames, member.hub(), &phone, &limits, to_session).fuse();
@@ -273,8 +252,6 @@ async fn serve(socket: ServiceSocket, hosting: &Hosting) {
             }
         }
     };
-    member.leave(&seated);
-    inbox.end(End::Abort);
     phone.end(End::Abort);
     debug!(end = ?phone.ended(), "left");
     wind_down(&mut writer, &mut reader).await;
@@ -286,23 +263,7 @@ async fn serve(socket: ServiceSocket, hosting: &Hosting) {
     }
 }
 
-/// This socket's place in its pairing, as the session uses it to reach the agent.
-pub(crate) struct Place<'a> {
-    member: &'a Membership,
-    seated: &'a Seated,
-    /// Where the agent's frames to this phone land.
-    inbox: &'a SendQueue,
-    stall_timeout: Duration,
-}
-
-impl Place<'_> {
-    /// Sends one whole frame to the agent as this phone's.
-    async fn to_agent(&self, frame: OutFrame) {
-        self.seated.send_to_agent(self.member.hub(), self.inbox, self.stall_timeout, frame).await;
-    }
-}
-
-/// The phone's frames go to the session whole; once the phone stops, the channel closes.
+/// The page's frames go to the session whole; once the page stops, the channel closes.
 struct ToSession {
     frames: mpsc::Sender<OutFrame>,
     /// The message being put together (bounded by the relay's message limit).

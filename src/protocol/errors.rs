@@ -96,10 +96,13 @@ pub enum ErrorCode {
     /// The file changed on the laptop since the caller read it (its `version` differs), or the
     /// name a move, restore or new file wants is taken; nothing was changed.
     Conflict,
+    /// A voice call's `approve` with `allow` that the user's own words since the approval was read
+    /// to them do not back (docs/GUIDE.md, "What voice will never do"): the approval stays open.
+    NoSpokenConsent,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 27] = [
+    pub const ALL: [ErrorCode; 28] = [
         ErrorCode::UnknownTool,
         ErrorCode::InvalidArgs,
         ErrorCode::OutsideWorkspace,
@@ -127,6 +130,7 @@ impl ErrorCode {
         ErrorCode::SealedSessionStalled,
         ErrorCode::SealedSessionRequired,
         ErrorCode::Conflict,
+        ErrorCode::NoSpokenConsent,
     ];
 
     /// The code as it appears on the wire.
@@ -159,6 +163,7 @@ impl ErrorCode {
             ErrorCode::SealedSessionStalled => "sealed-session-stalled",
             ErrorCode::SealedSessionRequired => "sealed-session-required",
             ErrorCode::Conflict => "conflict",
+            ErrorCode::NoSpokenConsent => "no-spoken-consent",
         }
     }
 

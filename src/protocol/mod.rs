@@ -2,7 +2,7 @@
 //! bound them. One enum per direction, tagged by `type`; one folder file per frame family:
 //! [`frame`] (the one frame type inside the agent), [`relay`] (the relay's wire: pairing sides,
 //! presence notices, relay framing), [`hello`] (session start), [`session`] (session frames),
-//! [`tools`] (tool frames), [`approvals`], [`agent_event`] (coding-agent session events),
+//! [`tools`] (tool frames), [`live`] (a page and the relay hosting its call), [`approvals`], [`agent_event`] (coding-agent session events),
 //! [`terminal`], [`push`] and [`errors`] (codes). The web client names the same frames and codes
 //! in `web/js/protocol.js`, which a test (tests/it/web.rs) holds against these enums.
 
@@ -13,6 +13,7 @@ mod approvals;
 mod errors;
 mod frame;
 mod hello;
+mod live;
 mod push;
 pub mod relay;
 mod session;
@@ -29,6 +30,7 @@ pub use hello::{
     agent_proof, client_proof, is_hello_nonce, is_hello_proof, new_nonce, verify_agent_proof, verify_client_proof,
     BearerFrame, Hello, HelloOk, HOST_ROLE,
 };
+pub use live::{LiveMessage, LIVE_CALL_PREFIX};
 pub use push::{push_endpoint_host, PushKeys, PushSubscription, MAX_PUSH_ENDPOINT_LEN};
 pub use relay::{PeerRole, PeerState, Presence};
 pub use session::{

@@ -29,6 +29,11 @@ pub enum ClientMessage {
     },
     /// The end of a push-to-talk utterance during a voice call.
     AudioEnd,
+    /// A call the relay hosts for this client starts (`on`) or ends: from now on the agent sends
+    /// it the notes for that call's model as `narrate` frames (docs/PROTOCOL.md, "Hosted voice").
+    Narration {
+        on: bool,
+    },
     /// From now on, send this client every open approval and every change (and, with sessions,
     /// their events after the `after` marks).
     Follow {
@@ -130,9 +135,20 @@ pub enum AgentMessage {
         state: ToolActivityState,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         ok: Option<bool>,
+        /// Why a finished call failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<ErrorCode>,
+        /// The approval an `approve` call answered (or, refused, left open).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approval: Option<String>,
     },
     CallEnded {
         duration_s: f64,
+    },
+    /// A note for the model of a call the relay hosts (narration, an approval's read-back), which
+    /// the client passes on to the relay's `/live` unchanged (docs/PROTOCOL.md, "Hosted voice").
+    Narrate {
+        text: String,
     },
     /// An approval waiting for the user (docs/PROTOCOL.md, "Approvals").
     Approval(ApprovalFrame),

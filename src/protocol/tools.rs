@@ -15,13 +15,15 @@ pub struct ToolCall {
     /// Environment to route the call to (docs/PROTOCOL.md, "Environments"); absent for this machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<String>,
-    /// Who asked, for the laptop's audit: set only by a relay hosting the voice call
-    /// ([`HOSTED_CALLER`]); an agent honours it on relayed sessions only (docs/PROTOCOL.md, "Hosted voice").
+    /// Who asked, for the laptop's audit and policy: set by a page carrying a call of the model of
+    /// a call the relay hosts ([`HOSTED_CALLER`]); an agent honours it on relayed sessions only
+    /// (docs/PROTOCOL.md, "Hosted voice").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller: Option<String>,
 }
 
-/// `caller` of the tool calls a relay makes for the voice call it hosts, and their audit name.
+/// `caller` of the tool calls the model of a call the relay hosts makes (carried by the page), and
+/// their audit name.
 pub const HOSTED_CALLER: &str = "gemini-hosted";
 
 fn empty_object() -> Value {

@@ -10,12 +10,12 @@ use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use super::core::codec::close::GOING_AWAY;
-pub(crate) use super::core::codec::{OutFrame, OP_BINARY, OP_CONTINUATION, OP_TEXT};
+pub(crate) use super::core::codec::{OutFrame, OP_BINARY, OP_TEXT};
 use super::core::metrics::RelayMetrics;
-pub(crate) use super::core::queue::{Action, End, Push, SendQueue};
+pub(crate) use super::core::queue::{End, Push, SendQueue};
 pub(crate) use super::core::reader::{FrameReader, Part};
 pub use super::core::socket::Membership;
-pub(crate) use super::core::socket::{read_side, wind_down, write_side, Deliver, Seated, CLOSE_GRACE};
+pub(crate) use super::core::socket::{read_side, wind_down, write_side, Deliver};
 use super::core::SocketLimits;
 use crate::secret::Secret;
 

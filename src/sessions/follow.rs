@@ -29,6 +29,8 @@ pub struct Follower {
     /// Sessions with events in the store not delivered yet.
     behind: VecDeque<String>,
     ready: VecDeque<SessionEvent>,
+    /// The user looks while this follower lives.
+    _look: Option<super::brief::Look>,
 }
 
 impl Follower {
@@ -39,13 +41,25 @@ impl Follower {
         live: broadcast::Receiver<SessionEvent>,
         after: &HashMap<String, u64>,
     ) -> Self {
-        let mut follower =
-            Follower { store, live, delivered: HashMap::new(), behind: VecDeque::new(), ready: VecDeque::new() };
+        let mut follower = Follower {
+            store,
+            live,
+            delivered: HashMap::new(),
+            behind: VecDeque::new(),
+            ready: VecDeque::new(),
+            _look: None,
+        };
         for (session, seq) in after {
             follower.delivered.insert(session.clone(), *seq);
         }
         follower.catch_up_all();
         follower
+    }
+
+    /// The same follower, counting as the user looking while it lives.
+    pub(crate) fn watched(mut self, look: super::brief::Look) -> Self {
+        self._look = Some(look);
+        self
     }
 
     fn catch_up_all(&mut self) {

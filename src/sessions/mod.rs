@@ -8,6 +8,7 @@
 //! and diffs). Prompts go to the approval broker (`crate::approvals`).
 
 pub mod adapter;
+pub mod brief;
 pub mod claude;
 pub mod codex;
 pub mod describe;
@@ -75,6 +76,8 @@ pub struct Shared {
     shutdown: CancellationToken,
     runners: Mutex<HashMap<String, RunnerHandle>>,
     generation: AtomicU64,
+    /// When clients followed the sessions: where `brief` starts.
+    looks: Arc<Mutex<brief::Looks>>,
 }
 
 impl Shared {
@@ -158,6 +161,7 @@ impl SessionHost {
             shutdown: options.shutdown,
             runners: Mutex::default(),
             generation: AtomicU64::new(0),
+            looks: brief::Looks::new(),
         });
         let host = SessionHost { shared, toolbox: options.toolbox };
         host.spawn_pruning();
@@ -277,9 +281,11 @@ impl SessionHost {
         Ok((events, next))
     }
 
-    /// Follows every session from `after`.
+    /// Follows every session from `after`; while the follower lives the user counts as looking
+    /// (`brief` tells what happened since they last did).
     pub fn follow(&self, after: &HashMap<String, u64>) -> Follower {
-        Follower::new(self.shared.store.clone(), self.shared.live.subscribe(), after)
+        let look = brief::Look::begin(&self.shared.looks);
+        Follower::new(self.shared.store.clone(), self.shared.live.subscribe(), after).watched(look)
     }
 
     /// Events as they are recorded, from now on (no replay; a slow receiver skips some): what

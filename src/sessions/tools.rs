@@ -1,5 +1,5 @@
 //! The session tools of docs/PROTOCOL.md, "Coding-agent sessions" (`agent_start`, `agent_send`, `agent_interrupt`, `agent_stop`,
-//! `agent_sessions`, `agent_log`): their entries are in the one tool table (`tools::spec`,
+//! `agent_sessions`, `agent_log`, `brief`): their entries are in the one tool table (`tools::spec`,
 //! [`Runs::Sessions`](crate::tools::Runs::Sessions)); the dispatcher runs them here, through
 //! [`AgentSessions`].
 
@@ -52,6 +52,7 @@ async fn run(host: &SessionHost, kind: ToolKind, args: &Value, caller: &str) -> 
             let events: Vec<Value> = events.iter().map(crate::protocol::SessionEvent::to_frame).collect();
             Ok(json!({ "events": events, "next": next }))
         }
+        ToolKind::Brief => super::brief::brief(host),
         other => Err(crate::tools::dispatch::unknown_tool(other.name())),
     }
 }

@@ -177,6 +177,7 @@ pub enum ToolKind {
     AgentStop,
     AgentSessions,
     AgentLog,
+    Brief,
     TermOpen,
     TermAttach,
     TermInput,
@@ -188,7 +189,7 @@ pub enum ToolKind {
 
 impl ToolKind {
     /// Every kind, in table order.
-    pub const ALL: [ToolKind; 27] = [
+    pub const ALL: [ToolKind; 28] = [
         ToolKind::RunCommand,
         ToolKind::ReadFile,
         ToolKind::WriteFile,
@@ -209,6 +210,7 @@ impl ToolKind {
         ToolKind::AgentStop,
         ToolKind::AgentSessions,
         ToolKind::AgentLog,
+        ToolKind::Brief,
         ToolKind::TermOpen,
         ToolKind::TermAttach,
         ToolKind::TermInput,
@@ -505,6 +507,16 @@ pub const TOOLS: &[ToolSpec] = &[
             param("after", ParamType::Integer, false, "Events after this seq. Default 0, from the start."),
             param("limit", ParamType::Integer, false, "At most this many events. Default 200, at most 1000."),
         ],
+        effect: Effect::Reads,
+        runs: Runs::Sessions,
+    },
+    ToolSpec {
+        kind: ToolKind::Brief,
+        name: "brief",
+        description: "What happened in every coding-agent session since the user last looked: turns finished, files \
+                      changed, approvals waiting and cost, as a few spoken sentences. Call it when the user asks \
+                      what happened, what they missed or where things stand.",
+        params: &[],
         effect: Effect::Reads,
         runs: Runs::Sessions,
     },

@@ -305,7 +305,9 @@ async fn a_voice_call_is_told_of_the_approval_and_approves_it_by_a_function_call
     let Kind::Text(text) = told.kind else { unreachable!() };
     assert!(text.contains("Run: echo by-voice") && text.contains("explicit yes"), "{text}");
 
-    // The user said yes; the model answers with the id it was given.
+    // The user said yes (voice takes it only from their own words); the model answers with the id.
+    fake.send(conn, json!({"serverContent":{"inputTranscription":{"text":"Yes, go ahead."}}}));
+    phone.expect("transcript").await;
     fake.send(conn, json!({"toolCall":{"functionCalls":[{"id":"fc-2","name":"approve","args":{"approval":id,"decision":"allow"}}]}}));
     let mut responses = crate::gemini::expect_tool_responses(&mut fake, 2).await;
     responses.sort_by_key(|r| r["id"].as_str().unwrap().to_owned());

@@ -614,6 +614,8 @@ impl Expected {
                 | ClientMessage::CancelAll
                 | ClientMessage::Follow { .. }
                 | ClientMessage::Unfollow
+                // Notes come only of approvals and sessions, and these cases open none.
+                | ClientMessage::Narration { .. }
                 | ClientMessage::PushUnsubscribe { .. }
                 | ClientMessage::TermAck(_)
                 | ClientMessage::Tick,

@@ -1,13 +1,17 @@
-//! Hosted voice (docs/PROTOCOL.md, "Hosted voice"): a phone at the relay's `/live`, the relay
-//! hosting the call against the fake Gemini Live server with the operator's key, and a real agent
-//! in hosted mode running the tools.
+//! Hosted voice (docs/PROTOCOL.md, "Hosted voice"): a page's call socket at the relay's `/live`,
+//! the relay hosting the call against the fake Gemini Live server with the operator's key, and a
+//! real agent in hosted mode behind the page's own sealed session. The relay talks to the page
+//! only; [`Page`] carries the model's calls into the sealed session as web/js/voice/socket.js does.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
+use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
 use voxa::agent::LinkEvent;
 use voxa::hosted::{Hosting, LiveConfig};
-use voxa::net::dial::DialOptions;
+use voxa::net::dial::{ClientSocket, DialOptions};
 use voxa::relay::RelayConfig;
 use voxa::secret::Secret;
 
@@ -34,26 +38,192 @@ pub(crate) async fn hosted_agent(relay: &TestRelay) -> TestAgent {
     agent
 }
 
-/// A phone at `/live` that completed the hello with the agent through the relay.
-pub(crate) async fn live_phone(relay: &TestRelay, agent: &TestAgent) -> (Phone, Value) {
+/// A call socket at `/live` for `agent`'s code, with no session beside it: enough for calls that
+/// run no tool.
+pub(crate) async fn live_phone(relay: &TestRelay, agent: &TestAgent) -> Phone {
     live_phone_with(relay, agent, DialOptions::default()).await
 }
 
-pub(crate) async fn live_phone_with(relay: &TestRelay, agent: &TestAgent, options: DialOptions) -> (Phone, Value) {
+pub(crate) async fn live_phone_with(relay: &TestRelay, agent: &TestAgent, options: DialOptions) -> Phone {
     let url = format!("ws://{}/live?code={}", relay.addr, agent.code());
-    let mut socket = tokio::time::timeout(STEP, voxa::net::dial::connect(&url, &options)).await.unwrap().unwrap();
-    // The agent's proof in hello_ok checks out: the relay passed challenge, hello and hello_ok on
-    // unchanged. Hosted voice is protocol 2: the relay runs the model, so it reads the session.
-    let hello_ok = say_hello_plain(&mut socket, agent.token()).await;
-    (Phone::over(socket), hello_ok)
+    let socket = tokio::time::timeout(STEP, voxa::net::dial::connect(&url, &options)).await.unwrap().unwrap();
+    Phone::over(socket)
 }
 
-/// The next `error` frame, skipping relay notices.
-async fn recv_type_or_error(socket: &mut voxa::net::dial::ClientSocket) -> Value {
+/// A page in a call the relay hosts, as web/js/voice/socket.js is one: its sealed session at
+/// `/ws` and its call socket at `/live`. A task carries each `tool_call` of the relay (ids
+/// `gemini-hosted-…`, offered tools only) into the session with `"caller":"gemini-hosted"` and
+/// sends the laptop's `tool_result` back (a screenshot as the sentence that it was shown), cancels
+/// what the relay cancels, asks the laptop for the call's notes once it started and passes each
+/// `narrate` on. The test sees the rest: `live` (what else the relay sends; what it sends goes to
+/// the relay) and `session` (the sealed session's other frames; what it sends goes to the laptop).
+pub(crate) struct Page {
+    pub(crate) live: Phone,
+    pub(crate) session: ClientSocket,
+    pub(crate) hello_ok: Value,
+}
+
+/// An in-memory socket pair: the test's end, and the carrying task's.
+async fn socket_pair() -> (ClientSocket, tokio_tungstenite::WebSocketStream<tokio::io::DuplexStream>) {
+    use tokio_tungstenite::tungstenite::protocol::Role;
+    use tokio_tungstenite::WebSocketStream;
+    let (test_io, task_io) = tokio::io::duplex(1 << 20);
+    let config = voxa::net::http::websocket_config();
+    let test_io: Box<dyn voxa::net::dial::Io> = Box::new(test_io);
+    let test_side = WebSocketStream::from_raw_socket(test_io, Role::Client, Some(config)).await;
+    let task_side = WebSocketStream::from_raw_socket(task_io, Role::Server, Some(config)).await;
+    (voxa::seal::Socket::plain(test_side), task_side)
+}
+
+impl Page {
+    /// The page of `agent` through `relay`: sealed session first, then `/live`.
+    pub(crate) async fn open(relay: &TestRelay, agent: &TestAgent) -> Page {
+        let mut sealed = phone_socket(relay, agent.code()).await;
+        let hello_ok = say_hello(&mut sealed, agent.token()).await;
+        let url = format!("ws://{}/live?code={}", relay.addr, agent.code());
+        let live =
+            tokio::time::timeout(STEP, voxa::net::dial::connect(&url, &DialOptions::default())).await.unwrap().unwrap();
+        let tools: Vec<String> = serde_json::from_value(hello_ok["tools"].clone()).unwrap();
+        let (live_view, live_task) = socket_pair().await;
+        let (session_view, session_task) = socket_pair().await;
+        tokio::spawn(carry(live, sealed, live_task, session_task, tools));
+        Page { live: Phone::over(live_view), session: session_view, hello_ok }
+    }
+}
+
+/// The carrying task of a [`Page`]; ends when any of its sockets does.
+async fn carry<T>(
+    live: ClientSocket,
+    sealed: ClientSocket,
+    live_view: tokio_tungstenite::WebSocketStream<T>,
+    session_view: tokio_tungstenite::WebSocketStream<T>,
+    tools: Vec<String>,
+) where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let (mut live_tx, mut live_rx) = live.split();
+    let (mut sealed_tx, mut sealed_rx) = sealed.split();
+    let (mut live_view_tx, mut live_view_rx) = live_view.split();
+    let (mut session_view_tx, mut session_view_rx) = session_view.split();
+    let offered: Vec<String> = tools.into_iter().filter(|name| name != "approve").collect();
+    let mut carried: HashSet<String> = HashSet::new();
+    let mut shown: HashSet<String> = HashSet::new();
+    let text = |value: Value| Message::text(value.to_string());
+    // A test that does not watch the session drops its end; the page carries on without it.
+    let mut watched = true;
     loop {
-        let value = recv_json(socket).await;
-        if value["type"] == "error" {
-            return value;
+        tokio::select! {
+            from_test = live_view_rx.next() => {
+                let message = match from_test {
+                    Some(Ok(Message::Text(frame))) => {
+                        let mut value: Value = serde_json::from_str(&frame).unwrap_or(Value::Null);
+                        if value["type"] == "call_start" && value.get("tools").is_none() {
+                            value["tools"] = json!(offered);
+                        }
+                        if value.is_object() { text(value) } else { Message::Text(frame) }
+                    }
+                    Some(Ok(message @ Message::Binary(_))) => message,
+                    Some(Ok(_)) => continue,
+                    _ => return,
+                };
+                if live_tx.send(message).await.is_err() { return; }
+            }
+            from_relay = live_rx.next() => {
+                let frame = match from_relay {
+                    Some(Ok(Message::Text(frame))) => frame,
+                    Some(Ok(message @ Message::Binary(_))) => {
+                        if live_view_tx.send(message).await.is_err() { return; }
+                        continue;
+                    }
+                    Some(Ok(Message::Close(frame))) => {
+                        let _ = live_view_tx.send(Message::Close(frame)).await;
+                        return;
+                    }
+                    Some(Ok(_)) => continue,
+                    _ => return,
+                };
+                let value: Value = serde_json::from_str(&frame).unwrap_or(Value::Null);
+                let id = value["id"].as_str().unwrap_or_default().to_owned();
+                match value["type"].as_str() {
+                    Some("tool_call") if id.starts_with("gemini-hosted-") && !carried.contains(&id) => {
+                        if !offered.iter().any(|name| value["name"] == name.as_str()) {
+                            let refused = json!({"type":"tool_result","id":id,"ok":false,
+                                "error":{"code":"unknown-tool","message":"this call was not offered that tool"}});
+                            if live_tx.send(text(refused)).await.is_err() { return; }
+                            continue;
+                        }
+                        carried.insert(id);
+                        let mut call = value.clone();
+                        call["caller"] = json!("gemini-hosted");
+                        if sealed_tx.send(text(call)).await.is_err() { return; }
+                    }
+                    Some("cancel") if carried.contains(&id) => {
+                        if sealed_tx.send(text(json!({"type":"cancel","id":id}))).await.is_err() { return; }
+                    }
+                    Some("tool_call" | "cancel") => {}
+                    kind => {
+                        if kind == Some("call_started") {
+                            let on = json!({"type":"narration","on":true});
+                            if sealed_tx.send(text(on)).await.is_err() { return; }
+                        }
+                        if live_view_tx.send(Message::Text(frame)).await.is_err() { return; }
+                    }
+                }
+            }
+            from_laptop = sealed_rx.next() => {
+                let frame = match from_laptop {
+                    Some(Ok(Message::Text(frame))) => frame,
+                    Some(Ok(message @ Message::Binary(_))) => {
+                        if watched && session_view_tx.send(message).await.is_err() {
+                            watched = false;
+                        }
+                        continue;
+                    }
+                    Some(Ok(_)) => continue,
+                    _ => return,
+                };
+                let value: Value = serde_json::from_str(&frame).unwrap_or(Value::Null);
+                let id = value["id"].as_str().unwrap_or_default().to_owned();
+                let answer = match value["type"].as_str() {
+                    Some("tool_result") if carried.remove(&id) => {
+                        let mut answer = json!({"type":"tool_result","id":id,"ok":value["ok"]});
+                        if value["ok"] == true {
+                            answer["result"] = value["result"].clone();
+                            if shown.remove(&id) {
+                                answer["result"] = json!({"shown_on_phone": true, "width": value["result"]["width"],
+                                    "height": value["result"]["height"], "message": "The screenshot is shown on the user's phone."});
+                            }
+                        } else {
+                            answer["error"] = value["error"].clone();
+                        }
+                        Some(answer)
+                    }
+                    Some("image") if carried.contains(&id) => {
+                        shown.insert(id);
+                        None
+                    }
+                    Some("narrate") => Some(json!({"type":"narrate","text":value["text"]})),
+                    _ => None,
+                };
+                if let Some(answer) = answer {
+                    if live_tx.send(text(answer)).await.is_err() { return; }
+                }
+                // The page sees everything of its session (pictures included).
+                if watched && session_view_tx.send(Message::Text(frame)).await.is_err() {
+                    watched = false;
+                }
+            }
+            from_test = session_view_rx.next(), if watched => {
+                let message = match from_test {
+                    Some(Ok(message @ (Message::Text(_) | Message::Binary(_)))) => message,
+                    Some(Ok(_)) => continue,
+                    _ => {
+                        watched = false;
+                        continue;
+                    }
+                };
+                if sealed_tx.send(message).await.is_err() { return; }
+            }
         }
     }
 }
@@ -66,13 +236,14 @@ pub(crate) async fn start_call(phone: &mut Phone, fake: &mut FakeGemini) -> (usi
     setup
 }
 
-/// A hosted call under way: the test Gemini server, the relay, the agent and the phone, and
-/// Gemini's connection number.
+/// A hosted call under way: the test Gemini server, the relay, the agent, the page (its call
+/// socket as `phone`, its sealed session as `session`) and Gemini's connection number.
 struct Call {
     fake: FakeGemini,
     relay: TestRelay,
     agent: TestAgent,
     phone: Phone,
+    session: ClientSocket,
     conn: usize,
 }
 
@@ -81,9 +252,9 @@ impl Call {
         let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
         let relay = hosting_relay(&fake, tweak).await;
         let agent = hosted_agent(&relay).await;
-        let (mut phone, _) = live_phone(&relay, &agent).await;
+        let Page { live: mut phone, session, .. } = Page::open(&relay, &agent).await;
         let (conn, _) = start_call(&mut phone, &mut fake).await;
-        Call { fake, relay, agent, phone, conn }
+        Call { fake, relay, agent, phone, session, conn }
     }
 }
 
@@ -117,15 +288,15 @@ fn files_containing(dir: &std::path::Path, needle: &str) -> Vec<std::path::PathB
 }
 
 #[tokio::test]
-async fn a_hosted_call_runs_the_laptops_tools_and_the_key_stays_at_the_relay() {
+async fn a_hosted_call_runs_the_laptops_tools_through_the_pages_sealed_session_and_the_key_stays_at_the_relay() {
     // Current-thread runtime: relay, agent and bridge all log into this subscriber.
     let (logs, _guard) = capture_logs();
 
     let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
     let relay = hosting_relay(&fake, |_| {}).await;
     let agent = hosted_agent(&relay).await;
-    let (mut phone, hello_ok) = live_phone(&relay, &agent).await;
-    assert_eq!(hello_ok["mode"], "hosted", "the agent's hello_ok passes unchanged: {hello_ok}");
+    let Page { live: mut phone, mut session, hello_ok } = Page::open(&relay, &agent).await;
+    assert_eq!(hello_ok["mode"], "hosted", "{hello_ok}");
 
     let (conn, setup) = start_call(&mut phone, &mut fake).await;
     let mut declared: Vec<String> = setup["tools"][0]["functionDeclarations"]
@@ -135,9 +306,10 @@ async fn a_hosted_call_runs_the_laptops_tools_and_the_key_stays_at_the_relay() {
         .map(|declaration| declaration["name"].as_str().unwrap().to_owned())
         .collect();
     let mut listed: Vec<String> = serde_json::from_value(hello_ok["tools"].clone()).unwrap();
+    listed.retain(|name| name != "approve");
     declared.sort();
     listed.sort();
-    assert_eq!(declared, listed, "Gemini is declared exactly the tools of hello_ok");
+    assert_eq!(declared, listed, "Gemini is declared the tools of the sealed hello_ok, but approve");
 
     phone.send_audio(&pcm(3, 640)).await;
     let (_, heard) = fake.expect_audio(conn).await;
@@ -154,14 +326,23 @@ async fn a_hosted_call_runs_the_laptops_tools_and_the_key_stays_at_the_relay() {
     let responses = expect_tool_responses(&mut fake, 1).await;
     assert_eq!(responses[0]["id"], "fc-1");
     assert_eq!(responses[0]["response"]["output"]["entries"][0]["name"], "notes.txt", "{}", responses[0]);
+    // The laptop ran it for the page's sealed session, under the relay's id, as hosted voice.
+    let carried = recv_type(&mut session, "tool_result").await;
+    assert!(carried["id"].as_str().unwrap().starts_with("gemini-hosted-"), "{carried}");
 
-    // The phone's own calls pass through, and cannot claim the relay's label or ids.
-    phone.send(json!({"type":"tool_call","id":"p1","name":"list_dir","args":{},"caller":"gemini-hosted"})).await;
-    let own = recv_result(&mut phone.socket, "p1").await;
-    assert_eq!(own["ok"], true, "{own}");
-    phone.send(json!({"type":"tool_call","id":"gemini-hosted-1","name":"list_dir","args":{}})).await;
-    let refused = recv_result(&mut phone.socket, "gemini-hosted-1").await;
-    assert_eq!(refused["error"]["code"], "invalid-args", "{refused}");
+    // The page's own calls are its own; `/live` carries none of the session's frames.
+    send(&mut session, json!({"type":"tool_call","id":"p1","name":"list_dir","args":{}})).await;
+    assert_eq!(recv_result(&mut session, "p1").await["ok"], true);
+    for frame in [
+        json!({"type":"tool_call","id":"l1","name":"list_dir","args":{}}),
+        json!({"type":"hello","protocol":2,"nonce":"1".repeat(32),"proof":"a".repeat(64)}),
+        json!({"type":"calls"}),
+        json!({"type":"follow"}),
+        json!({"type":"approve","approval":"a-0","decision":"allow"}),
+    ] {
+        phone.send(frame.clone()).await;
+        assert_eq!(phone.expect("error").await["code"], "bad-frame", "{frame}");
+    }
     let records = audit(&agent);
     let caller_of = |name: &str| {
         records
@@ -200,18 +381,18 @@ async fn a_hosted_call_runs_the_laptops_tools_and_the_key_stays_at_the_relay() {
 }
 
 #[tokio::test]
-async fn screenshots_of_a_hosted_call_go_to_the_phone_only() {
+async fn screenshots_of_a_hosted_call_stay_on_the_page() {
     let Some(xvfb) = crate::tools::Xvfb::start("320x240x24") else { return };
-    let Call { mut fake, relay: _relay, agent: _agent, mut phone, conn } = Call::start(|_| {}).await;
+    let Call { mut fake, relay: _relay, agent: _agent, phone: _phone, mut session, conn } = Call::start(|_| {}).await;
     fake.send(
         conn,
         json!({"toolCall":{"functionCalls":[{"id":"shot-1","name":"screenshot","args":{"display": xvfb.display}}]}}),
     );
-    let image = phone.expect("image").await;
-    assert_eq!((image["id"].as_str(), image["width"].as_u64()), (Some("shot-1"), Some(320)), "under Gemini's id");
+    let image = recv_type(&mut session, "image").await;
+    assert_eq!(image["width"].as_u64(), Some(320), "the picture reaches the page in its sealed session");
     let data = image["data"].as_str().unwrap().to_owned();
     let responses = expect_tool_responses(&mut fake, 1).await;
-    assert_eq!(responses[0]["response"]["output"]["width"], 320, "Gemini gets the text result: {}", responses[0]);
+    assert_eq!(responses[0]["response"]["output"]["shown_on_phone"], true, "{}", responses[0]);
     let everything = format!("{:?}", fake.received());
     assert!(!everything.contains(&data[..64]) && !everything.contains("iVBORw0KGgo"), "image bytes reached Gemini");
 }
@@ -221,8 +402,8 @@ async fn calls_over_the_operators_limit_are_refused_at_capacity() {
     let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
     let relay = hosting_relay(&fake, |live| live.max_calls = 1).await;
     let (first, second) = (hosted_agent(&relay).await, hosted_agent(&relay).await);
-    let (mut one, _) = live_phone(&relay, &first).await;
-    let (mut two, _) = live_phone(&relay, &second).await;
+    let mut one = live_phone(&relay, &first).await;
+    let mut two = live_phone(&relay, &second).await;
     let (conn, _) = start_call(&mut one, &mut fake).await;
     two.send(json!({"type":"call_start"})).await;
     let refused = two.expect("call_error").await;
@@ -252,69 +433,52 @@ async fn calls_over_the_operators_limit_are_refused_at_capacity() {
     assert!(admitted, "a freed place is given to the next call");
 }
 
-#[tokio::test]
-async fn a_call_needs_the_agents_hello_ok_first() {
-    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
-    let relay = hosting_relay(&fake, |_| {}).await;
-    let agent = hosted_agent(&relay).await;
-    let url = format!("ws://{}/live?code={}", relay.addr, agent.code());
-    // Before any hello: no call.
-    let mut socket = connect(&url).await;
-    recv_challenge(&mut socket).await;
-    send(&mut socket, json!({"type":"call_start"})).await;
-    let mut phone = Phone::over(socket);
-    let refused = phone.expect("call_error").await;
-    assert_eq!(refused["code"], "unavailable", "{refused}");
-    // A refused hello: the laptop has the relay close the socket (it keeps no seat on the code).
-    let mut socket = connect(&url).await;
-    let challenge = recv_challenge(&mut socket).await;
-    send(&mut socket, hello_for(&"0".repeat(32), &challenge)).await;
-    assert_eq!(recv_type_or_error(&mut socket).await["code"], "bearer-refused");
-    assert_eq!(recv_close(&mut socket).await, (1008, "bearer-refused".to_owned()));
-    assert!(fake.drain().iter().all(|e| !matches!(e.kind, Kind::Connected { .. })), "no Gemini session was opened");
+/// The clients the agent has sessions with, as its `status` lists them.
+async fn connected_clients(agent: &TestAgent) -> Vec<Value> {
+    let mut local = agent.local_client().await;
+    send(&mut local, json!({"type":"status"})).await;
+    let status = recv_type(&mut local, "status").await;
+    status["connected"].as_array().unwrap().iter().filter(|c| c["via"] == "relay").cloned().collect()
 }
 
 #[tokio::test]
-async fn the_agent_leaving_mid_call_is_told_to_the_model_and_answers_pending_calls() {
-    let Call { mut fake, relay: _relay, agent, mut phone, conn } = Call::start(|_| {}).await;
-    fake.send(
-        conn,
-        json!({"toolCall":{"functionCalls":[{"id":"slow","name":"run_command","args":{"command":"sleep 30"}}]}}),
-    );
-    phone.expect("tool_activity").await;
-    agent.agent.stop().await;
-    let event = fake
-        .wait_for("the note", |e| matches!(&e.kind, Kind::Text(text) if text.contains("laptop went offline")))
-        .await;
-    assert_eq!(event.conn, conn, "the call goes on");
-    // The pending call's answer and the note race to Gemini: either may come first.
-    let answered = || {
-        fake.received().into_iter().find_map(|e| match e.kind {
-            Kind::ToolResponse(response) if response["id"] == "slow" => Some(response),
-            _ => None,
-        })
-    };
-    eventually("the pending call's answer", || answered().is_some()).await;
-    let response = answered().unwrap();
-    assert!(response["response"]["error"]["code"].is_string(), "the pending call is answered: {response}");
-    fake.drain();
-    // New calls fail at once.
-    fake.send(conn, json!({"toolCall":{"functionCalls":[{"id":"after","name":"list_dir","args":{}}]}}));
-    let response = expect_tool_responses(&mut fake, 1).await;
-    assert_eq!(response[0]["id"], "after");
-    assert_eq!(response[0]["response"]["error"]["message"], "the laptop is offline", "{}", response[0]);
+async fn a_call_is_hosted_only_for_a_laptop_at_the_relay_and_live_is_never_a_session_of_the_pairing() {
+    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
+    let relay = hosting_relay(&fake, |_| {}).await;
+    // No laptop holds this code here: no call, no Gemini session.
+    let stranger = format!("ws://{}/live?code={}", relay.addr, "0".repeat(32));
+    let mut nobody = Phone::over(connect(&stranger).await);
+    nobody.send(json!({"type":"call_start","tools":["run_command"]})).await;
+    let refused = nobody.expect("call_error").await;
+    assert_eq!(refused["code"], "unavailable", "{refused}");
+    assert!(fake.drain().iter().all(|e| !matches!(e.kind, Kind::Connected { .. })), "no Gemini session was opened");
+
+    // A laptop at the relay: its code's call starts. The laptop never hears of the socket.
+    let agent = hosted_agent(&relay).await;
+    let mut phone = live_phone(&relay, &agent).await;
+    start_call(&mut phone, &mut fake).await;
+    assert!(connected_clients(&agent).await.is_empty(), "the agent admitted a session from /live");
+    assert_eq!(phone.texts.iter().filter(|t| t["type"] == "challenge").count(), 0, "{:?}", phone.texts);
+    // Eight call sockets take none of the code's eight places: the owner's phone still joins.
+    let mut many = Vec::new();
+    for _ in 0..8 {
+        many.push(live_phone(&relay, &agent).await);
+    }
+    let mut owner = agent.phone(&relay).await;
+    send(&mut owner, json!({"type":"status"})).await;
+    recv_type(&mut owner, "status").await;
 }
 
 #[tokio::test]
 async fn the_phone_leaving_closes_the_gemini_socket_at_once() {
-    let Call { mut fake, relay: _relay, agent: _agent, phone, conn } = Call::start(|_| {}).await;
+    let Call { mut fake, relay: _relay, agent: _agent, phone, conn, .. } = Call::start(|_| {}).await;
     drop(phone);
     fake.expect_closed(conn).await;
 }
 
 #[tokio::test]
 async fn relay_shutdown_ends_calls_with_call_ended() {
-    let Call { mut fake, relay, agent: _agent, mut phone, conn } = Call::start(|_| {}).await;
+    let Call { mut fake, relay, agent: _agent, mut phone, conn, .. } = Call::start(|_| {}).await;
     let stopping = tokio::spawn(relay.shut_down(STEP));
     phone.expect("call_ended").await;
     assert_eq!(recv_close(&mut phone.socket).await.0, 1001);
@@ -327,7 +491,7 @@ async fn calls_end_at_the_operators_time_limit() {
     let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
     let relay = hosting_relay(&fake, |live| live.max_call_time = Duration::from_millis(300)).await;
     let agent = hosted_agent(&relay).await;
-    let (mut phone, _) = live_phone(&relay, &agent).await;
+    let mut phone = live_phone(&relay, &agent).await;
     let (conn, _) = start_call(&mut phone, &mut fake).await;
     phone.expect("call_ended").await;
     fake.expect_closed(conn).await;
@@ -448,9 +612,9 @@ async fn voxa_relay_hosts_calls_with_a_key_file_and_its_log_holds_one_line_per_c
     // The child's address in the harness's shape; nothing runs in this process.
     let relay = TestRelay { addr, stop: Default::default(), task: tokio::spawn(async {}) };
     let agent = hosted_agent(&relay).await;
-    let (mut phone, _) = live_phone(&relay, &agent).await;
+    let Page { live: mut phone, session, .. } = Page::open(&relay, &agent).await;
     let secrets_of_the_call = full_call(&mut fake, &agent, &mut phone).await;
-    drop(phone);
+    drop((phone, session));
     let (_, stderr) = child.stop();
     let stderr = without_colours(&stderr);
     let tag = voxa::hosted::code_tag(agent.code());
@@ -556,7 +720,7 @@ async fn a_hundred_hosted_calls_stream_audio_at_once() {
     let calls = agents.iter().enumerate().map(|(n, agent)| {
         let relay = &relay;
         async move {
-            let (mut phone, _) = live_phone(relay, agent).await;
+            let mut phone = live_phone(relay, agent).await;
             phone.send(json!({"type":"call_start"})).await;
             phone.expect("call_started").await;
             for i in 0..FRAMES {
@@ -603,7 +767,7 @@ fn listed(event: &crate::support::fake_gemini::Event) -> Vec<String> {
 
 #[tokio::test]
 async fn a_hosted_call_survives_go_away_and_a_dropped_gemini_socket_with_tools_still_answered() {
-    let Call { mut fake, relay: _relay, agent, mut phone, conn: first } =
+    let Call { mut fake, relay: _relay, agent, mut phone, conn: first, .. } =
         hosted_call_running_a_gated_tool("before-call", "fc-slow", "go").await;
     std::fs::write(agent.workspace.path().join("notes.txt"), "hi").unwrap();
     // goAway while the laptop runs a call: the connection stays in use until it is answered.
@@ -657,7 +821,7 @@ async fn a_hosted_call_survives_go_away_and_a_dropped_gemini_socket_with_tools_s
 
 #[tokio::test]
 async fn a_dropped_gemini_socket_without_a_handle_ends_the_hosted_call_as_self_hosted_mode_does() {
-    let Call { mut fake, relay: _relay, agent: _agent, mut phone, conn } = Call::start(|_| {}).await;
+    let Call { mut fake, relay: _relay, agent: _agent, mut phone, conn, .. } = Call::start(|_| {}).await;
     fake.drop_conn(conn);
     let error = phone.expect("call_error").await;
     assert_eq!(error["code"], "gemini-closed", "{error}");
@@ -689,7 +853,7 @@ async fn a_hosted_call_with_env_runs_on_the_environment() {
     drop(probe);
     std::fs::write(environment.workspace.path().join("only-on-the-environment.txt"), "x").unwrap();
 
-    let (mut phone, hello_ok) = live_phone(&relay, &host).await;
+    let Page { live: mut phone, session: _session, hello_ok } = Page::open(&relay, &host).await;
     assert!(hello_ok["tools"].as_array().unwrap().contains(&json!("fleet")), "{hello_ok}");
     let (conn, setup) = start_call(&mut phone, &mut fake).await;
     // The call starting proves the service's schema check passed (the fake closes 1007 otherwise).
@@ -718,85 +882,11 @@ async fn a_hosted_call_with_env_runs_on_the_environment() {
     assert!(env_records.iter().any(|r| r["tool"] == "list_dir"), "the environment ran it: {env_records:?}");
 }
 
-/// Sends `frame` from `from` and waits until `to` gets a frame of its type.
-async fn pass(from: &mut voxa::net::dial::ClientSocket, to: &mut voxa::net::dial::ClientSocket, frame: Value) {
-    let kind = frame["type"].as_str().unwrap().to_owned();
-    send(from, frame).await;
-    recv_type(to, &kind).await;
-}
-
-/// `call_start` from `phone`: the `call_started` or `call_error` it gets.
-async fn try_call(phone: &mut voxa::net::dial::ClientSocket) -> Value {
-    send(phone, json!({"type":"call_start"})).await;
-    loop {
-        let frame = recv_json(phone).await;
-        if frame["type"] == "call_started" || frame["type"] == "call_error" {
-            return frame;
-        }
-    }
-}
-
-#[tokio::test]
-async fn a_call_needs_challenge_hello_and_hello_ok_in_order_each_from_its_side() {
-    let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
-    let relay = hosting_relay(&fake, |_| {}).await;
-    // Both sides played by hand: the relay cannot check proofs, only shapes and order.
-    let code = "5e1f0123456789abcdef0123456789ab";
-    let mut agent = connect(&format!("ws://{}/agent?code={code}", relay.addr)).await;
-    let mut phone = connect(&format!("ws://{}/live?code={code}", relay.addr)).await;
-    wait_agent_joined(&mut phone).await;
-    let proof = "ab".repeat(32);
-    let hello_ok = |proof: Option<&str>| {
-        let mut frame = json!({"type":"hello_ok","protocol":2,"agent":"voxa/0","mode":"hosted","tools":["list_dir"]});
-        if let Some(proof) = proof {
-            frame["proof"] = json!(proof);
-        }
-        frame
-    };
-    let challenge = json!({"type":"challenge","protocol":2,"nonce":"0".repeat(32)});
-    let hello = json!({"type":"hello","protocol":2,"nonce":"1".repeat(32),"proof":"cd".repeat(32)});
-    let unavailable = |answer: &Value| answer["type"] == "call_error" && answer["code"] == "unavailable";
-
-    // A hello_ok nobody asked for.
-    pass(&mut agent, &mut phone, hello_ok(Some(&proof))).await;
-    assert!(unavailable(&try_call(&mut phone).await));
-    // A hello without a proof, or one carrying a raw token.
-    for bad in [json!({"type":"hello","protocol":2,"nonce":"1".repeat(32)}), {
-        let mut with_token = hello.clone();
-        with_token["token"] = json!("0".repeat(32));
-        with_token
-    }] {
-        pass(&mut agent, &mut phone, challenge.clone()).await;
-        pass(&mut phone, &mut agent, bad).await;
-        pass(&mut agent, &mut phone, hello_ok(Some(&proof))).await;
-        assert!(unavailable(&try_call(&mut phone).await));
-    }
-    // A hello_ok without the agent's proof.
-    pass(&mut agent, &mut phone, challenge.clone()).await;
-    pass(&mut phone, &mut agent, hello.clone()).await;
-    pass(&mut agent, &mut phone, hello_ok(None)).await;
-    assert!(unavailable(&try_call(&mut phone).await));
-    // A hello the agent refused, then a hello_ok anyway.
-    pass(&mut agent, &mut phone, challenge.clone()).await;
-    pass(&mut phone, &mut agent, hello.clone()).await;
-    pass(&mut agent, &mut phone, json!({"type":"error","code":"bearer-refused"})).await;
-    pass(&mut agent, &mut phone, hello_ok(Some(&proof))).await;
-    assert!(unavailable(&try_call(&mut phone).await));
-    assert!(fake.drain().iter().all(|e| !matches!(e.kind, Kind::Connected { .. })), "no Gemini session was opened");
-
-    // In order and well-formed: honoured (whether the proofs are right only the two ends can tell).
-    pass(&mut agent, &mut phone, challenge).await;
-    pass(&mut phone, &mut agent, hello).await;
-    pass(&mut agent, &mut phone, hello_ok(Some(&proof))).await;
-    assert_eq!(try_call(&mut phone).await["type"], "call_started");
-    fake.expect_setup().await;
-}
-
 #[tokio::test]
 async fn a_second_live_phone_on_a_code_joins_beside_the_first_with_a_call_of_its_own() {
-    let Call { mut fake, relay, agent, mut phone, conn } = Call::start(|_| {}).await;
-    let (mut second, _) = live_phone(&relay, &agent).await;
-    // The newcomer proved the token to the laptop itself; its call is its own.
+    let Call { mut fake, relay, agent, mut phone, conn, .. } = Call::start(|_| {}).await;
+    let mut second = live_phone(&relay, &agent).await;
+    // Each call socket's call is its own.
     let (next, _) = start_call(&mut second, &mut fake).await;
     assert_ne!(next, conn);
     // The first phone's call went on meanwhile: it ends when that phone ends it.

@@ -57,11 +57,11 @@ async fn an_address_runs_at_most_its_calls_and_a_trusted_proxy_header_names_the_
     })
     .await;
     let agent = hosted_agent(&relay).await;
-    let (mut first, _) = live_phone(&relay, &agent).await;
+    let mut first = live_phone(&relay, &agent).await;
     let (conn, _) = start_call(&mut first, &mut fake).await;
 
     // A second phone from the same address (no header: the TCP peer's, 127.0.0.1) is refused.
-    let (mut second, _) = live_phone(&relay, &agent).await;
+    let mut second = live_phone(&relay, &agent).await;
     let refused = call_start_answer(&mut second).await;
     assert_eq!(refused["code"], "too-many-calls", "{refused}");
     assert!(
@@ -77,11 +77,11 @@ async fn an_address_runs_at_most_its_calls_and_a_trusted_proxy_header_names_the_
         headers: vec![("X-Forwarded-For".into(), Secret::from_string(value.into()))],
         ..Default::default()
     };
-    let (mut elsewhere, _) = live_phone_with(&relay, &agent, forwarded("127.0.0.1, 203.0.113.9")).await;
+    let mut elsewhere = live_phone_with(&relay, &agent, forwarded("127.0.0.1, 203.0.113.9")).await;
     let (other, _) = start_call(&mut elsewhere, &mut fake).await;
     assert_ne!(other, conn);
     // The same address however it is written before its last entry: refused.
-    let (mut same, _) = live_phone_with(&relay, &agent, forwarded("198.51.100.1, 203.0.113.9")).await;
+    let mut same = live_phone_with(&relay, &agent, forwarded("198.51.100.1, 203.0.113.9")).await;
     assert_eq!(call_start_answer(&mut same).await["code"], "too-many-calls");
 
     // The first call's end frees its address's place.
@@ -111,7 +111,7 @@ async fn an_address_starts_at_most_its_calls_per_minute() {
     let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
     let (relay, metrics) = relay_with(&fake, |live| live.starts_per_minute = 2).await;
     let agent = hosted_agent(&relay).await;
-    let (mut phone, _) = live_phone(&relay, &agent).await;
+    let mut phone = live_phone(&relay, &agent).await;
     for _ in 0..2 {
         let (conn, _) = start_call(&mut phone, &mut fake).await;
         phone.send(json!({"type":"call_end"})).await;
@@ -136,7 +136,7 @@ async fn a_spent_budget_ends_the_running_call_refuses_the_next_and_stays_spent_a
     let budget = || Arc::new(Budget::open(Some(daily), Some(file.clone())).unwrap());
     let (relay, metrics) = relay_with(&fake, |live| live.budget = budget()).await;
     let agent = hosted_agent(&relay).await;
-    let (mut phone, _) = live_phone(&relay, &agent).await;
+    let mut phone = live_phone(&relay, &agent).await;
 
     // The call runs until the day's time is spent: then call_error budget-spent, then call_ended.
     let (conn, _) = start_call(&mut phone, &mut fake).await;
@@ -164,7 +164,7 @@ async fn a_spent_budget_ends_the_running_call_refuses_the_next_and_stays_spent_a
     let text = metrics.encode();
     assert!(metric(&text, "voxa_relay_live_budget_used_seconds") >= 1.5, "{text}");
     assert_eq!(metric(&text, "voxa_relay_live_budget_left_seconds"), 0.0, "{text}");
-    let (mut phone, _) = live_phone(&relay, &agent).await;
+    let mut phone = live_phone(&relay, &agent).await;
     let setups = || fake.received().iter().filter(|event| matches!(event.kind, Kind::Setup(_))).count();
     let before = setups();
     assert_eq!(call_start_answer(&mut phone).await["code"], "budget-spent");

@@ -2,7 +2,8 @@
 //! a proxy on the phone's side of a real relay sees every frame the relay sees and flips, injects,
 //! replays, drops and reorders them. Each closes the session and runs nothing (the workspace and
 //! the audit trail say so); a passive capture of a whole session holds none of its plaintext; a
-//! protocol-2 client is still served unless `config.toml` refuses it.
+//! protocol-2 client is refused through the relay unless `config.toml` allows it, and served on
+//! the loopback socket.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -333,30 +334,38 @@ async fn a_passive_capture_of_a_sealed_session_holds_none_of_its_plaintext() {
 }
 
 #[tokio::test]
-async fn protocol_2_clients_are_served_unless_the_config_requires_sealing_and_status_counts_both() {
+async fn protocol_2_is_refused_through_the_relay_unless_the_config_allows_it_and_kept_on_the_loopback_socket() {
+    let refused_plain = |err: anyhow::Error| err.downcast_ref::<voxa::error::Refused>().map(|refused| refused.code);
     let relay = TestRelay::start().await;
     let agent = TestAgent::start(Some(relay.url())).await;
+    assert!(voxa::config::Config::default().security.require_sealed, "sealed only is the default");
+    // Through the relay a protocol-2 hello is refused: only a sealed session is served there.
     let mut plain = phone_socket(&relay, agent.code()).await;
-    let ok = say_hello_plain(&mut plain, agent.token()).await;
-    assert_eq!(ok["protocol"], 2);
-    assert!(!plain.is_sealed());
-    send(&mut plain, json!({"type":"tool_call","id":"p1","name":"list_dir","args":{}})).await;
-    assert_eq!(recv_result(&mut plain, "p1").await["ok"], true);
-    // A sealed local client beside it: status counts one of each.
+    let token = voxa::secret::Secret::from_string(agent.token().to_owned());
+    let err = voxa::net::client::hello_plain(&mut plain, &token, "old-client/1").await.unwrap_err();
+    assert_eq!(refused_plain(err), Some(ErrorCode::SealedSessionRequired));
+    let mut sealed = agent.phone(&relay).await;
+    assert!(sealed.is_sealed());
+    send(&mut sealed, json!({"type":"tool_call","id":"s1","name":"list_dir","args":{}})).await;
+    assert_eq!(recv_result(&mut sealed, "s1").await["ok"], true);
+    // The loopback socket keeps protocol 2 for local scripts; status counts both kinds.
+    let mut script = connect(&agent.loopback_url()).await;
+    assert_eq!(say_hello_plain(&mut script, agent.token()).await["protocol"], 2);
+    send(&mut script, json!({"type":"tool_call","id":"p1","name":"list_dir","args":{}})).await;
+    assert_eq!(recv_result(&mut script, "p1").await["ok"], true);
     let mut local = agent.local_client().await;
     send(&mut local, json!({"type":"status"})).await;
     let status = recv_type(&mut local, "status").await;
-    assert_eq!((status["sealed_sessions"].as_u64(), status["plain_sessions"].as_u64()), (Some(1), Some(1)));
+    assert_eq!((status["sealed_sessions"].as_u64(), status["plain_sessions"].as_u64()), (Some(2), Some(1)));
 
-    let strict = TestAgent::start_with(None, |options| options.config.security.require_sealed = true).await;
-    let mut old = connect(&strict.loopback_url()).await;
-    let token = voxa::secret::Secret::from_string(strict.token().to_owned());
-    let err = voxa::net::client::hello_plain(&mut old, &token, "old-client/1").await.unwrap_err();
-    let refused = err.downcast_ref::<voxa::error::Refused>().expect("a refusal");
-    assert_eq!(refused.code, ErrorCode::SealedSessionRequired);
-    let mut sealed = strict.local_client().await;
-    send(&mut sealed, json!({"type":"tool_call","id":"s1","name":"list_dir","args":{}})).await;
-    assert_eq!(recv_result(&mut sealed, "s1").await["ok"], true);
+    // An operator of old clients turns it off in config.toml: protocol 2 is served through the relay.
+    let config = voxa::config::Config::from_toml("[security]\nrequire_sealed = false\n").unwrap();
+    assert!(!config.security.require_sealed);
+    let open = TestAgent::start_with(Some(relay.url()), |options| options.config = config).await;
+    let mut old = phone_socket(&relay, open.code()).await;
+    assert_eq!(say_hello_plain(&mut old, open.token()).await["protocol"], 2);
+    send(&mut old, json!({"type":"tool_call","id":"o1","name":"list_dir","args":{}})).await;
+    assert_eq!(recv_result(&mut old, "o1").await["ok"], true);
 }
 
 #[tokio::test]

@@ -217,6 +217,7 @@ fn protocol_js_names_what_the_rust_protocol_names() {
         ("CALL_ERROR_CODES", wire_names::<CallErrorCode>(false)),
         ("CLIENT_FRAMES", wire_names::<ClientMessage>(true)),
         ("AGENT_FRAMES", wire_names::<AgentMessage>(true)),
+        ("LIVE_FRAMES", wire_names::<voxa::protocol::LiveMessage>(true)),
     ];
     for (name, rust) in &lists {
         let js = sorted(js_list(&source, name));

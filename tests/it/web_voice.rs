@@ -315,17 +315,29 @@ async fn interrupted_stops_playback(browser: &Browser, fake: &FakeGemini, conn: 
     long.len()
 }
 
-/// Gemini's function call runs on the laptop (its file appears in the workspace, Gemini gets the
-/// result) and the page shows the tool's activity; then typed text reaches Gemini.
+/// Gemini's function call runs on the laptop and the page shows the tool's activity; then typed
+/// text reaches Gemini. The laptop hosting the call runs a command (its file appears in the
+/// workspace, Gemini gets the result); a call the relay hosts goes through the page's sealed
+/// session and reads a file there (a tool of risk `read`, which `[policy] hosted` lets run).
 async fn a_tool_runs_on_the_laptop_and_typing_reaches_gemini(scene: &CallScene, fake: &mut FakeGemini, conn: usize) {
     let browser = &scene.browser;
-    let command = json!({"command": "echo from-gemini > gemini.txt && echo written"});
-    fake.send(conn, json!({"toolCall": {"functionCalls": [{"id": "t1", "name": "run_command", "args": command}]}}));
-    browser.wait_text("#call-log .tool", "the tool's end", |t| t.contains("run_command — done")).await;
-    let response = expect_tool_responses(fake, 1).await.remove(0);
-    assert_eq!(response["id"], "t1", "{response}");
-    assert_eq!(response["response"]["output"]["exit_code"], 0, "{response}");
-    assert_eq!(std::fs::read_to_string(scene.workspace().join("gemini.txt")).unwrap(), "from-gemini\n");
+    if scene.host_word() == "relay" {
+        std::fs::write(scene.workspace().join("for-gemini.txt"), "read-through-the-page-2c9d").unwrap();
+        let read = json!({"path": "for-gemini.txt"});
+        fake.send(conn, json!({"toolCall": {"functionCalls": [{"id": "t1", "name": "read_file", "args": read}]}}));
+        browser.wait_text("#call-log .tool", "the tool's end", |t| t.contains("read_file — done")).await;
+        let response = expect_tool_responses(fake, 1).await.remove(0);
+        assert_eq!(response["id"], "t1", "{response}");
+        assert!(response.to_string().contains("read-through-the-page-2c9d"), "{response}");
+    } else {
+        let command = json!({"command": "echo from-gemini > gemini.txt && echo written"});
+        fake.send(conn, json!({"toolCall": {"functionCalls": [{"id": "t1", "name": "run_command", "args": command}]}}));
+        browser.wait_text("#call-log .tool", "the tool's end", |t| t.contains("run_command — done")).await;
+        let response = expect_tool_responses(fake, 1).await.remove(0);
+        assert_eq!(response["id"], "t1", "{response}");
+        assert_eq!(response["response"]["output"]["exit_code"], 0, "{response}");
+        assert_eq!(std::fs::read_to_string(scene.workspace().join("gemini.txt")).unwrap(), "from-gemini\n");
+    }
     browser.type_into("Say", "typed during the call").await;
     browser.press("Send").await;
     fake.wait_for("the typed text", |e| e.conn == conn && e.kind == Kind::Text("typed during the call".into())).await;
@@ -407,8 +419,8 @@ async fn a_call_the_relay_hosts_carries_the_microphone_both_ways_and_ends() {
     browser.press("Status").await;
     browser.wait_text("#facts", "who hosts voice", |t| t.contains("Voice\nhosted by the relay")).await;
 
-    // `voxa status` on the laptop tells the page's two sockets apart while a call runs: its sealed
-    // session, and the call socket the relay reads; once the call ends only the sealed one is left.
+    // `voxa status` on the laptop shows one session while a call the relay hosts runs: the page's
+    // sealed one. The call socket is the relay's, no session of the pairing.
     let Backend::Hosted { home, .. } = &scene.backend else { unreachable!() };
     let home = home.path().join("voxa");
     let status = || {
@@ -419,22 +431,11 @@ async fn a_call_the_relay_hosts_carries_the_microphone_both_ways_and_ends() {
         }
     };
     let sealed_line = connected_line("relay", "sealed", "voxa-web/1 since");
-    let call_line = connected_line("relay", "plain", "voxa-web/1 hosted-call since");
     let conn = scene.call(&mut fake).await;
     let during = status().await;
-    assert!(during.contains(&sealed_line) && during.contains(&call_line), "{during}");
-    assert!(during.contains(" sealed, 1 plain (protocol 2: the relay can read those)"), "{during}");
+    assert!(during.contains(&sealed_line) && !during.contains("hosted-call"), "{during}");
+    assert!(during.contains(" sealed, 0 plain"), "{during}");
     end_call_closes_gemini(browser, &mut fake, conn).await;
-    let mut after = status().await;
-    for _ in 0..100 {
-        if !after.contains("hosted-call") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        after = status().await;
-    }
-    assert!(after.contains(&sealed_line) && !after.contains("hosted-call"), "{after}");
-    assert!(after.contains(" sealed, 0 plain"), "{after}");
     scene.close().await;
 }
 

@@ -117,7 +117,7 @@ export function approvalCard(frame, onAnswer) {
     questions.length === 0 ? button('Allow', 'allow', 'allow') : null,
     frame.allow_session === true ? button('Allow for session', 'allow_session', 'secondary') : null,
     button('Deny', 'deny', 'danger'));
-  card.node = el('li', { class: 'approval-card', 'data-risk': risk, 'aria-labelledby': summaryId },
+  card.node = el('li', { class: 'approval-card', 'data-risk': risk, 'data-approval': id, 'aria-labelledby': summaryId },
     el('div', { class: 'approval-head' },
       el('span', { class: 'risk' }, RISKS[risk] || risk),
       left),

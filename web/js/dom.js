@@ -124,6 +124,7 @@ const SENTENCES = {
   'sealed-session-required': 'The laptop accepts sealed sessions only, and this client cannot seal.',
   'executor-unauthenticated': 'That environment refused the call.',
   'conflict': 'That changed on the laptop meanwhile; nothing was replaced.',
+  'no-spoken-consent': 'Voice did not hear a clear yes from you, so nothing ran; the approval waits for your tap.',
   'offline': 'The laptop is offline.',
 };
 

@@ -8,7 +8,7 @@
 // too. Keep each list in this form: `export const NAME = /** @type {const} */ ([`, one quoted name
 // per entry, `]);`.
 
-/** Version of the challenge, and of the plain hello (a call the relay hosts, at `/live`). */
+/** Version of the challenge, and of the plain hello (scripts on the loopback socket). */
 export const PROTOCOL = 2;
 
 /** Version of the sealed hello the page says everywhere else (docs/PROTOCOL.md, "Sealed sessions"). */
@@ -52,6 +52,7 @@ export const ERROR_CODES = /** @type {const} */ ([
   'sealed-session-stalled',
   'sealed-session-required',
   'conflict',
+  'no-spoken-consent',
 ]);
 
 /** `code` of a `call_error` frame. */
@@ -83,6 +84,7 @@ export const CLIENT_FRAMES = /** @type {const} */ ([
   'call_end',
   'say',
   'audio_end',
+  'narration',
   'follow',
   'unfollow',
   'approve',
@@ -109,6 +111,7 @@ export const AGENT_FRAMES = /** @type {const} */ ([
   'interrupted',
   'tool_activity',
   'call_ended',
+  'narrate',
   'approval',
   'approval_resolved',
   'push_subscribed',
@@ -119,6 +122,23 @@ export const AGENT_FRAMES = /** @type {const} */ ([
   'agent_event',
   'relay_page',
 ]);
+
+/** `type` of the frames a page sends the relay hosting its call, at `/live` (docs/PROTOCOL.md, "Hosted voice"). */
+export const LIVE_FRAMES = /** @type {const} */ ([
+  'call_start',
+  'say',
+  'audio_end',
+  'call_end',
+  'tool_result',
+  'narrate',
+]);
+
+/**
+ * `type` of the frames a relay hosting a call sends the page at `/live`: the call's frames (of
+ * AGENT_FRAMES) and the model's calls, in the form the page sends them on in its sealed session.
+ */
+const LIVE_CALL_FRAMES = new Set(['call_started', 'call_error', 'call_ended', 'transcript', 'turn_complete',
+  'interrupted', 'tool_activity', 'error', 'tool_call', 'cancel']);
 
 /** @typedef {typeof ERROR_CODES[number]} ErrorCode */
 /** @typedef {typeof CALL_ERROR_CODES[number]} CallErrorCode */
@@ -134,6 +154,11 @@ export const AGENT_FRAMES = /** @type {const} */ ([
 /**
  * A client frame as the page sends it.
  * @typedef {{type: ClientFrameType} & Record<string, unknown>} ClientFrame
+ */
+
+/**
+ * A frame as the page sends it to the relay hosting its call, at `/live`.
+ * @typedef {{type: typeof LIVE_FRAMES[number]} & Record<string, unknown>} LiveFrame
  */
 
 /** @type {ReadonlySet<string>} */
@@ -153,6 +178,23 @@ export function parseAgentFrame(text) {
     return null;
   }
   if (!frame || typeof frame !== 'object' || !AGENT_FRAME_SET.has(frame.type)) return null;
+  return frame;
+}
+
+/**
+ * The frame in a text message from the relay at `/live`, or `null` for anything else (a frame of
+ * the pairing included: none may come there).
+ * @param {string} text
+ * @returns {Record<string, any> | null}
+ */
+export function parseLiveFrame(text) {
+  let frame;
+  try {
+    frame = JSON.parse(text);
+  } catch {
+    return null;
+  }
+  if (!frame || typeof frame !== 'object' || !LIVE_CALL_FRAMES.has(frame.type)) return null;
   return frame;
 }
 

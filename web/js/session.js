@@ -46,7 +46,7 @@ const MAX_BUFFERED_AUDIO = 48 * 1024;
  * A held session that proved the laptop stays in `hello` and emits `introduced` with its hello.
  *
  * `liveRefused` says why the relay's hosted voice cannot serve this laptop (`proxy-token`,
- * `no-voice-relay`, `sealed-required`), once a call learnt it (voice/panel.js).
+ * `no-voice-relay`), once a call learnt it (voice/panel.js).
  */
 export class Session extends EventTarget {
   /**

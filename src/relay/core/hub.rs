@@ -245,9 +245,10 @@ impl Hub {
         }
     }
 
-    /// The connection id of the agent on this slot now.
-    pub(crate) fn agent_of(&self, slot: &Slot) -> Option<u64> {
-        lock(&slot.members).agent.as_ref().map(|agent| agent.conn)
+    /// Whether an agent holds `code` now.
+    pub(crate) fn has_agent(&self, code: u128) -> bool {
+        let slot = lock(&self.slots).get(&code).cloned();
+        slot.is_some_and(|slot| lock(&slot.members).agent.is_some())
     }
 
     /// Hands part of a message from phone `peer` to the agent `agent` (the one that got the

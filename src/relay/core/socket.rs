@@ -58,6 +58,12 @@ impl Membership {
         self.claim.code
     }
 
+    /// Whether an agent holds this code at this relay now: a service that speaks for no pairing
+    /// (hosted voice) serves only the codes of connected laptops, without taking a place.
+    pub fn agent_present(&self) -> bool {
+        self.hub.has_agent(self.claim.code)
+    }
+
     /// A send queue for this socket, within the limits and counted in the relay's ledger.
     pub(crate) fn queue(&self, limits: &SocketLimits) -> Arc<SendQueue> {
         self.queue_into(limits, None)
@@ -89,19 +95,6 @@ impl Membership {
     pub(crate) fn leave(&self, seated: &Seated) {
         self.hub.leave(self.claim.code, &seated.slot, seated.seat);
         self.hub.metrics().socket_left(self.claim.role);
-    }
-}
-
-impl Seated {
-    /// Sends one whole frame to the agent as this phone's (how a service speaks for its phone).
-    /// `own` is the service's queue: its end stops a wait for room.
-    pub(crate) async fn send_to_agent(&self, hub: &Hub, own: &SendQueue, stall_timeout: Duration, frame: OutFrame) {
-        let Seat::Phone { peer } = self.seat else { return };
-        let kind = if frame.opcode == codec::OP_TEXT { Kind::Text } else { Kind::Binary };
-        let agent = hub.agent_of(&self.slot);
-        let to = Forwarder { hub, slot: &self.slot, own, stall_timeout };
-        let frame = OutFrame::tagged(header(kind, peer), frame.payload);
-        to.forward(frame, |hub, slot, frame| hub.to_agent(slot, peer, agent, frame)).await;
     }
 }
 

@@ -93,6 +93,8 @@ impl FakeOptions {
 pub struct Event {
     pub conn: usize,
     pub at: Instant,
+    /// The same moment on the system clock, for a benchmark that compares it with a browser's.
+    pub wall: std::time::SystemTime,
     pub kind: Kind,
 }
 
@@ -181,7 +183,7 @@ impl Shared {
     }
 
     fn record(&self, conn: usize, kind: Kind) {
-        let event = Event { conn, at: Instant::now(), kind };
+        let event = Event { conn, at: Instant::now(), wall: std::time::SystemTime::now(), kind };
         if let Ok(mut log) = self.log.lock() {
             log.push(event.clone());
         }

@@ -13,7 +13,8 @@ import { randomHex } from './hello.js';
  * @typedef {{code: string, message: string}} CallFailure
  * @typedef {{result: Record<string, any>, image: AgentFrame | undefined}} CallOutcome
  * @typedef {{id: string, done: Promise<CallOutcome>}} RunningCall
- * @typedef {{env?: string, onProgress?: (chunk: string) => void, onImage?: (image: AgentFrame) => void}} CallOptions
+ * @typedef {{env?: string, onProgress?: (chunk: string) => void, onImage?: (image: AgentFrame) => void,
+ *   id?: string, caller?: string}} CallOptions `id` and `caller`: a call carried for the relay's model (voice/socket.js)
  * @typedef {{onProgress?: (chunk: string) => void, onImage?: (image: AgentFrame) => void, onReplay?: () => void}} CallHandlers
  * @typedef {CallHandlers & {resolve: (outcome: CallOutcome) => void, reject: (error: CallFailure) => void,
  *   image?: AgentFrame}} Pending
@@ -71,13 +72,13 @@ export class Calls {
    * @param {(frame: import('../protocol.js').ClientFrame) => boolean} send
    * @returns {RunningCall}
    */
-  start(name, args, { env, onProgress, onImage }, send) {
-    const id = `${this.idPrefix}${this.nextId++}`;
+  start(name, args, { env, onProgress, onImage, id = `${this.idPrefix}${this.nextId++}`, caller }, send) {
     /** @type {Promise<CallOutcome>} */
     const done = new Promise((resolve, reject) => {
       /** @type {import('../protocol.js').ClientFrame} */
       const frame = { type: 'tool_call', id, name, args };
       if (env) frame.env = env;
+      if (caller) frame.caller = caller;
       if (!send(frame)) {
         reject(OFFLINE);
         return;

@@ -43,7 +43,7 @@ export const EVENT_OF_FRAME = Object.freeze({
 
 /** Frames of a voice call, handed to whoever speaks on the socket (voice/panel.js). */
 export const VOICE_FRAMES = new Set(['call_started', 'call_error', 'call_ended', 'transcript', 'turn_complete',
-  'interrupted', 'tool_activity']);
+  'interrupted', 'tool_activity', 'narrate']);
 
 /**
  * Hands one frame of an online session on: as the event it is dispatched as, to the call it

@@ -74,6 +74,10 @@ export function freshStats() {
     receiveToQueueMs: [],
     /** @type {number[]} */
     firstVoiceMs: [],
+    /** When each sent microphone frame left the audio thread (its last sample), in Unix ms. @type {number[]} */
+    sentAt: [],
+    /** When the audio thread queued each voice chunk (its word back), in Unix ms. @type {number[]} */
+    queuedAt: [],
     bytesSent: 0,
     bytesReceived: 0,
     seconds: 0,
@@ -210,6 +214,7 @@ export class Call {
     this.stats.framesSent += 1;
     this.stats.samplesSent += pcm.length / 2;
     record(this.stats.captureToSendMs, performance.now() - clock.pageTime(message.end));
+    record(this.stats.sentAt, performance.timeOrigin + clock.pageTime(message.end));
   }
 
   /**
@@ -242,6 +247,7 @@ export class Call {
       const receivedAt = this.received.get(message.seq);
       this.received.delete(message.seq);
       if (receivedAt !== undefined) record(this.stats.receiveToQueueMs, performance.now() - receivedAt);
+      record(this.stats.queuedAt, performance.timeOrigin + performance.now());
     } else if (message.type === 'stats') {
       const rate = this.stats.sampleRate || 48000;
       this.stats.samplesPlayed = Math.round((message.played * 24000) / rate);

@@ -8,95 +8,11 @@
 // sealed session when the laptop hosts the call, else a call socket to the relay's `/live`
 // (socket.js), opened for the call and closed when it ends. The session stays sealed beside it.
 
-import { atBottom, base64Bytes, el, part, sentence, show } from '../dom.js';
+import { part, show } from '../dom.js';
 import { Call, freshStats } from './call.js';
+import { Conversation } from './log.js';
+import { CALL_HOSTS, UNHOSTED, callSentence, clockText } from './sentences.js';
 import { CallSocket } from './socket.js';
-
-/** Transcript lines, tool lines and pictures kept on screen during one call. */
-const MAX_LOG_ITEMS = 300;
-
-/**
- * The text part of a conversation line.
- * @param {Element} line
- */
-function saidOf(line) {
-  const said = line.querySelector('.said');
-  if (!(said instanceof HTMLElement)) throw new Error('a conversation line without its text');
-  return said;
-}
-
-/**
- * What each call_error code means, as a sentence, when the laptop hosts the call: every code of
- * protocol.js (the type says so), and the page's own.
- * @type {Record<import('../protocol.js').CallErrorCode | 'mic-denied' | 'no-mic' | 'no-audio' | 'offline'
- *   | 'call-socket' | 'no-voice-laptop' | 'no-voice-relay' | 'proxy-token' | 'sealed-required', string>}
- */
-const CALL_ERRORS = {
-  'bad-key': 'The laptop\'s Gemini API key was refused. Check GEMINI_API_KEY on the laptop.',
-  'gemini-refused': 'Gemini refused the call\'s request.',
-  'gemini-not-found': 'Gemini does not know the model (or the session) the laptop asked for.',
-  'gemini-unavailable': 'Gemini is busy or out of quota right now; try again in a minute.',
-  'gemini-unreachable': 'The laptop cannot reach Gemini. Check its internet connection.',
-  'gemini-closed': 'Gemini ended the call and it could not be resumed.',
-  'busy': 'The call is not keeping up; try again in a moment.',
-  'unavailable': 'This laptop does not host voice calls. Start it with voxa --self-hosted and a GEMINI_API_KEY.',
-  'no-call': 'No call is running on the laptop.',
-  'at-capacity': 'As many calls as allowed are running; try again later.',
-  'too-many-calls': 'This network runs or just started as many relay calls as its operator allows; try again in a minute.',
-  'budget-spent': 'The relay\'s voice minutes for today are spent; they come back at midnight UTC.',
-  'mic-denied': 'The microphone is blocked. Allow it for this page in the browser\'s site settings.',
-  'no-mic': 'No microphone was found.',
-  'no-audio': 'This browser cannot run a voice call here (it needs https and Web Audio).',
-  'offline': 'The call ended: the laptop went offline.',
-  'call-socket': 'The relay\'s socket for this call did not open, or closed; try the call again.',
-  'no-voice-laptop': 'There is no voice on this laptop: it does not host calls itself. '
-    + 'Start it with voxa --self-hosted and a GEMINI_API_KEY.',
-  'no-voice-relay': 'There is no voice on this relay, and this laptop does not host calls itself. '
-    + 'Start the laptop with voxa --self-hosted and a GEMINI_API_KEY, or pair it through a relay that hosts voice.',
-  'proxy-token': 'This relay hosts voice only for apps that send it a token, which a browser cannot do. '
-    + 'Start the laptop with voxa --self-hosted and a GEMINI_API_KEY to call from here.',
-  'sealed-required': 'This laptop accepts only sealed sessions, and a call the relay hosts cannot be sealed '
-    + '(the relay runs the model, so it must hear the call); this session stays sealed. '
-    + 'Start the laptop with voxa --self-hosted and a GEMINI_API_KEY to call from here.',
-};
-
-// The same codes when the relay hosts the call (at `/live`): the key and the limits are its operator's.
-const RELAY_CALL_ERRORS = {
-  ...CALL_ERRORS,
-  'bad-key': 'The relay\'s Gemini API key was refused. Tell the relay\'s operator.',
-  'gemini-not-found': 'Gemini does not know the model (or the session) the relay asked for.',
-  'gemini-unreachable': 'The relay cannot reach Gemini right now; try again in a minute.',
-  'unavailable': 'The relay cannot start a call until the laptop has answered this page.',
-  'no-call': 'No call is running on the relay.',
-  'at-capacity': 'The relay is running as many calls as its operator allows; try again later.',
-};
-
-/**
- * Where a call runs, as the call panel says it when the call starts: a call the relay hosts is
- * heard by the relay (it is not sealed).
- * @type {Record<'laptop' | 'relay', string>}
- */
-const CALL_HOSTS = { laptop: 'on the laptop', relay: 'the relay runs the model and hears this call' };
-
-/** A call_error (or a page-side failure) as a sentence with its code; `host` is who runs the call. */
-/**
- * @param {Failure} error
- * @param {string} [host]
- */
-export const callSentence = (error, host = 'laptop') =>
-  sentence(error, host === 'relay' ? RELAY_CALL_ERRORS : CALL_ERRORS);
-
-/** The refusals that say the relay's hosted voice cannot serve this laptop at all. */
-const UNHOSTED = new Set(['proxy-token', 'no-voice-relay', 'sealed-required']);
-
-/** "1:05" for 65 s; "1:02:03" past an hour. */
-/** @param {number} seconds */
-function clockText(seconds) {
-  const s = Math.max(0, Math.floor(seconds));
-  const mm = String(Math.floor((s % 3600) / 60));
-  const ss = String(s % 60).padStart(2, '0');
-  return s >= 3600 ? `${Math.floor(s / 3600)}:${mm.padStart(2, '0')}:${ss}` : `${mm}:${ss}`;
-}
 
 /**
  * @typedef {import('../session.js').Session} Link
@@ -124,12 +40,6 @@ export class Voice {
     this.talking = false;
     /** @type {ReturnType<typeof setInterval> | undefined} */
     this.timer = undefined;
-    /** @type {{user: HTMLElement | null, model: HTMLElement | null}} */
-    this.lines = { user: null, model: null };
-    /** @type {string[]} */
-    this.images = [];
-    /** @type {Map<string, HTMLElement>} */
-    this.tools = new Map();
     this.section = buttons;
     this.callButton = part(buttons, 'call', HTMLButtonElement);
     this.endButton = part(buttons, 'end-call', HTMLButtonElement);
@@ -137,7 +47,7 @@ export class Voice {
     this.note = part(buttons, 'call-note', HTMLElement);
     this.closeButton = part(panel, 'call-close', HTMLButtonElement);
     this.panel = panel;
-    this.log = part(panel, 'call-log', HTMLElement);
+    this.conversation = new Conversation(part(panel, 'call-log', HTMLElement));
     this.pushToTalk = part(panel, 'push-to-talk', HTMLInputElement);
     this.talkButton = part(panel, 'talk', HTMLButtonElement);
     this.level = part(panel, 'call-level', HTMLElement);
@@ -216,7 +126,7 @@ export class Voice {
    * @param {Link} session
    */
   callSocket(session) {
-    const socket = new CallSocket(session.pairing, /** @type {CryptoKey} */ (session.key));
+    const socket = new CallSocket(session);
     this.listen(socket);
     socket.addEventListener('closed', () => {
       if (this.call && this.call.link === socket) this.finish({ code: 'call-socket', message: 'The relay closed it.' });
@@ -274,7 +184,7 @@ export class Voice {
 
   start() {
     if (this.call || !this.link || !this.link.online) return;
-    this.clearLog();
+    this.conversation.clear();
     if (!this.offer || !('host' in this.offer)) {
       // No voice here: the panel says why, in a sentence.
       this.panel.hidden = false;
@@ -335,7 +245,7 @@ export class Voice {
     this.talking = false;
     clearInterval(this.timer);
     this.timer = undefined;
-    this.finishLines();
+    this.conversation.finishLines();
     this.level.style.setProperty('--level', '0');
     this.setStatus(seconds > 0 ? `Call ended after ${clockText(seconds)}` : 'Call ended');
     this.duration.textContent = '';
@@ -363,20 +273,20 @@ export class Voice {
         if (call) this.finish(null, Number(frame.duration_s) || undefined);
         return;
       case 'transcript':
-        if (call) this.onTranscript(frame);
+        if (call) this.conversation.onTranscript(frame);
         return;
       case 'turn_complete':
-        this.finishLines();
+        this.conversation.finishLines();
         return;
       case 'interrupted':
         if (call) call.interrupt();
-        this.finishLine('model', true);
+        this.conversation.finishLine('model', true);
         return;
       case 'tool_activity':
-        if (call) this.onToolActivity(frame);
+        if (call) this.conversation.onToolActivity(frame);
         return;
       case 'image':
-        if (call) this.onImage(frame);
+        if (call) this.conversation.onImage(frame);
         return;
       default:
     }
@@ -462,131 +372,13 @@ export class Voice {
     if (!text || !this.call || !this.call.live) return;
     if (this.call.link.sendJson({ type: 'say', text })) {
       field.value = '';
-      this.addLine('user', text, true, 'typed');
+      this.conversation.addLine('user', text, true, 'typed');
     }
-  }
-
-  // --- the conversation log -----------------------------------------------------------------
-
-  clearLog() {
-    for (const url of this.images) URL.revokeObjectURL(url);
-    this.images = [];
-    this.tools.clear();
-    this.lines = { user: null, model: null };
-    this.log.replaceChildren();
-  }
-
-  /** @param {HTMLElement} node */
-  append(node) {
-    const follow = atBottom(this.log);
-    this.log.append(node);
-    for (let first = this.log.firstElementChild; first && this.log.childElementCount > MAX_LOG_ITEMS;
-      first = this.log.firstElementChild) {
-      const image = first.querySelector('img');
-      if (image && image.src.startsWith('blob:')) URL.revokeObjectURL(image.src);
-      first.remove();
-    }
-    if (follow) this.log.scrollTop = this.log.scrollHeight;
-  }
-
-  /**
-   * @param {'user' | 'model'} role
-   * @param {string} text
-   * @param {boolean} final
-   * @param {string} [note]
-   */
-  addLine(role, text, final, note) {
-    const line = el('li', { class: `line ${role}${final ? '' : ' partial'}` },
-      el('span', { class: 'who', text: role === 'user' ? 'You' : 'Laptop' }),
-      el('span', { class: 'said', text }));
-    if (note) line.dataset.note = note;
-    this.append(line);
-    return line;
-  }
-
-  /**
-   * Partials grow the speaker's current line; the final text replaces it.
-   * @param {import('../protocol.js').AgentFrame} frame
-   */
-  onTranscript(frame) {
-    /** @type {'user' | 'model'} */
-    const role = frame.role === 'user' ? 'user' : 'model';
-    const text = typeof frame.text === 'string' ? frame.text : '';
-    // A new user utterance closes the model's line and the other way round.
-    this.finishLine(role === 'user' ? 'model' : 'user');
-    let line = this.lines[role];
-    if (!line) {
-      line = this.addLine(role, '', false);
-      this.lines[role] = line;
-    }
-    const said = saidOf(line);
-    if (frame.final) {
-      said.textContent = text;
-      this.finishLine(role);
-    } else {
-      said.textContent += text;
-    }
-    const follow = this.log.scrollHeight - this.log.scrollTop - this.log.clientHeight < 80;
-    if (follow) this.log.scrollTop = this.log.scrollHeight;
-  }
-
-  /**
-   * @param {'user' | 'model'} role
-   * @param {boolean} [cut] the speaker was interrupted
-   */
-  finishLine(role, cut) {
-    const line = this.lines[role];
-    if (!line) return;
-    line.classList.remove('partial');
-    if (cut) line.classList.add('cut');
-    if (!saidOf(line).textContent) line.remove();
-    this.lines[role] = null;
-  }
-
-  finishLines() {
-    this.finishLine('user');
-    this.finishLine('model');
-  }
-
-  /** @param {import('../protocol.js').AgentFrame} frame */
-  onToolActivity(frame) {
-    const name = typeof frame.name === 'string' ? frame.name : 'tool';
-    let line = this.tools.get(frame.id);
-    if (!line) {
-      line = el('li', { class: 'line tool' }, el('span', { class: 'who', text: 'Tool' }), el('span', { class: 'said' }));
-      this.tools.set(frame.id, line);
-      this.append(line);
-    }
-    const said = saidOf(line);
-    if (frame.state === 'started') {
-      said.textContent = `${name} — running…`;
-      line.dataset.state = 'running';
-    } else {
-      const ok = frame.ok !== false;
-      said.textContent = ok ? `${name} — done` : `${name} — failed`;
-      line.dataset.state = ok ? 'ok' : 'failed';
-      this.tools.delete(frame.id);
-    }
-  }
-
-  /** @param {import('../protocol.js').AgentFrame} frame */
-  onImage(frame) {
-    if (typeof frame.data !== 'string') return;
-    const mime = typeof frame.mime === 'string' && frame.mime.startsWith('image/') ? frame.mime : 'image/png';
-    let url;
-    try {
-      url = URL.createObjectURL(new Blob([base64Bytes(frame.data)], { type: mime }));
-    } catch {
-      return;
-    }
-    this.images.push(url);
-    const image = el('img', { src: url, alt: `Screenshot during the call, ${frame.width} × ${frame.height}` });
-    this.append(el('li', { class: 'line picture' }, image));
   }
 
   reset() {
     this.finish();
-    this.clearLog();
+    this.conversation.clear();
     this.panel.hidden = true;
     show(this.error);
   }

@@ -1,29 +1,37 @@
 // @ts-check
 // The call socket (docs/PROTOCOL.md, "Hosted voice"): while a call the relay hosts runs, a second
-// socket beside the page's sealed session, to the relay's `/live`, with a place of its own on the
-// code. The relay runs the model, so it must read what this socket carries: its hello is
-// protocol 2 (the proofs are made here; the token never crosses the relay), and it carries the
-// call only — `call_start`, microphone and speaker audio, `say`, `audio_end`, `call_end` and the
-// call's own frames. Everything else, approvals of the call's tools included, stays on the sealed
-// session. It opens when a call starts and closes when the call ends.
+// socket beside the page's sealed session, to the relay's `/live`. The relay runs the model, so it
+// hears the call; it never speaks to the laptop. Nothing of the pairing crosses this socket: no
+// hello, no session frame. The model's function calls arrive here as `tool_call` frames; the page
+// runs each inside its sealed session, marked `"caller":"gemini-hosted"` (the laptop's
+// `[policy] hosted` decides, a tap answers what it asks), and sends the relay the laptop's
+// `tool_result` — a screenshot stays on the page, the relay hears that one was shown. The notes
+// the laptop sends for the model (`narrate`) go to the relay as they came. It opens when a call
+// starts and closes when the call ends.
 
-import { AUDIO_PREFIX, PROTOCOL, parseAgentFrame, parseNotice } from '../protocol.js';
+import { AUDIO_PREFIX, parseLiveFrame } from '../protocol.js';
 import { VOICE_FRAMES } from '../session/events.js';
-import { CLIENT, helloProof, randomHex, sameText } from '../session/hello.js';
 import { relayProtocols } from '../session/transport.js';
 
 /**
  * @typedef {import('../dom.js').Failure} Failure
  * @typedef {import('../protocol.js').AgentFrame} AgentFrame
  * @typedef {import('../seal/channel.js').Bytes} Bytes
+ * @typedef {import('../session.js').Session} Session
  */
 
-/** The call socket's client name, so `status` tells it from the sealed session beside it. */
-const CALL_CLIENT = `${CLIENT} hosted-call`;
-/** How long the socket may take to open and prove the laptop before the call gives up. */
+/** How long the socket may take to open before the call gives up. */
 const OPEN_TIMEOUT_MS = 15000;
 /** Bytes queued on the socket beyond which microphone frames are dropped (about 1.5 s of audio). */
 const MAX_BUFFERED_AUDIO = 48 * 1024;
+/** The relay's call ids: its prefix, its socket's random part, a number. Nothing else is carried. */
+const RELAY_CALL_ID = /^gemini-hosted-[0-9a-f]{8}-[0-9]{1,12}$/;
+/** How the laptop audits the calls carried for the relay's model. */
+const HOSTED_CALLER = 'gemini-hosted';
+/** The tool the relay's model is never offered: only a tap answers an approval in a hosted call. */
+const NEVER_OFFERED = new Set(['approve']);
+/** Relay calls carried at once; more are refused `busy`. */
+const MAX_CARRIED = 64;
 
 /**
  * Why the relay's `/live` cannot be used, by the HTTP status a plain request to it gets.
@@ -32,18 +40,15 @@ const MAX_BUFFERED_AUDIO = 48 * 1024;
 const LIVE_REFUSALS = { 401: 'proxy-token', 403: 'proxy-token', 404: 'no-voice-relay' };
 
 /**
- * Events: `voice` (the call's frames), `audio` (`{data, at}`, the model's voice) and `closed`
- * (the socket ended before the page closed it).
+ * Events: `voice` (the call's frames, and pictures its tools took), `audio` (`{data, at}`, the
+ * model's voice) and `closed` (the socket ended before the page closed it).
  */
 export class CallSocket extends EventTarget {
-  /**
-   * @param {import('../pairings.js').Pairing} pairing a relay pairing
-   * @param {CryptoKey} key the pairing token as the hello proofs' key
-   */
-  constructor(pairing, key) {
+  /** @param {Session} session the page's sealed session, which carries the model's calls */
+  constructor(session) {
     super();
-    this.pairing = pairing;
-    this.key = key;
+    this.session = session;
+    this.pairing = session.pairing;
     /** @type {WebSocket | null} */
     this.socket = null;
     this.online = false;
@@ -52,13 +57,21 @@ export class CallSocket extends EventTarget {
     this.bytesOut = 0;
     /** @type {{resolve: () => void, reject: (error: Failure) => void} | null} */
     this.opening = null;
-    /** @type {{agentNonce: string, clientNonce: string} | null} */
-    this.challenge = null;
+    /** The tools offered to the model: the laptop's, as its sealed `hello_ok` listed them. @type {string[]} */
+    this.tools = [];
+    /** Relay calls running in the sealed session. @type {Set<string>} */
+    this.carried = new Set();
+    /** The laptop sends this call's notes while it runs. */
+    this.narrating = false;
+    this.onSessionFrame = (/** @type {Event} */ event) => {
+      const frame = /** @type {CustomEvent} */ (event).detail;
+      if (frame.type === 'narrate' && typeof frame.text === 'string') this.sendJson({ type: 'narrate', text: frame.text });
+    };
   }
 
   /**
-   * Opens the socket and says hello. Resolves once the laptop's `hello_ok` proved it holds the
-   * pairing; rejects with `{code, message}` (a code of voice/panel.js's sentences) when not.
+   * Opens the socket. Resolves once it is open; rejects with `{code, message}` (a code of
+   * voice/sentences.js) when it cannot be.
    * @returns {Promise<void>}
    */
   open() {
@@ -83,16 +96,20 @@ export class CallSocket extends EventTarget {
       }
       this.socket = socket;
       socket.binaryType = 'arraybuffer';
-      let opened = false;
-      socket.onopen = () => { opened = true; };
+      socket.onopen = () => {
+        const opening = this.opening;
+        this.opening = null;
+        this.online = true;
+        this.session.addEventListener('voice', this.onSessionFrame);
+        if (opening) opening.resolve();
+      };
       socket.onmessage = (event) => this.onMessage(event.data);
       socket.onclose = () => {
         this.online = false;
         if (this.opening) {
-          if (opened) this.fail({ code: 'call-socket', message: 'The relay closed it before the laptop answered.' });
-          else this.refusal().then((error) => this.fail(error));
+          this.refusal().then((error) => this.fail(error));
         } else if (!this.closed) {
-          this.closed = true;
+          this.close();
           this.dispatchEvent(new CustomEvent('closed'));
         }
       };
@@ -133,55 +150,72 @@ export class CallSocket extends EventTarget {
       return;
     }
     this.bytesIn += data.length;
-    if (parseNotice(data)) return;
-    const frame = parseAgentFrame(data);
+    const frame = this.online ? parseLiveFrame(data) : null;
     if (!frame) return;
-    if (this.opening) {
-      this.hello(frame).catch(() => this.fail({ code: 'call-socket', message: 'Its hello failed.' }));
-    } else if (VOICE_FRAMES.has(frame.type) || frame.type === 'image') {
+    if (frame.type === 'tool_call') this.carry(frame);
+    else if (frame.type === 'cancel') this.cancel(frame);
+    else if (VOICE_FRAMES.has(frame.type)) {
+      if (frame.type === 'call_started') this.narrate(true);
       this.dispatchEvent(new CustomEvent('voice', { detail: frame }));
     }
   }
 
   /**
-   * The hello of protocol 2, the proofs made here (docs/PROTOCOL.md, "Session start").
-   * @param {AgentFrame} frame
+   * One of the model's calls: run in the sealed session as the laptop's hosted caller, its result
+   * sent back. Only the relay's own ids and the offered tools are carried.
+   * @param {Record<string, any>} frame
    */
-  async hello(frame) {
-    const socket = this.socket;
-    if (!socket) return;
-    if (frame.type === 'challenge') {
-      const agentNonce = typeof frame.nonce === 'string' ? frame.nonce : '';
-      if (frame.protocol !== PROTOCOL || !/^[0-9a-f]{32}$/.test(agentNonce)) {
-        this.fail({ code: 'call-socket', message: 'This laptop speaks another protocol version: update voxa.' });
-        return;
-      }
-      const challenge = { agentNonce, clientNonce: randomHex(16) };
-      this.challenge = challenge;
-      const proof = await helloProof(this.key, 'client', agentNonce, challenge.clientNonce);
-      if (this.challenge !== challenge || socket.readyState !== WebSocket.OPEN) return;
-      this.send(JSON.stringify({ type: 'hello', protocol: PROTOCOL, nonce: challenge.clientNonce, proof, client: CALL_CLIENT }));
-    } else if (frame.type === 'hello_ok' && this.challenge) {
-      const { agentNonce, clientNonce } = this.challenge;
-      this.challenge = null;
-      const expected = await helloProof(this.key, 'agent', agentNonce, clientNonce);
-      if (!sameText(frame.proof, expected)) {
-        this.fail({ code: 'call-socket', message: 'This is not your laptop: it could not prove it holds the pairing.' });
-        return;
-      }
-      const opening = this.opening;
-      this.opening = null;
-      this.online = true;
-      if (opening) opening.resolve();
-    } else if (frame.type === 'error') {
-      // A laptop with `[security] require_sealed` refuses every hello the relay can read.
-      if (frame.code === 'sealed-session-required') {
-        this.fail({ code: 'sealed-required' });
-        return;
-      }
-      const why = typeof frame.code === 'string' && /^[a-z-]{1,40}$/.test(frame.code) ? ` (${frame.code})` : '';
-      this.fail({ code: 'call-socket', message: `The laptop refused its hello${why}.` });
+  carry(frame) {
+    const id = typeof frame.id === 'string' && RELAY_CALL_ID.test(frame.id) ? frame.id : '';
+    if (!id || this.carried.has(id)) return;
+    const refuse = (/** @type {string} */ code, /** @type {string} */ message) =>
+      this.sendJson({ type: 'tool_result', id, ok: false, error: { code, message } });
+    const name = typeof frame.name === 'string' ? frame.name : '';
+    if (!this.tools.includes(name)) {
+      refuse('unknown-tool', 'this call was not offered that tool');
+      return;
     }
+    if (this.carried.size >= MAX_CARRIED) {
+      refuse('busy', 'too many calls are running; try again shortly');
+      return;
+    }
+    const args = frame.args && typeof frame.args === 'object' && !Array.isArray(frame.args) ? frame.args : {};
+    const env = typeof frame.env === 'string' && frame.env ? frame.env : undefined;
+    /** @type {AgentFrame | undefined} */
+    let shown;
+    const onImage = (/** @type {AgentFrame} */ image) => {
+      shown = image;
+      this.dispatchEvent(new CustomEvent('voice', { detail: image }));
+    };
+    this.carried.add(id);
+    this.session.call(name, args, { env, id, caller: HOSTED_CALLER, onImage }).done.then(({ result }) => {
+      // The picture stays on the page; the model hears that one was shown.
+      const said = shown ? {
+        shown_on_phone: true, width: shown.width, height: shown.height,
+        message: `The screenshot (${shown.width}x${shown.height}) is shown on the user's phone.`,
+      } : result;
+      this.sendJson({ type: 'tool_result', id, ok: true, result: said });
+    }, (/** @type {{code?: string, message?: string}} */ error) => {
+      refuse(error && error.code ? error.code : 'internal', error && error.message ? error.message : 'the call failed');
+    }).finally(() => this.carried.delete(id));
+  }
+
+  /**
+   * The model cancelled a call: the laptop stops it and its `cancelled` goes back as its result.
+   * @param {Record<string, any>} frame
+   */
+  cancel(frame) {
+    if (typeof frame.id === 'string' && this.carried.has(frame.id)) this.session.cancel(frame.id);
+  }
+
+  /**
+   * Asks the laptop for this call's notes (narration, approvals read back), or stops them.
+   * @param {boolean} on
+   */
+  narrate(on) {
+    if (this.narrating === on) return;
+    this.narrating = on;
+    this.session.sendJson({ type: 'narration', on });
   }
 
   /**
@@ -197,10 +231,16 @@ export class CallSocket extends EventTarget {
   }
 
   /**
-   * Sends one of the call's JSON frames; false when the socket is not open.
-   * @param {import('../protocol.js').ClientFrame} frame
+   * Sends one of the call's JSON frames; false when the socket is not open. `call_start` names
+   * the laptop's tools (its sealed `hello_ok` list), which the relay declares to its model.
+   * @param {import('../protocol.js').LiveFrame} frame
    */
   sendJson(frame) {
+    if (frame.type === 'call_start') {
+      const listed = this.session.hello && Array.isArray(this.session.hello.tools) ? this.session.hello.tools : [];
+      this.tools = listed.filter((/** @type {unknown} */ name) => typeof name === 'string' && !NEVER_OFFERED.has(name));
+      return this.online && this.send(JSON.stringify({ type: 'call_start', tools: this.tools }));
+    }
     return this.online && this.send(JSON.stringify(frame));
   }
 
@@ -220,7 +260,7 @@ export class CallSocket extends EventTarget {
     this.close();
   }
 
-  /** Closes the socket for good; the relay's call ends with it. */
+  /** Closes the socket for good; the relay's call ends with it, the laptop's notes stop. */
   close() {
     const opening = this.opening;
     this.opening = null;
@@ -228,7 +268,8 @@ export class CallSocket extends EventTarget {
     if (opening) opening.reject({ code: 'call-socket', message: 'The call ended before its socket opened.' });
     this.closed = true;
     this.online = false;
-    this.challenge = null;
+    this.session.removeEventListener('voice', this.onSessionFrame);
+    this.narrate(false);
     const socket = this.socket;
     this.socket = null;
     if (socket && socket.readyState !== WebSocket.CLOSED) socket.close(1000, 'call ended');
