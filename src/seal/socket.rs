@@ -109,11 +109,19 @@ impl Inbound {
 }
 
 /// Seals what a session sends: the returned queue takes plain frames, a task seals them in order
-/// into `out`. It ends when either side is gone, or (logged) if a frame cannot be sealed.
+/// into `out`. It ends when either side is gone, or (logged) if a frame cannot be sealed. A socket
+/// that goes away ends it at once, not at the next frame, so the returned queue closes with the
+/// socket, as a plain session's does: whoever holds a clone of it (a terminal waiting for its
+/// acknowledgements) sees the session gone.
 pub fn seal_writer(mut sealer: Sealer, out: mpsc::Sender<Frame>) -> mpsc::Sender<Frame> {
     let (tx, mut rx) = mpsc::channel::<Frame>(SEND_QUEUE_FRAMES);
     tokio::spawn(async move {
-        while let Some(frame) = rx.recv().await {
+        loop {
+            let frame = tokio::select! {
+                frame = rx.recv() => frame,
+                () = out.closed() => None,
+            };
+            let Some(frame) = frame else { return };
             let sealed = match seal_frame(&mut sealer, &frame) {
                 Ok(sealed) => sealed,
                 Err(err) => {

@@ -272,6 +272,36 @@ async fn opening_a_terminal_asks_the_user_under_ask_and_is_refused_when_denied()
     assert_eq!(phone.call("term_list", json!({})).await["terminals"], json!([]));
 }
 
+/// Issue 38: a sealed phone that left while its terminal was held at the window (a flood it never
+/// acknowledged) kept the terminal held: its sealed writer waited for frames that never came, so
+/// the agent counted the phone as watching. The phone that comes back gets the screen and then
+/// every byte after it, and its keys are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_phone_that_left_during_a_flood_comes_back_to_a_terminal_that_answers() {
+    use voxa::protocol::TERM_WINDOW;
+    let (relay, agent, mut phone) = phone_and_agent().await;
+    assert!(phone.socket.is_sealed(), "the phone speaks protocol 3, as the page does");
+    let term = phone.open(Some("sh")).await;
+    phone.type_in(&term, "echo ready-$((1+1))\r").await;
+    phone.until(&term, "ready-2").await;
+    // Output it never acknowledges: the agent stops at the window.
+    phone.acking = false;
+    phone.type_in(&term, "yes 0123456789abcdef | head -c 1000000; echo flood-$((40+2))\r").await;
+    let held = phone.next.get(&term).copied().unwrap_or(0);
+    let deadline = tokio::time::Instant::now() + 3 * STEP;
+    while phone.next.get(&term).copied().unwrap_or(0) < held + TERM_WINDOW / 2 {
+        let frame = tokio::time::timeout_at(deadline, phone.next_frame()).await;
+        assert!(frame.is_ok(), "the flood arrives up to the window");
+    }
+    drop(phone);
+    let mut phone = Watcher::new(agent.phone(&relay).await);
+    assert!(phone.socket.is_sealed());
+    phone.call("term_attach", json!({"term": term})).await;
+    phone.until(&term, "flood-42").await;
+    phone.type_in(&term, "echo back-$((6*7))\r").await;
+    phone.until(&term, "back-42").await;
+}
+
 /// Resident memory of process `pid`, in bytes.
 fn rss(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
