@@ -109,6 +109,7 @@ export const AGENT_FRAMES = /** @type {const} */ ([
   'approval_resolved',
   'push_subscribed',
   'calls',
+  'term_snapshot',
   'term_output',
   'term_exit',
 ]);
