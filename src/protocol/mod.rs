@@ -38,8 +38,8 @@ pub use session::{
     ConnectedClient, RelayPage, ToolActivityState, TranscriptRole,
 };
 pub use terminal::{
-    TermAck, TermExit, TermOutput, MAX_TERMINALS, MAX_TERM_INPUT, MAX_TERM_SIZE, TERM_CHUNK, TERM_IDLE_LIMIT,
-    TERM_SCROLLBACK, TERM_WINDOW,
+    TermAck, TermExit, TermOutput, TermSnapshot, MAX_TERMINALS, MAX_TERM_CELLS, MAX_TERM_INPUT, MAX_TERM_SIZE,
+    TERM_CHUNK, TERM_IDLE_LIMIT, TERM_WINDOW,
 };
 pub use tools::{Image, ToolCall, ToolError, ToolResult, HOSTED_CALLER};
 

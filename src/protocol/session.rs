@@ -159,6 +159,8 @@ pub enum AgentMessage {
     /// Tool calls of this session's pairing this client did not start: running, or finished and
     /// not yet seen. Their `tool_progress`, `image` and `tool_result` frames follow.
     Calls(CallsFrame),
+    /// The screen of a terminal this client attached, before its output.
+    TermSnapshot(super::TermSnapshot),
     /// Output of a terminal this client opened or attached.
     TermOutput(super::TermOutput),
     /// A terminal's program ended.

@@ -128,7 +128,9 @@ fn is_tick_plain(plain: &Plain) -> bool {
 /// Seals what a session sends: the returned queue takes plain frames, a task seals them in order
 /// into `out`, with a tick whenever the session sent nothing for
 /// [`TICK_INTERVAL`](super::ticks::TICK_INTERVAL). It ends when either side is gone, or (logged)
-/// if a frame cannot be sealed.
+/// if a frame cannot be sealed. A socket that goes away ends it at once, not at the next frame, so
+/// the returned queue closes with the socket, as a plain session's does: whoever holds a clone of
+/// it (a terminal waiting for its acknowledgements) sees the session gone.
 pub fn seal_writer(mut sealer: Sealer, out: mpsc::Sender<Frame>) -> mpsc::Sender<Frame> {
     let (tx, mut rx) = mpsc::channel::<Frame>(SEND_QUEUE_FRAMES);
     tokio::spawn(async move {
@@ -139,6 +141,7 @@ pub fn seal_writer(mut sealer: Sealer, out: mpsc::Sender<Frame>) -> mpsc::Sender
                     Some(frame) => frame,
                     None => return,
                 },
+                () = out.closed() => return,
                 _ = tokio::time::sleep_until(ticks.next_tick()) => Frame::text(TICK),
             };
             let sealed = match seal_frame(&mut sealer, &frame) {

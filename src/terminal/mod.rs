@@ -1,10 +1,13 @@
 //! Interactive terminals (docs/PROTOCOL.md, "Terminal sessions"): a real PTY the phone types into,
 //! that keeps running while no phone is connected. [`pty`] starts the program and moves its bytes,
-//! [`term`] delivers one terminal's output under flow control and keeps its scrollback and screen,
+//! [`term`] delivers one terminal's output under flow control, [`screen`] keeps what it shows
+//! (parsing only what [`scan`] says it cannot forget) for the snapshot a client attaching gets,
 //! [`tools`] runs the `term_*` tools the dispatcher hands over. The host below keeps the
 //! terminals, at most [`MAX_TERMINALS`], and closes those left idle past [`TERM_IDLE_LIMIT`].
 
 mod pty;
+mod scan;
+mod screen;
 mod term;
 mod tools;
 
@@ -16,7 +19,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::protocol::{ErrorCode, Frame, TermAck, ToolError, MAX_TERMINALS, MAX_TERM_SIZE, TERM_IDLE_LIMIT};
+use crate::protocol::{
+    ErrorCode, Frame, TermAck, ToolError, MAX_TERMINALS, MAX_TERM_CELLS, MAX_TERM_SIZE, TERM_IDLE_LIMIT,
+};
 use crate::tools::Toolbox;
 use term::{Described, Terminal};
 
@@ -175,13 +180,19 @@ impl TerminalHost {
     }
 }
 
-/// `cols` and `rows` within 1 to [`MAX_TERM_SIZE`].
+/// `cols` and `rows` within 1 to [`MAX_TERM_SIZE`], and at most [`MAX_TERM_CELLS`] cells.
 fn checked_size(cols: u64, rows: u64) -> Result<(u16, u16), ToolError> {
     let within = |value: u64| (1..=u64::from(MAX_TERM_SIZE)).contains(&value);
     if !within(cols) || !within(rows) {
         return Err(ToolError::new(
             ErrorCode::InvalidArgs,
             format!("fields `cols` and `rows` must be between 1 and {MAX_TERM_SIZE}"),
+        ));
+    }
+    if cols * rows > u64::from(MAX_TERM_CELLS) {
+        return Err(ToolError::new(
+            ErrorCode::InvalidArgs,
+            format!("a terminal of {cols} × {rows} is too large: at most {MAX_TERM_CELLS} cells"),
         ));
     }
     Ok((cols as u16, rows as u16))

@@ -22,6 +22,11 @@ const READ_AHEAD: usize = 4;
 const INPUT_QUEUE: usize = 64;
 /// How often a reader waiting for output checks whether its terminal was closed.
 const READ_POLL: Duration = Duration::from_millis(200);
+/// A read this large suggests more is on its way (one read of a PTY returns at most the kernel's
+/// line buffer, 4,095 bytes on Linux).
+const FULL_READ: usize = 2048;
+/// How long a reader that found the PTY full waits for the rest of a frame.
+const GATHER_WAIT: Duration = Duration::from_millis(1);
 
 /// A started terminal: where its output arrives, where input goes, and its program.
 pub(super) struct Spawned {
@@ -93,31 +98,55 @@ pub(super) fn spawn(launch: Launch<'_>) -> Result<Spawned, ToolError> {
 }
 
 /// Reads the terminal until its end, or until it is closed; each read waits for room in
-/// `chunks`, so a terminal nobody keeps up with is not read at all.
+/// `chunks`, so a terminal nobody keeps up with is not read at all. A read that filled the
+/// kernel's buffer is followed by what else becomes ready within [`GATHER_WAIT`], up to
+/// [`TERM_CHUNK`]: a flood goes in frames of 16 KiB, not of the 4 KiB one read returns, while a
+/// keystroke's echo goes at once.
 fn read_loop(mut reader: Box<dyn Read + Send>, fd: Option<RawFd>, chunks: &mpsc::Sender<Vec<u8>>, stop: &AtomicBool) {
     let mut buf = vec![0u8; TERM_CHUNK];
     while !stop.load(Ordering::Acquire) {
-        if let Some(fd) = fd {
-            let mut poll = [filedescriptor::pollfd { fd, events: filedescriptor::POLLIN, revents: 0 }];
-            match filedescriptor::poll(&mut poll, Some(READ_POLL)) {
-                Ok(0) => continue,
-                Ok(_) => {}
-                Err(err) => {
-                    tracing::debug!(%err, "could not poll a terminal");
-                    break;
+        if !readable(fd, READ_POLL) {
+            continue;
+        }
+        let (mut filled, mut ended) = (0, false);
+        loop {
+            let read = match reader.read(&mut buf[filled..]) {
+                Ok(0) => {
+                    ended = true;
+                    0
                 }
+                Ok(n) => n,
+                Err(err) if matches!(err.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock) => 0,
+                // EIO: every process holding the terminal has gone.
+                Err(_) => {
+                    ended = true;
+                    0
+                }
+            };
+            filled += read;
+            if ended || filled == buf.len() || read < FULL_READ || !readable(fd, GATHER_WAIT) {
+                break;
             }
         }
-        match reader.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                if chunks.blocking_send(buf[..n].to_vec()).is_err() {
-                    break;
-                }
-            }
-            Err(err) if matches!(err.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock) => {}
-            // EIO: every process holding the terminal has gone.
-            Err(_) => break,
+        if filled > 0 && chunks.blocking_send(buf[..filled].to_vec()).is_err() {
+            break;
+        }
+        if ended {
+            break;
+        }
+    }
+}
+
+/// Whether the terminal has output to read within `wait` (always, when it cannot be polled).
+fn readable(fd: Option<RawFd>, wait: Duration) -> bool {
+    let Some(fd) = fd else { return true };
+    let mut poll = [filedescriptor::pollfd { fd, events: filedescriptor::POLLIN, revents: 0 }];
+    match filedescriptor::poll(&mut poll, Some(wait)) {
+        Ok(0) => false,
+        Ok(_) => true,
+        Err(err) => {
+            tracing::debug!(%err, "could not poll a terminal");
+            true
         }
     }
 }

@@ -1,9 +1,7 @@
 //! One terminal: its output delivered in order to every client watching it, under a window of
-//! unacknowledged bytes per client; a bounded scrollback replayed to a client that attaches; the
-//! screen as a terminal emulator sees it, for `term_screen`; and its end.
+//! unacknowledged bytes per client; its screen ([`Screen`]), sent as a snapshot to a client that
+//! attaches and read by `term_screen`; and its end.
 
-use std::collections::VecDeque;
-use std::num::NonZeroU16;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,13 +13,8 @@ use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::pty::{self, Spawned};
-use crate::protocol::{
-    AgentMessage, ErrorCode, Frame, TermExit, TermOutput, ToolError, MAX_TERM_INPUT, TERM_CHUNK, TERM_SCROLLBACK,
-    TERM_WINDOW,
-};
-
-/// Lines above the screen the emulator keeps for `term_screen`.
-pub(super) const SCREEN_HISTORY: usize = 1000;
+use super::screen::Screen;
+use crate::protocol::{AgentMessage, ErrorCode, Frame, TermExit, TermSnapshot, ToolError, MAX_TERM_INPUT, TERM_WINDOW};
 /// How often a terminal held back by its window looks again for clients that went away.
 const WINDOW_RECHECK: Duration = Duration::from_secs(1);
 
@@ -57,8 +50,8 @@ pub(crate) struct Terminal {
 struct Output {
     /// Bytes written since the start: the offset of the next byte.
     offset: u64,
-    /// The last [`TERM_SCROLLBACK`] bytes, ending at `offset`.
-    scrollback: VecDeque<u8>,
+    /// What the terminal shows after those bytes.
+    screen: Screen,
     viewers: Vec<Viewer>,
     exit: Option<i64>,
 }
@@ -76,10 +69,6 @@ impl Output {
         let offset = self.offset;
         self.viewers.iter().all(|viewer| offset.saturating_sub(viewer.acked) < TERM_WINDOW)
     }
-}
-
-fn nonzero(value: u16) -> NonZeroU16 {
-    NonZeroU16::new(value).unwrap_or(NonZeroU16::MIN)
 }
 
 impl Terminal {
@@ -103,7 +92,7 @@ impl Terminal {
             pid,
             output: tokio::sync::Mutex::new(Output {
                 offset: 0,
-                scrollback: VecDeque::new(),
+                screen: Screen::new(cols, rows),
                 viewers: Vec::new(),
                 exit: None,
             }),
@@ -154,25 +143,24 @@ impl Terminal {
         !output.viewers.is_empty()
     }
 
-    /// Starts sending the terminal's output to `out`: the scrollback first (from the returned
-    /// offset), then live output. A client already watching starts over from the scrollback.
+    /// Starts sending the terminal to `out`: its screen as a snapshot, then live output from the
+    /// returned offset. A client already watching starts over from a snapshot.
     pub(super) async fn attach(&self, out: mpsc::Sender<Frame>) -> u64 {
         self.touch();
         let mut output = self.output.lock().await;
         output.viewers.retain(|viewer| !viewer.out.same_channel(&out) && !viewer.out.is_closed());
-        let start = output.offset - output.scrollback.len() as u64;
-        let replay: Vec<u8> = output.scrollback.iter().copied().collect();
-        for (index, chunk) in replay.chunks(TERM_CHUNK).enumerate() {
-            let frame = output_frame(&self.id, start + (index * TERM_CHUNK) as u64, chunk);
-            if out.send(frame).await.is_err() {
-                return start;
-            }
+        let offset = output.offset;
+        let (cols, rows) = output.screen.size();
+        let data = base64::engine::general_purpose::STANDARD.encode(output.screen.snapshot());
+        let snapshot = TermSnapshot { term: self.id.clone(), offset, cols, rows, data };
+        if out.send(Frame::from(AgentMessage::TermSnapshot(snapshot))).await.is_err() {
+            return offset;
         }
         if let Some(code) = output.exit {
             let _ = out.send(exit_frame(&self.id, code)).await;
         }
-        output.viewers.push(Viewer { out, acked: start });
-        start
+        output.viewers.push(Viewer { out, acked: offset });
+        offset
     }
 
     /// `out`'s client has every byte before `offset`. An offset beyond what was sent is capped.
@@ -206,27 +194,26 @@ impl Terminal {
         })
     }
 
-    /// Gives the terminal a new size; its program gets SIGWINCH.
+    /// Gives the terminal a new size; its program gets SIGWINCH. The output read before is
+    /// the screen's at the old size.
     pub(super) async fn resize(&self, cols: u16, rows: u16) -> Result<(), ToolError> {
         self.touch();
+        let mut output = self.output.lock().await;
         let resized =
             self.master.lock().map_err(|_| internal("the terminal is unusable"))?.resize(pty::size(cols, rows));
         resized.map_err(|err| internal(&format!("could not resize the terminal: {err:#}")))?;
+        output.screen.resize(cols, rows);
         if let Ok(mut size) = self.size.lock() {
             *size = (cols, rows);
         }
         Ok(())
     }
 
-    /// The screen as text, with up to `history` lines above it: the scrollback run through a
-    /// terminal emulator of the terminal's size, so colours and cursor movement are applied, not shown.
+    /// The screen as text, with up to `history` lines above it: colours and cursor movement
+    /// applied, not shown.
     pub(super) async fn screen(&self, history: usize) -> Result<Value, ToolError> {
         self.touch();
-        let replay: Vec<u8> = self.output.lock().await.scrollback.iter().copied().collect();
-        let (cols, rows) = self.size.lock().map(|size| *size).unwrap_or((80, 24));
-        let text = tokio::task::spawn_blocking(move || screen_text(&replay, cols, rows, history))
-            .await
-            .map_err(|_| internal("could not read the screen"))?;
+        let text = self.output.lock().await.screen.text(history);
         Ok(json!({ "term": self.id, "text": text, "exited": self.has_exited() }))
     }
 
@@ -267,9 +254,7 @@ impl Terminal {
         let mut output = self.output.lock().await;
         let offset = output.offset;
         output.offset += chunk.len() as u64;
-        output.scrollback.extend(chunk);
-        let excess = output.scrollback.len().saturating_sub(TERM_SCROLLBACK);
-        output.scrollback.drain(..excess);
+        output.screen.take(chunk);
         let frame = output_frame(&self.id, offset, chunk);
         let mut gone = Vec::new();
         for (index, viewer) in output.viewers.iter().enumerate() {
@@ -307,30 +292,18 @@ impl Terminal {
     }
 }
 
-/// The text a terminal of `cols` × `rows` shows after `bytes`, with up to `history` lines above it.
-fn screen_text(bytes: &[u8], cols: u16, rows: u16, history: usize) -> String {
-    let mut parser = vt100::Parser::new(nonzero(rows), nonzero(cols), SCREEN_HISTORY);
-    parser.process(bytes);
-    let screen = parser.screen_mut();
-    screen.set_scrollback(usize::MAX);
-    let above = screen.scrollback().min(history);
-    let mut lines: Vec<String> = Vec::new();
-    for back in (1..=above).rev() {
-        screen.set_scrollback(back);
-        lines.extend(screen.rows(0, cols).next());
-    }
-    screen.set_scrollback(0);
-    lines.extend(screen.rows(0, cols).take(usize::from(rows)));
-    let mut lines: Vec<&str> = lines.iter().map(|line| line.trim_end()).collect();
-    while lines.last().is_some_and(|line| line.is_empty()) {
-        lines.pop();
-    }
-    lines.join("\n")
-}
-
+/// A `term_output` frame, its text written at once: the base64 of the bytes goes straight into
+/// it, with no string of its own and no pass looking for characters to escape (it has none). The
+/// same JSON as [`AgentMessage::TermOutput`] gives.
 fn output_frame(term: &str, offset: u64, data: &[u8]) -> Frame {
-    let data = base64::engine::general_purpose::STANDARD.encode(data);
-    Frame::from(AgentMessage::TermOutput(TermOutput { term: term.to_owned(), offset, data }))
+    use std::fmt::Write as _;
+    let mut text = String::with_capacity(80 + term.len() + data.len().div_ceil(3) * 4);
+    text.push_str("{\"type\":\"term_output\",\"term\":");
+    text.push_str(&Value::from(term).to_string());
+    let _ = write!(text, ",\"offset\":{offset},\"data\":\"");
+    base64::engine::general_purpose::STANDARD.encode_string(data, &mut text);
+    text.push_str("\"}");
+    Frame::text(text)
 }
 
 fn exit_frame(term: &str, code: i64) -> Frame {
@@ -339,4 +312,22 @@ fn exit_frame(term: &str, code: i64) -> Frame {
 
 fn internal(message: &str) -> ToolError {
     ToolError::new(ErrorCode::Internal, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::TermOutput;
+
+    #[test]
+    fn an_output_frame_is_the_json_of_term_output() {
+        for data in [&b""[..], b"a", b"ab", b"abc", &[0xff; 4095], b"\x1b[31m\"quoted\"\r\n"] {
+            let data_b64 = base64::engine::general_purpose::STANDARD.encode(data);
+            let message = AgentMessage::TermOutput(TermOutput { term: "t-0123".into(), offset: 77, data: data_b64 });
+            assert_eq!(output_frame("t-0123", 77, data), Frame::from(message));
+        }
+        let odd = output_frame("t-\"x\"", 0, b"");
+        let parsed: Value = serde_json::from_str(odd.as_text().unwrap()).unwrap();
+        assert_eq!(parsed["term"], "t-\"x\"");
+    }
 }

@@ -13,7 +13,7 @@ use crate::tools::args::Args;
 use crate::tools::{Terminals, ToolKind};
 
 /// Most lines above the screen one `term_screen` returns.
-pub const MAX_SCREEN_HISTORY: u64 = super::term::SCREEN_HISTORY as u64;
+pub const MAX_SCREEN_HISTORY: u64 = super::screen::SCREEN_HISTORY as u64;
 
 impl Terminals for TerminalHost {
     fn run_tool(

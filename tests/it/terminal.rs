@@ -1,5 +1,6 @@
 //! Terminal sessions (docs/PROTOCOL.md, "Terminal sessions") driven as a phone drives them: a real
-//! agent and relay, a real PTY, the `term_*` tools and `term_output` frames acknowledged as read.
+//! agent and relay, a real PTY, the `term_*` tools, the `term_snapshot` of a terminal attached and
+//! `term_output` frames acknowledged as read.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -14,8 +15,11 @@ use crate::support::harness::*;
 /// A client watching terminals: the bytes each one sent, in order, acknowledged as they arrive.
 pub struct Watcher {
     pub socket: ClientSocket,
-    /// Everything received per terminal since it was opened or last attached.
+    /// Everything received per terminal since it was opened or last attached: the snapshot's
+    /// bytes, then the output, as a terminal emulator is given them.
     pub output: HashMap<String, Vec<u8>>,
+    /// The last `term_snapshot` of each terminal.
+    pub snapshots: HashMap<String, Value>,
     /// The offset the next frame of each terminal must carry.
     next: HashMap<String, u64>,
     pub exits: HashMap<String, i64>,
@@ -26,7 +30,15 @@ pub struct Watcher {
 
 impl Watcher {
     pub fn new(socket: ClientSocket) -> Self {
-        Watcher { socket, output: HashMap::new(), next: HashMap::new(), exits: HashMap::new(), calls: 0, acking: true }
+        Watcher {
+            socket,
+            output: HashMap::new(),
+            snapshots: HashMap::new(),
+            next: HashMap::new(),
+            exits: HashMap::new(),
+            calls: 0,
+            acking: true,
+        }
     }
 
     /// Calls a tool and returns its `tool_result`, taking in terminal frames on the way.
@@ -77,6 +89,7 @@ impl Watcher {
             };
             match frame["type"].as_str() {
                 Some("term_output") => self.take_output(&frame).await,
+                Some("term_snapshot") => self.take_snapshot(&frame),
                 Some("term_exit") => {
                     self.exits.insert(frame["term"].as_str().unwrap().to_owned(), frame["code"].as_i64().unwrap());
                 }
@@ -84,6 +97,16 @@ impl Watcher {
             }
             return frame;
         }
+    }
+
+    /// A snapshot starts the terminal's bytes over; its output follows from the snapshot's offset.
+    fn take_snapshot(&mut self, frame: &Value) {
+        let term = frame["term"].as_str().unwrap().to_owned();
+        let data = base64::engine::general_purpose::STANDARD.decode(frame["data"].as_str().unwrap()).unwrap();
+        assert!(data.starts_with(b"\x1bc"), "a snapshot starts with a reset");
+        self.output.insert(term.clone(), data);
+        self.next.insert(term.clone(), frame["offset"].as_u64().unwrap());
+        self.snapshots.insert(term, frame.clone());
     }
 
     async fn take_output(&mut self, frame: &Value) {
@@ -225,7 +248,13 @@ async fn a_terminal_outlives_the_phone_and_comes_back_with_its_scrollback() {
     let listed = phone.call("term_list", json!({})).await;
     assert_eq!(listed["terminals"][0]["term"], term.as_str());
     let attached = phone.call("term_attach", json!({"term": term})).await;
-    assert_eq!(attached["offset"], 0, "the whole (short) output is the scrollback");
+    // The screen came first, as it stands after the output before the offset live output starts at.
+    let snapshot = &phone.snapshots[&term];
+    assert_eq!(
+        (&snapshot["offset"], snapshot["cols"].as_u64(), snapshot["rows"].as_u64()),
+        (&attached["offset"], Some(80), Some(24))
+    );
+    assert!(attached["offset"].as_u64().unwrap() > 0);
     let replayed = phone.text(&term);
     assert!(replayed.contains("before-42") && replayed.contains("meanwhile-25"), "{replayed}");
     // Two clients watch; what one types, both see.
@@ -237,6 +266,54 @@ async fn a_terminal_outlives_the_phone_and_comes_back_with_its_scrollback() {
     phone.until_exit(&term).await;
     laptop.until_exit(&term).await;
     assert_eq!(phone.call("term_list", json!({})).await["terminals"], json!([]));
+}
+
+/// The screen a parser of `cols` × `rows` shows after `bytes`, as `term_screen` gives it.
+fn screen_after(bytes: &[u8], cols: u16, rows: u16) -> (String, vt100::Parser) {
+    let mut parser = vt100::Parser::new(rows.try_into().unwrap(), cols.try_into().unwrap(), 0);
+    parser.process(bytes);
+    let rows: Vec<String> = parser.screen().rows(0, cols).map(|row| row.trim_end().to_owned()).collect();
+    (rows.join("\n").trim_end().to_owned(), parser)
+}
+
+/// Issue 38: attaching replayed the output, queries included, which the page's emulator answered
+/// into the program, and old frames of a full-screen program under new lines. The agent now sends
+/// its screen: no query in it, the screen a terminal shows now, its colours and modes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_attaching_gets_the_screen_as_it_stands_and_no_query_in_it() {
+    let (relay, _agent, mut phone) = phone_and_agent().await;
+    let term = phone.open(Some("sh")).await;
+    // Frames of a full-screen program, cursor reports, device attributes and colour queries, a
+    // mode for the cursor keys, then the last frame in colour.
+    let script = r"for n in 1 2 3; do printf '\033[H\033[2Jold-frame-%s\n' $n; done; \
+                   printf '\033[6n\033[c\033[>c\033]10;?\007\033]11;?\033\\\033[?1h'; \
+                   printf '\033[H\033[2J\033[31mnew-frame\033[0m\n'; echo done-$((6*7))";
+    phone.type_in(&term, &format!("{script}\r")).await;
+    phone.until(&term, "done-42").await;
+    let mut other = Watcher::new(_agent.phone(&relay).await);
+    let attached = other.call("term_attach", json!({"term": term})).await;
+    let snapshot = other.snapshots[&term].clone();
+    assert_eq!(snapshot["offset"], attached["offset"]);
+    let bytes = base64::engine::general_purpose::STANDARD.decode(snapshot["data"].as_str().unwrap()).unwrap();
+    for query in [&b"\x1b[6n"[..], b"\x1b[c", b"\x1b[>c", b"\x1b]10;?", b"\x1b]11;?"] {
+        assert!(
+            !bytes.windows(query.len()).any(|w| w == query),
+            "{:?} in {:?}",
+            query,
+            String::from_utf8_lossy(&bytes)
+        );
+    }
+    let (shown, parser) = screen_after(&bytes, 80, 24);
+    assert!(shown.contains("new-frame") && shown.contains("done-42") && !shown.contains("old-frame"), "{shown}");
+    assert!(parser.screen().application_cursor(), "the cursor keys' mode is part of the screen");
+    let red = parser.screen().cell(0, 0).unwrap();
+    assert_eq!((red.contents(), red.fgcolor()), ("n", vt100::Color::Idx(1)));
+    let screen = other.call("term_screen", json!({"term": term})).await;
+    assert_eq!(shown, screen["text"].as_str().unwrap(), "the snapshot shows what term_screen reads");
+    // Both watch from there on.
+    other.type_in(&term, "echo both-$((7*7))\r").await;
+    other.until(&term, "both-49").await;
+    phone.until(&term, "both-49").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -270,6 +347,36 @@ async fn opening_a_terminal_asks_the_user_under_ask_and_is_refused_when_denied()
     };
     assert_eq!(answer["error"]["code"], "denied-by-policy", "{answer}");
     assert_eq!(phone.call("term_list", json!({})).await["terminals"], json!([]));
+}
+
+/// Issue 38: a sealed phone that left while its terminal was held at the window (a flood it never
+/// acknowledged) kept the terminal held: its sealed writer waited for frames that never came, so
+/// the agent counted the phone as watching. The phone that comes back gets the screen and then
+/// every byte after it, and its keys are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_phone_that_left_during_a_flood_comes_back_to_a_terminal_that_answers() {
+    use voxa::protocol::TERM_WINDOW;
+    let (relay, agent, mut phone) = phone_and_agent().await;
+    assert!(phone.socket.is_sealed(), "the phone speaks protocol 3, as the page does");
+    let term = phone.open(Some("sh")).await;
+    phone.type_in(&term, "echo ready-$((1+1))\r").await;
+    phone.until(&term, "ready-2").await;
+    // Output it never acknowledges: the agent stops at the window.
+    phone.acking = false;
+    phone.type_in(&term, "yes 0123456789abcdef | head -c 1000000; echo flood-$((40+2))\r").await;
+    let held = phone.next.get(&term).copied().unwrap_or(0);
+    let deadline = tokio::time::Instant::now() + 3 * STEP;
+    while phone.next.get(&term).copied().unwrap_or(0) < held + TERM_WINDOW / 2 {
+        let frame = tokio::time::timeout_at(deadline, phone.next_frame()).await;
+        assert!(frame.is_ok(), "the flood arrives up to the window");
+    }
+    drop(phone);
+    let mut phone = Watcher::new(agent.phone(&relay).await);
+    assert!(phone.socket.is_sealed());
+    phone.call("term_attach", json!({"term": term})).await;
+    phone.until(&term, "flood-42").await;
+    phone.type_in(&term, "echo back-$((6*7))\r").await;
+    phone.until(&term, "back-42").await;
 }
 
 /// Resident memory of process `pid`, in bytes.

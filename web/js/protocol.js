@@ -116,6 +116,7 @@ export const AGENT_FRAMES = /** @type {const} */ ([
   'approval_resolved',
   'push_subscribed',
   'calls',
+  'term_snapshot',
   'term_output',
   'term_exit',
   'tick',
