@@ -11,6 +11,7 @@ mod codex;
 mod continuity;
 mod deploy;
 mod doctor;
+mod engines;
 mod environments;
 mod fence;
 mod files;
