@@ -53,6 +53,9 @@ pub struct RelayConfig {
     /// "Hosted voice"); its path is 404 when `None`. The web client's `GET /config` reports
     /// whether voice is offered.
     pub service: Option<Arc<dyn PhoneService>>,
+    /// SHA-256 of the certificate `tls` serves, for the web client's `GET /config` to show: set by
+    /// `voxa run --lan`, whose certificate no one the phone trusts signed.
+    pub certificate_sha256: Option<[u8; 32]>,
 }
 
 /// Timing and size limits of one relayed socket.
@@ -109,6 +112,7 @@ impl Default for RelayConfig {
             memory_budget: MEMORY_BUDGET,
             metrics: Arc::default(),
             service: None,
+            certificate_sha256: None,
         }
     }
 }

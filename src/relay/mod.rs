@@ -158,7 +158,11 @@ impl Shared {
         if let Some(service) = &config.service {
             service.report(&metrics);
         }
-        let offer = web::Offer { live: config.service.is_some(), relay_token: config.token.is_some() };
+        let offer = web::Offer {
+            live: config.service.is_some(),
+            relay_token: config.token.is_some(),
+            certificate_sha256: config.certificate_sha256,
+        };
         let ledger = Arc::new(queue::Ledger { budget: config.memory_budget, metrics: Arc::clone(&metrics) });
         Ok(Arc::new(Shared {
             hub: Arc::new(hub::Hub::new(ledger)),

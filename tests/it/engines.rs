@@ -247,3 +247,202 @@ fn ci_builds_the_geckodriver_the_helper_drives() {
         assert!(installs, ".ci/run installs {package}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Installable: the home screen's icons and manifest, and what iOS needs for notifications
+
+/// The touch icons, drawn from web/icon.svg's picture edge to edge (the home screen rounds the
+/// corners itself; an icon with transparent corners gets black ones on iOS).
+const TOUCH_ICONS: [(&str, u32); 3] = [("apple-touch-icon.png", 180), ("icon-192.png", 192), ("icon-512.png", 512)];
+/// icon.svg's picture, in its 32×32 units: the background, and the V drawn with round ends.
+const ICON_BACKGROUND: [u8; 3] = [0x2f, 0x6b, 0xff];
+const ICON_STROKE: [(f64, f64); 3] = [(8.0, 10.0), (16.0, 23.0), (24.0, 10.0)];
+const ICON_STROKE_WIDTH: f64 = 3.2;
+
+/// The icon at `size`×`size`, RGB: each pixel the share of its 4×4 samples under the stroke.
+fn draw_icon(size: u32) -> Vec<u8> {
+    let distance = |(px, py): (f64, f64), (ax, ay): (f64, f64), (bx, by): (f64, f64)| {
+        let (dx, dy) = (bx - ax, by - ay);
+        let t = (((px - ax) * dx + (py - ay) * dy) / (dx * dx + dy * dy)).clamp(0.0, 1.0);
+        ((px - ax - t * dx).powi(2) + (py - ay - t * dy).powi(2)).sqrt()
+    };
+    let scale = 32.0 / f64::from(size);
+    let mut pixels = Vec::with_capacity((size * size * 3) as usize);
+    for y in 0..size {
+        for x in 0..size {
+            let mut covered = 0;
+            for sy in 0..4 {
+                for sx in 0..4 {
+                    let at = (
+                        (f64::from(x) + (f64::from(sx) + 0.5) / 4.0) * scale,
+                        (f64::from(y) + (f64::from(sy) + 0.5) / 4.0) * scale,
+                    );
+                    let near = ICON_STROKE.windows(2).map(|s| distance(at, s[0], s[1])).fold(f64::MAX, f64::min);
+                    covered += u32::from(near <= ICON_STROKE_WIDTH / 2.0);
+                }
+            }
+            for channel in ICON_BACKGROUND {
+                let white = f64::from(covered) / 16.0;
+                pixels.push((f64::from(channel) * (1.0 - white) + 255.0 * white).round() as u8);
+            }
+        }
+    }
+    pixels
+}
+
+fn encode_png(size: u32, rgb: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, size, size);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    encoder.set_compression(png::Compression::Best);
+    encoder.write_header().unwrap().write_image_data(rgb).unwrap();
+    out
+}
+
+/// A PNG's width, height, whether it is opaque, and its pixels as RGB.
+fn decode_png(bytes: &[u8]) -> (u32, u32, bool, Vec<u8>) {
+    let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    decoder.set_transformations(png::Transformations::EXPAND);
+    let mut reader = decoder.read_info().unwrap();
+    let mut buffer = vec![0; reader.output_buffer_size()];
+    let frame = reader.next_frame(&mut buffer).unwrap();
+    buffer.truncate(frame.buffer_size());
+    let opaque = matches!(frame.color_type, png::ColorType::Rgb);
+    (frame.width, frame.height, opaque, buffer)
+}
+
+#[test]
+fn the_touch_icons_are_the_page_icon_drawn_at_their_sizes() {
+    let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("web");
+    // The drawing follows icon.svg; a change to one must be made to the other.
+    let svg = std::fs::read_to_string(web.join("icon.svg")).unwrap();
+    for part in
+        ["fill=\"#2f6bff\"", "M8 10l8 13 8-13", "stroke=\"#fff\"", "stroke-width=\"3.2\"", "stroke-linecap=\"round\""]
+    {
+        assert!(svg.contains(part), "icon.svg no longer has {part}: redraw the touch icons");
+    }
+    let rewrite = std::env::var_os("VOXA_WRITE_ICONS").is_some();
+    for (name, size) in TOUCH_ICONS {
+        let drawn = draw_icon(size);
+        if rewrite {
+            std::fs::write(web.join(name), encode_png(size, &drawn)).unwrap();
+        }
+        let committed = std::fs::read(web.join(name)).unwrap_or_default();
+        assert!(
+            !committed.is_empty(),
+            "web/{name} is missing: VOXA_WRITE_ICONS=1 cargo test --test it engines::the_touch"
+        );
+        let (width, height, opaque, pixels) = decode_png(&committed);
+        assert_eq!((width, height, opaque), (size, size, true), "web/{name}");
+        assert!(
+            pixels == drawn,
+            "web/{name} is not icon.svg's picture: VOXA_WRITE_ICONS=1 cargo test --test it engines::the_touch"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_is_installable_on_a_home_screen_with_its_manifest_and_touch_icon() {
+    let relay = crate::support::harness::TestRelay::start().await;
+    let get = |path: String| {
+        let addr = relay.addr;
+        async move {
+            let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+            tokio::io::AsyncWriteExt::write_all(&mut tcp, request.as_bytes()).await.unwrap();
+            let mut answer = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(&mut tcp, &mut answer).await.unwrap();
+            let split = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+            let head = String::from_utf8_lossy(&answer[..split]).to_ascii_lowercase();
+            (head, answer[split + 4..].to_vec())
+        }
+    };
+    let (_, page) = get("/".to_owned()).await;
+    let page = String::from_utf8(page).unwrap();
+    let head = &page[..page.find("</head>").unwrap()];
+    for tag in [
+        r#"<meta name="viewport" content="width=device-width, initial-scale=1, viewport-fit=cover">"#,
+        r#"<meta name="apple-mobile-web-app-capable" content="yes">"#,
+        r#"<meta name="mobile-web-app-capable" content="yes">"#,
+        r#"<meta name="apple-mobile-web-app-title" content="voxa">"#,
+        r#"<meta name="apple-mobile-web-app-status-bar-style" content="default">"#,
+        r##"<meta name="theme-color" content="#ffffff" media="(prefers-color-scheme: light)">"##,
+        r##"<meta name="theme-color" content="#181b22" media="(prefers-color-scheme: dark)">"##,
+    ] {
+        assert!(head.contains(tag), "the page's head lacks {tag}");
+    }
+    let attribute = |tag: &str, name: &str| -> String {
+        let at = head.find(tag).unwrap_or_else(|| panic!("no {tag} in the head"));
+        let rest = &head[at..];
+        let value = &rest[rest.find(&format!("{name}=\"")).unwrap() + name.len() + 2..];
+        value[..value.find('"').unwrap()].to_owned()
+    };
+    // The touch icon the page names (under its hashed name) is a 180×180 opaque PNG.
+    let touch = attribute(r#"<link rel="apple-touch-icon""#, "href");
+    let (headers, body) = get(touch.clone()).await;
+    assert!(headers.starts_with("http/1.1 200") && headers.contains("content-type: image/png"), "{touch}: {headers}");
+    let (width, height, opaque, _) = decode_png(&body);
+    assert_eq!((width, height, opaque), (180, 180, true), "{touch}");
+    // iOS also asks for it at the root by its well-known name.
+    assert!(get("/apple-touch-icon.png".to_owned()).await.0.starts_with("http/1.1 200"));
+
+    let manifest_path = attribute(r#"<link rel="manifest""#, "href");
+    let (headers, body) = get(manifest_path).await;
+    assert!(headers.contains("content-type: application/manifest+json"), "{headers}");
+    let manifest: Value = serde_json::from_slice(&body).unwrap();
+    for (field, value) in
+        [("name", "voxa"), ("short_name", "voxa"), ("start_url", "/"), ("scope", "/"), ("display", "standalone")]
+    {
+        assert_eq!(manifest[field], value, "{manifest}");
+    }
+    for colour in ["theme_color", "background_color"] {
+        let value = manifest[colour].as_str().unwrap_or_default();
+        assert!(value.len() == 7 && value.starts_with('#'), "{colour}: {manifest}");
+    }
+    let mut sizes = Vec::new();
+    for icon in manifest["icons"].as_array().unwrap().iter().filter(|icon| icon["type"] == "image/png") {
+        let (headers, body) = get(icon["src"].as_str().unwrap().to_owned()).await;
+        assert!(headers.starts_with("http/1.1 200"), "{icon}: {headers}");
+        let (width, height, opaque, _) = decode_png(&body);
+        assert_eq!(icon["sizes"], format!("{width}x{height}"), "{icon}");
+        assert!(opaque && icon["purpose"].as_str().unwrap().contains("maskable"), "{icon}");
+        sizes.push(width);
+    }
+    assert_eq!(sizes, [192, 512], "{manifest}");
+}
+
+/// Safari on an iPhone, as its user agent says.
+const IPHONE: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 18_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) \
+                      Version/18.5 Mobile/15E148 Safari/604.1";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_an_iphone_the_notifications_view_says_push_needs_the_home_screen_and_how() {
+    use crate::support::harness::{TestAgent, TestRelay};
+    let agent_of = |relay: &TestRelay, agent: &TestAgent| {
+        format!("http://{}/#code={}&token={}", relay.addr, agent.code(), agent.token())
+    };
+    for (user_agent, on_ios) in [(Some(IPHONE), true), (None, false)] {
+        let args: Vec<String> = user_agent.map(|ua| format!("--user-agent={ua}")).into_iter().collect();
+        let Some(browser) = Browser::start_in_with_args(Engine::WebKit, Scheme::Light, &args).await else { return };
+        let relay = TestRelay::start().await;
+        let agent = TestAgent::start(Some(relay.url())).await;
+        browser.open(&agent_of(&relay, &agent)).await;
+        browser.wait_connection("online").await;
+        browser.press("Status").await;
+        let said = browser.wait_text("#notify-status", "the notifications line", |_| true).await;
+        let button = browser.client.find(fantoccini::Locator::Id("notify-on")).await.unwrap();
+        let offered = browser.displayed(&button).await;
+        if on_ios {
+            let said = browser.wait_text("#notify-status", "the home screen", |t| t.contains("Home Screen")).await;
+            assert!(said.contains("home screen") && said.contains("Share"), "{said}");
+            assert!(said.contains("open voxa from its icon"), "{said}");
+            assert!(!offered, "a button that cannot work in an iOS tab");
+            picture(&browser, "webkit-iphone-notifications.png").await;
+        } else {
+            assert!(!said.contains("Home Screen"), "only iOS needs the home screen: {said:?}");
+        }
+        browser.close().await;
+        agent.agent.stop().await;
+    }
+}

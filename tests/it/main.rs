@@ -18,6 +18,7 @@ mod files;
 mod gemini;
 mod hosted_sealed;
 mod hostile;
+mod lan;
 mod layers;
 mod live;
 mod live_limits;

@@ -18,7 +18,7 @@
 
 /** @typedef {{envKey: string, name: string}} Environment */
 
-/** What the server that served the page offers (`GET /config`). @typedef {{version?: string, live?: boolean, relay_token?: boolean}} ServerOffer */
+/** What the server that served the page offers (`GET /config`). @typedef {{version?: string, live?: boolean, relay_token?: boolean, certificate_sha256?: string}} ServerOffer */
 
 /**
  * @typedef {object} State

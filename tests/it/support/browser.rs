@@ -18,7 +18,6 @@ use fantoccini::{Client, Locator};
 use serde_json::{json, Value};
 use tokio::process::Child;
 
-
 /// Phone viewport every page is shown at.
 pub const VIEWPORT: (u32, u32) = (390, 844);
 /// Longest a page may take to show something before a test fails (a loaded 2-core machine
