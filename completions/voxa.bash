@@ -1641,7 +1641,7 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__run)
-            opts="-v -q -h -V --port --workspace --embedded-relay --ca-cert --relay-token --relay-token-file --model --home --relay --self-hosted --json --verbose --quiet --help --version"
+            opts="-v -q -h -V --port --workspace --embedded-relay --lan --ca-cert --relay-token --relay-token-file --model --home --relay --self-hosted --json --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1656,6 +1656,10 @@ _voxa() {
                     return 0
                     ;;
                 --embedded-relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --lan)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

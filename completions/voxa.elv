@@ -68,6 +68,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand --port 'Loopback port for local clients (0 picks a free one)'
             cand --workspace 'Root that file tools and commands are confined to [default: the current directory]'
             cand --embedded-relay 'Run a relay inside this process on a loopback address and dial it (for trying voxa offline)'
+            cand --lan 'Run a relay inside this process for phones on this network: on this machine''s address there (or ADDR, as 192.168.1.20 or 192.168.1.20:8443), over HTTPS with a certificate of its own, whose fingerprint it prints (for a network you trust; docs/GUIDE.md)'
             cand --ca-cert 'Extra CA certificate (PEM) to trust for the relay''s TLS, e.g. a self-signed relay'
             cand --relay-token 'Token the relay requires (sent as Authorization: Bearer); prefer VOXA_RELAY_TOKEN or --relay-token-file, a flag''s value is visible to every user in `ps`'
             cand --relay-token-file 'Read the relay token from this file (first line; the file must not be readable by others)'

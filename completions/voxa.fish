@@ -62,6 +62,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand pair" -s V -l version -d 'Prin
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l port -d 'Loopback port for local clients (0 picks a free one)' -r
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l workspace -d 'Root that file tools and commands are confined to [default: the current directory]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l embedded-relay -d 'Run a relay inside this process on a loopback address and dial it (for trying voxa offline)' -r
+complete -c voxa -n "__fish_voxa_using_subcommand run" -l lan -d 'Run a relay inside this process for phones on this network: on this machine\'s address there (or ADDR, as 192.168.1.20 or 192.168.1.20:8443), over HTTPS with a certificate of its own, whose fingerprint it prints (for a network you trust; docs/GUIDE.md)' -r
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l ca-cert -d 'Extra CA certificate (PEM) to trust for the relay\'s TLS, e.g. a self-signed relay' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay-token -d 'Token the relay requires (sent as Authorization: Bearer); prefer VOXA_RELAY_TOKEN or --relay-token-file, a flag\'s value is visible to every user in `ps`' -r
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay-token-file -d 'Read the relay token from this file (first line; the file must not be readable by others)' -r -F

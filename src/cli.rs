@@ -120,6 +120,11 @@ pub struct RunArgs {
     /// Run a relay inside this process on a loopback address and dial it (for trying voxa offline)
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
     pub embedded_relay: Option<String>,
+    /// Run a relay inside this process for phones on this network: on this machine's address there
+    /// (or ADDR, as 192.168.1.20 or 192.168.1.20:8443), over HTTPS with a certificate of its own,
+    /// whose fingerprint it prints (for a network you trust; docs/GUIDE.md)
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "auto", conflicts_with = "embedded_relay")]
+    pub lan: Option<String>,
     /// Extra CA certificate (PEM) to trust for the relay's TLS, e.g. a self-signed relay
     #[arg(long, value_name = "FILE")]
     pub ca_cert: Option<PathBuf>,

@@ -8,6 +8,7 @@ pub mod call;
 pub mod completions;
 pub mod doctor;
 pub mod env;
+pub mod lan;
 pub mod notify;
 pub mod open;
 pub mod output;
@@ -65,6 +66,68 @@ impl Settings {
             }),
             None => Ok(RelayUrl::parse(DEFAULT_RELAY)?),
         }
+    }
+}
+
+/// Where the relay a command speaks of comes from. While an agent runs, every command speaks of
+/// the relay that agent dials; otherwise of the one `voxa run` would dial.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RelaySource {
+    /// The running agent dials it, and it is the relay inside that agent (`--embedded-relay` or
+    /// `--lan`): it lives as long as the agent does, and nothing about it is saved.
+    Embedded,
+    /// The running agent dials it.
+    RunningAgent,
+    /// `--relay` or `VOXA_RELAY`.
+    Flag,
+    /// Saved in `config.toml` (by `pair` or `run`).
+    Saved,
+    /// Nothing names another: the default relay.
+    Default,
+}
+
+impl RelaySource {
+    /// The word `--json` output uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RelaySource::Embedded => "embedded",
+            RelaySource::RunningAgent => "running-agent",
+            RelaySource::Flag => "flag",
+            RelaySource::Saved => "saved",
+            RelaySource::Default => "default",
+        }
+    }
+
+    /// Where it comes from, in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            RelaySource::Embedded => "in the running agent, which dials it",
+            RelaySource::RunningAgent => "dialed by the running agent",
+            RelaySource::Flag => "from --relay or VOXA_RELAY",
+            RelaySource::Saved => "saved in config.toml",
+            RelaySource::Default => "the default",
+        }
+    }
+}
+
+impl Settings {
+    /// Where [`Settings::relay`] takes the relay from.
+    pub fn relay_source(&self, saved: &Config) -> RelaySource {
+        match (&self.relay_flag, &saved.relay) {
+            (Some(_), _) => RelaySource::Flag,
+            (None, Some(_)) => RelaySource::Saved,
+            (None, None) => RelaySource::Default,
+        }
+    }
+
+    /// The relay a running agent says it dials (`agent_relay`), and whether it is the agent's own.
+    pub fn running_relay(&self, agent_relay: &str) -> Result<(RelayUrl, RelaySource)> {
+        let relay = RelayUrl::parse(agent_relay)?;
+        let source = match run::is_embedded_relay(&self.home, &relay) {
+            true => RelaySource::Embedded,
+            false => RelaySource::RunningAgent,
+        };
+        Ok((relay, source))
     }
 }
 

@@ -8,22 +8,41 @@ use qrcode::render::unicode::Dense1x2;
 use qrcode::{EcLevel, QrCode};
 use serde_json::json;
 
-use super::Settings;
+use super::status::Dialed;
+use super::{RelaySource, Settings};
 use crate::cli::PairArgs;
 use crate::config::RelayUrl;
+use crate::error::ConfigError;
 use crate::secret::Secret;
 use crate::state::{Home, Secrets};
 
 /// How long `pair --rotate` waits for a running agent to take the new token.
 const PICKUP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Runs `voxa pair`.
+/// Runs `voxa pair`. While an agent runs, the link is for the relay it dials (asked before
+/// anything changes), and only a relay that agent dials and that outlives it is saved.
 pub async fn run_pair(settings: &Settings, args: &PairArgs) -> Result<()> {
     let home = &settings.home;
     // Validate everything before creating or changing anything: a refused relay leaves no trace.
     home.check()?;
     let mut config = home.load_config()?;
-    let relay = settings.relay(&config)?;
+    let configured = settings.relay(&config)?;
+    let dialed = super::status::dialed_relay(settings).await?;
+    let (relay, source, unknown) = match dialed {
+        Dialed::NoAgent => (configured, settings.relay_source(&config), None),
+        Dialed::Agent { pid, relay, source } => {
+            if settings.relay_flag.is_some() && configured != relay {
+                return Err(ConfigError::new(format!(
+                    "the running agent (pid {pid}) dials {relay}: a link for {configured} would open no laptop. \
+                     Run `voxa pair` without --relay (and VOXA_RELAY) for the link it dials, or stop it and start \
+                     `voxa --relay {configured} run` (nothing was changed)"
+                ))
+                .into());
+            }
+            (relay, source, None)
+        }
+        Dialed::Unknown { pid, why } => (configured, settings.relay_source(&config), Some((pid, why))),
+    };
     home.ensure()?;
     let secrets = if args.rotate { home.rotate_secrets()? } else { home.load_or_create_secrets()?.0 };
     if args.rotate {
@@ -34,21 +53,41 @@ pub async fn run_pair(settings: &Settings, args: &PairArgs) -> Result<()> {
             tracing::info!(dropped, "push subscriptions of the old link removed");
         }
     }
-    save_relay(home, &mut config, &relay)?;
+    // The relay inside a running agent ends with it; one an agent that did not answer may not dial
+    // is not the pairing's either.
+    let saved = source != RelaySource::Embedded && unknown.is_none();
+    if saved {
+        save_relay(home, &mut config, &relay)?;
+    }
     let rotated = match args.rotate {
         true => Some(rotation_outcome(home).await?),
         false => None,
     };
     let printer = settings.printer;
-    let relay_token = link_relay_token(home, args.relay_token.as_deref(), args.relay_token_file.as_deref())?;
+    let relay_token = match source {
+        // The embedded relay asks for no token.
+        RelaySource::Embedded => None,
+        _ => link_relay_token(home, args.relay_token.as_deref(), args.relay_token_file.as_deref())?,
+    };
+    let lan = match source {
+        RelaySource::Embedded => super::lan::fingerprint_of(home, &relay),
+        _ => None,
+    };
     let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose(), relay_token.as_ref());
     let mut value = json!({
         "code": secrets.relay_code.expose(),
         "token": secrets.auth_token.expose(),
         "url": url,
         "relay": relay.as_str(),
+        "relay_source": source.as_str(),
+        "relay_saved": saved,
+        "reaches": super::reach::Reach::of_link(&relay, lan.as_deref()).as_str(),
+        "relay_certificate_sha256": lan,
         "relay_token_in_link": relay_token.is_some(),
     });
+    if let Some((pid, why)) = &unknown {
+        value["agent_unanswered"] = json!({"pid": pid, "error": why});
+    }
     if let Some(rotated) = &rotated {
         value["rotated"] = json!({"agent": rotated.agent, "picked_up": rotated.picked_up});
     }
@@ -56,7 +95,20 @@ pub async fn run_pair(settings: &Settings, args: &PairArgs) -> Result<()> {
     let human = if printer.is_json() {
         String::new()
     } else {
-        let mut text = pairing_text(&relay, &secrets, relay_token.as_ref(), !args.no_qr, printer.is_terminal())?;
+        let mut text =
+            pairing_text(&relay, &secrets, relay_token.as_ref(), lan.as_deref(), !args.no_qr, printer.is_terminal())?;
+        match (source, &unknown) {
+            (_, Some((pid, why))) => text.push_str(&format!(
+                "\nThe running agent (pid {pid}) did not say which relay it dials ({why}). This link is for {relay}, \
+                 the relay this home's settings name; nothing was saved. If the agent dials another one \
+                 (--embedded-relay, --lan, --relay), run `voxa pair` again once it answers.\n"
+            )),
+            (RelaySource::Embedded, None) => text.push_str(
+                "\nThis is the relay inside the running agent: the link works while that agent runs, and nothing \
+                 about its relay was saved.\n",
+            ),
+            _ => {}
+        }
         if let Some(rotated) = &rotated {
             text.push_str(&rotated.sentence());
         }
@@ -129,16 +181,18 @@ pub fn link_relay_token(home: &Home, value: Option<&str>, file: Option<&Path>) -
 }
 
 /// The block `pair` and a first `run` print: QR (optional, and only for a link a phone can open),
-/// the URL (with the relay token, when the relay asks for one), and what it reaches.
+/// the URL (with the relay token, when the relay asks for one), and what it reaches (`lan`: the
+/// fingerprint of a `--lan` relay's certificate, printed beside the code).
 pub fn pairing_text(
     relay: &RelayUrl,
     secrets: &Secrets,
     relay_token: Option<&Secret>,
+    lan: Option<&str>,
     qr: bool,
     ansi: bool,
 ) -> Result<String> {
     let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose(), relay_token);
-    let reach = super::reach::Reach::of(relay);
+    let reach = super::reach::Reach::of_link(relay, lan);
     let qr = qr && reach.wants_qr();
     let mut text = String::new();
     if qr {
@@ -150,7 +204,7 @@ pub fn pairing_text(
     if relay_token.is_some() {
         text.push_str("The link carries the relay's token as well (in its fragment, never sent in a request).\n");
     }
-    text.push_str(&super::reach::note(relay));
+    text.push_str(&super::reach::note(relay, lan));
     Ok(text)
 }
 
@@ -220,14 +274,14 @@ mod tests {
             auth_token: Secret::from_string("ffeeddccbbaa99887766554433221100".into()),
         };
         let token = Secret::from_string("team/token 1".into());
-        let text = pairing_text(&relay, &secrets, Some(&token), true, false).unwrap();
+        let text = pairing_text(&relay, &secrets, Some(&token), None, true, false).unwrap();
         let link = "https://relay.example.com/#code=00112233445566778899aabbccddeeff\
                     &token=ffeeddccbbaa99887766554433221100&relay_token=team%2Ftoken+1";
         let art: String = text.lines().take_while(|line| !line.starts_with("Scan")).collect::<Vec<_>>().join("\n");
         assert_eq!(decode(&art), link, "the phone's camera reads the token too");
         assert!(text.lines().any(|line| line == link), "{text}");
         assert!(text.contains("The link carries the relay's token as well"), "{text}");
-        let plain = pairing_text(&relay, &secrets, None, false, false).unwrap();
+        let plain = pairing_text(&relay, &secrets, None, None, false, false).unwrap();
         assert!(!plain.contains("relay_token") && !plain.contains("relay's token"), "{plain}");
     }
 

@@ -37,12 +37,12 @@ pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
     super::relay::raise_fd_limit();
     let mut config = home.load_config()?;
     let gemini = gemini.map(|gemini| with_saved_voice(gemini, &args, &config));
-    let dial = dial_options(&args, home)?;
+    let mut dial = dial_options(&args, home)?;
     let workspace = workspace(&args)?;
     warn_if_home_in_workspace(home, &workspace, printer);
     let shutdown = super::shutdown::on_signal();
     let tasks = TaskTracker::new();
-    let (relay, secrets) = relay_and_secrets(settings, &args, &mut config, &dial, &tasks, &shutdown).await?;
+    let (relay, secrets) = relay_and_secrets(settings, &args, &mut config, &mut dial, &tasks, &shutdown).await?;
     let listener = TcpListener::bind(("127.0.0.1", args.port))
         .await
         .with_context(|| format!("could not listen on 127.0.0.1:{}", args.port))?;
@@ -95,33 +95,53 @@ fn voice_host(mode: &str) -> &'static str {
     }
 }
 
-/// The relay this agent dials — the embedded one, or the configured one (saved as the home's
-/// relay) — with this home's secrets, created on first run. The pairing is printed when the
-/// secrets are new or the relay is embedded.
+/// The relay this agent dials — the embedded one (on loopback, or on this network with its own
+/// certificate, which `dial` then trusts), or the configured one (saved as the home's relay) —
+/// with this home's secrets, created on first run. The pairing is printed when the secrets are
+/// new or the relay is embedded.
 async fn relay_and_secrets(
     settings: &Settings,
     args: &RunArgs,
     config: &mut Config,
-    dial: &DialOptions,
+    dial: &mut DialOptions,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> Result<(RelayUrl, Secrets)> {
     let (home, printer) = (&settings.home, settings.printer);
-    // The embedded relay stands in for a remote one: nothing about it is saved.
-    let relay = match &args.embedded_relay {
-        Some(addr) => start_embedded_relay(addr, home, printer, tasks, shutdown).await?,
-        None => settings.relay(config)?,
+    let embedded = match (&args.embedded_relay, &args.lan) {
+        (Some(addr), _) => Some(Embedded::Loopback(parse_loopback(addr)?)),
+        (None, Some(lan)) => Some(Embedded::Lan(super::lan::listen_address(lan)?)),
+        (None, None) => None,
     };
+    // The embedded relay stands in for a remote one: nothing about it is saved.
+    let (relay, lan) = match &embedded {
+        Some(embedded) => start_embedded_relay(embedded, home, printer, tasks, shutdown).await?,
+        None => (settings.relay(config)?, None),
+    };
+    if let Some(cert) = &lan {
+        // This agent dials its own relay, trusting its certificate, never through a proxy.
+        dial.extra_roots.push(rustls_pki_types::CertificateDer::from(cert.der.clone()));
+        dial.proxy = None;
+    }
     let (secrets, created) = home.load_or_create_secrets()?;
-    if args.embedded_relay.is_none() {
+    if embedded.is_none() {
         super::pair::save_relay(home, config, &relay)?;
     }
-    if created || args.embedded_relay.is_some() {
+    if created || embedded.is_some() {
         // The embedded relay asks for no token; another one gets the token this agent dials with.
-        let relay_token = dial.bearer.as_ref().filter(|_| args.embedded_relay.is_none());
-        print_pairing(&relay, &secrets, relay_token, printer)?;
+        let relay_token = dial.bearer.as_ref().filter(|_| embedded.is_none());
+        let fingerprint = lan.as_ref().map(|cert| cert.fingerprint.as_str());
+        print_pairing(&relay, &secrets, relay_token, fingerprint, printer)?;
     }
     Ok((relay, secrets))
+}
+
+/// Where the relay inside `voxa run` listens.
+enum Embedded {
+    /// `--embedded-relay`: a loopback address, plain HTTP.
+    Loopback(SocketAddr),
+    /// `--lan`: this machine's address on the local network, HTTPS with a certificate of its own.
+    Lan(SocketAddr),
 }
 
 /// Dial options from the flags and the environment (proxy, extra CA, relay token); without
@@ -170,37 +190,80 @@ fn warn_if_home_in_workspace(home: &Home, workspace: &Path, printer: Printer) {
     );
 }
 
-/// Starts a relay on `addr` (loopback only) on `tasks` and returns its URL.
+/// Starts the embedded relay on `tasks`; returns its URL and, for `--lan`, its certificate.
 async fn start_embedded_relay(
-    addr: &str,
+    embedded: &Embedded,
     home: &Home,
     printer: Printer,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
-) -> Result<RelayUrl> {
+) -> Result<(RelayUrl, Option<super::lan::LanCert>)> {
+    let (addr, lan) = match embedded {
+        Embedded::Loopback(addr) => (*addr, None),
+        Embedded::Lan(addr) => (*addr, Some(super::lan::certificate_for(home, addr.ip())?)),
+    };
     let listener = bind_embedded_relay(addr, home).await?;
     let local = listener.local_addr()?;
-    printer.event("embedded_relay", json!({"listen": local.to_string()}), format!("embedded relay on {local}"));
+    let mut config = crate::relay::RelayConfig::default();
+    let url = match &lan {
+        Some(cert) => {
+            let tls = crate::relay::load_tls(&home.path(super::lan::CERT_FILE), &home.path(super::lan::KEY_FILE))?;
+            config.tls = Some(tls);
+            config.certificate_sha256 = Some(cert.sha256);
+            format!("https://{local}")
+        }
+        None => format!("http://{local}"),
+    };
+    let fingerprint = lan.as_ref().map(|cert| cert.fingerprint.as_str());
+    let text = match &lan {
+        Some(cert) if cert.made => format!("embedded relay on {url}, with a new certificate (SHA-256 below)"),
+        Some(_) => format!("embedded relay on {url}, with the certificate of the last run (SHA-256 below)"),
+        None => format!("embedded relay on {local}"),
+    };
+    printer.event(
+        "embedded_relay",
+        json!({"listen": local.to_string(), "url": url, "certificate_sha256": fingerprint, "certificate_new": lan.as_ref().map(|c| c.made)}),
+        text,
+    );
     let stop = shutdown.clone();
     tasks.spawn(async move {
-        if let Err(err) =
-            crate::relay::run(listener, crate::relay::RelayConfig::default(), stop.cancelled_owned()).await
-        {
+        if let Err(err) = crate::relay::run(listener, config, stop.cancelled_owned()).await {
             warn!("embedded relay stopped: {err:#}");
         }
     });
-    Ok(RelayUrl::parse(&format!("http://{local}"))?)
+    Ok((RelayUrl::parse(&url)?, lan))
 }
 
-/// The pairing URL (`--json`) or the QR code and URL.
-fn print_pairing(relay: &RelayUrl, secrets: &Secrets, relay_token: Option<&Secret>, printer: Printer) -> Result<()> {
+/// Whether `relay` is the relay a `voxa run` of this home embeds: on the port it last listened on,
+/// over HTTP on loopback (`--embedded-relay`) or over HTTPS with the home's `--lan` certificate.
+pub fn is_embedded_relay(home: &Home, relay: &RelayUrl) -> bool {
+    let Ok(url) = url::Url::parse(relay.as_str()) else { return false };
+    let saved = saved_embedded_port(home).ok().flatten();
+    if saved.is_none() || url.port_or_known_default() != saved {
+        return false;
+    }
+    match url.scheme() {
+        "http" => url.host_str().is_some_and(crate::config::is_loopback_host),
+        _ => super::lan::fingerprint_of(home, relay).is_some(),
+    }
+}
+
+/// The pairing URL (`--json`) or the QR code and URL; `lan`, the fingerprint of a `--lan` relay's
+/// certificate, beside them.
+fn print_pairing(
+    relay: &RelayUrl,
+    secrets: &Secrets,
+    relay_token: Option<&Secret>,
+    lan: Option<&str>,
+    printer: Printer,
+) -> Result<()> {
     if printer.is_json() {
         let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose(), relay_token);
-        let reaches = super::reach::Reach::of(relay).as_str();
-        let fields = json!({"url": url, "relay": relay.as_str(), "reaches": reaches, "relay_token_in_link": relay_token.is_some()});
+        let reaches = super::reach::Reach::of_link(relay, lan).as_str();
+        let fields = json!({"url": url, "relay": relay.as_str(), "reaches": reaches, "relay_token_in_link": relay_token.is_some(), "relay_certificate_sha256": lan});
         printer.event("pairing", fields, "");
     } else {
-        let text = super::pair::pairing_text(relay, secrets, relay_token, true, printer.is_terminal())?;
+        let text = super::pair::pairing_text(relay, secrets, relay_token, lan, true, printer.is_terminal())?;
         printer.event("pairing", json!({}), text.trim_end());
     }
     Ok(())
@@ -210,15 +273,23 @@ fn print_pairing(relay: &RelayUrl, secrets: &Secrets, relay_token: Option<&Secre
 /// origin, port included: the same port after a restart is what lets an open page reconnect.
 const EMBEDDED_RELAY_FILE: &str = "embedded_relay";
 
-/// Binds the embedded relay on `addr` (loopback only). Without a port (`:0`, the default), the
-/// port of the last run is taken again when it is free; the port bound is saved for the next run.
-async fn bind_embedded_relay(addr: &str, home: &Home) -> Result<TcpListener> {
+/// `--embedded-relay`'s address: loopback only (a phone elsewhere needs `--lan`'s HTTPS).
+fn parse_loopback(addr: &str) -> Result<SocketAddr> {
     let parsed: SocketAddr = addr
         .parse()
         .map_err(|_| ConfigError::new(format!("--embedded-relay {addr:?} is not an address like 127.0.0.1:8787")))?;
     if !parsed.ip().is_loopback() {
-        return Err(ConfigError::new("--embedded-relay must listen on a loopback address").into());
+        return Err(ConfigError::new(
+            "--embedded-relay must listen on a loopback address; for a phone on this network, use --lan",
+        )
+        .into());
     }
+    Ok(parsed)
+}
+
+/// Binds the embedded relay on `parsed`. Without a port (`:0`, the default), the port of the last
+/// run is taken again when it is free; the port bound is saved for the next run.
+async fn bind_embedded_relay(parsed: SocketAddr, home: &Home) -> Result<TcpListener> {
     let saved = match parsed.port() {
         0 => saved_embedded_port(home)?.map(|port| SocketAddr::new(parsed.ip(), port)),
         _ => None,

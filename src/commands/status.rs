@@ -1,11 +1,13 @@
 //! `voxa status`: paired or not, the relay, and what the running agent is doing. Never secrets.
+//! While an agent runs, the relay shown is the one it dials ([`dialed_relay`] is how `pair` and
+//! `doctor` learn it too): one relay, whatever the settings would name for the next run.
 
 use anyhow::Result;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 
-use super::Settings;
+use super::{RelaySource, Settings};
 use crate::config::RelayUrl;
 use crate::error::Exit;
 use crate::protocol::{AgentMessage, AgentStatus, ClientMessage, ConnectedClient};
@@ -16,7 +18,7 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
     let home = &settings.home;
     let paired = home.load_secrets()?.is_some();
     let config = home.load_config()?;
-    let relay = settings.relay(&config)?;
+    let configured = settings.relay(&config)?;
     let agent = home.running_agent()?;
     let queried = match &agent {
         Some(_) => Some(query(settings).await),
@@ -25,10 +27,22 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
     // Why a recorded agent gave no status: not answering, or not proving it is this laptop's.
     let problem = queried.as_ref().and_then(|r| r.as_ref().err()).map(|err| format!("{err:#}"));
     let live = queried.and_then(Result::ok);
+    // The relay the running agent dials, when it says; else the one `voxa run` would dial.
+    let (relay, source) = match live.as_ref().filter(|l| !l.relay.is_empty()) {
+        Some(live) => settings.running_relay(&live.relay)?,
+        None => (configured.clone(), settings.relay_source(&config)),
+    };
+    let lan = match source {
+        RelaySource::Embedded => super::lan::fingerprint_of(home, &relay),
+        _ => None,
+    };
     let value = json!({
         "home": home.dir().display().to_string(),
         "paired": paired,
         "relay": relay.as_str(),
+        "relay_source": source.as_str(),
+        "relay_certificate_sha256": lan,
+        "configured_relay": configured.as_str(),
         "agent": agent.as_ref().map(|a| json!({
             "pid": a.pid,
             "port": a.port,
@@ -48,36 +62,71 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
             "relay": live.as_ref().map(|l| l.relay.clone()),
         })),
     });
-    let human = human_status(home.dir(), paired, &relay, agent.as_ref(), live.as_ref(), problem.as_deref());
+    let shown = Shown { relay: &relay, source, lan: lan.as_deref(), configured: &configured };
+    let human = human_status(home.dir(), paired, &shown, agent.as_ref(), live.as_ref(), problem.as_deref());
     settings.printer.result(&value, human)?;
     Ok(Exit::Ok)
+}
+
+/// The relay `status` speaks of, where it comes from, and the one the settings name.
+struct Shown<'a> {
+    relay: &'a RelayUrl,
+    source: RelaySource,
+    /// The fingerprint of a `--lan` relay's certificate.
+    lan: Option<&'a str>,
+    configured: &'a RelayUrl,
+}
+
+impl Shown<'_> {
+    /// The `relay:` line's words after the URL.
+    fn describe(&self) -> String {
+        let mut words = match (self.source, self.lan) {
+            (RelaySource::Embedded, Some(_)) => "in the running agent, for this network (--lan)".to_owned(),
+            (RelaySource::Embedded, None) => {
+                "in the running agent, on loopback: this machine's browser only".to_owned()
+            }
+            (source, _) => source.describe().to_owned(),
+        };
+        if self.source == RelaySource::RunningAgent && self.configured != self.relay {
+            words.push_str(&format!("; this home's settings name {} for the next run", self.configured));
+        }
+        words
+    }
 }
 
 /// The status as the text `voxa status` prints.
 fn human_status(
     home: &std::path::Path,
     paired: bool,
-    relay: &RelayUrl,
+    shown: &Shown<'_>,
     agent: Option<&AgentFile>,
     live: Option<&AgentStatus>,
     problem: Option<&str>,
 ) -> String {
-    let mut human = format!("home:    {}\npaired:  {}\nrelay:   {}\n", home.display(), yes_no(paired), relay);
+    let mut human = format!(
+        "home:    {}\npaired:  {}\nrelay:   {} ({})\n",
+        home.display(),
+        yes_no(paired),
+        shown.relay,
+        shown.describe()
+    );
+    if let Some(fingerprint) = shown.lan {
+        human.push_str(&format!("certificate: SHA-256 {fingerprint}\n"));
+    }
     match (agent, live) {
         (None, _) => human.push_str("agent:   not running (start it with `voxa run`)\n"),
         (Some(a), None) => human.push_str(&format!(
-            "agent:   pid {} on port {} (not answering: {})\n",
+            "agent:   pid {} on port {} (not answering: {}; the relay above is the settings', it may dial another)\n",
             a.pid,
             a.port,
             problem.unwrap_or("no answer")
         )),
         (Some(a), Some(l)) => human.push_str(&format!(
-            "agent:   pid {} on 127.0.0.1:{}, {} mode, workspace {}\nagent relay:     {}\nrelay connected: {}\nphone present:   {}\ncalls in flight: {}\nsessions:        {} sealed, {} plain (protocol 2: the relay can read those)\n",
+            "agent:   pid {} on 127.0.0.1:{}, {} mode, workspace {}\nrelay connected: {}\nphone present:   {}\ncalls in flight: {}\nsessions:        {} sealed, {} plain (protocol 2: the relay can read those)\n",
             a.pid,
             a.port,
             l.mode,
             l.workspace,
-            if l.relay.is_empty() { "none" } else { &l.relay },
             relay_state(l),
             yes_no(l.phone_present),
             l.calls_in_flight,
@@ -99,6 +148,30 @@ fn human_status(
         ));
     }
     human
+}
+
+/// What the relay this home's running agent dials is, as the commands learn it.
+pub enum Dialed {
+    /// No agent runs: `voxa run` will dial what the settings name.
+    NoAgent,
+    /// The running agent (`pid`) said it dials `relay`.
+    Agent { pid: u32, relay: RelayUrl, source: RelaySource },
+    /// An agent runs and did not say (`why`).
+    Unknown { pid: u32, why: String },
+}
+
+/// Asks this home's running agent, if one runs, which relay it dials.
+pub async fn dialed_relay(settings: &Settings) -> Result<Dialed> {
+    let Some(agent) = settings.home.running_agent()? else { return Ok(Dialed::NoAgent) };
+    let status = match query(settings).await {
+        Ok(status) if !status.relay.is_empty() => status,
+        Ok(_) => return Ok(Dialed::Unknown { pid: agent.pid, why: "it dials no relay".to_owned() }),
+        Err(err) => return Ok(Dialed::Unknown { pid: agent.pid, why: format!("{err:#}") }),
+    };
+    match settings.running_relay(&status.relay) {
+        Ok((relay, source)) => Ok(Dialed::Agent { pid: agent.pid, relay, source }),
+        Err(err) => Ok(Dialed::Unknown { pid: agent.pid, why: format!("{err:#}") }),
+    }
 }
 
 /// One line per open session: how it came, sealed or not, its client and since when. The

@@ -43,6 +43,9 @@ pub struct RelayConfig {
     /// "Hosted voice"); its path is 404 when `None`. The web client's `GET /config` reports
     /// whether voice is offered.
     pub service: Option<Arc<dyn PhoneService>>,
+    /// SHA-256 of the certificate `tls` serves, for the web client's `GET /config` to show: set by
+    /// `voxa run --lan`, whose certificate no one the phone trusts signed.
+    pub certificate_sha256: Option<[u8; 32]>,
 }
 
 impl Default for RelayConfig {
@@ -56,6 +59,7 @@ impl Default for RelayConfig {
             memory_budget: MEMORY_BUDGET,
             metrics: Arc::default(),
             service: None,
+            certificate_sha256: None,
         }
     }
 }

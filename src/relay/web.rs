@@ -17,9 +17,10 @@ pub(super) struct WebApp {
 }
 
 impl WebApp {
-    /// The pages of a relay that hosts voice (`live`) and asks for a relay token (`relay_token`).
-    pub(super) fn new(live: bool, relay_token: bool) -> Self {
-        WebApp { offer: web::Offer { live, relay_token } }
+    /// The pages of a relay that hosts voice (`live`), asks for a relay token (`relay_token`) and
+    /// serves a certificate the page shows to be compared (`certificate_sha256`, `run --lan`).
+    pub(super) fn new(live: bool, relay_token: bool, certificate_sha256: Option<[u8; 32]>) -> Self {
+        WebApp { offer: web::Offer { live, relay_token, certificate_sha256 } }
     }
 
     /// True for a path the web app answers (never behind the relay token: a browser cannot send

@@ -124,7 +124,7 @@ async fn a_healthy_setup_passes_and_a_wrong_relay_token_fails_without_being_prin
     for name in ["home", "permissions", "secrets", "config", "relay", "proxy", "relay tcp", "relay health", "clock"] {
         assert_eq!(status_of(&report, name), "ok", "{name}: {output}");
     }
-    assert_eq!(check(&report, "relay")["message"], format!("http://{} (saved in config.toml)", relay.addr));
+    assert_eq!(check(&report, "relay")["message"], format!("http://{} (dialed by the running agent)", relay.addr));
     assert_eq!(check(&report, "relay token")["message"], "the relay accepted VOXA_RELAY_TOKEN");
     assert_eq!(status_of(&report, "coding agents"), "ok", "{output}");
     assert_eq!(check(&report, "agent relay")["message"], format!("the agent is connected to http://{}", relay.addr));
@@ -163,6 +163,26 @@ async fn a_healthy_setup_passes_and_a_wrong_relay_token_fails_without_being_prin
     assert!(text.trim_end().ends_with("warning(s)"), "{text}");
     drop(run);
     relay.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_agent_on_its_embedded_relay_passes_and_the_relay_nobody_dials_is_not_checked() {
+    // A fresh home: its settings name the default relay, which this agent never dials.
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("voxa");
+    let path = fixtures_on_path();
+    let mut agent = Agent::start(dir, home.clone(), &["--embedded-relay"], &[("PATH", &path)]);
+    let listen = agent.run.wait_event("embedded_relay")["listen"].as_str().unwrap().to_owned();
+    agent.run.wait_event("relay_connected");
+    let (code, report, output) = tokio::task::spawn_blocking(move || doctor(&home, &[], &[])).await.unwrap();
+    assert_eq!(code, 0, "a healthy, connected agent passes: {output}");
+    assert_eq!(check(&report, "relay")["message"], format!("http://{listen} (in the running agent, which dials it)"));
+    for name in ["relay tcp", "relay health", "relay token", "agent", "agent relay"] {
+        assert_eq!(status_of(&report, name), "ok", "{name}: {output}");
+    }
+    assert_eq!(check(&report, "agent relay")["message"], format!("the agent is connected to http://{listen}"));
+    assert!(!output.contains(voxa::config::DEFAULT_RELAY), "a relay nobody dials was checked: {output}");
+    drop(agent);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -109,6 +109,67 @@ fn run_says_an_embedded_relay_link_is_for_this_machine_and_how_to_reach_a_phone(
     assert!(!text.contains("Voxa app") && !text.contains(['▀', '▄', '█']), "{text}");
 }
 
+/// `voxa` for `home` in a blocking task, as a second terminal beside a running agent.
+async fn beside(home: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let (home, args): (std::path::PathBuf, Vec<String>) =
+        (home.to_path_buf(), args.iter().map(|a| a.to_string()).collect());
+    tokio::task::spawn_blocking(move || voxa(&home, &args.iter().map(String::as_str).collect::<Vec<_>>()))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_an_embedded_relay_runs_status_and_pair_speak_of_that_relay_and_save_nothing() {
+    // A fresh home: nothing saved, so its settings name the default relay, which no one dials.
+    let (mut run, home, _dirs) = start_run(&["--embedded-relay"]);
+    let listen = run.wait_event("embedded_relay")["listen"].as_str().unwrap().to_owned();
+    let embedded = format!("http://{listen}");
+    let printed = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
+
+    let status = beside(&home, &["status"]).await;
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    let text = String::from_utf8_lossy(&status.stdout).into_owned();
+    let relays: Vec<&str> = text.lines().filter(|line| line.contains("relay:")).collect();
+    assert_eq!(relays.len(), 1, "one relay line: {text}");
+    assert!(relays[0].starts_with(&format!("relay:   {embedded} (in the running agent")), "{text}");
+    assert!(!text.contains(voxa::config::DEFAULT_RELAY), "a relay nobody dials: {text}");
+    let json: Value = serde_json::from_slice(&beside(&home, &["status", "--json"]).await.stdout).unwrap();
+    assert_eq!(
+        (json["relay"].as_str(), json["relay_source"].as_str()),
+        (Some(embedded.as_str()), Some("embedded")),
+        "{json}"
+    );
+
+    // pair prints the link the agent dials, and saves no relay (a relay inside an agent ends with it).
+    let pair = beside(&home, &["pair", "--json"]).await;
+    assert!(pair.status.success(), "{}", String::from_utf8_lossy(&pair.stderr));
+    let paired: Value = serde_json::from_slice(&pair.stdout).unwrap();
+    assert_eq!(paired["url"], printed.as_str(), "the link run printed: {paired}");
+    assert_eq!((paired["relay_source"].as_str(), paired["relay_saved"].as_bool()), (Some("embedded"), Some(false)));
+    let human = String::from_utf8_lossy(&beside(&home, &["pair", "--no-qr"]).await.stdout).into_owned();
+    assert!(human.lines().any(|line| line == printed), "{human}");
+    assert!(human.contains("the link works while that agent runs"), "{human}");
+    let config = std::fs::read_to_string(home.join("config.toml")).unwrap_or_default();
+    assert!(!config.contains("relay"), "pair saved a relay: {config}");
+
+    // A relay the running agent does not dial gets no link, and changes nothing.
+    let other = beside(&home, &["--relay", "https://relay.example.com", "pair"]).await;
+    assert_eq!(other.status.code(), Some(2), "{}", String::from_utf8_lossy(&other.stdout));
+    let said = String::from_utf8_lossy(&other.stderr);
+    assert!(said.contains(&format!("the running agent (pid {}) dials {embedded}", run.child.id())), "{said}");
+    assert!(other.stdout.is_empty(), "{}", String::from_utf8_lossy(&other.stdout));
+    let config = std::fs::read_to_string(home.join("config.toml")).unwrap_or_default();
+    assert!(!config.contains("relay"), "a refused pair saved a relay: {config}");
+    run.stop();
+
+    // Once it stopped, pair speaks of the settings' relay again (and saves it, as ever).
+    let after: Value = serde_json::from_slice(&voxa(&home, &["pair", "--json"]).stdout).unwrap();
+    assert_eq!(
+        (after["relay"].as_str(), after["relay_source"].as_str()),
+        (Some(voxa::config::DEFAULT_RELAY), Some("default"))
+    );
+}
+
 #[test]
 fn the_embedded_relay_keeps_its_port_across_restarts() {
     let (_dir, home) = fresh_home();

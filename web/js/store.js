@@ -31,7 +31,7 @@
  * @typedef {{state: 'same' | 'altered' | 'unchecked', paths?: string[]}} RelayPageFinding
  */
 
-/** What the server that served the page offers (`GET /config`). @typedef {{version?: string, live?: boolean, relay_token?: boolean}} ServerOffer */
+/** What the server that served the page offers (`GET /config`). @typedef {{version?: string, live?: boolean, relay_token?: boolean, certificate_sha256?: string}} ServerOffer */
 
 /**
  * @typedef {object} State

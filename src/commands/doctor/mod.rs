@@ -92,31 +92,21 @@ pub async fn run_doctor(settings: &Settings, args: DoctorArgs) -> Result<Exit> {
 }
 
 /// Runs every check in order. Never fails as a whole: each problem is a line of the report.
+/// While an agent runs, the relay checked is the one it dials (unless `--relay` names another).
 pub async fn diagnose(settings: &Settings, args: &DoctorArgs) -> Vec<Check> {
     let home = settings.home.dir();
     let mut checks = vec![home::check_home(home), home::check_files(home), home::check_secrets(home)];
     let (config_check, config) = home::check_config(home);
     checks.push(config_check);
-    let relay = match settings.relay(&config) {
-        Ok(relay) => {
-            checks.push(Check::ok("relay", format!("{relay} ({})", relay::relay_source(settings, &config))));
-            Some(relay)
-        }
-        Err(err) => {
-            checks.push(Check::fail(
-                "relay",
-                format!("{err:#}"),
-                "pass --relay https://… (and `voxa pair` to save it)",
-            ));
-            None
-        }
-    };
-    let dial = relay::dial_options(args, &mut checks);
-    if let (Some(relay), Some(dial)) = (&relay, &dial) {
-        relay::check_relay(relay, dial, args, home, &mut checks).await;
-    }
-    // What the running agent sees answers for the tools; this shell only when no agent runs.
+    // What the running agent sees answers for the relay and the tools; the settings and this
+    // shell only when no agent answers.
     let (agent_check, agent_status) = agent::check_agent(home).await;
+    let relay = relay::relay_to_check(settings, &config, agent_status.as_ref(), &mut checks);
+    let dial = relay::dial_options(args, &mut checks);
+    if let (Some((relay, source)), Some(dial)) = (&relay, &dial) {
+        let dial = relay::for_embedded(dial.clone(), &settings.home, relay, *source);
+        relay::check_relay(relay, &dial, args, home, &mut checks).await;
+    }
     let seen = match agent_status.as_ref().and_then(|status| status.sees.as_ref()) {
         Some(sees) => machine::Seen::Agent(sees),
         None => machine::Seen::Shell,

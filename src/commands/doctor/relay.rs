@@ -7,23 +7,62 @@ use std::time::{Duration, SystemTime};
 use super::http::{connect_tcp, connect_tls, http_get, open_stream, Target};
 use super::Check;
 use crate::cli::DoctorArgs;
-use crate::commands::Settings;
+use crate::commands::{RelaySource, Settings};
 use crate::config::{Config, RelayUrl};
 use crate::net::dial::{DialOptions, Io};
-use crate::protocol::RelayPage;
+use crate::protocol::{AgentStatus, RelayPage};
 use crate::secret::Secret;
 
 /// Clock difference with the relay above which doctor warns.
 pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(30);
 
-pub(super) fn relay_source(settings: &Settings, config: &Config) -> &'static str {
-    if settings.relay_flag.is_some() {
-        "from --relay or VOXA_RELAY"
-    } else if config.relay.is_some() {
-        "saved in config.toml"
-    } else {
-        "the default"
+/// The relay to check, with the `relay` line: `--relay` when given, else the one the running
+/// agent dials (when it says), else the one `voxa run` would dial.
+pub(super) fn relay_to_check(
+    settings: &Settings,
+    config: &Config,
+    agent: Option<&AgentStatus>,
+    checks: &mut Vec<Check>,
+) -> Option<(RelayUrl, RelaySource)> {
+    let dialed = agent.map(|status| status.relay.as_str()).filter(|relay| !relay.is_empty());
+    let chosen = match dialed {
+        Some(relay) if settings.relay_flag.is_none() => settings.running_relay(relay),
+        _ => settings.relay(config).map(|relay| (relay, settings.relay_source(config))),
+    };
+    match chosen {
+        Ok((relay, source)) => {
+            checks.push(Check::ok("relay", format!("{relay} ({})", source.describe())));
+            Some((relay, source))
+        }
+        Err(err) => {
+            checks.push(Check::fail(
+                "relay",
+                format!("{err:#}"),
+                "pass --relay https://… (and `voxa pair` to save it)",
+            ));
+            None
+        }
     }
+}
+
+/// The relay inside the running agent is dialed directly (never through a proxy), and a `--lan`
+/// one with the certificate `voxa run --lan` made trusted, as the agent itself dials it.
+pub(super) fn for_embedded(
+    mut dial: DialOptions,
+    home: &crate::state::Home,
+    relay: &RelayUrl,
+    source: RelaySource,
+) -> DialOptions {
+    if source != RelaySource::Embedded {
+        return dial;
+    }
+    dial.proxy = None;
+    if let Ok(Some(cert)) = crate::commands::lan::kept(home) {
+        if crate::commands::lan::fingerprint_of(home, relay).is_some() {
+            dial.extra_roots.push(rustls_pki_types::CertificateDer::from(cert.der));
+        }
+    }
+    dial
 }
 
 /// Proxy and extra roots as `voxa run` would use them; reports the proxy.
@@ -89,7 +128,11 @@ pub(super) async fn check_relay(
     let stream = if target.tls {
         match connect_tls(&target, dial, tcp).await {
             Ok(stream) => {
-                let roots = if dial.extra_roots.is_empty() { "the web's roots" } else { "the web's roots and --ca-cert" };
+                let roots = if dial.extra_roots.is_empty() {
+                    "the web's roots"
+                } else {
+                    "the web's roots and --ca-cert (or the certificate of voxa run --lan)"
+                };
                 checks.push(Check::ok("relay tls", format!("certificate of {} verified with {roots}", target.host)));
                 stream
             }

@@ -66,7 +66,7 @@ impl Edge {
         }
         Ok(Arc::new(Edge {
             core,
-            web: WebApp::new(config.service.is_some(), config.token.is_some()),
+            web: WebApp::new(config.service.is_some(), config.token.is_some(), config.certificate_sha256),
             token: config.token,
             tls: config.tls.map(tokio_rustls::TlsAcceptor::from),
             service: config.service,

@@ -1,18 +1,22 @@
-//! Headless Chromium driven over WebDriver (chromedriver + fantoccini), at a phone's viewport, for
-//! the web client's tests and the bench. Controls are found the way a screen reader finds them:
-//! by their computed role and accessible name.
+//! The page's browsers driven over WebDriver with fantoccini, at a phone's viewport, for the web
+//! client's tests and the bench: headless Chromium (chromedriver) by default, and beside it the
+//! engines of the other phones — WebKitGTK (WebKitWebDriver, on a virtual display of its own) and
+//! Firefox ESR (geckodriver, built from crates.io into the build directory when missing); see
+//! [`Engine`]. Controls are found the way a screen reader finds them: by their computed role and
+//! accessible name.
 #![allow(dead_code)]
 
+#[path = "browser/launch.rs"]
+pub mod launch;
+
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use fantoccini::elements::Element;
 use fantoccini::wd::WebDriverCompatibleCommand;
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 /// Phone viewport every page is shown at.
 pub const VIEWPORT: (u32, u32) = (390, 844);
@@ -22,7 +26,7 @@ pub const PAGE_STEP: Duration = Duration::from_secs(30);
 /// How often a condition on the page is checked while waiting.
 const POLL: Duration = Duration::from_millis(25);
 
-/// One Chromium at a time: a dozen at once would starve the other tests of a small machine.
+/// One browser at a time: a dozen at once would starve the other tests of a small machine.
 static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Colour scheme the page is shown in.
@@ -32,12 +36,39 @@ pub enum Scheme {
     Dark,
 }
 
-/// A chromedriver process and one headless Chromium session; both end when dropped, even when the
-/// test panics before [`Browser::close`].
+/// The browser engine a page is shown in. Every iOS browser is WebKit; most other phones run
+/// Chromium, some Gecko.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// Headless Chromium through chromedriver, with a phone's touch screen emulated.
+    Chromium,
+    /// Firefox ESR through geckodriver, headless, in kiosk mode (no browser chrome).
+    Firefox,
+    /// WebKitGTK's MiniBrowser through WebKitWebDriver, full screen on its own Xvfb display.
+    WebKit,
+}
+
+impl Engine {
+    pub const ALL: [Engine; 3] = [Engine::Chromium, Engine::Firefox, Engine::WebKit];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Chromium => "chromium",
+            Engine::Firefox => "firefox",
+            Engine::WebKit => "webkit",
+        }
+    }
+}
+
+/// A WebDriver server and one browser session at the phone viewport; they end when dropped, even
+/// when the test panics before [`Browser::close`].
 pub struct Browser {
     pub client: Client,
+    pub engine: Engine,
     driver: Child,
-    /// The browser's profile (`--user-data-dir`); `None` once [`Browser::quit`] handed it out.
+    /// WebKit's virtual X display; `None` for the headless engines.
+    display: Option<Child>,
+    /// The browser's profile; `None` once [`Browser::quit`] handed it out.
     profile: Option<tempfile::TempDir>,
     /// The one-browser turn; `None` for a second browser started beside one that holds it.
     _turn: Option<tokio::sync::MutexGuard<'static, ()>>,
@@ -48,10 +79,20 @@ fn on_path(names: &[&str]) -> Option<PathBuf> {
     std::env::split_paths(&path).flat_map(|dir| names.iter().map(move |name| dir.join(name))).find(|p| p.is_file())
 }
 
+/// Where a browser cannot start for want of a package: outside CI a note and `None` (the test
+/// skips), under CI (`CI` set, as `.ci/run` runs, after installing them) a failure.
+fn missing<T>(advice: &str) -> Option<T> {
+    if std::env::var_os("CI").is_some() {
+        panic!("{advice}");
+    }
+    eprintln!("skipped: {advice}");
+    None
+}
+
 impl Browser {
-    /// A browser at the phone viewport in the light scheme, or `None` (with a note on stderr) where
-    /// Chromium or chromedriver is not installed outside CI. Under CI (`CI` set, as `.ci/run`
-    /// runs, after installing both) a missing browser fails the test.
+    /// Chromium at the phone viewport in the light scheme, or `None` (with a note on stderr) where
+    /// Chromium or chromedriver is not installed outside CI. Under CI a missing browser fails the
+    /// test.
     pub async fn start() -> Option<Browser> {
         Self::start_with(Scheme::Light).await
     }
@@ -60,91 +101,41 @@ impl Browser {
         Self::start_with_args(scheme, &[]).await
     }
 
-    /// A browser with extra Chromium switches (fake media devices, for instance).
+    /// Chromium with extra switches (fake media devices, for instance).
     pub async fn start_with_args(scheme: Scheme, extra: &[String]) -> Option<Browser> {
-        Self::launch(scheme, extra, true).await
+        Self::launch(Engine::Chromium, scheme, extra, true).await
     }
 
-    /// A second, separate browser (its own Chromium and profile: another device, not another
-    /// tab) beside this one, within this one's turn.
+    /// A browser of `engine` at the phone viewport, or `None` where it is not installed (outside CI).
+    pub async fn start_in(engine: Engine, scheme: Scheme) -> Option<Browser> {
+        Self::launch(engine, scheme, &[], true).await
+    }
+
+    /// The same, with extra arguments for the browser itself (Chromium's switches, Firefox's
+    /// command line, MiniBrowser's options such as `--user-agent=…`).
+    pub async fn start_in_with_args(engine: Engine, scheme: Scheme, extra: &[String]) -> Option<Browser> {
+        Self::launch(engine, scheme, extra, true).await
+    }
+
+    /// A second, separate browser of the same engine (its own process and profile: another
+    /// device, not another tab) beside this one, within this one's turn.
     pub async fn another(&self, scheme: Scheme) -> Browser {
-        Self::launch(scheme, &[], false).await.expect("a browser starts where one already runs")
+        Self::launch(self.engine, scheme, &[], false).await.expect("a browser starts where one already runs")
     }
 
-    async fn launch(scheme: Scheme, extra: &[String], take_turn: bool) -> Option<Browser> {
-        let chromium = on_path(&["chromium", "chromium-browser", "google-chrome"]);
-        let driver = on_path(&["chromedriver"]);
-        let (Some(chromium), Some(driver)) = (chromium, driver) else {
-            let advice = "Chromium or chromedriver is not installed: install chromium and chromium-driver \
-                          (apt-get install chromium chromium-driver) to run the web client tests";
-            if std::env::var_os("CI").is_some() {
-                panic!("{advice}");
-            }
-            eprintln!("skipped: {advice}");
-            return None;
-        };
+    async fn launch(engine: Engine, scheme: Scheme, extra: &[String], take_turn: bool) -> Option<Browser> {
+        let programs = launch::Programs::find(engine).await?;
         let turn = if take_turn { Some(ONE_BROWSER.lock().await) } else { None };
-        let mut child = Command::new(driver)
-            .arg("--port=0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("chromedriver starts");
-        // chromedriver prints the port it chose once it accepts connections.
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let port = tokio::time::timeout(PAGE_STEP, async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                if let Some(rest) = line.split("started successfully on port ").nth(1) {
-                    return rest.trim_end_matches('.').parse::<u16>().unwrap();
-                }
-            }
-            panic!("chromedriver exited before it was ready");
-        })
-        .await
-        .expect("chromedriver ready in time");
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-
-        let profile = tempfile::tempdir().unwrap();
-        let (width, height) = VIEWPORT;
-        let mut args = vec![
-            "--headless=new".to_owned(),
-            "--no-sandbox".to_owned(),
-            "--disable-gpu".to_owned(),
-            "--disable-quic".to_owned(),
-            "--no-first-run".to_owned(),
-            "--disable-background-networking".to_owned(),
-            "--disable-component-update".to_owned(),
-            "--disable-sync".to_owned(),
-            "--disable-dev-shm-usage".to_owned(),
-            "--hide-scrollbars".to_owned(),
-            format!("--user-data-dir={}", profile.path().display()),
-            format!("--window-size={width},{height}"),
-        ];
-        if scheme == Scheme::Dark {
-            args.push("--force-dark-mode".to_owned());
-        }
-        args.extend(extra.iter().cloned());
-        let capabilities = json!({
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": chromium,
-                "args": args,
-                "mobileEmulation": {"deviceMetrics": {"width": width, "height": height, "pixelRatio": 1.0, "touch": true}},
-            },
-        });
-        let serde_json::Value::Object(capabilities) = capabilities else { unreachable!() };
-        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-        let client = tokio::time::timeout(
-            PAGE_STEP,
-            ClientBuilder::new(connector).capabilities(capabilities).connect(&format!("http://127.0.0.1:{port}")),
-        )
-        .await
-        .expect("Chromium starts in time")
-        .expect("a WebDriver session");
-        let browser = Browser { client, driver: child, profile: Some(profile), _turn: turn };
-        if scheme == Scheme::Dark {
+        let launched = launch::launch(engine, programs, scheme, extra).await;
+        let browser = Browser {
+            client: launched.client,
+            engine,
+            driver: launched.driver,
+            display: launched.display,
+            profile: Some(launched.profile),
+            _turn: turn,
+        };
+        if engine == Engine::Chromium && scheme == Scheme::Dark {
             browser
                 .cdp(
                     "Emulation.setEmulatedMedia",
@@ -152,7 +143,21 @@ impl Browser {
                 )
                 .await;
         }
+        if engine != Engine::Chromium {
+            browser.check_viewport(scheme).await;
+        }
         Some(browser)
+    }
+
+    /// The window the helper sized shows pages at [`VIEWPORT`] in the scheme asked for: a test's
+    /// pictures and pixel checks rely on it. (Chromium emulates the phone's screen itself: before
+    /// a page with a viewport tag, it lays out at a desktop width.)
+    async fn check_viewport(&self, scheme: Scheme) {
+        let seen = self
+            .script("return [innerWidth, innerHeight, matchMedia('(prefers-color-scheme: dark)').matches];", vec![])
+            .await;
+        let (width, height) = VIEWPORT;
+        assert_eq!(seen, json!([width, height, scheme == Scheme::Dark]), "{} viewport and scheme", self.engine.name());
     }
 
     /// Chromium whose microphone plays `wav` (looped), with the permission granted as a user would.
@@ -165,11 +170,16 @@ impl Browser {
         Self::start_with_args(scheme, &args).await
     }
 
-    /// Process ids of this browser's Chromium processes whose command line holds `kind`
-    /// (`--type=renderer`, the audio service, …), read from /proc.
+    /// Process ids of this browser's processes (Chromium's, Firefox's: those started on its own
+    /// profile) whose command line holds `kind` (`--type=renderer`, the audio service, …), read
+    /// from /proc. WebKit's end with their display.
     pub fn processes(&self, kind: &str) -> Vec<u32> {
         let Some(profile) = &self.profile else { return Vec::new() };
-        let profile = format!("--user-data-dir={}", profile.path().display());
+        let profile = match self.engine {
+            Engine::Chromium => format!("--user-data-dir={}", profile.path().display()),
+            Engine::Firefox => profile.path().display().to_string(),
+            Engine::WebKit => return Vec::new(),
+        };
         let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
         entries
             .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
@@ -181,10 +191,14 @@ impl Browser {
             .collect()
     }
 
-    /// Ends the session (Chromium quits) and chromedriver, and lets the next browser start.
+    /// Ends the session (the browser quits), its WebDriver server and display, and lets the next
+    /// browser start.
     pub async fn close(mut self) {
         let _ = self.client.clone().close().await;
         let _ = self.driver.kill().await;
+        if let Some(display) = self.display.as_mut() {
+            let _ = display.kill().await;
+        }
     }
 
     /// Ends the session as a person quits the browser (Chromium writes its profile on the way
@@ -193,10 +207,13 @@ impl Browser {
         let _ = self.client.clone().close().await;
         let deadline = tokio::time::Instant::now() + PAGE_STEP;
         while !self.processes("").is_empty() {
-            assert!(tokio::time::Instant::now() < deadline, "Chromium did not quit in time");
+            assert!(tokio::time::Instant::now() < deadline, "the browser did not quit in time");
             tokio::time::sleep(POLL).await;
         }
         let _ = self.driver.kill().await;
+        if let Some(display) = self.display.as_mut() {
+            let _ = display.kill().await;
+        }
         self.profile.take().expect("a profile")
     }
 
@@ -223,8 +240,9 @@ impl Browser {
         self.client.current_url().await.expect("current url").to_string()
     }
 
-    /// Runs a Chrome DevTools command in the page's tab.
+    /// Runs a Chrome DevTools command in the page's tab (Chromium only).
     pub async fn cdp(&self, method: &str, params: Value) -> Value {
+        assert_eq!(self.engine, Engine::Chromium, "DevTools commands are Chromium's");
         self.client
             .issue_cmd(Raw::post("goog/cdp/execute", json!({"cmd": method, "params": params})))
             .await
@@ -244,6 +262,33 @@ impl Browser {
         (text(role), text(name))
     }
 
+    /// Whether the element is shown, by WebDriver's displayedness check. WebKit's says a button
+    /// with `overflow: hidden` is hidden when the page shows it (the tabs): there, an element the
+    /// check refuses counts as shown when it has a size and neither CSS nor an ancestor hides it.
+    pub async fn displayed(&self, element: &Element) -> bool {
+        if element.is_displayed().await.unwrap_or(false) {
+            return true;
+        }
+        if self.engine != Engine::WebKit {
+            return false;
+        }
+        let element = serde_json::to_value(element).expect("an element reference");
+        let shown = "const [e] = arguments; const box = e.getBoundingClientRect();
+                     return box.width > 0 && box.height > 0 && e.checkVisibility({opacityProperty: true, visibilityProperty: true});";
+        self.script(shown, vec![element]).await == Value::Bool(true)
+    }
+
+    /// The element's text as shown (WebDriver's element text; in WebKit, where that check of being
+    /// shown errs as [`Browser::displayed`] says, the `innerText` of an element that is shown).
+    pub async fn text(&self, element: &Element) -> String {
+        let text = element.text().await.unwrap_or_default();
+        if !text.is_empty() || self.engine != Engine::WebKit || !self.displayed(element).await {
+            return text;
+        }
+        let element = serde_json::to_value(element).expect("an element reference");
+        self.script("return arguments[0].innerText;", vec![element]).await.as_str().unwrap_or_default().to_owned()
+    }
+
     /// The one displayed element with this role and accessible name, waiting until it appears.
     pub async fn control(&self, role: &str, name: &str) -> Element {
         let deadline = tokio::time::Instant::now() + PAGE_STEP;
@@ -255,7 +300,7 @@ impl Browser {
                 .await
                 .unwrap_or_default();
             for element in candidates {
-                if !element.is_displayed().await.unwrap_or(false) {
+                if !self.displayed(&element).await {
                     continue;
                 }
                 let (computed_role, computed_name) = self.accessible(&element).await;
@@ -295,7 +340,7 @@ impl Browser {
         let mut last = String::new();
         loop {
             if let Ok(element) = self.client.find(Locator::Css(css)).await {
-                last = element.text().await.unwrap_or_default();
+                last = self.text(&element).await;
                 if check(&last) {
                     return last;
                 }
@@ -310,7 +355,7 @@ impl Browser {
         let region = self.control("status", "Connection").await;
         let deadline = tokio::time::Instant::now() + PAGE_STEP;
         loop {
-            let text = region.text().await.unwrap_or_default();
+            let text = self.text(&region).await;
             if text.contains(words) {
                 return text;
             }
@@ -363,8 +408,8 @@ pub fn tone_wav(path: &std::path::Path, rate: u32, freq: f64, tone_s: f64, silen
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        // Chromium outlives chromedriver when nobody ends the session: end its processes (those on
-        // this browser's own profile), by id.
+        // Chromium and Firefox outlive their driver when nobody ends the session: end their
+        // processes (those on this browser's own profile), by id. WebKit's go with their display.
         for pid in self.processes("") {
             if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
                 let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);

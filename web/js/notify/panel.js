@@ -20,10 +20,19 @@ function keyBytes(base64url) {
   return Uint8Array.from(raw, (c) => c.charCodeAt(0));
 }
 
-/** True on an iPhone or iPad browser tab, where push needs the page added to the home screen. */
+/** What iOS needs before it lets a page receive pushes. */
+export const IOS_HOME_SCREEN = 'On iPhone and iPad, notifications need voxa on the home screen: tap Share, then '
+  + '"Add to Home Screen", then open voxa from its icon there and turn notifications on.';
+
+/**
+ * True in a browser tab on an iPhone or iPad (an iPad says it is a Mac, with a touch screen):
+ * there Web Push needs the page opened from the home screen.
+ */
 function iosTab() {
-  const ios = /iPhone|iPad|iPod/.test(navigator.userAgent);
-  const standalone = matchMedia('(display-mode: standalone)').matches;
+  const ua = navigator.userAgent;
+  const ios = /iPhone|iPad|iPod/.test(ua) || (/Macintosh/.test(ua) && navigator.maxTouchPoints > 1);
+  const standalone = matchMedia('(display-mode: standalone)').matches
+    || /** @type {{standalone?: boolean}} */ (navigator).standalone === true;
   return ios && !standalone;
 }
 
@@ -73,11 +82,10 @@ export class Notifications {
   show() {
     const supported = 'serviceWorker' in navigator && 'PushManager' in window && 'Notification' in window;
     const online = this.store.state.online && Boolean(this.key());
-    if (!supported) {
+    // In a tab, iOS offers no push (or one that never arrives): the way is the home screen.
+    if (iosTab() || !supported) {
       this.button.hidden = true;
-      this.say(iosTab()
-        ? 'To get notifications on iPhone: tap Share, then "Add to Home Screen", and open voxa from there.'
-        : 'This browser cannot show notifications from the laptop.');
+      this.say(iosTab() ? IOS_HOME_SCREEN : 'This browser cannot show notifications from the laptop.');
       return;
     }
     this.button.hidden = false;

@@ -77,6 +77,10 @@ export class Status {
         ['Agent', hello ? hello.agent : ''],
         ['Environment', state.env ? (env ? env.name : state.env.slice(0, 12)) : 'this laptop'],
         ['Web client', server.version ? `voxa ${server.version}` : ''],
+        // `voxa run --lan`'s own certificate, to compare with what it printed (docs/GUIDE.md); a
+        // space every eight bytes lets it wrap there.
+        ['Certificate', typeof server.certificate_sha256 === 'string'
+          ? `SHA-256 ${(server.certificate_sha256.match(/.{1,24}/g) || []).join(' ')}` : ''],
       ].filter(([, value]) => typeof value === 'string' && value);
       facts.replaceChildren(...shown.flatMap(([name, value]) => [el('dt', { text: name }), el('dd', { text: value })]));
       const offered = hello && Array.isArray(hello.tools) ? hello.tools.filter((t) => typeof t === 'string') : [];
