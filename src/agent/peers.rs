@@ -631,7 +631,7 @@ mod tests {
             assert!(matches!(peers.slots[&7].state, Peer::Ready { .. }));
             let proven: Vec<PeerId> = std::iter::from_fn(|| sent.try_recv().ok())
                 .filter_map(|message| match relay_framing::split(&message.into_data()) {
-                    Some((Kind::Proven, peer, payload)) if payload.is_empty() => Some(peer),
+                    Some((Kind::Proven, peer, [])) => Some(peer),
                     _ => None,
                 })
                 .collect();

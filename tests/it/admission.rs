@@ -304,6 +304,7 @@ async fn framing_relay(
             let tx = tx.clone();
             tokio::spawn(async move {
                 let mut offered = None;
+                #[allow(clippy::result_large_err)]
                 let choose = |request: &Request, mut response: Response| {
                     offered = request.headers().get("sec-websocket-protocol").map(|v| v.to_str().unwrap().to_owned());
                     response.headers_mut().insert("sec-websocket-protocol", framing.parse().unwrap());
