@@ -223,3 +223,77 @@ async fn rotation_with_the_page_open_cuts_it_off_and_the_cli_works_at_once() {
     run.stop();
     relay.stop();
 }
+
+// ---- back fast (docs/PROTOCOL.md, "Back fast") ------------------------------------------------
+
+/// The seconds the page's countdown says are left ("reconnecting in N s"), if it shows one.
+fn countdown(text: &str) -> Option<u64> {
+    let rest = text.split("reconnecting in ").nth(1)?;
+    rest.split(' ').next()?.parse().ok()
+}
+
+/// Switches the browser's emulated network off or on, as a phone that loses and finds it.
+async fn network(browser: &crate::support::browser::Browser, online: bool) {
+    browser.cdp("Network.enable", json!({})).await;
+    let conditions = json!({"offline": !online, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1});
+    browser.cdp("Network.emulateNetworkConditions", conditions).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_network_coming_back_is_not_waited_out() {
+    let Some(scene) = Scene::start().await else { return };
+    let browser = &scene.browser;
+    scene.open_online().await;
+    network(browser, false).await;
+    // Offline, the page leaves the session at once and keeps trying, backing off further each time.
+    let region = browser.control("status", "Connection").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let left = loop {
+        let text = browser.text(&region).await;
+        match countdown(&text) {
+            Some(seconds) if seconds >= 5 => break seconds,
+            _ => assert!(tokio::time::Instant::now() < deadline, "the backoff never grew: {text:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let back = tokio::time::Instant::now();
+    network(browser, true).await;
+    browser.wait_connection("laptop online").await;
+    // Online well before the countdown would have let it try again.
+    assert!(
+        back.elapsed() < Duration::from_secs(left - 2),
+        "back after {:?}, the countdown said {left} s",
+        back.elapsed()
+    );
+    browser.type_into("Command", "echo back").await;
+    browser.press("Run").await;
+    browser.wait_text(TERMINAL, "the command after the network returned", |t| t.contains("exit 0")).await;
+    scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_dead_across_a_network_change_is_left_at_once_for_a_new_one() {
+    let Some(scene) = Scene::start().await else { return };
+    let browser = &scene.browser;
+    let proxy = BlackholeProxy::start(scene.relay.addr).await;
+    let link = scene.link().replace(&scene.relay.addr.to_string(), &proxy.addr.to_string());
+    browser.pair(&link).await;
+    browser.wait_connection("laptop online").await;
+    let sessions = "return performance.getEntriesByName('voxa:online').length;";
+    assert_eq!(browser.script(sessions, vec![]).await, json!(1));
+    // The phone moved to another network: the old socket goes nowhere, and the browser says
+    // it is online (again).
+    proxy.blackhole_existing();
+    browser.script("dispatchEvent(new Event('online'));", vec![]).await;
+    // A new session, long before a stalled one would be noticed (25 s without a sealed frame).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while browser.script(sessions, vec![]).await != json!(2) {
+        assert!(tokio::time::Instant::now() < deadline, "the dead socket was kept");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    browser.type_into("Command", "echo on-the-new-network").await;
+    browser.press("Run").await;
+    let shown = browser.wait_text(TERMINAL, "the command on the new socket", |t| t.contains("exit 0")).await;
+    assert!(shown.contains("on-the-new-network"), "{shown}");
+    scene.close().await;
+}

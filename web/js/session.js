@@ -11,12 +11,13 @@
 // which tells the laptop's name, then sends nothing — no `calls`, `status`, tool call or follow —
 // until `admit()`.
 
-import { AUDIO_PREFIX, parseAgentFrame, parseNotice } from './protocol.js';
+import { parseAgentFrame, parseNotice } from './protocol.js';
 import { Calls } from './session/calls.js';
 import { handOn } from './session/events.js';
 import { SessionStart, answerable, importToken } from './session/hello.js';
-import { Sealed } from './session/sealed.js';
+import { sealSession } from './session/sealed.js';
 import { BROKEN_TEXT, REFUSED_TEXT, Retry, finalClose, relayProtocols, socketUrl } from './session/transport.js';
+import { Wake, networkBack, networkLost } from './session/wake.js';
 
 /**
  * @typedef {import('./protocol.js').AgentFrame} AgentFrame
@@ -34,9 +35,6 @@ import { BROKEN_TEXT, REFUSED_TEXT, Retry, finalClose, relayProtocols, socketUrl
  * @typedef {'idle' | 'connecting' | 'relay' | 'hello' | 'online' | 'offline' | 'reconnecting' | 'refused'
  *   | 'impostor' | 'replaced' | 'insecure' | 'broken'} ConnectionState
  */
-
-/** Bytes queued on the socket beyond which microphone frames are dropped (about 1.5 s of audio). */
-const MAX_BUFFERED_AUDIO = 48 * 1024;
 
 /**
  * Connection states, emitted as `state` events with `{state, text, attempt, sealed}`:
@@ -77,7 +75,7 @@ export class Session extends EventTarget {
     this.key = null;
     /** The session start in progress on the socket, if any. @type {SessionStart | null} */
     this.starting = null;
-    /** The sealed session while it lasts (null: not sealed, or it ended). @type {Sealed | null} */
+    /** The sealed session while it lasts (null: not sealed, or it ended). @type {import("./session/sealed.js").Sealed | null} */
     this.seal = null;
     /** The socket carried a sealed session whose agent left: until the next challenge only notices may come. */
     this.sealEnded = false;
@@ -87,6 +85,8 @@ export class Session extends EventTarget {
     /** Bytes of every frame received and sent, for the call figures. */
     this.bytesIn = 0;
     this.bytesOut = 0;
+    /** The browser's network and the page's visibility, watched while the session runs. @type {Wake | null} */
+    this.wake = null;
   }
 
   /** Starts connecting; reconnects by itself until `stop()` or a final refusal. */
@@ -103,6 +103,8 @@ export class Session extends EventTarget {
       this.finish('insecure', 'this browser cannot compute the hello proofs');
       return;
     }
+    if (this.stopped) return;
+    this.wake = new Wake({ lost: () => networkLost(this), back: () => networkBack(this, true), shown: () => networkBack(this, false) });
     this.connect();
   }
 
@@ -110,6 +112,7 @@ export class Session extends EventTarget {
   stop() {
     this.stopped = true;
     this.retry.cancel();
+    if (this.wake) this.wake.stop();
     this.calls.failAll({ code: 'offline', message: 'the page left this laptop' });
     if (this.seal) this.seal.end();
     if (this.socket) this.socket.close(1000, 'bye');
@@ -265,16 +268,22 @@ export class Session extends EventTarget {
   }
 
   /**
-   * A sealed session heard nothing sealed for too long (`sealed-session-stalled`): it ends and a
-   * new one is started.
+   * A sealed session heard nothing sealed for too long (`sealed-session-stalled`), or nothing
+   * after a network change (`now`): it ends and a new one is started, at once when `now`.
    * @param {WebSocket} socket
+   * @param {boolean} [now]
    */
-  restart(socket) {
+  restart(socket, now = false) {
     if (socket !== this.socket) return;
     this.socket = null;
     socket.close(1000, 'sealed-session-stalled');
     this.goOffline({ code: 'offline', message: 'the laptop stopped answering' });
-    this.retry.schedule();
+    if (!now) {
+      this.retry.schedule();
+      return;
+    }
+    this.retry.attempt = 0;
+    this.connect();
   }
 
   /**
@@ -359,22 +368,7 @@ export class Session extends EventTarget {
       this.finish('impostor', 'this is not your laptop — it could not prove it holds the pairing');
       return;
     }
-    const socket = starting.socket;
-    this.seal = new Sealed(socket, checked.channel, {
-      text: (text) => {
-        const inner = parseAgentFrame(text);
-        // The session has started: a hello inside it means nothing.
-        if (inner && inner.type !== 'challenge' && inner.type !== 'hello_ok') this.onFrame(inner).catch(() => {});
-      },
-      audio: (data, at) => {
-        if (this.online) this.dispatchEvent(new CustomEvent('audio', { detail: { data, at } }));
-      },
-      broken: () => this.breakSeal(socket),
-      sent: (bytes) => { this.bytesOut += bytes; },
-    });
-    for (const { message, at } of checked.early) this.seal.open(message, at);
-    // Ticks (seal/channel.js): a dropped frame or a dead socket ends the session; a stall starts a new one.
-    checked.channel.keepTicks({ send: (text) => this.transmit(text), stalled: () => this.restart(socket) });
+    this.seal = sealSession(this, starting.socket, checked);
     this.retry.attempt = 0;
     this.hello = checked.hello;
     if (this.held) {
@@ -446,11 +440,7 @@ export class Session extends EventTarget {
    * @param {Bytes} bytes
    */
   sendAudio(bytes) {
-    if (!this.online || !this.socket || bytes[0] !== AUDIO_PREFIX) return false;
-    // A slow uplink drops microphone frames instead of queueing seconds of stale audio.
-    const queued = this.seal ? this.seal.queued : 0;
-    if (this.socket.bufferedAmount + queued > MAX_BUFFERED_AUDIO) return false;
-    return this.transmit(bytes);
+    return this.online && this.seal !== null && this.seal.sendAudio(bytes);
   }
 
   /**

@@ -4,7 +4,7 @@
 // and the first one that does not open breaks the session. What the frames say is the session's
 // business (session.js); this only carries them.
 
-import { AUDIO_PREFIX } from '../protocol.js';
+import { AUDIO_PREFIX, parseAgentFrame } from '../protocol.js';
 import { KIND_AUDIO } from '../seal/channel.js';
 
 /**
@@ -13,6 +13,35 @@ import { KIND_AUDIO } from '../seal/channel.js';
  * @typedef {{text: (text: string) => void, audio: (data: ArrayBuffer, at: number) => void, broken: () => void,
  *   sent: (bytes: number) => void}} Receiver
  */
+
+/** Bytes queued on the socket beyond which microphone frames are dropped (about 1.5 s of audio). */
+const MAX_BUFFERED_AUDIO = 48 * 1024;
+
+/**
+ * The sealed session a checked `hello_ok` opened on `socket`: its frames go to `session`, the
+ * messages that came early are opened, and it ticks (seal/channel.js): a dropped frame or a dead
+ * socket ends it, a stall starts a new one.
+ * @param {import('../session.js').Session} session
+ * @param {WebSocket} socket
+ * @param {{channel: Channel, early: {message: Bytes, at: number}[]}} checked
+ */
+export function sealSession(session, socket, checked) {
+  const seal = new Sealed(socket, checked.channel, {
+    text: (text) => {
+      const inner = parseAgentFrame(text);
+      // The session has started: a hello inside it means nothing.
+      if (inner && inner.type !== 'challenge' && inner.type !== 'hello_ok') session.onFrame(inner).catch(() => {});
+    },
+    audio: (data, at) => {
+      if (session.online) session.dispatchEvent(new CustomEvent('audio', { detail: { data, at } }));
+    },
+    broken: () => session.breakSeal(socket),
+    sent: (bytes) => { session.bytesOut += bytes; },
+  });
+  for (const { message, at } of checked.early) seal.open(message, at);
+  checked.channel.keepTicks({ send: (text) => session.transmit(text), stalled: () => session.restart(socket) });
+  return seal;
+}
 
 export class Sealed {
   /**
@@ -86,6 +115,16 @@ export class Sealed {
       if (!this.ended) this.queued = Math.max(0, this.queued - size);
     });
     return true;
+  }
+
+  /**
+   * Sends one microphone frame (its prefix first); false when it was dropped: a slow uplink drops
+   * them instead of queueing seconds of stale audio.
+   * @param {Bytes} bytes
+   */
+  sendAudio(bytes) {
+    if (bytes[0] !== AUDIO_PREFIX || this.socket.bufferedAmount + this.queued > MAX_BUFFERED_AUDIO) return false;
+    return this.send(bytes);
   }
 
   breaks() {

@@ -5,8 +5,15 @@
 
 /** @typedef {import('../pairings.js').Pairing} Pairing */
 
-/** First reconnect delay ceiling and largest delay (exponential backoff with full jitter). */
-const BACKOFF_BASE_MS = 1000;
+/**
+ * Reconnect delays: the first `QUICK_ATTEMPTS` wait at most `QUICK_MS` (a relay that restarts is
+ * back within seconds, and the page is back within one of those waits); after them, exponential
+ * backoff with full jitter from `BACKOFF_BASE_MS` up to `BACKOFF_CAP_MS`, for a relay that is
+ * really down.
+ */
+const QUICK_ATTEMPTS = 6;
+const QUICK_MS = 1000;
+const BACKOFF_BASE_MS = 2000;
 const BACKOFF_CAP_MS = 30000;
 /** Shortest wait between two attempts, so a failing relay is never hammered. */
 const BACKOFF_FLOOR_MS = 250;
@@ -41,8 +48,8 @@ export function relayProtocols(pairing) {
 }
 
 /**
- * The next attempt after a socket closed: waits by exponential backoff with full jitter (never
- * below a floor), counting the seconds left aloud once a second until it fires.
+ * The next attempt after a socket closed: waits a little for the first few, then by exponential
+ * backoff with full jitter (never below a floor), counting the seconds left aloud once a second until it fires.
  */
 export class Retry {
   /**
@@ -61,7 +68,8 @@ export class Retry {
   }
 
   schedule() {
-    const ceiling = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** Math.min(this.attempt, 16));
+    const slow = this.attempt - QUICK_ATTEMPTS;
+    const ceiling = slow < 0 ? QUICK_MS : Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** Math.min(slow, 16));
     const delay = Math.max(BACKOFF_FLOOR_MS, Math.random() * ceiling);
     this.attempt += 1;
     const at = Date.now() + delay;
