@@ -7,6 +7,7 @@
 //! relay sections, `relay-cpu` only the CPU comparison).
 
 mod agent;
+mod back;
 mod child;
 mod floor;
 mod hosted;
@@ -68,6 +69,9 @@ fn main() {
     }
     if wanted("web") {
         web::run(&mut report, runs(20));
+    }
+    if wanted("back") {
+        back::run(&mut report, runs(20));
     }
     if wanted("web-network") {
         web::run_network(&mut report, runs(10));

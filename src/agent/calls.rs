@@ -3,16 +3,22 @@
 //! running to their own end; their output is kept, bounded, and handed to the sessions of the same
 //! pairing that ask (`calls`). The frames are described in docs/PROTOCOL.md, "Calls outlive the
 //! connection".
+//!
+//! A frame sent again is answered again, never applied twice (docs/PROTOCOL.md, "Receipts"): the
+//! table remembers, for a while, the ids of the calls it ran and the receipts it gave. A
+//! `tool_call` whose id is running attaches to it; one whose id finished gets its result again.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::protocol::{AgentMessage, CallEntry, CallsFrame, ErrorCode, Frame, ToolCall, ToolError};
+use crate::protocol::{
+    AgentMessage, CallEntry, CallsFrame, ErrorCode, Frame, Receipt, ToolCall, ToolError, ToolResult,
+};
 
 /// Finished calls kept per pairing for a session that has not seen them; the oldest go first.
 pub const KEPT_CALLS: usize = 32;
@@ -24,6 +30,10 @@ pub const KEPT_PROGRESS: usize = crate::protocol::OUTPUT_CAP;
 pub const MAX_SEEN: usize = 256;
 /// Arguments larger than this (as JSON) are not repeated in a `calls` frame.
 const MAX_SHOWN_ARGS: usize = 2 << 10;
+/// Ids of finished calls, and receipts, a pairing remembers: at most this many of each…
+pub const REMEMBERED_IDS: usize = 512;
+/// …for at most this long.
+pub const REMEMBERED_FOR: Duration = Duration::from_secs(600);
 /// How long one session may hold up a call's output before it stops getting it.
 const LISTENER_PATIENCE: Duration = Duration::from_secs(10);
 
@@ -66,12 +76,51 @@ struct Table {
     finished: VecDeque<Finished>,
     finished_bytes: usize,
     dropped: u64,
+    /// Ids of the calls that finished, newest last, whether or not their frames are still kept.
+    ran: Remembered<()>,
+    /// Receipts given, newest last.
+    receipts: Remembered<Receipt>,
+}
+
+/// What a pairing remembers of ids it answered: bounded by [`REMEMBERED_IDS`] and [`REMEMBERED_FOR`].
+struct Remembered<T> {
+    entries: VecDeque<(String, Instant, T)>,
+}
+
+impl<T> Default for Remembered<T> {
+    fn default() -> Self {
+        Remembered { entries: VecDeque::new() }
+    }
+}
+
+impl<T> Remembered<T> {
+    fn forget_old(&mut self) {
+        while self.entries.front().is_some_and(|(_, at, _)| at.elapsed() > REMEMBERED_FOR) {
+            self.entries.pop_front();
+        }
+    }
+
+    fn get(&mut self, id: &str) -> Option<&T> {
+        self.forget_old();
+        self.entries.iter().find(|(known, _, _)| known == id).map(|(_, _, value)| value)
+    }
+
+    fn add(&mut self, id: String, value: T) {
+        self.forget_old();
+        self.entries.retain(|(known, _, _)| *known != id);
+        if self.entries.len() >= REMEMBERED_IDS {
+            self.entries.pop_front();
+        }
+        self.entries.push_back((id, Instant::now(), value));
+    }
 }
 
 struct Running {
     entry: CallEntry,
     origin: ListenerId,
     cancel: CancellationToken,
+    /// Other sessions that sent this call again and hear its frames too.
+    watchers: Vec<ListenerId>,
     /// The last [`KEPT_PROGRESS`] bytes of output.
     progress: String,
     /// Bytes of output no longer kept.
@@ -94,18 +143,19 @@ struct Listener {
 
 /// Why a call was not started.
 pub enum Refused {
-    Duplicate,
     Busy(usize),
+    /// The pairing already ran (or runs) a call with this id: it was answered again instead.
+    AnsweredAgain,
 }
 
 impl Refused {
     pub fn error(&self, id: &str) -> ToolError {
         match self {
-            Refused::Duplicate => {
-                ToolError::new(ErrorCode::DuplicateId, format!("a call with id {id:?} is still running"))
-            }
             Refused::Busy(running) => {
                 ToolError::new(ErrorCode::Busy, format!("{running} calls are already running; wait for one to finish"))
+            }
+            Refused::AnsweredAgain => {
+                ToolError::new(ErrorCode::DuplicateId, format!("call {id:?} already ran; its result is no longer kept"))
             }
         }
     }
@@ -128,8 +178,9 @@ impl CallBoard {
         listeners.retain(|listener| listener.id != id);
     }
 
-    /// Enters a call started by `origin`, unless its id is running or `limit` calls already are.
-    /// The other sessions that asked hear of it in a `calls` frame.
+    /// Enters a call started by `origin`, unless `limit` calls already run. The other sessions
+    /// that asked hear of it in a `calls` frame. A call whose id the pairing runs or ran is not
+    /// started again: `origin` gets its frames ([`Refused::AnsweredAgain`]).
     pub async fn start(
         &self,
         call: &ToolCall,
@@ -138,18 +189,63 @@ impl CallBoard {
         limit: usize,
     ) -> Result<(), Refused> {
         let mut table = self.table.lock().await;
-        if table.running.contains_key(&call.id) {
-            return Err(Refused::Duplicate);
+        if self.again(&mut table, &call.id, origin).await {
+            return Err(Refused::AnsweredAgain);
         }
         if table.running.len() >= limit {
             return Err(Refused::Busy(table.running.len()));
         }
         let entry = entry_of(call);
         let announce = AgentMessage::Calls(CallsFrame { running: vec![entry.clone()], ..Default::default() });
-        let running = Running { entry, origin, cancel, progress: String::new(), progress_dropped: 0 };
+        let running =
+            Running { entry, origin, cancel, watchers: Vec::new(), progress: String::new(), progress_dropped: 0 };
         table.running.insert(call.id.clone(), running);
-        self.deliver(origin, &[Frame::from(announce)], Audience::Others).await;
+        self.deliver(&[origin], &[Frame::from(announce)], Audience::Others).await;
         Ok(())
+    }
+
+    /// A call sent again by `listener`: running, it attaches (its output so far, then the rest);
+    /// finished and kept, its frames again; finished and no longer kept, a `duplicate-id` result.
+    /// False when the pairing never ran this id (or forgot it).
+    async fn again(&self, table: &mut Table, id: &str, listener: ListenerId) -> bool {
+        let hears_all = {
+            let listeners = self.listeners.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            listeners.iter().any(|l| l.id == listener && l.all)
+        };
+        if let Some(running) = table.running.get_mut(id) {
+            if running.origin == listener || hears_all || running.watchers.contains(&listener) {
+                return true; // It hears this call already.
+            }
+            running.watchers.push(listener);
+            if running.progress.is_empty() {
+                return true;
+            }
+            let (chunk, env) = (running.progress.clone(), running.entry.env.clone());
+            let frame = Frame::from(AgentMessage::ToolProgress { id: id.to_owned(), chunk, env });
+            self.deliver_to(listener, &[frame]).await;
+            return true;
+        }
+        if let Some(finished) = table.finished.iter().find(|call| call.entry.id == id) {
+            let frames = finished.frames.clone();
+            self.deliver_to(listener, &frames).await;
+            return true;
+        }
+        if table.ran.get(id).is_some() {
+            let result = ToolResult::failure(id.to_owned(), Refused::AnsweredAgain.error(id));
+            self.deliver_to(listener, &[Frame::from(AgentMessage::ToolResult(result))]).await;
+            return true;
+        }
+        false
+    }
+
+    /// The receipt already given under `id`, if the pairing remembers it.
+    pub async fn receipt(&self, id: &str) -> Option<Receipt> {
+        self.table.lock().await.receipts.get(id).cloned()
+    }
+
+    /// Remembers a receipt given, for the same frame sent again.
+    pub async fn remember_receipt(&self, receipt: &Receipt) {
+        self.table.lock().await.receipts.add(receipt.id.clone(), receipt.clone());
     }
 
     /// A piece of a running call's output.
@@ -162,8 +258,8 @@ impl CallBoard {
             running.progress.drain(..cut);
             running.progress_dropped += cut;
         }
-        let origin = running.origin;
-        self.deliver(origin, &[frame], Audience::All).await;
+        let own: Vec<ListenerId> = std::iter::once(running.origin).chain(running.watchers.iter().copied()).collect();
+        self.deliver(&own, &[frame], Audience::All).await;
     }
 
     /// The call ended with these frames (its image, if any, and its result): delivered, then kept
@@ -171,7 +267,9 @@ impl CallBoard {
     pub async fn finish(&self, id: &str, frames: Vec<Frame>) {
         let mut table = self.table.lock().await;
         let Some(running) = table.running.remove(id) else { return };
-        self.deliver(running.origin, &frames, Audience::All).await;
+        let own: Vec<ListenerId> = std::iter::once(running.origin).chain(running.watchers.iter().copied()).collect();
+        self.deliver(&own, &frames, Audience::All).await;
+        table.ran.add(id.to_owned(), ());
         let bytes = frames.iter().map(frame_len).sum::<usize>() + running.entry.id.len();
         if bytes > KEPT_BYTES {
             table.dropped += 1;
@@ -226,16 +324,16 @@ impl CallBoard {
         table.running.len()
     }
 
-    /// Sends `frames` to the listeners `audience` names, dropping those that are gone or that
-    /// held the pairing's output up too long.
-    async fn deliver(&self, origin: ListenerId, frames: &[Frame], audience: Audience) {
+    /// Sends `frames` to the listeners `audience` names (`own`: the call's sessions), dropping
+    /// those that are gone or that held the pairing's output up too long.
+    async fn deliver(&self, own: &[ListenerId], frames: &[Frame], audience: Audience) {
         let targets: Vec<(ListenerId, mpsc::WeakSender<Frame>)> = {
             let listeners = self.listeners.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             listeners
                 .iter()
                 .filter(|l| match audience {
-                    Audience::All => l.all || l.id == origin,
-                    Audience::Others => l.all && l.id != origin,
+                    Audience::All => l.all || own.contains(&l.id),
+                    Audience::Others => l.all && !own.contains(&l.id),
                 })
                 .map(|l| (l.id, l.out.clone()))
                 .collect()

@@ -122,8 +122,16 @@ impl Session {
         match message {
             ClientMessage::ToolCall(call) => self.start_call(call).await,
             // Any call of the pairing, whichever session started it.
-            ClientMessage::Cancel { id } => {
-                self.board.cancel(&id).await;
+            ClientMessage::Cancel { id, receipt } => {
+                if self.answered_again(receipt.as_deref()).await {
+                    return;
+                }
+                let cancelled = self.board.cancel(&id).await;
+                let outcome = match cancelled {
+                    true => Ok(()),
+                    false => Err(ToolError::new(ErrorCode::NotFound, format!("no call {id:?} is running"))),
+                };
+                self.give_receipt(receipt, outcome).await;
             }
             ClientMessage::CancelAll => {
                 let stopped = self.board.cancel_all().await;
@@ -167,12 +175,21 @@ impl Session {
                     following.cancel();
                 }
             }
-            ClientMessage::Approve(approve) => {
-                if let Verdict::Deny(_) = self.judged(&FrameAction::Approve).await {
+            ClientMessage::Approve(mut approve) => {
+                let receipt = approve.receipt.take();
+                if self.answered_again(receipt.as_deref()).await {
                     return;
                 }
-                if let Err(err) = approvals::answer(&self.ctx.approvals, approve, &self.caller) {
-                    self.send(AgentMessage::Error { code: err.code, message: Some(err.message) }).await;
+                if let Verdict::Deny(rule) = self.judged(&FrameAction::Approve).await {
+                    return self.give_receipt(receipt, Err(rule.refusal("approve"))).await;
+                }
+                let outcome = approvals::answer(&self.ctx.approvals, approve, &self.caller);
+                match (receipt, outcome) {
+                    (Some(receipt), outcome) => self.give_receipt(Some(receipt), outcome).await,
+                    (None, Err(err)) => {
+                        self.send(AgentMessage::Error { code: err.code, message: Some(err.message) }).await
+                    }
+                    (None, Ok(())) => {}
                 }
             }
             ClientMessage::PushSubscribe { subscription } => self.push_subscribe(subscription).await,
@@ -354,9 +371,14 @@ impl Session {
         let token = self.ctx.shutdown.child_token();
         self.board.listen(self.listener, &self.out, false);
         let limit = self.ctx.toolbox().max_calls_in_flight();
-        if let Err(refused) = self.board.start(&call, self.listener, token.clone(), limit).await {
-            let result = ToolResult::failure(call.id.clone(), refused.error(&call.id));
-            return self.send(AgentMessage::ToolResult(result)).await;
+        match self.board.start(&call, self.listener, token.clone(), limit).await {
+            Ok(()) => {}
+            // Sent again (an outbox after a reconnect): answered again, not run again.
+            Err(calls::Refused::AnsweredAgain) => return,
+            Err(refused) => {
+                let result = ToolResult::failure(call.id.clone(), refused.error(&call.id));
+                return self.send(AgentMessage::ToolResult(result)).await;
+            }
         }
         let task = CallTask {
             ctx: self.ctx.clone(),
@@ -383,6 +405,32 @@ impl Session {
             return;
         }
         self.ctx.tasks.spawn(task.run(call));
+    }
+
+    /// A frame that asked for a receipt under an id the pairing already answered: the same
+    /// receipt again, and nothing applied (docs/PROTOCOL.md, "Receipts").
+    async fn answered_again(&self, receipt: Option<&str>) -> bool {
+        let Some(id) = receipt else { return false };
+        match self.board.receipt(id).await {
+            Some(given) => {
+                self.send(AgentMessage::Receipt(given)).await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Answers a frame that asked for a receipt, and remembers the answer; nothing without one.
+    async fn give_receipt(&self, receipt: Option<String>, outcome: Result<(), ToolError>) {
+        let Some(id) = receipt else { return };
+        if id.is_empty() || id.len() > protocol::MAX_CALL_ID_LEN {
+            let error = ToolError::new(ErrorCode::InvalidArgs, "`receipt` must be 1 to 128 characters");
+            let id = id.chars().take(protocol::MAX_CALL_ID_LEN).collect();
+            return self.send(AgentMessage::Receipt(protocol::Receipt::of(id, Err(error)))).await;
+        }
+        let given = protocol::Receipt::of(id, outcome);
+        self.board.remember_receipt(&given).await;
+        self.send(AgentMessage::Receipt(given)).await;
     }
 
     async fn send(&self, message: AgentMessage) {

@@ -67,7 +67,7 @@ impl PageLink {
             () = cancel.cancelled() => {}
         }
         // The page has the laptop cancel it and passes on its `cancelled`; the bridge bounds the wait.
-        let _ = self.to_page.try_send(ClientMessage::Cancel { id }.to_json());
+        let _ = self.to_page.try_send(ClientMessage::Cancel { id, receipt: None }.to_json());
         answered.await.unwrap_or_else(|_| gone())
     }
 

@@ -144,6 +144,10 @@ pub struct Approve {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answers: Option<Value>,
+    /// Asks for a `receipt` under this id; the same id sent again gets the same receipt and
+    /// answers nothing more (docs/PROTOCOL.md, "Receipts").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<String>,
 }
 
 /// `{"type":"approval_resolved",…}`: sent to every following client once an approval is decided.

@@ -41,7 +41,7 @@ pub use terminal::{
     TermAck, TermExit, TermOutput, TermSnapshot, MAX_TERMINALS, MAX_TERM_CELLS, MAX_TERM_INPUT, MAX_TERM_SIZE,
     TERM_CHUNK, TERM_IDLE_LIMIT, TERM_WINDOW,
 };
-pub use tools::{Image, ToolCall, ToolError, ToolResult, HOSTED_CALLER};
+pub use tools::{Image, Receipt, ToolCall, ToolError, ToolResult, HOSTED_CALLER};
 
 /// Version of the application protocol: the challenge–response session start of
 /// docs/PROTOCOL.md ("Session start (protocol 2)"), sent in `challenge`, `hello` and `hello_ok`.

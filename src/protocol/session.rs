@@ -19,6 +19,10 @@ pub enum ClientMessage {
     ToolCall(ToolCall),
     Cancel {
         id: String,
+        /// Asks for a `receipt` under this id; the same id sent again gets the same receipt and
+        /// cancels nothing more (docs/PROTOCOL.md, "Receipts").
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        receipt: Option<String>,
     },
     /// Asks a running agent for its state (used by `voxa status`).
     Status,
@@ -154,6 +158,9 @@ pub enum AgentMessage {
     Approval(ApprovalFrame),
     /// An approval was decided.
     ApprovalResolved(ApprovalResolved),
+    /// What became of a frame that asked for a receipt (`approve`, `cancel`); the same again for
+    /// that frame sent again (docs/PROTOCOL.md, "Receipts").
+    Receipt(super::Receipt),
     /// The laptop keeps this browser's push subscription and will notify it.
     PushSubscribed,
     /// Tool calls of this session's pairing this client did not start: running, or finished and

@@ -97,6 +97,25 @@ impl std::fmt::Display for ToolError {
 
 impl std::error::Error for ToolError {}
 
+/// `{"type":"receipt","id","ok",error?}`: what became of a frame that carried `receipt: id`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+pub struct Receipt {
+    pub id: String,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ToolError>,
+}
+
+impl Receipt {
+    /// The receipt of a frame that was applied (`Ok`) or refused.
+    pub fn of(id: String, outcome: Result<(), ToolError>) -> Self {
+        match outcome {
+            Ok(()) => Receipt { id, ok: true, error: None },
+            Err(error) => Receipt { id, ok: false, error: Some(error) },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::protocol::*;

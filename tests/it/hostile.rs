@@ -68,7 +68,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         hello,
         bearer,
         call,
-        any::<String>().prop_map(|id| ClientMessage::Cancel { id }),
+        any::<String>().prop_map(|id| ClientMessage::Cancel { id, receipt: None }),
         Just(ClientMessage::CancelAll),
         proptest::collection::vec(any::<String>(), 0..3).prop_map(|seen| ClientMessage::Calls { seen }),
         Just(ClientMessage::Status),

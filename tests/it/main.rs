@@ -23,6 +23,7 @@ mod lan;
 mod layers;
 mod live;
 mod live_limits;
+mod outbox;
 mod policy;
 mod private_relay;
 mod proof;

@@ -5,6 +5,7 @@
 // (agent/conversation.js), which each build their cards here and answer through `answer`.
 
 import { el } from './dom.js';
+import { showReceipt } from './outbox.js';
 
 /**
  * @typedef {import('./session.js').Session} Session
@@ -165,7 +166,8 @@ function questionOf(card, question, onAnswer) {
 }
 
 /**
- * Sends the user's decision; the card goes once the laptop says it was decided.
+ * Sends the user's decision (through the outbox: queued while the laptop is away, sent once); the
+ * card goes once the laptop says it was decided, and says meanwhile where the answer is.
  * @param {Session} session
  * @param {Card} card
  * @param {string} decision
@@ -176,12 +178,15 @@ export function answer(session, card, decision) {
   const message = card.message.value.trim();
   if (message) frame.message = message;
   if (Object.keys(card.answers).length > 0) frame.answers = { ...card.answers };
-  if (!session.sendJson(frame)) {
+  const id = session.sendOnce(frame);
+  if (!id) {
     card.status.textContent = 'Not sent: the laptop is not connected. It stays open; answer once it is back.';
     return;
   }
   for (const button of card.buttons) button.disabled = true;
-  card.status.textContent = 'Sending…';
+  showReceipt(session.outbox, id, card.status, () => {
+    for (const button of card.buttons) button.disabled = false;
+  });
 }
 
 /**

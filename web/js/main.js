@@ -22,6 +22,7 @@ import { part, root } from './dom.js';
 import { App } from './app.js';
 import { Store } from './store.js';
 import { NewLaptop } from './page/new-laptop.js';
+import { watchOutbox } from './outbox.js';
 import { ConnectionLine, Notice, RelayPageAlarm, shareHeight } from './page/header.js';
 import { MachinePicker } from './page/picker.js';
 import { Welcome } from './page/welcome.js';
@@ -71,6 +72,7 @@ function loadWhen(keys, wanted, load) {
 
 shareHeight(root('bar'));
 new ConnectionLine(root('connection'), context);
+watchOutbox(root('outbox'), store);
 new MachinePicker(root('machine-pick'), context);
 new Notice(root('notice'), context);
 new RelayPageAlarm(root('relay-page'), context);

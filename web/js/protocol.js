@@ -114,6 +114,7 @@ export const AGENT_FRAMES = /** @type {const} */ ([
   'narrate',
   'approval',
   'approval_resolved',
+  'receipt',
   'push_subscribed',
   'calls',
   'term_snapshot',

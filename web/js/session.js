@@ -11,11 +11,12 @@
 // which tells the laptop's name, then sends nothing — no `calls`, `status`, tool call or follow —
 // until `admit()`.
 
+import { Outbox, labelOf } from './outbox.js';
 import { parseAgentFrame, parseNotice } from './protocol.js';
 import { Calls } from './session/calls.js';
 import { handOn } from './session/events.js';
-import { SessionStart, answerable, importToken } from './session/hello.js';
-import { sealSession } from './session/sealed.js';
+import { answerChallenge, importToken } from './session/hello.js';
+import { checkHelloOk } from './session/sealed.js';
 import { BROKEN_TEXT, REFUSED_TEXT, Retry, finalClose, relayProtocols, socketUrl } from './session/transport.js';
 import { Wake, networkBack, networkLost } from './session/wake.js';
 
@@ -61,7 +62,9 @@ export class Session extends EventTarget {
     this.liveRefused = null;
     /** @type {WebSocket | null} */
     this.socket = null;
-    this.calls = new Calls(pairing);
+    /** What the user sent, until the laptop answered it (outbox.js). */
+    this.outbox = new Outbox(pairing);
+    this.calls = new Calls(pairing, this.outbox);
     this.retry = new Retry((seconds) => {
       const why = this.tokenMissing ? 'private relay: this link lacks its token (open the one voxa pair prints) — ' : 'offline — ';
       this.setState('reconnecting', `${why}reconnecting in ${seconds} s`);
@@ -73,7 +76,7 @@ export class Session extends EventTarget {
     this.hello = null;
     /** @type {CryptoKey | null} */
     this.key = null;
-    /** The session start in progress on the socket, if any. @type {SessionStart | null} */
+    /** The session start in progress on the socket, if any. @type {import('./session/hello.js').SessionStart | null} */
     this.starting = null;
     /** The sealed session while it lasts (null: not sealed, or it ended). @type {import("./session/sealed.js").Sealed | null} */
     this.seal = null;
@@ -331,9 +334,9 @@ export class Session extends EventTarget {
   /** @param {AgentFrame} frame */
   async onFrame(frame) {
     if (frame.type === 'challenge') {
-      await this.answerChallenge(frame);
+      await answerChallenge(this, frame);
     } else if (frame.type === 'hello_ok') {
-      await this.checkHelloOk(frame);
+      await checkHelloOk(this, frame);
     } else if (frame.type === 'error' && (frame.code === 'bearer-refused' || frame.code === 'pairing-revoked')) {
       // A refused proof, or the pairing rotated on the laptop (`voxa pair --rotate`).
       this.finish('refused', REFUSED_TEXT);
@@ -341,43 +344,6 @@ export class Session extends EventTarget {
       // Nothing of a session that is not online (or is held) reaches the page.
       handOn(this, frame);
     }
-  }
-
-  /** @param {AgentFrame} frame */
-  async answerChallenge(frame) {
-    if (!answerable(frame)) {
-      this.finish('impostor', 'this laptop speaks another protocol version — update voxa');
-      return;
-    }
-    // A new challenge starts a new session; the calls in flight are asked for again once it is open.
-    this.goOffline({ code: 'offline', message: 'the laptop restarted the session' });
-    this.sealEnded = false;
-    if (!this.socket || !this.key) return;
-    this.starting = new SessionStart(this.pairing.token, this.socket);
-    await this.starting.answer(frame);
-  }
-
-  /** @param {AgentFrame} frame */
-  async checkHelloOk(frame) {
-    const starting = this.starting;
-    if (!starting || starting.socket !== this.socket) return;
-    const checked = await starting.check(frame);
-    if (checked === undefined || starting !== this.starting) return;
-    this.starting = null;
-    if (!checked) {
-      this.finish('impostor', 'this is not your laptop — it could not prove it holds the pairing');
-      return;
-    }
-    this.seal = sealSession(this, starting.socket, checked);
-    this.retry.attempt = 0;
-    this.hello = checked.hello;
-    if (this.held) {
-      performance.mark('voxa:introduced');
-      this.setState('hello', 'laptop answered — waiting for you to add it');
-      this.dispatchEvent(new CustomEvent('introduced', { detail: checked.hello }));
-      return;
-    }
-    this.goOnline(checked.hello);
   }
 
   /**
@@ -448,6 +414,19 @@ export class Session extends EventTarget {
    * @param {string} id
    */
   cancel(id) {
-    if (this.online && this.calls.has(id)) this.transmit(JSON.stringify({ type: 'cancel', id }));
+    if (this.calls.has(id)) this.sendOnce({ type: 'cancel', id });
+  }
+
+  /**
+   * Sends a frame that acts (`approve`, `cancel`) once: under a `receipt` id, kept in the outbox
+   * until the laptop answers it, sent when the session is back if it cannot be now. Its id, or
+   * null when it could be neither sent nor kept.
+   * @param {ClientFrame} frame
+   */
+  sendOnce(frame) {
+    const id = `r${this.calls.idPrefix}${this.calls.nextId++}`;
+    const receipted = { ...frame, receipt: id };
+    const sent = this.sendJson(receipted);
+    return this.outbox.add(id, receipted, labelOf(receipted), sent) || sent ? id : null;
   }
 }

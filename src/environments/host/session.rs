@@ -155,7 +155,9 @@ impl LinkActor {
                     let _ = queued.pending.reply.send(Delivery::Done(Err(cancelled)));
                     return None;
                 }
-                self.pending.contains_key(&id).then(|| Message::text(ClientMessage::Cancel { id }.to_json()))
+                self.pending
+                    .contains_key(&id)
+                    .then(|| Message::text(ClientMessage::Cancel { id, receipt: None }.to_json()))
             }
         }
     }

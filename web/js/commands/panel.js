@@ -76,6 +76,7 @@ export class Commands {
     onSession(store, { calls: adoptAll }, (session) => {
       this.out.replaceChildren();
       this.session = session;
+      this.refresh();
     });
     store.watch(['online'], ({ online }) => {
       this.online = online;
@@ -232,7 +233,8 @@ export class Commands {
   }
 
   refresh() {
-    this.runButton.disabled = !this.online || !!this.running;
+    // Offline, a command waits in the outbox (outbox.js) and is sent once the laptop is back.
+    this.runButton.disabled = !this.session || !!this.running;
     this.cancelButton.disabled = !this.running;
   }
 }

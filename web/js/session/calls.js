@@ -5,6 +5,7 @@
 // `calls` answer names the ones the laptop still holds (replayed from their start) and those
 // other devices started.
 
+import { QUEUED_TOOLS, labelOf } from '../outbox.js';
 import { randomHex } from './hello.js';
 
 /**
@@ -30,8 +31,14 @@ const MAX_CALL_ID_LEN = 128;
 const OFFLINE = { code: 'offline', message: 'the laptop is not connected' };
 
 export class Calls {
-  /** @param {Pairing} pairing */
-  constructor(pairing) {
+  /**
+   * @param {Pairing} pairing
+   * @param {import('../outbox.js').Outbox} outbox where the calls the user typed wait for the laptop
+   */
+  constructor(pairing, outbox) {
+    this.outbox = outbox;
+    /** The ids the last `calls` answer named. @type {Set<string>} */
+    this.lastNamed = new Set();
     /** @type {Map<string, Pending>} */
     this.pending = new Map();
     this.nextId = 1;
@@ -65,7 +72,8 @@ export class Calls {
   }
 
   /**
-   * Starts one call: `send` puts its `tool_call` on the wire (false when it cannot).
+   * Starts one call: `send` puts its `tool_call` on the wire (false when it cannot). A call the
+   * user typed (QUEUED_TOOLS) waits in the outbox while the laptop is unreachable.
    * @param {string} name
    * @param {Record<string, unknown>} args
    * @param {CallOptions} options
@@ -79,7 +87,9 @@ export class Calls {
       const frame = { type: 'tool_call', id, name, args };
       if (env) frame.env = env;
       if (caller) frame.caller = caller;
-      if (!send(frame)) {
+      const kept = !caller && QUEUED_TOOLS.has(name);
+      const sent = send(frame);
+      if (!(kept && this.outbox.add(id, frame, labelOf(frame), sent)) && !sent) {
         reject(OFFLINE);
         return;
       }
@@ -135,8 +145,10 @@ export class Calls {
     const named = new Set([...running, ...finished].map((entry) => entry.id));
     if (this.asked) {
       this.asked = false;
+      this.lastNamed = named;
       for (const [id, call] of this.pending) {
-        if (named.has(id)) continue;
+        // What waits in the outbox is sent once this answer is read (session/events.js).
+        if (named.has(id) || this.outbox.has(id)) continue;
         this.pending.delete(id);
         call.reject({ code: 'offline', message: 'the laptop no longer holds this call (it restarted, or its result was not kept)' });
       }
@@ -163,6 +175,7 @@ export class Calls {
    * @param {AgentFrame} frame
    */
   take(frame) {
+    if (frame.type === 'tool_result') this.outbox.settle(frame.id, frame.ok === true, frame.error);
     const call = this.pending.get(frame.id);
     if (!call) return false;
     if (frame.type === 'tool_progress') {

@@ -55,8 +55,13 @@ export function handOn(session, frame) {
   const tell = (/** @type {SessionEventName} */ name, /** @type {unknown} */ detail) =>
     session.dispatchEvent(new CustomEvent(name, { detail }));
   if (frame.type === 'calls') {
+    const first = session.calls.asked;
     const adopted = session.calls.named(frame);
     if (adopted.length) tell('calls', adopted);
+    // The laptop said what it holds: what waits in the outbox goes now, once (outbox.js).
+    if (first) session.outbox.flush(session.calls.lastNamed, (sent) => session.sendJson(sent));
+  } else if (frame.type === 'receipt') {
+    session.outbox.settle(String(frame.id), frame.ok === true, frame.error);
   } else if (frame.type in EVENT_OF_FRAME) {
     tell(EVENT_OF_FRAME[frame.type], frame);
   } else if (!session.calls.take(frame) && (VOICE_FRAMES.has(frame.type) || frame.type === 'image')) {

@@ -164,3 +164,21 @@ export class SessionStart {
     this.early = null;
   }
 }
+
+/**
+ * A challenge starts a new session on `session`'s socket: the sealed hello answers it.
+ * @param {import('../session.js').Session} session
+ * @param {AgentFrame} frame
+ */
+export async function answerChallenge(session, frame) {
+  if (!answerable(frame)) {
+    session.finish('impostor', 'this laptop speaks another protocol version — update voxa');
+    return;
+  }
+  // A new challenge starts a new session; the calls in flight are asked for again once it is open.
+  session.goOffline({ code: 'offline', message: 'the laptop restarted the session' });
+  session.sealEnded = false;
+  if (!session.socket || !session.key) return;
+  session.starting = new SessionStart(session.pairing.token, session.socket);
+  await session.starting.answer(frame);
+}

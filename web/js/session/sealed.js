@@ -18,6 +18,34 @@ import { KIND_AUDIO } from '../seal/channel.js';
 const MAX_BUFFERED_AUDIO = 48 * 1024;
 
 /**
+ * The laptop's `hello_ok`: checked, it opens the sealed session, and the session goes online (or,
+ * held, waits for the user to add the laptop).
+ * @param {import('../session.js').Session} session
+ * @param {import('../protocol.js').AgentFrame} frame
+ */
+export async function checkHelloOk(session, frame) {
+  const starting = session.starting;
+  if (!starting || starting.socket !== session.socket) return;
+  const checked = await starting.check(frame);
+  if (checked === undefined || starting !== session.starting) return;
+  session.starting = null;
+  if (!checked) {
+    session.finish('impostor', 'this is not your laptop — it could not prove it holds the pairing');
+    return;
+  }
+  session.seal = sealSession(session, starting.socket, checked);
+  session.retry.attempt = 0;
+  session.hello = checked.hello;
+  if (session.held) {
+    performance.mark('voxa:introduced');
+    session.setState('hello', 'laptop answered — waiting for you to add it');
+    session.dispatchEvent(new CustomEvent('introduced', { detail: checked.hello }));
+    return;
+  }
+  session.goOnline(checked.hello);
+}
+
+/**
  * The sealed session a checked `hello_ok` opened on `socket`: its frames go to `session`, the
  * messages that came early are opened, and it ticks (seal/channel.js): a dropped frame or a dead
  * socket ends it, a stall starts a new one.
@@ -25,7 +53,7 @@ const MAX_BUFFERED_AUDIO = 48 * 1024;
  * @param {WebSocket} socket
  * @param {{channel: Channel, early: {message: Bytes, at: number}[]}} checked
  */
-export function sealSession(session, socket, checked) {
+function sealSession(session, socket, checked) {
   const seal = new Sealed(socket, checked.channel, {
     text: (text) => {
       const inner = parseAgentFrame(text);
