@@ -151,3 +151,97 @@ async fn in_chromium_vim_in_insert_mode_keeps_typing_after_a_reload() {
     browser.close().await;
     agent.agent.stop().await;
 }
+
+/// Where the Shell's parts are against the visual viewport, and the rows its emulator has.
+const LAYOUT: &str = "const bar = document.getElementById('keybar').getBoundingClientRect();
+    const screen = document.getElementById('shell-screen').getBoundingClientRect();
+    const view = visualViewport;
+    return {rows: document.querySelectorAll('#shell-screen .xterm-rows > div').length,
+      bar_top: bar.top, bar_bottom: bar.bottom, screen_top: screen.top,
+      view_top: view.offsetTop, view_bottom: view.offsetTop + view.height,
+      panel_top: document.getElementById('panel-shell').getBoundingClientRect().top, scroll_y: scrollY,
+      max_scroll: document.documentElement.scrollHeight - innerHeight, inner: innerHeight,
+      compact: document.documentElement.className, head: document.querySelector('.shell-head').getBoundingClientRect().top};";
+
+/// Waits until the key bar is whole within the visual viewport, the terminal on screen with at
+/// least `rows` rows, and the laptop's terminal has the rows the page shows; returns those rows.
+async fn fitted(browser: &Browser, laptop: &mut Watcher, term: &str, rows: u64, what: &str) -> u64 {
+    let deadline = tokio::time::Instant::now() + 3 * STEP;
+    loop {
+        let seen = browser.script(LAYOUT, vec![]).await;
+        let number = |key: &str| seen[key].as_f64().unwrap();
+        let shown = seen["rows"].as_u64().unwrap();
+        let listed = laptop.call("term_list", json!({})).await["terminals"].as_array().unwrap().clone();
+        let program = listed.iter().find(|t| t["term"] == term).map(|t| t["rows"].as_u64().unwrap());
+        let whole = number("bar_bottom") <= number("view_bottom") + 1.0
+            && number("screen_top") >= number("view_top") - 1.0
+            && number("bar_top") > number("screen_top");
+        if whole && shown >= rows && program == Some(shown) {
+            return shown;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {seen}, the program has {program:?} rows");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Issue 38: in landscape the terminal got 180 px and the key bar was off screen, and nothing kept
+/// the terminal in view when the keyboard opened. The key bar has Shift+Tab, PgUp and PgDn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_chromium_the_shell_keeps_its_rows_and_key_bar_in_view_in_landscape_and_with_the_keyboard_open() {
+    let (_relay, agent, browser, term) = shell_page().await;
+    let mut laptop = Watcher::new(agent.local_client().await);
+    keys(&browser, "stty raw -echo; cat -v\u{E007}").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for key in ["Shift Tab", "Page Up", "Page Down"] {
+        browser.press(key).await;
+    }
+    browser.wait_text(ROWS, "the keys of the bar", |text| text.contains("^[[Z^[[5~^[[6~")).await;
+    let portrait = fitted(&browser, &mut laptop, &term, 30, "portrait").await;
+    let metrics = |width: u32, height: u32, angle: u32| {
+        let kind = if angle == 0 { "portraitPrimary" } else { "landscapePrimary" };
+        json!({"width": width, "height": height, "deviceScaleFactor": 1, "mobile": true,
+               "screenOrientation": {"type": kind, "angle": angle}})
+    };
+    browser.cdp("Emulation.setDeviceMetricsOverride", metrics(844, 390, 90)).await;
+    let landscape = fitted(&browser, &mut laptop, &term, 14, "landscape").await;
+    // The keyboard open in portrait: what stays in view above it (Chromium is told the screen is
+    // that high; a phone's browser shrinks its visual viewport).
+    browser.cdp("Emulation.setDeviceMetricsOverride", metrics(390, 844 - 336, 0)).await;
+    let keyboard = fitted(&browser, &mut laptop, &term, 20, "the keyboard open").await;
+    browser.cdp("Emulation.setDeviceMetricsOverride", metrics(390, 844, 0)).await;
+    assert_eq!(fitted(&browser, &mut laptop, &term, 30, "portrait again").await, portrait);
+    println!("rows: portrait {portrait}, landscape {landscape}, keyboard open {keyboard}");
+    browser.close().await;
+    agent.agent.stop().await;
+}
+
+/// Issue 38: after a 256 KiB output the Terminal tab stopped following, hiding the next command's
+/// output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_chromium_the_terminal_tab_follows_a_256_kib_output_and_the_next_command() {
+    let relay = TestRelay::start().await;
+    let agent = TestAgent::start(Some(relay.url())).await;
+    let browser = Browser::start().await.expect("Chromium");
+    let link = format!("http://{}/#code={}&token={}", relay.addr, agent.code(), agent.token());
+    browser.pair(&link).await;
+    browser.wait_connection("online").await;
+    let ended = "const out = document.getElementById('commands-out');
+        const end = out.lastElementChild && out.lastElementChild.querySelector('.end');
+        return !!end && /exit/.test(end.textContent);";
+    let in_view = "const out = document.getElementById('commands-out');
+        const box = out.getBoundingClientRect();
+        const end = out.lastElementChild.querySelector('.end').getBoundingClientRect();
+        return end.bottom <= box.bottom + 1 && end.top >= box.top - 1
+          && out.scrollHeight - out.scrollTop - out.clientHeight < 2;";
+    for command in ["yes 'the quick brown fox jumps over the lazy dog 0123456789' | head -c 262144", "echo next-$((6*7))"]
+    {
+        browser.type_into("Command", command).await;
+        browser.press("Run").await;
+        browser.wait_script("the command's end", ended).await;
+        browser.wait_script("the end of the output in view", in_view).await;
+    }
+    let shown = browser.script("return document.getElementById('commands-out').lastElementChild.textContent;", vec![]).await;
+    assert!(shown.as_str().unwrap().contains("next-42"), "{shown}");
+    browser.close().await;
+    agent.agent.stop().await;
+}

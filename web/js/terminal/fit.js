@@ -28,7 +28,10 @@ export function fillView(panel, screen, below, fitted) {
     const compact = !panel.hidden && (view ? view.height : innerHeight) < COMPACT_BELOW;
     const root = document.documentElement;
     if (root.classList.contains('shell-compact') !== compact) root.classList.toggle('shell-compact', compact);
-    if (panel.hidden) return;
+    if (panel.hidden) {
+      panel.style.minHeight = '';
+      return;
+    }
     const viewTop = view ? view.offsetTop : 0;
     const bottom = viewTop + (view ? view.height : innerHeight);
     const panelTop = panel.getBoundingClientRect().top;
@@ -37,9 +40,17 @@ export function fillView(panel, screen, below, fitted) {
     const under = below.reduce((sum, node) => sum + (node.hidden ? 0 : node.offsetHeight), 0);
     const height = Math.max(LEAST_PX, Math.floor(bottom - top - under - 6));
     if (screen.style.height !== `${height}px`) screen.style.height = `${height}px`;
+    // Room below for the panel's top to scroll up to the view's, whatever follows it on the page.
+    const least = compact ? `${Math.ceil(bottom - viewTop)}px` : '';
+    if (panel.style.minHeight !== least) panel.style.minHeight = least;
     if (compact && Math.abs(panel.getBoundingClientRect().top - viewTop) > 1) {
       scrollTo({ top: scrollY + panel.getBoundingClientRect().top - viewTop });
     }
+    // Measured again where it landed: what still reaches below the view comes off the screen.
+    const lowest = Math.max(screen.getBoundingClientRect().bottom,
+      ...below.filter((node) => !node.hidden).map((node) => node.getBoundingClientRect().bottom));
+    const over = Math.ceil(lowest - bottom);
+    if (over > 0 && height - over >= LEAST_PX) screen.style.height = `${height - over}px`;
     fitted();
   };
   const soon = () => {
