@@ -190,7 +190,8 @@ async fn fitted(browser: &Browser, laptop: &mut Watcher, term: &str, rows: u64, 
 async fn in_chromium_the_shell_keeps_its_rows_and_key_bar_in_view_in_landscape_and_with_the_keyboard_open() {
     let (_relay, agent, browser, term) = shell_page().await;
     let mut laptop = Watcher::new(agent.local_client().await);
-    keys(&browser, "stty raw -echo; cat -v\u{E007}").await;
+    // The three keys are 11 bytes; the shell comes back once they are read.
+    keys(&browser, "stty raw -echo; head -c 11 | cat -v; stty sane; echo\u{E007}").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     for key in ["Shift Tab", "Page Up", "Page Down"] {
         browser.press(key).await;
@@ -204,6 +205,16 @@ async fn in_chromium_the_shell_keeps_its_rows_and_key_bar_in_view_in_landscape_a
     };
     browser.cdp("Emulation.setDeviceMetricsOverride", metrics(844, 390, 90)).await;
     let landscape = fitted(&browser, &mut laptop, &term, 14, "landscape").await;
+    if std::env::var_os("VOXA_DOCS_SCREENSHOTS").is_some() {
+        keys(&browser, "clear; printf '\\033[1mlandscape\\033[0m: %s rows\\n' $(tput lines)\u{E007}").await;
+        browser
+            .wait_text(ROWS, "the rows counted", |text| text.contains(&format!("landscape: {landscape} rows")))
+            .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let png = browser.screenshot().await;
+        std::fs::write(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/web-terminal-shell-landscape.png"), png)
+            .unwrap();
+    }
     // The keyboard open in portrait: what stays in view above it (Chromium is told the screen is
     // that high; a phone's browser shrinks its visual viewport).
     browser.cdp("Emulation.setDeviceMetricsOverride", metrics(390, 844 - 336, 0)).await;
@@ -233,14 +244,16 @@ async fn in_chromium_the_terminal_tab_follows_a_256_kib_output_and_the_next_comm
         const end = out.lastElementChild.querySelector('.end').getBoundingClientRect();
         return end.bottom <= box.bottom + 1 && end.top >= box.top - 1
           && out.scrollHeight - out.scrollTop - out.clientHeight < 2;";
-    for command in ["yes 'the quick brown fox jumps over the lazy dog 0123456789' | head -c 262144", "echo next-$((6*7))"]
+    for command in
+        ["yes 'the quick brown fox jumps over the lazy dog 0123456789' | head -c 262144", "echo next-$((6*7))"]
     {
         browser.type_into("Command", command).await;
         browser.press("Run").await;
         browser.wait_script("the command's end", ended).await;
         browser.wait_script("the end of the output in view", in_view).await;
     }
-    let shown = browser.script("return document.getElementById('commands-out').lastElementChild.textContent;", vec![]).await;
+    let shown =
+        browser.script("return document.getElementById('commands-out').lastElementChild.textContent;", vec![]).await;
     assert!(shown.as_str().unwrap().contains("next-42"), "{shown}");
     browser.close().await;
     agent.agent.stop().await;
