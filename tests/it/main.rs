@@ -44,6 +44,7 @@ mod sessions_voice;
 mod sessions_web;
 mod support;
 mod terminal;
+mod terminal_web;
 mod tools;
 mod web;
 mod web_delivery;

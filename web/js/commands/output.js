@@ -9,15 +9,48 @@ import { atBottom, el } from '../dom.js';
 /** Characters per block: a few screens of text. */
 const BLOCK = 8192;
 
+/**
+ * Keeps a scroller at its end while the reader leaves it there. Whether to follow is the reader's
+ * choice, told by their own scrolling (wheel, drag, keys), never read back from the position after
+ * output was written: blocks laid out only near the screen change the height once shown, and a
+ * position measured then would stop following after a long output, hiding the next command's.
+ */
+export class Follower {
+  /** @param {HTMLElement} scroller */
+  constructor(scroller) {
+    this.scroller = scroller;
+    this.following = true;
+    /** The reader moved it since it was last put at the end. */
+    this.moved = false;
+    const moved = () => {
+      this.moved = true;
+    };
+    for (const type of ['wheel', 'touchmove', 'keydown']) scroller.addEventListener(type, moved, { passive: true });
+    scroller.addEventListener('scroll', () => {
+      if (this.moved) this.following = atBottom(scroller);
+    }, { passive: true });
+  }
+
+  /** To the end, when following; again at the next frame, once what came into view is laid out. */
+  follow() {
+    if (!this.following) return;
+    this.moved = false;
+    this.scroller.scrollTop = this.scroller.scrollHeight;
+    requestAnimationFrame(() => {
+      if (this.following && !this.moved) this.scroller.scrollTop = this.scroller.scrollHeight;
+    });
+  }
+}
+
 export class OutputView {
   /**
    * @param {HTMLElement} node the run's `.out` element
-   * @param {HTMLElement} scroller the terminal that scrolls
+   * @param {Follower} follower the terminal that scrolls
    * @param {() => void} [onFirst] called at the frame that shows the first text
    */
-  constructor(node, scroller, onFirst) {
+  constructor(node, follower, onFirst) {
     this.node = node;
-    this.scroller = scroller;
+    this.follower = follower;
     this.onFirst = onFirst;
     this.pending = '';
     this.scheduled = false;
@@ -53,7 +86,6 @@ export class OutputView {
   flush() {
     this.scheduled = false;
     if (!this.pending) return;
-    const follow = atBottom(this.scroller);
     let text = this.pending;
     this.pending = '';
     /** @type {Node[]} */
@@ -75,7 +107,7 @@ export class OutputView {
       text = text.slice(take);
     }
     if (blocks.length) this.node.append(...blocks);
-    if (follow) this.scroller.scrollTop = this.scroller.scrollHeight;
+    this.follower.follow();
     if (!this.shown) {
       this.shown = true;
       if (this.onFirst) this.onFirst();

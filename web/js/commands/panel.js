@@ -5,10 +5,10 @@
 // ones still running and the ones that finished meanwhile, and commands another device runs on
 // this laptop show up here too.
 
-import { atBottom, el, formatDuration, part } from '../dom.js';
+import { el, formatDuration, part } from '../dom.js';
 import { onSession } from '../session/events.js';
 import { showWithTab } from '../tabs.js';
-import { OutputView } from './output.js';
+import { Follower, OutputView } from './output.js';
 
 /** @typedef {import('../app.js').Context} Context */
 
@@ -44,6 +44,7 @@ export class Commands {
   constructor(root, { store, app }) {
     this.app = app;
     this.out = part(root, 'commands-out', HTMLElement);
+    this.follower = new Follower(this.out);
     this.input = part(root, 'command', HTMLInputElement);
     this.runButton = part(root, 'run', HTMLButtonElement);
     this.cancelButton = part(root, 'cancel', HTMLButtonElement);
@@ -132,6 +133,8 @@ export class Commands {
     if (!command || this.running) return;
     this.remember(command);
     this.input.value = '';
+    // A command the reader runs is one they want to watch: back to the end.
+    this.follower.following = true;
     const timeLimit = Number(this.limit.value) || TIME_LIMITS[0][0];
     performance.mark('voxa:run');
     /** @type {ReturnType<Commands['block']> | null} */
@@ -168,13 +171,12 @@ export class Commands {
    * @param {number} [started] when it started, on `performance.now()`'s clock
    */
   block(command, call, started = performance.now()) {
-    const follow = atBottom(this.out);
     const output = el('div', { class: 'out' });
-    const view = new OutputView(output, this.out, markFirstOutput);
+    const view = new OutputView(output, this.follower, markFirstOutput);
     const end = el('div', { class: 'end', text: 'running…' });
     const block = el('div', { class: 'run' }, el('div', { class: 'cmd', text: `$ ${command}` }), output, end);
     this.out.append(block);
-    if (follow) this.out.scrollTop = this.out.scrollHeight;
+    this.follower.follow();
     let streamed = false;
     const handlers = {
       /** @param {string} chunk */
@@ -199,7 +201,7 @@ export class Commands {
     call.done.then((outcome) => {
       if (outcome) this.showEnd(end, view, outcome.result, streamed, started);
     }).finally(() => {
-      if (follow || atBottom(this.out)) this.out.scrollTop = this.out.scrollHeight;
+      this.follower.follow();
       if (this.running === call) this.running = null;
       this.refresh();
     });

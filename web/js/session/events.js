@@ -11,7 +11,7 @@
 //   error       an `error` frame outside any call
 //   approval    `approval`, `approval_resolved` (for whoever follows)
 //   status      the laptop's `status` answer
-//   term        `term_output`, `term_exit` of the terminals this page watches
+//   term        `term_snapshot`, `term_output`, `term_exit` of the terminals this page watches
 //   agent_event a coding-agent session's event
 //   relay_page  what the laptop found comparing the relay's page with its own
 //   calls       calls this page did not start, adopted (`AdoptedCall[]`)
@@ -35,6 +35,7 @@ export const EVENT_OF_FRAME = Object.freeze({
   approval: 'approval',
   approval_resolved: 'approval',
   status: 'status',
+  term_snapshot: 'term',
   term_output: 'term',
   term_exit: 'term',
   agent_event: 'agent_event',

@@ -1,17 +1,20 @@
 // @ts-check
-// What the key bar sends: the bytes a terminal sends for keys a phone keyboard lacks, and the
-// Ctrl and Alt modifiers applied to the next key typed.
+// What the key bar sends: the bytes a terminal sends for keys a phone keyboard lacks (Esc, Tab and
+// Shift+Tab, arrows, Page Up and Down), and the Ctrl and Alt modifiers applied to the next key typed.
 
 /** Keys of the bar, in order: label, accessible name, and what it sends (or the modifier it holds). */
 export const BAR = /** @type {const} */ ([
   { label: 'Esc', name: 'Escape', send: '\u001b' },
   { label: 'Tab', name: 'Tab', send: '\t' },
+  { label: '⇧Tab', name: 'Shift Tab', send: '\u001b[Z' },
   { label: 'Ctrl', name: 'Control', hold: 'ctrl' },
   { label: 'Alt', name: 'Alt', hold: 'alt' },
   { label: '←', name: 'Left', arrow: 'D' },
   { label: '↑', name: 'Up', arrow: 'A' },
   { label: '↓', name: 'Down', arrow: 'B' },
   { label: '→', name: 'Right', arrow: 'C' },
+  { label: 'PgUp', name: 'Page Up', send: '\u001b[5~' },
+  { label: 'PgDn', name: 'Page Down', send: '\u001b[6~' },
   { label: '|', name: 'Pipe', send: '|' },
   { label: '~', name: 'Tilde', send: '~' },
   { label: '/', name: 'Slash', send: '/' },

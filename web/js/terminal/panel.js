@@ -2,12 +2,17 @@
 // The Shell tab: an interactive terminal on the laptop (docs/PROTOCOL.md, "Terminal sessions"),
 // drawn by the vendored xterm.js, which is loaded only when this tab first opens. Output is
 // acknowledged once the emulator has drawn it, so a flood never outruns the phone. The terminal
-// outlives the page: coming back (a reconnect, a reload) attaches to it again and replays its
-// scrollback. A key bar types what a phone keyboard lacks; Copy and Paste use the clipboard.
+// outlives the page: coming back (a reconnect, a reload) attaches to it again, draws the screen the
+// laptop sends (`term_snapshot`) in place of what was shown, then live output. Nothing the emulator
+// says while it draws a snapshot is sent, and its answers to live output go without the key bar's
+// modifiers (answers.js). A key bar types what a phone keyboard lacks; Copy and Paste use the
+// clipboard.
 
 import { base64Bytes, el, part, show } from '../dom.js';
 import { onSession } from '../session/events.js';
 import { showWithTab } from '../tabs.js';
+import { answersOf } from './answers.js';
+import { fillView } from './fit.js';
 import { BAR, arrowKey, withModifiers } from './keys.js';
 import { mirrorStyles } from './styles.js';
 
@@ -18,7 +23,7 @@ import { mirrorStyles } from './styles.js';
  *   open(parent: HTMLElement): void, loadAddon(addon: any): void, onData(listener: (data: string) => void): void,
  *   onResize(listener: (size: {cols: number, rows: number}) => void): void, getSelection(): string,
  *   paste(text: string): void, cols: number, rows: number, options: Record<string, any>,
- *   modes: {applicationCursorKeysMode: boolean}}} XTerm
+ *   modes: {applicationCursorKeysMode: boolean}, parser: import('./answers.js').Parser}} XTerm
  */
 
 const VENDOR = '/vendor/xterm';
@@ -70,6 +75,12 @@ export class Terminal {
     /** The terminal on screen ('' for none) and the offset its next output frame must carry. */
     this.id = '';
     this.next = -1;
+    /** Attached and waiting for the terminal's screen: output before it is not drawn. */
+    this.awaiting = false;
+    /** Snapshots being drawn: while any is, nothing the emulator says is sent. */
+    this.drawing = 0;
+    /** Whether what the emulator says now answers a question in the output (answers.js). */
+    this.answering = () => false;
     this.opening = false;
     /** @type {Record<string, any>[]} */
     this.early = [];
@@ -77,11 +88,13 @@ export class Terminal {
     /** @type {ReturnType<typeof setTimeout> | undefined} */
     this.resizeTimer = undefined;
     this.buildBar();
+    this.fill = fillView(root, this.screen, [this.bar, this.error], () => this.fitNow());
     this.newButton.addEventListener('click', () => this.openNew());
     this.closeButton.addEventListener('click', () => this.closeCurrent());
     showWithTab(root, store, 'shell');
     store.watch(['tab'], ({ tab }) => {
       this.shown = tab === 'shell';
+      this.fill();
       if (this.shown) this.start();
     });
     onSession(store, { term: (frame) => this.take(frame) }, (session) => {
@@ -145,13 +158,14 @@ export class Terminal {
       this.fit = new FitAddon();
       term.loadAddon(this.fit);
       term.open(this.screen);
-      term.onData((data) => this.type(data));
+      this.answering = answersOf(term.parser);
+      term.onData((data) => this.said(data));
       term.onResize(({ cols, rows }) => this.sendSize(cols, rows));
       this.term = term;
       this.applyTheme();
       new ResizeObserver(() => this.fitNow()).observe(this.screen);
-      addEventListener('orientationchange', () => this.fitNow());
       this.fitNow();
+      this.fill();
       if (this.online) this.resume();
     } catch (error) {
       show(this.error, `The terminal could not be loaded: ${error}`);
@@ -176,6 +190,7 @@ export class Terminal {
   forget() {
     this.id = '';
     this.next = -1;
+    this.awaiting = false;
     this.early = [];
     if (this.term) this.term.reset();
     this.refresh();
@@ -209,16 +224,21 @@ export class Terminal {
     else await this.openNew();
   }
 
-  /** @param {string} id */
+  /**
+   * Watches terminal `id` again: sized to this screen first, so the snapshot that comes before
+   * the answer is drawn at the size it was taken at. What was shown stays until it comes.
+   * @param {string} id
+   */
   async attach(id) {
     if (!this.term) return;
-    this.term.reset();
     this.id = id;
     this.next = -1;
+    this.awaiting = true;
     show(this.status, `attaching to ${id}…`);
+    clearTimeout(this.resizeTimer);
+    await this.call('term_resize', { term: id, cols: this.term.cols, rows: this.term.rows });
     const result = await this.call('term_attach', { term: id });
     if (result) show(this.status, id);
-    this.sendSize(this.term.cols, this.term.rows);
     this.refresh();
   }
 
@@ -228,6 +248,7 @@ export class Terminal {
     this.term.reset();
     this.id = '';
     this.next = -1;
+    this.awaiting = false;
     show(this.status, 'opening a terminal…');
     const result = await this.call('term_open', { cols: this.term.cols, rows: this.term.rows });
     this.opening = false;
@@ -249,7 +270,7 @@ export class Terminal {
   }
 
   /**
-   * A `term_output` or `term_exit` frame.
+   * A `term_snapshot`, `term_output` or `term_exit` frame.
    * @param {Record<string, any>} frame
    */
   take(frame) {
@@ -266,7 +287,11 @@ export class Terminal {
       return;
     }
     if (typeof frame.offset !== 'number' || typeof frame.data !== 'string') return;
-    if (this.next >= 0 && frame.offset !== this.next) return;
+    if (frame.type === 'term_snapshot') {
+      this.draw(frame.offset, base64Bytes(frame.data));
+      return;
+    }
+    if (this.awaiting || (this.next >= 0 && frame.offset !== this.next)) return;
     const bytes = base64Bytes(frame.data);
     const end = frame.offset + bytes.length;
     this.next = end;
@@ -275,6 +300,40 @@ export class Terminal {
     this.term.write(bytes, () => {
       if (this.session) this.session.sendJson({ type: 'term_ack', term, offset: end });
     });
+  }
+
+  /**
+   * The terminal's screen in place of what was shown; its output follows from `offset`. Not
+   * output: nothing to acknowledge.
+   * @param {number} offset
+   * @param {Uint8Array} bytes
+   */
+  draw(offset, bytes) {
+    if (!this.term) return;
+    this.awaiting = false;
+    this.next = offset;
+    this.term.reset();
+    this.drawing += 1;
+    this.term.write(bytes, () => {
+      this.drawing -= 1;
+    });
+  }
+
+  /**
+   * What the emulator gives as input: a key, or its answer to a question in the output. While a
+   * snapshot is drawn nothing is sent; an answer to live output goes as it is, while the page is
+   * in view (a phone in a pocket answers nothing another watching phone will answer too).
+   * @param {string} data
+   */
+  said(data) {
+    if (this.drawing > 0) return;
+    if (!this.answering()) {
+      this.type(data);
+      return;
+    }
+    if (this.id && this.session && document.visibilityState === 'visible') {
+      this.session.call('term_input', { term: this.id, data }).done.catch(() => {});
+    }
   }
 
   /** @param {string} data what the keyboard (or the bar) typed */
