@@ -34,7 +34,7 @@ pub use live::{LiveMessage, LIVE_CALL_PREFIX};
 pub use push::{push_endpoint_host, PushKeys, PushSubscription, MAX_PUSH_ENDPOINT_LEN};
 pub use relay::{PeerRole, PeerState, Presence};
 pub use session::{
-    parse_client, AgentMessage, AgentSees, AgentStatus, CallEntry, CallsFrame, ClientMessage, CodingAgentSeen,
+    parse_client, AgentMessage, AgentSees, AgentStatus, CallEntry, CallsFrame, ClientMessage, EnvReach, EnvironmentState, CodingAgentSeen,
     ConnectedClient, RelayPage, ToolActivityState, TranscriptRole,
 };
 pub use terminal::{

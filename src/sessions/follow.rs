@@ -131,6 +131,22 @@ pub fn after_marks(after: Option<&serde_json::Value>) -> HashMap<String, u64> {
         .collect()
 }
 
+/// Most environments a `follow` frame's `after` may name.
+pub const MAX_ENV_AFTER: usize = 64;
+
+/// The marks of a host's environments in a `follow` frame's `after`: each envKey's own object
+/// of marks, `{"<envKey>": {"<session>": <seq>, …}, …}` beside this machine's (docs/PROTOCOL.md,
+/// "Environments"); anything else is ignored.
+pub fn env_after_marks(after: Option<&serde_json::Value>) -> HashMap<String, HashMap<String, u64>> {
+    let Some(serde_json::Value::Object(marks)) = after else { return HashMap::new() };
+    marks
+        .iter()
+        .filter(|(_, marks)| marks.is_object())
+        .map(|(env, marks)| (crate::text::prefix(env, 128).to_owned(), after_marks(Some(marks))))
+        .take(MAX_ENV_AFTER)
+        .collect()
+}
+
 /// Sends every event `follower` yields, mapped by `map`, until `cancel` or the receiver closes.
 pub async fn forward<T>(
     mut follower: Follower,

@@ -341,6 +341,7 @@ async fn by_voice_a_risky_action_cannot_be_allowed_for_the_session() {
             decision: voxa::protocol::Decision::AllowSession,
             message: None,
             answers: None,
+            env: None,
         },
         "gemini",
     )

@@ -78,7 +78,7 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         Just(ClientMessage::Tick),
         any::<String>().prop_map(|text| ClientMessage::Say { text }),
         (any::<String>(), any::<u64>())
-            .prop_map(|(term, offset)| ClientMessage::TermAck(voxa::protocol::TermAck { term, offset })),
+            .prop_map(|(term, offset)| ClientMessage::TermAck(voxa::protocol::TermAck { term, offset, env: None })),
     ]
 }
 
