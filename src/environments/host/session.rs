@@ -288,7 +288,9 @@ impl LinkActor {
             return Some(Step::Continue);
         };
         let out = Frame::text(Value::Object(frame).to_string());
-        match self.viewers.get_mut(&term) {
+        // A screen is sent to the client that attaches, before its `term_attach` result names it.
+        let viewers = if kind == "term_snapshot" { None } else { self.viewers.get_mut(&term) };
+        match viewers {
             Some(viewers) => {
                 // Output waits for room in each viewer's queue, as on the environment (`term_ack`
                 // paces it there); a viewer gone or stuck for a second stops watching.
@@ -300,6 +302,12 @@ impl LinkActor {
                     }
                 }
                 *viewers = watching;
+                // A client attaching now gets what follows its screen as well.
+                if let Some(held) = self.unclaimed.get_mut(&term) {
+                    if held.len() < UNCLAIMED_FRAMES {
+                        held.push(out);
+                    }
+                }
             }
             None if self.unclaimed.len() < UNCLAIMED_TERMS || self.unclaimed.contains_key(&term) => {
                 let held = self.unclaimed.entry(term).or_default();
@@ -314,6 +322,7 @@ impl LinkActor {
 
     /// `viewer` watches the environment's terminal `term` from now on, with what came before it.
     fn claim(&mut self, term: &str, viewer: &mpsc::Sender<Frame>) {
+        // What came for it before its result: its screen and any output after it.
         for frame in self.unclaimed.remove(term).unwrap_or_default() {
             let _ = viewer.try_send(frame);
         }
