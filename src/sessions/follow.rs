@@ -166,3 +166,22 @@ pub async fn forward<T>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_follow_names_this_machines_marks_and_each_environments_apart() {
+        let after = json!({"s-1": 17, "ab12": {"s-9": 4, "s-8": "x"}, "cd34": 5, "ef56": {"s-7": 2}});
+        let here = after_marks(Some(&after));
+        assert_eq!(here, HashMap::from([("s-1".to_owned(), 17), ("cd34".to_owned(), 5)]));
+        let there = env_after_marks(Some(&after));
+        assert_eq!(there.len(), 2);
+        assert_eq!(there["ab12"], HashMap::from([("s-9".to_owned(), 4)]));
+        assert_eq!(there["ef56"], HashMap::from([("s-7".to_owned(), 2)]));
+        assert!(env_after_marks(Some(&json!([1, 2]))).is_empty());
+        assert!(env_after_marks(None).is_empty());
+    }
+}

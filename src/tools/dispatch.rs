@@ -55,7 +55,10 @@ pub trait EnvRouter: Send + Sync {
 
     /// Passes a frame that acts (`term_ack`) to the environment `env`, whose own session judges it.
     fn pass(&self, _env: String, _frame: crate::protocol::ClientMessage) -> BoxFuture<'static, Result<(), ToolError>> {
-        Box::pin(std::future::ready(Err(ToolError::new(ErrorCode::UnknownEnvironment, "this agent has no environments"))))
+        Box::pin(std::future::ready(Err(ToolError::new(
+            ErrorCode::UnknownEnvironment,
+            "this agent has no environments",
+        ))))
     }
 
     /// True when `env` names this machine itself (its own envKey or name).

@@ -124,8 +124,9 @@ impl Phone {
     async fn events_until(&mut self, session: &str, env: &str, check: impl Fn(&Value) -> bool) -> Vec<Value> {
         let mut events = Vec::new();
         loop {
-            let frame =
-                self.until("an agent_event", |frame| frame["type"] == "agent_event" && frame["session"] == session).await;
+            let frame = self
+                .until("an agent_event", |frame| frame["type"] == "agent_event" && frame["session"] == session)
+                .await;
             assert_eq!(frame["env"], env, "an environment's event names it: {frame}");
             let done = check(&frame["event"]);
             events.push(frame);
@@ -186,16 +187,14 @@ async fn a_session_on_an_environment_is_started_approved_resumed_and_survives_it
     ]);
     let started = phone.ok("s1", "agent_start", json!({"prompt": "Write hello.txt"}), &key).await;
     let session = started["session"].as_str().unwrap().to_owned();
-    let approval = phone
-        .until("the environment's approval", |f| f["type"] == "approval" && f["env"] == key.as_str())
-        .await;
+    let approval =
+        phone.until("the environment's approval", |f| f["type"] == "approval" && f["env"] == key.as_str()).await;
     assert_eq!(approval["tool"], "Write");
     assert!(!target.exists(), "nothing is written before the answer");
     let id = approval["approval"].as_str().unwrap().to_owned();
     phone.send(json!({"type": "approve", "approval": id, "decision": "allow", "env": key})).await;
-    let resolved = phone
-        .until("approval_resolved", |f| f["type"] == "approval_resolved" && f["approval"] == id.as_str())
-        .await;
+    let resolved =
+        phone.until("approval_resolved", |f| f["type"] == "approval_resolved" && f["approval"] == id.as_str()).await;
     assert_eq!((resolved["env"].as_str(), resolved["decision"].as_str()), (Some(key.as_str()), Some("allow")));
     let mut seen = phone.events_until(&session, &key, turn_end).await;
     assert_eq!(seen.last().unwrap()["event"]["ok"], true, "{seen:?}");
@@ -326,4 +325,67 @@ async fn a_terminal_on_an_environment_is_typed_into_and_attached_again_from_anot
     other.assert_never_saw(&[&bearer]);
     agent.stop().await;
     environment.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_lists_both_machines_sessions_and_an_approval_from_the_environment_is_tapped() {
+    use crate::sessions_web::Laptop;
+    use crate::support::browser::Browser;
+    const CONVERSATION: &str = "#agent-conversation";
+    let Some(bin) = agents_bin("claude") else { return };
+    let Some(browser) = Browser::start().await else { return };
+    let model = FakeModel::start().await;
+    let mut laptop = Laptop::start(&bin, &model);
+    let listen = laptop.run.wait_event("embedded_relay")["listen"].as_str().unwrap().to_owned();
+    let relay = voxa::config::RelayUrl::parse(&format!("http://{listen}")).unwrap();
+    // The build box, paired with the laptop over the laptop's relay.
+    let env = Machine::new();
+    let issued = environments::issue(&env.home, &relay, &env.host_token()).unwrap();
+    let laptop_home = Home::at(laptop.home.clone());
+    let laptop_token = store::load_or_create_host_token(&laptop_home).unwrap().expose().to_owned();
+    environments::add(&laptop_home, &issued.line.encode(), Some("buildbox"), &laptop_token).unwrap();
+    let mut cmd = voxa_cmd(env.home.dir());
+    cmd.args(["run", "--json", "--relay", relay.as_str(), "--workspace"]).arg(env.workspace.path());
+    cmd.envs(agent_env(&bin, &env.dir.path().join("agents"), &model));
+    let environment = RunningVoxa::start(cmd);
+
+    browser.pair(&laptop.link).await;
+    browser.wait_connection("online").await;
+    browser.press("Agent").await;
+    // A session on the laptop, from the page.
+    model.script([Reply::text("Noted on the laptop.")]);
+    browser.type_into("Prompt", "Say something here").await;
+    browser.press("Ask").await;
+    browser.wait_text(CONVERSATION, "the laptop's answer", |t| t.contains("Noted on the laptop.")).await;
+    browser.press("All sessions").await;
+
+    // One on the build box, started through the laptop; its Write waits for the phone.
+    let target = env.workspace.path().join("box.txt");
+    model.script([
+        Reply::tool("Write", json!({"file_path": target.to_str().unwrap(), "content": "from the phone\n"})),
+        Reply::text("Wrote box.txt on the box."),
+    ]);
+    let home = laptop.home.clone();
+    let started = tokio::task::spawn_blocking(move || {
+        crate::support::voxa(&home, &["call", "--env", "buildbox", "agent_start", "prompt=Write box.txt", "title=box job"])
+    })
+    .await
+    .unwrap();
+    assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
+    let list = browser
+        .wait_text("#agent-sessions", "both machines' sessions", |t| t.contains("box job") && t.contains("approval waiting"))
+        .await;
+    assert!(list.contains("on buildbox"), "the box's session names its machine: {list}");
+    let machines = browser
+        .script("return [...document.querySelectorAll('#agent-sessions .session-row')].map((r) => r.dataset.machine).sort();", vec![])
+        .await;
+    assert_eq!(machines, json!(["buildbox", "this laptop"]), "both machines' sessions, each marked: {list}");
+    browser.press("box job").await;
+    browser.wait_text(CONVERSATION, "the box's approval", |t| t.contains("write box.txt") && t.contains("Allow")).await;
+    assert!(!target.exists(), "written before anyone allowed it");
+    browser.press("Allow").await;
+    browser.wait_text(CONVERSATION, "the box's answer", |t| t.contains("Wrote box.txt on the box.")).await;
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "from the phone\n");
+    environment.stop();
+    laptop.run.stop();
 }

@@ -134,7 +134,8 @@ impl Inner {
                 Ok((_, Resolved::Remote(target))) => target,
                 Ok((_, Resolved::Local)) => return,
                 Err(err) => {
-                    let state = if err.code == ErrorCode::PairingRevoked { EnvReach::Revoked } else { EnvReach::Unreachable };
+                    let state =
+                        if err.code == ErrorCode::PairingRevoked { EnvReach::Revoked } else { EnvReach::Unreachable };
                     feed.reach.send_replace(state);
                     if err.code == ErrorCode::PairingRevoked {
                         return;
