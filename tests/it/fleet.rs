@@ -234,7 +234,7 @@ async fn a_session_on_an_environment_is_started_approved_resumed_and_survives_it
     let mut away = host.phone(&relay).await;
     away.send(json!({"type": "follow", "after": {&key: {&session: 3}}})).await;
     let mut replayed: Vec<Value> = Vec::new();
-    while replayed.last().map_or(true, |frame| frame["seq"].as_u64() != Some(last)) {
+    while replayed.last().is_none_or(|frame| frame["seq"].as_u64() != Some(last)) {
         let on = |f: &Value| f["type"] == "agent_event" && f["session"] == session.as_str();
         replayed.push(away.until("a replayed event", on).await);
     }
@@ -367,13 +367,18 @@ async fn the_page_lists_both_machines_sessions_and_an_approval_from_the_environm
     ]);
     let home = laptop.home.clone();
     let started = tokio::task::spawn_blocking(move || {
-        crate::support::voxa(&home, &["call", "--env", "buildbox", "agent_start", "prompt=Write box.txt", "title=box job"])
+        crate::support::voxa(
+            &home,
+            &["call", "--env", "buildbox", "agent_start", "prompt=Write box.txt", "title=box job"],
+        )
     })
     .await
     .unwrap();
     assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
     let list = browser
-        .wait_text("#agent-sessions", "both machines' sessions", |t| t.contains("box job") && t.contains("approval waiting"))
+        .wait_text("#agent-sessions", "both machines' sessions", |t| {
+            t.contains("box job") && t.contains("approval waiting")
+        })
         .await;
     assert!(list.contains("on buildbox"), "the box's session names its machine: {list}");
     let machines = browser
