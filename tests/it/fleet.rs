@@ -85,8 +85,24 @@ impl Phone {
         send(&mut self.socket, frame).await;
     }
 
+    /// The next JSON frame, waiting up to [`WAIT`]: a real coding agent on a loaded machine may
+    /// take longer than one harness step.
     async fn read(&mut self) -> Value {
-        let frame = tokio::time::timeout(WAIT, recv_json(&mut self.socket)).await.expect("a frame in time");
+        use futures_util::StreamExt;
+        use tokio_tungstenite::tungstenite::Message;
+        let frame = tokio::time::timeout(WAIT, async {
+            loop {
+                match self.socket.next().await {
+                    Some(Ok(Message::Text(text))) => {
+                        break serde_json::from_str::<Value>(text.strip_prefix('\u{1}').unwrap_or(&text)).unwrap()
+                    }
+                    Some(Ok(_)) => continue,
+                    other => panic!("the phone's socket ended: {other:?}"),
+                }
+            }
+        })
+        .await
+        .expect("a frame in time");
         self.seen.push_str(&frame.to_string());
         frame
     }
