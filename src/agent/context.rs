@@ -91,9 +91,18 @@ impl AgentContext {
     }
 
     /// A context for another link of the same agent (an environment pairing, a retired relay
-    /// code): this machine's tools only, the same broker, audit trail and tasks, a status of its own.
+    /// code): the same tools, broker, audit trail and tasks, a status of its own.
+    /// Its sessions and terminals are this machine's, so a host driving it as an environment
+    /// starts, follows and answers them (docs/PROTOCOL.md, "Environments"); it routes to no
+    /// environment of its own.
     pub fn beside(&self) -> Self {
-        AgentContext::new(self.toolbox().clone(), self.approvals.clone(), self.audit.clone(), self.tasks.clone())
+        let mut ctx =
+            AgentContext::new(self.toolbox().clone(), self.approvals.clone(), self.audit.clone(), self.tasks.clone());
+        ctx.dispatcher = self.dispatcher.without_router();
+        ctx.sessions = self.sessions.clone();
+        ctx.terminals = self.terminals.clone();
+        ctx.shutdown = self.shutdown.clone();
+        ctx
     }
 
     /// This machine's tools.

@@ -183,7 +183,11 @@ impl Session {
                 if let Verdict::Deny(rule) = self.judged(&FrameAction::Approve).await {
                     return self.give_receipt(receipt, Err(rule.refusal("approve"))).await;
                 }
-                let outcome = approvals::answer(&self.ctx.approvals, approve, &self.caller);
+                // An environment's approval is answered there, under its own policy too.
+                let outcome = match self.remote(approve.env.as_deref()) {
+                    Some(env) => self.approve_there(env, approve).await,
+                    None => approvals::answer(&self.ctx.approvals, approve, &self.caller),
+                };
                 match (receipt, outcome) {
                     (Some(receipt), outcome) => self.give_receipt(Some(receipt), outcome).await,
                     (None, Err(err)) => {
@@ -195,6 +199,14 @@ impl Session {
             ClientMessage::PushSubscribe { subscription } => self.push_subscribe(subscription).await,
             ClientMessage::TermAck(ack) => {
                 if let Verdict::Deny(_) = self.judged(&FrameAction::TermAck).await {
+                    return;
+                }
+                if let (Some(env), Some(router)) = (self.remote(ack.env.as_deref()), self.ctx.dispatcher.router()) {
+                    // The environment's own session judges it there and paces its terminal.
+                    let frame = ClientMessage::TermAck(protocol::TermAck { env: None, ..ack });
+                    if let Err(err) = router.pass(env, frame).await {
+                        self.send(AgentMessage::Error { code: err.code, message: Some(err.message) }).await;
+                    }
                     return;
                 }
                 if let Some(terminals) = &self.ctx.terminals {
@@ -236,6 +248,18 @@ impl Session {
             let message = rule.refusal("follow").message;
             return self.send(AgentMessage::Error { code: ErrorCode::DeniedByPolicy, message: Some(message) }).await;
         }
+        if let Some(router) = self.ctx.dispatcher.router().cloned() {
+            // Every paired environment, as far as this host's policy lets the client follow here
+            // without asking; each environment's own policy decides there.
+            let scope = crate::tools::FollowScope {
+                approvals: approvals == Verdict::Allow,
+                sessions: self.ctx.sessions.is_some() && sessions == Verdict::Allow,
+            };
+            if scope.approvals || scope.sessions {
+                let marks = crate::sessions::follow::env_after_marks(after.as_ref());
+                self.ctx.tasks.spawn(router.follow(marks, scope, self.out.clone(), following.clone()));
+            }
+        }
         if !matches!(approvals, Verdict::Deny(_)) {
             let broker = self.ctx.approvals.clone();
             let status = self.ctx.status.clone();
@@ -270,6 +294,31 @@ impl Session {
             });
             forward.await
         });
+    }
+
+    /// The environment a frame names, when it is another machine than this one (a host's).
+    fn remote(&self, env: Option<&str>) -> Option<String> {
+        let (env, router) = (env?, self.ctx.dispatcher.router()?);
+        (!router.is_local(env)).then(|| env.to_owned())
+    }
+
+    /// An answer to an environment's approval, which passed this host's policy as a frame: it goes
+    /// to the environment as its `approve` tool, where the environment's policy decides; a
+    /// refusal there comes back as an `error` frame.
+    async fn approve_there(&self, env: String, approve: protocol::Approve) -> Result<(), ToolError> {
+        let Some(router) = self.ctx.dispatcher.router().cloned() else {
+            return Err(ToolError::new(ErrorCode::UnknownEnvironment, "this laptop routes to no environment"));
+        };
+        let mut args = serde_json::json!({"approval": approve.approval, "decision": approve.decision});
+        if let Some(message) = approve.message {
+            args["message"] = Value::String(message);
+        }
+        if let Some(answers) = approve.answers {
+            args["answers"] = answers;
+        }
+        let call = ToolCall { id: "approve".into(), name: "approve".into(), args, env: None, caller: None };
+        let progress = mpsc::channel(1).0;
+        router.route(env, call, progress, None, self.cancel.clone()).await.map(|_| ())
     }
 
     /// Keeps the browser's push subscription, if the policy lets this client make the laptop send

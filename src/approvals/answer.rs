@@ -91,5 +91,5 @@ pub fn approve_from_args(broker: &Broker, args: &Value) -> Result<Approve, ToolE
             .collect();
         answers = (!map.is_empty()).then_some(Value::Object(map));
     }
-    Ok(Approve { approval, decision, message: text("message").map(str::to_owned), answers, receipt: None })
+    Ok(Approve { approval, decision, message: text("message").map(str::to_owned), answers, receipt: None, env: None })
 }

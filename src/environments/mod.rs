@@ -32,7 +32,7 @@ use crate::state::Home;
 use store::{IssuedPairing, OutboundPairing, RevokedBearer, SELF_NAME};
 
 /// Routes calls that name another environment; defined beside the dispatcher that calls it.
-pub use crate::tools::EnvRouter;
+pub use crate::tools::{EnvRouter, FollowScope};
 
 /// Longest environment name.
 pub const MAX_NAME_LEN: usize = 40;

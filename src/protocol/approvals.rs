@@ -148,6 +148,10 @@ pub struct Approve {
     /// answers nothing more (docs/PROTOCOL.md, "Receipts").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<String>,
+    /// The environment whose approval it answers (its envKey or name); the host passes it on
+    /// (docs/PROTOCOL.md, "Environments").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
 }
 
 /// `{"type":"approval_resolved",…}`: sent to every following client once an approval is decided.

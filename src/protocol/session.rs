@@ -180,6 +180,32 @@ pub enum AgentMessage {
     /// What the comparison of the page the relay serves with this voxa's found, to a client that
     /// follows: at once, then at each new finding (docs/SECURITY.md, "The page the relay serves").
     RelayPage(RelayPage),
+    /// Whether a paired environment can be reached, to a client that follows on a host: its
+    /// sessions and terminals are shown `unreachable` (never ended) until it is back
+    /// (docs/PROTOCOL.md, "Environments").
+    Environment(EnvironmentState),
+}
+
+/// `{"type":"environment",…}`: one paired environment as the host's follow sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub struct EnvironmentState {
+    /// Its envKey.
+    pub env: String,
+    /// The name the host gave it.
+    pub name: String,
+    pub state: EnvReach,
+}
+
+/// Whether the host reaches an environment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnvReach {
+    /// Its session with the host is up: its events come live.
+    Reachable,
+    /// The host cannot reach it now and keeps trying; its sessions are kept, not ended.
+    Unreachable,
+    /// It revoked this host's pairing: its sessions are refused `pairing-revoked`.
+    Revoked,
 }
 
 /// The calls a `calls` frame names (docs/PROTOCOL.md, "Calls outlive the connection").

@@ -54,4 +54,7 @@ pub struct TermExit {
 pub struct TermAck {
     pub term: String,
     pub offset: u64,
+    /// The environment whose terminal it is (its envKey or name); the host passes it on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
 }

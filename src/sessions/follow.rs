@@ -131,6 +131,22 @@ pub fn after_marks(after: Option<&serde_json::Value>) -> HashMap<String, u64> {
         .collect()
 }
 
+/// Most environments a `follow` frame's `after` may name.
+pub const MAX_ENV_AFTER: usize = 64;
+
+/// The marks of a host's environments in a `follow` frame's `after`: each envKey's own object
+/// of marks, `{"<envKey>": {"<session>": <seq>, …}, …}` beside this machine's (docs/PROTOCOL.md,
+/// "Environments"); anything else is ignored.
+pub fn env_after_marks(after: Option<&serde_json::Value>) -> HashMap<String, HashMap<String, u64>> {
+    let Some(serde_json::Value::Object(marks)) = after else { return HashMap::new() };
+    marks
+        .iter()
+        .filter(|(_, marks)| marks.is_object())
+        .map(|(env, marks)| (crate::text::prefix(env, 128).to_owned(), after_marks(Some(marks))))
+        .take(MAX_ENV_AFTER)
+        .collect()
+}
+
 /// Sends every event `follower` yields, mapped by `map`, until `cancel` or the receiver closes.
 pub async fn forward<T>(
     mut follower: Follower,
@@ -148,5 +164,24 @@ pub async fn forward<T>(
         if out.send(map(&event)).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_follow_names_this_machines_marks_and_each_environments_apart() {
+        let after = json!({"s-1": 17, "ab12": {"s-9": 4, "s-8": "x"}, "cd34": 5, "ef56": {"s-7": 2}});
+        let here = after_marks(Some(&after));
+        assert_eq!(here, HashMap::from([("s-1".to_owned(), 17), ("cd34".to_owned(), 5)]));
+        let there = env_after_marks(Some(&after));
+        assert_eq!(there.len(), 2);
+        assert_eq!(there["ab12"], HashMap::from([("s-9".to_owned(), 4)]));
+        assert_eq!(there["ef56"], HashMap::from([("s-7".to_owned(), 2)]));
+        assert!(env_after_marks(Some(&json!([1, 2]))).is_empty());
+        assert!(env_after_marks(None).is_empty());
     }
 }

@@ -27,14 +27,39 @@ use crate::protocol::{ApprovalSource, ErrorCode, Frame, ToolCall, ToolError, HOS
 /// router's own tools ([`Runs::Router`], e.g. `fleet`). Implemented by the host side of
 /// multi-environment pairing.
 pub trait EnvRouter: Send + Sync {
-    /// Runs `call` on the environment `env`, streaming progress; the result carries `env`.
+    /// Runs `call` on the environment `env`, streaming progress; the result carries `env`. A
+    /// terminal the call opens or attaches there sends its output, tagged with the envKey, to
+    /// `viewer`.
     fn route(
         &self,
         env: String,
         call: ToolCall,
         progress: mpsc::Sender<String>,
+        viewer: Option<mpsc::Sender<Frame>>,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<Value, ToolError>>;
+
+    /// Follows the sessions and approvals of every paired environment for one client of this
+    /// host, `after` its marks (`{"<envKey>":{"<session>":seq}}`), into `out` as frames tagged
+    /// with the envKey, until `cancel`: what `follow` adds on a host (docs/PROTOCOL.md,
+    /// "Environments"). Each side's policy was asked before: the host's here, the environment's there.
+    fn follow(
+        &self,
+        _after: std::collections::HashMap<String, std::collections::HashMap<String, u64>>,
+        _scope: FollowScope,
+        _out: mpsc::Sender<Frame>,
+        _cancel: CancellationToken,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
+    }
+
+    /// Passes a frame that acts (`term_ack`) to the environment `env`, whose own session judges it.
+    fn pass(&self, _env: String, _frame: crate::protocol::ClientMessage) -> BoxFuture<'static, Result<(), ToolError>> {
+        Box::pin(std::future::ready(Err(ToolError::new(
+            ErrorCode::UnknownEnvironment,
+            "this agent has no environments",
+        ))))
+    }
 
     /// True when `env` names this machine itself (its own envKey or name).
     fn is_local(&self, _env: &str) -> bool {
@@ -43,6 +68,15 @@ pub trait EnvRouter: Send + Sync {
 
     /// Runs one of the router's own tools, a [`Runs::Router`] kind, here on the host.
     fn run_tool(&self, kind: ToolKind, args: Value) -> BoxFuture<'static, Result<Value, ToolError>>;
+}
+
+/// What a host's follower may see of its environments, as the host's policy let it follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FollowScope {
+    /// The sessions' `agent_event`s.
+    pub sessions: bool,
+    /// The approvals and their resolutions.
+    pub approvals: bool,
 }
 
 /// Runs the coding-agent session tools ([`Runs::Sessions`]). Implemented by the session host.
@@ -141,6 +175,16 @@ impl Dispatcher {
     pub fn with_terminals(mut self, terminals: Arc<dyn Terminals>) -> Self {
         self.terminals = Some(terminals);
         self
+    }
+
+    /// The same dispatcher, routing to no environment: what a host driving this machine gets.
+    pub fn without_router(&self) -> Self {
+        Dispatcher { router: None, ..self.clone() }
+    }
+
+    /// The router to other environments, when there is one.
+    pub fn router(&self) -> Option<&Arc<dyn EnvRouter>> {
+        self.router.as_ref()
     }
 
     /// This machine's tools.
@@ -336,7 +380,7 @@ impl Dispatcher {
                 // Progress from an environment is sent without waiting; nobody listening drops it.
                 let progress = progress.unwrap_or_else(|| mpsc::channel(1).0);
                 // The environment audits what it runs; this line records that the host asked.
-                router.route(env, call, progress, cancel).await.map(plain)
+                router.route(env, call, progress, viewer, cancel).await.map(plain)
             }
         }
     }
@@ -405,6 +449,7 @@ mod tests {
             env: String,
             call: ToolCall,
             _progress: mpsc::Sender<String>,
+            _viewer: Option<mpsc::Sender<Frame>>,
             _cancel: CancellationToken,
         ) -> BoxFuture<'static, Result<Value, ToolError>> {
             Box::pin(async move {

@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 pub use coding_agent::{default_claude, CODING_AGENT_TIMEOUT, DEFAULT_AGENT, MAX_PROMPT_LEN};
 pub use command::{MAX_COMMAND_LEN, MAX_COMMAND_TIMEOUT, SHELL};
 pub use declare::{gemini_declarations, ENV_ARG};
-pub use dispatch::{AgentSessions, Dispatcher, EnvRouter, Terminals};
+pub use dispatch::{AgentSessions, Dispatcher, EnvRouter, FollowScope, Terminals};
 pub use files::{MAX_DIR_ENTRIES, MAX_TRASH_ITEMS, MAX_UPLOAD_CHUNK, MAX_UPLOAD_LEN, MAX_WRITE_LEN};
 pub use policy::{Family, FrameAction, Verdict};
 pub use screenshot::{MAX_SCREENSHOT_LEN, SCREENSHOT_TIMEOUT};

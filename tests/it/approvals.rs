@@ -342,6 +342,7 @@ async fn by_voice_a_risky_action_cannot_be_allowed_for_the_session() {
             message: None,
             answers: None,
             receipt: None,
+            env: None,
         },
         "gemini",
     )

@@ -77,8 +77,11 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         Just(ClientMessage::AudioEnd),
         Just(ClientMessage::Tick),
         any::<String>().prop_map(|text| ClientMessage::Say { text }),
-        (any::<String>(), any::<u64>())
-            .prop_map(|(term, offset)| ClientMessage::TermAck(voxa::protocol::TermAck { term, offset })),
+        (any::<String>(), any::<u64>()).prop_map(|(term, offset)| ClientMessage::TermAck(voxa::protocol::TermAck {
+            term,
+            offset,
+            env: None
+        })),
     ]
 }
 

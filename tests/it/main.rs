@@ -16,6 +16,7 @@ mod engines;
 mod environments;
 mod fence;
 mod files;
+mod fleet;
 mod gemini;
 mod hosted_sealed;
 mod hostile;

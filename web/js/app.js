@@ -362,7 +362,9 @@ export class App {
   call(name, args, options = {}) {
     const { session, env } = this.store.state;
     if (!session) return { id: '', done: Promise.reject({ code: 'offline', message: 'not paired' }) };
-    return session.call(name, args, { ...options, env: env || undefined });
+    // A call about something of another machine names it (`''`: this laptop), whatever the picker shows.
+    const target = options.env !== undefined ? options.env : env;
+    return session.call(name, args, { ...options, env: target || undefined });
   }
 
   /**

@@ -175,6 +175,8 @@ function questionOf(card, question, onAnswer) {
 export function answer(session, card, decision) {
   /** @type {import('./protocol.js').ClientFrame} */
   const frame = { type: 'approve', approval: card.frame.approval, decision };
+  // An environment's approval is answered there, through the laptop.
+  if (typeof card.frame.env === 'string' && card.frame.env) frame.env = card.frame.env;
   const message = card.message.value.trim();
   if (message) frame.message = message;
   if (Object.keys(card.answers).length > 0) frame.answers = { ...card.answers };

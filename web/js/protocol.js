@@ -123,6 +123,7 @@ export const AGENT_FRAMES = /** @type {const} */ ([
   'tick',
   'agent_event',
   'relay_page',
+  'environment',
 ]);
 
 /** `type` of the frames a page sends the relay hosting its call, at `/live` (docs/PROTOCOL.md, "Hosted voice"). */

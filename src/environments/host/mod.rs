@@ -21,18 +21,19 @@ use tracing::{debug, info_span, warn, Instrument};
 
 use super::identity::{code_hash, verify_hello, HelloBinding};
 use super::store::{self, EnvEntry};
-use super::EnvRouter;
+use super::{EnvRouter, FollowScope};
 use crate::config::RelayUrl;
 use crate::net::client::{self, AnswerStep, HelloCredential, HelloError, Opening};
 use crate::net::dial::{self, ClientSocket, DialOptions};
 use crate::net::liveness::{sleep_until, Heartbeat, Liveness, Pulse};
 use crate::protocol::{
-    self, AgentMessage, BearerFrame, ClientMessage, ErrorCode, Hello, PeerRole, ToolCall, ToolError, HOST_ROLE,
+    self, AgentMessage, BearerFrame, ClientMessage, ErrorCode, Frame, Hello, PeerRole, ToolCall, ToolError, HOST_ROLE,
 };
 use crate::secret::Secret;
 use crate::state::Home;
 use crate::tools::{ToolKind, Toolbox};
 
+mod feed;
 mod fleet;
 mod handshake;
 mod session;
@@ -84,6 +85,8 @@ struct Inner {
     /// One slot per envKey; its lock is held while connecting, so concurrent calls share one
     /// connection attempt.
     pool: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Link>>>>>,
+    /// The follow of each environment some client of this host follows, by envKey (`feed.rs`).
+    feeds: Mutex<HashMap<String, Arc<feed::Feed>>>,
     next_id: AtomicU64,
 }
 
@@ -143,7 +146,14 @@ impl HostRouter {
     /// A router that reads the registry and credentials of `options.home` on every call, so
     /// `voxa env add`/`remove` take effect on a running agent at once.
     pub fn new(options: HostOptions) -> Self {
-        HostRouter { inner: Arc::new(Inner { options, pool: Mutex::default(), next_id: AtomicU64::new(1) }) }
+        HostRouter {
+            inner: Arc::new(Inner {
+                options,
+                pool: Mutex::default(),
+                feeds: Mutex::default(),
+                next_id: AtomicU64::new(1),
+            }),
+        }
     }
 
     /// The `fleet` listing: every known environment and its state; with `probe`, each remote one
@@ -159,9 +169,24 @@ impl EnvRouter for HostRouter {
         env: String,
         call: ToolCall,
         progress: mpsc::Sender<String>,
+        viewer: Option<mpsc::Sender<Frame>>,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        self.inner.clone().route(env, call, progress, cancel).boxed()
+        self.inner.clone().route(env, call, progress, viewer, cancel).boxed()
+    }
+
+    fn follow(
+        &self,
+        after: HashMap<String, HashMap<String, u64>>,
+        scope: FollowScope,
+        out: mpsc::Sender<Frame>,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, ()> {
+        self.inner.clone().follow(after, scope, out, cancel).boxed()
+    }
+
+    fn pass(&self, env: String, frame: ClientMessage) -> BoxFuture<'static, Result<(), ToolError>> {
+        self.inner.clone().pass(env, frame).boxed()
     }
 
     fn is_local(&self, env: &str) -> bool {
@@ -224,6 +249,7 @@ impl Inner {
         env: String,
         call: ToolCall,
         progress: mpsc::Sender<String>,
+        viewer: Option<mpsc::Sender<Frame>>,
         cancel: CancellationToken,
     ) -> Result<Value, ToolError> {
         let cancelled = || refusal(ErrorCode::Cancelled, "cancelled before the environment answered");
@@ -246,6 +272,7 @@ impl Inner {
                 name: call.name.clone(),
                 args: call.args.clone(),
                 progress: progress.clone(),
+                viewer: viewer.clone(),
                 reply,
             };
             if commands.send(command).await.is_err() {

@@ -14,14 +14,43 @@ pub(super) struct Link {
 }
 
 pub(super) enum LinkCommand {
-    Call { id: String, name: String, args: Value, progress: mpsc::Sender<String>, reply: oneshot::Sender<Delivery> },
-    Cancel { id: String },
+    Call {
+        id: String,
+        name: String,
+        args: Value,
+        progress: mpsc::Sender<String>,
+        /// Gets the output of a terminal the call opens or attaches.
+        viewer: Option<mpsc::Sender<Frame>>,
+        reply: oneshot::Sender<Delivery>,
+    },
+    Cancel {
+        id: String,
+    },
+    /// Follow the environment's sessions and approvals after `after`, its frames (tagged with the
+    /// envKey) into `feed`, for as long as this session lasts.
+    Follow {
+        after: Value,
+        feed: mpsc::Sender<Value>,
+    },
+    /// A frame for the environment's own session to judge and act on (`term_ack`).
+    Pass {
+        frame: ClientMessage,
+    },
 }
 
 struct InFlight {
     progress: mpsc::Sender<String>,
+    viewer: Option<mpsc::Sender<Frame>>,
     reply: oneshot::Sender<Delivery>,
 }
+
+/// Terminal frames held for a terminal no viewer claimed yet (its `term_open` or `term_attach`
+/// result is still on its way), per terminal.
+const UNCLAIMED_FRAMES: usize = 64;
+/// Terminals whose frames are held at once.
+const UNCLAIMED_TERMS: usize = 8;
+/// Longest a terminal's output waits for room in a viewer's queue.
+const VIEWER_WAIT: Duration = Duration::from_secs(1);
 
 /// A call waiting for the session check before it is written.
 struct Queued {
@@ -41,6 +70,11 @@ pub(super) struct LinkActor {
     /// Set while a `status` check is outstanding.
     check_deadline: Option<tokio::time::Instant>,
     liveness: Liveness,
+    /// Where the environment's `agent_event`, `approval` and `approval_resolved` frames go.
+    feed: Option<mpsc::Sender<Value>>,
+    /// Who watches each of the environment's terminals opened or attached through this session.
+    viewers: HashMap<String, Vec<mpsc::WeakSender<Frame>>>,
+    unclaimed: HashMap<String, Vec<Frame>>,
 }
 
 enum Step {
@@ -59,6 +93,9 @@ impl LinkActor {
             queued: Vec::new(),
             check_deadline: None,
             liveness: Liveness::new(Heartbeat::PROTOCOL),
+            feed: None,
+            viewers: HashMap::new(),
+            unclaimed: HashMap::new(),
         }
     }
 
@@ -125,7 +162,13 @@ impl LinkActor {
     /// `status` check with the call queued behind it.
     fn on_command(&mut self, command: LinkCommand) -> Option<Message> {
         match command {
-            LinkCommand::Call { id, name, args, progress, reply } => {
+            LinkCommand::Follow { after, feed } => {
+                self.feed = Some(feed);
+                let after = (!after.is_null()).then_some(after);
+                Some(Message::text(ClientMessage::Follow { after }.to_json()))
+            }
+            LinkCommand::Pass { frame } => Some(Message::text(frame.to_json())),
+            LinkCommand::Call { id, name, args, progress, viewer, reply } => {
                 if self.pending.len() + self.queued.len() >= protocol::MAX_CALLS_IN_FLIGHT {
                     let busy = refusal(ErrorCode::Busy, "too many calls in flight to this environment");
                     let _ = reply.send(Delivery::Done(Err(busy)));
@@ -133,7 +176,7 @@ impl LinkActor {
                 }
                 let call = ToolCall { id: id.clone(), name, args, env: None, caller: None };
                 let frame = Message::text(ClientMessage::ToolCall(call).to_json());
-                let pending = InFlight { progress, reply };
+                let pending = InFlight { progress, viewer, reply };
                 if self.check_deadline.is_some() {
                     self.queued.push(Queued { id, frame, pending });
                     return None;
@@ -185,6 +228,9 @@ impl LinkActor {
             }
             return Step::Continue;
         }
+        if let Some(step) = self.on_followed(text).await {
+            return step;
+        }
         match serde_json::from_str::<AgentMessage>(text) {
             Ok(AgentMessage::ToolProgress { id, chunk, .. }) => {
                 if let Some(pending) = self.pending.get(&id) {
@@ -194,6 +240,11 @@ impl LinkActor {
             }
             Ok(AgentMessage::ToolResult(result)) => {
                 if let Some(pending) = self.pending.remove(&result.id) {
+                    if let (Some(viewer), Some(term)) =
+                        (&pending.viewer, result.result.as_ref().and_then(|r| r.get("term")).and_then(Value::as_str))
+                    {
+                        self.claim(term, viewer);
+                    }
                     let outcome = if result.ok {
                         Ok(result.result.unwrap_or(Value::Null))
                     } else {
@@ -215,6 +266,71 @@ impl LinkActor {
             _ => {}
         }
         Step::Continue
+    }
+
+    /// A frame of what the host follows there or of a terminal it watches, tagged with the envKey
+    /// and passed on; `None` for any other frame.
+    async fn on_followed(&mut self, text: &str) -> Option<Step> {
+        const FOLLOWED: [&str; 3] = ["agent_event", "approval", "approval_resolved"];
+        const TERMINAL: [&str; 3] = ["term_output", "term_snapshot", "term_exit"];
+        let kind = frame_type(text)?;
+        if !FOLLOWED.contains(&kind.as_str()) && !TERMINAL.contains(&kind.as_str()) {
+            return None;
+        }
+        let Ok(Value::Object(mut frame)) = serde_json::from_str::<Value>(text) else { return Some(Step::Continue) };
+        frame.insert("env".into(), Value::String(self.env_key.clone()));
+        if FOLLOWED.contains(&kind.as_str()) {
+            // A follower that cannot keep up loses live frames; it reads the gap back with `agent_log`.
+            if let Some(feed) = &self.feed {
+                let _ = feed.try_send(Value::Object(frame));
+            }
+            return Some(Step::Continue);
+        }
+        let Some(term) = frame.get("term").and_then(Value::as_str).map(str::to_owned) else {
+            return Some(Step::Continue);
+        };
+        let out = Frame::text(Value::Object(frame).to_string());
+        // A screen is sent to the client that attaches, before its `term_attach` result names it.
+        let viewers = if kind == "term_snapshot" { None } else { self.viewers.get_mut(&term) };
+        match viewers {
+            Some(viewers) => {
+                // Output waits for room in each viewer's queue, as on the environment (`term_ack`
+                // paces it there); a viewer gone or stuck for a second stops watching.
+                let mut watching = Vec::with_capacity(viewers.len());
+                for viewer in viewers.drain(..) {
+                    let Some(live) = viewer.upgrade() else { continue };
+                    if let Ok(Ok(())) = tokio::time::timeout(VIEWER_WAIT, live.send(out.clone())).await {
+                        watching.push(viewer);
+                    }
+                }
+                *viewers = watching;
+                // A client attaching now gets what follows its screen as well.
+                if let Some(held) = self.unclaimed.get_mut(&term) {
+                    if held.len() < UNCLAIMED_FRAMES {
+                        held.push(out);
+                    }
+                }
+            }
+            None if self.unclaimed.len() < UNCLAIMED_TERMS || self.unclaimed.contains_key(&term) => {
+                let held = self.unclaimed.entry(term).or_default();
+                if held.len() < UNCLAIMED_FRAMES {
+                    held.push(out);
+                }
+            }
+            None => {}
+        }
+        Some(Step::Continue)
+    }
+
+    /// `viewer` watches the environment's terminal `term` from now on, with what came before it.
+    fn claim(&mut self, term: &str, viewer: &mpsc::Sender<Frame>) {
+        // What came for it before its result: its screen and any output after it.
+        for frame in self.unclaimed.remove(term).unwrap_or_default() {
+            let _ = viewer.try_send(frame);
+        }
+        let viewers = self.viewers.entry(term.to_owned()).or_default();
+        viewers.retain(|known| known.upgrade().is_some_and(|known| !known.same_channel(viewer)));
+        viewers.push(viewer.downgrade());
     }
 
     /// The environment, on a session it proved, said our pairing is revoked: the bearer is
@@ -252,4 +368,14 @@ impl LinkActor {
             Err(err) => warn!("could not record the revoked pairing: {err}"),
         }
     }
+}
+
+/// The `type` of a frame, read without parsing the rest.
+fn frame_type(text: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Typed {
+        #[serde(rename = "type")]
+        kind: String,
+    }
+    serde_json::from_str::<Typed>(text).ok().map(|typed| typed.kind)
 }

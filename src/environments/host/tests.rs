@@ -316,7 +316,8 @@ async fn actor() -> (mpsc::Sender<LinkCommand>, Relay, CancellationToken, tempfi
 async fn call(commands: &mpsc::Sender<LinkCommand>, id: &str) -> oneshot::Receiver<Delivery> {
     let (reply, answer) = oneshot::channel();
     let (progress, _) = mpsc::channel(1);
-    let command = LinkCommand::Call { id: id.into(), name: "list_dir".into(), args: json!({}), progress, reply };
+    let command =
+        LinkCommand::Call { id: id.into(), name: "list_dir".into(), args: json!({}), progress, viewer: None, reply };
     commands.send(command).await.unwrap();
     answer
 }

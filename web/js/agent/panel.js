@@ -4,7 +4,9 @@
 // conversation (conversation.js) with a follow-up box, Interrupt and Stop. A prompt starts a new
 // session. The page follows the laptop once online, naming the last seq it holds of each
 // session, so after a reconnect it gets exactly what happened meanwhile; a reloaded page holds
-// nothing and gets every session's events from the start, each once.
+// nothing and gets every session's events from the start, each once. The laptop's follow covers
+// its environments too: their sessions are listed beside its own, each marked with its machine,
+// and shown unreachable (never ended) while the laptop cannot reach that machine.
 
 import { el, part, refusalIn, show } from '../dom.js';
 import { answer } from '../approval-card.js';
@@ -26,6 +28,8 @@ const STATES = /** @type {Record<string, string>} */ ({
 });
 /** How long after an event of a session the page does not know yet it asks for the list again. */
 const LIST_AGAIN_MS = 300;
+/** An environment's state, in words, where it replaces its sessions' own. */
+const REACH = /** @type {Record<string, string>} */ ({ unreachable: 'unreachable', revoked: 'pairing revoked' });
 
 export class Coder {
   /**
@@ -42,6 +46,10 @@ export class Coder {
     this.convos = new Map();
     /** @type {Map<string, Listed>} */
     this.listed = new Map();
+    /** @type {Map<string, string>} the environment (envKey) of each session that is not the laptop's */
+    this.envOf = new Map();
+    /** @type {Map<string, string>} each environment's state, as the laptop's follow says */
+    this.reach = new Map();
     this.shown = '';
     this.starting = false;
     /** @type {ReturnType<typeof setTimeout> | undefined} */
@@ -80,6 +88,7 @@ export class Coder {
     const handlers = {
       agent_event: (/** @type {any} */ frame) => this.event(frame),
       approval: (/** @type {AgentFrame} */ frame) => this.approval(frame),
+      environment: (/** @type {any} */ frame) => this.environment(frame),
     };
     onSession(store, handlers, (session, previous) => {
       this.session = session;
@@ -100,7 +109,12 @@ export class Coder {
     if (!this.session) return;
     /** @type {Record<string, number>} */
     const after = {};
-    for (const [id, convo] of this.convos) if (convo.seq > 0) after[id] = convo.seq;
+    for (const [id, convo] of this.convos) {
+      if (convo.seq <= 0) continue;
+      const env = this.envOf.get(id);
+      if (!env) after[id] = convo.seq;
+      else after[env] = { ...(/** @type {any} */ (after[env]) || {}), [id]: convo.seq };
+    }
     this.session.sendJson(Object.keys(after).length > 0 ? { type: 'follow', after } : { type: 'follow' });
     this.loadList();
   }
@@ -110,12 +124,17 @@ export class Coder {
     clearTimeout(this.listTimer);
     this.listTimer = undefined;
     const session = this.session;
-    const outcome = await this.app.attempt('agent_sessions', {}, () => {}).done;
-    if (!outcome || session !== this.session) return;
-    const sessions = Array.isArray(outcome.result.sessions) ? outcome.result.sessions : [];
-    for (const listed of sessions) {
-      if (listed && typeof listed.session === 'string') this.listed.set(listed.session, listed);
-    }
+    const machines = ['', ...(this.store.state.environments || []).map((e) => e.envKey)];
+    const lists = await Promise.all(machines.map((env) => this.app.attempt('agent_sessions', {}, () => {}, { env }).done));
+    if (session !== this.session) return;
+    lists.forEach((outcome, index) => {
+      const sessions = outcome && Array.isArray(outcome.result.sessions) ? outcome.result.sessions : [];
+      for (const listed of sessions) {
+        if (!listed || typeof listed.session !== 'string') continue;
+        this.listed.set(listed.session, listed);
+        if (machines[index]) this.envOf.set(listed.session, machines[index]);
+      }
+    });
     this.renderList();
     if (this.shown) this.showSession(this.shown);
   }
@@ -123,6 +142,7 @@ export class Coder {
   /** @param {Record<string, any>} frame an `agent_event` */
   event(frame) {
     if (typeof frame.session !== 'string' || typeof frame.seq !== 'number') return;
+    if (typeof frame.env === 'string' && frame.env) this.envOf.set(frame.session, frame.env);
     const convo = this.conversation(frame.session);
     const shown = frame.session === this.shown;
     const follow = shown && nearBottom();
@@ -146,11 +166,31 @@ export class Coder {
     } else {
       const from = frame.source && typeof frame.source.session === 'string' ? frame.source.session : '';
       if (!from) return;
+      if (typeof frame.env === 'string' && frame.env) this.envOf.set(from, frame.env);
       this.conversation(from).open(frame);
       this.conversation(from).enable(this.online);
     }
     this.tick();
     this.renderList();
+  }
+
+  /** @param {Record<string, any>} frame an `environment`: whether the laptop reaches one of its machines */
+  environment(frame) {
+    if (typeof frame.env !== 'string' || typeof frame.state !== 'string') return;
+    this.reach.set(frame.env, frame.state);
+    this.renderList();
+    if (this.shown) this.showState();
+  }
+
+  /**
+   * The machine a session runs on, as the page names it ('' for this laptop).
+   * @param {string} id
+   */
+  machineOf(id) {
+    const env = this.envOf.get(id);
+    if (!env) return '';
+    const known = (this.store.state.environments || []).find((e) => e.envKey === env);
+    return known ? known.name : env.slice(0, 12);
   }
 
   /** @param {string} id */
@@ -196,7 +236,8 @@ export class Coder {
    */
   async act(tool, args = {}) {
     if (!this.shown) return false;
-    const outcome = await this.app.attempt(tool, { session: this.shown, ...args }, refusalIn(this.sessionError)).done;
+    const env = this.envOf.get(this.shown) || '';
+    const outcome = await this.app.attempt(tool, { session: this.shown, ...args }, refusalIn(this.sessionError), { env }).done;
     return outcome !== null;
   }
 
@@ -226,8 +267,9 @@ export class Coder {
   showState() {
     const convo = this.convos.get(this.shown);
     const listed = this.listed.get(this.shown);
-    const state = (convo && convo.state) || (listed && listed.state) || '';
-    this.stateChip.textContent = STATES[state] || state;
+    const away = REACH[this.reach.get(this.envOf.get(this.shown) || '') || ''];
+    const state = away ? 'unreachable' : (convo && convo.state) || (listed && listed.state) || '';
+    this.stateChip.textContent = away || STATES[state] || state;
     this.stateChip.dataset.state = state;
     this.refresh();
   }
@@ -244,12 +286,15 @@ export class Coder {
   row(id) {
     const listed = this.listed.get(id) || { session: id };
     const convo = this.convos.get(id);
-    const state = (convo && convo.state) || listed.state || '';
+    const away = REACH[this.reach.get(this.envOf.get(id) || '') || ''];
+    const state = away ? 'unreachable' : (convo && convo.state) || listed.state || '';
     const at = Math.max(Number(listed.last_event_at) || 0, convo ? convo.lastAt : 0);
     const pending = convo && convo.approvals.size > 0 ? convo.pending : Number(listed.pending) || 0;
     const title = listed.title || id;
-    const meta = [listed.agent || 'agent', STATES[state] || state, at ? ago(at) : ''].filter(Boolean).join(' · ');
-    const node = el('li', { class: 'session-row', 'data-state': state },
+    const machine = this.machineOf(id);
+    const meta = [machine ? `on ${machine}` : '', listed.agent || 'agent', away || STATES[state] || state, at ? ago(at) : '']
+      .filter(Boolean).join(' · ');
+    const node = el('li', { class: 'session-row', 'data-state': state, 'data-machine': machine || 'this laptop' },
       el('button', { type: 'button', class: 'session-open', 'aria-label': title, onclick: () => this.store.set({ agentSession: id }) },
         el('span', { class: 'session-title' }, title),
         el('span', { class: 'session-meta muted' }, meta),
@@ -276,6 +321,8 @@ export class Coder {
   reset(close) {
     this.convos.clear();
     this.listed.clear();
+    this.envOf.clear();
+    this.reach.clear();
     this.holder.replaceChildren();
     show(this.error);
     if (close) this.store.set({ agentSession: '' });

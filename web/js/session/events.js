@@ -14,6 +14,7 @@
 //   term        `term_snapshot`, `term_output`, `term_exit` of the terminals this page watches
 //   agent_event a coding-agent session's event
 //   relay_page  what the laptop found comparing the relay's page with its own
+//   environment whether the laptop reaches one of its environments (for whoever follows)
 //   calls       calls this page did not start, adopted (`AdoptedCall[]`)
 //   voice       a call's frames, and pictures a call's tools took
 //   audio       `{data, at}`: a call's audio, with its prefix byte
@@ -22,7 +23,7 @@
  * @typedef {import('../store.js').Store} Store
  * @typedef {import('../session.js').Session} Session
  * @typedef {'state' | 'hello' | 'introduced' | 'error' | 'approval' | 'status' | 'term' | 'agent_event' | 'relay_page' | 'calls'
- *   | 'voice' | 'audio'} SessionEventName
+ *   | 'environment' | 'voice' | 'audio'} SessionEventName
  */
 
 /**
@@ -40,6 +41,7 @@ export const EVENT_OF_FRAME = Object.freeze({
   term_exit: 'term',
   agent_event: 'agent_event',
   relay_page: 'relay_page',
+  environment: 'environment',
 });
 
 /** Frames of a voice call, handed to whoever speaks on the socket (voice/panel.js). */

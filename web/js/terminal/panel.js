@@ -296,9 +296,11 @@ export class Terminal {
     const end = frame.offset + bytes.length;
     this.next = end;
     const term = frame.term;
+    // An environment's terminal is acknowledged there, through the laptop.
+    const env = typeof frame.env === 'string' && frame.env ? { env: frame.env } : {};
     // Acknowledged once drawn: the laptop sends more only as fast as the phone shows it.
     this.term.write(bytes, () => {
-      if (this.session) this.session.sendJson({ type: 'term_ack', term, offset: end });
+      if (this.session) this.session.sendJson({ type: 'term_ack', term, offset: end, ...env });
     });
   }
 
