@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
-    ApprovalFrame, ApprovalResolved, Approve, BearerFrame, CallErrorCode, ErrorCode, Hello, HelloOk, Image, ToolCall,
+    ApprovalFrame, ApprovalResolved, Approve, BearerFrame, CallErrorCode, ErrorCode, Hello, HelloOk, Image, PairingToken,
+    ToolCall,
     ToolResult, PROTOCOLS_OFFERED, PROTOCOL_VERSION,
 };
 
@@ -87,6 +88,8 @@ pub enum AgentMessage {
         protocols: Vec<u32>,
     },
     HelloOk(HelloOk),
+    /// The pairing's auth token, handed inside a session a ticket opened (docs/PROTOCOL.md).
+    Pairing(PairingToken),
     /// An environment's answer to a host's hello: its own nonce and its signature over the pairing
     /// and both nonces (docs/PROTOCOL.md, "Environments").
     Identity {

@@ -43,6 +43,7 @@ mod sessions_voice;
 mod sessions_web;
 mod support;
 mod terminal;
+mod ticket;
 mod tools;
 mod web;
 mod web_delivery;

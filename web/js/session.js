@@ -9,12 +9,14 @@
 //
 // A session may start *held* (a laptop the page does not know yet, app.js): it runs the handshake,
 // which tells the laptop's name, then sends nothing — no `calls`, `status`, tool call or follow —
-// until `admit()`.
+// until `admit()`. A session opened with a link's ticket waits, before either, for the laptop's
+// `pairing` frame with the token (a `paired` event); every later session uses the token.
 
+import * as pairings from './pairings.js';
 import { AUDIO_PREFIX, parseAgentFrame, parseNotice } from './protocol.js';
 import { Calls } from './session/calls.js';
 import { handOn } from './session/events.js';
-import { SessionStart, answerable, importToken } from './session/hello.js';
+import { SessionStart, answerable, importToken, ticketRefusal } from './session/hello.js';
 import { Sealed } from './session/sealed.js';
 import { BROKEN_TEXT, REFUSED_TEXT, Retry, finalClose, relayProtocols, socketUrl } from './session/transport.js';
 
@@ -75,6 +77,8 @@ export class Session extends EventTarget {
     this.hello = null;
     /** @type {CryptoKey | null} */
     this.key = null;
+    /** The hello of a session a ticket opened, until the laptop hands the token. @type {AgentFrame | null} */
+    this.introducing = null;
     /** The session start in progress on the socket, if any. @type {SessionStart | null} */
     this.starting = null;
     /** The sealed session while it lasts (null: not sealed, or it ended). @type {Sealed | null} */
@@ -98,7 +102,7 @@ export class Session extends EventTarget {
       return;
     }
     try {
-      this.key = await importToken(this.pairing.token);
+      this.key = await importToken(this.pairing.ticket || this.pairing.token);
     } catch {
       this.finish('insecure', 'this browser cannot compute the hello proofs');
       return;
@@ -193,7 +197,8 @@ export class Session extends EventTarget {
       this.socket = null;
       this.goOffline({ code: 'offline', message: 'the connection closed' });
       if (this.stopped || this.final) return;
-      const final = finalClose(event);
+      const refused = ticketRefusal(event.code === 1008 && event.reason);
+      const final = refused ? { state: /** @type {ConnectionState} */ ('refused'), text: refused } : finalClose(event);
       if (final) this.finish(final.state, final.text);
       else this.retry.schedule();
     };
@@ -253,6 +258,7 @@ export class Session extends EventTarget {
    */
   goOffline(error) {
     this.online = false;
+    this.introducing = null;
     if (this.starting) this.starting.abandon();
     this.starting = null;
     if (this.seal) {
@@ -328,6 +334,10 @@ export class Session extends EventTarget {
     } else if (frame.type === 'error' && (frame.code === 'bearer-refused' || frame.code === 'pairing-revoked')) {
       // A refused proof, or the pairing rotated on the laptop (`voxa pair --rotate`).
       this.finish('refused', REFUSED_TEXT);
+    } else if (frame.type === 'error' && ticketRefusal(frame.code)) {
+      this.finish('refused', ticketRefusal(frame.code) || REFUSED_TEXT);
+    } else if (frame.type === 'pairing' && this.introducing) {
+      this.paired(frame.token);
     } else if (this.online) {
       // Nothing of a session that is not online (or is held) reaches the page.
       handOn(this, frame);
@@ -344,7 +354,7 @@ export class Session extends EventTarget {
     this.goOffline({ code: 'offline', message: 'the laptop restarted the session' });
     this.sealEnded = false;
     if (!this.socket || !this.key) return;
-    this.starting = new SessionStart(this.pairing.token, this.socket);
+    this.starting = new SessionStart(this.pairing.ticket || this.pairing.token, this.socket, Boolean(this.pairing.ticket));
     await this.starting.answer(frame);
   }
 
@@ -376,14 +386,48 @@ export class Session extends EventTarget {
     // Ticks (seal/channel.js): a dropped frame or a dead socket ends the session; a stall starts a new one.
     checked.channel.keepTicks({ send: (text) => this.transmit(text), stalled: () => this.restart(socket) });
     this.retry.attempt = 0;
-    this.hello = checked.hello;
+    if (this.pairing.ticket) {
+      // The ticket is spent; the token comes in the session's first frame.
+      this.introducing = checked.hello;
+      this.setState('hello', 'laptop answered — receiving the pairing…');
+      return;
+    }
+    this.introduce(checked.hello);
+  }
+
+  /**
+   * The laptop handed the pairing's token in the session its ticket opened: the ticket is gone,
+   * and the session goes on as a token's would.
+   * @param {unknown} token
+   */
+  paired(token) {
+    const pairing = pairings.withToken(this.pairing, token);
+    const hello = this.introducing;
+    this.introducing = null;
+    if (!pairing || !hello || !this.socket) {
+      if (this.socket) this.breakSeal(this.socket);
+      return;
+    }
+    this.pairing = pairing;
+    this.dispatchEvent(new CustomEvent('paired', { detail: pairing }));
+    importToken(pairing.token).then((key) => { this.key = key; }, () => {});
+    this.introduce(hello);
+  }
+
+  /**
+   * The laptop proved the pairing: a held session says so and waits for `admit()`, any other
+   * goes online.
+   * @param {AgentFrame} hello
+   */
+  introduce(hello) {
+    this.hello = hello;
     if (this.held) {
       performance.mark('voxa:introduced');
       this.setState('hello', 'laptop answered — waiting for you to add it');
-      this.dispatchEvent(new CustomEvent('introduced', { detail: checked.hello }));
+      this.dispatchEvent(new CustomEvent('introduced', { detail: hello }));
       return;
     }
-    this.goOnline(checked.hello);
+    this.goOnline(hello);
   }
 
   /**

@@ -4,6 +4,9 @@
 // talk the page down to protocol 2 — and the check of the agent's `hello_ok`, whose message 2
 // opens only for an agent that holds the pairing's token. The protocol-2 proofs (HMAC over both
 // nonces) are here too, for a socket that still speaks them.
+//
+// A link's pairing ticket keys the hello in place of the token (`"ticket":true`, docs/PROTOCOL.md
+// "A pairing link's ticket"): the laptop spends it, and its first sealed frame hands the token.
 
 import { PROTOCOL, SEALED_PROTOCOL, parseAgentFrame } from '../protocol.js';
 import { startHello } from '../seal/channel.js';
@@ -71,14 +74,31 @@ export function answerable(frame) {
 
 /**
  * The sealed hello answering `challenge`, and the handshake that reads the answer to it.
- * @param {string} token
+ * @param {string} secret the auth token, or the link's pairing ticket when `ticket`
  * @param {AgentFrame} challenge an answerable challenge
+ * @param {boolean} [ticket] the hello is keyed by a pairing ticket
  * @returns {Promise<{hello: Record<string, unknown>, sealing: SealedHello}>}
  */
-export async function sealedHello(token, challenge) {
-  const sealing = await startHello(token, challenge.nonce);
-  const hello = { type: 'hello', protocol: SEALED_PROTOCOL, noise: toBase64(sealing.message), client: CLIENT };
+export async function sealedHello(secret, challenge, ticket = false) {
+  const sealing = await startHello(secret, challenge.nonce);
+  const hello = { type: 'hello', protocol: SEALED_PROTOCOL, noise: toBase64(sealing.message), client: CLIENT,
+    ...(ticket ? { ticket: true } : {}) };
   return { hello, sealing };
+}
+
+/** What the page says of a refused ticket, by the laptop's code. */
+const TICKET_REFUSALS = {
+  'ticket-used': 'this link was used already — run voxa pair for a new one (if it was not you, run voxa pair --rotate)',
+  'ticket-expired': 'this link has expired — run voxa pair for a new one',
+};
+
+/**
+ * The sentence for a refused ticket (an `error` frame's code, or a close's reason on the loopback
+ * socket); `null` for any other code.
+ * @param {unknown} code
+ */
+export function ticketRefusal(code) {
+  return code === 'ticket-used' || code === 'ticket-expired' ? TICKET_REFUSALS[code] : null;
 }
 
 /**
@@ -106,11 +126,13 @@ export async function checkAgent(frame, sealing) {
  */
 export class SessionStart {
   /**
-   * @param {string} token
+   * @param {string} secret the auth token, or the link's pairing ticket when `ticket`
    * @param {WebSocket} socket
+   * @param {boolean} [ticket] the hello is keyed by a pairing ticket
    */
-  constructor(token, socket) {
-    this.token = token;
+  constructor(secret, socket, ticket = false) {
+    this.secret = secret;
+    this.ticket = ticket;
     this.socket = socket;
     /** @type {SealedHello | null} */
     this.sealing = null;
@@ -124,7 +146,7 @@ export class SessionStart {
    * @param {AgentFrame} challenge an answerable challenge
    */
   async answer(challenge) {
-    const { hello, sealing } = await sealedHello(this.token, challenge);
+    const { hello, sealing } = await sealedHello(this.secret, challenge, this.ticket);
     this.sealing = sealing;
     if (!this.abandoned && this.socket.readyState === WebSocket.OPEN) this.socket.send(JSON.stringify(hello));
   }
