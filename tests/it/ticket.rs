@@ -233,3 +233,59 @@ async fn the_agents_log_holds_neither_the_ticket_nor_the_token_through_a_use_and
     }
     drop(dir);
 }
+
+/// The brief's promise in Chromium: opened, a ticket link pairs; after the browser quits, its
+/// profile holds the token nowhere but the origin's localStorage (where the page keeps its
+/// pairing), and the ticket — spent — in the navigation records only; the ticket used again is
+/// refused, and a second browser opening the same link is told why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_pairs_from_a_ticket_link_and_its_profile_holds_the_token_only_in_the_origins_storage() {
+    use crate::web_pairing::{files_holding, history_urls_holding};
+    let Some(scene) = crate::web::Scene::start().await else { return };
+    let home = Home::at(scene.home.path().join("voxa"));
+    let ticket = voxa::tickets::issue(&home).unwrap().secret.expose().to_owned();
+    let (code, token) = (scene.code().to_owned(), scene.token().to_owned());
+    let link = scene.relay.url().ticket_url(&code, &ticket, None);
+    scene.browser.pair(&link).await;
+    scene.browser.wait_connection("online").await;
+    scene.browser.type_into("Command", "echo paired-by-ticket").await;
+    scene.browser.press("Run").await;
+    scene.browser.wait_text(crate::web::TERMINAL, "the command", |t| t.contains("paired-by-ticket\n")).await;
+    let stored = scene.browser.script("return localStorage.getItem('voxa.pairings')", vec![]).await;
+    let stored = stored.as_str().unwrap_or_default();
+    assert!(stored.contains(&token) && !stored.contains(&ticket), "the pairing is stored with its token: {stored}");
+
+    // Used again — by a relay that read the link, or by someone reading the history — it opens nothing.
+    let mut thief = phone_socket(&scene.relay, &code).await;
+    assert_eq!(refused(ticket_hello(&mut thief, &ticket).await.0), "ticket-used");
+    // A second browser opening the same link is told it was used, and cannot add the laptop.
+    let other = scene.browser.another(crate::support::browser::Scheme::Light).await;
+    other.open(&link).await;
+    other.control("dialog", "Add this laptop?").await;
+    let said = other.wait_text("#new-laptop-state", "the refusal", |t| t.contains("cannot be added")).await;
+    assert!(said.contains("this link was used already — run voxa pair for a new one"), "{said}");
+    other.close().await;
+
+    let crate::web::Scene { browser, relay, mut agent, .. } = scene;
+    let profile = browser.quit().await;
+    if let Some(agent) = agent.take() {
+        agent.stop().await;
+    }
+    drop(relay);
+    let root = profile.path();
+    let holding_token = files_holding(root, &token);
+    assert!(!holding_token.is_empty(), "the page keeps its pairing");
+    let elsewhere: Vec<&String> =
+        holding_token.iter().filter(|path| !path.starts_with("Default/Local Storage/")).collect();
+    assert!(elsewhere.is_empty(), "the token is in the profile beyond the origin's storage: {elsewhere:?}");
+    // The ticket is where Chromium records what it opened, and it is spent.
+    assert_eq!(history_urls_holding(root, &ticket), [(link.clone(), String::new())]);
+    let recorded = |path: &String| {
+        path == "Default/History"
+            || path == "Default/Favicons"
+            || path.starts_with("Default/Sessions/")
+            || path.starts_with("segmentation_platform/")
+    };
+    let ticket_elsewhere: Vec<String> = files_holding(root, &ticket).into_iter().filter(|p| !recorded(p)).collect();
+    assert!(ticket_elsewhere.is_empty(), "{ticket_elsewhere:?}");
+}
