@@ -98,13 +98,30 @@ fn pair_json_creates_private_secrets_and_the_pairing_url() {
     let object = value.as_object().unwrap();
     let mut keys: Vec<_> = object.keys().map(String::as_str).collect();
     keys.sort();
-    assert_eq!(keys, ["code", "relay", "relay_token_in_link", "token", "url"]);
+    assert_eq!(
+        keys,
+        [
+            "code",
+            "reaches",
+            "relay",
+            "relay_certificate_sha256",
+            "relay_saved",
+            "relay_source",
+            "relay_token_in_link",
+            "ticket",
+            "ticket_expires",
+            "token",
+            "url"
+        ]
+    );
     assert_eq!(value["relay_token_in_link"], false, "no relay token here: {value}");
     let (code, token) = (field(&value, "code"), field(&value, "token"));
     assert!(is_secret(code) && is_secret(token), "{value}");
     assert_ne!(code, token);
     assert_eq!(field(&value, "relay"), DEFAULT_RELAY);
-    assert_eq!(field(&value, "url"), format!("{DEFAULT_RELAY}/#code={code}&token={token}"));
+    let ticket = field(&value, "ticket");
+    assert!(is_secret(ticket) && ticket != token, "{value}");
+    assert_eq!(field(&value, "url"), format!("{DEFAULT_RELAY}/#code={code}&ticket={ticket}"));
 
     assert_eq!(mode(&home), 0o700);
     for name in SECRET_FILES.iter().chain(&["config.toml"]) {
@@ -116,8 +133,19 @@ fn pair_json_creates_private_secrets_and_the_pairing_url() {
 #[test]
 fn pair_reuses_the_secrets_and_rotate_replaces_both() {
     let (_tmp, home) = fresh_home();
+    // The secrets stay; each link carries a ticket of its own.
+    let without_ticket = |mut value: Value| {
+        let object = value.as_object_mut().unwrap();
+        assert!(object.remove("ticket").is_some() && object.remove("ticket_expires").is_some());
+        object.remove("url");
+        // The first pair saves the relay it printed; later ones say it was saved.
+        object.remove("relay_source");
+        value
+    };
     let first = pair_json(&home, &["pair", "--json"]);
     let again = pair_json(&home, &["pair", "--json"]);
+    assert_ne!(first["ticket"], again["ticket"]);
+    let (first, again) = (without_ticket(first), without_ticket(again));
     assert_eq!(first, again);
 
     let rotated = pair_json(&home, &["pair", "--rotate", "--json"]);
@@ -129,10 +157,10 @@ fn pair_reuses_the_secrets_and_rotate_replaces_both() {
         assert_eq!(mode(&home.join(name)), 0o600, "{name}");
     }
     // `--rotate` also says what happened to a running agent (none here).
-    let mut rotated = rotated;
+    let mut rotated = without_ticket(rotated);
     let report = rotated.as_object_mut().unwrap().remove("rotated").expect("a rotation report");
     assert_eq!(report, serde_json::json!({"agent": null, "picked_up": false}));
-    assert_eq!(pair_json(&home, &["pair", "--json"]), rotated);
+    assert_eq!(without_ticket(pair_json(&home, &["pair", "--json"])), rotated);
 }
 
 #[test]
@@ -314,8 +342,8 @@ fn relay_precedence_is_flag_then_environment_then_saved_then_default() {
     };
     let env = with_env("https://env.example", &["pair", "--json"]);
     assert_eq!(relay_of(&env), "https://env.example");
-    let (code, token) = (field(&first, "code"), field(&first, "token"));
-    assert_eq!(field(&env, "url"), format!("https://env.example/#code={code}&token={token}"));
+    let (code, ticket) = (field(&first, "code"), field(&env, "ticket"));
+    assert_eq!(field(&env, "url"), format!("https://env.example/#code={code}&ticket={ticket}"));
     // The relay used at pair time is saved: without flag or environment it is used again.
     assert_eq!(relay_of(&pair_json(&home, &["pair", "--json"])), "https://env.example");
 
