@@ -265,8 +265,7 @@ fn print_pairing(
         let fields = json!({"url": link.url, "ticket_expires": link.expires(), "relay": relay.as_str(), "reaches": reaches, "relay_token_in_link": relay_token.is_some(), "relay_certificate_sha256": lan});
         printer.event("pairing", fields, "");
     } else {
-        let text =
-            super::pair::pairing_text(relay, &link, relay_token.is_some(), lan, true, printer.is_terminal())?;
+        let text = super::pair::pairing_text(relay, &link, relay_token.is_some(), lan, true, printer.is_terminal())?;
         printer.event("pairing", json!({}), text.trim_end());
     }
     Ok(())

@@ -5,9 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
-    ApprovalFrame, ApprovalResolved, Approve, BearerFrame, CallErrorCode, ErrorCode, Hello, HelloOk, Image, PairingToken,
-    ToolCall,
-    ToolResult, PROTOCOLS_OFFERED, PROTOCOL_VERSION,
+    ApprovalFrame, ApprovalResolved, Approve, BearerFrame, CallErrorCode, ErrorCode, Hello, HelloOk, Image,
+    PairingToken, ToolCall, ToolResult, PROTOCOLS_OFFERED, PROTOCOL_VERSION,
 };
 
 /// Frames a phone, local client or host sends to an agent.

@@ -11,10 +11,10 @@ use base64::Engine;
 use futures_util::SinkExt;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
+use voxa::net::dial::ClientSocket;
 use voxa::protocol::ErrorCode;
 use voxa::seal::{Initiator, Plain};
 use voxa::secret::Secret;
-use voxa::net::dial::ClientSocket;
 use voxa::state::Home;
 
 use crate::support::harness::*;
@@ -69,9 +69,8 @@ async fn answer(socket: &mut ClientSocket, initiator: Option<Initiator>) -> Outc
                     Some("error") => return Outcome::Refused(value["code"].as_str().unwrap().to_owned()),
                     Some("hello_ok") => {
                         let initiator = initiator.take().expect("the agent answered a replayed hello");
-                        let two = base64::engine::general_purpose::STANDARD
-                            .decode(value["noise"].as_str().unwrap())
-                            .unwrap();
+                        let two =
+                            base64::engine::general_purpose::STANDARD.decode(value["noise"].as_str().unwrap()).unwrap();
                         let (opened, payload) = initiator.finish(&two).expect("message 2 keyed by the ticket");
                         hello_ok = serde_json::from_slice(&payload).unwrap();
                         keys = Some(opened);

@@ -925,7 +925,10 @@ async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
     assert!(opened.status.success(), "{}", String::from_utf8_lossy(&opened.stderr));
     assert_eq!(serde_json::from_slice::<Value>(&opened.stdout).unwrap()["opened"], true);
     let handed = std::fs::read_to_string(&handed).unwrap();
-    assert!(handed.starts_with(&format!("http://127.0.0.1:{port}/#ticket=")) && handed != url, "a new ticket: {handed}");
+    assert!(
+        handed.starts_with(&format!("http://127.0.0.1:{port}/#ticket=")) && handed != url,
+        "a new ticket: {handed}"
+    );
 
     browser.open(&url).await;
     browser.wait_connection("online").await;
