@@ -85,7 +85,17 @@ impl RelayUrl {
     /// fragment, which a browser never sends: the relay (and any front end logging request lines)
     /// sees only `GET /`; the page presents the relay token as a WebSocket subprotocol.
     pub fn pairing_url(&self, code: &str, token: &str, relay_token: Option<&Secret>) -> String {
-        let mut url = format!("{}/#code={code}&token={token}", self.base);
+        self.link(code, "token", token, relay_token)
+    }
+
+    /// The pairing link `voxa pair` prints: the relay code and a one-time pairing ticket
+    /// (`#code=…&ticket=…`), with the relay's token when it asks for one.
+    pub fn ticket_url(&self, code: &str, ticket: &str, relay_token: Option<&Secret>) -> String {
+        self.link(code, "ticket", ticket, relay_token)
+    }
+
+    fn link(&self, code: &str, key: &str, value: &str, relay_token: Option<&Secret>) -> String {
+        let mut url = format!("{}/#code={code}&{key}={value}", self.base);
         if let Some(relay_token) = relay_token {
             url.push_str("&relay_token=");
             url.extend(url::form_urlencoded::byte_serialize(relay_token.expose().as_bytes()));

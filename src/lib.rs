@@ -31,6 +31,7 @@ pub mod protocol;
 pub mod secret;
 pub mod state;
 pub mod text;
+pub mod tickets;
 
 /// This build's version, as reported in `hello_ok` and `agent.json`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -208,6 +208,8 @@ impl Home {
             .flatten()
             .map(|relay_code| RetiredCode { relay_code, rotated_at: SystemTime::now() });
         let secrets = Secrets { relay_code: Secret::generate()?, auth_token: Secret::generate()? };
+        // Every link printed before opens nothing: its ticket would be traded for the new token.
+        crate::tickets::clear(self)?;
         let mut journal = format!("{}\n{}\n", secrets.relay_code.expose(), secrets.auth_token.expose());
         if let Some(retired) = &retired {
             journal.push_str(&retired.to_text());

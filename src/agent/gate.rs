@@ -19,6 +19,7 @@ use crate::seal::handshake::Keys;
 use crate::seal::Responder;
 use crate::secret::Secret;
 use crate::state::Home;
+use crate::tickets::Redeemed;
 
 /// Decides who may open a session (docs/PROTOCOL.md, "Session start (protocol 2)").
 pub trait Gate: Send + Sync {
@@ -74,6 +75,9 @@ pub struct Admission {
     pub seal: Option<Box<Responder>>,
     /// The hello's `client` name when printable (at most 64 characters), for `status`.
     pub client: Option<String>,
+    /// The auth token to hand inside the sealed session: the hello was keyed by a pairing ticket
+    /// (now spent), and the page learns the pairing's token from the agent.
+    pub hand_token: Option<Secret>,
 }
 
 /// A hello's `client` name as `status` may show it: printable and short, else nothing.
@@ -141,12 +145,52 @@ pub struct TokenGate {
     pub caller: &'static str,
     /// Refuse protocol 2 (`[security] require_sealed` in `config.toml`).
     pub sealed_only: bool,
+    /// The home whose pairing tickets a ticket hello may spend (`None`: ticket hellos are refused).
+    pub tickets: Option<Home>,
 }
 
 impl TokenGate {
-    /// A gate on `token`; `sealed_only` refuses protocol 2.
+    /// A gate on `token`; `sealed_only` refuses protocol 2. It takes no tickets.
     pub fn new(token: Secret, caller: &'static str, sealed_only: bool) -> Self {
-        TokenGate { token, caller, sealed_only }
+        TokenGate { token, caller, sealed_only, tickets: None }
+    }
+
+    /// This gate, also opening sealed sessions with the pairing tickets of `home`.
+    pub fn with_tickets(self, home: Home) -> Self {
+        TokenGate { tickets: Some(home), ..self }
+    }
+
+    /// The same gate on another token (`pair --rotate`).
+    pub fn with_token(&self, token: Secret) -> Self {
+        TokenGate { token, caller: self.caller, sealed_only: self.sealed_only, tickets: self.tickets.clone() }
+    }
+
+    /// A protocol-3 hello keyed by a pairing ticket: the ticket whose key reads message 1 is spent
+    /// before anything is answered, and the session hands the token. A spent ticket is
+    /// `ticket-used`; an expired, replaced or unknown one `ticket-expired`.
+    fn admit_ticket(&self, hello: &Hello, challenge: &str) -> Result<HelloVerdict, ErrorCode> {
+        let Some(home) = &self.tickets else { return Err(ErrorCode::TicketExpired) };
+        let message = hello_noise(hello)?;
+        if !protocol::is_hello_nonce(challenge) {
+            return Err(ErrorCode::BearerRefused);
+        }
+        let now = std::time::SystemTime::now();
+        let redeemed = crate::tickets::redeem(home, now, |ticket| Responder::accept(ticket, challenge, &message).ok());
+        match redeemed {
+            Ok(Redeemed::Fresh(responder)) => Ok(HelloVerdict::Admitted(Admission {
+                caller: self.caller.to_owned(),
+                seal: Some(Box::new(responder)),
+                client: shown_client(hello),
+                hand_token: Some(self.token.clone()),
+                ..Default::default()
+            })),
+            Ok(Redeemed::Used) => Err(ErrorCode::TicketUsed),
+            Ok(Redeemed::Expired) => Err(ErrorCode::TicketExpired),
+            Err(err) => {
+                tracing::warn!("cannot read the pairing tickets: {err:#}");
+                Err(ErrorCode::Internal)
+            }
+        }
     }
 
     /// A protocol-3 hello: message 1 of the handshake, keyed by the token, answering `challenge`.
@@ -170,6 +214,12 @@ impl Gate for TokenGate {
         // A raw token (protocol 1) is refused whether it is right or not.
         if hello.token.is_some() {
             return Err(ErrorCode::BearerRefused);
+        }
+        // A ticket opens sealed sessions only: the token it is traded for must travel sealed.
+        match (hello.ticket, hello.protocol) {
+            (true, Some(protocol::PROTOCOL_SEALED)) => return self.admit_ticket(hello, challenge),
+            (true, _) => return Err(ErrorCode::BearerRefused),
+            (false, _) => {}
         }
         match hello.protocol {
             Some(protocol::PROTOCOL_SEALED) => return self.admit_sealed(hello, challenge),

@@ -131,9 +131,9 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
     Ok(RunningAgent { loopback, ctx, shutdown })
 }
 
-/// The gate of this home's auth token, refusing protocol 2 when `sealed_only`.
+/// The gate of this home's auth token and pairing tickets, refusing protocol 2 when `sealed_only`.
 fn token_gate(options: &AgentOptions, caller: &'static str, sealed_only: bool) -> TokenGate {
-    TokenGate::new(options.secrets.auth_token.clone(), caller, sealed_only)
+    TokenGate::new(options.secrets.auth_token.clone(), caller, sealed_only).with_tickets(options.home.clone())
 }
 
 /// What the agent's sessions share: the toolbox (its tools kept out of the home), the voice

@@ -123,7 +123,7 @@ impl CurrentToken {
     /// From now on `token` opens sessions; the sessions of the previous token are ended.
     pub fn rotate(&self, token: Secret) {
         let mut now = self.now.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let gate = TokenGate::new(token, now.gate.caller, now.gate.sealed_only);
+        let gate = now.gate.with_token(token);
         let previous =
             std::mem::replace(&mut *now, Generation { gate: Arc::new(gate), replaced: CancellationToken::new() });
         previous.replaced.cancel();

@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tracing::warn;
 
 use super::gate::{admit_bearer, admit_hello, Admission, Gate, HelloVerdict};
-use crate::protocol::{self, AgentMessage, ErrorCode, Frame};
+use crate::protocol::{self, AgentMessage, ErrorCode, Frame, PairingToken};
 use crate::seal::handshake::Keys;
 use crate::seal::socket::seal_frame;
 use crate::seal::ticks::{is_tick, STALL_AFTER};
@@ -366,11 +366,17 @@ impl SessionStart {
                 .map(|frames| (frames, Some(keys)))
                 .map_err(anyhow::Error::from),
             (None, Some(responder)) => {
-                responder.finish(sealed_hello_ok(answer).to_json().as_bytes()).map(|(keys, two)| {
+                responder.finish(sealed_hello_ok(answer).to_json().as_bytes()).and_then(|(mut keys, two)| {
                     let noise = base64::engine::general_purpose::STANDARD.encode(two);
                     let frame =
                         serde_json::json!({"type": "hello_ok", "protocol": protocol::PROTOCOL_SEALED, "noise": noise});
-                    (vec![Frame::text(frame.to_string())], Some(Box::new(keys)))
+                    let mut frames = vec![Frame::text(frame.to_string())];
+                    // A ticket opened this session: its first sealed frame hands the pairing's token.
+                    if let Some(token) = admission.hand_token.take() {
+                        let handed = AgentMessage::Pairing(PairingToken { token: token.expose().to_owned() });
+                        frames.extend(seal_frame(&mut keys.sealer, &Frame::from(handed))?);
+                    }
+                    Ok((frames, Some(Box::new(keys))))
                 })
             }
             (None, None) => Ok((vec![Frame::from(answer)], None)),

@@ -1,5 +1,7 @@
 //! `voxa open`: the web client on the running agent's loopback port, in the default browser. The
-//! token travels in the URL fragment, which the browser never sends to a server.
+//! link carries a one-time pairing ticket ([`crate::tickets`]) in its fragment, which the browser
+//! never sends to a server: the page trades it for the token inside its sealed session, and the
+//! link the browser keeps in its history opens nothing after that.
 
 use std::process::{Command, Stdio};
 
@@ -16,26 +18,30 @@ const OPENER: &str = "open";
 #[cfg(not(target_os = "macos"))]
 const OPENER: &str = "xdg-open";
 
-/// The loopback page's link: `http://127.0.0.1:<port>/#token=<token>`.
-pub fn loopback_link(port: u16, token: &Secret) -> String {
-    format!("http://127.0.0.1:{port}/#token={}", token.expose())
+/// The loopback page's link: `http://127.0.0.1:<port>/#ticket=<ticket>`.
+pub fn loopback_link(port: u16, ticket: &Secret) -> String {
+    format!("http://127.0.0.1:{port}/#ticket={}", ticket.expose())
 }
 
 /// Runs `voxa open`.
 pub fn run_open(settings: &Settings, args: &OpenArgs) -> Result<()> {
     let home = &settings.home;
-    let Some(secrets) = home.load_secrets()? else {
+    if home.load_secrets()?.is_none() {
         bail!("this machine is not paired yet: run `voxa pair` or `voxa run` first");
-    };
+    }
     let Some(agent) = home.running_agent()? else {
         bail!("the agent is not running: start it with `voxa run`, then `voxa open`");
     };
-    let url = loopback_link(agent.port, &secrets.auth_token);
+    let ticket = crate::tickets::issue(home)?;
+    let url = loopback_link(agent.port, &ticket.secret);
     let opened = !args.no_browser && open_in_browser(&url)?;
     let human = if opened {
-        format!("opened the web client in your browser; if nothing appeared, open this link:\n{url}\n")
+        format!(
+            "opened the web client in your browser; if nothing appeared, open this link (it works once, within 15 \
+             minutes):\n{url}\n"
+        )
     } else {
-        format!("open this link in a browser on this machine:\n{url}\n")
+        format!("open this link in a browser on this machine (it works once, within 15 minutes):\n{url}\n")
     };
     settings.printer.result(&json!({ "url": url, "opened": opened }), human)?;
     Ok(())

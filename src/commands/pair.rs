@@ -15,6 +15,7 @@ use crate::config::RelayUrl;
 use crate::error::ConfigError;
 use crate::secret::Secret;
 use crate::state::{Home, Secrets};
+use crate::tickets::Ticket;
 
 /// How long `pair --rotate` waits for a running agent to take the new token.
 const PICKUP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -73,11 +74,13 @@ pub async fn run_pair(settings: &Settings, args: &PairArgs) -> Result<()> {
         RelaySource::Embedded => super::lan::fingerprint_of(home, &relay),
         _ => None,
     };
-    let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose(), relay_token.as_ref());
+    let link = Link::new(home, &relay, &secrets, relay_token.as_ref())?;
     let mut value = json!({
         "code": secrets.relay_code.expose(),
         "token": secrets.auth_token.expose(),
-        "url": url,
+        "url": link.url,
+        "ticket": link.ticket.secret.expose(),
+        "ticket_expires": link.expires(),
         "relay": relay.as_str(),
         "relay_source": source.as_str(),
         "relay_saved": saved,
@@ -96,7 +99,7 @@ pub async fn run_pair(settings: &Settings, args: &PairArgs) -> Result<()> {
         String::new()
     } else {
         let mut text =
-            pairing_text(&relay, &secrets, relay_token.as_ref(), lan.as_deref(), !args.no_qr, printer.is_terminal())?;
+            pairing_text(&relay, &link, relay_token.is_some(), lan.as_deref(), !args.no_qr, printer.is_terminal())?;
         match (source, &unknown) {
             (_, Some((pid, why))) => text.push_str(&format!(
                 "\nThe running agent (pid {pid}) did not say which relay it dials ({why}). This link is for {relay}, \
@@ -180,28 +183,55 @@ pub fn link_relay_token(home: &Home, value: Option<&str>, file: Option<&Path>) -
     }
 }
 
+/// A pairing link as `pair` and a first `run` print it: the relay code and a fresh one-time
+/// ticket ([`crate::tickets`]) in the fragment, never the auth token.
+pub struct Link {
+    pub url: String,
+    pub ticket: Ticket,
+}
+
+impl Link {
+    /// Makes a ticket of `home` and the link carrying it.
+    pub fn new(home: &Home, relay: &RelayUrl, secrets: &Secrets, relay_token: Option<&Secret>) -> Result<Link> {
+        let ticket = crate::tickets::issue(home)?;
+        let url = relay.ticket_url(secrets.relay_code.expose(), ticket.secret.expose(), relay_token);
+        Ok(Link { url, ticket })
+    }
+
+    /// When the ticket stops working, RFC 3339 (UTC, seconds).
+    pub fn expires(&self) -> String {
+        humantime::format_rfc3339_seconds(self.ticket.expires).to_string()
+    }
+}
+
 /// The block `pair` and a first `run` print: QR (optional, and only for a link a phone can open),
-/// the URL (with the relay token, when the relay asks for one), and what it reaches (`lan`: the
-/// fingerprint of a `--lan` relay's certificate, printed beside the code).
+/// the URL (with the relay token, when the relay asks for one), how long it works, and what it
+/// reaches (`lan`: the fingerprint of a `--lan` relay's certificate, printed beside the code).
 pub fn pairing_text(
     relay: &RelayUrl,
-    secrets: &Secrets,
-    relay_token: Option<&Secret>,
+    link: &Link,
+    relay_token: bool,
     lan: Option<&str>,
     qr: bool,
     ansi: bool,
 ) -> Result<String> {
-    let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose(), relay_token);
+    let url = &link.url;
     let reach = super::reach::Reach::of_link(relay, lan);
     let qr = qr && reach.wants_qr();
     let mut text = String::new();
     if qr {
-        text.push_str(&render_qr(&url, ansi)?);
+        text.push_str(&render_qr(url, ansi)?);
         text.push('\n');
     }
     let _ = writeln!(text, "{}", reach.intro(qr));
     let _ = writeln!(text, "{url}");
-    if relay_token.is_some() {
+    let minutes = crate::tickets::TICKET_LIFETIME.as_secs() / 60;
+    let _ = writeln!(
+        text,
+        "The link works once, within {minutes} minutes: the phone that opens it first is paired. Run `voxa pair` \
+         again for another phone."
+    );
+    if relay_token {
         text.push_str("The link carries the relay's token as well (in its fragment, never sent in a request).\n");
     }
     text.push_str(&super::reach::note(relay, lan));
@@ -267,21 +297,31 @@ mod tests {
     }
 
     #[test]
-    fn the_qr_code_and_the_link_carry_a_private_relays_token_and_the_text_says_so() {
+    fn the_qr_code_and_the_link_carry_a_ticket_and_a_private_relays_token_and_the_text_says_so() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = Home::at(tmp.path().join("voxa"));
         let relay = RelayUrl::parse("https://relay.example.com").unwrap();
         let secrets = Secrets {
             relay_code: Secret::from_string("00112233445566778899aabbccddeeff".into()),
             auth_token: Secret::from_string("ffeeddccbbaa99887766554433221100".into()),
         };
         let token = Secret::from_string("team/token 1".into());
-        let text = pairing_text(&relay, &secrets, Some(&token), None, true, false).unwrap();
-        let link = "https://relay.example.com/#code=00112233445566778899aabbccddeeff\
-                    &token=ffeeddccbbaa99887766554433221100&relay_token=team%2Ftoken+1";
+        let link = Link::new(&home, &relay, &secrets, Some(&token)).unwrap();
+        let text = pairing_text(&relay, &link, true, None, true, false).unwrap();
+        let url = format!(
+            "https://relay.example.com/#code=00112233445566778899aabbccddeeff&ticket={}&relay_token=team%2Ftoken+1",
+            link.ticket.secret.expose()
+        );
+        assert_eq!(link.url, url);
         let art: String = text.lines().take_while(|line| !line.starts_with("Scan")).collect::<Vec<_>>().join("\n");
-        assert_eq!(decode(&art), link, "the phone's camera reads the token too");
-        assert!(text.lines().any(|line| line == link), "{text}");
+        assert_eq!(decode(&art), url, "the phone's camera reads the ticket and the relay's token");
+        assert!(text.lines().any(|line| line == url), "{text}");
         assert!(text.contains("The link carries the relay's token as well"), "{text}");
-        let plain = pairing_text(&relay, &secrets, None, None, false, false).unwrap();
+        assert!(text.contains("works once, within 15 minutes"), "{text}");
+        assert!(!text.contains(secrets.auth_token.expose()), "the token is never printed: {text}");
+        let again = Link::new(&home, &relay, &secrets, None).unwrap();
+        assert_ne!(again.ticket.secret, link.ticket.secret, "each pair makes a new ticket");
+        let plain = pairing_text(&relay, &again, false, None, false, false).unwrap();
         assert!(!plain.contains("relay_token") && !plain.contains("relay's token"), "{plain}");
     }
 

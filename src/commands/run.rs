@@ -131,7 +131,7 @@ async fn relay_and_secrets(
         // The embedded relay asks for no token; another one gets the token this agent dials with.
         let relay_token = dial.bearer.as_ref().filter(|_| embedded.is_none());
         let fingerprint = lan.as_ref().map(|cert| cert.fingerprint.as_str());
-        print_pairing(&relay, &secrets, relay_token, fingerprint, printer)?;
+        print_pairing(home, &relay, &secrets, relay_token, fingerprint, printer)?;
     }
     Ok((relay, secrets))
 }
@@ -251,19 +251,21 @@ pub fn is_embedded_relay(home: &Home, relay: &RelayUrl) -> bool {
 /// The pairing URL (`--json`) or the QR code and URL; `lan`, the fingerprint of a `--lan` relay's
 /// certificate, beside them.
 fn print_pairing(
+    home: &Home,
     relay: &RelayUrl,
     secrets: &Secrets,
     relay_token: Option<&Secret>,
     lan: Option<&str>,
     printer: Printer,
 ) -> Result<()> {
+    // The link carries a one-time ticket, never the token (docs/SECURITY.md).
+    let link = super::pair::Link::new(home, relay, secrets, relay_token)?;
     if printer.is_json() {
-        let url = relay.pairing_url(secrets.relay_code.expose(), secrets.auth_token.expose(), relay_token);
         let reaches = super::reach::Reach::of_link(relay, lan).as_str();
-        let fields = json!({"url": url, "relay": relay.as_str(), "reaches": reaches, "relay_token_in_link": relay_token.is_some(), "relay_certificate_sha256": lan});
+        let fields = json!({"url": link.url, "ticket_expires": link.expires(), "relay": relay.as_str(), "reaches": reaches, "relay_token_in_link": relay_token.is_some(), "relay_certificate_sha256": lan});
         printer.event("pairing", fields, "");
     } else {
-        let text = super::pair::pairing_text(relay, secrets, relay_token, lan, true, printer.is_terminal())?;
+        let text = super::pair::pairing_text(relay, &link, relay_token.is_some(), lan, true, printer.is_terminal())?;
         printer.event("pairing", json!({}), text.trim_end());
     }
     Ok(())

@@ -99,10 +99,15 @@ pub enum ErrorCode {
     /// A voice call's `approve` with `allow` that the user's own words since the approval was read
     /// to them do not back (docs/GUIDE.md, "What voice will never do"): the approval stays open.
     NoSpokenConsent,
+    /// A hello keyed by a pairing ticket that an earlier hello spent already.
+    TicketUsed,
+    /// A hello keyed by a pairing ticket that expired, was replaced by `pair --rotate`, or is not
+    /// this laptop's.
+    TicketExpired,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 28] = [
+    pub const ALL: [ErrorCode; 30] = [
         ErrorCode::UnknownTool,
         ErrorCode::InvalidArgs,
         ErrorCode::OutsideWorkspace,
@@ -131,6 +136,8 @@ impl ErrorCode {
         ErrorCode::SealedSessionRequired,
         ErrorCode::Conflict,
         ErrorCode::NoSpokenConsent,
+        ErrorCode::TicketUsed,
+        ErrorCode::TicketExpired,
     ];
 
     /// The code as it appears on the wire.
@@ -164,6 +171,8 @@ impl ErrorCode {
             ErrorCode::SealedSessionRequired => "sealed-session-required",
             ErrorCode::Conflict => "conflict",
             ErrorCode::NoSpokenConsent => "no-spoken-consent",
+            ErrorCode::TicketUsed => "ticket-used",
+            ErrorCode::TicketExpired => "ticket-expired",
         }
     }
 
@@ -183,6 +192,8 @@ impl ErrorCode {
                 | ErrorCode::SealedSessionBroken
                 | ErrorCode::SealedSessionStalled
                 | ErrorCode::SealedSessionRequired
+                | ErrorCode::TicketUsed
+                | ErrorCode::TicketExpired
                 | ErrorCode::DeniedByPolicy
         )
     }

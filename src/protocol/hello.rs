@@ -35,6 +35,23 @@ pub struct Hello {
     /// Protocol 3: base64 of the Noise handshake's message 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise: Option<String>,
+    /// Protocol 3 keyed by a pairing ticket instead of the auth token (docs/PROTOCOL.md, "A
+    /// pairing link's ticket"): the agent spends the ticket and hands the token sealed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ticket: bool,
+}
+
+/// `{"type":"pairing","token":…}`: the pairing's auth token, sent by the agent inside a sealed
+/// session opened with a ticket, right after `hello_ok`. `Debug` never shows it.
+#[derive(Clone, PartialEq, Deserialize, Serialize)]
+pub struct PairingToken {
+    pub token: String,
+}
+
+impl std::fmt::Debug for PairingToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PairingToken(<redacted>)")
+    }
 }
 
 /// `{"type":"bearer","bearer":…}`: `Debug` never shows it.
@@ -61,6 +78,7 @@ impl std::fmt::Debug for Hello {
             .field("env_key", &self.env_key)
             .field("nonce", &self.nonce)
             .field("noise", &self.noise.as_ref().map(|_| "<handshake>"))
+            .field("ticket", &self.ticket)
             .finish()
     }
 }

@@ -28,7 +28,7 @@ pub use errors::{close, CallErrorCode, ErrorCode};
 pub use frame::{Bytes, Frame, Utf8Bytes};
 pub use hello::{
     agent_proof, client_proof, is_hello_nonce, is_hello_proof, new_nonce, verify_agent_proof, verify_client_proof,
-    BearerFrame, Hello, HelloOk, HOST_ROLE,
+    BearerFrame, Hello, HelloOk, PairingToken, HOST_ROLE,
 };
 pub use live::{LiveMessage, LIVE_CALL_PREFIX};
 pub use push::{push_endpoint_host, PushKeys, PushSubscription, MAX_PUSH_ENDPOINT_LEN};

@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
-    ApprovalFrame, ApprovalResolved, Approve, BearerFrame, CallErrorCode, ErrorCode, Hello, HelloOk, Image, ToolCall,
-    ToolResult, PROTOCOLS_OFFERED, PROTOCOL_VERSION,
+    ApprovalFrame, ApprovalResolved, Approve, BearerFrame, CallErrorCode, ErrorCode, Hello, HelloOk, Image,
+    PairingToken, ToolCall, ToolResult, PROTOCOLS_OFFERED, PROTOCOL_VERSION,
 };
 
 /// Frames a phone, local client or host sends to an agent.
@@ -91,6 +91,8 @@ pub enum AgentMessage {
         protocols: Vec<u32>,
     },
     HelloOk(HelloOk),
+    /// The pairing's auth token, handed inside a session a ticket opened (docs/PROTOCOL.md).
+    Pairing(PairingToken),
     /// An environment's answer to a host's hello: its own nonce and its signature over the pairing
     /// and both nonces (docs/PROTOCOL.md, "Environments").
     Identity {

@@ -59,14 +59,16 @@ async fn no_printed_pairing_link_has_a_secret_before_its_fragment() {
     let human = voxa(&home, &["pair", "--relay", &relay_url]);
     assert!(human.status.success());
     let printed = format!("{}{}", String::from_utf8_lossy(&human.stdout), paired["url"].as_str().unwrap());
+    assert!(!printed.contains(token), "the links carry a ticket, never the token: {printed}");
 
-    let found: Vec<&str> =
-        links(&printed).into_iter().filter(|link| link.contains(code) || link.contains(token)).collect();
+    let found: Vec<&str> = links(&printed).into_iter().filter(|link| link.contains(code)).collect();
     assert_eq!(found.len(), 2, "one pairing link in the text, one in the JSON: {printed}");
     for link in found {
-        assert_eq!(link, format!("{relay_url}/#code={code}&token={token}"));
+        let ticket = link.rsplit("&ticket=").next().unwrap();
+        assert_eq!(link, format!("{relay_url}/#code={code}&ticket={ticket}"));
+        assert!(voxa::secret::Secret::parse_hex128(ticket).is_ok(), "{link}");
         let fragment = link.find('#').unwrap();
-        for secret in [code, token] {
+        for secret in [code, ticket] {
             assert!(link.find(secret).unwrap() > fragment, "a secret before the fragment: {link}");
         }
         // What the relay receives when a browser opens the link: the page, and no secret.

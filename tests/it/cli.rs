@@ -87,6 +87,16 @@ fn assert_refused(out: &Output, code: i32, needle: &str, secrets: &[String]) -> 
     err
 }
 
+/// What `pair --json` prints that stays from one run to the next: its ticket (and the link that
+/// carries it) is new each time, and the first run says where the relay it saved came from.
+fn steady(mut value: Value) -> Value {
+    let object = value.as_object_mut().unwrap();
+    for key in ["ticket", "ticket_expires", "url", "relay_source"] {
+        object.remove(key);
+    }
+    value
+}
+
 fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
@@ -108,6 +118,8 @@ fn pair_json_creates_private_secrets_and_the_pairing_url() {
             "relay_saved",
             "relay_source",
             "relay_token_in_link",
+            "ticket",
+            "ticket_expires",
             "token",
             "url"
         ]
@@ -117,7 +129,9 @@ fn pair_json_creates_private_secrets_and_the_pairing_url() {
     assert!(is_secret(code) && is_secret(token), "{value}");
     assert_ne!(code, token);
     assert_eq!(field(&value, "relay"), DEFAULT_RELAY);
-    assert_eq!(field(&value, "url"), format!("{DEFAULT_RELAY}/#code={code}&token={token}"));
+    let ticket = field(&value, "ticket");
+    assert!(is_secret(ticket) && ticket != token, "{value}");
+    assert_eq!(field(&value, "url"), format!("{DEFAULT_RELAY}/#code={code}&ticket={ticket}"));
 
     assert_eq!(mode(&home), 0o700);
     for name in SECRET_FILES.iter().chain(&["config.toml"]) {
@@ -129,11 +143,19 @@ fn pair_json_creates_private_secrets_and_the_pairing_url() {
 #[test]
 fn pair_reuses_the_secrets_and_rotate_replaces_both() {
     let (_tmp, home) = fresh_home();
-    let mut first = pair_json(&home, &["pair", "--json"]);
-    // The first pair saves the relay it fell back to: from then on it is the saved one.
-    assert_eq!((first["relay_source"].as_str(), first["relay_saved"].as_bool()), (Some("default"), Some(true)));
-    first["relay_source"] = "saved".into();
+    // The secrets stay; each link carries a ticket of its own.
+    let without_ticket = |mut value: Value| {
+        let object = value.as_object_mut().unwrap();
+        assert!(object.remove("ticket").is_some() && object.remove("ticket_expires").is_some());
+        object.remove("url");
+        // The first pair saves the relay it printed; later ones say it was saved.
+        object.remove("relay_source");
+        value
+    };
+    let first = pair_json(&home, &["pair", "--json"]);
     let again = pair_json(&home, &["pair", "--json"]);
+    assert_ne!(first["ticket"], again["ticket"]);
+    let (first, again) = (without_ticket(first), without_ticket(again));
     assert_eq!(first, again);
 
     let rotated = pair_json(&home, &["pair", "--rotate", "--json"]);
@@ -145,10 +167,10 @@ fn pair_reuses_the_secrets_and_rotate_replaces_both() {
         assert_eq!(mode(&home.join(name)), 0o600, "{name}");
     }
     // `--rotate` also says what happened to a running agent (none here).
-    let mut rotated = rotated;
+    let mut rotated = without_ticket(rotated);
     let report = rotated.as_object_mut().unwrap().remove("rotated").expect("a rotation report");
     assert_eq!(report, serde_json::json!({"agent": null, "picked_up": false}));
-    assert_eq!(pair_json(&home, &["pair", "--json"]), rotated);
+    assert_eq!(without_ticket(pair_json(&home, &["pair", "--json"])), rotated);
 }
 
 #[test]
@@ -159,7 +181,8 @@ fn global_flags_work_before_and_after_the_command() {
     let after = voxa(&home, &["pair", "--json"]);
     let before = voxa(&home, &["--json", "pair"]);
     assert_eq!(after.status.code(), Some(0));
-    assert_eq!(stdout(&before), stdout(&after));
+    let printed = |out: &std::process::Output| steady(serde_json::from_str(&stdout(out)).unwrap());
+    assert_eq!(printed(&before), printed(&after));
 
     let other = home.with_file_name("other");
     let flagged = pair_json(&home, &["pair", "--json", "--home", other.to_str().unwrap()]);
@@ -332,8 +355,8 @@ fn relay_precedence_is_flag_then_environment_then_saved_then_default() {
     };
     let env = with_env("https://env.example", &["pair", "--json"]);
     assert_eq!(relay_of(&env), "https://env.example");
-    let (code, token) = (field(&first, "code"), field(&first, "token"));
-    assert_eq!(field(&env, "url"), format!("https://env.example/#code={code}&token={token}"));
+    let (code, ticket) = (field(&first, "code"), field(&env, "ticket"));
+    assert_eq!(field(&env, "url"), format!("https://env.example/#code={code}&ticket={ticket}"));
     // The relay used at pair time is saved: without flag or environment it is used again.
     assert_eq!(relay_of(&pair_json(&home, &["pair", "--json"])), "https://env.example");
 
@@ -484,11 +507,10 @@ fn a_home_that_is_a_file_is_refused() {
 #[test]
 fn a_read_only_home_keeps_its_secrets() {
     let (_tmp, home) = fresh_home();
-    let mut paired = pair_json(&home, &["pair", "--json"]);
-    paired["relay_source"] = "saved".into();
+    let paired = pair_json(&home, &["pair", "--json"]);
     chmod(&home, 0o500);
-    // Reading the secrets needs no write.
-    assert_eq!(pair_json(&home, &["pair", "--json"]), paired);
+    // Reading the secrets needs no write (each link's ticket aside).
+    assert_eq!(steady(pair_json(&home, &["pair", "--json"])), steady(paired.clone()));
 
     let out = voxa(&home, &["pair", "--rotate", "--json"]);
     if is_root() {

@@ -59,7 +59,17 @@ fn client_message() -> impl Strategy<Value = ClientMessage> {
         (opt_string(), opt_string(), opt_string()),
     )
         .prop_map(|(protocol, (token, proof, client), (role, env_key, nonce))| {
-            ClientMessage::Hello(Hello { protocol, token, proof, client, role, env_key, nonce, noise: None })
+            ClientMessage::Hello(Hello {
+                protocol,
+                token,
+                proof,
+                client,
+                role,
+                env_key,
+                nonce,
+                noise: None,
+                ticket: false,
+            })
         });
     let bearer = any::<String>().prop_map(|bearer| ClientMessage::Bearer(BearerFrame { bearer }));
     let call = (any::<String>(), tool_name(), json_value(), opt_string())

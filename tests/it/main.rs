@@ -46,6 +46,7 @@ mod sessions_web;
 mod support;
 mod terminal;
 mod terminal_web;
+mod ticket;
 mod tools;
 mod web;
 mod web_delivery;

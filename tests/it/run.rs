@@ -42,7 +42,7 @@ pub(crate) fn fresh_home() -> (tempfile::TempDir, std::path::PathBuf) {
     (dir, home)
 }
 
-/// A parameter of the pairing link's fragment (`#code=…&token=…`).
+/// A parameter of the pairing link's fragment (`#code=…&ticket=…`).
 fn query(url: &str, name: &str) -> String {
     let url = url::Url::parse(url).unwrap();
     let fragment = url.fragment().unwrap();
@@ -60,7 +60,8 @@ async fn embedded_relay_run_serves_a_phone_and_stops_cleanly_on_sigterm() {
     assert_eq!(agent_file["port"], port);
     assert_eq!(agent_file["pid"], run.child.id());
 
-    let (code, token) = (query(&pairing, "code"), query(&pairing, "token"));
+    let code = query(&pairing, "code");
+    let token = std::fs::read_to_string(home.join("auth_token")).unwrap().trim().to_owned();
     let mut phone = connect(&format!("ws://{relay}/ws?code={code}")).await;
     say_hello(&mut phone, &token).await;
     send(&mut phone, json!({"type":"tool_call","id":"e1","name":"no_such_tool"})).await;
@@ -100,7 +101,7 @@ fn run_says_an_embedded_relay_link_is_for_this_machine_and_how_to_reach_a_phone(
     }
     let (text, _) = run.stop();
     let link = text.lines().find(|line| line.starts_with("http://127.0.0.1:")).unwrap_or_else(|| panic!("{text}"));
-    assert!(link.contains("code=") && link.contains("token="), "{text}");
+    assert!(link.contains("code=") && link.contains("ticket="), "{text}");
     assert!(text.contains("Open this link in a browser on this machine"), "{text}");
     assert!(text.contains("this machine's browser only"), "{text}");
     for way in ["voxa relay --domain <its name>", "tailscale serve --bg 8787", "run by voxa's publisher"] {
@@ -144,10 +145,11 @@ async fn while_an_embedded_relay_runs_status_and_pair_speak_of_that_relay_and_sa
     let pair = beside(&home, &["pair", "--json"]).await;
     assert!(pair.status.success(), "{}", String::from_utf8_lossy(&pair.stderr));
     let paired: Value = serde_json::from_slice(&pair.stdout).unwrap();
-    assert_eq!(paired["url"], printed.as_str(), "the link run printed: {paired}");
+    let base = |url: &str| url.split("&ticket=").next().unwrap().to_owned();
+    assert_eq!(base(paired["url"].as_str().unwrap()), base(&printed), "the link run printed: {paired}");
     assert_eq!((paired["relay_source"].as_str(), paired["relay_saved"].as_bool()), (Some("embedded"), Some(false)));
     let human = String::from_utf8_lossy(&beside(&home, &["pair", "--no-qr"]).await.stdout).into_owned();
-    assert!(human.lines().any(|line| line == printed), "{human}");
+    assert!(human.lines().any(|line| line.starts_with(&base(&printed))), "{human}");
     assert!(human.contains("the link works while that agent runs"), "{human}");
     let config = std::fs::read_to_string(home.join("config.toml")).unwrap_or_default();
     assert!(!config.contains("relay"), "pair saved a relay: {config}");
@@ -275,7 +277,7 @@ fn call_takes_each_argument_as_its_declared_type_and_open_ends_its_line() {
     assert!(open.status.success(), "{}", stderr(&open));
     let text = String::from_utf8_lossy(&open.stdout);
     assert!(text.ends_with('\n'), "the link ends its line: {text:?}");
-    assert!(text.lines().any(|line| line.starts_with("http://127.0.0.1:") && line.contains("/#token=")), "{text}");
+    assert!(text.lines().any(|line| line.starts_with("http://127.0.0.1:") && line.contains("/#ticket=")), "{text}");
 }
 
 #[test]

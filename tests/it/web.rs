@@ -905,7 +905,9 @@ async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
     assert_eq!(printed["opened"], false);
     let url = printed["url"].as_str().unwrap().to_owned();
     let token = std::fs::read_to_string(home.join("auth_token")).unwrap().trim().to_owned();
-    assert_eq!(url, format!("http://127.0.0.1:{port}/#token={token}"));
+    let ticket = url.strip_prefix(&format!("http://127.0.0.1:{port}/#ticket=")).unwrap_or_else(|| panic!("{url}"));
+    assert!(!url.contains(&token), "the link carries a ticket, never the token: {url}");
+    assert!(voxa::secret::Secret::parse_hex128(ticket).is_ok(), "{url}");
 
     // Without --no-browser the link goes to the desktop's opener (a stand-in here).
     let opener_dir = tempfile::tempdir().unwrap();
@@ -922,7 +924,11 @@ async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
         .unwrap();
     assert!(opened.status.success(), "{}", String::from_utf8_lossy(&opened.stderr));
     assert_eq!(serde_json::from_slice::<Value>(&opened.stdout).unwrap()["opened"], true);
-    assert_eq!(std::fs::read_to_string(&handed).unwrap(), url);
+    let handed = std::fs::read_to_string(&handed).unwrap();
+    assert!(
+        handed.starts_with(&format!("http://127.0.0.1:{port}/#ticket=")) && handed != url,
+        "a new ticket: {handed}"
+    );
 
     browser.open(&url).await;
     browser.wait_connection("online").await;

@@ -198,7 +198,7 @@ async fn the_links_secrets_leave_the_address_before_the_page_has_a_body() {
 }
 
 /// Files under `dir` whose bytes hold `needle`, as paths from `dir`.
-fn files_holding(dir: &Path, needle: &str) -> Vec<String> {
+pub(crate) fn files_holding(dir: &Path, needle: &str) -> Vec<String> {
     let mut found = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(at) = pending.pop() {
@@ -218,7 +218,7 @@ fn files_holding(dir: &Path, needle: &str) -> Vec<String> {
 }
 
 /// Every URL of Chromium's `History` database (rusqlite, the browser gone) that holds `needle`.
-fn history_urls_holding(profile: &Path, needle: &str) -> Vec<(String, String)> {
+pub(crate) fn history_urls_holding(profile: &Path, needle: &str) -> Vec<(String, String)> {
     let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
     let db = rusqlite::Connection::open_with_flags(profile.join("Default/History"), flags).unwrap();
     let mut rows = db.prepare("SELECT url, title FROM urls").unwrap();

@@ -5,7 +5,9 @@
 // A link to a laptop this browser does not know is asked about before anything is sent to that
 // laptop (`ask`): a held session runs the sealed handshake to learn its name, the page asks "Add
 // this laptop?" (page/new-laptop.js), and only "Add" makes it a pairing of this browser and the one in
-// use. Until then the laptop in use stays as it was.
+// use. Until then the laptop in use stays as it was. A link's ticket (docs/SECURITY.md, "A link
+// whose secret works once") is traded for the token in that held session; "Add" stores the
+// pairing with the token the laptop handed.
 
 import { sentence } from './dom.js';
 import * as pairings from './pairings.js';
@@ -64,13 +66,14 @@ export class App {
   }
 
   /**
-   * Whether a link names a laptop this browser already uses, with the same token: only then is
-   * it used without a question. The loopback page's own link is this machine's.
+   * Whether a link names a laptop this browser already uses, with the same token (a ticket's
+   * link: the same code, whose stored token is used and the ticket left unspent to expire): only
+   * then is it used without a question. The loopback page's own link is this machine's.
    * @param {Pairing} pairing
    */
   knows(pairing) {
     return pairing.kind === 'loopback'
-      || pairings.all().some((p) => p.id === pairing.id && p.token === pairing.token);
+      || pairings.all().some((p) => p.id === pairing.id && (pairing.ticket ? Boolean(p.token) : p.token === pairing.token));
   }
 
   /**
@@ -114,7 +117,9 @@ export class App {
     if (!session || !asking) return;
     this.asking = null;
     this.store.set({ asking: null });
-    const pairing = pairings.remember(asking.name ? { ...asking.pairing, name: asking.name } : asking.pairing);
+    // The session's pairing: with the token the laptop handed when a ticket opened it.
+    const proved = session.pairing;
+    const pairing = pairings.remember(asking.name ? { ...proved, name: asking.name } : proved);
     this.use(pairing, '', session);
     session.admit();
   }
@@ -198,6 +203,11 @@ export class App {
     session.addEventListener('relay_page', (event) => {
       const finding = relayPageFinding(/** @type {CustomEvent} */ (event).detail);
       if (this.store.state.session === session && finding) this.store.set({ relayPage: finding });
+    });
+    session.addEventListener('paired', (event) => {
+      // The loopback page's ticket, traded for the token: kept in memory, as any loopback pairing.
+      const paired = pairings.remember(/** @type {CustomEvent} */ (event).detail);
+      if (this.store.state.session === session) this.store.set({ pairing: paired, pairings: pairings.all() });
     });
     session.addEventListener('state', (event) => this.onState(session, /** @type {CustomEvent} */ (event).detail));
     session.addEventListener('hello', (event) => this.onHello(session, /** @type {CustomEvent} */ (event).detail));

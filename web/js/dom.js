@@ -125,6 +125,8 @@ const SENTENCES = {
   'executor-unauthenticated': 'That environment refused the call.',
   'conflict': 'That changed on the laptop meanwhile; nothing was replaced.',
   'no-spoken-consent': 'Voice did not hear a clear yes from you, so nothing ran; the approval waits for your tap.',
+  'ticket-used': 'This link was used already: run voxa pair for a new one.',
+  'ticket-expired': 'This link has expired: run voxa pair for a new one.',
   'offline': 'The laptop is offline.',
 };
 

@@ -4,6 +4,11 @@
 // origin; the loopback pairing lives in memory only, because the loopback port changes between
 // runs and another user of the machine may listen on an old one (`voxa open` hands out a fresh
 // link each time). The token never goes into a URL the page requests.
+//
+// A link `voxa pair` or `voxa open` prints carries a one-time ticket instead of the token
+// (docs/SECURITY.md, "A link whose secret works once"): its pairing has a `ticket` and no token
+// until the laptop hands the token inside the sealed session the ticket opened (session.js), and
+// it is stored only then, without the ticket.
 
 const KEY = 'voxa.pairings';
 const HEX32 = /^[0-9a-f]{32}$/;
@@ -15,7 +20,8 @@ const ENVIRONMENTS_MAX = 32;
 /**
  * @typedef {object} PairingBase
  * @property {string} id `relay:<code>` or `loopback`
- * @property {string} token the auth token: 32 lowercase hex characters
+ * @property {string} token the auth token: 32 lowercase hex characters (`''` while a ticket waits for it)
+ * @property {string} [ticket] the link's one-time pairing ticket, until the laptop handed the token for it
  * @property {string} [name] the laptop's host name, from its hello
  * @property {string} [alias] the name the user gave the laptop in this browser, shown instead of `name`
  * @property {{envKey: string, name: string}[]} [environments] the environments the laptop listed when
@@ -147,7 +153,11 @@ export function remember(pairing) {
   }
   const state = read();
   const existing = state.list.find((p) => p.id === pairing.id);
-  const merged = { ...existing, ...pairing, name: pairing.name || (existing && existing.name) };
+  // A ticket is never stored; a pairing is stored only with its token.
+  const { ticket, ...given } = pairing;
+  const token = given.token || (existing && existing.token) || '';
+  const merged = { ...existing, ...given, token, name: pairing.name || (existing && existing.name) };
+  if (!HEX32.test(token)) return ticket ? { ...merged, ticket } : merged;
   state.list = [merged, ...state.list.filter((p) => p.id !== pairing.id)];
   state.current = pairing.id;
   write(state);
@@ -222,10 +232,11 @@ export function label(pairing) {
 }
 
 /**
- * A pairing carried by a URL: `#code=…&token=…` (the relay's pairing link; `?code=…&token=…` in
- * links printed by older versions, still read from their QR codes) or `#token=…` (the loopback
- * link `voxa open` prints). `null` when the URL carries none; an `Error` when it carries one that
- * is malformed.
+ * A pairing carried by a URL: `#code=…&ticket=…` (the relay's pairing link `voxa pair` prints),
+ * `#code=…&token=…` (links of older versions; `?code=…&token=…` in older still, read from their QR
+ * codes), or `#ticket=…` / `#token=…` (the loopback link `voxa open` prints, and its older form). A
+ * ticket's pairing has no token yet. `null` when the URL carries none; an `Error` when it carries
+ * one that is malformed.
  * @param {URL} url
  * @returns {Pairing | Error | null}
  */
@@ -235,23 +246,47 @@ export function fromUrl(url) {
   const carrier = fragment.has('code') ? fragment : query.has('code') || query.has('token') ? query : null;
   if (carrier) {
     const code = carrier.get('code') || '';
-    const token = carrier.get('token') || '';
-    if (!HEX32.test(code) || !HEX32.test(token)) {
-      return new Error('This pairing link is damaged: scan the code again.');
-    }
+    const key = keyOf(carrier === fragment ? carrier : new URLSearchParams({ token: carrier.get('token') || '' }));
+    if (!HEX32.test(code) || !key) return new Error('This pairing link is damaged: scan the code again.');
     // Only from the fragment, which no request carries; sent as a WebSocket subprotocol.
     const relayToken = carrier === fragment ? fragment.get('relay_token') : null;
     if (relayToken !== null && (relayToken.length === 0 || relayToken.length > 512)) {
       return new Error('This pairing link is damaged: scan the code again.');
     }
-    return { id: `relay:${code}`, kind: 'relay', code, token, ...(relayToken ? { relayToken } : {}) };
+    return { id: `relay:${code}`, kind: 'relay', code, ...key, ...(relayToken ? { relayToken } : {}) };
   }
-  const loopbackToken = fragment.get('token');
-  if (loopbackToken !== null) {
-    if (!HEX32.test(loopbackToken)) return new Error('This link is damaged: run voxa open again.');
-    return { id: 'loopback', kind: 'loopback', token: loopbackToken };
+  if (fragment.has('ticket') || fragment.has('token')) {
+    const key = keyOf(fragment);
+    if (!key) return new Error('This link is damaged: run voxa open again.');
+    return { id: 'loopback', kind: 'loopback', ...key };
   }
   return null;
+}
+
+/**
+ * What opens the link's first session: its ticket (the token comes inside it), else its token.
+ * `null` when neither is well formed.
+ * @param {URLSearchParams} params
+ * @returns {{token: string, ticket?: string} | null}
+ */
+function keyOf(params) {
+  const ticket = params.get('ticket');
+  if (ticket !== null) return HEX32.test(ticket) ? { token: '', ticket } : null;
+  const token = params.get('token') || '';
+  return HEX32.test(token) ? { token } : null;
+}
+
+/**
+ * The pairing a ticket's session gave: the token the laptop handed, the ticket gone. `null` when
+ * the token is not well formed.
+ * @param {Pairing} pairing
+ * @param {unknown} token
+ * @returns {Pairing | null}
+ */
+export function withToken(pairing, token) {
+  if (typeof token !== 'string' || !HEX32.test(token)) return null;
+  const { ticket, ...rest } = pairing;
+  return { ...rest, token };
 }
 
 /**

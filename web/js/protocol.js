@@ -53,6 +53,8 @@ export const ERROR_CODES = /** @type {const} */ ([
   'sealed-session-required',
   'conflict',
   'no-spoken-consent',
+  'ticket-used',
+  'ticket-expired',
 ]);
 
 /** `code` of a `call_error` frame. */
@@ -98,6 +100,7 @@ export const CLIENT_FRAMES = /** @type {const} */ ([
 export const AGENT_FRAMES = /** @type {const} */ ([
   'challenge',
   'hello_ok',
+  'pairing',
   'identity',
   'tool_progress',
   'tool_result',

@@ -9,13 +9,14 @@
 //
 // A session may start *held* (a laptop the page does not know yet, app.js): it runs the handshake,
 // which tells the laptop's name, then sends nothing — no `calls`, `status`, tool call or follow —
-// until `admit()`.
+// until `admit()`. A session opened with a link's ticket waits, before either, for the laptop's
+// `pairing` frame with the token (a `paired` event); every later session uses the token.
 
 import { Outbox, labelOf } from './outbox.js';
 import { parseAgentFrame, parseNotice } from './protocol.js';
 import { Calls } from './session/calls.js';
 import { handOn } from './session/events.js';
-import { answerChallenge, importToken } from './session/hello.js';
+import { answerChallenge, importToken, paired, ticketRefusal } from './session/hello.js';
 import { checkHelloOk } from './session/sealed.js';
 import { BROKEN_TEXT, REFUSED_TEXT, Retry, finalClose, relayProtocols, socketUrl } from './session/transport.js';
 import { Wake, networkBack, networkLost } from './session/wake.js';
@@ -76,6 +77,8 @@ export class Session extends EventTarget {
     this.hello = null;
     /** @type {CryptoKey | null} */
     this.key = null;
+    /** The hello of a session a ticket opened, until the laptop hands the token. @type {AgentFrame | null} */
+    this.introducing = null;
     /** The session start in progress on the socket, if any. @type {import('./session/hello.js').SessionStart | null} */
     this.starting = null;
     /** The sealed session while it lasts (null: not sealed, or it ended). @type {import("./session/sealed.js").Sealed | null} */
@@ -101,7 +104,7 @@ export class Session extends EventTarget {
       return;
     }
     try {
-      this.key = await importToken(this.pairing.token);
+      this.key = await importToken(this.pairing.ticket || this.pairing.token);
     } catch {
       this.finish('insecure', 'this browser cannot compute the hello proofs');
       return;
@@ -199,7 +202,8 @@ export class Session extends EventTarget {
       this.socket = null;
       this.goOffline({ code: 'offline', message: 'the connection closed' });
       if (this.stopped || this.final) return;
-      const final = finalClose(event);
+      const refused = ticketRefusal(event.code === 1008 && event.reason);
+      const final = refused ? { state: /** @type {ConnectionState} */ ('refused'), text: refused } : finalClose(event);
       if (final) this.finish(final.state, final.text);
       else this.retry.schedule();
     };
@@ -259,6 +263,7 @@ export class Session extends EventTarget {
    */
   goOffline(error) {
     this.online = false;
+    this.introducing = null;
     if (this.starting) this.starting.abandon();
     this.starting = null;
     if (this.seal) {
@@ -340,6 +345,10 @@ export class Session extends EventTarget {
     } else if (frame.type === 'error' && (frame.code === 'bearer-refused' || frame.code === 'pairing-revoked')) {
       // A refused proof, or the pairing rotated on the laptop (`voxa pair --rotate`).
       this.finish('refused', REFUSED_TEXT);
+    } else if (frame.type === 'error' && ticketRefusal(frame.code)) {
+      this.finish('refused', ticketRefusal(frame.code) || REFUSED_TEXT);
+    } else if (frame.type === 'pairing' && this.introducing) {
+      paired(this, frame.token);
     } else if (this.online) {
       // Nothing of a session that is not online (or is held) reaches the page.
       handOn(this, frame);

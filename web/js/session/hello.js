@@ -4,7 +4,11 @@
 // talk the page down to protocol 2 — and the check of the agent's `hello_ok`, whose message 2
 // opens only for an agent that holds the pairing's token. The protocol-2 proofs (HMAC over both
 // nonces) are here too, for a socket that still speaks them.
+//
+// A link's pairing ticket keys the hello in place of the token (`"ticket":true`, docs/PROTOCOL.md
+// "A pairing link's ticket"): the laptop spends it, and its first sealed frame hands the token.
 
+import * as pairings from '../pairings.js';
 import { PROTOCOL, SEALED_PROTOCOL, parseAgentFrame } from '../protocol.js';
 import { startHello } from '../seal/channel.js';
 import { fromBase64, toBase64 } from '../seal/noise.js';
@@ -71,14 +75,31 @@ export function answerable(frame) {
 
 /**
  * The sealed hello answering `challenge`, and the handshake that reads the answer to it.
- * @param {string} token
+ * @param {string} secret the auth token, or the link's pairing ticket when `ticket`
  * @param {AgentFrame} challenge an answerable challenge
+ * @param {boolean} [ticket] the hello is keyed by a pairing ticket
  * @returns {Promise<{hello: Record<string, unknown>, sealing: SealedHello}>}
  */
-export async function sealedHello(token, challenge) {
-  const sealing = await startHello(token, challenge.nonce);
-  const hello = { type: 'hello', protocol: SEALED_PROTOCOL, noise: toBase64(sealing.message), client: CLIENT };
+export async function sealedHello(secret, challenge, ticket = false) {
+  const sealing = await startHello(secret, challenge.nonce);
+  const hello = { type: 'hello', protocol: SEALED_PROTOCOL, noise: toBase64(sealing.message), client: CLIENT,
+    ...(ticket ? { ticket: true } : {}) };
   return { hello, sealing };
+}
+
+/** What the page says of a refused ticket, by the laptop's code. */
+const TICKET_REFUSALS = {
+  'ticket-used': 'this link was used already — run voxa pair for a new one (if it was not you, run voxa pair --rotate)',
+  'ticket-expired': 'this link has expired — run voxa pair for a new one',
+};
+
+/**
+ * The sentence for a refused ticket (an `error` frame's code, or a close's reason on the loopback
+ * socket); `null` for any other code.
+ * @param {unknown} code
+ */
+export function ticketRefusal(code) {
+  return code === 'ticket-used' || code === 'ticket-expired' ? TICKET_REFUSALS[code] : null;
 }
 
 /**
@@ -106,11 +127,13 @@ export async function checkAgent(frame, sealing) {
  */
 export class SessionStart {
   /**
-   * @param {string} token
+   * @param {string} secret the auth token, or the link's pairing ticket when `ticket`
    * @param {WebSocket} socket
+   * @param {boolean} [ticket] the hello is keyed by a pairing ticket
    */
-  constructor(token, socket) {
-    this.token = token;
+  constructor(secret, socket, ticket = false) {
+    this.secret = secret;
+    this.ticket = ticket;
     this.socket = socket;
     /** @type {SealedHello | null} */
     this.sealing = null;
@@ -124,7 +147,7 @@ export class SessionStart {
    * @param {AgentFrame} challenge an answerable challenge
    */
   async answer(challenge) {
-    const { hello, sealing } = await sealedHello(this.token, challenge);
+    const { hello, sealing } = await sealedHello(this.secret, challenge, this.ticket);
     this.sealing = sealing;
     if (!this.abandoned && this.socket.readyState === WebSocket.OPEN) this.socket.send(JSON.stringify(hello));
   }
@@ -179,6 +202,50 @@ export async function answerChallenge(session, frame) {
   session.goOffline({ code: 'offline', message: 'the laptop restarted the session' });
   session.sealEnded = false;
   if (!session.socket || !session.key) return;
-  session.starting = new SessionStart(session.pairing.token, session.socket);
+  const ticket = session.pairing.ticket;
+  session.starting = new SessionStart(ticket || session.pairing.token, session.socket, Boolean(ticket));
   await session.starting.answer(frame);
+}
+
+/**
+ * The laptop proved the pairing: a held session says so and waits for `admit()`, any other
+ * goes online. A session a ticket opened waits first for the token (`paired`).
+ * @param {import('../session.js').Session} session
+ * @param {import('../protocol.js').AgentFrame} hello
+ */
+export function introduce(session, hello) {
+  if (session.pairing.ticket) {
+    // The ticket is spent; the token comes in the session's first frame.
+    session.introducing = hello;
+    session.setState('hello', 'laptop answered — receiving the pairing…');
+    return;
+  }
+  session.hello = hello;
+  if (session.held) {
+    performance.mark('voxa:introduced');
+    session.setState('hello', 'laptop answered — waiting for you to add it');
+    session.dispatchEvent(new CustomEvent('introduced', { detail: hello }));
+    return;
+  }
+  session.goOnline(hello);
+}
+
+/**
+ * The laptop handed the pairing's token in the session its ticket opened: the ticket is gone,
+ * and the session goes on as a token's would.
+ * @param {import('../session.js').Session} session
+ * @param {unknown} token
+ */
+export function paired(session, token) {
+  const pairing = pairings.withToken(session.pairing, token);
+  const hello = session.introducing;
+  session.introducing = null;
+  if (!pairing || !hello || !session.socket) {
+    if (session.socket) session.breakSeal(session.socket);
+    return;
+  }
+  session.pairing = pairing;
+  session.dispatchEvent(new CustomEvent('paired', { detail: pairing }));
+  importToken(pairing.token).then((key) => { session.key = key; }, () => {});
+  introduce(session, hello);
 }

@@ -6,6 +6,7 @@
 
 import { AUDIO_PREFIX, parseAgentFrame } from '../protocol.js';
 import { KIND_AUDIO } from '../seal/channel.js';
+import { introduce } from './hello.js';
 
 /**
  * @typedef {import('../seal/channel.js').Channel} Channel
@@ -35,14 +36,7 @@ export async function checkHelloOk(session, frame) {
   }
   session.seal = sealSession(session, starting.socket, checked);
   session.retry.attempt = 0;
-  session.hello = checked.hello;
-  if (session.held) {
-    performance.mark('voxa:introduced');
-    session.setState('hello', 'laptop answered — waiting for you to add it');
-    session.dispatchEvent(new CustomEvent('introduced', { detail: checked.hello }));
-    return;
-  }
-  session.goOnline(checked.hello);
+  introduce(session, checked.hello);
 }
 
 /**
