@@ -233,6 +233,7 @@ fn voice_prompts_name_the_id_and_the_care_a_risk_needs() {
         diff: None,
         questions: None,
         allow_session: false,
+        grant_allows: None,
         expires_at: 0,
     };
     let prompt = voice_prompt(&frame);

@@ -53,6 +53,12 @@ pub enum ClientMessage {
     CancelAll,
     /// An answer to an open approval.
     Approve(Approve),
+    /// Lists the grants "Allow for session" made (answered `grants`).
+    Grants,
+    /// Ends a grant (answered `grants`, the list without it).
+    Revoke {
+        grant: String,
+    },
     /// Notifications: this browser's Web Push subscription (answered `push_subscribed`).
     PushSubscribe {
         subscription: super::PushSubscription,
@@ -154,6 +160,12 @@ pub enum AgentMessage {
     Approval(ApprovalFrame),
     /// An approval was decided.
     ApprovalResolved(ApprovalResolved),
+    /// The grants, answering `grants` or `revoke` (`revoked`: the grant that `revoke` ended).
+    Grants {
+        grants: Vec<super::Grant>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        revoked: Option<String>,
+    },
     /// The laptop keeps this browser's push subscription and will notify it.
     PushSubscribed,
     /// Tool calls of this session's pairing this client did not start: running, or finished and

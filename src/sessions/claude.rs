@@ -100,7 +100,6 @@ impl Claude {
         }
         let tool = str_at(request, "/tool_name");
         let input = request.get("input").cloned().unwrap_or_else(|| json!({}));
-        let session_grant = request.pointer("/permission_suggestions/0").cloned();
         let questions = (tool == "AskUserQuestion").then(|| input.get("questions").cloned()).flatten();
         let summary = summary(&tool, &input, &self.cwd);
         let request = Request {
@@ -110,10 +109,10 @@ impl Claude {
             input: bounded_input(input.clone(), &summary),
             tool,
             summary,
-            offers_session: session_grant.is_some() && questions.is_none(),
+            offers_session: questions.is_none(),
             questions,
         };
-        out.push(Output::Ask { ask: Ask { id, input, session_grant }, request });
+        out.push(Output::Ask { ask: Ask { id, input }, request });
     }
 
     fn result(&mut self, value: &Value, out: &mut Vec<Output>) {
@@ -195,11 +194,9 @@ impl Adapter for Claude {
                 if let (Some(answers), Value::Object(map)) = (&answer.answers, &mut input) {
                     map.insert("answers".into(), answers.clone());
                 }
-                let mut response = json!({"behavior": "allow", "updatedInput": input});
-                if let (Decision::AllowSession, Some(grant)) = (answer.decision, &ask.session_grant) {
-                    response["updatedPermissions"] = json!([grant]);
-                }
-                response
+                // Never `updatedPermissions`: Claude would remember the rule where nothing can
+                // take it back. "Allow for session" is voxa's grant, which answers later prompts.
+                json!({"behavior": "allow", "updatedInput": input})
             }
             Decision::Deny => json!({
                 "behavior": "deny",
@@ -329,7 +326,8 @@ mod tests {
         assert_eq!(written["response"]["request_id"], "r1");
         assert_eq!(written["response"]["response"]["behavior"], "allow");
         assert_eq!(written["response"]["response"]["updatedInput"]["content"], "hi");
-        assert_eq!(written["response"]["response"]["updatedPermissions"][0]["mode"], "acceptEdits");
+        // voxa keeps the grant: Claude is never told to remember a rule it could not forget.
+        assert!(written["response"]["response"].get("updatedPermissions").is_none(), "{written}");
         let deny = Answer { decision: Decision::Deny, message: Some("no".into()), answers: None, by: DecidedBy::Cli };
         let written: Value = serde_json::from_str(&adapter.answer(ask, &deny)[0]).unwrap();
         assert_eq!(written["response"]["response"], json!({"behavior": "deny", "message": "no"}));

@@ -336,7 +336,7 @@ impl Codex {
             offers_session: true,
             questions: None,
         };
-        out.push(Output::Ask { ask: Ask { id: id.to_string(), input, session_grant: None }, request });
+        out.push(Output::Ask { ask: Ask { id: id.to_string(), input }, request });
     }
 }
 
@@ -480,8 +480,9 @@ impl Adapter for Codex {
 
     fn answer(&mut self, ask: &Ask, answer: &Answer) -> Vec<String> {
         let decision = match answer.decision {
-            Decision::Allow => "accept",
-            Decision::AllowSession => "acceptForSession",
+            // "Allow for session" is voxa's grant (it answers the later prompts, and can be
+            // revoked): Codex is told `accept` for this one only.
+            Decision::Allow | Decision::AllowSession => "accept",
             Decision::Deny => "decline",
         };
         let id: Value = serde_json::from_str(&ask.id).unwrap_or(Value::Null);

@@ -133,7 +133,7 @@ fn approvals_are_asked_and_answered_in_the_servers_words() {
     assert_eq!((request.tool.as_str(), request.risk, ask.id.as_str()), ("Edit", Risk::Outside, "7"));
     assert!(request.diff.as_ref().unwrap().contains("+b\n"));
     let allow = Answer { decision: Decision::AllowSession, message: None, answers: None, by: DecidedBy::Phone };
-    assert_eq!(parsed(&adapter.answer(ask, &allow))[0], json!({"id": 7, "result": {"decision": "acceptForSession"}}));
+    assert_eq!(parsed(&adapter.answer(ask, &allow))[0], json!({"id": 7, "result": {"decision": "accept"}}));
 
     let asked = feed(
         &mut adapter,

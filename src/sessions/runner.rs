@@ -17,7 +17,7 @@ use super::adapter::{Adapter, Ask, Output};
 use super::event::{now_ms, MAX_TEXT_LEN};
 use super::process::{Process, Step};
 use super::Shared;
-use crate::approvals::Answer;
+use crate::approvals::{Answer, Request};
 use crate::protocol::{DecidedBy, Decision};
 use crate::protocol::{ErrorCode, ToolError};
 use crate::protocol::{Event, SessionState};
@@ -338,6 +338,30 @@ impl Runner {
                 }
                 Output::Ask { ask, request } => {
                     self.flush_text();
+                    // A grant ("Allow for session") answers at once: the record says which.
+                    if let Some((approval, _grant)) = self.shared.approvals.granted(&request) {
+                        let Request { tool, input, summary, risk, questions, .. } = request;
+                        let expires_at = now_ms();
+                        self.record(Event::Approval {
+                            approval: approval.clone(),
+                            tool,
+                            input,
+                            summary,
+                            risk,
+                            questions,
+                            expires_at,
+                        });
+                        self.record(Event::ApprovalResolved {
+                            approval,
+                            decision: Decision::Allow,
+                            by: DecidedBy::Grant,
+                        });
+                        let answer =
+                            Answer { decision: Decision::Allow, message: None, answers: None, by: DecidedBy::Grant };
+                        let lines = self.adapter.answer(&ask, &answer);
+                        let _ = self.write(&lines).await;
+                        continue;
+                    }
                     let shown = (request.tool.clone(), request.input.clone(), request.summary.clone(), request.risk);
                     let questions = request.questions.clone();
                     let pending = self.shared.approvals.request(request);

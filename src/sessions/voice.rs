@@ -186,6 +186,7 @@ mod tests {
             diff: None,
             questions: None,
             allow_session: false,
+            grant_allows: None,
             expires_at: 0,
         };
         let hosted = approval_note(AgentMessage::Approval(frame.clone()), Host::Relay).unwrap();

@@ -38,6 +38,7 @@ mod sealed_web;
 mod secrets;
 mod service;
 mod sessions;
+mod sessions_grants;
 mod sessions_hard;
 mod sessions_voice;
 mod sessions_web;

@@ -88,7 +88,7 @@ pub struct Rig {
 }
 
 impl Rig {
-    async fn new(config: Config) -> Option<Rig> {
+    pub async fn new(config: Config) -> Option<Rig> {
         Rig::for_agent(config, "claude").await
     }
 
