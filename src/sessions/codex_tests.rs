@@ -110,7 +110,13 @@ fn text_tools_and_the_turns_end_become_events() {
     assert_eq!(
         end,
         [
-            Output::Event(Event::TurnEnd { ok: true, result: "Hello".into(), cost_usd: None, duration_ms: 142 }),
+            Output::Event(Event::TurnEnd {
+                ok: true,
+                result: "Hello".into(),
+                cost_usd: None,
+                duration_ms: 142,
+                interrupted: false
+            }),
             Output::TurnEnded
         ]
     );

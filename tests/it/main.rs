@@ -40,6 +40,8 @@ mod service;
 mod sessions;
 mod sessions_grants;
 mod sessions_hard;
+mod sessions_idle;
+mod sessions_supervise;
 mod sessions_voice;
 mod sessions_web;
 mod support;

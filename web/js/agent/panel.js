@@ -7,10 +7,11 @@
 // nothing and gets every session's events from the start, each once.
 
 import { el, part, refusalIn, show } from '../dom.js';
-import { answer } from '../approval-card.js';
+import { answer, nameSessions } from '../approval-card.js';
 import { onSession } from '../session/events.js';
 import { showWithTab } from '../tabs.js';
 import { Conversation } from './conversation.js';
+import { Where } from './where.js';
 
 /**
  * @typedef {import('../app.js').Context} Context
@@ -73,6 +74,8 @@ export class Coder {
       this.sendFollowUp();
     });
     part(root, 'agent-back', HTMLButtonElement).addEventListener('click', () => store.set({ agentSession: '' }));
+    part(root, 'agent-grants', HTMLButtonElement).addEventListener('click', () => store.set({ approvalsOpen: true }));
+    this.where = new Where(root, app);
     this.interrupt.addEventListener('click', () => this.act('agent_interrupt'));
     this.stop.addEventListener('click', () => this.act('agent_stop'));
 
@@ -116,6 +119,9 @@ export class Coder {
     for (const listed of sessions) {
       if (listed && typeof listed.session === 'string') this.listed.set(listed.session, listed);
     }
+    this.where.offer(outcome.result.agents);
+    // Cards name their session by its title.
+    nameSessions([...this.listed.values()].map((l) => [l.session, typeof l.title === 'string' ? l.title : '']));
     this.renderList();
     if (this.shown) this.showSession(this.shown);
   }
@@ -171,7 +177,7 @@ export class Coder {
     if (!prompt || this.starting) return;
     this.starting = true;
     this.refresh();
-    const outcome = await this.app.attempt('agent_start', { prompt }, refusalIn(this.error)).done;
+    const outcome = await this.app.attempt('agent_start', { prompt, ...this.where.args() }, refusalIn(this.error)).done;
     this.starting = false;
     this.refresh();
     if (!outcome || typeof outcome.result.session !== 'string') return;

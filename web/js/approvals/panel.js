@@ -3,10 +3,11 @@
 // it is in one line, the full command or diff, the time left, and Allow / Allow for session /
 // Deny; a badge and the page title say how many wait. The page follows the laptop once online,
 // so the laptop sends every open approval (again after a reconnect) and every decision, whoever
-// made it.
+// made it. The badge opens the approvals view (`#/approvals`, route.js): what waits, and the
+// grants "Allow for session" made, each with Revoke (the `grants` and `revoke` frames).
 
-import { answer, approvalCard, settle, showTimeLeft, textOf } from '../approval-card.js';
-import { part } from '../dom.js';
+import { answer, approvalCard, sessionName, settle, showTimeLeft, textOf } from '../approval-card.js';
+import { el, part } from '../dom.js';
 import { onSession } from '../session/events.js';
 
 /**
@@ -25,8 +26,18 @@ export class Approvals {
    * @param {Context} context
    */
   constructor({ panel, badge }, { store }) {
+    this.store = store;
     this.panel = panel;
     this.badge = badge;
+    this.none = part(panel, 'approvals-none', HTMLElement);
+    this.closer = part(panel, 'approvals-close', HTMLButtonElement);
+    this.grantsView = part(panel, 'grants', HTMLElement);
+    this.grantList = part(panel, 'grant-list', HTMLUListElement);
+    /** @type {Record<string, any>[]} */
+    this.grants = [];
+    this.opened = false;
+    badge.addEventListener('click', () => store.set({ approvalsOpen: true }));
+    this.closer.addEventListener('click', () => store.set({ approvalsOpen: false }));
     this.list = part(panel, 'approval-list', HTMLOListElement);
     this.announce = part(panel, 'approvals-news', HTMLElement);
     /** @type {Map<string, Card>} */
@@ -40,12 +51,22 @@ export class Approvals {
     this.ticker = undefined;
     onSession(store, { approval: (frame) => this.frame(frame) }, (session) => {
       this.session = session;
+      this.grants = [];
       this.clear();
     });
     // Each new connection follows again (the agent view sends the `follow`, agent/panel.js): the
     // laptop then sends every approval still open.
     store.watch(['online'], ({ online }) => {
       this.online = online;
+      if (online) this.askGrants();
+      this.refresh();
+    });
+    store.watch(['approvalsOpen'], ({ approvalsOpen }) => {
+      this.opened = approvalsOpen;
+      if (approvalsOpen) {
+        this.askGrants();
+        this.panel.scrollIntoView({ block: 'start' });
+      }
       this.refresh();
     });
     /** The coding-agent session the agent view shows: its approvals are answered there. */
@@ -59,7 +80,14 @@ export class Approvals {
 
   /** @param {AgentFrame} frame */
   frame(frame) {
+    if (frame.type === 'grants') {
+      this.grants = Array.isArray(frame.grants) ? frame.grants.filter((g) => g && typeof g.grant === 'string') : [];
+      this.renderGrants();
+      return;
+    }
     if (typeof frame.approval !== 'string') return;
+    // An "Allow for session" made a grant: the list says so.
+    if (frame.type === 'approval_resolved' && typeof frame.grant === 'string' && frame.by !== 'grant') this.askGrants();
     if (frame.type === 'approval') this.open(frame);
     else if (frame.type === 'approval_resolved') this.resolved(frame);
   }
@@ -86,7 +114,11 @@ export class Approvals {
     if (!card) return;
     this.cards.delete(frame.approval);
     this.announce.textContent = `${textOf(card.frame.summary)}: ${settle(card, frame)}`;
-    setTimeout(() => card.node.remove(), RESOLVED_LINGER_MS);
+    setTimeout(() => {
+      card.node.remove();
+      // No heading stays over an empty list.
+      this.refresh();
+    }, RESOLVED_LINGER_MS);
     this.refresh();
   }
 
@@ -117,17 +149,45 @@ export class Approvals {
     this.refresh();
   }
 
+  /** Asks the laptop for its grants (answered by a `grants` frame). */
+  askGrants() {
+    if (this.session && this.online) this.session.sendJson({ type: 'grants' });
+  }
+
+  /** The grants, each with what it lets through and Revoke. */
+  renderGrants() {
+    const rows = this.grants.map((grant) => {
+      const revoke = el('button', {
+        type: 'button', class: 'secondary', 'aria-label': `Revoke: ${textOf(grant.tool)} ${textOf(grant.allows)}`,
+        onclick: () => {
+          if (this.session && this.session.sendJson({ type: 'revoke', grant: grant.grant })) revoke.disabled = true;
+        },
+      }, 'Revoke');
+      return el('li', { 'data-grant': textOf(grant.grant) },
+        el('span', { class: 'grant-what' },
+          el('strong', {}, textOf(grant.tool)), ` · ${sessionName(textOf(grant.session))}: `,
+          textOf(grant.allows)),
+        revoke);
+    });
+    this.grantList.replaceChildren(...rows);
+    this.refresh();
+  }
+
   refresh() {
     const waiting = this.cards.size;
     let shown = 0;
     for (const node of this.list.children) {
       const card = [...this.cards.values()].find((c) => c.node === node);
       const from = card && card.frame.source;
-      const inline = Boolean(this.shownSession) && Boolean(from) && from.session === this.shownSession;
+      const inline = !this.opened && Boolean(this.shownSession) && Boolean(from) && from.session === this.shownSession;
       /** @type {HTMLElement} */ (node).hidden = inline;
       if (!inline) shown += 1;
     }
-    this.panel.hidden = this.view !== 'workspace' || shown === 0;
+    const workspace = this.view === 'workspace';
+    this.panel.hidden = !workspace || (shown === 0 && !this.opened);
+    this.none.hidden = !this.opened || shown > 0;
+    this.closer.hidden = !this.opened;
+    this.grantsView.hidden = !this.opened || this.grants.length === 0;
     this.badge.hidden = waiting === 0;
     this.badge.textContent = waiting === 1 ? '1 approval waiting' : `${waiting} approvals waiting`;
     document.title = waiting > 0 ? `(${waiting}) Approval waiting — ${this.title}` : this.title;

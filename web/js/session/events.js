@@ -34,6 +34,7 @@ export const EVENT_OF_FRAME = Object.freeze({
   error: 'error',
   approval: 'approval',
   approval_resolved: 'approval',
+  grants: 'approval',
   status: 'status',
   term_output: 'term',
   term_exit: 'term',
