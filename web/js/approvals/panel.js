@@ -35,6 +35,14 @@ export class Approvals {
     this.grantList = part(panel, 'grant-list', HTMLUListElement);
     /** @type {Record<string, any>[]} */
     this.grants = [];
+    /**
+     * Batches ("3 similar": one session, one tool) the user chose to review card by card, with how
+     * many they held then: one that grows past it is a batch again.
+     * @type {Map<string, number>}
+     */
+    this.reviewing = new Map();
+    /** @type {Map<string, HTMLLIElement>} the batch cards shown, by session and tool */
+    this.batches = new Map();
     this.opened = false;
     badge.addEventListener('click', () => store.set({ approvalsOpen: true }));
     this.closer.addEventListener('click', () => store.set({ approvalsOpen: false }));
@@ -143,6 +151,8 @@ export class Approvals {
   /** Forgets the previous laptop's cards. */
   clear() {
     this.cards.clear();
+    this.batches.clear();
+    this.reviewing.clear();
     this.list.replaceChildren();
     this.announce.textContent = '';
     this.tick();
@@ -173,15 +183,70 @@ export class Approvals {
     this.refresh();
   }
 
+  /**
+   * Open approvals of one session and tool, two or more: one card ("3 similar") with Allow all,
+   * Review each and Deny all, in place of theirs (unless the user chose to review them).
+   */
+  batch() {
+    /** @type {Map<string, Card[]>} */
+    const groups = new Map();
+    for (const card of this.cards.values()) {
+      const from = card.frame.source;
+      if (!from || typeof from.session !== 'string' || Array.isArray(card.frame.questions)) continue;
+      const key = `${from.session}\n${textOf(card.frame.tool)}`;
+      groups.set(key, [...(groups.get(key) || []), card]);
+    }
+    for (const key of [...this.reviewing.keys()]) if (!groups.has(key)) this.reviewing.delete(key);
+    const reviewed = (/** @type {string} */ key) => (groups.get(key) || []).length <= (this.reviewing.get(key) || 0);
+    for (const [key, node] of this.batches) {
+      if ((groups.get(key) || []).length < 2 || reviewed(key)) {
+        node.remove();
+        this.batches.delete(key);
+      }
+    }
+    /** @type {Set<HTMLElement>} */
+    const batched = new Set();
+    for (const [key, cards] of groups) {
+      if (cards.length < 2 || reviewed(key)) continue;
+      for (const card of cards) batched.add(card.node);
+      const [session, tool] = key.split('\n');
+      const every = (/** @type {string} */ decision) => {
+        for (const card of cards) if (this.session && !card.node.dataset.state) answer(this.session, card, decision);
+      };
+      const node = el('li', { class: 'approval-card batch', 'data-session': session, 'data-risk': textOf(cards[0].frame.risk) || 'exec' },
+        el('div', { class: 'approval-head' }, el('span', { class: 'risk' }, `${cards.length} similar`)),
+        el('p', { class: 'approval-summary' }, `${tool} · ${sessionName(session)}`),
+        el('ul', { class: 'batch-list' }, ...cards.map((card) => el('li', {}, textOf(card.frame.summary)))),
+        el('div', { class: 'row approval-actions' },
+          el('button', { type: 'button', class: 'allow', disabled: !this.online || undefined, onclick: () => every('allow') }, 'Allow all'),
+          el('button', { type: 'button', class: 'secondary', onclick: () => { this.reviewing.set(key, cards.length); this.refresh(); } }, 'Review each'),
+          el('button', { type: 'button', class: 'danger', disabled: !this.online || undefined, onclick: () => every('deny') }, 'Deny all')));
+      const old = this.batches.get(key);
+      if (old) old.replaceWith(node);
+      else this.list.prepend(node);
+      this.batches.set(key, node);
+    }
+    return batched;
+  }
+
   refresh() {
     const waiting = this.cards.size;
+    const batched = this.batch();
     let shown = 0;
     for (const node of this.list.children) {
+      if (node.classList.contains('batch')) {
+        // The open session's conversation shows its own cards.
+        const here = !this.opened && Boolean(this.shownSession) && /** @type {HTMLElement} */ (node).dataset.session === this.shownSession;
+        /** @type {HTMLElement} */ (node).hidden = here;
+        if (!here) shown += 1;
+        continue;
+      }
       const card = [...this.cards.values()].find((c) => c.node === node);
       const from = card && card.frame.source;
       const inline = !this.opened && Boolean(this.shownSession) && Boolean(from) && from.session === this.shownSession;
-      /** @type {HTMLElement} */ (node).hidden = inline;
-      if (!inline) shown += 1;
+      const hidden = inline || batched.has(/** @type {HTMLElement} */ (node));
+      /** @type {HTMLElement} */ (node).hidden = hidden;
+      if (!hidden) shown += 1;
     }
     const workspace = this.view === 'workspace';
     this.panel.hidden = !workspace || (shown === 0 && !this.opened);
