@@ -201,7 +201,7 @@ mod tests {
             assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         }
         let reopened = Grants::open(Some(path.clone()));
-        assert_eq!(reopened.list(), [kept.clone()]);
+        assert_eq!(reopened.list(), std::slice::from_ref(&kept));
         assert!(reopened.covering("s-1", "Edit", &json!({})).is_some());
         let mut reopened = reopened;
         assert!(reopened.revoke(&kept.grant));

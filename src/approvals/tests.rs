@@ -150,6 +150,7 @@ async fn a_restart_ends_open_approvals_as_denied_and_says_so() {
         timeout: Duration::from_secs(60),
         audit: Some(Audit::new(&audit_dir)),
         store: Some(store.clone()),
+        grants: None,
     };
     let first = Broker::new(options.clone());
     let pending = first.request(request("run_command"));

@@ -668,7 +668,10 @@ mod cards {
             })
         };
         let (first, second, third) = (ask("make a"), ask("make b"), ask("make c"));
-        let batch = page.browser.wait_text(".approval-card.batch", "the batch", |t| t.contains("3 similar")).await;
+        let batch = page
+            .browser
+            .wait_text(".approval-card.batch", "the batch", |t| t.to_lowercase().contains("3 similar"))
+            .await;
         assert!(batch.contains("Run: make a") && batch.contains("Run: make c"), "{batch}");
         page.browser
             .wait_script(
@@ -690,7 +693,9 @@ mod cards {
         let denied = tokio::time::timeout(STEP, third.wait(&Default::default())).await.unwrap();
         assert_eq!(denied.decision, voxa::protocol::Decision::Deny);
         let (fourth, fifth) = (ask("make d"), ask("make e"));
-        page.browser.wait_text(".approval-card.batch", "the batch again", |t| t.contains("4 similar")).await;
+        page.browser
+            .wait_text(".approval-card.batch", "the batch again", |t| t.to_lowercase().contains("4 similar"))
+            .await;
         page.browser.press("Allow all").await;
         for pending in [first, second, fourth, fifth] {
             let answer = tokio::time::timeout(STEP, pending.wait(&Default::default())).await.unwrap();
