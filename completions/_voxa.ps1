@@ -37,7 +37,7 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show whether this machine is paired and what the running agent is doing')
             [CompletionResult]::new('call', 'call', [CompletionResultType]::ParameterValue, 'Run one tool through the running agent and print its result')
-            [CompletionResult]::new('approvals', 'approvals', [CompletionResultType]::ParameterValue, 'List the approvals waiting for a decision in the running agent')
+            [CompletionResult]::new('approvals', 'approvals', [CompletionResultType]::ParameterValue, 'List the approvals waiting for a decision in the running agent; its grants; revoke one')
             [CompletionResult]::new('approve', 'approve', [CompletionResultType]::ParameterValue, 'Answer an approval: allow or deny it')
             [CompletionResult]::new('agent', 'agent', [CompletionResultType]::ParameterValue, 'Coding-agent sessions of the running agent: start, send, log, list, interrupt, stop')
             [CompletionResult]::new('relay', 'relay', [CompletionResultType]::ParameterValue, 'Run a relay server')
@@ -138,6 +138,54 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('grants', 'grants', [CompletionResultType]::ParameterValue, 'List the grants "Allow for session" made: what each lets through without asking')
+            [CompletionResult]::new('revoke', 'revoke', [CompletionResultType]::ParameterValue, 'End a grant: what it let through asks again')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'voxa;approvals;grants' {
+            [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
+            [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
+            [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON (one object per line for event streams) instead of text')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'voxa;approvals;revoke' {
+            [CompletionResult]::new('--home', '--home', [CompletionResultType]::ParameterName, 'State directory holding the secrets and settings [default: ~/.voxa]')
+            [CompletionResult]::new('--relay', '--relay', [CompletionResultType]::ParameterName, 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]')
+            [CompletionResult]::new('--self-hosted', '--self-hosted', [CompletionResultType]::ParameterName, 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON (one object per line for event streams) instead of text')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More log output on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'voxa;approvals;help' {
+            [CompletionResult]::new('grants', 'grants', [CompletionResultType]::ParameterValue, 'List the grants "Allow for session" made: what each lets through without asking')
+            [CompletionResult]::new('revoke', 'revoke', [CompletionResultType]::ParameterValue, 'End a grant: what it let through asks again')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'voxa;approvals;help;grants' {
+            break
+        }
+        'voxa;approvals;help;revoke' {
+            break
+        }
+        'voxa;approvals;help;help' {
             break
         }
         'voxa;approve' {
@@ -675,7 +723,7 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show whether this machine is paired and what the running agent is doing')
             [CompletionResult]::new('call', 'call', [CompletionResultType]::ParameterValue, 'Run one tool through the running agent and print its result')
-            [CompletionResult]::new('approvals', 'approvals', [CompletionResultType]::ParameterValue, 'List the approvals waiting for a decision in the running agent')
+            [CompletionResult]::new('approvals', 'approvals', [CompletionResultType]::ParameterValue, 'List the approvals waiting for a decision in the running agent; its grants; revoke one')
             [CompletionResult]::new('approve', 'approve', [CompletionResultType]::ParameterValue, 'Answer an approval: allow or deny it')
             [CompletionResult]::new('agent', 'agent', [CompletionResultType]::ParameterValue, 'Coding-agent sessions of the running agent: start, send, log, list, interrupt, stop')
             [CompletionResult]::new('relay', 'relay', [CompletionResultType]::ParameterValue, 'Run a relay server')
@@ -701,6 +749,14 @@ Register-ArgumentCompleter -Native -CommandName 'voxa' -ScriptBlock {
             break
         }
         'voxa;help;approvals' {
+            [CompletionResult]::new('grants', 'grants', [CompletionResultType]::ParameterValue, 'List the grants "Allow for session" made: what each lets through without asking')
+            [CompletionResult]::new('revoke', 'revoke', [CompletionResultType]::ParameterValue, 'End a grant: what it let through asks again')
+            break
+        }
+        'voxa;help;approvals;grants' {
+            break
+        }
+        'voxa;help;approvals;revoke' {
             break
         }
         'voxa;help;approve' {

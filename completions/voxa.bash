@@ -103,6 +103,24 @@ _voxa() {
             voxa__subcmd__agent__subcmd__help,stop)
                 cmd="voxa__subcmd__agent__subcmd__help__subcmd__stop"
                 ;;
+            voxa__subcmd__approvals,grants)
+                cmd="voxa__subcmd__approvals__subcmd__grants"
+                ;;
+            voxa__subcmd__approvals,help)
+                cmd="voxa__subcmd__approvals__subcmd__help"
+                ;;
+            voxa__subcmd__approvals,revoke)
+                cmd="voxa__subcmd__approvals__subcmd__revoke"
+                ;;
+            voxa__subcmd__approvals__subcmd__help,grants)
+                cmd="voxa__subcmd__approvals__subcmd__help__subcmd__grants"
+                ;;
+            voxa__subcmd__approvals__subcmd__help,help)
+                cmd="voxa__subcmd__approvals__subcmd__help__subcmd__help"
+                ;;
+            voxa__subcmd__approvals__subcmd__help,revoke)
+                cmd="voxa__subcmd__approvals__subcmd__help__subcmd__revoke"
+                ;;
             voxa__subcmd__env,add)
                 cmd="voxa__subcmd__env__subcmd__add"
                 ;;
@@ -201,6 +219,12 @@ _voxa() {
                 ;;
             voxa__subcmd__help__subcmd__agent,stop)
                 cmd="voxa__subcmd__help__subcmd__agent__subcmd__stop"
+                ;;
+            voxa__subcmd__help__subcmd__approvals,grants)
+                cmd="voxa__subcmd__help__subcmd__approvals__subcmd__grants"
+                ;;
+            voxa__subcmd__help__subcmd__approvals,revoke)
+                cmd="voxa__subcmd__help__subcmd__approvals__subcmd__revoke"
                 ;;
             voxa__subcmd__help__subcmd__env,add)
                 cmd="voxa__subcmd__help__subcmd__env__subcmd__add"
@@ -585,8 +609,108 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__approvals)
-            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version"
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version grants revoke help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__approvals__subcmd__grants)
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --relay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__approvals__subcmd__help)
+            opts="grants revoke help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__approvals__subcmd__help__subcmd__grants)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__approvals__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__approvals__subcmd__help__subcmd__revoke)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__approvals__subcmd__revoke)
+            opts="-v -q -h -V --home --relay --self-hosted --json --verbose --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -1069,8 +1193,36 @@ _voxa() {
             return 0
             ;;
         voxa__subcmd__help__subcmd__approvals)
-            opts=""
+            opts="grants revoke"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__approvals__subcmd__grants)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        voxa__subcmd__help__subcmd__approvals__subcmd__revoke)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

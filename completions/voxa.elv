@@ -34,7 +34,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand run 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)'
             cand status 'Show whether this machine is paired and what the running agent is doing'
             cand call 'Run one tool through the running agent and print its result'
-            cand approvals 'List the approvals waiting for a decision in the running agent'
+            cand approvals 'List the approvals waiting for a decision in the running agent; its grants; revoke one'
             cand approve 'Answer an approval: allow or deny it'
             cand agent 'Coding-agent sessions of the running agent: start, send, log, list, interrupt, stop'
             cand relay 'Run a relay server'
@@ -130,6 +130,48 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand --help 'Print help'
             cand -V 'Print version'
             cand --version 'Print version'
+            cand grants 'List the grants "Allow for session" made: what each lets through without asking'
+            cand revoke 'End a grant: what it let through asks again'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'voxa;approvals;grants'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;approvals;revoke'= {
+            cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+            cand --json 'Print JSON (one object per line for event streams) instead of text'
+            cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors'
+            cand --quiet 'Only errors'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'voxa;approvals;help'= {
+            cand grants 'List the grants "Allow for session" made: what each lets through without asking'
+            cand revoke 'End a grant: what it let through asks again'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'voxa;approvals;help;grants'= {
+        }
+        &'voxa;approvals;help;revoke'= {
+        }
+        &'voxa;approvals;help;help'= {
         }
         &'voxa;approve'= {
             cand -m 'Why: the asker reads it (a coding agent, or the caller of a denied tool)'
@@ -617,7 +659,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand run 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)'
             cand status 'Show whether this machine is paired and what the running agent is doing'
             cand call 'Run one tool through the running agent and print its result'
-            cand approvals 'List the approvals waiting for a decision in the running agent'
+            cand approvals 'List the approvals waiting for a decision in the running agent; its grants; revoke one'
             cand approve 'Answer an approval: allow or deny it'
             cand agent 'Coding-agent sessions of the running agent: start, send, log, list, interrupt, stop'
             cand relay 'Run a relay server'
@@ -638,6 +680,12 @@ set edit:completion:arg-completer[voxa] = {|@words|
         &'voxa;help;call'= {
         }
         &'voxa;help;approvals'= {
+            cand grants 'List the grants "Allow for session" made: what each lets through without asking'
+            cand revoke 'End a grant: what it let through asks again'
+        }
+        &'voxa;help;approvals;grants'= {
+        }
+        &'voxa;help;approvals;revoke'= {
         }
         &'voxa;help;approve'= {
         }

@@ -36,7 +36,7 @@ complete -c voxa -n "__fish_voxa_needs_command" -f -a "pair" -d 'Create the secr
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "run" -d 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "status" -d 'Show whether this machine is paired and what the running agent is doing'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "call" -d 'Run one tool through the running agent and print its result'
-complete -c voxa -n "__fish_voxa_needs_command" -f -a "approvals" -d 'List the approvals waiting for a decision in the running agent'
+complete -c voxa -n "__fish_voxa_needs_command" -f -a "approvals" -d 'List the approvals waiting for a decision in the running agent; its grants; revoke one'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "approve" -d 'Answer an approval: allow or deny it'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "agent" -d 'Coding-agent sessions of the running agent: start, send, log, list, interrupt, stop'
 complete -c voxa -n "__fish_voxa_needs_command" -f -a "relay" -d 'Run a relay server'
@@ -93,14 +93,36 @@ complete -c voxa -n "__fish_voxa_using_subcommand call" -s v -l verbose -d 'More
 complete -c voxa -n "__fish_voxa_using_subcommand call" -s q -l quiet -d 'Only errors'
 complete -c voxa -n "__fish_voxa_using_subcommand call" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand call" -s V -l version -d 'Print version'
-complete -c voxa -n "__fish_voxa_using_subcommand approvals" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand approvals" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
-complete -c voxa -n "__fish_voxa_using_subcommand approvals" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
-complete -c voxa -n "__fish_voxa_using_subcommand approvals" -l json -d 'Print JSON (one object per line for event streams) instead of text'
-complete -c voxa -n "__fish_voxa_using_subcommand approvals" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
-complete -c voxa -n "__fish_voxa_using_subcommand approvals" -s q -l quiet -d 'Only errors'
-complete -c voxa -n "__fish_voxa_using_subcommand approvals" -s h -l help -d 'Print help'
-complete -c voxa -n "__fish_voxa_using_subcommand approvals" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -f -a "grants" -d 'List the grants "Allow for session" made: what each lets through without asking'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -f -a "revoke" -d 'End a grant: what it let through asks again'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from grants" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from grants" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from grants" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from grants" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from grants" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from grants" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from grants" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from grants" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from revoke" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from revoke" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from revoke" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from revoke" -l json -d 'Print JSON (one object per line for event streams) instead of text'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from revoke" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from revoke" -s q -l quiet -d 'Only errors'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from revoke" -s h -l help -d 'Print help'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from revoke" -s V -l version -d 'Print version'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from help" -f -a "grants" -d 'List the grants "Allow for session" made: what each lets through without asking'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from help" -f -a "revoke" -d 'End a grant: what it let through asks again'
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand approve" -s m -l message -d 'Why: the asker reads it (a coding agent, or the caller of a denied tool)' -r
 complete -c voxa -n "__fish_voxa_using_subcommand approve" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand approve" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
@@ -384,7 +406,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subc
 complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve agent relay env open service doctor notify completions help" -f -a "run" -d 'Stay connected: loopback server plus relay dialer, until Ctrl-C (the default command)'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve agent relay env open service doctor notify completions help" -f -a "status" -d 'Show whether this machine is paired and what the running agent is doing'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve agent relay env open service doctor notify completions help" -f -a "call" -d 'Run one tool through the running agent and print its result'
-complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve agent relay env open service doctor notify completions help" -f -a "approvals" -d 'List the approvals waiting for a decision in the running agent'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve agent relay env open service doctor notify completions help" -f -a "approvals" -d 'List the approvals waiting for a decision in the running agent; its grants; revoke one'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve agent relay env open service doctor notify completions help" -f -a "approve" -d 'Answer an approval: allow or deny it'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve agent relay env open service doctor notify completions help" -f -a "agent" -d 'Coding-agent sessions of the running agent: start, send, log, list, interrupt, stop'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve agent relay env open service doctor notify completions help" -f -a "relay" -d 'Run a relay server'
@@ -395,6 +417,8 @@ complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subc
 complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve agent relay env open service doctor notify completions help" -f -a "notify" -d 'Phone notifications (Web Push): send a test to every subscribed browser'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve agent relay env open service doctor notify completions help" -f -a "completions" -d 'Print a shell completion script'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and not __fish_seen_subcommand_from pair run status call approvals approve agent relay env open service doctor notify completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from approvals" -f -a "grants" -d 'List the grants "Allow for session" made: what each lets through without asking'
+complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from approvals" -f -a "revoke" -d 'End a grant: what it let through asks again'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from agent" -f -a "start" -d 'Start a session with PROMPT and follow its first turn until it ends'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from agent" -f -a "send" -d 'Send SESSION a turn and follow it until it ends (an ended session is resumed first)'
 complete -c voxa -n "__fish_voxa_using_subcommand help; and __fish_seen_subcommand_from agent" -f -a "log" -d 'Print SESSION\'s events, oldest first'

@@ -47,8 +47,8 @@ pub enum Command {
     Status,
     /// Run one tool through the running agent and print its result
     Call(CallArgs),
-    /// List the approvals waiting for a decision in the running agent
-    Approvals,
+    /// List the approvals waiting for a decision in the running agent; its grants; revoke one
+    Approvals(ApprovalsArgs),
     /// Answer an approval: allow or deny it
     Approve(ApproveArgs),
     /// Coding-agent sessions of the running agent: start, send, log, list, interrupt, stop
@@ -152,6 +152,23 @@ pub struct CallArgs {
     /// Where `screenshot` saves the image [default: screenshot-<UTC time>.png in the current directory]
     #[arg(long, short = 'o', value_name = "FILE")]
     pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ApprovalsArgs {
+    #[command(subcommand)]
+    pub command: Option<ApprovalsCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// List the grants "Allow for session" made: what each lets through without asking
+    Grants,
+    /// End a grant: what it let through asks again
+    Revoke {
+        /// The grant's id (g-…), as `voxa approvals grants` lists it
+        grant: String,
+    },
 }
 
 #[derive(Debug, Args)]

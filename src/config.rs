@@ -173,6 +173,34 @@ pub struct Config {
     /// What a voice call's model is told as it happens.
     #[serde(skip_serializing_if = "VoiceSettings::is_default")]
     pub voice: VoiceSettings,
+    /// Coding-agent sessions: when an idle agent's process is stopped.
+    #[serde(skip_serializing_if = "SessionSettings::is_default")]
+    pub sessions: SessionSettings,
+}
+
+/// How long a coding agent's process with nothing to do is kept, by default: then it is stopped
+/// and the next message resumes it.
+pub const DEFAULT_IDLE_SECS: u64 = 300;
+
+/// `[sessions]`: coding-agent sessions (docs/GUIDE.md, "Coding-agent sessions").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SessionSettings {
+    /// Seconds an agent's process with no turn and no open prompt is kept before it is stopped
+    /// (the session stays, resumable: the next message starts it again with `--resume`).
+    pub idle_secs: u64,
+}
+
+impl Default for SessionSettings {
+    fn default() -> Self {
+        SessionSettings { idle_secs: DEFAULT_IDLE_SECS }
+    }
+}
+
+impl SessionSettings {
+    fn is_default(&self) -> bool {
+        *self == SessionSettings::default()
+    }
 }
 
 /// `[push]`: where a `push_subscribe` may make the laptop send requests.

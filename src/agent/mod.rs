@@ -156,6 +156,7 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
         timeout: Duration::from_secs(options.config.approvals.timeout_secs),
         audit: Some(audit.clone()),
         store: Some(options.home.path(crate::approvals::STORE_FILE)),
+        grants: Some(options.home.path(crate::approvals::GRANTS_FILE)),
     });
     // Approvals open when the agent stops are ended by the stop and reported after the restart.
     approvals.stop_with(shutdown.clone());

@@ -196,6 +196,26 @@ impl Session {
                     (None, Ok(())) => {}
                 }
             }
+            ClientMessage::Grants => {
+                if let Verdict::Deny(_) = self.judged(&FrameAction::Grants).await {
+                    return;
+                }
+                let grants = self.ctx.approvals.grants();
+                self.send(AgentMessage::Grants { grants, revoked: None }).await;
+            }
+            ClientMessage::Revoke { grant } => {
+                if let Verdict::Deny(_) = self.judged(&FrameAction::Revoke).await {
+                    return;
+                }
+                if !self.ctx.approvals.revoke(&grant) {
+                    let shown = crate::text::prefix(&grant, 64);
+                    let message = format!("no grant {shown:?}; it was revoked already or never made");
+                    self.send(AgentMessage::Error { code: ErrorCode::NotFound, message: Some(message) }).await;
+                    return;
+                }
+                let grants = self.ctx.approvals.grants();
+                self.send(AgentMessage::Grants { grants, revoked: Some(grant) }).await;
+            }
             ClientMessage::PushSubscribe { subscription } => self.push_subscribe(subscription).await,
             ClientMessage::TermAck(ack) => {
                 if let Verdict::Deny(_) = self.judged(&FrameAction::TermAck).await {

@@ -7,6 +7,7 @@
 
 mod answer;
 mod deliver;
+pub mod grants;
 mod rules;
 mod store;
 mod summary;
@@ -23,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use answer::{answer, approve_from_args, decided_by};
 pub use deliver::{forward, voice_prompt, voice_prompts};
+pub use grants::{Grant, Grants, Scope, GRANTS_FILE};
 pub use rules::{ask_for, coding_agent_risk, command_risk, describe, Ask};
 pub use summary::{one_line, redact_secrets, MAX_SUMMARY_LEN};
 
@@ -51,6 +53,8 @@ pub struct BrokerOptions {
     pub audit: Option<Audit>,
     /// File (0600) that keeps the open approvals, so a restart can report them.
     pub store: Option<PathBuf>,
+    /// File (0600) that keeps the grants ("Allow for session").
+    pub grants: Option<PathBuf>,
 }
 
 impl Default for BrokerOptions {
@@ -59,6 +63,7 @@ impl Default for BrokerOptions {
             timeout: Duration::from_secs(crate::config::DEFAULT_APPROVAL_TIMEOUT_SECS),
             audit: None,
             store: None,
+            grants: None,
         }
     }
 }
@@ -74,7 +79,8 @@ pub struct Request {
     pub risk: Risk,
     pub diff: Option<String>,
     pub questions: Option<Value>,
-    /// The source can remember an "allow for this session".
+    /// "Allow for session" is offered: for a coding-agent session it makes a [`Grant`], whose
+    /// words the frame carries (`grant_allows`).
     pub offers_session: bool,
 }
 
@@ -142,6 +148,7 @@ struct Inner {
     audit: Option<Audit>,
     store: Option<PathBuf>,
     state: Mutex<State>,
+    grants: Mutex<Grants>,
     notices: broadcast::Sender<Notice>,
     /// Cancelled when the agent stops: what is withdrawn from then on is ended by the stop, and
     /// stays in the store so the next start reports it too.
@@ -159,6 +166,8 @@ struct State {
 struct Open {
     frame: ApprovalFrame,
     answer: oneshot::Sender<Answer>,
+    /// The grant an "Allow for session" makes: scope and command.
+    grant: Option<(Scope, Option<String>)>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -177,6 +186,7 @@ impl Broker {
                 audit: options.audit,
                 store: options.store,
                 state: Mutex::default(),
+                grants: Mutex::new(Grants::open(options.grants)),
                 notices,
                 stop: std::sync::OnceLock::new(),
             }),
@@ -207,6 +217,16 @@ impl Broker {
         let id = new_id();
         let deadline = Instant::now() + self.inner.timeout;
         let expires_at = unix_ms(SystemTime::now() + self.inner.timeout);
+        let offered = match &request.source {
+            ApprovalSource::Session(_) if request.offers_session => {
+                grants::scope_of(&request.tool, &request.input, request.risk)
+            }
+            _ => None,
+        };
+        let allow_session =
+            request.offers_session && (offered.is_some() || !matches!(request.source, ApprovalSource::Session(_)));
+        let grant_allows = offered.as_ref().map(|(_, _, words)| words.clone());
+        let grant = offered.map(|(scope, command, _)| (scope, command));
         let frame = ApprovalFrame {
             approval: id.clone(),
             source: request.source,
@@ -216,7 +236,8 @@ impl Broker {
             risk: request.risk,
             diff: request.diff,
             questions: request.questions,
-            allow_session: request.offers_session,
+            allow_session,
+            grant_allows,
             expires_at,
         };
         let (answer, receiver) = oneshot::channel();
@@ -233,7 +254,7 @@ impl Broker {
         }
         self.audit(&frame, None);
         let _ = self.inner.notices.send(AgentMessage::Approval(frame.clone()));
-        state.open.insert(id.clone(), Open { frame, answer });
+        state.open.insert(id.clone(), Open { frame, answer, grant });
         self.persist(&state);
         drop(state);
         Pending { broker: self.clone(), id, receiver, deadline, settled: false }
@@ -261,7 +282,22 @@ impl Broker {
             if stopping { (DecidedBy::Restart, Some(RESTART_MESSAGE.to_owned())) } else { (by, message) };
         let Some(open) = state.open.remove(id) else { return Err(DecideError::NotFound) };
         let message = message.map(|text| summary::clip(&text, crate::protocol::MAX_APPROVAL_TEXT_LEN));
-        let resolved = ApprovalResolved { approval: id.to_owned(), decision, by, message: message.clone() };
+        let grant = match (&open.frame.source, decision, &open.grant) {
+            (ApprovalSource::Session(session), Decision::AllowSession, Some((scope, command))) => {
+                let made = Grant {
+                    grant: grants::new_id(),
+                    session: session.clone(),
+                    tool: open.frame.tool.clone(),
+                    scope: *scope,
+                    command: command.clone(),
+                    allows: open.frame.grant_allows.clone().unwrap_or_default(),
+                    created_at: unix_ms(SystemTime::now()),
+                };
+                Some(self.lock_grants().add(made).grant)
+            }
+            _ => None,
+        };
+        let resolved = ApprovalResolved { approval: id.to_owned(), decision, by, message: message.clone(), grant };
         self.audit(&open.frame, Some(&resolved));
         let _ = open.answer.send(Answer { decision, message, answers, by });
         let _ = self.inner.notices.send(AgentMessage::ApprovalResolved(resolved));
@@ -294,6 +330,54 @@ impl Broker {
             state.ended_by_restart.iter().cloned().map(AgentMessage::ApprovalResolved).collect();
         snapshot.extend(open.into_iter().map(AgentMessage::Approval));
         (snapshot, receiver)
+    }
+
+    /// Every grant, oldest first.
+    pub fn grants(&self) -> Vec<Grant> {
+        self.lock_grants().list().to_vec()
+    }
+
+    /// Ends a grant: the prompts it answered ask again. False when none has that id.
+    pub fn revoke(&self, id: &str) -> bool {
+        let revoked = self.lock_grants().revoke(id);
+        if revoked {
+            tracing::info!(grant = %crate::text::prefix(id, 64), "a grant was revoked");
+        }
+        revoked
+    }
+
+    /// Answers a coding agent's prompt from a grant, if one covers it: the approval it stands
+    /// for (a fresh id, audited as allowed `by:"grant"`) and the grant. Nothing is opened.
+    pub fn granted(&self, request: &Request) -> Option<(String, Grant)> {
+        let ApprovalSource::Session(session) = &request.source else { return None };
+        let grant = self.lock_grants().covering(session, &request.tool, &request.input)?.clone();
+        let id = new_id();
+        let frame = ApprovalFrame {
+            approval: id.clone(),
+            source: request.source.clone(),
+            tool: summary::clip(&one_line(&request.tool), 128),
+            input: serde_json::Value::Null,
+            summary: one_line(&redact_secrets(&request.summary)),
+            risk: request.risk,
+            diff: None,
+            questions: None,
+            allow_session: false,
+            grant_allows: None,
+            expires_at: unix_ms(SystemTime::now()),
+        };
+        let resolved = ApprovalResolved {
+            approval: id.clone(),
+            decision: Decision::Allow,
+            by: DecidedBy::Grant,
+            message: None,
+            grant: Some(grant.grant.clone()),
+        };
+        self.audit(&frame, Some(&resolved));
+        Some((id, grant))
+    }
+
+    fn lock_grants(&self) -> MutexGuard<'_, Grants> {
+        self.inner.grants.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -346,6 +430,7 @@ impl Broker {
                 decision: Decision::Deny,
                 by: DecidedBy::Restart,
                 message: Some(RESTART_MESSAGE.into()),
+                grant: None,
             };
             self.audit(&frame, Some(&resolved));
             state.ended_by_restart.push(resolved);

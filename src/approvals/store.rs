@@ -45,6 +45,7 @@ impl Kept {
             diff: None,
             questions: None,
             allow_session: false,
+            grant_allows: None,
             expires_at: self.expires_at,
         }
     }

@@ -150,6 +150,7 @@ async fn a_restart_ends_open_approvals_as_denied_and_says_so() {
         timeout: Duration::from_secs(60),
         audit: Some(Audit::new(&audit_dir)),
         store: Some(store.clone()),
+        grants: None,
     };
     let first = Broker::new(options.clone());
     let pending = first.request(request("run_command"));
@@ -233,6 +234,7 @@ fn voice_prompts_name_the_id_and_the_care_a_risk_needs() {
         diff: None,
         questions: None,
         allow_session: false,
+        grant_allows: None,
         expires_at: 0,
     };
     let prompt = voice_prompt(&frame);

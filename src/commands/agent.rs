@@ -363,7 +363,12 @@ fn human_event(event: &Value, streamed: bool) -> String {
         ),
         "approval_resolved" => format!("  {} ({})\n", field("decision"), field("by")),
         "turn_end" => {
-            let mut facts = vec![if event["ok"] == true { "done".to_owned() } else { "failed".to_owned() }];
+            let outcome = match (event["ok"] == true, event["interrupted"] == true) {
+                (true, _) => "done",
+                (false, true) => "interrupted",
+                (false, false) => "failed",
+            };
+            let mut facts = vec![outcome.to_owned()];
             if let Some(ms) = event["duration_ms"].as_u64() {
                 facts.push(format!("{:.1} s", ms as f64 / 1000.0));
             }

@@ -180,7 +180,7 @@ pub fn execute(cli: Cli, env_secrets: EnvSecrets) -> Result<Exit> {
         Some(Command::Notify(args)) => block_on(notify::run_notify(&settings, args.command)),
         Some(Command::Open(args)) => open::run_open(&settings, &args).map(|()| Exit::Ok),
         Some(Command::Call(args)) => block_on(call::run_call(&settings, args)),
-        Some(Command::Approvals) => block_on(approvals::run_approvals(&settings)),
+        Some(Command::Approvals(args)) => block_on(approvals::run(&settings, args)),
         Some(Command::Approve(args)) => block_on(approvals::run_approve(&settings, args)),
         Some(Command::Agent(args)) => block_on(agent::run_agent_command(&settings, args.command)),
         Some(Command::Relay(args)) => block_on(relay::run_relay(&settings, *args)).map(|()| Exit::Ok),

@@ -95,13 +95,20 @@ pub enum Event {
         approval: String,
         decision: Decision,
         by: DecidedBy,
+        /// The options chosen, for a question: `{"<question>": "<label>"}`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answers: Option<Value>,
     },
     TurnEnd {
         ok: bool,
         result: String,
+        /// What this turn cost (not a running total).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cost_usd: Option<f64>,
         duration_ms: u64,
+        /// The user interrupted it (`ok` is false): not a failure.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        interrupted: bool,
     },
     Error {
         code: String,
@@ -154,7 +161,13 @@ mod tests {
             session: "s-1".into(),
             seq: 3,
             at: 10,
-            event: Event::TurnEnd { ok: true, result: "done".into(), cost_usd: None, duration_ms: 5 },
+            event: Event::TurnEnd {
+                ok: true,
+                result: "done".into(),
+                cost_usd: None,
+                duration_ms: 5,
+                interrupted: false,
+            },
         };
         let frame = json!({"type":"agent_event","session":"s-1","seq":3,"at":10,
                            "event":{"kind":"turn_end","ok":true,"result":"done","duration_ms":5}});

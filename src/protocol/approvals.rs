@@ -93,6 +93,8 @@ pub enum DecidedBy {
     Restart,
     /// The asker no longer waits: the call was cancelled or the coding agent withdrew the prompt.
     Withdrawn,
+    /// A grant the user made with "Allow for session" answered it (docs/PROTOCOL.md, "Grants").
+    Grant,
 }
 
 impl DecidedBy {
@@ -105,6 +107,7 @@ impl DecidedBy {
             DecidedBy::Timeout => "timeout",
             DecidedBy::Restart => "restart",
             DecidedBy::Withdrawn => "withdrawn",
+            DecidedBy::Grant => "grant",
         }
     }
 }
@@ -131,8 +134,42 @@ pub struct ApprovalFrame {
     /// True when `allow_session` is offered.
     #[serde(default)]
     pub allow_session: bool,
+    /// What an `allow_session` would let through from then on, in words (a coding-agent
+    /// session's grant: "every Edit in this session, of any file").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant_allows: Option<String>,
     /// Unix ms after which it is denied.
     pub expires_at: u64,
+}
+
+/// One grant, as listed (`{"type":"grants"}`) and kept.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Grant {
+    /// `g-<16 hex>`.
+    pub grant: String,
+    /// The coding-agent session it belongs to.
+    pub session: String,
+    /// The tool it lets through (`Edit`, `Bash`, `fileChange`, …).
+    pub tool: String,
+    /// What it lets through: `tool` (every use of the tool) or `command` (that command only).
+    pub scope: GrantScope,
+    /// The command of a `command` grant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// What it lets through, in words (the card said the same).
+    pub allows: String,
+    /// Unix ms.
+    pub created_at: u64,
+}
+
+/// What a grant covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrantScope {
+    /// Every use of the tool in the session.
+    Tool,
+    /// The one command, exactly, in the session.
+    Command,
 }
 
 /// `{"type":"approve",…}`: a client's answer.
@@ -163,4 +200,7 @@ pub struct ApprovalResolved {
     /// Why, when the decision came with a message (`deny` from a person, the expiry, a restart).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The grant an `allow_session` made, or the grant that answered (`by:"grant"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<String>,
 }

@@ -22,7 +22,8 @@ mod tools;
 
 pub use agent_event::{Event, SessionEvent, SessionState};
 pub use approvals::{
-    ApprovalFrame, ApprovalResolved, ApprovalSource, Approve, DecidedBy, Decision, Risk, MAX_APPROVAL_TEXT_LEN,
+    ApprovalFrame, ApprovalResolved, ApprovalSource, Approve, DecidedBy, Decision, Grant, GrantScope, Risk,
+    MAX_APPROVAL_TEXT_LEN,
 };
 pub use errors::{close, CallErrorCode, ErrorCode};
 pub use frame::{Bytes, Frame, Utf8Bytes};

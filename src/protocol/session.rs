@@ -57,6 +57,12 @@ pub enum ClientMessage {
     CancelAll,
     /// An answer to an open approval.
     Approve(Approve),
+    /// Lists the grants "Allow for session" made (answered `grants`).
+    Grants,
+    /// Ends a grant (answered `grants`, the list without it).
+    Revoke {
+        grant: String,
+    },
     /// Notifications: this browser's Web Push subscription (answered `push_subscribed`).
     PushSubscribe {
         subscription: super::PushSubscription,
@@ -163,6 +169,12 @@ pub enum AgentMessage {
     /// What became of a frame that asked for a receipt (`approve`, `cancel`); the same again for
     /// that frame sent again (docs/PROTOCOL.md, "Receipts").
     Receipt(super::Receipt),
+    /// The grants, answering `grants` or `revoke` (`revoked`: the grant that `revoke` ended).
+    Grants {
+        grants: Vec<super::Grant>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        revoked: Option<String>,
+    },
     /// The laptop keeps this browser's push subscription and will notify it.
     PushSubscribed,
     /// Tool calls of this session's pairing this client did not start: running, or finished and

@@ -46,8 +46,6 @@ pub struct Ask {
     pub id: String,
     /// The input as given, sent back with an allow.
     pub input: Value,
-    /// What "allow for the session" sends back (Claude's first permission suggestion).
-    pub session_grant: Option<Value>,
 }
 
 /// One agent's protocol.

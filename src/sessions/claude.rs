@@ -25,11 +25,16 @@ pub struct Claude {
     requests: u64,
     /// Set when the CLI printed the "not logged in" notice this turn.
     not_logged_in: bool,
+    /// The process's `total_cost_usd` at the end of the last turn: Claude reports a running
+    /// total per process (from 0 again in a resumed one), a turn costs what it added.
+    cost_so_far: f64,
+    /// An interrupt was sent during the running turn: its end is not a failure.
+    interrupted: bool,
 }
 
 impl Claude {
     pub fn new(program: PathBuf, session: String, cwd: PathBuf) -> Self {
-        Claude { program, session, cwd, requests: 0, not_logged_in: false }
+        Claude { program, session, cwd, requests: 0, not_logged_in: false, cost_so_far: 0.0, interrupted: false }
     }
 
     fn next_request_id(&mut self) -> String {
@@ -100,7 +105,6 @@ impl Claude {
         }
         let tool = str_at(request, "/tool_name");
         let input = request.get("input").cloned().unwrap_or_else(|| json!({}));
-        let session_grant = request.pointer("/permission_suggestions/0").cloned();
         let questions = (tool == "AskUserQuestion").then(|| input.get("questions").cloned()).flatten();
         let summary = summary(&tool, &input, &self.cwd);
         let request = Request {
@@ -110,17 +114,23 @@ impl Claude {
             input: bounded_input(input.clone(), &summary),
             tool,
             summary,
-            offers_session: session_grant.is_some() && questions.is_none(),
+            offers_session: questions.is_none(),
             questions,
         };
-        out.push(Output::Ask { ask: Ask { id, input, session_grant }, request });
+        out.push(Output::Ask { ask: Ask { id, input }, request });
     }
 
     fn result(&mut self, value: &Value, out: &mut Vec<Output>) {
         let subtype = str_at(value, "/subtype");
         let is_error = value.get("is_error").and_then(Value::as_bool).unwrap_or(false);
+        let ok = subtype == "success" && !is_error;
+        let interrupted = std::mem::take(&mut self.interrupted) && !ok;
         let mut result = str_at(value, "/result");
-        if let Some(errors) = value.get("errors").and_then(Value::as_array) {
+        // An interrupted turn ends as `error_during_execution` with the CLI's diagnostics: the
+        // user asked for it, so it is told as an interrupt, not as errors.
+        if interrupted {
+            result = "Interrupted".to_owned();
+        } else if let Some(errors) = value.get("errors").and_then(Value::as_array) {
             let errors: Vec<&str> = errors.iter().filter_map(Value::as_str).collect();
             if !errors.is_empty() {
                 out.push(Output::Event(Event::error("agent-error", capped(&errors.join("; "), MAX_TEXT_LEN))));
@@ -139,11 +149,19 @@ impl Claude {
         if let Some(id) = value.get("session_id").and_then(Value::as_str).filter(|id| !id.is_empty()) {
             out.push(Output::ResumeId(id.to_owned()));
         }
+        let cost_usd =
+            value.get("total_cost_usd").and_then(Value::as_f64).filter(|total| total.is_finite()).map(|total| {
+                // A total below the last one is a new process's (resumed): it started from 0.
+                let turn = if total >= self.cost_so_far { total - self.cost_so_far } else { total };
+                self.cost_so_far = total;
+                turn.max(0.0)
+            });
         out.push(Output::Event(Event::TurnEnd {
-            ok: subtype == "success" && !is_error,
+            ok,
             result: capped(&result, MAX_TEXT_LEN),
-            cost_usd: value.get("total_cost_usd").and_then(Value::as_f64),
+            cost_usd,
             duration_ms: value.get("duration_ms").and_then(Value::as_u64).unwrap_or(0),
+            interrupted,
         }));
         out.push(Output::TurnEnded);
     }
@@ -183,7 +201,14 @@ impl Adapter for Claude {
         }))]
     }
 
+    fn hello(&mut self, _resume: Option<&str>) -> Vec<String> {
+        // A new process: its running total starts from 0.
+        self.cost_so_far = 0.0;
+        Vec::new()
+    }
+
     fn interrupt(&mut self) -> Vec<String> {
+        self.interrupted = true;
         let id = self.next_request_id();
         vec![line(&json!({"type": "control_request", "request_id": id, "request": {"subtype": "interrupt"}}))]
     }
@@ -195,11 +220,9 @@ impl Adapter for Claude {
                 if let (Some(answers), Value::Object(map)) = (&answer.answers, &mut input) {
                     map.insert("answers".into(), answers.clone());
                 }
-                let mut response = json!({"behavior": "allow", "updatedInput": input});
-                if let (Decision::AllowSession, Some(grant)) = (answer.decision, &ask.session_grant) {
-                    response["updatedPermissions"] = json!([grant]);
-                }
-                response
+                // Never `updatedPermissions`: Claude would remember the rule where nothing can
+                // take it back. "Allow for session" is voxa's grant, which answers later prompts.
+                json!({"behavior": "allow", "updatedInput": input})
             }
             Decision::Deny => json!({
                 "behavior": "deny",
@@ -304,7 +327,13 @@ mod tests {
             end,
             [
                 Output::ResumeId("abc".into()),
-                Output::Event(Event::TurnEnd { ok: true, result: "Done".into(), cost_usd: Some(0.5), duration_ms: 7 }),
+                Output::Event(Event::TurnEnd {
+                    ok: true,
+                    result: "Done".into(),
+                    cost_usd: Some(0.5),
+                    duration_ms: 7,
+                    interrupted: false
+                }),
                 Output::TurnEnded
             ]
         );
@@ -329,7 +358,8 @@ mod tests {
         assert_eq!(written["response"]["request_id"], "r1");
         assert_eq!(written["response"]["response"]["behavior"], "allow");
         assert_eq!(written["response"]["response"]["updatedInput"]["content"], "hi");
-        assert_eq!(written["response"]["response"]["updatedPermissions"][0]["mode"], "acceptEdits");
+        // voxa keeps the grant: Claude is never told to remember a rule it could not forget.
+        assert!(written["response"]["response"].get("updatedPermissions").is_none(), "{written}");
         let deny = Answer { decision: Decision::Deny, message: Some("no".into()), answers: None, by: DecidedBy::Cli };
         let written: Value = serde_json::from_str(&adapter.answer(ask, &deny)[0]).unwrap();
         assert_eq!(written["response"]["response"], json!({"behavior": "deny", "message": "no"}));
@@ -337,6 +367,47 @@ mod tests {
             events(&mut adapter, r#"{"type":"control_cancel_request","request_id":"r1"}"#),
             [Output::Withdrawn("r1".into())]
         );
+    }
+
+    #[test]
+    fn a_turn_costs_what_it_added_to_the_running_total_and_an_interrupt_is_no_failure() {
+        let mut adapter = claude();
+        let cost = |adapter: &mut Claude, line: &str| {
+            let out = events(adapter, line);
+            out.iter()
+                .find_map(|o| match o {
+                    Output::Event(Event::TurnEnd { cost_usd, .. }) => Some(cost_usd.unwrap()),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        let result = |total: f64| format!(r#"{{"type":"result","subtype":"success","total_cost_usd":{total}}}"#);
+        assert!((cost(&mut adapter, &result(0.0017)) - 0.0017).abs() < 1e-9);
+        assert!((cost(&mut adapter, &result(0.0031)) - 0.0014).abs() < 1e-9, "the second turn, not the total");
+        // A resumed process counts from 0 again.
+        adapter.hello(Some("abc"));
+        assert!((cost(&mut adapter, &result(0.0009)) - 0.0009).abs() < 1e-9);
+        assert!(
+            (cost(&mut adapter, &result(0.0002)) - 0.0002).abs() < 1e-9,
+            "a total below the last is a new process's"
+        );
+
+        adapter.interrupt();
+        let out = events(
+            &mut adapter,
+            r#"{"type":"result","subtype":"error_during_execution","is_error":true,"errors":["[ede_diagnostic] aborted"],"total_cost_usd":0.0003}"#,
+        );
+        assert!(!out.iter().any(|o| matches!(o, Output::Event(Event::Error { .. }))), "{out:?}");
+        assert!(
+            out.iter().any(|o| matches!(o, Output::Event(Event::TurnEnd { ok: false, interrupted: true, result, .. }) if result == "Interrupted")),
+            "{out:?}"
+        );
+        // The next failure is a failure again.
+        let out = events(
+            &mut adapter,
+            r#"{"type":"result","subtype":"error_during_execution","is_error":true,"errors":["boom"]}"#,
+        );
+        assert!(out.iter().any(|o| matches!(o, Output::Event(Event::Error { .. }))), "{out:?}");
     }
 
     #[test]

@@ -56,6 +56,8 @@ pub struct Codex {
     turn: Option<String>,
     /// An interrupt asked for before the turn had its id.
     interrupt_wanted: bool,
+    /// The running turn was interrupted: its end is not a failure.
+    interrupted: bool,
     /// Tool items of the running turn by id (commands, file changes), for their approvals.
     items: HashMap<String, Value>,
     /// The turn's last agent message: its result.
@@ -75,6 +77,7 @@ impl Codex {
             thread: None,
             turn: None,
             interrupt_wanted: false,
+            interrupted: false,
             items: HashMap::new(),
             last_message: String::new(),
             turn_open: false,
@@ -154,6 +157,7 @@ impl Codex {
         if !std::mem::take(&mut self.turn_open) {
             return;
         }
+        let interrupted = !ok && std::mem::take(&mut self.interrupted);
         self.turn = None;
         self.interrupt_wanted = false;
         self.items.clear();
@@ -163,6 +167,7 @@ impl Codex {
             result: capped(&result, MAX_TEXT_LEN),
             cost_usd: None,
             duration_ms,
+            interrupted,
         }));
         out.push(Output::TurnEnded);
     }
@@ -190,7 +195,7 @@ impl Codex {
                 let turn = params.get("turn").unwrap_or(&Value::Null);
                 let status = str_at(turn, "/status");
                 let error = str_at(turn, "/error/message");
-                if !error.is_empty() {
+                if !error.is_empty() && status != "interrupted" {
                     out.push(Output::Event(Event::error("agent-error", capped(&error, MAX_TEXT_LEN))));
                 }
                 let mut result = std::mem::take(&mut self.last_message);
@@ -201,6 +206,7 @@ impl Codex {
                     };
                 }
                 let duration = turn.get("durationMs").and_then(Value::as_u64).unwrap_or(0);
+                self.interrupted |= status == "interrupted";
                 self.end_turn(status == "completed", result, duration, out);
             }
             // A retried failure is Codex's own business; a final one is said.
@@ -336,7 +342,7 @@ impl Codex {
             offers_session: true,
             questions: None,
         };
-        out.push(Output::Ask { ask: Ask { id: id.to_string(), input, session_grant: None }, request });
+        out.push(Output::Ask { ask: Ask { id: id.to_string(), input }, request });
     }
 }
 
@@ -475,13 +481,15 @@ impl Adapter for Codex {
             return Vec::new();
         }
         self.interrupt_wanted = true;
+        self.interrupted = true;
         self.interrupt_line().into_iter().collect()
     }
 
     fn answer(&mut self, ask: &Ask, answer: &Answer) -> Vec<String> {
         let decision = match answer.decision {
-            Decision::Allow => "accept",
-            Decision::AllowSession => "acceptForSession",
+            // "Allow for session" is voxa's grant (it answers the later prompts, and can be
+            // revoked): Codex is told `accept` for this one only.
+            Decision::Allow | Decision::AllowSession => "accept",
             Decision::Deny => "decline",
         };
         let id: Value = serde_json::from_str(&ask.id).unwrap_or(Value::Null);

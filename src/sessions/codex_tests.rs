@@ -110,7 +110,13 @@ fn text_tools_and_the_turns_end_become_events() {
     assert_eq!(
         end,
         [
-            Output::Event(Event::TurnEnd { ok: true, result: "Hello".into(), cost_usd: None, duration_ms: 142 }),
+            Output::Event(Event::TurnEnd {
+                ok: true,
+                result: "Hello".into(),
+                cost_usd: None,
+                duration_ms: 142,
+                interrupted: false
+            }),
             Output::TurnEnded
         ]
     );
@@ -133,7 +139,7 @@ fn approvals_are_asked_and_answered_in_the_servers_words() {
     assert_eq!((request.tool.as_str(), request.risk, ask.id.as_str()), ("Edit", Risk::Outside, "7"));
     assert!(request.diff.as_ref().unwrap().contains("+b\n"));
     let allow = Answer { decision: Decision::AllowSession, message: None, answers: None, by: DecidedBy::Phone };
-    assert_eq!(parsed(&adapter.answer(ask, &allow))[0], json!({"id": 7, "result": {"decision": "acceptForSession"}}));
+    assert_eq!(parsed(&adapter.answer(ask, &allow))[0], json!({"id": 7, "result": {"decision": "accept"}}));
 
     let asked = feed(
         &mut adapter,

@@ -76,6 +76,8 @@ pub struct Shared {
     shutdown: CancellationToken,
     runners: Mutex<HashMap<String, RunnerHandle>>,
     generation: AtomicU64,
+    /// How long an agent's process with nothing to do is kept (`[sessions] idle_secs`).
+    idle_stop: std::time::Duration,
     /// When clients followed the sessions: where `brief` starts.
     looks: Arc<Mutex<brief::Looks>>,
 }
@@ -161,6 +163,7 @@ impl SessionHost {
             shutdown: options.shutdown,
             runners: Mutex::default(),
             generation: AtomicU64::new(0),
+            idle_stop: std::time::Duration::from_secs(options.toolbox.config().sessions.idle_secs.max(1)),
             looks: brief::Looks::new(),
         });
         let host = SessionHost { shared, toolbox: options.toolbox };
@@ -368,6 +371,22 @@ impl SessionHost {
         );
         runners.insert(row.id.clone(), handle.clone());
         handle
+    }
+
+    /// The agents a session can start with (`agent_sessions` lists them for a new session's
+    /// choice): the configured ones and the built-in `claude` and `codex`, each whose program is
+    /// installed; the default first.
+    pub fn agents(&self) -> Vec<String> {
+        let config = self.toolbox.config();
+        let path = self.toolbox.env_var("PATH");
+        let mut names: Vec<String> = Vec::new();
+        for name in [DEFAULT_AGENT, codex::CODEX_AGENT].into_iter().chain(config.agents.keys().map(String::as_str)) {
+            let program = config.agents.get(name).map_or(name, |command| command.program.as_str());
+            if !names.iter().any(|known| known == name) && find_program(program, path).is_some() {
+                names.push(name.to_owned());
+            }
+        }
+        names
     }
 
     /// The adapter of agent `name`: a configured one first, then the built-in `claude` and `codex`.

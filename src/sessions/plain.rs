@@ -81,7 +81,13 @@ impl Adapter for Plain {
         }
         let result = capped(self.text.trim_end(), MAX_TEXT_LEN);
         vec![
-            Output::Event(Event::TurnEnd { ok: exit_code == 0, result, cost_usd: None, duration_ms: 0 }),
+            Output::Event(Event::TurnEnd {
+                ok: exit_code == 0,
+                result,
+                cost_usd: None,
+                duration_ms: 0,
+                interrupted: false,
+            }),
             Output::TurnEnded,
         ]
     }
@@ -104,7 +110,13 @@ mod tests {
         let out = plain.on_exit(0);
         assert_eq!(
             out[0],
-            Output::Event(Event::TurnEnd { ok: true, result: "one\ntwo".into(), cost_usd: None, duration_ms: 0 })
+            Output::Event(Event::TurnEnd {
+                ok: true,
+                result: "one\ntwo".into(),
+                cost_usd: None,
+                duration_ms: 0,
+                interrupted: false
+            })
         );
         assert_eq!(out[1], Output::TurnEnded);
     }

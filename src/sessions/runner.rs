@@ -17,15 +17,13 @@ use super::adapter::{Adapter, Ask, Output};
 use super::event::{now_ms, MAX_TEXT_LEN};
 use super::process::{Process, Step};
 use super::Shared;
-use crate::approvals::Answer;
+use crate::approvals::{Answer, Request};
 use crate::protocol::{DecidedBy, Decision};
 use crate::protocol::{ErrorCode, ToolError};
 use crate::protocol::{Event, SessionState};
 
 /// Longest one turn may run before it is interrupted.
 pub const TURN_TIMEOUT: Duration = crate::tools::CODING_AGENT_TIMEOUT;
-/// How long an idle agent process is kept before it is stopped (the session stays resumable).
-pub const IDLE_STOP: Duration = Duration::from_secs(30 * 60);
 /// After an interrupt, how long the turn gets to end before the process is stopped.
 pub const INTERRUPT_GRACE: Duration = Duration::from_secs(10);
 /// Most bytes of events one turn records; past it, the agent's text and tool output are left out
@@ -137,7 +135,7 @@ impl Runner {
     async fn run(mut self, mut commands: mpsc::Receiver<Command>, shutdown: CancellationToken, generation: u64) {
         loop {
             let idle_at = (self.process.is_some() && !self.working && self.asks.is_empty() && !self.stopping)
-                .then(|| self.idle_since + IDLE_STOP);
+                .then(|| self.idle_since + self.shared.idle_stop);
             let flush_at = self.text_since.map(|since| since + TEXT_BATCH_DELAY);
             tokio::select! {
                 biased;
@@ -338,6 +336,31 @@ impl Runner {
                 }
                 Output::Ask { ask, request } => {
                     self.flush_text();
+                    // A grant ("Allow for session") answers at once: the record says which.
+                    if let Some((approval, _grant)) = self.shared.approvals.granted(&request) {
+                        let Request { tool, input, summary, risk, questions, .. } = request;
+                        let expires_at = now_ms();
+                        self.record(Event::Approval {
+                            approval: approval.clone(),
+                            tool,
+                            input,
+                            summary,
+                            risk,
+                            questions,
+                            expires_at,
+                        });
+                        self.record(Event::ApprovalResolved {
+                            approval,
+                            decision: Decision::Allow,
+                            by: DecidedBy::Grant,
+                            answers: None,
+                        });
+                        let answer =
+                            Answer { decision: Decision::Allow, message: None, answers: None, by: DecidedBy::Grant };
+                        let lines = self.adapter.answer(&ask, &answer);
+                        let _ = self.write(&lines).await;
+                        continue;
+                    }
                     let shown = (request.tool.clone(), request.input.clone(), request.summary.clone(), request.risk);
                     let questions = request.questions.clone();
                     let pending = self.shared.approvals.request(request);
@@ -407,7 +430,13 @@ impl Runner {
     async fn on_answer(&mut self, id: &str, answer: Answer) {
         let Some(open) = self.asks.remove(id) else { return };
         self.pending.store(self.asks.len(), Ordering::Relaxed);
-        self.record(Event::ApprovalResolved { approval: open.approval, decision: answer.decision, by: answer.by });
+        let answers = answer.answers.clone();
+        self.record(Event::ApprovalResolved {
+            approval: open.approval,
+            decision: answer.decision,
+            by: answer.by,
+            answers,
+        });
         let lines = self.adapter.answer(&open.ask, &answer);
         let _ = self.write(&lines).await;
         if self.asks.is_empty() && self.working {
@@ -419,8 +448,12 @@ impl Runner {
         let Some(open) = self.asks.remove(id) else { return };
         open.withdraw.cancel();
         self.pending.store(self.asks.len(), Ordering::Relaxed);
-        let withdrawn =
-            Event::ApprovalResolved { approval: open.approval, decision: Decision::Deny, by: DecidedBy::Withdrawn };
+        let withdrawn = Event::ApprovalResolved {
+            approval: open.approval,
+            decision: Decision::Deny,
+            by: DecidedBy::Withdrawn,
+            answers: None,
+        };
         self.record(withdrawn);
         if self.asks.is_empty() && self.working {
             self.set_state(SessionState::Working);

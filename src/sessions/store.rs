@@ -358,7 +358,13 @@ mod tests {
             store.create(&row("s-1")).unwrap();
             store.append("s-1", &Event::State { state: SessionState::Working }).unwrap();
             for cost in [Some(0.5), None, Some(0.25)] {
-                let end = Event::TurnEnd { ok: true, result: String::new(), cost_usd: cost, duration_ms: 1 };
+                let end = Event::TurnEnd {
+                    ok: true,
+                    result: String::new(),
+                    cost_usd: cost,
+                    duration_ms: 1,
+                    interrupted: false,
+                };
                 store.append("s-1", &end).unwrap();
             }
             store.set_resume("s-1", "abc").unwrap();

@@ -43,7 +43,7 @@ async fn run(host: &SessionHost, kind: ToolKind, args: &Value, caller: &str) -> 
         }
         ToolKind::AgentInterrupt => host.interrupt(session).await.map(|()| json!({})),
         ToolKind::AgentStop => host.stop(session).await.map(|()| json!({})),
-        ToolKind::AgentSessions => Ok(json!({ "sessions": host.sessions()? })),
+        ToolKind::AgentSessions => Ok(json!({ "sessions": host.sessions()?, "agents": host.agents() })),
         ToolKind::AgentLog => {
             let after = args.u64("after").unwrap_or(0);
             let limit =

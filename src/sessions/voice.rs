@@ -156,16 +156,34 @@ mod tests {
 
     #[test]
     fn ended_turns_and_failures_are_told_short_and_the_rest_is_not() {
-        let done = event(Event::TurnEnd { ok: true, result: "Fixed\nthe test".into(), cost_usd: None, duration_ms: 5 });
+        let done = event(Event::TurnEnd {
+            ok: true,
+            result: "Fixed\nthe test".into(),
+            cost_usd: None,
+            duration_ms: 5,
+            interrupted: false,
+        });
         let note = voice_note(&done, Some("Fix the test")).unwrap();
         assert!(
             note.starts_with("[voxa] Coding session \"Fix the test\" finished its turn: \"Fixed the test\""),
             "{note}"
         );
         assert!(note.contains("agent_log") && note.contains("\"s-1\""), "{note}");
-        let long = event(Event::TurnEnd { ok: true, result: "word ".repeat(200), cost_usd: None, duration_ms: 5 });
+        let long = event(Event::TurnEnd {
+            ok: true,
+            result: "word ".repeat(200),
+            cost_usd: None,
+            duration_ms: 5,
+            interrupted: false,
+        });
         assert!(voice_note(&long, None).unwrap().len() < MAX_OUTCOME_LEN + 200, "one spoken line");
-        let failed = event(Event::TurnEnd { ok: false, result: "interrupted".into(), cost_usd: None, duration_ms: 0 });
+        let failed = event(Event::TurnEnd {
+            ok: false,
+            result: "interrupted".into(),
+            cost_usd: None,
+            duration_ms: 0,
+            interrupted: false,
+        });
         assert!(voice_note(&failed, None).unwrap().contains("s-1 ended its turn without finishing: \"interrupted\""));
         let exited = event(Event::error("agent-exited", "the agent exited (code 1): TOKEN=abcdef0123456789abcdef"));
         let note = voice_note(&exited, None).unwrap();
@@ -186,6 +204,7 @@ mod tests {
             diff: None,
             questions: None,
             allow_session: false,
+            grant_allows: None,
             expires_at: 0,
         };
         let hosted = approval_note(AgentMessage::Approval(frame.clone()), Host::Relay).unwrap();

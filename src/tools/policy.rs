@@ -217,6 +217,11 @@ pub fn exec_advice(policy: &Policy) -> Option<String> {
 pub enum FrameAction {
     /// `approve`: answers an approval, exactly as the `approve` tool does.
     Approve,
+    /// `grants`: lists the grants "Allow for session" made, as the `approvals` tool lists
+    /// approvals.
+    Grants,
+    /// `revoke`: ends a grant, under the rules of `approve` (who may answer may take an answer back).
+    Revoke,
     /// `follow`'s approvals: every open approval with its full input, for a client that may both
     /// list them (`approvals`) and answer them (`approve`).
     FollowApprovals,
@@ -234,6 +239,8 @@ impl FrameAction {
     pub fn frame(&self) -> &'static str {
         match self {
             FrameAction::Approve => "approve",
+            FrameAction::Grants => "grants",
+            FrameAction::Revoke => "revoke",
             FrameAction::FollowApprovals | FrameAction::FollowSessions => "follow",
             FrameAction::TermAck => "term_ack",
             FrameAction::PushSubscribe { .. } => PUSH_SUBSCRIBE,
@@ -243,7 +250,8 @@ impl FrameAction {
     /// The tools (or acting frames) whose rules the frame follows.
     pub fn names(&self) -> &'static [&'static str] {
         match self {
-            FrameAction::Approve => &["approve"],
+            FrameAction::Approve | FrameAction::Revoke => &["approve"],
+            FrameAction::Grants => &["approvals"],
             FrameAction::FollowApprovals => &["approvals", "approve"],
             FrameAction::FollowSessions => &["agent_log"],
             FrameAction::TermAck => &["term_open", "term_attach"],

@@ -652,4 +652,58 @@ mod cards {
         assert_eq!(answer.answers, Some(json!({"Which database?": "SQLite"})));
         page.browser.close().await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn similar_approvals_of_a_session_are_one_card_allowed_reviewed_or_denied_together() {
+        let Some(page) = Page::open(Scheme::Light).await else { return };
+        let broker = page.agent.agent.ctx.approvals.clone();
+        let ask = |command: &str| {
+            broker.request(voxa::approvals::Request {
+                source: voxa::protocol::ApprovalSource::Session("s-9".into()),
+                tool: "Bash".into(),
+                input: json!({"command": command}),
+                summary: format!("Run: {command}"),
+                risk: voxa::protocol::Risk::Exec,
+                diff: None,
+                questions: None,
+                offers_session: true,
+            })
+        };
+        let (first, second, third) = (ask("make a"), ask("make b"), ask("make c"));
+        let batch = page
+            .browser
+            .wait_text(".approval-card.batch", "the batch", |t| t.to_lowercase().contains("3 similar"))
+            .await;
+        assert!(batch.contains("Run: make a") && batch.contains("Run: make c"), "{batch}");
+        page.browser
+            .wait_script(
+                "one card for three",
+                "return [...document.querySelectorAll('#approval-list > li')].filter((n) => !n.hidden).length === 1;",
+            )
+            .await;
+        // Review each: the three cards, one by one; one denied there, the batch of the other two allowed.
+        page.browser.press("Review each").await;
+        page.browser
+            .wait_script(
+                "three cards",
+                "return [...document.querySelectorAll('#approval-list > li')].filter((n) => !n.hidden).length === 3;",
+            )
+            .await;
+        let third_card =
+            format!("document.querySelector('[data-approval=\"{}\"] button.danger').click(); return true;", third.id());
+        page.browser.script(&third_card, vec![]).await;
+        let denied = tokio::time::timeout(STEP, third.wait(&Default::default())).await.unwrap();
+        assert_eq!(denied.decision, voxa::protocol::Decision::Deny);
+        let (fourth, fifth) = (ask("make d"), ask("make e"));
+        page.browser
+            .wait_text(".approval-card.batch", "the batch again", |t| t.to_lowercase().contains("4 similar"))
+            .await;
+        page.browser.press("Allow all").await;
+        for pending in [first, second, fourth, fifth] {
+            let answer = tokio::time::timeout(STEP, pending.wait(&Default::default())).await.unwrap();
+            assert_eq!(answer.decision, voxa::protocol::Decision::Allow);
+        }
+        page.cards_gone().await;
+        page.browser.close().await;
+    }
 }

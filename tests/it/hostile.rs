@@ -618,8 +618,13 @@ impl Expected {
             Ok(
                 ClientMessage::CallStart | ClientMessage::CallEnd | ClientMessage::Say { .. } | ClientMessage::AudioEnd,
             ) => self.call_errors += 1,
-            // Both are answered once: an error, or `push_subscribed`.
-            Ok(ClientMessage::Approve(_) | ClientMessage::PushSubscribe { .. }) => self.approve_errors += 1,
+            // Each is answered once: an error, `push_subscribed` or `grants`.
+            Ok(
+                ClientMessage::Approve(_)
+                | ClientMessage::PushSubscribe { .. }
+                | ClientMessage::Grants
+                | ClientMessage::Revoke { .. },
+            ) => self.approve_errors += 1,
             Ok(
                 ClientMessage::Hello(_)
                 | ClientMessage::Bearer(_)
@@ -677,7 +682,7 @@ async fn session_answers_every_frame(agent: &TestAgent, frames: Vec<String>) -> 
                 prop_assert!(reason.len() <= 200, "a bad-frame reason must not echo the frame back");
                 seen.bad_frames += 1;
             }
-            Some("push_subscribed") => seen.approve_errors += 1,
+            Some("push_subscribed" | "grants") => seen.approve_errors += 1,
             Some("calls") => {
                 seen.calls += 1;
                 let finished = value["finished"].as_array().into_iter().flatten();

@@ -88,7 +88,7 @@ pub struct Rig {
 }
 
 impl Rig {
-    async fn new(config: Config) -> Option<Rig> {
+    pub async fn new(config: Config) -> Option<Rig> {
         Rig::for_agent(config, "claude").await
     }
 
@@ -313,7 +313,9 @@ async fn an_interrupt_ends_a_slow_turn_and_the_session_takes_the_next() {
     assert!(rig.host.send(&session, "Then answer briefly", "phone").await.unwrap());
     rig.host.interrupt(&session).await.unwrap();
     let end = until(&mut follower, &session, "interrupted turn end", is_turn_end).await;
-    assert!(matches!(&end.event, Event::TurnEnd { ok: false, .. }), "{end:?}");
+    assert!(matches!(&end.event, Event::TurnEnd { ok: false, interrupted: true, .. }), "{end:?}");
+    let log = whole_log(&rig.host, &session);
+    assert!(!log.iter().any(|e| matches!(&e.event, Event::Error { .. })), "an interrupt is no error: {log:#?}");
     let next = until(&mut follower, &session, "next turn end", is_turn_end).await;
     let Event::TurnEnd { ok, result, .. } = &next.event else { unreachable!() };
     assert!(*ok && result == "Back again.", "{next:?}");

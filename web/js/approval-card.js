@@ -25,8 +25,30 @@ const RISKS = /** @type {Record<string, string>} */ ({
 /** Who decided, in words. */
 const DECIDERS = /** @type {Record<string, string>} */ ({
   phone: 'on a phone', voice: 'by voice', cli: 'on the laptop', timeout: 'nobody answered in time',
-  restart: 'voxa restarted', withdrawn: 'withdrawn',
+  restart: 'voxa restarted', withdrawn: 'withdrawn', grant: 'by a session grant',
 });
+/** Coding-agent sessions' titles by id: a card names its session by title (agent/panel.js fills it). */
+const titles = new Map();
+
+/**
+ * Learns sessions' titles, and names them so on every card shown.
+ * @param {Iterable<[string, string]>} named session id and title
+ */
+export function nameSessions(named) {
+  for (const [id, title] of named) if (title) titles.set(id, title);
+  for (const node of document.querySelectorAll('.approval-from[data-session]')) {
+    const id = /** @type {HTMLElement} */ (node).dataset.session || '';
+    if (titles.has(id)) node.textContent = sourceText({ session: id });
+  }
+}
+
+/**
+ * A session's title, else its id.
+ * @param {string} id
+ */
+export function sessionName(id) {
+  return titles.get(id) || id;
+}
 /** Longest input shown on a card, in characters; the rest is cut with a note. */
 const MAX_SHOWN = 20000;
 /**
@@ -44,8 +66,10 @@ function clock(ms) {
 }
 
 /** @param {any} from */
-function source(from) {
-  if (from && typeof from.session === 'string') return `coding agent session ${from.session}`;
+function sourceText(from) {
+  if (from && typeof from.session === 'string') {
+    return titles.has(from.session) ? `session “${titles.get(from.session)}”` : `coding agent session ${from.session}`;
+  }
   if (from && typeof from.call === 'string') return `tool call ${from.call}`;
   return 'this laptop';
 }
@@ -55,6 +79,8 @@ function source(from) {
  * @param {AgentFrame} frame
  */
 function detail(frame) {
+  // A question shows its questions and options; its input is only those again.
+  if (Array.isArray(frame.questions) && frame.questions.length > 0) return null;
   const input = frame.input && typeof frame.input === 'object' ? frame.input : {};
   let label = 'Details';
   let shown = '';
@@ -114,18 +140,24 @@ export function approvalCard(frame, onAnswer) {
     return node;
   };
   const questions = Array.isArray(frame.questions) ? frame.questions : [];
+  const from = frame.source && typeof frame.source.session === 'string' ? frame.source.session : '';
+  const grants = frame.allow_session === true && typeof frame.grant_allows === 'string' && frame.grant_allows
+    ? el('p', { class: 'grant-allows muted' }, `Allow for session lets through ${frame.grant_allows}, until you revoke it.`)
+    : null;
   const actions = el('div', { class: 'row approval-actions' },
     questions.length === 0 ? button('Allow', 'allow', 'allow') : null,
     frame.allow_session === true ? button('Allow for session', 'allow_session', 'secondary') : null,
     button('Deny', 'deny', 'danger'));
   card.node = el('li', { class: 'approval-card', 'data-risk': risk, 'data-approval': id, 'aria-labelledby': summaryId },
     el('div', { class: 'approval-head' },
-      el('span', { class: 'risk' }, RISKS[risk] || risk),
+      el('span', { class: 'risk' }, questions.length > 0 ? 'Question' : RISKS[risk] || risk),
       left),
     el('p', { class: 'approval-summary', id: summaryId }, textOf(frame.summary) || textOf(frame.tool)),
-    el('p', { class: 'muted' }, `${textOf(frame.tool)} · ${source(frame.source)}`),
+    el('p', { class: 'muted' }, questions.length > 0 ? '' : `${textOf(frame.tool)} · `,
+      el('span', { class: 'approval-from', 'data-session': from || undefined }, sourceText(frame.source))),
     ...questions.map((/** @type {any} */ question) => questionOf(card, question, onAnswer)),
     detail(frame),
+    grants,
     el('label', { class: 'approval-message' }, el('span', { class: 'sr-only' }, 'Message'), message),
     actions,
     status);
@@ -211,7 +243,13 @@ export function settle(card, frame) {
  * @param {Record<string, any>} resolved an `approval_resolved` frame or event
  */
 export function verdict(resolved) {
-  const verdict = resolved.decision === 'deny' ? 'Denied' : 'Allowed';
+  const chosen = resolved.answers && typeof resolved.answers === 'object'
+    ? Object.values(resolved.answers).filter((v) => typeof v === 'string') : [];
+  if (resolved.decision !== 'deny' && chosen.length > 0) {
+    return `Answered: ${chosen.join(', ')}${DECIDERS[resolved.by] ? ` — ${DECIDERS[resolved.by]}` : ''}`;
+  }
+  const verdict = resolved.decision === 'deny' ? 'Denied'
+    : resolved.decision === 'allow_session' ? 'Allowed for this session' : 'Allowed';
   const by = DECIDERS[resolved.by] || textOf(resolved.by);
   // A person's words are shown; the laptop's own (expiry, restart) are said by `by` already.
   const words = ['phone', 'voice', 'cli'].includes(resolved.by) && resolved.message ? `: ${textOf(resolved.message)}` : '';

@@ -32,10 +32,14 @@ import { Commands } from './commands/panel.js';
 import { Screenshot } from './screen/panel.js';
 import { Notifications, registerWorker } from './notify/panel.js';
 import { Approvals } from './approvals/panel.js';
+import * as route from './route.js';
 
 /** @typedef {import('./store.js').State} State */
 
 const store = new Store();
+// The place the address names, before any panel reads the store (a pairing link's secrets left
+// the address already: address.js).
+route.follow(store, location.hash);
 const app = new App(store);
 const context = { store, app };
 

@@ -10,6 +10,8 @@
 // until the laptop hands the token inside the sealed session the ticket opened (session.js), and
 // it is stored only then, without the ticket.
 
+import { isRoute } from './route.js';
+
 const KEY = 'voxa.pairings';
 const HEX32 = /^[0-9a-f]{32}$/;
 /** Longest name a user may give a laptop, in characters. */
@@ -299,7 +301,11 @@ export function openedAt() {
   return typeof opened === 'string' ? opened : location.href;
 }
 
-/** Removes the query and fragment (code and token) from the address bar and from history. */
+/**
+ * Removes the query and fragment (code and token) from the address bar and from history; a
+ * fragment that is only a route (route.js: ids and paths, never a secret) stays.
+ */
 export function scrubAddressBar() {
-  if (location.search || location.hash) history.replaceState(null, '', location.pathname);
+  const kept = isRoute(location.hash) ? location.hash : '';
+  if (location.search || location.hash !== kept) history.replaceState(null, '', `${location.pathname}${kept}`);
 }

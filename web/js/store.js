@@ -49,6 +49,9 @@
  * @property {string} env the environment calls go to (`''`: the laptop itself)
  * @property {string} tab the tool panel shown (`commands`, `shell`, `files`, `screen`, `agent`, `status`)
  * @property {string} agentSession the coding-agent session the agent view has open ('' for its list)
+ * @property {string} shellTerm the terminal the Shell tab shows ('' before it has one)
+ * @property {string} filesPath the folder the Files tab shows ('' or '.' for the workspace)
+ * @property {boolean} approvalsOpen the approvals view (`#/approvals`) is open: waiting approvals and grants
  * @property {string} notice an error the laptop reported outside any call ('' for none)
  * @property {ServerOffer} server what `/config` said
  * @property {Asking | null} asking a laptop a link pairs with, while the page asks before adding it
@@ -73,6 +76,9 @@ export function initialState() {
     env: '',
     tab: 'commands',
     agentSession: '',
+    shellTerm: '',
+    filesPath: '',
+    approvalsOpen: false,
     notice: '',
     server: {},
     asking: null,

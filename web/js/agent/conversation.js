@@ -282,15 +282,17 @@ export class Conversation {
   /** @param {Record<string, any>} event */
   turnEnd(event) {
     const ok = event.ok === true;
-    const facts = [ok ? 'Done' : 'Failed'];
+    const interrupted = !ok && event.interrupted === true;
+    const facts = [ok ? 'Done' : interrupted ? 'Interrupted' : 'Failed'];
     const ms = Number(event.duration_ms);
     if (Number.isFinite(ms) && ms > 0) facts.push(formatDuration(ms));
     if (typeof event.cost_usd === 'number' && Number.isFinite(event.cost_usd)) facts.push(`$${event.cost_usd.toFixed(4)}`);
     const result = text(event.result);
     // The final answer is the turn's last text already: shown once.
-    const extra = result && result.trim() !== this.lastText.trim()
+    const extra = result && !interrupted && result.trim() !== this.lastText.trim()
       ? el('div', { class: ok ? 'md' : 'md turn-error' }, renderMarkdown(result)) : null;
-    this.append(el('li', { class: 'turn-end', 'data-ok': String(ok) }, extra, el('p', { class: 'turn-facts' }, facts.join(' · '))));
+    const outcome = interrupted ? 'interrupted' : String(ok);
+    this.append(el('li', { class: 'turn-end', 'data-ok': outcome }, extra, el('p', { class: 'turn-facts' }, facts.join(' · '))));
     this.lastText = '';
   }
 }

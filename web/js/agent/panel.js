@@ -9,10 +9,11 @@
 // and shown unreachable (never ended) while the laptop cannot reach that machine.
 
 import { el, part, refusalIn, show } from '../dom.js';
-import { answer } from '../approval-card.js';
+import { answer, nameSessions } from '../approval-card.js';
 import { onSession } from '../session/events.js';
 import { showWithTab } from '../tabs.js';
 import { Conversation } from './conversation.js';
+import { Where } from './where.js';
 
 /**
  * @typedef {import('../app.js').Context} Context
@@ -81,6 +82,8 @@ export class Coder {
       this.sendFollowUp();
     });
     part(root, 'agent-back', HTMLButtonElement).addEventListener('click', () => store.set({ agentSession: '' }));
+    part(root, 'agent-grants', HTMLButtonElement).addEventListener('click', () => store.set({ approvalsOpen: true }));
+    this.where = new Where(root, app);
     this.interrupt.addEventListener('click', () => this.act('agent_interrupt'));
     this.stop.addEventListener('click', () => this.act('agent_stop'));
 
@@ -135,6 +138,10 @@ export class Coder {
         if (machines[index]) this.envOf.set(listed.session, machines[index]);
       }
     });
+    // The new-session sheet offers this laptop's agents; cards name their session by its title.
+    const own = lists[0];
+    if (own) this.where.offer(own.result.agents);
+    nameSessions([...this.listed.values()].map((l) => [l.session, typeof l.title === 'string' ? l.title : '']));
     this.renderList();
     if (this.shown) this.showSession(this.shown);
   }
@@ -211,7 +218,7 @@ export class Coder {
     if (!prompt || this.starting) return;
     this.starting = true;
     this.refresh();
-    const outcome = await this.app.attempt('agent_start', { prompt }, refusalIn(this.error)).done;
+    const outcome = await this.app.attempt('agent_start', { prompt, ...this.where.args() }, refusalIn(this.error)).done;
     this.starting = false;
     this.refresh();
     if (!outcome || typeof outcome.result.session !== 'string') return;

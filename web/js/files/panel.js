@@ -27,7 +27,8 @@ export class Files {
    */
   constructor(root, { store, app }) {
     this.app = app;
-    this.dir = '.';
+    this.store = store;
+    this.dir = store.state.filesPath || '.';
     /** @type {OpenFile | null} */
     this.open = null;
     /** @type {string | null} */
@@ -94,6 +95,7 @@ export class Files {
     if (!outcome) return;
     const { result } = outcome;
     this.dir = dir;
+    this.store.set({ filesPath: dir });
     this.path.textContent = dir === '.' ? 'workspace' : dir;
     /** @type {{name: string, kind: string, size: number}[]} */
     const entries = Array.isArray(result.entries) ? [...result.entries] : [];

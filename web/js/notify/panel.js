@@ -93,7 +93,25 @@ export class Notifications {
     if (Notification.permission === 'denied') {
       this.say('Notifications are blocked for this page; allow them in the browser\'s site settings.');
     } else if (!online) {
-      this.say(this.store.state.online ? 'This laptop does not send notifications.' : '');
+      // Said only once the hello came without a key (not in the moment before it arrives).
+      this.say(this.store.state.online && this.store.state.hello ? 'This laptop does not send notifications.' : '');
+    } else {
+      // The laptop sends them: nothing stale stays beside a button that works.
+      this.say('');
+      this.subscribed();
+    }
+  }
+
+  /** Says so when this browser already gets the laptop's notifications. */
+  async subscribed() {
+    try {
+      const registration = await navigator.serviceWorker.getRegistration('/');
+      const subscription = registration ? await registration.pushManager.getSubscription() : null;
+      if (subscription && Notification.permission === 'granted' && !this.line.textContent) {
+        this.say('Notifications are on for this browser.');
+      }
+    } catch {
+      // Nothing to say: the button still works.
     }
   }
 

@@ -14,7 +14,7 @@ export class Workspace {
   constructor(root, { store }) {
     const nav = part(root, 'tabs', HTMLElement);
     const tabs = [...nav.querySelectorAll('button')];
-    for (const tab of tabs) tab.addEventListener('click', () => store.set({ tab: tab.id.replace(/^tab-/, '') }));
+    for (const tab of tabs) tab.addEventListener('click', () => store.set({ tab: tab.id.replace(/^tab-/, ''), approvalsOpen: false }));
     store.watch(['view'], ({ view }) => { root.hidden = view !== 'workspace'; });
     store.watch(['tab'], ({ tab }) => {
       for (const button of tabs) button.setAttribute('aria-pressed', String(button.id === `tab-${tab}`));

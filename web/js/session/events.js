@@ -35,6 +35,7 @@ export const EVENT_OF_FRAME = Object.freeze({
   error: 'error',
   approval: 'approval',
   approval_resolved: 'approval',
+  grants: 'approval',
   status: 'status',
   term_snapshot: 'term',
   term_output: 'term',

@@ -218,7 +218,9 @@ export class Terminal {
     const listed = await this.call('term_list', {});
     const terminals = listed && Array.isArray(listed.terminals) ? listed.terminals : [];
     const running = terminals.filter((/** @type {any} */ t) => !t.exited);
-    const same = terminals.find((/** @type {any} */ t) => t.term === this.id);
+    // The terminal on screen, else the one the address names (route.js).
+    const wanted = this.id || this.store.state.shellTerm;
+    const same = terminals.find((/** @type {any} */ t) => t.term === wanted);
     const pick = same || running[running.length - 1];
     if (pick) await this.attach(pick.term);
     else await this.openNew();
@@ -239,6 +241,7 @@ export class Terminal {
     await this.call('term_resize', { term: id, cols: this.term.cols, rows: this.term.rows });
     const result = await this.call('term_attach', { term: id });
     if (result) show(this.status, id);
+    if (result) this.store.set({ shellTerm: id });
     this.refresh();
   }
 
@@ -254,6 +257,7 @@ export class Terminal {
     this.opening = false;
     if (result && typeof result.term === 'string') {
       this.id = result.term;
+      this.store.set({ shellTerm: this.id });
       show(this.status, this.id);
       const early = this.early.filter((frame) => frame.term === this.id);
       this.early = [];
