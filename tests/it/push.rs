@@ -655,6 +655,72 @@ mod page {
         chromium.close().await;
         agent.agent.stop().await;
     }
+
+    /// On the relay's page, the service worker shows the laptop's push and sends its receipt to
+    /// the relay's `/ack`; the agent says it was delivered, and so does the page's Status tab.
+    #[tokio::test]
+    async fn the_service_worker_on_the_relays_page_acknowledges_the_push_it_shows() {
+        let Some(chromium) = Chromium::start().await else { return };
+        let relay = TestRelay::start().await;
+        let mut agent = TestAgent::start_with(Some(relay.url()), |options| options.config.push = private_endpoints()).await;
+        agent.wait_event("connected", |event| matches!(event, voxa::agent::LinkEvent::Connected { .. })).await;
+        let service = PushService::start().await;
+        let origin = format!("http://{}", relay.addr);
+        chromium.cdp("Browser.grantPermissions", json!({"origin": origin, "permissions": ["notifications"]})).await;
+        let script = FAKE_PUSH_SERVICE.replace("__ENDPOINT__", &service.endpoint("chromium"));
+        chromium.cdp("Page.addScriptToEvaluateOnNewDocument", json!({"source": script})).await;
+        chromium.pair(&format!("{origin}/#code={}&token={}", agent.code(), agent.token())).await;
+        chromium.wait_connection("online").await;
+        chromium.press("Status").await;
+        chromium.press("Turn on notifications").await;
+        chromium.wait_text("#notify-status", "notifications on", |t| t.contains("Notifications are on")).await;
+
+        assert!(agent.agent.ctx.notifier.as_ref().unwrap().notify(notice("a-7")));
+        eventually("the push", || !service.received().is_empty()).await;
+        let private = chromium.script("return window.__pushPrivate;", vec![]).await;
+        let auth = chromium.script("return window.__pushAuth;", vec![]).await;
+        let held = Browser {
+            secret: p256::SecretKey::from_slice(&URL_SAFE_NO_PAD.decode(private.as_str().unwrap()).unwrap()).unwrap(),
+            auth: URL_SAFE_NO_PAD.decode(auth.as_str().unwrap()).unwrap().try_into().unwrap(),
+        };
+        let data = String::from_utf8(held.decrypt(&service.received()[0].body)).unwrap();
+        assert!(data.contains("\"receipt\""), "{data}");
+        chromium
+            .wait_script("the service worker", "return navigator.serviceWorker.ready.then((r) => !!r.active);")
+            .await;
+        chromium.cdp("ServiceWorker.enable", json!({})).await;
+        let shown = "return navigator.serviceWorker.ready.then((r) => r.getNotifications()).then((l) => l.length);";
+        for _ in 0..4 {
+            chromium
+                .cdp("ServiceWorker.deliverPushMessage", json!({"origin": origin, "registrationId": "0", "data": data}))
+                .await;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+            while chromium.script(shown, vec![]).await == json!(0) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if chromium.script(shown, vec![]).await != json!(0) {
+                break;
+            }
+        }
+        assert_eq!(chromium.script(shown, vec![]).await, json!(1), "the worker shows the notification");
+        // The receipt went worker → relay → agent.
+        let mut client = agent.local_client().await;
+        let mut push = Value::Null;
+        for _ in 0..200 {
+            send(&mut client, json!({"type":"status"})).await;
+            push = recv_type(&mut client, "status").await["push"].clone();
+            if push["state"] == "delivered" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert_eq!(push["state"], "delivered", "{push}");
+        chromium
+            .wait_text("#notify-delivery", "delivered on the page", |t| t.starts_with("Last notification: delivered in"))
+            .await;
+        chromium.close().await;
+        agent.agent.stop().await;
+    }
 }
 
 #[test]

@@ -5,8 +5,6 @@
 
 import { onSession } from '../session/events.js';
 
-/** @typedef {import('../app.js').Context} Context */
-
 /**
  * The last push, in words; '' before the first.
  * @param {unknown} push the status's `push`
@@ -41,9 +39,9 @@ export function awakeLine(awake) {
  * Writes both lines into `delivery` and `awake` at each `status` answer.
  * @param {HTMLElement} delivery
  * @param {HTMLElement} awake
- * @param {Context} context
+ * @param {import('../store.js').Store} store
  */
-export function showDelivery(delivery, awake, { store }) {
+export function showDelivery(delivery, awake, store) {
   onSession(store, {
     status: (/** @type {Record<string, any>} */ status) => {
       delivery.textContent = deliveryLine(status.push);

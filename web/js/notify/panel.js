@@ -57,7 +57,7 @@ export class Notifications {
     this.button = part(root, 'notify-on', HTMLButtonElement);
     this.line = part(root, 'notify-status', HTMLElement);
     this.button.addEventListener('click', () => this.turnOn());
-    showDelivery(part(root, 'notify-delivery', HTMLElement), part(root, 'awake', HTMLElement), { store });
+    showDelivery(part(root, 'notify-delivery', HTMLElement), part(root, 'awake', HTMLElement), store);
     store.watch(['online', 'hello'], () => this.show());
     // A tapped notification opens the page on what it was about: `#session=…` shows the agent
     // tab; approvals show above every tab by themselves. (Read before the app scrubs the address.)
