@@ -9,5 +9,4 @@ pub mod http;
 pub mod liveness;
 pub mod page_check;
 pub mod proxy;
-pub mod relay_framing;
 pub mod web;

@@ -87,13 +87,18 @@ pub fn hashed_path(path: &str) -> Option<&'static str> {
 /// shell tab), never by the page load.
 const VENDOR_PREFIX: &str = "/vendor/";
 
-/// Most bytes the embedded client (its own files, uncompressed) may weigh.
+/// Most bytes the embedded client (its own files, uncompressed, the home-screen icons aside) may
+/// weigh.
 #[cfg(test)]
-const PAGE_BUDGET: usize = 352 << 10;
+const PAGE_BUDGET: usize = 376 << 10;
 
 /// Total size of the embedded client in bytes, uncompressed, the vendored libraries left out.
 pub fn page_weight() -> usize {
-    ASSETS.iter().filter(|asset| !asset.path.starts_with(VENDOR_PREFIX)).map(|asset| asset.body.len()).sum()
+    ASSETS
+        .iter()
+        .filter(|asset| !asset.path.starts_with(VENDOR_PREFIX) && asset.mime != "image/png")
+        .map(|asset| asset.body.len())
+        .sum()
 }
 
 /// Total size of the vendored libraries in bytes, uncompressed.
@@ -417,6 +422,11 @@ mod tests {
     fn brotli_and_gzip_bodies_decompress_to_the_file_and_are_chosen_by_accept_encoding() {
         use std::io::Read;
         for file in ASSETS {
+            // Pictures are compressed already: served as they are.
+            if file.mime.starts_with("image/png") {
+                assert!(file.brotli.is_none() && file.gzip.is_none(), "{}", file.path);
+                continue;
+            }
             let brotli = file.brotli.unwrap_or_else(|| panic!("{} has no brotli body", file.path));
             let mut unpacked = Vec::new();
             brotli::Decompressor::new(brotli, 4096).read_to_end(&mut unpacked).unwrap();

@@ -38,6 +38,7 @@ pub const FAMILIES: &[(&str, Family)] = &[
     ("agent_stop", Family::Exec),
     ("agent_sessions", Family::Exec),
     ("agent_log", Family::Exec),
+    ("brief", Family::Exec),
     ("term_open", Family::Exec),
     ("term_attach", Family::Exec),
     ("term_input", Family::Exec),
@@ -388,7 +389,10 @@ mod tests {
     #[test]
     fn denying_run_command_alone_is_told_to_deny_the_family() {
         let advice = exec_advice(&config(&[], &["run_command"], false).policy).unwrap();
-        assert!(advice.contains("term_open, term_input, agent_start, agent_send, coding_agent"), "{advice}");
+        for tool in ["term_open", "term_input", "agent_start", "agent_send", "coding_agent"] {
+            assert!(advice.contains(tool), "{advice}");
+        }
+        assert!(advice.contains("deny \"@exec\""), "{advice}");
         assert_eq!(exec_advice(&config(&[], &["@exec"], false).policy), None);
         assert_eq!(exec_advice(&config(&[], &["read_file"], false).policy), None);
         let all = ["run_command", "term_open", "term_input", "agent_start", "agent_send", "coding_agent"];
@@ -479,6 +483,7 @@ mod tests {
                 "agent_stop",
                 "agent_sessions",
                 "agent_log",
+                "brief",
                 "term_attach",
                 "term_resize",
                 "term_close",

@@ -100,3 +100,81 @@ fn the_path_finder_finds_paths_and_leaves_urls_alone() {
     );
     assert_eq!(found, ["src/agent/peers.rs", "agent/gate.rs", "web/js/seal/", "docs/PROTOCOL.md"]);
 }
+
+/// The files of `dir` (relative to the checkout) ending in `ending`, paths relative to `dir`.
+fn files_under(root: &Path, dir: &str, ending: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.join(dir)];
+    while let Some(folder) = stack.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.to_string_lossy().ends_with(ending) {
+                found.push(path.strip_prefix(root.join(dir)).unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The paragraphs of docs/ARCHITECTURE.md about one folder: from the one that opens with its name in
+/// bold (**`agent/`**, **`cli`**) to the next such paragraph or heading.
+fn section<'a>(text: &'a str, name: &str) -> &'a str {
+    let opening = [format!("**`{name}/`**"), format!("**`{name}`**")];
+    let Some(start) = opening.iter().filter_map(|open| text.find(open.as_str())).min() else { return "" };
+    let rest = &text[start + 2..];
+    let end = [rest.find("\n**`"), rest.find("\n#")].into_iter().flatten().min().unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// Whether docs/ARCHITECTURE.md names the file `relative` of the folder `top` (`start.rs` of
+/// `agent`): by its path from the checkout or from `src/`, or in the folder's own paragraphs by its
+/// path inside the folder or, for a folder's `mod.rs`, by the folder itself.
+fn names_module(text: &str, prefix: &str, top: &str, relative: &str) -> bool {
+    let whole = format!("{top}/{relative}");
+    if text.contains(&format!("`{prefix}{whole}`")) || text.contains(&format!("{whole}`")) {
+        return true;
+    }
+    let own = section(text, top);
+    if let Some(folder) = relative.strip_suffix("mod.rs") {
+        return folder.is_empty() && !own.is_empty() || own.contains(&format!("`{folder}`"));
+    }
+    let name = relative.rsplit('/').next().unwrap_or(relative);
+    own.contains(&format!("`{relative}`")) || own.contains(&format!("`{name}`")) || own.contains(&format!("/{name}`"))
+}
+
+#[test]
+fn the_architecture_names_every_module_of_the_crate_and_of_the_page() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+    let mut unnamed = Vec::new();
+    // Test code in files of its own (`tests.rs`, `hub_tests.rs`) is its module's.
+    for file in files_under(root, "src", ".rs").into_iter().filter(|file| !file.ends_with("tests.rs")) {
+        let named = match file.split_once('/') {
+            Some((top, relative)) => names_module(&text, "src/", top, relative),
+            // A file at the top: by its path, by its name, or by its own paragraph (**`cli`**).
+            None => {
+                let module = file.trim_end_matches(".rs");
+                text.contains(&format!("src/{file}"))
+                    || text.contains(&format!("`{file}`"))
+                    || !section(&text, module).is_empty()
+            }
+        };
+        if !named {
+            unnamed.push(format!("src/{file}"));
+        }
+    }
+    for file in files_under(root, "web/js", ".js") {
+        if !names_module(&text, "web/", "js", &file) && !section(&text, "web").contains(&format!("`{file}`")) {
+            let name = file.rsplit('/').next().unwrap();
+            if !section(&text, "web").contains(&format!("`{name}`"))
+                && !section(&text, "web").contains(&format!("/{name}`"))
+            {
+                unnamed.push(format!("web/js/{file}"));
+            }
+        }
+    }
+    assert!(unnamed.is_empty(), "docs/ARCHITECTURE.md does not name these modules:\n  {}", unnamed.join("\n  "));
+}
