@@ -662,7 +662,8 @@ mod page {
     async fn the_service_worker_on_the_relays_page_acknowledges_the_push_it_shows() {
         let Some(chromium) = Chromium::start().await else { return };
         let relay = TestRelay::start().await;
-        let mut agent = TestAgent::start_with(Some(relay.url()), |options| options.config.push = private_endpoints()).await;
+        let mut agent =
+            TestAgent::start_with(Some(relay.url()), |options| options.config.push = private_endpoints()).await;
         agent.wait_event("connected", |event| matches!(event, voxa::agent::LinkEvent::Connected { .. })).await;
         let service = PushService::start().await;
         let origin = format!("http://{}", relay.addr);
@@ -716,7 +717,9 @@ mod page {
         }
         assert_eq!(push["state"], "delivered", "{push}");
         chromium
-            .wait_text("#notify-delivery", "delivered on the page", |t| t.starts_with("Last notification: delivered in"))
+            .wait_text("#notify-delivery", "delivered on the page", |t| {
+                t.starts_with("Last notification: delivered in")
+            })
             .await;
         chromium.close().await;
         agent.agent.stop().await;

@@ -392,7 +392,7 @@ where
                             _ => Message::binary(whole),
                         }
                     }
-                    Kind::ClosePeer | Kind::Proven => continue,
+                    Kind::ClosePeer | Kind::Proven | Kind::Receipt => continue,
                 };
                 if test_tx.send(message).await.is_err() {
                     return;
