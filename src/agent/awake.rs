@@ -71,15 +71,14 @@ pub struct Busy {
 }
 
 impl Busy {
-    /// What `ctx` is doing now.
-    pub fn of(ctx: &AgentContext) -> Busy {
+    /// What `ctx` is doing now. The sessions' states come from their store, read on a blocking
+    /// thread.
+    pub async fn of(ctx: &AgentContext) -> Busy {
         let calls = ctx.toolbox().calls_in_flight().max(ctx.status.calls_in_flight.load(Ordering::Relaxed));
-        let turns = ctx.sessions.as_ref().and_then(|host| host.sessions().ok()).map_or(0, |sessions| {
-            let working = |state: &SessionState| {
-                matches!(state, SessionState::Starting | SessionState::Working | SessionState::Waiting)
-            };
-            sessions.iter().filter(|info| working(&info.state)).count()
-        });
+        let turns = match ctx.sessions.clone() {
+            Some(host) => tokio::task::spawn_blocking(move || working_turns(&host)).await.unwrap_or(0),
+            None => 0,
+        };
         let terminals = ctx.terminals.as_ref().map_or(0, |host| host.in_use(TERMINAL_BUSY_WINDOW));
         Busy { calls, approvals: ctx.approvals.open().len(), turns, terminals }
     }
@@ -121,6 +120,13 @@ impl Busy {
         }
         parts.join(", ")
     }
+}
+
+/// Coding-agent sessions starting, in a turn, or waiting on a question.
+fn working_turns(host: &crate::sessions::SessionHost) -> usize {
+    let working =
+        |state: &SessionState| matches!(state, SessionState::Starting | SessionState::Working | SessionState::Waiting);
+    host.sessions().map_or(0, |sessions| sessions.iter().filter(|info| working(&info.state)).count())
 }
 
 /// The lock itself: dropping it lets the laptop sleep again.
@@ -176,7 +182,7 @@ pub async fn watch(ctx: Arc<AgentContext>, options: AwakeOptions, cancel: Cancel
             _ = cancel.cancelled() => break,
             _ = ticks.tick() => {}
         }
-        let busy = Busy::of(&ctx);
+        let busy = Busy::of(&ctx).await;
         match (busy.is_busy(), lock.is_some()) {
             (true, false) => {
                 let why = busy.why();
