@@ -46,7 +46,7 @@ pub struct LiveStatus {
     /// A comparison is running.
     pub relay_page_checking: AtomicBool,
     /// The sleep inhibitor (`agent/awake.rs`).
-    pub awake: Arc<super::awake::AwakeShown>,
+    pub awake: Arc<super::power::AwakeShown>,
 }
 
 /// What every session of one agent shares.

@@ -19,6 +19,7 @@ pub mod loopback;
 pub mod notify;
 pub mod outbox;
 pub mod peers;
+pub mod power;
 pub mod retired;
 pub mod session;
 pub mod start;
