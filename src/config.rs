@@ -343,7 +343,7 @@ pub enum Family {
     Exec,
     /// Changes files: `write_file`, `upload_file`, `move_file`, `delete_file`, `restore_file`.
     Write,
-    /// Only reads: `read_file`, `list_dir`, `list_trash`, `screenshot`, `approvals`.
+    /// Only reads: `read_file`, `list_dir`, `list_trash`, `screenshot`, `approvals`, `brief`.
     Read,
     /// Reaches other machines: `fleet`.
     Network,

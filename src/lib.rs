@@ -2,13 +2,8 @@
 //! phone asks for, and serves the same tools to local scripts on a token-gated loopback socket.
 #![forbid(unsafe_code)]
 
-// Layers, top to bottom; a module imports only from its own layer or below, never in a circle
-// (tests/it/layers.rs checks it; docs/ARCHITECTURE.md describes each module):
-//   commands → cli (argument types) → agent, hosted, environments, gemini, sessions → relay
-//   → net, seal, tools, approvals, push, process
-//   → protocol, state, secret, config, audit, error, logging
-// The relay is a leaf: it imports only net and protocol (and secret, text); hosted voice plugs
-// into it as its `PhoneService`.
+// The modules are layered as the table in docs/ARCHITECTURE.md ("Layers") says; tests/it/layers.rs
+// reads that table and holds every import to it.
 pub mod cli;
 pub mod commands;
 

@@ -38,7 +38,7 @@ pub const FAMILIES: &[(&str, Family)] = &[
     ("agent_stop", Family::Exec),
     ("agent_sessions", Family::Exec),
     ("agent_log", Family::Exec),
-    ("brief", Family::Exec),
+    ("brief", Family::Read),
     ("term_open", Family::Exec),
     ("term_attach", Family::Exec),
     ("term_input", Family::Exec),

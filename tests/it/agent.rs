@@ -129,7 +129,8 @@ async fn phone_pairs_through_the_relay() {
 #[tokio::test]
 async fn wrong_token_through_the_relay_is_refused_and_nothing_runs() {
     let relay = TestRelay::start().await;
-    let agent = TestAgent::start(Some(relay.url())).await;
+    // Protocol 2 through the relay, as an operator serving old clients allows.
+    let agent = TestAgent::start_with(Some(relay.url()), |o| o.config.security.require_sealed = false).await;
     let mut phone = phone_socket(&relay, agent.code()).await;
     let challenge = recv_challenge(&mut phone).await;
     // Before any hello, calls are ignored.
@@ -151,7 +152,8 @@ async fn wrong_token_through_the_relay_is_refused_and_nothing_runs() {
 #[tokio::test]
 async fn frames_before_the_hello_are_ignored() {
     let relay = TestRelay::start().await;
-    let agent = TestAgent::start(Some(relay.url())).await;
+    // Protocol 2 through the relay, as an operator serving old clients allows.
+    let agent = TestAgent::start_with(Some(relay.url()), |o| o.config.security.require_sealed = false).await;
     let mut phone = phone_socket(&relay, agent.code()).await;
     let challenge = recv_challenge(&mut phone).await;
     send(&mut phone, json!({"type":"tool_call","id":"early","name":"no_such_tool"})).await;
@@ -275,7 +277,8 @@ async fn an_impostor_agent_on_the_code_learns_no_token_and_the_phone_refuses_it(
 #[tokio::test]
 async fn a_hello_replayed_from_an_earlier_session_is_refused() {
     let relay = TestRelay::start().await;
-    let agent = TestAgent::start(Some(relay.url())).await;
+    // Protocol 2 through the relay, as an operator serving old clients allows.
+    let agent = TestAgent::start_with(Some(relay.url()), |o| o.config.security.require_sealed = false).await;
     // A hello recorded from a session that worked (as the relay, or anyone on the path, sees it).
     let mut first = phone_socket(&relay, agent.code()).await;
     let challenge = recv_challenge(&mut first).await;
@@ -517,7 +520,8 @@ async fn a_late_arrival_of_the_agents_own_abandoned_dial_does_not_stop_it() {
     let addr = listener.local_addr().unwrap();
     drop(listener);
     let url = voxa::config::RelayUrl::parse(&format!("http://{addr}")).unwrap();
-    let mut agent = TestAgent::start(Some(url)).await;
+    // Its phone says a protocol-2 hello through the relay, as an operator serving old clients allows.
+    let mut agent = TestAgent::start_with(Some(url), |o| o.config.security.require_sealed = false).await;
     // Its first dial is made at once and refused before the relay appears.
     agent.wait_event("a refused dial", |event| matches!(event, LinkEvent::Unreachable { .. })).await;
     let relay = TestRelay::start_with(tokio::net::TcpListener::bind(addr).await.unwrap(), Default::default()).await;

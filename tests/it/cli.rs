@@ -98,7 +98,20 @@ fn pair_json_creates_private_secrets_and_the_pairing_url() {
     let object = value.as_object().unwrap();
     let mut keys: Vec<_> = object.keys().map(String::as_str).collect();
     keys.sort();
-    assert_eq!(keys, ["code", "relay", "relay_token_in_link", "token", "url"]);
+    assert_eq!(
+        keys,
+        [
+            "code",
+            "reaches",
+            "relay",
+            "relay_certificate_sha256",
+            "relay_saved",
+            "relay_source",
+            "relay_token_in_link",
+            "token",
+            "url"
+        ]
+    );
     assert_eq!(value["relay_token_in_link"], false, "no relay token here: {value}");
     let (code, token) = (field(&value, "code"), field(&value, "token"));
     assert!(is_secret(code) && is_secret(token), "{value}");
@@ -116,7 +129,10 @@ fn pair_json_creates_private_secrets_and_the_pairing_url() {
 #[test]
 fn pair_reuses_the_secrets_and_rotate_replaces_both() {
     let (_tmp, home) = fresh_home();
-    let first = pair_json(&home, &["pair", "--json"]);
+    let mut first = pair_json(&home, &["pair", "--json"]);
+    // The first pair saves the relay it fell back to: from then on it is the saved one.
+    assert_eq!((first["relay_source"].as_str(), first["relay_saved"].as_bool()), (Some("default"), Some(true)));
+    first["relay_source"] = "saved".into();
     let again = pair_json(&home, &["pair", "--json"]);
     assert_eq!(first, again);
 
@@ -138,6 +154,8 @@ fn pair_reuses_the_secrets_and_rotate_replaces_both() {
 #[test]
 fn global_flags_work_before_and_after_the_command() {
     let (_tmp, home) = fresh_home();
+    // Once paired, so that both say the relay is the saved one.
+    voxa(&home, &["pair"]);
     let after = voxa(&home, &["pair", "--json"]);
     let before = voxa(&home, &["--json", "pair"]);
     assert_eq!(after.status.code(), Some(0));
@@ -466,7 +484,8 @@ fn a_home_that_is_a_file_is_refused() {
 #[test]
 fn a_read_only_home_keeps_its_secrets() {
     let (_tmp, home) = fresh_home();
-    let paired = pair_json(&home, &["pair", "--json"]);
+    let mut paired = pair_json(&home, &["pair", "--json"]);
+    paired["relay_source"] = "saved".into();
     chmod(&home, 0o500);
     // Reading the secrets needs no write.
     assert_eq!(pair_json(&home, &["pair", "--json"]), paired);

@@ -18,8 +18,8 @@ use crate::support::fake_model::{FakeModel, Reply};
 /// The tabs, by element id, in the order they are shown.
 const TABS: [&str; 6] = ["tab-commands", "tab-shell", "tab-files", "tab-screen", "tab-agent", "tab-status"];
 /// Text of the terminal output, of the Shell's rows, and of the open session's conversation.
-const TERMINAL: &str = "#term-out";
-const SHELL_ROWS: &str = "#pty-screen .xterm-rows";
+const TERMINAL: &str = "#commands-out";
+const SHELL_ROWS: &str = "#shell-screen .xterm-rows";
 const CONVERSATION: &str = "#agent-conversation";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,7 +45,7 @@ async fn phone_round(engine: Engine) {
     let laptop = Laptop::start(&bin, &model);
     let name = engine.name();
 
-    browser.open(&laptop.link).await;
+    browser.pair(&laptop.link).await;
     browser.wait_connection("online").await;
     let mark = browser
         .script("const m = document.getElementById('seal-mark'); return m.hidden ? '' : m.textContent;", vec![])
@@ -67,8 +67,9 @@ async fn phone_round(engine: Engine) {
 
     // The Shell: typed into the emulator, read back from its rows.
     browser.press("Shell").await;
-    browser.wait_text("#pty-status", "the terminal to open", |text| text.starts_with("t-")).await;
-    let input = browser.client.find(fantoccini::Locator::Css("#pty-screen textarea")).await.expect("the Shell's input");
+    browser.wait_text("#shell-status", "the terminal to open", |text| text.starts_with("t-")).await;
+    let input =
+        browser.client.find(fantoccini::Locator::Css("#shell-screen textarea")).await.expect("the Shell's input");
     input.send_keys("echo shell-$((6*7))\u{E007}").await.expect("typing into the Shell");
     browser.wait_text(SHELL_ROWS, "the Shell's output", |text| text.contains("shell-42")).await;
     picture(&browser, &format!("{name}-light-shell.png")).await;
@@ -94,7 +95,7 @@ async fn phone_round(engine: Engine) {
 
     // Dark: the same laptop from another browser of the engine.
     let dark = Browser::start_in(engine, Scheme::Dark).await.expect("the engine started once already");
-    dark.open(&laptop.link).await;
+    dark.pair(&laptop.link).await;
     dark.wait_connection("online").await;
     check_tab_icons(&dark, "dark").await;
     picture(&dark, &format!("{name}-dark-online.png")).await;
@@ -427,7 +428,7 @@ async fn on_an_iphone_the_notifications_view_says_push_needs_the_home_screen_and
         let Some(browser) = Browser::start_in_with_args(Engine::WebKit, Scheme::Light, &args).await else { return };
         let relay = TestRelay::start().await;
         let agent = TestAgent::start(Some(relay.url())).await;
-        browser.open(&agent_of(&relay, &agent)).await;
+        browser.pair(&agent_of(&relay, &agent)).await;
         browser.wait_connection("online").await;
         browser.press("Status").await;
         let said = browser.wait_text("#notify-status", "the notifications line", |_| true).await;

@@ -236,7 +236,7 @@ async fn a_hosted_calls_tool_under_ask_waits_for_the_pages_tap_and_no_relay_sock
     let card = browser.wait_text(".approval-card", "the page's own approval", |t| t.contains("Allow")).await;
     assert!(card.contains(allow_own), "{card}");
     browser.press("Allow").await;
-    browser.wait_text("#term-out", "the page's own output", |t| t.contains(own)).await;
+    browser.wait_text("#commands-out", "the page's own output", |t| t.contains(own)).await;
     browser.wait_script("the card to go", "return document.querySelectorAll('.approval-card').length === 0;").await;
 
     // The call: a second socket beside the sealed session; the page says who hears it.

@@ -225,7 +225,7 @@ async fn the_page_from_a_lan_relay_goes_online_sealed_and_shows_the_certificate_
     .await
     .unwrap();
     let pin = relay["certificate_sha256"].as_str().unwrap().to_owned();
-    browser.open(pairing["url"].as_str().unwrap()).await;
+    browser.pair(pairing["url"].as_str().unwrap()).await;
     browser.wait_connection("online").await;
     browser.press("Status").await;
     let facts = browser.wait_text("#facts", "the certificate", |text| text.contains("Certificate")).await;

@@ -1,4 +1,4 @@
-//! The module layers point one way (docs/ARCHITECTURE.md): reads every `src/**/*.rs`, maps each
+//! The module layers point one way, as the table in docs/ARCHITECTURE.md says: reads every `src/**/*.rs`, maps each
 //! `crate::…`, `super::…` and `self::…` path outside test code to the module it names, and fails
 //! on an import from a higher layer, on modules that import each other (directly or round a
 //! longer circle), on a leaf (the relay, its core) importing more than it may, or on the relay's
@@ -7,47 +7,64 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// Layer of each top-level module; a module may import from its own layer and those below.
-/// `main` parses with `cli` and hands the result to `commands`; `cli` holds only the argument
-/// types, which the commands read, so it sits below them.
-const LAYERS: &[(&str, u8)] = &[
-    ("commands", 5),
-    ("cli", 4),
-    ("agent", 3),
-    ("hosted", 3),
-    ("relay", 3),
-    ("environments", 3),
-    ("gemini", 3),
-    ("sessions", 3),
-    ("terminal", 3),
-    ("net", 2),
-    ("seal", 2),
-    ("tools", 2),
-    ("approvals", 2),
-    ("push", 2),
-    ("process", 2),
-    ("protocol", 1),
-    ("state", 1),
-    ("secret", 1),
-    ("config", 1),
-    ("audit", 1),
-    ("error", 1),
-    ("logging", 1),
-    ("text", 1),
-];
+/// The rule as docs/ARCHITECTURE.md's "Layers" tables give it: the layer of each top-level module
+/// (a module may import from its own layer and those below), the leaves that may import only the
+/// modules listed (and their own children) whatever their layer, and the crates a module (and its
+/// children) never names.
+struct Rules {
+    layers: Vec<(String, u8)>,
+    leaves: Vec<(String, Vec<String>)>,
+    forbidden: Vec<(String, Vec<String>)>,
+}
 
-/// Modules that may import only the modules listed (and their own children), whatever their layer.
-/// The relay is a leaf: its edge needs `net` (HTTP heads, the web client's files) and `secret` to
-/// compare the relay token in constant time; its core, which moves frames between the sockets of a
-/// code, only `protocol` (the relay's wire, roles, limits, close codes) and `text` to cut a close
-/// reason on a character boundary — nothing that knows what a session, a tool or a voice call is,
-/// and the core not even what HTTP is. The relay's certificate (ACME) is the relay command's.
-const LEAVES: &[(&str, &[&str])] =
-    &[("relay", &["net", "protocol", "secret", "text"]), ("relay::core", &["protocol", "secret", "text"])];
+/// The rule, read from docs/ARCHITECTURE.md: the one place it is written.
+fn rules() -> Rules {
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/ARCHITECTURE.md");
+    parse_rules(&std::fs::read_to_string(&page).unwrap())
+}
 
-/// Crates a module (and its children) never names: the relay's core sees no HTTP, TLS or ACME.
-const FORBIDDEN_CRATES: &[(&str, &[&str])] =
-    &[("relay::core", &["rustls", "tokio_rustls", "rustls_pki_types", "instant_acme", "rcgen", "hyper", "http"])];
+/// The words in backticks of one table cell.
+fn quoted(cell: &str) -> Vec<String> {
+    cell.split('`').skip(1).step_by(2).map(str::to_owned).collect()
+}
+
+/// The rows of the tables in the page's "Layers" section: `| 3 | `agent`, … |` is a layer,
+/// `| `relay` | `net`, … | `rustls`, … |` a leaf and the crates it never names.
+fn parse_rules(page: &str) -> Rules {
+    let section = page.split("\n## Layers\n").nth(1).expect("a Layers section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let mut rules = Rules { layers: Vec::new(), leaves: Vec::new(), forbidden: Vec::new() };
+    for line in section.lines().filter(|line| line.starts_with('|') && !line.starts_with("|--")) {
+        let cells: Vec<&str> = line.trim().trim_matches('|').split('|').map(str::trim).collect();
+        if let Ok(rank) = cells[0].parse::<u8>() {
+            rules.layers.extend(quoted(cells[1]).into_iter().map(|module| (module, rank)));
+        } else if let [leaf] = quoted(cells[0]).as_slice() {
+            rules.leaves.push((leaf.clone(), quoted(cells.get(1).unwrap_or(&""))));
+            let crates = quoted(cells.get(2).unwrap_or(&""));
+            if !crates.is_empty() {
+                rules.forbidden.push((leaf.clone(), crates));
+            }
+        }
+    }
+    rules
+}
+
+#[test]
+fn the_rule_is_read_from_the_architecture_page() {
+    let rules = rules();
+    let rank = |name: &str| rules.layers.iter().find(|(module, _)| module == name).map(|(_, rank)| *rank);
+    assert_eq!(
+        (rank("commands"), rank("cli"), rank("agent"), rank("tools"), rank("protocol")),
+        (Some(5), Some(4), Some(3), Some(2), Some(1))
+    );
+    assert!(rules.layers.len() > 20, "{} modules in the table", rules.layers.len());
+    let leaf = |name: &str| rules.leaves.iter().find(|(leaf, _)| leaf == name).map(|(_, allowed)| allowed.clone());
+    assert_eq!(leaf("relay::core"), Some(vec!["protocol".to_owned(), "secret".to_owned(), "text".to_owned()]));
+    assert!(rules
+        .forbidden
+        .iter()
+        .any(|(leaf, crates)| leaf == "relay::core" && crates.contains(&"rustls".to_owned())));
+}
 
 #[test]
 fn imports_never_point_up_and_never_close_a_circle() {
@@ -55,7 +72,7 @@ fn imports_never_point_up_and_never_close_a_circle() {
     let mut sources = BTreeMap::new();
     collect(&root, &root, &mut sources);
     assert!(sources.len() > 20, "read only {} files under {}", sources.len(), root.display());
-    let problems = check(&sources);
+    let problems = check(&sources, &rules());
     assert!(problems.is_empty(), "layering broken:\n{}", problems.join("\n"));
 }
 
@@ -81,7 +98,7 @@ fn the_checker_finds_an_upward_import_and_a_circle() {
     .into_iter()
     .map(|(path, text)| (path.to_owned(), text.to_owned()))
     .collect();
-    let problems = check(&sources);
+    let problems = check(&sources, &rules());
     assert!(problems.iter().any(|p| p.contains("net::dial imports agent::session")), "{problems:#?}");
     assert!(problems.iter().any(|p| p.contains("circle") && p.contains("agent::link")), "{problems:#?}");
     assert!(problems.iter().any(|p| p.contains("circle: agent → net → agent")), "{problems:#?}");
@@ -110,7 +127,7 @@ fn the_checker_holds_the_relay_and_its_core_to_their_leaf_imports() {
     .into_iter()
     .map(|(path, text)| (path.to_owned(), text.to_owned()))
     .collect();
-    let problems = check(&sources);
+    let problems = check(&sources, &rules());
     assert_eq!(
         problems,
         [
@@ -147,7 +164,7 @@ fn module_of(file: &str) -> Option<String> {
 }
 
 /// Every problem found, one sentence each.
-fn check(sources: &BTreeMap<String, String>) -> Vec<String> {
+fn check(sources: &BTreeMap<String, String>, rules: &Rules) -> Vec<String> {
     let modules: BTreeSet<String> = sources.keys().filter_map(|f| module_of(f)).collect();
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let test_modules = test_modules(sources);
@@ -159,8 +176,8 @@ fn check(sources: &BTreeMap<String, String>) -> Vec<String> {
             continue;
         }
         let code = strip_tests(&code_only(text));
-        for (holder, crates) in FORBIDDEN_CRATES.iter().filter(|(holder, _)| is_at_or_within(&module, holder)) {
-            for name in crates_named(&code).into_iter().filter(|name| crates.contains(&name.as_str())) {
+        for (holder, crates) in rules.forbidden.iter().filter(|(holder, _)| is_at_or_within(&module, holder)) {
+            for name in crates_named(&code).into_iter().filter(|name| crates.contains(name)) {
                 problems.push(format!("{module} names the crate {name}, which {holder} never uses"));
             }
         }
@@ -175,7 +192,7 @@ fn check(sources: &BTreeMap<String, String>) -> Vec<String> {
             }
         }
     }
-    let rank = |module: &str| LAYERS.iter().find(|(name, _)| *name == top(module)).map(|(_, rank)| *rank);
+    let rank = |module: &str| rules.layers.iter().find(|(name, _)| name == top(module)).map(|(_, rank)| *rank);
     for (from, targets) in &edges {
         for to in targets {
             if let (Some(low), Some(high)) = (rank(from), rank(to)) {
@@ -183,19 +200,19 @@ fn check(sources: &BTreeMap<String, String>) -> Vec<String> {
                     problems.push(format!("{from} imports {to}, a higher layer"));
                 }
             }
-            for (leaf, allowed) in LEAVES.iter().filter(|(leaf, _)| is_at_or_within(from, leaf)) {
-                if !is_at_or_within(to, leaf) && !to.is_empty() && !allowed.contains(&top(to)) {
+            for (leaf, allowed) in rules.leaves.iter().filter(|(leaf, _)| is_at_or_within(from, leaf)) {
+                if !is_at_or_within(to, leaf) && !to.is_empty() && !allowed.iter().any(|module| module == top(to)) {
                     problems.push(format!("{from} imports {to}, and {leaf} may import only {}", allowed.join(", ")));
                 }
             }
             if rank(to).is_none() && !to.is_empty() {
-                problems.push(format!("{to} (imported by {from}) has no layer in tests/it/layers.rs"));
+                problems.push(format!("{to} (imported by {from}) has no layer in docs/ARCHITECTURE.md's table"));
             }
         }
     }
     for module in &modules {
         if !module.is_empty() && rank(module).is_none() {
-            problems.push(format!("{module} has no layer in tests/it/layers.rs"));
+            problems.push(format!("{module} has no layer in docs/ARCHITECTURE.md's table"));
         }
     }
     if let Some(circle) = find_circle(&edges) {

@@ -305,6 +305,10 @@ fn secrets_stay_out_of_every_log_status_error_and_file() {
     keep(&mut outputs, "pair stderr", status, String::new(), pair_err);
     let pair = Pair::from_json(&pair_out);
     assert!(pair_out.contains(&pair.token) && pair_out.contains(&pair.code), "pair prints the secrets on purpose");
+    // The laptop also serves protocol-2 phones through the relay, as for old clients, so a wrong
+    // token there meets the token check, whose refusal must hold no secret either.
+    let mut config = std::fs::OpenOptions::new().append(true).create(true).open(laptop.join("config.toml")).unwrap();
+    std::io::Write::write_all(&mut config, b"\n[security]\nrequire_sealed = false\n").unwrap();
     let (status, issue_out, issue_err) = traced(&laptop, &["env", "issue", "--json"]);
     assert!(status.success(), "{issue_err}");
     keep(&mut outputs, "env issue stderr", status, String::new(), issue_err);
@@ -501,7 +505,8 @@ fn agent_and_relay_trace_output_never_hold_a_secret() {
     let wrong_token = "00ff00ff00ff00ff00ff00ff00ff00ff";
     let (code, token) = runtime.block_on(async {
         let relay = TestRelay::start().await;
-        let agent = TestAgent::start(Some(relay.url())).await;
+        // Protocol 2 through the relay too (old clients), so the wrong token meets the token check.
+        let agent = TestAgent::start_with(Some(relay.url()), |o| o.config.security.require_sealed = false).await;
         // Through the relay (its logs are captured too): a wrong hello, then the right one, and
         // the same malformed hello the loopback gets below.
         let mut phone = phone_socket(&relay, agent.code()).await;
@@ -1055,7 +1060,9 @@ async fn a_storm_of_wrong_phones_through_the_relay_runs_nothing() {
     const ATTEMPTS: usize = 10_000;
     const CONCURRENCY: usize = 50;
     let relay = TestRelay::start().await;
-    let agent = TestAgent::start(Some(relay.url())).await;
+    // Protocol 2 through the relay (an operator serving old clients): every wrong phone meets the
+    // token check itself, not only the refusal of an unsealed hello.
+    let agent = TestAgent::start_with(Some(relay.url()), |o| o.config.security.require_sealed = false).await;
     let status = agent.agent.ctx.status.clone();
     eventually("agent at the relay", || status.relay_connected.load(Ordering::Relaxed)).await;
     let phone_url = format!("ws://{}/ws?code={}", relay.addr, agent.code());

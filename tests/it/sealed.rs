@@ -178,14 +178,16 @@ async fn a_relay_that_flips_injects_replays_drops_or_reorders_ends_the_session_a
     assert!(!workspace.join("flipped.txt").exists());
     assert_eq!(audited(&agent, "flip"), 0);
 
-    // A well-formed tool call injected in the clear after a sealed frame.
+    // A well-formed tool call injected in the clear after a sealed frame. (The first frame passes
+    // alone, so that its answer shows the seal carried it; an answer to the frame the injection
+    // follows may or may not leave before the session ends.)
     let injected = write_call("inject", "injected.txt").to_string();
-    let mitm =
-        Mitm::start(relay.addr, agent.code(), on_sealed(Way::Up, move |_, m| vec![m, Message::text(injected.clone())]))
-            .await;
+    let inject = move |n, m| if n == 0 { vec![m] } else { vec![m, Message::text(injected.clone())] };
+    let mitm = Mitm::start(relay.addr, agent.code(), on_sealed(Way::Up, inject)).await;
     let mut phone = mitm.phone(&agent).await;
     send(&mut phone, json!({"type":"status"})).await;
     assert_eq!(recv_type(&mut phone, "status").await["type"], "status", "the phone's own frame went through");
+    send(&mut phone, json!({"type":"status"})).await;
     assert_broken(&mut phone, &mut agent).await;
     assert!(!workspace.join("injected.txt").exists());
     assert_eq!(audited(&agent, "inject"), 0);
