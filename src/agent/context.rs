@@ -146,8 +146,8 @@ impl AgentContext {
             relay_page: self.status.relay_page.borrow().clone(),
             workspace: self.toolbox().workspace().display().to_string(),
             sees: Some(self.toolbox().sees()),
-            awake: Some(self.status.awake.snapshot()),
-            push: self.notifier.as_ref().and_then(|notifier| notifier.last_push()),
+            awake: Some(Box::new(self.status.awake.snapshot())),
+            push: self.notifier.as_ref().and_then(|notifier| notifier.last_push()).map(Box::new),
         }
     }
 }

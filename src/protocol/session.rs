@@ -317,10 +317,10 @@ pub struct AgentStatus {
     pub sees: Option<AgentSees>,
     /// Whether the agent keeps the laptop awake. Absent from agents older than this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub awake: Option<AwakeStatus>,
+    pub awake: Option<Box<AwakeStatus>>,
     /// The last push and whether its receipt came back; absent before the first push.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub push: Option<PushStatus>,
+    pub push: Option<Box<PushStatus>>,
 }
 
 /// One push, as `status` shows the last one.
