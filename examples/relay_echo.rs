@@ -88,6 +88,8 @@ async fn echo(relay: &str, code: &str, ready: &mpsc::UnboundedSender<String>) ->
                 let _ = ready.send(format!("ready {code}\n"));
             }
             Kind::Left => break,
+            // A push receipt is for agents that send pushes; the echo sends none.
+            Kind::Receipt => {}
             Kind::ClosePeer | Kind::Proven => bail!("the relay sent a message only agents send"),
         }
     }

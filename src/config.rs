@@ -212,6 +212,10 @@ pub struct PushSettings {
     /// endpoint must be `https://` on a public address, checked when it is subscribed and again
     /// before every push.
     pub allow_private_endpoints: bool,
+    /// Seconds an approval's push waits for its receipt before it is sent again, once (default
+    /// 20).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resend_after_secs: Option<u64>,
 }
 
 impl PushSettings {

@@ -16,7 +16,7 @@ const sw = /** @type {ServiceWorkerGlobalScope} */ (/** @type {unknown} */ (self
 /** The cache of the app's files; a new name drops the old copy. */
 const CACHE = 'voxa-app-3';
 /** Requests the cache never answers: the laptop's live data and the WebSocket endpoints. */
-const LIVE = ['/config', '/ws', '/agent', '/live', '/healthz', '/metrics'];
+const LIVE = ['/config', '/ws', '/agent', '/live', '/healthz', '/metrics', '/ack'];
 /** A file name carrying its content hash (`/js/dom.0123456789ab.js`): its bytes never change. */
 const HASHED = /\.([0-9a-f]{12})(?=\.[a-z]+$|$)/;
 
@@ -59,7 +59,7 @@ async function keepChecked(cache, url) {
 
 /**
  * What the laptop pushes (encrypted end to end; the push service reads none of it).
- * @typedef {{title?: unknown, body?: unknown, open?: unknown, tag?: unknown}} Payload
+ * @typedef {{title?: unknown, body?: unknown, open?: unknown, tag?: unknown, ack?: unknown, receipt?: unknown}} Payload
  */
 
 /**
@@ -178,8 +178,26 @@ sw.addEventListener('push', (event) => {
   }
   if (!payload || typeof payload !== 'object') payload = {};
   const { title, options } = notificationFrom(payload);
-  event.waitUntil(sw.registration.showNotification(title, options));
+  event.waitUntil(sw.registration.showNotification(title, options).then(() => acknowledge(payload)));
 });
+
+/**
+ * Tells the laptop the notification is shown: its receipt (a secret only this push carried) to
+ * the relay that served this worker, which passes it on unread (docs/PROTOCOL.md, "Push receipts").
+ * @param {Payload} payload
+ */
+async function acknowledge(payload) {
+  const { ack, receipt } = payload;
+  if (typeof ack !== 'string' || !/^\/ack\?code=[0-9a-f]{32}$/.test(ack)) return;
+  if (typeof receipt !== 'string' || !/^[0-9a-f]{32}$/.test(receipt)) return;
+  try {
+    await fetch(new URL(ack, sw.location.origin).href, {
+      method: 'POST', body: JSON.stringify({ receipt }), credentials: 'omit', cache: 'no-store',
+    });
+  } catch {
+    // The laptop will say "not delivered"; nothing to do here.
+  }
+}
 
 sw.addEventListener('notificationclick', (event) => {
   event.notification.close();

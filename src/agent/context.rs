@@ -45,6 +45,8 @@ pub struct LiveStatus {
     pub relay_page: tokio::sync::watch::Sender<Option<RelayPage>>,
     /// A comparison is running.
     pub relay_page_checking: AtomicBool,
+    /// The sleep inhibitor (`agent/awake.rs`).
+    pub awake: Arc<super::power::AwakeShown>,
 }
 
 /// What every session of one agent shares.
@@ -153,6 +155,8 @@ impl AgentContext {
             relay_page: self.status.relay_page.borrow().clone(),
             workspace: self.toolbox().workspace().display().to_string(),
             sees: Some(self.toolbox().sees()),
+            awake: Some(Box::new(self.status.awake.snapshot())),
+            push: self.notifier.as_ref().and_then(|notifier| notifier.last_push()).map(Box::new),
         }
     }
 }

@@ -7,8 +7,9 @@
 //! session's frames), [`calls`] (each pairing's tool calls, which
 //! outlive its sessions), [`outbox`] (a socket's writer), [`link`]
 //! (the reconnect actor), [`peers`] (the phones on one relay connection), [`loopback`] (the local
-//! server) and [`env_side`] (environment pairings).
+//! server), [`env_side`] (environment pairings) and [`awake`] (the sleep inhibitor).
 
+pub mod awake;
 pub mod calls;
 pub mod context;
 pub mod env_side;
@@ -18,6 +19,7 @@ pub mod loopback;
 pub mod notify;
 pub mod outbox;
 pub mod peers;
+pub mod power;
 pub mod retired;
 pub mod session;
 pub mod start;
@@ -66,6 +68,8 @@ pub struct AgentOptions {
     /// How long after `pair --rotate` the replaced relay code is still answered (and refused);
     /// [`retired::RETIRED_CODE_WINDOW`] in `voxa run`.
     pub retired_window: Duration,
+    /// The sleep inhibitor held while the agent works.
+    pub awake: awake::AwakeOptions,
 }
 
 /// A started agent: its loopback address, shared state and shutdown handle.
@@ -126,6 +130,7 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
         token: options.secrets.auth_token.clone(),
         code: options.secrets.relay_code.clone(),
     };
+    ctx.tasks.spawn(awake::watch(ctx.clone(), options.awake.clone(), shutdown.clone()));
     let link = spawn_relay_links(options, phone_gate, &ctx, &shutdown);
     retired::Rotation { link, ..rotation }.spawn(&ctx, &shutdown);
     Ok(RunningAgent { loopback, ctx, shutdown })
@@ -169,6 +174,10 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
     let push = options.config.push.clone();
     match Notifier::new(&options.home, pairing, options.config.notifications.clone(), push, options.dial.clone()) {
         Ok((notifier, queue)) => {
+            // Through a relay, a service worker can say the push arrived (`POST /ack`).
+            if options.relay.is_some() {
+                notifier.ask_receipts(options.secrets.relay_code.expose());
+            }
             tasks.spawn(queue.run(notifier.clone(), shutdown.clone()));
             tasks.spawn(notify::watch_approvals(
                 ctx.approvals.clone(),

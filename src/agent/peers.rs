@@ -332,6 +332,13 @@ impl RelayLink {
                     Peer::Closed => {}
                 }
             }
+            // A service worker's receipt for a push it showed: only the notifier can tell it from
+            // noise (it checks it against the pushes it sent).
+            Kind::Receipt => {
+                if let Some(notifier) = &self.ctx.notifier {
+                    notifier.receipt(payload);
+                }
+            }
             Kind::ClosePeer | Kind::Proven => debug!("dropped a relay message only agents send"),
         }
         Ok(())

@@ -61,6 +61,7 @@ pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
         gemini,
         events,
         retired_window: agent::retired::RETIRED_CODE_WINDOW,
+        awake: agent::awake::AwakeOptions::default(),
     };
     let agent = agent::start(options, listener, shutdown.clone()).await?;
     home.write_agent_file(port)?;

@@ -10,7 +10,7 @@ use tokio_tungstenite::tungstenite::Message;
 use super::{RelaySource, Settings};
 use crate::config::RelayUrl;
 use crate::error::Exit;
-use crate::protocol::{AgentMessage, AgentStatus, ClientMessage, ConnectedClient};
+use crate::protocol::{AgentMessage, AgentStatus, AwakeStatus, ClientMessage, ConnectedClient, PushStatus};
 use crate::state::AgentFile;
 
 /// `voxa status`.
@@ -60,6 +60,8 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
             "relay_page": live.as_ref().and_then(|l| l.relay_page.clone()),
             "workspace": live.as_ref().map(|l| l.workspace.clone()),
             "relay": live.as_ref().map(|l| l.relay.clone()),
+            "awake": live.as_ref().and_then(|l| l.awake.clone()),
+            "push": live.as_ref().and_then(|l| l.push.clone()),
         })),
     });
     let shown = Shown { relay: &relay, source, lan: lan.as_deref(), configured: &configured };
@@ -137,6 +139,12 @@ fn human_status(
     if let Some(live) = live {
         human.push_str(&connected_lines(&live.connected));
     }
+    if let Some(awake) = live.and_then(|l| l.awake.as_ref()) {
+        human.push_str(&awake_lines(awake));
+    }
+    if let Some(push) = live.and_then(|l| l.push.as_ref()) {
+        human.push_str(&format!("last push:       {}\n", push_line(push)));
+    }
     if let Some(page) = live.and_then(|l| l.relay_page.as_ref()) {
         human.push_str(&format!("relay page:      {}\n", page.describe()));
     }
@@ -148,6 +156,42 @@ fn human_status(
         ));
     }
     human
+}
+
+/// "awake: held since … (a command runs; logind)" and, where there is a battery, the power line.
+fn awake_lines(awake: &AwakeStatus) -> String {
+    let held = match (awake.held, &awake.unavailable) {
+        (true, _) => {
+            let since = awake.since.map(|since| {
+                humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(since))
+                    .to_string()
+            });
+            format!(
+                "held since {} ({}; {})",
+                since.as_deref().unwrap_or("now"),
+                awake.why.as_deref().unwrap_or("busy"),
+                awake.how.as_deref().unwrap_or("inhibitor")
+            )
+        }
+        (false, Some(why)) => format!("not held: the laptop may sleep while voxa works ({why})"),
+        (false, None) => "not held (nothing runs; the laptop may sleep)".to_owned(),
+    };
+    let mut lines = format!("kept awake:      {held}\n");
+    if let Some(on_battery) = awake.on_battery {
+        lines.push_str(&format!("power:           {}\n", if on_battery { "on battery" } else { "on mains" }));
+    }
+    lines
+}
+
+/// "approval, delivered in 1.2 s": the last push and whether its receipt came back.
+fn push_line(push: &PushStatus) -> String {
+    let state = match (push.state.as_str(), push.delivered_after_ms) {
+        ("delivered", Some(ms)) => format!("delivered in {:.1} s", ms as f64 / 1000.0),
+        ("not-delivered", _) => "not delivered".to_owned(),
+        _ => "not acknowledged yet".to_owned(),
+    };
+    let again = if push.resent { " (sent again: the first was not delivered in time)" } else { "" };
+    format!("{}, {state}{again}", push.event)
 }
 
 /// What the relay this home's running agent dials is, as the commands learn it.
@@ -223,4 +267,48 @@ async fn query(settings: &Settings) -> Result<AgentStatus> {
     let status = tokio::time::timeout(std::time::Duration::from_secs(5), wait).await??;
     let _ = socket.close(None).await;
     Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_awake_line_says_held_why_or_why_not() {
+        let held = AwakeStatus {
+            held: true,
+            why: Some("a command runs".into()),
+            since: Some(0),
+            how: Some("logind".into()),
+            on_battery: Some(true),
+            ..AwakeStatus::default()
+        };
+        assert_eq!(
+            awake_lines(&held),
+            "kept awake:      held since 1970-01-01T00:00:00Z (a command runs; logind)\npower:           on battery\n"
+        );
+        let none = AwakeStatus { unavailable: Some("no system D-Bus".into()), ..AwakeStatus::default() };
+        assert_eq!(
+            awake_lines(&none),
+            "kept awake:      not held: the laptop may sleep while voxa works (no system D-Bus)\n"
+        );
+        assert!(awake_lines(&AwakeStatus::default()).contains("nothing runs"));
+    }
+
+    #[test]
+    fn the_push_line_says_delivered_or_not() {
+        let push = |state: &str, ms, resent| PushStatus {
+            event: "approval".into(),
+            state: state.into(),
+            delivered_after_ms: ms,
+            resent,
+            ..PushStatus::default()
+        };
+        assert_eq!(push_line(&push("delivered", Some(1234), false)), "approval, delivered in 1.2 s");
+        assert_eq!(push_line(&push("waiting", None, false)), "approval, not acknowledged yet");
+        assert_eq!(
+            push_line(&push("not-delivered", None, true)),
+            "approval, not delivered (sent again: the first was not delivered in time)"
+        );
+    }
 }

@@ -35,8 +35,9 @@ pub use live::{LiveMessage, LIVE_CALL_PREFIX};
 pub use push::{push_endpoint_host, PushKeys, PushSubscription, MAX_PUSH_ENDPOINT_LEN};
 pub use relay::{PeerRole, PeerState, Presence};
 pub use session::{
-    parse_client, AgentMessage, AgentSees, AgentStatus, CallEntry, CallsFrame, ClientMessage, CodingAgentSeen,
-    ConnectedClient, EnvReach, EnvironmentState, RelayPage, ToolActivityState, TranscriptRole,
+    parse_client, AgentMessage, AgentSees, AgentStatus, AwakeStatus, CallEntry, CallsFrame, ClientMessage,
+    CodingAgentSeen, ConnectedClient, EnvReach, EnvironmentState, PushStatus, RelayPage, ToolActivityState,
+    TranscriptRole,
 };
 pub use terminal::{
     TermAck, TermExit, TermOutput, TermSnapshot, MAX_TERMINALS, MAX_TERM_CELLS, MAX_TERM_INPUT, MAX_TERM_SIZE,

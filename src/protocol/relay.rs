@@ -75,7 +75,7 @@ impl Framing {
         match kind {
             Kind::Text | Kind::Binary | Kind::ClosePeer => true,
             Kind::Proven => self == Framing::V3,
-            Kind::Part | Kind::Joined | Kind::Left => false,
+            Kind::Part | Kind::Joined | Kind::Left | Kind::Receipt => false,
         }
     }
 }
@@ -186,7 +186,14 @@ pub enum Kind {
     /// relay whose code is full makes room for a new phone by closing the oldest peer not proven,
     /// never a proven one.
     Proven,
+    /// A push receipt (relay to agent; peer 0): the body of a `POST /ack?code=…` to the agent's
+    /// code, passed on unread ([`MAX_RECEIPT_LEN`] bytes at most). Agents that do not know the
+    /// kind drop it, as they drop every kind they do not know.
+    Receipt,
 }
+
+/// The largest body of a `POST /ack` the relay passes on as a [`Kind::Receipt`].
+pub const MAX_RECEIPT_LEN: usize = 256;
 
 impl Kind {
     pub fn byte(self) -> u8 {
@@ -198,6 +205,7 @@ impl Kind {
             Kind::Left => 0x11,
             Kind::ClosePeer => 0x12,
             Kind::Proven => 0x13,
+            Kind::Receipt => 0x14,
         }
     }
 
@@ -210,6 +218,7 @@ impl Kind {
             0x11 => Kind::Left,
             0x12 => Kind::ClosePeer,
             0x13 => Kind::Proven,
+            0x14 => Kind::Receipt,
             _ => return None,
         })
     }
@@ -271,7 +280,16 @@ mod tests {
         assert_eq!(split(&header(Kind::Left, 7)), Some((Kind::Left, 7, &[][..])));
         assert_eq!(split(&[0x00, 1, 2, 3]), None, "shorter than a header");
         assert_eq!(split(&[0x03, 0, 0, 0, 1]), None, "unknown kind");
-        for kind in [Kind::Text, Kind::Binary, Kind::Part, Kind::Joined, Kind::Left, Kind::ClosePeer, Kind::Proven] {
+        for kind in [
+            Kind::Text,
+            Kind::Binary,
+            Kind::Part,
+            Kind::Joined,
+            Kind::Left,
+            Kind::ClosePeer,
+            Kind::Proven,
+            Kind::Receipt,
+        ] {
             assert_eq!(Kind::from_byte(kind.byte()), Some(kind));
         }
     }

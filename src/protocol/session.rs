@@ -362,6 +362,52 @@ pub struct AgentStatus {
     /// own shell's. Absent from agents older than this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sees: Option<AgentSees>,
+    /// Whether the agent keeps the laptop awake. Absent from agents older than this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub awake: Option<Box<AwakeStatus>>,
+    /// The last push and whether its receipt came back; absent before the first push.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<Box<PushStatus>>,
+}
+
+/// One push, as `status` shows the last one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushStatus {
+    /// `approval`, `turn_end`, `session_failed` or `test`.
+    pub event: String,
+    /// When it went to the push service, in Unix milliseconds.
+    pub sent_at: u64,
+    /// `"delivered"` (a receipt came back), `"waiting"`, or `"not-delivered"` (none within the
+    /// re-send time).
+    pub state: String,
+    /// From the push to its first receipt, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_after_ms: Option<u64>,
+    /// This push is the one re-send of an approval's push that was not delivered in time.
+    #[serde(default)]
+    pub resent: bool,
+}
+
+/// The sleep inhibitor of a running agent, as `status` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub struct AwakeStatus {
+    /// The inhibitor is held: the laptop does not sleep.
+    pub held: bool,
+    /// While held, why ("a command runs, an approval waits").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+    /// While held, since when, in Unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<u64>,
+    /// Which inhibitor it took last: `"logind"` or `"caffeinate"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub how: Option<String>,
+    /// Why the agent could not take one the last time it tried ("no system D-Bus …").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+    /// The laptop runs on its battery; absent where there is no battery to read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_battery: Option<bool>,
 }
 
 /// A client with a session open on the agent, as `status` shows it.

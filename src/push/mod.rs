@@ -8,6 +8,7 @@
 //! 429 and 5xx answers with backoff and forgetting subscriptions the service calls gone (404/410).
 
 pub mod endpoint;
+pub mod receipts;
 mod send;
 mod subscriptions;
 mod vapid;
@@ -24,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+pub use receipts::{PushStatus, Receipts, RESEND_AFTER};
 pub use send::{Outcome, SEND_TIMEOUT};
 pub use subscriptions::{
     endpoint_host, pairing_id, Entry, Subscription, SubscriptionKeys, Subscriptions, MAX_SUBSCRIPTIONS,
@@ -109,14 +111,28 @@ struct Payload<'a> {
     body: &'a str,
     open: &'a str,
     tag: &'a str,
+    /// Where the service worker acknowledges it (`/ack?code=…`, on the relay that served it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ack: Option<&'a str>,
+    /// The receipt it sends there: a secret only this payload carries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    receipt: Option<&'a str>,
 }
 
 impl Notice {
+    #[cfg(test)]
     fn payload(&self) -> Vec<u8> {
+        self.payload_with(None)
+    }
+
+    /// The payload, with `ack`'s path and receipt when the push asks for one.
+    fn payload_with(&self, ack: Option<(&str, &str)>) -> Vec<u8> {
         let body = crate::text::prefix(&self.body, MAX_BODY_CHARS);
         let title = crate::text::prefix(&self.title, 80);
         let open = crate::text::prefix(&self.open, 200);
-        serde_json::to_vec(&Payload { title, body, open, tag: &topic_header(&self.topic) }).unwrap_or_default()
+        let (ack, receipt) = ack.map_or((None, None), |(path, receipt)| (Some(path), Some(receipt)));
+        serde_json::to_vec(&Payload { title, body, open, tag: &topic_header(&self.topic), ack, receipt })
+            .unwrap_or_default()
     }
 }
 
@@ -152,6 +168,10 @@ struct Inner {
     push: PushSettings,
     dial: DialOptions,
     first_retry_wait: Duration,
+    /// The pushes sent lately, and their receipts.
+    receipts: Receipts,
+    /// Where service workers acknowledge pushes (`/ack?code=…`); unset, pushes ask for none.
+    ack: std::sync::OnceLock<String>,
 }
 
 impl std::fmt::Debug for Notifier {
@@ -174,7 +194,10 @@ impl Notifier {
         let (queue, receiver) = mpsc::channel(NOTIFY_QUEUE);
         let subscriptions = Subscriptions::new(home.clone());
         let first_retry_wait = FIRST_RETRY_WAIT;
-        let inner = Arc::new(Inner { key, pairing, subscriptions, settings, push, dial, first_retry_wait });
+        let receipts = Receipts::new(push.resend_after_secs.map_or(RESEND_AFTER, Duration::from_secs));
+        let ack = std::sync::OnceLock::new();
+        let inner =
+            Arc::new(Inner { key, pairing, subscriptions, settings, push, dial, first_retry_wait, receipts, ack });
         Ok((Notifier { inner, queue }, NoticeQueue { receiver }))
     }
 
@@ -186,6 +209,26 @@ impl Notifier {
         endpoint::check(&subscription.endpoint, self.inner.push.allow_private_endpoints).await?;
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         self.inner.subscriptions.add(&self.inner.pairing, subscription, now)
+    }
+
+    /// Pushes from now on ask the service worker for a receipt at the relay code `code`'s
+    /// `/ack` (the relay passes it to this agent).
+    pub fn ask_receipts(&self, code: &str) {
+        let _ = self.inner.ack.set(format!("/ack?code={code}"));
+    }
+
+    /// A receipt's body from the relay: true when it answers a push sent lately.
+    pub fn receipt(&self, body: &[u8]) -> bool {
+        let known = self.inner.receipts.take(body);
+        if !known {
+            debug!("a receipt that answers no push; dropped");
+        }
+        known
+    }
+
+    /// The last push and whether it arrived, for `status`.
+    pub fn last_push(&self) -> Option<PushStatus> {
+        self.inner.receipts.last()
     }
 
     /// The public key the page subscribes with (`hello_ok`'s `vapid_public_key`).
@@ -220,11 +263,24 @@ impl Notifier {
 
     /// Sends `notice` to every subscription now, with retries, and says what each answered.
     pub async fn send_to_all(&self, notice: &Notice) -> Result<Vec<Delivery>> {
+        Ok(self.send_recorded(notice, false).await?.0)
+    }
+
+    /// [`Notifier::send_to_all`], and the number its receipts are kept under when it asked for
+    /// receipts and a push service took it (`resent`: it is the re-send of one not delivered).
+    async fn send_recorded(&self, notice: &Notice, resent: bool) -> Result<(Vec<Delivery>, Option<u64>)> {
         let entries = self.inner.subscriptions.load()?;
         let mut deliveries = Vec::with_capacity(entries.len());
+        let mut taken = Vec::new();
         for entry in entries {
             let host = entry.subscription.host();
-            let result = self.send_with_retries(&entry.subscription, notice).await;
+            let receipt = self.inner.ack.get().map(|_| receipts::Receipt::new());
+            let ack = self.inner.ack.get().map(String::as_str).zip(receipt.as_ref().map(|r| r.secret.as_str()));
+            let payload = notice.payload_with(ack);
+            let result = self.send_with_retries(&entry.subscription, notice, &payload).await;
+            if let (Ok(Outcome::Delivered(_)), Some(receipt)) = (&result, receipt) {
+                taken.push(receipt);
+            }
             let mut removed = false;
             if let Ok(Outcome::Gone(status)) = &result {
                 removed = self.inner.subscriptions.remove(&entry.subscription.endpoint).unwrap_or(false);
@@ -232,14 +288,15 @@ impl Notifier {
             }
             deliveries.push(Delivery { host, result, removed });
         }
-        Ok(deliveries)
+        let seq = (!taken.is_empty()).then(|| self.inner.receipts.sent(notice.event, &taken, resent));
+        Ok((deliveries, seq))
     }
 
-    async fn send_with_retries(&self, subscription: &Subscription, notice: &Notice) -> Result<Outcome> {
+    async fn send_with_retries(&self, subscription: &Subscription, notice: &Notice, payload: &[u8]) -> Result<Outcome> {
         let mut wait = self.inner.first_retry_wait;
         let mut attempt = 1;
         loop {
-            let result = self.send_once(subscription, notice).await;
+            let result = self.send_once(subscription, notice, payload).await;
             let retry_after = match &result {
                 Ok(Outcome::Later { retry_after, .. }) => *retry_after,
                 Err(err) if err.downcast_ref::<endpoint::NotAllowed>().is_some() => return result,
@@ -257,12 +314,12 @@ impl Notifier {
         }
     }
 
-    async fn send_once(&self, subscription: &Subscription, notice: &Notice) -> Result<Outcome> {
-        let request = self.build(subscription, notice)?;
+    async fn send_once(&self, subscription: &Subscription, notice: &Notice, payload: &[u8]) -> Result<Outcome> {
+        let request = self.build(subscription, notice, payload)?;
         send::post(&request, &self.inner.dial, self.inner.push.allow_private_endpoints).await
     }
 
-    fn build(&self, subscription: &Subscription, notice: &Notice) -> Result<http::Request<Vec<u8>>> {
+    fn build(&self, subscription: &Subscription, notice: &Notice, payload: &[u8]) -> Result<http::Request<Vec<u8>>> {
         use web_push_native::{p256::PublicKey, Auth, WebPushBuilder};
         subscription.validate().map_err(|reason| anyhow!(reason))?;
         let p256dh = URL_SAFE_NO_PAD.decode(subscription.keys.p256dh.trim_end_matches('='))?;
@@ -275,7 +332,7 @@ impl Notifier {
             Auth::clone_from_slice(&auth),
         )
         .with_valid_duration(ttl)
-        .build(notice.payload())
+        .build(payload.to_vec())
         .map_err(|err| anyhow!("could not encrypt the notification: {err}"))?;
         let authorization =
             self.inner.key.authorization(&origin_of(&subscription.endpoint)?, &self.inner.settings.contact)?;
@@ -317,10 +374,28 @@ pub struct NoticeQueue {
 impl NoticeQueue {
     /// Sends queued notices one after another until `cancel`. A notice whose topic has a newer
     /// notice queued behind it is skipped (the newer one replaces it anyway).
+    ///
+    /// An approval's push that a push service took but no service worker acknowledged within the
+    /// re-send time ([`RESEND_AFTER`]) is sent once more, while it is still worth something.
     pub async fn run(mut self, notifier: Notifier, cancel: CancellationToken) {
+        // Approvals' pushes waiting for a receipt: when to look, the notice, its number.
+        let mut waiting: Vec<(tokio::time::Instant, Notice, u64)> = Vec::new();
         loop {
+            let next_look = waiting.iter().map(|(at, ..)| *at).min();
             let first = tokio::select! {
                 _ = cancel.cancelled() => return,
+                () = sleep_until(next_look) => {
+                    let now = tokio::time::Instant::now();
+                    let (due, later): (Vec<_>, Vec<_>) = waiting.drain(..).partition(|(at, ..)| *at <= now);
+                    waiting = later;
+                    for (_, notice, seq) in due {
+                        if !notifier.inner.receipts.delivered(seq) {
+                            info!(event = notice.event.as_str(), "push not acknowledged in time; sending it once more");
+                            let _ = notifier.send_recorded(&notice, true).await;
+                        }
+                    }
+                    continue;
+                }
                 notice = self.receiver.recv() => match notice { Some(n) => n, None => return },
             };
             let mut batch = vec![first];
@@ -336,8 +411,12 @@ impl NoticeQueue {
             for notice in newest {
                 tokio::select! {
                     _ = cancel.cancelled() => return,
-                    result = notifier.send_to_all(&notice) => match result {
-                        Ok(deliveries) => {
+                    result = notifier.send_recorded(&notice, false) => match result {
+                        Ok((deliveries, seq)) => {
+                            if let Some(seq) = seq.filter(|_| notice.event == NotifyEvent::Approval) {
+                                let at = tokio::time::Instant::now() + notifier.inner.receipts.resend_after();
+                                waiting.push((at, notice.clone(), seq));
+                            }
                             for d in deliveries.iter().filter(|d| !matches!(d.result, Ok(Outcome::Delivered(_)))) {
                                 match &d.result {
                                     Ok(outcome) => warn!(host = d.host, status = outcome.status(), event = notice.event.as_str(), "push not delivered"),
@@ -350,6 +429,14 @@ impl NoticeQueue {
                 }
             }
         }
+    }
+}
+
+/// Sleeps until `at`; forever without one.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -121,6 +121,12 @@ impl TerminalHost {
         terminals.iter().map(|terminal| terminal.describe()).collect()
     }
 
+    /// How many terminals still running were written to, typed into or read within `window`.
+    pub fn in_use(&self, window: Duration) -> usize {
+        let terminals = self.inner.terminals.lock().map(|terminals| terminals.clone()).unwrap_or_default();
+        terminals.iter().filter(|terminal| !terminal.has_exited() && terminal.idle_for() < window).count()
+    }
+
     /// Closes terminal `id` and forgets it.
     pub fn close(&self, id: &str) -> Result<(), ToolError> {
         let terminal = self.get(id)?;

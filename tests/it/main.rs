@@ -29,6 +29,7 @@ mod policy;
 mod private_relay;
 mod proof;
 mod push;
+mod reach;
 mod relay;
 mod relay_limits;
 mod relay_proven;

@@ -223,7 +223,7 @@ pub(crate) fn sample_subscription(endpoint: &str) -> Value {
 
 /// The test push service listens on loopback, which a laptop sends to only when told to.
 fn private_endpoints() -> PushSettings {
-    PushSettings { allow_private_endpoints: true }
+    PushSettings { allow_private_endpoints: true, ..PushSettings::default() }
 }
 
 fn home() -> (tempfile::TempDir, Home) {
@@ -655,6 +655,75 @@ mod page {
         chromium.close().await;
         agent.agent.stop().await;
     }
+
+    /// On the relay's page, the service worker shows the laptop's push and sends its receipt to
+    /// the relay's `/ack`; the agent says it was delivered, and so does the page's Status tab.
+    #[tokio::test]
+    async fn the_service_worker_on_the_relays_page_acknowledges_the_push_it_shows() {
+        let Some(chromium) = Chromium::start().await else { return };
+        let relay = TestRelay::start().await;
+        let mut agent =
+            TestAgent::start_with(Some(relay.url()), |options| options.config.push = private_endpoints()).await;
+        agent.wait_event("connected", |event| matches!(event, voxa::agent::LinkEvent::Connected { .. })).await;
+        let service = PushService::start().await;
+        let origin = format!("http://{}", relay.addr);
+        chromium.cdp("Browser.grantPermissions", json!({"origin": origin, "permissions": ["notifications"]})).await;
+        let script = FAKE_PUSH_SERVICE.replace("__ENDPOINT__", &service.endpoint("chromium"));
+        chromium.cdp("Page.addScriptToEvaluateOnNewDocument", json!({"source": script})).await;
+        chromium.pair(&format!("{origin}/#code={}&token={}", agent.code(), agent.token())).await;
+        chromium.wait_connection("online").await;
+        chromium.press("Status").await;
+        chromium.press("Turn on notifications").await;
+        chromium.wait_text("#notify-status", "notifications on", |t| t.contains("Notifications are on")).await;
+
+        assert!(agent.agent.ctx.notifier.as_ref().unwrap().notify(notice("a-7")));
+        eventually("the push", || !service.received().is_empty()).await;
+        let private = chromium.script("return window.__pushPrivate;", vec![]).await;
+        let auth = chromium.script("return window.__pushAuth;", vec![]).await;
+        let held = Browser {
+            secret: p256::SecretKey::from_slice(&URL_SAFE_NO_PAD.decode(private.as_str().unwrap()).unwrap()).unwrap(),
+            auth: URL_SAFE_NO_PAD.decode(auth.as_str().unwrap()).unwrap().try_into().unwrap(),
+        };
+        let data = String::from_utf8(held.decrypt(&service.received()[0].body)).unwrap();
+        assert!(data.contains("\"receipt\""), "{data}");
+        chromium
+            .wait_script("the service worker", "return navigator.serviceWorker.ready.then((r) => !!r.active);")
+            .await;
+        chromium.cdp("ServiceWorker.enable", json!({})).await;
+        let shown = "return navigator.serviceWorker.ready.then((r) => r.getNotifications()).then((l) => l.length);";
+        for _ in 0..4 {
+            chromium
+                .cdp("ServiceWorker.deliverPushMessage", json!({"origin": origin, "registrationId": "0", "data": data}))
+                .await;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+            while chromium.script(shown, vec![]).await == json!(0) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if chromium.script(shown, vec![]).await != json!(0) {
+                break;
+            }
+        }
+        assert_eq!(chromium.script(shown, vec![]).await, json!(1), "the worker shows the notification");
+        // The receipt went worker → relay → agent.
+        let mut client = agent.local_client().await;
+        let mut push = Value::Null;
+        for _ in 0..200 {
+            send(&mut client, json!({"type":"status"})).await;
+            push = recv_type(&mut client, "status").await["push"].clone();
+            if push["state"] == "delivered" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert_eq!(push["state"], "delivered", "{push}");
+        chromium
+            .wait_text("#notify-delivery", "delivered on the page", |t| {
+                t.starts_with("Last notification: delivered in")
+            })
+            .await;
+        chromium.close().await;
+        agent.agent.stop().await;
+    }
 }
 
 #[test]
@@ -670,4 +739,151 @@ fn pair_rotate_forgets_the_old_links_subscriptions() {
     let output = voxa(home.dir(), &["pair", "--rotate", "--no-qr"]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(store.load().unwrap().is_empty(), "a rotated link's browsers are not notified any more");
+}
+
+/// Push receipts: the service worker's `POST /ack` through a real relay to the agent that sent the
+/// push; the test plays the phone's worker with the key only the subscriber holds.
+mod receipts {
+    use serde_json::json;
+
+    use super::*;
+    use crate::support::harness::*;
+    use voxa::agent::LinkEvent;
+
+    /// An agent on `relay` (re-sending after 1 s) with one browser subscribed to `service`.
+    async fn agent_and_phone(relay: &TestRelay, service: &PushService) -> (TestAgent, Browser) {
+        let mut agent = TestAgent::start_with(Some(relay.url()), |options| {
+            options.config.push = PushSettings { allow_private_endpoints: true, resend_after_secs: Some(1) };
+        })
+        .await;
+        agent.wait_event("connected", |event| matches!(event, LinkEvent::Connected { .. })).await;
+        let browser = Browser::new();
+        let home = Home::at(agent.home.path().join("voxa"));
+        let pairing = voxa::push::pairing_id(&agent.secrets.relay_code);
+        Subscriptions::new(home).add(&pairing, browser.subscription(service.endpoint("phone")), 1).unwrap();
+        (agent, browser)
+    }
+
+    async fn pushed(service: &PushService, count: usize) -> Vec<Received> {
+        eventually("the push", || service.received().len() >= count).await;
+        service.received()
+    }
+
+    /// What the service worker does once it showed the notification.
+    async fn acknowledge(relay: &TestRelay, path: &str, body: &str) -> u16 {
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: relay\r\nContent-Type: text/plain;charset=UTF-8\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        http(relay.addr, &request).await.0
+    }
+
+    async fn last_push(agent: &TestAgent) -> Value {
+        let mut client = agent.local_client().await;
+        send(&mut client, json!({"type":"status"})).await;
+        recv_type(&mut client, "status").await["push"].clone()
+    }
+
+    #[tokio::test]
+    async fn a_shown_push_is_acknowledged_through_the_relay_and_only_its_own_receipt_counts() {
+        let relay = TestRelay::start().await;
+        let service = PushService::start().await;
+        let (agent, browser) = agent_and_phone(&relay, &service).await;
+        assert!(agent.agent.ctx.notifier.as_ref().unwrap().notify(notice("a-1")));
+        let received = pushed(&service, 1).await;
+        let payload: Value = serde_json::from_slice(&browser.decrypt(&received[0].body)).unwrap();
+        let ack = payload["ack"].as_str().unwrap().to_owned();
+        assert_eq!(ack, format!("/ack?code={}", agent.code()));
+        let receipt = payload["receipt"].as_str().unwrap().to_owned();
+        assert!(receipt.len() == 32 && receipt.bytes().all(|b| b.is_ascii_hexdigit()), "{receipt}");
+        assert_ne!(receipt, agent.token(), "never the pairing's token");
+        assert_eq!(last_push(&agent).await["state"], "waiting");
+
+        // The relay passes anything on; the agent counts only the receipt it made.
+        let forged = json!({"receipt": "0123456789abcdef0123456789abcdef"}).to_string();
+        assert_eq!(acknowledge(&relay, &ack, &forged).await, 202);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_ne!(last_push(&agent).await["state"], "delivered", "a forged receipt is not a delivery");
+
+        assert_eq!(acknowledge(&relay, &ack, &json!({"receipt": receipt}).to_string()).await, 202);
+        let mut shown = Value::Null;
+        for _ in 0..100 {
+            shown = last_push(&agent).await;
+            if shown["state"] == "delivered" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(shown["state"], "delivered", "{shown}");
+        assert_eq!(shown["event"], "approval");
+        assert_eq!(shown["resent"], false);
+        assert!(shown["delivered_after_ms"].as_u64().unwrap() >= 300, "{shown}");
+        // Delivered: it is not sent again.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(service.received().len(), 1);
+        agent.agent.stop().await;
+    }
+
+    #[tokio::test]
+    async fn an_approvals_push_nobody_acknowledged_is_sent_again_once_and_status_says_so() {
+        let relay = TestRelay::start().await;
+        let service = PushService::start().await;
+        let (agent, browser) = agent_and_phone(&relay, &service).await;
+        assert!(agent.agent.ctx.notifier.as_ref().unwrap().notify(notice("a-2")));
+        // The push service took it (201) and the phone never showed it: dropped on the way.
+        let received = pushed(&service, 2).await;
+        let first: Value = serde_json::from_slice(&browser.decrypt(&received[0].body)).unwrap();
+        let again: Value = serde_json::from_slice(&browser.decrypt(&received[1].body)).unwrap();
+        assert_eq!(first["body"], again["body"]);
+        assert_ne!(first["receipt"], again["receipt"], "a new receipt for the re-send");
+        let shown = last_push(&agent).await;
+        assert_eq!(shown["resent"], true, "{shown}");
+        // Once only.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert_eq!(service.received().len(), 2);
+        let shown = last_push(&agent).await;
+        assert_eq!(
+            (shown["state"].as_str(), shown["resent"].as_bool()),
+            (Some("not-delivered"), Some(true)),
+            "{shown}"
+        );
+        // A late receipt still counts: the re-send shows as delivered once its worker answers.
+        let ack = again["ack"].as_str().unwrap();
+        assert_eq!(acknowledge(&relay, ack, &json!({"receipt": again["receipt"]}).to_string()).await, 202);
+        eventually_status(&agent, "delivered").await;
+        agent.agent.stop().await;
+    }
+
+    async fn eventually_status(agent: &TestAgent, state: &str) {
+        for _ in 0..100 {
+            if last_push(agent).await["state"] == state {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the last push never became {state}");
+    }
+
+    #[tokio::test]
+    async fn the_ack_endpoint_is_bounded_and_rate_limited() {
+        let relay = TestRelay::start().await;
+        let code = "0123456789abcdef0123456789abcdef";
+        let path = format!("/ack?code={code}");
+        let get = format!("GET {path} HTTP/1.1\r\nHost: relay\r\n\r\n");
+        assert_eq!(http(relay.addr, &get).await.0, 405);
+        let bad_code = "POST /ack?code=XYZ HTTP/1.1\r\nHost: relay\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(http(relay.addr, bad_code).await.0, 400);
+        let no_length = format!("POST {path} HTTP/1.1\r\nHost: relay\r\n\r\n");
+        assert_eq!(http(relay.addr, &no_length).await.0, 411);
+        let large = format!("POST {path} HTTP/1.1\r\nHost: relay\r\nContent-Length: 100000\r\n\r\n");
+        assert_eq!(http(relay.addr, &large).await.0, 413);
+        assert_eq!(acknowledge(&relay, &path, "{}").await, 404, "no agent holds the code");
+        // 30 a minute per code: the answers above counted, and past 30 the relay says 429.
+        let mut statuses = Vec::new();
+        for _ in 0..40 {
+            statuses.push(acknowledge(&relay, &path, "{}").await);
+        }
+        assert!(statuses.iter().filter(|s| **s == 404).count() <= 30, "{statuses:?}");
+        assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    }
 }

@@ -245,6 +245,16 @@ impl Hub {
         }
     }
 
+    /// Queues a push receipt (the body of a `POST /ack`, unread) for the agent of `code`; false
+    /// when no agent holds it. The edge bounds its size and how often it comes.
+    pub(crate) fn receipt(&self, code: u128, body: &[u8]) -> bool {
+        let Some(slot) = lock(&self.slots).get(&code).cloned() else { return false };
+        let members = lock(&slot.members);
+        let Some(agent) = &members.agent else { return false };
+        agent.queue.push_notice(OutFrame::tagged(header(Kind::Receipt, 0), body.to_vec()));
+        true
+    }
+
     /// Whether an agent holds `code` now.
     pub(crate) fn has_agent(&self, code: u128) -> bool {
         let slot = lock(&self.slots).get(&code).cloned();

@@ -172,6 +172,11 @@ impl Core {
         Membership { hub: Arc::clone(&self.hub), claim }
     }
 
+    /// Passes a push receipt to the agent of `code`, unread; false when no agent holds it.
+    pub(crate) fn receipt(&self, code: u128, body: &[u8]) -> bool {
+        self.hub.receipt(code, body)
+    }
+
     pub(crate) fn limits(&self) -> SocketLimits {
         self.limits
     }

@@ -295,7 +295,7 @@ impl Deliver for AgentMessages<'_> {
                 Kind::Text | Kind::Binary => Some(Reading::Data { peer, text: kind == Kind::Text, begun: false }),
                 Kind::ClosePeer => Some(Reading::ClosePeer { peer, payload: Vec::new() }),
                 Kind::Proven => Some(Reading::Proven { peer }),
-                Kind::Part | Kind::Joined | Kind::Left => None,
+                Kind::Part | Kind::Joined | Kind::Left | Kind::Receipt => None,
             };
             match next.filter(|_| self.framing.agent_sends(kind)) {
                 Some(next) => self.state = next,

@@ -1,12 +1,13 @@
 //! The relay's edge: it accepts connections, admits them (`admission`: the connection limits),
 //! finishes TLS, reads each request head, routes it (`route`: `/agent`, `/ws`, the service's
-//! path, `/healthz`, the web app's pages), checks the relay token and upgrades, then hands the
+//! path, `/healthz`, `/ack`'s push receipts (`receipt`), the web app's pages), checks the relay token and upgrades, then hands the
 //! stream to the core ([`Core::accept`]) or to the registered [`PhoneService`]. `shard` runs the
 //! listeners and per-core runtimes and moves a socket to the shard of its code before its
 //! upgrade; `prometheus` serves the core's metrics on a listener of its own.
 
 mod admission;
 mod prometheus;
+mod receipt;
 mod route;
 mod shard;
 
@@ -50,6 +51,8 @@ struct Edge {
     max_connections: usize,
     open_connections: Arc<AtomicUsize>,
     per_ip: Arc<PerIp>,
+    /// The limits of `POST /ack`.
+    receipts: receipt::ReceiptLimits,
     next_conn: AtomicU64,
     /// Each shard's queue of sockets handed over to it; empty with a single shard.
     shards: Vec<mpsc::Sender<Handoff>>,
@@ -73,6 +76,7 @@ impl Edge {
             max_connections: config.max_connections,
             open_connections: Arc::new(AtomicUsize::new(0)),
             per_ip: Arc::new(PerIp { max: config.max_connections_per_ip, held: Mutex::default() }),
+            receipts: receipt::ReceiptLimits::default(),
             next_conn: AtomicU64::new(1),
             shards,
         }))
@@ -181,6 +185,11 @@ async fn serve_stream<S: EdgeStream>(
     let upgrade = match route {
         Route::Health => return http::respond(&mut stream, 200, "OK", "ok").await.context("answering /healthz"),
         Route::Web => return Ok(()),
+        Route::Receipt { code } => {
+            return receipt::answer(edge, &mut stream, &head, leftover, code, guard.peer)
+                .await
+                .context("answering /ack")
+        }
         Route::Refuse(refusal) => {
             let path = printable_path(&head, edge.service.as_deref());
             debug!(status = refusal.status, path, "request refused");

@@ -14,6 +14,7 @@ pub(super) fn printable_path(head: &RequestHead, service: Option<&dyn PhoneServi
         "/agent" => "/agent",
         "/ws" => "/ws",
         "/healthz" => "/healthz",
+        "/ack" => "/ack",
         path if service.is_some_and(|service| service.path() == path) => "<service>",
         path if WebApp::serves(path) => "<web client>",
         _ => "<other>",
@@ -36,6 +37,10 @@ pub(super) enum Route {
     Phone {
         code: u128,
     },
+    /// A push receipt (`POST /ack?code=…`) for the agent of `code`.
+    Receipt {
+        code: u128,
+    },
     /// The [`PhoneService`]'s path: a phone socket the service serves.
     Service {
         code: u128,
@@ -55,6 +60,8 @@ pub(super) struct Refusal {
 const NOT_FOUND: Refusal = Refusal { status: 404, reason: "Not Found", headers: &[], body: "not found" };
 const METHOD_NOT_ALLOWED: Refusal =
     Refusal { status: 405, reason: "Method Not Allowed", headers: &[("allow", "GET")], body: "method not allowed" };
+const POST_ONLY: Refusal =
+    Refusal { status: 405, reason: "Method Not Allowed", headers: &[("allow", "POST")], body: "method not allowed" };
 const UNAUTHORIZED: Refusal = Refusal {
     status: 401,
     reason: "Unauthorized",
@@ -84,6 +91,14 @@ pub(super) fn route(head: &RequestHead, token: Option<&Secret>, service: Option<
     let role = match head.path.as_str() {
         "/healthz" if head.method == "GET" => return Route::Health,
         "/healthz" => return Route::Refuse(METHOD_NOT_ALLOWED),
+        // Never behind the relay token: a service worker has none, and the code is the capability.
+        "/ack" if head.method != "POST" => return Route::Refuse(POST_ONLY),
+        "/ack" => {
+            return match head.query_param("code").and_then(parse_code) {
+                Some(code) => Route::Receipt { code },
+                None => Route::Refuse(BAD_CODE),
+            }
+        }
         path if WebApp::serves(path) => return Route::Web,
         "/agent" => PeerRole::Agent,
         "/ws" => PeerRole::Phone,
@@ -216,6 +231,10 @@ mod tests {
         assert_eq!(route_of(&head("GET /healthz HTTP/1.1\r\n\r\n"), None), Route::Health);
         assert_eq!(route_of(&head("POST /healthz HTTP/1.1\r\n\r\n"), None), Route::Refuse(METHOD_NOT_ALLOWED));
         assert_eq!(route_of(&upgrade("/nope", ""), None), Route::Refuse(NOT_FOUND));
+        let ack = head(&format!("POST /ack?code={CODE} HTTP/1.1\r\nContent-Length: 2\r\n\r\n"));
+        assert_eq!(route_of(&ack, Some(&Secret::from_string("t".into()))), Route::Receipt { code }, "no relay token");
+        assert_eq!(route_of(&head(&format!("GET /ack?code={CODE} HTTP/1.1\r\n\r\n")), None), Route::Refuse(POST_ONLY));
+        assert_eq!(route_of(&head("POST /ack?code=XYZ HTTP/1.1\r\n\r\n"), None), Route::Refuse(BAD_CODE));
         assert_eq!(route_of(&head("GET /?code=abc&token=def HTTP/1.1\r\n\r\n"), None), Route::Web);
         assert_eq!(route_of(&head("GET /js/main.js HTTP/1.1\r\n\r\n"), None), Route::Web);
         assert_eq!(route_of(&head("GET /config HTTP/1.1\r\n\r\n"), Some(&Secret::from_string("t".into()))), Route::Web);

@@ -199,6 +199,8 @@ pub fn options(home: &TempDir, workspace: &TempDir, relay: Option<RelayUrl>) -> 
         gemini: None,
         events: link_events(),
         retired_window: voxa::agent::retired::RETIRED_CODE_WINDOW,
+        // A test holds no inhibitor unless it asks (tests/it/reach.rs gives it a test logind).
+        awake: voxa::agent::awake::AwakeOptions { inhibitor: voxa::agent::awake::Inhibitor::Off, ..Default::default() },
     };
     (options, secrets)
 }
@@ -390,7 +392,7 @@ where
                             _ => Message::binary(whole),
                         }
                     }
-                    Kind::ClosePeer | Kind::Proven => continue,
+                    Kind::ClosePeer | Kind::Proven | Kind::Receipt => continue,
                 };
                 if test_tx.send(message).await.is_err() {
                     return;

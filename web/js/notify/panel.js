@@ -4,6 +4,7 @@
 // laptop encrypts it for this browser alone. Lives in the status panel.
 
 import { part } from '../dom.js';
+import { showDelivery } from './delivery.js';
 
 /** @typedef {import('../app.js').Context} Context */
 
@@ -56,6 +57,7 @@ export class Notifications {
     this.button = part(root, 'notify-on', HTMLButtonElement);
     this.line = part(root, 'notify-status', HTMLElement);
     this.button.addEventListener('click', () => this.turnOn());
+    showDelivery(part(root, 'notify-delivery', HTMLElement), part(root, 'awake', HTMLElement), store);
     store.watch(['online', 'hello'], () => this.show());
     // A tapped notification opens the page on what it was about: `#session=…` shows the agent
     // tab; approvals show above every tab by themselves. (Read before the app scrubs the address.)

@@ -1,0 +1,124 @@
+//! `POST /ack?code=…`: a push receipt from a phone's service worker, which cannot open a
+//! WebSocket, passed to that code's agent as a `RECEIPT` message without being read. The body is
+//! bounded ([`MAX_RECEIPT_LEN`]) and the endpoint rate-limited per code and per address, so a
+//! stranger can neither flood an agent nor hold the relay's memory. The agent alone can tell a
+//! receipt from noise (docs/SECURITY.md, "Push receipts").
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+
+use super::Edge;
+use crate::net::http::{self, RequestHead};
+use crate::protocol::relay::MAX_RECEIPT_LEN;
+
+/// Receipts one code may get in a [`WINDOW`]: a few phones acknowledging a few pushes each.
+pub const PER_CODE: u32 = 30;
+/// Receipts one address may send in a [`WINDOW`].
+pub const PER_ADDRESS: u32 = 60;
+/// The window the limits count in.
+pub const WINDOW: Duration = Duration::from_secs(60);
+/// Time the body may take to arrive after the head.
+const BODY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Keys a limiter remembers; past it, windows that ended are forgotten, and if none has, the
+/// newcomer is refused (the relay never grows without bound).
+const MAX_KEYS: usize = 16_384;
+
+/// Counts per key in fixed windows.
+pub(super) struct Limiter<K> {
+    max: u32,
+    counts: Mutex<HashMap<K, (Instant, u32)>>,
+}
+
+impl<K: Hash + Eq + Copy> Limiter<K> {
+    pub(super) fn new(max: u32) -> Self {
+        Limiter { max, counts: Mutex::default() }
+    }
+
+    /// Counts one for `key` at `now`: false when it is over its limit.
+    pub(super) fn take(&self, key: K, now: Instant) -> bool {
+        let Ok(mut counts) = self.counts.lock() else { return false };
+        if counts.len() >= MAX_KEYS && !counts.contains_key(&key) {
+            counts.retain(|_, (start, _)| now.duration_since(*start) < WINDOW);
+            if counts.len() >= MAX_KEYS {
+                return false;
+            }
+        }
+        let (start, count) = counts.entry(key).or_insert((now, 0));
+        if now.duration_since(*start) >= WINDOW {
+            (*start, *count) = (now, 0);
+        }
+        *count += 1;
+        *count <= self.max
+    }
+}
+
+/// The limits of the receipt endpoint, shared by every shard.
+pub(super) struct ReceiptLimits {
+    pub per_code: Limiter<u128>,
+    pub per_address: Limiter<IpAddr>,
+}
+
+impl Default for ReceiptLimits {
+    fn default() -> Self {
+        ReceiptLimits { per_code: Limiter::new(PER_CODE), per_address: Limiter::new(PER_ADDRESS) }
+    }
+}
+
+/// Reads the receipt's body and passes it on: 202 when the code's agent got it, 404 when no
+/// agent holds the code, 411/413 for a body without a length or too long, 429 past a limit.
+pub(super) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
+    edge: &Edge,
+    stream: &mut S,
+    head: &RequestHead,
+    leftover: Vec<u8>,
+    code: u128,
+    client: IpAddr,
+) -> anyhow::Result<()> {
+    let now = Instant::now();
+    if !edge.receipts.per_address.take(client, now) || !edge.receipts.per_code.take(code, now) {
+        edge.core.metrics().refused(429);
+        return Ok(http::respond(stream, 429, "Too Many Requests", "too many receipts").await?);
+    }
+    if head.header("transfer-encoding").is_some() {
+        return Ok(http::respond(stream, 411, "Length Required", "a receipt needs content-length").await?);
+    }
+    let Some(len) = head.single_header("content-length").and_then(|len| len.trim().parse::<usize>().ok()) else {
+        return Ok(http::respond(stream, 411, "Length Required", "a receipt needs content-length").await?);
+    };
+    if len > MAX_RECEIPT_LEN || leftover.len() > len {
+        edge.core.metrics().refused(413);
+        return Ok(http::respond(stream, 413, "Payload Too Large", "a receipt is at most 256 bytes").await?);
+    }
+    let mut body = leftover;
+    let start = body.len();
+    body.resize(len, 0);
+    match tokio::time::timeout(BODY_TIMEOUT, stream.read_exact(&mut body[start..])).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(_)) | Err(_) => return Ok(()),
+    }
+    if edge.core.receipt(code, &body) {
+        Ok(http::respond(stream, 202, "Accepted", "passed on").await?)
+    } else {
+        Ok(http::respond(stream, 404, "Not Found", "no laptop holds this code").await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_limiter_counts_per_key_in_windows() {
+        let limiter = Limiter::new(2);
+        let now = Instant::now();
+        assert!(limiter.take(1u8, now) && limiter.take(1, now));
+        assert!(!limiter.take(1, now), "the third in a window");
+        assert!(limiter.take(2, now), "another key has its own count");
+        assert!(limiter.take(1, now + WINDOW), "a new window");
+    }
+}
