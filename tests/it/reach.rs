@@ -42,14 +42,13 @@ impl Manager {
         why: String,
         mode: String,
     ) -> zbus::fdo::Result<zbus::zvariant::OwnedFd> {
-        let (reader, writer) = std::io::pipe().map_err(|err| zbus::fdo::Error::Failed(err.to_string()))?;
+        let (reader, writer) = rustix::pipe::pipe().map_err(|err| zbus::fdo::Error::Failed(err.to_string()))?;
         let index = {
             let mut record = self.record.lock().unwrap();
             record.push(Inhibition { what, who, why, mode, released: false });
             record.len() - 1
         };
         let record = self.record.clone();
-        let reader = std::os::fd::OwnedFd::from(reader);
         tokio::spawn(async move {
             // End of file once every copy of the write end is closed.
             let mut reader = tokio::net::unix::pipe::Receiver::from_owned_fd(reader).unwrap();
@@ -57,7 +56,7 @@ impl Manager {
             while reader.read(&mut byte).await.map(|n| n > 0).unwrap_or(false) {}
             record.lock().unwrap()[index].released = true;
         });
-        Ok(zbus::zvariant::OwnedFd::from(std::os::fd::OwnedFd::from(writer)))
+        Ok(zbus::zvariant::OwnedFd::from(writer))
     }
 }
 
