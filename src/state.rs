@@ -84,7 +84,24 @@ pub struct Home {
     dir: PathBuf,
 }
 
+/// The pairing tickets the printed links carry (`tickets` reads and writes them).
+pub const TICKETS_FILE: &str = "tickets.json";
+/// Held while the tickets are read or written.
+pub const TICKETS_LOCK: &str = ".tickets.lock";
+
 impl Home {
+    /// Forgets every pairing ticket (a rotation: a link printed before opens nothing).
+    pub fn forget_tickets(&self) -> anyhow::Result<()> {
+        let _lock = self.lock_file(TICKETS_LOCK)?;
+        match std::fs::remove_file(self.path(TICKETS_FILE)) {
+            Ok(()) => Ok(()),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(err) => {
+                Err(anyhow::Error::new(err).context(format!("could not remove {}", self.path(TICKETS_FILE).display())))
+            }
+        }
+    }
+
     /// `explicit` (from `--home` or `VOXA_HOME`), else `~/.voxa`.
     pub fn locate(explicit: Option<PathBuf>) -> Result<Self> {
         let dir = match explicit {
@@ -209,7 +226,7 @@ impl Home {
             .map(|relay_code| RetiredCode { relay_code, rotated_at: SystemTime::now() });
         let secrets = Secrets { relay_code: Secret::generate()?, auth_token: Secret::generate()? };
         // Every link printed before opens nothing: its ticket would be traded for the new token.
-        crate::tickets::clear(self)?;
+        self.forget_tickets()?;
         let mut journal = format!("{}\n{}\n", secrets.relay_code.expose(), secrets.auth_token.expose());
         if let Some(retired) = &retired {
             journal.push_str(&retired.to_text());

@@ -19,9 +19,9 @@ use crate::secret::Secret;
 use crate::state::{check_private, read_text_if_exists, Home};
 
 /// The home file of the tickets.
-pub const TICKETS_FILE: &str = "tickets.json";
+pub use crate::state::TICKETS_FILE;
 /// Held while the tickets are read and written.
-const TICKETS_LOCK: &str = ".tickets.lock";
+use crate::state::TICKETS_LOCK;
 /// How long a ticket opens a hello after it was made.
 pub const TICKET_LIFETIME: Duration = Duration::from_secs(15 * 60);
 /// Unspent tickets kept at once; making one more drops the oldest.
@@ -126,12 +126,7 @@ pub fn redeem<T>(home: &Home, now: SystemTime, mut check: impl FnMut(&Secret) ->
 
 /// Forgets every ticket: `pair --rotate` makes every link printed before it open nothing.
 pub fn clear(home: &Home) -> Result<()> {
-    let _lock = home.lock_file(TICKETS_LOCK)?;
-    match std::fs::remove_file(home.path(TICKETS_FILE)) {
-        Ok(()) => Ok(()),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(err) => Err(err).with_context(|| format!("could not remove {}", home.path(TICKETS_FILE).display())),
-    }
+    home.forget_tickets()
 }
 
 /// Unspent tickets in time, for `status`.

@@ -254,11 +254,6 @@ impl Session {
         }
         let following = self.cancel.child_token();
         self.following = Some(following.clone());
-        self.ctx.tasks.spawn(tell_relay_page(
-            self.ctx.status.relay_page.subscribe(),
-            self.out.clone(),
-            following.clone(),
-        ));
         let approvals = self.ctx.dispatcher.judge_frame(&self.caller, &FrameAction::FollowApprovals);
         let sessions = match &self.ctx.sessions {
             Some(_) => self.ctx.dispatcher.judge_frame(&self.caller, &FrameAction::FollowSessions),
@@ -268,6 +263,12 @@ impl Session {
             let message = rule.refusal("follow").message;
             return self.send(AgentMessage::Error { code: ErrorCode::DeniedByPolicy, message: Some(message) }).await;
         }
+        // A client the policy lets follow hears what the comparison of the relay's page found.
+        self.ctx.tasks.spawn(tell_relay_page(
+            self.ctx.status.relay_page.subscribe(),
+            self.out.clone(),
+            following.clone(),
+        ));
         if let Some(router) = self.ctx.dispatcher.router().cloned() {
             // Every paired environment, as far as this host's policy lets the client follow here
             // without asking; each environment's own policy decides there.

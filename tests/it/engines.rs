@@ -95,7 +95,7 @@ async fn phone_round(engine: Engine) {
 
     // Dark: the same laptop from another browser of the engine.
     let dark = Browser::start_in(engine, Scheme::Dark).await.expect("the engine started once already");
-    dark.pair(&laptop.link).await;
+    dark.pair(&laptop.another_link()).await;
     dark.wait_connection("online").await;
     check_tab_icons(&dark, "dark").await;
     picture(&dark, &format!("{name}-dark-online.png")).await;

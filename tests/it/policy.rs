@@ -188,6 +188,8 @@ async fn at_the_frame_door_a_denied_approve_answers_nothing_and_follow_shows_no_
     .await;
     let mut phone = agent.phone(&relay).await;
     send(&mut phone, json!({"type":"follow"})).await;
+    // A follower hears what the laptop found of the relay's page, and nothing of the approvals.
+    assert_eq!(recv_json(&mut phone).await["type"], "relay_page");
     let mut laptop = agent.local_client().await;
     send(&mut laptop, call("w1", "write_file", json!({"path": "planted.sh", "content": "echo hi"}))).await;
     let broker = agent.agent.ctx.approvals.clone();

@@ -162,7 +162,7 @@ async fn the_address_keeps_the_place_and_a_grant_is_seen_and_revoked_from_the_ph
 
     if std::env::var_os("VOXA_DOCS_SCREENSHOTS").is_some() {
         let Some(dark) = Browser::start_with(Scheme::Dark).await else { return };
-        dark.pair(&laptop.link).await;
+        dark.pair(&laptop.another_link()).await;
         dark.wait_connection("online").await;
         dark.press("Agent").await;
         dark.press("Folder: workspace").await;

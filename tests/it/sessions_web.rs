@@ -49,6 +49,15 @@ impl Laptop {
         let workspace = dirs.1.path().canonicalize().unwrap();
         Laptop { run, link, home, workspace, _dirs: dirs, _claude_home: claude_home }
     }
+
+    /// A new pairing link for another browser: `voxa pair` beside the running agent prints the link
+    /// of the relay it dials, with a ticket of its own (a link's ticket works once).
+    pub fn another_link(&self) -> String {
+        let out = crate::support::voxa(&self.home, &["pair", "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        value["url"].as_str().unwrap().to_owned()
+    }
 }
 
 /// Text of the open session's conversation.
@@ -164,7 +173,7 @@ async fn the_agent_view_streams_asks_renders_safely_and_shows_the_history_once_a
 
     if std::env::var_os("VOXA_DOCS_SCREENSHOTS").is_some() {
         let Some(dark) = Browser::start_with(Scheme::Dark).await else { return };
-        dark.pair(&laptop.link).await;
+        dark.pair(&laptop.another_link()).await;
         dark.wait_connection("online").await;
         dark.press("Agent").await;
         dark.press("Write a greeting to notes.md").await;
