@@ -146,7 +146,9 @@ async fn a_lan_relay_serves_https_with_the_printed_fingerprint_to_a_client_that_
     let (socket, _) =
         tokio_tungstenite::client_async(request, Box::new(tls) as Box<dyn voxa::net::dial::Io>).await.unwrap();
     let mut phone = voxa::seal::Socket::plain(socket);
-    say_hello(&mut phone, &secrets["token"]).await;
+    // The link carries a one-time ticket; a client holding the pairing says the home's token.
+    let token = std::fs::read_to_string(home.join(voxa::state::AUTH_TOKEN_FILE)).unwrap();
+    say_hello(&mut phone, token.trim()).await;
     assert!(phone.is_sealed());
     std::fs::write(workspace.path().join("note.txt"), "on the same Wi-Fi\n").unwrap();
     send(&mut phone, json!({"type": "tool_call", "id": "l1", "name": "read_file", "args": {"path": "note.txt"}})).await;
@@ -165,7 +167,9 @@ async fn a_lan_relay_serves_https_with_the_printed_fingerprint_to_a_client_that_
     assert!(status.contains(&format!("relay:   {url} (in the running agent, for this network (--lan))")), "{status}");
     assert!(status.contains(&format!("certificate: SHA-256 {pin}")), "{status}");
     let paired = String::from_utf8_lossy(&shown.1.stdout).into_owned();
-    assert!(paired.lines().any(|line| line == link), "{paired}");
+    // The same link, with a ticket of its own (a link's ticket works once).
+    let (before_ticket, _) = link.split_once("&ticket=").unwrap();
+    assert!(paired.lines().any(|line| line.starts_with(&format!("{before_ticket}&ticket="))), "{paired}");
     assert!(paired.contains(&format!("  {pin}\n")) && paired.contains("a phone on this network"), "{paired}");
     for words in ["warns once", "secure page", "another machine could answer first", "a network you trust"] {
         assert!(paired.contains(words), "{words:?} missing from {paired}");
