@@ -232,19 +232,12 @@ fn countdown(text: &str) -> Option<u64> {
     rest.split(' ').next()?.parse().ok()
 }
 
-/// Switches the browser's emulated network off or on, as a phone that loses and finds it.
-async fn network(browser: &crate::support::browser::Browser, online: bool) {
-    browser.cdp("Network.enable", json!({})).await;
-    let conditions = json!({"offline": !online, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1});
-    browser.cdp("Network.emulateNetworkConditions", conditions).await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_network_coming_back_is_not_waited_out() {
     let Some(scene) = Scene::start().await else { return };
     let browser = &scene.browser;
     scene.open_online().await;
-    network(browser, false).await;
+    browser.set_online(false).await;
     // Offline, the page leaves the session at once and keeps trying, backing off further each time.
     let region = browser.control("status", "Connection").await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
@@ -257,7 +250,7 @@ async fn the_network_coming_back_is_not_waited_out() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let back = tokio::time::Instant::now();
-    network(browser, true).await;
+    browser.set_online(true).await;
     browser.wait_connection("laptop online").await;
     // Online well before the countdown would have let it try again.
     assert!(

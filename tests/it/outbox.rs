@@ -134,20 +134,13 @@ async fn a_cancel_sent_again_gets_the_same_receipt() {
 
 // ---- the page's outbox, in Chromium at the phone's size ---------------------------------------
 
-/// Switches the browser's emulated network off or on.
-async fn network(browser: &crate::support::browser::Browser, online: bool) {
-    browser.cdp("Network.enable", json!({})).await;
-    let conditions = json!({"offline": !online, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1});
-    browser.cdp("Network.emulateNetworkConditions", conditions).await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_typed_offline_wait_are_sent_once_when_back_and_say_so() {
     use crate::web::{Scene, TERMINAL};
     let Some(scene) = Scene::start().await else { return };
     let browser = &scene.browser;
     scene.open_online().await;
-    network(browser, false).await;
+    browser.set_online(false).await;
     browser.wait_connection("reconnecting").await;
     browser.type_into("Command", "echo typed-on-the-train >> train.txt; cat train.txt").await;
     browser.press("Run").await;
@@ -158,14 +151,14 @@ async fn commands_typed_offline_wait_are_sent_once_when_back_and_say_so() {
     // It survives a reload while offline (the tab's storage).
     browser.client.refresh().await.unwrap();
     browser.wait_text("#outbox", "the queued command after a reload", |t| t.contains("queued")).await;
-    network(browser, true).await;
+    browser.set_online(true).await;
     browser.wait_connection("laptop online").await;
     browser.wait_text("#outbox", "the command applied", |t| t.contains("applied")).await;
     assert_eq!(std::fs::read_to_string(scene.workspace().join("train.txt")).unwrap(), "typed-on-the-train\n");
     // Another reconnect sends nothing again.
-    network(browser, false).await;
+    browser.set_online(false).await;
     browser.wait_connection("reconnecting").await;
-    network(browser, true).await;
+    browser.set_online(true).await;
     browser.wait_connection("laptop online").await;
     browser.type_into("Command", "echo after").await;
     browser.press("Run").await;

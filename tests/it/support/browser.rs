@@ -240,6 +240,13 @@ impl Browser {
         self.client.current_url().await.expect("current url").to_string()
     }
 
+    /// Switches Chromium's emulated network off or on, as a phone that loses and finds it.
+    pub async fn set_online(&self, online: bool) {
+        self.cdp("Network.enable", json!({})).await;
+        let conditions = json!({"offline": !online, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1});
+        self.cdp("Network.emulateNetworkConditions", conditions).await;
+    }
+
     /// Runs a Chrome DevTools command in the page's tab (Chromium only).
     pub async fn cdp(&self, method: &str, params: Value) -> Value {
         assert_eq!(self.engine, Engine::Chromium, "DevTools commands are Chromium's");
