@@ -38,7 +38,8 @@ fn audit_lines(agent: &TestAgent) -> Vec<Value> {
     audit_lines_in(&agent.home.path().join("voxa"))
 }
 
-fn audit_lines_in(home: &Path) -> Vec<Value> {
+/// The audit lines of the voxa home `home`, oldest first.
+pub(crate) fn audit_lines_in(home: &Path) -> Vec<Value> {
     let Ok(entries) = std::fs::read_dir(home.join("audit")) else { return Vec::new() };
     let mut lines: Vec<Value> = entries
         .flat_map(|entry| {

@@ -61,17 +61,7 @@ async fn approval_or_result(socket: &mut ClientSocket, id: &str) -> Value {
 
 /// The audit lines of `home`.
 fn audit(home: &Path) -> Vec<Value> {
-    let Ok(entries) = std::fs::read_dir(home.join("audit")) else { return Vec::new() };
-    entries
-        .flat_map(|entry| {
-            std::fs::read_to_string(entry.unwrap().path())
-                .unwrap_or_default()
-                .lines()
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        })
-        .map(|line| serde_json::from_str(&line).unwrap())
-        .collect()
+    crate::approvals::audit_lines_in(home)
 }
 
 #[tokio::test]
