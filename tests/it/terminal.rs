@@ -24,9 +24,14 @@ pub struct Watcher {
     next: HashMap<String, u64>,
     pub exits: HashMap<String, i64>,
     calls: usize,
+    /// This watcher among the test's, for call ids no other watcher uses.
+    name: usize,
     /// Acknowledge each frame once read (a client that never does is held at the window).
     pub acking: bool,
 }
+
+/// Watchers made so far in this test binary.
+static WATCHERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 impl Watcher {
     pub fn new(socket: ClientSocket) -> Self {
@@ -37,14 +42,18 @@ impl Watcher {
             next: HashMap::new(),
             exits: HashMap::new(),
             calls: 0,
+            name: WATCHERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             acking: true,
         }
     }
 
     /// Calls a tool and returns its `tool_result`, taking in terminal frames on the way.
     pub async fn call_raw(&mut self, name: &str, args: Value) -> Value {
+        // Call ids name a call of the pairing, not of this socket: one seen again gets its first
+        // answer again (docs/PROTOCOL.md, "Receipts"), so every watcher numbers from a count of
+        // its own.
         self.calls += 1;
-        let id = format!("t{}", self.calls);
+        let id = format!("t{}-{}", self.name, self.calls);
         if name == "term_attach" {
             let term = args["term"].as_str().unwrap_or_default().to_owned();
             self.output.remove(&term);
