@@ -18,7 +18,7 @@
  * @typedef {import('./protocol.js').ClientFrame} ClientFrame
  * @typedef {'queued' | 'sent' | 'applied' | 'refused'} ItemState
  * @typedef {{id: string, frame: ClientFrame, label: string, state: ItemState, why?: string, at: number,
- *   sentAt?: number}} Item
+ *   sentAt?: number, settledAt?: number}} Item
  */
 
 /** Tool calls the user types that wait for the laptop instead of failing at once. */
@@ -30,8 +30,10 @@ const MAX_BYTES = 64 * 1024;
 export const MAX_AGE_MS = 10 * 60 * 1000;
 /** Longest a key typed into the Shell waits. */
 export const MAX_KEY_AGE_MS = 60 * 1000;
-/** Answered items still shown, the newest. */
+/** Answered items still kept, the newest. */
 const SHOWN_SETTLED = 3;
+/** How long an applied item stays in the list: long enough to be seen, then it makes room. */
+export const SHOWN_APPLIED_MS = 5000;
 
 export class Outbox extends EventTarget {
   /** @param {Pairing} pairing */
@@ -80,6 +82,7 @@ export class Outbox extends EventTarget {
     const { code, message } = /** @type {{code?: unknown, message?: unknown}} */ (error || {});
     // A call that ran before and whose result is no longer kept did apply, once.
     item.state = ok || code === 'duplicate-id' ? 'applied' : 'refused';
+    item.settledAt = Date.now();
     if (!ok) item.why = typeof message === 'string' ? message.slice(0, 200) : 'refused';
     this.changed();
   }
@@ -180,7 +183,13 @@ export function labelOf(frame) {
 export function watchOutbox(list, store) {
   /** @type {Outbox | null} */
   let shown = null;
-  const show = () => showOutbox(list, shown);
+  /** @type {ReturnType<typeof setTimeout> | undefined} */
+  let expiry;
+  const show = () => {
+    clearTimeout(expiry);
+    const next = showOutbox(list, shown);
+    if (next !== null) expiry = setTimeout(show, Math.max(0, next - Date.now()) + 50);
+  };
   store.watch(['session'], ({ session }) => {
     if (shown) shown.removeEventListener('change', show);
     shown = session ? session.outbox : null;
@@ -192,10 +201,15 @@ export function watchOutbox(list, store) {
 /**
  * @param {HTMLElement} list
  * @param {Outbox | null} outbox
+ * @returns {number | null} when the first applied item shown is due to leave
  */
 function showOutbox(list, outbox) {
   list.replaceChildren();
-  const items = outbox ? outbox.items : [];
+  const now = Date.now();
+  // Applied items leave after a moment (the screen shows what they did); what waits or was
+  // refused stays until it is answered or replaced.
+  const items = (outbox ? outbox.items : []).filter((item) => item.state !== 'applied'
+    || now - (item.settledAt || 0) < SHOWN_APPLIED_MS);
   list.hidden = items.length === 0;
   for (const item of items) {
     const entry = document.createElement('li');
@@ -203,6 +217,8 @@ function showOutbox(list, outbox) {
     entry.textContent = `${item.label} — ${stateText(item)}`;
     list.append(entry);
   }
+  const fading = items.filter((item) => item.state === 'applied').map((item) => (item.settledAt || 0) + SHOWN_APPLIED_MS);
+  return fading.length ? Math.min(...fading) : null;
 }
 
 /**

@@ -240,6 +240,19 @@ impl Browser {
         self.client.current_url().await.expect("current url").to_string()
     }
 
+    /// The address without the route the page keeps after `#/` (the view the user is on),
+    /// checked to be a route: a path, never a `key=value` a secret could ride in.
+    pub async fn page_address(&self) -> String {
+        let address = self.address().await;
+        match address.split_once('#') {
+            None => address,
+            Some((page, route)) => {
+                assert!(route.starts_with('/') && !route.contains(['=', '&', '?']), "not a route: {address}");
+                page.to_owned()
+            }
+        }
+    }
+
     /// Switches Chromium's emulated network off or on, as a phone that loses and finds it.
     pub async fn set_online(&self, online: bool) {
         self.cdp("Network.enable", json!({})).await;

@@ -43,6 +43,8 @@ export class Where {
     this.kind.replaceChildren(...names.map((name) => el('option', { value: name }, name)));
     if (names.includes(chosen)) this.kind.value = chosen;
     this.kind.disabled = names.length < 2;
+    // With no agent to name, an empty box would only take room from the folder.
+    this.kind.hidden = names.length === 0;
   }
 
   /** `agent_start`'s `agent` and `cwd` for the choices made. */
