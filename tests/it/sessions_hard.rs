@@ -141,10 +141,14 @@ fn turn_end(event: &Value) -> bool {
 
 /// The session's whole log through `agent_log`, checked to be numbered 1..n.
 async fn whole_log(client: &mut Client, session: &str) -> Vec<Value> {
+    // A call id names one call of the pairing: read again under an id already used, the log
+    // would be that first call's answer (docs/PROTOCOL.md, "Receipts").
+    static READS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let mut events: Vec<Value> = Vec::new();
-    for page in 0.. {
+    loop {
+        let read = READS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let args = json!({"session": session, "after": events.len(), "limit": 500});
-        let result = client.call(&format!("log-{page}"), "agent_log", args).await;
+        let result = client.call(&format!("log-{read}"), "agent_log", args).await;
         let got = result["events"].as_array().unwrap().clone();
         if got.is_empty() {
             break;
