@@ -474,7 +474,8 @@ mod page {
             }
         };
         let front = delaying_front(backend, floor, one_way_delay).await;
-        browser.open(&format!("http://{front}/#code={}&token={}", agent.code, agent.token)).await;
+        // A new origin each time: the page asks "Add this laptop?" first.
+        browser.pair(&format!("http://{front}/#code={}&token={}", agent.code, agent.token)).await;
         browser.wait_connection("online").await;
         let offset = clock_offset(&browser).await;
 

@@ -274,7 +274,9 @@ async fn a_relay_that_drops_the_pages_cancel_ends_the_session_within_one_tick_an
     assert!(said.contains("may not have reached the laptop"), "{said}");
     let tick = voxa::seal::ticks::TICK_INTERVAL;
     assert!(took > tick - std::time::Duration::from_secs(1), "it was the tick that told: {took:?}");
-    assert!(took < tick + std::time::Duration::from_secs(5), "noticed within one interval: {took:?}");
+    // Before the silence that ends a stalled session: the tick, not the wait, found it (a loaded
+    // machine may take a few seconds past the tick itself).
+    assert!(took < voxa::seal::ticks::STALL_AFTER, "noticed at the tick, before a stall is: {took:?}");
     agent
         .wait_event("the agent ends the session", |event| {
             matches!(event, LinkEvent::PeerRefused { code: ErrorCode::SealedSessionBroken })

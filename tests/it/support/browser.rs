@@ -340,12 +340,25 @@ impl Browser {
 
     /// Clicks the button with this accessible name.
     pub async fn press(&self, name: &str) {
-        let button = self.control("button", name).await;
-        // Into the middle of the screen first: the header stays on top while the page scrolls and
-        // would take a click meant for a button scrolled under it.
-        let element = serde_json::to_value(&button).expect("an element reference");
-        self.script("arguments[0].scrollIntoView({block: 'center'});", vec![element]).await;
-        button.click().await.expect("click");
+        let deadline = tokio::time::Instant::now() + PAGE_STEP;
+        loop {
+            let button = self.control("button", name).await;
+            // Into the middle of the screen first: the header stays on top while the page scrolls
+            // and would take a click meant for a button scrolled under it.
+            let element = serde_json::to_value(&button).expect("an element reference");
+            let scrolled = self.client.execute("arguments[0].scrollIntoView({block: 'center'});", vec![element]).await;
+            let clicked = match scrolled {
+                Ok(_) => button.click().await.map(|_| ()),
+                Err(err) => Err(err),
+            };
+            match clicked {
+                Ok(()) => return,
+                // The page drew that part again between finding the button and the click (a card
+                // redrawn as another approval joins it): the same button is found again.
+                Err(err) if is_stale(&err) && tokio::time::Instant::now() < deadline => continue,
+                Err(err) => panic!("click {name:?}: {err}"),
+            }
+        }
     }
 
     /// Types into the textbox with this accessible name.
@@ -466,4 +479,9 @@ impl WebDriverCompatibleCommand for Raw {
             None => (http::Method::GET, None),
         }
     }
+}
+
+/// Whether a WebDriver command failed because its element is no longer in the page.
+fn is_stale(err: &fantoccini::error::CmdError) -> bool {
+    matches!(err, fantoccini::error::CmdError::Standard(e) if e.error == fantoccini::error::ErrorStatus::StaleElementReference)
 }
