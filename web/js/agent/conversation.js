@@ -301,7 +301,7 @@ export class Conversation {
  * A unified diff, one line per row, added and removed lines marked (and said, for screen readers).
  * @param {string} diff
  */
-function diffView(diff) {
+export function diffView(diff) {
   const pre = el('pre', { class: 'diff', 'aria-label': 'Diff', tabindex: '0' });
   for (const line of diff.replace(/\n$/, '').split('\n')) {
     const kind = line.startsWith('+++') || line.startsWith('---') ? 'file'

@@ -12,6 +12,7 @@ import { el, part, refusalIn, show } from '../dom.js';
 import { answer, nameSessions } from '../approval-card.js';
 import { onSession } from '../session/events.js';
 import { showWithTab } from '../tabs.js';
+import { Away } from './away.js';
 import { Conversation } from './conversation.js';
 import { Where } from './where.js';
 
@@ -84,6 +85,7 @@ export class Coder {
     part(root, 'agent-back', HTMLButtonElement).addEventListener('click', () => store.set({ agentSession: '' }));
     part(root, 'agent-grants', HTMLButtonElement).addEventListener('click', () => store.set({ approvalsOpen: true }));
     this.where = new Where(root, app);
+    this.away = new Away(root, this);
     this.interrupt.addEventListener('click', () => this.act('agent_interrupt'));
     this.stop.addEventListener('click', () => this.act('agent_stop'));
 
@@ -154,6 +156,7 @@ export class Coder {
     const shown = frame.session === this.shown;
     const follow = shown && nearBottom();
     if (!convo.add(/** @type {any} */ (frame))) return;
+    this.away.add(/** @type {any} */ (frame));
     const kind = frame.event && frame.event.kind;
     if (!this.listed.has(frame.session) && this.listTimer === undefined) {
       this.listTimer = setTimeout(() => this.loadList(), LIST_AGAIN_MS);
@@ -251,6 +254,7 @@ export class Coder {
   /** @param {string} id the session to show ('' for the list) */
   showSession(id) {
     this.shown = id;
+    this.away.close();
     this.listView.hidden = Boolean(id);
     this.sessionView.hidden = !id;
     show(this.sessionError);
@@ -286,6 +290,7 @@ export class Coder {
     const rows = [...ids].map((id) => this.row(id)).sort((a, b) => b.at - a.at);
     this.list.replaceChildren(...rows.map((row) => row.node));
     if (rows.length === 0) this.list.append(el('li', { class: 'muted empty' }, 'No sessions yet: ask something above.'));
+    this.away.render();
     this.tick();
   }
 
@@ -330,6 +335,7 @@ export class Coder {
     this.listed.clear();
     this.envOf.clear();
     this.reach.clear();
+    this.away.load();
     this.holder.replaceChildren();
     show(this.error);
     if (close) this.store.set({ agentSession: '' });
