@@ -5,6 +5,7 @@ mod acme;
 mod admission;
 mod agent;
 mod approvals;
+mod bytes;
 mod cli;
 mod cli_agent;
 mod codex;
