@@ -1,8 +1,9 @@
-//! Low data: the real `voxa run` with the real Claude Code CLI (only the model faked), followed by
+//! Bytes counted and low data. The real `voxa run` with the real Claude Code CLI (only the model faked), followed by
 //! two loopback clients at once while the model writes for a while, one with `low_data`. The
 //! low-data one gets the streamed text merged into fewer frames, the whole text intact and the
 //! turn's end; the other gets every event of the log, as before. Neither hears the model's
-//! thinking.
+//! thinking. In Chromium at 390×844 the Status tab shows the bytes the page's session moved and
+//! the low-data switch, which a reload keeps, and an answer streamed with it on arrives whole.
 
 use std::process::Command;
 use std::time::Duration;
@@ -10,6 +11,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::sessions::{agent_env, agents_bin};
+use crate::sessions_web::Laptop;
+use crate::support::browser::{Browser, Scheme};
 use crate::support::fake_model::{FakeModel, Reply};
 use crate::support::harness::{connect, recv_json, say_hello, send};
 use crate::support::{voxa_cmd, RunningVoxa};
@@ -114,4 +117,91 @@ async fn low_data_merges_streamed_text_and_keeps_the_whole_text_while_the_defaul
     let plain_bytes: usize = plain_events.iter().map(|f| f.to_string().len()).sum();
     assert!(low_bytes < plain_bytes, "low data moved {low_bytes} bytes, the default {plain_bytes}");
     voxa.stop();
+}
+
+/// The low-data switch's name, as a screen reader says it.
+const LOW_DATA: &str = "Low data: the agent's text comes in fewer pieces";
+
+/// Whether the page's low-data switch is on.
+async fn switched_on(browser: &Browser) -> bool {
+    browser.script("return document.getElementById('low-data').checked;", vec![]).await == Value::Bool(true)
+}
+
+/// The bytes the Status tab shows once the session has moved some both ways.
+async fn bytes_shown(browser: &Browser) -> String {
+    browser
+        .wait_text("#bytes", "bytes moved", |t| {
+            let moved = |line: &str| line.contains(" in · ") && !line.starts_with("0 B") && !line.contains("· 0 B out");
+            t.contains("This session") && t.contains("This hour") && t.lines().filter(|line| moved(line)).count() == 2
+        })
+        .await
+}
+
+/// Writes a screenshot when `VOXA_BYTES_PICTURES` names a directory to look at them in.
+async fn picture(browser: &Browser, name: &str) {
+    if let Some(dir) = std::env::var_os("VOXA_BYTES_PICTURES") {
+        browser.script("document.getElementById('data').scrollIntoView({block: 'start'});", vec![]).await;
+        std::fs::write(std::path::Path::new(&dir).join(name), browser.screenshot().await).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_shows_the_bytes_moved_and_a_low_data_switch_that_outlives_a_reload() {
+    let Some(bin) = agents_bin("claude") else { return };
+    let Some(browser) = Browser::start().await else { return };
+    let model = FakeModel::start().await;
+    let laptop = Laptop::start(&bin, &model);
+    browser.pair(&laptop.link).await;
+    browser.wait_connection("online").await;
+    browser.press("Status").await;
+    let shown = bytes_shown(&browser).await;
+    assert!(shown.contains("out"), "{shown}");
+    assert!(!switched_on(&browser).await, "low data is off until the user turns it on");
+    browser.control("checkbox", LOW_DATA).await.click().await.unwrap();
+    assert!(switched_on(&browser).await);
+    picture(&browser, "bytes-light.png").await;
+
+    // A reload keeps the switch, and the page follows with it: an answer streamed meanwhile
+    // arrives whole.
+    browser.script("location.reload();", vec![]).await;
+    browser.wait_connection("online").await;
+    browser.press("Status").await;
+    bytes_shown(&browser).await;
+    assert!(switched_on(&browser).await, "the switch survives a reload");
+    model.script([Reply::Paced {
+        thinking: THINKING.into(),
+        chunk: CHUNK.into(),
+        count: 40,
+        every: Duration::from_millis(25),
+    }]);
+    browser.press("Agent").await;
+    browser.type_into("Prompt", "Write for a while").await;
+    browser.press("Ask").await;
+    let expected = CHUNK.repeat(40);
+    let said = browser
+        .wait_text("#agent-conversation", "the whole answer", |t| {
+            t.contains(expected.trim_end()) && t.contains("Done ·")
+        })
+        .await;
+    assert!(!said.contains(THINKING), "{said}");
+
+    // Off again, remembered as off.
+    browser.press("Status").await;
+    browser.control("checkbox", LOW_DATA).await.click().await.unwrap();
+    browser.script("location.reload();", vec![]).await;
+    browser.wait_connection("online").await;
+    browser.press("Status").await;
+    bytes_shown(&browser).await;
+    assert!(!switched_on(&browser).await, "switched off, it stays off");
+
+    if std::env::var_os("VOXA_BYTES_PICTURES").is_some() {
+        let dark = Browser::start_with(Scheme::Dark).await.unwrap();
+        dark.pair(&laptop.another_link()).await;
+        dark.wait_connection("online").await;
+        dark.press("Status").await;
+        bytes_shown(&dark).await;
+        picture(&dark, "bytes-dark.png").await;
+        dark.close().await;
+    }
+    browser.close().await;
 }
