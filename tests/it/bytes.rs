@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::sessions::{agent_env, agents_bin};
 use crate::sessions_web::Laptop;
-use crate::support::browser::{Browser, Scheme};
+use crate::support::browser::Browser;
 use crate::support::fake_model::{FakeModel, Reply};
 use crate::support::harness::{connect, recv_json, say_hello, send};
 use crate::support::{voxa_cmd, RunningVoxa};
@@ -194,14 +194,10 @@ async fn the_status_shows_the_bytes_moved_and_a_low_data_switch_that_outlives_a_
     bytes_shown(&browser).await;
     assert!(!switched_on(&browser).await, "switched off, it stays off");
 
-    if std::env::var_os("VOXA_BYTES_PICTURES").is_some() {
-        let dark = Browser::start_with(Scheme::Dark).await.unwrap();
-        dark.pair(&laptop.another_link()).await;
-        dark.wait_connection("online").await;
-        dark.press("Status").await;
-        bytes_shown(&dark).await;
-        picture(&dark, "bytes-dark.png").await;
-        dark.close().await;
-    }
+    // The same screen in the dark scheme.
+    browser
+        .cdp("Emulation.setEmulatedMedia", json!({"features": [{"name": "prefers-color-scheme", "value": "dark"}]}))
+        .await;
+    picture(&browser, "bytes-dark.png").await;
     browser.close().await;
 }
