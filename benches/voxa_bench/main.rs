@@ -8,6 +8,7 @@
 
 mod agent;
 mod back;
+mod bytes;
 mod child;
 mod floor;
 mod hosted;
@@ -63,6 +64,9 @@ fn main() {
     }
     if wanted("sessions") {
         sessions::run(&mut report, measuring);
+    }
+    if wanted("bytes") {
+        bytes::run(&mut report, measuring);
     }
     if wanted("terminal") {
         terminal::run(&mut report, measuring);

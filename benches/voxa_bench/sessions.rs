@@ -45,7 +45,7 @@ fn ages_us(text: &str, now: u128, into: &mut Vec<f64>) {
     }
 }
 
-async fn phone(agent: &Agent) -> ClientSocket {
+pub async fn phone(agent: &Agent) -> ClientSocket {
     let relay = agent.embedded_relay.as_deref().unwrap();
     let url = format!("ws://{relay}/ws?code={}", agent.code);
     let mut socket = voxa::net::dial::connect(&url, &DialOptions::default()).await.unwrap();
@@ -53,7 +53,7 @@ async fn phone(agent: &Agent) -> ClientSocket {
     socket
 }
 
-async fn next_json(socket: &mut ClientSocket) -> Value {
+pub async fn next_json(socket: &mut ClientSocket) -> Value {
     loop {
         let frame = tokio::time::timeout(Duration::from_secs(60), socket.next()).await.unwrap().unwrap().unwrap();
         if let Message::Text(text) = frame {

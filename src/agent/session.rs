@@ -169,7 +169,7 @@ impl Session {
                 None => self.send(gemini::no_call_error()).await,
             },
             ClientMessage::Narration { on } => self.narrate_hosted(on),
-            ClientMessage::Follow { after } => self.follow(after).await,
+            ClientMessage::Follow { after, low_data } => self.follow(after, low_data).await,
             ClientMessage::Unfollow => {
                 if let Some(following) = self.following.take() {
                     following.cancel();
@@ -247,8 +247,8 @@ impl Session {
     /// change — when the policy lets it both list and answer them. With sessions, also every
     /// session's `agent_event`s after the `after` marks, then live — when it lets it read them
     /// (`agent_log`; under `ask`, once the user allowed it). And, always, what the comparison of the
-    /// relay's page found.
-    async fn follow(&mut self, after: Option<Value>) {
+    /// relay's page found. With `low_data`, streamed text comes merged (`follow::LOW_DATA_EVERY`).
+    async fn follow(&mut self, after: Option<Value>, low_data: bool) {
         if let Some(previous) = self.following.take() {
             previous.cancel();
         }
@@ -310,7 +310,7 @@ impl Session {
                 }
             }
             let follower = host.follow(&crate::sessions::follow::after_marks(after.as_ref()));
-            let forward = crate::sessions::follow::forward(follower, out, following, |event| {
+            let forward = crate::sessions::follow::forward(follower, out, following, low_data, |event| {
                 Frame::text(event.to_frame().to_string())
             });
             forward.await

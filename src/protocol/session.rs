@@ -39,10 +39,13 @@ pub enum ClientMessage {
         on: bool,
     },
     /// From now on, send this client every open approval and every change (and, with sessions,
-    /// their events after the `after` marks).
+    /// their events after the `after` marks). With `low_data`, a session's streamed text comes
+    /// merged, at most one frame a quarter second, and none before the whole text.
     Follow {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         after: Option<Value>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        low_data: bool,
     },
     /// Stop what `follow` started.
     Unfollow,

@@ -6,14 +6,16 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::event::MAX_TEXT_LEN;
 use super::store::Store;
-use crate::protocol::SessionEvent;
+use crate::protocol::{Event, SessionEvent};
 
 /// Live events buffered for followers before a slow one falls back to the store.
 pub const LIVE_BUFFER: usize = 1024;
@@ -147,23 +149,99 @@ pub fn env_after_marks(after: Option<&serde_json::Value>) -> HashMap<String, Has
         .collect()
 }
 
+/// How often, at most, a low-data follower gets a session's streamed text.
+pub const LOW_DATA_EVERY: Duration = Duration::from_millis(250);
+
 /// Sends every event `follower` yields, mapped by `map`, until `cancel` or the receiver closes.
+/// With `low_data`, streamed text is held back and merged (see [`Merged`]).
 pub async fn forward<T>(
     mut follower: Follower,
     out: mpsc::Sender<T>,
     cancel: CancellationToken,
+    low_data: bool,
     map: impl Fn(&SessionEvent) -> T,
 ) {
+    let mut merged = Merged::default();
     loop {
+        let due = merged.due();
         let event = tokio::select! {
             () = cancel.cancelled() => return,
             () = out.closed() => return,
+            () = sleep_until(due) => {
+                for event in merged.take_due(Instant::now()) {
+                    if out.send(map(&event)).await.is_err() {
+                        return;
+                    }
+                }
+                continue;
+            }
             event = follower.next() => event,
         };
         let Some(event) = event else { return };
-        if out.send(map(&event)).await.is_err() {
-            return;
+        let ready = if low_data { merged.offer(event, Instant::now()) } else { vec![event] };
+        for event in ready {
+            if out.send(map(&event)).await.is_err() {
+                return;
+            }
         }
+    }
+}
+
+/// Waits until `due`, or for ever.
+async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A low-data follower's streamed text, held back per session: the partial `text` events that
+/// come within [`LOW_DATA_EVERY`] of the first go as one (the seq and time of the last), and
+/// those the whole text overtakes are not sent at all. Any other event of the session sends what
+/// is held first, so each session's events keep their order; nothing but partial text is held.
+#[derive(Default)]
+pub struct Merged {
+    held: HashMap<String, (SessionEvent, Instant)>,
+}
+
+impl Merged {
+    /// What to send now that `event` came (at `now`).
+    pub fn offer(&mut self, event: SessionEvent, now: Instant) -> Vec<SessionEvent> {
+        if let Event::Text { text, partial: true } = &event.event {
+            let Some((mut merged, due)) = self.held.remove(&event.session) else {
+                self.held.insert(event.session.clone(), (event, now + LOW_DATA_EVERY));
+                return Vec::new();
+            };
+            if let Event::Text { text: so_far, .. } = &mut merged.event {
+                if so_far.len() + text.len() > MAX_TEXT_LEN {
+                    self.held.insert(event.session.clone(), (event, now + LOW_DATA_EVERY));
+                    return vec![merged];
+                }
+                so_far.push_str(text);
+            }
+            merged.seq = event.seq;
+            merged.at = event.at;
+            self.held.insert(event.session, (merged, due));
+            return Vec::new();
+        }
+        let held = self.held.remove(&event.session);
+        match (held, &event.event) {
+            // The whole text is on its way: the pieces of it held back are not needed.
+            (Some(_), Event::Text { partial: false, .. }) | (None, _) => vec![event],
+            (Some((held, _)), _) => vec![held, event],
+        }
+    }
+
+    /// When the next held text is due.
+    pub fn due(&self) -> Option<Instant> {
+        self.held.values().map(|(_, due)| *due).min()
+    }
+
+    /// The held texts due by `now`.
+    pub fn take_due(&mut self, now: Instant) -> Vec<SessionEvent> {
+        let due: Vec<String> =
+            self.held.iter().filter(|(_, (_, at))| *at <= now).map(|(session, _)| session.clone()).collect();
+        due.into_iter().filter_map(|session| self.held.remove(&session)).map(|(event, _)| event).collect()
     }
 }
 
@@ -183,5 +261,48 @@ mod tests {
         assert_eq!(there["ef56"], HashMap::from([("s-7".to_owned(), 2)]));
         assert!(env_after_marks(Some(&json!([1, 2]))).is_empty());
         assert!(env_after_marks(None).is_empty());
+    }
+
+    fn event(session: &str, seq: u64, event: Event) -> SessionEvent {
+        SessionEvent { session: session.into(), seq, at: seq * 10, event }
+    }
+
+    fn piece(session: &str, seq: u64, text: &str) -> SessionEvent {
+        event(session, seq, Event::Text { text: text.into(), partial: true })
+    }
+
+    #[test]
+    fn low_data_merges_streamed_text_per_session_and_keeps_the_order() {
+        let (start, mut merged) = (Instant::now(), Merged::default());
+        assert!(merged.offer(piece("s-1", 1, "Hel"), start).is_empty());
+        assert!(merged.offer(piece("s-2", 1, "Other"), start).is_empty());
+        assert!(merged.offer(piece("s-1", 2, "lo"), start + Duration::from_millis(100)).is_empty());
+        assert_eq!(merged.due(), Some(start + LOW_DATA_EVERY));
+        assert!(merged.take_due(start + Duration::from_millis(249)).is_empty());
+        let due = merged.take_due(start + LOW_DATA_EVERY);
+        assert_eq!(due.len(), 2);
+        let one = due.iter().find(|e| e.session == "s-1").unwrap();
+        assert_eq!((one.seq, one.at), (2, 20));
+        assert_eq!(one.event, Event::Text { text: "Hello".into(), partial: true });
+        // Another event sends what is held first.
+        assert!(merged.offer(piece("s-1", 3, " there"), start).is_empty());
+        let state = event("s-1", 4, Event::State { state: crate::protocol::SessionState::Idle });
+        let sent = merged.offer(state.clone(), start);
+        assert_eq!(sent.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 4]);
+        // The whole text overtakes the pieces held.
+        assert!(merged.offer(piece("s-1", 5, "Bye"), start).is_empty());
+        let whole = event("s-1", 6, Event::Text { text: "Bye now".into(), partial: false });
+        assert_eq!(merged.offer(whole.clone(), start), [whole]);
+        assert_eq!(merged.due(), None);
+    }
+
+    #[test]
+    fn low_data_sends_a_merged_text_before_it_grows_too_long() {
+        let (now, mut merged) = (Instant::now(), Merged::default());
+        let long = "x".repeat(MAX_TEXT_LEN - 10);
+        assert!(merged.offer(piece("s-1", 1, &long), now).is_empty());
+        let sent = merged.offer(piece("s-1", 2, &"y".repeat(20)), now);
+        assert_eq!(sent, [piece("s-1", 1, &long)]);
+        assert_eq!(merged.take_due(now + LOW_DATA_EVERY), [piece("s-1", 2, &"y".repeat(20))]);
     }
 }

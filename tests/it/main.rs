@@ -6,6 +6,7 @@ mod admission;
 mod agent;
 mod approvals;
 mod away_web;
+mod bytes;
 mod cli;
 mod cli_agent;
 mod codex;

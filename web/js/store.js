@@ -2,7 +2,7 @@
 // The page's shared state in one place: the laptops paired in this browser, the one in use and
 // its connection, what its hello said, who hosts voice, the environments calls can go to, the tab
 // shown. Panels read it and watch the keys they show; the app (app.js) writes it, and a panel
-// writes only the choices it owns (the tab, the environment). main.js says how a panel is added.
+// writes only the choices it owns (the tab, the environment, the low-data switch). main.js says how a panel is added.
 
 /**
  * @typedef {import('./pairings.js').Pairing} Pairing
@@ -56,6 +56,7 @@
  * @property {ServerOffer} server what `/config` said
  * @property {Asking | null} asking a laptop a link pairs with, while the page asks before adding it
  * @property {RelayPageFinding | null} relayPage the laptop's word on the relay's page, this session
+ * @property {boolean} lowData the low-data switch of the laptop in use (Status): streamed text comes merged
  */
 
 /** @typedef {keyof State} Key */
@@ -83,6 +84,7 @@ export function initialState() {
     server: {},
     asking: null,
     relayPage: null,
+    lowData: false,
   };
 }
 

@@ -165,7 +165,7 @@ impl LinkActor {
             LinkCommand::Follow { after, feed } => {
                 self.feed = Some(feed);
                 let after = (!after.is_null()).then_some(after);
-                Some(Message::text(ClientMessage::Follow { after }.to_json()))
+                Some(Message::text(ClientMessage::Follow { after, low_data: false }.to_json()))
             }
             LinkCommand::Pass { frame } => Some(Message::text(frame.to_json())),
             LinkCommand::Call { id, name, args, progress, viewer, reply } => {

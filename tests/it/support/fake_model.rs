@@ -34,6 +34,9 @@ pub enum Reply {
     Stall(String),
     /// `count` text deltas of `chunk` each; the turn ends.
     Flood { chunk: String, count: usize },
+    /// A thinking block of `thinking` first (in a few deltas), then `count` text deltas of
+    /// `chunk` each, `every` apart, as a model that writes for a while; the turn ends.
+    Paced { thinking: String, chunk: String, count: usize, every: std::time::Duration },
 }
 
 impl Reply {
@@ -160,9 +163,17 @@ impl FakeModel {
             };
             let stalled = matches!(reply, Reply::Stall(_));
             let events = if responses { response_events(&reply, id) } else { events(&reply, id) };
+            let pace = match &reply {
+                Reply::Paced { every, .. } => Some(*every),
+                _ => None,
+            };
             for event in events {
                 if write_chunk(&mut write, &event).await.is_err() {
                     return;
+                }
+                let streamed = event["type"] == "content_block_delta" || event["type"] == "response.output_text.delta";
+                if let (Some(every), true) = (pace, streamed) {
+                    tokio::time::sleep(every).await;
                 }
             }
             if stalled {
@@ -214,6 +225,27 @@ fn events(reply: &Reply, n: usize) -> Vec<Value> {
             text_block(&mut events, vec![chunk.clone(); *count], true);
             "end_turn"
         }
+        Reply::Paced { thinking, chunk, count, .. } => {
+            events.push(json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "thinking", "thinking": "", "signature": ""}}));
+            for piece in [&thinking[..thinking.len() / 2], &thinking[thinking.len() / 2..]] {
+                events.push(json!({"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "thinking_delta", "thinking": piece}}));
+            }
+            events.push(json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "signature_delta", "signature": "c2lnbmVk"}}));
+            events.push(json!({"type": "content_block_stop", "index": 0}));
+            events.push(
+                json!({"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}),
+            );
+            for _ in 0..*count {
+                events.push(
+                    json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": chunk}}),
+                );
+            }
+            events.push(json!({"type": "content_block_stop", "index": 1}));
+            "end_turn"
+        }
         Reply::Stall(text) => {
             text_block(&mut events, vec![text.clone()], false);
             return events;
@@ -257,7 +289,9 @@ fn response_events(reply: &Reply, n: usize) -> Vec<Value> {
             let mid = text.char_indices().nth(text.chars().count() / 2).map_or(0, |(at, _)| at);
             message(&mut events, vec![text[..mid].to_owned(), text[mid..].to_owned()], true);
         }
-        Reply::Flood { chunk, count } => message(&mut events, vec![chunk.clone(); *count], true),
+        Reply::Flood { chunk, count } | Reply::Paced { chunk, count, .. } => {
+            message(&mut events, vec![chunk.clone(); *count], true)
+        }
         Reply::Stall(text) => {
             message(&mut events, vec![text.clone()], false);
             return events;

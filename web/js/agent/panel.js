@@ -107,6 +107,8 @@ export class Coder {
       this.refresh();
     });
     store.watch(['agentSession'], ({ agentSession }) => this.showSession(agentSession));
+    // The low-data switch (Status) changes what the laptop sends from now on.
+    store.watch(['lowData'], () => { if (this.online) this.follow(); });
   }
 
   /** Follows every session from the last event the page holds of each (all of them when it holds none). */
@@ -120,7 +122,11 @@ export class Coder {
       if (!env) after[id] = convo.seq;
       else after[env] = { ...(/** @type {any} */ (after[env]) || {}), [id]: convo.seq };
     }
-    this.session.sendJson(Object.keys(after).length > 0 ? { type: 'follow', after } : { type: 'follow' });
+    this.session.sendJson({
+      type: 'follow',
+      ...(Object.keys(after).length > 0 ? { after } : {}),
+      ...(this.store.state.lowData ? { low_data: true } : {}),
+    });
     this.loadList();
   }
 

@@ -1,6 +1,7 @@
 // @ts-check
 // The status panel: what the laptop said in its hello, the tools it offers, who is connected to
-// it (from its `status` answer) and Stop everything. Renaming, forgetting and adding a laptop are
+// it (from its `status` answer), the bytes this page's session moved and the low-data switch, and
+// Stop everything. Renaming, forgetting and adding a laptop are
 // the machine picker's (picker.js).
 
 import { el, part } from '../dom.js';
@@ -27,6 +28,34 @@ function connectedLine(client) {
   return `${name} · ${via} · ${client.sealed === true ? 'sealed' : 'not sealed'} · since ${since}`;
 }
 
+/** The pairings with the low-data switch on, in this browser (localStorage). */
+const LOW_DATA_KEY = 'voxa.lowData';
+/** What each pairing's sessions moved this hour (localStorage): `{[id]: {hour, in, out}}`. */
+const HOUR_KEY = 'voxa.bytesHour';
+const HOUR_MS = 3600 * 1000;
+
+/** @param {string} key */
+function stored(key) {
+  try {
+    const value = JSON.parse(localStorage.getItem(key) || 'null');
+    return value && typeof value === 'object' ? value : null;
+  } catch {
+    return null;
+  }
+}
+
+/** @returns {string[]} */
+function lowDataIds() {
+  const ids = stored(LOW_DATA_KEY);
+  return Array.isArray(ids) ? ids.filter((id) => typeof id === 'string') : [];
+}
+
+/** Bytes in words: `840 B`, `12.3 KB`, `4.1 MB` (1 KB = 1000 bytes). @param {number} n */
+export function bytesText(n) {
+  if (n < 1000) return `${n} B`;
+  return n < 1e6 ? `${(n / 1000).toFixed(1)} KB` : `${(n / 1e6).toFixed(1)} MB`;
+}
+
 /** Who hosts a call, as the status panel says it. */
 const VOICE_HOSTS = { laptop: 'hosted by the laptop', relay: 'hosted by the relay' };
 
@@ -41,8 +70,12 @@ export class Status {
     const connected = part(root, 'connected', HTMLElement);
     const stopAll = part(root, 'stop-all', HTMLButtonElement);
     const stopStatus = part(root, 'stop-all-status', HTMLElement);
+    const bytes = part(root, 'bytes', HTMLElement);
+    const lowData = part(root, 'low-data', HTMLInputElement);
     /** @type {import('../session.js').Session | null} */
     let session = null;
+    /** What the session had moved when last counted into the hour. */
+    let counted = { in: 0, out: 0 };
     const onStatus = (/** @type {Record<string, any>} */ status) => {
       const clients = Array.isArray(status.connected) ? status.connected.filter((c) => c && typeof c === 'object') : [];
       connected.replaceChildren(...clients.map((client) => el('li', { text: connectedLine(client) })));
@@ -53,7 +86,43 @@ export class Status {
     setInterval(askStatus, STATUS_EVERY_MS);
     onSession(store, { status: onStatus }, (now) => {
       session = now;
+      counted = { in: 0, out: 0 };
       connected.replaceChildren();
+    });
+    // Each second, what the session moved since is added to this hour's count of its pairing.
+    const countBytes = () => {
+      const id = store.state.pairing ? store.state.pairing.id : '';
+      if (!session || !id) return;
+      const moved = { in: session.bytesIn, out: session.bytesOut };
+      const hour = Math.floor(Date.now() / HOUR_MS);
+      const hours = stored(HOUR_KEY) || {};
+      const mine = hours[id] && hours[id].hour === hour ? hours[id] : { hour, in: 0, out: 0 };
+      mine.in += moved.in - counted.in;
+      mine.out += moved.out - counted.out;
+      if (moved.in !== counted.in || moved.out !== counted.out) {
+        counted = moved;
+        const kept = Object.fromEntries(Object.entries(hours).filter(([, h]) => h && h.hour === hour).slice(-31));
+        try { localStorage.setItem(HOUR_KEY, JSON.stringify({ ...kept, [id]: mine })); } catch { /* full: counted in memory only */ }
+      }
+      bytes.replaceChildren(...[
+        ['This session', moved],
+        ['This hour', mine],
+      ].flatMap(([name, m]) => [el('dt', { text: String(name) }),
+        el('dd', { text: `${bytesText(Number(/** @type {any} */ (m).in))} in · ${bytesText(Number(/** @type {any} */ (m).out))} out` })]));
+    };
+    setInterval(countBytes, 1000);
+    store.watch(['pairing'], ({ pairing }) => {
+      const on = pairing !== null && lowDataIds().includes(pairing.id);
+      lowData.checked = on;
+      store.set({ lowData: on });
+    });
+    lowData.addEventListener('change', () => {
+      const pairing = store.state.pairing;
+      if (!pairing) return;
+      const ids = lowDataIds().filter((id) => id !== pairing.id);
+      if (lowData.checked) ids.push(pairing.id);
+      try { localStorage.setItem(LOW_DATA_KEY, JSON.stringify(ids.slice(-64))); } catch { /* kept for this page */ }
+      store.set({ lowData: lowData.checked });
     });
     store.watch(['online', 'tab'], ({ online }) => {
       stopAll.disabled = !online;
