@@ -88,9 +88,10 @@ pub fn hashed_path(path: &str) -> Option<&'static str> {
 const VENDOR_PREFIX: &str = "/vendor/";
 
 /// Most bytes the embedded client (its own files, uncompressed, the home-screen icons aside) may
-/// weigh: round 4's outbox, routes, grants, tickets and terminal answers brought it to 413 KiB.
+/// weigh: round 4's outbox, routes, grants, tickets and terminal answers brought it to 413 KiB, the
+/// "While you were away" card and the Data view (bytes moved, low data) to 431 KiB.
 #[cfg(test)]
-const PAGE_BUDGET: usize = 424 << 10;
+const PAGE_BUDGET: usize = 436 << 10;
 
 /// Total size of the embedded client in bytes, uncompressed, the vendored libraries left out.
 pub fn page_weight() -> usize {
