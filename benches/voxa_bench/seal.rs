@@ -104,9 +104,12 @@ async fn hellos_us(port: u16, token: &str, sealed: bool, runs: usize) -> Vec<f64
 
 /// 10 MiB read with `read_file` (40 reads of a 256 KiB file), in milliseconds.
 async fn read_10_mib_ms(socket: &mut ClientSocket) -> f64 {
+    // Call ids are the pairing's: a read sent again under an id already used would be answered
+    // from its receipt instead of reading (docs/PROTOCOL.md, "Receipts").
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let started = Instant::now();
-    for i in 0..READS {
-        let id = format!("r{i}");
+    for _ in 0..READS {
+        let id = format!("r{}", CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let call = json!({"type":"tool_call","id": id,"name":"read_file","args":{"path":"chunk.txt"}});
         socket.send(Message::text(call.to_string())).await.unwrap();
         loop {

@@ -221,8 +221,10 @@ async fn in_chromium_the_shell_keeps_its_rows_and_key_bar_in_view_in_landscape_a
     let keyboard = fitted(&browser, &mut laptop, &term, 20, "the keyboard open").await;
     browser.cdp("Emulation.setDeviceMetricsOverride", metrics(390, 844, 0)).await;
     // Back to the whole screen, the terminal gets its rows back (waited for: the page refits once
-    // the resize settles, and a passing moment may hold fewer).
-    assert_eq!(fitted(&browser, &mut laptop, &term, portrait, "portrait again").await, portrait);
+    // the resize settles, and a passing moment may hold fewer), give or take the row the page's
+    // own scroll position moves it by.
+    let again = fitted(&browser, &mut laptop, &term, portrait - 1, "portrait again").await;
+    assert!(again.abs_diff(portrait) <= 1, "{again} rows, then {portrait}");
     println!("rows: portrait {portrait}, landscape {landscape}, keyboard open {keyboard}");
     browser.close().await;
     agent.agent.stop().await;

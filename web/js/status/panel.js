@@ -89,20 +89,27 @@ export class Status {
       counted = { in: 0, out: 0 };
       connected.replaceChildren();
     });
+    // A loopback page keeps nothing of its laptop in the browser's storage: its hour is counted
+    // in memory.
+    /** @type {Record<string, any>} */
+    let inMemory = {};
     // Each second, what the session moved since is added to this hour's count of its pairing.
     const countBytes = () => {
-      const id = store.state.pairing ? store.state.pairing.id : '';
-      if (!session || !id) return;
+      const pairing = store.state.pairing;
+      const id = pairing ? pairing.id : '';
+      if (!session || !pairing || !id) return;
+      const keep = pairing.kind === 'relay';
       const moved = { in: session.bytesIn, out: session.bytesOut };
       const hour = Math.floor(Date.now() / HOUR_MS);
-      const hours = stored(HOUR_KEY) || {};
+      const hours = (keep ? stored(HOUR_KEY) : inMemory) || {};
       const mine = hours[id] && hours[id].hour === hour ? hours[id] : { hour, in: 0, out: 0 };
       mine.in += moved.in - counted.in;
       mine.out += moved.out - counted.out;
       if (moved.in !== counted.in || moved.out !== counted.out) {
         counted = moved;
         const kept = Object.fromEntries(Object.entries(hours).filter(([, h]) => h && h.hour === hour).slice(-31));
-        try { localStorage.setItem(HOUR_KEY, JSON.stringify({ ...kept, [id]: mine })); } catch { /* full: counted in memory only */ }
+        if (!keep) inMemory = { ...kept, [id]: mine };
+        else try { localStorage.setItem(HOUR_KEY, JSON.stringify({ ...kept, [id]: mine })); } catch { /* full: counted in memory only */ }
       }
       bytes.replaceChildren(...[
         ['This session', moved],
