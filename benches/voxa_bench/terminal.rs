@@ -49,7 +49,6 @@ enum Seen {
 /// A client of the agent with one terminal open at a time, acknowledging output as it reads it.
 struct Phone {
     socket: ClientSocket,
-    calls: u64,
     /// The offset the next `term_output` must carry.
     next: Option<u64>,
 }
@@ -59,13 +58,15 @@ impl Phone {
         let mut socket = voxa::net::dial::connect(url, &DialOptions::default()).await.unwrap();
         say_hello(&mut socket, token).await;
         assert!(socket.is_sealed(), "the bench speaks protocol 3, as the page does");
-        Phone { socket, calls: 0, next: None }
+        Phone { socket, next: None }
     }
 
     /// Sends a `tool_call` and returns its id.
     async fn send_call(&mut self, name: &str, args: Value) -> String {
-        self.calls += 1;
-        let id = format!("k{}", self.calls);
+        // Call ids are the pairing's, and every phone of the bench is the same pairing's: one id
+        // used twice would be answered from its receipt (docs/PROTOCOL.md, "Receipts").
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let id = format!("k{}", CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let call = json!({"type":"tool_call","id":id,"name":name,"args":args});
         self.socket.send(Message::text(call.to_string())).await.unwrap();
         id
