@@ -16,6 +16,7 @@ mod pair;
 mod preauth;
 mod relay;
 mod relay_cpu;
+mod render;
 mod report;
 mod seal;
 mod sessions;
@@ -73,6 +74,9 @@ fn main() {
     }
     if wanted("web") {
         web::run(&mut report, runs(20));
+    }
+    if wanted("render") {
+        render::run(&mut report, measuring);
     }
     if wanted("back") {
         back::run(&mut report, runs(20));

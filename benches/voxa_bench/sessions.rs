@@ -176,8 +176,9 @@ pub fn run(report: &mut Report, measuring: bool) {
         );
         drop(back);
 
-        // Memory: the agent before and after `idle` sessions that ran a turn and wait.
-        let before = rss_kib(agent.child.id());
+        // Memory: the agent and every process under it, before and after `idle` sessions that ran
+        // a turn and wait.
+        let before = tree_rss_kib(agent.child.id());
         let mut socket = phone(&agent).await;
         socket.send(Message::text(json!({"type":"follow"}).to_string())).await.unwrap();
         for n in 0..idle {
@@ -185,12 +186,36 @@ pub fn run(report: &mut Report, measuring: bool) {
             until_turn_end(&mut socket, &session, |_| {}).await;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let after = rss_kib(agent.child.id());
+        let after = tree_rss_kib(agent.child.id());
         report.add(
             "sessions",
-            format!("agent RSS with {idle} idle sessions"),
+            format!("RSS of the agent and its processes with {idle} idle sessions"),
             format!("{after} KiB ({} KiB more than before them)", after as i64 - before as i64),
-            "",
+            "≤ 20 MiB more",
         );
     });
+}
+
+/// Resident memory of a process and all its descendants (from `/proc`), in KiB.
+fn tree_rss_kib(root: u32) -> u64 {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter_map(|pid| {
+                    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                    // The parent is the second field after the command's closing parenthesis.
+                    let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+                    Some((pid, ppid))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut tree = vec![root];
+    let mut next = 0;
+    while next < tree.len() {
+        let parent = tree[next];
+        tree.extend(parents.iter().filter(|(_, ppid)| *ppid == parent).map(|(pid, _)| *pid));
+        next += 1;
+    }
+    tree.into_iter().map(rss_kib).sum()
 }

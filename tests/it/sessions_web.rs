@@ -272,7 +272,9 @@ async fn a_question_is_answered_by_its_options_button_in_the_conversation() {
     browser.wait_script("the question's card in the conversation only", &only_in_conversation).await;
     browser.press("Blue").await;
     let shown = browser.wait_text(CONVERSATION, "the answer", |t| t.contains("Blue it is.")).await;
-    assert!(shown.contains("Allowed — on a phone"), "{shown}");
+    // The decision is told twice (the session's event with the answer, the laptop's notice
+    // without); whichever the page hears last, the conversation names the option chosen.
+    assert!(shown.contains("Answered: Blue — on a phone"), "{shown}");
     let asked = model.turn_requests().pop().unwrap();
     let results = crate::support::fake_model::tool_results(&asked);
     assert!(results.iter().any(|r| r.contains("Blue")), "the agent read the answer: {results:?}");

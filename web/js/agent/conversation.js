@@ -49,8 +49,9 @@ export class Conversation {
     /** @type {Map<string, ToolCard>} */
     this.tools = new Map();
     /**
-     * Approvals, open or decided; `folded` is the tool card closed while the approval is open.
-     * @type {Map<string, {node: HTMLLIElement, note: HTMLElement, card: Card | null, folded: HTMLDetailsElement | null}>}
+     * Approvals, open or decided; `folded` is the tool card closed while the approval is open;
+     * `answers` a question's chosen options, once either announcement of its decision carried them.
+     * @type {Map<string, {node: HTMLLIElement, note: HTMLElement, card: Card | null, folded: HTMLDetailsElement | null, answers?: any}>}
      */
     this.approvals = new Map();
     /** @type {Map<string, AgentFrame>} open approvals the laptop sent before their event arrived */
@@ -213,12 +214,16 @@ export class Conversation {
     const known = this.approvals.get(text(event.approval));
     this.early.delete(text(event.approval));
     if (!known) return;
-    known.note.textContent = `${known.note.textContent.replace(/ — .*$/, '')} — ${verdict(event)}`;
+    // A decision is announced twice (the session's event, with a question's answers, and the
+    // laptop's `approval_resolved`, without): whichever comes last, the note keeps the answers.
+    known.answers = event.answers ?? known.answers;
+    const decided = { ...event, answers: known.answers };
+    known.note.textContent = `${known.note.textContent.replace(/ — .*$/, '')} — ${verdict(decided)}`;
     known.note.hidden = false;
     if (known.folded) known.folded.open = true;
     known.folded = null;
     if (known.card) {
-      settle(known.card, /** @type {AgentFrame} */ (event));
+      settle(known.card, /** @type {AgentFrame} */ (/** @type {unknown} */ (decided)));
       known.card.node.remove();
       known.card = null;
     }
