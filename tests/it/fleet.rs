@@ -403,10 +403,68 @@ async fn the_page_lists_both_machines_sessions_and_an_approval_from_the_environm
     assert_eq!(machines, json!(["buildbox", "this laptop"]), "both machines' sessions, each marked: {list}");
     browser.press("box job").await;
     browser.wait_text(CONVERSATION, "the box's approval", |t| t.contains("write box.txt") && t.contains("Allow")).await;
+    // The card names the machine that asks, and the session by its title.
+    let from = format!("{CONVERSATION} .approval-card .approval-from");
+    browser.wait_text(&from, "the card naming the box", |t| t == "session “box job” on buildbox").await;
     assert!(!target.exists(), "written before anyone allowed it");
     browser.press("Allow").await;
     browser.wait_text(CONVERSATION, "the box's answer", |t| t.contains("Wrote box.txt on the box.")).await;
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "from the phone\n");
+
+    // The Shell lists the terminals of both machines, each named with its machine: one opened on
+    // the box beforehand is chosen, typed into, and runs there.
+    let home = laptop.home.clone();
+    let opened = tokio::task::spawn_blocking(move || {
+        crate::support::voxa(
+            &home,
+            &["call", "--json", "--env", "buildbox", "term_open", "cols=80", "rows=24", "command=sh"],
+        )
+    })
+    .await
+    .unwrap();
+    assert!(opened.status.success(), "{}", String::from_utf8_lossy(&opened.stderr));
+    let opened: Value = serde_json::from_slice(&opened.stdout).expect("term_open's answer as JSON");
+    let box_term =
+        opened["result"]["term"].as_str().or(opened["term"].as_str()).expect("the box's terminal").to_owned();
+    browser.press("Shell").await;
+    // The picker names the terminal on screen (the status line then says only news).
+    let chosen = "const pick = document.getElementById('shell-pick'); \
+        return pick.hidden || !pick.selectedOptions[0] ? '' : pick.selectedOptions[0].textContent;";
+    let wait_chosen = |check: String| format!("return (() => {{ {chosen} }})().startsWith({});", json!(check));
+    browser.wait_script("a new terminal of the laptop on screen", &wait_chosen("this laptop · t-".into())).await;
+    let picker = browser.control("combobox", "Terminal").await;
+    let label = format!("buildbox · {box_term}");
+    let choices = "return [...document.querySelectorAll('#shell-pick option')].map((o) => o.textContent);";
+    let offered_box = format!(
+        "return [...document.querySelectorAll('#shell-pick option')].some((o) => o.textContent === {});",
+        json!(label)
+    );
+    browser.wait_script("the box's terminal offered", &offered_box).await;
+    let offered = browser.script(choices, vec![]).await;
+    let offered: Vec<String> = serde_json::from_value(offered).unwrap();
+    assert!(offered.contains(&label), "{offered:?}");
+    assert!(
+        offered.iter().any(|o| o.starts_with("this laptop · ")),
+        "the laptop's own terminal beside it: {offered:?}"
+    );
+    picker.select_by_label(&label).await.expect("choosing the box's terminal");
+    browser.wait_script("the box's terminal on screen", &wait_chosen(label.clone())).await;
+    let status = browser.script("return document.getElementById('shell-status').hidden;", vec![]).await;
+    assert_eq!(status, json!(true), "the status line does not say again what the picker names");
+    let input = browser.client.find(fantoccini::Locator::Css("#shell-screen textarea")).await.unwrap();
+    input.send_keys("pwd; echo box-$((6*7))\u{E007}").await.unwrap();
+    let rows = browser.wait_text("#shell-screen .xterm-rows", "the box's answer", |t| t.contains("box-42")).await;
+    let workspace = env.workspace.path().to_str().unwrap().to_owned();
+    assert!(rows.contains(&workspace), "it ran in the box's workspace: {rows}");
+    // The screen fills the view to the key bar, though the decided approval's card above the tabs
+    // was still there when the Shell opened and left after.
+    let filled = "const bar = document.getElementById('keybar').getBoundingClientRect(); \
+        return bar.bottom <= innerHeight + 1 && bar.bottom > innerHeight - 60;";
+    browser.wait_script("the Shell filling the view to its key bar", filled).await;
+    if std::env::var_os("VOXA_DOCS_SCREENSHOTS").is_some() {
+        let png = browser.screenshot().await;
+        std::fs::write(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs").join("web-shell-machines.png"), png).unwrap();
+    }
     environment.stop();
     laptop.run.stop();
 }

@@ -178,6 +178,30 @@ async fn commands_typed_offline_wait_are_sent_once_when_back_and_say_so() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_laptop_answers_at_once_is_never_listed_so_typing_does_not_move_the_page() {
+    use crate::web::{Scene, TERMINAL};
+    let Some(scene) = Scene::start().await else { return };
+    let browser = &scene.browser;
+    scene.open_online().await;
+    // Every line the list ever shows is counted, however briefly.
+    browser
+        .script(
+            "window.voxaListed = 0; new MutationObserver((changes) => { for (const c of changes) \
+             window.voxaListed += c.addedNodes.length; }).observe(document.getElementById('outbox'), { childList: true });",
+            vec![],
+        )
+        .await;
+    for n in 0..3 {
+        browser.type_into("Command", &format!("echo quick-{n}")).await;
+        browser.press("Run").await;
+        browser.wait_text(TERMINAL, "the command's end", |t| t.matches("exit 0").count() == n + 1).await;
+    }
+    let listed = browser.script("return window.voxaListed;", vec![]).await;
+    assert_eq!(listed, json!(0), "commands answered at once were listed");
+    scene.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_whose_socket_died_under_it_is_sent_again_and_runs_once() {
     use crate::web::{Scene, TERMINAL};
     let Some(scene) = Scene::start().await else { return };

@@ -30,16 +30,40 @@ const DECIDERS = /** @type {Record<string, string>} */ ({
 /** Coding-agent sessions' titles by id: a card names its session by title (agent/panel.js fills it). */
 const titles = new Map();
 
+/** The laptop's other machines' names by envKey: a card of one names its machine (approvals/panel.js fills it). */
+const machines = new Map();
+
 /**
  * Learns sessions' titles, and names them so on every card shown.
  * @param {Iterable<[string, string]>} named session id and title
  */
 export function nameSessions(named) {
   for (const [id, title] of named) if (title) titles.set(id, title);
-  for (const node of document.querySelectorAll('.approval-from[data-session]')) {
-    const id = /** @type {HTMLElement} */ (node).dataset.session || '';
-    if (titles.has(id)) node.textContent = sourceText({ session: id });
+  renameCards();
+}
+
+/**
+ * Learns the names of the laptop's environments, and names them so on every card shown.
+ * @param {Iterable<{envKey: string, name: string}>} listed
+ */
+export function nameMachines(listed) {
+  for (const { envKey, name } of listed) if (envKey && name) machines.set(envKey, name);
+  renameCards();
+}
+
+function renameCards() {
+  for (const node of document.querySelectorAll('.approval-from')) {
+    const { session, env } = /** @type {HTMLElement} */ (node).dataset;
+    node.textContent = sourceText(session ? { session } : {}, env || '');
   }
+}
+
+/**
+ * The machine an environment's frame came from, as the page names it.
+ * @param {string} env its envKey
+ */
+export function machineName(env) {
+  return machines.get(env) || `machine ${env.slice(0, 12)}`;
 }
 
 /**
@@ -65,13 +89,17 @@ function clock(ms) {
   return `${Math.floor(seconds / 60)}:${String(seconds % 60).padStart(2, '0')}`;
 }
 
-/** @param {any} from */
-function sourceText(from) {
-  if (from && typeof from.session === 'string') {
-    return titles.has(from.session) ? `session “${titles.get(from.session)}”` : `coding agent session ${from.session}`;
-  }
-  if (from && typeof from.call === 'string') return `tool call ${from.call}`;
-  return 'this laptop';
+/**
+ * Who asks, in words, with the machine it runs on when that is not this laptop.
+ * @param {any} from the approval's `source`
+ * @param {string} env the environment it came from (`''`: this laptop)
+ */
+function sourceText(from, env) {
+  const what = from && typeof from.session === 'string'
+    ? titles.has(from.session) ? `session “${titles.get(from.session)}”` : `coding agent session ${from.session}`
+    : from && typeof from.call === 'string' ? `tool call ${from.call}` : '';
+  if (!env) return what || 'this laptop';
+  return what ? `${what} on ${machineName(env)}` : machineName(env);
 }
 
 /**
@@ -141,6 +169,7 @@ export function approvalCard(frame, onAnswer) {
   };
   const questions = Array.isArray(frame.questions) ? frame.questions : [];
   const from = frame.source && typeof frame.source.session === 'string' ? frame.source.session : '';
+  const env = typeof frame.env === 'string' ? frame.env : '';
   const grants = frame.allow_session === true && typeof frame.grant_allows === 'string' && frame.grant_allows
     ? el('p', { class: 'grant-allows muted' }, `Allow for session lets through ${frame.grant_allows}, until you revoke it.`)
     : null;
@@ -154,7 +183,8 @@ export function approvalCard(frame, onAnswer) {
       left),
     el('p', { class: 'approval-summary', id: summaryId }, textOf(frame.summary) || textOf(frame.tool)),
     el('p', { class: 'muted' }, questions.length > 0 ? '' : `${textOf(frame.tool)} · `,
-      el('span', { class: 'approval-from', 'data-session': from || undefined }, sourceText(frame.source))),
+      el('span', { class: 'approval-from', 'data-session': from || undefined, 'data-env': env || undefined },
+        sourceText(frame.source, env))),
     ...questions.map((/** @type {any} */ question) => questionOf(card, question, onAnswer)),
     detail(frame),
     grants,

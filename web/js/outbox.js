@@ -6,7 +6,8 @@
 // each is sent once, in the order it was typed. A frame that may have reached the laptop before
 // its socket died is sent again under the same id: the laptop answers it again and never applies
 // it twice (a call's id, an `approve`'s or `cancel`'s `receipt`). Each item shows its state —
-// queued, sent, applied, or refused with why — quietly, in the list under the connection line.
+// queued, sent, applied, or refused with why — quietly, in the list under the connection line
+// (what the laptop answers within a second is not listed at all).
 //
 // Keys typed into the Shell while away are sent in order, once, when they are at most a minute
 // old; older ones are dropped with a note (what was on that screen has moved on). Nothing waits
@@ -18,7 +19,7 @@
  * @typedef {import('./protocol.js').ClientFrame} ClientFrame
  * @typedef {'queued' | 'sent' | 'applied' | 'refused'} ItemState
  * @typedef {{id: string, frame: ClientFrame, label: string, state: ItemState, why?: string, at: number,
- *   sentAt?: number, settledAt?: number}} Item
+ *   sentAt?: number, settledAt?: number, waited?: boolean}} Item
  */
 
 /** Tool calls the user types that wait for the laptop instead of failing at once. */
@@ -34,6 +35,12 @@ export const MAX_KEY_AGE_MS = 60 * 1000;
 const SHOWN_SETTLED = 3;
 /** How long an applied item stays in the list: long enough to be seen, then it makes room. */
 export const SHOWN_APPLIED_MS = 5000;
+/**
+ * How long an item sent while online may wait for its answer before the list shows it: what the
+ * laptop answers at once (a key in the Shell, a quick command) is never listed, so typing does
+ * not move the page.
+ */
+export const QUIET_MS = 1000;
 
 export class Outbox extends EventTarget {
   /** @param {Pairing} pairing */
@@ -60,6 +67,8 @@ export class Outbox extends EventTarget {
     /** @type {Item} */
     const item = { id, frame, label: label.slice(0, 80), state: sent ? 'sent' : 'queued', at: now };
     if (sent) item.sentAt = now;
+    // Kept while the laptop was away: the list shows it from the start to its answer.
+    else item.waited = true;
     this.items.push(item);
     this.changed();
     return true;
@@ -206,10 +215,14 @@ export function watchOutbox(list, store) {
 function showOutbox(list, outbox) {
   list.replaceChildren();
   const now = Date.now();
-  // Applied items leave after a moment (the screen shows what they did); what waits or was
-  // refused stays until it is answered or replaced.
-  const items = (outbox ? outbox.items : []).filter((item) => item.state !== 'applied'
-    || now - (item.settledAt || 0) < SHOWN_APPLIED_MS);
+  const all = outbox ? outbox.items : [];
+  // What waits (queued, or sent and not answered within QUIET_MS) or was refused stays until it is
+  // answered or replaced; applied items that were shown leave after a moment (the screen shows
+  // what they did); what the laptop answered at once is never listed.
+  const waited = (/** @type {Item} */ item) => item.waited === true || (item.settledAt || now) - item.at >= QUIET_MS;
+  const items = all.filter((item) => item.state === 'queued' || item.state === 'refused'
+    || (item.state === 'sent' && waited(item))
+    || (item.state === 'applied' && waited(item) && now - (item.settledAt || 0) < SHOWN_APPLIED_MS));
   list.hidden = items.length === 0;
   for (const item of items) {
     const entry = document.createElement('li');
@@ -217,8 +230,12 @@ function showOutbox(list, outbox) {
     entry.textContent = `${item.label} — ${stateText(item)}`;
     list.append(entry);
   }
-  const fading = items.filter((item) => item.state === 'applied').map((item) => (item.settledAt || 0) + SHOWN_APPLIED_MS);
-  return fading.length ? Math.min(...fading) : null;
+  // The next change: a shown applied item leaving, or a sent one waiting long enough to be shown.
+  const due = [
+    ...items.filter((item) => item.state === 'applied').map((item) => (item.settledAt || 0) + SHOWN_APPLIED_MS),
+    ...all.filter((item) => item.state === 'sent' && !waited(item)).map((item) => item.at + QUIET_MS),
+  ];
+  return due.length ? Math.min(...due) : null;
 }
 
 /**

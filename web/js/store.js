@@ -61,6 +61,17 @@
 
 /** @typedef {keyof State} Key */
 
+/**
+ * A machine as the page names it: an environment's name, else the start of its key.
+ * @param {Environment[]} environments the laptop's environments
+ * @param {string} env an envKey (`''`: the laptop itself)
+ */
+export function machineName(environments, env) {
+  if (!env) return 'this laptop';
+  const known = environments.find((e) => e.envKey === env);
+  return known ? known.name : `machine ${env.slice(0, 12)}`;
+}
+
 /** @returns {State} */
 export function initialState() {
   return {

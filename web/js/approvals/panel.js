@@ -6,7 +6,7 @@
 // made it. The badge opens the approvals view (`#/approvals`, route.js): what waits, and the
 // grants "Allow for session" made, each with Revoke (the `grants` and `revoke` frames).
 
-import { answer, approvalCard, sessionName, settle, showTimeLeft, textOf } from '../approval-card.js';
+import { answer, approvalCard, machineName, nameMachines, sessionName, settle, showTimeLeft, textOf } from '../approval-card.js';
 import { el, part } from '../dom.js';
 import { onSession } from '../session/events.js';
 
@@ -77,6 +77,8 @@ export class Approvals {
       }
       this.refresh();
     });
+    // A card from another machine names it.
+    store.watch(['environments'], ({ environments }) => nameMachines(environments || []));
     /** The coding-agent session the agent view shows: its approvals are answered there. */
     this.shownSession = '';
     store.watch(['view', 'tab', 'agentSession'], ({ view, tab, agentSession }) => {
@@ -111,7 +113,8 @@ export class Approvals {
     const card = this.card(frame);
     this.cards.set(id, card);
     this.list.append(card.node);
-    this.announce.textContent = `Approval needed: ${textOf(frame.summary)}`;
+    const on = typeof frame.env === 'string' && frame.env ? ` on ${machineName(frame.env)}` : '';
+    this.announce.textContent = `Approval needed${on}: ${textOf(frame.summary)}`;
     this.tick();
     this.refresh();
   }

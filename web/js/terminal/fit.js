@@ -60,10 +60,10 @@ export function fillView(panel, screen, below, fitted) {
     }
   };
   if (view) view.addEventListener('resize', soon);
-  // What sits above the panel grows and shrinks too (the outbox's lines, a notice in the header):
-  // the screen's top moves with it, and the terminal keeps filling to the key bar.
-  const header = document.getElementById('bar');
-  if (header) new ResizeObserver(soon).observe(header);
+  // What sits above the panel grows and shrinks too (the outbox's lines, a notice in the header,
+  // a decided approval's card leaving the list over the tabs): the page's height changes with it,
+  // the screen's top moves, and the terminal keeps filling to the key bar.
+  new ResizeObserver(soon).observe(document.body);
   addEventListener('resize', soon);
   addEventListener('orientationchange', soon);
   return soon;

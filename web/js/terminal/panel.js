@@ -10,10 +10,12 @@
 
 import { base64Bytes, el, part, show } from '../dom.js';
 import { onSession } from '../session/events.js';
+import { machineName } from '../store.js';
 import { showWithTab } from '../tabs.js';
 import { answersOf } from './answers.js';
 import { fillView } from './fit.js';
 import { BAR, arrowKey, withModifiers } from './keys.js';
+import { TerminalPicker } from './picker.js';
 import { mirrorStyles } from './styles.js';
 
 /**
@@ -63,6 +65,8 @@ export class Terminal {
     this.error = part(root, 'shell-error', HTMLElement);
     this.newButton = part(root, 'shell-new', HTMLButtonElement);
     this.closeButton = part(root, 'shell-close', HTMLButtonElement);
+    /** Every machine's terminals, to choose from (shown once there is more than one to choose). */
+    this.picker = new TerminalPicker(part(root, 'shell-pick', HTMLSelectElement), store);
     this.bar = part(root, 'keybar', HTMLElement);
     /** @type {XTerm | null} */
     this.term = null;
@@ -74,6 +78,8 @@ export class Terminal {
     this.shown = false;
     /** The terminal on screen ('' for none) and the offset its next output frame must carry. */
     this.id = '';
+    /** The machine of the terminal on screen: an environment's envKey, `''` for this laptop. */
+    this.env = '';
     this.next = -1;
     /** Attached and waiting for the terminal's screen: output before it is not drawn. */
     this.awaiting = false;
@@ -91,6 +97,11 @@ export class Terminal {
     this.fill = fillView(root, this.screen, [this.bar, this.error], () => this.fitNow());
     this.newButton.addEventListener('click', () => this.openNew());
     this.closeButton.addEventListener('click', () => this.closeCurrent());
+    this.picker.select.addEventListener('change', () => {
+      const { id, env } = this.picker.chosen();
+      if (id !== this.id || env !== this.env) this.attach(id, env);
+    });
+    this.picker.select.addEventListener('focus', () => this.listAll());
     showWithTab(root, store, 'shell');
     store.watch(['tab'], ({ tab }) => {
       this.shown = tab === 'shell';
@@ -189,6 +200,8 @@ export class Terminal {
   /** Another laptop: nothing of the previous one's terminal stays. */
   forget() {
     this.id = '';
+    this.env = '';
+    this.picker.clear();
     this.next = -1;
     this.awaiting = false;
     this.early = [];
@@ -201,10 +214,10 @@ export class Terminal {
    * @param {string} name
    * @param {Record<string, unknown>} args
    */
-  async call(name, args) {
+  async call(name, args, env = this.env) {
     if (!this.session) return null;
     try {
-      const { result } = await this.session.call(name, args).done;
+      const { result } = await this.session.call(name, args, env ? { env } : {}).done;
       return result;
     } catch (/** @type {any} */ error) {
       show(this.error, error && error.message ? `${name.replace('term_', '')}: ${error.message}` : String(error));
@@ -212,36 +225,65 @@ export class Terminal {
     }
   }
 
-  /** Online again (or for the first time): back to the terminal on screen, else the newest running one, else a new one. */
+  /**
+   * Online again (or for the first time): back to the terminal on screen, else the newest running
+   * one of the machine the header names, else a new one there.
+   */
   async resume() {
     show(this.error);
-    const listed = await this.call('term_list', {});
-    const terminals = listed && Array.isArray(listed.terminals) ? listed.terminals : [];
-    const running = terminals.filter((/** @type {any} */ t) => !t.exited);
+    const terminals = await this.listAll();
+    const running = terminals.filter((t) => !t.exited && t.env === this.store.state.env);
     // The terminal on screen, else the one the address names (route.js).
     const wanted = this.id || this.store.state.shellTerm;
-    const same = terminals.find((/** @type {any} */ t) => t.term === wanted);
+    const same = terminals.find((t) => t.term === wanted && (!this.id || t.env === this.env));
     const pick = same || running[running.length - 1];
-    if (pick) await this.attach(pick.term);
+    if (pick) await this.attach(pick.term, pick.env);
     else await this.openNew();
+  }
+
+  /** Lists every machine's terminals into the picker; the status line then says only news. */
+  async listAll() {
+    const terminals = this.session ? await this.picker.list(this.session, { id: this.id, env: this.env }) : [];
+    if (this.picker.select.hidden && this.status.textContent) this.status.hidden = false;
+    this.tidy();
+    return terminals;
+  }
+
+  /** @param {string} text what the status line says now */
+  say(text) {
+    show(this.status, text);
+    this.tidy();
+  }
+
+  /** The picker names the terminal on screen already: the status line then says only news. */
+  tidy() {
+    if (!this.picker.select.hidden && this.status.textContent === this.named()) this.status.hidden = true;
+  }
+
+  /** The status line for the terminal on screen: its id, and its machine when not this laptop. */
+  named() {
+    return this.env ? `${this.id} on ${machineName(this.store.state.environments || [], this.env)}` : this.id;
   }
 
   /**
    * Watches terminal `id` again: sized to this screen first, so the snapshot that comes before
    * the answer is drawn at the size it was taken at. What was shown stays until it comes.
    * @param {string} id
+   * @param {string} env its machine (`''`: this laptop)
    */
-  async attach(id) {
+  async attach(id, env) {
     if (!this.term) return;
     this.id = id;
+    this.env = env;
     this.next = -1;
     this.awaiting = true;
     show(this.status, `attaching to ${id}…`);
     clearTimeout(this.resizeTimer);
     await this.call('term_resize', { term: id, cols: this.term.cols, rows: this.term.rows });
     const result = await this.call('term_attach', { term: id });
-    if (result) show(this.status, id);
+    if (result) this.say(this.named());
     if (result) this.store.set({ shellTerm: id });
+    this.listAll();
     this.refresh();
   }
 
@@ -250,6 +292,8 @@ export class Terminal {
     this.opening = true;
     this.term.reset();
     this.id = '';
+    // A new terminal opens on the machine the header names.
+    this.env = this.store.state.env || '';
     this.next = -1;
     this.awaiting = false;
     show(this.status, 'opening a terminal…');
@@ -258,7 +302,8 @@ export class Terminal {
     if (result && typeof result.term === 'string') {
       this.id = result.term;
       this.store.set({ shellTerm: this.id });
-      show(this.status, this.id);
+      this.say(this.named());
+      this.listAll();
       const early = this.early.filter((frame) => frame.term === this.id);
       this.early = [];
       for (const frame of early) this.take(frame);
@@ -279,15 +324,16 @@ export class Terminal {
    */
   take(frame) {
     if (!this.term) return;
-    if (frame.term !== this.id) {
+    if (frame.term !== this.id || (typeof frame.env === 'string' ? frame.env : '') !== this.env) {
       if (this.opening && this.early.length < EARLY_FRAMES) this.early.push(frame);
       return;
     }
     if (frame.type === 'term_exit') {
       this.term.write(`\r\n[the program ended with code ${frame.code}]\r\n`);
-      show(this.status, `${this.id} ended`);
+      this.say(`${this.named()} ended`);
       this.id = '';
       this.refresh();
+      this.listAll();
       return;
     }
     if (typeof frame.offset !== 'number' || typeof frame.data !== 'string') return;
@@ -338,7 +384,7 @@ export class Terminal {
       return;
     }
     if (this.id && this.session && document.visibilityState === 'visible') {
-      this.session.call('term_input', { term: this.id, data }).done.catch(() => {});
+      this.session.call('term_input', { term: this.id, data }, this.env ? { env: this.env } : {}).done.catch(() => {});
     }
   }
 
@@ -350,7 +396,7 @@ export class Terminal {
       this.held = { ctrl: false, alt: false };
       for (const button of this.bar.querySelectorAll('[aria-pressed]')) button.setAttribute('aria-pressed', 'false');
     }
-    this.session.call('term_input', { term: this.id, data: typed }).done.catch((/** @type {any} */ error) => {
+    this.session.call('term_input', { term: this.id, data: typed }, this.env ? { env: this.env } : {}).done.catch((/** @type {any} */ error) => {
       show(this.error, `typing: ${error && error.message ? error.message : error}`);
     });
   }
