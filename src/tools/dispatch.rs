@@ -373,6 +373,17 @@ impl Dispatcher {
                 ApprovalCall::parse(tool, &args, &self.approvals)?.run(&self.approvals, caller).map(plain)
             }
             Target::Router(router, kind) => router.run_tool(kind, call.args).await.map(plain),
+            Target::Sessions(sessions, ToolKind::Brief) => {
+                let local = sessions.run_tool(ToolKind::Brief, call.args, caller).await?;
+                // A host briefs on its environments' sessions too, each named with its machine;
+                // asked by a host as its environment, a machine briefs on its own (no circle).
+                match self.router.as_deref() {
+                    Some(router) if !caller.starts_with("host:") => {
+                        Ok(plain(super::brief_machines::everywhere(local, router, &cancel).await))
+                    }
+                    _ => Ok(plain(local)),
+                }
+            }
             Target::Sessions(sessions, kind) => sessions.run_tool(kind, call.args, caller).await.map(plain),
             Target::Terminals(terminals, kind) => terminals.run_tool(kind, call.args, viewer).await.map(plain),
             Target::Remote { router, env, .. } => {

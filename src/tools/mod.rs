@@ -15,6 +15,7 @@
 mod approve;
 pub(crate) mod args;
 mod beneath;
+mod brief_machines;
 pub(crate) mod coding_agent;
 mod command;
 pub mod declare;

@@ -226,6 +226,20 @@ async fn a_session_on_an_environment_is_started_approved_resumed_and_survives_it
     phone.ok("s2", "agent_send", json!({"session": session, "text": "Which file?"}), &key).await;
     seen.extend(phone.events_until(&session, &key, turn_end).await);
 
+    // The host's `brief` (what a voice call reads out) tells the box's session too, by machine.
+    phone.send(json!({"type": "tool_call", "id": "b1", "name": "brief", "args": {}})).await;
+    let brief = phone.until("the brief", |f| f["type"] == "tool_result" && f["id"] == "b1").await;
+    assert_eq!(brief["ok"], true, "{brief}");
+    let digest = brief["result"]["digest"].as_str().unwrap_or_default();
+    assert!(digest.contains("On buildbox: Since you last looked"), "{digest}");
+    let briefed = brief["result"]["sessions"].as_array().cloned().unwrap_or_default();
+    assert!(
+        briefed
+            .iter()
+            .any(|s| s["session"] == session.as_str() && s["machine"] == "buildbox" && s["turns_finished"] == 2),
+        "{brief}"
+    );
+
     // The environment goes away: its session shows unreachable, never ended, and comes back.
     environment.crash();
     let gone = phone.until("unreachable", |f| reachable(f) && f["state"] == "unreachable").await;
