@@ -230,7 +230,12 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
         tasks,
         shutdown: shutdown.clone(),
     });
-    ctx.dispatcher = ctx.dispatcher.clone().with_router(Arc::new(router));
+    let router: Arc<dyn crate::tools::EnvRouter> = Arc::new(router);
+    if let Some(notifier) = &ctx.notifier {
+        let watch = notify::watch_env_approvals(router.clone(), notifier.clone(), ctx.status.clone(), shutdown.clone());
+        ctx.tasks.spawn(watch);
+    }
+    ctx.dispatcher = ctx.dispatcher.clone().with_router(router);
     Ok(ctx)
 }
 

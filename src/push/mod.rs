@@ -372,6 +372,12 @@ pub struct NoticeQueue {
 }
 
 impl NoticeQueue {
+    /// The next notice queued, if one is (tests read what was pushed without sending it).
+    #[cfg(test)]
+    pub(crate) fn try_next(&mut self) -> Option<Notice> {
+        self.receiver.try_recv().ok()
+    }
+
     /// Sends queued notices one after another until `cancel`. A notice whose topic has a newer
     /// notice queued behind it is skipped (the newer one replaces it anyway).
     ///
