@@ -93,6 +93,20 @@ export class Session extends EventTarget {
     this.bytesOut = 0;
     /** The browser's network and the page's visibility, watched while the session runs. @type {Wake | null} */
     this.wake = null;
+    /** The pairing's relays, the page's own first (`''`); the socket goes to `relays[relayAt]`. */
+    this.relays = ['', ...(pairing.kind === 'relay' && pairing.relays) || []];
+    this.relayAt = 0;
+  }
+
+  /** The host of the relay the socket goes to (the page's own, else another of the pairing). */
+  get relayHost() {
+    const relay = this.relays[this.relayAt];
+    return relay ? new URL(relay).host : location.host;
+  }
+
+  /** The socket to this relay failed or ended: the next attempt goes to the pairing's next one. */
+  nextRelay() {
+    this.relayAt = (this.relayAt + 1) % this.relays.length;
   }
 
   /** Starts connecting; reconnects by itself until `stop()` or a final refusal. */
@@ -152,8 +166,8 @@ export class Session extends EventTarget {
   setState(state, text) {
     this.state = state;
     this.text = text;
-    const sealed = this.sealed;
-    this.dispatchEvent(new CustomEvent('state', { detail: { state, text, attempt: this.retry.attempt, sealed } }));
+    const { sealed, relayHost: relay } = this;
+    this.dispatchEvent(new CustomEvent('state', { detail: { state, text, attempt: this.retry.attempt, sealed, relay } }));
   }
 
   /** Whether the session is sealed end to end (protocol 3) right now. */
@@ -180,7 +194,7 @@ export class Session extends EventTarget {
     this.setState('connecting', this.pairing.kind === 'relay' ? 'connecting to the relay…' : 'connecting…');
     let socket;
     try {
-      socket = new WebSocket(socketUrl(this.pairing), relayProtocols(this.pairing));
+      socket = new WebSocket(socketUrl(this.pairing, this.relays[this.relayAt]), relayProtocols(this.pairing));
     } catch {
       this.retry.schedule();
       return;
@@ -205,7 +219,10 @@ export class Session extends EventTarget {
       const refused = ticketRefusal(event.code === 1008 && event.reason);
       const final = refused ? { state: /** @type {ConnectionState} */ ('refused'), text: refused } : finalClose(event);
       if (final) this.finish(final.state, final.text);
-      else this.retry.schedule();
+      else {
+        this.nextRelay();
+        this.retry.schedule();
+      }
     };
   }
 
@@ -286,6 +303,7 @@ export class Session extends EventTarget {
     this.socket = null;
     socket.close(1000, 'sealed-session-stalled');
     this.goOffline({ code: 'offline', message: 'the laptop stopped answering' });
+    this.nextRelay();
     if (!now) {
       this.retry.schedule();
       return;

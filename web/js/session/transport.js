@@ -24,10 +24,13 @@ export const BROKEN_TEXT = 'the relay altered or dropped part of this session, s
 export const REFUSED_TEXT = 'this link is no longer valid — scan the new code';
 
 /**
- * The session socket's address, on the page's own origin.
+ * The session socket's address: on the page's own origin, or on another relay of the pairing
+ * (`relay`, a base URL from pairings.js `relayList`).
  * @param {Pairing} pairing
+ * @param {string} [relay]
  */
-export function socketUrl(pairing) {
+export function socketUrl(pairing, relay) {
+  if (relay && pairing.kind === 'relay') return `${relay.replace(/^http/, 'ws')}/ws?code=${pairing.code}`;
   const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
   const path = pairing.kind === 'relay' ? `/ws?code=${pairing.code}` : '/';
   return `${scheme}//${location.host}${path}`;
