@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::browser::Browser;
 use crate::support::harness::*;
-use crate::support::voxa;
+use crate::support::{voxa, voxa_cmd, RunningVoxa};
 use crate::web::TERMINAL;
 
 const A: &str = "http://127.0.0.1:7001";
@@ -73,6 +73,46 @@ fn pair_names_two_relays_in_the_link_three_at_most_and_each_once() {
     assert!(err.contains("not encrypted"), "each relay is validated as one relay is: {err}");
     let three = pair(&fresh, &four[..3]);
     assert_eq!(three.status.code(), Some(0), "three relays are allowed");
+}
+
+#[test]
+fn voxa_run_dials_every_relay_it_is_given_and_status_says_which_answer() {
+    let (first, second) = (RunningVoxa::relay(0, "warn"), RunningVoxa::relay(0, "warn"));
+    let (a, b) = (first.relay_url(), second.relay_url());
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let mut cmd = voxa_cmd(&home);
+    cmd.args(["run", "--json", "--relay", &a, "--relay", &b, "--workspace"]).arg(tmp.path());
+    let mut run = RunningVoxa::start(cmd);
+    let pairing = run.wait_event("pairing");
+    assert_eq!(pairing["relays"], json!([a, b]), "{pairing}");
+    let url = pairing["url"].as_str().unwrap();
+    assert!(fragment(url).contains(&("relay".to_owned(), b.clone())), "the first run's link names both: {url}");
+    let mut connected: Vec<String> =
+        (0..2).map(|_| run.wait_event("relay_connected")["relay"].as_str().unwrap().to_owned()).collect();
+    connected.sort();
+    let mut both = vec![a.clone(), b.clone()];
+    both.sort();
+    assert_eq!(connected, both);
+    let status = |home: &Path| -> Value { serde_json::from_slice(&voxa(home, &["status", "--json"]).stdout).unwrap() };
+    let shown = status(&home);
+    assert_eq!(shown["relays"], json!([a, b]), "{shown}");
+    let links = json!([
+        {"relay": a, "connected": true, "phone_present": false},
+        {"relay": b, "connected": true, "phone_present": false},
+    ]);
+    assert_eq!(shown["agent"]["relays"], links, "{shown}");
+    // One relay goes away: the other link stays up, and status says which.
+    first.crash();
+    run.wait_event("relay_lost");
+    let shown = status(&home);
+    assert_eq!(shown["agent"]["relays"][0]["connected"], false, "{shown}");
+    assert_eq!(shown["agent"]["relays"][1]["connected"], true, "{shown}");
+    assert_eq!(shown["agent"]["relay_connected"], true, "{shown}");
+    let text = String::from_utf8(voxa(&home, &["status"]).stdout).unwrap();
+    assert!(text.contains(&format!("  via {a}: not connected\n  via {b}: connected\n")), "{text}");
+    drop(second);
+    run.stop();
 }
 
 /// Defines `through()`: what the Status panel's "Through" row says.
@@ -161,5 +201,31 @@ async fn the_page_moves_to_the_other_relay_when_its_own_is_killed_and_its_comman
     let stored_after = browser.script("return localStorage.getItem('voxa.pairings');", vec![]).await;
     assert_eq!(stored_after, stored, "no new pairing was made");
     agent.stop().await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_naming_a_malformed_or_fourth_relay_is_damaged_and_nothing_is_kept() {
+    let Some(browser) = Browser::start().await else { return };
+    let relay = TestRelay::start().await;
+    let (code, token) = ("0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210");
+    let encoded = |url: &str| -> String { url::form_urlencoded::byte_serialize(url.as_bytes()).collect() };
+    let many = ["https://b.example", "https://c.example", "https://d.example"].map(encoded).join("&relay=");
+    for others in [
+        encoded("http://relay.example"),
+        encoded("https://user:secret@b.example"),
+        encoded("https://b.example/?code=1"),
+        encoded("wss://b.example"),
+        "not%20a%20url".to_owned(),
+        many,
+    ] {
+        browser.open("about:blank").await;
+        browser.open(&format!("http://{}/#code={code}&token={token}&relay={others}", relay.addr)).await;
+        let said = browser.wait_text("#pair-error", "the damaged link", |t| !t.is_empty()).await;
+        assert_eq!(said, "This pairing link is damaged: scan the code again.", "relay={others}");
+        assert!(!browser.address().await.contains("relay="), "the link left the address bar");
+    }
+    let stored = browser.script("return localStorage.getItem('voxa.pairings');", vec![]).await;
+    assert!(!stored.as_str().unwrap_or_default().contains(code), "{stored}");
     browser.close().await;
 }

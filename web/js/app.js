@@ -214,7 +214,7 @@ export class App {
     session.addEventListener('error', (event) => {
       if (this.store.state.session === session) this.store.set({ notice: sentence(/** @type {CustomEvent} */ (event).detail) });
     });
-    if (held) this.onState(session, { state: held.state, text: held.text, sealed: held.sealed, relay: held.relayHost });
+    if (held) this.onState(session, { state: held.state, text: held.text, sealed: held.sealed, relay: held.relays.host });
     else session.start();
   }
 

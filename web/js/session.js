@@ -18,7 +18,7 @@ import { Calls } from './session/calls.js';
 import { handOn } from './session/events.js';
 import { answerChallenge, importToken, paired, ticketRefusal } from './session/hello.js';
 import { checkHelloOk } from './session/sealed.js';
-import { BROKEN_TEXT, REFUSED_TEXT, Retry, finalClose, relayProtocols, socketUrl } from './session/transport.js';
+import { BROKEN_TEXT, REFUSED_TEXT, Relays, Retry, finalClose, relayProtocols } from './session/transport.js';
 import { Wake, networkBack, networkLost } from './session/wake.js';
 
 /**
@@ -93,20 +93,8 @@ export class Session extends EventTarget {
     this.bytesOut = 0;
     /** The browser's network and the page's visibility, watched while the session runs. @type {Wake | null} */
     this.wake = null;
-    /** The pairing's relays, the page's own first (`''`); the socket goes to `relays[relayAt]`. */
-    this.relays = ['', ...(pairing.kind === 'relay' && pairing.relays) || []];
-    this.relayAt = 0;
-  }
-
-  /** The host of the relay the socket goes to (the page's own, else another of the pairing). */
-  get relayHost() {
-    const relay = this.relays[this.relayAt];
-    return relay ? new URL(relay).host : location.host;
-  }
-
-  /** The socket to this relay failed or ended: the next attempt goes to the pairing's next one. */
-  nextRelay() {
-    this.relayAt = (this.relayAt + 1) % this.relays.length;
+    /** The relays the socket goes to in turn, the page's own first. */
+    this.relays = new Relays(pairing);
   }
 
   /** Starts connecting; reconnects by itself until `stop()` or a final refusal. */
@@ -166,8 +154,8 @@ export class Session extends EventTarget {
   setState(state, text) {
     this.state = state;
     this.text = text;
-    const { sealed, relayHost: relay } = this;
-    this.dispatchEvent(new CustomEvent('state', { detail: { state, text, attempt: this.retry.attempt, sealed, relay } }));
+    const { sealed, relays } = this;
+    this.dispatchEvent(new CustomEvent('state', { detail: { state, text, attempt: this.retry.attempt, sealed, relay: relays.host } }));
   }
 
   /** Whether the session is sealed end to end (protocol 3) right now. */
@@ -194,7 +182,7 @@ export class Session extends EventTarget {
     this.setState('connecting', this.pairing.kind === 'relay' ? 'connecting to the relay…' : 'connecting…');
     let socket;
     try {
-      socket = new WebSocket(socketUrl(this.pairing, this.relays[this.relayAt]), relayProtocols(this.pairing));
+      socket = new WebSocket(this.relays.url(), relayProtocols(this.pairing));
     } catch {
       this.retry.schedule();
       return;
@@ -220,7 +208,7 @@ export class Session extends EventTarget {
       const final = refused ? { state: /** @type {ConnectionState} */ ('refused'), text: refused } : finalClose(event);
       if (final) this.finish(final.state, final.text);
       else {
-        this.nextRelay();
+        this.relays.next();
         this.retry.schedule();
       }
     };
@@ -303,7 +291,7 @@ export class Session extends EventTarget {
     this.socket = null;
     socket.close(1000, 'sealed-session-stalled');
     this.goOffline({ code: 'offline', message: 'the laptop stopped answering' });
-    this.nextRelay();
+    this.relays.next();
     if (!now) {
       this.retry.schedule();
       return;

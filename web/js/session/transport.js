@@ -37,6 +37,36 @@ export function socketUrl(pairing, relay) {
 }
 
 /**
+ * The relays a session's socket goes to in turn: the page's own first, then the pairing's others
+ * (docs/PROTOCOL.md, "More than one relay").
+ */
+export class Relays {
+  /** @param {Pairing} pairing */
+  constructor(pairing) {
+    this.pairing = pairing;
+    /** Base URLs; `''` is the page's own origin. */
+    this.list = ['', ...(pairing.kind === 'relay' && pairing.relays) || []];
+    this.at = 0;
+  }
+
+  /** The session socket's address on the relay in use. */
+  url() {
+    return socketUrl(this.pairing, this.list[this.at]);
+  }
+
+  /** The host of the relay in use. */
+  get host() {
+    const relay = this.list[this.at];
+    return relay ? new URL(relay).host : location.host;
+  }
+
+  /** The socket to the relay in use failed or ended: the next attempt goes to the next one. */
+  next() {
+    this.at = (this.at + 1) % this.list.length;
+  }
+}
+
+/**
  * Subprotocols to offer a relay: a private relay's token as `voxa-relay-token.<base64url>` beside
  * `voxa.1`, the one the relay names back (a browser cannot send `Authorization`).
  * @param {Pairing} pairing
