@@ -37,6 +37,11 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
         RelaySource::Embedded => super::lan::fingerprint_of(home, &relay),
         _ => None,
     };
+    // Every relay of the pairing: those the running agent dials, else those the settings name.
+    let relays: Vec<String> = match live.as_ref().filter(|l| !l.relays.is_empty()) {
+        Some(live) => live.relays.iter().map(|link| link.relay.clone()).collect(),
+        None => configured_relays.iter().map(|relay| relay.to_string()).collect(),
+    };
     let value = json!({
         "home": home.dir().display().to_string(),
         "paired": paired,
@@ -44,10 +49,7 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
         "relay_source": source.as_str(),
         "relay_certificate_sha256": lan,
         "configured_relay": configured.as_str(),
-        "relays": match live.as_ref().filter(|l| !l.relays.is_empty()) {
-            Some(live) => live.relays.iter().map(|link| link.relay.clone()).collect::<Vec<_>>(),
-            None => configured_relays.iter().map(|relay| relay.to_string()).collect(),
-        },
+        "relays": relays,
         "agent": agent.as_ref().map(|a| json!({
             "pid": a.pid,
             "port": a.port,
@@ -70,7 +72,7 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
             "push": live.as_ref().and_then(|l| l.push.clone()),
         })),
     });
-    let shown = Shown { relay: &relay, source, lan: lan.as_deref(), configured: &configured };
+    let shown = Shown { relay: &relay, relays: &relays, source, lan: lan.as_deref(), configured: &configured };
     let human = human_status(home.dir(), paired, &shown, agent.as_ref(), live.as_ref(), problem.as_deref());
     settings.printer.result(&value, human)?;
     Ok(Exit::Ok)
@@ -79,6 +81,8 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
 /// The relay `status` speaks of, where it comes from, and the one the settings name.
 struct Shown<'a> {
     relay: &'a RelayUrl,
+    /// Every relay of the pairing, `relay` first.
+    relays: &'a [String],
     source: RelaySource,
     /// The fingerprint of a `--lan` relay's certificate.
     lan: Option<&'a str>,
@@ -118,6 +122,9 @@ fn human_status(
         shown.relay,
         shown.describe()
     );
+    if shown.relays.len() > 1 {
+        human.push_str(&format!("relays:  {} (the page moves to the next when one fails)\n", shown.relays.join(", ")));
+    }
     if let Some(fingerprint) = shown.lan {
         human.push_str(&format!("certificate: SHA-256 {fingerprint}\n"));
     }

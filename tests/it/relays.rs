@@ -111,6 +111,7 @@ fn voxa_run_dials_every_relay_it_is_given_and_status_says_which_answer() {
     assert_eq!(shown["agent"]["relay_connected"], true, "{shown}");
     let text = String::from_utf8(voxa(&home, &["status"]).stdout).unwrap();
     assert!(text.contains(&format!("  via {a}: not connected\n  via {b}: connected\n")), "{text}");
+    assert!(text.contains(&format!("relays:  {a}, {b} (the page moves to the next when one fails)\n")), "{text}");
     drop(second);
     run.stop();
 }
