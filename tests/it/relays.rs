@@ -230,3 +230,20 @@ async fn a_link_naming_a_malformed_or_fourth_relay_is_damaged_and_nothing_is_kep
     assert!(!stored.as_str().unwrap_or_default().contains(code), "{stored}");
     browser.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_whose_own_relay_answers_without_the_laptop_finds_it_on_the_other() {
+    let Some(browser) = Browser::start().await else { return };
+    let (first, second) = (TestRelay::start().await, TestRelay::start().await);
+    // The laptop reaches only the second relay (its link to the first is down).
+    let agent = TestAgent::start(Some(second.url())).await;
+    let other: String = url::form_urlencoded::byte_serialize(second.url().as_str().as_bytes()).collect();
+    browser.pair(&format!("http://{}/#code={}&token={}&relay={other}", first.addr, agent.code(), agent.token())).await;
+    browser.wait_connection("online").await;
+    let through = format!("{THROUGH} return through();");
+    assert_eq!(browser.script(&through, vec![]).await, json!(format!("relay {}, one of 2", second.addr)));
+    browser.type_into("Command", "echo found-it").await;
+    browser.press("Run").await;
+    browser.wait_text(TERMINAL, "the command", |t| t.contains("found-it\n")).await;
+    browser.close().await;
+}

@@ -193,6 +193,7 @@ export class Session extends EventTarget {
       if (socket !== this.socket) return;
       if (this.pairing.kind === 'relay') this.setState('relay', 'relay reachable — laptop offline');
       else this.setState('hello', 'saying hello…');
+      this.relays.absent(socket, () => socket === this.socket && ['relay', 'offline'].includes(this.state));
     };
     socket.onmessage = (event) => {
       if (socket !== this.socket) return;
@@ -339,6 +340,8 @@ export class Session extends EventTarget {
     } else {
       this.goOffline({ code: 'offline', message: 'the laptop went offline' });
       this.setState('offline', 'laptop offline');
+      const socket = this.socket;
+      this.relays.absent(socket, () => socket === this.socket && this.state === 'offline');
     }
   }
 

@@ -36,6 +36,9 @@ export function socketUrl(pairing, relay) {
   return `${scheme}//${location.host}${path}`;
 }
 
+/** How long a relay of a pairing with others may answer without the laptop before the next is tried. */
+const ABSENT_MS = 5000;
+
 /**
  * The relays a session's socket goes to in turn: the page's own first, then the pairing's others
  * (docs/PROTOCOL.md, "More than one relay").
@@ -63,6 +66,16 @@ export class Relays {
   /** The socket to the relay in use failed or ended: the next attempt goes to the next one. */
   next() {
     this.at = (this.at + 1) % this.list.length;
+  }
+
+  /**
+   * The relay in use answers without the laptop (it may reach only another relay): when there
+   * are others and it is still `away()` after a while, the socket closes and the next is tried.
+   * @param {WebSocket | null} socket
+   * @param {() => boolean} away
+   */
+  absent(socket, away) {
+    if (socket && this.list.length > 1) setTimeout(() => away() && socket.close(1000, 'laptop-absent'), ABSENT_MS);
   }
 }
 
