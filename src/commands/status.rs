@@ -1,6 +1,7 @@
-//! `voxa status`: paired or not, the relay, and what the running agent is doing. Never secrets.
-//! While an agent runs, the relay shown is the one it dials ([`dialed_relay`] is how `pair` and
-//! `doctor` learn it too): one relay, whatever the settings would name for the next run.
+//! `voxa status`: paired or not, the relays, and what the running agent is doing. Never secrets.
+//! While an agent runs, the relays shown are the ones it dials ([`dialed_relay`] is how `pair` and
+//! `doctor` learn them too), whatever the settings would name for the next run; each with its
+//! link's state.
 
 use anyhow::Result;
 use futures_util::{SinkExt, StreamExt};
