@@ -19,7 +19,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
     var completions = [
         &'voxa'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -50,7 +50,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand --relay-token 'Token the relay requires, put in the link''s fragment for the page to present (else the one saved in the home); prefer VOXA_RELAY_TOKEN or --relay-token-file'
             cand --relay-token-file 'Read the relay token for the link from this file (first line; not readable by others)'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --rotate 'Replace both secrets (the phone must scan the new code)'
             cand --no-qr 'Print the URL without the QR code'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
@@ -74,7 +74,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand --relay-token-file 'Read the relay token from this file (first line; the file must not be readable by others)'
             cand --model 'Gemini Live model for self-hosted mode (default gemini-3.8-live, or [gemini] model in config.toml)'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -88,7 +88,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;status'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -105,7 +105,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand -o 'Where `screenshot` saves the image [default: screenshot-<UTC time>.png in the current directory]'
             cand --out 'Where `screenshot` saves the image [default: screenshot-<UTC time>.png in the current directory]'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -119,7 +119,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;approvals'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -136,7 +136,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;approvals;grants'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -150,7 +150,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;approvals;revoke'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -177,7 +177,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand -m 'Why: the asker reads it (a coding agent, or the caller of a denied tool)'
             cand --message 'Why: the asker reads it (a coding agent, or the caller of a denied tool)'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -191,7 +191,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;agent'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -215,7 +215,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand --cwd 'Where it works, relative to the workspace [default: the workspace]'
             cand --title 'The session''s title [default: the prompt''s first line]'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --detach 'Print the session''s id and return at once'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
@@ -230,7 +230,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;agent;send'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --detach 'Return once it is sent'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
@@ -246,7 +246,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         &'voxa;agent;log'= {
             cand --after 'Only the events after this seq'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand -f 'Then wait for more, until interrupted'
             cand --follow 'Then wait for more, until interrupted'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
@@ -262,7 +262,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;agent;list'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -276,7 +276,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;agent;interrupt'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -290,7 +290,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;agent;stop'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -346,7 +346,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand --live-minutes-per-day 'Minutes of hosted calls per UTC day on your Gemini key (0 for no limit); counted in the home'
             cand --live-model 'Gemini Live model for hosted calls'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --open-live 'Host /live for anyone who asks, without VOXA_PROXY_TOKEN or a relay token: every call spends your Gemini key (without it, a relay with a key and no token refuses to start)'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
@@ -361,7 +361,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;env'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -381,7 +381,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;env;issue'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -396,7 +396,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         &'voxa;env;add'= {
             cand --name 'A short name for the environment'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -410,7 +410,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;env;list'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -424,7 +424,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;env;revoke'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -438,7 +438,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;env;remove'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -472,7 +472,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;open'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --no-browser 'Print the link (with the token in its fragment) instead of opening a browser'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
@@ -487,7 +487,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;service'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -509,7 +509,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand --ca-cert 'Extra CA certificate (PEM) the service trusts for the relay''s TLS'
             cand --relay-token 'Token the relay requires; saved in the home (0600) for the service, never in its file'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --dry-run 'Print the service file and where it would go; change nothing'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
@@ -524,7 +524,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;service;uninstall'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --dry-run 'Say what would be stopped and removed; change nothing'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
@@ -539,7 +539,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;service;status'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -555,7 +555,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand -n 'How many recent lines to show'
             cand --lines 'How many recent lines to show'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand -f 'Keep printing new lines as they come'
             cand --follow 'Keep printing new lines as they come'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
@@ -590,7 +590,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
             cand --ca-cert 'Extra CA certificate (PEM) to trust for the relay''s TLS, as `voxa run --ca-cert`'
             cand --relay-token 'Token the relay requires (checked against the relay, never printed) [default: saved in the home]'
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -604,7 +604,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;notify'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -620,7 +620,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;notify;test'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -642,7 +642,7 @@ set edit:completion:arg-completer[voxa] = {|@words|
         }
         &'voxa;completions'= {
             cand --home 'State directory holding the secrets and settings [default: ~/.voxa]'
-            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]'
+            cand --relay 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]'
             cand --self-hosted 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
             cand --json 'Print JSON (one object per line for event streams) instead of text'
             cand -v 'More log output on stderr (-v info, -vv debug, -vvv trace)'

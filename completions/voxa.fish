@@ -25,7 +25,7 @@ function __fish_voxa_using_subcommand
 end
 
 complete -c voxa -n "__fish_voxa_needs_command" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_needs_command" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_needs_command" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_needs_command" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_needs_command" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_needs_command" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -50,7 +50,7 @@ complete -c voxa -n "__fish_voxa_needs_command" -f -a "help" -d 'Print this mess
 complete -c voxa -n "__fish_voxa_using_subcommand pair" -l relay-token -d 'Token the relay requires, put in the link\'s fragment for the page to present (else the one saved in the home); prefer VOXA_RELAY_TOKEN or --relay-token-file' -r
 complete -c voxa -n "__fish_voxa_using_subcommand pair" -l relay-token-file -d 'Read the relay token for the link from this file (first line; not readable by others)' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand pair" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand pair" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand pair" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand pair" -l rotate -d 'Replace both secrets (the phone must scan the new code)'
 complete -c voxa -n "__fish_voxa_using_subcommand pair" -l no-qr -d 'Print the URL without the QR code'
 complete -c voxa -n "__fish_voxa_using_subcommand pair" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
@@ -68,7 +68,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay-token -d 'Token 
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay-token-file -d 'Read the relay token from this file (first line; the file must not be readable by others)' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l model -d 'Gemini Live model for self-hosted mode (default gemini-3.8-live, or [gemini] model in config.toml)' -r
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand run" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand run" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand run" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -76,7 +76,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand run" -s q -l quiet -d 'Only er
 complete -c voxa -n "__fish_voxa_using_subcommand run" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand run" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand status" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand status" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand status" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand status" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand status" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand status" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -86,7 +86,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand status" -s V -l version -d 'Pr
 complete -c voxa -n "__fish_voxa_using_subcommand call" -l env -d 'Route the call to a paired environment (its envKey or name)' -r
 complete -c voxa -n "__fish_voxa_using_subcommand call" -s o -l out -d 'Where `screenshot` saves the image [default: screenshot-<UTC time>.png in the current directory]' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand call" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand call" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand call" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand call" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand call" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand call" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -94,7 +94,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand call" -s q -l quiet -d 'Only e
 complete -c voxa -n "__fish_voxa_using_subcommand call" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand call" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -105,7 +105,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen
 complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -f -a "revoke" -d 'End a grant: what it let through asks again'
 complete -c voxa -n "__fish_voxa_using_subcommand approvals; and not __fish_seen_subcommand_from grants revoke help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from grants" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from grants" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from grants" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from grants" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from grants" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from grants" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -113,7 +113,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_sub
 complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from grants" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from grants" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from revoke" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from revoke" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from revoke" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from revoke" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from revoke" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from revoke" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -125,7 +125,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_sub
 complete -c voxa -n "__fish_voxa_using_subcommand approvals; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand approve" -s m -l message -d 'Why: the asker reads it (a coding agent, or the caller of a denied tool)' -r
 complete -c voxa -n "__fish_voxa_using_subcommand approve" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand approve" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand approve" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand approve" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand approve" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand approve" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -133,7 +133,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand approve" -s q -l quiet -d 'Onl
 complete -c voxa -n "__fish_voxa_using_subcommand approve" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c voxa -n "__fish_voxa_using_subcommand approve" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and not __fish_seen_subcommand_from start send log list interrupt stop help" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand agent; and not __fish_seen_subcommand_from start send log list interrupt stop help" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand agent; and not __fish_seen_subcommand_from start send log list interrupt stop help" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and not __fish_seen_subcommand_from start send log list interrupt stop help" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and not __fish_seen_subcommand_from start send log list interrupt stop help" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and not __fish_seen_subcommand_from start send log list interrupt stop help" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -151,7 +151,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcomm
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from start" -l cwd -d 'Where it works, relative to the workspace [default: the workspace]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from start" -l title -d 'The session\'s title [default: the prompt\'s first line]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from start" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from start" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from start" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from start" -l detach -d 'Print the session\'s id and return at once'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from start" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from start" -l json -d 'Print JSON (one object per line for event streams) instead of text'
@@ -160,7 +160,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcomm
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from start" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from start" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from send" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from send" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from send" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from send" -l detach -d 'Return once it is sent'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from send" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from send" -l json -d 'Print JSON (one object per line for event streams) instead of text'
@@ -170,7 +170,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcomm
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from send" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from log" -l after -d 'Only the events after this seq' -r
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from log" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from log" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from log" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from log" -s f -l follow -d 'Then wait for more, until interrupted'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from log" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from log" -l json -d 'Print JSON (one object per line for event streams) instead of text'
@@ -179,7 +179,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcomm
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from log" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from log" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from list" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from list" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from list" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from list" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from list" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -187,7 +187,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcomm
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from interrupt" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from interrupt" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from interrupt" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from interrupt" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from interrupt" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from interrupt" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -195,7 +195,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcomm
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from interrupt" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from interrupt" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from stop" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from stop" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from stop" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from stop" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from stop" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand agent; and __fish_seen_subcommand_from stop" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -229,7 +229,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-client-header -
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-minutes-per-day -d 'Minutes of hosted calls per UTC day on your Gemini key (0 for no limit); counted in the home' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l live-model -d 'Gemini Live model for hosted calls' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand relay" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l open-live -d 'Host /live for anyone who asks, without VOXA_PROXY_TOKEN or a relay token: every call spends your Gemini key (without it, a relay with a key and no token refuses to start)'
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -l json -d 'Print JSON (one object per line for event streams) instead of text'
@@ -238,7 +238,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand relay" -s q -l quiet -d 'Only 
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand relay" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -252,7 +252,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subco
 complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -f -a "remove" -d 'On the host: forget an environment'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and not __fish_seen_subcommand_from issue add list revoke remove help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from issue" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from issue" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from issue" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from issue" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from issue" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from issue" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -261,7 +261,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcomman
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from issue" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -l name -d 'A short name for the environment' -r
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -269,7 +269,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcomman
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from add" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from list" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from list" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from list" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from list" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from list" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from list" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -277,7 +277,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcomman
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from revoke" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from revoke" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from revoke" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from revoke" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from revoke" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from revoke" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -285,7 +285,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcomman
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from revoke" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from revoke" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from remove" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from remove" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from remove" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from remove" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from remove" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from remove" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -299,7 +299,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcomman
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "remove" -d 'On the host: forget an environment'
 complete -c voxa -n "__fish_voxa_using_subcommand env; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand open" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand open" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand open" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand open" -l no-browser -d 'Print the link (with the token in its fragment) instead of opening a browser'
 complete -c voxa -n "__fish_voxa_using_subcommand open" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand open" -l json -d 'Print JSON (one object per line for event streams) instead of text'
@@ -308,7 +308,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand open" -s q -l quiet -d 'Only e
 complete -c voxa -n "__fish_voxa_using_subcommand open" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand open" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and not __fish_seen_subcommand_from install uninstall status logs help" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -324,7 +324,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subco
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l ca-cert -d 'Extra CA certificate (PEM) the service trusts for the relay\'s TLS' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l relay-token -d 'Token the relay requires; saved in the home (0600) for the service, never in its file' -r
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l dry-run -d 'Print the service file and where it would go; change nothing'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -l json -d 'Print JSON (one object per line for event streams) instead of text'
@@ -333,7 +333,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subco
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from install" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from uninstall" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from uninstall" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from uninstall" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from uninstall" -l dry-run -d 'Say what would be stopped and removed; change nothing'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from uninstall" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from uninstall" -l json -d 'Print JSON (one object per line for event streams) instead of text'
@@ -342,7 +342,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subco
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from uninstall" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from uninstall" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from status" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from status" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from status" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from status" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from status" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from status" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -351,7 +351,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subco
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from status" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from logs" -s n -l lines -d 'How many recent lines to show' -r
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from logs" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from logs" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from logs" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from logs" -s f -l follow -d 'Keep printing new lines as they come'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from logs" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subcommand_from logs" -l json -d 'Print JSON (one object per line for event streams) instead of text'
@@ -367,7 +367,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand service; and __fish_seen_subco
 complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l ca-cert -d 'Extra CA certificate (PEM) to trust for the relay\'s TLS, as `voxa run --ca-cert`' -r -F
 complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l relay-token -d 'Token the relay requires (checked against the relay, never printed) [default: saved in the home]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand doctor" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand doctor" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -375,7 +375,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand doctor" -s q -l quiet -d 'Only
 complete -c voxa -n "__fish_voxa_using_subcommand doctor" -s h -l help -d 'Print help'
 complete -c voxa -n "__fish_voxa_using_subcommand doctor" -s V -l version -d 'Print version'
 complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -385,7 +385,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_su
 complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -f -a "test" -d 'Send one notification to every subscribed browser and show what each push service answered'
 complete -c voxa -n "__fish_voxa_using_subcommand notify; and not __fish_seen_subcommand_from test help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from test" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from test" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from test" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from test" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from test" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from test" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'
@@ -395,7 +395,7 @@ complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcom
 complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from help" -f -a "test" -d 'Send one notification to every subscribed browser and show what each push service answered'
 complete -c voxa -n "__fish_voxa_using_subcommand notify; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -l home -d 'State directory holding the secrets and settings [default: ~/.voxa]' -r -F
-complete -c voxa -n "__fish_voxa_using_subcommand completions" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]' -r
+complete -c voxa -n "__fish_voxa_using_subcommand completions" -l relay -d 'Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3, each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]' -r
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -l self-hosted -d 'Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)'
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -l json -d 'Print JSON (one object per line for event streams) instead of text'
 complete -c voxa -n "__fish_voxa_using_subcommand completions" -s v -l verbose -d 'More log output on stderr (-v info, -vv debug, -vvv trace)'

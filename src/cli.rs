@@ -13,9 +13,10 @@ pub struct Cli {
     #[arg(long, global = true, env = "VOXA_HOME", value_name = "DIR")]
     pub home: Option<PathBuf>,
 
-    /// Relay to pair with and dial (https://…; http:// only for loopback) [default: saved, else https://api.voxa.space]
-    #[arg(long, global = true, env = "VOXA_RELAY", value_name = "URL")]
-    pub relay: Option<String>,
+    /// Relay to pair with and dial (https://…; http:// only for loopback); repeat it for up to 3,
+    /// each dialed, the phone using the first that answers [default: saved, else https://api.voxa.space]
+    #[arg(long, global = true, env = "VOXA_RELAY", value_name = "URL", action = clap::ArgAction::Append)]
+    pub relay: Vec<String>,
 
     /// Host the Gemini Live voice session on this laptop (needs GEMINI_API_KEY)
     #[arg(long, global = true)]
@@ -424,6 +425,9 @@ mod tests {
         let after = Cli::try_parse_from(["voxa", "pair", "--json"]).unwrap();
         assert!(before.json && after.json);
         assert!(matches!(after.command, Some(Command::Pair(_))));
+        let pair =
+            Cli::try_parse_from(["voxa", "pair", "--relay", "https://a.example", "--relay", "https://b.example"]);
+        assert_eq!(pair.unwrap().relay, ["https://a.example", "https://b.example"]);
         let bare = Cli::try_parse_from(["voxa", "--self-hosted"]).unwrap();
         assert!(bare.self_hosted && bare.command.is_none());
     }

@@ -11,6 +11,8 @@ use crate::secret::Secret;
 
 /// Relay used when neither flag, environment nor saved config names one.
 pub const DEFAULT_RELAY: &str = "https://api.voxa.space";
+/// Most relays one pairing names: `voxa run` keeps a link to each, the page tries them in turn.
+pub const MAX_RELAYS: usize = 3;
 /// Gemini Live model used when none is configured: Google's stable Live model (late 2026).
 /// `--model` or `[gemini] model` in `config.toml` picks another.
 pub const DEFAULT_GEMINI_MODEL: &str = "models/gemini-3.8-live";
@@ -104,6 +106,35 @@ impl RelayUrl {
     }
 }
 
+/// The relays a pairing names, in order, each validated as [`RelayUrl::parse`] does: at most
+/// [`MAX_RELAYS`], none twice (compared as normalised, so `https://r.example/` is `https://r.example`).
+pub fn relay_list<S: AsRef<str>>(texts: &[S]) -> Result<Vec<RelayUrl>, ConfigError> {
+    if texts.len() > MAX_RELAYS {
+        return Err(ConfigError::new(format!(
+            "a pairing names at most {MAX_RELAYS} relays, and {} were given",
+            texts.len()
+        )));
+    }
+    let mut relays: Vec<RelayUrl> = Vec::with_capacity(texts.len());
+    for text in texts {
+        let relay = RelayUrl::parse(text.as_ref())?;
+        if relays.contains(&relay) {
+            return Err(ConfigError::new(format!("relay {relay} is named twice; name each relay once")));
+        }
+        relays.push(relay);
+    }
+    Ok(relays)
+}
+
+/// The link's other relays, after its own: one `&relay=<percent-encoded URL>` each, in order. A
+/// page that knows them moves to the next when one fails; an older page ignores them.
+pub fn link_relays(url: &mut String, others: &[RelayUrl]) {
+    for relay in others {
+        url.push_str("&relay=");
+        url.extend(url::form_urlencoded::byte_serialize(relay.as_str().as_bytes()));
+    }
+}
+
 impl std::fmt::Display for RelayUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.base)
@@ -142,9 +173,12 @@ pub fn is_loopback_host(host: &str) -> bool {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Config {
-    /// Relay saved at `pair` time.
+    /// Relay saved at `pair` time, when the pairing names one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub relay: Option<String>,
+    /// Relays saved at `pair` time, when the pairing names more than one (then `relay` is unset).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub relays: Vec<String>,
     /// Which tools may run.
     pub policy: Policy,
     /// Coding agents for the `coding_agent` tool, by name.
@@ -524,6 +558,23 @@ impl Config {
         Ok(())
     }
 
+    /// The relays saved at `pair` time: `relays`, else the single `relay` of older homes.
+    pub fn saved_relays(&self) -> Vec<String> {
+        match self.relays.is_empty() {
+            true => self.relay.iter().cloned().collect(),
+            false => self.relays.clone(),
+        }
+    }
+
+    /// Saves the pairing's relays: one as `relay` (what every voxa reads), more as `relays`.
+    pub fn set_relays(&mut self, relays: &[RelayUrl]) {
+        let urls: Vec<String> = relays.iter().map(|relay| relay.as_str().to_owned()).collect();
+        match urls.as_slice() {
+            [one] => (self.relay, self.relays) = (Some(one.clone()), Vec::new()),
+            _ => (self.relay, self.relays) = (None, urls),
+        }
+    }
+
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_default()
     }
@@ -607,6 +658,43 @@ mod tests {
         assert!(config.policy.read_only);
         assert_eq!(Config::from_toml(&config.to_toml()).unwrap(), config);
         assert!(Config::from_toml("relay = [").is_err());
+    }
+
+    #[test]
+    fn a_pairing_names_up_to_three_relays_each_once() {
+        let relays = relay_list(&["https://a.example/", "http://127.0.0.1:9", "wss://c.example"]).unwrap();
+        let shown: Vec<&str> = relays.iter().map(RelayUrl::as_str).collect();
+        assert_eq!(shown, ["https://a.example", "http://127.0.0.1:9", "https://c.example"]);
+        let err = relay_list(&["https://a.example", "https://b.example", "https://c.example", "https://d.example"])
+            .unwrap_err();
+        assert_eq!(err.to_string(), "a pairing names at most 3 relays, and 4 were given");
+        let err = relay_list(&["https://a.example", "https://a.example/"]).unwrap_err();
+        assert_eq!(err.to_string(), "relay https://a.example is named twice; name each relay once");
+        let err = relay_list(&["https://a.example", "http://b.example"]).unwrap_err();
+        assert!(err.to_string().contains("not encrypted"), "{err}");
+        assert!(relay_list::<&str>(&[]).unwrap().is_empty());
+        let mut url = String::from("https://a.example/#code=c&ticket=t");
+        link_relays(&mut url, &relays[1..]);
+        assert_eq!(
+            url,
+            "https://a.example/#code=c&ticket=t&relay=http%3A%2F%2F127.0.0.1%3A9&relay=https%3A%2F%2Fc.example"
+        );
+    }
+
+    #[test]
+    fn relays_are_saved_as_a_list_and_the_single_relay_is_still_read() {
+        let old = Config::from_toml("relay = \"https://r.example\"\n").unwrap();
+        assert_eq!(old.saved_relays(), ["https://r.example"]);
+        let mut config = Config::default();
+        assert!(config.saved_relays().is_empty());
+        config.set_relays(&relay_list(&["https://a.example", "https://b.example"]).unwrap());
+        assert!(config.to_toml().starts_with("relays = [\n    \"https://a.example\",\n    \"https://b.example\",\n]"));
+        let back = Config::from_toml(&config.to_toml()).unwrap();
+        assert_eq!(back.saved_relays(), ["https://a.example", "https://b.example"]);
+        assert_eq!(back.relay, None);
+        config.set_relays(&relay_list(&["https://a.example"]).unwrap());
+        assert_eq!(config.to_toml().lines().next(), Some("relay = \"https://a.example\""));
+        assert!(config.relays.is_empty());
     }
 
     #[test]

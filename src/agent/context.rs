@@ -16,7 +16,7 @@ use super::start::SessionCounts;
 use crate::approvals::Broker;
 use crate::audit::Audit;
 use crate::gemini::GeminiConfig;
-use crate::protocol::{self, AgentMessage, AgentStatus, ConnectedClient, HelloOk, RelayPage};
+use crate::protocol::{self, AgentMessage, AgentStatus, ConnectedClient, HelloOk, RelayLinkStatus, RelayPage};
 use crate::push::Notifier;
 use crate::sessions::SessionHost;
 use crate::terminal::TerminalHost;
@@ -30,6 +30,9 @@ pub struct LiveStatus {
     /// True while another agent keeps taking this agent's relay code (close 4001).
     pub relay_replaced: AtomicBool,
     pub phone_present: AtomicBool,
+    /// Each relay link's state, when the agent dials relays; `relay_connected` and
+    /// `phone_present` are whether any of them is.
+    pub relays: Mutex<Vec<RelayLinkStatus>>,
     /// While the relay code replaced by `pair --rotate` is still answered: until when, in Unix
     /// seconds.
     pub retired_code_until: Mutex<Option<u64>>,
@@ -47,6 +50,29 @@ pub struct LiveStatus {
     pub relay_page_checking: AtomicBool,
     /// The sleep inhibitor (`agent/awake.rs`).
     pub awake: Arc<super::power::AwakeShown>,
+}
+
+impl LiveStatus {
+    /// What one relay link (on `relay`) now is: connected, a phone present. A status that lists
+    /// its relays keeps the link's entry and says whether any link is; one that does not (an
+    /// environment pairing's, a retired code's) is this link's alone.
+    pub fn set_link(&self, relay: &str, connected: Option<bool>, phone_present: Option<bool>) {
+        let Ok(mut links) = self.relays.lock() else { return };
+        let Some(link) = links.iter_mut().find(|link| link.relay == relay) else {
+            drop(links);
+            if let Some(connected) = connected {
+                self.relay_connected.store(connected, Ordering::Relaxed);
+            }
+            if let Some(present) = phone_present {
+                self.phone_present.store(present, Ordering::Relaxed);
+            }
+            return;
+        };
+        link.connected = connected.unwrap_or(link.connected);
+        link.phone_present = phone_present.unwrap_or(link.phone_present);
+        self.relay_connected.store(links.iter().any(|link| link.connected), Ordering::Relaxed);
+        self.phone_present.store(links.iter().any(|link| link.phone_present), Ordering::Relaxed);
+    }
 }
 
 /// What every session of one agent shares.
@@ -147,6 +173,7 @@ impl AgentContext {
             relay_connected: self.status.relay_connected.load(Ordering::Relaxed),
             relay_replaced: self.status.relay_replaced.load(Ordering::Relaxed),
             phone_present: self.status.phone_present.load(Ordering::Relaxed),
+            relays: self.status.relays.lock().map(|links| links.clone()).unwrap_or_default(),
             retired_code_until: self.status.retired_code_until.lock().map(|until| *until).unwrap_or_default(),
             calls_in_flight: self.status.calls_in_flight.load(Ordering::Relaxed),
             connected: self.status.connected.lock().map(|c| c.values().cloned().collect()).unwrap_or_default(),

@@ -197,10 +197,12 @@ impl RelayLink {
     }
 
     /// Compares the page the relay serves with this voxa's, in the background: after each connect
-    /// of a link that reports (an environment pairing's does not), one comparison at a time.
+    /// of a link that reports (an environment pairing's does not), one comparison at a time. Only
+    /// the pairing's first relay serves the page a phone opens (the others carry its socket only).
     fn check_page(&self, shutdown: &CancellationToken) {
         let status = &self.ctx.status;
-        if self.events.is_none() || status.relay_page_checking.swap(true, Ordering::AcqRel) {
+        let serves_page = status.relay.lock().is_ok_and(|first| *first == self.relay.as_str());
+        if self.events.is_none() || !serves_page || status.relay_page_checking.swap(true, Ordering::AcqRel) {
             return;
         }
         let (link, shutdown) = (self.clone(), shutdown.clone());
@@ -227,7 +229,7 @@ impl RelayLink {
         shutdown: &CancellationToken,
         backoff: &mut Backoff,
     ) -> Ended {
-        self.ctx.status.relay_connected.store(true, Ordering::Relaxed);
+        self.ctx.status.set_link(self.relay.as_str(), Some(true), None);
         self.report(LinkEvent::Connected { relay: self.relay.to_string() });
         self.check_page(shutdown);
         let since = Instant::now();
@@ -250,8 +252,7 @@ impl RelayLink {
             warn!(%err, "relay connection task failed");
             Ended::Lost("internal error".into())
         });
-        self.ctx.status.relay_connected.store(false, Ordering::Relaxed);
-        self.ctx.status.phone_present.store(false, Ordering::Relaxed);
+        self.ctx.status.set_link(self.relay.as_str(), Some(false), Some(false));
         if since.elapsed() >= self.backoff.healthy_after {
             backoff.reset();
         }

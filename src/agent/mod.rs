@@ -46,6 +46,7 @@ use crate::environments::{HostOptions, HostRouter};
 use crate::gemini::GeminiConfig;
 use crate::net::dial::DialOptions;
 use crate::net::liveness::Heartbeat;
+use crate::protocol::RelayLinkStatus;
 use crate::push::Notifier;
 use crate::sessions::{SessionHost, SessionHostOptions, SESSIONS_DIR};
 use crate::state::{Home, Secrets};
@@ -55,8 +56,10 @@ use crate::tools::{Toolbox, ToolboxOptions};
 pub struct AgentOptions {
     pub home: Home,
     pub secrets: Secrets,
-    /// `None`: loopback only (no relay).
+    /// The pairing's first relay; `None`: loopback only (no relay).
     pub relay: Option<RelayUrl>,
+    /// The pairing's other relays, each dialed on the same code by a link of its own.
+    pub extra_relays: Vec<RelayUrl>,
     pub workspace: PathBuf,
     pub config: Config,
     pub dial: DialOptions,
@@ -125,14 +128,14 @@ pub async fn start(options: AgentOptions, listener: TcpListener, shutdown: Cance
     let rotation = retired::Rotation {
         home: options.home.clone(),
         gates: vec![loopback_gate, phone_gate.clone()],
-        link: None,
+        links: Vec::new(),
         window: options.retired_window,
         token: options.secrets.auth_token.clone(),
         code: options.secrets.relay_code.clone(),
     };
     ctx.tasks.spawn(awake::watch(ctx.clone(), options.awake.clone(), shutdown.clone()));
-    let link = spawn_relay_links(options, phone_gate, &ctx, &shutdown);
-    retired::Rotation { link, ..rotation }.spawn(&ctx, &shutdown);
+    let links = spawn_relay_links(options, phone_gate, &ctx, &shutdown);
+    retired::Rotation { links, ..rotation }.spawn(&ctx, &shutdown);
     Ok(RunningAgent { loopback, ctx, shutdown })
 }
 
@@ -193,6 +196,10 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
         if let Ok(mut shown) = ctx.status.relay.lock() {
             *shown = relay.to_string();
         }
+        if let Ok(mut links) = ctx.status.relays.lock() {
+            let relays = std::iter::once(relay).chain(&options.extra_relays);
+            *links = relays.map(|relay| RelayLinkStatus { relay: relay.to_string(), ..Default::default() }).collect();
+        }
     }
     // The sessions' processes end with the agent (they stay resumable); a store that cannot be
     // opened costs the sessions only.
@@ -239,37 +246,49 @@ fn build_context(options: &AgentOptions, shutdown: &CancellationToken) -> Result
     Ok(ctx)
 }
 
-/// The relay link on this home's code (returned with the token that stops it, for a rotation to
-/// move) and, for a while after `pair --rotate`, one on the code it replaced. Does nothing
-/// without a relay.
+/// A relay link on this home's code for each of the pairing's relays (returned with the tokens
+/// that stop them, for a rotation to move) and, for a while after `pair --rotate`, one on the code
+/// it replaced. Does nothing without a relay.
 fn spawn_relay_links(
     options: AgentOptions,
     phone_gate: Arc<retired::CurrentToken>,
     ctx: &Arc<AgentContext>,
     shutdown: &CancellationToken,
-) -> Option<(RelayLink, CancellationToken)> {
-    let relay = options.relay.clone()?;
+) -> Vec<(RelayLink, CancellationToken)> {
+    let Some(first) = options.relay.clone() else { return Vec::new() };
     let retired_gate = token_gate(&options, "phone", options.config.security.require_sealed);
-    let link = RelayLink {
-        url: relay.socket_url("/agent", options.secrets.relay_code.expose()),
-        relay,
-        dial: options.dial,
-        heartbeat: options.heartbeat,
-        backoff: options.backoff,
-        gate: phone_gate,
-        ctx: ctx.clone(),
-        events: Some(options.events),
-    };
     // A code the home no longer trusts must not stop the agent; it is only left unanswered.
-    match options.home.retired_code() {
-        Ok(Some(retired)) => {
-            let link = RelayLink { gate: Arc::new(retired::RetiredGate { current: retired_gate }), ..link.clone() };
-            retired::spawn_retired_link(&link, retired, options.retired_window, ctx, shutdown);
+    let retired = match options.home.retired_code() {
+        Ok(retired) => retired,
+        Err(err) => {
+            warn!("the relay code replaced by `pair --rotate` is not answered: {err:#}");
+            None
         }
-        Ok(None) => {}
-        Err(err) => warn!("the relay code replaced by `pair --rotate` is not answered: {err:#}"),
+    };
+    let retired_gate: Arc<dyn Gate> = Arc::new(retired::RetiredGate { current: retired_gate });
+    let relays = std::iter::once(first).chain(options.extra_relays.iter().cloned());
+    let mut links = Vec::new();
+    for (index, relay) in relays.enumerate() {
+        let link = RelayLink {
+            url: relay.socket_url("/agent", options.secrets.relay_code.expose()),
+            relay,
+            dial: options.dial.clone(),
+            heartbeat: options.heartbeat,
+            backoff: options.backoff,
+            gate: phone_gate.clone(),
+            ctx: ctx.clone(),
+            events: Some(options.events.clone()),
+        };
+        if let Some(retired) = &retired {
+            // The retired code's window is told once, by the first relay's link.
+            let events = link.events.clone().filter(|_| index == 0);
+            let answering = RelayLink { gate: retired_gate.clone(), events, ..link.clone() };
+            retired::spawn_retired_link(&answering, retired.clone(), options.retired_window, ctx, shutdown);
+        }
+        let stop = shutdown.child_token();
+        let span = info_span!("relay_link", relay = %link.relay);
+        ctx.tasks.spawn(link.clone().run(stop.clone()).instrument(span));
+        links.push((link, stop));
     }
-    let stop = shutdown.child_token();
-    ctx.tasks.spawn(link.clone().run(stop.clone()).instrument(info_span!("relay_link")));
-    Some((link, stop))
+    links
 }

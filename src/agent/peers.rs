@@ -4,7 +4,6 @@
 //! partial frame and its unsent output with it.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
@@ -198,7 +197,7 @@ impl RelayLink {
                     if let Err(ended) = self.on_frame(frame, &mut peers).await {
                         break ended;
                     }
-                    self.ctx.status.phone_present.store(!peers.slots.is_empty(), Ordering::Relaxed);
+                    self.ctx.status.set_link(self.relay.as_str(), None, Some(!peers.slots.is_empty()));
                 }
             }
         };

@@ -147,8 +147,9 @@ impl Gate for CurrentToken {
 pub struct Rotation {
     pub home: Home,
     pub gates: Vec<Arc<CurrentToken>>,
-    /// The link on the current code, and the token that stops it; `None` without a relay.
-    pub link: Option<(RelayLink, CancellationToken)>,
+    /// The links on the current code (one per relay), each with the token that stops it; none
+    /// without a relay.
+    pub links: Vec<(RelayLink, CancellationToken)>,
     pub window: Duration,
     pub token: Secret,
     pub code: Secret,
@@ -193,22 +194,24 @@ impl Rotation {
         info!("the pairing was rotated: sessions of the old token ended, the new token is in use");
         let old_code = std::mem::replace(&mut self.code, secrets.relay_code.clone());
         self.token = secrets.auth_token.clone();
-        let Some((link, stop)) = self.link.take() else { return };
         if old_code == secrets.relay_code {
-            self.link = Some((link, stop));
             return;
         }
-        // The old code's connection closes (its phones heard `pairing-revoked` first); the same
-        // gate, now on the new token, serves the new code.
-        stop.cancel();
-        let moved_stop = shutdown.child_token();
-        let moved = RelayLink { url: link.relay.socket_url("/agent", secrets.relay_code.expose()), ..link.clone() };
-        ctx.tasks.spawn(moved.clone().run(moved_stop.clone()).instrument(info_span!("relay_link")));
-        let current = TokenGate::new(secrets.auth_token.clone(), "phone", false);
-        let answering = RelayLink { gate: Arc::new(RetiredGate { current }), ..link };
-        let retired = RetiredCode { relay_code: old_code, rotated_at: SystemTime::now() };
-        spawn_retired_link(&answering, retired, self.window, ctx, shutdown);
-        self.link = Some((moved, moved_stop));
+        for (index, (link, stop)) in std::mem::take(&mut self.links).into_iter().enumerate() {
+            // The old code's connection closes (its phones heard `pairing-revoked` first); the same
+            // gate, now on the new token, serves the new code.
+            stop.cancel();
+            let moved_stop = shutdown.child_token();
+            let moved = RelayLink { url: link.relay.socket_url("/agent", secrets.relay_code.expose()), ..link.clone() };
+            ctx.tasks.spawn(moved.clone().run(moved_stop.clone()).instrument(info_span!("relay_link")));
+            let current = TokenGate::new(secrets.auth_token.clone(), "phone", false);
+            // The retired code's window is told once, by the first relay's link.
+            let events = link.events.clone().filter(|_| index == 0);
+            let answering = RelayLink { gate: Arc::new(RetiredGate { current }), events, ..link };
+            let retired = RetiredCode { relay_code: old_code.clone(), rotated_at: SystemTime::now() };
+            spawn_retired_link(&answering, retired, self.window, ctx, shutdown);
+            self.links.push((moved, moved_stop));
+        }
     }
 }
 

@@ -26,7 +26,7 @@ use anyhow::Result;
 
 use self::output::Printer;
 use crate::cli::{Cli, Command, RunArgs};
-use crate::config::{Config, RelayUrl, DEFAULT_RELAY};
+use crate::config::{relay_list, Config, RelayUrl, DEFAULT_RELAY};
 use crate::error::{ConfigError, Exit};
 use crate::secret::{EnvSecrets, Secret};
 use crate::state::Home;
@@ -35,7 +35,8 @@ use crate::state::Home;
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub home: Home,
-    pub relay_flag: Option<String>,
+    /// `--relay` (repeated) or `VOXA_RELAY`, unvalidated; empty when none names a relay.
+    pub relay_flags: Vec<String>,
     pub self_hosted: bool,
     pub printer: Printer,
     /// Secrets the process was started with, already removed from its environment.
@@ -46,26 +47,34 @@ impl Settings {
     pub fn from_cli(cli: &Cli, env_secrets: EnvSecrets) -> Result<Self> {
         Ok(Settings {
             home: Home::locate(cli.home.clone())?,
-            relay_flag: cli.relay.clone().filter(|r| !r.trim().is_empty()),
+            relay_flags: cli.relay.iter().filter(|r| !r.trim().is_empty()).cloned().collect(),
             self_hosted: cli.self_hosted,
             printer: Printer::new(cli.json, cli.quiet),
             env_secrets,
         })
     }
 
-    /// Relay by precedence: flag > `VOXA_RELAY` > saved config > default.
+    /// The pairing's first relay, by the precedence of [`Settings::relays`].
     pub fn relay(&self, saved: &Config) -> Result<RelayUrl> {
-        if let Some(flag) = self.relay_flag.as_deref() {
-            return Ok(RelayUrl::parse(flag)?);
+        let relays = self.relays(saved)?;
+        relays.into_iter().next().ok_or_else(|| anyhow::anyhow!("no relay is named"))
+    }
+
+    /// The pairing's relays (at most [`crate::config::MAX_RELAYS`], none twice), by precedence:
+    /// flags > `VOXA_RELAY` > saved config > default.
+    pub fn relays(&self, saved: &Config) -> Result<Vec<RelayUrl>> {
+        if !self.relay_flags.is_empty() {
+            return Ok(relay_list(&self.relay_flags)?);
         }
-        match saved.relay.as_deref() {
-            // Say where a bad saved value comes from, and how to replace it.
-            Some(saved) => RelayUrl::parse(saved).map_err(|err| {
-                let path = self.home.path(crate::state::CONFIG_FILE);
-                ConfigError::new(format!("{err} (saved in {}; pass --relay to replace it)", path.display())).into()
-            }),
-            None => Ok(RelayUrl::parse(DEFAULT_RELAY)?),
+        let saved = saved.saved_relays();
+        if saved.is_empty() {
+            return Ok(vec![RelayUrl::parse(DEFAULT_RELAY)?]);
         }
+        // Say where a bad saved value comes from, and how to replace it.
+        relay_list(&saved).map_err(|err| {
+            let path = self.home.path(crate::state::CONFIG_FILE);
+            ConfigError::new(format!("{err} (saved in {}; pass --relay to replace it)", path.display())).into()
+        })
     }
 }
 
@@ -113,10 +122,10 @@ impl RelaySource {
 impl Settings {
     /// Where [`Settings::relay`] takes the relay from.
     pub fn relay_source(&self, saved: &Config) -> RelaySource {
-        match (&self.relay_flag, &saved.relay) {
-            (Some(_), _) => RelaySource::Flag,
-            (None, Some(_)) => RelaySource::Saved,
-            (None, None) => RelaySource::Default,
+        match (self.relay_flags.is_empty(), saved.saved_relays().is_empty()) {
+            (false, _) => RelaySource::Flag,
+            (true, false) => RelaySource::Saved,
+            (true, true) => RelaySource::Default,
         }
     }
 

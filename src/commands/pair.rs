@@ -27,23 +27,28 @@ pub async fn run_pair(settings: &Settings, args: &PairArgs) -> Result<()> {
     // Validate everything before creating or changing anything: a refused relay leaves no trace.
     home.check()?;
     let mut config = home.load_config()?;
-    let configured = settings.relay(&config)?;
+    let configured = settings.relays(&config)?;
     let dialed = super::status::dialed_relay(settings).await?;
-    let (relay, source, unknown) = match dialed {
+    let (relays, source, unknown) = match dialed {
         Dialed::NoAgent => (configured, settings.relay_source(&config), None),
-        Dialed::Agent { pid, relay, source } => {
-            if settings.relay_flag.is_some() && configured != relay {
+        Dialed::Agent { pid, relays, source } => {
+            if !settings.relay_flags.is_empty() && configured != relays {
+                let flags: Vec<String> = configured.iter().map(|relay| format!("--relay {relay}")).collect();
                 return Err(ConfigError::new(format!(
-                    "the running agent (pid {pid}) dials {relay}: a link for {configured} would open no laptop. \
+                    "the running agent (pid {pid}) dials {}: a link for {} would open no laptop. \
                      Run `voxa pair` without --relay (and VOXA_RELAY) for the link it dials, or stop it and start \
-                     `voxa --relay {configured} run` (nothing was changed)"
+                     `voxa {} run` (nothing was changed)",
+                    shown_list(&relays),
+                    shown_list(&configured),
+                    flags.join(" ")
                 ))
                 .into());
             }
-            (relay, source, None)
+            (relays, source, None)
         }
         Dialed::Unknown { pid, why } => (configured, settings.relay_source(&config), Some((pid, why))),
     };
+    let relay = relays[0].clone();
     home.ensure()?;
     let secrets = if args.rotate { home.rotate_secrets()? } else { home.load_or_create_secrets()?.0 };
     if args.rotate {
@@ -58,7 +63,7 @@ pub async fn run_pair(settings: &Settings, args: &PairArgs) -> Result<()> {
     // is not the pairing's either.
     let saved = source != RelaySource::Embedded && unknown.is_none();
     if saved {
-        save_relay(home, &mut config, &relay)?;
+        save_relays(home, &mut config, &relays)?;
     }
     let rotated = match args.rotate {
         true => Some(rotation_outcome(home).await?),
@@ -74,7 +79,7 @@ pub async fn run_pair(settings: &Settings, args: &PairArgs) -> Result<()> {
         RelaySource::Embedded => super::lan::fingerprint_of(home, &relay),
         _ => None,
     };
-    let link = Link::new(home, &relay, &secrets, relay_token.as_ref())?;
+    let link = Link::new(home, &relays, &secrets, relay_token.as_ref())?;
     let mut value = json!({
         "code": secrets.relay_code.expose(),
         "token": secrets.auth_token.expose(),
@@ -82,6 +87,7 @@ pub async fn run_pair(settings: &Settings, args: &PairArgs) -> Result<()> {
         "ticket": link.ticket.secret.expose(),
         "ticket_expires": link.expires(),
         "relay": relay.as_str(),
+        "relays": link.relay_urls(),
         "relay_source": source.as_str(),
         "relay_saved": saved,
         "reaches": super::reach::Reach::of_link(&relay, lan.as_deref()).as_str(),
@@ -98,8 +104,7 @@ pub async fn run_pair(settings: &Settings, args: &PairArgs) -> Result<()> {
     let human = if printer.is_json() {
         String::new()
     } else {
-        let mut text =
-            pairing_text(&relay, &link, relay_token.is_some(), lan.as_deref(), !args.no_qr, printer.is_terminal())?;
+        let mut text = pairing_text(&link, relay_token.is_some(), lan.as_deref(), !args.no_qr, printer.is_terminal())?;
         match (source, &unknown) {
             (_, Some((pid, why))) => text.push_str(&format!(
                 "\nThe running agent (pid {pid}) did not say which relay it dials ({why}). This link is for {relay}, \
@@ -165,13 +170,20 @@ async fn rotation_outcome(home: &Home) -> Result<Rotated> {
     Ok(Rotated { agent: Some(agent.pid), picked_up })
 }
 
-/// Saves the relay the secrets were shown with, so `run` dials what the phone scanned.
-pub fn save_relay(home: &Home, config: &mut crate::config::Config, relay: &RelayUrl) -> Result<()> {
-    if config.relay.as_deref() != Some(relay.as_str()) {
-        config.relay = Some(relay.as_str().to_owned());
+/// Saves the relays the secrets were shown with, so `run` dials what the phone scanned.
+pub fn save_relays(home: &Home, config: &mut crate::config::Config, relays: &[RelayUrl]) -> Result<()> {
+    let before = config.clone();
+    config.set_relays(relays);
+    if *config != before {
         home.save_config(config)?;
     }
     Ok(())
+}
+
+/// Relays as a sentence names them: `https://a`, or `https://a and https://b`.
+fn shown_list(relays: &[RelayUrl]) -> String {
+    let urls: Vec<&str> = relays.iter().map(RelayUrl::as_str).collect();
+    urls.join(" and ")
 }
 
 /// The relay token a link carries: the one the agent dials with (`--relay-token(-file)`,
@@ -184,38 +196,41 @@ pub fn link_relay_token(home: &Home, value: Option<&str>, file: Option<&Path>) -
 }
 
 /// A pairing link as `pair` and a first `run` print it: the relay code and a fresh one-time
-/// ticket ([`crate::tickets`]) in the fragment, never the auth token.
+/// ticket ([`crate::tickets`]) in the fragment, never the auth token; the pairing's other relays
+/// after them.
 pub struct Link {
     pub url: String,
     pub ticket: Ticket,
+    /// The pairing's relays, the link's own first; never empty.
+    pub relays: Vec<RelayUrl>,
 }
 
 impl Link {
-    /// Makes a ticket of `home` and the link carrying it.
-    pub fn new(home: &Home, relay: &RelayUrl, secrets: &Secrets, relay_token: Option<&Secret>) -> Result<Link> {
+    /// Makes a ticket of `home` and the link carrying it, on the first of `relays` (never empty).
+    pub fn new(home: &Home, relays: &[RelayUrl], secrets: &Secrets, relay_token: Option<&Secret>) -> Result<Link> {
+        let Some((relay, others)) = relays.split_first() else { anyhow::bail!("a pairing link needs a relay") };
         let ticket = crate::tickets::issue(home)?;
-        let url = relay.ticket_url(secrets.relay_code.expose(), ticket.secret.expose(), relay_token);
-        Ok(Link { url, ticket })
+        let mut url = relay.ticket_url(secrets.relay_code.expose(), ticket.secret.expose(), relay_token);
+        crate::config::link_relays(&mut url, others);
+        Ok(Link { url, ticket, relays: relays.to_vec() })
     }
 
     /// When the ticket stops working, RFC 3339 (UTC, seconds).
     pub fn expires(&self) -> String {
         humantime::format_rfc3339_seconds(self.ticket.expires).to_string()
     }
+
+    /// The pairing's relays as `--json` lists them.
+    pub fn relay_urls(&self) -> Vec<&str> {
+        self.relays.iter().map(RelayUrl::as_str).collect()
+    }
 }
 
 /// The block `pair` and a first `run` print: QR (optional, and only for a link a phone can open),
 /// the URL (with the relay token, when the relay asks for one), how long it works, and what it
 /// reaches (`lan`: the fingerprint of a `--lan` relay's certificate, printed beside the code).
-pub fn pairing_text(
-    relay: &RelayUrl,
-    link: &Link,
-    relay_token: bool,
-    lan: Option<&str>,
-    qr: bool,
-    ansi: bool,
-) -> Result<String> {
-    let url = &link.url;
+pub fn pairing_text(link: &Link, relay_token: bool, lan: Option<&str>, qr: bool, ansi: bool) -> Result<String> {
+    let (url, relay) = (&link.url, &link.relays[0]);
     let reach = super::reach::Reach::of_link(relay, lan);
     let qr = qr && reach.wants_qr();
     let mut text = String::new();
@@ -231,6 +246,14 @@ pub fn pairing_text(
         "The link works once, within {minutes} minutes: the phone that opens it first is paired. Run `voxa pair` \
          again for another phone."
     );
+    if link.relays.len() > 1 {
+        let _ = writeln!(
+            text,
+            "It names {} relays, {}: the page uses the first that answers and moves to the next when one fails.",
+            link.relays.len(),
+            shown_list(&link.relays)
+        );
+    }
     if relay_token {
         text.push_str("The link carries the relay's token as well (in its fragment, never sent in a request).\n");
     }
@@ -306,8 +329,8 @@ mod tests {
             auth_token: Secret::from_string("ffeeddccbbaa99887766554433221100".into()),
         };
         let token = Secret::from_string("team/token 1".into());
-        let link = Link::new(&home, &relay, &secrets, Some(&token)).unwrap();
-        let text = pairing_text(&relay, &link, true, None, true, false).unwrap();
+        let link = Link::new(&home, std::slice::from_ref(&relay), &secrets, Some(&token)).unwrap();
+        let text = pairing_text(&link, true, None, true, false).unwrap();
         let url = format!(
             "https://relay.example.com/#code=00112233445566778899aabbccddeeff&ticket={}&relay_token=team%2Ftoken+1",
             link.ticket.secret.expose()
@@ -319,10 +342,18 @@ mod tests {
         assert!(text.contains("The link carries the relay's token as well"), "{text}");
         assert!(text.contains("works once, within 15 minutes"), "{text}");
         assert!(!text.contains(secrets.auth_token.expose()), "the token is never printed: {text}");
-        let again = Link::new(&home, &relay, &secrets, None).unwrap();
+        let again = Link::new(&home, std::slice::from_ref(&relay), &secrets, None).unwrap();
         assert_ne!(again.ticket.secret, link.ticket.secret, "each pair makes a new ticket");
-        let plain = pairing_text(&relay, &again, false, None, false, false).unwrap();
+        let plain = pairing_text(&again, false, None, false, false).unwrap();
         assert!(!plain.contains("relay_token") && !plain.contains("relay's token"), "{plain}");
+        assert!(!plain.contains("relays"), "{plain}");
+        let second = RelayUrl::parse("https://second.example:8443/base").unwrap();
+        let both = Link::new(&home, &[relay, second], &secrets, None).unwrap();
+        assert!(both.url.ends_with("&relay=https%3A%2F%2Fsecond.example%3A8443%2Fbase"), "{}", both.url);
+        let text = pairing_text(&both, false, None, true, false).unwrap();
+        let art: String = text.lines().take_while(|line| !line.starts_with("Scan")).collect::<Vec<_>>().join("\n");
+        assert_eq!(decode(&art), both.url, "the QR code names both relays");
+        assert!(text.contains("It names 2 relays, https://relay.example.com and https://second.example:8443/base"));
     }
 
     #[test]

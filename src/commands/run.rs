@@ -42,7 +42,8 @@ pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
     warn_if_home_in_workspace(home, &workspace, printer);
     let shutdown = super::shutdown::on_signal();
     let tasks = TaskTracker::new();
-    let (relay, secrets) = relay_and_secrets(settings, &args, &mut config, &mut dial, &tasks, &shutdown).await?;
+    let (relays, secrets) = relay_and_secrets(settings, &args, &mut config, &mut dial, &tasks, &shutdown).await?;
+    let relay = relays[0].clone();
     let listener = TcpListener::bind(("127.0.0.1", args.port))
         .await
         .with_context(|| format!("could not listen on 127.0.0.1:{}", args.port))?;
@@ -53,6 +54,7 @@ pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
         home: home.clone(),
         secrets,
         relay: Some(relay.clone()),
+        extra_relays: relays[1..].to_vec(),
         workspace: workspace.clone(),
         config,
         dial,
@@ -67,7 +69,7 @@ pub async fn run_agent(settings: &Settings, args: RunArgs) -> Result<()> {
     home.write_agent_file(port)?;
     printer.event(
         "started",
-        json!({"port": port, "pid": std::process::id(), "workspace": workspace.display().to_string(), "mode": agent.ctx.mode(), "relay": relay.as_str()}),
+        json!({"port": port, "pid": std::process::id(), "workspace": workspace.display().to_string(), "mode": agent.ctx.mode(), "relay": relay.as_str(), "relays": relays.iter().map(RelayUrl::as_str).collect::<Vec<_>>()}),
         format!(
             "voxa {} running, workspace {}, local port {port}; voice calls: {}",
             crate::VERSION,
@@ -96,10 +98,10 @@ fn voice_host(mode: &str) -> &'static str {
     }
 }
 
-/// The relay this agent dials — the embedded one (on loopback, or on this network with its own
-/// certificate, which `dial` then trusts), or the configured one (saved as the home's relay) —
-/// with this home's secrets, created on first run. The pairing is printed when the secrets are
-/// new or the relay is embedded.
+/// The relays this agent dials — the embedded one (on loopback, or on this network with its own
+/// certificate, which `dial` then trusts), or the configured ones (saved as the home's relays),
+/// never empty — with this home's secrets, created on first run. The pairing is printed when the
+/// secrets are new or the relay is embedded.
 async fn relay_and_secrets(
     settings: &Settings,
     args: &RunArgs,
@@ -107,7 +109,7 @@ async fn relay_and_secrets(
     dial: &mut DialOptions,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
-) -> Result<(RelayUrl, Secrets)> {
+) -> Result<(Vec<RelayUrl>, Secrets)> {
     let (home, printer) = (&settings.home, settings.printer);
     let embedded = match (&args.embedded_relay, &args.lan) {
         (Some(addr), _) => Some(Embedded::Loopback(parse_loopback(addr)?)),
@@ -115,9 +117,12 @@ async fn relay_and_secrets(
         (None, None) => None,
     };
     // The embedded relay stands in for a remote one: nothing about it is saved.
-    let (relay, lan) = match &embedded {
-        Some(embedded) => start_embedded_relay(embedded, home, printer, tasks, shutdown).await?,
-        None => (settings.relay(config)?, None),
+    let (relays, lan) = match &embedded {
+        Some(embedded) => {
+            let (relay, lan) = start_embedded_relay(embedded, home, printer, tasks, shutdown).await?;
+            (vec![relay], lan)
+        }
+        None => (settings.relays(config)?, None),
     };
     if let Some(cert) = &lan {
         // This agent dials its own relay, trusting its certificate, never through a proxy.
@@ -126,15 +131,15 @@ async fn relay_and_secrets(
     }
     let (secrets, created) = home.load_or_create_secrets()?;
     if embedded.is_none() {
-        super::pair::save_relay(home, config, &relay)?;
+        super::pair::save_relays(home, config, &relays)?;
     }
     if created || embedded.is_some() {
         // The embedded relay asks for no token; another one gets the token this agent dials with.
         let relay_token = dial.bearer.as_ref().filter(|_| embedded.is_none());
         let fingerprint = lan.as_ref().map(|cert| cert.fingerprint.as_str());
-        print_pairing(home, &relay, &secrets, relay_token, fingerprint, printer)?;
+        print_pairing(home, &relays, &secrets, relay_token, fingerprint, printer)?;
     }
-    Ok((relay, secrets))
+    Ok((relays, secrets))
 }
 
 /// Where the relay inside `voxa run` listens.
@@ -253,20 +258,21 @@ pub fn is_embedded_relay(home: &Home, relay: &RelayUrl) -> bool {
 /// certificate, beside them.
 fn print_pairing(
     home: &Home,
-    relay: &RelayUrl,
+    relays: &[RelayUrl],
     secrets: &Secrets,
     relay_token: Option<&Secret>,
     lan: Option<&str>,
     printer: Printer,
 ) -> Result<()> {
     // The link carries a one-time ticket, never the token (docs/SECURITY.md).
-    let link = super::pair::Link::new(home, relay, secrets, relay_token)?;
+    let link = super::pair::Link::new(home, relays, secrets, relay_token)?;
+    let relay = &relays[0];
     if printer.is_json() {
         let reaches = super::reach::Reach::of_link(relay, lan).as_str();
-        let fields = json!({"url": link.url, "ticket_expires": link.expires(), "relay": relay.as_str(), "reaches": reaches, "relay_token_in_link": relay_token.is_some(), "relay_certificate_sha256": lan});
+        let fields = json!({"url": link.url, "ticket_expires": link.expires(), "relay": relay.as_str(), "relays": link.relay_urls(), "reaches": reaches, "relay_token_in_link": relay_token.is_some(), "relay_certificate_sha256": lan});
         printer.event("pairing", fields, "");
     } else {
-        let text = super::pair::pairing_text(relay, &link, relay_token.is_some(), lan, true, printer.is_terminal())?;
+        let text = super::pair::pairing_text(&link, relay_token.is_some(), lan, true, printer.is_terminal())?;
         printer.event("pairing", json!({}), text.trim_end());
     }
     Ok(())

@@ -1,6 +1,7 @@
-//! `voxa status`: paired or not, the relay, and what the running agent is doing. Never secrets.
-//! While an agent runs, the relay shown is the one it dials ([`dialed_relay`] is how `pair` and
-//! `doctor` learn it too): one relay, whatever the settings would name for the next run.
+//! `voxa status`: paired or not, the relays, and what the running agent is doing. Never secrets.
+//! While an agent runs, the relays shown are the ones it dials ([`dialed_relay`] is how `pair` and
+//! `doctor` learn them too), whatever the settings would name for the next run; each with its
+//! link's state.
 
 use anyhow::Result;
 use futures_util::{SinkExt, StreamExt};
@@ -18,7 +19,8 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
     let home = &settings.home;
     let paired = home.load_secrets()?.is_some();
     let config = home.load_config()?;
-    let configured = settings.relay(&config)?;
+    let configured_relays = settings.relays(&config)?;
+    let configured = configured_relays[0].clone();
     let agent = home.running_agent()?;
     let queried = match &agent {
         Some(_) => Some(query(settings).await),
@@ -36,6 +38,11 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
         RelaySource::Embedded => super::lan::fingerprint_of(home, &relay),
         _ => None,
     };
+    // Every relay of the pairing: those the running agent dials, else those the settings name.
+    let relays: Vec<String> = match live.as_ref().filter(|l| !l.relays.is_empty()) {
+        Some(live) => live.relays.iter().map(|link| link.relay.clone()).collect(),
+        None => configured_relays.iter().map(|relay| relay.to_string()).collect(),
+    };
     let value = json!({
         "home": home.dir().display().to_string(),
         "paired": paired,
@@ -43,6 +50,7 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
         "relay_source": source.as_str(),
         "relay_certificate_sha256": lan,
         "configured_relay": configured.as_str(),
+        "relays": relays,
         "agent": agent.as_ref().map(|a| json!({
             "pid": a.pid,
             "port": a.port,
@@ -60,11 +68,12 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
             "relay_page": live.as_ref().and_then(|l| l.relay_page.clone()),
             "workspace": live.as_ref().map(|l| l.workspace.clone()),
             "relay": live.as_ref().map(|l| l.relay.clone()),
+            "relays": live.as_ref().map(|l| l.relays.clone()),
             "awake": live.as_ref().and_then(|l| l.awake.clone()),
             "push": live.as_ref().and_then(|l| l.push.clone()),
         })),
     });
-    let shown = Shown { relay: &relay, source, lan: lan.as_deref(), configured: &configured };
+    let shown = Shown { relay: &relay, relays: &relays, source, lan: lan.as_deref(), configured: &configured };
     let human = human_status(home.dir(), paired, &shown, agent.as_ref(), live.as_ref(), problem.as_deref());
     settings.printer.result(&value, human)?;
     Ok(Exit::Ok)
@@ -73,6 +82,8 @@ pub async fn run_status(settings: &Settings) -> Result<Exit> {
 /// The relay `status` speaks of, where it comes from, and the one the settings name.
 struct Shown<'a> {
     relay: &'a RelayUrl,
+    /// Every relay of the pairing, `relay` first.
+    relays: &'a [String],
     source: RelaySource,
     /// The fingerprint of a `--lan` relay's certificate.
     lan: Option<&'a str>,
@@ -112,6 +123,9 @@ fn human_status(
         shown.relay,
         shown.describe()
     );
+    if shown.relays.len() > 1 {
+        human.push_str(&format!("relays:  {} (the page moves to the next when one fails)\n", shown.relays.join(", ")));
+    }
     if let Some(fingerprint) = shown.lan {
         human.push_str(&format!("certificate: SHA-256 {fingerprint}\n"));
     }
@@ -135,6 +149,13 @@ fn human_status(
             l.sealed_sessions,
             l.plain_sessions
         )),
+    }
+    if let Some(live) = live.filter(|l| l.relays.len() > 1) {
+        for link in &live.relays {
+            let state = if link.connected { "connected" } else { "not connected" };
+            let phone = if link.phone_present { ", a phone on it" } else { "" };
+            human.push_str(&format!("  via {}: {state}{phone}\n", link.relay));
+        }
     }
     if let Some(live) = live {
         human.push_str(&connected_lines(&live.connected));
@@ -198,8 +219,8 @@ fn push_line(push: &PushStatus) -> String {
 pub enum Dialed {
     /// No agent runs: `voxa run` will dial what the settings name.
     NoAgent,
-    /// The running agent (`pid`) said it dials `relay`.
-    Agent { pid: u32, relay: RelayUrl, source: RelaySource },
+    /// The running agent (`pid`) said it dials `relays` (the pairing's, its first the page's).
+    Agent { pid: u32, relays: Vec<RelayUrl>, source: RelaySource },
     /// An agent runs and did not say (`why`).
     Unknown { pid: u32, why: String },
 }
@@ -212,8 +233,15 @@ pub async fn dialed_relay(settings: &Settings) -> Result<Dialed> {
         Ok(_) => return Ok(Dialed::Unknown { pid: agent.pid, why: "it dials no relay".to_owned() }),
         Err(err) => return Ok(Dialed::Unknown { pid: agent.pid, why: format!("{err:#}") }),
     };
-    match settings.running_relay(&status.relay) {
-        Ok((relay, source)) => Ok(Dialed::Agent { pid: agent.pid, relay, source }),
+    let dialed = settings.running_relay(&status.relay).and_then(|(relay, source)| {
+        let others = status.relays.iter().map(|link| &link.relay).filter(|other| **other != status.relay);
+        let others: Vec<&String> = others.collect();
+        let mut relays = crate::config::relay_list(&others)?;
+        relays.insert(0, relay);
+        Ok((relays, source))
+    });
+    match dialed {
+        Ok((relays, source)) => Ok(Dialed::Agent { pid: agent.pid, relays, source }),
         Err(err) => Ok(Dialed::Unknown { pid: agent.pid, why: format!("{err:#}") }),
     }
 }

@@ -13,11 +13,15 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use super::http::RequestHead;
 
 /// Content-Security-Policy of every answer: scripts and styles from this origin only (no inline
-/// script but the page's import map, named by its hash), sockets to this origin only, never framed.
+/// script but the page's import map, named by its hash), never framed. Requests go to this origin
+/// only; sockets also to another relay of the pairing (`wss:`, or plain `ws:` on loopback, as
+/// relays are validated), which the page opens when this one fails (docs/PROTOCOL.md, "More than
+/// one relay").
 pub const CONTENT_SECURITY_POLICY: &str = concat!(
     "default-src 'none'; script-src 'self' '",
     env!("VOXA_IMPORT_MAP_CSP"),
-    "'; style-src 'self'; img-src 'self' blob: data:; connect-src 'self'; manifest-src 'self'; \
+    "'; style-src 'self'; img-src 'self' blob: data:; connect-src 'self' wss: ws://127.0.0.1:* ws://localhost:*; \
+     manifest-src 'self'; \
      base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 );
 

@@ -36,8 +36,8 @@ pub use push::{push_endpoint_host, PushKeys, PushSubscription, MAX_PUSH_ENDPOINT
 pub use relay::{PeerRole, PeerState, Presence};
 pub use session::{
     parse_client, AgentMessage, AgentSees, AgentStatus, AwakeStatus, CallEntry, CallsFrame, ClientMessage,
-    CodingAgentSeen, ConnectedClient, EnvReach, EnvironmentState, PushStatus, RelayPage, ToolActivityState,
-    TranscriptRole,
+    CodingAgentSeen, ConnectedClient, EnvReach, EnvironmentState, PushStatus, RelayLinkStatus, RelayPage,
+    ToolActivityState, TranscriptRole,
 };
 pub use terminal::{
     TermAck, TermExit, TermOutput, TermSnapshot, MAX_TERMINALS, MAX_TERM_CELLS, MAX_TERM_INPUT, MAX_TERM_SIZE,

@@ -344,6 +344,11 @@ pub struct AgentStatus {
     #[serde(default)]
     pub relay_replaced: bool,
     pub phone_present: bool,
+    /// Each relay the agent keeps a link to, in the pairing's order (the first is `relay`);
+    /// `relay_connected` and `phone_present` say whether any of them is. Absent from agents older
+    /// than this field and without a relay.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub relays: Vec<RelayLinkStatus>,
     /// While the relay code replaced by `voxa pair --rotate` is still answered (every phone on
     /// it refused): until when, in Unix seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -371,6 +376,14 @@ pub struct AgentStatus {
     /// The last push and whether its receipt came back; absent before the first push.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push: Option<Box<PushStatus>>,
+}
+
+/// One relay link of a running agent, as `status` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub struct RelayLinkStatus {
+    pub relay: String,
+    pub connected: bool,
+    pub phone_present: bool,
 }
 
 /// One push, as `status` shows the last one.

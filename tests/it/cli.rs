@@ -125,6 +125,7 @@ fn pair_json_creates_private_secrets_and_the_pairing_url() {
             "relay_saved",
             "relay_source",
             "relay_token_in_link",
+            "relays",
             "ticket",
             "ticket_expires",
             "token",

@@ -36,6 +36,7 @@ mod relay;
 mod relay_limits;
 mod relay_proven;
 mod relay_serving;
+mod relays;
 mod run;
 mod sealed;
 mod sealed_ticks;

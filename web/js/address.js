@@ -8,7 +8,7 @@
 // wrote the link into its history before this ran: its ticket works once (docs/SECURITY.md, "A
 // link whose secret works once").
 (() => {
-  const SECRETS = ['code', 'token', 'ticket', 'relay_token'];
+  const SECRETS = ['code', 'token', 'ticket', 'relay_token', 'relay'];
   const secret = (/** @type {string} */ key) => SECRETS.includes(key);
   const url = new URL(location.href);
   const fragment = new URLSearchParams(url.hash.slice(1));

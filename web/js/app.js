@@ -214,7 +214,7 @@ export class App {
     session.addEventListener('error', (event) => {
       if (this.store.state.session === session) this.store.set({ notice: sentence(/** @type {CustomEvent} */ (event).detail) });
     });
-    if (held) this.onState(session, { state: held.state, text: held.text, sealed: held.sealed });
+    if (held) this.onState(session, { state: held.state, text: held.text, sealed: held.sealed, relay: held.relays.host });
     else session.start();
   }
 
@@ -276,13 +276,13 @@ export class App {
 
   /**
    * @param {Session} session
-   * @param {{state: import('./session.js').ConnectionState, text: string, sealed: boolean}} detail
+   * @param {{state: import('./session.js').ConnectionState, text: string, sealed: boolean, relay: string}} detail
    */
-  onState(session, { state, text, sealed }) {
+  onState(session, { state, text, sealed, relay }) {
     if (this.store.state.session !== session) return;
     const online = state === 'online';
     this.store.set({
-      connection: { state, text, sealed }, online, ...(online ? { notice: '' } : { hello: null }),
+      connection: { state, text, sealed, relay }, online, ...(online ? { notice: '' } : { hello: null }),
     });
   }
 

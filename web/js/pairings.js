@@ -18,6 +18,10 @@ const HEX32 = /^[0-9a-f]{32}$/;
 export const ALIAS_MAX = 40;
 /** Most environments remembered per laptop (the picker lists them all). */
 const ENVIRONMENTS_MAX = 32;
+/** Most relays a pairing names, the page's own included (`MAX_RELAYS`, src/config.rs). */
+const RELAYS_MAX = 3;
+/** Hosts a relay may be reached on without TLS, as the laptop allows them. */
+const LOOPBACK = /^(localhost|127\.\d+\.\d+\.\d+|\[::1\])$/;
 
 /**
  * @typedef {object} PairingBase
@@ -30,6 +34,8 @@ const ENVIRONMENTS_MAX = 32;
  *   last online, so the machine picker shows them before it is chosen again
  * @property {string} [mode] the laptop's mode from its last hello (`hosted`, `self-hosted`)
  * @property {string} [relayToken] the token a private relay asks for (`relay_token` in the link's fragment)
+ * @property {string[]} [relays] the pairing's other relays (`relay=` in the link's fragment), tried in
+ *   turn when the page's own fails: base URLs (scheme, host, port and path)
  */
 /** @typedef {PairingBase & {kind: 'relay', code: string}} RelayPairing */
 /** @typedef {PairingBase & {kind: 'loopback'}} LoopbackPairing */
@@ -60,11 +66,13 @@ function valid(pairing) {
  * @returns {RelayPairing}
  */
 function tidy(pairing) {
-  const { alias, environments, ...rest } = pairing;
+  const { alias, environments, relays, ...rest } = pairing;
   /** @type {RelayPairing} */
   const tidied = rest;
   const named = cleanAlias(alias);
   if (named) tidied.alias = named;
+  const others = Array.isArray(relays) ? relayList(relays) : null;
+  if (others && others.length) tidied.relays = others;
   const listed = cleanEnvironments(environments);
   if (listed.length) tidied.environments = listed;
   return tidied;
@@ -90,6 +98,32 @@ export function cleanEnvironments(environments) {
     .filter((e) => e && typeof e === 'object' && typeof e.envKey === 'string' && e.envKey && typeof e.name === 'string')
     .slice(0, ENVIRONMENTS_MAX)
     .map((e) => ({ envKey: e.envKey.slice(0, 128), name: e.name.slice(0, 80) || e.envKey.slice(0, 12) }));
+}
+
+/**
+ * A pairing's other relays as the page keeps them, as the laptop validates them: https (plain http
+ * only on loopback), no user, query or fragment, at most `RELAYS_MAX - 1`, each once and
+ * never `own` (the relay of the link). `null` when one is malformed or there are too many.
+ * @param {unknown[]} texts
+ * @param {string} [own]
+ * @returns {string[] | null}
+ */
+export function relayList(texts, own = '') {
+  /** @type {string[]} */
+  const relays = [];
+  for (const text of texts) {
+    let url;
+    try {
+      url = new URL(typeof text === 'string' && text.length <= 512 ? text : '');
+    } catch {
+      return null;
+    }
+    const plain = url.protocol === 'http:' && LOOPBACK.test(url.hostname);
+    if ((url.protocol !== 'https:' && !plain) || url.username || url.password || url.search || url.hash) return null;
+    const base = `${url.origin}${url.pathname.replace(/\/+$/, '')}`;
+    if (base !== own && !relays.includes(base)) relays.push(base);
+  }
+  return relays.length < RELAYS_MAX ? relays : null;
 }
 
 /** @returns {Stored} */
@@ -255,7 +289,11 @@ export function fromUrl(url) {
     if (relayToken !== null && (relayToken.length === 0 || relayToken.length > 512)) {
       return new Error('This pairing link is damaged: scan the code again.');
     }
-    return { id: `relay:${code}`, kind: 'relay', code, ...key, ...(relayToken ? { relayToken } : {}) };
+    // The pairing's other relays: the link's own comes first (the page is on it).
+    const relays = carrier === fragment ? relayList(fragment.getAll('relay'), `${url.origin}${url.pathname.replace(/\/+$/, '')}`) : [];
+    if (!relays) return new Error('This pairing link is damaged: scan the code again.');
+    return { id: `relay:${code}`, kind: 'relay', code, ...key, ...(relayToken ? { relayToken } : {}),
+      ...(relays.length ? { relays } : {}) };
   }
   if (fragment.has('ticket') || fragment.has('token')) {
     const key = keyOf(fragment);

@@ -18,7 +18,7 @@ import { Calls } from './session/calls.js';
 import { handOn } from './session/events.js';
 import { answerChallenge, importToken, paired, ticketRefusal } from './session/hello.js';
 import { checkHelloOk } from './session/sealed.js';
-import { BROKEN_TEXT, REFUSED_TEXT, Retry, finalClose, relayProtocols, socketUrl } from './session/transport.js';
+import { BROKEN_TEXT, REFUSED_TEXT, Relays, Retry, finalClose, relayProtocols } from './session/transport.js';
 import { Wake, networkBack, networkLost } from './session/wake.js';
 
 /**
@@ -93,6 +93,8 @@ export class Session extends EventTarget {
     this.bytesOut = 0;
     /** The browser's network and the page's visibility, watched while the session runs. @type {Wake | null} */
     this.wake = null;
+    /** The relays the socket goes to in turn, the page's own first. */
+    this.relays = new Relays(pairing);
   }
 
   /** Starts connecting; reconnects by itself until `stop()` or a final refusal. */
@@ -152,8 +154,8 @@ export class Session extends EventTarget {
   setState(state, text) {
     this.state = state;
     this.text = text;
-    const sealed = this.sealed;
-    this.dispatchEvent(new CustomEvent('state', { detail: { state, text, attempt: this.retry.attempt, sealed } }));
+    const { sealed, relays } = this;
+    this.dispatchEvent(new CustomEvent('state', { detail: { state, text, attempt: this.retry.attempt, sealed, relay: relays.host } }));
   }
 
   /** Whether the session is sealed end to end (protocol 3) right now. */
@@ -180,7 +182,7 @@ export class Session extends EventTarget {
     this.setState('connecting', this.pairing.kind === 'relay' ? 'connecting to the relay…' : 'connecting…');
     let socket;
     try {
-      socket = new WebSocket(socketUrl(this.pairing), relayProtocols(this.pairing));
+      socket = new WebSocket(this.relays.url(), relayProtocols(this.pairing));
     } catch {
       this.retry.schedule();
       return;
@@ -191,6 +193,7 @@ export class Session extends EventTarget {
       if (socket !== this.socket) return;
       if (this.pairing.kind === 'relay') this.setState('relay', 'relay reachable — laptop offline');
       else this.setState('hello', 'saying hello…');
+      this.relays.absent(socket, () => socket === this.socket && ['relay', 'offline'].includes(this.state));
     };
     socket.onmessage = (event) => {
       if (socket !== this.socket) return;
@@ -205,7 +208,10 @@ export class Session extends EventTarget {
       const refused = ticketRefusal(event.code === 1008 && event.reason);
       const final = refused ? { state: /** @type {ConnectionState} */ ('refused'), text: refused } : finalClose(event);
       if (final) this.finish(final.state, final.text);
-      else this.retry.schedule();
+      else {
+        this.relays.next();
+        this.retry.schedule();
+      }
     };
   }
 
@@ -286,6 +292,7 @@ export class Session extends EventTarget {
     this.socket = null;
     socket.close(1000, 'sealed-session-stalled');
     this.goOffline({ code: 'offline', message: 'the laptop stopped answering' });
+    this.relays.next();
     if (!now) {
       this.retry.schedule();
       return;
@@ -333,6 +340,8 @@ export class Session extends EventTarget {
     } else {
       this.goOffline({ code: 'offline', message: 'the laptop went offline' });
       this.setState('offline', 'laptop offline');
+      const socket = this.socket;
+      this.relays.absent(socket, () => socket === this.socket && this.state === 'offline');
     }
   }
 

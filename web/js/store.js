@@ -40,8 +40,8 @@
  * @property {Pairing[]} pairings every laptop paired in this browser, the current one first
  * @property {Pairing | null} pairing the laptop in use
  * @property {Session | null} session its connection; a new one each time a laptop is chosen
- * @property {{state: ConnectionState, text: string, sealed?: boolean}} connection how the connection
- *   stands, in words, and whether the session is sealed end to end
+ * @property {{state: ConnectionState, text: string, sealed?: boolean, relay?: string}} connection how the
+ *   connection stands, in words, whether the session is sealed end to end, and the relay it goes through
  * @property {boolean} online the hello succeeded and calls can be made
  * @property {Record<string, any> | null} hello the laptop's `hello_ok` while online
  * @property {VoiceOffer | null} voice who hosts calls, once the laptop answered

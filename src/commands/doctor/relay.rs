@@ -26,7 +26,7 @@ pub(super) fn relay_to_check(
 ) -> Option<(RelayUrl, RelaySource)> {
     let dialed = agent.map(|status| status.relay.as_str()).filter(|relay| !relay.is_empty());
     let chosen = match dialed {
-        Some(relay) if settings.relay_flag.is_none() => settings.running_relay(relay),
+        Some(relay) if settings.relay_flags.is_empty() => settings.running_relay(relay),
         _ => settings.relay(config).map(|relay| (relay, settings.relay_source(config))),
     };
     match chosen {

@@ -191,6 +191,7 @@ pub fn options(home: &TempDir, workspace: &TempDir, relay: Option<RelayUrl>) -> 
         home,
         secrets: secrets.clone(),
         relay,
+        extra_relays: Vec::new(),
         workspace: workspace.path().canonicalize().unwrap(),
         config: Config::default(),
         dial: DialOptions::default(),

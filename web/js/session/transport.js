@@ -24,13 +24,59 @@ export const BROKEN_TEXT = 'the relay altered or dropped part of this session, s
 export const REFUSED_TEXT = 'this link is no longer valid — scan the new code';
 
 /**
- * The session socket's address, on the page's own origin.
+ * The session socket's address: on the page's own origin, or on another relay of the pairing
+ * (`relay`, a base URL from pairings.js `relayList`).
  * @param {Pairing} pairing
+ * @param {string} [relay]
  */
-export function socketUrl(pairing) {
+export function socketUrl(pairing, relay) {
+  if (relay && pairing.kind === 'relay') return `${relay.replace(/^http/, 'ws')}/ws?code=${pairing.code}`;
   const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
   const path = pairing.kind === 'relay' ? `/ws?code=${pairing.code}` : '/';
   return `${scheme}//${location.host}${path}`;
+}
+
+/** How long a relay of a pairing with others may answer without the laptop before the next is tried. */
+const ABSENT_MS = 5000;
+
+/**
+ * The relays a session's socket goes to in turn: the page's own first, then the pairing's others
+ * (docs/PROTOCOL.md, "More than one relay").
+ */
+export class Relays {
+  /** @param {Pairing} pairing */
+  constructor(pairing) {
+    this.pairing = pairing;
+    /** Base URLs; `''` is the page's own origin. */
+    this.list = ['', ...(pairing.kind === 'relay' && pairing.relays) || []];
+    this.at = 0;
+  }
+
+  /** The session socket's address on the relay in use. */
+  url() {
+    return socketUrl(this.pairing, this.list[this.at]);
+  }
+
+  /** The host of the relay in use. */
+  get host() {
+    const relay = this.list[this.at];
+    return relay ? new URL(relay).host : location.host;
+  }
+
+  /** The socket to the relay in use failed or ended: the next attempt goes to the next one. */
+  next() {
+    this.at = (this.at + 1) % this.list.length;
+  }
+
+  /**
+   * The relay in use answers without the laptop (it may reach only another relay): when there
+   * are others and it is still `away()` after a while, the socket closes and the next is tried.
+   * @param {WebSocket | null} socket
+   * @param {() => boolean} away
+   */
+  absent(socket, away) {
+    if (socket && this.list.length > 1) setTimeout(() => away() && socket.close(1000, 'laptop-absent'), ABSENT_MS);
+  }
 }
 
 /**

@@ -56,6 +56,17 @@ export function bytesText(n) {
   return n < 1e6 ? `${(n / 1000).toFixed(1)} KB` : `${(n / 1e6).toFixed(1)} MB`;
 }
 
+/**
+ * The relay the session goes through, and how many the pairing names (the page moves to the next
+ * when one fails).
+ * @param {import('../pairings.js').RelayPairing} pairing
+ * @param {string | undefined} relay
+ */
+function throughRelay(pairing, relay) {
+  const count = 1 + (pairing.relays || []).length;
+  return `relay ${relay || location.host}${count > 1 ? `, one of ${count}` : ''}`;
+}
+
 /** Who hosts a call, as the status panel says it. */
 const VOICE_HOSTS = { laptop: 'hosted by the laptop', relay: 'hosted by the relay' };
 
@@ -147,7 +158,7 @@ export class Status {
       const shown = [
         ['Laptop', pairing ? pairings.label(pairing) : 'not paired'],
         ['Connection', state.connection.text],
-        ['Through', pairing ? (pairing.kind === 'relay' ? `relay ${location.host}` : 'this machine') : ''],
+        ['Through', pairing ? (pairing.kind === 'relay' ? throughRelay(pairing, state.connection.relay) : 'this machine') : ''],
         ['Mode', hello ? hello.mode : ''],
         ['Voice', hello ? (voice && 'host' in voice && VOICE_HOSTS[voice.host]) || 'none' : ''],
         ['Agent', hello ? hello.agent : ''],
