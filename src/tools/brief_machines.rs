@@ -3,24 +3,24 @@
 //! machine and their sentences after this machine's. An environment that does not answer in time
 //! is named as one that could not be reached; nothing waits longer than [`ENV_BRIEF_WAIT`].
 
+use std::future::Future;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
-use super::dispatch::EnvRouter;
-use super::spec::ToolKind;
-use crate::protocol::{ToolCall, ToolError};
+use crate::protocol::{ErrorCode, ToolError};
 
 /// Longest an environment's brief is waited for.
 pub const ENV_BRIEF_WAIT: Duration = Duration::from_secs(3);
 /// Environments asked for one brief; more are counted, not asked.
 const MAX_ENVIRONMENTS: usize = 16;
 
-/// This machine's `brief` (`local`) with each paired environment's beside it.
-pub async fn everywhere(local: Value, router: &dyn EnvRouter, cancel: &CancellationToken) -> Value {
-    let listed = router.run_tool(ToolKind::Fleet, json!({"action": "list", "probe": false})).await;
+/// This machine's `brief` (`local`) with each paired environment's beside it: `listed` is the
+/// router's `fleet` listing, `ask` asks one environment (by envKey) for its brief.
+pub async fn everywhere<F>(local: Value, listed: Result<Value, ToolError>, ask: impl Fn(String) -> F) -> Value
+where
+    F: Future<Output = Result<Value, ToolError>>,
+{
     let environments: Vec<(String, String)> = listed
         .ok()
         .and_then(|list| list.get("environments").and_then(Value::as_array).cloned())
@@ -34,14 +34,8 @@ pub async fn everywhere(local: Value, router: &dyn EnvRouter, cancel: &Cancellat
         return local;
     }
     let asked = environments.iter().map(|(key, _)| {
-        let call = ToolCall { id: String::new(), name: "brief".into(), args: json!({}), env: None, caller: None };
-        let cancel = cancel.child_token();
-        async move {
-            let routed = router.route(key.clone(), call, mpsc::channel(1).0, None, cancel.clone());
-            let answer = tokio::time::timeout(ENV_BRIEF_WAIT, routed).await;
-            cancel.cancel();
-            answer.unwrap_or_else(|_| Err(ToolError::new(crate::protocol::ErrorCode::Timeout, "no brief in time")))
-        }
+        let answer = tokio::time::timeout(ENV_BRIEF_WAIT, ask(key.clone()));
+        async move { answer.await.unwrap_or_else(|_| Err(ToolError::new(ErrorCode::Timeout, "no brief in time"))) }
     });
     let answers = futures_util::future::join_all(asked).await;
     merge(local, environments.into_iter().map(|(_, name)| name).zip(answers))
@@ -83,7 +77,6 @@ fn merge(mut local: Value, remote: impl Iterator<Item = (String, Result<Value, T
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::ErrorCode;
 
     #[test]
     fn each_machine_is_named_after_the_laptops_own_and_the_unreachable_are_said() {

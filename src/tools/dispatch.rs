@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::future::BoxFuture;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -379,7 +379,19 @@ impl Dispatcher {
                 // asked by a host as its environment, a machine briefs on its own (no circle).
                 match self.router.as_deref() {
                     Some(router) if !caller.starts_with("host:") => {
-                        Ok(plain(super::brief_machines::everywhere(local, router, &cancel).await))
+                        let listed = router.run_tool(ToolKind::Fleet, json!({"action": "list", "probe": false})).await;
+                        let ask = |env: String| {
+                            let call = ToolCall {
+                                id: String::new(),
+                                name: "brief".into(),
+                                args: json!({}),
+                                env: None,
+                                caller: None,
+                            };
+                            // Asked with the call's cancel: a brief given up on ends there too.
+                            router.route(env, call, mpsc::channel(1).0, None, cancel.child_token())
+                        };
+                        Ok(plain(super::brief_machines::everywhere(local, listed, ask).await))
                     }
                     _ => Ok(plain(local)),
                 }
