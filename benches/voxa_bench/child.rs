@@ -30,6 +30,11 @@ impl Agent {
     pub fn workspace(&self) -> std::path::PathBuf {
         self._dir.path().join("ws")
     }
+
+    /// The agent's home (`VOXA_HOME`).
+    pub fn home(&self) -> std::path::PathBuf {
+        self._dir.path().join("home")
+    }
 }
 
 /// Starts `voxa <global> run --json --workspace W <run_args>` with `env` set, and returns once it
@@ -47,10 +52,21 @@ pub fn start_agent_configured(
     wait_for: &[&str],
 ) -> Agent {
     let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
     if let Some(config) = config {
-        crate::hosted::harness::write_home_config(&home, config);
+        crate::hosted::harness::write_home_config(&dir.path().join("home"), config);
     }
+    start_agent_in(dir, global, run_args, env, wait_for)
+}
+
+/// [`start_agent`] in `dir`, whose `home` may hold a home made already.
+pub fn start_agent_in(
+    dir: tempfile::TempDir,
+    global: &[&str],
+    run_args: &[&str],
+    env: &[(&str, &str)],
+    wait_for: &[&str],
+) -> Agent {
+    let home = dir.path().join("home");
     let workspace = dir.path().join("ws");
     std::fs::create_dir_all(&workspace).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_voxa"))

@@ -66,6 +66,9 @@ fn main() {
     if wanted("sessions") {
         sessions::run(&mut report, measuring);
     }
+    if wanted("sessions-env") {
+        sessions::run_env(&mut report, measuring);
+    }
     if wanted("bytes") {
         bytes::run(&mut report, measuring);
     }

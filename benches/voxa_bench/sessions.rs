@@ -15,7 +15,7 @@ use tokio_tungstenite::tungstenite::Message;
 use voxa::net::dial::{ClientSocket, DialOptions};
 
 use crate::agent::rss_kib;
-use crate::child::{say_hello, start_agent_configured, Agent};
+use crate::child::{say_hello, start_agent_configured, start_agent_in, Agent};
 use crate::report::{percentiles, Report};
 
 /// Lines of the latency turn, one every 5 ms, each carrying the time it was written.
@@ -64,8 +64,11 @@ pub async fn next_json(socket: &mut ClientSocket) -> Value {
     }
 }
 
-async fn call(socket: &mut ClientSocket, id: &str, name: &str, args: Value) -> Value {
-    let frame = json!({"type":"tool_call","id": id,"name": name,"args": args});
+async fn call(socket: &mut ClientSocket, id: &str, name: &str, args: Value, env: Option<&str>) -> Value {
+    let mut frame = json!({"type":"tool_call","id": id,"name": name,"args": args});
+    if let Some(env) = env {
+        frame["env"] = json!(env);
+    }
     socket.send(Message::text(frame.to_string())).await.unwrap();
     loop {
         let value = next_json(socket).await;
@@ -78,9 +81,27 @@ async fn call(socket: &mut ClientSocket, id: &str, name: &str, args: Value) -> V
 
 /// Starts a session of `agent` with `lines` and returns its id.
 async fn start(socket: &mut ClientSocket, id: &str, agent: &str, lines: usize) -> String {
+    start_on(socket, id, agent, lines, None).await
+}
+
+/// [`start`] on the environment `env` (`None`: the agent the socket reaches).
+async fn start_on(socket: &mut ClientSocket, id: &str, agent: &str, lines: usize, env: Option<&str>) -> String {
     let prompt = format!("N={lines}");
-    let result = call(socket, id, "agent_start", json!({"agent": agent, "prompt": prompt})).await;
+    let result = call(socket, id, "agent_start", json!({"agent": agent, "prompt": prompt}), env).await;
     result["result"]["session"].as_str().or(result["session"].as_str()).unwrap().to_owned()
+}
+
+/// Runs a ticker turn of `lines` (on `env`) and returns each line's age on arrival, in µs.
+async fn ticker_ages(socket: &mut ClientSocket, id: &str, lines: usize, env: Option<&str>) -> Vec<f64> {
+    let session = start_on(socket, id, "ticker", lines, env).await;
+    let mut ages = Vec::new();
+    until_turn_end(socket, &session, |event| {
+        if let Some(text) = event["event"]["text"].as_str() {
+            ages_us(text, now_ns(), &mut ages);
+        }
+    })
+    .await;
+    ages
 }
 
 /// Reads `agent_event`s of `session` until its turn ends; returns the highest seq seen.
@@ -127,14 +148,7 @@ pub fn run(report: &mut Report, measuring: bool) {
     runtime.block_on(async {
         let mut socket = phone(&agent).await;
         socket.send(Message::text(json!({"type":"follow"}).to_string())).await.unwrap();
-        let session = start(&mut socket, "t1", "ticker", ticks).await;
-        let mut ages = Vec::new();
-        until_turn_end(&mut socket, &session, |event| {
-            if let Some(text) = event["event"]["text"].as_str() {
-                ages_us(text, now_ns(), &mut ages);
-            }
-        })
-        .await;
+        let mut ages = ticker_ages(&mut socket, "t1", ticks, None).await;
         let (p50, p99) = percentiles(&mut ages);
         let (f50, f99) = percentiles(&mut floor);
         report.add(
@@ -218,4 +232,55 @@ fn tree_rss_kib(root: u32) -> u64 {
         next += 1;
     }
     tree.into_iter().map(rss_kib).sum()
+}
+
+/// An environment's session seen from the phone: a line its agent writes → the phone's
+/// `agent_event`, through the host's relay, the host and the host's link to the environment —
+/// beside the same agent's line in a session of the host itself, in the same run.
+pub fn run_env(report: &mut Report, measuring: bool) {
+    let ticks = if measuring { 400 } else { 20 };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let host = start_agent_configured(
+        Some(&config()),
+        &[],
+        &["--embedded-relay"],
+        &[],
+        &["embedded_relay", "started", "relay_connected"],
+    );
+    let relay_url = format!("http://{}", host.embedded_relay.as_deref().unwrap());
+    let relay = voxa::config::RelayUrl::parse(&relay_url).unwrap();
+    // The environment: a home of its own that issues a pairing the host adds as "box".
+    let dir = tempfile::tempdir().unwrap();
+    crate::hosted::harness::write_home_config(&dir.path().join("home"), &config());
+    let env_home = voxa::state::Home::at(dir.path().join("home"));
+    let env_token = voxa::environments::store::load_or_create_host_token(&env_home).unwrap();
+    let issued = voxa::environments::issue(&env_home, &relay, env_token.expose()).unwrap();
+    let host_home = voxa::state::Home::at(host.home());
+    let host_token = voxa::environments::store::load_or_create_host_token(&host_home).unwrap();
+    voxa::environments::add(&host_home, &issued.line.encode(), Some("box"), host_token.expose()).unwrap();
+    let _env = start_agent_in(dir, &[], &["--relay", &relay_url], &[], &["started", "relay_connected"]);
+    runtime.block_on(async {
+        let mut socket = phone(&host).await;
+        socket.send(Message::text(json!({"type":"follow"}).to_string())).await.unwrap();
+        loop {
+            let value = next_json(&mut socket).await;
+            if value["type"] == "environment" && value["state"] == "reachable" {
+                break;
+            }
+        }
+        for (n, (env, whose)) in
+            [(None, "the host's own session"), (Some("box"), "an environment's session, through the host")]
+                .into_iter()
+                .enumerate()
+        {
+            let mut ages = ticker_ages(&mut socket, &format!("e{n}"), ticks, env).await;
+            let (p50, p99) = percentiles(&mut ages);
+            report.add(
+                "sessions",
+                format!("agent stdout line → phone's agent_event, {whose} ({} lines)", ages.len()),
+                format!("median {:.1} ms, p99 {:.1} ms", p50 / 1e3, p99 / 1e3),
+                "",
+            );
+        }
+    });
 }

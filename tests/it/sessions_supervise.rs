@@ -95,8 +95,12 @@ async fn the_address_keeps_the_place_and_a_grant_is_seen_and_revoked_from_the_ph
     browser.press("All sessions").await;
     browser.press("Approvals and grants").await;
     assert_eq!(hash(&browser).await, "#/approvals");
-    let view = browser.wait_text("#approvals", "the grants listed", |t| t.contains("Revoke")).await;
-    assert!(view.contains("Nothing is waiting for you."), "{view}");
+    // The decided card stays a moment saying how it ended (RESOLVED_LINGER_MS), then goes.
+    let view = browser
+        .wait_text("#approvals", "the grants listed, nothing waiting", |t| {
+            t.contains("Revoke") && t.contains("Nothing is waiting for you.")
+        })
+        .await;
     assert!(
         view.contains("Write a.txt in app: every Write in this session"),
         "the grant names its session by title: {view}"
