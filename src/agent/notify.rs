@@ -38,7 +38,7 @@ pub async fn watch_approvals(broker: Broker, notifier: Notifier, status: Arc<Liv
 }
 
 /// Approvals of environments remembered as pushed, so one told again (after the environment's
-/// link came back) is pushed once.
+/// link came back) is pushed once; as many environments' names are kept.
 const ENV_APPROVALS_REMEMBERED: usize = 1024;
 /// How often the host follows its environments anew, to cover one paired (or a browser
 /// subscribed) since.
@@ -61,10 +61,9 @@ pub async fn watch_env_approvals(
     loop {
         let frame = tokio::select! {
             _ = cancel.cancelled() => return following.cancel(),
-            // Followed again now and then: an environment paired since is followed too (what the
-            // others say again is pushed once).
-            // Only while a browser takes this laptop's pushes: without one the host dials its
-            // environments only when a client follows.
+            // Followed again now and then, so an environment paired since is followed too (what
+            // the others say again is pushed once); only while a browser takes this laptop's
+            // pushes, for without one the host dials its environments only when a client follows.
             _ = renew.tick() => {
                 following.cancel();
                 let subscribed = notifier.subscriptions().load().is_ok_and(|kept| !kept.is_empty());
@@ -96,7 +95,7 @@ pub async fn watch_env_approvals(
                 }
             }
             Some("approval") if status.followers.load(Ordering::SeqCst) == 0 => {
-                let Ok(approval) = serde_json::from_value::<ApprovalFrame>(value.clone()) else { continue };
+                let Ok(approval) = serde_json::from_value::<ApprovalFrame>(value) else { continue };
                 if pushed.contains(&approval.approval) {
                     continue;
                 }

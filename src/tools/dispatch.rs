@@ -374,27 +374,7 @@ impl Dispatcher {
             }
             Target::Router(router, kind) => router.run_tool(kind, call.args).await.map(plain),
             Target::Sessions(sessions, ToolKind::Brief) => {
-                let local = sessions.run_tool(ToolKind::Brief, call.args, caller).await?;
-                // A host briefs on its environments' sessions too, each named with its machine;
-                // asked by a host as its environment, a machine briefs on its own (no circle).
-                match self.router.as_deref() {
-                    Some(router) if !caller.starts_with("host:") => {
-                        let listed = router.run_tool(ToolKind::Fleet, json!({"action": "list", "probe": false})).await;
-                        let ask = |env: String| {
-                            let call = ToolCall {
-                                id: String::new(),
-                                name: "brief".into(),
-                                args: json!({}),
-                                env: None,
-                                caller: None,
-                            };
-                            // Asked with the call's cancel: a brief given up on ends there too.
-                            router.route(env, call, mpsc::channel(1).0, None, cancel.child_token())
-                        };
-                        Ok(plain(super::brief_machines::everywhere(local, listed, ask).await))
-                    }
-                    _ => Ok(plain(local)),
-                }
+                self.brief(sessions, call.args, caller, &cancel).await.map(plain)
             }
             Target::Sessions(sessions, kind) => sessions.run_tool(kind, call.args, caller).await.map(plain),
             Target::Terminals(terminals, kind) => terminals.run_tool(kind, call.args, viewer).await.map(plain),
@@ -406,6 +386,26 @@ impl Dispatcher {
                 router.route(env, call, progress, viewer, cancel).await.map(plain)
             }
         }
+    }
+
+    /// `brief`: this machine's, and on a host its environments' after it, each named with its
+    /// machine; asked by a host as its environment, a machine briefs on its own (no circle).
+    async fn brief(
+        &self,
+        sessions: &dyn AgentSessions,
+        args: Value,
+        caller: &str,
+        cancel: &CancellationToken,
+    ) -> Result<Value, ToolError> {
+        let local = sessions.run_tool(ToolKind::Brief, args, caller).await?;
+        let Some(router) = self.router.as_deref().filter(|_| !caller.starts_with("host:")) else { return Ok(local) };
+        let listed = router.run_tool(ToolKind::Fleet, json!({"action": "list", "probe": false})).await;
+        let ask = |env: String| {
+            let call = ToolCall { id: String::new(), name: "brief".into(), args: json!({}), env: None, caller: None };
+            // Asked with the call's cancel: a brief given up on ends there too.
+            router.route(env, call, mpsc::channel(1).0, None, cancel.child_token())
+        };
+        Ok(super::brief_machines::everywhere(local, listed, ask).await)
     }
 
     /// The audit line of a call, if this agent keeps a trail: the only place a call is recorded.

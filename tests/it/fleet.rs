@@ -463,6 +463,9 @@ async fn the_page_lists_both_machines_sessions_and_an_approval_from_the_environm
     );
     picker.select_by_label(&label).await.expect("choosing the box's terminal");
     browser.wait_script("the box's terminal on screen", &wait_chosen(label.clone())).await;
+    // The picker shows the choice at once; the attach it starts answers a moment later.
+    let attached = "return !document.getElementById('shell-status').textContent.startsWith('attaching');";
+    browser.wait_script("the box's terminal attached", attached).await;
     let status = browser.script("return document.getElementById('shell-status').hidden;", vec![]).await;
     assert_eq!(status, json!(true), "the status line does not say again what the picker names");
     let input = browser.client.find(fantoccini::Locator::Css("#shell-screen textarea")).await.unwrap();

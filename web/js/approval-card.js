@@ -6,6 +6,7 @@
 
 import { el } from './dom.js';
 import { showReceipt } from './outbox.js';
+import { machineName } from './store.js';
 
 /**
  * @typedef {import('./session.js').Session} Session
@@ -30,8 +31,11 @@ const DECIDERS = /** @type {Record<string, string>} */ ({
 /** Coding-agent sessions' titles by id: a card names its session by title (agent/panel.js fills it). */
 const titles = new Map();
 
-/** The laptop's other machines' names by envKey: a card of one names its machine (approvals/panel.js fills it). */
-const machines = new Map();
+/**
+ * The laptop's environments: a card of one names its machine (approvals/panel.js fills it).
+ * @type {import('./store.js').Environment[]}
+ */
+let machines = [];
 
 /**
  * Learns sessions' titles, and names them so on every card shown.
@@ -43,11 +47,11 @@ export function nameSessions(named) {
 }
 
 /**
- * Learns the names of the laptop's environments, and names them so on every card shown.
- * @param {Iterable<{envKey: string, name: string}>} listed
+ * Learns the laptop's environments, and names their machines so on every card shown.
+ * @param {import('./store.js').Environment[]} listed
  */
 export function nameMachines(listed) {
-  for (const { envKey, name } of listed) if (envKey && name) machines.set(envKey, name);
+  machines = listed;
   renameCards();
 }
 
@@ -56,14 +60,6 @@ function renameCards() {
     const { session, env } = /** @type {HTMLElement} */ (node).dataset;
     node.textContent = sourceText(session ? { session } : {}, env || '');
   }
-}
-
-/**
- * The machine an environment's frame came from, as the page names it.
- * @param {string} env its envKey
- */
-export function machineName(env) {
-  return machines.get(env) || `machine ${env.slice(0, 12)}`;
 }
 
 /**
@@ -99,7 +95,7 @@ function sourceText(from, env) {
     ? titles.has(from.session) ? `session “${titles.get(from.session)}”` : `coding agent session ${from.session}`
     : from && typeof from.call === 'string' ? `tool call ${from.call}` : '';
   if (!env) return what || 'this laptop';
-  return what ? `${what} on ${machineName(env)}` : machineName(env);
+  return what ? `${what} on ${machineName(machines, env)}` : machineName(machines, env);
 }
 
 /**

@@ -6,9 +6,10 @@
 // made it. The badge opens the approvals view (`#/approvals`, route.js): what waits, and the
 // grants "Allow for session" made, each with Revoke (the `grants` and `revoke` frames).
 
-import { answer, approvalCard, machineName, nameMachines, sessionName, settle, showTimeLeft, textOf } from '../approval-card.js';
+import { answer, approvalCard, nameMachines, sessionName, settle, showTimeLeft, textOf } from '../approval-card.js';
 import { el, part } from '../dom.js';
 import { onSession } from '../session/events.js';
+import { machineName } from '../store.js';
 
 /**
  * @typedef {import('../app.js').Context} Context
@@ -113,7 +114,8 @@ export class Approvals {
     const card = this.card(frame);
     this.cards.set(id, card);
     this.list.append(card.node);
-    const on = typeof frame.env === 'string' && frame.env ? ` on ${machineName(frame.env)}` : '';
+    const env = typeof frame.env === 'string' ? frame.env : '';
+    const on = env ? ` on ${machineName(this.store.state.environments || [], env)}` : '';
     this.announce.textContent = `Approval needed${on}: ${textOf(frame.summary)}`;
     this.tick();
     this.refresh();

@@ -214,10 +214,10 @@ export class Terminal {
    * @param {string} name
    * @param {Record<string, unknown>} args
    */
-  async call(name, args, env = this.env) {
+  async call(name, args) {
     if (!this.session) return null;
     try {
-      const { result } = await this.session.call(name, args, env ? { env } : {}).done;
+      const { result } = await this.session.call(name, args, this.routed()).done;
       return result;
     } catch (/** @type {any} */ error) {
       show(this.error, error && error.message ? `${name.replace('term_', '')}: ${error.message}` : String(error));
@@ -241,7 +241,12 @@ export class Terminal {
     else await this.openNew();
   }
 
-  /** Lists every machine's terminals into the picker; the status line then says only news. */
+  /** A call's options for the terminal on screen: to its machine. */
+  routed() {
+    return this.env ? { env: this.env } : {};
+  }
+
+  /** Lists every machine's terminals into the picker. */
   async listAll() {
     const terminals = this.session ? await this.picker.list(this.session, { id: this.id, env: this.env }) : [];
     if (this.picker.select.hidden && this.status.textContent) this.status.hidden = false;
@@ -281,9 +286,9 @@ export class Terminal {
     clearTimeout(this.resizeTimer);
     await this.call('term_resize', { term: id, cols: this.term.cols, rows: this.term.rows });
     const result = await this.call('term_attach', { term: id });
-    if (result) this.say(this.named());
     if (result) this.store.set({ shellTerm: id });
-    this.listAll();
+    this.picker.choose({ id, env });
+    if (result) this.say(this.named());
     this.refresh();
   }
 
@@ -384,7 +389,7 @@ export class Terminal {
       return;
     }
     if (this.id && this.session && document.visibilityState === 'visible') {
-      this.session.call('term_input', { term: this.id, data }, this.env ? { env: this.env } : {}).done.catch(() => {});
+      this.session.call('term_input', { term: this.id, data }, this.routed()).done.catch(() => {});
     }
   }
 
@@ -396,7 +401,7 @@ export class Terminal {
       this.held = { ctrl: false, alt: false };
       for (const button of this.bar.querySelectorAll('[aria-pressed]')) button.setAttribute('aria-pressed', 'false');
     }
-    this.session.call('term_input', { term: this.id, data: typed }, this.env ? { env: this.env } : {}).done.catch((/** @type {any} */ error) => {
+    this.session.call('term_input', { term: this.id, data: typed }, this.routed()).done.catch((/** @type {any} */ error) => {
       show(this.error, `typing: ${error && error.message ? error.message : error}`);
     });
   }

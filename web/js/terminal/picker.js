@@ -21,6 +21,8 @@ export class TerminalPicker {
   constructor(select, store) {
     this.select = select;
     this.store = store;
+    /** @type {Listed[]} what the last listing found */
+    this.listed = [];
   }
 
   /**
@@ -42,19 +44,19 @@ export class TerminalPicker {
         return [];
       }
     }));
-    const terminals = lists.flat();
-    this.offer(terminals, current);
-    return terminals;
+    this.listed = lists.flat();
+    this.choose(current);
+    return this.listed;
   }
 
   /**
-   * @param {Listed[]} terminals
-   * @param {{id: string, env: string}} current
+   * Offers what the last listing found, `current` chosen.
+   * @param {{id: string, env: string}} current the terminal on screen
    */
-  offer(terminals, current) {
+  choose(current) {
     const environments = this.store.state.environments || [];
     const here = (/** @type {Listed} */ t) => t.term === current.id && t.env === current.env;
-    const shown = terminals.filter((t) => !t.exited || here(t));
+    const shown = this.listed.filter((t) => !t.exited || here(t));
     this.select.replaceChildren(...shown.map((t) => el('option', {
       value: JSON.stringify([t.env, t.term]),
       selected: here(t) ? true : undefined,
@@ -71,6 +73,7 @@ export class TerminalPicker {
   }
 
   clear() {
+    this.listed = [];
     this.select.replaceChildren();
     this.select.hidden = true;
   }
