@@ -29,6 +29,24 @@ export class Follower {
     scroller.addEventListener('scroll', () => {
       if (this.moved) this.following = atBottom(scroller);
     }, { passive: true });
+    /** @type {Element | null} */
+    this.watched = null;
+    // Blocks laid out only near the screen take their height once they come into view, after the
+    // last write may have put the scroller at its end: whatever changes the watched block's size
+    // puts it back there, in the same frame, for as long as the reader follows.
+    this.resized = new ResizeObserver(() => {
+      if (this.following && !this.moved) this.scroller.scrollTop = this.scroller.scrollHeight;
+    });
+  }
+
+  /**
+   * Follows the size of `node`, the block that grows now (the latest command's), instead of the one before.
+   * @param {Element} node
+   */
+  watch(node) {
+    if (this.watched) this.resized.unobserve(this.watched);
+    this.watched = node;
+    this.resized.observe(node);
   }
 
   /** To the end, when following; again at the next frame, once what came into view is laid out. */

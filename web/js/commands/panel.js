@@ -176,6 +176,7 @@ export class Commands {
     const end = el('div', { class: 'end', text: 'running…' });
     const block = el('div', { class: 'run' }, el('div', { class: 'cmd', text: `$ ${command}` }), output, end);
     this.out.append(block);
+    this.follower.watch(block);
     this.follower.follow();
     let streamed = false;
     const handlers = {
