@@ -251,11 +251,9 @@ pub fn run_network(report: &mut Report, samples: usize) {
 }
 
 async fn measure_network(report: &mut Report, samples: usize) {
-    let Some(browser) = Browser::start().await else { return };
-    let agent = start_agent(&[], &["--embedded-relay"], &[], &["embedded_relay", "started"]);
-    let relay = agent.embedded_relay.clone().expect("the embedded relay's address");
-    let origin = format!("http://{relay}");
-    let link = format!("{origin}/?code={}&token={}", agent.code, agent.token);
+    // The LAN relay's certificate is its own: taken as a user who accepted the warning once.
+    let accept = ["--ignore-certificate-errors".to_owned()];
+    let Some(browser) = Browser::start_with_args(Scheme::Light, &accept).await else { return };
     let (latency, throughput) = NETWORK;
     browser.cdp("Network.enable", serde_json::json!({})).await;
     let conditions = serde_json::json!({
@@ -263,24 +261,16 @@ async fn measure_network(report: &mut Report, samples: usize) {
     });
     browser.cdp("Network.emulateNetworkConditions", conditions).await;
 
-    let (mut cold, mut warm) = (Loads::default(), Loads::default());
-    for _ in 0..samples {
-        browser.open("about:blank").await;
-        browser.cdp("Network.clearBrowserCache", serde_json::json!({})).await;
-        browser.cdp("Storage.clearDataForOrigin", serde_json::json!({"origin": origin, "storageTypes": "all"})).await;
-        // A first visit: the page proves the laptop and shows its name for "Add this laptop?".
-        browser.open(&link).await;
-        cold.add(&browser, "voxa:introduced").await;
-        browser.add_laptop().await;
-        browser.wait_connection("online").await;
-        // What a first visit leaves (the worker's copy, the HTTP cache) is in place for the reload.
-        browser.wait_script("the service worker", "return !!navigator.serviceWorker.controller;").await;
-        browser.client.refresh().await.expect("reload");
-        browser.wait_connection("online").await;
-        warm.add(&browser, "voxa:online").await;
-    }
+    // The same page from a plain relay (HTTP/1.1: six connections) and over TLS (HTTP/2: one).
+    let plain = start_agent(&[], &["--embedded-relay"], &[], &["embedded_relay", "started"]);
+    let (plain_cold, plain_warm) = page_loads(&browser, &plain, "http", samples).await;
+    drop(plain);
+    let tls = start_agent(&[], &["--lan", "127.0.0.2"], &[], &["embedded_relay", "started"]);
+    let (tls_cold, tls_warm) = page_loads(&browser, &tls, "https", samples).await;
+    drop(tls);
+
     // The floor: as many bytes in one document and one script, then one WebSocket echo.
-    let (median_cold_bytes, _) = percentiles(&mut cold.bytes.clone());
+    let (median_cold_bytes, _) = percentiles(&mut plain_cold.bytes.clone());
     let floor_origin = format!("http://{}", web_floor::serve(median_cold_bytes as usize).await);
     let (mut floor_cold, mut floor_warm) = (Loads::default(), Loads::default());
     for _ in 0..samples {
@@ -292,8 +282,10 @@ async fn measure_network(report: &mut Report, samples: usize) {
         floor_warm.add(&browser, web_floor::MARK).await;
     }
     let rows = [
-        ("open the pairing link → \"online\", nothing cached", cold),
-        ("reload → \"online\", after a first visit", warm),
+        ("open the pairing link → \"online\", nothing cached, plain HTTP (HTTP/1.1)", plain_cold),
+        ("open the pairing link → \"online\", nothing cached, HTTPS (HTTP/2)", tls_cold),
+        ("reload → \"online\", after a first visit, plain HTTP (HTTP/1.1)", plain_warm),
+        ("reload → \"online\", after a first visit, HTTPS (HTTP/2)", tls_warm),
         (
             "floor: a page of as many bytes in one document and one script → one WebSocket echo, nothing cached",
             floor_cold,
@@ -315,6 +307,31 @@ async fn measure_network(report: &mut Report, samples: usize) {
         );
     }
     browser.close().await;
+}
+
+/// `samples` first visits of `agent`'s pairing link with nothing cached (the HTTP cache and the
+/// origin's storage cleared before each), each followed by a reload with what it left.
+async fn page_loads(browser: &Browser, agent: &Agent, scheme: &str, samples: usize) -> (Loads, Loads) {
+    let relay = agent.embedded_relay.clone().expect("the embedded relay's address");
+    let origin = format!("{scheme}://{relay}");
+    let link = format!("{origin}/?code={}&token={}", agent.code, agent.token);
+    let (mut cold, mut warm) = (Loads::default(), Loads::default());
+    for _ in 0..samples {
+        browser.open("about:blank").await;
+        browser.cdp("Network.clearBrowserCache", serde_json::json!({})).await;
+        browser.cdp("Storage.clearDataForOrigin", serde_json::json!({"origin": origin, "storageTypes": "all"})).await;
+        // A first visit: the page proves the laptop and shows its name for "Add this laptop?".
+        browser.open(&link).await;
+        cold.add(browser, "voxa:introduced").await;
+        browser.add_laptop().await;
+        browser.wait_connection("online").await;
+        // What a first visit leaves (the worker's copy, the HTTP cache) is in place for the reload.
+        browser.wait_script("the service worker", "return !!navigator.serviceWorker.controller;").await;
+        browser.client.refresh().await.expect("reload");
+        browser.wait_connection("online").await;
+        warm.add(browser, "voxa:online").await;
+    }
+    (cold, warm)
 }
 
 /// One kind of page load, sample by sample: the time to its mark and what crossed the wire.

@@ -84,6 +84,29 @@ impl RequestHead {
         }
     }
 
+    /// A head from a request that came another way (an HTTP/2 stream): its method, its target
+    /// (path and query) and its headers, held to the limits of a head read from HTTP/1.1.
+    pub fn from_parts<'a>(
+        method: &str,
+        target: &str,
+        headers: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    ) -> Result<RequestHead, HeadError> {
+        let (path, query) = match target.split_once('?') {
+            Some((path, query)) => (path.to_owned(), Some(query.to_owned())),
+            None => (target.to_owned(), None),
+        };
+        let mut len = method.len() + target.len();
+        let mut kept = Vec::new();
+        for (name, value) in headers {
+            len += name.len() + value.len() + 4;
+            if kept.len() == MAX_HEADERS || len > MAX_HEAD_LEN {
+                return Err(HeadError::TooLarge);
+            }
+            kept.push((name.to_ascii_lowercase(), String::from_utf8_lossy(value).into_owned()));
+        }
+        Ok(RequestHead { method: method.to_owned(), path, query, headers: kept, minor: 1 })
+    }
+
     /// First value of a header (name case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())

@@ -129,12 +129,15 @@ pub fn fingerprint_text(sha256: &[u8; 32]) -> String {
     sha256.iter().map(|byte| format!("{byte:02X}")).collect::<Vec<_>>().join(":")
 }
 
+/// The headers of an answer: names are the module's constants.
+pub type Headers = Vec<(&'static str, String)>;
+
 /// A complete answer to a web request.
 #[derive(Debug)]
 pub struct Response {
     pub status: u16,
     reason: &'static str,
-    headers: Vec<(&'static str, String)>,
+    headers: Headers,
     body: Cow<'static, [u8]>,
     /// Answer to `HEAD`: headers as for `GET`, no body.
     head_only: bool,
@@ -155,6 +158,14 @@ impl Response {
 
     pub fn body(&self) -> &[u8] {
         &self.body
+    }
+
+    /// The answer as HTTP/2 sends it: its status, its headers with its length, and its body
+    /// (`None` for `HEAD`). Nothing in it is tied to the connection.
+    pub fn into_parts(self) -> (u16, Headers, Option<Cow<'static, [u8]>>) {
+        let mut headers = self.headers;
+        headers.push(("content-length", self.body.len().to_string()));
+        (self.status, headers, (!self.head_only).then_some(self.body))
     }
 
     /// Writes the answer. With `keep_alive` the connection stays open for the next request

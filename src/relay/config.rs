@@ -96,7 +96,8 @@ pub fn load_tls(cert: &Path, key: &Path) -> anyhow::Result<Arc<rustls::ServerCon
         .with_context(|| {
             format!("TLS certificate {} and key {} do not match or are not supported", cert.display(), key.display())
         })?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // HTTP/2 first: a browser then asks for every file of the page at once (edge/http2.rs).
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
 
@@ -136,7 +137,7 @@ mod tests {
 
         std::fs::write(&key_path, certified.signing_key.serialize_pem()).unwrap();
         let config = load_tls(&cert_path, &key_path).unwrap();
-        assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]);
+        assert_eq!(config.alpn_protocols, vec![b"h2".to_vec(), b"http/1.1".to_vec()]);
 
         let other = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
         std::fs::write(&key_path, other.signing_key.serialize_pem()).unwrap();

@@ -1,5 +1,6 @@
 //! The relay's web app: the web client's page, its files and `/config` (`net::web` builds the
-//! answers), on connections kept open between a page's requests a bounded number of times.
+//! answers), on HTTP/1.1 connections kept open between a page's requests a bounded number of
+//! times, or on HTTP/2 (`edge/http2.rs`).
 
 use anyhow::Context as _;
 use tokio::io::AsyncWrite;
@@ -29,6 +30,11 @@ impl WebApp {
         web::is_web_path(path)
     }
 
+    /// The answer to a page request, `None` for a path the web app does not serve.
+    pub(super) fn response(&self, head: &RequestHead) -> Option<web::Response> {
+        web::answer(head, self.offer)
+    }
+
     /// Answers the `served`-th page request of a connection; true when the connection stays open
     /// for the page's next request.
     pub(super) async fn answer<S: AsyncWrite + Unpin>(
@@ -38,7 +44,7 @@ impl WebApp {
         served: usize,
     ) -> anyhow::Result<bool> {
         let keep_alive = web::keep_alive(served, head);
-        match web::answer(head, self.offer) {
+        match self.response(head) {
             Some(response) => {
                 response.write(stream, keep_alive).await.context("serving the web client")?;
                 Ok(keep_alive)

@@ -231,6 +231,16 @@ async fn the_page_from_a_lan_relay_goes_online_sealed_and_shows_the_certificate_
     let pin = relay["certificate_sha256"].as_str().unwrap().to_owned();
     browser.pair(pairing["url"].as_str().unwrap()).await;
     browser.wait_connection("online").await;
+    // Over TLS the page and its files come on one HTTP/2 connection, the socket on HTTP/1.1.
+    let protocols = browser
+        .script(
+            "return [...performance.getEntriesByType('navigation'), ...performance.getEntriesByType('resource')]
+               .filter((e) => e.transferSize > 0).map((e) => e.nextHopProtocol);",
+            vec![],
+        )
+        .await;
+    let protocols = protocols.as_array().unwrap();
+    assert!(protocols.len() > 20 && protocols.iter().all(|protocol| protocol == "h2"), "{protocols:?}");
     browser.press("Status").await;
     let facts = browser.wait_text("#facts", "the certificate", |text| text.contains("Certificate")).await;
     let shown = facts.lines().skip_while(|line| !line.contains("SHA-256")).collect::<String>().replace([' ', '\n'], "");

@@ -22,6 +22,7 @@ mod fleet;
 mod gemini;
 mod hosted_sealed;
 mod hostile;
+mod http2;
 mod lan;
 mod layers;
 mod live;

@@ -328,7 +328,7 @@ impl Acme {
 }
 
 /// A rustls server configuration that takes its certificates from `resolver` and speaks
-/// HTTP/1.1, plus `acme-tls/1` for validation handshakes.
+/// HTTP/2 and HTTP/1.1, plus `acme-tls/1` for validation handshakes.
 pub fn server_config(resolver: Arc<CertResolver>) -> anyhow::Result<Arc<rustls::ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
@@ -336,7 +336,7 @@ pub fn server_config(resolver: Arc<CertResolver>) -> anyhow::Result<Arc<rustls::
         .context("the TLS provider supports no protocol version")?
         .with_no_client_auth()
         .with_cert_resolver(resolver);
-    config.alpn_protocols = vec![b"http/1.1".to_vec(), ACME_TLS_ALPN.to_vec()];
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec(), ACME_TLS_ALPN.to_vec()];
     Ok(Arc::new(config))
 }
 

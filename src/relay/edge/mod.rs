@@ -1,11 +1,12 @@
 //! The relay's edge: it accepts connections, admits them (`admission`: the connection limits),
-//! finishes TLS, reads each request head, routes it (`route`: `/agent`, `/ws`, the service's
+//! finishes TLS (HTTP/2 for what needs no upgrade: `http2`), reads each request head, routes it (`route`: `/agent`, `/ws`, the service's
 //! path, `/healthz`, `/ack`'s push receipts (`receipt`), the web app's pages), checks the relay token and upgrades, then hands the
 //! stream to the core ([`Core::accept`]) or to the registered [`PhoneService`]. `shard` runs the
 //! listeners and per-core runtimes and moves a socket to the shard of its code before its
 //! upgrade; `prometheus` serves the core's metrics on a listener of its own.
 
 mod admission;
+mod http2;
 mod prometheus;
 mod receipt;
 mod route;
@@ -37,9 +38,11 @@ use crate::protocol::relay::{Framing, PHONE_SUBPROTOCOL};
 use crate::protocol::PeerRole;
 use crate::secret::Secret;
 
-/// The ALPN protocol of every connection the relay serves; a TLS handshake that agreed on another
-/// one (an ACME validation's `acme-tls/1`) ends once it is done.
+/// The ALPN protocols of the connections the relay serves: HTTP/1.1 for everything, HTTP/2 for
+/// what needs no upgrade (`http2`). A TLS handshake that agreed on another one (an ACME
+/// validation's `acme-tls/1`) ends once it is done.
 const HTTP_ALPN: &[u8] = b"http/1.1";
+const H2_ALPN: &[u8] = b"h2";
 
 /// State shared by a relay's connection tasks, on every shard.
 struct Edge {
@@ -148,8 +151,10 @@ async fn serve_connection(
         result = handshake => result.context("TLS handshake timed out")?.context("TLS handshake failed")?,
         () = edge.core.cancel().cancelled() => return Ok(()),
     };
-    if stream.get_ref().1.alpn_protocol().is_some_and(|alpn| alpn != HTTP_ALPN) {
-        return Ok(());
+    match stream.get_ref().1.alpn_protocol() {
+        Some(H2_ALPN) => return Box::pin(http2::serve(edge, stream, guard.peer)).await,
+        Some(alpn) if alpn != HTTP_ALPN => return Ok(()),
+        _ => {}
     }
     // Boxed: TLS state is large, and plain connections should not carry room for it.
     Box::pin(serve_stream(edge, stream, conn, guard, shard)).await

@@ -23,7 +23,7 @@ pub const PER_ADDRESS: u32 = 60;
 /// The window the limits count in.
 pub const WINDOW: Duration = Duration::from_secs(60);
 /// Time the body may take to arrive after the head.
-const BODY_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const BODY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Keys a limiter remembers; past it, windows that ended are forgotten, and if none has, the
 /// newcomer is refused (the relay never grows without bound).
 const MAX_KEYS: usize = 16_384;
@@ -69,8 +69,49 @@ impl Default for ReceiptLimits {
     }
 }
 
-/// Reads the receipt's body and passes it on: 202 when the code's agent got it, 404 when no
-/// agent holds the code, 411/413 for a body without a length or too long, 429 past a limit.
+/// What a receipt's request gets before its body is read: the length to read, or the answer.
+pub(super) enum Admitted {
+    Read(usize),
+    Answer(Plain),
+}
+
+/// A plain-text answer: status, reason and body.
+pub(super) type Plain = (u16, &'static str, &'static str);
+
+/// Counts a receipt against the limits and checks its length: how much body to read, or the
+/// answer — 429 past a limit, 411/413 for a body without a length or too long.
+pub(super) fn admit(edge: &Edge, head: &RequestHead, code: u128, client: IpAddr) -> Admitted {
+    let now = Instant::now();
+    if !edge.receipts.per_address.take(client, now) || !edge.receipts.per_code.take(code, now) {
+        edge.core.metrics().refused(429);
+        return Admitted::Answer((429, "Too Many Requests", "too many receipts"));
+    }
+    const NO_LENGTH: Plain = (411, "Length Required", "a receipt needs content-length");
+    if head.header("transfer-encoding").is_some() {
+        return Admitted::Answer(NO_LENGTH);
+    }
+    let Some(len) = head.single_header("content-length").and_then(|len| len.trim().parse::<usize>().ok()) else {
+        return Admitted::Answer(NO_LENGTH);
+    };
+    if len > MAX_RECEIPT_LEN {
+        edge.core.metrics().refused(413);
+        return Admitted::Answer((413, "Payload Too Large", "a receipt is at most 256 bytes"));
+    }
+    Admitted::Read(len)
+}
+
+/// Passes a receipt's body to its code's agent: 202 when the agent got it, 404 when no agent
+/// holds the code.
+pub(super) fn pass(edge: &Edge, code: u128, body: &[u8]) -> Plain {
+    if edge.core.receipt(code, body) {
+        (202, "Accepted", "passed on")
+    } else {
+        (404, "Not Found", "no laptop holds this code")
+    }
+}
+
+/// Reads the receipt's body (within [`BODY_TIMEOUT`]) and passes it on, answering as [`admit`]
+/// and [`pass`] say.
 pub(super) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
     edge: &Edge,
     stream: &mut S,
@@ -79,33 +120,23 @@ pub(super) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
     code: u128,
     client: IpAddr,
 ) -> anyhow::Result<()> {
-    let now = Instant::now();
-    if !edge.receipts.per_address.take(client, now) || !edge.receipts.per_code.take(code, now) {
-        edge.core.metrics().refused(429);
-        return Ok(http::respond(stream, 429, "Too Many Requests", "too many receipts").await?);
-    }
-    if head.header("transfer-encoding").is_some() {
-        return Ok(http::respond(stream, 411, "Length Required", "a receipt needs content-length").await?);
-    }
-    let Some(len) = head.single_header("content-length").and_then(|len| len.trim().parse::<usize>().ok()) else {
-        return Ok(http::respond(stream, 411, "Length Required", "a receipt needs content-length").await?);
+    let (status, reason, text) = match admit(edge, head, code, client) {
+        Admitted::Answer(plain) => plain,
+        Admitted::Read(len) if leftover.len() > len => {
+            edge.core.metrics().refused(413);
+            (413, "Payload Too Large", "a receipt is at most 256 bytes")
+        }
+        Admitted::Read(len) => {
+            let mut body = leftover;
+            let start = body.len();
+            body.resize(len, 0);
+            match tokio::time::timeout(BODY_TIMEOUT, stream.read_exact(&mut body[start..])).await {
+                Ok(Ok(_)) => pass(edge, code, &body),
+                Ok(Err(_)) | Err(_) => return Ok(()),
+            }
+        }
     };
-    if len > MAX_RECEIPT_LEN || leftover.len() > len {
-        edge.core.metrics().refused(413);
-        return Ok(http::respond(stream, 413, "Payload Too Large", "a receipt is at most 256 bytes").await?);
-    }
-    let mut body = leftover;
-    let start = body.len();
-    body.resize(len, 0);
-    match tokio::time::timeout(BODY_TIMEOUT, stream.read_exact(&mut body[start..])).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(_)) | Err(_) => return Ok(()),
-    }
-    if edge.core.receipt(code, &body) {
-        Ok(http::respond(stream, 202, "Accepted", "passed on").await?)
-    } else {
-        Ok(http::respond(stream, 404, "Not Found", "no laptop holds this code").await?)
-    }
+    Ok(http::respond(stream, status, reason, text).await?)
 }
 
 #[cfg(test)]
