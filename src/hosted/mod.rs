@@ -16,31 +16,30 @@
 
 pub mod budget;
 pub mod limits;
+pub mod metrics;
 mod page;
 mod session;
 
 use std::net::IpAddr;
-use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use futures_util::future::{BoxFuture, FusedFuture, FutureExt};
+use futures_util::future::BoxFuture;
+use prometheus_client::registry::Registry;
 use sha2::{Digest, Sha256};
-use tokio::sync::mpsc;
 use tokio::time::timeout;
 use tracing::{debug, info};
 
 use self::budget::Budget;
 use self::limits::{AddressLimits, AddressRefusal, AddressSlot};
+use self::metrics::HostedMetrics;
 use self::session::LiveSession;
 use crate::gemini::{self, GeminiConfig};
 #[cfg(doc)]
 use crate::protocol::HOSTED_CALLER;
 use crate::protocol::{AgentMessage, CallErrorCode, LIVE_CALL_PREFIX};
-use crate::relay::metrics::RelayMetrics;
-use crate::relay::service::{read_side, wind_down, write_side, Deliver, End, FrameReader, OutFrame, Part, OP_TEXT};
-use crate::relay::{PhoneService, ServiceSocket};
+use crate::relay::{PhoneService, ServiceLine};
 use crate::secret::Secret;
 
 /// Hosted calls one relay runs at once unless its operator says otherwise.
@@ -53,8 +52,6 @@ pub const CALL_ID_PREFIX: &str = LIVE_CALL_PREFIX;
 pub const CODE_TAG_LEN: usize = 12;
 /// Most tool names of a `hello_ok` declared to Gemini; the rest are left out.
 pub const MAX_DECLARED_TOOLS: usize = 128;
-/// Frames from the page waiting for the session; while they wait the page is not read.
-const PHONE_QUEUE: usize = 64;
 /// Frames from the voice bridge waiting for the page.
 const BRIDGE_QUEUE: usize = 64;
 /// The model's `tool_call` and `cancel` frames waiting to go to the page.
@@ -105,6 +102,7 @@ pub struct Hosting {
     config: LiveConfig,
     running: Arc<AtomicUsize>,
     per_address: Arc<AddressLimits>,
+    metrics: Arc<HostedMetrics>,
 }
 
 /// Why a `call_start` was refused.
@@ -116,7 +114,7 @@ enum Refusal {
 }
 
 impl Refusal {
-    /// The `reason` label of the relay's `live_refusals` metric.
+    /// The `reason` label of the `live_refusals` metric.
     fn metric(&self) -> &'static str {
         match self {
             Refusal::AtCapacity => "at-capacity",
@@ -142,7 +140,10 @@ const BUDGET_SPENT: &str = "the relay's voice minutes for today are spent (they 
 impl Hosting {
     pub fn new(config: LiveConfig) -> Self {
         let per_address = AddressLimits::new(config.calls_per_address, config.starts_per_minute);
-        Hosting { config, running: Arc::default(), per_address }
+        let metrics = Arc::new(HostedMetrics::new());
+        let (used, left) = config.budget.state();
+        metrics.budget(used, left);
+        Hosting { config, running: Arc::default(), per_address, metrics }
     }
 
     /// The relay's service for this hosting.
@@ -152,7 +153,7 @@ impl Hosting {
 
     /// A place for one more call from `client`, if the day's budget, the limits of its address
     /// and the relay's limit allow it.
-    fn admit(&self, metrics: &Arc<RelayMetrics>, client: IpAddr) -> Result<CallGuard, Refusal> {
+    fn admit(&self, client: IpAddr) -> Result<CallGuard, Refusal> {
         if self.config.budget.spent() {
             return Err(Refusal::BudgetSpent);
         }
@@ -162,8 +163,8 @@ impl Hosting {
             self.running.fetch_sub(1, Ordering::AcqRel);
             return Err(Refusal::AtCapacity);
         }
-        metrics.hosted_call(1);
-        Ok(CallGuard { running: Arc::clone(&self.running), metrics: Arc::clone(metrics), _address: address })
+        self.metrics.call(1);
+        Ok(CallGuard { running: Arc::clone(&self.running), metrics: Arc::clone(&self.metrics), _address: address })
     }
 
     /// Calls running now.
@@ -182,38 +183,42 @@ impl PhoneService for Hosting {
         self.config.proxy_token.as_ref()
     }
 
-    fn serve(&self, socket: ServiceSocket) -> BoxFuture<'_, ()> {
-        Box::pin(serve(socket, self))
+    fn serve(&self, line: ServiceLine) -> BoxFuture<'_, ()> {
+        Box::pin(serve(line, self))
     }
 
     fn client_header(&self) -> Option<&str> {
         self.config.client_header.as_deref()
     }
 
-    fn report(&self, metrics: &RelayMetrics) {
+    fn register(&self, registry: &mut Registry) {
+        self.metrics.register(registry);
+    }
+
+    fn limits(&self) -> Vec<(&'static str, usize)> {
         let config = &self.config;
-        metrics.set_limit("live_max_calls", config.max_calls);
-        metrics.set_limit("live_max_call_seconds", config.max_call_time.as_secs() as usize);
-        metrics.set_limit("live_calls_per_address", self.per_address.calls());
-        metrics.set_limit("live_call_starts_per_minute", self.per_address.starts());
         let daily = config.budget.daily().map_or(0, |daily| daily.as_secs() as usize);
-        metrics.set_limit("live_budget_seconds_per_day", daily);
-        let (used, left) = config.budget.state();
-        metrics.live_budget(used, left);
+        vec![
+            ("live_max_calls", config.max_calls),
+            ("live_max_call_seconds", config.max_call_time.as_secs() as usize),
+            ("live_calls_per_address", self.per_address.calls()),
+            ("live_call_starts_per_minute", self.per_address.starts()),
+            ("live_budget_seconds_per_day", daily),
+        ]
     }
 }
 
 /// Counts a call against the limits (and in the metrics) until its Gemini session is closed.
 struct CallGuard {
     running: Arc<AtomicUsize>,
-    metrics: Arc<RelayMetrics>,
+    metrics: Arc<HostedMetrics>,
     _address: AddressSlot,
 }
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
         self.running.fetch_sub(1, Ordering::AcqRel);
-        self.metrics.hosted_call(-1);
+        self.metrics.call(-1);
     }
 }
 
@@ -223,72 +228,15 @@ pub fn code_tag(code: &str) -> String {
     hex::encode(digest)[..CODE_TAG_LEN].to_owned()
 }
 
-/// Serves an upgraded `/live` socket until the page leaves, or the relay stops.
-async fn serve(socket: ServiceSocket, hosting: &Hosting) {
-    let ServiceSocket { stream, leftover, member, client, limits, metrics, cancel } = socket;
-    let phone = member.queue(&limits);
-    let (mut read_half, mut write_half) = tokio::io::split(stream);
-    let frames = FrameReader::new(limits.max_frame_len, &leftover);
-    drop(leftover);
-    let writer = write_side(&mut write_half, &phone).fuse();
-    tokio::pin!(writer);
+/// Serves a `/live` socket until the page leaves, or the relay stops.
+async fn serve(line: ServiceLine, hosting: &Hosting) {
     debug!("a page opened /live");
-    let (phone_tx, phone_rx) = mpsc::channel(PHONE_QUEUE);
-    let session = LiveSession::new(hosting, &member, client, Arc::clone(&phone), &metrics, limits.stall_timeout);
-
-    let to_session = ToSession { frames: phone_tx, message: Vec::new() };
-    let reader = read_side(&mut read_half, frames, member.hub(), &phone, &limits, to_session).fuse();
-    let actor = session.run(phone_rx, &cancel).fuse();
-    tokio::pin!(reader, actor);
-    let calls = loop {
-        tokio::select! {
-            calls = &mut actor => break calls,
-            () = &mut reader, if !reader.is_terminated() => {}
-            result = &mut writer, if !writer.is_terminated() => {
-                if let Err(err) = result {
-                    debug!(%err, "write failed");
-                }
-                phone.end(End::Abort);
-            }
-        }
-    };
-    phone.end(End::Abort);
-    debug!(end = ?phone.ended(), "left");
-    wind_down(&mut writer, &mut reader).await;
+    let calls = LiveSession::new(hosting, line).run().await;
     // The call ends on its own once the session is gone; waiting for it here lets the relay's
     // shutdown see its log line written, unless Gemini is slower to close than the relay's
-    // shutdown grace.
+    // shutdown grace. The relay closes the socket meanwhile.
     if timeout(WIND_DOWN, calls.wait()).await.is_err() {
         debug!("hosted call still ending; leaving it");
-    }
-}
-
-/// The page's frames go to the session whole; once the page stops, the channel closes.
-struct ToSession {
-    frames: mpsc::Sender<OutFrame>,
-    /// The message being put together (bounded by the relay's message limit).
-    message: Vec<u8>,
-}
-
-impl Deliver for ToSession {
-    async fn deliver(&mut self, part: Part) -> ControlFlow<()> {
-        if !part.fin {
-            self.message.extend_from_slice(&part.bytes);
-            return ControlFlow::Continue(());
-        }
-        let payload = if self.message.is_empty() {
-            part.bytes
-        } else {
-            self.message.extend_from_slice(&part.bytes);
-            std::mem::take(&mut self.message)
-        };
-        let frame = if part.text {
-            OutFrame { opcode: OP_TEXT, fin: true, tag: None, payload }
-        } else {
-            OutFrame::binary(payload)
-        };
-        let _ = self.frames.send(frame).await;
-        ControlFlow::Continue(())
     }
 }
 
@@ -330,15 +278,15 @@ mod tests {
             voice: "Kore".into(),
             heartbeat: gemini::HEARTBEAT,
         };
-        let metrics = Arc::new(RelayMetrics::new());
         let hosting = Hosting::new(LiveConfig { max_calls: 2, calls_per_address: 9, ..LiveConfig::new(gemini) });
         let client = IpAddr::from([127, 0, 0, 1]);
-        let first = hosting.admit(&metrics, client).unwrap();
-        let _second = hosting.admit(&metrics, client).unwrap();
-        assert!(matches!(hosting.admit(&metrics, client), Err(Refusal::AtCapacity)));
+        let first = hosting.admit(client).unwrap();
+        let _second = hosting.admit(client).unwrap();
+        assert!(matches!(hosting.admit(client), Err(Refusal::AtCapacity)));
+        let metrics = &hosting.metrics;
         assert!(metrics.encode().contains("voxa_relay_hosted_calls 2"), "{}", metrics.encode());
         drop(first);
-        let _third = hosting.admit(&metrics, client).expect("the freed place");
+        let _third = hosting.admit(client).expect("the freed place");
         assert!(metrics.encode().contains("voxa_relay_hosted_calls 2"), "{}", metrics.encode());
     }
 }

@@ -3,7 +3,6 @@
 //! the bridge's frames go to the page. Nothing here belongs to the pairing: the relay never joins
 //! it, never reads its session and never speaks to the laptop.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -15,13 +14,12 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info_span};
 
 use super::budget::{Budget, CHARGE_EVERY};
+use super::metrics::HostedMetrics;
 use super::page::{PageLink, PageTools};
 use super::{code_tag, log_call, Hosting, BRIDGE_QUEUE, BUDGET_SPENT, MAX_DECLARED_TOOLS, TO_PAGE_QUEUE, WIND_DOWN};
 use crate::gemini::{self, CallLog, Note, VoiceCall, VoiceInput, MAX_SAY_LEN};
 use crate::protocol::{self, AgentMessage, CallErrorCode, ErrorCode, Frame, LiveMessage};
-use crate::relay::metrics::RelayMetrics;
-use crate::relay::service::{End, OutFrame, Push, SendQueue, GOING_AWAY, OP_BINARY};
-use crate::relay::Membership;
+use crate::relay::ServiceLine;
 use crate::tools::gemini_declarations;
 
 /// The one tool a hosted call's model is never declared: the relay writes the transcript, so the
@@ -32,13 +30,9 @@ const NEVER_DECLARED: &[&str] = &["approve"];
 pub(super) struct LiveSession<'a> {
     hosting: &'a Hosting,
     code_tag: String,
-    /// The socket's code at this relay: a call starts only while a laptop holds it.
-    member: &'a Membership,
-    /// The page's address, as the per-address limits count it.
-    client: IpAddr,
-    phone: Arc<SendQueue>,
-    metrics: &'a Arc<RelayMetrics>,
-    stall_timeout: Duration,
+    /// The page's socket, run by the relay; a call starts only while a laptop holds its code here,
+    /// and its address is what the per-address limits count.
+    line: ServiceLine,
     page: Arc<PageLink>,
     call: Option<Call>,
     bridge_tx: mpsc::Sender<Frame>,
@@ -63,7 +57,7 @@ struct Call {
 /// A running call's time, charged to the operator's daily budget as it goes and at its end.
 struct Meter {
     budget: Arc<Budget>,
-    metrics: Arc<RelayMetrics>,
+    metrics: Arc<HostedMetrics>,
     since: Instant,
 }
 
@@ -72,7 +66,7 @@ impl Meter {
     fn charge(&mut self, end: bool) -> Option<Duration> {
         let now = Instant::now();
         let metrics = &self.metrics;
-        let left = self.budget.charge_reporting(now - self.since, end, |used, left| metrics.live_budget(used, left));
+        let left = self.budget.charge_reporting(now - self.since, end, |used, left| metrics.budget(used, left));
         self.since = now;
         left
     }
@@ -116,24 +110,13 @@ enum Ending {
 }
 
 impl<'a> LiveSession<'a> {
-    pub(super) fn new(
-        hosting: &'a Hosting,
-        member: &'a Membership,
-        client: IpAddr,
-        phone: Arc<SendQueue>,
-        metrics: &'a Arc<RelayMetrics>,
-        stall_timeout: Duration,
-    ) -> Self {
+    pub(super) fn new(hosting: &'a Hosting, line: ServiceLine) -> Self {
         let (bridge_tx, bridge_rx) = mpsc::channel(BRIDGE_QUEUE);
         let (page_tx, page_rx) = mpsc::channel(TO_PAGE_QUEUE);
         LiveSession {
             hosting,
-            code_tag: code_tag(&format!("{:032x}", member.code())),
-            member,
-            client,
-            phone,
-            metrics,
-            stall_timeout,
+            code_tag: code_tag(&format!("{:032x}", line.code())),
+            line,
             page: Arc::new(PageLink::new(page_tx)),
             call: None,
             bridge_tx,
@@ -144,25 +127,21 @@ impl<'a> LiveSession<'a> {
     }
 
     /// Runs the session until the page or the relay ends it; returns the tasks of its call.
-    pub(super) async fn run(
-        mut self,
-        mut from_phone: mpsc::Receiver<OutFrame>,
-        cancel: &CancellationToken,
-    ) -> TaskTracker {
+    pub(super) async fn run(mut self) -> TaskTracker {
+        let shutdown = self.line.shutdown();
         let ending = loop {
             let deadline = self.call.as_ref().map(|call| call.deadline);
             let budget_check = self.call.as_ref().map(|call| call.budget_check);
             let call_end = self.call.as_ref().map(|call| call.end.clone());
             tokio::select! {
                 biased;
-                () = cancel.cancelled() => break Ending::Shutdown,
-                () = self.phone.ending() => break Ending::PhoneGone,
-                frame = from_phone.recv() => match frame {
+                () = shutdown.cancelled() => break Ending::Shutdown,
+                frame = self.line.recv() => match frame {
                     Some(frame) => self.on_phone_frame(frame).await,
                     None => break Ending::PhoneGone,
                 },
                 Some(message) = self.bridge_rx.recv() => self.bridge_to_phone(message).await,
-                Some(text) = self.page_rx.recv() => self.to_phone(OutFrame::text(text)).await,
+                Some(text) = self.page_rx.recv() => self.to_phone(Frame::text(text)).await,
                 () = crate::net::liveness::cancelled(call_end) => {
                     self.call = None;
                 }
@@ -196,25 +175,27 @@ impl<'a> LiveSession<'a> {
                 while let Ok(message) = self.bridge_rx.try_recv() {
                     self.bridge_to_phone(message).await;
                 }
-                self.phone.drained().await;
+                self.line.drained().await;
             };
             let _ = timeout(WIND_DOWN, drain).await;
-            self.phone.end(End::close(GOING_AWAY, "relay shutting down"));
+            self.line.close(protocol::close::GOING_AWAY, "relay shutting down");
         }
         // The bridge closes Gemini's socket on its own once its call ended; the log line waits for it.
         self.tasks
     }
 
-    async fn on_phone_frame(&mut self, frame: OutFrame) {
-        if frame.opcode == OP_BINARY {
-            if let (Some(call), Some(&protocol::AUDIO_PREFIX)) = (&self.call, frame.payload.first()) {
-                // A full queue means Gemini is behind; dropping 20 ms of audio beats growing memory.
-                let pcm = protocol::Bytes::from(frame.payload).slice(1..);
-                let _ = call.input.try_send(VoiceInput::Audio(pcm));
+    async fn on_phone_frame(&mut self, frame: Frame) {
+        let text = match frame {
+            Frame::Text(text) => text,
+            Frame::Binary(data) => {
+                if let (Some(call), Some(&protocol::AUDIO_PREFIX)) = (&self.call, data.first()) {
+                    // A full queue means Gemini is behind; dropping 20 ms of audio beats growing memory.
+                    let _ = call.input.try_send(VoiceInput::Audio(data.slice(1..)));
+                }
+                return;
             }
-            return;
-        }
-        let message = match LiveMessage::parse(&frame.payload) {
+        };
+        let message = match LiveMessage::parse(text.as_bytes()) {
             Ok(message) => message,
             Err(err) => {
                 debug!(%err, "a page sent a frame /live does not take");
@@ -251,7 +232,7 @@ impl<'a> LiveSession<'a> {
             return;
         }
         debug!("hosted call reached the daily budget");
-        self.metrics.live_budget_cutoff();
+        self.hosting.metrics.budget_cutoff();
         // `call_error` first, then the bridge's `call_ended`, as for any failure during a call.
         let spent = AgentMessage::CallError { code: CallErrorCode::BudgetSpent, message: BUDGET_SPENT.into() };
         self.to_phone_message(spent).await;
@@ -276,16 +257,16 @@ impl<'a> LiveSession<'a> {
             previous.end.cancel();
         }
         // The operator's key serves paired laptops: one must hold this code here now.
-        if !self.member.agent_present() {
+        if !self.line.agent_present() {
             let message = "the laptop of this pairing is not connected to this relay";
             let refused = AgentMessage::CallError { code: CallErrorCode::Unavailable, message: message.into() };
             return self.to_phone_message(refused).await;
         }
-        let guard = match self.hosting.admit(self.metrics, self.client) {
+        let guard = match self.hosting.admit(self.line.client()) {
             Ok(guard) => guard,
             Err(refusal) => {
                 debug!(reason = refusal.metric(), "hosted call refused");
-                self.metrics.live_refused(refusal.metric());
+                self.hosting.metrics.refused(refusal.metric());
                 return self.to_phone_message(refusal.to_message()).await;
             }
         };
@@ -313,41 +294,29 @@ impl<'a> LiveSession<'a> {
         let deadline = Instant::now() + self.hosting.config.max_call_time;
         let budget = Arc::clone(&self.hosting.config.budget);
         let budget_check = next_check(budget.state().1, self.hosting.running());
-        let meter = Meter { budget, metrics: Arc::clone(self.metrics), since: Instant::now() };
+        let meter = Meter { budget, metrics: Arc::clone(&self.hosting.metrics), since: Instant::now() };
         self.call = Some(Call { input, end, deadline, meter, budget_check });
     }
 
     async fn bridge_to_phone(&self, frame: Frame) {
-        let frame = match frame {
-            Frame::Text(text) => OutFrame::text(text.to_string()),
-            Frame::Binary(data) => {
-                // Model speech: a page that cannot keep up loses speech rather than stalling the call.
-                if let Push::Full(_) = self.phone.push(OutFrame::binary(Vec::from(data))) {
-                    debug!("the page is behind; model audio dropped");
-                }
-                return;
+        if let Frame::Binary(_) = frame {
+            // Model speech: a page that cannot keep up loses speech rather than stalling the call.
+            if !self.line.try_send(frame) {
+                debug!("the page is behind; model audio dropped");
             }
-        };
+            return;
+        }
         self.to_phone(frame).await;
     }
 
     async fn to_phone_message(&self, message: AgentMessage) {
-        self.to_phone(OutFrame::text(message.to_json())).await;
+        self.to_phone(Frame::from(message)).await;
     }
 
     /// Queues a frame for the page. While its queue is full the session waits; a page that reads
     /// nothing for the stall timeout is closed 1013.
-    async fn to_phone(&self, mut frame: OutFrame) {
-        loop {
-            match self.phone.push(frame) {
-                Push::Queued | Push::Dropped => return,
-                Push::Full(back) => frame = back,
-            }
-            if !self.phone.room_or_stall(frame.len(), self.stall_timeout).await {
-                debug!("the page stopped reading; closed it");
-                return;
-            }
-        }
+    async fn to_phone(&self, frame: Frame) {
+        self.line.send(frame).await;
     }
 }
 

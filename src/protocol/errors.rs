@@ -207,6 +207,8 @@ impl std::fmt::Display for ErrorCode {
 
 /// WebSocket close codes voxa uses.
 pub mod close {
+    /// Going away: the relay shuts down, or the socket was silent past the idle timeout.
+    pub const GOING_AWAY: u16 = 1001;
     /// Policy violation: authentication refused (docs/PROTOCOL.md, "Errors and close codes").
     pub const POLICY: u16 = 1008;
     /// Message too big.

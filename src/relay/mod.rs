@@ -10,7 +10,8 @@
 //!   it claims. Pairing, forwarding, queues, limits, the memory ledger and the metrics live there.
 //! - the **edge** (`edge/`) accepts, admits (connection limits, per-address limits), finishes TLS,
 //!   reads the request head, routes, checks the relay token, upgrades and hands the stream to the
-//!   core or to the [`PhoneService`] registered beside it (hosted voice at `/live`).
+//!   core: as a socket of its code, or as a [`ServiceLine`] for the [`PhoneService`] registered
+//!   beside it (hosted voice at `/live`), whose socket the core runs all the same.
 //! - the **web app** (`web.rs`) answers the web client's page requests.
 //!
 //! The relay is a leaf: it imports `net` and `protocol` (and `secret` for the relay token, `text`
@@ -37,4 +38,4 @@ pub use self::config::*;
 pub use self::core::reader_check;
 pub use self::core::{metrics, SocketLimits, MAX_PHONES_PER_CODE, MEMORY_BUDGET, SEND_QUEUE_BYTES, STALL_TIMEOUT};
 pub use self::edge::{bind_shared, run, run_sharded, serve_metrics};
-pub use self::service::{Membership, PhoneService, ServiceSocket, ServiceStream};
+pub use self::service::{PhoneService, ServiceLine};

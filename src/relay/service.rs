@@ -1,61 +1,39 @@
 //! The seam beside the core: a [`PhoneService`] serves one more kind of phone socket (hosted
-//! voice at `/live`). The edge routes and admits its requests like `/ws`, completes the upgrade on
-//! the shard of the code and hands the socket over with its place as a phone of that code; the
-//! service builds its socket from the core's reader, writer and send queues, named here.
+//! voice at `/live`). The edge routes and admits its requests like `/ws` and completes the upgrade
+//! on the shard of the code; the core runs the socket (reading, writing, limits, wind-down) and
+//! hands the service a [`ServiceLine`] to it. The service's metrics join the relay's registry.
 
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use tokio_util::sync::CancellationToken;
+use prometheus_client::registry::Registry;
 
-pub(crate) use super::core::codec::close::GOING_AWAY;
-pub(crate) use super::core::codec::{OutFrame, OP_BINARY, OP_TEXT};
-use super::core::metrics::RelayMetrics;
-pub(crate) use super::core::queue::{End, Push, SendQueue};
-pub(crate) use super::core::reader::{FrameReader, Part};
-pub use super::core::socket::Membership;
-pub(crate) use super::core::socket::{read_side, wind_down, write_side, Deliver};
-use super::core::SocketLimits;
+pub use super::core::line::ServiceLine;
 use crate::secret::Secret;
 
 /// A kind of phone socket served beside `/agent` and `/ws` by code outside the relay (hosted
 /// voice at `/live`). The relay routes and admits its requests like `/ws` (with the service's
-/// own token when it has one), completes the upgrade on the shard of the code, and hands the
-/// socket over with its place as a phone of that code.
+/// own token when it has one), completes the upgrade on the shard of the code, and runs the
+/// socket while the service serves its line.
 pub trait PhoneService: Send + Sync + 'static {
     /// The path it serves, such as `/live`.
     fn path(&self) -> &'static str;
     /// The token its sockets present instead of the relay token, if it has one.
     fn token(&self) -> Option<&Secret>;
-    /// Serves one upgraded socket until it ends.
-    fn serve(&self, socket: ServiceSocket) -> BoxFuture<'_, ()>;
+    /// Serves one upgraded socket; the relay closes it (within bounded time) once this returns.
+    fn serve(&self, line: ServiceLine) -> BoxFuture<'_, ()>;
     /// The request header a trusted proxy in front of the relay sets to the client's address
     /// (its last comma-separated entry is taken); `None` takes the TCP peer's address.
     fn client_header(&self) -> Option<&str> {
         None
     }
-    /// Records the service's limits and state in the relay's metrics, once at start.
-    fn report(&self, _metrics: &RelayMetrics) {}
-}
-
-/// Any byte stream a service's socket runs over: plain TCP or TLS.
-pub trait ServiceStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> ServiceStream for T {}
-
-/// An upgraded socket handed to a [`PhoneService`].
-pub struct ServiceSocket {
-    pub stream: Box<dyn ServiceStream>,
-    /// Bytes read past the request head: the client's first frames.
-    pub leftover: Vec<u8>,
-    /// Its place as a phone of its code, not taken yet.
-    pub member: Membership,
-    /// The client's address: the TCP peer's, or the one the service's trusted header names.
-    pub client: IpAddr,
-    pub limits: SocketLimits,
-    pub metrics: Arc<RelayMetrics>,
-    /// Cancelled when the relay shuts down.
-    pub cancel: CancellationToken,
+    /// Adds the service's own metrics to the relay's registry (prefixed `voxa_relay_`), once at
+    /// start.
+    fn register(&self, _registry: &mut Registry) {}
+    /// The service's limits by name, for the relay's `limit` gauge, read once at start.
+    fn limits(&self) -> Vec<(&'static str, usize)> {
+        Vec::new()
+    }
 }
 
 /// A client address as the per-address limits see it (the edge's, a service's): IPv4 whole,

@@ -91,7 +91,10 @@ impl Page {
     }
 }
 
-/// The carrying task of a [`Page`]; ends when any of its sockets does.
+/// The carrying task of a [`Page`]; ends when the call socket or the test's view of it does. A
+/// sealed session that ends first (the relay shutting down closes it at once) leaves the call
+/// socket carried, as a page's `/live` is a socket of its own: what the relay sends on it still
+/// reaches the test, and a call made after it fails `offline`, as the page's session fails it.
 async fn carry<T>(
     live: ClientSocket,
     sealed: ClientSocket,
@@ -109,8 +112,10 @@ async fn carry<T>(
     let mut carried: HashSet<String> = HashSet::new();
     let mut shown: HashSet<String> = HashSet::new();
     let text = |value: Value| Message::text(value.to_string());
+    let offline = |id: &str| json!({"type":"tool_result","id":id,"ok":false,"error":{"code":"offline","message":"the connection closed"}});
     // A test that does not watch the session drops its end; the page carries on without it.
     let mut watched = true;
+    let mut sealed_open = true;
     loop {
         tokio::select! {
             from_test = live_view_rx.next() => {
@@ -152,25 +157,28 @@ async fn carry<T>(
                             if live_tx.send(text(refused)).await.is_err() { return; }
                             continue;
                         }
-                        carried.insert(id);
                         let mut call = value.clone();
                         call["caller"] = json!("gemini-hosted");
-                        if sealed_tx.send(text(call)).await.is_err() { return; }
+                        if !sealed_open || sealed_tx.send(text(call)).await.is_err() {
+                            if live_tx.send(text(offline(&id))).await.is_err() { return; }
+                            continue;
+                        }
+                        carried.insert(id);
                     }
                     Some("cancel") if carried.contains(&id) => {
-                        if sealed_tx.send(text(json!({"type":"cancel","id":id}))).await.is_err() { return; }
+                        let _ = sealed_tx.send(text(json!({"type":"cancel","id":id}))).await;
                     }
                     Some("tool_call" | "cancel") => {}
                     kind => {
                         if kind == Some("call_started") {
                             let on = json!({"type":"narration","on":true});
-                            if sealed_tx.send(text(on)).await.is_err() { return; }
+                            let _ = sealed_tx.send(text(on)).await;
                         }
                         if live_view_tx.send(Message::Text(frame)).await.is_err() { return; }
                     }
                 }
             }
-            from_laptop = sealed_rx.next() => {
+            from_laptop = sealed_rx.next(), if sealed_open => {
                 let frame = match from_laptop {
                     Some(Ok(Message::Text(frame))) => frame,
                     Some(Ok(message @ Message::Binary(_))) => {
@@ -180,7 +188,17 @@ async fn carry<T>(
                         continue;
                     }
                     Some(Ok(_)) => continue,
-                    _ => return,
+                    _ => {
+                        // The calls it carried fail, and the test's view of the session ends with it.
+                        sealed_open = false;
+                        for id in std::mem::take(&mut carried) {
+                            if live_tx.send(text(offline(&id))).await.is_err() { return; }
+                        }
+                        if std::mem::take(&mut watched) {
+                            let _ = session_view_tx.close().await;
+                        }
+                        continue;
+                    }
                 };
                 let value: Value = serde_json::from_str(&frame).unwrap_or(Value::Null);
                 let id = value["id"].as_str().unwrap_or_default().to_owned();
@@ -222,7 +240,7 @@ async fn carry<T>(
                         continue;
                     }
                 };
-                if sealed_tx.send(message).await.is_err() { return; }
+                let _ = sealed_tx.send(message).await;
             }
         }
     }

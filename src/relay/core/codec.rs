@@ -102,10 +102,10 @@ impl OutFrame {
     }
 }
 
-/// RFC 6455 close codes the relay sends besides those of `protocol::close`.
+/// RFC 6455 close codes the relay sends besides those of `protocol::close` (whose `GOING_AWAY` is named here too).
 pub(crate) mod close {
+    pub use crate::protocol::close::GOING_AWAY;
     pub const NORMAL: u16 = 1000;
-    pub const GOING_AWAY: u16 = 1001;
     pub const PROTOCOL_ERROR: u16 = 1002;
     pub const INVALID_DATA: u16 = 1007;
 }

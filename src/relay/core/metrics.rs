@@ -2,7 +2,10 @@
 //!
 //! Every label value is one of the relay's own constants (a role, a direction, a status code, a
 //! limit's name): nothing a client sends ever becomes a label or a value. Per-frame counters are
-//! resolved once at start, so counting a frame is an atomic add and no lookup.
+//! resolved once at start, so counting a frame is an atomic add and no lookup. A service beside
+//! the core registers its own metrics here too, under the same rule.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -17,15 +20,12 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Statuses (HTTP) and close codes (WebSocket) the relay refuses or ends a client with.
 pub const REFUSALS: [u16; 15] = [400, 401, 404, 405, 426, 429, 431, 503, 1002, 1007, 1009, 1013, 4001, 4003, 4004];
 
-/// Why `/live` refused a `call_start` (the `reason` label of `live_refusals`).
-pub const LIVE_REFUSALS: [&str; 4] = ["at-capacity", "address-calls", "address-starts", "budget-spent"];
-
 type Labels = [(&'static str, &'static str); 1];
-type Seconds = Gauge<f64, std::sync::atomic::AtomicU64>;
 
-/// Counters and gauges of one relay, and the registry that prints them.
+/// Counters and gauges of one relay, and the registry that prints them (with the metrics a
+/// service beside the core registers in it).
 pub struct RelayMetrics {
-    registry: Registry,
+    registry: Mutex<Registry>,
     connections: Gauge,
     sockets: [Gauge; 2],
     pairs: Gauge,
@@ -34,11 +34,6 @@ pub struct RelayMetrics {
     refusals: [(u16, Counter); REFUSALS.len()],
     queue_full: Counter,
     buffered: Gauge,
-    hosted_calls: Gauge,
-    live_refusals: [Counter; LIVE_REFUSALS.len()],
-    budget_used: Seconds,
-    budget_left: Seconds,
-    budget_cutoffs: Counter,
     limits: Family<Labels, Gauge>,
 }
 
@@ -103,33 +98,10 @@ impl RelayMetrics {
             "Bytes of messages held in queues and partial reads, counted against the memory budget",
             buffered.clone(),
         );
-        let hosted_calls = Gauge::default();
-        registry.register("hosted_calls", "Voice calls the relay hosts at /live", hosted_calls.clone());
-        let live_family = Family::<Labels, Counter>::default();
-        registry.register("live_refusals", "Hosted calls refused at call_start, by reason", live_family.clone());
-        let live_refusals = LIVE_REFUSALS.map(|reason| live_family.get_or_create(&[("reason", reason)]).clone());
-        let budget_used = Seconds::default();
-        registry.register(
-            "live_budget_used_seconds",
-            "Call time hosted today (UTC) against the daily budget",
-            budget_used.clone(),
-        );
-        let budget_left = Seconds::default();
-        registry.register(
-            "live_budget_left_seconds",
-            "Call time left today (UTC); -1 without a daily budget",
-            budget_left.clone(),
-        );
-        let budget_cutoffs = Counter::default();
-        registry.register(
-            "live_budget_cutoffs",
-            "Hosted calls ended because the daily budget was spent",
-            budget_cutoffs.clone(),
-        );
         let limits = Family::<Labels, Gauge>::default();
         registry.register("limit", "The limits this relay runs with", limits.clone());
         RelayMetrics {
-            registry,
+            registry: Mutex::new(registry),
             connections,
             sockets,
             pairs,
@@ -138,13 +110,18 @@ impl RelayMetrics {
             refusals,
             queue_full,
             buffered,
-            hosted_calls,
-            live_refusals,
-            budget_used,
-            budget_left,
-            budget_cutoffs,
             limits,
         }
+    }
+
+    /// The registry, locked (poisoning ignored: registering and encoding leave it whole).
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Lets `add` register more metrics (a service's) beside the relay's, once at start.
+    pub(crate) fn register(&self, add: impl FnOnce(&mut Registry)) {
+        add(&mut self.registry());
     }
 
     /// Records one of the relay's limits (its name is the caller's constant).
@@ -192,29 +169,6 @@ impl RelayMetrics {
         }
     }
 
-    /// A hosted voice call started (`1`) or ended (`-1`).
-    pub(crate) fn hosted_call(&self, change: i64) {
-        self.hosted_calls.inc_by(change);
-    }
-
-    /// Counts a refused `call_start`; `reason` is one of [`LIVE_REFUSALS`].
-    pub(crate) fn live_refused(&self, reason: &'static str) {
-        if let Some(index) = LIVE_REFUSALS.iter().position(|known| *known == reason) {
-            self.live_refusals[index].inc();
-        }
-    }
-
-    /// The daily budget's state: time used today and time left (`None`: no budget).
-    pub(crate) fn live_budget(&self, used: std::time::Duration, left: Option<std::time::Duration>) {
-        self.budget_used.set(used.as_secs_f64());
-        self.budget_left.set(left.map_or(-1.0, |left| left.as_secs_f64()));
-    }
-
-    /// A hosted call was ended because the daily budget was spent.
-    pub(crate) fn live_budget_cutoff(&self) {
-        self.budget_cutoffs.inc();
-    }
-
     pub(super) fn queue_full(&self) {
         self.queue_full.inc();
     }
@@ -238,7 +192,7 @@ impl RelayMetrics {
     pub fn encode(&self) -> String {
         let mut text = String::new();
         // Writing to a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry());
         text
     }
 }
@@ -280,12 +234,9 @@ mod tests {
         metrics.refused(1234);
         metrics.socket_joined(PeerRole::Phone);
         metrics.set_limit("max_connections", 7);
-        metrics.live_refused("address-calls");
-        metrics.live_refused("budget-spent");
-        metrics.live_refused("budget-spent");
-        metrics.live_refused("made-up");
-        metrics.live_budget(std::time::Duration::from_millis(90_500), Some(std::time::Duration::from_secs(30)));
-        metrics.live_budget_cutoff();
+        let extra = Counter::<u64>::default();
+        metrics.register(|registry| registry.register("extra", "A service's own counter", extra.clone()));
+        extra.inc();
         let text = metrics.encode();
         for line in [
             r#"voxa_relay_frames_forwarded_total{direction="agent_to_phone"} 2"#,
@@ -297,12 +248,7 @@ mod tests {
             r#"voxa_relay_sockets{role="phone"} 1"#,
             r#"voxa_relay_sockets{role="agent"} 0"#,
             r#"voxa_relay_limit{limit="max_connections"} 7"#,
-            r#"voxa_relay_live_refusals_total{reason="address-calls"} 1"#,
-            r#"voxa_relay_live_refusals_total{reason="budget-spent"} 2"#,
-            r#"voxa_relay_live_refusals_total{reason="at-capacity"} 0"#,
-            "voxa_relay_live_budget_used_seconds 90.5",
-            "voxa_relay_live_budget_left_seconds 30.0",
-            "voxa_relay_live_budget_cutoffs_total 1",
+            "voxa_relay_extra_total 1",
         ] {
             assert!(text.lines().any(|got| got == line), "{line} missing from\n{text}");
         }

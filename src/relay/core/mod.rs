@@ -1,8 +1,10 @@
 //! The relay's core: it moves frames between the sockets of one relay code and never sees HTTP,
-//! TLS or ACME. Its one entry point is [`Core::accept`]: a stream already upgraded to a
-//! WebSocket, and the place it claims (a code, a side). Pairing ([`hub`]: one agent and up to
-//! [`MAX_PHONES_PER_CODE`] phones per code), forwarding ([`socket`]), queues and the memory
-//! ledger ([`queue`]), limits ([`SocketLimits`]) and the relay's metrics ([`metrics`]) live here.
+//! TLS or ACME. Its entry point is [`Core::accept`]: a stream already upgraded to a WebSocket,
+//! and the place it claims (a code, a side); a service's socket comes in beside it through
+//! [`Core::accept_line`], which runs the socket and hands the service a [`ServiceLine`]. Pairing
+//! ([`hub`]: one agent and up to [`MAX_PHONES_PER_CODE`] phones per code), forwarding
+//! ([`socket`]), a service's socket ([`line`]), queues and the memory ledger ([`queue`]), limits
+//! ([`SocketLimits`]) and the relay's metrics ([`metrics`]) live here.
 //!
 //! Decisions the protocol leaves to the relay:
 //! - A replaced agent is closed 4001 `replaced`; the phones hear `left` and then `joined`, so
@@ -30,6 +32,7 @@
 
 pub(crate) mod codec;
 pub(crate) mod hub;
+pub(crate) mod line;
 pub mod metrics;
 pub(crate) mod queue;
 pub(crate) mod reader;
@@ -38,6 +41,8 @@ pub mod reader_check;
 pub(crate) mod socket;
 pub(crate) mod stream;
 
+use std::future::Future;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +51,7 @@ use anyhow::bail;
 use tokio_util::sync::CancellationToken;
 
 use self::hub::Hub;
+use self::line::ServiceLine;
 use self::metrics::RelayMetrics;
 use self::queue::Ledger;
 use self::socket::Membership;
@@ -167,18 +173,30 @@ impl Core {
         socket::serve(stream, leftover, self.membership(claim), &self.limits, &self.shutdown).await;
     }
 
-    /// The place `claim` names, not taken yet: what a service's socket joins its pairing with.
-    pub(crate) fn membership(&self, claim: Claim) -> Membership {
+    /// Runs one upgraded socket of a service (a phone's `claim` it takes no place with, from
+    /// `client`): the core reads and writes it while `service` serves its [`ServiceLine`], and
+    /// closes it within bounded time once `service` returns.
+    pub(crate) async fn accept_line<S: RelayStream, F: Future<Output = ()>>(
+        &self,
+        stream: S,
+        leftover: Vec<u8>,
+        claim: Claim,
+        client: IpAddr,
+        service: impl FnOnce(ServiceLine) -> F,
+    ) {
+        let member = self.membership(claim);
+        let shutdown = self.shutdown.token.clone();
+        line::serve(stream, leftover, member, client, &self.limits, shutdown, service).await;
+    }
+
+    /// The place `claim` names, not taken yet.
+    fn membership(&self, claim: Claim) -> Membership {
         Membership { hub: Arc::clone(&self.hub), claim }
     }
 
     /// Passes a push receipt to the agent of `code`, unread; false when no agent holds it.
     pub(crate) fn receipt(&self, code: u128, body: &[u8]) -> bool {
         self.hub.receipt(code, body)
-    }
-
-    pub(crate) fn limits(&self) -> SocketLimits {
-        self.limits
     }
 
     pub(crate) fn metrics(&self) -> &Arc<RelayMetrics> {

@@ -36,7 +36,7 @@ const MAX_BATCH_FRAMES: usize = 64;
 const MAX_BATCH_BYTES: usize = 256 << 10;
 
 /// Where a socket belongs: its pairing and its place in it.
-pub struct Membership {
+pub(crate) struct Membership {
     pub(crate) hub: Arc<Hub>,
     pub(crate) claim: Claim,
 }
@@ -48,19 +48,13 @@ pub(crate) struct Seated {
 }
 
 impl Membership {
-    /// The relay's map of codes.
-    pub(crate) fn hub(&self) -> &Hub {
-        &self.hub
-    }
-
     /// The relay code, as the log may name it once hashed.
-    pub fn code(&self) -> u128 {
+    pub(crate) fn code(&self) -> u128 {
         self.claim.code
     }
 
-    /// Whether an agent holds this code at this relay now: a service that speaks for no pairing
-    /// (hosted voice) serves only the codes of connected laptops, without taking a place.
-    pub fn agent_present(&self) -> bool {
+    /// Whether an agent holds this code at this relay now.
+    pub(crate) fn agent_present(&self) -> bool {
         self.hub.has_agent(self.claim.code)
     }
 

@@ -1,9 +1,11 @@
 //! The relay's edge: it accepts connections, admits them (`admission`: the connection limits),
-//! finishes TLS (HTTP/2 for what needs no upgrade: `http2`), reads each request head, routes it (`route`: `/agent`, `/ws`, the service's
-//! path, `/healthz`, `/ack`'s push receipts (`receipt`), the web app's pages), checks the relay token and upgrades, then hands the
-//! stream to the core ([`Core::accept`]) or to the registered [`PhoneService`]. `shard` runs the
-//! listeners and per-core runtimes and moves a socket to the shard of its code before its
-//! upgrade; `prometheus` serves the core's metrics on a listener of its own.
+//! finishes TLS (HTTP/2 for what needs no upgrade: `http2`), reads each request head, routes it
+//! (`route`: `/agent`, `/ws`, the service's path, `/healthz`, `/ack`'s push receipts (`receipt`),
+//! the web app's pages), checks the relay token and upgrades, then hands the stream to the core:
+//! [`Core::accept`], or for the registered [`PhoneService`] [`Core::accept_line`], which runs the
+//! socket and hands the service its line. `shard` runs the listeners and per-core runtimes and
+//! moves a socket to the shard of its code before its upgrade; `prometheus` serves the relay's
+//! metrics on a listener of its own.
 
 mod admission;
 mod http2;
@@ -31,7 +33,7 @@ use self::shard::Handoff;
 use super::config::{RelayConfig, TLS_HANDSHAKE_TIMEOUT};
 use super::core::stream::DirectSink;
 use super::core::{Claim, Core, RelayStream};
-use super::service::{PhoneService, ServiceSocket};
+use super::service::PhoneService;
 use super::web::{WebApp, KEEP_ALIVE_IDLE};
 use crate::net::http::{self, HeadError, RequestHead};
 use crate::protocol::relay::{Framing, PHONE_SUBPROTOCOL};
@@ -68,7 +70,11 @@ impl Edge {
         metrics.set_limit("max_connections", config.max_connections);
         metrics.set_limit("max_connections_per_ip", config.max_connections_per_ip);
         if let Some(service) = &config.service {
-            service.report(&metrics);
+            // Registered before its limits are set: a scrape that shows them shows its metrics.
+            metrics.register(|registry| service.register(registry));
+            for (name, value) in service.limits() {
+                metrics.set_limit(name, value);
+            }
         }
         Ok(Arc::new(Edge {
             core,
@@ -130,7 +136,7 @@ struct Upgrade {
     claim: Claim,
     /// A socket of the [`PhoneService`], which serves it.
     service: bool,
-    /// The client's address (see [`ServiceSocket::client`]).
+    /// The client's address (see [`ServiceLine::client`](super::service::ServiceLine::client)).
     client: IpAddr,
 }
 
@@ -289,7 +295,8 @@ async fn join_on_shard<S: EdgeStream>(
     upgrade_and_hand_on(edge, stream, upgrade).await
 }
 
-/// Completes the upgrade and hands the socket to the core (or to the service) until it ends.
+/// Completes the upgrade and hands the socket to the core (as the service's line, for its
+/// socket) until it ends.
 async fn upgrade_and_hand_on<S: EdgeStream>(edge: &Edge, mut stream: S, upgrade: Upgrade) -> anyhow::Result<()> {
     let Upgrade { head, leftover, claim, service, client } = upgrade;
     // An agent gets the relay framing picked from its offer; a phone the subprotocol it offered
@@ -302,18 +309,7 @@ async fn upgrade_and_hand_on<S: EdgeStream>(edge: &Edge, mut stream: S, upgrade:
     // Nothing of the request outlives the upgrade: a socket keeps only what it needs.
     drop(head);
     match edge.service.as_ref().filter(|_| service) {
-        Some(service) => {
-            let socket = ServiceSocket {
-                stream: Box::new(stream),
-                leftover,
-                member: edge.core.membership(claim),
-                client,
-                limits: edge.core.limits(),
-                metrics: Arc::clone(edge.core.metrics()),
-                cancel: edge.core.cancel().clone(),
-            };
-            service.serve(socket).await;
-        }
+        Some(service) => edge.core.accept_line(stream, leftover, claim, client, |line| service.serve(line)).await,
         None => edge.core.accept(stream, leftover, claim).await,
     }
     Ok(())
