@@ -94,9 +94,10 @@ const VENDOR_PREFIX: &str = "/vendor/";
 /// Most bytes the embedded client (its own files, uncompressed, the home-screen icons aside) may
 /// weigh: round 4's outbox, routes, grants, tickets and terminal answers brought it to 413 KiB, the
 /// "While you were away" card and the Data view (bytes moved, low data) to 431 KiB, every
-/// machine's terminals in the Shell's picker and cards naming their machine to 440 KiB.
+/// machine's terminals in the Shell's picker and cards naming their machine to 440 KiB, the Terminal
+/// tab following its latest block's size to 445 KiB.
 #[cfg(test)]
-const PAGE_BUDGET: usize = 444 << 10;
+const PAGE_BUDGET: usize = 448 << 10;
 
 /// Total size of the embedded client in bytes, uncompressed, the vendored libraries left out.
 pub fn page_weight() -> usize {
