@@ -64,11 +64,7 @@ impl RequestHead {
         let mut request = httparse::Request::new(&mut headers);
         match request.parse(bytes) {
             Ok(httparse::Status::Complete(len)) => {
-                let target = request.path.ok_or(HeadError::Malformed)?;
-                let (path, query) = match target.split_once('?') {
-                    Some((path, query)) => (path.to_owned(), Some(query.to_owned())),
-                    None => (target.to_owned(), None),
-                };
+                let (path, query) = split_target(request.path.ok_or(HeadError::Malformed)?);
                 let headers = request
                     .headers
                     .iter()
@@ -91,10 +87,7 @@ impl RequestHead {
         target: &str,
         headers: impl IntoIterator<Item = (&'a str, &'a [u8])>,
     ) -> Result<RequestHead, HeadError> {
-        let (path, query) = match target.split_once('?') {
-            Some((path, query)) => (path.to_owned(), Some(query.to_owned())),
-            None => (target.to_owned(), None),
-        };
+        let (path, query) = split_target(target);
         let mut len = method.len() + target.len();
         let mut kept = Vec::new();
         for (name, value) in headers {
@@ -162,6 +155,14 @@ impl RequestHead {
             && has_token("upgrade", "websocket")
             && self.header("sec-websocket-key").is_some()
             && self.header("sec-websocket-version") == Some("13")
+    }
+}
+
+/// A request target as its path and its query.
+fn split_target(target: &str) -> (String, Option<String>) {
+    match target.split_once('?') {
+        Some((path, query)) => (path.to_owned(), Some(query.to_owned())),
+        None => (target.to_owned(), None),
     }
 }
 

@@ -134,10 +134,7 @@ fn answer<'a>(
                 return Some(async move {
                     match tokio::time::timeout(receipt::BODY_TIMEOUT, read_body(body, len)).await {
                         Ok(Some(Ok(body))) => send_plain(&mut respond, receipt::pass(edge, code, &body), &[]),
-                        Ok(Some(Err(()))) => {
-                            edge.core.metrics().refused(413);
-                            send_plain(&mut respond, (413, "", "a receipt is at most 256 bytes"), &[]);
-                        }
+                        Ok(Some(Err(()))) => send_plain(&mut respond, receipt::too_long(edge), &[]),
                         // Cut short, or too slow: the stream is reset when `respond` goes.
                         Ok(None) | Err(_) => {}
                     }

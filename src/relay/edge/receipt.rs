@@ -78,6 +78,12 @@ pub(super) enum Admitted {
 /// A plain-text answer: status, reason and body.
 pub(super) type Plain = (u16, &'static str, &'static str);
 
+/// A body longer than a receipt may be, or than its length said: counted, and its answer.
+pub(super) fn too_long(edge: &Edge) -> Plain {
+    edge.core.metrics().refused(413);
+    (413, "Payload Too Large", "a receipt is at most 256 bytes")
+}
+
 /// Counts a receipt against the limits and checks its length: how much body to read, or the
 /// answer — 429 past a limit, 411/413 for a body without a length or too long.
 pub(super) fn admit(edge: &Edge, head: &RequestHead, code: u128, client: IpAddr) -> Admitted {
@@ -94,8 +100,7 @@ pub(super) fn admit(edge: &Edge, head: &RequestHead, code: u128, client: IpAddr)
         return Admitted::Answer(NO_LENGTH);
     };
     if len > MAX_RECEIPT_LEN {
-        edge.core.metrics().refused(413);
-        return Admitted::Answer((413, "Payload Too Large", "a receipt is at most 256 bytes"));
+        return Admitted::Answer(too_long(edge));
     }
     Admitted::Read(len)
 }
@@ -122,10 +127,7 @@ pub(super) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> anyhow::Result<()> {
     let (status, reason, text) = match admit(edge, head, code, client) {
         Admitted::Answer(plain) => plain,
-        Admitted::Read(len) if leftover.len() > len => {
-            edge.core.metrics().refused(413);
-            (413, "Payload Too Large", "a receipt is at most 256 bytes")
-        }
+        Admitted::Read(len) if leftover.len() > len => too_long(edge),
         Admitted::Read(len) => {
             let mut body = leftover;
             let start = body.len();
