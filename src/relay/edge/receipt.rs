@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
-use super::Edge;
 use crate::net::http::{self, RequestHead};
 use crate::protocol::relay::MAX_RECEIPT_LEN;
+use crate::relay::core::Core;
 
 /// Receipts one code may get in a [`WINDOW`]: a few phones acknowledging a few pushes each.
 pub const PER_CODE: u32 = 30;
@@ -70,9 +70,10 @@ impl Default for ReceiptLimits {
 }
 
 /// Reads the receipt's body and passes it on: 202 when the code's agent got it, 404 when no
-/// agent holds the code, 411/413 for a body without a length or too long, 429 past a limit.
+/// agent holds the code, 411/413 for a body without a length or too long, 429 past `limits`.
 pub(super) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
-    edge: &Edge,
+    core: &Core,
+    limits: &ReceiptLimits,
     stream: &mut S,
     head: &RequestHead,
     leftover: Vec<u8>,
@@ -80,8 +81,8 @@ pub(super) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
     client: IpAddr,
 ) -> anyhow::Result<()> {
     let now = Instant::now();
-    if !edge.receipts.per_address.take(client, now) || !edge.receipts.per_code.take(code, now) {
-        edge.core.metrics().refused(429);
+    if !limits.per_address.take(client, now) || !limits.per_code.take(code, now) {
+        core.metrics().refused(429);
         return Ok(http::respond(stream, 429, "Too Many Requests", "too many receipts").await?);
     }
     if head.header("transfer-encoding").is_some() {
@@ -91,7 +92,7 @@ pub(super) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
         return Ok(http::respond(stream, 411, "Length Required", "a receipt needs content-length").await?);
     };
     if len > MAX_RECEIPT_LEN || leftover.len() > len {
-        edge.core.metrics().refused(413);
+        core.metrics().refused(413);
         return Ok(http::respond(stream, 413, "Payload Too Large", "a receipt is at most 256 bytes").await?);
     }
     let mut body = leftover;
@@ -101,7 +102,7 @@ pub(super) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
         Ok(Ok(_)) => {}
         Ok(Err(_)) | Err(_) => return Ok(()),
     }
-    if edge.core.receipt(code, &body) {
+    if core.receipt(code, &body) {
         Ok(http::respond(stream, 202, "Accepted", "passed on").await?)
     } else {
         Ok(http::respond(stream, 404, "Not Found", "no laptop holds this code").await?)
