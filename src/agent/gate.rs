@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::environments::identity::{is_valid_nonce, pairing_psk_input, HelloBinding, Identity};
 use crate::environments::store::{self, bearer_hash, stamp_of, Stamp};
-use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Frame, Hello};
+use crate::protocol::{self, AgentMessage, ClientMessage, ErrorCode, Frame, Hello, HelloOk};
 use crate::seal::handshake::Keys;
 use crate::seal::Responder;
 use crate::secret::Secret;
@@ -107,8 +107,7 @@ impl PairingSeal {
     /// comes back inside the channel.
     pub fn finish(self) -> anyhow::Result<(Frame, AgentMessage, Keys)> {
         let (keys, message) = self.responder.finish(b"")?;
-        let noise = base64::engine::general_purpose::STANDARD.encode(message);
-        let frame = serde_json::json!({"type": "hello_ok", "protocol": protocol::PROTOCOL_SEALED, "noise": noise});
+        let frame = Frame::from(AgentMessage::HelloOk(HelloOk::handshake(&message)));
         let env_nonce = protocol::new_nonce()?;
         let binding = HelloBinding {
             code_hash: &self.code_hash,
@@ -121,7 +120,7 @@ impl PairingSeal {
             nonce: env_nonce.clone(),
             signature: self.identity.sign_hello(&binding),
         };
-        Ok((Frame::text(frame.to_string()), identity, keys))
+        Ok((frame, identity, keys))
     }
 }
 

@@ -12,14 +12,13 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use base64::Engine;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tracing::warn;
 
 use super::gate::{admit_bearer, admit_hello, Admission, Gate, HelloVerdict};
-use crate::protocol::{self, AgentMessage, ErrorCode, Frame, PairingToken};
+use crate::protocol::{self, AgentMessage, ErrorCode, Frame, HelloOk, PairingToken};
 use crate::seal::handshake::Keys;
 use crate::seal::socket::seal_frame;
 use crate::seal::ticks::{is_tick, STALL_AFTER};
@@ -367,10 +366,7 @@ impl SessionStart {
                 .map_err(anyhow::Error::from),
             (None, Some(responder)) => {
                 responder.finish(sealed_hello_ok(answer).to_json().as_bytes()).and_then(|(mut keys, two)| {
-                    let noise = base64::engine::general_purpose::STANDARD.encode(two);
-                    let frame =
-                        serde_json::json!({"type": "hello_ok", "protocol": protocol::PROTOCOL_SEALED, "noise": noise});
-                    let mut frames = vec![Frame::text(frame.to_string())];
+                    let mut frames = vec![Frame::from(AgentMessage::HelloOk(HelloOk::handshake(&two)))];
                     // A ticket opened this session: its first sealed frame hands the pairing's token.
                     if let Some(token) = admission.hand_token.take() {
                         let handed = AgentMessage::Pairing(PairingToken { token: token.expose().to_owned() });
@@ -441,9 +437,10 @@ mod tests {
     use crate::agent::gate::{GateShared, GateState, LivePairing, PairingGate, TokenGate};
     use crate::environments::identity::{code_hash, pairing_psk_input, verify_hello, HelloBinding, Identity};
     use crate::environments::store::bearer_hash;
-    use crate::protocol::{HelloOk, HOST_ROLE};
+    use crate::protocol::HOST_ROLE;
     use crate::seal::{Initiator, Opener, Sealer};
     use crate::secret::Secret;
+    use base64::Engine;
     use serde_json::{json, Value};
     use std::time::Duration;
     use tokio_util::sync::CancellationToken;

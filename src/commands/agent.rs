@@ -213,7 +213,7 @@ impl Link {
     }
 
     async fn follow(&mut self, marks: &Map<String, Value>) -> Result<()> {
-        self.send(json!({ "type": "follow", "after": marks }).to_string()).await
+        self.send(ClientMessage::follow_after(marks.clone()).to_json()).await
     }
 
     /// Prints `session`'s events until the turn of `text` ends; the exit status says how it did.

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{NONCE_HEX_LEN, PROOF_HEX_LEN};
+use super::{NONCE_HEX_LEN, PROOF_HEX_LEN, PROTOCOL_SEALED};
 use crate::secret::Secret;
 
 /// `role` of the hello a host sends to drive an environment.
@@ -86,12 +86,13 @@ impl std::fmt::Debug for Hello {
 /// Answer to a good hello.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 pub struct HelloOk {
-    /// Empty in a sealed `hello_ok`, whose fields travel inside `noise`.
-    #[serde(default)]
+    /// Empty, and left out, in protocol 3's plain `hello_ok` ([`HelloOk::handshake`]), whose
+    /// fields travel inside `noise`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub agent: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub mode: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<String>,
     #[serde(default)]
     pub protocol: u32,
@@ -112,6 +113,26 @@ pub struct HelloOk {
     /// Protocol 3: base64 of the Noise handshake's message 2, whose payload is this frame's JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise: Option<String>,
+}
+
+impl HelloOk {
+    /// Protocol 3's plain `hello_ok`: message 2 of the Noise handshake, whose payload is the
+    /// sealed `hello_ok` (or nothing, in an environment's answer to its host). Nothing else
+    /// travels in the clear.
+    pub fn handshake(message_two: &[u8]) -> Self {
+        use base64::Engine as _;
+        HelloOk {
+            agent: String::new(),
+            mode: String::new(),
+            tools: Vec::new(),
+            protocol: PROTOCOL_SEALED,
+            proof: None,
+            env_key: None,
+            host: None,
+            vapid_public_key: None,
+            noise: Some(base64::engine::general_purpose::STANDARD.encode(message_two)),
+        }
+    }
 }
 
 /// Prefix of the message a client proves (see docs/PROTOCOL.md, "Session start (protocol 2)").
@@ -187,6 +208,15 @@ pub fn verify_agent_proof(token: &Secret, agent_nonce: &str, client_nonce: &str,
 mod tests {
     use crate::protocol::*;
     use crate::secret::Secret;
+
+    #[test]
+    fn protocol_3_s_plain_hello_ok_carries_message_2_and_nothing_else() {
+        let plain = AgentMessage::HelloOk(HelloOk::handshake(b"\x01\x02two"));
+        assert_eq!(plain.to_json(), r#"{"type":"hello_ok","protocol":3,"noise":"AQJ0d28="}"#);
+        let parsed: AgentMessage = serde_json::from_str(&plain.to_json()).unwrap();
+        let AgentMessage::HelloOk(ok) = parsed else { panic!("not a hello_ok") };
+        assert_eq!((ok.agent.as_str(), ok.tools.len(), ok.noise.as_deref()), ("", 0, Some("AQJ0d28=")));
+    }
 
     #[test]
     fn hello_debug_redacts_token_and_bearer() {

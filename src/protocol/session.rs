@@ -81,6 +81,12 @@ pub enum ClientMessage {
 }
 
 impl ClientMessage {
+    /// `follow` from the marks in `after` (a session's id → the last seq the client has), in
+    /// full frames.
+    pub fn follow_after(after: serde_json::Map<String, Value>) -> Self {
+        ClientMessage::Follow { after: Some(Value::Object(after)), low_data: false }
+    }
+
     /// Serialises to a text frame payload.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
@@ -481,5 +487,8 @@ mod tests {
         assert_eq!(end, ClientMessage::AudioEnd);
         let err = AgentMessage::error(ErrorCode::BadFrame);
         assert_eq!(err.to_json(), r#"{"type":"error","code":"bad-frame"}"#);
+        let mut marks = serde_json::Map::new();
+        marks.insert("s-1".into(), 7.into());
+        assert_eq!(ClientMessage::follow_after(marks).to_json(), r#"{"type":"follow","after":{"s-1":7}}"#);
     }
 }

@@ -1,51 +1,51 @@
 //! Admission at accept, before a byte is read: the relay's connection limit and the limit per
-//! client address.
+//! client address. It decides and guards; whoever accepted the connection serves it or sends the
+//! refusal.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::net::TcpStream;
-use tokio_util::task::TaskTracker;
-use tracing::{debug, Instrument as _};
+use tracing::debug;
 
-use super::{serve_connection, Edge};
 use crate::relay::core::metrics;
 use crate::relay::service::ClientKey;
 
-/// Serves an accepted connection on its own task, or refuses it when a connection limit is
-/// reached.
-pub(super) fn admit(edge: &Arc<Edge>, tracker: &TaskTracker, tcp: TcpStream, ip: IpAddr, shard: usize) {
-    let guard = match ConnectionGuard::admit(edge, ip) {
-        Ok(guard) => guard,
-        Err(refusal) => {
+/// The connection limits of one relay, shared by every shard.
+pub(super) struct Admission {
+    max_connections: usize,
+    open: Arc<AtomicUsize>,
+    per_ip: Arc<PerIp>,
+    metrics: Arc<metrics::RelayMetrics>,
+}
+
+impl Admission {
+    /// At most `max_connections` at once, `max_per_ip` of them from one address (0: no limit),
+    /// counted in `metrics`.
+    pub(super) fn new(max_connections: usize, max_per_ip: usize, metrics: Arc<metrics::RelayMetrics>) -> Self {
+        let per_ip = Arc::new(PerIp { max: max_per_ip, held: Mutex::default() });
+        Admission { max_connections, open: Arc::new(AtomicUsize::new(0)), per_ip, metrics }
+    }
+
+    /// A place for one more connection from `ip`, held while the guard lives; or, past a limit,
+    /// the refusal to send (counted in the metrics).
+    pub(super) fn admit(&self, ip: IpAddr) -> Result<ConnectionGuard, AcceptRefusal> {
+        let admitted = ConnectionGuard::admit(self, ip);
+        if let Err(refusal) = &admitted {
             debug!(status = refusal.status, "connection refused: {}", refusal.body);
-            edge.core.metrics().refused(refusal.status);
-            if edge.tls.is_none() {
-                let _ = tcp.try_write(refusal.response.as_bytes());
-            }
-            return;
+            self.metrics.refused(refusal.status);
         }
-    };
-    let conn = edge.next_conn.fetch_add(1, Ordering::Relaxed);
-    let span = tracing::debug_span!("relay", conn, role = tracing::field::Empty);
-    let edge = Arc::clone(edge);
-    tracker.spawn(
-        async move {
-            if let Err(err) = serve_connection(&edge, tcp, conn, guard, shard).await {
-                debug!(err = %format_args!("{err:#}"), "connection ended with an error");
-            }
-        }
-        .instrument(span),
-    );
+        admitted
+    }
 }
 
 /// A connection refused at accept, before any byte is read.
 pub(super) struct AcceptRefusal {
     status: u16,
     body: &'static str,
-    response: &'static str,
+    /// The whole HTTP answer, for a plain connection to be told.
+    pub response: &'static str,
 }
 
 const RELAY_FULL: AcceptRefusal = AcceptRefusal {
@@ -60,9 +60,9 @@ const TOO_MANY_FROM_IP: AcceptRefusal = AcceptRefusal {
 };
 
 /// Connections held per client address.
-pub(super) struct PerIp {
-    pub max: usize,
-    pub held: Mutex<HashMap<ClientKey, usize>>,
+struct PerIp {
+    max: usize,
+    held: Mutex<HashMap<ClientKey, usize>>,
 }
 
 impl PerIp {
@@ -97,8 +97,8 @@ pub(super) struct ConnectionGuard {
 }
 
 impl ConnectionGuard {
-    fn admit(edge: &Edge, ip: IpAddr) -> Result<Self, AcceptRefusal> {
-        let per_ip = &edge.per_ip;
+    fn admit(admission: &Admission, ip: IpAddr) -> Result<Self, AcceptRefusal> {
+        let per_ip = &admission.per_ip;
         let client = if per_ip.max == 0 {
             None
         } else {
@@ -109,10 +109,10 @@ impl ConnectionGuard {
             Some((Arc::clone(per_ip), key))
         };
         // From here on, dropping the guard gives back what was taken.
-        let metrics = Arc::clone(edge.core.metrics());
+        let metrics = Arc::clone(&admission.metrics);
         metrics.connection_opened();
-        let guard = ConnectionGuard { peer: ip, open: Arc::clone(&edge.open_connections), client, metrics };
-        if edge.open_connections.fetch_add(1, Ordering::AcqRel) >= edge.max_connections {
+        let guard = ConnectionGuard { peer: ip, open: Arc::clone(&admission.open), client, metrics };
+        if admission.open.fetch_add(1, Ordering::AcqRel) >= admission.max_connections {
             return Err(RELAY_FULL);
         }
         Ok(guard)

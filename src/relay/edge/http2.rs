@@ -128,13 +128,13 @@ fn answer<'a>(
             edge.core.metrics().refused(refusal.status);
             send_plain(&mut respond, (refusal.status, "", refusal.body), refusal.headers);
         }
-        Route::Receipt { code } => match receipt::admit(edge, &head, code, client) {
+        Route::Receipt { code } => match receipt::admit(&edge.core, &edge.receipts, &head, code, client) {
             Admitted::Answer(plain) => send_plain(&mut respond, plain, &[]),
             Admitted::Read(len) => {
                 return Some(async move {
                     match tokio::time::timeout(receipt::BODY_TIMEOUT, read_body(body, len)).await {
-                        Ok(Some(Ok(body))) => send_plain(&mut respond, receipt::pass(edge, code, &body), &[]),
-                        Ok(Some(Err(()))) => send_plain(&mut respond, receipt::too_long(edge), &[]),
+                        Ok(Some(Ok(body))) => send_plain(&mut respond, receipt::pass(&edge.core, code, &body), &[]),
+                        Ok(Some(Err(()))) => send_plain(&mut respond, receipt::too_long(&edge.core), &[]),
                         // Cut short, or too slow: the stream is reset when `respond` goes.
                         Ok(None) | Err(_) => {}
                     }

@@ -18,18 +18,18 @@ pub use self::prometheus::serve_metrics;
 pub use self::shard::{bind_shared, run, run_sharded};
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tracing::debug;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, Instrument as _};
 
-use self::admission::{ConnectionGuard, PerIp};
+use self::admission::{Admission, ConnectionGuard};
 use self::route::{printable_path, route, Route};
-use self::shard::Handoff;
 use super::config::{RelayConfig, TLS_HANDSHAKE_TIMEOUT};
 use super::core::stream::DirectSink;
 use super::core::{Claim, Core, RelayStream};
@@ -53,9 +53,7 @@ struct Edge {
     tls: Option<tokio_rustls::TlsAcceptor>,
     web: WebApp,
     service: Option<Arc<dyn PhoneService>>,
-    max_connections: usize,
-    open_connections: Arc<AtomicUsize>,
-    per_ip: Arc<PerIp>,
+    admission: Admission,
     /// The limits of `POST /ack`.
     receipts: receipt::ReceiptLimits,
     next_conn: AtomicU64,
@@ -82,9 +80,7 @@ impl Edge {
             token: config.token,
             tls: config.tls.map(tokio_rustls::TlsAcceptor::from),
             service: config.service,
-            max_connections: config.max_connections,
-            open_connections: Arc::new(AtomicUsize::new(0)),
-            per_ip: Arc::new(PerIp { max: config.max_connections_per_ip, held: Mutex::default() }),
+            admission: Admission::new(config.max_connections, config.max_connections_per_ip, Arc::clone(&metrics)),
             receipts: receipt::ReceiptLimits::default(),
             next_conn: AtomicU64::new(1),
             shards,
@@ -138,6 +134,40 @@ struct Upgrade {
     service: bool,
     /// The client's address (see [`ServiceLine::client`](super::service::ServiceLine::client)).
     client: IpAddr,
+}
+
+/// An upgraded plain-TCP socket on its way to the shard that serves its code, so both sides of a
+/// pair run on one thread and hand frames to each other without waking another core.
+struct Handoff {
+    tcp: std::net::TcpStream,
+    upgrade: Upgrade,
+    guard: ConnectionGuard,
+    span: tracing::Span,
+}
+
+/// Serves a connection `shard` accepted on a task of `tracker`, or refuses it when a connection
+/// limit is reached.
+fn accept_connection(edge: &Arc<Edge>, tracker: &TaskTracker, tcp: TcpStream, ip: IpAddr, shard: usize) {
+    let guard = match edge.admission.admit(ip) {
+        Ok(guard) => guard,
+        Err(refusal) => {
+            if edge.tls.is_none() {
+                let _ = tcp.try_write(refusal.response.as_bytes());
+            }
+            return;
+        }
+    };
+    let conn = edge.next_conn.fetch_add(1, Ordering::Relaxed);
+    let span = tracing::debug_span!("relay", conn, role = tracing::field::Empty);
+    let edge = Arc::clone(edge);
+    tracker.spawn(
+        async move {
+            if let Err(err) = serve_connection(&edge, tcp, conn, guard, shard).await {
+                debug!(err = %format_args!("{err:#}"), "connection ended with an error");
+            }
+        }
+        .instrument(span),
+    );
 }
 
 async fn serve_connection(
@@ -197,7 +227,7 @@ async fn serve_stream<S: EdgeStream>(
         Route::Health => return http::respond(&mut stream, 200, "OK", "ok").await.context("answering /healthz"),
         Route::Web => return Ok(()),
         Route::Receipt { code } => {
-            return receipt::answer(edge, &mut stream, &head, leftover, code, guard.peer)
+            return receipt::answer(&edge.core, &edge.receipts, &mut stream, &head, leftover, code, guard.peer)
                 .await
                 .context("answering /ack")
         }

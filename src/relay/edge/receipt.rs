@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
-use super::Edge;
 use crate::net::http::{self, RequestHead};
 use crate::protocol::relay::MAX_RECEIPT_LEN;
+use crate::relay::core::Core;
 
 /// Receipts one code may get in a [`WINDOW`]: a few phones acknowledging a few pushes each.
 pub const PER_CODE: u32 = 30;
@@ -79,17 +79,17 @@ pub(super) enum Admitted {
 pub(super) type Plain = (u16, &'static str, &'static str);
 
 /// A body longer than a receipt may be, or than its length said: counted, and its answer.
-pub(super) fn too_long(edge: &Edge) -> Plain {
-    edge.core.metrics().refused(413);
+pub(super) fn too_long(core: &Core) -> Plain {
+    core.metrics().refused(413);
     (413, "Payload Too Large", "a receipt is at most 256 bytes")
 }
 
-/// Counts a receipt against the limits and checks its length: how much body to read, or the
+/// Counts a receipt against `limits` and checks its length: how much body to read, or the
 /// answer — 429 past a limit, 411/413 for a body without a length or too long.
-pub(super) fn admit(edge: &Edge, head: &RequestHead, code: u128, client: IpAddr) -> Admitted {
+pub(super) fn admit(core: &Core, limits: &ReceiptLimits, head: &RequestHead, code: u128, client: IpAddr) -> Admitted {
     let now = Instant::now();
-    if !edge.receipts.per_address.take(client, now) || !edge.receipts.per_code.take(code, now) {
-        edge.core.metrics().refused(429);
+    if !limits.per_address.take(client, now) || !limits.per_code.take(code, now) {
+        core.metrics().refused(429);
         return Admitted::Answer((429, "Too Many Requests", "too many receipts"));
     }
     const NO_LENGTH: Plain = (411, "Length Required", "a receipt needs content-length");
@@ -100,15 +100,15 @@ pub(super) fn admit(edge: &Edge, head: &RequestHead, code: u128, client: IpAddr)
         return Admitted::Answer(NO_LENGTH);
     };
     if len > MAX_RECEIPT_LEN {
-        return Admitted::Answer(too_long(edge));
+        return Admitted::Answer(too_long(core));
     }
     Admitted::Read(len)
 }
 
 /// Passes a receipt's body to its code's agent: 202 when the agent got it, 404 when no agent
 /// holds the code.
-pub(super) fn pass(edge: &Edge, code: u128, body: &[u8]) -> Plain {
-    if edge.core.receipt(code, body) {
+pub(super) fn pass(core: &Core, code: u128, body: &[u8]) -> Plain {
+    if core.receipt(code, body) {
         (202, "Accepted", "passed on")
     } else {
         (404, "Not Found", "no laptop holds this code")
@@ -118,22 +118,23 @@ pub(super) fn pass(edge: &Edge, code: u128, body: &[u8]) -> Plain {
 /// Reads the receipt's body (within [`BODY_TIMEOUT`]) and passes it on, answering as [`admit`]
 /// and [`pass`] say.
 pub(super) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
-    edge: &Edge,
+    core: &Core,
+    limits: &ReceiptLimits,
     stream: &mut S,
     head: &RequestHead,
     leftover: Vec<u8>,
     code: u128,
     client: IpAddr,
 ) -> anyhow::Result<()> {
-    let (status, reason, text) = match admit(edge, head, code, client) {
+    let (status, reason, text) = match admit(core, limits, head, code, client) {
         Admitted::Answer(plain) => plain,
-        Admitted::Read(len) if leftover.len() > len => too_long(edge),
+        Admitted::Read(len) if leftover.len() > len => too_long(core),
         Admitted::Read(len) => {
             let mut body = leftover;
             let start = body.len();
             body.resize(len, 0);
             match tokio::time::timeout(BODY_TIMEOUT, stream.read_exact(&mut body[start..])).await {
-                Ok(Ok(_)) => pass(edge, code, &body),
+                Ok(Ok(_)) => pass(core, code, &body),
                 Ok(Err(_)) | Err(_) => return Ok(()),
             }
         }

@@ -14,8 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn, Instrument as _};
 
-use super::admission::{admit, ConnectionGuard};
-use super::{upgrade_and_hand_on, Edge, Upgrade};
+use super::{accept_connection, upgrade_and_hand_on, Edge, Handoff};
 use crate::relay::config::RelayConfig;
 
 /// Time connections get to close after shutdown is asked for, before `run` returns anyway.
@@ -26,15 +25,6 @@ pub(super) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 const HANDOFF_QUEUE: usize = 1024;
 /// Pending connections a listener keeps before the kernel refuses more.
 const LISTEN_BACKLOG: u32 = 1024;
-
-/// An upgraded plain-TCP socket on its way to the shard that serves its code, so both sides of a
-/// pair run on one thread and hand frames to each other without waking another core.
-pub(super) struct Handoff {
-    pub tcp: std::net::TcpStream,
-    pub upgrade: Upgrade,
-    pub guard: ConnectionGuard,
-    pub span: tracing::Span,
-}
 
 /// A listening socket that other sockets may share (`SO_REUSEPORT`), for one shard.
 pub fn bind_shared(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
@@ -156,7 +146,7 @@ async fn serve_shard(
                 }
             }
         };
-        admit(edge, &tracker, tcp, peer.ip(), shard);
+        accept_connection(edge, &tracker, tcp, peer.ip(), shard);
     }
     drop(listener);
     drop(handoffs);
