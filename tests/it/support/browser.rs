@@ -21,8 +21,9 @@ use tokio::process::Child;
 /// Phone viewport every page is shown at.
 pub const VIEWPORT: (u32, u32) = (390, 844);
 /// Longest a page may take to show something before a test fails (a loaded 2-core machine
-/// starts Chromium slowly; this is a deadline, not a measurement).
-pub const PAGE_STEP: Duration = Duration::from_secs(30);
+/// starts a browser slowly, and a step may wait on a real coding agent's turn while other tests
+/// build and run beside it; this is a deadline, not a measurement).
+pub const PAGE_STEP: Duration = Duration::from_secs(60);
 /// How often a condition on the page is checked while waiting.
 const POLL: Duration = Duration::from_millis(25);
 

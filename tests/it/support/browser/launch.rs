@@ -274,7 +274,9 @@ async fn xvfb() -> (Child, String) {
 }
 
 /// WebKitWebDriver on `display`. It takes no port 0: a port free a moment ago is given, and the
-/// driver is ready once it accepts connections there (another one is tried if it exits).
+/// driver is ready once a WebDriver answers its status there — not merely something listening,
+/// since another process of a busy machine may have taken the port meanwhile (another port is
+/// tried if the driver exits).
 async fn webkit_driver(program: &Path, display: &str, profile: &Path) -> (Child, u16) {
     for _ in 0..3 {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -290,7 +292,7 @@ async fn webkit_driver(program: &Path, display: &str, profile: &Path) -> (Child,
         let mut child = spawn(&mut command, "WebKitWebDriver");
         let deadline = tokio::time::Instant::now() + PAGE_STEP;
         loop {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            if answers_as_webdriver(port).await {
                 return (child, port);
             }
             if child.try_wait().unwrap().is_some() {
@@ -301,4 +303,17 @@ async fn webkit_driver(program: &Path, display: &str, profile: &Path) -> (Child,
         }
     }
     panic!("WebKitWebDriver did not start on a free port");
+}
+
+/// Whether a WebDriver server answers `GET /status` on `port` of loopback.
+async fn answers_as_webdriver(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else { return false };
+    let request = format!("GET /status HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(PAGE_STEP, stream.read_to_end(&mut answer)).await;
+    matches!(read, Ok(Ok(_))) && String::from_utf8_lossy(&answer).contains("\"ready\"")
 }
