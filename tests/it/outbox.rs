@@ -160,18 +160,27 @@ async fn commands_typed_offline_wait_are_sent_once_when_back_and_say_so() {
     browser.wait_connection("reconnecting").await;
     browser.set_online(true).await;
     browser.wait_connection("laptop online").await;
+    // A block already on the page may say "exit 0": wait for one more.
+    let ended = browser.wait_text(TERMINAL, "the output so far", |_| true).await.matches("exit 0").count();
     browser.type_into("Command", "echo after").await;
     browser.press("Run").await;
-    browser.wait_text(TERMINAL, "the next command", |t| t.contains("exit 0")).await;
+    browser.wait_text(TERMINAL, "the next command", |t| t.matches("exit 0").count() > ended).await;
     assert_eq!(std::fs::read_to_string(scene.workspace().join("train.txt")).unwrap(), "typed-on-the-train\n");
-    // The audit: one run of the command typed offline, one of the next.
+    // The audit: one run of the command typed offline, one of the next (its line is written as
+    // the call ends, which may be a moment after the page shows its result).
     let audit = scene.home.path().join("voxa").join("audit");
-    let mut runs = Vec::new();
-    for entry in std::fs::read_dir(audit).into_iter().flatten().flatten() {
-        let text = std::fs::read_to_string(entry.path()).unwrap();
-        let lines = text.lines().map(|line| serde_json::from_str::<Value>(line).unwrap());
-        runs.extend(lines.filter(|line| line["tool"] == "run_command"));
-    }
+    let runs = || {
+        let mut runs = Vec::new();
+        for entry in std::fs::read_dir(&audit).into_iter().flatten().flatten() {
+            let text = std::fs::read_to_string(entry.path()).unwrap();
+            let lines = text.lines().filter_map(|line| serde_json::from_str::<Value>(line).ok());
+            runs.extend(lines.filter(|line| line["tool"] == "run_command"));
+        }
+        runs
+    };
+    eventually("the second command's audit line", || runs().len() >= 2).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let runs = runs();
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_ne!(runs[0]["id"], runs[1]["id"], "{runs:?}");
     scene.close().await;
