@@ -26,6 +26,8 @@ pub const VIEWPORT: (u32, u32) = (390, 844);
 pub const PAGE_STEP: Duration = Duration::from_secs(60);
 /// How often a condition on the page is checked while waiting.
 const POLL: Duration = Duration::from_millis(25);
+/// How long two controls of one name may both be shown before [`Browser::control`] fails.
+const SETTLE: Duration = Duration::from_millis(500);
 
 /// One browser at a time: a dozen at once would starve the other tests of a small machine.
 static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -311,8 +313,11 @@ impl Browser {
     }
 
     /// The one displayed element with this role and accessible name, waiting until it appears.
+    /// Two or more such controls fail the test once they outlast [`SETTLE`]: a page between two
+    /// frames of one redraw may show both the old and the new, a page at rest never does.
     pub async fn control(&self, role: &str, name: &str) -> Element {
         let deadline = tokio::time::Instant::now() + PAGE_STEP;
+        let mut doubled_since = None;
         loop {
             let mut found = Vec::new();
             let candidates = self
@@ -331,8 +336,14 @@ impl Browser {
             }
             match found.len() {
                 1 => return found.pop().unwrap(),
-                0 => {}
-                n => panic!("{n} displayed controls are {role} {name:?}: names must be unique"),
+                0 => doubled_since = None,
+                n => {
+                    let since = *doubled_since.get_or_insert_with(tokio::time::Instant::now);
+                    assert!(
+                        since.elapsed() < SETTLE,
+                        "{n} displayed controls are {role} {name:?}: names must be unique"
+                    );
+                }
             }
             assert!(tokio::time::Instant::now() < deadline, "no displayed {role} named {name:?} on the page");
             tokio::time::sleep(POLL).await;
