@@ -23,36 +23,12 @@ pub(crate) mod harness;
 use self::harness::{recv_type, send, TestAgent};
 use crate::report::{percentiles, Report};
 use crate::voice::fake_gemini::{FakeGemini, FakeOptions};
-use crate::voice::{cpu_time, frame};
+use crate::voice::{cpu_time, frame, HostingRelay, HOSTED_KEY};
 
 const AREA: &str = "hosted";
-pub(crate) const KEY: &str = "AIzaSy-bench-hosted-key";
 const FRAME_EVERY: Duration = Duration::from_millis(20);
 
-/// `voxa relay` hosting voice with the fake's URL and `KEY`.
-pub(crate) use crate::child::Relay as HostingRelay;
-
 impl HostingRelay {
-    pub(crate) fn spawn(gemini_url: &str) -> HostingRelay {
-        // Every call comes from 127.0.0.1: no per-address limits, no daily budget.
-        let args = [
-            "--open-live",
-            "--live-max-calls",
-            "10000",
-            "--live-calls-per-address",
-            "10000",
-            "--live-starts-per-minute",
-            "10000",
-            "--live-minutes-per-day",
-            "0",
-            "--max-connections-per-ip",
-            "0",
-        ];
-        let relay = HostingRelay::start(&args, &[("GEMINI_API_KEY", KEY), ("VOXA_GEMINI_URL", gemini_url)]);
-        assert_eq!(relay.listening["live"], true, "{}", relay.listening);
-        relay
-    }
-
     fn rss_kib(&self) -> u64 {
         crate::report::status_kib(self.child.id(), "VmRSS")
     }
@@ -69,7 +45,7 @@ pub fn run(report: &mut Report, measuring: bool) {
     let (calls, stream_for) = if measuring { (100, Duration::from_secs(10)) } else { (10, Duration::from_secs(1)) };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
-        let fake = FakeGemini::start(FakeOptions { echo_audio: true, ..FakeOptions::new(KEY) }).await;
+        let fake = FakeGemini::start(FakeOptions { echo_audio: true, ..FakeOptions::new(HOSTED_KEY) }).await;
         let relay = HostingRelay::spawn(&fake.url());
         let pid = relay.child.id();
         let url = RelayUrl::parse(&format!("http://{}", relay.addr)).unwrap();

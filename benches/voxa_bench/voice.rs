@@ -32,6 +32,35 @@ const SILENT: Duration = Duration::from_secs(3);
 /// Frames left out at the start of the stream.
 const WARM_UP: usize = 25;
 
+/// The key of the test Gemini behind a relay hosting voice (the `hosted` section and the hosted call
+/// in the page).
+pub(crate) const HOSTED_KEY: &str = "AIzaSy-bench-hosted-key";
+
+/// `voxa relay` hosting voice with the fake's URL and `HOSTED_KEY`.
+pub(crate) use crate::child::Relay as HostingRelay;
+
+impl HostingRelay {
+    pub(crate) fn spawn(gemini_url: &str) -> HostingRelay {
+        // Every call comes from 127.0.0.1: no per-address limits, no daily budget.
+        let args = [
+            "--open-live",
+            "--live-max-calls",
+            "10000",
+            "--live-calls-per-address",
+            "10000",
+            "--live-starts-per-minute",
+            "10000",
+            "--live-minutes-per-day",
+            "0",
+            "--max-connections-per-ip",
+            "0",
+        ];
+        let relay = HostingRelay::start(&args, &[("GEMINI_API_KEY", HOSTED_KEY), ("VOXA_GEMINI_URL", gemini_url)]);
+        assert_eq!(relay.listening["live"], true, "{}", relay.listening);
+        relay
+    }
+}
+
 /// CPU time (user + system) the process has used so far.
 pub(crate) fn cpu_time(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -281,8 +310,8 @@ mod page {
     use tokio_tungstenite::tungstenite::Message;
 
     use super::fake_gemini::{FakeGemini, FakeOptions, Kind};
+    use super::HostingRelay;
     use crate::child::start_agent;
-    use crate::hosted::HostingRelay;
     use crate::report::{percentiles, Report};
     use crate::web::browser::{tone_wav, Browser, Scheme};
 
@@ -444,7 +473,7 @@ mod page {
         let Some(browser) = Browser::with_microphone(&wav, Scheme::Light).await else { return false };
         let key = match host {
             Host::Laptop => super::KEY,
-            Host::Relay => crate::hosted::KEY,
+            Host::Relay => super::HOSTED_KEY,
         };
         let mut fake = FakeGemini::start(FakeOptions { echo_audio: true, ..FakeOptions::new(key) }).await;
         let (floor, floor_heard) = echo_server().await;

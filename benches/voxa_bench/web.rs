@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use self::browser::{tone_wav, Browser, Scheme};
 use crate::child::{start_agent, Agent};
-use crate::hosted::HostingRelay;
 use crate::report::{percentiles, Report};
 use crate::voice::cpu_time;
 use crate::voice::fake_gemini::{FakeGemini, FakeOptions, Kind};
+use crate::voice::HostingRelay;
 use crate::web_floor;
 
 const AREA: &str = "web client";
@@ -93,7 +93,7 @@ async fn measure_call(report: &mut Report, length: Duration, host: CallHost) {
     let Some(browser) = Browser::with_microphone(&wav, Scheme::Light).await else { return };
     let (key, call) = match host {
         CallHost::Laptop => (KEY, "call"),
-        CallHost::Relay => (crate::hosted::KEY, "hosted call"),
+        CallHost::Relay => (crate::voice::HOSTED_KEY, "hosted call"),
     };
     let mut fake = FakeGemini::start(FakeOptions::new(key)).await;
     let side = start_call_side(host, &fake.url());
