@@ -466,7 +466,7 @@ async fn the_files_view_in_the_dark_scheme() {
 #[test]
 fn everything_voxa_creates_is_private() {
     use std::os::unix::fs::PermissionsExt;
-    let (dir, home) = crate::run::fresh_home();
+    let (dir, home) = crate::support::run::fresh_home();
     let workspace = tempfile::tempdir().unwrap();
     write_home_config(&home, "[policy]\nask = [\"move_file\"]\n\n[push]\nallow_private_endpoints = true\n");
     let trace = dir.path().join("trace");

@@ -746,7 +746,7 @@ impl std::io::Write for LogWriter {
 
 #[tokio::test]
 async fn screenshots_go_to_the_phone_and_gemini_only_hears_about_them() {
-    let Some(xvfb) = crate::tools::Xvfb::start("320x240x24") else { return };
+    let Some(xvfb) = crate::support::xvfb::Xvfb::start("320x240x24") else { return };
     let mut fake = FakeGemini::start(FakeOptions::new(KEY)).await;
     let agent = self_hosted_agent(&fake, KEY).await;
     let mut phone = Phone::join(&agent).await;

@@ -400,7 +400,7 @@ async fn a_hosted_call_runs_the_laptops_tools_through_the_pages_sealed_session_a
 
 #[tokio::test]
 async fn screenshots_of_a_hosted_call_stay_on_the_page() {
-    let Some(xvfb) = crate::tools::Xvfb::start("320x240x24") else { return };
+    let Some(xvfb) = crate::support::xvfb::Xvfb::start("320x240x24") else { return };
     let Call { mut fake, relay: _relay, agent: _agent, phone: _phone, mut session, conn } = Call::start(|_| {}).await;
     fake.send(
         conn,

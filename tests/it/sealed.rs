@@ -299,7 +299,7 @@ async fn a_passive_capture_of_a_sealed_session_holds_none_of_its_plaintext() {
         b"tool_result".to_vec(),
         agent.token().as_bytes().to_vec(),
     ];
-    if let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") {
+    if let Some(xvfb) = crate::support::xvfb::Xvfb::start("320x200x24") {
         let shot = json!({"type":"tool_call","id":"c4","name":"screenshot","args":{"display": xvfb.display}});
         send(&mut phone, shot).await;
         let image = recv_type(&mut phone, "image").await;

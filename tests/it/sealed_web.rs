@@ -486,12 +486,12 @@ async fn voxa_run_says_loudly_that_the_relay_serves_an_altered_page() {
     let relay = TestRelay::start().await;
     let served = voxa::net::web::hashed_path("/js/session.js").expect("a hashed name");
     let front = format!("http://{}", altering_front(relay.addr, served).await);
-    let (mut run, _home, _dirs) = crate::run::start_run_with_env(&["--relay", &front], &[]);
+    let (mut run, _home, _dirs) = crate::support::run::start_run_with_env(&["--relay", &front], &[]);
     let event = run.wait_event("relay_page");
     assert_eq!(event, json!({"event": "relay_page", "state": "altered", "paths": ["/js/session.js"], "alarm": true}));
     run.stop();
 
-    let (dir, home) = crate::run::fresh_home();
+    let (dir, home) = crate::support::run::fresh_home();
     let workspace = tempfile::tempdir().unwrap();
     let mut cmd = crate::support::voxa_cmd(&home);
     cmd.args(["--quiet", "run", "--relay", &front, "--workspace"]).arg(workspace.path());

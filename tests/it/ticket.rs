@@ -180,7 +180,7 @@ fn fragment_param(url: &str, name: &str) -> Option<String> {
 
 #[test]
 fn voxa_pair_prints_a_new_ticket_each_time_and_never_the_token_in_its_text() {
-    let (_dir, home) = crate::run::fresh_home();
+    let (_dir, home) = crate::support::run::fresh_home();
     let first: Value = serde_json::from_slice(&voxa(&home, &["pair", "--json"]).stdout).unwrap();
     let again: Value = serde_json::from_slice(&voxa(&home, &["pair", "--json"]).stdout).unwrap();
     let token = first["token"].as_str().unwrap().to_owned();
@@ -206,7 +206,7 @@ fn voxa_pair_prints_a_new_ticket_each_time_and_never_the_token_in_its_text() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agents_log_holds_neither_the_ticket_nor_the_token_through_a_use_and_a_refusal() {
-    let (dir, home) = crate::run::fresh_home();
+    let (dir, home) = crate::support::run::fresh_home();
     let workspace = tempfile::tempdir().unwrap();
     let mut cmd = voxa_cmd(&home);
     cmd.env("RUST_LOG", "trace").args(["run", "--json", "--relay", "http://127.0.0.1:1", "--workspace"]);

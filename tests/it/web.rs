@@ -13,9 +13,9 @@ use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
-use crate::run::start_run_with_env;
 use crate::support::browser::{Browser, Scheme, VIEWPORT};
 use crate::support::harness::*;
+use crate::support::run::start_run_with_env;
 use crate::support::voxa_cmd;
 
 // ---------------------------------------------------------------------------------------------
@@ -862,7 +862,7 @@ async fn a_laptop_that_cannot_prove_the_pairing_is_not_your_laptop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_relay_link_opens_the_client_and_a_screenshot_is_shown_at_its_size() {
-    let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") else { return };
+    let Some(xvfb) = crate::support::xvfb::Xvfb::start("320x200x24") else { return };
     let Some(browser) = Browser::start().await else { return };
     let (mut run, _home, _dirs) = start_run_with_env(&["--embedded-relay"], &[("DISPLAY", &xvfb.display)]);
     let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
@@ -963,7 +963,7 @@ async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
 /// Written to `docs/` when `VOXA_DOCS_SCREENSHOTS` is set, else to a temporary directory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pictures_of_the_real_page_at_phone_size() {
-    let Some(xvfb) = crate::tools::Xvfb::start("1280x800x24") else { return };
+    let Some(xvfb) = crate::support::xvfb::Xvfb::start("1280x800x24") else { return };
     // A patterned desktop, so the screenshot shows what it is.
     let _ = std::process::Command::new("xsetroot")
         .args(["-display", &xvfb.display, "-mod", "16", "16", "-fg", "#4d6fa8", "-bg", "#2e4a78"])

@@ -16,10 +16,10 @@ use voxa::relay::RelayConfig;
 use voxa::secret::Secret;
 
 use crate::gemini::expect_tool_responses;
-use crate::run::start_run_with_config;
 use crate::support::browser::{tone_wav, Browser, Scheme};
 use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind, SetupReply, BAD_KEY_REASON};
 use crate::support::harness::*;
+use crate::support::run::start_run_with_config;
 use crate::support::{voxa_bin, RunningVoxa};
 
 /// The laptop's Gemini key (self-hosted mode).
@@ -492,7 +492,7 @@ async fn call_says_why_when_there_is_no_voice_and_hosted_refusals_are_sentences(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_screenshot_taken_during_a_call_is_shown_in_the_conversation() {
-    let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") else { return };
+    let Some(xvfb) = crate::support::xvfb::Xvfb::start("320x200x24") else { return };
     let mut fake = FakeGemini::start(FakeOptions { setup_reply: SetupReply::Hold, ..FakeOptions::new(KEY) }).await;
     let Some(scene) = CallScene::self_hosted(&fake, Scheme::Light).await else { return };
     let browser = &scene.browser;

@@ -2,10 +2,14 @@
 //! whose JSON events are read with a deadline.
 #![allow(dead_code)]
 
+pub mod agents;
 pub mod browser;
 pub mod fake_gemini;
 pub mod fake_model;
 pub mod harness;
+pub mod laptop;
+pub mod run;
+pub mod xvfb;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
