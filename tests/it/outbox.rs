@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::sealed::audit_lines;
+use crate::support::audit::audit_lines;
 use crate::support::harness::*;
 
 /// Audit lines of call `id`: one per run.

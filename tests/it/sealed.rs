@@ -15,6 +15,7 @@ use tokio_tungstenite::tungstenite::Message;
 use voxa::agent::LinkEvent;
 use voxa::protocol::ErrorCode;
 
+use crate::support::audit::audit_lines;
 use crate::support::harness::*;
 
 /// Which way a frame crosses the proxy.
@@ -132,17 +133,6 @@ pub fn flip_one_bit(message: Message) -> Message {
     let mut data = message.into_data().to_vec();
     data[5] ^= 0x01;
     Message::binary(data)
-}
-
-/// Every audit line the agent wrote.
-pub fn audit_lines(agent: &TestAgent) -> Vec<Value> {
-    let dir = agent.home.path().join("voxa").join("audit");
-    let mut lines = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let text = std::fs::read_to_string(entry.path()).unwrap();
-        lines.extend(text.lines().map(|line| serde_json::from_str::<Value>(line).unwrap()));
-    }
-    lines
 }
 
 fn audited(agent: &TestAgent, id: &str) -> usize {

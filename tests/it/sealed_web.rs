@@ -12,7 +12,8 @@ use tokio_tungstenite::tungstenite::Message;
 use voxa::agent::LinkEvent;
 use voxa::protocol::{ErrorCode, RelayPage};
 
-use crate::sealed::{audit_lines, flip_one_bit, Mitm, Way};
+use crate::sealed::{flip_one_bit, Mitm, Way};
+use crate::support::audit::audit_lines;
 use crate::support::browser::{Browser, Scheme};
 use crate::support::harness::*;
 

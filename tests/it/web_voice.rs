@@ -15,10 +15,10 @@ use voxa::hosted::{Hosting, LiveConfig};
 use voxa::relay::RelayConfig;
 use voxa::secret::Secret;
 
-use crate::gemini::expect_tool_responses;
 use crate::support::browser::{tone_wav, Browser, Scheme};
 use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind, SetupReply, BAD_KEY_REASON};
 use crate::support::harness::*;
+use crate::support::phone::expect_tool_responses;
 use crate::support::run::start_run_with_config;
 use crate::support::{voxa_bin, RunningVoxa};
 

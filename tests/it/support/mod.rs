@@ -3,11 +3,15 @@
 #![allow(dead_code)]
 
 pub mod agents;
+pub mod audit;
 pub mod browser;
 pub mod fake_gemini;
 pub mod fake_model;
 pub mod harness;
 pub mod laptop;
+pub mod live;
+pub mod logs;
+pub mod phone;
 pub mod run;
 pub mod xvfb;
 
