@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use crate::support::harness::*;
-use crate::web::{Scene, TERMINAL};
+use crate::support::scene::{Scene, TERMINAL};
 
 /// Waits until the agent runs exactly `n` calls.
 async fn calls_running(scene: &Scene, n: usize) {

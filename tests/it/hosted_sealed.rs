@@ -15,13 +15,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
 use crate::support::audit::audit_lines;
-use crate::support::browser::Scheme;
+use crate::support::browser::{browser_with_tone, Scheme};
 use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind};
 use crate::support::harness::*;
 use crate::support::live::{hosted_agent, hosting_relay, start_call, Page};
 use crate::support::phone::{expect_tool_responses, KEY};
 use crate::support::sealed::{seal_mark, session_counts};
-use crate::web_voice::browser_with_tone;
 
 /// The audited calls of `tool` that hosted voice made, as (id, outcome).
 fn hosted_runs(agent: &TestAgent, tool: &str) -> Vec<(String, String)> {

@@ -401,12 +401,12 @@ async fn an_altered_page_is_told_to_the_phone_inside_the_sealed_session() {
     // It came sealed: the relay saw none of it.
     assert_sealed_after_hello(&mitm.capture.lock().unwrap(), &["relay_page", "/js/files/panel.js"]);
     let scratch = tempfile::tempdir().unwrap();
-    let out = crate::web_pairing::pictures_dir(scratch.path());
-    crate::web::save_picture(&browser, &out, "web-relay-page.png").await;
+    let out = crate::support::pictures::pictures_dir(scratch.path());
+    crate::support::pictures::save_picture(&browser, &out, "web-relay-page.png").await;
     let dark = browser.another(Scheme::Dark).await;
     dark.pair(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
     dark.wait_text("#relay-page", "the alarm", |t| !t.is_empty()).await;
-    crate::web::save_picture(&dark, &out, "web-relay-page-dark.png").await;
+    crate::support::pictures::save_picture(&dark, &out, "web-relay-page-dark.png").await;
     dark.close().await;
 
     // The page as voxa's: no alarm.
@@ -459,7 +459,8 @@ async fn a_relay_hosting_voice_leaves_the_pages_session_sealed_and_a_sealed_only
     use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind};
     use voxa::hosted::{Hosting, LiveConfig};
     let scratch = tempfile::tempdir().unwrap();
-    let Some(browser) = crate::web_voice::browser_with_tone(&scratch, crate::support::browser::Scheme::Light).await
+    let Some(browser) =
+        crate::support::browser::browser_with_tone(&scratch, crate::support::browser::Scheme::Light).await
     else {
         return;
     };
@@ -510,7 +511,7 @@ async fn pictures_of_the_sealed_mark_light_and_dark() {
         browser.press("Run").await;
         browser.wait_script("the command's end", "return !document.getElementById('run').disabled;").await;
         assert_eq!(seal_mark(&browser).await, "sealed");
-        crate::web::save_picture(&browser, &out, name).await;
+        crate::support::pictures::save_picture(&browser, &out, name).await;
         browser.close().await;
     }
 }

@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 
 use crate::support::harness::*;
 use crate::support::mitm::altering_front;
-use crate::web::Scene;
+use crate::support::scene::Scene;
 
 /// Status, headers (lowercase names) and body of one answer read off `stream`: the head byte by
 /// byte, then `Content-Length` bytes, so the next answer stays unread.

@@ -15,7 +15,7 @@ use voxa::hosted::{Hosting, LiveConfig};
 use voxa::relay::RelayConfig;
 use voxa::secret::Secret;
 
-use crate::support::browser::{tone_wav, Browser, Scheme};
+use crate::support::browser::{browser_with_tone, Browser, Scheme, TONE_HZ};
 use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind, SetupReply, BAD_KEY_REASON};
 use crate::support::harness::*;
 use crate::support::phone::expect_tool_responses;
@@ -29,8 +29,6 @@ const RELAY_KEY: &str = "AIzaSy-web-voice-relay-key";
 /// Rate of what the page must send, and of what Gemini sends back.
 const MIC_RATE: f64 = 16000.0;
 const VOICE_RATE: usize = 24000;
-/// The microphone's tone.
-const TONE_HZ: f64 = 440.0;
 
 /// Amplitude of `freq` in `samples` (Goertzel), relative to full scale 1.0.
 fn goertzel(samples: &[f64], freq: f64, rate: f64) -> f64 {
@@ -103,13 +101,6 @@ struct CallScene {
     backend: Backend,
     browser: Browser,
     _scratch: tempfile::TempDir,
-}
-
-/// Chromium whose microphone is the tone, then silence; `None` where Chromium is not installed.
-pub(crate) async fn browser_with_tone(scratch: &tempfile::TempDir, scheme: Scheme) -> Option<Browser> {
-    let wav = scratch.path().join("microphone.wav");
-    tone_wav(&wav, 48000, TONE_HZ, 1.5, 1.5);
-    Browser::with_microphone(&wav, scheme).await
 }
 
 /// `voxa relay` with a key file holding [`RELAY_KEY`], its Gemini being `fake`; waits until it listens.

@@ -13,7 +13,10 @@ pub mod live;
 pub mod logs;
 pub mod mitm;
 pub mod phone;
+pub mod pictures;
+pub mod profile;
 pub mod run;
+pub mod scene;
 pub mod sealed;
 pub mod xvfb;
 
