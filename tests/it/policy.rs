@@ -305,7 +305,7 @@ async fn push_subscribe_is_refused_by_the_notify_family_and_waits_under_ask() {
     .await;
     let mut client = agent.local_client().await;
     send(&mut client, json!({"type":"follow"})).await;
-    let subscription = crate::push::sample_subscription("http://127.0.0.1:9/push/held");
+    let subscription = crate::support::push::sample_subscription("http://127.0.0.1:9/push/held");
     send(&mut client, json!({"type":"push_subscribe","subscription":subscription})).await;
     let shown = recv_type(&mut client, "approval").await;
     assert_eq!(shown["summary"], "Send notifications to 127.0.0.1");

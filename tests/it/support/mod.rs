@@ -15,9 +15,12 @@ pub mod mitm;
 pub mod phone;
 pub mod pictures;
 pub mod profile;
+pub mod push;
+pub mod relay;
 pub mod run;
 pub mod scene;
 pub mod sealed;
+pub mod terminal;
 pub mod xvfb;
 
 use std::io::{BufRead, BufReader, Read};
