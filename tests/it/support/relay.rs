@@ -143,7 +143,7 @@ where
             }
             Kind::Text => FromRelay::Frame(peer, Message::text(String::from_utf8(whole()).expect("UTF-8 text"))),
             Kind::Binary => FromRelay::Frame(peer, Message::binary(whole())),
-            // No test here sends push receipts (tests/it/push.rs does).
+            // No relay test sends push receipts (tests/it/push.rs does).
             Kind::Receipt => continue,
             Kind::ClosePeer | Kind::Proven => panic!("the relay never sends what only agents send"),
         };
