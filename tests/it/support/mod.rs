@@ -1,5 +1,7 @@
-//! Shared test helpers: the `voxa` binary, and a `voxa run` or `voxa relay` child process
-//! whose JSON events are read with a deadline.
+//! The helpers the test files share, one module per concern; a test file imports from here and
+//! never from another test file (`layers::no_test_file_names_another`). This file itself: the
+//! `voxa` binary, and a `voxa run` or `voxa relay` child process whose JSON events are read with a
+//! deadline.
 #![allow(dead_code)]
 
 pub mod agents;
