@@ -19,8 +19,8 @@ use tokio_tungstenite::WebSocketStream;
 use voxa::net::dial::{ClientSocket, DialOptions};
 use voxa::protocol::relay::{self as relay_framing, Kind};
 
-use crate::run::fresh_home;
 use crate::support::harness::*;
+use crate::support::run::fresh_home;
 use crate::support::voxa;
 
 /// Every `http(s)://…` link in `text`.

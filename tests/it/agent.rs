@@ -398,7 +398,7 @@ async fn fifty_calls_in_flight_on_one_socket_are_all_answered() {
 
 #[tokio::test]
 async fn a_screenshot_reaches_the_client_as_an_image_frame_and_the_result_holds_only_its_size() {
-    let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") else { return };
+    let Some(xvfb) = crate::support::xvfb::Xvfb::start("320x200x24") else { return };
     let agent = TestAgent::start(None).await;
     let mut client = agent.local_client().await;
     send(&mut client, json!({"type":"tool_call","id":"s1","name":"screenshot","args":{"display": xvfb.display}})).await;

@@ -8,6 +8,7 @@ use voxa::net::dial::ClientSocket;
 
 use serde_json::{json, Value};
 
+use crate::support::audit::audit_lines_in;
 use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind};
 use crate::support::harness::*;
 
@@ -36,23 +37,6 @@ fn run_command(id: &str, command: &str) -> Value {
 /// The audit lines of `agent`'s home, oldest first.
 fn audit_lines(agent: &TestAgent) -> Vec<Value> {
     audit_lines_in(&agent.home.path().join("voxa"))
-}
-
-/// The audit lines of the voxa home `home`, oldest first.
-pub(crate) fn audit_lines_in(home: &Path) -> Vec<Value> {
-    let Ok(entries) = std::fs::read_dir(home.join("audit")) else { return Vec::new() };
-    let mut lines: Vec<Value> = entries
-        .flat_map(|entry| {
-            std::fs::read_to_string(entry.unwrap().path())
-                .unwrap_or_default()
-                .lines()
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        })
-        .map(|line| serde_json::from_str(&line).unwrap())
-        .collect();
-    lines.sort_by(|a, b| a["time"].as_str().cmp(&b["time"].as_str()));
-    lines
 }
 
 /// The `approval_resolved` notice and the `tool_result` of `id`, in whichever order they come.
@@ -279,14 +263,14 @@ async fn a_hosted_voice_call_waits_for_the_phone_and_cannot_answer_itself() {
 
 #[tokio::test]
 async fn a_voice_call_is_told_of_the_approval_and_approves_it_by_a_function_call() {
-    let mut fake = FakeGemini::start(FakeOptions::new(crate::gemini::KEY)).await;
-    let config = fake.config(crate::gemini::KEY);
+    let mut fake = FakeGemini::start(FakeOptions::new(crate::support::phone::KEY)).await;
+    let config = fake.config(crate::support::phone::KEY);
     let agent = TestAgent::start_with(None, |options| {
         options.gemini = Some(config);
         options.config = asking(600);
     })
     .await;
-    let mut phone = crate::gemini::Phone::over(agent.local_client().await);
+    let mut phone = crate::support::phone::Phone::over(agent.local_client().await);
     phone.send(json!({"type":"follow"})).await;
     phone.send(json!({"type":"call_start"})).await;
     let (conn, setup) = fake.expect_setup().await;
@@ -310,7 +294,7 @@ async fn a_voice_call_is_told_of_the_approval_and_approves_it_by_a_function_call
     fake.send(conn, json!({"serverContent":{"inputTranscription":{"text":"Yes, go ahead."}}}));
     phone.expect("transcript").await;
     fake.send(conn, json!({"toolCall":{"functionCalls":[{"id":"fc-2","name":"approve","args":{"approval":id,"decision":"allow"}}]}}));
-    let mut responses = crate::gemini::expect_tool_responses(&mut fake, 2).await;
+    let mut responses = crate::support::phone::expect_tool_responses(&mut fake, 2).await;
     responses.sort_by_key(|r| r["id"].as_str().unwrap().to_owned());
     assert_eq!(responses[0]["id"], "fc-1");
     assert!(responses[0]["response"]["output"]["output"].as_str().unwrap().contains("by-voice"), "{}", responses[0]);

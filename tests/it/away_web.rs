@@ -10,10 +10,10 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::sessions::agents_bin;
-use crate::sessions_web::Laptop;
+use crate::support::agents::agents_bin;
 use crate::support::browser::{Browser, Scheme};
 use crate::support::fake_model::{user_text, FakeModel, Reply};
+use crate::support::laptop::Laptop;
 
 /// Longer ago than the page's `AWAY_MS` (10 min): when the test says the page last looked.
 const LOOKED_MIN_AGO: u64 = 11;

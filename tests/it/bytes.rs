@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::sessions::{agent_env, agents_bin};
-use crate::sessions_web::Laptop;
+use crate::support::agents::{agent_env, agents_bin};
 use crate::support::browser::Browser;
 use crate::support::fake_model::{FakeModel, Reply};
 use crate::support::harness::{connect, recv_json, say_hello, send};
+use crate::support::laptop::Laptop;
 use crate::support::{voxa_cmd, RunningVoxa};
 use voxa::net::dial::ClientSocket;
 

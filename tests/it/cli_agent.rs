@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::sessions::agents_bin;
-use crate::sessions_web::Laptop;
+use crate::support::agents::agents_bin;
 use crate::support::fake_model::{FakeModel, Reply};
+use crate::support::laptop::Laptop;
 use crate::support::voxa_cmd;
 
 /// Longest wait for one line of a real agent's turn.

@@ -11,7 +11,7 @@ use voxa::protocol::{Decision, Risk};
 use voxa::protocol::{Event, SessionState};
 use voxa::sessions::StartRequest;
 
-use crate::sessions::{approval_id, is_approval, is_turn_end, streamed_text, until, whole_log, Rig};
+use crate::support::agents::{approval_id, is_approval, is_turn_end, streamed_text, until, whole_log, Rig};
 use crate::support::fake_model::{tool_results, user_text, Reply};
 
 /// Codex's shell tool as 0.171 offers it to the model.

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use crate::support::harness::*;
-use crate::web::{Scene, TERMINAL};
+use crate::support::scene::{Scene, TERMINAL};
 
 /// Waits until the agent runs exactly `n` calls.
 async fn calls_running(scene: &Scene, n: usize) {
@@ -198,7 +198,7 @@ async fn rotation_with_the_page_open_cuts_it_off_and_the_cli_works_at_once() {
     let Some(browser) = crate::support::browser::Browser::start().await else { return };
     let relay = crate::support::RunningVoxa::relay(0, "warn");
     let relay_url = format!("http://127.0.0.1:{}", relay.port);
-    let (_dir, home) = crate::run::fresh_home();
+    let (_dir, home) = crate::support::run::fresh_home();
     let workspace = tempfile::tempdir().unwrap();
     let paired = cli_json(&home, &["pair", "--json", "--relay", &relay_url]).await;
     let mut cmd = crate::support::voxa_cmd(&home);

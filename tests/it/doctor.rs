@@ -431,7 +431,7 @@ async fn through_a_proxy_the_relay_is_reached_as_run_would_reach_it() {
 async fn the_running_agents_display_and_path_are_checked_not_this_shells() {
     let relay = TestRelay::start().await;
     let url = format!("http://{}", relay.addr);
-    let xvfb = crate::tools::Xvfb::start("320x200x24");
+    let xvfb = crate::support::xvfb::Xvfb::start("320x200x24");
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("voxa");
     // The agent has claude on its PATH (and a display where Xvfb runs); doctor's own shell has neither.

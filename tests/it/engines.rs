@@ -10,10 +10,10 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::sessions::agents_bin;
-use crate::sessions_web::Laptop;
+use crate::support::agents::agents_bin;
 use crate::support::browser::{Browser, Engine, Scheme, VIEWPORT};
 use crate::support::fake_model::{FakeModel, Reply};
+use crate::support::laptop::Laptop;
 
 /// The tabs, by element id, in the order they are shown.
 const TABS: [&str; 6] = ["tab-commands", "tab-shell", "tab-files", "tab-screen", "tab-agent", "tab-status"];

@@ -300,7 +300,7 @@ fn write_file_creates_its_temporary_files_0600() {
     if !crate::support::installed("strace", "strace") {
         return;
     }
-    let (dir, home) = crate::run::fresh_home();
+    let (dir, home) = crate::support::run::fresh_home();
     let workspace = tempfile::tempdir().unwrap();
     let private = workspace.path().join("private.txt");
     std::fs::write(&private, "old").unwrap();

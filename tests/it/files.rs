@@ -466,7 +466,7 @@ async fn the_files_view_in_the_dark_scheme() {
 #[test]
 fn everything_voxa_creates_is_private() {
     use std::os::unix::fs::PermissionsExt;
-    let (dir, home) = crate::run::fresh_home();
+    let (dir, home) = crate::support::run::fresh_home();
     let workspace = tempfile::tempdir().unwrap();
     write_home_config(&home, "[policy]\nask = [\"move_file\"]\n\n[push]\nallow_private_endpoints = true\n");
     let trace = dir.path().join("trace");
@@ -490,7 +490,7 @@ fn everything_voxa_creates_is_private() {
         let upload = json!({"path": "made/upload.bin", "data": b64(b"bytes"), "offset": 0, "done": true});
         ok(&call(&mut socket, "u", "upload_file", upload).await);
         ok(&call(&mut socket, "d", "delete_file", json!({"path": "made/by/voxa.txt"})).await);
-        let subscription = crate::push::sample_subscription("http://127.0.0.1:9/push/modes");
+        let subscription = crate::support::push::sample_subscription("http://127.0.0.1:9/push/modes");
         send(&mut socket, json!({"type":"push_subscribe","subscription":subscription})).await;
         recv_type(&mut socket, "push_subscribed").await;
         send(&mut socket, json!({"type":"follow"})).await;

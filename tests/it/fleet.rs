@@ -16,7 +16,7 @@ use voxa::environments::{self, store, Identity, Issued};
 use voxa::net::dial::ClientSocket;
 use voxa::state::{Home, Secrets};
 
-use crate::sessions::{agent_env, agents_bin, WAIT};
+use crate::support::agents::{agent_env, agents_bin, WAIT};
 use crate::support::fake_model::{FakeModel, Reply};
 use crate::support::harness::*;
 use crate::support::{voxa_cmd, RunningVoxa};
@@ -359,8 +359,8 @@ async fn a_terminal_on_an_environment_is_typed_into_and_attached_again_from_anot
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_lists_both_machines_sessions_and_an_approval_from_the_environment_is_tapped() {
-    use crate::sessions_web::Laptop;
     use crate::support::browser::Browser;
+    use crate::support::laptop::Laptop;
     const CONVERSATION: &str = "#agent-conversation";
     let Some(bin) = agents_bin("claude") else { return };
     let Some(browser) = Browser::start().await else { return };

@@ -14,17 +14,17 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
-use crate::gemini::{expect_tool_responses, KEY};
-use crate::live::{audit, hosted_agent, hosting_relay, start_call, Page};
-use crate::sealed_web::{seal_mark, session_counts};
-use crate::support::browser::Scheme;
+use crate::support::audit::audit_lines;
+use crate::support::browser::{browser_with_tone, Scheme};
 use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind};
 use crate::support::harness::*;
-use crate::web_voice::browser_with_tone;
+use crate::support::live::{hosted_agent, hosting_relay, start_call, Page};
+use crate::support::phone::{expect_tool_responses, KEY};
+use crate::support::sealed::{seal_mark, session_counts};
 
 /// The audited calls of `tool` that hosted voice made, as (id, outcome).
 fn hosted_runs(agent: &TestAgent, tool: &str) -> Vec<(String, String)> {
-    audit(agent)
+    audit_lines(agent)
         .into_iter()
         .filter(|line| line["tool"] == tool && line["caller"] == "gemini-hosted" && line.get("id").is_some())
         .map(|line| (line["id"].as_str().unwrap().to_owned(), line["outcome"].as_str().unwrap_or("").to_owned()))
@@ -264,8 +264,8 @@ async fn a_hosted_calls_tool_under_ask_waits_for_the_pages_tap_and_no_relay_sock
     assert_eq!(std::fs::read_to_string(agent.workspace.path().join("asked.txt")).unwrap(), format!("{hosted}\n"));
     // Audited as hosted voice's call, allowed on the phone for that call.
     let is_hosted_run = |line: &serde_json::Value| line["tool"] == "run_command" && line["caller"] == "gemini-hosted";
-    eventually("the call audited", || audit(&agent).iter().any(is_hosted_run)).await;
-    let audited = audit(&agent);
+    eventually("the call audited", || audit_lines(&agent).iter().any(is_hosted_run)).await;
+    let audited = audit_lines(&agent);
     let ran = audited.iter().find(|line| is_hosted_run(line)).unwrap();
     assert_eq!(ran["outcome"], "ok", "{ran}");
     let source = format!("call:{}", ran["id"].as_str().unwrap());
@@ -502,7 +502,7 @@ async fn a_relay_that_injects_on_the_call_socket_runs_only_offered_tools_under_t
     for file in ["injected-own-id", "injected-asked", "forged-card"] {
         assert!(!agent.workspace.path().join(file).exists(), "{file} was made");
     }
-    let audited = audit(&agent);
+    let audited = audit_lines(&agent);
     assert!(!audited.iter().any(|line| line["tool"] == "approve" || line["tool"] == "format_disk"), "{audited:?}");
     browser.close().await;
 }

@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::run::fresh_home;
 use crate::support::harness::*;
+use crate::support::run::fresh_home;
 use crate::support::{voxa, voxa_cmd, RunningVoxa};
 
 /// The loopback address that plays this machine's address on the network.

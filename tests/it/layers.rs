@@ -2,7 +2,8 @@
 //! `crate::…`, `super::…` and `self::…` path outside test code to the module it names, and fails
 //! on an import from a higher layer, on modules that import each other (directly or round a
 //! longer circle), on a leaf (the relay, its core) importing more than it may, or on the relay's
-//! core naming a crate of HTTP, TLS or ACME.
+//! core naming a crate of HTTP, TLS or ACME. And the tests' own layout: what test files share
+//! lives in tests/it/support/, and no file of tests/it/ names a test file other than itself.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -137,6 +138,83 @@ fn the_checker_holds_the_relay_and_its_core_to_their_leaf_imports() {
             "relay::edge imports gemini, and relay may import only net, protocol, secret, text",
         ]
     );
+}
+
+/// The integration tests' rule: a test file (a file beside tests/it/main.rs) holds its tests and
+/// its own helpers; what more than one uses lives in tests/it/support/. No test file, and no
+/// support module, names another test file.
+#[test]
+fn no_test_file_names_another() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it");
+    let mut sources = BTreeMap::new();
+    collect(&dir, &dir, &mut sources);
+    assert!(
+        sources.len() > 50 && sources.contains_key("main.rs") && sources.contains_key("support/mod.rs"),
+        "read only {} files under {}",
+        sources.len(),
+        dir.display()
+    );
+    let problems = test_files_named(&sources);
+    assert!(
+        problems.is_empty(),
+        "test files name other test files; move what they share to tests/it/support/:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_checker_finds_a_test_file_naming_another() {
+    let sources: BTreeMap<String, String> = [
+        ("main.rs", "mod a; mod b; mod c; mod d; mod support;"),
+        // Its own items and the support modules are fine.
+        ("a.rs", "use crate::support::x::X;\nfn f() { crate::a::g(); }\nfn g() {}"),
+        // Not imports: comments and strings.
+        (
+            "b.rs",
+            "//! Like [`crate::a`].\n// crate::a::g\nconst S: &str = \"crate::a::g\";\nmod inner { use super::*; }",
+        ),
+        // An import, a group, a glob and a path inside code.
+        ("c.rs", "use crate::a::g;\nuse crate::{support::x, b::{S, T}};\nuse crate::d::*;"),
+        ("d.rs", "fn f() { let _ = crate::a::g(); }"),
+        // A support module naming a test file: a helper that depends on a test.
+        ("support/mod.rs", "pub mod x;"),
+        ("support/x.rs", "use crate::support::harness::*;\nuse crate::b::S;"),
+    ]
+    .into_iter()
+    .map(|(path, text)| (path.to_owned(), text.to_owned()))
+    .collect();
+    assert_eq!(
+        test_files_named(&sources),
+        [
+            "c.rs names crate::a, the test file a.rs",
+            "c.rs names crate::b, the test file b.rs",
+            "c.rs names crate::d, the test file d.rs",
+            "d.rs names crate::a, the test file a.rs",
+            "support/x.rs names crate::b, the test file b.rs",
+        ]
+    );
+}
+
+/// Every test file another file of tests/it/ (`path → text`, paths from tests/it/) names by a
+/// `crate::` path, one sentence each. A test file may name its own items.
+fn test_files_named(sources: &BTreeMap<String, String>) -> Vec<String> {
+    let tests: BTreeSet<&str> = sources
+        .keys()
+        .filter(|file| !file.contains('/') && *file != "main.rs")
+        .filter_map(|file| file.strip_suffix(".rs"))
+        .collect();
+    let mut problems = Vec::new();
+    for (file, text) in sources.iter().filter(|(file, _)| *file != "main.rs") {
+        let own = if file.contains('/') { None } else { file.strip_suffix(".rs") };
+        let named: BTreeSet<String> = paths(&code_only(text))
+            .into_iter()
+            .filter(|path| path.first().is_some_and(|first| first == "crate"))
+            .filter_map(|path| path.get(1).cloned())
+            .filter(|name| tests.contains(name.as_str()) && Some(name.as_str()) != own)
+            .collect();
+        problems.extend(named.into_iter().map(|name| format!("{file} names crate::{name}, the test file {name}.rs")));
+    }
+    problems
 }
 
 /// `path → text` of every `.rs` file under `dir`, paths relative to `root`.

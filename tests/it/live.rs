@@ -3,256 +3,20 @@
 //! real agent in hosted mode behind the page's own sealed session. The relay talks to the page
 //! only; [`Page`] carries the model's calls into the sealed session as web/js/voice/socket.js does.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::Message;
-use voxa::agent::LinkEvent;
 use voxa::hosted::{Hosting, LiveConfig};
 use voxa::net::dial::{ClientSocket, DialOptions};
 use voxa::relay::RelayConfig;
 use voxa::secret::Secret;
 
-use crate::gemini::{capture_logs, expect_tool_responses, pcm, Phone, KEY};
+use crate::support::audit::audit_lines;
 use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind};
 use crate::support::harness::*;
-
-/// A relay hosting voice with `KEY` against `fake`, with `tweak` applied to its hosting.
-pub(crate) async fn hosting_relay(fake: &FakeGemini, tweak: impl FnOnce(&mut LiveConfig)) -> TestRelay {
-    let mut live = LiveConfig::new(fake.config(KEY));
-    tweak(&mut live);
-    TestRelay::with_config(RelayConfig { service: Some(Hosting::service(live)), ..Default::default() }).await
-}
-
-/// An agent in hosted mode (no Gemini key of its own) linked to `relay`. It trusts hosted calls
-/// with commands too (`[policy.hosted] trust`), so these tests see the hosting itself; what the
-/// hosted door asks by default is tests/it/policy.rs's.
-pub(crate) async fn hosted_agent(relay: &TestRelay) -> TestAgent {
-    let mut agent = TestAgent::start_with(Some(relay.url()), |options| {
-        options.config.policy.hosted.trust = vec!["@read".into(), "@exec".into()];
-    })
-    .await;
-    agent.wait_event("the relay link", |event| matches!(event, LinkEvent::Connected { .. })).await;
-    agent
-}
-
-/// A call socket at `/live` for `agent`'s code, with no session beside it: enough for calls that
-/// run no tool.
-pub(crate) async fn live_phone(relay: &TestRelay, agent: &TestAgent) -> Phone {
-    live_phone_with(relay, agent, DialOptions::default()).await
-}
-
-pub(crate) async fn live_phone_with(relay: &TestRelay, agent: &TestAgent, options: DialOptions) -> Phone {
-    let url = format!("ws://{}/live?code={}", relay.addr, agent.code());
-    let socket = tokio::time::timeout(STEP, voxa::net::dial::connect(&url, &options)).await.unwrap().unwrap();
-    Phone::over(socket)
-}
-
-/// A page in a call the relay hosts, as web/js/voice/socket.js is one: its sealed session at
-/// `/ws` and its call socket at `/live`. A task carries each `tool_call` of the relay (ids
-/// `gemini-hosted-…`, offered tools only) into the session with `"caller":"gemini-hosted"` and
-/// sends the laptop's `tool_result` back (a screenshot as the sentence that it was shown), cancels
-/// what the relay cancels, asks the laptop for the call's notes once it started and passes each
-/// `narrate` on. The test sees the rest: `live` (what else the relay sends; what it sends goes to
-/// the relay) and `session` (the sealed session's other frames; what it sends goes to the laptop).
-pub(crate) struct Page {
-    pub(crate) live: Phone,
-    pub(crate) session: ClientSocket,
-    pub(crate) hello_ok: Value,
-}
-
-/// An in-memory socket pair: the test's end, and the carrying task's.
-async fn socket_pair() -> (ClientSocket, tokio_tungstenite::WebSocketStream<tokio::io::DuplexStream>) {
-    use tokio_tungstenite::tungstenite::protocol::Role;
-    use tokio_tungstenite::WebSocketStream;
-    let (test_io, task_io) = tokio::io::duplex(1 << 20);
-    let config = voxa::net::http::websocket_config();
-    let test_io: Box<dyn voxa::net::dial::Io> = Box::new(test_io);
-    let test_side = WebSocketStream::from_raw_socket(test_io, Role::Client, Some(config)).await;
-    let task_side = WebSocketStream::from_raw_socket(task_io, Role::Server, Some(config)).await;
-    (voxa::seal::Socket::plain(test_side), task_side)
-}
-
-impl Page {
-    /// The page of `agent` through `relay`: sealed session first, then `/live`.
-    pub(crate) async fn open(relay: &TestRelay, agent: &TestAgent) -> Page {
-        let mut sealed = phone_socket(relay, agent.code()).await;
-        let hello_ok = say_hello(&mut sealed, agent.token()).await;
-        let url = format!("ws://{}/live?code={}", relay.addr, agent.code());
-        let live =
-            tokio::time::timeout(STEP, voxa::net::dial::connect(&url, &DialOptions::default())).await.unwrap().unwrap();
-        let tools: Vec<String> = serde_json::from_value(hello_ok["tools"].clone()).unwrap();
-        let (live_view, live_task) = socket_pair().await;
-        let (session_view, session_task) = socket_pair().await;
-        tokio::spawn(carry(live, sealed, live_task, session_task, tools));
-        Page { live: Phone::over(live_view), session: session_view, hello_ok }
-    }
-}
-
-/// The carrying task of a [`Page`]; ends when the call socket or the test's view of it does. A
-/// sealed session that ends first (the relay shutting down closes it at once) leaves the call
-/// socket carried, as a page's `/live` is a socket of its own: what the relay sends on it still
-/// reaches the test, and a call made after it fails `offline`, as the page's session fails it.
-async fn carry<T>(
-    live: ClientSocket,
-    sealed: ClientSocket,
-    live_view: tokio_tungstenite::WebSocketStream<T>,
-    session_view: tokio_tungstenite::WebSocketStream<T>,
-    tools: Vec<String>,
-) where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    let (mut live_tx, mut live_rx) = live.split();
-    let (mut sealed_tx, mut sealed_rx) = sealed.split();
-    let (mut live_view_tx, mut live_view_rx) = live_view.split();
-    let (mut session_view_tx, mut session_view_rx) = session_view.split();
-    let offered: Vec<String> = tools.into_iter().filter(|name| name != "approve").collect();
-    let mut carried: HashSet<String> = HashSet::new();
-    let mut shown: HashSet<String> = HashSet::new();
-    let text = |value: Value| Message::text(value.to_string());
-    let offline = |id: &str| json!({"type":"tool_result","id":id,"ok":false,"error":{"code":"offline","message":"the connection closed"}});
-    // A test that does not watch the session drops its end; the page carries on without it.
-    let mut watched = true;
-    let mut sealed_open = true;
-    loop {
-        tokio::select! {
-            from_test = live_view_rx.next() => {
-                let message = match from_test {
-                    Some(Ok(Message::Text(frame))) => {
-                        let mut value: Value = serde_json::from_str(&frame).unwrap_or(Value::Null);
-                        if value["type"] == "call_start" && value.get("tools").is_none() {
-                            value["tools"] = json!(offered);
-                        }
-                        if value.is_object() { text(value) } else { Message::Text(frame) }
-                    }
-                    Some(Ok(message @ Message::Binary(_))) => message,
-                    Some(Ok(_)) => continue,
-                    _ => return,
-                };
-                if live_tx.send(message).await.is_err() { return; }
-            }
-            from_relay = live_rx.next() => {
-                let frame = match from_relay {
-                    Some(Ok(Message::Text(frame))) => frame,
-                    Some(Ok(message @ Message::Binary(_))) => {
-                        if live_view_tx.send(message).await.is_err() { return; }
-                        continue;
-                    }
-                    Some(Ok(Message::Close(frame))) => {
-                        let _ = live_view_tx.send(Message::Close(frame)).await;
-                        return;
-                    }
-                    Some(Ok(_)) => continue,
-                    _ => return,
-                };
-                let value: Value = serde_json::from_str(&frame).unwrap_or(Value::Null);
-                let id = value["id"].as_str().unwrap_or_default().to_owned();
-                match value["type"].as_str() {
-                    Some("tool_call") if id.starts_with("gemini-hosted-") && !carried.contains(&id) => {
-                        if !offered.iter().any(|name| value["name"] == name.as_str()) {
-                            let refused = json!({"type":"tool_result","id":id,"ok":false,
-                                "error":{"code":"unknown-tool","message":"this call was not offered that tool"}});
-                            if live_tx.send(text(refused)).await.is_err() { return; }
-                            continue;
-                        }
-                        let mut call = value.clone();
-                        call["caller"] = json!("gemini-hosted");
-                        if !sealed_open || sealed_tx.send(text(call)).await.is_err() {
-                            if live_tx.send(text(offline(&id))).await.is_err() { return; }
-                            continue;
-                        }
-                        carried.insert(id);
-                    }
-                    Some("cancel") if carried.contains(&id) => {
-                        let _ = sealed_tx.send(text(json!({"type":"cancel","id":id}))).await;
-                    }
-                    Some("tool_call" | "cancel") => {}
-                    kind => {
-                        if kind == Some("call_started") {
-                            let on = json!({"type":"narration","on":true});
-                            let _ = sealed_tx.send(text(on)).await;
-                        }
-                        if live_view_tx.send(Message::Text(frame)).await.is_err() { return; }
-                    }
-                }
-            }
-            from_laptop = sealed_rx.next(), if sealed_open => {
-                let frame = match from_laptop {
-                    Some(Ok(Message::Text(frame))) => frame,
-                    Some(Ok(message @ Message::Binary(_))) => {
-                        if watched && session_view_tx.send(message).await.is_err() {
-                            watched = false;
-                        }
-                        continue;
-                    }
-                    Some(Ok(_)) => continue,
-                    _ => {
-                        // The calls it carried fail, and the test's view of the session ends with it.
-                        sealed_open = false;
-                        for id in std::mem::take(&mut carried) {
-                            if live_tx.send(text(offline(&id))).await.is_err() { return; }
-                        }
-                        if std::mem::take(&mut watched) {
-                            let _ = session_view_tx.close().await;
-                        }
-                        continue;
-                    }
-                };
-                let value: Value = serde_json::from_str(&frame).unwrap_or(Value::Null);
-                let id = value["id"].as_str().unwrap_or_default().to_owned();
-                let answer = match value["type"].as_str() {
-                    Some("tool_result") if carried.remove(&id) => {
-                        let mut answer = json!({"type":"tool_result","id":id,"ok":value["ok"]});
-                        if value["ok"] == true {
-                            answer["result"] = value["result"].clone();
-                            if shown.remove(&id) {
-                                answer["result"] = json!({"shown_on_phone": true, "width": value["result"]["width"],
-                                    "height": value["result"]["height"], "message": "The screenshot is shown on the user's phone."});
-                            }
-                        } else {
-                            answer["error"] = value["error"].clone();
-                        }
-                        Some(answer)
-                    }
-                    Some("image") if carried.contains(&id) => {
-                        shown.insert(id);
-                        None
-                    }
-                    Some("narrate") => Some(json!({"type":"narrate","text":value["text"]})),
-                    _ => None,
-                };
-                if let Some(answer) = answer {
-                    if live_tx.send(text(answer)).await.is_err() { return; }
-                }
-                // The page sees everything of its session (pictures included).
-                if watched && session_view_tx.send(Message::Text(frame)).await.is_err() {
-                    watched = false;
-                }
-            }
-            from_test = session_view_rx.next(), if watched => {
-                let message = match from_test {
-                    Some(Ok(message @ (Message::Text(_) | Message::Binary(_)))) => message,
-                    Some(Ok(_)) => continue,
-                    _ => {
-                        watched = false;
-                        continue;
-                    }
-                };
-                let _ = sealed_tx.send(message).await;
-            }
-        }
-    }
-}
-
-/// Starts a hosted call; returns Gemini's connection number and its setup.
-pub(crate) async fn start_call(phone: &mut Phone, fake: &mut FakeGemini) -> (usize, Value) {
-    phone.send(json!({"type":"call_start"})).await;
-    let setup = fake.expect_setup().await;
-    phone.expect("call_started").await;
-    setup
-}
+use crate::support::live::{hosted_agent, hosting_relay, live_phone, start_call, Page};
+use crate::support::logs::capture_logs;
+use crate::support::phone::{expect_tool_responses, pcm, Phone, KEY};
 
 /// A hosted call under way: the test Gemini server, the relay, the agent, the page (its call
 /// socket as `phone`, its sealed session as `session`) and Gemini's connection number.
@@ -274,18 +38,6 @@ impl Call {
         let (conn, _) = start_call(&mut phone, &mut fake).await;
         Call { fake, relay, agent, phone, session, conn }
     }
-}
-
-/// Every audit record the agent wrote.
-pub(crate) fn audit(agent: &TestAgent) -> Vec<Value> {
-    let mut lines = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(agent.home.path().join("voxa").join("audit")) {
-        for entry in entries {
-            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-            lines.extend(text.lines().map(|line| serde_json::from_str::<Value>(line).unwrap()));
-        }
-    }
-    lines
 }
 
 /// Every file under `dir` holding `needle`.
@@ -361,7 +113,7 @@ async fn a_hosted_call_runs_the_laptops_tools_through_the_pages_sealed_session_a
         phone.send(frame.clone()).await;
         assert_eq!(phone.expect("error").await["code"], "bad-frame", "{frame}");
     }
-    let records = audit(&agent);
+    let records = audit_lines(&agent);
     let caller_of = |name: &str| {
         records
             .iter()
@@ -400,7 +152,7 @@ async fn a_hosted_call_runs_the_laptops_tools_through_the_pages_sealed_session_a
 
 #[tokio::test]
 async fn screenshots_of_a_hosted_call_stay_on_the_page() {
-    let Some(xvfb) = crate::tools::Xvfb::start("320x240x24") else { return };
+    let Some(xvfb) = crate::support::xvfb::Xvfb::start("320x240x24") else { return };
     let Call { mut fake, relay: _relay, agent: _agent, phone: _phone, mut session, conn } = Call::start(|_| {}).await;
     fake.send(
         conn,
@@ -436,7 +188,7 @@ async fn calls_over_the_operators_limit_are_refused_at_capacity() {
     for _ in 0..100 {
         two.send(json!({"type":"call_start"})).await;
         let answer = loop {
-            if let crate::gemini::Frame::Json(value) = two.next().await {
+            if let crate::support::phone::Frame::Json(value) = two.next().await {
                 if value["type"] == "call_started" || value["type"] == "call_error" {
                     break value;
                 }
@@ -830,7 +582,7 @@ async fn a_hosted_call_survives_go_away_and_a_dropped_gemini_socket_with_tools_s
     let started = phone.texts.iter().filter(|t| t["type"] == "call_started").count();
     assert_eq!(started, 1, "resuming is invisible to the phone: {:?}", phone.texts);
     assert!(!phone.saw("call_ended") && !phone.saw("call_error"), "{:?}", phone.texts);
-    let callers: Vec<_> = audit(&agent).iter().map(|r| r["caller"].as_str().unwrap().to_owned()).collect();
+    let callers: Vec<_> = audit_lines(&agent).iter().map(|r| r["caller"].as_str().unwrap().to_owned()).collect();
     assert_eq!(callers, ["gemini-hosted"; 3], "every answer came from the laptop");
     phone.send(json!({"type":"call_end"})).await;
     phone.expect("call_ended").await;
@@ -891,12 +643,12 @@ async fn a_hosted_call_with_env_runs_on_the_environment() {
     assert!(listed(&there).contains(&"only-on-the-environment.txt".to_owned()), "{there:?}");
     let here = list_dir_on(&mut fake, conn, "fc-here").await;
     assert!(!listed(&here).contains(&"only-on-the-environment.txt".to_owned()), "without env it runs on the host");
-    let host_records = audit(&host);
+    let host_records = audit_lines(&host);
     assert!(
         host_records.iter().any(|r| r["caller"] == "gemini-hosted" && r["env"] == "devbox" && r["tool"] == "list_dir"),
         "the host records the routed call: {host_records:?}"
     );
-    let env_records = audit(&environment);
+    let env_records = audit_lines(&environment);
     assert!(env_records.iter().any(|r| r["tool"] == "list_dir"), "the environment ran it: {env_records:?}");
 }
 

@@ -14,10 +14,10 @@ use voxa::relay::metrics::RelayMetrics;
 use voxa::relay::RelayConfig;
 use voxa::secret::Secret;
 
-use crate::gemini::{Phone, KEY};
-use crate::live::{hosted_agent, live_phone, live_phone_with, start_call};
 use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind};
 use crate::support::harness::*;
+use crate::support::live::{hosted_agent, live_phone, live_phone_with, start_call};
+use crate::support::phone::{Phone, KEY};
 
 /// A relay hosting voice against `fake` with `tweak` applied, and the metrics it counts in.
 async fn relay_with(fake: &FakeGemini, tweak: impl FnOnce(&mut LiveConfig)) -> (TestRelay, Arc<RelayMetrics>) {
@@ -40,7 +40,7 @@ fn metric(metrics: &str, name: &str) -> f64 {
 async fn call_start_answer(phone: &mut Phone) -> serde_json::Value {
     phone.send(json!({"type":"call_start"})).await;
     loop {
-        if let crate::gemini::Frame::Json(value) = phone.next().await {
+        if let crate::support::phone::Frame::Json(value) = phone.next().await {
             if value["type"] == "call_started" || value["type"] == "call_error" {
                 return value;
             }

@@ -1,5 +1,6 @@
 //! voxa's integration tests: the real binary, relay and agent on 127.0.0.1:0, driven as a phone or
-//! a script would drive them.
+//! a script would drive them. One file per area holds its tests and its own helpers; what more than
+//! one file uses lives in `support/`, and no test file names another (`layers` checks).
 
 mod acme;
 mod admission;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::sealed::audit_lines;
+use crate::support::audit::audit_lines;
 use crate::support::harness::*;
 
 /// Audit lines of call `id`: one per run.
@@ -136,7 +136,7 @@ async fn a_cancel_sent_again_gets_the_same_receipt() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_typed_offline_wait_are_sent_once_when_back_and_say_so() {
-    use crate::web::{Scene, TERMINAL};
+    use crate::support::scene::{Scene, TERMINAL};
     let Some(scene) = Scene::start().await else { return };
     let browser = &scene.browser;
     scene.open_online().await;
@@ -188,7 +188,7 @@ async fn commands_typed_offline_wait_are_sent_once_when_back_and_say_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_the_laptop_answers_at_once_is_never_listed_so_typing_does_not_move_the_page() {
-    use crate::web::{Scene, TERMINAL};
+    use crate::support::scene::{Scene, TERMINAL};
     let Some(scene) = Scene::start().await else { return };
     let browser = &scene.browser;
     scene.open_online().await;
@@ -212,7 +212,7 @@ async fn what_the_laptop_answers_at_once_is_never_listed_so_typing_does_not_move
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_whose_socket_died_under_it_is_sent_again_and_runs_once() {
-    use crate::web::{Scene, TERMINAL};
+    use crate::support::scene::{Scene, TERMINAL};
     let Some(scene) = Scene::start().await else { return };
     let browser = &scene.browser;
     let proxy = BlackholeProxy::start(scene.relay.addr).await;

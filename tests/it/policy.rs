@@ -61,7 +61,7 @@ async fn approval_or_result(socket: &mut ClientSocket, id: &str) -> Value {
 
 /// The audit lines of `home`.
 fn audit(home: &Path) -> Vec<Value> {
-    crate::approvals::audit_lines_in(home)
+    crate::support::audit::audit_lines_in(home)
 }
 
 #[tokio::test]
@@ -250,8 +250,8 @@ async fn at_the_hosted_door_reads_run_everything_else_asks_the_phone_and_the_cal
 
 #[tokio::test]
 async fn at_the_voice_door_the_model_is_refused_what_the_policy_refuses() {
-    let mut fake = FakeGemini::start(FakeOptions::new(crate::gemini::KEY)).await;
-    let config = fake.config(crate::gemini::KEY);
+    let mut fake = FakeGemini::start(FakeOptions::new(crate::support::phone::KEY)).await;
+    let config = fake.config(crate::support::phone::KEY);
     let agent = TestAgent::start_with(None, |options| {
         options.gemini = Some(config);
         options.config.policy.deny = strings(&["@exec", "approve"]);
@@ -259,7 +259,7 @@ async fn at_the_voice_door_the_model_is_refused_what_the_policy_refuses() {
         options.config.approvals.timeout_secs = 1;
     })
     .await;
-    let mut phone = crate::gemini::Phone::over(agent.local_client().await);
+    let mut phone = crate::support::phone::Phone::over(agent.local_client().await);
     phone.send(json!({"type":"call_start"})).await;
     let (conn, setup) = fake.expect_setup().await;
     phone.expect("call_started").await;
@@ -277,7 +277,7 @@ async fn at_the_voice_door_the_model_is_refused_what_the_policy_refuses() {
         {"id":"v2","name":"write_file","args":{"path":"voice.txt","content":"hi"}}
     ]}});
     fake.send(conn, calls);
-    let mut responses = crate::gemini::expect_tool_responses(&mut fake, 2).await;
+    let mut responses = crate::support::phone::expect_tool_responses(&mut fake, 2).await;
     responses.sort_by_key(|r| r["id"].as_str().unwrap().to_owned());
     for response in &responses {
         assert!(response["response"]["error"].to_string().contains("denied-by-policy"), "{response}");
@@ -305,7 +305,7 @@ async fn push_subscribe_is_refused_by_the_notify_family_and_waits_under_ask() {
     .await;
     let mut client = agent.local_client().await;
     send(&mut client, json!({"type":"follow"})).await;
-    let subscription = crate::push::sample_subscription("http://127.0.0.1:9/push/held");
+    let subscription = crate::support::push::sample_subscription("http://127.0.0.1:9/push/held");
     send(&mut client, json!({"type":"push_subscribe","subscription":subscription})).await;
     let shown = recv_type(&mut client, "approval").await;
     assert_eq!(shown["summary"], "Send notifications to 127.0.0.1");

@@ -1,9 +1,9 @@
 //! A team's private relay (one started with a relay token) from a phone's browser, with the link
 //! `voxa run` prints: the real relay, the real `voxa run` and headless Chromium.
 
-use crate::run::start_run_with_env;
 use crate::support::browser::Browser;
 use crate::support::harness::*;
+use crate::support::run::start_run_with_env;
 
 /// A team's private relay works from a phone with the link `voxa run` prints: the agent's relay
 /// token rides in the link's fragment, the page presents it and goes online; the same link

@@ -7,22 +7,18 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aes_gcm::aead::{Aead, KeyInit};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
-use hmac::{Hmac, Mac};
 use p256::ecdsa::signature::Verifier;
-use p256::elliptic_curve::sec1::ToEncodedPoint;
-use rand::TryRngCore;
 use serde_json::Value;
-use sha2::Sha256;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use voxa::config::{Config, NotificationSettings, PushSettings};
 use voxa::net::dial::DialOptions;
-use voxa::push::{Notice, Notifier, NotifyEvent, Outcome, Subscription, SubscriptionKeys, Subscriptions, Urgency};
+use voxa::push::{Notice, Notifier, NotifyEvent, Outcome, Subscription, Subscriptions, Urgency};
 use voxa::state::Home;
 
+use crate::support::push::Subscriber;
 use crate::support::voxa;
 
 /// One request the push service received.
@@ -120,78 +116,6 @@ async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Received> {
     Some(Received { path, headers, body: buf[head_end..head_end + length].to_vec() })
 }
 
-/// A browser's side of a subscription: its P-256 key pair and auth secret.
-struct Browser {
-    secret: p256::SecretKey,
-    auth: [u8; 16],
-}
-
-impl Browser {
-    fn new() -> Browser {
-        let mut scalar = [0u8; 32];
-        rand::rngs::OsRng.try_fill_bytes(&mut scalar).unwrap();
-        let mut auth = [0u8; 16];
-        rand::rngs::OsRng.try_fill_bytes(&mut auth).unwrap();
-        Browser { secret: p256::SecretKey::from_slice(&scalar).unwrap(), auth }
-    }
-
-    fn public_bytes(&self) -> Vec<u8> {
-        self.secret.public_key().to_encoded_point(false).as_bytes().to_vec()
-    }
-
-    fn subscription(&self, endpoint: String) -> Subscription {
-        Subscription {
-            endpoint,
-            keys: SubscriptionKeys {
-                p256dh: URL_SAFE_NO_PAD.encode(self.public_bytes()),
-                auth: URL_SAFE_NO_PAD.encode(self.auth),
-            },
-        }
-    }
-
-    /// RFC 8291 §3.4 and RFC 8188 §2: one record, the padding delimiter 0x02 ending it.
-    fn decrypt(&self, body: &[u8]) -> Vec<u8> {
-        let salt = &body[..16];
-        let record_size = u32::from_be_bytes(body[16..20].try_into().unwrap());
-        assert!(record_size >= 18, "record size {record_size}");
-        let id_len = body[20] as usize;
-        assert_eq!(id_len, 65, "keyid is the sender's uncompressed public key");
-        let sender_public = &body[21..21 + id_len];
-        let ciphertext = &body[21 + id_len..];
-        let sender = p256::PublicKey::from_sec1_bytes(sender_public).unwrap();
-        let shared = p256::ecdh::diffie_hellman(self.secret.to_nonzero_scalar(), sender.as_affine());
-        let prk_key = hkdf_extract(&self.auth, shared.raw_secret_bytes());
-        let mut key_info = b"WebPush: info\0".to_vec();
-        key_info.extend_from_slice(&self.public_bytes());
-        key_info.extend_from_slice(sender_public);
-        let ikm = hkdf_expand(&prk_key, &key_info, 32);
-        let prk = hkdf_extract(salt, &ikm);
-        let cek = hkdf_expand(&prk, b"Content-Encoding: aes128gcm\0", 16);
-        let nonce = hkdf_expand(&prk, b"Content-Encoding: nonce\0", 12);
-        let cipher = aes_gcm::Aes128Gcm::new_from_slice(&cek).unwrap();
-        let mut plain = cipher.decrypt(aes_gcm::Nonce::from_slice(&nonce), ciphertext).expect("the payload decrypts");
-        while plain.last() == Some(&0) {
-            plain.pop();
-        }
-        assert_eq!(plain.pop(), Some(2), "the last record ends with the 0x02 delimiter");
-        plain
-    }
-}
-
-fn hkdf_extract(salt: &[u8], ikm: &[u8]) -> Vec<u8> {
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(salt).unwrap();
-    mac.update(ikm);
-    mac.finalize().into_bytes().to_vec()
-}
-
-/// HKDF-Expand for at most one block (every length here is ≤ 32).
-fn hkdf_expand(prk: &[u8], info: &[u8], len: usize) -> Vec<u8> {
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(prk).unwrap();
-    mac.update(info);
-    mac.update(&[1]);
-    mac.finalize().into_bytes()[..len].to_vec()
-}
-
 /// RFC 8292: `Authorization: vapid t=<JWT>, k=<key>`; the JWT is ES256 over the endpoint's
 /// origin, expires within 24 h, names a contact; `k` is the key the page subscribed with.
 fn check_vapid(request: &Received, origin: &str, contact: &str, public_key: &str) {
@@ -216,11 +140,6 @@ fn check_vapid(request: &Received, origin: &str, contact: &str, public_key: &str
     key.verify(format!("{}.{}", parts[0], parts[1]).as_bytes(), &signature).expect("the JWT's signature verifies");
 }
 
-/// A well-formed subscription to `endpoint`, as a page sends it in `push_subscribe`.
-pub(crate) fn sample_subscription(endpoint: &str) -> Value {
-    serde_json::to_value(Browser::new().subscription(endpoint.into())).unwrap()
-}
-
 /// The test push service listens on loopback, which a laptop sends to only when told to.
 fn private_endpoints() -> PushSettings {
     PushSettings { allow_private_endpoints: true, ..PushSettings::default() }
@@ -240,9 +159,9 @@ fn notifier_of(home: &Home) -> (Notifier, voxa::push::NoticeQueue) {
 }
 
 /// A home with one browser subscribed to `service` at `name`.
-async fn subscribed(service: &PushService, name: &str) -> (tempfile::TempDir, Home, Browser) {
+async fn subscribed(service: &PushService, name: &str) -> (tempfile::TempDir, Home, Subscriber) {
     let (dir, home) = home();
-    let browser = Browser::new();
+    let browser = Subscriber::new();
     Subscriptions::new(home.clone()).add("p", browser.subscription(service.endpoint(name)), 1).unwrap();
     (dir, home, browser)
 }
@@ -294,9 +213,9 @@ async fn a_subscription_the_service_calls_gone_is_forgotten() {
     let (_dir, home) = home();
     let service = PushService::start().await;
     let store = Subscriptions::new(home.clone());
-    store.add("p", Browser::new().subscription(service.endpoint("gone")), 1).unwrap();
-    store.add("p", Browser::new().subscription(service.endpoint("missing")), 2).unwrap();
-    store.add("p", Browser::new().subscription(service.endpoint("kept")), 3).unwrap();
+    store.add("p", Subscriber::new().subscription(service.endpoint("gone")), 1).unwrap();
+    store.add("p", Subscriber::new().subscription(service.endpoint("missing")), 2).unwrap();
+    store.add("p", Subscriber::new().subscription(service.endpoint("kept")), 3).unwrap();
     service.answer_next(410, None);
     service.answer_next(404, None);
     let (notifier, _queue) = notifier_of(&home);
@@ -359,7 +278,7 @@ async fn queued_notices_are_sent_by_the_queue_and_newer_ones_replace_older_of_th
 async fn notify_test_reports_each_endpoints_answer_and_names_no_path() {
     let (dir, home) = home();
     let service = PushService::start().await;
-    let browser = Browser::new();
+    let browser = Subscriber::new();
     Subscriptions::new(home.clone()).add("p", browser.subscription(service.endpoint("secret-capability")), 1).unwrap();
     home.save_config(&Config { push: private_endpoints(), ..Default::default() }).unwrap();
     let home_dir = home.dir().to_owned();
@@ -430,7 +349,7 @@ mod agent {
         })
         .await;
         let service = PushService::start().await;
-        let browser = Browser::new();
+        let browser = Subscriber::new();
         let answer = subscribe(&agent, &browser.subscription(service.endpoint("turns"))).await;
         assert_eq!(answer["type"], "push_subscribed", "{answer}");
         let mut caller = agent.local_client().await;
@@ -457,7 +376,7 @@ mod agent {
         let key = hello["vapid_public_key"].as_str().expect("hello_ok carries the VAPID key");
         assert_eq!(URL_SAFE_NO_PAD.decode(key).unwrap().len(), 65);
 
-        let mut bad = Browser::new().subscription("http://push.example/x".into());
+        let mut bad = Subscriber::new().subscription("http://push.example/x".into());
         let answer = subscribe(&agent, &bad).await;
         assert_eq!(
             (answer["type"].as_str(), answer["code"].as_str()),
@@ -476,7 +395,7 @@ mod agent {
     async fn push_subscribe_takes_only_https_endpoints_on_public_addresses() {
         let agent = TestAgent::start(None).await;
         let service = PushService::start().await;
-        let browser = Browser::new();
+        let browser = Subscriber::new();
         let port = service.port;
         for (endpoint, word) in [
             (format!("http://127.0.0.1:{port}/push/x"), "https://"),
@@ -504,7 +423,7 @@ mod agent {
         // Kept while its name pointed elsewhere (DNS changes), it now points at this machine.
         let (_dir, home) = home();
         let service = PushService::start().await;
-        let browser = Browser::new();
+        let browser = Subscriber::new();
         let endpoint = format!("https://localhost:{}/push/rebound", service.port);
         Subscriptions::new(home.clone()).add("p", browser.subscription(endpoint), 1).unwrap();
         let settings = NotificationSettings::default();
@@ -523,7 +442,7 @@ mod agent {
     async fn an_approval_nobody_follows_becomes_a_push_and_none_goes_out_while_a_client_follows() {
         let agent = asking_agent().await;
         let service = PushService::start().await;
-        let browser = Browser::new();
+        let browser = Subscriber::new();
         let answer = subscribe(&agent, &browser.subscription(service.endpoint("phone"))).await;
         assert_eq!(answer["type"], "push_subscribed", "{answer}");
 
@@ -616,7 +535,7 @@ mod page {
         assert_eq!(deliveries[0].result.as_ref().unwrap(), &Outcome::Delivered(201));
         let private = chromium.script("return window.__pushPrivate;", vec![]).await;
         let auth = chromium.script("return window.__pushAuth;", vec![]).await;
-        let held = Browser {
+        let held = Subscriber {
             secret: p256::SecretKey::from_slice(&URL_SAFE_NO_PAD.decode(private.as_str().unwrap()).unwrap()).unwrap(),
             auth: URL_SAFE_NO_PAD.decode(auth.as_str().unwrap()).unwrap().try_into().unwrap(),
         };
@@ -680,7 +599,7 @@ mod page {
         eventually("the push", || !service.received().is_empty()).await;
         let private = chromium.script("return window.__pushPrivate;", vec![]).await;
         let auth = chromium.script("return window.__pushAuth;", vec![]).await;
-        let held = Browser {
+        let held = Subscriber {
             secret: p256::SecretKey::from_slice(&URL_SAFE_NO_PAD.decode(private.as_str().unwrap()).unwrap()).unwrap(),
             auth: URL_SAFE_NO_PAD.decode(auth.as_str().unwrap()).unwrap().try_into().unwrap(),
         };
@@ -734,7 +653,7 @@ fn pair_rotate_forgets_the_old_links_subscriptions() {
     let code = home.load_secrets().unwrap().unwrap().relay_code;
     let store = Subscriptions::new(home.clone());
     store
-        .add(&voxa::push::pairing_id(&code), Browser::new().subscription("https://push.example/old".into()), 1)
+        .add(&voxa::push::pairing_id(&code), Subscriber::new().subscription("https://push.example/old".into()), 1)
         .unwrap();
     let output = voxa(home.dir(), &["pair", "--rotate", "--no-qr"]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
@@ -751,13 +670,13 @@ mod receipts {
     use voxa::agent::LinkEvent;
 
     /// An agent on `relay` (re-sending after 1 s) with one browser subscribed to `service`.
-    async fn agent_and_phone(relay: &TestRelay, service: &PushService) -> (TestAgent, Browser) {
+    async fn agent_and_phone(relay: &TestRelay, service: &PushService) -> (TestAgent, Subscriber) {
         let mut agent = TestAgent::start_with(Some(relay.url()), |options| {
             options.config.push = PushSettings { allow_private_endpoints: true, resend_after_secs: Some(1) };
         })
         .await;
         agent.wait_event("connected", |event| matches!(event, LinkEvent::Connected { .. })).await;
-        let browser = Browser::new();
+        let browser = Subscriber::new();
         let home = Home::at(agent.home.path().join("voxa"));
         let pairing = voxa::push::pairing_id(&agent.secrets.relay_code);
         Subscriptions::new(home).add(&pairing, browser.subscription(service.endpoint("phone")), 1).unwrap();

@@ -15,9 +15,12 @@ use voxa::protocol::relay::{self as relay_framing, Kind};
 use voxa::protocol::PeerState;
 use voxa::relay::{RelayConfig, SocketLimits};
 
-use crate::relay::*;
-use crate::relay_serving::RelayCommand;
 use crate::support::harness::{http, parse_response, upgrade_request, TestRelay, STEP as WAIT};
+use crate::support::relay::{
+    agent, expect_close, expect_joined, expect_left, expect_presence, expect_text, frame_header, new_code, next,
+    next_any, pair, parse_server_frame, phone, raw_upgraded, read_server_frames, relayed, sample, send, to,
+    try_connect, Client, FromRelay, RelayCommand, ServerFrame,
+};
 use voxa::secret::Secret;
 
 #[tokio::test]

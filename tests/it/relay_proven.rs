@@ -14,8 +14,11 @@ use tokio_tungstenite::tungstenite::Message;
 use voxa::protocol::relay::{self as relay_framing, close, Kind, AGENT_SUBPROTOCOLS, MAX_PHONES_PER_CODE};
 use voxa::protocol::PeerState;
 
-use crate::relay::*;
 use crate::support::harness::{TestRelay, STEP as WAIT};
+use crate::support::relay::{
+    expect_close, expect_from, expect_joined, expect_left, expect_presence, expect_text, new_code, phone, relayed,
+    send, to, Client, FromRelay,
+};
 
 /// An agent offering relay framings 3 and 2, as voxa agents do; the subprotocol the relay picked.
 async fn agent_offering(relay: &TestRelay, code: &str, offer: &str) -> (Client, String) {

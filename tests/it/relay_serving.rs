@@ -13,8 +13,11 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use voxa::protocol::PeerState;
 use voxa::relay::RelayConfig;
 
-use crate::relay::*;
 use crate::support::harness::{http, parse_response, upgrade_request, TestRelay, STEP as WAIT};
+use crate::support::relay::{
+    connect_over, expect_close, expect_from, expect_joined, expect_presence, expect_text, new_code, next, pair,
+    presence, sample, send, to, try_connect, Client, RelayCommand,
+};
 use voxa::secret::Secret;
 
 #[tokio::test]
@@ -245,47 +248,6 @@ async fn a_sharded_relay_pairs_sockets_whichever_shard_accepted_them_and_stops()
     timeout(WAIT, relay).await.expect("the shards stop").unwrap().unwrap();
     assert!(TcpStream::connect(addr).await.is_err(), "every listener is closed");
 }
-/// `voxa relay` as a user runs it, in its own process.
-pub(crate) struct RelayCommand {
-    pub child: tokio::process::Child,
-    stdout: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
-    pub addr: SocketAddr,
-    _home: tempfile::TempDir,
-}
-
-impl RelayCommand {
-    pub async fn spawn(args: &[&str], envs: &[(&str, &str)]) -> RelayCommand {
-        use tokio::io::AsyncBufReadExt;
-        let home = tempfile::tempdir().unwrap();
-        let mut command = tokio::process::Command::from(crate::support::voxa_cmd(home.path()));
-        command.args(["relay", "--listen", "127.0.0.1:0", "--json"]).args(args);
-        command.envs(envs.iter().copied());
-        command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).kill_on_drop(true);
-        let mut child = command.spawn().unwrap();
-        let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let line = timeout(WAIT, stdout.next_line()).await.unwrap().unwrap().expect("a listening event");
-        let event: serde_json::Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(event["event"], "relay_listening", "{line}");
-        let addr = event["listen"].as_str().unwrap().parse().unwrap();
-        RelayCommand { child, stdout, addr, _home: home }
-    }
-
-    /// Sends SIGTERM and returns the exit status, the remaining stdout and all of stderr.
-    pub async fn terminate(mut self) -> (std::process::ExitStatus, String, String) {
-        let pid = rustix::process::Pid::from_raw(self.child.id().unwrap() as i32).unwrap();
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-        let mut rest = String::new();
-        while let Some(line) = timeout(WAIT, self.stdout.next_line()).await.unwrap().unwrap() {
-            rest.push_str(&line);
-            rest.push('\n');
-        }
-        let mut stderr = String::new();
-        self.child.stderr.take().unwrap().read_to_string(&mut stderr).await.unwrap();
-        let status = timeout(WAIT, self.child.wait()).await.unwrap().unwrap();
-        (status, rest, stderr)
-    }
-}
-
 #[tokio::test]
 async fn relay_command_announces_its_address_relays_and_stops_on_sigterm() {
     let token = "cmd-relay-token-7d2e";

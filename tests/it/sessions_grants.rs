@@ -9,7 +9,7 @@ use voxa::config::Config;
 use voxa::protocol::{DecidedBy, Decision, Event, GrantScope};
 use voxa::sessions::StartRequest;
 
-use crate::sessions::{approval_id, is_approval, is_turn_end, until, whole_log, Rig};
+use crate::support::agents::{approval_id, is_approval, is_turn_end, until, whole_log, Rig};
 use crate::support::fake_model::Reply;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

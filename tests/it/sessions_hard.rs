@@ -14,7 +14,7 @@ use tempfile::TempDir;
 use crate::support::fake_model::{user_text, FakeModel, Reply};
 use voxa::net::dial::ClientSocket;
 
-use crate::sessions::{agent_env, agents_bin};
+use crate::support::agents::{agent_env, agents_bin};
 use crate::support::harness::{connect, recv_json, say_hello, send};
 use crate::support::{voxa_cmd, RunningVoxa};
 

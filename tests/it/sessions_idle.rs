@@ -9,7 +9,7 @@ use voxa::config::{Config, SessionSettings};
 use voxa::protocol::{Event, SessionState};
 use voxa::sessions::StartRequest;
 
-use crate::sessions::{is_turn_end, until, whole_log, Rig};
+use crate::support::agents::{is_turn_end, until, whole_log, Rig};
 use crate::support::fake_model::{user_text, Reply};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,10 +11,10 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::sessions::agents_bin;
-use crate::sessions_web::Laptop;
+use crate::support::agents::agents_bin;
 use crate::support::browser::{Browser, Scheme};
 use crate::support::fake_model::{FakeModel, Reply};
+use crate::support::laptop::Laptop;
 
 const CONVERSATION: &str = "#agent-conversation";
 

@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use voxa::config::{AgentCommand, Narrate};
 
-use crate::gemini::{Phone, KEY};
-use crate::live::{hosting_relay, start_call, Page};
+use crate::support::audit::audit_lines;
 use crate::support::fake_gemini::{Event, FakeGemini, FakeOptions, Kind};
 use crate::support::harness::*;
+use crate::support::live::{hosting_relay, start_call, Page};
+use crate::support::phone::{Phone, KEY};
 
 /// Configured agents: one that answers every turn with the same line, one that fails, one slow.
 fn with_agents(config: &mut voxa::config::Config) {
@@ -363,7 +364,7 @@ async fn a_call_the_relay_hosts_is_told_steers_and_briefs_through_the_page_and_i
     let brief = model_calls(&mut fake, conn, "fc-brief", "brief", json!({})).await;
     let digest = brief["response"]["output"]["digest"].as_str().unwrap_or_else(|| panic!("{brief}"));
     assert!(digest.contains("\"Tidy the tests\" (tidy)"), "{digest}");
-    let records = crate::live::audit(&agent);
+    let records = audit_lines(&agent);
     assert!(records.iter().any(|r| r["tool"] == "brief" && r["caller"] == "gemini-hosted"), "{records:?}");
     agent.agent.stop().await;
 }

@@ -11,54 +11,14 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::run::start_run_with_env;
-use crate::sessions::{agent_env, agents_bin};
+use crate::support::agents::agents_bin;
 use crate::support::browser::{Browser, Scheme};
 use crate::support::fake_model::{FakeModel, Reply};
 use crate::support::harness::TestRelay;
-use crate::support::RunningVoxa;
+use crate::support::laptop::Laptop;
 
 /// The answer the model gives once the file is written: markdown, and HTML meant to run.
 const ANSWER: &str = "## Notes written\n\nI wrote `notes.md` with:\n\n- a **greeting**\n- a list\n\n```sh\ncat notes.md\n```\n\nHostile: <img src=x onerror=\"window.__pwned=1\"> and <script>window.__pwned=2</script> end.";
-
-/// `voxa run --embedded-relay` whose coding agents are the real CLI against `model`.
-pub(crate) struct Laptop {
-    pub run: RunningVoxa,
-    pub link: String,
-    pub home: std::path::PathBuf,
-    pub workspace: std::path::PathBuf,
-    _dirs: (tempfile::TempDir, tempfile::TempDir),
-    _claude_home: tempfile::TempDir,
-}
-
-impl Laptop {
-    pub fn start(bin: &Path, model: &FakeModel) -> Laptop {
-        Self::start_with(bin, model, &["--embedded-relay"])
-    }
-
-    /// The same, with `voxa run`'s arguments.
-    pub fn start_with(bin: &Path, model: &FakeModel, args: &[&str]) -> Laptop {
-        let claude_home = tempfile::tempdir().unwrap();
-        let env: Vec<(String, String)> = agent_env(bin, claude_home.path(), model)
-            .into_iter()
-            .map(|(key, value)| (key.to_string_lossy().into_owned(), value.to_string_lossy().into_owned()))
-            .collect();
-        let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (key.as_str(), value.as_str())).collect();
-        let (mut run, home, dirs) = start_run_with_env(args, &env);
-        let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
-        let workspace = dirs.1.path().canonicalize().unwrap();
-        Laptop { run, link, home, workspace, _dirs: dirs, _claude_home: claude_home }
-    }
-
-    /// A new pairing link for another browser: `voxa pair` beside the running agent prints the link
-    /// of the relay it dials, with a ticket of its own (a link's ticket works once).
-    pub fn another_link(&self) -> String {
-        let out = crate::support::voxa(&self.home, &["pair", "--json"]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        value["url"].as_str().unwrap().to_owned()
-    }
-}
 
 /// Text of the open session's conversation.
 const CONVERSATION: &str = "#agent-conversation";

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::support::browser::Browser;
 use crate::support::harness::*;
-use crate::terminal::Watcher;
+use crate::support::terminal::Watcher;
 
 /// The text xterm.js shows in its rows.
 const ROWS: &str = "#shell-screen .xterm-rows";

@@ -180,7 +180,7 @@ fn fragment_param(url: &str, name: &str) -> Option<String> {
 
 #[test]
 fn voxa_pair_prints_a_new_ticket_each_time_and_never_the_token_in_its_text() {
-    let (_dir, home) = crate::run::fresh_home();
+    let (_dir, home) = crate::support::run::fresh_home();
     let first: Value = serde_json::from_slice(&voxa(&home, &["pair", "--json"]).stdout).unwrap();
     let again: Value = serde_json::from_slice(&voxa(&home, &["pair", "--json"]).stdout).unwrap();
     let token = first["token"].as_str().unwrap().to_owned();
@@ -206,7 +206,7 @@ fn voxa_pair_prints_a_new_ticket_each_time_and_never_the_token_in_its_text() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agents_log_holds_neither_the_ticket_nor_the_token_through_a_use_and_a_refusal() {
-    let (dir, home) = crate::run::fresh_home();
+    let (dir, home) = crate::support::run::fresh_home();
     let workspace = tempfile::tempdir().unwrap();
     let mut cmd = voxa_cmd(&home);
     cmd.env("RUST_LOG", "trace").args(["run", "--json", "--relay", "http://127.0.0.1:1", "--workspace"]);
@@ -239,8 +239,8 @@ async fn the_agents_log_holds_neither_the_ticket_nor_the_token_through_a_use_and
 /// refused, and a second browser opening the same link is told why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_pairs_from_a_ticket_link_and_its_profile_holds_the_token_only_in_the_origins_storage() {
-    use crate::web_pairing::{files_holding, history_urls_holding};
-    let Some(scene) = crate::web::Scene::start().await else { return };
+    use crate::support::profile::{files_holding, history_urls_holding};
+    let Some(scene) = crate::support::scene::Scene::start().await else { return };
     let home = Home::at(scene.home.path().join("voxa"));
     let ticket = voxa::tickets::issue(&home).unwrap().secret.expose().to_owned();
     let (code, token) = (scene.code().to_owned(), scene.token().to_owned());
@@ -249,7 +249,7 @@ async fn chromium_pairs_from_a_ticket_link_and_its_profile_holds_the_token_only_
     scene.browser.wait_connection("online").await;
     scene.browser.type_into("Command", "echo paired-by-ticket").await;
     scene.browser.press("Run").await;
-    scene.browser.wait_text(crate::web::TERMINAL, "the command", |t| t.contains("paired-by-ticket\n")).await;
+    scene.browser.wait_text(crate::support::scene::TERMINAL, "the command", |t| t.contains("paired-by-ticket\n")).await;
     let stored = scene.browser.script("return localStorage.getItem('voxa.pairings')", vec![]).await;
     let stored = stored.as_str().unwrap_or_default();
     assert!(stored.contains(&token) && !stored.contains(&ticket), "the pairing is stored with its token: {stored}");
@@ -265,7 +265,7 @@ async fn chromium_pairs_from_a_ticket_link_and_its_profile_holds_the_token_only_
     assert!(said.contains("this link was used already — run voxa pair for a new one"), "{said}");
     other.close().await;
 
-    let crate::web::Scene { browser, relay, mut agent, .. } = scene;
+    let crate::support::scene::Scene { browser, relay, mut agent, .. } = scene;
     let profile = browser.quit().await;
     if let Some(agent) = agent.take() {
         agent.stop().await;

@@ -2,10 +2,8 @@
 //! attacks on it.
 
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -17,6 +15,8 @@ use voxa::audit::Audit;
 use voxa::config::{AgentCommand, Config, Policy};
 use voxa::protocol::{ErrorCode, ToolError, OUTPUT_CAP};
 use voxa::tools::{Dispatcher, ToolOutput, ToolRequest, Toolbox, ToolboxOptions};
+
+use crate::support::xvfb::Xvfb;
 
 /// A workspace inside a temporary directory, a sibling directory outside it, and the dispatcher
 /// of a toolbox there.
@@ -706,63 +706,6 @@ async fn configured_text_agents_run_with_the_prompt_in_place() {
 
 // ---------------------------------------------------------------------------------------------
 // screenshot
-
-/// An Xvfb server on a free display, stopped when dropped.
-pub struct Xvfb {
-    child: Child,
-    pub display: String,
-}
-
-impl Xvfb {
-    /// A virtual X server, or `None` (with a note on stderr) where Xvfb is not installed outside
-    /// CI, so `cargo test` passes on a machine with only the Rust toolchain. Under CI (`CI` set,
-    /// as `.ci/run` runs, after installing it) a missing Xvfb fails the test.
-    pub fn start(screen: &str) -> Option<Xvfb> {
-        let spawned = Command::new("Xvfb")
-            .args(["-displayfd", "1", "-screen", "0", screen, "-nolisten", "tcp", "-noreset"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn();
-        let mut child = match spawned {
-            Ok(child) => child,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                let advice = "Xvfb is not installed: install xvfb (apt-get install xvfb) to run the screenshot tests";
-                if std::env::var_os("CI").is_some() {
-                    panic!("{advice}");
-                }
-                eprintln!("skipped: {advice}");
-                return None;
-            }
-            Err(err) => panic!("could not start Xvfb: {err}"),
-        };
-        // Xvfb writes the display number it chose once it accepts connections. `-noreset` keeps
-        // it from resetting (and forgetting the painted background) when xsetroot disconnects.
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let number = line.trim();
-        assert!(!number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()), "Xvfb did not start: {line:?}");
-        Some(Xvfb { display: format!(":{number}"), child })
-    }
-
-    /// Paints the root window; false when `xsetroot` is not installed.
-    pub fn paint(&self, colour: &str) -> bool {
-        match Command::new("xsetroot").args(["-display", &self.display, "-solid", colour]).status() {
-            Ok(status) => {
-                assert!(status.success(), "xsetroot failed");
-                true
-            }
-            Err(_) => false,
-        }
-    }
-}
-
-impl Drop for Xvfb {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn decode_png(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
     let decoder = png::Decoder::new(std::io::Cursor::new(bytes));

@@ -13,9 +13,11 @@ use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
-use crate::run::start_run_with_env;
 use crate::support::browser::{Browser, Scheme, VIEWPORT};
 use crate::support::harness::*;
+use crate::support::pictures::save_picture;
+use crate::support::run::start_run_with_env;
+use crate::support::scene::{Scene, SMALL_CONTROLS, TERMINAL};
 use crate::support::voxa_cmd;
 
 // ---------------------------------------------------------------------------------------------
@@ -366,106 +368,6 @@ fn every_file_of_the_web_client_is_served() {
 // ---------------------------------------------------------------------------------------------
 // In the browser
 
-/// A relay and an agent in this process, and a browser.
-pub(crate) struct Scene {
-    pub(crate) relay: TestRelay,
-    pub(crate) home: tempfile::TempDir,
-    pub(crate) workspace: tempfile::TempDir,
-    pub(crate) secrets: voxa::state::Secrets,
-    pub(crate) agent: Option<voxa::agent::RunningAgent>,
-    pub(crate) browser: Browser,
-}
-
-impl Scene {
-    pub(crate) async fn start() -> Option<Scene> {
-        Self::start_with(Scheme::Light).await
-    }
-
-    pub(crate) async fn start_with(scheme: Scheme) -> Option<Scene> {
-        let browser = Browser::start_with(scheme).await?;
-        let relay = TestRelay::start().await;
-        let (home, workspace) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let (_, secrets) = options(&home, &workspace, None);
-        let mut scene = Scene { relay, home, workspace, secrets, agent: None, browser };
-        scene.start_agent().await;
-        Some(scene)
-    }
-
-    /// Starts the agent on this scene's home, as `voxa run` after a laptop restart would.
-    pub(crate) async fn start_agent(&mut self) {
-        let (options, secrets) = options(&self.home, &self.workspace, Some(self.relay.url()));
-        self.secrets = secrets;
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let agent = voxa::agent::start(options, listener, CancellationToken::new()).await.unwrap();
-        self.agent = Some(agent);
-    }
-
-    pub(crate) async fn stop_agent(&mut self) {
-        if let Some(agent) = self.agent.take() {
-            agent.stop().await;
-        }
-    }
-
-    pub(crate) fn code(&self) -> &str {
-        self.secrets.relay_code.expose()
-    }
-
-    pub(crate) fn token(&self) -> &str {
-        self.secrets.auth_token.expose()
-    }
-
-    /// The pairing link as voxa prints it: the secrets in the fragment, which the browser never sends.
-    pub(crate) fn link(&self) -> String {
-        format!("http://{}/#code={}&token={}", self.relay.addr, self.code(), self.token())
-    }
-
-    /// The link older versions printed (and their QR codes still hold): the secrets in the query.
-    pub(crate) fn old_link(&self) -> String {
-        format!("http://{}/?code={}&token={}", self.relay.addr, self.code(), self.token())
-    }
-
-    pub(crate) fn loopback(&self) -> SocketAddr {
-        self.agent.as_ref().expect("the agent runs").loopback
-    }
-
-    /// Opens the pairing link, adds the laptop, and waits for "online".
-    pub(crate) async fn open_online(&self) {
-        self.browser.pair(&self.link()).await;
-        self.browser.wait_connection("online").await;
-    }
-
-    pub(crate) fn workspace(&self) -> &Path {
-        self.workspace.path()
-    }
-
-    pub(crate) async fn close(mut self) {
-        self.stop_agent().await;
-        self.browser.close().await;
-    }
-}
-
-/// Another machine's agent on the same relay, with one file in its workspace.
-pub(crate) struct Machine {
-    pub(crate) home: tempfile::TempDir,
-    _workspace: tempfile::TempDir,
-    pub(crate) secrets: voxa::state::Secrets,
-    pub(crate) agent: voxa::agent::RunningAgent,
-}
-
-impl Machine {
-    pub(crate) async fn start(relay: &TestRelay, file: &str) -> Machine {
-        let (home, workspace) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        std::fs::write(workspace.path().join(file), file).unwrap();
-        let (options, secrets) = options(&home, &workspace, Some(relay.url()));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let agent = voxa::agent::start(options, listener, CancellationToken::new()).await.unwrap();
-        Machine { home, _workspace: workspace, secrets, agent }
-    }
-}
-
-/// Text of the terminal output, as shown.
-pub(crate) const TERMINAL: &str = "#commands-out";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pairing_link_in_the_fragment_goes_online_and_leaves_no_token_in_the_address_bar() {
     let Some(scene) = Scene::start().await else { return };
@@ -588,19 +490,6 @@ async fn every_control_has_the_accessible_name_of_the_contract() {
     browser.control("button", "Screenshot").await;
     scene.close().await;
 }
-
-/// Displayed controls smaller than a fingertip (44 × 44 CSS px): "id-or-text width×height".
-/// A checkbox counts by its label, which is what takes the tap.
-pub(crate) const SMALL_CONTROLS: &str = "const small = [];
-    for (const el of document.querySelectorAll('button, a[href], select, input, textarea, summary')) {
-      const target = el.matches('input[type=checkbox]') ? el.closest('label') : el;
-      if (!target || target.getClientRects().length === 0) continue;
-      const r = target.getBoundingClientRect();
-      if (r.width < 44 || r.height < 44) {
-        small.push(`${el.id || el.textContent.trim()} ${Math.round(r.width)}×${Math.round(r.height)}`);
-      }
-    }
-    return small;";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_control_is_big_enough_for_a_finger_and_the_tabs_stay_in_reach() {
@@ -862,7 +751,7 @@ async fn a_laptop_that_cannot_prove_the_pairing_is_not_your_laptop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_relay_link_opens_the_client_and_a_screenshot_is_shown_at_its_size() {
-    let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") else { return };
+    let Some(xvfb) = crate::support::xvfb::Xvfb::start("320x200x24") else { return };
     let Some(browser) = Browser::start().await else { return };
     let (mut run, _home, _dirs) = start_run_with_env(&["--embedded-relay"], &[("DISPLAY", &xvfb.display)]);
     let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
@@ -963,7 +852,7 @@ async fn voxa_open_prints_the_loopback_link_and_the_page_works_from_it() {
 /// Written to `docs/` when `VOXA_DOCS_SCREENSHOTS` is set, else to a temporary directory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pictures_of_the_real_page_at_phone_size() {
-    let Some(xvfb) = crate::tools::Xvfb::start("1280x800x24") else { return };
+    let Some(xvfb) = crate::support::xvfb::Xvfb::start("1280x800x24") else { return };
     // A patterned desktop, so the screenshot shows what it is.
     let _ = std::process::Command::new("xsetroot")
         .args(["-display", &xvfb.display, "-mod", "16", "16", "-fg", "#4d6fa8", "-bg", "#2e4a78"])
@@ -1065,13 +954,6 @@ async fn machine_sheet(browser: &Browser, out: &Path, name: &str, ask: bool) {
     }
     browser.press("Done").await;
     browser.wait_script("the sheet to close", "return !document.getElementById('machines').open;").await;
-}
-
-pub async fn save_picture(browser: &Browser, dir: &Path, name: &str) {
-    let png = browser.screenshot().await;
-    let info = png::Decoder::new(std::io::Cursor::new(&png)).read_info().unwrap().info().clone();
-    assert_eq!((info.width, info.height), VIEWPORT, "{name}");
-    std::fs::write(dir.join(name), png).unwrap();
 }
 
 /// A private relay (one with a relay token) works from a browser: the page carries the token from

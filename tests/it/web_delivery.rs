@@ -12,7 +12,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::harness::*;
-use crate::web::Scene;
+use crate::support::mitm::altering_front;
+use crate::support::scene::Scene;
 
 /// Status, headers (lowercase names) and body of one answer read off `stream`: the head byte by
 /// byte, then `Content-Length` bytes, so the next answer stays unread.
@@ -240,7 +241,7 @@ async fn the_service_worker_serves_a_hashed_file_only_when_its_bytes_match_its_n
     let Some(browser) = crate::support::browser::Browser::start().await else { return };
     let relay = TestRelay::start().await;
     let altered = hashed("/js/files/panel.js");
-    let front = crate::sealed_web::altering_front(relay.addr, altered).await;
+    let front = altering_front(relay.addr, altered).await;
     browser.open(&format!("http://{front}/")).await;
     browser.wait_script("the service worker in control", "return !!navigator.serviceWorker.controller;").await;
     let fetch = |path: &str| {

@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
@@ -15,7 +14,9 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::support::browser::Scheme;
 use crate::support::harness::*;
-use crate::web::{save_picture, Machine, Scene, TERMINAL};
+use crate::support::pictures::{pictures_dir, save_picture};
+use crate::support::profile::{files_holding, history_urls_holding};
+use crate::support::scene::{Machine, Scene, TERMINAL};
 
 /// The WebSocket frames a page sent on each `/ws?code=…` socket through a front, by code.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -197,35 +198,6 @@ async fn the_links_secrets_leave_the_address_before_the_page_has_a_body() {
     scene.close().await;
 }
 
-/// Files under `dir` whose bytes hold `needle`, as paths from `dir`.
-pub(crate) fn files_holding(dir: &Path, needle: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(at) = pending.pop() {
-        for entry in std::fs::read_dir(&at).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if std::fs::read(&path)
-                .is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle.as_bytes()))
-            {
-                found.push(path.strip_prefix(dir).unwrap().to_string_lossy().into_owned());
-            }
-        }
-    }
-    found.sort();
-    found
-}
-
-/// Every URL of Chromium's `History` database (rusqlite, the browser gone) that holds `needle`.
-pub(crate) fn history_urls_holding(profile: &Path, needle: &str) -> Vec<(String, String)> {
-    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
-    let db = rusqlite::Connection::open_with_flags(profile.join("Default/History"), flags).unwrap();
-    let mut rows = db.prepare("SELECT url, title FROM urls").unwrap();
-    let urls = rows.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))).unwrap();
-    urls.map(Result::unwrap).filter(|(url, _)| url.contains(needle)).collect()
-}
-
 /// What the page can and cannot keep out of the browser's profile. The page takes the link out of
 /// the address before it has a body (above), keeps the relay pairing in the origin's storage on
 /// purpose, and writes it nowhere else; but Chromium writes the address it navigated to into
@@ -272,14 +244,6 @@ async fn chromium_records_the_opened_link_in_its_profile_before_the_page_runs_an
         })
         .collect();
     assert!(code_elsewhere.is_empty(), "{code_elsewhere:?}");
-}
-
-/// Where pictures go: docs/ when `VOXA_DOCS_SCREENSHOTS` is set, else `scratch`.
-pub(crate) fn pictures_dir(scratch: &Path) -> std::path::PathBuf {
-    match std::env::var_os("VOXA_DOCS_SCREENSHOTS") {
-        Some(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("docs"),
-        None => scratch.to_owned(),
-    }
 }
 
 /// The question at 390×844 in both schemes: a stranger's laptop named like the one in use.

@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 
 use crate::support::browser::{Browser, Scheme};
 use crate::support::harness::*;
-use crate::web::{Machine, Scene, SMALL_CONTROLS, TERMINAL};
+use crate::support::scene::{Machine, Scene, SMALL_CONTROLS, TERMINAL};
 
 /// How long a test waits for the page to come back by itself after a relay restart: its backoff
 /// (full jitter, doubling to 30 s) and the agent's may each take their longest wait.

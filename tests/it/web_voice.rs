@@ -15,11 +15,11 @@ use voxa::hosted::{Hosting, LiveConfig};
 use voxa::relay::RelayConfig;
 use voxa::secret::Secret;
 
-use crate::gemini::expect_tool_responses;
-use crate::run::start_run_with_config;
-use crate::support::browser::{tone_wav, Browser, Scheme};
+use crate::support::browser::{browser_with_tone, Browser, Scheme, TONE_HZ};
 use crate::support::fake_gemini::{FakeGemini, FakeOptions, Kind, SetupReply, BAD_KEY_REASON};
 use crate::support::harness::*;
+use crate::support::phone::expect_tool_responses;
+use crate::support::run::start_run_with_config;
 use crate::support::{voxa_bin, RunningVoxa};
 
 /// The laptop's Gemini key (self-hosted mode).
@@ -29,8 +29,6 @@ const RELAY_KEY: &str = "AIzaSy-web-voice-relay-key";
 /// Rate of what the page must send, and of what Gemini sends back.
 const MIC_RATE: f64 = 16000.0;
 const VOICE_RATE: usize = 24000;
-/// The microphone's tone.
-const TONE_HZ: f64 = 440.0;
 
 /// Amplitude of `freq` in `samples` (Goertzel), relative to full scale 1.0.
 fn goertzel(samples: &[f64], freq: f64, rate: f64) -> f64 {
@@ -103,13 +101,6 @@ struct CallScene {
     backend: Backend,
     browser: Browser,
     _scratch: tempfile::TempDir,
-}
-
-/// Chromium whose microphone is the tone, then silence; `None` where Chromium is not installed.
-pub(crate) async fn browser_with_tone(scratch: &tempfile::TempDir, scheme: Scheme) -> Option<Browser> {
-    let wav = scratch.path().join("microphone.wav");
-    tone_wav(&wav, 48000, TONE_HZ, 1.5, 1.5);
-    Browser::with_microphone(&wav, scheme).await
 }
 
 /// `voxa relay` with a key file holding [`RELAY_KEY`], its Gemini being `fake`; waits until it listens.
@@ -200,7 +191,7 @@ impl CallScene {
             if self.host_word() == "relay" { "the relay runs the model and hears this call" } else { "on the laptop" };
         assert_eq!(shown, said);
         // Whoever hosts the call, the page's session stays sealed beside it.
-        assert_eq!(crate::sealed_web::seal_mark(&self.browser).await, "sealed");
+        assert_eq!(crate::support::sealed::seal_mark(&self.browser).await, "sealed");
         conn
     }
 
@@ -492,7 +483,7 @@ async fn call_says_why_when_there_is_no_voice_and_hosted_refusals_are_sentences(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_screenshot_taken_during_a_call_is_shown_in_the_conversation() {
-    let Some(xvfb) = crate::tools::Xvfb::start("320x200x24") else { return };
+    let Some(xvfb) = crate::support::xvfb::Xvfb::start("320x200x24") else { return };
     let mut fake = FakeGemini::start(FakeOptions { setup_reply: SetupReply::Hold, ..FakeOptions::new(KEY) }).await;
     let Some(scene) = CallScene::self_hosted(&fake, Scheme::Light).await else { return };
     let browser = &scene.browser;

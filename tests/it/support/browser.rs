@@ -451,6 +451,16 @@ pub fn tone_wav(path: &std::path::Path, rate: u32, freq: f64, tone_s: f64, silen
     std::fs::write(path, wav).expect("write the WAV");
 }
 
+/// The microphone's tone.
+pub const TONE_HZ: f64 = 440.0;
+
+/// Chromium whose microphone is the tone, then silence; `None` where Chromium is not installed.
+pub(crate) async fn browser_with_tone(scratch: &tempfile::TempDir, scheme: Scheme) -> Option<Browser> {
+    let wav = scratch.path().join("microphone.wav");
+    tone_wav(&wav, 48000, TONE_HZ, 1.5, 1.5);
+    Browser::with_microphone(&wav, scheme).await
+}
+
 impl Drop for Browser {
     fn drop(&mut self) {
         // Chromium and Firefox outlive their driver when nobody ends the session: end their

@@ -1,11 +1,29 @@
-//! Shared test helpers: the `voxa` binary, and a `voxa run` or `voxa relay` child process
-//! whose JSON events are read with a deadline.
+//! The helpers the test files share, one module per concern; a test file imports from here and
+//! never from another test file (`layers::no_test_file_names_another`). This file itself: the
+//! `voxa` binary, and a `voxa run` or `voxa relay` child process whose JSON events are read with a
+//! deadline.
 #![allow(dead_code)]
 
+pub mod agents;
+pub mod audit;
 pub mod browser;
 pub mod fake_gemini;
 pub mod fake_model;
 pub mod harness;
+pub mod laptop;
+pub mod live;
+pub mod logs;
+pub mod mitm;
+pub mod phone;
+pub mod pictures;
+pub mod profile;
+pub mod push;
+pub mod relay;
+pub mod run;
+pub mod scene;
+pub mod sealed;
+pub mod terminal;
+pub mod xvfb;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
