@@ -30,7 +30,7 @@ const GATHER_WAIT: Duration = Duration::from_millis(1);
 /// How long a reader gathering a frame lets the program write after a read that found the PTY
 /// nearly empty (the reader keeping up with the program), before it looks again: the next read
 /// then takes what the program wrote meanwhile instead of a line or two.
-const GATHER_NAP: Duration = Duration::from_micros(250);
+const GATHER_NAP: Duration = Duration::from_micros(100);
 /// Longest a frame is gathered from its first read: a program writing slowly still shows within
 /// this.
 const GATHER_SPAN: Duration = Duration::from_millis(4);
