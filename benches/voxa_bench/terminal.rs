@@ -162,21 +162,23 @@ impl Phone {
         samples
     }
 
-    /// Enter → the end mark of a `plan.flood` flood; the bytes that arrived and the seconds.
-    async fn flood(&mut self, plan: &Plan) -> (u64, f64) {
+    /// Enter → the end mark of a `plan.flood` flood; the bytes that arrived, the seconds, and
+    /// the `term_output` frames that carried them.
+    async fn flood(&mut self, plan: &Plan) -> (u64, f64, u64) {
         let term = self.open(&flood_command(plan.flood)).await;
         let started = Instant::now();
         self.send_call("term_input", json!({"term": term, "data": "\r"})).await;
-        let (mut bytes, mut tail) = (0u64, Vec::new());
+        let (mut bytes, mut frames, mut tail) = (0u64, 0u64, Vec::new());
         while !contains(&tail, END_MARK) {
             if let Seen::Output(data) = self.next().await {
                 bytes += data.len() as u64;
+                frames += 1;
                 keep_tail(&mut tail, &data);
             }
         }
         let seconds = started.elapsed().as_secs_f64();
         self.close(&term).await;
-        (bytes, seconds)
+        (bytes, seconds, frames)
     }
 }
 
@@ -257,17 +259,19 @@ impl DirectPty {
         samples
     }
 
-    fn flood(plan: &Plan) -> (u64, f64) {
+    /// The bytes, the seconds and the reads that returned them.
+    fn flood(plan: &Plan) -> (u64, f64, u64) {
         let mut pty = DirectPty::open(&flood_command(plan.flood));
         let started = Instant::now();
         pty.type_in(b"\r");
-        let (mut bytes, mut tail) = (0u64, Vec::new());
+        let (mut bytes, mut reads, mut tail) = (0u64, 0u64, Vec::new());
         while !contains(&tail, END_MARK) {
             let data = pty.read();
             bytes += data.len() as u64;
+            reads += 1;
             keep_tail(&mut tail, data);
         }
-        (bytes, started.elapsed().as_secs_f64())
+        (bytes, started.elapsed().as_secs_f64(), reads)
     }
 }
 
@@ -278,11 +282,13 @@ impl Drop for DirectPty {
     }
 }
 
-/// One flood: the bytes that arrived, the seconds it took, and the CPU seconds it cost each
-/// process counted (the agent and the relay; the reader itself for the floor).
+/// One flood: the bytes that arrived, the seconds it took, the pieces they came in (frames, or
+/// the floor's reads), and the CPU seconds it cost each process counted (the agent and the relay;
+/// the reader itself for the floor).
 struct Flood {
     bytes: u64,
     seconds: f64,
+    pieces: u64,
     cpu: Vec<f64>,
 }
 
@@ -292,11 +298,11 @@ fn cpu_seconds(pids: &[u32]) -> Vec<f64> {
 }
 
 /// Runs `flood` and counts the CPU `pids` spent on it.
-fn counted(pids: &[u32], flood: impl FnOnce() -> (u64, f64)) -> Flood {
+fn counted(pids: &[u32], flood: impl FnOnce() -> (u64, f64, u64)) -> Flood {
     let before = cpu_seconds(pids);
-    let (bytes, seconds) = flood();
+    let (bytes, seconds, pieces) = flood();
     let cpu = cpu_seconds(pids).iter().zip(before).map(|(after, before)| after - before).collect();
-    Flood { bytes, seconds, cpu }
+    Flood { bytes, seconds, pieces, cpu }
 }
 
 /// Keystroke samples and floods of one path.
@@ -314,12 +320,17 @@ impl Figures {
         format!("p50 {p50:.0} µs, p99 {p99:.0} µs")
     }
 
-    /// The median flood's rate, with the bytes one run moved.
-    fn throughput(&self) -> String {
+    /// The median flood's rate, with the bytes one run moved and the median size of the pieces
+    /// (`piece`: frames, or reads) they came in.
+    fn throughput(&self, piece: &str) -> String {
         let bytes = self.floods.first().map_or(0, |flood| flood.bytes);
         let mut rates: Vec<f64> = self.floods.iter().map(|flood| flood.bytes as f64 / MIB / flood.seconds).collect();
         let (median, _) = percentiles(&mut rates);
-        format!("{median:.0} MiB/s ({:.1} MiB, median of {})", bytes as f64 / MIB, self.floods.len())
+        let mut sizes: Vec<f64> =
+            self.floods.iter().map(|flood| flood.bytes as f64 / 1024.0 / flood.pieces.max(1) as f64).collect();
+        let (size, _) = percentiles(&mut sizes);
+        let runs = self.floods.len();
+        format!("{median:.0} MiB/s ({:.1} MiB, median of {runs}; {size:.1} KiB a {piece})", bytes as f64 / MIB)
     }
 
     /// Median CPU milliseconds per MiB of output of the `which`-th process counted.
@@ -357,9 +368,9 @@ pub fn run(report: &mut Report, measuring: bool) {
     report.add(AREA, "keystroke → echo through the relay (sealed)", relayed.latency(), "");
     report.add(AREA, "keystroke → echo on the loopback socket (sealed)", loopback.latency(), "");
     report.add(AREA, "keystroke → echo, floor: the same PTY read directly", direct.latency(), "");
-    report.add(AREA, "output through the relay, acknowledged per frame", relayed.throughput(), "");
-    report.add(AREA, "output on the loopback socket, acknowledged per frame", loopback.throughput(), "");
-    report.add(AREA, "output, floor: the same PTY read directly", direct.throughput(), "");
+    report.add(AREA, "output through the relay, acknowledged per frame", relayed.throughput("frame"), "");
+    report.add(AREA, "output on the loopback socket, acknowledged per frame", loopback.throughput("frame"), "");
+    report.add(AREA, "output, floor: the same PTY read directly", direct.throughput("read"), "");
     let cpu = format!(
         "agent {:.1} ms / relay {:.1} ms through the relay; agent {:.1} ms on loopback; floor reader {:.1} ms",
         relayed.cpu_per_mib(0),

@@ -8,7 +8,7 @@ use std::os::fd::RawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use portable_pty::{Child, CommandBuilder, MasterPty, PtySize};
 use tokio::sync::mpsc;
@@ -25,8 +25,15 @@ const READ_POLL: Duration = Duration::from_millis(200);
 /// A read this large suggests more is on its way (one read of a PTY returns at most the kernel's
 /// line buffer, 4,095 bytes on Linux).
 const FULL_READ: usize = 2048;
-/// How long a reader that found the PTY full waits for the rest of a frame.
+/// How long a reader gathering a frame waits for more output before it sends what it has.
 const GATHER_WAIT: Duration = Duration::from_millis(1);
+/// How long a reader gathering a frame lets the program write after a read that found the PTY
+/// nearly empty (the reader keeping up with the program), before it looks again: the next read
+/// then takes what the program wrote meanwhile instead of a line or two.
+const GATHER_NAP: Duration = Duration::from_micros(100);
+/// Longest a frame is gathered from its first read: a program writing slowly still shows within
+/// this.
+const GATHER_SPAN: Duration = Duration::from_millis(4);
 
 /// A started terminal: where its output arrives, where input goes, and its program.
 pub(super) struct Spawned {
@@ -98,17 +105,22 @@ pub(super) fn spawn(launch: Launch<'_>) -> Result<Spawned, ToolError> {
 }
 
 /// Reads the terminal until its end, or until it is closed; each read waits for room in
-/// `chunks`, so a terminal nobody keeps up with is not read at all. A read that filled the
-/// kernel's buffer is followed by what else becomes ready within [`GATHER_WAIT`], up to
-/// [`TERM_CHUNK`]: a flood goes in frames of 16 KiB, not of the 4 KiB one read returns, while a
-/// keystroke's echo goes at once.
+/// `chunks`, so a terminal nobody keeps up with is not read at all. A flood goes in frames of
+/// 16 KiB, not of the few lines one read returns when the reader keeps up with the program, while
+/// a keystroke's echo goes at once: a first read that filled most of the kernel's buffer starts a
+/// flood, and while it lasts the reader gathers each frame, taking what becomes ready up to
+/// [`TERM_CHUNK`] and, after a read that found little, first letting the program write for
+/// [`GATHER_NAP`]. A frame goes when it is full or [`GATHER_SPAN`] old, and the flood ends when
+/// nothing comes within [`GATHER_WAIT`].
 fn read_loop(mut reader: Box<dyn Read + Send>, fd: Option<RawFd>, chunks: &mpsc::Sender<Vec<u8>>, stop: &AtomicBool) {
     let mut buf = vec![0u8; TERM_CHUNK];
+    let mut flooding = false;
     while !stop.load(Ordering::Acquire) {
         if !readable(fd, READ_POLL) {
+            flooding = false;
             continue;
         }
-        let (mut filled, mut ended) = (0, false);
+        let (mut filled, mut ended, started) = (0, false, Instant::now());
         loop {
             let read = match reader.read(&mut buf[filled..]) {
                 Ok(0) => {
@@ -124,7 +136,19 @@ fn read_loop(mut reader: Box<dyn Read + Send>, fd: Option<RawFd>, chunks: &mpsc:
                 }
             };
             filled += read;
-            if ended || filled == buf.len() || read < FULL_READ || !readable(fd, GATHER_WAIT) {
+            flooding |= filled >= FULL_READ;
+            let left = GATHER_SPAN.saturating_sub(started.elapsed());
+            if ended || !flooding || filled == buf.len() || left.is_zero() {
+                break;
+            }
+            if read < FULL_READ {
+                std::thread::sleep(GATHER_NAP.min(left));
+            }
+            let wait = GATHER_WAIT.min(left);
+            if !readable(fd, wait) {
+                // Quiet for the whole wait: the flood is over (a frame that only ran out of time
+                // is not).
+                flooding = wait < GATHER_WAIT;
                 break;
             }
         }
@@ -176,4 +200,31 @@ fn signal_number(name: &str) -> i64 {
         .iter()
         .find(|(word, _)| lower.contains(word))
         .map_or(0, |(_, number)| *number)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flood_is_read_in_whole_chunks() {
+        let cwd = std::env::temp_dir();
+        let env = [(OsString::from("PATH"), std::env::var_os("PATH").unwrap_or_default())];
+        // 1 MiB of zeros as base64: 76 columns a line, each line written on its own (the PTY makes
+        // its standard output line-buffered), so a reader that keeps up finds a line or two.
+        let command = "head -c 1048576 /dev/zero | base64";
+        let launch = Launch { command: Some(command), cwd: &cwd, env: &env, cols: 80, rows: 24 };
+        let mut spawned = spawn(launch).unwrap();
+        let mut sizes = Vec::new();
+        while let Some(chunk) = spawned.output.blocking_recv() {
+            sizes.push(chunk.len());
+        }
+        let _ = spawned.child.wait();
+        let total: usize = sizes.iter().sum();
+        // 1,398,104 characters in lines of 76, each ended by CR LF.
+        assert_eq!(total, 1_398_104 + 2 * 1_398_104usize.div_ceil(76), "every byte arrives");
+        assert!(sizes.iter().all(|&size| size <= TERM_CHUNK));
+        let in_whole: usize = sizes.iter().filter(|&&size| size == TERM_CHUNK).sum();
+        assert!(in_whole * 2 >= total, "most of a flood comes in whole chunks: {sizes:?}");
+    }
 }

@@ -293,17 +293,20 @@ impl Terminal {
 }
 
 /// A `term_output` frame, its text written at once: the base64 of the bytes goes straight into
-/// it, with no string of its own and no pass looking for characters to escape (it has none). The
-/// same JSON as [`AgentMessage::TermOutput`] gives.
+/// it in one pass, with no string of its own and no pass looking for characters to escape (it has
+/// none). The same JSON as [`AgentMessage::TermOutput`] gives.
 fn output_frame(term: &str, offset: u64, data: &[u8]) -> Frame {
-    use std::fmt::Write as _;
-    let mut text = String::with_capacity(80 + term.len() + data.len().div_ceil(3) * 4);
-    text.push_str("{\"type\":\"term_output\",\"term\":");
-    text.push_str(&Value::from(term).to_string());
-    let _ = write!(text, ",\"offset\":{offset},\"data\":\"");
-    base64::engine::general_purpose::STANDARD.encode_string(data, &mut text);
-    text.push_str("\"}");
-    Frame::text(text)
+    let head = format!("{{\"type\":\"term_output\",\"term\":{},\"offset\":{offset},\"data\":\"", Value::from(term));
+    // Padded base64: four characters for every three bytes or part of three.
+    let encoded = data.len().div_ceil(3) * 4;
+    let mut text = Vec::with_capacity(head.len() + encoded + 2);
+    text.extend_from_slice(head.as_bytes());
+    text.resize(head.len() + encoded, 0);
+    let written = base64::engine::general_purpose::STANDARD.encode_slice(data, &mut text[head.len()..]).unwrap_or(0);
+    text.truncate(head.len() + written);
+    text.extend_from_slice(b"\"}");
+    // JSON text and base64: always UTF-8 (checked once, over the whole frame).
+    Frame::text(String::from_utf8(text).unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned()))
 }
 
 fn exit_frame(term: &str, code: i64) -> Frame {
