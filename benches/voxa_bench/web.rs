@@ -323,6 +323,9 @@ async fn page_loads(browser: &Browser, agent: &Agent, scheme: &str, samples: usi
         // A first visit: the page proves the laptop and shows its name for "Add this laptop?".
         browser.open(&link).await;
         cold.add(browser, "voxa:introduced").await;
+        if std::env::var_os("VOXA_BENCH_TIMELINE").is_some() {
+            eprintln!("{scheme} first load:\n{}", timeline(browser).await);
+        }
         browser.add_laptop().await;
         browser.wait_connection("online").await;
         // What a first visit leaves (the worker's copy, the HTTP cache) is in place for the reload.
@@ -332,6 +335,17 @@ async fn page_loads(browser: &Browser, agent: &Agent, scheme: &str, samples: usi
         warm.add(browser, "voxa:online").await;
     }
     (cold, warm)
+}
+
+/// The load just made as the page saw it, one line a request and a mark, in ms since navigation:
+/// when each was asked for, answered and done, over which protocol, and its bytes on the wire.
+/// `VOXA_BENCH_TIMELINE=1` prints it for every first visit.
+async fn timeline(browser: &Browser) -> String {
+    let script = "return [...performance.getEntriesByType('navigation'), ...performance.getEntriesByType('resource'), \
+                  ...performance.getEntriesByType('mark')].map((e) => [e.entryType, e.name.replace(/[?#].*/, ''), \
+                  e.startTime, e.requestStart || 0, e.responseStart || 0, e.responseEnd || 0, e.nextHopProtocol || '', \
+                  e.transferSize || 0].map((v) => typeof v === 'number' ? v.toFixed(0) : v).join(' ')).join('\\n');";
+    browser.script(script, vec![]).await.as_str().unwrap_or_default().to_owned()
 }
 
 /// One kind of page load, sample by sample: the time to its mark and what crossed the wire.

@@ -107,8 +107,8 @@ fn substituted_conf(port: u16, relays: &[SocketAddr], dir: &Path) -> String {
         assert!(conf.contains(from), "deploy/nginx/voxa-relay.conf no longer contains {from:?}");
         conf = conf.replace(from, to);
     };
-    replace("listen 443 ssl;", &format!("listen 127.0.0.1:{port} ssl;"));
-    replace("    listen [::]:443 ssl;\n", "");
+    replace("listen 443 ssl http2;", &format!("listen 127.0.0.1:{port} ssl http2;"));
+    replace("    listen [::]:443 ssl http2;\n", "");
     replace("/etc/letsencrypt/live/relay.example.com/fullchain.pem", &dir.join("relay.crt").display().to_string());
     replace("/etc/letsencrypt/live/relay.example.com/privkey.pem", &dir.join("relay.key").display().to_string());
     replace("/var/log/nginx/voxa-relay.access.log", &dir.join("access.log").display().to_string());
@@ -223,6 +223,33 @@ impl Dialer {
         let ws = voxa::seal::Socket::plain(ws);
         Ok(if agent { crate::support::harness::agent_view_of(ws).await } else { ws })
     }
+}
+
+/// A browser offering `h2` gets the page over HTTP/2 from nginx: its modules come over one
+/// connection at once, not in turns of six (docs/PERFORMANCE.md, the first load).
+async fn page_over_http2(tls: &rustls::ClientConfig, port: u16) {
+    let mut tls = tls.clone();
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    let stream =
+        timeout(WAIT, tokio_rustls::TlsConnector::from(Arc::new(tls)).connect(name, tcp)).await.unwrap().unwrap();
+    assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "nginx offers HTTP/2");
+    let (client, connection) = h2::client::handshake(stream).await.unwrap();
+    tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let request = http::Request::get(format!("https://localhost:{port}/")).body(()).unwrap();
+    let (response, _) = client.send_request(request, true).unwrap();
+    let response = timeout(WAIT, response).await.unwrap().unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut page = Vec::new();
+    while let Some(chunk) = timeout(WAIT, body.data()).await.unwrap() {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        page.extend_from_slice(&chunk);
+    }
+    assert!(String::from_utf8_lossy(&page).contains("<title>voxa</title>"), "the page, over HTTP/2");
 }
 
 /// The next text frame (pings are answered by the client while it reads).
@@ -513,6 +540,7 @@ async fn nginx_spreads_pairs_over_three_relays_and_a_killed_relay_costs_only_its
     }
     let addrs: Vec<SocketAddr> = relays.iter().map(|relay| relay.addr).collect();
     let nginx = Nginx::start(&nginx_program, dir.path(), &addrs).await;
+    page_over_http2(&tls, nginx.port).await;
     let dialer = Dialer { connector: tokio_rustls::TlsConnector::from(Arc::new(tls)), port: nginx.port };
 
     // Real agents, one at a time, so each relay's metrics tell where each one landed.

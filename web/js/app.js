@@ -12,6 +12,7 @@
 import { sentence } from './dom.js';
 import * as pairings from './pairings.js';
 import { Session } from './session.js';
+import { dropEarly } from './session/transport.js';
 
 /**
  * @typedef {import('./store.js').Store} Store
@@ -62,6 +63,8 @@ export class App {
       else this.showWelcome(carried instanceof Error ? carried.message : '');
       if (opened) this.ask(opened);
     }
+    // A session started above took the link's early socket if it would open the same.
+    dropEarly();
     await config;
   }
 

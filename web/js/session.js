@@ -18,7 +18,7 @@ import { Calls } from './session/calls.js';
 import { handOn } from './session/events.js';
 import { answerChallenge, importToken, paired, ticketRefusal } from './session/hello.js';
 import { checkHelloOk } from './session/sealed.js';
-import { BROKEN_TEXT, REFUSED_TEXT, Relays, Retry, finalClose, relayProtocols } from './session/transport.js';
+import { BROKEN_TEXT, REFUSED_TEXT, Relays, Retry, finalClose } from './session/transport.js';
 import { Wake, networkBack, networkLost } from './session/wake.js';
 
 /**
@@ -93,7 +93,7 @@ export class Session extends EventTarget {
     this.bytesOut = 0;
     /** The browser's network and the page's visibility, watched while the session runs. @type {Wake | null} */
     this.wake = null;
-    /** The relays the socket goes to in turn, the page's own first. */
+    /** The relays the socket goes to in turn, the page's own first (and the link's early socket). */
     this.relays = new Relays(pairing);
   }
 
@@ -120,6 +120,7 @@ export class Session extends EventTarget {
   stop() {
     this.stopped = true;
     this.retry.cancel();
+    this.relays.drop();
     if (this.wake) this.wake.stop();
     this.calls.failAll({ code: 'offline', message: 'the page left this laptop' });
     if (this.seal) this.seal.end();
@@ -171,6 +172,7 @@ export class Session extends EventTarget {
   finish(state, text) {
     this.final = true;
     this.retry.cancel();
+    this.relays.drop();
     this.goOffline({ code: 'offline', message: text });
     this.setState(state, text);
     if (this.socket) this.socket.close(1000, state);
@@ -182,7 +184,7 @@ export class Session extends EventTarget {
     this.setState('connecting', this.pairing.kind === 'relay' ? 'connecting to the relay…' : 'connecting…');
     let socket;
     try {
-      socket = new WebSocket(this.relays.url(), relayProtocols(this.pairing));
+      socket = this.relays.open();
     } catch {
       this.retry.schedule();
       return;
@@ -253,10 +255,7 @@ export class Session extends EventTarget {
     if (frame) this.onFrame(frame).catch(() => {});
   }
 
-  /**
-   * What the server that served the page offers (`/config`), which may come after the socket opened.
-   * @param {{relay_token?: boolean}} offer
-   */
+  /** What the page's server offers (`/config`, perhaps after the socket opened). @param {{relay_token?: boolean}} offer */
   offered(offer) {
     this.tokenMissing = this.pairing.kind === 'relay' && !this.pairing.relayToken && offer.relay_token === true;
   }

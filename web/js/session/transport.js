@@ -36,6 +36,15 @@ export function socketUrl(pairing, relay) {
   return `${scheme}//${location.host}${path}`;
 }
 
+/** The link's socket (address.js) and what it heard. @typedef {{address: string, protocols: string, socket: WebSocket, heard: MessageEvent[]}} EarlySocket */
+const page = /** @type {{voxaEarlySocket?: EarlySocket}} */ (globalThis);
+
+/** Closes the link's early socket if no session took it. */
+export function dropEarly() {
+  page.voxaEarlySocket?.socket.close(1000, 'not-used');
+  delete page.voxaEarlySocket;
+}
+
 /** How long a relay of a pairing with others may answer without the laptop before the next is tried. */
 const ABSENT_MS = 5000;
 
@@ -50,6 +59,32 @@ export class Relays {
     /** Base URLs; `''` is the page's own origin. */
     this.list = ['', ...(pairing.kind === 'relay' && pairing.relays) || []];
     this.at = 0;
+    /** The link's socket, if it goes where this pairing's first would. */
+    const early = page.voxaEarlySocket;
+    this.early = early && early.address === this.url() && early.protocols === relayProtocols(pairing).join(',') ? early : null;
+    if (this.early) delete page.voxaEarlySocket;
+  }
+
+  /** The early socket while open or opening (what it heard replayed once handlers are set), else a new one. */
+  open() {
+    const early = this.early;
+    this.early = null;
+    if (!early || early.socket.readyState > WebSocket.OPEN) {
+      early?.socket.close(1000, 'not-used');
+      return new WebSocket(this.url(), relayProtocols(this.pairing));
+    }
+    const { socket, heard } = early;
+    queueMicrotask(() => {
+      if (socket.readyState === WebSocket.OPEN) socket.dispatchEvent(new Event('open'));
+      for (const { data } of heard) socket.dispatchEvent(new MessageEvent('message', { data }));
+    });
+    return socket;
+  }
+
+  /** The session ended before its first socket: the early one is closed. */
+  drop() {
+    this.early?.socket.close(1000, 'not-used');
+    this.early = null;
   }
 
   /** The session socket's address on the relay in use. */
