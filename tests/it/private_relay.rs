@@ -1,5 +1,6 @@
 //! A team's private relay (one started with a relay token) from a phone's browser, with the link
-//! `voxa run` prints: the real relay, the real `voxa run` and headless Chromium.
+//! `voxa run` prints, and the link's socket the page opens while it loads: the real relay, the
+//! real `voxa run` and headless Chromium.
 
 use crate::support::browser::Browser;
 use crate::support::harness::*;
@@ -92,6 +93,31 @@ async fn a_links_socket_opens_while_the_page_loads_and_its_session_takes_it_over
     let made = sockets(&browser).await;
     assert_eq!(made.len(), 1, "one socket: {made:?}");
     assert!(made[0].0.starts_with("address.") && made[0].1 == 1, "address.js's, open: {made:?}");
+    browser.close().await;
+    run.stop();
+}
+
+/// On a network so slow that the page's modules take longer than the laptop's hello deadline, the
+/// laptop refuses the session on the early socket and the page connects again and goes online.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_slower_than_the_hello_deadline_connects_again_and_goes_online() {
+    let Some(browser) = Browser::start().await else { return };
+    let (_relay, mut run, _kept) = private_relay_and_run().await;
+    let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
+    run.wait_event("relay_connected");
+    browser.cdp("Page.addScriptToEvaluateOnNewDocument", serde_json::json!({ "source": COUNT_SOCKETS })).await;
+    browser.cdp("Network.enable", serde_json::json!({})).await;
+    // 64 kbit/s: the first screen's 90 KiB take about 11 s, past the 5 s deadline.
+    let slow =
+        serde_json::json!({"offline": false, "latency": 0, "downloadThroughput": 8000, "uploadThroughput": 8000});
+    browser.cdp("Network.emulateNetworkConditions", slow).await;
+    browser.open("about:blank").await;
+    browser.pair(&link).await;
+    browser.wait_connection("online").await;
+    let made = sockets(&browser).await;
+    assert_eq!(made.len(), 2, "the early socket and one more: {made:?}");
+    assert!(made[0].0.starts_with("address.") && made[0].1 == 3, "the early one, closed: {made:?}");
+    assert_eq!(made[1], ("module".to_owned(), 1), "{made:?}");
     browser.close().await;
     run.stop();
 }
