@@ -60,16 +60,23 @@ async fn sockets(browser: &Browser) -> Vec<(String, u64)> {
     made.into_iter().map(|(by, state)| (by.rsplit('/').next().unwrap_or_default().to_owned(), state)).collect()
 }
 
+/// A browser whose pages count their sockets ([`COUNT_SOCKETS`]), and `voxa run` on a private
+/// relay, connected, with its pairing link.
+async fn counting_page() -> Option<(Browser, RunningVoxa, String, impl Sized)> {
+    let browser = Browser::start().await?;
+    let (relay, mut run, kept) = private_relay_and_run().await;
+    let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
+    run.wait_event("relay_connected");
+    browser.cdp("Page.addScriptToEvaluateOnNewDocument", serde_json::json!({ "source": COUNT_SOCKETS })).await;
+    Some((browser, run, link, (relay, kept)))
+}
+
 /// A link's session socket opens while the page's modules download (address.js), with the relay
 /// token as the session's own would offer it, and the session takes it over: a first visit makes
 /// one socket, not two. A link the page refuses leaves no socket open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_links_socket_opens_while_the_page_loads_and_its_session_takes_it_over() {
-    let Some(browser) = Browser::start().await else { return };
-    let (_relay, mut run, _kept) = private_relay_and_run().await;
-    let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
-    run.wait_event("relay_connected");
-    browser.cdp("Page.addScriptToEvaluateOnNewDocument", serde_json::json!({ "source": COUNT_SOCKETS })).await;
+    let Some((browser, run, link, _kept)) = counting_page().await else { return };
 
     // A link whose ticket is damaged: the page says so, and the socket it opened early is closed.
     let ticket = link.split("ticket=").nth(1).unwrap().split('&').next().unwrap().to_owned();
@@ -101,11 +108,7 @@ async fn a_links_socket_opens_while_the_page_loads_and_its_session_takes_it_over
 /// laptop refuses the session on the early socket and the page connects again and goes online.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_slower_than_the_hello_deadline_connects_again_and_goes_online() {
-    let Some(browser) = Browser::start().await else { return };
-    let (_relay, mut run, _kept) = private_relay_and_run().await;
-    let link = run.wait_event("pairing")["url"].as_str().unwrap().to_owned();
-    run.wait_event("relay_connected");
-    browser.cdp("Page.addScriptToEvaluateOnNewDocument", serde_json::json!({ "source": COUNT_SOCKETS })).await;
+    let Some((browser, run, link, _kept)) = counting_page().await else { return };
     browser.cdp("Network.enable", serde_json::json!({})).await;
     // 64 kbit/s: the first screen's 90 KiB take about 11 s, past the 5 s deadline.
     let slow =
