@@ -42,6 +42,10 @@ const REVALIDATE: &str = "no-cache";
 
 /// Requests one kept-alive connection may carry (web answers only; an upgrade ends the count).
 pub const KEEP_ALIVE_REQUESTS: usize = 100;
+/// Requests one HTTP/2 connection may carry: a page load and its service worker's copy of every
+/// file are a hundred or more on one connection, and a connection ending under a page's burst of
+/// requests has been seen to fail some of them in Chromium (docs/PROTOCOL.md, "HTTP/2").
+pub const HTTP2_REQUESTS: usize = 1000;
 /// Time a kept-alive connection may wait for its next request.
 pub const KEEP_ALIVE_IDLE: Duration = Duration::from_secs(10);
 

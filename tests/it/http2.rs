@@ -152,3 +152,41 @@ async fn over_tls_one_http2_connection_carries_the_whole_first_screen_at_once_an
     let mut phone = voxa::net::dial::connect(&phone_url, &phone_options).await.unwrap();
     say_hello(&mut phone, agent.token()).await;
 }
+
+/// One HTTP/2 connection carries many page loads (each with its service worker's copy of every
+/// file), and when it reaches its request limit in the middle of a burst it answers every
+/// request it took; one it did not take is refused as not processed (`REFUSED_STREAM`), which a
+/// browser sends again on a new connection. None fails in between.
+#[tokio::test]
+async fn a_connection_at_its_request_limit_answers_what_it_took_and_refuses_the_rest_as_unprocessed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (relay, cert) = tls_relay(dir.path()).await;
+    let client = connect(&relay, &cert).await;
+    let (mut answered, mut refused, mut failed) = (0, 0, Vec::new());
+    // Bursts of 40 requests asked for at once, each read once all are asked, until the relay
+    // has ended the connection.
+    for _ in 0..(voxa::net::web::HTTP2_REQUESTS / 40 + 2) {
+        let mut pending = Vec::new();
+        for _ in 0..40 {
+            let Ok(mut ready) = client.clone().ready().await else { break };
+            let request = http::Request::get("https://localhost/js/dom.js").body(()).unwrap();
+            match ready.send_request(request, true) {
+                Ok((answer, _)) => pending.push(answer),
+                Err(_) => break,
+            }
+        }
+        if pending.is_empty() {
+            break;
+        }
+        for answer in pending {
+            match tokio::time::timeout(STEP, answer).await.expect("an answer in time") {
+                Ok(response) if response.status() == 200 => answered += 1,
+                Err(err) if err.reason() == Some(h2::Reason::REFUSED_STREAM) => refused += 1,
+                Ok(response) => failed.push(format!("status {}", response.status())),
+                Err(err) => failed.push(err.to_string()),
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{answered} answered, {refused} refused, failed: {failed:?}");
+    assert!(answered >= voxa::net::web::HTTP2_REQUESTS, "{answered} answered, {refused} refused");
+}

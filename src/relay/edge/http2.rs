@@ -23,7 +23,7 @@ use super::receipt::{self, Admitted, Plain};
 use super::route::{route, Route};
 use super::Edge;
 use crate::net::http::{RequestHead, HEAD_TIMEOUT, MAX_HEAD_LEN};
-use crate::net::web::{KEEP_ALIVE_IDLE, KEEP_ALIVE_REQUESTS};
+use crate::net::web::{HTTP2_REQUESTS, KEEP_ALIVE_IDLE};
 
 /// Requests one connection may have open at once: a page's first screen asks for about 30 files.
 const MAX_STREAMS: u32 = 64;
@@ -35,7 +35,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 const CONNECTION_HEADERS: [&str; 5] = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"];
 
 /// Serves one HTTP/2 connection until the client leaves, it is idle for [`KEEP_ALIVE_IDLE`], it
-/// has carried [`KEEP_ALIVE_REQUESTS`] requests, or the relay stops.
+/// has carried [`HTTP2_REQUESTS`] requests, or the relay stops.
 pub(super) async fn serve<S>(edge: &Edge, stream: S, client: IpAddr) -> anyhow::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -72,7 +72,7 @@ where
             receipts.push(receipt);
         }
         served += 1;
-        if served == KEEP_ALIVE_REQUESTS {
+        if served == HTTP2_REQUESTS {
             // The client opens another connection for what it asks next; what it asked is answered.
             connection.graceful_shutdown();
         }
