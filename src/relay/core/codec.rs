@@ -175,19 +175,6 @@ impl OutFrame {
         payload.rotate_right(head_len);
         None
     }
-
-    /// Puts the frame's headers in front of its payload, if it is small and has the room (as
-    /// the reader leaves it): the frame is then its encoded bytes. Gives the bytes it grew by;
-    /// `None` leaves the frame as it was, its headers to be written beside it.
-    pub(crate) fn encode_in_place(&mut self) -> Option<usize> {
-        let len = self.len();
-        if self.frame_in_place().is_some() {
-            return None;
-        }
-        let grew = self.payload.len() - len;
-        *self = OutFrame::encoded(self.fin, std::mem::take(&mut self.payload));
-        Some(grew)
-    }
 }
 
 /// Writes one data frame: a small one read by this relay goes out in one plain write, with no

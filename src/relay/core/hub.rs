@@ -97,8 +97,6 @@ pub(crate) enum Forward {
     Done,
     /// The receiver's queue is full.
     Full(OutFrame, Arc<SendQueue>),
-    /// Held at this receiver for the sender to write with its next frames ([`Push::Held`]).
-    Held(Arc<SendQueue>),
 }
 
 fn presence(peer: PeerRole, state: PeerState) -> OutFrame {
@@ -266,14 +264,7 @@ impl Hub {
     /// Hands part of a message from phone `peer` to the agent `agent` (the one that got the
     /// message's first part). Parts of a phone that left, or for an agent that is gone, are
     /// dropped; a part for a full queue comes back with that queue, for the caller to wait on.
-    pub(crate) fn to_agent(
-        &self,
-        slot: &Slot,
-        peer: PeerId,
-        agent: Option<u64>,
-        frame: OutFrame,
-        more: bool,
-    ) -> Forward {
+    pub(crate) fn to_agent(&self, slot: &Slot, peer: PeerId, agent: Option<u64>, frame: OutFrame) -> Forward {
         // Pushing under the slot lock keeps a departed socket's late parts from landing after the
         // notices about its leaving.
         let members = lock(&slot.members);
@@ -283,54 +274,43 @@ impl Hub {
         let Some(target) = members.agent.as_ref().filter(|target| Some(target.conn) == agent) else {
             return Forward::Done;
         };
-        self.push(&target.queue, frame, more, PeerRole::Phone)
+        self.push(&target.queue, frame, PeerRole::Phone)
     }
 
     /// Hands the first part of a message from phone `peer` to the agent there now, as
     /// [`Hub::to_agent`] does; also gives that agent's connection id (`None`: no agent), to which
     /// the message's other parts go.
-    pub(crate) fn to_current_agent(
-        &self,
-        slot: &Slot,
-        peer: PeerId,
-        frame: OutFrame,
-        more: bool,
-    ) -> (Forward, Option<u64>) {
+    pub(crate) fn to_current_agent(&self, slot: &Slot, peer: PeerId, frame: OutFrame) -> (Forward, Option<u64>) {
         let members = lock(&slot.members);
         let Some(target) = members.agent.as_ref() else { return (Forward::Done, None) };
         if members.phone(peer).is_none() {
             return (Forward::Done, Some(target.conn));
         }
-        (self.push(&target.queue, frame, more, PeerRole::Phone), Some(target.conn))
+        (self.push(&target.queue, frame, PeerRole::Phone), Some(target.conn))
     }
 
     /// Hands part of a message from the agent `conn` to phone `peer`. Frames of a replaced agent
     /// and frames for a phone that is not there are dropped: a frame for a peer id only ever
     /// reaches that one socket.
-    pub(crate) fn to_phone(&self, slot: &Slot, conn: u64, peer: PeerId, frame: OutFrame, more: bool) -> Forward {
+    pub(crate) fn to_phone(&self, slot: &Slot, conn: u64, peer: PeerId, frame: OutFrame) -> Forward {
         let members = lock(&slot.members);
         if !members.is_agent(conn) {
             return Forward::Done;
         }
         let Some(phone) = members.phone(peer) else { return Forward::Done };
-        self.push(&phone.queue, frame, more, PeerRole::Agent)
+        self.push(&phone.queue, frame, PeerRole::Agent)
     }
 
-    /// Hands a frame to `queue`; `more`: the sender has its next frames read already.
-    fn push(&self, queue: &Arc<SendQueue>, frame: OutFrame, more: bool, from: PeerRole) -> Forward {
+    fn push(&self, queue: &Arc<SendQueue>, frame: OutFrame, from: PeerRole) -> Forward {
         // A message's last part counts it as a frame; bytes are the payload's, without the
         // relay's header.
         let fin = frame.fin && frame.tag.is_none_or(|tag| tag[0] != Kind::Part.byte());
         let len = frame.payload.len();
-        match queue.push(frame, more) {
+        match queue.push(frame) {
             Push::Full(frame) => Forward::Full(frame, Arc::clone(queue)),
             Push::Queued => {
                 self.metrics().forwarded(from, len, fin);
                 Forward::Done
-            }
-            Push::Held => {
-                self.metrics().forwarded(from, len, fin);
-                Forward::Held(Arc::clone(queue))
             }
             Push::Dropped => Forward::Done,
         }

@@ -54,7 +54,7 @@ fn left() -> String {
 }
 
 fn queued(queue: &SendQueue, frame: OutFrame) -> bool {
-    matches!(queue.push(frame, false), Push::Queued)
+    matches!(queue.push(frame), Push::Queued)
 }
 
 fn text(text: &str) -> OutFrame {
@@ -68,7 +68,7 @@ fn queue_is_bounded_by_frames_and_bytes_and_ending_frees_it() {
         assert!(queued(&queue, OutFrame::binary(vec![0; 10])));
     }
     assert_eq!(queue.queued(), (4, 40));
-    assert!(matches!(queue.push(OutFrame::binary(vec![0; 10]), false), Push::Full(frame) if frame.payload.len() == 10));
+    assert!(matches!(queue.push(OutFrame::binary(vec![0; 10])), Push::Full(frame) if frame.payload.len() == 10));
     assert_eq!(queue.queued(), (4, 40), "a full queue takes no more data");
     for _ in 0..2 * MAX_PHONES_PER_CODE + 2 {
         queue.push_notice(text("n"));
@@ -77,11 +77,11 @@ fn queue_is_bounded_by_frames_and_bytes_and_ending_frees_it() {
     queue.push_notice(text("n"));
     assert_eq!(queue.ended(), Some(TOO_SLOW));
     assert_eq!(queue.queued(), (0, 0), "ending frees the queue");
-    assert!(matches!(queue.push(OutFrame::binary(vec![0; 10]), false), Push::Dropped));
+    assert!(matches!(queue.push(OutFrame::binary(vec![0; 10])), Push::Dropped));
 
     let queue = self::queue();
     assert!(queued(&queue, OutFrame::binary(vec![0; 500])), "one large frame fits an empty queue");
-    assert!(matches!(queue.push(OutFrame::binary(vec![0; 1]), false), Push::Full(_)), "nothing queues behind it");
+    assert!(matches!(queue.push(OutFrame::binary(vec![0; 1])), Push::Full(_)), "nothing queues behind it");
     assert!(matches!(queue.try_next(), Some(Action::Frame(_))));
     assert!(queued(&queue, OutFrame::binary(vec![0; 100])));
 }
@@ -175,35 +175,27 @@ fn server_frames(mut bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
     frames
 }
 
-/// A queue on a plain TCP socket, the client's end of it, and the queue's writer half.
-async fn socket_queue() -> (tokio::net::TcpStream, Arc<SendQueue>, super::super::stream::SharedWrite) {
-    use super::super::stream::RelayStream;
-
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-    let (server, _) = listener.accept().await.unwrap();
-    let (_read, write, sink) = server.into_halves();
-    let limits = QueueLimits { frames: 4096, bytes: 1 << 30 };
-    (client, Arc::new(SendQueue::with_sink(limits, ledger(), sink)), write)
-}
-
-/// Frame `n`: a small payload with room for its header (as the reader leaves it) when `n` is
-/// even, a large one when it is odd.
-fn numbered(n: u32) -> OutFrame {
-    let len = if n % 2 == 0 { 100 } else { 4000 };
-    let mut payload = Vec::with_capacity(len + super::super::codec::HEADER_ROOM);
-    payload.extend_from_slice(&n.to_be_bytes());
-    payload.resize(len, n as u8);
-    OutFrame::binary(payload)
-}
-
 #[tokio::test]
 async fn a_frame_goes_straight_into_an_idle_socket_and_behind_whatever_waits_in_order() {
     use tokio::io::AsyncReadExt;
 
     use super::super::socket::write_side;
+    use super::super::stream::RelayStream;
 
-    let (mut client, queue, mut write) = socket_queue().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+    let (server, _) = listener.accept().await.unwrap();
+    let (_read, mut write, sink) = server.into_halves();
+    let limits = QueueLimits { frames: 4096, bytes: 1 << 30 };
+    let queue = Arc::new(SendQueue::with_sink(limits, ledger(), sink));
+    // A frame of a small payload with room for its header (as the reader leaves it), then a large one.
+    let numbered = |n: u32| {
+        let len = if n % 2 == 0 { 100 } else { 4000 };
+        let mut payload = Vec::with_capacity(len + super::super::codec::HEADER_ROOM);
+        payload.extend_from_slice(&n.to_be_bytes());
+        payload.resize(len, n as u8);
+        OutFrame::binary(payload)
+    };
 
     assert!(queued(&queue, numbered(0)));
     assert!(queue.try_next().is_none(), "written at once: nothing waits for the writer");
@@ -224,22 +216,18 @@ async fn a_frame_goes_straight_into_an_idle_socket_and_behind_whatever_waits_in_
         assert!(queued(&queue, numbered(n)));
     }
     assert!(queue.queued().0 > 0, "a full socket leaves frames for the writer");
-    // A ping answered now goes between whole frames, never into one the socket took in part.
-    queue.pong(b"q".to_vec());
     let writer = tokio::spawn({
         let queue = Arc::clone(&queue);
         async move { write_side(&mut write, &queue).await }
     });
     let mut received = Vec::new();
     let mut frames = Vec::new();
-    while frames.len() < (FRAMES - 1) as usize {
+    while frames.len() < (FRAMES - 2) as usize {
         let mut chunk = vec![0u8; 64 << 10];
         let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut chunk)).await.unwrap().unwrap();
         received.extend_from_slice(&chunk[..n]);
         frames = server_frames_complete(&received);
     }
-    let (pongs, frames): (Vec<_>, Vec<_>) = frames.into_iter().partition(|(head, _)| *head == 0x8A);
-    assert_eq!(pongs, [(0x8A, b"q".to_vec())]);
     for (n, (head, payload)) in (2..FRAMES).zip(frames) {
         assert_eq!((head, payload), (0x82, numbered(n).payload), "frame {n}");
     }
@@ -248,53 +236,6 @@ async fn a_frame_goes_straight_into_an_idle_socket_and_behind_whatever_waits_in_
     let mut rest = Vec::new();
     client.read_to_end(&mut rest).await.unwrap();
     assert_eq!(server_frames(&rest), [(0x88, vec![0x03, 0xe8, b'd', b'o', b'n', b'e'])], "the close, then FIN");
-}
-
-#[tokio::test]
-async fn frames_a_sender_has_more_of_go_in_one_write_once_it_has_no_more() {
-    use tokio::io::AsyncReadExt;
-
-    let (mut client, queue, _write) = socket_queue().await;
-    /// The next `count` frames the client receives: (opcode and fin byte, frame number).
-    async fn read_frames(client: &mut tokio::net::TcpStream, count: usize) -> Vec<(u8, u32)> {
-        let mut received = Vec::new();
-        while server_frames_complete(&received).len() < count {
-            let mut chunk = vec![0u8; 64 << 10];
-            let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut chunk)).await.unwrap().unwrap();
-            received.extend_from_slice(&chunk[..n]);
-        }
-        let frames = server_frames(&received);
-        frames.into_iter().map(|(head, payload)| (head, u32::from_be_bytes(payload[..4].try_into().unwrap()))).collect()
-    }
-
-    // Held while the sender has more, then written with the last one, in order.
-    for n in [0, 2, 4] {
-        assert!(matches!(queue.push(numbered(n), true), Push::Held));
-    }
-    assert_eq!(queue.queued().0, 3, "held for the sender, not written yet");
-    assert!(matches!(queue.push(numbered(6), false), Push::Queued));
-    assert_eq!(queue.queued(), (0, 0));
-    assert_eq!(read_frames(&mut client, 4).await, [(0x82, 0), (0x82, 2), (0x82, 4), (0x82, 6)]);
-
-    // Released when the sender waits; a frame too large to carry its header in front is left to
-    // the writer, with what follows it.
-    assert!(matches!(queue.push(numbered(8), true), Push::Held));
-    assert!(matches!(queue.push(numbered(9), true), Push::Held));
-    queue.release();
-    assert_eq!(read_frames(&mut client, 1).await, [(0x82, 8)]);
-    assert!(matches!(queue.try_next(), Some(Action::Frame(frame)) if frame.payload == numbered(9).payload));
-    assert!(queue.try_next().is_none(), "the writer wrote it and asks for more");
-
-    // Another sender's frame joins the held ones; a notice wakes the writer, which takes them all.
-    assert!(matches!(queue.push(numbered(10), true), Push::Held));
-    queue.push_notice(text("n"));
-    queue.release();
-    let mut written = Vec::new();
-    while let Some(Action::Frame(frame)) = queue.try_next() {
-        written.push(frame);
-    }
-    assert_eq!(written.len(), 2, "the writer has the held frame and the notice");
-    assert_eq!(queue.queued(), (0, 0));
 }
 
 /// The whole server frames at the start of `bytes`.
@@ -399,45 +340,42 @@ fn phones_get_their_own_peer_ids_and_the_agent_hears_each_join_and_leave() {
     assert_eq!(drain(&phone_b), [joined()]);
 
     let tagged = |kind, peer, body: &str| OutFrame::tagged(header(kind, peer), body.as_bytes().to_vec());
-    assert!(matches!(hub.to_agent(&slot, a, Some(1), tagged(Kind::Text, a, "hi"), false), Forward::Done));
+    assert!(matches!(hub.to_agent(&slot, a, Some(1), tagged(Kind::Text, a, "hi")), Forward::Done));
     assert_eq!(drain(&agent), [format!("Text {a} hi")]);
-    assert!(matches!(hub.to_phone(&slot, 1, b, text("for b"), false), Forward::Done));
+    assert!(matches!(hub.to_phone(&slot, 1, b, text("for b")), Forward::Done));
     assert_eq!((drain(&phone_a), drain(&phone_b)), (vec![], vec!["for b".to_owned()]), "only to that peer");
-    assert!(matches!(hub.to_agent(&slot, a, Some(99), tagged(Kind::Text, a, "x"), false), Forward::Done));
+    assert!(matches!(hub.to_agent(&slot, a, Some(99), tagged(Kind::Text, a, "x")), Forward::Done));
     assert!(drain(&agent).is_empty(), "a message begun for another agent is dropped");
 
     for i in 0..LIMITS.frames {
-        assert!(matches!(hub.to_phone(&slot, 1, a, text(&i.to_string()), false), Forward::Done));
+        assert!(matches!(hub.to_phone(&slot, 1, a, text(&i.to_string())), Forward::Done));
     }
-    match hub.to_phone(&slot, 1, a, text("one more"), false) {
+    match hub.to_phone(&slot, 1, a, text("one more")) {
         Forward::Full(frame, queue) => assert!(frame.payload == b"one more" && Arc::ptr_eq(&queue, &phone_a)),
-        Forward::Done | Forward::Held(_) => panic!("a full queue must hand the frame back"),
+        Forward::Done => panic!("a full queue must hand the frame back"),
     }
     hub.leave(7, &slot, Seat::Phone { peer: a });
     assert_eq!(drain(&agent), [format!("Left {a} ")]);
-    assert!(
-        matches!(hub.to_phone(&slot, 1, a, text("late"), false), Forward::Done),
-        "a departed peer's frames are dropped"
-    );
+    assert!(matches!(hub.to_phone(&slot, 1, a, text("late")), Forward::Done), "a departed peer's frames are dropped");
     let (_, Seat::Phone { peer: c }) = hub.join(&claim(7, PeerRole::Phone, 4, true), &queue()).unwrap() else {
         panic!()
     };
     assert!(c != a && c != b, "ids are never reused");
-    assert!(matches!(hub.to_phone(&slot, 1, a, text("late"), false), Forward::Done));
+    assert!(matches!(hub.to_phone(&slot, 1, a, text("late")), Forward::Done));
 
     let agent2 = queue();
     hub.join(&claim(7, PeerRole::Agent, 5, true), &agent2).unwrap();
     assert_eq!(agent.ended(), Some(End::close(4001, "replaced")));
     assert_eq!(drain(&phone_b), [left(), joined()]);
     assert_eq!(drain(&agent2), [format!("Joined {b} "), format!("Joined {c} ")]);
-    assert!(matches!(hub.to_phone(&slot, 1, b, text("stale"), false), Forward::Done));
+    assert!(matches!(hub.to_phone(&slot, 1, b, text("stale")), Forward::Done));
     assert!(drain(&phone_b).is_empty(), "a replaced agent's frames are dropped");
     hub.leave(7, &slot, Seat::Agent { conn: 1 });
     assert!(drain(&phone_b).is_empty(), "a replaced agent leaving says nothing");
 
-    assert!(matches!(hub.to_phone(&slot, 5, b, text("why"), false), Forward::Done));
+    assert!(matches!(hub.to_phone(&slot, 5, b, text("why")), Forward::Done));
     hub.close_phone(&slot, 5, b, 1008, "executor-unauthenticated");
-    assert!(matches!(hub.to_phone(&slot, 5, b, text("after"), false), Forward::Done));
+    assert!(matches!(hub.to_phone(&slot, 5, b, text("after")), Forward::Done));
     let closed = End::Close { code: 1008, reason: "executor-unauthenticated".into() };
     assert_eq!(drain(&phone_b), ["why".to_owned(), format!("close {closed:?}")], "what came before, then the close");
     assert_eq!(phone_b.ended(), Some(closed));
@@ -482,7 +420,7 @@ fn a_full_code_makes_room_by_closing_its_oldest_phone_not_proven_and_never_a_pro
     assert_eq!(drain(&agent), [format!("Left {} ", peers[1]), format!("Joined {new} ")]);
     hub.leave(9, &slot, Seat::Phone { peer: peers[1] });
     assert!(drain(&agent).is_empty(), "the phone that made room left already");
-    assert!(matches!(hub.to_phone(&slot, 1, peers[1], text("late"), false), Forward::Done));
+    assert!(matches!(hub.to_phone(&slot, 1, peers[1], text("late")), Forward::Done));
     assert_eq!(drain(&phones[1]), [format!("close {made_room:?}")], "nothing reaches it after its close");
 
     hub.join(&claim(9, PeerRole::Phone, 101, true), &queue()).unwrap();
@@ -536,6 +474,6 @@ fn a_phone_that_asks_for_no_notices_hears_none() {
     assert_eq!(drain(&agent), [format!("Joined {peer} ")], "the agent still hears of it");
     hub.join(&claim(11, PeerRole::Agent, 3, true), &queue()).unwrap();
     hub.leave(11, &slot, Seat::Agent { conn: 3 });
-    assert!(matches!(hub.to_phone(&slot, 3, peer, text("data"), false), Forward::Done));
+    assert!(matches!(hub.to_phone(&slot, 3, peer, text("data")), Forward::Done));
     assert!(drain(&quiet).is_empty(), "no joined, left or replaced notice: {:?}", drain(&quiet));
 }

@@ -53,8 +53,8 @@ impl ServiceLine {
     pub async fn send(&self, frame: Frame) {
         let mut frame = out_frame(frame);
         loop {
-            match self.queue.push(frame, false) {
-                Push::Queued | Push::Held | Push::Dropped => return,
+            match self.queue.push(frame) {
+                Push::Queued | Push::Dropped => return,
                 Push::Full(back) => frame = back,
             }
             if !self.queue.room_or_stall(frame.len(), self.stall_timeout).await {
@@ -67,7 +67,7 @@ impl ServiceLine {
     /// Queues a message for the client unless its queue is full: `false` when it was dropped for
     /// that (a client that is behind loses it rather than stalling the sender).
     pub fn try_send(&self, frame: Frame) -> bool {
-        !matches!(self.queue.push(out_frame(frame), false), Push::Full(_))
+        !matches!(self.queue.push(out_frame(frame)), Push::Full(_))
     }
 
     /// Resolves once every queued message went to the writer, or the socket is ending.

@@ -5,7 +5,6 @@
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::future::Future;
-use std::io::IoSlice;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
@@ -96,9 +95,6 @@ pub(crate) struct QueueLimits {
 /// What became of a frame handed to a queue.
 pub(crate) enum Push {
     Queued,
-    /// Queued for the sender to write with the frames it hands over next: it must call
-    /// [`SendQueue::release`] before it waits for anything.
-    Held,
     /// The queue is full: the frame comes back, to be retried once there is room.
     Full(OutFrame),
     /// The socket is ending; the frame was dropped.
@@ -125,11 +121,6 @@ struct State {
     sink: Option<DirectSink>,
     /// The writer holds something it took from the queue and has not finished writing.
     writing: bool,
-    /// The first queued frame was written in part: the rest of its bytes go before anything else.
-    front_begun: bool,
-    /// The queued frames were held for a sender that writes them itself (see
-    /// [`SendQueue::release`]); the writer was not woken for them.
-    held: bool,
 }
 
 impl State {
@@ -162,10 +153,6 @@ pub(crate) struct SendQueue {
     ledger: Arc<Ledger>,
 }
 
-/// Most queued frames written in one system call.
-pub(crate) const MAX_BATCH_FRAMES: usize = 64;
-/// Most queued bytes written in one system call (a larger single frame still goes alone).
-pub(crate) const MAX_BATCH_BYTES: usize = 256 << 10;
 /// Frames kept allocated in an idle queue; a queue that grew past this is shrunk once drained.
 const IDLE_QUEUE_CAPACITY: usize = 8;
 /// Presence notices a full queue still takes beyond its limit; more mean the reader is gone.
@@ -206,15 +193,6 @@ impl SendQueue {
     }
 
     fn enqueue(&self, mut state: MutexGuard<'_, State>, frame: OutFrame) {
-        self.add(&mut state, frame);
-        // The writer takes held frames too.
-        state.held = false;
-        drop(state);
-        self.wake_writer();
-    }
-
-    /// Puts a frame at the back of the queue, counted, without waking the writer.
-    fn add(&self, state: &mut State, frame: OutFrame) {
         // Only a phone's frames come in fragments (an agent's are whole messages, tagged).
         if frame.tag.is_none() {
             state.open_message = !frame.fin;
@@ -222,16 +200,13 @@ impl SendQueue {
         state.bytes += frame.len();
         self.ledger.charge(frame.len());
         state.frames.push_back(frame);
+        drop(state);
+        self.wake_writer();
     }
 
     /// Queues a data frame if there is room for it, or, when nothing waits before it, writes it to
     /// the socket at once (what the socket does not take at once is queued for its writer).
-    ///
-    /// A sender that already read the frames it hands over next (`more`) has this one held
-    /// instead of written ([`Push::Held`]), so that they all go in one write: with nothing
-    /// queued before it, up to [`MAX_BATCH_FRAMES`] wait for the last of them or for
-    /// [`SendQueue::release`].
-    pub(crate) fn push(&self, frame: OutFrame, more: bool) -> Push {
+    pub(crate) fn push(&self, frame: OutFrame) -> Push {
         let mut state = self.state();
         if state.end.is_some() || state.end_when_sent.is_some() {
             return Push::Dropped;
@@ -240,20 +215,7 @@ impl SendQueue {
             state.room_wanted = true;
             return Push::Full(frame);
         }
-        if state.held {
-            self.add(&mut state, frame);
-            if more && state.frames.len() < MAX_BATCH_FRAMES {
-                return Push::Held;
-            }
-            self.write_held(state);
-            return Push::Queued;
-        }
         let frame = match state.sink_now() {
-            Some(_) if more => {
-                self.add(&mut state, frame);
-                state.held = true;
-                return Push::Held;
-            }
             Some(sink) => {
                 let open_message = frame.tag.is_none().then_some(!frame.fin);
                 let (written, rest) = frame.try_write((**sink).as_ref());
@@ -262,72 +224,12 @@ impl SendQueue {
                     state.open_message = open_message.unwrap_or(state.open_message);
                     return Push::Queued;
                 };
-                state.front_begun = written > 0;
                 rest
             }
             None => frame,
         };
         self.enqueue(state, frame);
         Push::Queued
-    }
-
-    /// Writes the frames a sender had held ([`Push::Held`]), if the writer has not taken them.
-    pub(crate) fn release(&self) {
-        let state = self.state();
-        if state.held {
-            self.write_held(state);
-        }
-    }
-
-    /// Writes held frames to the socket at once, as many as it takes in one write of at most
-    /// [`MAX_BATCH_FRAMES`] and [`MAX_BATCH_BYTES`]; the writer is woken for the rest.
-    fn write_held(&self, mut state: MutexGuard<'_, State>) {
-        state.held = false;
-        // Held frames were queued while nothing was, and the writer was not woken for them: the
-        // socket is the sender's to write.
-        let State { frames, sink, bytes: queued, front_begun, .. } = &mut *state;
-        let mut slices = [IoSlice::new(&[]); MAX_BATCH_FRAMES];
-        let (mut count, mut bytes) = (0, 0);
-        if let Some(sink) = sink.as_ref() {
-            for frame in frames.iter_mut().take(MAX_BATCH_FRAMES) {
-                let len = frame.len();
-                if bytes > 0 && bytes + len > MAX_BATCH_BYTES {
-                    break;
-                }
-                // Headers go in front of the payload; a frame without room for them is the writer's.
-                let Some(grew) = frame.encode_in_place() else { break };
-                *queued += grew;
-                self.ledger.charge(grew);
-                bytes += frame.len();
-                count += 1;
-            }
-            for (slice, frame) in slices.iter_mut().zip(frames.iter()).take(count) {
-                *slice = IoSlice::new(&frame.payload);
-            }
-            let written =
-                if count > 0 { (**sink).as_ref().try_write_vectored(&slices[..count]).unwrap_or(0) } else { 0 };
-            self.wrote(written);
-            let mut left = written;
-            while let Some(frame) = frames.front_mut().filter(|_| left > 0) {
-                let len = frame.len();
-                let taken = left.min(len);
-                left -= taken;
-                *queued -= taken;
-                self.ledger.release(taken);
-                if taken < len {
-                    frame.payload.drain(..taken);
-                    *front_begun = true;
-                } else {
-                    frames.pop_front();
-                }
-            }
-        }
-        if state.frames.is_empty() {
-            self.after_pop(state);
-        } else {
-            drop(state);
-            self.wake_writer();
-        }
     }
 
     /// Queues a presence notice after the data before it. Notices never wait: a full queue takes
@@ -450,7 +352,6 @@ impl SendQueue {
             self.ledger.metrics.refused(code);
         }
         state.end = Some(end);
-        state.held = false;
         self.is_ended.store(true, Ordering::Release);
         // The writer's shutdown sends FIN once it holds the socket alone.
         let sink = state.sink.take();
@@ -496,17 +397,6 @@ impl SendQueue {
         state.writing = false;
         if let Some(end) = &state.end {
             return Some(Action::Close(end.clone()));
-        }
-        // Whatever the writer takes now, it writes: held frames are its own from here on.
-        state.held = false;
-        if std::mem::take(&mut state.front_begun) {
-            if let Some(rest) = state.frames.pop_front() {
-                state.bytes -= rest.len();
-                state.writing = true;
-                self.ledger.release(rest.len());
-                self.after_pop(state);
-                return Some(Action::Frame(rest));
-            }
         }
         if let Some(payload) = state.pongs.pop_front() {
             state.writing = true;

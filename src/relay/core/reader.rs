@@ -46,8 +46,6 @@ pub(crate) struct Part {
     pub first: bool,
     /// The last part of its message.
     pub fin: bool,
-    /// More of the stream was read already: the next parts may follow at once.
-    pub more: bool,
     pub bytes: Vec<u8>,
 }
 
@@ -325,8 +323,7 @@ impl FrameReader {
         if open.text {
             open.utf8.feed(&self.part, fin)?;
         }
-        let more = self.start < self.end;
-        let part = Part { text: open.text, first: !open.emitted, fin, more, bytes: std::mem::take(&mut self.part) };
+        let part = Part { text: open.text, first: !open.emitted, fin, bytes: std::mem::take(&mut self.part) };
         open.emitted = true;
         if fin {
             self.message = None;

@@ -7,7 +7,6 @@
 //! `BINARY`); an agent's messages are read by their relay header and go to that one phone as
 //! WebSocket fragments. The relay looks at nothing else of what it carries.
 
-use std::future::Future;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +18,7 @@ use tracing::debug;
 
 use super::codec::{self, close, OutFrame};
 use super::hub::{Forward, Hub, Seat, Slot, TooManyPhones};
-use super::queue::{Action, End, QueueLimits, SendQueue, MAX_BATCH_BYTES, MAX_BATCH_FRAMES};
+use super::queue::{Action, End, QueueLimits, SendQueue};
 use super::reader::{close_code_allowed, Event, FrameReader, Meter, Part};
 use super::stream::DirectSink;
 use super::{Claim, RelayStream, Shutdown, SocketLimits};
@@ -30,6 +29,11 @@ use crate::protocol::PeerRole;
 pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// Time the reader gets afterwards to see the client's close frame or end of stream.
 pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(2);
+
+/// Most queued frames written in one system call.
+const MAX_BATCH_FRAMES: usize = 64;
+/// Most queued bytes written in one system call (a larger single frame still goes alone).
+const MAX_BATCH_BYTES: usize = 256 << 10;
 
 /// Where a socket belongs: its pairing and its place in it.
 pub(crate) struct Membership {
@@ -112,7 +116,7 @@ pub(crate) async fn serve<S: RelayStream>(
         return;
     };
     debug!("joined");
-    let to_peer = Forwarder::new(&member.hub, &seated.slot, &queue, limits.stall_timeout);
+    let to_peer = Forwarder { hub: &member.hub, slot: &seated.slot, own: &queue, stall_timeout: limits.stall_timeout };
     let deliver = match seated.seat {
         Seat::Phone { peer } => Parts::Phone(PhoneParts { to: to_peer, peer, agent: None }),
         Seat::Agent { conn } => Parts::Agent(AgentMessages {
@@ -166,9 +170,6 @@ pub(crate) trait Deliver {
     /// Takes one part; waiting here stops the socket from being read. `Break` ends the socket
     /// (its queue was ended with the reason).
     async fn deliver(&mut self, part: Part) -> ControlFlow<()>;
-
-    /// Writes the parts held to go with the next ones: the socket waits for more to read.
-    fn release(&mut self) {}
 }
 
 /// The parts of either kind of socket.
@@ -184,13 +185,6 @@ impl Deliver for Parts<'_> {
             Parts::Agent(agent) => agent.deliver(part).await,
         }
     }
-
-    fn release(&mut self) {
-        match self {
-            Parts::Phone(phone) => phone.to.release(),
-            Parts::Agent(agent) => agent.to.release(),
-        }
-    }
 }
 
 /// The other side of the pairing, as one socket's reader sees it.
@@ -200,8 +194,6 @@ pub(crate) struct Forwarder<'a> {
     /// The reading socket's own queue: its end stops a wait, and a waiting part is its bytes.
     pub own: &'a SendQueue,
     pub stall_timeout: Duration,
-    /// The receiver holding parts for this socket to write with the next ones ([`Push::Held`]).
-    held: Option<Arc<SendQueue>>,
 }
 
 /// A phone's parts, to the agent, tagged with the phone's peer id.
@@ -219,18 +211,18 @@ impl Deliver for PhoneParts<'_> {
             (true, true) => Kind::Text,
             (true, false) => Kind::Binary,
         };
-        let (peer, more) = (self.peer, part.more);
+        let peer = self.peer;
         let frame = OutFrame::tagged(header(kind, peer), part.bytes);
         // A message's first part goes to the agent there now, and the rest to that one only.
         let mut first = part.first;
         let agent = &mut self.agent;
         let route = |hub: &Hub, slot: &Slot, frame| {
             if std::mem::take(&mut first) {
-                let (forward, to) = hub.to_current_agent(slot, peer, frame, more);
+                let (forward, to) = hub.to_current_agent(slot, peer, frame);
                 *agent = to;
                 forward
             } else {
-                hub.to_agent(slot, peer, *agent, frame, more)
+                hub.to_agent(slot, peer, *agent, frame)
             }
         };
         self.to.forward(frame, route).await;
@@ -321,9 +313,9 @@ impl Deliver for AgentMessages<'_> {
                     (false, false) => codec::OP_BINARY,
                 };
                 *begun = true;
-                let (peer, conn, more) = (*peer, self.conn, part.more);
+                let (peer, conn) = (*peer, self.conn);
                 let frame = OutFrame { opcode, fin: part.fin, tag: None, payload: bytes };
-                self.to.forward(frame, |hub, slot, frame| hub.to_phone(slot, conn, peer, frame, more)).await;
+                self.to.forward(frame, |hub, slot, frame| hub.to_phone(slot, conn, peer, frame)).await;
             }
             Reading::ClosePeer { peer, payload } => {
                 if payload.len() + bytes.len() > 2 + relay::MAX_CLOSE_REASON {
@@ -352,39 +344,22 @@ impl Deliver for AgentMessages<'_> {
     }
 }
 
-impl<'a> Forwarder<'a> {
-    pub(crate) fn new(hub: &'a Hub, slot: &'a Slot, own: &'a SendQueue, stall_timeout: Duration) -> Self {
-        Forwarder { hub, slot, own, stall_timeout, held: None }
-    }
-
+impl Forwarder<'_> {
     /// Hands a frame to the other side through `route`. While the receiver's queue is full this
     /// socket is not read, so the sender slows to the receiver's pace, and the waiting frame
     /// counts against the memory budget as this socket's; a receiver that writes nothing at all
     /// for the stall timeout is closed with 1013 and its queue freed.
-    pub(crate) async fn forward(
-        &mut self,
-        mut frame: OutFrame,
-        mut route: impl FnMut(&Hub, &Slot, OutFrame) -> Forward,
-    ) {
+    pub(crate) async fn forward(&self, mut frame: OutFrame, mut route: impl FnMut(&Hub, &Slot, OutFrame) -> Forward) {
         let len = frame.len();
         let mut waiting = false;
         loop {
             let peer = match route(self.hub, self.slot, frame) {
                 Forward::Done => break,
-                Forward::Held(receiver) => {
-                    if !self.held.as_ref().is_some_and(|held| Arc::ptr_eq(held, &receiver)) {
-                        self.release();
-                        self.held = Some(receiver);
-                    }
-                    break;
-                }
                 Forward::Full(back, peer) => {
                     frame = back;
                     peer
                 }
             };
-            // Nothing waits for this socket's next read while it waits.
-            self.release();
             if !waiting {
                 self.hub.metrics().queue_full();
                 if !self.own.grow(len) {
@@ -410,19 +385,6 @@ impl<'a> Forwarder<'a> {
             self.hub.enforce_budget();
         }
     }
-
-    /// Writes the parts held at their receiver for this socket's next ones.
-    pub(crate) fn release(&mut self) {
-        if let Some(held) = self.held.take() {
-            held.release();
-        }
-    }
-}
-
-impl Drop for Forwarder<'_> {
-    fn drop(&mut self) {
-        self.release();
-    }
 }
 
 /// Reads the client's frames until the socket ends: data goes to `deliver` part by part, pings
@@ -442,9 +404,8 @@ pub(crate) async fn read_side<R: AsyncRead + Unpin>(
     let meter = Budgeted { queue, hub };
     loop {
         let event = tokio::select! {
-            event = releasing_while_waiting(frames.read_event(io, &meter), &mut deliver) => event,
+            event = frames.read_event(io, &meter) => event,
             () = &mut ending => {
-                deliver.release();
                 frames.discard(io, &meter).await;
                 return;
             }
@@ -489,25 +450,10 @@ pub(crate) async fn read_side<R: AsyncRead + Unpin>(
         if flow.is_break() {
             // Keep reading (and dropping) so the close frame is not lost to a reset of a
             // connection with unread data; the caller bounds this in time.
-            deliver.release();
             frames.discard(io, &meter).await;
             return;
         }
     }
-}
-
-/// Polls a read, and whenever it has to wait for the socket, has `deliver` write the parts it
-/// held for the next ones: a part is held only while the reader has more to read at once.
-async fn releasing_while_waiting<T>(read: impl Future<Output = T>, deliver: &mut impl Deliver) -> T {
-    tokio::pin!(read);
-    std::future::poll_fn(|cx| {
-        let polled = read.as_mut().poll(cx);
-        if polled.is_pending() {
-            deliver.release();
-        }
-        polled
-    })
-    .await
 }
 
 /// How long a socket has been silent, checked whenever its ping timer fires.
