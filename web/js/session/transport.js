@@ -68,11 +68,11 @@ export class Relays {
   /** The early socket while open or opening (what it heard replayed once handlers are set), else a new one. */
   open() {
     const early = this.early;
-    this.early = null;
     if (!early || early.socket.readyState > WebSocket.OPEN) {
-      early?.socket.close(1000, 'not-used');
+      this.drop();
       return new WebSocket(this.url(), relayProtocols(this.pairing));
     }
+    this.early = null;
     const { socket, heard } = early;
     queueMicrotask(() => {
       if (socket.readyState === WebSocket.OPEN) socket.dispatchEvent(new Event('open'));
