@@ -22,6 +22,13 @@ async fn hash(browser: &Browser) -> String {
     browser.script("return location.hash;", vec![]).await.as_str().unwrap_or_default().to_owned()
 }
 
+/// Waits for the address to name `place`: the page writes it when the store changes, which a
+/// click's return does not wait for.
+async fn wait_hash(browser: &Browser, place: &str) {
+    let script = format!("return location.hash === {};", serde_json::to_string(place).unwrap());
+    browser.wait_script(&format!("the address {place}"), &script).await;
+}
+
 async fn voxa_cli(home: &Path, args: &[&str]) -> std::process::Output {
     let home = home.to_path_buf();
     let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
@@ -94,7 +101,7 @@ async fn the_address_keeps_the_place_and_a_grant_is_seen_and_revoked_from_the_ph
     assert!(grants.status.success() && printed.contains(&session) && printed.contains("every Write"), "{printed}");
     browser.press("All sessions").await;
     browser.press("Approvals and grants").await;
-    assert_eq!(hash(&browser).await, "#/approvals");
+    wait_hash(&browser, "#/approvals").await;
     // The decided card stays a moment saying how it ended (RESOLVED_LINGER_MS), then goes.
     let view = browser
         .wait_text("#approvals", "the grants listed, nothing waiting", |t| {
@@ -140,7 +147,7 @@ async fn the_address_keeps_the_place_and_a_grant_is_seen_and_revoked_from_the_ph
     let badge = browser.wait_text("#approvals-badge", "the badge", |t| t == "1 approval waiting").await;
     assert_eq!(badge, "1 approval waiting");
     browser.press("1 approval waiting").await;
-    assert_eq!(hash(&browser).await, "#/approvals");
+    wait_hash(&browser, "#/approvals").await;
     let card = browser.wait_text("#approval-list", "the card", |t| t.contains("write b.txt")).await;
     assert!(card.contains("session “Write a.txt in app”"), "the card names the session by its title: {card}");
     browser.press("Deny").await;

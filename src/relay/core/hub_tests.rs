@@ -225,6 +225,7 @@ async fn a_frame_goes_straight_into_an_idle_socket_and_behind_whatever_waits_in_
     while frames.len() < (FRAMES - 2) as usize {
         let mut chunk = vec![0u8; 64 << 10];
         let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut chunk)).await.unwrap().unwrap();
+        assert!(n > 0, "the stream ended after {} whole frames", frames.len());
         received.extend_from_slice(&chunk[..n]);
         frames = server_frames_complete(&received);
     }
@@ -236,6 +237,58 @@ async fn a_frame_goes_straight_into_an_idle_socket_and_behind_whatever_waits_in_
     let mut rest = Vec::new();
     client.read_to_end(&mut rest).await.unwrap();
     assert_eq!(server_frames(&rest), [(0x88, vec![0x03, 0xe8, b'd', b'o', b'n', b'e'])], "the close, then FIN");
+}
+
+/// A queue on a plain TCP socket holding the rest of a frame larger than the socket's buffers,
+/// which it took in part; the client's end, and the queue's writer half.
+async fn half_written() -> (tokio::net::TcpStream, Arc<SendQueue>, super::super::stream::SharedWrite, Vec<u8>) {
+    use super::super::stream::RelayStream;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+    let (server, _) = listener.accept().await.unwrap();
+    let (_read, write, sink) = server.into_halves();
+    let queue = Arc::new(SendQueue::with_sink(QueueLimits { frames: 16, bytes: 1 << 30 }, ledger(), sink));
+    let payload: Vec<u8> = (0..16u32 << 20).map(|n| (n % 251) as u8).collect();
+    assert!(queued(&queue, OutFrame::binary(payload.clone())));
+    let (frames, bytes) = queue.queued();
+    assert!(frames == 1 && bytes < payload.len(), "the socket took part of the frame ({bytes} bytes left)");
+    let mut expected = vec![0x82, 127];
+    expected.extend_from_slice(&(payload.len() as u64).to_be_bytes());
+    expected.extend_from_slice(&payload);
+    (client, queue, write, expected)
+}
+
+#[tokio::test]
+async fn a_frame_the_socket_took_in_part_is_finished_before_a_pong() {
+    use tokio::io::AsyncReadExt;
+
+    use super::super::socket::write_side;
+
+    let (mut client, queue, mut write, frame) = half_written().await;
+    queue.pong(b"q".to_vec());
+    let writer = tokio::spawn(async move { write_side(&mut write, &queue).await });
+    let mut received = vec![0u8; frame.len() + 3];
+    tokio::time::timeout(Duration::from_secs(30), client.read_exact(&mut received)).await.unwrap().unwrap();
+    assert!(received[..frame.len()] == frame[..], "the frame whole, nothing inside it");
+    assert_eq!(received[frame.len()..], [0x8A, 1, b'q'], "then the pong");
+    writer.abort();
+}
+
+#[tokio::test]
+async fn a_socket_ended_with_a_frame_half_written_gets_no_close_frame_inside_it() {
+    use tokio::io::AsyncReadExt;
+
+    use super::super::socket::write_side;
+
+    let (mut client, queue, mut write, frame) = half_written().await;
+    queue.end(TOO_SLOW);
+    let writer = tokio::spawn(async move { write_side(&mut write, &queue).await });
+    let mut received = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), client.read_to_end(&mut received)).await.unwrap().unwrap();
+    writer.await.unwrap().unwrap();
+    assert!(!received.is_empty() && received.len() < frame.len(), "the frame cut short: {} bytes", received.len());
+    assert!(received[..] == frame[..received.len()], "then FIN: no close frame's bytes read as the frame's rest");
 }
 
 /// The whole server frames at the start of `bytes`.

@@ -121,6 +121,9 @@ struct State {
     sink: Option<DirectSink>,
     /// The writer holds something it took from the queue and has not finished writing.
     writing: bool,
+    /// The first queued frame is the rest of one the socket took in part: it goes before anything
+    /// else, and a socket ended before it went gets no close frame (it would land inside it).
+    front_begun: bool,
 }
 
 impl State {
@@ -224,6 +227,7 @@ impl SendQueue {
                     state.open_message = open_message.unwrap_or(state.open_message);
                     return Push::Queued;
                 };
+                state.front_begun = written > 0;
                 rest
             }
             None => frame,
@@ -396,7 +400,17 @@ impl SendQueue {
         let mut state = self.state();
         state.writing = false;
         if let Some(end) = &state.end {
-            return Some(Action::Close(end.clone()));
+            return Some(Action::Close(if state.front_begun { End::Abort } else { end.clone() }));
+        }
+        if std::mem::take(&mut state.front_begun) {
+            // The rest of a frame the socket took in part, before any pong or ping queued meanwhile.
+            if let Some(rest) = state.frames.pop_front() {
+                state.bytes -= rest.len();
+                state.writing = true;
+                self.ledger.release(rest.len());
+                self.after_pop(state);
+                return Some(Action::Frame(rest));
+            }
         }
         if let Some(payload) = state.pongs.pop_front() {
             state.writing = true;
