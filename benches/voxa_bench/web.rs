@@ -232,6 +232,21 @@ async fn measure(report: &mut Report, samples: usize) {
     browser.close().await;
 }
 
+/// The floor page of `bytes` (over TLS when `tls`) opened with nothing cached, then reloaded.
+async fn floor_loads(browser: &Browser, bytes: usize, tls: bool, samples: usize) -> (Loads, Loads) {
+    let origin = web_floor::serve(bytes, tls).await;
+    let (mut cold, mut warm) = (Loads::default(), Loads::default());
+    for _ in 0..samples {
+        browser.open("about:blank").await;
+        browser.cdp("Network.clearBrowserCache", serde_json::json!({})).await;
+        browser.open(&format!("{origin}/")).await;
+        cold.add(browser, web_floor::MARK).await;
+        browser.client.refresh().await.expect("reload");
+        warm.add(browser, web_floor::MARK).await;
+    }
+    (cold, warm)
+}
+
 /// The emulated phone network: a 150 ms round trip and 1.6 Mbit/s each way.
 const NETWORK: (f64, f64) = (150.0, 1.6e6 / 8.0);
 
@@ -269,18 +284,11 @@ async fn measure_network(report: &mut Report, samples: usize) {
     let (tls_cold, tls_warm) = page_loads(&browser, &tls, "https", samples).await;
     drop(tls);
 
-    // The floor: as many bytes in one document and one script, then one WebSocket echo.
+    // The floor: as many bytes in one document and one script, then one WebSocket echo; over
+    // plain HTTP beside the plain relay, over TLS beside the TLS one.
     let (median_cold_bytes, _) = percentiles(&mut plain_cold.bytes.clone());
-    let floor_origin = format!("http://{}", web_floor::serve(median_cold_bytes as usize).await);
-    let (mut floor_cold, mut floor_warm) = (Loads::default(), Loads::default());
-    for _ in 0..samples {
-        browser.open("about:blank").await;
-        browser.cdp("Network.clearBrowserCache", serde_json::json!({})).await;
-        browser.open(&format!("{floor_origin}/")).await;
-        floor_cold.add(&browser, web_floor::MARK).await;
-        browser.client.refresh().await.expect("reload");
-        floor_warm.add(&browser, web_floor::MARK).await;
-    }
+    let (floor_cold, floor_warm) = floor_loads(&browser, median_cold_bytes as usize, false, samples).await;
+    let (floor_tls_cold, floor_tls_warm) = floor_loads(&browser, median_cold_bytes as usize, true, samples).await;
     let rows = [
         ("open the pairing link → \"online\", nothing cached, plain HTTP (HTTP/1.1)", plain_cold),
         ("open the pairing link → \"online\", nothing cached, HTTPS (HTTP/2)", tls_cold),
@@ -291,6 +299,8 @@ async fn measure_network(report: &mut Report, samples: usize) {
             floor_cold,
         ),
         ("floor: that page reloaded (document revalidated, script cached) → one WebSocket echo", floor_warm),
+        ("floor over TLS: the same page over HTTPS → one WebSocket echo (wss), nothing cached", floor_tls_cold),
+        ("floor over TLS: that page reloaded → one WebSocket echo (wss)", floor_tls_warm),
     ];
     for (what, mut loads) in rows {
         let (median, _) = percentiles(&mut loads.times);

@@ -4,14 +4,19 @@
 //! connection, then one WebSocket opened and one message echoed; the page marks `floor:online`
 //! when the echo arrives. The document and the script are cacheable, the document revalidated
 //! with its ETag, as a reload of a page without a service worker would do at best.
+//!
+//! The floor of a page over HTTPS is the same over TLS 1.3 (a certificate of its own, which the
+//! bench's browser accepts as it accepts the LAN relay's): the TLS handshake of the page's
+//! connection and of the WebSocket's is work any page served over HTTPS does.
 
-use std::net::SocketAddr;
+use std::sync::Arc;
 
 use base64::Engine;
 use futures_util::{SinkExt, StreamExt};
 use rand::RngCore;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::WebSocketStream;
@@ -22,12 +27,13 @@ pub const MARK: &str = "floor:online";
 const PAGE: &str = "<!doctype html><meta charset=utf-8><title>floor</title><script type=module src=/floor.js></script>";
 const ETAG: &str = "\"floor-1\"";
 
-/// Serves the floor page with a script of about `bytes` bytes; runs until the runtime ends.
-pub async fn serve(bytes: usize) -> SocketAddr {
+/// Serves the floor page with a script of about `bytes` bytes, over TLS when `tls`; gives its
+/// origin and runs until the runtime ends.
+pub async fn serve(bytes: usize, tls: bool) -> String {
     let mut padding = vec![0u8; bytes * 3 / 4];
     rand::rng().fill_bytes(&mut padding);
     let script = format!(
-        "// {}\nconst ws = new WebSocket(`ws://${{location.host}}/ws`);\n\
+        "// {}\nconst ws = new WebSocket(`${{location.protocol === 'https:' ? 'wss' : 'ws'}}://${{location.host}}/ws`);\n\
          ws.onopen = () => ws.send('hello');\n\
          ws.onmessage = () => performance.mark('{MARK}');\n",
         base64::engine::general_purpose::STANDARD.encode(&padding)
@@ -35,16 +41,41 @@ pub async fn serve(bytes: usize) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port for the floor page");
     let addr = listener.local_addr().expect("the floor page's address");
     let script: &'static str = Box::leak(script.into_boxed_str());
+    let acceptor = tls.then(acceptor);
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(connection(stream, script));
+            match acceptor.clone() {
+                None => drop(tokio::spawn(connection(stream, script))),
+                Some(acceptor) => drop(tokio::spawn(async move {
+                    if let Ok(stream) = acceptor.accept(stream).await {
+                        connection(stream, script).await;
+                    }
+                })),
+            }
         }
     });
-    addr
+    format!("{}://{addr}", if tls { "https" } else { "http" })
+}
+
+/// TLS with a certificate made for this run, HTTP/1.1 (the floor's two requests go one after the
+/// other on one connection, which HTTP/2 would not make faster).
+fn acceptor() -> TlsAcceptor {
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .expect("a certificate for the floor page");
+    let key = rustls_pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![certified.cert.der().clone()], key)
+        .expect("the floor page's certificate");
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    TlsAcceptor::from(Arc::new(config))
 }
 
 /// One connection: requests answered in turn until it closes or asks for a WebSocket.
-async fn connection(mut stream: TcpStream, script: &'static str) {
+async fn connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, script: &'static str) {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
