@@ -215,40 +215,60 @@ fn webkit_capabilities(scheme: Scheme, extra: &[String]) -> Value {
 
 /// chromedriver on a port of its choosing; it prints the port once it accepts connections.
 async fn chromedriver(program: &Path) -> (Child, u16) {
-    let mut child = spawn(Command::new(program).arg("--port=0"), "chromedriver");
-    let port = announced_port(child.stdout.take().unwrap(), "started successfully on port ", "chromedriver").await;
-    (child, port)
+    ready_driver("chromedriver", "started successfully on port ", || {
+        let mut command = Command::new(program);
+        command.arg("--port=0");
+        command
+    })
+    .await
 }
 
 /// geckodriver on a port of its choosing, the screen of headless Firefox a phone's.
 async fn gecko(program: &Path) -> (Child, u16) {
     let (width, height) = VIEWPORT;
-    let mut command = Command::new(program);
-    command
-        .args(["--port", "0"])
-        .env("MOZ_HEADLESS_WIDTH", width.to_string())
-        .env("MOZ_HEADLESS_HEIGHT", height.to_string());
-    let mut child = spawn(&mut command, "geckodriver");
-    let port = announced_port(child.stdout.take().unwrap(), "Listening on 127.0.0.1:", "geckodriver").await;
-    (child, port)
+    ready_driver("geckodriver", "Listening on 127.0.0.1:", || {
+        let mut command = Command::new(program);
+        command
+            .args(["--port", "0"])
+            .env("MOZ_HEADLESS_WIDTH", width.to_string())
+            .env("MOZ_HEADLESS_HEIGHT", height.to_string());
+        command
+    })
+    .await
 }
 
-/// Reads a driver's output until it names its port; the rest of its output is read and dropped.
-async fn announced_port(out: impl AsyncRead + Unpin + Send + 'static, marker: &str, name: &str) -> u16 {
+/// Starts a driver made by `command` until it names its port, at most three times: on a
+/// machine busy with other tests a driver now and then ends before it is ready (chromedriver
+/// did, once in a few full runs), which says nothing of the page under test.
+async fn ready_driver(name: &str, marker: &str, command: impl Fn() -> Command) -> (Child, u16) {
+    let mut ended = Vec::new();
+    for _ in 0..3 {
+        let mut child = spawn(&mut command(), name);
+        if let Some(port) = announced_port(child.stdout.take().unwrap(), marker, name).await {
+            return (child, port);
+        }
+        ended.push(child.wait().await.map_or_else(|err| err.to_string(), |status| status.to_string()));
+    }
+    panic!("{name} exited before it was ready, three times: {ended:?}");
+}
+
+/// Reads a driver's output until it names its port (`None`: it ended first); the rest of its
+/// output is read and dropped.
+async fn announced_port(out: impl AsyncRead + Unpin + Send + 'static, marker: &str, name: &str) -> Option<u16> {
     let mut lines = BufReader::new(out).lines();
     let port = tokio::time::timeout(PAGE_STEP, async {
         while let Some(line) = lines.next_line().await.unwrap() {
             if let Some(rest) = line.split(marker).nth(1) {
                 let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-                return digits.parse::<u16>().unwrap();
+                return Some(digits.parse::<u16>().unwrap());
             }
         }
-        panic!("{name} exited before it was ready");
+        None
     })
     .await
-    .unwrap_or_else(|_| panic!("{name} ready in time"));
+    .unwrap_or_else(|_| panic!("{name} ready in time"))?;
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    port
+    Some(port)
 }
 
 fn spawn(command: &mut Command, name: &str) -> Child {
