@@ -805,15 +805,6 @@ fn relay_crashes_with_calls_in_flight_leave_the_agent_whole() {
 /// How long each cycle's slow call runs: through its relay's crash and a few cycles after.
 const SLOW: Duration = Duration::from_secs(5);
 
-/// Waits up to `limit` for `check` to hold.
-async fn eventually_within(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Twenty relay crashes with calls in flight; counts descriptors, tasks and children around them.
 fn relay_crash_cycles() {
     const CRASHES: usize = 20;

@@ -523,8 +523,13 @@ pub async fn recv_close(socket: &mut ClientSocket) -> (u16, String) {
 }
 
 /// Polls `check` until it holds or [`STEP`] passes.
-pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + STEP;
+pub async fn eventually(what: &str, check: impl FnMut() -> bool) {
+    eventually_within(what, STEP, check).await;
+}
+
+/// Polls `check` until it holds or `limit` passes.
+pub async fn eventually_within(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
     while !check() {
         assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
