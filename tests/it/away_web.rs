@@ -47,7 +47,8 @@ async fn a_phone_back_after_ten_minutes_sees_what_each_session_did_and_reviews_a
     ]);
     browser.type_into("Follow-up", "Now edit lib.txt").await;
     browser.press("Send").await;
-    browser.wait_text(CONVERSATION, "the Edit approval", |t| t.contains("Allow")).await;
+    // The first turn's line says "Allowed"; the Edit's card is the one with a Deny.
+    browser.wait_text(CONVERSATION, "the Edit approval", |t| t.contains("edit lib.txt") && t.contains("Deny")).await;
     browser.press("Allow").await;
     browser.wait_text(CONVERSATION, "the second turn", |t| t.matches("Done ·").count() == 2).await;
     assert_eq!(std::fs::read_to_string(&lib).unwrap(), "one\n2\nthree\n");

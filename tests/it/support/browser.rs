@@ -12,7 +12,7 @@ pub mod launch;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fantoccini::elements::Element;
+use fantoccini::elements::{Element, ElementRef};
 use fantoccini::wd::WebDriverCompatibleCommand;
 use fantoccini::{Client, Locator};
 use serde_json::{json, Value};
@@ -28,6 +28,10 @@ pub const PAGE_STEP: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(25);
 /// How long two controls of one name may both be shown before [`Browser::control`] fails.
 const SETTLE: Duration = Duration::from_millis(500);
+/// What [`Browser::control`] looks through: every element that can have a control's role.
+const CANDIDATES: &str = "button, input, textarea, select, a, [role], img, dialog";
+/// The key of an element reference in WebDriver's JSON.
+const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// One browser at a time: a dozen at once would starve the other tests of a small machine.
 static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -278,11 +282,30 @@ impl Browser {
 
     /// Computed accessible role and name of an element, as assistive technology gets them.
     pub async fn accessible(&self, element: &Element) -> (String, String) {
-        let id = element.element_id().as_ref().to_owned();
-        let role = self.client.issue_cmd(Raw::get(&format!("element/{id}/computedrole"))).await;
-        let name = self.client.issue_cmd(Raw::get(&format!("element/{id}/computedlabel"))).await;
-        let text = |value: Result<Value, _>| value.ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
-        (text(role), text(name))
+        (self.computed(element, "computedrole").await, self.computed(element, "computedlabel").await)
+    }
+
+    /// The browser's own computation of an element's `computedrole` or `computedlabel`; empty when
+    /// the element has gone.
+    async fn computed(&self, element: &Element, what: &str) -> String {
+        let id = element.element_id();
+        let value = self.client.issue_cmd(Raw::get(&format!("element/{}/{what}", id.as_ref()))).await;
+        value.ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+    }
+
+    /// The elements that may be controls and have a box: one script instead of a round trip each
+    /// for the many that a hidden view holds. An element without a box is never shown (WebDriver's
+    /// displayedness and [`Browser::displayed`] both need one), so none that could match is left out.
+    async fn boxed_candidates(&self) -> Vec<Element> {
+        let script =
+            "return [...document.querySelectorAll(arguments[0])].filter((e) => e.getClientRects().length > 0);";
+        let found = self.client.execute(script, vec![json!(CANDIDATES)]).await.unwrap_or_default();
+        let Value::Array(found) = found else { return Vec::new() };
+        found
+            .iter()
+            .filter_map(|reference| reference.get(ELEMENT_KEY)?.as_str())
+            .map(|id| Element::from_element_id(self.client.clone(), ElementRef::from(id.to_owned())))
+            .collect()
     }
 
     /// Whether the element is shown, by WebDriver's displayedness check. WebKit's says a button
@@ -316,21 +339,27 @@ impl Browser {
     /// Two or more such controls fail the test once they outlast [`SETTLE`]: a page between two
     /// frames of one redraw may show both the old and the new, a page at rest never does.
     pub async fn control(&self, role: &str, name: &str) -> Element {
+        self.find_control(role, name, false).await
+    }
+
+    /// The same, among the controls that are enabled: a card that lingers to say how it was
+    /// answered keeps its buttons, disabled, beside a new card's.
+    pub async fn enabled_control(&self, role: &str, name: &str) -> Element {
+        self.find_control(role, name, true).await
+    }
+
+    async fn find_control(&self, role: &str, name: &str, enabled: bool) -> Element {
         let deadline = tokio::time::Instant::now() + PAGE_STEP;
         let mut doubled_since = None;
         loop {
             let mut found = Vec::new();
-            let candidates = self
-                .client
-                .find_all(Locator::Css("button, input, textarea, select, a, [role], img, dialog"))
-                .await
-                .unwrap_or_default();
-            for element in candidates {
-                if !self.displayed(&element).await {
-                    continue;
-                }
-                let (computed_role, computed_name) = self.accessible(&element).await;
-                if computed_role == role && computed_name == name {
+            // The cheapest question first: most candidates have another role.
+            for element in self.boxed_candidates().await {
+                if self.computed(&element, "computedrole").await == role
+                    && self.computed(&element, "computedlabel").await == name
+                    && self.displayed(&element).await
+                    && (!enabled || element.is_enabled().await.unwrap_or(false))
+                {
                     found.push(element);
                 }
             }
@@ -350,11 +379,11 @@ impl Browser {
         }
     }
 
-    /// Clicks the button with this accessible name.
+    /// Clicks the enabled button with this accessible name.
     pub async fn press(&self, name: &str) {
         let deadline = tokio::time::Instant::now() + PAGE_STEP;
         loop {
-            let button = self.control("button", name).await;
+            let button = self.enabled_control("button", name).await;
             // Into the middle of the screen first: the header stays on top while the page scrolls
             // and would take a click meant for a button scrolled under it.
             let element = serde_json::to_value(&button).expect("an element reference");
