@@ -33,8 +33,9 @@ const CANDIDATES: &str = "button, input, textarea, select, a, [role], img, dialo
 /// The key of an element reference in WebDriver's JSON.
 const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
 
-/// One browser at a time: a dozen at once would starve the other tests of a small machine.
-static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Two browsers at a time (each test with its own, and a second device within its turn): a dozen
+/// at once would starve the other tests of a small machine.
+static BROWSERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 
 /// Colour scheme the page is shown in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,7 +79,7 @@ pub struct Browser {
     /// The browser's profile; `None` once [`Browser::quit`] handed it out.
     profile: Option<tempfile::TempDir>,
     /// The one-browser turn; `None` for a second browser started beside one that holds it.
-    _turn: Option<tokio::sync::MutexGuard<'static, ()>>,
+    _turn: Option<tokio::sync::SemaphorePermit<'static>>,
 }
 
 fn on_path(names: &[&str]) -> Option<PathBuf> {
@@ -132,7 +133,11 @@ impl Browser {
 
     async fn launch(engine: Engine, scheme: Scheme, extra: &[String], take_turn: bool) -> Option<Browser> {
         let programs = launch::Programs::find(engine).await?;
-        let turn = if take_turn { Some(ONE_BROWSER.lock().await) } else { None };
+        let turn = if take_turn {
+            Some(BROWSERS.acquire().await.expect("the browsers' turns are never closed"))
+        } else {
+            None
+        };
         let launched = launch::launch(engine, programs, scheme, extra).await;
         let browser = Browser {
             client: launched.client,
