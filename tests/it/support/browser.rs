@@ -78,7 +78,8 @@ pub struct Browser {
     display: Option<Child>,
     /// The browser's profile; `None` once [`Browser::quit`] handed it out.
     profile: Option<tempfile::TempDir>,
-    /// The one-browser turn; `None` for a second browser started beside one that holds it.
+    /// This test's browser turn ([`BROWSERS`]); `None` for a second browser started beside one
+    /// that holds it.
     _turn: Option<tokio::sync::SemaphorePermit<'static>>,
 }
 
@@ -285,13 +286,8 @@ impl Browser {
         self.client.execute(script, args).await.expect("script runs")
     }
 
-    /// Computed accessible role and name of an element, as assistive technology gets them.
-    pub async fn accessible(&self, element: &Element) -> (String, String) {
-        (self.computed(element, "computedrole").await, self.computed(element, "computedlabel").await)
-    }
-
-    /// The browser's own computation of an element's `computedrole` or `computedlabel`; empty when
-    /// the element has gone.
+    /// The browser's own computation of an element's `computedrole` or `computedlabel`, as
+    /// assistive technology gets them; empty when the element has gone.
     async fn computed(&self, element: &Element, what: &str) -> String {
         let id = element.element_id();
         let value = self.client.issue_cmd(Raw::get(&format!("element/{}/{what}", id.as_ref()))).await;
