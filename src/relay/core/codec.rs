@@ -102,6 +102,61 @@ impl OutFrame {
     }
 }
 
+/// What a write at once left unwritten of the frames it was given, in order.
+pub(crate) struct Unwritten {
+    pub frames: Vec<OutFrame>,
+    /// The first of them is the rest of a frame the socket took in part.
+    pub begun: bool,
+}
+
+/// Writes `frames` to `sink` in one vectored write at once, without waiting: the bytes written,
+/// and the frames left to write (the rest of one taken in part, then those not touched, each
+/// already encoded if it was framed in place).
+pub(crate) fn try_write_frames(mut frames: Vec<OutFrame>, sink: &TcpStream) -> (usize, Unwritten) {
+    let heads: Vec<Option<([u8; MAX_HEAD], usize)>> = frames.iter_mut().map(OutFrame::frame_in_place).collect();
+    let written = {
+        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(frames.len() * 2);
+        for (head, frame) in heads.iter().zip(&frames) {
+            if let Some((head, head_len)) = head {
+                slices.push(IoSlice::new(&head[..*head_len]));
+            }
+            slices.push(IoSlice::new(&frame.payload));
+        }
+        sink.try_write_vectored(&slices).unwrap_or(0)
+    };
+    let mut unwritten = Unwritten { frames: Vec::new(), begun: false };
+    let mut left = written;
+    for (frame, head) in frames.into_iter().zip(heads) {
+        let head_len = head.map_or(0, |(_, len)| len);
+        let total = head_len + frame.payload.len();
+        if left >= total {
+            left -= total;
+            continue;
+        }
+        let rest = match head {
+            // Not touched, and still as it was queued.
+            Some(_) if left == 0 => frame,
+            // Framed in place: the payload is the whole frame now.
+            None if left == 0 => OutFrame::encoded(frame.fin, frame.payload),
+            Some((head, _)) => {
+                let mut bytes = head[left.min(head_len)..head_len].to_vec();
+                bytes.extend_from_slice(&frame.payload[left.saturating_sub(head_len)..]);
+                unwritten.begun = true;
+                OutFrame::encoded(frame.fin, bytes)
+            }
+            None => {
+                let mut bytes = frame.payload;
+                bytes.drain(..left);
+                unwritten.begun = true;
+                OutFrame::encoded(frame.fin, bytes)
+            }
+        };
+        left = 0;
+        unwritten.frames.push(rest);
+    }
+    (written, unwritten)
+}
+
 /// RFC 6455 close codes the relay sends besides those of `protocol::close` (whose `GOING_AWAY` is named here too).
 pub(crate) mod close {
     pub use crate::protocol::close::GOING_AWAY;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use super::codec::OutFrame;
 use super::metrics::RelayMetrics;
-use super::queue::{lock, End, Ledger, Push, SendQueue};
+use super::queue::{lock, Cork, End, Ledger, Push, SendQueue};
 use super::{Claim, MAX_PHONES_PER_CODE};
 use crate::protocol::relay::{self, close as relay_close, header, Framing, Kind, PeerId, Presence};
 use crate::protocol::{self, PeerRole, PeerState};
@@ -107,7 +107,8 @@ fn agent_notice(kind: Kind, peer: PeerId) -> OutFrame {
     OutFrame::tagged(header(kind, peer), Vec::new())
 }
 
-/// Relay codes to their slots. Locks are taken in one order: map, then slot, then queue.
+/// Relay codes to their slots. Locks are taken in one order: map, then slot, then a reader's
+/// [`Cork`], then queue.
 pub(crate) struct Hub {
     slots: Mutex<HashMap<u128, Arc<Slot>>>,
     /// The next phone's peer id: ids are never reused while the relay runs.
@@ -264,7 +265,14 @@ impl Hub {
     /// Hands part of a message from phone `peer` to the agent `agent` (the one that got the
     /// message's first part). Parts of a phone that left, or for an agent that is gone, are
     /// dropped; a part for a full queue comes back with that queue, for the caller to wait on.
-    pub(crate) fn to_agent(&self, slot: &Slot, peer: PeerId, agent: Option<u64>, frame: OutFrame) -> Forward {
+    pub(crate) fn to_agent(
+        &self,
+        slot: &Slot,
+        peer: PeerId,
+        agent: Option<u64>,
+        frame: OutFrame,
+        cork: Option<&Cork>,
+    ) -> Forward {
         // Pushing under the slot lock keeps a departed socket's late parts from landing after the
         // notices about its leaving.
         let members = lock(&slot.members);
@@ -274,41 +282,65 @@ impl Hub {
         let Some(target) = members.agent.as_ref().filter(|target| Some(target.conn) == agent) else {
             return Forward::Done;
         };
-        self.push(&target.queue, frame, PeerRole::Phone)
+        self.push(&target.queue, frame, PeerRole::Phone, cork)
     }
 
     /// Hands the first part of a message from phone `peer` to the agent there now, as
     /// [`Hub::to_agent`] does; also gives that agent's connection id (`None`: no agent), to which
     /// the message's other parts go.
-    pub(crate) fn to_current_agent(&self, slot: &Slot, peer: PeerId, frame: OutFrame) -> (Forward, Option<u64>) {
+    pub(crate) fn to_current_agent(
+        &self,
+        slot: &Slot,
+        peer: PeerId,
+        frame: OutFrame,
+        cork: Option<&Cork>,
+    ) -> (Forward, Option<u64>) {
         let members = lock(&slot.members);
         let Some(target) = members.agent.as_ref() else { return (Forward::Done, None) };
         if members.phone(peer).is_none() {
             return (Forward::Done, Some(target.conn));
         }
-        (self.push(&target.queue, frame, PeerRole::Phone), Some(target.conn))
+        (self.push(&target.queue, frame, PeerRole::Phone, cork), Some(target.conn))
     }
 
     /// Hands part of a message from the agent `conn` to phone `peer`. Frames of a replaced agent
     /// and frames for a phone that is not there are dropped: a frame for a peer id only ever
     /// reaches that one socket.
-    pub(crate) fn to_phone(&self, slot: &Slot, conn: u64, peer: PeerId, frame: OutFrame) -> Forward {
+    pub(crate) fn to_phone(
+        &self,
+        slot: &Slot,
+        conn: u64,
+        peer: PeerId,
+        frame: OutFrame,
+        cork: Option<&Cork>,
+    ) -> Forward {
         let members = lock(&slot.members);
         if !members.is_agent(conn) {
             return Forward::Done;
         }
         let Some(phone) = members.phone(peer) else { return Forward::Done };
-        self.push(&phone.queue, frame, PeerRole::Agent)
+        self.push(&phone.queue, frame, PeerRole::Agent, cork)
     }
 
-    fn push(&self, queue: &Arc<SendQueue>, frame: OutFrame, from: PeerRole) -> Forward {
+    /// Hands a frame to `queue`; with a `cork`, corked there where it would be written at once.
+    fn push(&self, queue: &Arc<SendQueue>, frame: OutFrame, from: PeerRole, cork: Option<&Cork>) -> Forward {
         // A message's last part counts it as a frame; bytes are the payload's, without the
         // relay's header.
         let fin = frame.fin && frame.tag.is_none_or(|tag| tag[0] != Kind::Part.byte());
         let len = frame.payload.len();
-        match queue.push(frame) {
+        let pushed = match cork {
+            Some(cork) => {
+                let pushed = queue.push_corked(frame);
+                if matches!(pushed, Push::Corked) {
+                    cork.hold(queue);
+                }
+                pushed
+            }
+            None => queue.push(frame),
+        };
+        match pushed {
             Push::Full(frame) => Forward::Full(frame, Arc::clone(queue)),
-            Push::Queued => {
+            Push::Queued | Push::Corked => {
                 self.metrics().forwarded(from, len, fin);
                 Forward::Done
             }

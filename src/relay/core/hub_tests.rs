@@ -3,7 +3,7 @@ use std::time::Duration;
 use futures_util::FutureExt as _;
 use tokio::sync::Notify;
 
-use super::super::queue::{Action, QueueLimits, MAX_PONGS, TOO_SLOW};
+use super::super::queue::{Action, Cork, QueueLimits, MAX_PONGS, TOO_SLOW};
 use super::*;
 
 const LIMITS: QueueLimits = QueueLimits { frames: 4, bytes: 100 };
@@ -239,17 +239,30 @@ async fn a_frame_goes_straight_into_an_idle_socket_and_behind_whatever_waits_in_
     assert_eq!(server_frames(&rest), [(0x88, vec![0x03, 0xe8, b'd', b'o', b'n', b'e'])], "the close, then FIN");
 }
 
-/// A queue on a plain TCP socket holding the rest of a frame larger than the socket's buffers,
-/// which it took in part; the client's end, and the queue's writer half.
-async fn half_written() -> (tokio::net::TcpStream, Arc<SendQueue>, super::super::stream::SharedWrite, Vec<u8>) {
+/// A queue on a plain TCP socket, which a sender may write to at once: the client's end, the
+/// queue, and its writer's half.
+async fn socket_queue(
+    limits: QueueLimits,
+) -> (tokio::net::TcpStream, Arc<SendQueue>, super::super::stream::SharedWrite) {
     use super::super::stream::RelayStream;
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
     let (server, _) = listener.accept().await.unwrap();
     let (_read, write, sink) = server.into_halves();
-    let queue = Arc::new(SendQueue::with_sink(QueueLimits { frames: 16, bytes: 1 << 30 }, ledger(), sink));
-    let payload: Vec<u8> = (0..16u32 << 20).map(|n| (n % 251) as u8).collect();
+    (client, Arc::new(SendQueue::with_sink(limits, ledger(), sink)), write)
+}
+
+/// A payload larger than a loopback socket's buffers.
+fn huge_payload() -> Vec<u8> {
+    (0..16u32 << 20).map(|n| (n % 251) as u8).collect()
+}
+
+/// A queue on a plain TCP socket holding the rest of a frame larger than the socket's buffers,
+/// which it took in part; the client's end, and the queue's writer half.
+async fn half_written() -> (tokio::net::TcpStream, Arc<SendQueue>, super::super::stream::SharedWrite, Vec<u8>) {
+    let (client, queue, write) = socket_queue(QueueLimits { frames: 16, bytes: 1 << 30 }).await;
+    let payload = huge_payload();
     assert!(queued(&queue, OutFrame::binary(payload.clone())));
     let (frames, bytes) = queue.queued();
     assert!(frames == 1 && bytes < payload.len(), "the socket took part of the frame ({bytes} bytes left)");
@@ -289,6 +302,116 @@ async fn a_socket_ended_with_a_frame_half_written_gets_no_close_frame_inside_it(
     writer.await.unwrap().unwrap();
     assert!(!received.is_empty() && received.len() < frame.len(), "the frame cut short: {} bytes", received.len());
     assert!(received[..] == frame[..received.len()], "then FIN: no close frame's bytes read as the frame's rest");
+}
+
+/// Reads from `client` until it has `count` whole server frames (and no more bytes).
+async fn read_frames(client: &mut tokio::net::TcpStream, count: usize) -> Vec<(u8, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+
+    let mut received = Vec::new();
+    loop {
+        let frames = server_frames_complete(&received);
+        if frames.len() >= count {
+            assert_eq!(frames.len(), count, "only the frames expected");
+            return frames;
+        }
+        let mut chunk = vec![0u8; 256 << 10];
+        let n = tokio::time::timeout(Duration::from_secs(30), client.read(&mut chunk)).await.unwrap().unwrap();
+        assert!(n > 0, "the stream ended after {} whole frames", frames.len());
+        received.extend_from_slice(&chunk[..n]);
+    }
+}
+
+#[tokio::test]
+async fn frames_a_reader_corks_wait_for_its_release_then_go_in_one_write_before_what_others_queued() {
+    let (mut client, queue, _write) = socket_queue(QueueLimits { frames: 16, bytes: 1 << 20 }).await;
+    let cork = Cork::default();
+    for n in 0..3 {
+        assert!(matches!(queue.push_corked(text(&format!("corked {n}"))), Push::Corked));
+        cork.hold(&queue);
+    }
+    assert_eq!((queue.written(), queue.queued().0), (0, 3), "nothing written while corked");
+    assert!(queued(&queue, text("another sender's")), "queued behind the corked frames");
+    assert!(matches!(queue.push_corked(text("corked 3")), Push::Corked), "a reader adds to what it corked");
+    assert_eq!(queue.queued().0, 5);
+
+    cork.release();
+    assert_eq!(queue.queued(), (0, 0), "the socket took all five at once");
+    let expected = ["corked 0", "corked 1", "corked 2", "another sender's", "corked 3"];
+    assert_eq!(queue.written(), expected.iter().map(|text| 2 + text.len() as u64).sum::<u64>());
+    let got = read_frames(&mut client, expected.len()).await;
+    assert_eq!(got, expected.map(|text| (0x81, text.as_bytes().to_vec())));
+    assert!(queue.try_next().is_none(), "nothing was left for the writer");
+    cork.release();
+    assert!(queue.try_next().is_none(), "a second release finds nothing");
+
+    // A pong waiting for the writer: nothing is corked until the writer has sent it.
+    queue.pong(b"p".to_vec());
+    assert!(queued(&queue, text("behind the pong")), "not corked: the writer has work");
+    assert!(matches!(queue.try_next(), Some(Action::Pong(_))));
+}
+
+#[tokio::test]
+async fn a_corked_frame_the_socket_takes_in_part_is_finished_by_the_writer_before_a_pong() {
+    use super::super::socket::write_side;
+
+    let (mut client, queue, mut write) = socket_queue(QueueLimits { frames: 16, bytes: 1 << 30 }).await;
+    let cork = Cork::default();
+    let huge = huge_payload();
+    for frame in [OutFrame::binary(huge.clone()), text("after")] {
+        assert!(matches!(queue.push_corked(frame), Push::Corked));
+        cork.hold(&queue);
+    }
+    cork.release();
+    let (left, _) = queue.queued();
+    assert!(left >= 1 && queue.written() > 0, "the socket took part: {left} frames left");
+    queue.pong(b"q".to_vec());
+    let writer = tokio::spawn({
+        let queue = Arc::clone(&queue);
+        async move { write_side(&mut write, &queue).await }
+    });
+    let got = read_frames(&mut client, 3).await;
+    assert!(got[0].0 == 0x82 && got[0].1 == huge, "the large frame whole, nothing inside it");
+    // The next frame was not begun: the pong may go before it, between two messages.
+    assert_eq!(got[1..], [(0x8A, b"q".to_vec()), (0x81, b"after".to_vec())]);
+    writer.abort();
+}
+
+/// Takes the writer's next action, as if it were written: false once there is none.
+fn queue_is_busy(queue: &SendQueue) -> bool {
+    queue.try_next().is_some()
+}
+
+#[tokio::test]
+async fn a_reader_that_corked_a_queue_full_releases_it_before_waiting_for_room() {
+    use super::super::socket::Forwarder;
+
+    // The agent's queue takes four frames; its socket's writer is never run, so only the
+    // reader's release can make room.
+    let (mut client, agent, _write) = socket_queue(LIMITS).await;
+    let hub = Hub::new(ledger());
+    let (slot, _) = hub.join(&claim(9, PeerRole::Agent, 1, false), &agent).unwrap();
+    let phone = queue();
+    let (_, Seat::Phone { peer }) = hub.join(&claim(9, PeerRole::Phone, 2, false), &phone).unwrap() else { panic!() };
+    // The agent's writer would have sent the notice of the phone's joining.
+    while queue_is_busy(&agent) {}
+    let cork = Cork::default();
+    let to = Forwarder { hub: &hub, slot: &slot, own: &phone, cork: &cork, stall_timeout: Duration::from_secs(30) };
+    let sent: Vec<String> = (0..10).map(|n| format!("m{n}")).collect();
+    let forwarding = async {
+        for body in &sent {
+            let frame = OutFrame::tagged(header(Kind::Text, peer), body.as_bytes().to_vec());
+            to.forward(frame, |hub, slot, frame, cork| hub.to_agent(slot, peer, Some(1), frame, cork)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), forwarding).await.expect("no wait for the stall timeout");
+    assert!(agent.ended().is_none(), "the agent was not taken for a slow reader");
+    // The last frames stay corked until the reader would next wait.
+    cork.release();
+    let got = read_frames(&mut client, sent.len()).await;
+    let bodies: Vec<String> =
+        got.iter().map(|(_, bytes)| String::from_utf8(bytes[relay::HEADER_LEN..].to_vec()).unwrap()).collect();
+    assert_eq!(bodies, sent, "every message, in order");
 }
 
 /// The whole server frames at the start of `bytes`.
@@ -393,42 +516,45 @@ fn phones_get_their_own_peer_ids_and_the_agent_hears_each_join_and_leave() {
     assert_eq!(drain(&phone_b), [joined()]);
 
     let tagged = |kind, peer, body: &str| OutFrame::tagged(header(kind, peer), body.as_bytes().to_vec());
-    assert!(matches!(hub.to_agent(&slot, a, Some(1), tagged(Kind::Text, a, "hi")), Forward::Done));
+    assert!(matches!(hub.to_agent(&slot, a, Some(1), tagged(Kind::Text, a, "hi"), None), Forward::Done));
     assert_eq!(drain(&agent), [format!("Text {a} hi")]);
-    assert!(matches!(hub.to_phone(&slot, 1, b, text("for b")), Forward::Done));
+    assert!(matches!(hub.to_phone(&slot, 1, b, text("for b"), None), Forward::Done));
     assert_eq!((drain(&phone_a), drain(&phone_b)), (vec![], vec!["for b".to_owned()]), "only to that peer");
-    assert!(matches!(hub.to_agent(&slot, a, Some(99), tagged(Kind::Text, a, "x")), Forward::Done));
+    assert!(matches!(hub.to_agent(&slot, a, Some(99), tagged(Kind::Text, a, "x"), None), Forward::Done));
     assert!(drain(&agent).is_empty(), "a message begun for another agent is dropped");
 
     for i in 0..LIMITS.frames {
-        assert!(matches!(hub.to_phone(&slot, 1, a, text(&i.to_string())), Forward::Done));
+        assert!(matches!(hub.to_phone(&slot, 1, a, text(&i.to_string()), None), Forward::Done));
     }
-    match hub.to_phone(&slot, 1, a, text("one more")) {
+    match hub.to_phone(&slot, 1, a, text("one more"), None) {
         Forward::Full(frame, queue) => assert!(frame.payload == b"one more" && Arc::ptr_eq(&queue, &phone_a)),
         Forward::Done => panic!("a full queue must hand the frame back"),
     }
     hub.leave(7, &slot, Seat::Phone { peer: a });
     assert_eq!(drain(&agent), [format!("Left {a} ")]);
-    assert!(matches!(hub.to_phone(&slot, 1, a, text("late")), Forward::Done), "a departed peer's frames are dropped");
+    assert!(
+        matches!(hub.to_phone(&slot, 1, a, text("late"), None), Forward::Done),
+        "a departed peer's frames are dropped"
+    );
     let (_, Seat::Phone { peer: c }) = hub.join(&claim(7, PeerRole::Phone, 4, true), &queue()).unwrap() else {
         panic!()
     };
     assert!(c != a && c != b, "ids are never reused");
-    assert!(matches!(hub.to_phone(&slot, 1, a, text("late")), Forward::Done));
+    assert!(matches!(hub.to_phone(&slot, 1, a, text("late"), None), Forward::Done));
 
     let agent2 = queue();
     hub.join(&claim(7, PeerRole::Agent, 5, true), &agent2).unwrap();
     assert_eq!(agent.ended(), Some(End::close(4001, "replaced")));
     assert_eq!(drain(&phone_b), [left(), joined()]);
     assert_eq!(drain(&agent2), [format!("Joined {b} "), format!("Joined {c} ")]);
-    assert!(matches!(hub.to_phone(&slot, 1, b, text("stale")), Forward::Done));
+    assert!(matches!(hub.to_phone(&slot, 1, b, text("stale"), None), Forward::Done));
     assert!(drain(&phone_b).is_empty(), "a replaced agent's frames are dropped");
     hub.leave(7, &slot, Seat::Agent { conn: 1 });
     assert!(drain(&phone_b).is_empty(), "a replaced agent leaving says nothing");
 
-    assert!(matches!(hub.to_phone(&slot, 5, b, text("why")), Forward::Done));
+    assert!(matches!(hub.to_phone(&slot, 5, b, text("why"), None), Forward::Done));
     hub.close_phone(&slot, 5, b, 1008, "executor-unauthenticated");
-    assert!(matches!(hub.to_phone(&slot, 5, b, text("after")), Forward::Done));
+    assert!(matches!(hub.to_phone(&slot, 5, b, text("after"), None), Forward::Done));
     let closed = End::Close { code: 1008, reason: "executor-unauthenticated".into() };
     assert_eq!(drain(&phone_b), ["why".to_owned(), format!("close {closed:?}")], "what came before, then the close");
     assert_eq!(phone_b.ended(), Some(closed));
@@ -473,7 +599,7 @@ fn a_full_code_makes_room_by_closing_its_oldest_phone_not_proven_and_never_a_pro
     assert_eq!(drain(&agent), [format!("Left {} ", peers[1]), format!("Joined {new} ")]);
     hub.leave(9, &slot, Seat::Phone { peer: peers[1] });
     assert!(drain(&agent).is_empty(), "the phone that made room left already");
-    assert!(matches!(hub.to_phone(&slot, 1, peers[1], text("late")), Forward::Done));
+    assert!(matches!(hub.to_phone(&slot, 1, peers[1], text("late"), None), Forward::Done));
     assert_eq!(drain(&phones[1]), [format!("close {made_room:?}")], "nothing reaches it after its close");
 
     hub.join(&claim(9, PeerRole::Phone, 101, true), &queue()).unwrap();
@@ -527,6 +653,6 @@ fn a_phone_that_asks_for_no_notices_hears_none() {
     assert_eq!(drain(&agent), [format!("Joined {peer} ")], "the agent still hears of it");
     hub.join(&claim(11, PeerRole::Agent, 3, true), &queue()).unwrap();
     hub.leave(11, &slot, Seat::Agent { conn: 3 });
-    assert!(matches!(hub.to_phone(&slot, 3, peer, text("data")), Forward::Done));
+    assert!(matches!(hub.to_phone(&slot, 3, peer, text("data"), None), Forward::Done));
     assert!(drain(&quiet).is_empty(), "no joined, left or replaced notice: {:?}", drain(&quiet));
 }

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::codec::{close, OutFrame, OP_TEXT};
-use super::queue::{End, Push, SendQueue};
+use super::queue::{Cork, End, Push, SendQueue};
 use super::reader::{FrameReader, Part};
 use super::socket::{read_side, wind_down, write_side, Deliver, Membership};
 use super::{RelayStream, SocketLimits};
@@ -54,7 +54,7 @@ impl ServiceLine {
         let mut frame = out_frame(frame);
         loop {
             match self.queue.push(frame) {
-                Push::Queued | Push::Dropped => return,
+                Push::Queued | Push::Corked | Push::Dropped => return,
                 Push::Full(back) => frame = back,
             }
             if !self.queue.room_or_stall(frame.len(), self.stall_timeout).await {
@@ -143,7 +143,9 @@ pub(crate) async fn serve<S, F>(
         shutdown,
     };
     let messages = Messages { to: to_service, own: &queue, message: Vec::new() };
-    let reader = read_side(&mut read_half, frames, &hub, &queue, limits, messages).fuse();
+    // The reader hands messages to the service, never to another socket: it corks nothing.
+    let cork = Cork::default();
+    let reader = read_side(&mut read_half, frames, &hub, &queue, &cork, limits, messages).fuse();
     let served = service(line).fuse();
     tokio::pin!(reader, served);
     loop {

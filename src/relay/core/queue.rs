@@ -95,6 +95,8 @@ pub(crate) struct QueueLimits {
 /// What became of a frame handed to a queue.
 pub(crate) enum Push {
     Queued,
+    /// Queued without waking the writer ([`SendQueue::push_corked`]).
+    Corked,
     /// The queue is full: the frame comes back, to be retried once there is room.
     Full(OutFrame),
     /// The socket is ending; the frame was dropped.
@@ -124,6 +126,9 @@ struct State {
     /// The first queued frame is the rest of one the socket took in part: it goes before anything
     /// else, and a socket ended before it went gets no close frame (it would land inside it).
     front_begun: bool,
+    /// A reader queued frames without waking the writer: it writes them itself before it next
+    /// waits ([`Cork`]).
+    corked: bool,
 }
 
 impl State {
@@ -135,7 +140,29 @@ impl State {
     /// The socket a frame may be written to now, by whoever hands it over: only while nothing is
     /// queued or being written before it, so bytes never interleave and order holds.
     fn sink_now(&self) -> Option<&DirectSink> {
-        let idle = self.frames.is_empty() && !self.writing && self.pongs.is_empty() && !self.ping;
+        self.sink_between_writes().filter(|_| self.frames.is_empty())
+    }
+
+    /// Moves queued frames to `batch`, up to `max_frames` in it and `max_bytes` taken (a larger
+    /// first frame still goes alone); gives the bytes taken.
+    fn take_batch(&mut self, batch: &mut Vec<OutFrame>, max_frames: usize, max_bytes: usize) -> usize {
+        let mut bytes = 0usize;
+        while batch.len() < max_frames {
+            let Some(len) = self.frames.front().map(OutFrame::len) else { break };
+            if bytes > 0 && bytes + len > max_bytes {
+                break;
+            }
+            bytes += len;
+            self.bytes -= len;
+            batch.extend(self.frames.pop_front());
+        }
+        bytes
+    }
+
+    /// The socket, while its writer holds nothing and owes no control frame: the frames queued
+    /// (if any) are what goes next.
+    fn sink_between_writes(&self) -> Option<&DirectSink> {
+        let idle = !self.writing && !self.front_begun && self.pongs.is_empty() && !self.ping;
         self.sink.as_ref().filter(|_| idle && self.end.is_none() && self.end_when_sent.is_none())
     }
 }
@@ -156,6 +183,10 @@ pub(crate) struct SendQueue {
     ledger: Arc<Ledger>,
 }
 
+/// Most queued frames written in one system call.
+pub(crate) const MAX_BATCH_FRAMES: usize = 64;
+/// Most queued bytes written in one system call (a larger single frame still goes alone).
+pub(crate) const MAX_BATCH_BYTES: usize = 256 << 10;
 /// Frames kept allocated in an idle queue; a queue that grew past this is shrunk once drained.
 const IDLE_QUEUE_CAPACITY: usize = 8;
 /// Presence notices a full queue still takes beyond its limit; more mean the reader is gone.
@@ -195,7 +226,8 @@ impl SendQueue {
         lock(&self.state)
     }
 
-    fn enqueue(&self, mut state: MutexGuard<'_, State>, frame: OutFrame) {
+    /// Adds a frame to the queue, without waking the writer.
+    fn queue_frame(&self, state: &mut State, frame: OutFrame) {
         // Only a phone's frames come in fragments (an agent's are whole messages, tagged).
         if frame.tag.is_none() {
             state.open_message = !frame.fin;
@@ -203,6 +235,10 @@ impl SendQueue {
         state.bytes += frame.len();
         self.ledger.charge(frame.len());
         state.frames.push_back(frame);
+    }
+
+    fn enqueue(&self, mut state: MutexGuard<'_, State>, frame: OutFrame) {
+        self.queue_frame(&mut state, frame);
         drop(state);
         self.wake_writer();
     }
@@ -210,6 +246,19 @@ impl SendQueue {
     /// Queues a data frame if there is room for it, or, when nothing waits before it, writes it to
     /// the socket at once (what the socket does not take at once is queued for its writer).
     pub(crate) fn push(&self, frame: OutFrame) -> Push {
+        self.hand_over(frame, false)
+    }
+
+    /// Queues a data frame as [`SendQueue::push`] does, but where that would write it at once,
+    /// leaves it queued without waking the writer: `Corked`, and the caller, holding the queue in
+    /// its [`Cork`], writes it with whatever else it queues there meanwhile in one system call
+    /// before it next waits. Frames other senders queue behind corked ones wake the writer as
+    /// usual; it writes everything queued, corked or not.
+    pub(crate) fn push_corked(&self, frame: OutFrame) -> Push {
+        self.hand_over(frame, true)
+    }
+
+    fn hand_over(&self, frame: OutFrame, cork: bool) -> Push {
         let mut state = self.state();
         if state.end.is_some() || state.end_when_sent.is_some() {
             return Push::Dropped;
@@ -217,6 +266,11 @@ impl SendQueue {
         if !state.has_room(&self.limits, frame.len()) {
             state.room_wanted = true;
             return Push::Full(frame);
+        }
+        if cork && state.sink_between_writes().is_some() && (state.frames.is_empty() || state.corked) {
+            state.corked = true;
+            self.queue_frame(&mut state, frame);
+            return Push::Corked;
         }
         let frame = match state.sink_now() {
             Some(sink) => {
@@ -234,6 +288,37 @@ impl SendQueue {
         };
         self.enqueue(state, frame);
         Push::Queued
+    }
+
+    /// Writes the frames corked here at once, as many as the socket takes in one system call;
+    /// what it does not take, or what cannot go now (the writer is busy, a control frame waits),
+    /// is left to the writer, which is woken.
+    pub(crate) fn uncork(&self) {
+        let mut state = self.state();
+        if !std::mem::take(&mut state.corked) || state.frames.is_empty() {
+            return;
+        }
+        if let Some(sink) = state.sink_between_writes().cloned() {
+            let mut batch = Vec::new();
+            let bytes = state.take_batch(&mut batch, MAX_BATCH_FRAMES, MAX_BATCH_BYTES);
+            self.ledger.release(bytes);
+            let (written, rest) = super::codec::try_write_frames(batch, (*sink).as_ref());
+            self.wrote(written);
+            state.front_begun = rest.begun;
+            for frame in rest.frames.into_iter().rev() {
+                state.bytes += frame.len();
+                self.ledger.charge(frame.len());
+                state.frames.push_front(frame);
+            }
+            let pending = !state.frames.is_empty();
+            self.after_pop(state);
+            if pending {
+                self.wake_writer();
+            }
+            return;
+        }
+        drop(state);
+        self.wake_writer();
     }
 
     /// Queues a presence notice after the data before it. Notices never wait: a full queue takes
@@ -440,16 +525,7 @@ impl SendQueue {
         if state.end.is_some() || !state.pongs.is_empty() || state.ping {
             return;
         }
-        let mut bytes = 0usize;
-        while batch.len() < max_frames {
-            let Some(len) = state.frames.front().map(OutFrame::len) else { break };
-            if bytes > 0 && bytes + len > max_bytes {
-                break;
-            }
-            bytes += len;
-            state.bytes -= len;
-            batch.extend(state.frames.pop_front());
-        }
+        let bytes = state.take_batch(batch, max_frames, max_bytes);
         self.ledger.release(bytes);
         if !batch.is_empty() {
             self.after_pop(state);
@@ -513,6 +589,36 @@ impl Meter for SendQueue {
             state.reader_bytes -= bytes.min(state.reader_bytes);
             self.ledger.release(bytes);
         }
+    }
+}
+
+/// The queues one socket's reader corked ([`SendQueue::push_corked`]): the frames one read
+/// brings for a receiver go to it in one system call, not one each. The reader releases them
+/// before it waits for anything (the stream, room at a receiver) and when it stops.
+#[derive(Default)]
+pub(crate) struct Cork(Mutex<Vec<Arc<SendQueue>>>);
+
+impl Cork {
+    /// Holds `queue` until the next release.
+    pub(crate) fn hold(&self, queue: &Arc<SendQueue>) {
+        let mut held = lock(&self.0);
+        if !held.iter().any(|other| Arc::ptr_eq(other, queue)) {
+            held.push(Arc::clone(queue));
+        }
+    }
+
+    /// Writes what every held queue has corked, or wakes its writer to.
+    pub(crate) fn release(&self) {
+        let mut held = lock(&self.0);
+        for queue in held.drain(..) {
+            queue.uncork();
+        }
+    }
+}
+
+impl Drop for Cork {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 

@@ -16,12 +16,15 @@ pub(crate) const PART_LEN: usize = 16 << 10;
 /// Longest frame header: 2 bytes, 8 of extended length, 4 of mask.
 const MAX_HEADER_LEN: usize = 14;
 
-/// Counts the bytes a reader holds in message buffers against a memory budget.
+/// Counts the bytes a reader holds in message buffers against a memory budget, and hears when
+/// the reader is about to wait for the stream.
 pub(crate) trait Meter {
     /// Counts `bytes` more; false when the socket is ending and must stop reading.
     fn grow(&self, bytes: usize) -> bool;
     /// Counts `bytes` fewer.
     fn shrink(&self, bytes: usize);
+    /// The reader has used every byte it read and reads the stream again (it may wait there).
+    fn waiting(&self) {}
 }
 
 /// No budget at all.
@@ -237,6 +240,7 @@ impl FrameReader {
                 continue;
             }
             let Some((header, header_len)) = parse_header(&self.buf[self.start..self.end])? else {
+                meter.waiting();
                 if !self.fill_buffer(io).await? {
                     return Ok(None);
                 }
@@ -246,6 +250,7 @@ impl FrameReader {
             if matches!(header.opcode, OP_CLOSE | OP_PING | OP_PONG) {
                 if self.end - self.start < header_len + header.len {
                     // A control frame is read whole into the buffer, which always has room.
+                    meter.waiting();
                     if !self.fill_buffer(io).await? {
                         return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
                     }
@@ -299,6 +304,7 @@ impl FrameReader {
             } else {
                 // While the stream is awaited, the part counts against the budget.
                 self.settle(meter)?;
+                meter.waiting();
                 let n = (&mut *io).take(want as u64).read_buf(&mut self.part).await.map_err(ReadError::Io)?;
                 if n == 0 {
                     return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
@@ -379,6 +385,7 @@ impl FrameReader {
     pub(crate) async fn discard<R: AsyncRead + Unpin>(&mut self, io: &mut R, meter: &impl Meter) {
         self.drop_buffers();
         let _ = self.settle(meter);
+        meter.waiting();
         while let Ok(1..) = io.read(&mut self.buf).await {}
     }
 

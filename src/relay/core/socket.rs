@@ -18,7 +18,7 @@ use tracing::debug;
 
 use super::codec::{self, close, OutFrame};
 use super::hub::{Forward, Hub, Seat, Slot, TooManyPhones};
-use super::queue::{Action, End, QueueLimits, SendQueue};
+use super::queue::{Action, Cork, End, QueueLimits, SendQueue, MAX_BATCH_BYTES, MAX_BATCH_FRAMES};
 use super::reader::{close_code_allowed, Event, FrameReader, Meter, Part};
 use super::stream::DirectSink;
 use super::{Claim, RelayStream, Shutdown, SocketLimits};
@@ -29,11 +29,6 @@ use crate::protocol::PeerRole;
 pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// Time the reader gets afterwards to see the client's close frame or end of stream.
 pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(2);
-
-/// Most queued frames written in one system call.
-const MAX_BATCH_FRAMES: usize = 64;
-/// Most queued bytes written in one system call (a larger single frame still goes alone).
-const MAX_BATCH_BYTES: usize = 256 << 10;
 
 /// Where a socket belongs: its pairing and its place in it.
 pub(crate) struct Membership {
@@ -116,7 +111,15 @@ pub(crate) async fn serve<S: RelayStream>(
         return;
     };
     debug!("joined");
-    let to_peer = Forwarder { hub: &member.hub, slot: &seated.slot, own: &queue, stall_timeout: limits.stall_timeout };
+    // Frames this socket's reader hands over are corked at their receivers until it next waits.
+    let cork = Cork::default();
+    let to_peer = Forwarder {
+        hub: &member.hub,
+        slot: &seated.slot,
+        own: &queue,
+        cork: &cork,
+        stall_timeout: limits.stall_timeout,
+    };
     let deliver = match seated.seat {
         Seat::Phone { peer } => Parts::Phone(PhoneParts { to: to_peer, peer, agent: None }),
         Seat::Agent { conn } => Parts::Agent(AgentMessages {
@@ -126,7 +129,7 @@ pub(crate) async fn serve<S: RelayStream>(
             state: Reading::Header([0; HEADER_LEN], 0),
         }),
     };
-    let reader = read_side(&mut read_half, frames, &member.hub, &queue, limits, deliver).fuse();
+    let reader = read_side(&mut read_half, frames, &member.hub, &queue, &cork, limits, deliver).fuse();
     tokio::pin!(reader);
     tokio::select! {
         () = &mut reader => {}
@@ -138,7 +141,9 @@ pub(crate) async fn serve<S: RelayStream>(
         () = queue.ending() => {}
         () = shutdown.wait() => queue.end(End::close(close::GOING_AWAY, "relay shutting down")),
     }
-    // Leave first, so the others hear of it at once even if this client is slow to close.
+    // What the reader corked goes before the notice of this socket's leaving. Leave first, so
+    // the others hear of it at once even if this client is slow to close.
+    cork.release();
     member.leave(&seated);
     queue.end(End::Abort);
     debug!(end = ?queue.ended(), "left");
@@ -193,6 +198,8 @@ pub(crate) struct Forwarder<'a> {
     pub slot: &'a Slot,
     /// The reading socket's own queue: its end stops a wait, and a waiting part is its bytes.
     pub own: &'a SendQueue,
+    /// The receivers' queues this reader corked.
+    pub cork: &'a Cork,
     pub stall_timeout: Duration,
 }
 
@@ -216,13 +223,13 @@ impl Deliver for PhoneParts<'_> {
         // A message's first part goes to the agent there now, and the rest to that one only.
         let mut first = part.first;
         let agent = &mut self.agent;
-        let route = |hub: &Hub, slot: &Slot, frame| {
+        let route = |hub: &Hub, slot: &Slot, frame, cork: Option<&Cork>| {
             if std::mem::take(&mut first) {
-                let (forward, to) = hub.to_current_agent(slot, peer, frame);
+                let (forward, to) = hub.to_current_agent(slot, peer, frame, cork);
                 *agent = to;
                 forward
             } else {
-                hub.to_agent(slot, peer, *agent, frame)
+                hub.to_agent(slot, peer, *agent, frame, cork)
             }
         };
         self.to.forward(frame, route).await;
@@ -315,7 +322,7 @@ impl Deliver for AgentMessages<'_> {
                 *begun = true;
                 let (peer, conn) = (*peer, self.conn);
                 let frame = OutFrame { opcode, fin: part.fin, tag: None, payload: bytes };
-                self.to.forward(frame, |hub, slot, frame| hub.to_phone(slot, conn, peer, frame)).await;
+                self.to.forward(frame, |hub, slot, frame, cork| hub.to_phone(slot, conn, peer, frame, cork)).await;
             }
             Reading::ClosePeer { peer, payload } => {
                 if payload.len() + bytes.len() > 2 + relay::MAX_CLOSE_REASON {
@@ -345,21 +352,28 @@ impl Deliver for AgentMessages<'_> {
 }
 
 impl Forwarder<'_> {
-    /// Hands a frame to the other side through `route`. While the receiver's queue is full this
-    /// socket is not read, so the sender slows to the receiver's pace, and the waiting frame
-    /// counts against the memory budget as this socket's; a receiver that writes nothing at all
-    /// for the stall timeout is closed with 1013 and its queue freed.
-    pub(crate) async fn forward(&self, mut frame: OutFrame, mut route: impl FnMut(&Hub, &Slot, OutFrame) -> Forward) {
+    /// Hands a frame to the other side through `route`, corked at the receiver (see [`Cork`]).
+    /// While the receiver's queue is full this socket is not read, so the sender slows to the
+    /// receiver's pace, and the waiting frame counts against the memory budget as this socket's;
+    /// a receiver that writes nothing at all for the stall timeout is closed with 1013 and its
+    /// queue freed.
+    pub(crate) async fn forward(
+        &self,
+        mut frame: OutFrame,
+        mut route: impl FnMut(&Hub, &Slot, OutFrame, Option<&Cork>) -> Forward,
+    ) {
         let len = frame.len();
         let mut waiting = false;
         loop {
-            let peer = match route(self.hub, self.slot, frame) {
+            let peer = match route(self.hub, self.slot, frame, Some(self.cork)) {
                 Forward::Done => break,
                 Forward::Full(back, peer) => {
                     frame = back;
                     peer
                 }
             };
+            // The full queue may hold frames corked here: its writer must have them to make room.
+            self.cork.release();
             if !waiting {
                 self.hub.metrics().queue_full();
                 if !self.own.grow(len) {
@@ -394,6 +408,7 @@ pub(crate) async fn read_side<R: AsyncRead + Unpin>(
     mut frames: FrameReader,
     hub: &Hub,
     queue: &SendQueue,
+    cork: &Cork,
     limits: &SocketLimits,
     mut deliver: impl Deliver,
 ) {
@@ -401,7 +416,7 @@ pub(crate) async fn read_side<R: AsyncRead + Unpin>(
     let wake = tokio::time::sleep(limits.ping_interval);
     let ending = queue.ending();
     tokio::pin!(wake, ending);
-    let meter = Budgeted { queue, hub };
+    let meter = Budgeted { queue, hub, cork };
     loop {
         let event = tokio::select! {
             event = frames.read_event(io, &meter) => event,
@@ -489,10 +504,12 @@ impl Silence<'_> {
     }
 }
 
-/// A reader's meter: its socket's share of the memory budget, enforced as it grows.
+/// A reader's meter: its socket's share of the memory budget, enforced as it grows; and what it
+/// corked, released before it waits for the stream.
 struct Budgeted<'a> {
     queue: &'a SendQueue,
     hub: &'a Hub,
+    cork: &'a Cork,
 }
 
 impl Meter for Budgeted<'_> {
@@ -508,6 +525,10 @@ impl Meter for Budgeted<'_> {
 
     fn shrink(&self, bytes: usize) {
         self.queue.shrink(bytes);
+    }
+
+    fn waiting(&self) {
+        self.cork.release();
     }
 }
 
