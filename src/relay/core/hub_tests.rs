@@ -398,10 +398,18 @@ async fn a_reader_that_corked_a_queue_full_releases_it_before_waiting_for_room()
     let cork = Cork::default();
     let to = Forwarder { hub: &hub, slot: &slot, own: &phone, cork: &cork, stall_timeout: Duration::from_secs(30) };
     let sent: Vec<String> = (0..10).map(|n| format!("m{n}")).collect();
+    let forward = |body: &String| {
+        let frame = OutFrame::tagged(header(Kind::Text, peer), body.as_bytes().to_vec());
+        to.forward(frame, move |hub, slot, frame, cork| hub.to_agent(slot, peer, Some(1), frame, cork))
+    };
+    // The only frame of its read: written at once, nothing corked.
+    forward(&sent[0]).await;
+    assert_eq!((agent.queued().0, agent.written()), (0, 2 + 5 + 2));
+    // The rest come from one read: corked, until the queue is full.
+    cork.read_ahead(true);
     let forwarding = async {
-        for body in &sent {
-            let frame = OutFrame::tagged(header(Kind::Text, peer), body.as_bytes().to_vec());
-            to.forward(frame, |hub, slot, frame, cork| hub.to_agent(slot, peer, Some(1), frame, cork)).await;
+        for body in &sent[1..] {
+            forward(body).await;
         }
     };
     tokio::time::timeout(Duration::from_secs(10), forwarding).await.expect("no wait for the stall timeout");

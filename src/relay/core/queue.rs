@@ -593,23 +593,46 @@ impl Meter for SendQueue {
 }
 
 /// The queues one socket's reader corked ([`SendQueue::push_corked`]): the frames one read
-/// brings for a receiver go to it in one system call, not one each. The reader releases them
-/// before it waits for anything (the stream, room at a receiver) and when it stops.
+/// brings for a receiver go to it in one system call, not one each. The reader corks while more
+/// of what it read waits in its buffer (and then every frame up to the last of that read), and
+/// releases the queues before it waits for anything (the stream, room at a receiver) and when it
+/// stops. A read that brings one frame writes it at once, as if there were no cork.
 #[derive(Default)]
-pub(crate) struct Cork(Mutex<Vec<Arc<SendQueue>>>);
+pub(crate) struct Cork {
+    held: Mutex<Vec<Arc<SendQueue>>>,
+    /// `held` is not empty (read without its lock).
+    holding: AtomicBool,
+    /// The reader has more bytes read and not yet handed on.
+    ahead: AtomicBool,
+}
 
 impl Cork {
+    /// Whether the reader has more bytes read than it has handed on.
+    pub(crate) fn read_ahead(&self, ahead: bool) {
+        self.ahead.store(ahead, Ordering::Relaxed);
+    }
+
+    /// This cork, if the next frame should be corked: more of the read follows it, or frames
+    /// before it are corked already.
+    pub(crate) fn wanted(&self) -> Option<&Cork> {
+        (self.ahead.load(Ordering::Relaxed) || self.holding.load(Ordering::Relaxed)).then_some(self)
+    }
+
     /// Holds `queue` until the next release.
     pub(crate) fn hold(&self, queue: &Arc<SendQueue>) {
-        let mut held = lock(&self.0);
+        let mut held = lock(&self.held);
         if !held.iter().any(|other| Arc::ptr_eq(other, queue)) {
             held.push(Arc::clone(queue));
         }
+        self.holding.store(true, Ordering::Relaxed);
     }
 
     /// Writes what every held queue has corked, or wakes its writer to.
     pub(crate) fn release(&self) {
-        let mut held = lock(&self.0);
+        if !self.holding.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let mut held = lock(&self.held);
         for queue in held.drain(..) {
             queue.uncork();
         }

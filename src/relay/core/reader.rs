@@ -175,6 +175,11 @@ impl FrameReader {
         }
     }
 
+    /// Whether bytes read from the stream wait in the buffer, not yet handed out.
+    pub(crate) fn has_buffered(&self) -> bool {
+        self.end > self.start
+    }
+
     /// Bytes read from the stream so far, complete messages or not.
     pub(crate) fn received(&self) -> u64 {
         self.received

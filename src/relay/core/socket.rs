@@ -131,7 +131,9 @@ pub(crate) async fn serve<S: RelayStream>(
     };
     let reader = read_side(&mut read_half, frames, &member.hub, &queue, &cork, limits, deliver).fuse();
     tokio::pin!(reader);
+    // In order, without drawing a random one first: whichever ends first ends the socket.
     tokio::select! {
+        biased;
         () = &mut reader => {}
         result = &mut writer => {
             if let Err(err) = result {
@@ -352,7 +354,8 @@ impl Deliver for AgentMessages<'_> {
 }
 
 impl Forwarder<'_> {
-    /// Hands a frame to the other side through `route`, corked at the receiver (see [`Cork`]).
+    /// Hands a frame to the other side through `route`, corked at the receiver while the reader
+    /// has more of its read to hand on (see [`Cork`]).
     /// While the receiver's queue is full this socket is not read, so the sender slows to the
     /// receiver's pace, and the waiting frame counts against the memory budget as this socket's;
     /// a receiver that writes nothing at all for the stall timeout is closed with 1013 and its
@@ -365,7 +368,7 @@ impl Forwarder<'_> {
         let len = frame.len();
         let mut waiting = false;
         loop {
-            let peer = match route(self.hub, self.slot, frame, Some(self.cork)) {
+            let peer = match route(self.hub, self.slot, frame, self.cork.wanted()) {
                 Forward::Done => break,
                 Forward::Full(back, peer) => {
                     frame = back;
@@ -418,12 +421,15 @@ pub(crate) async fn read_side<R: AsyncRead + Unpin>(
     tokio::pin!(wake, ending);
     let meter = Budgeted { queue, hub, cork };
     loop {
+        // The end first (one atomic load), then the stream; the timer only once the stream has
+        // nothing (a socket that is read is not silent).
         let event = tokio::select! {
-            event = frames.read_event(io, &meter) => event,
+            biased;
             () = &mut ending => {
                 frames.discard(io, &meter).await;
                 return;
             }
+            event = frames.read_event(io, &meter) => event,
             () = &mut wake => {
                 match silence.check(frames.received(), queue) {
                     Some(next) => wake.as_mut().reset(next),
@@ -434,7 +440,10 @@ pub(crate) async fn read_side<R: AsyncRead + Unpin>(
         };
         silence.last_heard = Instant::now();
         let flow = match event {
-            Ok(Some(Event::Data(part))) => deliver.deliver(part).await,
+            Ok(Some(Event::Data(part))) => {
+                cork.read_ahead(frames.has_buffered());
+                deliver.deliver(part).await
+            }
             Ok(Some(Event::Ping(payload))) => {
                 queue.pong(payload);
                 ControlFlow::Continue(())
