@@ -72,34 +72,44 @@ impl OutFrame {
     /// Writes the frame to `sink` at once, without waiting: the bytes written, and what is left
     /// to write when the socket took less (or none: the frame itself, or the rest of its bytes).
     pub(crate) fn try_write(mut self, sink: &TcpStream) -> (usize, Option<OutFrame>) {
-        let fin = self.fin;
-        let written = match self.frame_in_place() {
+        let head = self.frame_in_place();
+        let written = match &head {
             None => sink.try_write(&self.payload),
             Some((head, head_len)) => {
-                let written = sink.try_write_vectored(&[IoSlice::new(&head[..head_len]), IoSlice::new(&self.payload)]);
-                match written {
-                    Ok(n) if n == head_len + self.payload.len() => return (n, None),
-                    Ok(n) => {
-                        let mut rest = head[n.min(head_len)..head_len].to_vec();
-                        rest.extend_from_slice(&self.payload[n.saturating_sub(head_len)..]);
-                        return (n, Some(OutFrame::encoded(fin, rest)));
-                    }
-                    // Nothing went: the frame goes to the queue as it was.
-                    Err(_) => return (0, Some(self)),
-                }
+                sink.try_write_vectored(&[IoSlice::new(&head[..*head_len]), IoSlice::new(&self.payload)])
             }
-        };
-        // Framed in place: the payload is the whole frame now.
-        let mut bytes = self.payload;
-        match written {
-            Ok(n) if n == bytes.len() => (n, None),
-            Ok(n) => {
-                bytes.drain(..n);
-                (n, Some(OutFrame::encoded(fin, bytes)))
+        }
+        .unwrap_or(0);
+        if written == framed_len(&head, &self) {
+            return (written, None);
+        }
+        (written, Some(self.rest(head, written)))
+    }
+
+    /// What is left of this frame, framed (`head` as [`OutFrame::frame_in_place`] gave it), after
+    /// the first `written` of its bytes went: the frame as it was if nothing went and its headers
+    /// are apart, otherwise its remaining bytes, encoded.
+    fn rest(self, head: Option<([u8; MAX_HEAD], usize)>, written: usize) -> OutFrame {
+        match head {
+            Some(_) if written == 0 => self,
+            Some((head, head_len)) => {
+                let mut bytes = head[written.min(head_len)..head_len].to_vec();
+                bytes.extend_from_slice(&self.payload[written.saturating_sub(head_len)..]);
+                OutFrame::encoded(self.fin, bytes)
             }
-            Err(_) => (0, Some(OutFrame::encoded(fin, bytes))),
+            // Framed in place: the payload is the whole frame now.
+            None => {
+                let mut bytes = self.payload;
+                bytes.drain(..written);
+                OutFrame::encoded(self.fin, bytes)
+            }
         }
     }
+}
+
+/// Bytes of a framed frame: its headers (when apart) and its payload.
+fn framed_len(head: &Option<([u8; MAX_HEAD], usize)>, frame: &OutFrame) -> usize {
+    head.map_or(0, |(_, len)| len) + frame.payload.len()
 }
 
 /// What a write at once left unwritten of the frames it was given, in order.
@@ -127,32 +137,14 @@ pub(crate) fn try_write_frames(mut frames: Vec<OutFrame>, sink: &TcpStream) -> (
     let mut unwritten = Unwritten { frames: Vec::new(), begun: false };
     let mut left = written;
     for (frame, head) in frames.into_iter().zip(heads) {
-        let head_len = head.map_or(0, |(_, len)| len);
-        let total = head_len + frame.payload.len();
+        let total = framed_len(&head, &frame);
         if left >= total {
             left -= total;
             continue;
         }
-        let rest = match head {
-            // Not touched, and still as it was queued.
-            Some(_) if left == 0 => frame,
-            // Framed in place: the payload is the whole frame now.
-            None if left == 0 => OutFrame::encoded(frame.fin, frame.payload),
-            Some((head, _)) => {
-                let mut bytes = head[left.min(head_len)..head_len].to_vec();
-                bytes.extend_from_slice(&frame.payload[left.saturating_sub(head_len)..]);
-                unwritten.begun = true;
-                OutFrame::encoded(frame.fin, bytes)
-            }
-            None => {
-                let mut bytes = frame.payload;
-                bytes.drain(..left);
-                unwritten.begun = true;
-                OutFrame::encoded(frame.fin, bytes)
-            }
-        };
+        unwritten.begun |= left > 0;
+        unwritten.frames.push(frame.rest(head, left));
         left = 0;
-        unwritten.frames.push(rest);
     }
     (written, unwritten)
 }

@@ -355,11 +355,10 @@ impl Deliver for AgentMessages<'_> {
 
 impl Forwarder<'_> {
     /// Hands a frame to the other side through `route`, corked at the receiver while the reader
-    /// has more of its read to hand on (see [`Cork`]).
-    /// While the receiver's queue is full this socket is not read, so the sender slows to the
-    /// receiver's pace, and the waiting frame counts against the memory budget as this socket's;
-    /// a receiver that writes nothing at all for the stall timeout is closed with 1013 and its
-    /// queue freed.
+    /// has more of its read to hand on (see [`Cork`]). While the receiver's queue is full this
+    /// socket is not read, so the sender slows to the receiver's pace, and the waiting frame
+    /// counts against the memory budget as this socket's; a receiver that writes nothing at all
+    /// for the stall timeout is closed with 1013 and its queue freed.
     pub(crate) async fn forward(
         &self,
         mut frame: OutFrame,
