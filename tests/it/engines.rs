@@ -7,6 +7,7 @@
 //! `VOXA_ENGINE_PICTURES=<dir>` to keep the screenshots.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -219,7 +220,16 @@ async fn tab_icons(browser: &Browser) -> Vec<(String, Vec<(usize, usize)>, (usiz
 /// for all six).
 async fn check_tab_icons(browser: &Browser, scheme: &str) {
     let name = format!("{} {scheme}", browser.engine.name());
-    let icons = tab_icons(browser).await;
+    // An icon is an SVG mask, which an engine may decode after the first paint (WebKit did, on a
+    // loaded machine): look again, for a few seconds, until every tab shows some ink.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let icons = loop {
+        let icons = tab_icons(browser).await;
+        if icons.iter().all(|(_, shape, _)| shape.len() >= 30) || Instant::now() > deadline {
+            break icons;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     let ids: Vec<&str> = icons.iter().map(|(id, _, _)| id.as_str()).collect();
     assert_eq!(ids, TABS, "{name}: the tabs");
     for (id, shape, (width, height)) in &icons {
