@@ -406,19 +406,21 @@ impl RelayLink {
         };
     }
 
-    /// An admitted peer: its session's queue (with `hello_ok` first), its session, and — when the
-    /// relay takes it — the relay's word that this peer proved the token.
+    /// An admitted peer: — when the relay takes it — the relay's word that this peer proved the
+    /// token, then its session's queue (with `hello_ok` first) and its session. The word goes
+    /// first, on the socket both share: a phone told it is in is already proven at the relay, so
+    /// a full code never closes it to make room.
     async fn admit(&self, admitted: Admitted, slot: &mut PeerSlot, tells_proven: bool, to: &PeerSender) -> Peer {
         let Admitted { admission, frames, ends } = admitted;
+        if tells_proven {
+            to.proven().await;
+        }
         let (queue, forwarder) = to.forward();
         slot.forwarder = Some(forwarder);
         for frame in frames {
             let _ = queue.send(frame).await;
         }
         let io = ends.open(queue, &self.ctx.status.sessions);
-        if tells_proven {
-            to.proven().await;
-        }
         self.report(LinkEvent::PeerAdmitted);
         let revoked = admission.revoked.clone();
         let writer = io.out.clone();
@@ -616,8 +618,8 @@ mod tests {
     }
 
     /// After admission the link tells the relay `PROVEN` for that peer — only on a relay that
-    /// chose the framing that takes it.
-    #[tokio::test]
+    /// chose the framing that takes it, and before the peer's `hello_ok`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_admitted_peer_is_told_proven_to_a_relay_that_takes_it_and_only_then() {
         use base64::Engine;
         let workspace = tempfile::tempdir().unwrap();
@@ -635,13 +637,27 @@ mod tests {
                 .await
                 .unwrap();
             assert!(matches!(peers.slots[&7].state, Peer::Ready { .. }));
-            let proven: Vec<PeerId> = std::iter::from_fn(|| sent.try_recv().ok())
-                .filter_map(|message| match relay_framing::split(&message.into_data()) {
-                    Some((Kind::Proven, peer, [])) => Some(peer),
-                    _ => None,
-                })
-                .collect();
-            assert_eq!(proven, if tells_proven { vec![7] } else { vec![] });
+            // What the link sent after the challenge, in order, once `hello_ok` is among it.
+            let mut said = Vec::new();
+            while !said.iter().any(|(kind, _)| *kind == Kind::Text) {
+                let message =
+                    tokio::time::timeout(std::time::Duration::from_secs(5), sent.recv()).await.unwrap().unwrap();
+                if let Some((kind, peer, payload)) = relay_framing::split(&message.into_data()) {
+                    assert_eq!(peer, 7);
+                    said.push((kind, payload.to_vec()));
+                }
+            }
+            said.extend(std::iter::from_fn(|| sent.try_recv().ok()).filter_map(|message| {
+                relay_framing::split(&message.into_data()).map(|(kind, _, payload)| (kind, payload.to_vec()))
+            }));
+            let kinds: Vec<Kind> = said.iter().map(|(kind, _)| *kind).collect();
+            let hello_ok: serde_json::Value = serde_json::from_slice(&said[kinds.len() - 1].1).unwrap_or_default();
+            if tells_proven {
+                assert_eq!(kinds, [Kind::Proven, Kind::Text], "PROVEN before hello_ok");
+            } else {
+                assert_eq!(kinds, [Kind::Text]);
+            }
+            assert_eq!(hello_ok["type"], "hello_ok");
         }
     }
 }

@@ -244,8 +244,11 @@ async fn code_holders_silent_refused_or_reconnecting_never_lock_the_owners_phone
     let relay = TestRelay::start().await;
     let agent = TestAgent::start(Some(relay.url())).await;
     let url = format!("ws://{}/ws?code={}", relay.addr, agent.code());
-    // The owner's phone that was there first: proven, so never the one that makes room.
-    let mut kept = agent.phone(&relay).await;
+    // The owner's phone that was there first: proven, so never the one that makes room. It is
+    // used all along, as a phone on screen is (a sealed session nobody reads stalls in 25 s).
+    let kept = agent.phone(&relay).await;
+    let kept_stop = tokio_util::sync::CancellationToken::new();
+    let kept_in_use = tokio::spawn(keep_using(kept, kept_stop.clone()));
     let mut took = Vec::new();
     for kind in [Stranger::Silent, Stranger::BadHello, Stranger::Reconnecting] {
         let (stop, seen) = (tokio_util::sync::CancellationToken::new(), Arc::new(AtomicUsize::new(0)));
@@ -264,9 +267,28 @@ async fn code_holders_silent_refused_or_reconnecting_never_lock_the_owners_phone
     for (kind, owner) in &took {
         assert!(*owner < Duration::from_secs(2), "with {kind:?} strangers the owner waited {owner:?}");
     }
-    // The phone that was there first was never closed to make room.
-    send(&mut kept, json!({"type":"status"})).await;
-    assert_eq!(recv_type(&mut kept, "status").await["type"], "status");
+    // The phone that was there first was never closed to make room: it was answered throughout.
+    kept_stop.cancel();
+    let answered = kept_in_use.await.expect("the first phone was answered every time");
+    assert!(answered >= 2, "the first phone was answered {answered} times");
+}
+
+/// Asks for the status on `phone` every second, and once more after `stop`, waiting for each
+/// answer; how many came. Panics if the phone is closed or answered with an error.
+async fn keep_using(mut phone: ClientSocket, stop: tokio_util::sync::CancellationToken) -> usize {
+    let mut answered = 0;
+    loop {
+        send(&mut phone, json!({"type":"status"})).await;
+        assert_eq!(recv_type(&mut phone, "status").await["type"], "status");
+        answered += 1;
+        if stop.is_cancelled() {
+            return answered;
+        }
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
