@@ -112,7 +112,7 @@ fn generate(measuring: bool) -> Vec<(String, String)> {
     let contenders = contenders(node_dir.as_ref().map(|dir| dir.path()), measuring);
     let runs = std::env::var("VOXA_BENCH_RUNS").ok().and_then(|runs| runs.parse().ok());
     let runs = if measuring { runs.unwrap_or(5) } else { 1 };
-    let loads: &[(usize, usize)] = if measuring { &LOADS } else { &LOADS[..1] };
+    let loads = if measuring { chosen_loads() } else { LOADS[..1].to_vec() };
     for (&(pairs, in_flight), &(opcode, kind)) in
         loads.iter().flat_map(|load| KINDS.iter().map(move |kind| (load, kind)))
     {
@@ -160,6 +160,21 @@ fn generate(measuring: bool) -> Vec<(String, String)> {
         rows.push((format!("32 B {kind} round trip, {load}, relay on one core (median of {runs})"), cells.join("; ")));
     }
     rows
+}
+
+/// The loads to measure: all of them, or those `VOXA_BENCH_LOADS` names (`100x4,1000x1`).
+fn chosen_loads() -> Vec<(usize, usize)> {
+    let Ok(names) = std::env::var("VOXA_BENCH_LOADS") else { return LOADS.to_vec() };
+    let chosen: Vec<(usize, usize)> = LOADS
+        .iter()
+        .copied()
+        .filter(|(pairs, in_flight)| names.split(',').any(|name| name.trim() == format!("{pairs}x{in_flight}")))
+        .collect();
+    if chosen.is_empty() {
+        eprintln!("VOXA_BENCH_LOADS names none of 1x1, 100x4, 1000x1: measuring them all");
+        return LOADS.to_vec();
+    }
+    chosen
 }
 
 fn contenders(node_dir: Option<&Path>, measuring: bool) -> Vec<Contender> {

@@ -186,6 +186,77 @@ async fn commands_typed_offline_wait_are_sent_once_when_back_and_say_so() {
     scene.close().await;
 }
 
+/// A view the person opens while offline says it could not load in the header, where it covers
+/// nothing: a command typed meanwhile still goes into the outbox, the notice can be dismissed, and
+/// the view loads by itself once the network is back. A view loaded ahead (the Agent tab's, as
+/// the page comes online) that fails says nothing and is tried again when the network returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_that_cannot_load_offline_says_so_in_the_header_and_comes_when_back() {
+    use crate::support::browser::Scheme;
+    let scratch = tempfile::tempdir().unwrap();
+    for (scheme, picture) in [(Scheme::Light, "web-notice.png"), (Scheme::Dark, "web-notice-dark.png")] {
+        view_offline_then_back(scheme, &scratch, picture).await;
+    }
+}
+
+async fn view_offline_then_back(scheme: crate::support::browser::Scheme, scratch: &tempfile::TempDir, picture: &str) {
+    use crate::support::pictures::{pictures_dir, save_picture};
+    use crate::support::scene::Scene;
+    let Some(scene) = Scene::start_with(scheme).await else { return };
+    let browser = &scene.browser;
+    std::fs::write(scene.workspace().join("on-the-laptop.txt"), "x").unwrap();
+    // The page's own requests (not the service worker's copies); the Agent view's module fails.
+    browser.cdp("Network.enable", json!({})).await;
+    browser.cdp("Network.setBypassServiceWorker", json!({"bypass": true})).await;
+    browser.cdp("Network.setBlockedURLs", json!({"urls": ["*/js/agent/panel*"]})).await;
+    scene.open_online().await;
+    const IMPORT_AGENT: &str = "const done = arguments[arguments.length - 1]; \
+        import('/js/agent/panel.js').then(() => done('loaded'), () => done('failed'));";
+    assert_eq!(browser.client.execute_async(IMPORT_AGENT, vec![]).await.unwrap(), "failed");
+    let notice_shown = "return !document.getElementById('notice').hidden;";
+    assert_eq!(browser.script(notice_shown, vec![]).await, false, "a view loaded ahead failed aloud");
+    let agent_built = "return document.getElementById('agent-sessions').children.length > 0;";
+    assert_eq!(browser.script(agent_built, vec![]).await, false);
+
+    browser.set_online(false).await;
+    browser.wait_connection("reconnecting").await;
+    browser.press("Files").await;
+    let said = browser.wait_text("#notice", "the notice", |t| t.contains("could not be loaded")).await;
+    assert!(said.contains("Dismiss"), "{said}");
+    // In the header, under the connection line.
+    let inside = browser
+        .script(
+            "const n = document.getElementById('notice').getBoundingClientRect(); \
+             const bar = document.getElementById('bar').getBoundingClientRect(); \
+             return n.height > 0 && n.top >= bar.top && n.bottom <= bar.bottom;",
+            vec![],
+        )
+        .await;
+    assert_eq!(inside, true, "the notice is in the header");
+    // Nothing is covered: the command typed now waits in the outbox.
+    browser.press("Terminal").await;
+    browser.type_into("Command", "echo typed-under-a-notice >> notice.txt").await;
+    browser.press("Run").await;
+    browser.wait_text("#outbox", "the queued command", |t| t.contains("queued")).await;
+    save_picture(browser, &pictures_dir(scratch.path()), picture).await;
+    browser.press("Dismiss").await;
+    assert_eq!(browser.script(notice_shown, vec![]).await, false, "dismissed");
+    browser.press("Files").await;
+    browser.wait_text("#notice", "the notice again", |t| t.contains("could not be loaded")).await;
+
+    // Back: the notice goes, the Files view loads on the tab still shown, the Agent view is tried
+    // again, and the command runs once.
+    browser.cdp("Network.setBlockedURLs", json!({"urls": []})).await;
+    browser.set_online(true).await;
+    browser.wait_connection("laptop online").await;
+    browser.wait_text("#files-list", "the folder", |t| t.contains("on-the-laptop.txt")).await;
+    browser.wait_script("the Agent view", agent_built).await;
+    assert_eq!(browser.script(notice_shown, vec![]).await, false, "the notice outlived the connection's return");
+    browser.wait_text("#outbox", "the command applied", |t| t.contains("applied")).await;
+    assert_eq!(std::fs::read_to_string(scene.workspace().join("notice.txt")).unwrap(), "typed-under-a-notice\n");
+    scene.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_the_laptop_answers_at_once_is_never_listed_so_typing_does_not_move_the_page() {
     use crate::support::scene::{Scene, TERMINAL};

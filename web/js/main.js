@@ -43,19 +43,24 @@ route.follow(store, location.hash);
 const app = new App(store);
 const context = { store, app };
 
+/** Says that a view's module did not load (the network dropped). */
+const failed = () => store.set({ notice: 'This view could not be loaded; check the connection and try again.' });
+
 /**
  * A view built from its module on first use: the returned function imports and builds it once.
- * A module that fails to load (the network dropped) says so and is tried again on the next use.
+ * A module that fails to load is tried again on the next use, and said only if `asked` (the
+ * person waits for it), not for a view loaded ahead.
  * @param {() => Promise<unknown>} build imports the module and builds the view
+ * @param {(state: Readonly<State>) => boolean} asked
  * @returns {() => Promise<unknown>}
  */
-function lazy(build) {
+function lazy(build, asked) {
   /** @type {Promise<unknown> | null} */
   let loading = null;
   return () => {
     loading ||= build().catch((error) => {
       loading = null;
-      store.set({ notice: 'This view could not be loaded; check the connection and try again.' });
+      if (asked(store.state)) failed();
       throw error;
     });
     return loading;
@@ -88,14 +93,17 @@ new Screenshot(root('panel-screen'), context);
 new Status(root('panel-status'), context);
 new Notifications(root('notify'), context);
 new Approvals({ panel: root('approvals'), badge: root('approvals-badge') }, context);
-loadWhen(['tab'], ({ tab }) => tab === 'shell', lazy(async () => {
+const shellWanted = (/** @type {Readonly<State>} */ { tab }) => tab === 'shell';
+// A view that failed to load is tried again when the network is back, on the tab still shown.
+loadWhen(['tab', 'online'], shellWanted, lazy(async () => {
   const { Terminal } = await import('./terminal/panel.js');
   new Terminal(root('panel-shell'), context);
-}));
-loadWhen(['tab'], ({ tab }) => tab === 'files', lazy(async () => {
+}, shellWanted));
+const filesWanted = (/** @type {Readonly<State>} */ { tab }) => tab === 'files';
+loadWhen(['tab', 'online'], filesWanted, lazy(async () => {
   const { Files } = await import('./files/panel.js');
   new Files(root('panel-files'), context);
-}));
+}, filesWanted));
 // The agent view follows the laptop's sessions and approvals (its `follow`), so it comes as soon as
 // the page is online, behind the first screen; or at once when its tab or a tapped notification
 // asks for it.
@@ -104,7 +112,7 @@ const agentWanted = (/** @type {Readonly<State>} */ { online, tab, agentSession 
 loadWhen(['online', 'tab', 'agentSession'], agentWanted, lazy(async () => {
   const { Coder } = await import('./agent/panel.js');
   new Coder(root('panel-agent'), context);
-}));
+}, ({ tab, agentSession }) => tab === 'agent' || !!agentSession));
 
 // Voice is loaded as soon as a call is possible. Where there is none, the Call button stands in
 // as the voice panel shows it then ("no voice") and a tap loads the panel, which says why.
@@ -113,7 +121,7 @@ const loadVoice = lazy(async () => {
   const { Voice } = await import('./voice/panel.js');
   new Voice({ buttons: root('voice'), panel: root('call-panel') }, context);
   voiceBuilt = true;
-});
+}, () => false);
 loadWhen(['voice'], ({ voice }) => !!voice && 'host' in voice, loadVoice);
 const callButton = root('call');
 store.watch(['voice'], ({ voice }) => {
@@ -124,7 +132,7 @@ store.watch(['voice'], ({ voice }) => {
   callButton.classList.toggle('none', none);
 });
 callButton.addEventListener('click', () => {
-  if (!voiceBuilt) loadVoice().then(() => callButton.click(), () => {});
+  if (!voiceBuilt) loadVoice().then(() => callButton.click(), failed);
 });
 
 app.boot();

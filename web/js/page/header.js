@@ -42,14 +42,22 @@ export class ConnectionLine {
   }
 }
 
-/** An error the laptop reported outside any call, until the connection comes back. */
+/**
+ * An error outside any call, in the header (it covers nothing), until it is dismissed or the
+ * connection comes back.
+ */
 export class Notice {
   /**
    * @param {HTMLElement} root `#notice`
    * @param {Context} context
    */
   constructor(root, { store }) {
-    store.watch(['notice'], ({ notice }) => show(root, notice));
+    const text = part(root, 'notice-text', HTMLElement);
+    part(root, 'notice-close', HTMLButtonElement).addEventListener('click', () => store.set({ notice: '' }));
+    store.watch(['notice'], ({ notice }) => {
+      show(text, notice);
+      root.hidden = text.hidden;
+    });
   }
 }
 
