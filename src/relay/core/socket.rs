@@ -437,7 +437,6 @@ pub(crate) async fn read_side<R: AsyncRead + Unpin>(
                 continue;
             }
         };
-        silence.last_heard = Instant::now();
         let flow = match event {
             Ok(Some(Event::Data(part))) => {
                 cork.read_ahead(frames.has_buffered());
@@ -479,8 +478,11 @@ pub(crate) async fn read_side<R: AsyncRead + Unpin>(
     }
 }
 
-/// How long a socket has been silent, checked whenever its ping timer fires.
+/// How long a socket has been silent, checked whenever its ping timer fires. What it heard is
+/// told by the reader's byte count alone (every event comes from bytes read), so reading a frame
+/// costs no look at the clock.
 struct Silence<'a> {
+    /// The start, or the last check that found new bytes.
     last_heard: Instant,
     /// Bytes the reader had received at the last check.
     received: u64,
