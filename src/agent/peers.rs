@@ -406,10 +406,10 @@ impl RelayLink {
         };
     }
 
-    /// An admitted peer: — when the relay takes it — the relay's word that this peer proved the
-    /// token, then its session's queue (with `hello_ok` first) and its session. The word goes
-    /// first, on the socket both share: a phone told it is in is already proven at the relay, so
-    /// a full code never closes it to make room.
+    /// An admitted peer: the relay's word that it proved the token (when the relay takes it),
+    /// then its session's queue (with `hello_ok` first) and its session. The word goes first on
+    /// the socket both share: a phone told it is in is already proven at the relay, so a full code
+    /// never closes it to make room.
     async fn admit(&self, admitted: Admitted, slot: &mut PeerSlot, tells_proven: bool, to: &PeerSender) -> Peer {
         let Admitted { admission, frames, ends } = admitted;
         if tells_proven {
