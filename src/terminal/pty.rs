@@ -22,6 +22,8 @@ const READ_AHEAD: usize = 4;
 const INPUT_QUEUE: usize = 64;
 /// How often a reader waiting for output checks whether its terminal was closed.
 const READ_POLL: Duration = Duration::from_millis(200);
+/// Most a stopped reader still reads: what the kernel holds for a terminal is a few dozen KiB.
+const MAX_READ_AFTER_STOP: usize = 1 << 20;
 /// A read this large suggests more is on its way (one read of a PTY returns at most the kernel's
 /// line buffer, 4,095 bytes on Linux).
 const FULL_READ: usize = 2048;
@@ -111,11 +113,22 @@ pub(super) fn spawn(launch: Launch<'_>) -> Result<Spawned, ToolError> {
 /// flood, and while it lasts the reader gathers each frame, taking what becomes ready up to
 /// [`TERM_CHUNK`] and, after a read that found little, first letting the program write for
 /// [`GATHER_NAP`]. A frame goes when it is full or [`GATHER_SPAN`] old, and the flood ends when
-/// nothing comes within [`GATHER_WAIT`].
+/// nothing comes within [`GATHER_WAIT`]. Once `stop` is raised (the program was reaped, or the
+/// terminal closed) it still reads what is there to read, so the last lines of a program that
+/// wrote them and exited while its phone was behind are not lost, and then ends.
 fn read_loop(mut reader: Box<dyn Read + Send>, fd: Option<RawFd>, chunks: &mpsc::Sender<Vec<u8>>, stop: &AtomicBool) {
     let mut buf = vec![0u8; TERM_CHUNK];
     let mut flooding = false;
-    while !stop.load(Ordering::Acquire) {
+    // Bytes read since the stop: what the kernel held then is far less; a process that left the
+    // session and writes on does not keep the reader.
+    let mut after_stop: Option<usize> = None;
+    loop {
+        if stop.load(Ordering::Acquire) {
+            let read = after_stop.get_or_insert(0);
+            if fd.is_none() || *read >= MAX_READ_AFTER_STOP || !readable(fd, Duration::ZERO) {
+                break;
+            }
+        }
         if !readable(fd, READ_POLL) {
             flooding = false;
             continue;
@@ -151,6 +164,9 @@ fn read_loop(mut reader: Box<dyn Read + Send>, fd: Option<RawFd>, chunks: &mpsc:
                 flooding = wait < GATHER_WAIT;
                 break;
             }
+        }
+        if let Some(read) = after_stop.as_mut() {
+            *read += filled;
         }
         if filled > 0 && chunks.blocking_send(buf[..filled].to_vec()).is_err() {
             break;
@@ -228,5 +244,30 @@ mod tests {
         // are whole depends on how the machine schedules the program and the reader, so the
         // bench counts them (docs/PERFORMANCE.md); here a flood must come in some.
         assert!(sizes.contains(&TERM_CHUNK), "a flood comes in whole chunks: {sizes:?}");
+    }
+
+    /// A reader told to stop while output waits in the terminal reads it first, then ends, even
+    /// with the other side still open (a process that left the session holding it).
+    #[test]
+    fn a_reader_stopped_with_output_waiting_delivers_it_and_ends() {
+        use std::os::fd::AsRawFd;
+        let (mut program, terminal) = std::os::unix::net::UnixStream::pair().unwrap();
+        let written: Vec<u8> = (0..40_000u32).map(|i| b'a' + (i % 26) as u8).chain(*b"\r\nthe last line\r\n").collect();
+        program.write_all(&written).unwrap();
+        let fd = terminal.as_raw_fd();
+        let (chunks, mut output) = mpsc::channel(64);
+        let (ended, reader_ended) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            read_loop(Box::new(terminal), Some(fd), &chunks, &AtomicBool::new(true));
+            let _ = ended.send(());
+        });
+        // It ends with the other side still open (a generous bound: it takes milliseconds).
+        reader_ended.recv_timeout(Duration::from_secs(30)).expect("the stopped reader ended");
+        let mut read = Vec::new();
+        while let Ok(chunk) = output.try_recv() {
+            read.extend(chunk);
+        }
+        assert_eq!(read, written, "everything written before the stop was delivered");
+        drop(program);
     }
 }
