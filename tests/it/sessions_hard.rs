@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tempfile::TempDir;
@@ -15,7 +16,7 @@ use crate::support::fake_model::{user_text, FakeModel, Reply};
 use voxa::net::dial::ClientSocket;
 
 use crate::support::agents::{agent_env, agents_bin};
-use crate::support::harness::{connect, recv_json, say_hello, send};
+use crate::support::harness::{connect, recv_json, recv_json_within, say_hello, send, STEP};
 use crate::support::{voxa_cmd, RunningVoxa};
 
 /// A laptop's home and workspace that outlive one `voxa run`.
@@ -117,7 +118,7 @@ impl Client {
 
     /// `agent_event`s of `session` until one matches `until`.
     async fn events_until(&mut self, session: &str, until: impl Fn(&Value) -> bool) -> Vec<Value> {
-        self.events_until_within(session, until, None).await
+        self.events_until_within(session, until, STEP).await
     }
 
     /// As [`Client::events_until`], each frame waited for up to `gap` instead of the usual step.
@@ -125,16 +126,13 @@ impl Client {
         &mut self,
         session: &str,
         until: impl Fn(&Value) -> bool,
-        gap: Option<std::time::Duration>,
+        gap: Duration,
     ) -> Vec<Value> {
         let mut events = Vec::new();
         loop {
-            let frame = match (self.events.pop_front(), gap) {
-                (Some(frame), _) => frame,
-                (None, None) => recv_json(&mut self.socket).await,
-                (None, Some(gap)) => tokio::time::timeout(gap, recv_json_unbounded(&mut self.socket))
-                    .await
-                    .unwrap_or_else(|_| panic!("nothing for {gap:?}")),
+            let frame = match self.events.pop_front() {
+                Some(frame) => frame,
+                None => recv_json_within(&mut self.socket, gap).await,
             };
             if frame["type"] != "agent_event" || frame["session"] != session {
                 continue;
@@ -144,19 +142,6 @@ impl Client {
             if done {
                 return events;
             }
-        }
-    }
-}
-
-/// The next JSON frame, however long it takes.
-async fn recv_json_unbounded(socket: &mut ClientSocket) -> Value {
-    use futures_util::StreamExt;
-    use tokio_tungstenite::tungstenite::Message;
-    loop {
-        match socket.next().await {
-            Some(Ok(Message::Text(text))) => return serde_json::from_str(text.trim_start_matches('\u{1}')).unwrap(),
-            Some(Ok(_)) => continue,
-            other => panic!("expected a JSON frame, got {other:?}"),
         }
     }
 }
@@ -305,7 +290,7 @@ async fn a_flood_of_event_lines_keeps_voxas_memory_bounded() {
     let session = started["session"].as_str().unwrap().to_owned();
     // Past the cap the agent reads the rest of the flood and drops it, sending nothing for a
     // while: seconds on a quiet machine, more on a busy one.
-    let events = phone.events_until_within(&session, turn_end, Some(std::time::Duration::from_secs(60))).await;
+    let events = phone.events_until_within(&session, turn_end, Duration::from_secs(60)).await;
     let end = &events.last().unwrap()["event"];
     assert_eq!((end["ok"].clone(), end["result"].clone()), (json!(true), json!("flooded")), "{end}");
     let text: usize = events.iter().filter_map(|e| e["event"]["text"].as_str()).map(str::len).sum();

@@ -437,7 +437,12 @@ pub async fn send(socket: &mut ClientSocket, value: Value) {
 
 /// Next frame that is not a ping/pong, within [`STEP`].
 pub async fn next_frame(socket: &mut ClientSocket) -> Option<Message> {
-    tokio::time::timeout(STEP, async {
+    next_frame_within(socket, STEP).await
+}
+
+/// Next frame that is not a ping/pong, within `wait`.
+pub async fn next_frame_within(socket: &mut ClientSocket, wait: Duration) -> Option<Message> {
+    tokio::time::timeout(wait, async {
         loop {
             match socket.next().await {
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
@@ -453,8 +458,13 @@ pub async fn next_frame(socket: &mut ClientSocket) -> Option<Message> {
 /// Next JSON text frame. A relay notice (U+0001 and a JSON object) comes as its JSON object,
 /// whose `type` is `presence`.
 pub async fn recv_json(socket: &mut ClientSocket) -> Value {
+    recv_json_within(socket, STEP).await
+}
+
+/// [`recv_json`], each frame waited for up to `wait`.
+pub async fn recv_json_within(socket: &mut ClientSocket, wait: Duration) -> Value {
     loop {
-        match next_frame(socket).await {
+        match next_frame_within(socket, wait).await {
             Some(Message::Text(text)) => {
                 return serde_json::from_str(text.strip_prefix('\u{1}').unwrap_or(&text)).unwrap()
             }
